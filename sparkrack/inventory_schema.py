@@ -1,0 +1,245 @@
+"""The inventory schema: every key an inventory may set, its type, default and meaning.
+
+`RackVars` is the table of rack vars (group_vars); `HOST_SPECS` lists the keys that
+belong to one host (connection keys and the node's place in the rack). `SPECS`
+indexes both by name, each with the scope where it may be set.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+ENGINES = ("sglang", "vllm")
+ADDRESS = "address"  # type of keys holding an IP address or a DNS host name
+
+RACK = "rack"  # rack-wide: group vars only
+NODE = "node"  # rack var that a host may override
+CONNECTION = "connection"  # SSH connection key: group or host vars
+HOST = "host"  # one host's own key: host vars only
+
+
+class FrozenMapping(Mapping[str, Any]):
+    """A read-only, hashable mapping, so that frozen dataclasses holding it stay hashable."""
+
+    def __init__(self, items: Mapping[str, Any]):
+        self._items = dict(items)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items.items()))
+
+    def __repr__(self) -> str:
+        return f"FrozenMapping({self._items!r})"
+
+
+def _var(default: Any, meaning: str, *, scope: str = RACK, at_least: float | None = None,
+         above: float | None = None, at_most: float | None = None) -> Any:
+    """A RackVars field: its default, one-line meaning, scope and numeric bounds."""
+    metadata = {"meaning": meaning, "scope": scope, "at_least": at_least, "above": above,
+                "at_most": at_most}
+    if isinstance(default, Mapping):
+        frozen = FrozenMapping(default)
+        return field(default_factory=lambda: frozen, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class RackVars:
+    """Rack vars after merging the inventory's files; each field is one row of the schema."""
+
+    rack_name: str = _var("sparkrack", "name of the rack, shown in status output and logs")
+    tp_size: int = _var(8, "tensor-parallel size; must equal the number of nodes", at_least=1)
+    clock_cap_mhz: int = _var(
+        2200, "GPU clock cap (nvidia-smi -lgc 0,N), the only power lever on GB10", at_least=1)
+    power_strip_watts: int = _var(1440, "rating of the one power strip feeding the rack",
+                                  at_least=1)
+    power_margin_watts: int = _var(100, "headroom kept below the strip rating", at_least=0)
+    node_watts_capped: int = _var(
+        178, "one node's sustained draw with the clock cap (field: rack 1,350-1,425 W)",
+        at_least=1)
+    node_watts_uncapped: int = _var(
+        217, "one node's sustained draw uncapped, long prefill (field: rack 1,735 W)",
+        at_least=1)
+    restart_batch_size: int = _var(2, "nodes restarted at once in a rolling restart",
+                                   at_least=1)
+    nccl_ib_hca: tuple[str, ...] = _var(
+        ("rocep1s0f0", "roceP2p1s0f0"),
+        "NCCL_IB_HCA: both twin HCAs of the QSFP port (one alone caps at ~100G)", scope=NODE)
+    nccl_ib_gid_index: int = _var(
+        3, "NCCL_IB_GID_INDEX when no RoCE v2 IPv4 GID is probed, or set per node",
+        scope=NODE, at_least=0)
+    nccl_socket_ifname: str = _var(
+        "enp1s0f0np0", "NCCL/GLOO/TP_SOCKET_IFNAME: the node's CX7 netdev", scope=NODE)
+    images: Mapping[str, str] = _var(
+        {"sglang": "lmsysorg/sglang:v0.5.22-cu130", "vllm": "vllm/vllm-openai:v0.33.0"},
+        "container image ref per engine (sglang, vllm)")
+    model_path: str = _var("/models/GLM-5.3-NVFP4", "model directory on every node")
+    model_name: str = _var("GLM-5.3", "model name served by the OpenAI-compatible API")
+    ssh_connect_timeout: float = _var(5.0, "seconds to wait for an SSH connection", above=0)
+    ssh_command_timeout: float = _var(60.0, "seconds a remote command may run by default",
+                                      above=0)
+    known_hosts_file: str = _var(
+        "known_hosts", "SSH known_hosts file; relative paths resolve against the inventory")
+    indexer_mem_fraction: float = _var(
+        0.01, "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION (bounds the DSA indexer scratch)",
+        above=0, at_most=1)
+    rehearsal: bool = _var(False, "true for the local rehearsal rack")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One inventory key: its type, default (None: none), meaning, scope and bounds."""
+
+    name: str
+    type: Any
+    default: Any
+    meaning: str
+    scope: str
+    at_least: float | None = None
+    above: float | None = None
+    at_most: float | None = None
+    sample: Any = None
+
+    def check(self, value: Any) -> Any:
+        """Return the value in this key's type; raise ValueError naming what was expected."""
+        converted = _convert(self.type, value)
+        if converted is None or not self._in_bounds(converted):
+            raise ValueError(f"{self.name}: expected {self.expected()}, got {describe(value)}")
+        return converted
+
+    def expected(self) -> str:
+        """What a valid value looks like, e.g. 'an integer >= 1'."""
+        bounds = [f"{op} {_number(limit)}" for op, limit in
+                  ((">=", self.at_least), (">", self.above), ("<=", self.at_most))
+                  if limit is not None]
+        return " ".join([_EXPECTED[self.type], " and ".join(bounds)]).strip()
+
+    def example(self) -> str:
+        """A line that would be valid for this key, for error fixes."""
+        value = self.default if self.sample is None else self.sample
+        return f"e.g. {self.name}: {yaml_text(value)}"
+
+    def _in_bounds(self, value: Any) -> bool:
+        """Whether a converted number lies within this key's bounds."""
+        return ((self.at_least is None or value >= self.at_least)
+                and (self.above is None or value > self.above)
+                and (self.at_most is None or value <= self.at_most))
+
+
+_EXPECTED = {
+    str: "a non-empty string",
+    ADDRESS: "an IP address or hostname",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    tuple[str, ...]: "a non-empty list of names",
+    Mapping[str, str]: f"a mapping of engine ({', '.join(ENGINES)}) to image ref",
+}
+
+
+def _convert(type_: Any, value: Any) -> Any:
+    """The value as type_, or None when it does not have that type."""
+    if type_ is bool:
+        return value if isinstance(value, bool) else None
+    if type_ is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if type_ is float:
+        return float(value) if isinstance(value, (int, float)) and not isinstance(
+            value, bool) else None
+    if type_ is str:
+        return value if _is_name(value) else None
+    if type_ == ADDRESS:
+        return value if is_address(value) else None
+    if type_ == tuple[str, ...]:
+        ok = isinstance(value, (list, tuple)) and value and all(_is_name(item) for item in value)
+        return tuple(value) if ok else None
+    ok = (isinstance(value, Mapping) and value and set(value) <= set(ENGINES)
+          and all(_is_name(ref) for ref in value.values()))
+    return FrozenMapping(value) if ok else None
+
+
+def _is_name(value: Any) -> bool:
+    """Whether value is a non-blank string."""
+    return isinstance(value, str) and bool(value.strip())
+
+
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def is_address(value: Any) -> bool:
+    """Whether value is an IPv4/IPv6 address or a valid DNS host name."""
+    if not isinstance(value, str):
+        return False
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        pass
+    if re.fullmatch(r"[0-9.]+", value):
+        return False  # a malformed IPv4 address, not a name
+    return len(value) <= 253 and all(_LABEL.fullmatch(label) for label in value.split("."))
+
+
+def _number(limit: float) -> str:
+    """A bound as written in messages: 1, not 1.0."""
+    return str(int(limit)) if float(limit).is_integer() else str(limit)
+
+
+def describe(value: Any) -> str:
+    """A YAML value as shown after 'got' in messages: 'fast', 42, null, [a, b]."""
+    text = repr(value) if isinstance(value, str) else yaml_text(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def yaml_text(value: Any) -> str:
+    """A value written the way YAML flow style would write it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(yaml_text(item) for item in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{key}: {yaml_text(item)}" for key, item in value.items()) + "}"
+    return str(value)
+
+
+def _rack_specs() -> tuple[Spec, ...]:
+    """The RackVars fields as specs."""
+    hints = typing.get_type_hints(RackVars)
+    return tuple(
+        Spec(f.name, hints[f.name], f.default if f.default is not MISSING else f.default_factory(),
+             **f.metadata)
+        for f in fields(RackVars))
+
+
+HOST_SPECS = (
+    Spec("ansible_host", ADDRESS, None, "management address for SSH; default: the host name",
+         HOST, sample="192.0.2.11"),
+    Spec("ansible_port", int, 22, "SSH port", CONNECTION, at_least=1, at_most=65535),
+    Spec("ansible_user", str, "root", "SSH user", CONNECTION),
+    Spec("ansible_ssh_private_key_file", str, None,
+         "SSH private key; ~ expands, relative paths resolve against the inventory",
+         CONNECTION, sample="~/.ssh/sparkrack"),
+    Spec("rank", int, None, "tensor-parallel rank; 0 is the head (HTTP, dist-init)", HOST,
+         at_least=0, sample=0),
+    Spec("roce_addr", ADDRESS, None, "address on the RoCE fabric; default: ansible_host", HOST,
+         sample="198.51.100.11"),
+)
+
+RACK_SPECS = _rack_specs()
+
+SPECS: Mapping[str, Spec] = FrozenMapping({spec.name: spec for spec in RACK_SPECS + HOST_SPECS})

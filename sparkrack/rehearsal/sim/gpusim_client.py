@@ -1,0 +1,106 @@
+"""Client of gpusimd for nvidia-smi, gpu-sim and the stub engines (stdlib only).
+
+One GpuSimClient is one connection: a load or an allocation made through it lasts until
+it is released or the client closes (or its process dies), like a CUDA context.
+Address: $GPU_SIM_ADDR ("host:port"), else the port in the node config, else 47800.
+"""
+
+import json
+import os
+import socket
+
+from gpusim_config import DEFAULT_PORT, config_path
+
+
+class DaemonUnreachable(Exception):
+    """gpusimd does not answer: the 'driver' is not there."""
+
+
+class DaemonError(Exception):
+    """gpusimd refused a request; the message is its reason."""
+
+
+def daemon_address() -> tuple[str, int]:
+    """(host, port) of the node's gpusimd."""
+    given = os.environ.get("GPU_SIM_ADDR")
+    if given:
+        host, _, port = given.rpartition(":")
+        return host or "127.0.0.1", int(port)
+    try:
+        with open(config_path(), encoding="utf-8") as fh:
+            return "127.0.0.1", int(json.load(fh).get("port", DEFAULT_PORT))
+    except (OSError, ValueError):
+        return "127.0.0.1", DEFAULT_PORT
+
+
+class GpuSimClient:
+    """A connection to gpusimd; use as a context manager or call close()."""
+
+    def __init__(self, address: tuple[str, int] | None = None, timeout: float = 5.0):
+        try:
+            self._sock = socket.create_connection(address or daemon_address(), timeout=timeout)
+        except OSError as exc:
+            raise DaemonUnreachable(str(exc)) from exc
+        self._reader = self._sock.makefile("rb")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection; the daemon releases what it held."""
+        self._reader.close()
+        self._sock.close()
+
+    def request(self, op: str, **fields) -> dict:
+        """Send one request and return the reply; DaemonError if refused."""
+        try:
+            self._sock.sendall(json.dumps({"op": op, **fields}).encode() + b"\n")
+            line = self._reader.readline()
+        except OSError as exc:
+            raise DaemonUnreachable(str(exc)) from exc
+        if not line:
+            raise DaemonUnreachable("gpusimd closed the connection")
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            raise DaemonError(reply.get("error", "refused"))
+        return reply
+
+    def state(self) -> dict:
+        """Everything the GPU reports right now."""
+        return self.request("state")["state"]
+
+    def lock_clocks(self, low: int, high: int) -> None:
+        """Lock the GPU clock range in MHz (until reset or reboot)."""
+        self.request("lock", min=low, max=high)
+
+    def reset_clocks(self) -> None:
+        """Drop the GPU clock lock."""
+        self.request("reset")
+
+    def set_persistence(self, enabled: bool) -> bool:
+        """Set persistence mode; returns whether it changed."""
+        return self.request("persistence", enabled=enabled)["changed"]
+
+    def hold_load(self, util: int = 100) -> None:
+        """Keep the GPU busy at util % while this client is open (0 releases)."""
+        self.request("load", util=util)
+
+    def allocate(self, size: int, pid: int | None = None, name: str | None = None) -> int:
+        """Take size bytes of unified memory until freed or closed; returns its id."""
+        return self.request("alloc", bytes=size, pid=os.getpid() if pid is None else pid,
+                            name=name or _process_name())["id"]
+
+    def free(self, alloc_id: int) -> None:
+        """Free one allocation made through this client."""
+        self.request("free", id=alloc_id)
+
+
+def _process_name() -> str:
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            return fh.read().split(b"\0")[0].decode() or "python3"
+    except OSError:
+        return "python3"

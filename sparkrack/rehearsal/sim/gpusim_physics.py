@@ -1,0 +1,56 @@
+"""What the simulated GB10 reads for a given load, clock lock and latch state (pure).
+
+A clock lock only caps: under load the SM clock is the sustained boost clock, at most the
+lock's max snapped DOWN to the driver's clock bin (2200 -> 2190 with 15 MHz bins). A lock
+min raises the idle clock, never the load clock. A latched board (low-clock state) runs
+at the latched clock and power whatever the lock says. Power above idle scales with
+utilization and with (clock / boost clock) ** exponent, for the GPU and the whole node.
+"""
+
+EVENT_GPU_IDLE = 0x1
+EVENT_REASONS_SUPPORTED = 0x1FF
+
+
+def snap_down(mhz: int, bin_mhz: int) -> int:
+    """The driver's clock bin at or below mhz."""
+    return (mhz // bin_mhz) * bin_mhz
+
+
+def sm_clock(config: dict, util: int, lock: tuple[int, int] | None, latched: bool) -> int:
+    """SM clock in MHz for this utilization (0-100), lock (min, max) and latch state."""
+    boost = config["load_sm_mhz"]
+    cap = snap_down(lock[1], config["clock_bin_mhz"]) if lock else boost
+    if util > 0:
+        natural = config["latched_sm_mhz"] if latched else boost
+        return min(natural, cap)
+    floor = snap_down(lock[0], config["clock_bin_mhz"]) if lock else 0
+    return min(max(config["idle_sm_mhz"], floor), cap, boost)
+
+
+def dynamic_share(config: dict, util: int, clock: int, latched: bool) -> float:
+    """Fraction (0-1) of the idle-to-full-load power span drawn right now."""
+    if util <= 0:
+        return 0.0
+    if latched:
+        span = config["gpu_load_w"] - config["gpu_idle_w"]
+        per_util = (config["latched_gpu_w"] - config["gpu_idle_w"]) / span
+    else:
+        per_util = (clock / config["load_sm_mhz"]) ** config["power_clock_exponent"]
+    return util / 100 * per_util
+
+
+def readings(config: dict, util: int, lock: tuple[int, int] | None, latched: bool) -> dict:
+    """Clocks, power, temperature, pstate and event reasons, as the driver would report."""
+    clock = sm_clock(config, util, lock, latched)
+    share = dynamic_share(config, util, clock, latched)
+    gpu_w = config["gpu_idle_w"] + (config["gpu_load_w"] - config["gpu_idle_w"]) * share
+    node_w = config["node_idle_w"] + (config["node_load_w"] - config["node_idle_w"]) * share
+    return {
+        "util": util,
+        "sm_mhz": clock,
+        "power_w": round(gpu_w, 2),
+        "node_power_w": round(node_w, 1),
+        "temp_c": round(config["ambient_c"] + gpu_w * config["temp_c_per_w"]),
+        "pstate": "P0" if util > 0 or clock > config["idle_sm_mhz"] else "P8",
+        "event_reasons": 0 if util > 0 else EVENT_GPU_IDLE,
+    }

@@ -1,0 +1,41 @@
+"""The simulated GB10's clock and power model against the field report's numbers."""
+
+import sys
+from pathlib import Path
+
+SIM_DIR = Path(__file__).resolve().parents[2] / "sparkrack" / "rehearsal" / "sim"
+sys.path.insert(0, str(SIM_DIR))
+
+from gpusim_config import GB10_DEFAULTS  # noqa: E402
+from gpusim_physics import readings, snap_down  # noqa: E402
+
+
+def test_driver_snaps_a_2200_cap_down_to_the_2190_bin():
+    assert snap_down(2200, GB10_DEFAULTS["clock_bin_mhz"]) == 2190
+    assert snap_down(2190, GB10_DEFAULTS["clock_bin_mhz"]) == 2190
+
+
+def test_rack_of_eight_draws_the_field_report_power_uncapped_and_capped():
+    uncapped = 8 * readings(GB10_DEFAULTS, 100, None, False)["node_power_w"]
+    capped = 8 * readings(GB10_DEFAULTS, 100, (0, 2200), False)["node_power_w"]
+    assert 1700 <= uncapped <= 1770
+    assert 1350 <= capped <= 1425
+
+
+def test_lock_min_raises_the_idle_clock_but_never_the_load_clock():
+    idle = readings(GB10_DEFAULTS, 0, (1500, 2200), False)
+    busy = readings(GB10_DEFAULTS, 100, (2400, 3003), False)
+    assert idle["sm_mhz"] == 1500 and idle["pstate"] == "P0"
+    assert busy["sm_mhz"] == GB10_DEFAULTS["load_sm_mhz"]
+
+
+def test_latched_board_ignores_the_lock_and_stays_low():
+    latched = readings(GB10_DEFAULTS, 100, (0, 2200), True)
+    assert latched["sm_mhz"] == 715
+    assert latched["power_w"] == 18.0
+
+
+def test_idle_gpu_reports_idle_reason_and_a_few_watts():
+    idle = readings(GB10_DEFAULTS, 0, None, False)
+    assert idle["event_reasons"] == 0x1 and idle["pstate"] == "P8"
+    assert idle["power_w"] < 5

@@ -1,0 +1,84 @@
+"""roce-tree's fake /sys/class/infiniband and ibdev2netdev reading it, as a Spark shows them."""
+
+import os
+import subprocess
+from pathlib import Path
+
+SIM_DIR = Path(__file__).resolve().parents[2] / "sparkrack" / "rehearsal" / "sim"
+TWINS = ["--hca", "rocep1s0f0=enp1s0f0np0", "--hca", "roceP2p1s0f0=enP2p1s0f0np0"]
+
+
+def roce_tree(dest: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SIM_DIR / "roce-tree"), str(dest), *args], capture_output=True,
+                          text=True, timeout=10)
+
+
+def ibdev2netdev(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SIM_DIR / "ibdev2netdev")], capture_output=True, text=True,
+                          timeout=10, env={**os.environ, "SYS_CLASS_INFINIBAND": str(root)})
+
+
+def port_file(root: Path, hca: str, relative: str) -> str:
+    return (root / hca / "ports" / "1" / relative).read_text().strip()
+
+
+def test_ibdev2netdev_prints_both_twins_in_the_real_format(tmp_path):
+    assert roce_tree(tmp_path, *TWINS, "--ipv4", "10.77.1.11").returncode == 0
+    out = ibdev2netdev(tmp_path)
+    assert out.stdout == ("roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Up)\n"
+                          "rocep1s0f0 port 1 ==> enp1s0f0np0 (Up)\n")
+
+
+def test_port_attributes_read_as_in_sysfs(tmp_path):
+    roce_tree(tmp_path, *TWINS, "--ipv4", "10.77.1.11")
+    assert port_file(tmp_path, "rocep1s0f0", "state") == "4: ACTIVE"
+    assert port_file(tmp_path, "rocep1s0f0", "phys_state") == "5: LinkUp"
+    assert port_file(tmp_path, "rocep1s0f0", "link_layer") == "Ethernet"
+    assert port_file(tmp_path, "rocep1s0f0", "rate") == "200 Gb/sec (4X HDR)"
+    guid = (tmp_path / "rocep1s0f0" / "node_guid").read_text().strip()
+    assert len(guid.split(":")) == 4 and all(len(part) == 4 for part in guid.split(":"))
+
+
+def test_default_layout_puts_the_ipv4_roce_v2_gid_at_index_3(tmp_path):
+    roce_tree(tmp_path, *TWINS, "--ipv4", "10.77.1.11")
+    for index, kind in enumerate(["IB/RoCE v1", "RoCE v2", "IB/RoCE v1", "RoCE v2"]):
+        assert port_file(tmp_path, "roceP2p1s0f0", f"gid_attrs/types/{index}") == kind
+        assert port_file(tmp_path, "roceP2p1s0f0", f"gid_attrs/ndevs/{index}") == "enP2p1s0f0np0"
+    assert port_file(tmp_path, "roceP2p1s0f0", "gids/0").startswith("fe80:0000:0000:0000:")
+    assert port_file(tmp_path, "roceP2p1s0f0", "gids/3") == "0000:0000:0000:0000:0000:ffff:0a4d:010b"
+
+
+def test_renumbered_firmware_moves_the_ipv4_gid_to_index_5(tmp_path):
+    roce_tree(tmp_path, *TWINS, "--ipv4", "10.77.1.11", "--gid-index", "5")
+    mapped = "0000:0000:0000:0000:0000:ffff:0a4d:010b"
+    assert port_file(tmp_path, "rocep1s0f0", "gids/5") == mapped
+    assert port_file(tmp_path, "rocep1s0f0", "gid_attrs/types/5") == "RoCE v2"
+    assert port_file(tmp_path, "rocep1s0f0", "gids/4") == mapped
+    assert port_file(tmp_path, "rocep1s0f0", "gid_attrs/types/4") == "IB/RoCE v1"
+    assert port_file(tmp_path, "rocep1s0f0", "gids/3") != mapped
+    assert port_file(tmp_path, "rocep1s0f0", "gids/6") == "0000:0000:0000:0000:0000:0000:0000:0000"
+    assert not (tmp_path / "rocep1s0f0" / "ports/1/gid_attrs/types/6").exists()
+
+
+def test_each_twin_gets_its_own_address_when_given_per_hca(tmp_path):
+    roce_tree(tmp_path, *TWINS, "--ipv4", "10.77.1.11", "--ipv4", "10.77.2.11")
+    assert port_file(tmp_path, "roceP2p1s0f0", "gids/3").endswith("ffff:0a4d:020b")
+
+
+def test_missing_hca_is_left_out_and_down_hca_shows_down(tmp_path):
+    roce_tree(tmp_path, *TWINS, "--ipv4", "10.77.1.11")
+    roce_tree(tmp_path, *TWINS, "--ipv4", "10.77.1.11", "--missing", "roceP2p1s0f0",
+              "--down", "rocep1s0f0")
+    assert not (tmp_path / "roceP2p1s0f0").exists()
+    assert ibdev2netdev(tmp_path).stdout == "rocep1s0f0 port 1 ==> enp1s0f0np0 (Down)\n"
+    assert port_file(tmp_path, "rocep1s0f0", "state") == "1: DOWN"
+
+
+def test_even_gid_index_is_rejected(tmp_path):
+    out = roce_tree(tmp_path, *TWINS, "--ipv4", "10.77.1.11", "--gid-index", "4")
+    assert out.returncode == 2 and "odd" in out.stderr
+
+
+def test_ibdev2netdev_prints_nothing_without_rdma_devices(tmp_path):
+    out = ibdev2netdev(tmp_path / "absent")
+    assert (out.returncode, out.stdout) == (0, "")

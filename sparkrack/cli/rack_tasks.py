@@ -1,0 +1,59 @@
+"""Rack tasks: look at the rack (status, facts)."""
+
+from invoke import task
+
+from .. import console
+from ..status import gather_status
+from .common import INVENTORY_HELP, inventory_from, operator_task
+
+LIMIT_HELP = "only these nodes, e.g. spark-01,spark-03"
+
+
+def _gib(kb: int | None) -> str | None:
+    return None if kb is None else f"{kb / 1048576:.1f} GiB"
+
+
+@task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP, "json": "print JSON for scripts"})
+@operator_task
+def status(c, inventory=None, limit=None, json=False):
+    """One row per node: reachability, GPU, clocks, power, memory, clock cap, engine."""
+    rows = gather_status(inventory_from(inventory), limit)
+    if json:
+        console.print_json([r.as_dict() for r in rows])
+    else:
+        console.print_table(
+            "rack status",
+            ["rank", "node", "reach", "hostname", "kernel", "gpu", "sm MHz now/max", "power",
+             "MemAvailable", "clock cap", "engine"],
+            [_status_cells(r) for r in rows])
+    down = [r for r in rows if r.reachable != "ok"]
+    for r in down:
+        console.say(f"{r.node}: {r.reachable}: {r.error}")
+    if down:
+        raise_exit(len(down), len(rows))
+
+
+def _status_cells(r) -> list:
+    f = r.facts
+    if f is None:
+        return [r.rank, r.node, r.reachable.upper(), None, None, None, None, None, None, None, None]
+    gpu = f.gpu
+    clocks = None if gpu.error else f"{gpu.sm_mhz}/{gpu.max_sm_mhz}"
+    power = None if gpu.power_w is None else f"{gpu.power_w:.1f} W"
+    return [r.rank, r.node, "ok", f.hostname, f.kernel, gpu.name or gpu.error, clocks, power,
+            _gib(f.mem_available_kb), r.cap_state, r.engine]
+
+
+def raise_exit(down: int, total: int):
+    """Exit 1 when some nodes did not answer (the table was still printed)."""
+    from invoke.exceptions import Exit
+
+    raise Exit(f"{down} of {total} node(s) did not report", code=1)
+
+
+@task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP})
+@operator_task
+def facts(c, inventory=None, limit=None):
+    """Every fact one round trip gathers per node, as JSON."""
+    rows = gather_status(inventory_from(inventory), limit)
+    console.print_json({r.node: (r.facts.as_dict() if r.facts else {"error": r.error}) for r in rows})

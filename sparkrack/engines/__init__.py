@@ -1,0 +1,23 @@
+"""Engine profiles as data and the per-rank launch specs built from them.
+
+- profile files (`engines/<engine>.yml`): profile_file.py reads them, catalog.py finds them;
+- model data (`models/*.yml`) for the memory rules: model_data.py;
+- `build_specs` (spec.py): inventory + engine + profile -> one LaunchSpec per rank;
+- `docker_run_argv` / `docker_sdk_kwargs` (docker_args.py): a spec as docker sees it.
+"""
+
+from sparkrack.engines.catalog import engine_names
+from sparkrack.engines.docker_args import docker_run_argv, docker_sdk_kwargs
+from sparkrack.engines.model_data import ModelData, load_model
+from sparkrack.engines.profile_file import EngineDef, Profile, load_engine
+from sparkrack.engines.spec import (
+    LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_SPEC_HASH,
+    LABEL_STOP_TIMEOUT, REDACTED, DockerOptions, LaunchSpec, Mount, Ulimit, build_specs,
+    container_name)
+
+__all__ = [
+    "LABEL_DEPLOYMENT", "LABEL_ENGINE", "LABEL_PROFILE", "LABEL_RANK", "LABEL_SPEC_HASH",
+    "LABEL_STOP_TIMEOUT", "REDACTED", "DockerOptions", "EngineDef", "LaunchSpec", "ModelData",
+    "Mount", "Profile", "Ulimit", "build_specs", "container_name", "docker_run_argv",
+    "docker_sdk_kwargs", "engine_names", "load_engine", "load_model",
+]

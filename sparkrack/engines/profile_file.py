@@ -1,0 +1,348 @@
+"""Engine profile files (`engines/<engine>.yml`) read into an EngineDef with its Profiles.
+
+File format (every key is checked; a mistake is an InventoryError naming file:line):
+
+    engine: sglang                     # must equal the file name
+    image_key: sglang                  # key into the inventory's `images`
+    entrypoint: [python3, -m, sglang.launch_server]
+    ports: {http: 30000, dist_init: 20000}   # `http` required; each port P adds {P_port}
+    health_path: /health               # polled on rank 0's http port
+    flag_roles:                        # which flag carries what (plans and safety rules read it)
+      context_length: --context-length
+      kv_cache_dtype: --kv-cache-dtype
+    args:                              # per-rank argv templates (placeholders: templates.py)
+      model: [--model-path, "{model_path}"]    # right after the entrypoint
+      every_rank: [--node-rank, "{rank}"]      # after the profile flags, on every rank
+      head: []                                 # then on rank 0 only
+      workers: []                              # or on ranks >= 1 only
+    env_from_inventory:                # VAR: inventory var (per node; lists join with ',')
+      NCCL_IB_HCA: nccl_ib_hca
+    secret_env: [HF_TOKEN]             # taken from the operator's environment when set
+    profiles:
+      NAME:
+        description: one line          # required, never inherited
+        extends: OTHER                 # start from OTHER's flags, env and settings
+        flags:                         # in argv order; inherited flags keep their place
+          --flag: value                # a string or an integer; 'quote' other numbers
+          --switch: true               # a bare switch
+          --inherited: null            # drop a flag OTHER sets
+        env: {VAR: value}              # overrides env_from_inventory; null drops as above
+        ready_timeout_s: 900           # load to healthy (744B TP8 loads in 7-9 min)
+        stop_timeout_s: 120            # SIGTERM to SIGKILL: the drain on rank 0
+        experimental: true             # optional; then `note` says why
+        note: text
+
+Non-integer numbers must be quoted ('0.80') so that the engine gets the text exactly as
+written. Rank R runs: entrypoint + args.model + profile flags + args.every_rank + args.head
+(R = 0) or args.workers (R >= 1). A profile may not set a flag that `args` sets per rank.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkrack.engines.catalog import engine_file
+from sparkrack.engines.datafile import (
+    Section, did_you_mean, is_count, is_name, is_text, is_text_list, read_section)
+from sparkrack.engines.templates import allowed_fields, check_template
+from sparkrack.errors import UsageError
+from sparkrack.inventory_schema import NODE, RACK, SPECS, FrozenMapping, describe
+
+FLAG_ROLES = ("context_length", "kv_cache_dtype")
+ARG_GROUPS = ("model", "every_rank", "head", "workers")
+_TOP_KEYS = ("engine", "image_key", "entrypoint", "ports", "health_path", "flag_roles", "args",
+             "env_from_inventory", "secret_env", "profiles")
+_PROFILE_KEYS = ("description", "extends", "flags", "env", "ready_timeout_s", "stop_timeout_s",
+                 "experimental", "note")
+_FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
+_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_VALUE_HELP = "a string or an integer ('quote' other numbers so the text stays exact)"
+
+
+@dataclass(frozen=True)
+class RankArgs:
+    """The per-rank argv templates of an engine, in the order they are placed."""
+
+    model: tuple[str, ...]
+    every_rank: tuple[str, ...]
+    head: tuple[str, ...]
+    workers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One named configuration of an engine, with `extends` already applied."""
+
+    name: str
+    description: str
+    flags: FrozenMapping  # flag -> value text, or True for a bare switch; in argv order
+    env: FrozenMapping  # var -> value text
+    ready_timeout_s: int
+    stop_timeout_s: int
+    experimental: bool
+    note: str | None
+
+    def argv(self) -> tuple[str, ...]:
+        """The flags as argv tokens, in order."""
+        return tuple(token for flag, value in self.flags.items()
+                     for token in ((flag,) if value is True else (flag, value)))
+
+
+@dataclass(frozen=True)
+class EngineDef:
+    """An engine's profile file: how to start it and its named profiles."""
+
+    name: str
+    file: Path
+    image_key: str
+    entrypoint: tuple[str, ...]
+    ports: FrozenMapping  # port name -> number
+    health_path: str
+    flag_roles: FrozenMapping  # role (FLAG_ROLES) -> flag
+    args: RankArgs
+    env_from_inventory: FrozenMapping  # env var -> inventory var
+    secret_env: tuple[str, ...]
+    profiles: FrozenMapping  # name -> Profile
+
+    def profile(self, name: str) -> Profile:
+        """The profile called name; UsageError naming the valid profiles if there is none."""
+        if name not in self.profiles:
+            raise UsageError(
+                f"unknown {self.name} profile '{name}'{did_you_mean(name, self.profiles)}",
+                fix=f"valid profiles ({self.file}): {', '.join(self.profiles)}")
+        return self.profiles[name]
+
+    def setting(self, profile: Profile, role: str) -> str | None:
+        """The value profile gives the flag with this role (FLAG_ROLES), if it sets one."""
+        value = profile.flags.get(self.flag_roles.get(role))
+        return value if isinstance(value, str) else None
+
+
+def load_engine(inventory_dir: Path, engine: str) -> EngineDef:
+    """The engine's profile file for this inventory (see catalog.py), read and checked."""
+    return read_engine_file(engine_file(inventory_dir, engine))
+
+
+def read_engine_file(file: Path) -> EngineDef:
+    """One profile file, read and checked; InventoryError at file:line for any mistake."""
+    top = read_section(file, _TOP_KEYS)
+    name = top.value("engine", is_name, "the engine name")
+    if name != file.stem:
+        raise top.error("engine", f"engine '{name}' in a file named {file.name}",
+                        fix=f"write engine: {file.stem}, or rename the file to {name}.yml")
+    ports = _ports(top.section("ports"))
+    args = _args(top.section("args", ARG_GROUPS), allowed_fields(ports))
+    secret_env = tuple(top.value("secret_env", is_text_list, "a list of variable names",
+                                 default=[]))
+    reserved = {token.split("=", 1)[0] for group in ARG_GROUPS for token in getattr(args, group)
+                if _FLAG.match(token)}
+    return EngineDef(
+        name=name, file=file,
+        image_key=top.value("image_key", is_name, "a key of the inventory's images"),
+        entrypoint=tuple(top.value("entrypoint", lambda v: is_text_list(v) and bool(v),
+                                   "a non-empty list of argv words")),
+        ports=FrozenMapping(ports),
+        health_path=top.value("health_path", lambda v: is_text(v) and v.startswith("/"),
+                              "a path such as /health"),
+        flag_roles=_flag_roles(top.section("flag_roles", required=False)),
+        args=args,
+        env_from_inventory=_env_from_inventory(top.section("env_from_inventory",
+                                                           required=False)),
+        secret_env=secret_env,
+        profiles=_Resolver(top.section("profiles"), reserved, set(secret_env)).all())
+
+
+def _ports(section: Section) -> dict[str, int]:
+    """The ports mapping: names to numbers, `http` among them."""
+    ports = {}
+    for name in section:
+        if not (isinstance(name, str) and name.isidentifier()):
+            raise section.error(name, f"invalid port name '{name}'",
+                                fix="use letters, digits and '_', e.g. dist_init")
+        ports[name] = section.value(name, lambda v: is_count(v) and v <= 65535,
+                                    "a port number 1..65535")
+    if "http" not in ports:
+        raise section.error(None, "ports has no http port", fix="add http: PORT")
+    return ports
+
+
+def _args(section: Section, fields: tuple[str, ...]) -> RankArgs:
+    """The per-rank argv templates, each placeholder checked."""
+    groups = {}
+    for group in ARG_GROUPS:
+        words = section.value(group, is_text_list, "a list of argv words", default=[])
+        for word in words:
+            problem = check_template(word, fields)
+            if problem:
+                raise section.error(group, f"args.{group}: {problem}",
+                                    fix="placeholders: " + ", ".join(f"{{{f}}}" for f in fields))
+        groups[group] = tuple(words)
+    return RankArgs(**groups)
+
+
+def _flag_roles(section: Section) -> FrozenMapping:
+    """The flag_roles mapping: a role of FLAG_ROLES to the flag that carries it."""
+    roles = {}
+    for role in section:
+        if role not in FLAG_ROLES:
+            raise section.error(role, f"unknown flag role '{role}'{did_you_mean(role, FLAG_ROLES)}",
+                                fix="roles: " + ", ".join(FLAG_ROLES))
+        roles[role] = section.value(role, lambda v: isinstance(v, str) and bool(_FLAG.fullmatch(v)),
+                                    "a flag such as --context-length")
+    return FrozenMapping(roles)
+
+
+def _env_from_inventory(section: Section) -> FrozenMapping:
+    """The env_from_inventory mapping: variable name to an inventory rack or node var."""
+    known = [name for name, spec in SPECS.items()
+             if spec.scope in (RACK, NODE) and spec.type != Mapping[str, str]]
+    mapping = {}
+    for var in section:
+        _check_env_name(section, var)
+        source = section.raw(var)
+        if source not in known:
+            raise section.error(var, f"{var}: '{source}' is not an inventory var"
+                                f"{did_you_mean(str(source), known)}",
+                                fix="inventory vars: " + ", ".join(known))
+        mapping[var] = source
+    return FrozenMapping(mapping)
+
+
+def _check_env_name(section: Section, var: Any) -> None:
+    """InventoryError unless var is a valid environment variable name."""
+    if not (isinstance(var, str) and _ENV.fullmatch(var)):
+        raise section.error(var, f"invalid environment variable name '{var}'",
+                            fix="use letters, digits and '_', not starting with a digit")
+
+
+class _Resolver:
+    """Reads the profiles of one file and applies `extends`, parents first."""
+
+    def __init__(self, section: Section, reserved_flags: set[str], secret_env: set[str]):
+        if not list(section):
+            raise section.error(None, "no profiles defined", fix="add profiles: {NAME: {...}}")
+        self.raw: dict[str, Section] = {}
+        for name in section:
+            if not is_name(name):
+                raise section.error(name, f"invalid profile name '{name}'",
+                                    fix="use letters, digits, '.', '_' and '-', e.g. 512k")
+            self.raw[name] = section.section(name, _PROFILE_KEYS)
+        self.reserved = reserved_flags
+        self.secret_env = secret_env
+        self.merged: dict[str, dict[str, Any]] = {}
+
+    def all(self) -> FrozenMapping:
+        """Every profile of the file, by name, in file order."""
+        return FrozenMapping({name: self._profile(name) for name in self.raw})
+
+    def _profile(self, name: str) -> Profile:
+        """One profile with its parents merged in and its settings complete."""
+        section, merged = self.raw[name], self._merge(name, ())
+        for key in ("ready_timeout_s", "stop_timeout_s"):
+            if key not in merged:
+                raise section.error(None, f"profile '{name}' has no {key}",
+                                    fix=f"add {key}: SECONDS to it or to the profile it extends")
+        experimental = merged.get("experimental", False)
+        if experimental and "note" not in merged:
+            raise section.error("experimental", f"profile '{name}' is experimental without a note",
+                                fix="add note: <why it is experimental>")
+        return Profile(
+            name=name, description=section.value("description", is_text, "one line of text"),
+            flags=FrozenMapping(merged["flags"]), env=FrozenMapping(merged["env"]),
+            ready_timeout_s=merged["ready_timeout_s"], stop_timeout_s=merged["stop_timeout_s"],
+            experimental=experimental, note=merged.get("note"))
+
+    def _merge(self, name: str, chain: tuple[str, ...]) -> dict[str, Any]:
+        """The settings, flags and env of name over those of the profile it extends."""
+        if name in self.merged:
+            return self.merged[name]
+        section = self.raw[name]
+        base: dict[str, Any] = {"flags": {}, "env": {}}
+        if "extends" in section:
+            parent = section.value("extends", is_name, "a profile name")
+            if parent not in self.raw:
+                raise section.error("extends", f"profile '{name}' extends unknown profile "
+                                    f"'{parent}'{did_you_mean(parent, self.raw)}",
+                                    fix="profiles here: " + ", ".join(self.raw))
+            if parent == name or parent in chain:
+                loop = " -> ".join((*chain, name, parent))
+                raise section.error("extends", f"extends loop: {loop}",
+                                    fix="let one of them stand alone")
+            base = self._merge(parent, (*chain, name))
+        merged = {**base, **self._settings(section)}
+        merged["flags"] = _overlay(base["flags"], self._flags(section), section, "flags")
+        merged["env"] = _overlay(base["env"], self._env(section), section, "env")
+        self.merged[name] = merged
+        return merged
+
+    @staticmethod
+    def _settings(section: Section) -> dict[str, Any]:
+        """The scalar settings a profile sets itself (inherited ones are not included)."""
+        checks = {"ready_timeout_s": (is_count, "whole seconds >= 1"),
+                  "stop_timeout_s": (is_count, "whole seconds >= 1"),
+                  "experimental": (lambda v: isinstance(v, bool), "true or false"),
+                  "note": (is_text, "one line of text")}
+        return {key: section.value(key, check, expected)
+                for key, (check, expected) in checks.items() if key in section}
+
+    def _flags(self, profile: Section) -> dict[str, Any]:
+        """The flags a profile sets: value text, True for a switch, None to drop."""
+        flags = profile.section("flags", required=False)
+        result = {}
+        for flag in flags:
+            if not (isinstance(flag, str) and _FLAG.fullmatch(flag)):
+                raise flags.error(flag, f"invalid flag '{flag}'",
+                                  fix="write the flag in full, e.g. --context-length: 524288")
+            if flag in self.reserved:
+                raise flags.error(flag, f"{flag} is set per rank by this file's args",
+                                  fix="remove it from the profile")
+            value = flags.raw(flag)
+            if value is True or value is None:
+                result[flag] = value
+            else:
+                result[flag] = _text(flags, flag, value, "true (a bare switch), null (drop an "
+                                     "inherited flag) or " + _VALUE_HELP)
+        return result
+
+    def _env(self, profile: Section) -> dict[str, Any]:
+        """The env a profile sets: value text, None to drop."""
+        env = profile.section("env", required=False)
+        result = {}
+        for var in env:
+            _check_env_name(env, var)
+            if var in self.secret_env:
+                raise env.error(var, f"{var} is a secret", fix="set it in the operator's "
+                                "environment; it is passed on from there, never from a file")
+            value = env.raw(var)
+            result[var] = None if value is None else _text(env, var, value, _VALUE_HELP)
+        return result
+
+
+def _text(section: Section, key: str, value: Any, expected: str) -> str:
+    """A flag or env value as the exact text the engine gets."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise section.error(key, f"{key}: expected {expected}, got {describe(value)}",
+                        fix=f"write {key}: '<value>'")
+
+
+def _overlay(base: dict[str, Any], over: dict[str, Any], profile: Section,
+             what: str) -> dict[str, Any]:
+    """base updated by over in place order; a None in over drops an inherited key."""
+    result = dict(base)
+    for key, value in over.items():
+        if value is not None:
+            result[key] = value
+        elif key in result:
+            del result[key]
+        else:
+            raise profile.section(what).error(
+                key, f"{key}: null drops an inherited setting, but none is inherited",
+                fix="give it a value or remove the line")
+    return result

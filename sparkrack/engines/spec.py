@@ -1,0 +1,251 @@
+"""Launch specs: one per rank, everything needed to start that rank's engine container.
+
+`build_specs` turns an inventory plus an engine profile into one LaunchSpec per node, in
+rank order, without contacting anything. Per node it fills the profile file's argv
+templates, takes the env named by `env_from_inventory` from that node's vars (the NCCL
+GID index from `gid_index_by_node` when the caller probed it), lays the profile's env over
+it and adds the secrets found in the operator's environment. All specs share one
+`spec_hash` of the whole deployment and carry it, with engine, profile, rank and
+deployment id, as container labels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sparkrack.engines.profile_file import EngineDef, Profile, load_engine
+from sparkrack.engines.templates import fill
+from sparkrack.errors import UsageError
+from sparkrack.inventory import Inventory, Node
+from sparkrack.inventory_schema import FrozenMapping
+
+REDACTED = "***"
+GID_INDEX_VAR = "nccl_ib_gid_index"
+
+LABEL_ENGINE = "sparkrack.engine"
+LABEL_PROFILE = "sparkrack.profile"
+LABEL_RANK = "sparkrack.rank"
+LABEL_DEPLOYMENT = "sparkrack.deployment"
+LABEL_SPEC_HASH = "sparkrack.spec-hash"
+LABEL_STOP_TIMEOUT = "sparkrack.stop-timeout"  # so `down` can drain a container it did not plan
+
+
+@dataclass(frozen=True)
+class Ulimit:
+    """One resource limit of the container; -1 means unlimited."""
+
+    name: str
+    soft: int
+    hard: int
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path bound into the container."""
+
+    source: str
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class DockerOptions:
+    """How the container runs beyond image, argv and env; every container gets all GPUs.
+
+    The defaults are what every 8x-Spark launcher uses (field-facts, Containers).
+    """
+
+    stop_timeout_s: int  # SIGTERM to SIGKILL; docker's default 10 s cuts rank 0's drain short
+    mounts: tuple[Mount, ...]
+    network_mode: str = "host"  # NCCL, the rendezvous and the API use the host's interfaces
+    ipc_mode: str = "host"  # shared memory between the engine's processes
+    devices: tuple[str, ...] = ("/dev/infiniband",)  # the RoCE HCAs (verbs)
+    cap_add: tuple[str, ...] = ("IPC_LOCK",)  # pin memory for RDMA registration
+    ulimits: tuple[Ulimit, ...] = (Ulimit("memlock", -1, -1),
+                                   Ulimit("nofile", 1048576, 1048576))  # NCCL at 8 ranks
+    shm_size: str = "32g"
+    stop_signal: str = "SIGTERM"  # rank 0 drains on SIGTERM, then stops the workers
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One rank of a deployment: what to run on which node, and how."""
+
+    engine: str
+    profile: str
+    node: str
+    rank: int
+    container_name: str
+    image: str
+    argv: tuple[str, ...]  # argv[0] replaces the image's entrypoint
+    env: FrozenMapping = field(repr=False)  # real secret values: print shown_env() instead
+    secret_names: frozenset[str]  # keys of env whose values are never shown
+    ports: FrozenMapping  # port name -> number (host network: nothing is published)
+    health_path: str
+    ready_timeout_s: int
+    experimental: bool
+    note: str | None
+    docker: DockerOptions
+    deployment_id: str = ""
+    spec_hash: str = ""
+    labels: FrozenMapping = field(default_factory=lambda: FrozenMapping({}))
+
+    @property
+    def is_head(self) -> bool:
+        """Whether this is rank 0: it serves the API and hosts the rendezvous."""
+        return self.rank == 0
+
+    def shown_env(self, redact: bool = True) -> dict[str, str]:
+        """The env with secret values replaced by *** (unless redact is False)."""
+        return {key: REDACTED if redact and key in self.secret_names else value
+                for key, value in self.env.items()}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The spec as plain JSON-ready data, secret values shown as ***."""
+        docker = self.docker
+        return {
+            "engine": self.engine, "profile": self.profile, "deployment_id": self.deployment_id,
+            "spec_hash": self.spec_hash, "node": self.node, "rank": self.rank,
+            "container_name": self.container_name, "image": self.image,
+            "argv": list(self.argv), "env": self.shown_env(),
+            "secret_names": sorted(self.secret_names), "ports": dict(self.ports),
+            "health_path": self.health_path, "ready_timeout_s": self.ready_timeout_s,
+            "experimental": self.experimental, "note": self.note, "labels": dict(self.labels),
+            "docker": {
+                "stop_timeout_s": docker.stop_timeout_s, "network_mode": docker.network_mode,
+                "ipc_mode": docker.ipc_mode, "gpus": "all", "devices": list(docker.devices),
+                "cap_add": list(docker.cap_add), "shm_size": docker.shm_size,
+                "stop_signal": docker.stop_signal,
+                "ulimits": [{"name": u.name, "soft": u.soft, "hard": u.hard}
+                            for u in docker.ulimits],
+                "mounts": [{"source": m.source, "target": m.target, "read_only": m.read_only}
+                           for m in docker.mounts],
+            },
+        }
+
+
+def build_specs(inventory: Inventory, engine: str, profile_name: str, *,
+                deployment_id: str | None = None,
+                gid_index_by_node: Mapping[str, int] | None = None,
+                environ: Mapping[str, str] | None = None) -> tuple[LaunchSpec, ...]:
+    """One LaunchSpec per node of inventory, by rank, for engine's profile profile_name.
+
+    deployment_id labels the containers (default: `<engine>-<profile>-<hash prefix>`, so a
+    plan is deterministic). gid_index_by_node maps node names to a probed NCCL GID index,
+    overriding the inventory's nccl_ib_gid_index. environ is where secrets such as HF_TOKEN
+    come from (default: os.environ). UsageError for an unknown engine, profile or node,
+    InventoryError for a bad profile file.
+    """
+    definition = load_engine(inventory.path, engine)
+    profile = definition.profile(profile_name)
+    _check_tp_size(inventory)
+    image = _image(inventory, definition)
+    gids = _checked_gids(inventory, gid_index_by_node or {})
+    source = os.environ if environ is None else environ
+    secrets = {name: source[name] for name in definition.secret_env if source.get(name)}
+    drafts = tuple(_rank_spec(inventory, node, definition, profile, image, gids, secrets)
+                   for node in inventory.nodes)
+    spec_hash = deployment_hash(drafts)
+    deployment = deployment_id or f"{engine}-{profile_name}-{spec_hash[:8]}"
+    return tuple(replace(draft, deployment_id=deployment, spec_hash=spec_hash,
+                         labels=_labels(draft, deployment, spec_hash)) for draft in drafts)
+
+
+def deployment_hash(specs: tuple[LaunchSpec, ...]) -> str:
+    """sha256 of what the deployment runs: every rank's node, image, argv, env and options.
+
+    Leaves out the deployment id, the labels and secret values and names (an operator's
+    HF_TOKEN does not change what runs), so equal plans hash equal.
+    """
+    content = []
+    for spec in specs:
+        data = spec.as_dict()
+        for key in ("deployment_id", "spec_hash", "labels", "secret_names"):
+            del data[key]
+        data["env"] = {key: value for key, value in spec.env.items()
+                       if key not in spec.secret_names}
+        content.append(data)
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def container_name(engine: str, rank: int) -> str:
+    """The container name of one rank, e.g. sparkrack-sglang-r0."""
+    return f"sparkrack-{engine}-r{rank}"
+
+
+def _rank_spec(inventory: Inventory, node: Node, definition: EngineDef, profile: Profile,
+               image: str, gids: Mapping[str, int], secrets: Mapping[str, str]) -> LaunchSpec:
+    """The spec of one node's rank, without deployment id, hash and labels."""
+    rack = inventory.vars
+    values = {"model_path": rack.model_path, "model_name": rack.model_name,
+              "tp_size": rack.tp_size, "nnodes": len(inventory.nodes), "rank": node.rank,
+              "head_roce_addr": inventory.head.roce_addr,
+              **{f"{name}_port": port for name, port in definition.ports.items()}}
+    args = definition.args
+    role_args = args.head if node.is_head else args.workers
+    argv = (*definition.entrypoint, *(fill(word, values) for word in args.model),
+            *profile.argv(), *(fill(word, values) for word in (*args.every_rank, *role_args)))
+    env = {var: _env_text(gids[node.name] if source == GID_INDEX_VAR and node.name in gids
+                          else getattr(node.vars, source))
+           for var, source in definition.env_from_inventory.items()}
+    env.update(profile.env)
+    env.update(secrets)
+    return LaunchSpec(
+        engine=definition.name, profile=profile.name, node=node.name, rank=node.rank,
+        container_name=container_name(definition.name, node.rank), image=image,
+        argv=argv, env=FrozenMapping(env), secret_names=frozenset(secrets),
+        ports=definition.ports, health_path=definition.health_path,
+        ready_timeout_s=profile.ready_timeout_s, experimental=profile.experimental,
+        note=profile.note,
+        docker=DockerOptions(stop_timeout_s=profile.stop_timeout_s,
+                             mounts=(Mount(rack.model_path, rack.model_path),)))
+
+
+def _env_text(value: Any) -> str:
+    """An inventory value as environment text; lists join with ','."""
+    return ",".join(value) if isinstance(value, tuple) else str(value)
+
+
+def _labels(spec: LaunchSpec, deployment: str, spec_hash: str) -> FrozenMapping:
+    """The container labels that identify a rank of a deployment."""
+    return FrozenMapping({
+        LABEL_ENGINE: spec.engine, LABEL_PROFILE: spec.profile, LABEL_RANK: str(spec.rank),
+        LABEL_DEPLOYMENT: deployment, LABEL_SPEC_HASH: spec_hash,
+        LABEL_STOP_TIMEOUT: str(spec.docker.stop_timeout_s)})
+
+
+def _check_tp_size(inventory: Inventory) -> None:
+    """UsageError unless tp_size equals the node count (one rank per node)."""
+    tp_size, count = inventory.vars.tp_size, len(inventory.nodes)
+    if tp_size != count:
+        raise UsageError(f"tp_size is {tp_size} but the inventory has {count} nodes",
+                         fix=f"set tp_size: {count} in {inventory.path}/group_vars/all.yml")
+
+
+def _image(inventory: Inventory, definition: EngineDef) -> str:
+    """The image ref the inventory gives for the engine's image key."""
+    images = inventory.vars.images
+    if definition.image_key not in images:
+        raise UsageError(f"the inventory has no image for '{definition.image_key}' "
+                         f"(needed by {definition.file})",
+                         fix=f"add images: {{{definition.image_key}: REF}} to "
+                         f"{inventory.path}/group_vars/all.yml")
+    return images[definition.image_key]
+
+
+def _checked_gids(inventory: Inventory, gids: Mapping[str, int]) -> Mapping[str, int]:
+    """gid_index_by_node, checked: known node names, integers >= 0."""
+    names = [node.name for node in inventory.nodes]
+    for name, gid in gids.items():
+        if name not in names:
+            raise UsageError(f"GID index given for unknown node '{name}'",
+                             fix="known nodes: " + ", ".join(names))
+        if not isinstance(gid, int) or isinstance(gid, bool) or gid < 0:
+            raise UsageError(f"GID index for {name} is {gid!r}", fix="give an integer >= 0")
+    return gids

@@ -1,0 +1,101 @@
+"""One remote command on one SSH channel, bounded by a deadline whatever the peer does.
+
+paramiko waits without limit in places (the reply to an exec request, a read from a peer
+that stopped answering). A watchdog timer closes the channel at the deadline, which wakes
+every one of those waits; the caller then learns that the deadline passed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from functools import partial
+
+import paramiko
+
+CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a command did: exit_code None if it never reported one (timed out, killed,
+    connection lost)."""
+
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+
+
+@contextmanager
+def deadline(seconds: float, expire: Callable[[], None]) -> Iterator[threading.Event]:
+    """Call expire() if the block still runs after seconds; yields the 'it fired' event."""
+    fired = threading.Event()
+
+    def fire() -> None:
+        fired.set()
+        expire()
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield fired
+    finally:
+        timer.cancel()
+
+
+def execute(channel: paramiko.Channel, command: str, stdin: bytes | None,
+            timeout: float) -> Outcome:
+    """Run command on a fresh session channel, feeding stdin; closes the channel."""
+    try:
+        with deadline(timeout, partial(close_quietly, channel)) as fired:
+            try:
+                channel.exec_command(command)
+            except paramiko.SSHException:
+                if not fired.is_set():
+                    raise  # the node refused the exec request
+                return Outcome(None, b"", b"", timed_out=True)
+            stdout, stderr = _exchange(channel, stdin)
+            channel.status_event.wait()  # set by exit-status, or when the channel closes
+        reported = channel.exit_status != -1  # -1: the channel closed without a status
+        return Outcome(channel.exit_status if reported else None, stdout, stderr,
+                       timed_out=fired.is_set() and not reported)
+    finally:
+        close_quietly(channel)
+
+
+def close_quietly(channel: paramiko.Channel) -> None:
+    """Close channel; on a dead transport the goodbye may fail, which changes nothing."""
+    with suppress(paramiko.SSHException, OSError, EOFError):
+        channel.close()
+
+
+def _exchange(channel: paramiko.Channel, stdin: bytes | None) -> tuple[bytes, bytes]:
+    """Send stdin (then EOF) while reading stdout and stderr until the remote ends them."""
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="fleet-io") as pool:
+        stderr = pool.submit(_read_all, channel.recv_stderr)
+        pool.submit(_feed, channel, stdin)
+        stdout = _read_all(channel.recv)
+        return stdout, stderr.result()
+
+
+def _read_all(recv: Callable[[int], bytes]) -> bytes:
+    """Everything one stream yields until EOF or until the channel is closed."""
+    chunks = []
+    while chunk := recv(CHUNK):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _feed(channel: paramiko.Channel, data: bytes | None) -> None:
+    """Write data to the command's stdin and close it; a command may exit without reading."""
+    try:
+        if data:
+            channel.sendall(data)
+        channel.shutdown_write()
+    except OSError:
+        pass  # the channel closed first (the command exited or the deadline passed)

@@ -1,0 +1,101 @@
+"""A docker SDK client per node, over SSH connections made exactly like the fleet's own.
+
+docker-py's ssh:// transport (docker/transport/sshconn.py, SSHHTTPAdapter) builds its own
+paramiko client: it reads ~/.ssh/config (which may redirect the host), loads the system
+and user known_hosts, offers any key it finds and sets no channel timeout. Here the
+adapter's two connection hooks are replaced so that its client comes from
+fleet_ssh.open_client: netguard-vetted address, the inventory's known_hosts only with
+unknown keys refused, the inventory's key only, every wait bounded. The adapter is
+mounted on an APIClient built with use_ssh_client=True (which routes requests to the
+"ssh" adapter without connecting anywhere) and a fixed API version (no request at
+construction); the server's API version is then read through our adapter, as
+version="auto" would.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import docker
+import paramiko
+import requests
+from docker.constants import MINIMUM_DOCKER_API_VERSION
+from docker.transport import SSHHTTPAdapter
+from urllib3.connectionpool import HTTPConnectionPool
+
+from sparkrack.fleet_ssh import UnreachableError, open_client, who
+from sparkrack.inventory import Node
+
+_MOUNT = "http+docker://ssh"  # where docker-py's APIClient sends every ssh:// request
+_NO_ANSWER = (docker.errors.DockerException, requests.RequestException, paramiko.SSHException,
+              EOFError)
+
+
+class PinnedSSHAdapter(SSHHTTPAdapter):
+    """docker-py's SSH adapter whose paramiko client comes from fleet_ssh.open_client."""
+
+    def __init__(self, node: Node, known_hosts: Path, timeout: float):
+        self.node = node
+        self.known_hosts = known_hosts
+        super().__init__(_base_url(node), timeout=timeout)  # calls _connect
+
+    def _create_paramiko_client(self, base_url: str) -> None:
+        """Nothing to prepare: docker-py would read ssh_config and system host keys here."""
+
+    def _connect(self) -> None:
+        """Open a fresh, fully configured SSH client (closing any previous one)."""
+        if self.ssh_client is not None:
+            self.ssh_client.close()
+        self.ssh_client = open_client(self.node, self.known_hosts)
+
+    def get_connection(self, url: str, proxies: dict | None = None) -> HTTPConnectionPool:
+        """docker-py's connection pool for url, reconnecting first if the SSH transport died
+        (docker-py itself would keep handing out channels of a dead transport)."""
+        with self.pools.lock:
+            transport = self.ssh_client.get_transport()
+            if transport is None or not transport.is_active():
+                self.pools.clear()
+                self._connect()
+        return super().get_connection(url, proxies)
+
+
+class PinnedAPIClient(docker.APIClient):
+    """docker's low-level APIClient whose every request goes through a PinnedSSHAdapter."""
+
+    def __init__(self, adapter: PinnedSSHAdapter, timeout: float):
+        super().__init__(base_url=_base_url(adapter.node), version=MINIMUM_DOCKER_API_VERSION,
+                         timeout=timeout, use_ssh_client=True)
+        self.mount(_MOUNT, adapter)  # replaces the shell-out adapter, which never connected
+        self._custom_adapter = adapter  # docker-py's fallback for URLs no mount matches
+        self._version = self.version(api_version=False)["ApiVersion"]
+
+
+class PinnedDockerClient(docker.DockerClient):
+    """docker.DockerClient around a PinnedAPIClient."""
+
+    def __init__(self, api: PinnedAPIClient):
+        self.api = api
+
+
+def pinned_docker_client(node: Node, known_hosts: Path) -> docker.DockerClient:
+    """A docker client to node's dockerd over SSH, trusting only known_hosts.
+
+    Connection failures raise what fleet_ssh.open_client raises; a dockerd that does not
+    answer raises UnreachableError.
+    """
+    timeout = node.vars.ssh_command_timeout
+    adapter = PinnedSSHAdapter(node, known_hosts, timeout)
+    try:
+        return PinnedDockerClient(PinnedAPIClient(adapter, timeout))
+    except BaseException as error:
+        adapter.close()
+        if isinstance(error, _NO_ANSWER):
+            raise UnreachableError(f"{who(node)}: dockerd did not answer over SSH ({error})",
+                                   fix="check `systemctl status docker` on the node") from None
+        raise
+
+
+def _base_url(node: Node) -> str:
+    """ssh://user@address:port for node (IPv6 addresses in brackets)."""
+    host = f"[{node.address}]" if ":" in node.address else node.address
+    return f"ssh://{node.user}@{host}:{node.port}"

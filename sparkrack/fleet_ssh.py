@@ -1,0 +1,168 @@
+"""Opening SSH connections to nodes, the one way both the fleet and its docker clients do it.
+
+Every connection: goes to the address netguard vetted (through a socket we open, so no
+second name lookup can lead elsewhere); trusts only the inventory's known_hosts file
+(never ~/.ssh/known_hosts, system keys or ssh_config) and refuses unknown keys; offers only
+the inventory's key (no agent, no key search); bounds the TCP connect, banner, auth and
+channel-open waits by the node's ssh_connect_timeout; sends keepalives once open.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from concurrent.futures import Future
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import paramiko
+from fabric import Config, Connection
+
+from sparkrack.errors import SparkrackError, UsageError
+from sparkrack.inventory import Node
+from sparkrack.netguard import check_node
+
+KEEPALIVE_SECONDS = 10
+ONBOARD_HINT = "run invoke onboard or rehearsal.up to record it"
+
+
+class UnreachableError(SparkrackError):
+    """No session could be had with a node; the message names it and says why."""
+
+
+class HostKeyUnknown(paramiko.SSHException):
+    """The node offered a host key that the known_hosts file does not list."""
+
+
+class RefuseUnknownHostKey(paramiko.RejectPolicy):
+    """paramiko's RejectPolicy, raising HostKeyUnknown so the refusal can be explained."""
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
+                         key: paramiko.PKey) -> None:
+        """Refuse the connection: the key is in no known_hosts we trust."""
+        raise HostKeyUnknown(f"{hostname}: {key.get_name()} {key.fingerprint}")
+
+
+def who(node: Node) -> str:
+    """How messages name a node: 'spark-03 (10.77.1.13)', with ':port' unless port 22."""
+    port = "" if node.port == 22 else f":{node.port}"
+    return f"{node.name} ({node.address}{port})"
+
+
+def open_connection(node: Node, known_hosts: Path) -> Connection:
+    """A fabric Connection to node, open, host key verified against known_hosts only."""
+    with ExitStack() as on_error:
+        sock = vetted_socket(node)
+        on_error.callback(sock.close)
+        config = Config(lazy=True, ssh_config=paramiko.SSHConfig())  # no ssh_config, no files
+        connection = Connection(node.address, user=node.user, port=node.port, config=config,
+                                forward_agent=False, connect_kwargs=connect_kwargs(node, sock))
+        on_error.callback(connection.client.close)
+        trust_only(connection.client, known_hosts)
+        connection.open()
+        on_error.pop_all()
+    connection.transport.set_keepalive(KEEPALIVE_SECONDS)
+    return connection
+
+
+def open_client(node: Node, known_hosts: Path) -> paramiko.SSHClient:
+    """A plain paramiko client to node, connected exactly as open_connection does."""
+    with ExitStack() as on_error:
+        sock = vetted_socket(node)
+        on_error.callback(sock.close)
+        client = paramiko.SSHClient()
+        on_error.callback(client.close)
+        trust_only(client, known_hosts)
+        client.connect(node.address, port=node.port, username=node.user,
+                       **connect_kwargs(node, sock))
+        on_error.pop_all()
+    client.get_transport().set_keepalive(KEEPALIVE_SECONDS)
+    return client
+
+
+def vetted_socket(node: Node) -> socket.socket:
+    """A TCP socket connected to node's netguard-vetted address within ssh_connect_timeout."""
+    address = check_node(node)
+    if node.key_file is None:
+        raise UnreachableError(f"{who(node)}: no SSH key in the inventory",
+                               fix="set ansible_ssh_private_key_file for it")
+    if not node.key_file.is_file():
+        raise UnreachableError(f"{who(node)}: SSH key {node.key_file} not found",
+                               fix="run invoke onboard (real rack) or invoke rehearsal.up")
+    return socket.create_connection((address, node.port), timeout=node.vars.ssh_connect_timeout)
+
+
+def connect_kwargs(node: Node, sock: socket.socket) -> dict[str, Any]:
+    """paramiko connect() arguments: our socket, our key only, every wait bounded.
+
+    The float timeout is passed here rather than as fabric's connect_timeout, which
+    fabric truncates to an int (0.5 would become 0: no timeout at all).
+    """
+    seconds = node.vars.ssh_connect_timeout
+    return {"sock": sock, "key_filename": str(node.key_file), "look_for_keys": False,
+            "allow_agent": False, "timeout": seconds, "banner_timeout": seconds,
+            "auth_timeout": seconds, "channel_timeout": seconds}
+
+
+def trust_only(client: paramiko.SSHClient, known_hosts: Path) -> None:
+    """Make client trust exactly the keys in known_hosts and refuse any other key."""
+    client.get_host_keys().clear()
+    if known_hosts.is_file():
+        try:
+            client.load_host_keys(str(known_hosts))
+        except (OSError, paramiko.hostkeys.InvalidHostKey) as error:
+            raise UsageError(f"{known_hosts}: cannot read: {error}",
+                             fix="fix or delete the bad line, then " + ONBOARD_HINT) from None
+    client.set_missing_host_key_policy(RefuseUnknownHostKey())
+
+
+def answers(transport: paramiko.Transport, timeout: float) -> bool:
+    """Whether the peer of an open transport still answers: a channel opens within timeout.
+
+    The probe runs in a thread of its own: on a wedged transport even sending can block
+    (until the transport is closed), and the caller must get its answer regardless.
+    """
+    answer: Future[bool] = Future()
+
+    def probe() -> None:
+        try:
+            transport.open_session(timeout=timeout).close()
+        except (paramiko.SSHException, OSError, EOFError):
+            answer.set_result(False)
+        else:
+            answer.set_result(True)
+
+    threading.Thread(target=probe, name="fleet-probe", daemon=True).start()
+    try:
+        return answer.result(timeout=timeout + 1)
+    except TimeoutError:
+        return False
+
+
+def explain(node: Node, known_hosts: Path, error: BaseException) -> str:
+    """The one-line message for a failure to get a session with node."""
+    prefix = f"{who(node)}: "
+    if isinstance(error, SparkrackError):
+        return error.line()
+    if isinstance(error, HostKeyUnknown):
+        missing = "" if known_hosts.is_file() else " (the file does not exist)"
+        return f"{prefix}host key not in {known_hosts}{missing}; {ONBOARD_HINT}"
+    if isinstance(error, paramiko.BadHostKeyException):
+        return (f"{prefix}host key CHANGED since it was recorded in {known_hosts} (now "
+                f"{error.key.get_name()} {error.key.fingerprint}); refusing to connect: if the "
+                "node was reinstalled, delete its line there, then " + ONBOARD_HINT)
+    if isinstance(error, paramiko.AuthenticationException):
+        return (f"{prefix}user {node.user} refused key {node.key_file}: put its public key "
+                "in the node's authorized_keys (invoke onboard)")
+    if isinstance(error, socket.gaierror):
+        return f"{prefix}cannot resolve {node.address}: {error.strerror}"
+    if isinstance(error, ConnectionRefusedError):
+        return f"{prefix}connection refused on port {node.port} (is sshd running?)"
+    if isinstance(error, TimeoutError):
+        return f"{prefix}no answer within {node.vars.ssh_connect_timeout:g} s"
+    if isinstance(error, OSError):
+        return f"{prefix}{error.strerror or error}"
+    if isinstance(error, EOFError):
+        return f"{prefix}connection closed by the node"
+    return f"{prefix}ssh: {error}"

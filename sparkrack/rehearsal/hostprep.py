@@ -1,0 +1,52 @@
+"""What this machine needs before it can host a rehearsal rack: packages and a client key."""
+
+import os
+import shutil
+import subprocess
+
+from ..errors import SparkrackError
+from .layout import CLIENT_KEY, SSH_DIR
+
+# command -> Debian package that provides it
+REQUIRED_COMMANDS = {
+    "systemd-nspawn": "systemd-container",
+    "sshd": "openssh-server",
+    "ssh-keygen": "openssh-client",
+    "dockerd": "docker.io",
+    "busybox": "busybox-static",
+    "ip": "iproute2",
+    "nsenter": "util-linux",
+}
+SBIN_DIRS = ("/usr/sbin", "/sbin")
+
+
+def missing_packages() -> list[str]:
+    """Debian packages whose commands are not on this machine."""
+    path = os.pathsep.join([os.environ.get("PATH", ""), *SBIN_DIRS])
+    return sorted({pkg for cmd, pkg in REQUIRED_COMMANDS.items() if not shutil.which(cmd, path=path)})
+
+
+def install_packages(packages: list[str], say) -> None:
+    """apt-get install the packages (saying so), failing with the apt error in one line."""
+    if os.geteuid() != 0:
+        raise SparkrackError("the rehearsal rack needs root (namespaces, nspawn, mounts)",
+                             fix="run invoke as root")
+    say(f"installing {', '.join(packages)} (apt-get) for the rehearsal rack")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (["apt-get", "update", "-qq"],
+                 ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+        done = subprocess.run(argv, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise SparkrackError(f"{' '.join(argv[:2])} failed: {last[0]}",
+                                 fix="install the packages by hand and retry")
+
+
+def client_key() -> str:
+    """The rack's SSH client key pair (made once); returns the public key line."""
+    if not CLIENT_KEY.exists():
+        SSH_DIR.mkdir(parents=True, exist_ok=True)
+        SSH_DIR.chmod(0o700)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sparkrack-rehearsal",
+                        "-f", str(CLIENT_KEY)], check=True)
+    return CLIENT_KEY.with_suffix(".pub").read_text().strip()

@@ -1,0 +1,117 @@
+"""The files that make a plain overlay of this machine into one rehearsal node.
+
+Everything is written into the node's overlay upper directory while the node is down, and
+rewritten only when it differs, so `rehearsal.up` twice changes nothing.
+"""
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+from .layout import HCAS, NodeLayout
+
+SIM_LIB = "usr/local/lib/sparkrack-sim"
+SIM_COMMANDS = ("nvidia-smi", "gpu-sim", "ibdev2netdev")
+# Host units that must not start inside a node: timers, databases, consoles, and
+# anything that would try to reach the network (timesyncd).
+MASKED_UNITS = (
+    "postgresql.service", "apt-daily.timer", "apt-daily-upgrade.timer", "man-db.timer",
+    "e2scrub_all.timer", "e2scrub_reap.service", "fstrim.timer", "dpkg-db-backup.timer",
+    "systemd-timesyncd.service", "apparmor.service", "getty@tty1.service",
+    "console-getty.service", "systemd-networkd.service", "networking.service",
+    "ModemManager.service", "unattended-upgrades.service", "cron.service",
+)
+ENABLED_UNITS = ("nvidia-persistenced.service", "rehearsal-roce.service",
+                 "ssh.service", "docker.service", "containerd.service")
+
+
+def _package_file(*parts: str) -> Path:
+    return Path(str(resources.files("sparkrack.rehearsal").joinpath(*parts)))
+
+
+def write_if_changed(path: Path, data: bytes, mode: int = 0o644) -> bool:
+    """Write data to path unless it already holds exactly that; True when written."""
+    if path.is_file() and path.read_bytes() == data and (path.stat().st_mode & 0o7777) == mode:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
+    return True
+
+
+def symlink(path: Path, target: str) -> None:
+    """Make path a symlink to target (replacing anything else there)."""
+    if path.is_symlink() and os.readlink(path) == target:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.symlink_to(target)
+
+
+def host_key(node: NodeLayout) -> str:
+    """The node's own ed25519 host key (generated once); returns the public key line."""
+    key = node.upper / "etc/ssh/ssh_host_ed25519_key"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", node.name,
+                        "-f", str(key)], check=True)
+    return key.with_suffix(".pub").read_text().strip()
+
+
+def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: str,
+                     gid_index: int = 3) -> None:
+    """Lay down identity, sshd, docker, the simulated GPU/RoCE and the unit masks."""
+    up = node.upper
+    write_if_changed(up / "etc/hostname", f"{node.name}\n".encode())
+    machine_id = up / "etc/machine-id"
+    if not machine_id.exists():
+        write_if_changed(machine_id, (secrets.token_hex(16) + "\n").encode(), 0o444)
+    hosts = "127.0.0.1 localhost\n::1 localhost\n" + "".join(
+        f"{p.address} {p.name}\n" for p in peers)
+    write_if_changed(up / "etc/hosts", hosts.encode())
+    files = {
+        "etc/ssh/sshd_config.d/sparkrack-rehearsal.conf": "sshd-rehearsal.conf",
+        "etc/docker/daemon.json": "daemon.json",
+        "etc/systemd/system/docker.service.d/cgroup-rw.conf": "docker-cgroup-rw.conf",
+        "etc/systemd/system/nvidia-persistenced.service": "nvidia-persistenced.service",
+        "etc/systemd/system/rehearsal-roce.service": "rehearsal-roce.service",
+    }
+    for dest, name in files.items():
+        write_if_changed(up / dest, _package_file("files", name).read_bytes())
+    write_if_changed(up / "etc/ssh/sparkrack_authorized_keys", f"{client_pubkey}\n".encode(), 0o600)
+    install_sim(node)
+    hardware = {"hcas": HCAS, "ipv4": [node.address, node.twin_address], "gid_index": gid_index,
+                "missing": [], "down": []}
+    hw_path = up / "etc/gpu-sim/hardware.json"
+    if not hw_path.exists():  # kept across `up`: tests and onboarding change the hardware
+        write_if_changed(hw_path, json.dumps(hardware, indent=1).encode())
+    write_if_changed(up / "etc/gpu-sim/node.json", json.dumps({"node": node.name}).encode())
+    for unit in MASKED_UNITS:
+        symlink(up / "etc/systemd/system" / unit, "/dev/null")
+    for unit in ENABLED_UNITS:
+        symlink(up / "etc/systemd/system/multi-user.target.wants" / unit, f"/etc/systemd/system/{unit}"
+                if unit in files.values() else f"/lib/systemd/system/{unit}")
+
+
+def install_sim(node: NodeLayout) -> None:
+    """Copy the simulator into the node and put its commands on PATH."""
+    sim = _package_file("sim")
+    dest = node.upper / SIM_LIB
+    for item in sim.iterdir():
+        if item.is_file() and not item.name.endswith(".pyc"):
+            mode = 0o755 if os.access(item, os.X_OK) else 0o644
+            write_if_changed(dest / item.name, item.read_bytes(), mode)
+    for command in SIM_COMMANDS:
+        symlink(node.upper / "usr/local/bin" / command, f"/{SIM_LIB}/{command}")
+
+
+def wipe(node: NodeLayout) -> None:
+    """Remove a node's disk state (upper dir, docker data): the node is gone for good."""
+    shutil.rmtree(node.state, ignore_errors=True)

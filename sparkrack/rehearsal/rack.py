@@ -1,0 +1,240 @@
+"""The rehearsal rack as a whole: up, down, status and the fault verbs, idempotent.
+
+`up` twice leaves one rack; `up` after a killed rack clears what it left (namespaces,
+cgroups, half-booted nodes) before booting. The blackhole guard goes in first and comes
+out last, and the state file that tells the fleet layer "the rack is up" exists only
+between a finished network setup and the start of `down`.
+"""
+
+import json
+import socket
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from ipaddress import ip_address
+
+from ..errors import SparkrackError, UsageError
+from ..inventory import Inventory
+from . import hostnet, hostprep, nodefs, nodeproc
+from .layout import CGROUP_GROUP, CGROUP_ROOTS, KNOWN_HOSTS, RUN_DIR, SUBNET, NodeLayout
+from ..netguard import REHEARSAL_STATE_FILE
+
+BOOT_TIMEOUT = 90.0
+
+
+@dataclass
+class NodeState:
+    """What `rehearsal.status` shows for one node."""
+
+    name: str
+    address: str
+    running: bool
+    init_pid: int | None
+    link_up: bool
+    ssh_open: bool
+    boots: int
+    last_boot: int | None
+    latched: bool
+
+
+class RehearsalRack:
+    """The local rack described by a rehearsal inventory."""
+
+    def __init__(self, inventory: Inventory, say=print):
+        if not inventory.is_rehearsal:
+            raise UsageError(f"{inventory.path} is not a rehearsal inventory (rehearsal: true)",
+                             fix="pass -i inventory/rehearsal")
+        self.inventory = inventory
+        self.say = say
+        self.nodes = [NodeLayout(n.name, n.address) for n in inventory.nodes]
+        for node in self.nodes:
+            if ip_address(node.address) not in SUBNET:
+                raise UsageError(f"{inventory.path}: {node.name} address {node.address} is outside "
+                                 f"the rehearsal subnet {SUBNET}", fix="use 10.77.1.x addresses")
+
+    def node(self, name: str) -> NodeLayout:
+        """The layout of one node by name (UsageError naming the valid ones)."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise UsageError(f"no rehearsal node {name!r}",
+                         fix=f"choose one of {', '.join(n.name for n in self.nodes)}")
+
+    # --- up / down -------------------------------------------------------------------
+    def up(self) -> float:
+        """Boot every node that is not running and wait until all serve SSH; returns seconds."""
+        started = time.monotonic()
+        missing = hostprep.missing_packages()
+        if missing:
+            hostprep.install_packages(missing, self.say)
+        self._clear_stale()
+        hostnet.install_blackhole()
+        hostnet.ensure_bridge()
+        client_pub = hostprep.client_key()
+        to_boot = [n for n in self.nodes if nodeproc.init_pid(n) is None]
+        for node in self.nodes:
+            if node in to_boot:
+                nodefs.write_node_files(node, self.nodes, client_pub)
+            hostnet.ensure_node_net(node)
+        self._write_known_hosts()
+        self._write_state()
+        for node in to_boot:
+            nodeproc.launch(node)
+        if to_boot:
+            self.say(f"booting {len(to_boot)} node(s): {', '.join(n.name for n in to_boot)}")
+        self.wait_booted(self.nodes)
+        return time.monotonic() - started
+
+    def down(self) -> None:
+        """Shut every node down cleanly, then remove the network and the guard, in that order."""
+        REHEARSAL_STATE_FILE.unlink(missing_ok=True)
+        with ThreadPoolExecutor(max_workers=len(self.nodes) or 1) as pool:
+            list(pool.map(nodeproc.shutdown, self.nodes))
+        self._clear_stale()
+        for node in self.nodes:
+            hostnet.remove_node_net(node)
+        if not any(nodeproc.is_running(n) for n in self._all_cgroup_nodes()):
+            hostnet.remove_bridge()
+            hostnet.remove_blackhole()
+
+    def wait_booted(self, nodes: list[NodeLayout], timeout: float = BOOT_TIMEOUT) -> None:
+        """Wait until each node's systemd finished booting and its sshd answers."""
+        with ThreadPoolExecutor(max_workers=len(nodes) or 1) as pool:
+            errors = [e for e in pool.map(lambda n: self._wait_one(n, timeout), nodes) if e]
+        if errors:
+            raise SparkrackError("; ".join(errors), fix="see `invoke rehearsal.status` and the "
+                                 f"node's console log under {RUN_DIR}")
+
+    def _wait_one(self, node: NodeLayout, timeout: float) -> str | None:
+        """Wait for one node: init up, `systemctl is-system-running` settled, sshd banner."""
+        deadline = time.monotonic() + timeout
+        state = "not started"
+        while time.monotonic() < deadline:
+            if nodeproc.init_pid(node) is not None:
+                try:
+                    state = nodeproc.in_node(node, ["systemctl", "is-system-running"], 5).stdout.strip()
+                except (RuntimeError, OSError, subprocess.TimeoutExpired):
+                    state = "not booted"
+                if state in ("running", "degraded") and ssh_open(node.address):
+                    return None
+            time.sleep(0.2)
+        return f"{node.name} did not come up within {timeout:.0f} s (systemd: {state or 'no answer'}; " \
+               f"console: {node.console_log})"
+
+    def _clear_stale(self) -> None:
+        """Power-cut half-dead nodes and drop namespaces/cgroups no running node owns."""
+        for node in self._all_cgroup_nodes():
+            if nodeproc.is_running(node) and nodeproc.init_pid(node) is None:
+                self.say(f"clearing a half-dead node left behind: {node.name}")
+                nodeproc.power_cut(node)
+            elif not nodeproc.is_running(node):
+                for root in node.cgroups():
+                    nodeproc.remove_cgroup_tree(root)
+        running = {n.netns for n in self._all_cgroup_nodes() if nodeproc.is_running(n)}
+        for netns in hostnet.stale_namespaces():
+            if netns not in running:
+                hostnet.ip("netns", "del", netns, check=False)
+        for node in self.nodes:
+            if node.netns not in running and hostnet.link_exists(node.host_veth):
+                hostnet.ip("link", "del", node.host_veth, check=False)
+
+    def _all_cgroup_nodes(self) -> list[NodeLayout]:
+        """Our nodes plus any node left in the rack's cgroups by an earlier rack."""
+        known = {n.name: n for n in self.nodes}
+        base = CGROUP_ROOTS[0] / CGROUP_GROUP
+        if base.is_dir():
+            for entry in base.iterdir():
+                if entry.is_dir() and entry.name not in known:
+                    known[entry.name] = NodeLayout(entry.name, "10.77.1.250")
+        return list(known.values())
+
+    def _write_known_hosts(self) -> None:
+        """Record every node's host key (generated by us, so trusted by construction)."""
+        lines = [f"{n.address} {' '.join(nodefs.host_key(n).split()[:2])}\n" for n in self.nodes]
+        nodefs.write_if_changed(KNOWN_HOSTS, "".join(lines).encode(), 0o644)
+
+    def _write_state(self) -> None:
+        RUN_DIR.mkdir(parents=True, exist_ok=True)
+        state = {"inventory": str(self.inventory.path),
+                 "nodes": {n.name: n.address for n in self.nodes}}
+        nodefs.write_if_changed(REHEARSAL_STATE_FILE, json.dumps(state, indent=1).encode())
+
+    # --- status and faults -------------------------------------------------------------
+    def status(self) -> list[NodeState]:
+        """One NodeState per node, read from this machine (no SSH)."""
+        states = []
+        for node in self.nodes:
+            pid = nodeproc.init_pid(node)
+            boots = nodeproc.boot_times(node)
+            states.append(NodeState(
+                name=node.name, address=node.address, running=pid is not None, init_pid=pid,
+                link_up=hostnet.netns_exists(node) and hostnet.link_is_up(node),
+                ssh_open=pid is not None and ssh_open(node.address, 0.3),
+                boots=len(boots), last_boot=boots[-1] if boots else None,
+                latched=node.latch_file.exists() if pid is None else
+                nodeproc.in_node(node, ["test", "-e", "/var/lib/gpu-sim/latched"]).returncode == 0))
+        return states
+
+    def cut(self, name: str) -> None:
+        """Pull the node's network cable."""
+        hostnet.set_link(self.node(name), up=False)
+
+    def heal(self, name: str) -> None:
+        """Plug the node's network cable back in."""
+        hostnet.set_link(self.node(name), up=True)
+
+    def poweroff(self, name: str) -> None:
+        """Pull the node's power cord: every process dies at once; a latched GPU clears."""
+        node = self.node(name)
+        nodeproc.power_cut(node)
+        node.latch_file.unlink(missing_ok=True)
+
+    def poweron(self, name: str) -> None:
+        """Boot a powered-off node and wait for it."""
+        node = self.node(name)
+        if nodeproc.init_pid(node) is None:
+            nodeproc.power_cut(node)
+            hostnet.ensure_node_net(node)
+            nodefs.write_node_files(node, self.nodes, hostprep.client_key())
+            nodeproc.launch(node)
+        self.wait_booted([node])
+
+    def reboot(self, name: str, wait: bool = True) -> None:
+        """A clean `systemctl reboot` of the node; waits until it is back unless told not to."""
+        node = self.node(name)
+        before = len(nodeproc.boot_times(node))
+        nodeproc.reboot(node)
+        if not wait:
+            return
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        while len(nodeproc.boot_times(node)) == before:
+            if time.monotonic() > deadline:
+                raise SparkrackError(f"{name} did not reboot within {BOOT_TIMEOUT:.0f} s")
+            time.sleep(0.1)
+        time.sleep(0.5)  # let the old init go before waiting on the new one
+        self.wait_booted([node])
+
+    def latch(self, name: str, on: bool = True) -> None:
+        """Latch (or clear) the node's simulated GPU into the low-clock state."""
+        node = self.node(name)
+        argv = ["sh", "-c", "mkdir -p /var/lib/gpu-sim && touch /var/lib/gpu-sim/latched"] if on \
+            else ["rm", "-f", "/var/lib/gpu-sim/latched"]
+        done = nodeproc.in_node(node, argv)
+        if done.returncode != 0:
+            raise SparkrackError(f"{name}: could not change the latch: {done.stderr.strip()}")
+
+
+def ssh_open(address: str, timeout: float = 0.5) -> bool:
+    """Whether an SSH server answers with its banner at address:22."""
+    try:
+        with socket.create_connection((address, 22), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            return sock.recv(8).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def state_as_dict(states: list[NodeState]) -> list[dict]:
+    """NodeStates as plain dicts for --json."""
+    return [asdict(s) for s in states]

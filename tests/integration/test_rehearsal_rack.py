@@ -1,0 +1,89 @@
+"""The rehearsal rack itself: boot, SSH, privacy of node files, reboot, faults, idempotency."""
+
+import time
+
+import pytest
+
+from sparkrack.fleet import Fleet
+from sparkrack.rehearsal import nodeproc
+
+pytestmark = pytest.mark.rack
+
+
+def test_all_eight_nodes_answer_over_ssh(inventory):
+    with Fleet(inventory) as fleet:
+        results = fleet.run(["hostname"])
+    assert [r.status for r in results] == ["ok"] * 8
+    assert sorted(r.stdout.strip() for r in results) == [f"spark-0{i}" for i in range(1, 9)]
+
+
+def test_up_twice_leaves_one_rack(rack):
+    before = {n.name: nodeproc.init_pid(n) for n in rack.nodes}
+    rack.up()
+    after = {n.name: nodeproc.init_pid(n) for n in rack.nodes}
+    assert before == after and None not in after.values()
+    nspawns = [p for n in rack.nodes for p in nodeproc.pids(n)
+               if open(f"/proc/{p}/comm").read().strip() == "systemd-nspawn"]
+    assert len(nspawns) == 8
+
+
+def test_node_files_are_private(inventory):
+    marker = "/root/sparkrack-privacy-probe"
+    with Fleet(inventory, inventory.select("spark-02")) as one:
+        assert one.run(["sh", "-c", 'echo "$1" > "$2"', "sh", "spark-02 only", marker])["spark-02"].status == "ok"
+    try:
+        with Fleet(inventory) as fleet:
+            seen = fleet.run(["cat", marker])
+        assert seen["spark-02"].stdout.strip() == "spark-02 only"
+        others = [r for r in seen if r.node != "spark-02"]
+        assert all(r.status == "failed" and r.exit_code == 1 for r in others)
+    finally:
+        with Fleet(inventory, inventory.select("spark-02")) as one:
+            one.run(["rm", "-f", marker])
+
+
+def test_each_node_has_its_own_unified_memory_and_hcas(inventory):
+    with Fleet(inventory, inventory.select("spark-03,spark-04")) as fleet:
+        meminfo = fleet.run(["head", "-3", "/proc/meminfo"])
+        ib = fleet.run(["ibdev2netdev"])
+    for r in meminfo:
+        assert "MemTotal:       127600748 kB" in r.stdout  # the 121.7 GB GB10 pool, not this host
+    assert ib["spark-03"].stdout.splitlines() == [
+        "roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Up)", "rocep1s0f0 port 1 ==> enp1s0f0np0 (Up)"]
+
+
+def test_reboot_brings_the_node_back(rack, inventory):
+    node = rack.node("spark-06")
+    with Fleet(inventory, inventory.select("spark-06")) as fleet:
+        boot_before = fleet.run(["cat", "/proc/sys/kernel/random/boot_id"])["spark-06"].stdout
+    boots = len(nodeproc.boot_times(node))
+    rack.reboot("spark-06")
+    assert len(nodeproc.boot_times(node)) == boots + 1
+    with Fleet(inventory, inventory.select("spark-06")) as fleet:
+        after = fleet.run(["systemctl", "is-system-running"])["spark-06"]
+        boot_after = fleet.run(["cat", "/proc/sys/kernel/random/boot_id"])["spark-06"].stdout
+    assert after.stdout.strip() in ("running", "degraded")
+    assert boot_after != boot_before
+
+
+def test_power_cut_and_power_on(rack, inventory):
+    rack.poweroff("spark-07")
+    assert nodeproc.pids(rack.node("spark-07")) == []
+    rack.poweron("spark-07")
+    with Fleet(inventory, inventory.select("spark-07")) as fleet:
+        assert fleet.run(["hostname"])["spark-07"].stdout.strip() == "spark-07"
+
+
+def test_cut_node_is_unreachable_fast_and_the_rest_answer(rack, inventory):
+    rack.cut("spark-04")
+    try:
+        started = time.monotonic()
+        with Fleet(inventory) as fleet:
+            results = fleet.run(["hostname"])
+        elapsed = time.monotonic() - started
+    finally:
+        rack.heal("spark-04")
+    assert elapsed < 10
+    assert results["spark-04"].status == "unreachable"
+    assert "spark-04" in results["spark-04"].error or "10.77.1.14" in results["spark-04"].error
+    assert sum(r.status == "ok" for r in results) == 7

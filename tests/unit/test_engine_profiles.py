@@ -1,0 +1,190 @@
+"""Engine profile files: the shipped ones, `extends`, where files are found, and every
+mistake reported at file:line."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sparkrack.engines import engine_names, load_engine
+from sparkrack.engines.profile_file import read_engine_file
+from sparkrack.errors import InventoryError, UsageError
+
+REPO = Path(__file__).resolve().parents[2]
+REHEARSAL = REPO / "inventory" / "rehearsal"
+
+BASE = """\
+engine: demo
+image_key: sglang
+entrypoint: [demo-serve]
+ports: {http: 9000, dist: 9001}
+health_path: /health
+flag_roles: {context_length: --ctx}
+args:
+  model: [--model, "{model_path}"]
+  every_rank: [--rank, "{rank}", --join, "{head_roce_addr}:{dist_port}"]
+  head: [--port, "{http_port}"]
+  workers: [--headless]
+env_from_inventory:
+  HCA: nccl_ib_hca
+secret_env: [HF_TOKEN]
+profiles:
+  base:
+    description: the base
+    ready_timeout_s: 900
+    stop_timeout_s: 120
+    flags:
+      --ctx: 1024
+      --fraction: "0.80"
+      --switch: true
+      --dtype: fp8
+    env:
+      A: "1"
+      B: two
+  child:
+    description: the child
+    extends: base
+    stop_timeout_s: 60
+    flags:
+      --dtype: bf16
+      --switch: null
+      --extra: x
+    env:
+      B: null
+      C: 3
+  grandchild:
+    description: the grandchild
+    extends: child
+    experimental: true
+    note: just a test
+    flags:
+      --ctx: 2048
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "demo") -> Path:
+    """The profile file name.yml holding text."""
+    file = tmp_path / f"{name}.yml"
+    file.write_text(text)
+    return file
+
+
+def line_of(text: str, snippet: str) -> int:
+    """The 1-based line of text where snippet first occurs."""
+    return text[:text.index(snippet)].count("\n") + 1
+
+
+def error(tmp_path: Path, old: str, new: str) -> tuple[InventoryError, str]:
+    """The InventoryError for BASE with old replaced by new, and the edited text."""
+    assert old in BASE, old
+    text = BASE.replace(old, new, 1)
+    with pytest.raises(InventoryError) as caught:
+        read_engine_file(write(tmp_path, text))
+    return caught.value, text
+
+
+# --- The shipped files ---------------------------------------------------------------
+
+
+def test_the_shipped_engines_and_profiles():
+    assert engine_names(REHEARSAL) == ("sglang", "vllm")
+    sglang, vllm = load_engine(REHEARSAL, "sglang"), load_engine(REHEARSAL, "vllm")
+    assert list(sglang.profiles) == ["512k", "131k-throughput"]
+    assert list(vllm.profiles) == ["512k", "1m-nvfp4"]
+    assert (sglang.image_key, vllm.image_key) == ("sglang", "vllm")
+    assert sglang.ports == {"http": 30000, "dist_init": 20000}
+    assert vllm.ports == {"http": 8000, "master": 29501}
+    assert sglang.health_path == vllm.health_path == "/health"
+    for definition in (sglang, vllm):
+        for profile in definition.profiles.values():
+            assert profile.ready_timeout_s >= 900 and profile.stop_timeout_s > 10
+        assert definition.setting(definition.profiles["512k"], "context_length") == "524288"
+    assert sglang.setting(sglang.profiles["512k"], "kv_cache_dtype") == "fp8_e4m3"
+    assert vllm.setting(vllm.profiles["1m-nvfp4"], "kv_cache_dtype") == "nvfp4_ds_mla"
+    assert [p.experimental for p in vllm.profiles.values()] == [False, True]
+
+
+# --- extends ---------------------------------------------------------------------------
+
+
+def test_extends_merges_flags_env_and_settings(tmp_path):
+    definition = read_engine_file(write(tmp_path, BASE))
+    base, child, grandchild = (definition.profiles[name]
+                               for name in ("base", "child", "grandchild"))
+    assert base.argv() == ("--ctx", "1024", "--fraction", "0.80", "--switch", "--dtype", "fp8")
+    assert child.argv() == ("--ctx", "1024", "--fraction", "0.80", "--dtype", "bf16",
+                            "--extra", "x")
+    assert grandchild.argv() == ("--ctx", "2048", "--fraction", "0.80", "--dtype", "bf16",
+                                 "--extra", "x")
+    assert dict(child.env) == {"A": "1", "C": "3"} == dict(grandchild.env)
+    assert (child.ready_timeout_s, child.stop_timeout_s) == (900, 60)
+    assert grandchild.stop_timeout_s == 60 and not child.experimental
+    assert grandchild.experimental and grandchild.note == "just a test"
+    assert [p.description for p in (base, child, grandchild)] == [
+        "the base", "the child", "the grandchild"]
+
+
+# --- Where files are found -------------------------------------------------------------
+
+
+def test_an_inventory_without_engines_uses_the_repos_files():
+    assert load_engine(REHEARSAL, "sglang").file == REPO / "inventory" / "engines" / "sglang.yml"
+
+
+def test_an_inventorys_own_file_wins_for_that_engine_only(tmp_path):
+    rack = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
+    (rack / "engines").mkdir()
+    write(rack / "engines", BASE.replace("engine: demo", "engine: sglang"), "sglang")
+    assert list(load_engine(rack, "sglang").profiles) == ["base", "child", "grandchild"]
+    assert load_engine(rack, "vllm").file == REPO / "inventory" / "engines" / "vllm.yml"
+
+
+def test_unknown_engine_and_profile(tmp_path):
+    with pytest.raises(UsageError, match=r"unknown engine 'tgi' \(valid engines: sglang, vllm\)"):
+        load_engine(REHEARSAL, "tgi")
+    definition = read_engine_file(write(tmp_path, BASE))
+    with pytest.raises(UsageError) as caught:
+        definition.profile("chidl")
+    assert caught.value.message == "unknown demo profile 'chidl' (did you mean 'child'?)"
+    assert caught.value.fix.endswith(": base, child, grandchild")
+
+
+# --- Mistakes, each at file:line -------------------------------------------------------
+
+
+@pytest.mark.parametrize("old, new, marker, message", [
+    ("health_path: /health", "health_path: /health\nimage: x", "image: x",
+     "unknown key 'image' (did you mean 'image_key'?)"),
+    ("engine: demo", "engine: other", "engine: other", "engine 'other' in a file named demo.yml"),
+    ('--fraction: "0.80"', "--fraction: 0.80", "--fraction: 0.80",
+     "--fraction: expected true (a bare switch), null (drop an inherited flag) or a string"),
+    ("    extends: base", "    extends: bsae", "extends: bsae",
+     "profile 'child' extends unknown profile 'bsae' (did you mean 'base'?)"),
+    ("    extends: base", "    extends: grandchild", "extends: child",
+     "extends loop: child -> grandchild -> child"),
+    ("    note: just a test\n", "", "experimental: true",
+     "profile 'grandchild' is experimental without a note"),
+    ("      --extra: x", "      --rank: 3", "--rank: 3",
+     "--rank is set per rank by this file's args"),
+    ('"{head_roce_addr}:{dist_port}"', '"{head_addr}:{dist_port}"', "every_rank:",
+     "args.every_rank: '{head_addr}:{dist_port}': unknown placeholder {head_addr}"),
+    ("      --extra: x", "      --missing: null", "--missing: null",
+     "--missing: null drops an inherited setting, but none is inherited"),
+    ("  HCA: nccl_ib_hca", "  HCA: nccl_hca", "HCA: nccl_hca",
+     "HCA: 'nccl_hca' is not an inventory var (did you mean 'nccl_ib_hca'?)"),
+    ("      B: two", "      HF_TOKEN: abc", "HF_TOKEN: abc", "HF_TOKEN is a secret"),
+    ("      --ctx: 1024", "      ctx: 1024", "ctx: 1024", "invalid flag 'ctx'"),
+    ("flag_roles: {context_length: --ctx}", "flag_roles: {context: --ctx}", "flag_roles:",
+     "unknown flag role 'context'"),
+    ("ports: {http: 9000, dist: 9001}", "ports: {web: 9000, dist: 9001}", "ports:",
+     "ports has no http port"),
+    ("    stop_timeout_s: 120\n", "", "  base:", "profile 'base' has no stop_timeout_s"),
+    ("      --switch: true", "      --switch: [true", "      --dtype: fp8",
+     "YAML syntax error"),
+])
+def test_mistakes_name_file_and_line(tmp_path, old, new, marker, message):
+    caught, text = error(tmp_path, old, new)
+    assert caught.message.startswith(f"{tmp_path / 'demo.yml'}:{line_of(text, marker)}: "), \
+        caught.message
+    assert message in caught.message
+    assert caught.fix

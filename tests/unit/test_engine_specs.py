@@ -1,0 +1,331 @@
+"""Launch specs: the field report's SGLang 512K config verbatim, per-rank flags for both
+engines, docker options and labels, the deployment hash, secrets and `invoke plan`."""
+
+import dataclasses
+import json
+import shlex
+import shutil
+from pathlib import Path
+
+import docker.models.containers
+import pytest
+from invoke import Collection, Program
+
+from sparkrack.cli import engine_tasks
+from sparkrack.engines import (
+    LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_SPEC_HASH,
+    LABEL_STOP_TIMEOUT, build_specs, docker_run_argv, docker_sdk_kwargs)
+from sparkrack.errors import UsageError
+from sparkrack.inventory import load_inventory
+
+REPO = Path(__file__).resolve().parents[2]
+SEED = REPO.parent / "shared" / "seed" / "000_b6970c8a2ad8a37f.txt"  # as in CI: ../shared
+REPRODUCE = Path(__file__).parent / "data" / "engines" / "sglang-512k-reproduce.txt"
+HEADING = "Reproduce the SGLang 512K config"
+NO_SECRETS: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def rack():
+    """The real-rack inventory (example addresses; nothing is contacted)."""
+    return load_inventory(REPO / "inventory")
+
+
+@pytest.fixture
+def own_rack(tmp_path):
+    """A private copy of the rehearsal inventory, to edit."""
+    return Path(shutil.copytree(REPO / "inventory" / "rehearsal", tmp_path / "rack"))
+
+
+def specs(inventory, engine, profile="512k", **options):
+    """build_specs with no secrets from the environment unless options give some."""
+    return build_specs(inventory, engine, profile, **{"environ": NO_SECRETS, **options})
+
+
+def report_lines(text: str) -> list[str]:
+    """The non-blank lines of the report's Reproduce section (heading to 'KV pool')."""
+    lines = text.splitlines()
+    start = lines.index(HEADING) + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("KV pool"))
+    return [line for line in lines[start:end] if line.strip()]
+
+
+def fixture_lines() -> list[str]:
+    """The verbatim copy of those lines kept with the tests."""
+    return [line for line in REPRODUCE.read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def parse_config(lines: list[str]) -> tuple[list[tuple[str, str | None]], dict[str, str]]:
+    """The flags (flag, value or None for a switch) and env vars of the Reproduce lines."""
+    tokens = shlex.split(" ".join(lines))
+    split = tokens.index("env:")
+    flags, words = [], tokens[:split]
+    for i, word in enumerate(words):
+        if word.startswith("--"):
+            following = words[i + 1] if i + 1 < len(words) else "--"
+            flags.append((word, None if following.startswith("--") else following))
+    env = dict(token.split("=", 1) for token in tokens[split + 1:])
+    return flags, env
+
+
+def flag_value(argv: tuple[str, ...], flag: str) -> str | None:
+    """The value after flag in argv (None for a switch); the flag must occur exactly once."""
+    assert argv.count(flag) == 1, f"{flag} occurs {argv.count(flag)} times"
+    i = argv.index(flag)
+    following = argv[i + 1] if i + 1 < len(argv) else None
+    return None if following is None or following.startswith("--") else following
+
+
+# --- The field report's SGLang 512K config -------------------------------------------
+
+
+def test_the_fixture_is_the_field_reports_text():
+    if not SEED.is_file():
+        pytest.skip(f"{SEED} not present (the fixture copy is used below either way)")
+    assert report_lines(SEED.read_text()) == fixture_lines()
+
+
+def test_sglang_512k_carries_every_flag_and_env_var_of_the_field_report(rack):
+    flags, env = parse_config(fixture_lines())
+    assert len(flags) == 11 and len(env) == 4  # the parse found the whole section
+    for spec in specs(rack, "sglang"):
+        for flag, value in flags:
+            assert flag_value(spec.argv, flag) == value, (spec.rank, flag)
+        for key, value in env.items():
+            assert spec.env[key] == value, (spec.rank, key)
+
+
+def test_sglang_512k_adds_the_reports_decode_path(rack):
+    for spec in specs(rack, "sglang"):
+        assert flag_value(spec.argv, "--dsa-decode-backend") == "flashinfer_sparse_mla"
+
+
+def test_the_indexer_budget_comes_from_the_inventory(own_rack):
+    vars_file = own_rack / "group_vars" / "all.yml"
+    vars_file.write_text(vars_file.read_text().replace("indexer_mem_fraction: 0.01",
+                                                       "indexer_mem_fraction: 0.02"))
+    for spec in specs(load_inventory(own_rack), "sglang"):
+        assert spec.env["SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION"] == "0.02"
+
+
+def test_a_profile_that_sets_the_indexer_budget_wins(own_rack):
+    (own_rack / "engines").mkdir()
+    text = (REPO / "inventory" / "engines" / "sglang.yml").read_text()
+    text = text.replace("      PYTORCH_CUDA_ALLOC_CONF: expandable_segments:False\n",
+                        "      PYTORCH_CUDA_ALLOC_CONF: expandable_segments:False\n"
+                        "      SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION: '0.05'\n")
+    (own_rack / "engines" / "sglang.yml").write_text(text)
+    spec = specs(load_inventory(own_rack), "sglang")[0]
+    assert spec.env["SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION"] == "0.05"
+
+
+def test_sglang_131k_throughput_changes_context_and_speculation_only(rack):
+    base, fast = specs(rack, "sglang")[0], specs(rack, "sglang", "131k-throughput")[0]
+    assert flag_value(fast.argv, "--context-length") == "131072"
+    assert flag_value(fast.argv, "--speculative-num-steps") == "2"
+    assert flag_value(fast.argv, "--speculative-num-draft-tokens") == "3"
+    changed = {"--context-length", "--speculative-num-steps", "--speculative-num-draft-tokens"}
+    for flag in (word for word in base.argv if word.startswith("--") and word not in changed):
+        assert flag_value(fast.argv, flag) == flag_value(base.argv, flag), flag
+    assert fast.env == base.env
+
+
+# --- Rank 0 and the workers ----------------------------------------------------------
+
+
+def test_sglang_ranks_join_the_head_at_its_roce_address(rack):
+    all_specs = specs(rack, "sglang")
+    assert [spec.rank for spec in all_specs] == list(range(8))
+    for spec, node in zip(all_specs, rack.nodes):
+        assert spec.node == node.name
+        assert spec.argv[:5] == ("python3", "-m", "sglang.launch_server", "--model-path",
+                                 "/models/GLM-5.3-NVFP4")
+        tail = ("--tp-size", "8", "--nnodes", "8", "--node-rank", str(spec.rank),
+                "--dist-init-addr", "198.51.100.11:20000", "--host", "0.0.0.0",
+                "--port", "30000")
+        assert spec.argv[-len(tail):] == tail
+        assert "--tp" not in spec.argv  # only the full spelling is safe with argparse
+        assert spec.ports == {"http": 30000, "dist_init": 20000}
+        assert spec.is_head == (spec.rank == 0)
+
+
+def test_vllm_head_serves_http_and_workers_run_headless(rack):
+    all_specs = specs(rack, "vllm")
+    for spec in all_specs:
+        assert spec.argv[:3] == ("vllm", "serve", "/models/GLM-5.3-NVFP4")
+        for flag, value in (("--tensor-parallel-size", "8"), ("--nnodes", "8"),
+                            ("--node-rank", str(spec.rank)), ("--master-addr", "198.51.100.11"),
+                            ("--master-port", "29501"), ("--distributed-executor-backend", "mp"),
+                            ("--max-model-len", "524288"), ("--kv-cache-dtype", "fp8")):
+            assert flag_value(spec.argv, flag) == value, (spec.rank, flag)
+        config = json.loads(flag_value(spec.argv, "--speculative-config"))
+        assert config == {"method": "mtp", "num_speculative_tokens": 3}
+        assert int(spec.env["VLLM_ENGINE_READY_TIMEOUT_S"]) > 600
+        assert spec.env["NCCL_IB_HCA"] == "rocep1s0f0,roceP2p1s0f0"
+        assert spec.env["NCCL_IB_GID_INDEX"] == "3"
+    head, workers = all_specs[0], all_specs[1:]
+    assert head.argv[-4:] == ("--host", "0.0.0.0", "--port", "8000")
+    assert "--headless" not in head.argv
+    for spec in workers:
+        assert spec.argv[-1] == "--headless"
+        assert "--port" not in spec.argv and "--host" not in spec.argv
+
+
+def test_vllm_1m_nvfp4_is_experimental_with_the_reports_reason(rack):
+    spec = specs(rack, "vllm", "1m-nvfp4")[0]
+    assert spec.experimental and "984K" in spec.note and "754K" in spec.note
+    assert flag_value(spec.argv, "--kv-cache-dtype") == "nvfp4_ds_mla"
+    assert flag_value(spec.argv, "--max-model-len") == "1048576"
+    assert flag_value(spec.argv, "--speculative-config") is not None  # inherited
+    assert not specs(rack, "vllm")[0].experimental
+
+
+def test_a_probed_gid_index_applies_to_its_node_only(rack):
+    all_specs = specs(rack, "sglang", gid_index_by_node={"spark-03": 5})
+    assert [spec.env["NCCL_IB_GID_INDEX"] for spec in all_specs] == ["3", "3", "5", "3", "3",
+                                                                      "3", "3", "3"]
+    with pytest.raises(UsageError, match="unknown node 'spark-99'"):
+        specs(rack, "sglang", gid_index_by_node={"spark-99": 5})
+    with pytest.raises(UsageError, match="GID index for spark-01"):
+        specs(rack, "sglang", gid_index_by_node={"spark-01": -1})
+
+
+# --- Docker options and labels -------------------------------------------------------
+
+
+def test_docker_options_and_labels(rack):
+    for spec in specs(rack, "sglang", deployment_id="dep-1"):
+        assert spec.container_name == f"sparkrack-sglang-r{spec.rank}"
+        assert spec.image == "lmsysorg/sglang:v0.5.22-cu130"
+        assert dict(spec.labels) == {
+            LABEL_ENGINE: "sglang", LABEL_PROFILE: "512k", LABEL_RANK: str(spec.rank),
+            LABEL_DEPLOYMENT: "dep-1", LABEL_SPEC_HASH: spec.spec_hash,
+            LABEL_STOP_TIMEOUT: "120"}
+        options = spec.docker
+        assert (options.network_mode, options.ipc_mode, options.shm_size) == ("host", "host", "32g")
+        assert options.devices == ("/dev/infiniband",) and options.cap_add == ("IPC_LOCK",)
+        assert {(u.name, u.soft, u.hard) for u in options.ulimits} == {
+            ("memlock", -1, -1), ("nofile", 1048576, 1048576)}
+        assert options.stop_timeout_s > 10 and spec.ready_timeout_s == 900
+
+
+def test_docker_run_argv_is_the_whole_container(rack):
+    spec = specs(rack, "vllm", deployment_id="dep-1")[1]
+    argv = docker_run_argv(spec)
+    text = shlex.join(argv)
+    for piece in ("docker run --detach --name sparkrack-vllm-r1", "--network host",
+                  "--ipc host", "--gpus all", "--device /dev/infiniband", "--cap-add IPC_LOCK",
+                  "--ulimit memlock=-1:-1", "--ulimit nofile=1048576:1048576",
+                  "--shm-size 32g", "--stop-timeout 120",
+                  "--volume /models/GLM-5.3-NVFP4:/models/GLM-5.3-NVFP4:ro",
+                  "--label sparkrack.rank=1", "--env NCCL_IB_GID_INDEX=3"):
+        assert piece in text, piece
+    image_at = argv.index(spec.image)
+    assert argv[image_at - 2:image_at] == ["--entrypoint", "vllm"]
+    assert tuple(argv[image_at + 1:]) == spec.argv[1:]
+    assert shlex.split(text) == argv
+
+
+def test_docker_sdk_kwargs_are_accepted_by_the_sdk(rack):
+    spec = specs(rack, "sglang", environ={"HF_TOKEN": "hf_real"})[0]
+    kwargs = docker_sdk_kwargs(spec)
+    assert kwargs["entrypoint"] + kwargs["command"] == list(spec.argv)
+    assert kwargs["environment"]["HF_TOKEN"] == "hf_real"
+    create = docker.models.containers._create_container_args({**kwargs, "version": "1.44"})
+    host = create["host_config"]
+    assert (host["NetworkMode"], host["IpcMode"]) == ("host", "host")
+    assert host["DeviceRequests"][0]["Count"] == -1
+    assert host["DeviceRequests"][0]["Capabilities"] == [["gpu"]]
+    assert host["Devices"][0]["PathOnHost"] == "/dev/infiniband"
+    assert host["CapAdd"] == ["IPC_LOCK"] and host["ShmSize"] == 32 << 30
+    assert {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]} == {
+        "memlock": (-1, -1), "nofile": (1048576, 1048576)}
+    assert host["Binds"] == ["/models/GLM-5.3-NVFP4:/models/GLM-5.3-NVFP4:ro"]
+    assert create["labels"] == dict(spec.labels) and create["name"] == "sparkrack-sglang-r0"
+
+
+# --- Deployment hash and secrets -----------------------------------------------------
+
+
+def test_the_spec_hash_is_stable(rack):
+    first, again = specs(rack, "sglang"), specs(rack, "sglang", deployment_id="other")
+    assert len({spec.spec_hash for spec in first}) == 1
+    assert first[0].spec_hash == again[0].spec_hash and len(first[0].spec_hash) == 64
+    assert first[0].deployment_id == f"sglang-512k-{first[0].spec_hash[:8]}"
+    with_token = specs(rack, "sglang", environ={"HF_TOKEN": "hf_x"})
+    assert with_token[0].spec_hash == first[0].spec_hash
+
+
+def test_the_spec_hash_changes_with_what_runs(rack, own_rack):
+    base = specs(rack, "sglang")[0].spec_hash
+    assert specs(rack, "sglang", "131k-throughput")[0].spec_hash != base
+    assert specs(rack, "sglang", gid_index_by_node={"spark-08": 4})[0].spec_hash != base
+    (own_rack / "engines").mkdir()
+    text = (REPO / "inventory" / "engines" / "sglang.yml").read_text()
+    (own_rack / "engines" / "sglang.yml").write_text(
+        text.replace("--chunked-prefill-size: 4096", "--chunked-prefill-size: 8192"))
+    rehearsal = load_inventory(REPO / "inventory" / "rehearsal")
+    assert (specs(load_inventory(own_rack), "sglang")[0].spec_hash
+            != specs(rehearsal, "sglang")[0].spec_hash)
+
+
+def test_hf_token_is_passed_on_but_never_shown(rack):
+    spec = specs(rack, "sglang", environ={"HF_TOKEN": "hf_secret", "OTHER": "x"})[0]
+    assert spec.env["HF_TOKEN"] == "hf_secret" and "OTHER" not in spec.env
+    shown = shlex.join(docker_run_argv(spec))
+    assert "HF_TOKEN=***" in shown and "hf_secret" not in shown
+    assert "hf_secret" not in json.dumps(spec.as_dict()) and "hf_secret" not in repr(spec)
+    assert "HF_TOKEN=hf_secret" in docker_run_argv(spec, redact=False)
+    assert "HF_TOKEN" not in specs(rack, "sglang")[0].env
+
+
+# --- Errors ----------------------------------------------------------------------------
+
+
+def test_unknown_engine_and_profile_name_the_valid_ones(rack):
+    with pytest.raises(UsageError) as caught:
+        specs(rack, "sglng")
+    assert caught.value.line() == ("unknown engine 'sglng' (did you mean 'sglang'?) "
+                                   "(valid engines: sglang, vllm)")
+    with pytest.raises(UsageError) as caught:
+        specs(rack, "vllm", "1m")
+    assert caught.value.message.startswith("unknown vllm profile '1m'")
+    assert caught.value.fix.endswith("512k, 1m-nvfp4")
+
+
+def test_tp_size_must_equal_the_node_count_and_the_image_must_exist(rack):
+    with pytest.raises(UsageError, match="tp_size is 4 but the inventory has 8 nodes"):
+        specs(dataclasses.replace(rack, vars=dataclasses.replace(rack.vars, tp_size=4)),
+              "sglang")
+    no_image = dataclasses.replace(rack.vars, images={"vllm": "vllm/vllm-openai:v0.33.0"})
+    with pytest.raises(UsageError, match="no image for 'sglang'"):
+        specs(dataclasses.replace(rack, vars=no_image), "sglang")
+
+
+# --- invoke plan -----------------------------------------------------------------------
+
+
+def run_plan(*args: str) -> None:
+    """Run `invoke plan ARGS` in this process."""
+    Program(namespace=Collection.from_module(engine_tasks)).run(["invoke", "plan", *args],
+                                                               exit=False)
+
+
+def test_plan_prints_eight_docker_runs_with_secrets_redacted(capsys, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    run_plan("--engine", "sglang", "-i", str(REPO / "inventory"))
+    out = capsys.readouterr().out
+    commands = [line for line in out.splitlines() if line.startswith("docker run")]
+    assert len(commands) == 8 and "hf_secret" not in out
+    assert all("HF_TOKEN=***" in line for line in commands)
+    assert "--node-rank 7" in commands[7] and "# rank 0 on spark-01 (head)" in out
+
+
+def test_plan_json_and_experimental_warning(capsys):
+    run_plan("--engine", "vllm", "--profile", "1m-nvfp4", "-i", str(REPO / "inventory"), "--json")
+    captured = capsys.readouterr()
+    plan = json.loads(captured.out)
+    assert plan["experimental"] and len(plan["ranks"]) == 8
+    assert plan["ranks"][1]["docker_run"].endswith("--headless")
+    assert "experimental" in captured.err

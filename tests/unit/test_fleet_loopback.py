@@ -1,0 +1,315 @@
+"""The fleet against a real, throwaway sshd on loopback addresses 127.0.0.x.
+
+"Nodes" spark-01..03 are 127.0.0.1..3 on one sshd port, their keys in a private
+known_hosts file. spark-04 (127.0.0.4) is not in it; spark-05's recorded key is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sparkrack.fleet import Fleet, Secret, sh
+from sparkrack.fleet_ssh import UnreachableError
+from sparkrack.inventory import Inventory, Node
+from sparkrack.inventory_schema import FrozenMapping, RackVars
+
+SSHD = Path("/usr/sbin/sshd")
+KNOWN = ("spark-01", "spark-02", "spark-03")
+ADDRESSES = {"spark-01": "127.0.0.1", "spark-02": "127.0.0.2", "spark-03": "127.0.0.3",
+             "spark-04": "127.0.0.4", "spark-05": "127.0.0.5"}
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not SSHD.exists() or not shutil.which(
+    "ssh-keygen"), reason="needs root, /usr/sbin/sshd and ssh-keygen")
+
+
+@dataclass(frozen=True)
+class Sshd:
+    """A running throwaway sshd and the files around it."""
+
+    port: int
+    pid: int
+    client_key: Path
+    known_hosts: Path
+    directory: Path
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def keygen(path: Path) -> str:
+    """Create an ed25519 key pair at path; return the public key line."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path.with_suffix(".pub").read_text().strip()
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """sshd -D on 127.0.0.1-5 with a temp host key, authorized key and known_hosts."""
+    directory = tmp_path_factory.mktemp("sshd")
+    port = free_port()
+    host_key = keygen(directory / "host_ed25519")
+    other_key = keygen(directory / "other_ed25519")
+    client_pub = keygen(directory / "client_ed25519")
+    (directory / "authorized_keys").write_text(client_pub + "\n")
+    known = [f"[{ADDRESSES[name]}]:{port} {host_key}" for name in KNOWN]
+    known.append(f"[{ADDRESSES['spark-05']}]:{port} {other_key}")
+    (directory / "known_hosts").write_text("\n".join(known) + "\n")
+    listen = "\n".join(f"ListenAddress {address}:{port}" for address in ADDRESSES.values())
+    (directory / "sshd_config").write_text(f"""{listen}
+HostKey {directory}/host_ed25519
+PidFile {directory}/sshd.pid
+AuthorizedKeysFile {directory}/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+Subsystem sftp internal-sftp
+LogLevel ERROR
+""")
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation directory
+    process = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(directory / "sshd_config")])
+    try:
+        _wait_listening(port)
+        yield Sshd(port, process.pid, directory / "client_ed25519", directory / "known_hosts",
+                   directory)
+    finally:
+        process.terminate()
+        process.wait(timeout=5)
+
+
+def _wait_listening(port: int) -> None:
+    """Return once sshd accepts connections on 127.0.0.1:port (5 s at most)."""
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("sshd did not start")
+
+
+def inventory(sshd: Sshd, names: tuple[str, ...] = KNOWN, *, port: int | None = None,
+              connect_timeout: float = 2.0) -> Inventory:
+    """An inventory of the named loopback nodes, built in memory."""
+    rack = RackVars(tp_size=len(names), ssh_connect_timeout=connect_timeout,
+                    ssh_command_timeout=10.0, known_hosts_file=str(sshd.known_hosts))
+    nodes = tuple(Node(name, ADDRESSES[name], port or sshd.port, "root", sshd.client_key, rank,
+                       ADDRESSES[name], rack) for rank, name in enumerate(names))
+    return Inventory(sshd.directory, nodes, rack, FrozenMapping({"sparks": names}))
+
+
+def session_pids(sshd: Sshd) -> list[int]:
+    """The per-connection sshd processes (children of the listener)."""
+    children = Path(f"/proc/{sshd.pid}/task/{sshd.pid}/children").read_text().split()
+    return [int(pid) for pid in children]
+
+
+# --- Commands --------------------------------------------------------------------------
+
+
+def test_runs_in_parallel_and_reports_each_node(sshd: Sshd):
+    script = 'echo "out $1"; echo "err $1" >&2; exit "$2"'
+    with Fleet(inventory(sshd)) as fleet:
+        result = fleet.run({"spark-01": sh(script, "one", "0"), "spark-02": sh(script, "two", "3"),
+                            "spark-03": sh(script, "three; $(reboot)", "0")})
+    assert [r.node for r in result] == list(KNOWN)
+    assert [r.node for r in result.ok] == ["spark-01", "spark-03"]
+    assert result["spark-01"].stdout == "out one\n" and result["spark-01"].stderr == "err one\n"
+    assert result["spark-03"].stdout == "out three; $(reboot)\n"
+    failed = result["spark-02"]
+    assert (failed.status, failed.exit_code) == ("failed", 3)
+    assert failed.error == (f"spark-02 (127.0.0.2:{sshd.port}): `sh -c '{script}' sh two 3` "
+                            "exited 3: err two")
+    assert result.summary() == "2 ok, 1 failed (spark-02)"
+
+
+def test_stdin_reaches_the_command_and_connections_stay_warm(sshd: Sshd):
+    with Fleet(inventory(sshd, ("spark-01",))) as fleet:
+        first = fleet.run(["cat"], stdin=b"\x00binary\xffdata")
+        connection = fleet._connections["spark-01"]
+        second = fleet.run(["sh", "-c", "echo $PPID"])
+        assert fleet._connections["spark-01"] is connection
+    assert first["spark-01"].stdout == "\x00binary\ufffddata"
+    assert second.all_ok
+
+
+def test_secret_arguments_are_starred_in_messages(sshd: Sshd):
+    with Fleet(inventory(sshd, ("spark-01",))) as fleet:
+        result = fleet.run(sh('echo "bad token $1" >&2; exit 1', Secret("hunter2")))
+    error = result["spark-01"].error
+    assert "hunter2" not in error
+    assert error.endswith("`sh -c 'echo \"bad token $1\" >&2; exit 1' sh ***` exited 1: "
+                          "bad token ***")
+
+
+def test_command_timeout_fails_fast_and_keeps_a_live_connection(sshd: Sshd):
+    with Fleet(inventory(sshd, ("spark-01",))) as fleet:
+        started = time.monotonic()
+        result = fleet.run(["sleep", "30"], timeout=0.5)["spark-01"]
+        assert time.monotonic() - started < 2
+        assert (result.status, result.exit_code) == ("failed", None)
+        assert result.error == f"spark-01 (127.0.0.1:{sshd.port}): `sleep 30` timed out after 0.5 s"
+        assert "spark-01" in fleet._connections
+        assert fleet.run(["true"]).all_ok
+
+
+def test_dead_peer_on_a_warm_connection_is_unreachable_within_seconds(sshd: Sshd):
+    with Fleet(inventory(sshd, ("spark-01", "spark-02"), connect_timeout=1.0)) as fleet:
+        assert fleet.run(["true"]).all_ok
+        stopped = session_pids(sshd)
+        for pid in stopped:  # the peer of every open connection stops answering
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            result = fleet.run(["true"], timeout=5)
+            elapsed = time.monotonic() - started
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+        assert elapsed < 3
+        assert [r.status for r in result] == ["unreachable", "unreachable"]
+        assert result["spark-01"].error == (
+            f"spark-01 (127.0.0.1:{sshd.port}): no answer within 1 s on its open connection "
+            "(connection dropped)")
+        assert fleet._connections == {}
+        assert fleet.run(["true"]).all_ok  # reconnects
+
+
+def test_dead_peer_during_a_command_is_unreachable_after_the_timeout(sshd: Sshd):
+    with Fleet(inventory(sshd, ("spark-01",), connect_timeout=1.0)) as fleet:
+        assert fleet.run(["true"]).all_ok
+        stopped = session_pids(sshd)
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            result = fleet.run(["true"], timeout=0.5)["spark-01"]
+            elapsed = time.monotonic() - started
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+    assert elapsed < 3
+    assert result.status == "unreachable"
+
+
+def test_nothing_listening_is_unreachable_at_once(sshd: Sshd):
+    with Fleet(inventory(sshd, ("spark-01",), port=free_port())) as fleet:
+        started = time.monotonic()
+        result = fleet.run(["true"])["spark-01"]
+    assert time.monotonic() - started < 2
+    assert result.status == "unreachable"
+    assert result.error.endswith(
+        f"connection refused on port {fleet.nodes[0].port} (is sshd running?)")
+
+
+def test_silent_listener_is_unreachable_within_the_connect_timeout(sshd: Sshd):
+    with socket.socket() as silent:  # accepts TCP, never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        with Fleet(inventory(sshd, ("spark-01",), port=port, connect_timeout=0.5)) as fleet:
+            started = time.monotonic()
+            result = fleet.run(["true"])["spark-01"]
+    assert time.monotonic() - started < 2
+    assert result.status == "unreachable"
+
+
+# --- Host keys -------------------------------------------------------------------------
+
+
+def test_unknown_host_key_is_refused(sshd: Sshd):
+    with Fleet(inventory(sshd, ("spark-01", "spark-04"))) as fleet:
+        result = fleet.run(["true"])
+    assert result["spark-01"].ok
+    assert result["spark-04"].status == "unreachable"
+    assert result["spark-04"].error == (
+        f"spark-04 (127.0.0.4:{sshd.port}): host key not in {sshd.known_hosts}; "
+        "run invoke onboard or rehearsal.up to record it")
+
+
+def test_changed_host_key_is_refused(sshd: Sshd):
+    with Fleet(inventory(sshd, ("spark-05",))) as fleet:
+        result = fleet.run(["true"])["spark-05"]
+    assert result.status == "unreachable"
+    assert f"host key CHANGED since it was recorded in {sshd.known_hosts}" in result.error
+    assert "refusing to connect" in result.error
+
+
+def test_user_known_hosts_and_ssh_config_are_ignored(sshd: Sshd, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch):
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    shutil.copy(sshd.known_hosts, home / ".ssh" / "known_hosts")
+    (home / ".ssh" / "config").write_text("Host *\n  Port 1\n  HostName 127.0.0.9\n")
+    monkeypatch.setenv("HOME", str(home))
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    rack = inventory(sshd, ("spark-01",))
+    rack_vars = RackVars(tp_size=1, ssh_connect_timeout=2.0, known_hosts_file=str(empty))
+    with Fleet(Inventory(rack.path, rack.nodes, rack_vars, rack.groups)) as fleet:
+        result = fleet.run(["true"])["spark-01"]
+    assert "host key not in" in result.error  # reached our sshd; ~/.ssh trusted nothing
+
+
+# --- Files -----------------------------------------------------------------------------
+
+
+def test_put_then_get_round_trips_with_mode(sshd: Sshd, tmp_path: Path):
+    local = tmp_path / "local.bin"
+    local.write_bytes(b"from a path")
+    target = sshd.directory / "remote"
+    target.mkdir(exist_ok=True)
+    with Fleet(inventory(sshd, ("spark-01",))) as fleet:
+        put = fleet.put({"spark-01": [(b"bytes\n", f"{target}/a.conf", 0o600),
+                                      (local, f"{target}/b.bin", 0o755)]})
+        got = fleet.get({"spark-01": [f"{target}/a.conf", f"{target}/b.bin"]})
+        missing = fleet.get({"spark-01": [f"{target}/nope"]})
+    assert put.all_ok
+    assert (target / "a.conf").stat().st_mode & 0o777 == 0o600
+    assert (target / "b.bin").stat().st_mode & 0o777 == 0o755
+    assert not list(target.glob(".*sparkrack-tmp"))
+    assert dict(got["spark-01"].files) == {f"{target}/a.conf": b"bytes\n",
+                                           f"{target}/b.bin": b"from a path"}
+    assert missing["spark-01"].status == "failed"
+    assert missing["spark-01"].error.endswith(f"{target}/nope: No such file")
+
+
+# --- Docker ----------------------------------------------------------------------------
+
+
+def test_docker_client_refuses_an_unknown_host_key_without_shelling_out(
+        sshd: Sshd, monkeypatch: pytest.MonkeyPatch):
+    def no_subprocess(*args: object, **kwargs: object) -> None:
+        raise AssertionError("docker-py tried to run the ssh binary")
+
+    monkeypatch.setattr("docker.transport.sshconn.subprocess.Popen", no_subprocess)
+    with Fleet(inventory(sshd, ("spark-04",))) as fleet, pytest.raises(UnreachableError) as caught:
+        fleet.docker_client("spark-04")
+    assert caught.value.line() == (f"spark-04 (127.0.0.4:{sshd.port}): host key not in "
+                                   f"{sshd.known_hosts}; run invoke onboard or rehearsal.up "
+                                   "to record it")
+
+
+def test_docker_client_goes_through_the_pinned_connection(sshd: Sshd,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    """No dockerd here: the SSH session opens, then `docker system dial-stdio` fails."""
+    monkeypatch.setattr("docker.transport.sshconn.subprocess.Popen", None)
+    with Fleet(inventory(sshd, ("spark-01",))) as fleet, pytest.raises(UnreachableError) as caught:
+        fleet.docker_client("spark-01")
+    assert caught.value.line().startswith(
+        f"spark-01 (127.0.0.1:{sshd.port}): dockerd did not answer over SSH")

@@ -9,6 +9,7 @@ from .fleet import Fleet
 from .inventory import Inventory, Node
 
 ENGINE_LABEL = "sparkrack.engine"
+STATUS_TIMEOUT = 15.0  # seconds for the facts command: status must answer even when a node is stuck
 
 
 @dataclass
@@ -66,7 +67,7 @@ def gather_status(inventory: Inventory, limit: str | None = None) -> list[Status
     nodes = inventory.select(limit)
     rows: list[StatusRow] = []
     with Fleet(inventory, nodes) as fleet:
-        results = fleet.run(facts_argv())
+        results = fleet.run(facts_argv(), timeout=STATUS_TIMEOUT)
         reachable = [inventory.node(r.node) for r in results if r.status == "ok"]
 
         def engines(node: Node) -> tuple[str, str | None]:

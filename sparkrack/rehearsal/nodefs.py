@@ -25,8 +25,8 @@ MASKED_UNITS = (
     "console-getty.service", "systemd-networkd.service", "networking.service",
     "ModemManager.service", "unattended-upgrades.service", "cron.service",
 )
-ENABLED_UNITS = ("nvidia-persistenced.service", "rehearsal-roce.service",
-                 "ssh.service", "docker.service", "containerd.service")
+SHIPPED_UNITS = ("nvidia-persistenced.service", "rehearsal-roce.service")  # ours, in /etc
+ENABLED_UNITS = (*SHIPPED_UNITS, "ssh.service", "docker.service", "containerd.service")
 
 
 def _package_file(*parts: str) -> Path:
@@ -82,6 +82,8 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
         "etc/systemd/system/docker.service.d/cgroup-rw.conf": "docker-cgroup-rw.conf",
         "etc/systemd/system/nvidia-persistenced.service": "nvidia-persistenced.service",
         "etc/systemd/system/rehearsal-roce.service": "rehearsal-roce.service",
+        "root/.bashrc": "root-bashrc",
+        "root/.profile": "root-profile",
     }
     for dest, name in files.items():
         write_if_changed(up / dest, _package_file("files", name).read_bytes())
@@ -96,8 +98,8 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
     for unit in MASKED_UNITS:
         symlink(up / "etc/systemd/system" / unit, "/dev/null")
     for unit in ENABLED_UNITS:
-        symlink(up / "etc/systemd/system/multi-user.target.wants" / unit, f"/etc/systemd/system/{unit}"
-                if unit in files.values() else f"/lib/systemd/system/{unit}")
+        unit_dir = "/etc/systemd/system" if unit in SHIPPED_UNITS else "/lib/systemd/system"
+        symlink(up / "etc/systemd/system/multi-user.target.wants" / unit, f"{unit_dir}/{unit}")
 
 
 def install_sim(node: NodeLayout) -> None:

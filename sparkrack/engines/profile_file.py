@@ -31,6 +31,8 @@ File format (every key is checked; a mistake is an InventoryError naming file:li
         stop_timeout_s: 120            # SIGTERM to SIGKILL: the drain on rank 0
         experimental: true             # optional; then `note` says why
         note: text
+        waivers:                       # optional, never inherited: rules (sparkrack.rules) this
+          KV-FIT: why it is safe here  # profile runs despite; a waiver needs its reason
 
 Non-integer numbers must be quoted ('0.80') so that the engine gets the text exactly as
 written. Rank R runs: entrypoint + args.model + profile flags + args.every_rank + args.head
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +59,10 @@ ARG_GROUPS = ("model", "every_rank", "head", "workers")
 _TOP_KEYS = ("engine", "image_key", "entrypoint", "ports", "health_path", "flag_roles", "args",
              "env_from_inventory", "secret_env", "profiles")
 _PROFILE_KEYS = ("description", "extends", "flags", "env", "ready_timeout_s", "stop_timeout_s",
-                 "experimental", "note")
+                 "experimental", "note", "waivers")
 _FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RULE_ID = re.compile(r"[A-Z0-9][A-Z0-9-]*")
 _VALUE_HELP = "a string or an integer ('quote' other numbers so the text stays exact)"
 
 
@@ -85,6 +88,7 @@ class Profile:
     stop_timeout_s: int
     experimental: bool
     note: str | None
+    waivers: FrozenMapping = field(default_factory=lambda: FrozenMapping({}))  # rule id -> reason
 
     def argv(self) -> tuple[str, ...]:
         """The flags as argv tokens, in order."""
@@ -254,7 +258,7 @@ class _Resolver:
             name=name, description=section.value("description", is_text, "one line of text"),
             flags=FrozenMapping(merged["flags"]), env=FrozenMapping(merged["env"]),
             ready_timeout_s=merged["ready_timeout_s"], stop_timeout_s=merged["stop_timeout_s"],
-            experimental=experimental, note=merged.get("note"))
+            experimental=experimental, note=merged.get("note"), waivers=_waivers(section))
 
     def _merge(self, name: str, chain: tuple[str, ...]) -> dict[str, Any]:
         """The settings, flags and env of name over those of the profile it extends."""
@@ -320,6 +324,17 @@ class _Resolver:
             value = env.raw(var)
             result[var] = None if value is None else _text(env, var, value, _VALUE_HELP)
         return result
+
+
+def _waivers(profile: Section) -> FrozenMapping:
+    """The rules a profile waives, each with the reason recorded for it; a bare id is refused."""
+    waivers = profile.section("waivers", required=False)
+    for rule in waivers:
+        if not (isinstance(rule, str) and _RULE_ID.fullmatch(rule)):
+            raise waivers.error(rule, f"invalid rule id '{rule}'",
+                                fix="rule ids look like SM121-AUTOTUNE (invoke check --list)")
+    return FrozenMapping({rule: waivers.value(rule, is_text, "the reason the rule is waived")
+                          for rule in waivers})
 
 
 def _text(section: Section, key: str, value: Any, expected: str) -> str:

@@ -6,6 +6,7 @@ dropped here instead of following the default route off the machine.
 """
 
 import subprocess
+from ipaddress import ip_address
 
 from .layout import BRIDGE, BRIDGE_ADDR, MTU, NODE_NETDEV, SUBNET, TWIN_NETDEV, NodeLayout
 
@@ -64,6 +65,10 @@ def ensure_node_net(node: NodeLayout) -> None:
            "peer", "name", NODE_NETDEV, "mtu", str(MTU), "netns", node.netns)
     ip("link", "set", node.host_veth, "master", BRIDGE, "up")
     ns = ("-n", node.netns)
+    # A fixed MAC per node keeps this machine's ARP cache right across re-created links
+    # (a stale entry would black out the node for ~45 s until the kernel re-probes).
+    ip(*ns, "link", "set", NODE_NETDEV, "address", node_mac(node))
+    ip("neigh", "flush", "to", node.address, "dev", BRIDGE, check=False)
     ip(*ns, "addr", "replace", f"{node.address}/24", "dev", NODE_NETDEV)
     ip(*ns, "link", "set", "lo", "up")
     ip(*ns, "link", "set", NODE_NETDEV, "up")
@@ -73,6 +78,11 @@ def ensure_node_net(node: NodeLayout) -> None:
     ip(*ns, "addr", "replace", f"{node.twin_address}/24", "dev", TWIN_NETDEV)
     ip(*ns, "link", "set", TWIN_PEER, "up")
     ip(*ns, "link", "set", TWIN_NETDEV, "up")
+
+
+def node_mac(node: NodeLayout) -> str:
+    """The node port's locally administered MAC, derived from its address."""
+    return "02:77:" + ":".join(f"{b:02x}" for b in ip_address(node.address).packed)
 
 
 def remove_node_net(node: NodeLayout) -> None:

@@ -87,3 +87,21 @@ def test_cut_node_is_unreachable_fast_and_the_rest_answer(rack, inventory):
     assert results["spark-04"].status == "unreachable"
     assert "spark-04" in results["spark-04"].error or "10.77.1.14" in results["spark-04"].error
     assert sum(r.status == "ok" for r in results) == 7
+
+
+def test_up_recovers_a_node_killed_without_cleanup(rack, inventory):
+    """A killed rack leaves cgroups and a namespace behind: `up` clears them and boots."""
+    import os
+    import signal
+
+    node = rack.node("spark-08")
+    for pid in nodeproc.pids(node):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while nodeproc.pids(node) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert node.cgroups()[0].is_dir()  # the stale cgroup tree is still there
+    rack.up()
+    assert nodeproc.init_pid(node) is not None
+    with Fleet(inventory, inventory.select("spark-08")) as fleet:
+        assert fleet.run(["systemctl", "is-active", "docker"])["spark-08"].stdout.strip() == "active"

@@ -1,0 +1,70 @@
+"""`invoke check`: the safety rules against an engine profile's launch specs; contacts no node.
+
+Exit codes: 0 when the profile may start (warnings and waived findings allowed), 1 when a
+blocking finding refuses it, 2 for a usage or inventory error (as every task).
+"""
+
+from invoke import task
+from invoke.exceptions import Exit
+
+from .. import console
+from ..errors import UsageError
+from ..rules import Finding, all_rules, check_profile, explain as explain_rule
+from .common import INVENTORY_HELP, inventory_from, operator_task
+from .engine_tasks import DEFAULT_PROFILE
+
+BLOCKED_EXIT = 1
+
+
+@task(help={"engine": "sglang or vllm (a file in the inventory's or the repo's engines/)",
+            "profile": f"profile name (default: {DEFAULT_PROFILE})",
+            "inventory": INVENTORY_HELP,
+            "explain": "print one rule's explanation and evidence, e.g. SM121-AUTOTUNE",
+            "list": "list every rule: id, severity, engines, message",
+            "json": "print JSON for scripts"})
+@operator_task
+def check(c, engine=None, profile=DEFAULT_PROFILE, inventory=None, explain=None, list_=False,
+          json=False):
+    """Check an engine profile against the rules for this hardware; exit 1 when a blocking
+    finding refuses the start. Host kernels are not checked here (no node facts)."""
+    if explain:
+        print(explain_rule(explain))
+        return
+    if list_:
+        _list_rules(json)
+        return
+    if not engine:
+        raise UsageError("no engine given", fix="pass --engine sglang or --engine vllm, "
+                         "or --list / --explain RULE")
+    report = check_profile(inventory_from(inventory), engine, profile)
+    if json:
+        console.print_json(report.as_dict())
+    else:
+        console.print_table(
+            f"check {engine} {profile}", ["severity", "rule", "where", "finding"],
+            [[_severity(f), f.rule, f.where(report.node_count) or "rack",
+              f.message + (f" [waived: {f.waiver_reason}]" if f.waived else "")]
+             for f in report.findings],
+            styles=[None, "bold"])
+        for note in report.notes:
+            console.say(f"note: {note}")
+    if report.blocking:
+        raise Exit(f"refused: {report.summary()}", code=BLOCKED_EXIT)
+    console.say(report.summary())
+
+
+def _severity(finding: Finding) -> str:
+    """The severity column: 'waived' replaces the severity of a waived finding."""
+    return f"{finding.severity} (waived)" if finding.waived else finding.severity
+
+
+def _list_rules(json: bool) -> None:
+    """Every rule as a table, or as JSON."""
+    rules = all_rules()
+    if json:
+        console.print_json([{"id": r.id, "severity": r.severity, "engines": list(r.engines),
+                             "message": r.message} for r in rules])
+        return
+    console.print_table("rules", ["rule", "severity", "engines", "message"],
+                        [[r.id, r.severity, ", ".join(r.engines), r.message] for r in rules],
+                        styles=["bold"])

@@ -1,0 +1,92 @@
+"""Power arithmetic with the field report's numbers: 1,735 W uncapped tripped the 1,440 W
+strip; capped, the rack draws 1,350-1,425 W."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from sparkrack.errors import UsageError
+from sparkrack.inventory import load_inventory
+from sparkrack.power import MARGIN, OK, REFUSE, CapState, project_power
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def rack():
+    """The real-rack inventory: 1,440 W strip, 100 W margin, 178 W capped, 217 W uncapped."""
+    return load_inventory(REPO / "inventory")
+
+
+def states(rack, state, **others):
+    """Every node in state, the nodes named in others (spark_03=...) in theirs."""
+    return {node.name: others.get(node.name.replace("-", "_"), state) for node in rack.nodes}
+
+
+def with_vars(rack, **changes):
+    """The inventory with some rack vars changed."""
+    return dataclasses.replace(rack, vars=dataclasses.replace(rack.vars, **changes))
+
+
+def test_every_node_capped_is_the_field_reports_capped_rack(rack):
+    budget = project_power(rack, states(rack, CapState.CAPPED))
+    assert budget.projected_watts == 1424 and 1350 <= budget.projected_watts <= 1425
+    assert budget.verdict == MARGIN and not budget.blocking
+    assert budget.reason == ("projected 1,424 W > 1,440 W strip - 100 W margin, "
+                             "every node capped")
+
+
+def test_every_node_uncapped_is_the_rack_that_tripped_the_strip(rack):
+    budget = project_power(rack, states(rack, "uncapped"))
+    assert budget.projected_watts == 1736  # field report: ~1,735 W sustained
+    assert budget.verdict == REFUSE and budget.blocking
+    names = ", ".join(node.name for node in rack.nodes)
+    assert budget.reason == f"projected 1,736 W > 1,440 W strip: {names} uncapped"
+
+
+def test_one_uncapped_node_is_named(rack):
+    budget = project_power(rack, states(rack, CapState.CAPPED, spark_03=CapState.UNCAPPED))
+    assert budget.projected_watts == 7 * 178 + 217 == 1463
+    assert budget.blocking
+    assert budget.reason == "projected 1,463 W > 1,440 W strip: spark-03 uncapped"
+    assert [d.watts for d in budget.nodes][1:4] == [178, 217, 178]
+
+
+def test_unknown_and_missing_states_count_uncapped(rack):
+    given = states(rack, CapState.CAPPED, spark_05=CapState.UNKNOWN, spark_02="uncapped")
+    del given["spark-08"]
+    budget = project_power(rack, given)
+    assert budget.projected_watts == 5 * 178 + 3 * 217
+    assert budget.reason.endswith(": spark-02 uncapped; spark-05, spark-08 cap state unknown")
+
+
+def test_an_uncapped_node_refuses_even_below_the_strip(rack):
+    light = with_vars(rack, node_watts_capped=120, node_watts_uncapped=160)
+    budget = project_power(light, states(light, "capped", spark_07="uncapped"))
+    assert budget.verdict == REFUSE and budget.reason == (
+        "spark-07 uncapped (counted at uncapped watts; projected 1,000 W <= 1,440 W strip)")
+
+
+def test_capped_rack_over_the_strip_refuses(rack):
+    heavy = with_vars(rack, node_watts_capped=190)
+    budget = project_power(heavy, states(heavy, "capped"))
+    assert budget.blocking
+    assert budget.reason == "projected 1,520 W > 1,440 W strip: every node capped"
+
+
+def test_below_the_margin_is_ok(rack):
+    roomy = with_vars(rack, power_margin_watts=10)
+    budget = project_power(roomy, states(roomy, "capped"))
+    assert budget.verdict == OK and budget.limit_watts == 1430
+    assert budget.reason == "projected 1,424 W <= 1,440 W strip - 10 W margin, every node capped"
+    data = budget.as_dict()
+    assert data["verdict"] == "ok" and data["projected_watts"] == 1424
+    assert data["nodes"][0] == {"node": "spark-01", "state": "capped", "watts": 178}
+
+
+def test_bad_input(rack):
+    with pytest.raises(UsageError, match="cap state given for unknown node 'spark-09'"):
+        project_power(rack, {"spark-09": "capped"})
+    with pytest.raises(UsageError, match="unknown cap state 'locked'"):
+        project_power(rack, {"spark-01": "locked"})

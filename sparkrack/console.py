@@ -38,3 +38,30 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]
         table.add_row(*[escape(v) for v in row])
     out.print(table)
 
+
+
+class Waiting:
+    """A live one-line progress display on a terminal (rich), periodic plain lines otherwise."""
+
+    def __init__(self, title: str, every: float = 5.0):
+        self.title = title
+        self.every = every
+        self._last_plain = 0.0
+        self._status = err.status(title) if err.is_terminal else None
+
+    def __enter__(self) -> "Waiting":
+        if self._status:
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._status:
+            self._status.__exit__(*exc)
+
+    def update(self, text: str, elapsed: float) -> None:
+        """Show the current state of the wait."""
+        if self._status:
+            self._status.update(f"{self.title}: {escape(text)}")
+        elif elapsed - self._last_plain >= self.every:
+            self._last_plain = elapsed
+            say(f"{self.title}: {text}")

@@ -4,6 +4,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+from .errors import SparkrackError
 from .facts import NodeFacts, facts_argv, parse_facts
 from .fleet import Fleet
 from .inventory import Inventory, Node
@@ -60,6 +61,18 @@ def engine_summary(fleet: Fleet, node: Node) -> str | None:
         health = c.attrs.get("State", {}).get("Health", {}).get("Status")
         parts.append(f"{c.name} {c.status}" + (f" ({health})" if health else ""))
     return ", ".join(parts)
+
+
+def deployment_records(inventory: Inventory) -> dict[str, dict | None]:
+    """The current and last known-good deployments recorded on the head ({} if unreadable)."""
+    from .lifecycle import record
+
+    with Fleet(inventory, [inventory.head]) as fleet:
+        try:
+            found = record.read(fleet, inventory)
+        except SparkrackError:
+            return {}
+    return {kind: asdict(dep) if dep else None for kind, dep in found.items()}
 
 
 def gather_status(inventory: Inventory, limit: str | None = None) -> list[StatusRow]:

@@ -2,13 +2,18 @@
 
 from invoke import Collection
 
-from . import check_tasks, engine_tasks, rack_tasks, rehearsal_tasks
+from . import check_tasks, engine_tasks, rack_tasks, rehearsal_stub_tasks, rehearsal_tasks
 
 
 def build_namespace() -> Collection:
     """The root collection: rack tasks at the top, `rehearsal.*` for the local rack."""
     ns = Collection.from_module(rack_tasks)
-    ns.add_task(engine_tasks.plan)
+    for engine_task in (engine_tasks.plan, engine_tasks.up, engine_tasks.down, engine_tasks.roll,
+                        engine_tasks.watch):
+        ns.add_task(engine_task)
     ns.add_task(check_tasks.check)
-    ns.add_collection(Collection.from_module(rehearsal_tasks), name="rehearsal")
+    rehearsal = Collection.from_module(rehearsal_tasks)
+    rehearsal.add_task(rehearsal_stub_tasks.stub_images)
+    rehearsal.add_task(rehearsal_stub_tasks.stub_model)
+    ns.add_collection(rehearsal, name="rehearsal")
     return ns

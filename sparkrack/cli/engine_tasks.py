@@ -6,6 +6,7 @@ from invoke import task
 
 from .. import console
 from ..engines import build_specs, docker_run_argv, load_engine
+from ..lifecycle import engine as lifecycle
 from .common import INVENTORY_HELP, inventory_from, operator_task
 
 DEFAULT_PROFILE = "512k"
@@ -42,3 +43,93 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False):
         role = " (head)" if spec.is_head else ""
         print(f"\n# rank {spec.rank} on {spec.node}{role}")
         print(shlex.join(docker_run_argv(spec)))
+
+
+BURN_SECONDS = 3
+
+
+def run_burn(inventory, nodes):
+    """The clock-cap gate's fresh under-load check (sparkrack.burn), a few seconds per node."""
+    from ..burn import burn
+
+    return burn(inventory, nodes, seconds=BURN_SECONDS)
+
+
+ENGINE_HELP = {"engine": "sglang or vllm", "profile": f"profile name (default: {DEFAULT_PROFILE})",
+               "inventory": INVENTORY_HELP,
+               "timeout": "readiness timeout in seconds (default: the profile's ready_timeout_s)",
+               "override_power": "start even if the power projection exceeds the strip; "
+                                 "give the reason (it is recorded with the deployment)"}
+
+
+def _progress(waiting):
+    def show(p):
+        waiting.update(f"{p.running}/{p.total} ranks running, {p.joined}/{p.total} loaded, "
+                       f"head /health {p.head_status or '-'} ({p.elapsed:.0f} s)", p.elapsed)
+    return show
+
+
+@task(help=ENGINE_HELP)
+@operator_task
+def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None):
+    """Start a TP8 engine: gates (reachable, no other engine, rules, image ID, memory,
+    clock cap under load, power), workers 7..1 then rank 0, readiness, one smoke request.
+    Any failure or Ctrl-C stops every rank it started."""
+    rack = inventory_from(inventory)
+    with console.Waiting(f"{engine} {profile}") as waiting:
+        deployment = lifecycle.up(rack, engine, profile, burn=run_burn,
+                                  timeout=float(timeout) if timeout else None,
+                                  override_power=override_power, on_progress=_progress(waiting),
+                                  on_event=console.say)
+    console.say(f"up: {deployment.describe()} serving at "
+                f"http://{rack.head.address}:{build_specs(rack, engine, profile)[0].ports['http']}/v1")
+
+
+@task(help={"inventory": INVENTORY_HELP,
+            "timeout": "stop timeout per rank in seconds (default: the label the spec set)"})
+@operator_task
+def down(c, inventory=None, timeout=None):
+    """Stop the running engine: rank 0 first (drain), then the workers; remove the
+    containers; wait until every node's MemAvailable has recovered."""
+    report = lifecycle.down(inventory_from(inventory), timeout=int(timeout) if timeout else None,
+                            on_event=console.say)
+    if not report.stopped:
+        console.say("no engine was running")
+    problems = {**report.errors, **report.not_recovered}
+    for where, why in problems.items():
+        console.say(f"{where}: {why}")
+    if problems:
+        from invoke.exceptions import Exit
+
+        raise Exit(f"down finished with {len(problems)} problem(s)", code=1)
+    console.say(f"down in {report.seconds:.1f} s; memory recovered on every node")
+
+
+@task(help=ENGINE_HELP)
+@operator_task
+def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None):
+    """Switch to another engine/profile: gate it while the old one serves, stop the old in
+    order, start the new, smoke-test it; on failure bring the last known-good back."""
+    rack = inventory_from(inventory)
+    with console.Waiting(f"{engine} {profile}") as waiting:
+        deployment = lifecycle.roll(rack, engine, profile, burn=run_burn,
+                                    timeout=float(timeout) if timeout else None,
+                                    override_power=override_power, on_progress=_progress(waiting),
+                                    on_event=console.say)
+    console.say(f"rolled to {deployment.describe()}")
+
+
+@task(help={"inventory": INVENTORY_HELP, "duration": "stop watching after this many seconds",
+            "restart": "restart the group in order instead of stopping it",
+            "interval": "seconds between polls (default 1)"})
+@operator_task
+def watch(c, inventory=None, duration=None, restart=False, interval=1.0):
+    """Watch the running group: a dead rank, a lost node or an unhealthy head stops the whole
+    group (or restarts it with --restart); warns when MemAvailable ratchets down."""
+    rack = inventory_from(inventory)
+    report = lifecycle.watch_group(rack, burn=run_burn, duration=float(duration) if duration else None,
+                                   interval=float(interval), restart=restart, on_event=console.say)
+    if report.failure:
+        from invoke.exceptions import Exit
+
+        raise Exit(f"watch: {report.failure} ({report.acted or 'nothing to do'})", code=1)

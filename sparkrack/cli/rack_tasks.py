@@ -3,7 +3,7 @@
 from invoke import task
 
 from .. import console
-from ..status import gather_status
+from ..status import deployment_records, gather_status
 from .common import INVENTORY_HELP, inventory_from, operator_task
 
 LIMIT_HELP = "only these nodes, e.g. spark-01,spark-03"
@@ -17,15 +17,23 @@ def _gib(kb: int | None) -> str | None:
 @operator_task
 def status(c, inventory=None, limit=None, json=False):
     """One row per node: reachability, GPU, clocks, power, memory, clock cap, engine."""
-    rows = gather_status(inventory_from(inventory), limit)
+    rack = inventory_from(inventory)
+    rows = gather_status(rack, limit)
+    records = deployment_records(rack) if any(r.node == rack.head.name and r.reachable == "ok"
+                                              for r in rows) else {}
     if json:
-        console.print_json([r.as_dict() for r in rows])
+        console.print_json({"nodes": [r.as_dict() for r in rows], "deployments": records})
     else:
         console.print_table(
             "rack status",
             ["rank", "node", "reach", "hostname", "kernel", "gpu", "sm MHz now/max", "power",
              "MemAvailable", "clock cap", "engine"],
             [_status_cells(r) for r in rows])
+        for kind in ("current", "last-good"):
+            dep = records.get(kind)
+            if dep:
+                print(f"{kind}: {dep['engine']} {dep['profile']} image {dep['image_id'][:19]} "
+                      f"spec {dep['spec_hash'][:12]} deployment {dep['deployment_id']}")
     down = [r for r in rows if r.reachable != "ok"]
     for r in down:
         console.say(f"{r.node}: {r.reachable}: {r.error}")

@@ -15,7 +15,7 @@ from pathlib import Path
 from .layout import HCAS, NodeLayout
 
 SIM_LIB = "usr/local/lib/sparkrack-sim"
-SIM_COMMANDS = ("nvidia-smi", "gpu-sim", "ibdev2netdev")
+SIM_COMMANDS = ("nvidia-smi", "gpu-sim", "ibdev2netdev", "nvidia-container-runtime-hook")
 # Host units that must not start inside a node: timers, databases, consoles, and
 # anything that would try to reach the network (timesyncd).
 MASKED_UNITS = (
@@ -100,6 +100,19 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
     for unit in ENABLED_UNITS:
         unit_dir = "/etc/systemd/system" if unit in SHIPPED_UNITS else "/lib/systemd/system"
         symlink(up / "etc/systemd/system/multi-user.target.wants" / unit, f"{unit_dir}/{unit}")
+
+
+def install_stub_model(node: NodeLayout, model_path: str) -> None:
+    """The stub engines' model directory (config, fake shards, manifest) on a fresh node.
+
+    Written once: tests and `rehearsal.stub-model` change it later through the node."""
+    from .stub.modeldir import model_files
+
+    target = node.upper / model_path.strip("/")
+    if (target / "config.json").exists():
+        return
+    for name, data in model_files().items():
+        write_if_changed(target / name, data)
 
 
 def install_sim(node: NodeLayout) -> None:

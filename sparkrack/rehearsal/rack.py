@@ -17,6 +17,7 @@ from ipaddress import ip_address
 from ..errors import SparkrackError, UsageError
 from ..inventory import Inventory
 from . import hostnet, hostprep, nodefs, nodeproc
+from .stubimage import build_stub_images
 from .layout import CGROUP_GROUP, CGROUP_ROOTS, KNOWN_HOSTS, RUN_DIR, SUBNET, NodeLayout
 from ..netguard import REHEARSAL_STATE_FILE
 
@@ -76,6 +77,7 @@ class RehearsalRack:
         for node in self.nodes:
             if node in to_boot:
                 nodefs.write_node_files(node, self.nodes, client_pub)
+                nodefs.install_stub_model(node, self.inventory.vars.model_path)
             hostnet.ensure_node_net(node)
         self._write_known_hosts()
         self._write_state()
@@ -84,6 +86,9 @@ class RehearsalRack:
         if to_boot:
             self.say(f"booting {len(to_boot)} node(s): {', '.join(n.name for n in to_boot)}")
         self.wait_booted(self.nodes)
+        for engine, (path, image_id) in build_stub_images(self.inventory).items():
+            self.say(f"stub {engine} image {image_id[:19]} at {path} "
+                     "(`invoke provision` puts it on the nodes)")
         return time.monotonic() - started
 
     def down(self) -> None:

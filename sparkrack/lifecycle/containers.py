@@ -1,0 +1,131 @@
+"""The engine containers on the nodes, through each node's docker API (never parsed CLI).
+
+Containers are found by label (`sparkrack.engine`), so `down` and `watch` work from what
+runs on the rack, not from what this machine remembers.
+"""
+
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+import docker
+import docker.errors
+
+from ..engines import LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_STOP_TIMEOUT
+from ..fleet import Fleet
+from .order import stop_order
+
+DEFAULT_STOP_TIMEOUT = 120
+
+
+@dataclass
+class Rank:
+    """One engine container on one node, as docker reports it."""
+
+    node: str
+    rank: int
+    name: str
+    engine: str
+    profile: str
+    deployment: str
+    status: str  # created | running | exited | dead | missing | unreachable
+    exit_code: int | None
+    stop_timeout: int
+    error: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.status in ("running", "restarting")
+
+
+def parallel(items: Iterable, work: Callable) -> list:
+    """Run work(item) for each item in a thread of its own; results in item order."""
+    items = list(items)
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        return list(pool.map(work, items))
+
+
+def _rank_of(node: str, container) -> Rank:
+    labels = container.labels
+    state = container.attrs.get("State", {})
+    return Rank(node=node, rank=int(labels.get(LABEL_RANK, -1)), name=container.name,
+                engine=labels.get(LABEL_ENGINE, "?"), profile=labels.get(LABEL_PROFILE, "?"),
+                deployment=labels.get(LABEL_DEPLOYMENT, "?"), status=container.status,
+                exit_code=state.get("ExitCode") if container.status != "running" else None,
+                stop_timeout=int(labels.get(LABEL_STOP_TIMEOUT, DEFAULT_STOP_TIMEOUT)))
+
+
+def engine_containers(fleet: Fleet) -> tuple[list[Rank], dict[str, str]]:
+    """Every sparkrack engine container on the fleet's nodes, and {node: error} for nodes
+    whose docker could not be asked."""
+    def on(node) -> tuple[list[Rank], str | None]:
+        try:
+            found = fleet.docker_client(node).containers.list(all=True, filters={"label": LABEL_ENGINE})
+            return [_rank_of(node.name, c) for c in found], None
+        except Exception as exc:  # unreachable node, dockerd down: reported per node
+            return [], _first_line(exc)
+
+    ranks, errors = [], {}
+    for node, (found, error) in zip(fleet.nodes, parallel(fleet.nodes, on)):
+        ranks += found
+        if error:
+            errors[node.name] = error
+    return sorted(ranks, key=lambda r: (r.rank, r.node)), errors
+
+
+def container(fleet: Fleet, node: str, name: str):
+    """The docker container object by name on a node (docker.errors.NotFound if none)."""
+    return fleet.docker_client(node).containers.get(name)
+
+
+def refresh(fleet: Fleet, ranks: Sequence[Rank]) -> list[Rank]:
+    """Re-read each rank's container state; a lost node or container shows in .status."""
+    def one(rank: Rank) -> Rank:
+        try:
+            return _rank_of(rank.node, container(fleet, rank.node, rank.name))
+        except docker.errors.NotFound:
+            return replace(rank, status="missing", error="container is gone")
+        except Exception as exc:
+            return replace(rank, status="unreachable", error=_first_line(exc))
+
+    return parallel(ranks, one)
+
+
+def logs_tail(fleet: Fleet, rank: Rank, lines: int = 20) -> list[str]:
+    """The last lines a rank's container printed (empty when it cannot be read)."""
+    try:
+        text = container(fleet, rank.node, rank.name).logs(tail=lines).decode(errors="replace")
+    except Exception:
+        return []
+    return text.rstrip("\n").splitlines()
+
+
+def stop_ranks(fleet: Fleet, ranks: Sequence[Rank], *, timeout: int | None = None,
+               remove: bool = True, on_stop: Callable[[Rank], None] = lambda r: None) -> dict[str, str]:
+    """Stop (and remove) ranks in stop order: rank 0 first, then the workers in parallel.
+    Returns {container@node: error} for those that could not be stopped or removed."""
+    errors: dict[str, str] = {}
+
+    def one(rank: Rank) -> None:
+        try:
+            c = container(fleet, rank.node, rank.name)
+            if c.status in ("running", "restarting", "paused"):
+                c.stop(timeout=timeout if timeout is not None else rank.stop_timeout)
+            on_stop(rank)
+            if remove:
+                c.remove(force=True)
+        except docker.errors.NotFound:
+            on_stop(rank)
+        except Exception as exc:
+            errors[f"{rank.name}@{rank.node}"] = _first_line(exc)
+
+    for wave in stop_order(list(ranks), lambda r: r.rank):
+        parallel(wave, one)
+    return errors
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__

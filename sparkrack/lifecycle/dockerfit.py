@@ -1,0 +1,104 @@
+"""Fit a launch spec's docker options to what a node's dockerd can give (rehearsal only).
+
+`docker_sdk_kwargs(spec)` asks for what a real Spark has, and on the real rack a node that
+cannot give it must fail the start. Only for a rehearsal inventory (`rehearsal: true`) does
+`up` fit the options and report each deviation. On the rehearsal nodes three things could
+not be given as asked, and dockerd refused to start the container:
+
+- `--gpus all` (device_requests): dockerd 20.10 registers its NVIDIA driver only when
+  `nvidia-container-runtime-hook` is on its PATH when it starts ("could not select device
+  driver "" with capabilities: [[gpu]]"). A no-op hook on the node fixes that for good;
+  until the rack has one, the request is dropped.
+- `--device /dev/infiniband`: no such directory on the nodes ("error gathering device
+  information while adding custom device"). Device nodes there fix it (tested: char
+  231:192 uverbs0 and 10:58 rdma_cm pass); until then the device is dropped.
+- `--ulimit memlock=-1:-1 --ulimit nofile=1048576`: the sandbox this machine runs in has
+  no CAP_SYS_RESOURCE, so no process here can raise a hard limit (memlock 8 MiB, nofile
+  20000): runc fails with "error setting rlimit type 8: operation not permitted". Each
+  limit is lowered to the node dockerd's own hard limit. This one cannot be fixed here.
+
+`fit_kwargs` returns the adapted kwargs and the list of deviations (for the logs and the
+`up` report); with a node that can give everything it returns the kwargs unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import docker.types
+
+PROBE = r"""
+pid=$(pidof dockerd | cut -d' ' -f1)
+echo "memlock $(awk '/^Max locked memory/ {print $5}' /proc/$pid/limits)"
+echo "nofile $(awk '/^Max open files/ {print $5}' /proc/$pid/limits)"
+for d in /dev/infiniband; do [ -d "$d" ] && [ -n "$(ls -A "$d")" ] && echo "device $d"; done
+tr '\0' '\n' < /proc/$pid/environ | sed -n 's/^PATH=//p' | tr ':' '\n' | while read -r dir; do
+  [ -x "$dir/nvidia-container-runtime-hook" ] && echo "gpu-hook $dir" && break
+done
+true
+"""
+
+
+@dataclass(frozen=True)
+class NodeLimits:
+    """What a node's dockerd can give a container."""
+
+    hard_limits: dict  # ulimit name -> hard limit (-1: unlimited)
+    devices: frozenset  # device paths present (non-empty directories count)
+    gpu_driver: bool  # nvidia-container-runtime-hook on dockerd's PATH
+
+
+def parse_probe(text: str) -> NodeLimits:
+    """NodeLimits from PROBE's output."""
+    limits, devices, gpu = {}, set(), False
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key in ("memlock", "nofile") and value:
+            limits[key] = -1 if value == "unlimited" else int(value)
+        elif key == "device":
+            devices.add(value)
+        elif key == "gpu-hook":
+            gpu = True
+    return NodeLimits(limits, frozenset(devices), gpu)
+
+
+def probe(fleet, nodes=None) -> dict[str, NodeLimits]:
+    """{node: NodeLimits} of the fleet's nodes (or the named ones), one SSH round trip."""
+    names = [n.name for n in fleet.nodes] if nodes is None else list(nodes)
+    result = fleet.run({name: ["sh", "-c", PROBE] for name in names}, timeout=20)
+    result.raise_for_failures()
+    return {r.node: parse_probe(r.stdout) for r in result}
+
+
+def fit_kwargs(kwargs: dict, limits: NodeLimits) -> tuple[dict, list[str]]:
+    """(kwargs the node can start, what was changed) for docker_sdk_kwargs output."""
+    fitted = copy.copy(kwargs)
+    changes = []
+    if fitted.get("device_requests") and not limits.gpu_driver:
+        fitted["device_requests"] = []
+        changes.append("--gpus all dropped (no nvidia-container-runtime-hook on dockerd's "
+                       "PATH)")
+    kept = []
+    for device in fitted.get("devices", []):
+        if device.split(":", 1)[0] in limits.devices:
+            kept.append(device)
+        else:
+            changes.append(f"--device {device.split(':', 1)[0]} dropped (not on the node)")
+    fitted["devices"] = kept
+    ulimits = []
+    for limit in fitted.get("ulimits", []):
+        name, soft, want = limit["Name"], limit["Soft"], limit["Hard"]
+        hard = limits.hard_limits.get(name)
+        if hard is not None and hard != -1 and (want == -1 or want > hard):
+            changes.append(f"--ulimit {name}={soft}:{want} lowered to {min_limit(soft, hard)}:"
+                           f"{hard} (the node's hard limit; no CAP_SYS_RESOURCE here)")
+            limit = docker.types.Ulimit(name=name, soft=min_limit(soft, hard), hard=hard)
+        ulimits.append(limit)
+    fitted["ulimits"] = ulimits
+    return fitted, changes
+
+
+def min_limit(soft: int, hard: int) -> int:
+    """soft, lowered to hard (-1 is unlimited)."""
+    return hard if soft == -1 or soft > hard else soft

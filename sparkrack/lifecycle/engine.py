@@ -1,0 +1,194 @@
+"""`up`, `down` and `roll`: the engine lifecycle as the operator runs it.
+
+up:   gates -> record "current" -> start in order -> readiness -> smoke request -> "last-good"
+down: stop rank 0 first (drain), then the workers; remove; wait for unified memory
+roll: build and gate the new deployment while the old one serves; stop the old; start the
+      new; smoke-test it; on failure bring the last known-good deployment back and say so.
+"""
+
+import time
+import uuid
+from collections.abc import Callable
+
+from ..engines import LaunchSpec, build_specs
+from ..errors import SparkrackError
+from ..facts import facts_argv, parse_facts
+from ..fleet import Fleet
+from ..inventory import Inventory
+from . import headapi, record
+from .containers import engine_containers
+from .gates import Preflight, memory_problems, preflight
+from .record import Deployment
+from .start import Progress, StartFailed, start_group
+from .stop import StopReport, stop_engine
+
+SMOKE_PROMPT = "Reply with one word: ready?"
+
+
+class Refused(SparkrackError):
+    """A gate refused the start; nothing on the rack was changed."""
+
+
+def new_specs(inventory: Inventory, engine: str, profile: str) -> tuple[LaunchSpec, ...]:
+    """Launch specs with a fresh deployment id."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return build_specs(inventory, engine, profile,
+                       deployment_id=f"{engine}-{profile}-{stamp}-{uuid.uuid4().hex[:4]}")
+
+
+def refuse_on(pre: Preflight, what: str) -> None:
+    """Raise Refused listing every blocking gate (one per line)."""
+    if pre.blocking:
+        lines = [f"{g.name}: {g.detail}" for g in pre.blocking]
+        raise Refused(f"{what} refused:\n  " + "\n  ".join(lines))
+
+
+def smoke_test(inventory: Inventory, specs: tuple[LaunchSpec, ...]) -> str:
+    """One real chat completion through rank 0's OpenAI-compatible endpoint; returns its text."""
+    head = specs[0]
+    model = inventory.vars.model_name
+    try:
+        body = headapi.chat_completion(inventory.node(head.node), head.ports["http"], model,
+                                       SMOKE_PROMPT, max_tokens=8, timeout=60)
+        text = body["choices"][0]["message"]["content"]
+    except Exception as exc:
+        raise StartFailed(f"smoke request to rank 0 failed: {str(exc).splitlines()[0][:200]}") from None
+    if not text:
+        raise StartFailed("smoke request to rank 0 returned no text")
+    return text
+
+
+def deployment_of(specs: tuple[LaunchSpec, ...], pre: Preflight) -> Deployment:
+    """The record of a deployment about to start."""
+    head = specs[0]
+    return Deployment(engine=head.engine, profile=head.profile, deployment_id=head.deployment_id,
+                      spec_hash=head.spec_hash, image=head.image, image_id=pre.image_id,
+                      mem_available_kb_before={n: f.mem_available_kb for n, f in pre.facts.items()},
+                      waivers=pre.waivers, overrides=pre.overrides)
+
+
+def launch(fleet: Fleet, inventory: Inventory, specs, pre: Preflight, *, timeout, on_progress,
+           on_event) -> Deployment:
+    """Start a gated deployment, smoke-test it, record it as current and last-good."""
+    deployment = deployment_of(specs, pre)
+    record.write(fleet, inventory, "current", deployment)
+    seconds = start_group(fleet, inventory, specs, timeout=timeout, on_progress=on_progress,
+                          on_event=on_event)
+    on_event(f"rank 0 healthy after {seconds:.1f} s")
+    try:
+        reply = smoke_test(inventory, specs)
+    except StartFailed:
+        stop_engine(fleet, timeout=10, recovery_timeout=0)
+        raise
+    on_event(f"smoke request answered: {reply.strip()[:40]!r}")
+    record.write(fleet, inventory, "last-good", deployment)
+    return deployment
+
+
+def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeout=None,
+       override_power: str | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
+       on_event: Callable[[str], None] = lambda e: None) -> Deployment:
+    """Gate, start, wait, smoke-test. Refused or StartFailed on failure (nothing left running)."""
+    specs = new_specs(inventory, engine, profile)
+    with Fleet(inventory) as fleet:
+        pre = preflight(fleet, inventory, specs, burn=burn, override_power=override_power)
+        for gate in pre.gates:
+            on_event(f"gate {gate.name}: {'ok' if gate.ok else 'FAIL'} - {gate.detail}")
+        refuse_on(pre, f"{engine} {profile}")
+        return launch(fleet, inventory, specs, pre, timeout=timeout, on_progress=on_progress,
+                      on_event=on_event)
+
+
+def down(inventory: Inventory, *, timeout: int | None = None,
+         on_event: Callable[[str], None] = lambda e: None) -> StopReport:
+    """Stop the running engine in order and wait for memory (see stop.stop_engine)."""
+    with Fleet(inventory) as fleet:
+        try:
+            current = record.read(fleet, inventory)["current"]
+        except SparkrackError:
+            current = None
+        return stop_engine(fleet, mem_before=current.mem_available_kb_before if current else None,
+                           timeout=timeout, on_event=on_event)
+
+
+def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeout=None,
+         override_power: str | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
+         on_event: Callable[[str], None] = lambda e: None) -> Deployment:
+    """Switch lanes; on failure restore the last known-good deployment and raise RollFailed."""
+    specs = new_specs(inventory, engine, profile)
+    with Fleet(inventory) as fleet:
+        records = record.read(fleet, inventory)
+        running, _ = engine_containers(fleet)
+        replacing = next((r.deployment for r in running if r.alive), None)
+        pre = preflight(fleet, inventory, specs, burn=burn, replacing=replacing,
+                        override_power=override_power)
+        if replacing:  # the old engine still holds the memory: judged again after it stops
+            pre.gates = [g for g in pre.gates if g.name != "memory"]
+        for gate in pre.gates:
+            on_event(f"gate {gate.name}: {'ok' if gate.ok else 'FAIL'} - {gate.detail}")
+        refuse_on(pre, f"roll to {engine} {profile}")
+        current = records["current"]
+        stopped = stop_engine(fleet, mem_before=current.mem_available_kb_before if current else None,
+                              on_event=on_event)
+        on_event(f"old deployment stopped in {stopped.seconds:.1f} s")
+        try:
+            refresh_memory(fleet, specs, pre)
+            return launch(fleet, inventory, specs, pre, timeout=timeout, on_progress=on_progress,
+                          on_event=on_event)
+        except (StartFailed, Refused) as failure:
+            last = records["last-good"]
+            if last is None:
+                raise RollFailed(f"roll to {engine} {profile} failed: {failure.line()}; "
+                                 "no last known-good deployment to bring back") from None
+            on_event(f"roll failed; bringing back the last known-good: {last.describe()}")
+            back = restore(fleet, inventory, last, burn, timeout, on_progress, on_event)
+            raise RollFailed(f"roll to {engine} {profile} failed: {failure.line()}\n"
+                             f"rolled back to the last known-good deployment: {back.describe()}") from None
+
+
+class RollFailed(SparkrackError):
+    """The new deployment failed; the message says what runs now."""
+
+
+def refresh_memory(fleet: Fleet, specs: tuple[LaunchSpec, ...], pre: Preflight) -> None:
+    """Re-read facts once the old engine stopped; Refused if memory did not come back."""
+    pre.facts = {r.node: parse_facts(r.stdout) for r in fleet.run(facts_argv(), timeout=20)
+                 if r.status == "ok"}
+    problems = memory_problems(specs, pre.facts)
+    if problems:
+        raise Refused("memory after stopping the old deployment: " + "; ".join(problems))
+
+
+def restore(fleet: Fleet, inventory: Inventory, last: Deployment, burn, timeout, on_progress,
+            on_event) -> Deployment:
+    """Start the last known-good deployment again (rebuilt from the inventory)."""
+    specs = new_specs(inventory, last.engine, last.profile)
+    if specs[0].spec_hash != last.spec_hash:
+        on_event(f"note: {last.engine} {last.profile} spec changed since it was last good "
+                 f"({last.spec_hash[:12]} -> {specs[0].spec_hash[:12]})")
+    pre = preflight(fleet, inventory, specs, burn=burn)
+    refuse_on(pre, f"restoring {last.engine} {last.profile}")
+    return launch(fleet, inventory, specs, pre, timeout=timeout, on_progress=on_progress,
+                  on_event=on_event)
+
+
+def watch_group(inventory: Inventory, *, burn: Callable, duration: float | None = None,
+                interval: float = 1.0, restart: bool = False,
+                on_event: Callable[[str], None] = lambda e: None):
+    """Watch whatever engine runs (engine and profile read from its containers' labels)."""
+    from .watch import WatchReport, watch
+
+    with Fleet(inventory) as fleet:
+        running, _ = engine_containers(fleet)
+    alive = [r for r in running if r.alive]
+    if not alive:
+        return WatchReport(failure="no engine is running")
+    engine, profile = alive[0].engine, alive[0].profile
+    head = build_specs(inventory, engine, profile)[0]
+
+    def again() -> None:
+        up(inventory, engine, profile, burn=burn, on_event=on_event)
+
+    return watch(inventory, http_port=head.ports["http"], health_path=head.health_path,
+                 duration=duration, interval=interval, on_failure="restart" if restart else "stop",
+                 restart=again, on_event=on_event)

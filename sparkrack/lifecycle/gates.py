@@ -1,0 +1,134 @@
+"""Preconditions of an engine start, each a named gate with a one-line verdict.
+
+Gates: every node reachable; no other engine running; the SM121 rules; the same image ID
+on every node; enough MemAvailable for the profile's memory fraction; a fresh under-load
+check that every GPU is capped (a unit that ran at boot proves nothing after an
+`nvidia-smi -rgc`); the power projection against the strip. `up` and `roll` refuse on any
+blocking gate; `--override-power REASON` lets only the power gate pass, and is recorded.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..engines import LaunchSpec
+from ..facts import NodeFacts, facts_argv, parse_facts
+from ..fleet import Fleet
+from ..inventory import Inventory
+from ..power import CapState, project_power
+from ..rules import check_profile
+from .containers import engine_containers, parallel
+
+# memory fraction flag per engine, and the engine's default when the profile leaves it out
+MEMORY_FRACTION = {"sglang": ("--mem-fraction-static", 0.88), "vllm": ("--gpu-memory-utilization", 0.9)}
+
+
+@dataclass
+class Gate:
+    """One precondition's verdict."""
+
+    name: str
+    ok: bool
+    detail: str
+    blocking: bool = True
+
+
+@dataclass
+class Preflight:
+    """Every gate's verdict plus the facts later steps reuse."""
+
+    gates: list[Gate] = field(default_factory=list)
+    facts: dict[str, NodeFacts] = field(default_factory=dict)
+    image_id: str = ""
+    waivers: dict = field(default_factory=dict)
+    overrides: list = field(default_factory=list)
+
+    @property
+    def blocking(self) -> list[Gate]:
+        return [g for g in self.gates if not g.ok and g.blocking]
+
+    def add(self, name: str, problems: list[str], ok_detail: str, blocking: bool = True) -> None:
+        """Record a gate from its list of problems (none = passed)."""
+        self.gates.append(Gate(name, not problems, "; ".join(problems) or ok_detail, blocking))
+
+
+def flag_value(spec: LaunchSpec, flag: str) -> str | None:
+    """The value following flag in a rank's argv (None when absent)."""
+    argv = list(spec.argv)
+    return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
+
+
+def preflight(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...], *,
+              burn: Callable, replacing: str | None = None,
+              override_power: str | None = None) -> Preflight:
+    """Run every gate for starting specs. `replacing` is the deployment id a roll is about to
+    stop (its containers do not count as "another engine")."""
+    report = Preflight()
+    head = specs[0]
+    results = fleet.run(facts_argv(), timeout=20)
+    report.add("reachable", [f"{r.node}: {r.error}" for r in results if r.status != "ok"],
+               f"all {len(results)} nodes answer")
+    report.facts = {r.node: parse_facts(r.stdout) for r in results if r.status == "ok"}
+    if report.blocking:
+        return report  # nothing else can be judged on a partial rack
+
+    running, errors = engine_containers(fleet)
+    others = [r for r in running if r.alive and r.deployment != replacing]
+    report.add("no other engine", [f"{r.engine} {r.profile} rank {r.rank} runs on {r.node} "
+                                   f"({r.name}); run `invoke down` or `invoke roll`" for r in others[:1]]
+               + [f"{node}: docker: {e}" for node, e in errors.items()], "no engine running")
+
+    rules = check_profile(inventory, head.engine, head.profile, specs=specs,
+                          node_kernels={n: f.kernel for n, f in report.facts.items()})
+    report.waivers = dict(rules.waivers)
+    report.add("rules", [f"{f.rule}: {f.message} ({f.where(rules.node_count)})" for f in rules.blocking],
+               f"{len(rules.warnings)} warning(s), {len(rules.waived)} waived")
+
+    report.add("image", image_problems(fleet, specs, report), f"{head.image} is {report.image_id[:19]} everywhere")
+    report.add("memory", memory_problems(specs, report.facts), "enough MemAvailable on every node")
+
+    burned = burn(inventory, fleet.nodes)
+    report.add("clock cap", [f"{b.node}: {b.reason}" for b in burned if not b.ok],
+               f"every GPU at or below {inventory.vars.clock_cap_mhz} MHz under load")
+    states = {b.node: CapState.CAPPED if b.ok else CapState.UNCAPPED for b in burned}
+    budget = project_power(inventory, states)
+    if budget.blocking and override_power:
+        report.overrides.append(f"power: {budget.reason}; override: {override_power}")
+        report.add("power", [], f"OVERRIDDEN ({override_power}): {budget.reason}")
+    else:
+        report.add("power", [budget.reason] if budget.blocking else [], budget.reason)
+    return report
+
+
+def image_problems(fleet: Fleet, specs: tuple[LaunchSpec, ...], report: Preflight) -> list[str]:
+    """Nodes where the image is missing or has another ID than the head's."""
+    def image_id(spec: LaunchSpec) -> str | None:
+        try:
+            return fleet.docker_client(spec.node).images.get(spec.image).id
+        except Exception:
+            return None
+
+    ids = dict(zip((s.node for s in specs), parallel(specs, image_id)))
+    reference = ids.get(specs[0].node)
+    report.image_id = reference or ""
+    problems = [f"{node}: {specs[0].image} missing (run `invoke provision --role engine_images`)"
+                for node, found in ids.items() if found is None]
+    problems += [f"{node}: image ID {found[:19]} differs from {specs[0].node}'s {reference[:19]}"
+                 for node, found in ids.items() if found and reference and found != reference]
+    return problems
+
+
+def memory_problems(specs: tuple[LaunchSpec, ...], facts: dict[str, NodeFacts]) -> list[str]:
+    """Nodes whose MemAvailable is below what the profile's memory fraction will take."""
+    flag, default = MEMORY_FRACTION.get(specs[0].engine, (None, None))
+    problems = []
+    for spec in specs:
+        f = facts.get(spec.node)
+        if f is None or not f.mem_total_kb or f.mem_available_kb is None:
+            problems.append(f"{spec.node}: MemAvailable unknown")
+            continue
+        fraction = float(flag_value(spec, flag) or default) if flag else 0.0
+        need = fraction * f.mem_total_kb
+        if f.mem_available_kb < need:
+            problems.append(f"{spec.node}: MemAvailable {f.mem_available_kb / 2**20:.1f} GiB < "
+                            f"{need / 2**20:.1f} GiB ({flag} {fraction} of {f.mem_total_kb / 2**20:.1f} GiB)")
+    return problems

@@ -1,0 +1,66 @@
+"""Deployment records kept on the head node: what runs now and the last known-good one.
+
+`/var/lib/sparkrack/deployments/current.json` is written when a deployment starts,
+`last-good.json` when it passed its readiness and smoke test; `roll` falls back to the
+latter, `status` shows both. A record holds no secrets (specs hash them out).
+"""
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+from ..errors import SparkrackError
+from ..fleet import Fleet, sh
+from ..inventory import Inventory
+
+RECORD_DIR = "/var/lib/sparkrack/deployments"
+KINDS = ("current", "last-good")
+
+_WRITE = 'mkdir -p "$1" && cat > "$1/.$2.tmp" && mv "$1/.$2.tmp" "$1/$2.json"'
+_READ = 'for k in "$@"; do printf "@@ %s\\n" "$k"; cat "$0/$k.json" 2>/dev/null; echo; done'
+
+
+@dataclass
+class Deployment:
+    """One deployment of an engine profile on the rack."""
+
+    engine: str
+    profile: str
+    deployment_id: str
+    spec_hash: str
+    image: str
+    image_id: str
+    started: float = field(default_factory=time.time)
+    mem_available_kb_before: dict = field(default_factory=dict)
+    waivers: dict = field(default_factory=dict)
+    overrides: list = field(default_factory=list)
+
+    def describe(self) -> str:
+        """One line: engine, profile, image ID and when."""
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.started))
+        return f"{self.engine} {self.profile} ({self.image_id[:19]}, spec {self.spec_hash[:12]}, {when})"
+
+
+def write(fleet: Fleet, inventory: Inventory, kind: str, deployment: Deployment) -> None:
+    """Store a record on the head node (atomic rename)."""
+    head = inventory.head.name
+    data = json.dumps(asdict(deployment), sort_keys=True).encode()
+    result = fleet.run({head: sh(_WRITE, RECORD_DIR, kind)}, stdin=data)[head]
+    if result.status != "ok":
+        raise SparkrackError(f"could not write the {kind} deployment record on {head}: {result.error}")
+
+
+def read(fleet: Fleet, inventory: Inventory) -> dict[str, Deployment | None]:
+    """{kind: Deployment or None} from the head node (SparkrackError if it cannot be asked)."""
+    head = inventory.head.name
+    result = fleet.run({head: ["sh", "-c", _READ, RECORD_DIR, *KINDS]})[head]
+    if result.status != "ok":
+        raise SparkrackError(f"could not read the deployment records on {head}: {result.error}")
+    records: dict[str, Deployment | None] = {kind: None for kind in KINDS}
+    for section in result.stdout.split("@@ ")[1:]:
+        kind, _, body = section.partition("\n")
+        try:
+            records[kind.strip()] = Deployment(**json.loads(body)) if body.strip() else None
+        except (TypeError, ValueError):  # a record from another version: treat as absent
+            records[kind.strip()] = None
+    return records

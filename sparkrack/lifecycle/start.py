@@ -1,0 +1,139 @@
+"""Start a TP group in order and wait until it serves, or take every started rank down.
+
+Readiness: each rank's container must stay running, and rank 0's health endpoint must
+answer 200 within the profile's ready timeout. Any rank exiting, a node lost, the timeout,
+or Ctrl-C stops every rank this start created (nothing is left half-up) and raises.
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..engines import LaunchSpec, docker_sdk_kwargs
+from ..errors import SparkrackError
+from ..fleet import Fleet
+from ..inventory import Inventory
+from . import dockerfit, headapi
+from .containers import Rank, logs_tail, parallel, refresh, stop_ranks
+from .order import start_order
+
+POLL_SECONDS = 0.5
+CLEANUP_STOP_TIMEOUT = 10  # a failed group has nothing to drain
+
+
+@dataclass
+class Progress:
+    """What the readiness wait knows at one poll."""
+
+    running: int
+    total: int
+    joined: int
+    head_status: int | None
+    elapsed: float
+
+
+class StartFailed(SparkrackError):
+    """The group did not come up; every rank it started has been stopped."""
+
+
+def as_rank(spec: LaunchSpec, status: str = "created") -> Rank:
+    """The Rank a spec becomes once its container exists."""
+    return Rank(node=spec.node, rank=spec.rank, name=spec.container_name, engine=spec.engine,
+                profile=spec.profile, deployment=spec.deployment_id, status=status,
+                exit_code=None, stop_timeout=spec.docker.stop_timeout_s)
+
+
+def remove_leftovers(fleet: Fleet, specs: tuple[LaunchSpec, ...]) -> None:
+    """Remove stopped containers that hold our names (an earlier failed start)."""
+    def one(spec: LaunchSpec) -> None:
+        client = fleet.docker_client(spec.node)
+        for c in client.containers.list(all=True, filters={"name": f"^/{spec.container_name}$"}):
+            c.remove(force=True)
+
+    parallel(specs, one)
+
+
+def create_all(fleet: Fleet, specs: tuple[LaunchSpec, ...], *, rehearsal: bool = False,
+               on_event: Callable[[str], None] = lambda e: None) -> None:
+    """Create (not start) every rank's container: a bad image or option fails before any
+    rank runs. On a rehearsal rack the docker options are fitted to what the node's dockerd
+    can give (dockerfit), and every deviation is reported."""
+    errors = []
+    limits = dockerfit.probe(fleet, [s.node for s in specs]) if rehearsal else {}
+    deviations: set[str] = set()
+
+    def one(spec: LaunchSpec) -> None:
+        kwargs = docker_sdk_kwargs(spec)
+        kwargs.pop("detach", None)
+        if rehearsal:
+            kwargs, changes = dockerfit.fit_kwargs(kwargs, limits[spec.node])
+            deviations.update(changes)
+        try:
+            fleet.docker_client(spec.node).containers.create(**kwargs)
+        except Exception as exc:
+            errors.append(f"rank {spec.rank} on {spec.node}: {str(exc).splitlines()[0][:200]}")
+
+    parallel(specs, one)
+    for change in sorted(deviations):
+        on_event(f"rehearsal rack: {change}")
+    if errors:
+        stop_ranks(fleet, [as_rank(s) for s in specs], timeout=0)
+        raise StartFailed("could not create the containers: " + "; ".join(sorted(errors)))
+
+
+def start_group(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...], *,
+                timeout: float | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
+                on_event: Callable[[str], None] = lambda e: None) -> float:
+    """Create, start in order, wait for readiness. Returns seconds from first start to ready.
+    On any failure (or KeyboardInterrupt) every rank is stopped and removed, then it raises."""
+    remove_leftovers(fleet, specs)
+    create_all(fleet, specs, rehearsal=inventory.is_rehearsal, on_event=on_event)
+    ranks = [as_rank(s) for s in specs]
+    try:
+        for spec in start_order(list(specs), lambda s: s.rank):
+            fleet.docker_client(spec.node).containers.get(spec.container_name).start()
+            on_event(f"started rank {spec.rank} on {spec.node}")
+        return wait_ready(fleet, inventory, specs, ranks, timeout or specs[0].ready_timeout_s, on_progress)
+    except BaseException as exc:
+        on_event("stopping every rank of the failed start")
+        stop_ranks(fleet, ranks, timeout=CLEANUP_STOP_TIMEOUT)
+        if isinstance(exc, (KeyboardInterrupt, SparkrackError)):
+            raise
+        raise StartFailed(f"start failed: {exc}") from None
+
+
+def wait_ready(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...],
+               ranks: list[Rank], timeout: float, on_progress: Callable[[Progress], None]) -> float:
+    """Poll containers and the head until healthy; raise StartFailed naming the first failure."""
+    head_spec = specs[0]
+    head = inventory.node(head_spec.node)
+    port = head_spec.ports["http"]
+    started = time.monotonic()
+    while True:
+        states = refresh(fleet, ranks)
+        dead = [r for r in states if not r.alive]
+        if dead:
+            first = dead[0]
+            tail = logs_tail(fleet, first)
+            why = (f"rank {first.rank} on {first.node} {first.status}"
+                   + (f" (exit code {first.exit_code})" if first.exit_code is not None else "")
+                   + (f": {first.error}" if first.error else ""))
+            raise StartFailed(why + (" - last log lines:\n  " + "\n  ".join(tail) if tail else ""))
+        head_status = headapi.get_status(head, port, head_spec.health_path)
+        joined = sum(parallel(specs[1:], lambda s: _worker_loaded(inventory, s)))
+        elapsed = time.monotonic() - started
+        on_progress(Progress(len(states), len(states), joined + (head_status == 200), head_status, elapsed))
+        if head_status == 200:
+            return elapsed
+        if elapsed > timeout:
+            raise StartFailed(f"rank 0 on {head.name} not healthy after {timeout:.0f} s "
+                              f"(last /health: {head_status or 'no answer'})")
+        time.sleep(POLL_SECONDS)
+
+
+def _worker_loaded(inventory: Inventory, spec: LaunchSpec) -> bool:
+    """Whether a worker says it has loaded (SGLang workers serve a dummy /health; vLLM's
+    headless workers serve nothing, so their running container is all there is)."""
+    if "--headless" in spec.argv:
+        return True
+    return headapi.get_status(inventory.node(spec.node), spec.ports["http"], spec.health_path, 0.5) == 200

@@ -1,0 +1,67 @@
+"""Stop whatever engine runs on the rack, in order, and wait for unified memory to return.
+
+On a GB10 the GPU and the OS share one pool: the next engine needs the memory the last one
+held, so `down` is only done when every node's MemAvailable is back (to what it was before
+the deployment started, when that is recorded; else to RECOVERED_FRACTION of MemTotal).
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..facts import facts_argv, parse_facts
+from ..fleet import Fleet
+from .containers import Rank, engine_containers, stop_ranks
+
+RECOVERED_FRACTION = 0.85
+RECOVERY_SLACK_KB = 1 << 20  # 1 GiB below the recorded value still counts as recovered
+RECOVERY_TIMEOUT = 60.0
+
+
+@dataclass
+class StopReport:
+    """What `down` did and found."""
+
+    stopped: list[Rank] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # container@node or node -> error
+    not_recovered: dict[str, str] = field(default_factory=dict)  # node -> why
+    seconds: float = 0.0
+
+
+def stop_engine(fleet: Fleet, *, mem_before: dict[str, int] | None = None,
+                timeout: int | None = None, on_event: Callable[[str], None] = lambda e: None,
+                recovery_timeout: float = RECOVERY_TIMEOUT) -> StopReport:
+    """Stop every sparkrack engine container (rank 0 first), remove them, wait for memory."""
+    started = time.monotonic()
+    report = StopReport()
+    ranks, errors = engine_containers(fleet)
+    report.errors.update({node: f"docker: {e}" for node, e in errors.items()})
+    if ranks:
+        on_event(f"stopping {len(ranks)} rank(s): rank 0 first so it drains, then the workers")
+        report.errors.update(stop_ranks(fleet, ranks, timeout=timeout,
+                                        on_stop=lambda r: on_event(f"stopped rank {r.rank} on {r.node}")))
+        report.stopped = ranks
+        report.not_recovered = wait_memory(fleet, mem_before or {}, recovery_timeout)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def wait_memory(fleet: Fleet, mem_before: dict[str, int], timeout: float) -> dict[str, str]:
+    """Poll MemAvailable until every node recovered; {node: why} for those that did not."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pending = {}
+        for result in fleet.run(facts_argv(), timeout=15):
+            if result.status != "ok":
+                pending[result.node] = f"{result.status}: {result.error}"
+                continue
+            facts = parse_facts(result.stdout)
+            want = (mem_before.get(result.node, 0) - RECOVERY_SLACK_KB if result.node in mem_before
+                    else RECOVERED_FRACTION * (facts.mem_total_kb or 0))
+            have = facts.mem_available_kb or 0
+            if have < want:
+                pending[result.node] = (f"MemAvailable {have / 2**20:.1f} GiB, expected "
+                                        f"{want / 2**20:.1f} GiB")
+        if not pending or time.monotonic() > deadline:
+            return pending
+        time.sleep(0.5)

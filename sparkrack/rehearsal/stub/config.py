@@ -1,0 +1,199 @@
+"""The stub deployment's settings: `{model_path}/sparkrack-stub.json` (stdlib only).
+
+The launch specs bind-mount the model directory read-only into every rank, so one JSON
+file there configures the whole deployment on that node. Every key is optional; an
+unknown key is an error (the rank exits 1 naming it), so a typo never passes silently.
+
+    {
+      "load_delay_s": 3.0,          # each rank's "weight load", after the group has joined
+      "tokens_per_s": 50.0,         # decode rate of one request (SSE chunks at this rate)
+      "prefill_tokens_per_s": 4000, # prompt processing rate before the first token
+      "answer_tokens": 64,          # completion length when max_tokens allows it
+      "accept_length": null,        # speculative accept length for /metrics; null: derived
+                                    #   from the speculative flags (see ACCEPT_RATE)
+      "rank_mem_gib": null,         # unified memory a loaded rank holds; null: the flag's
+                                    #   fraction (--mem-fraction-static 0.80 / vLLM
+                                    #   --gpu-memory-utilization 0.9) of the node's pool
+      "indexer_scale": 1.0,         # multiplier on the SGLang DSA indexer scratch (leak.py)
+      "health_timeout_s": 20.0,     # SGLang /health: 503 when the group does not answer
+      "ranks": {                    # per rank (keys are rank numbers as strings)
+        "3": {"exit_at_start": true, "exit_code": 1},
+        "5": {"die_after_s": 30},   # seconds after the process started
+        "2": {"load_delay_s": 10}
+      },
+      "engines": {"vllm": {"tokens_per_s": 45}},  # per engine: any key above
+      "overrides": [                # per profile: applied in order when every flag of
+        {"when": {"--context-length": "131072"}, "tokens_per_s": 60}   # `when` is in argv
+      ]                             #   with that value (true: a bare switch)
+    }
+
+Precedence: defaults < top level < engines[engine] < each matching override, in order;
+"ranks" entries merge key by key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from dataclasses import dataclass
+
+CONFIG_NAME = "sparkrack-stub.json"
+
+DEFAULTS = {
+    "load_delay_s": 3.0,
+    "tokens_per_s": 50.0,
+    "prefill_tokens_per_s": 4000.0,
+    "answer_tokens": 64,
+    "accept_length": None,
+    "rank_mem_gib": None,
+    "indexer_scale": 1.0,
+    "health_timeout_s": 20.0,
+}
+RANK_KEYS = {"load_delay_s": (int, float), "exit_at_start": (bool,),
+             "die_after_s": (int, float), "exit_code": (int,)}
+_NUMBERS = (int, float)
+_TYPES = {"load_delay_s": _NUMBERS, "tokens_per_s": _NUMBERS, "prefill_tokens_per_s": _NUMBERS,
+          "answer_tokens": (int,), "accept_length": _NUMBERS + (type(None),),
+          "rank_mem_gib": _NUMBERS + (type(None),), "indexer_scale": _NUMBERS,
+          "health_timeout_s": _NUMBERS}
+ENGINES = ("sglang", "vllm")
+# Per-token draft acceptance that gives the field report's accept length 2.83 at 3 EAGLE
+# steps: 1 + p + p^2 + p^3 = 2.83 for p = 0.772 (vLLM MTP 3 measured 2.89: close).
+ACCEPT_RATE = 0.772
+
+
+class StubConfigError(ValueError):
+    """sparkrack-stub.json is not valid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class RankConfig:
+    """What one rank of one engine does, all settings resolved."""
+
+    load_delay_s: float
+    tokens_per_s: float
+    prefill_tokens_per_s: float
+    answer_tokens: int
+    accept_length: float
+    rank_mem_gib: float | None
+    indexer_scale: float
+    health_timeout_s: float
+    exit_at_start: bool = False
+    die_after_s: float | None = None
+    exit_code: int = 1
+
+
+def accept_length(steps: int, rate: float = ACCEPT_RATE) -> float:
+    """Expected tokens per verify step with `steps` draft tokens: sum of rate**j, j=0..steps."""
+    return sum(rate ** j for j in range(steps + 1))
+
+
+def check(data: object, where: str = CONFIG_NAME) -> dict:
+    """data if it is a valid stub config, else StubConfigError naming the bad key."""
+    if not isinstance(data, dict):
+        raise StubConfigError(f"{where}: must be a JSON object")
+    _check_settings(data, where, top=True)
+    for engine, settings in data.get("engines", {}).items():
+        if engine not in ENGINES:
+            raise StubConfigError(f"{where}: engines.{engine}: unknown engine "
+                                  f"(known: {', '.join(ENGINES)})")
+        _check_settings(settings, f"{where}: engines.{engine}")
+    for index, entry in enumerate(data.get("overrides", [])):
+        if not isinstance(entry, dict) or not isinstance(entry.get("when"), dict):
+            raise StubConfigError(f"{where}: overrides[{index}] needs a 'when' object")
+        for flag, value in entry["when"].items():
+            if not flag.startswith("-") or not isinstance(value, (str, int, float, bool)):
+                raise StubConfigError(f"{where}: overrides[{index}].when: {flag!r} must map "
+                                      "a --flag to its value (true: a bare switch)")
+        _check_settings({k: v for k, v in entry.items() if k != "when"},
+                        f"{where}: overrides[{index}]")
+    return data
+
+
+def _check_settings(data: object, where: str, top: bool = False) -> None:
+    if not isinstance(data, dict):
+        raise StubConfigError(f"{where}: must be a JSON object")
+    allowed = set(_TYPES) | {"ranks"} | ({"engines", "overrides"} if top else set())
+    for key, value in data.items():
+        if key not in allowed:
+            raise StubConfigError(f"{where}: unknown key {key!r} (known: "
+                                  f"{', '.join(sorted(allowed))})")
+        if key in _TYPES and (not isinstance(value, _TYPES[key]) or isinstance(value, bool)):
+            raise StubConfigError(f"{where}: {key} must be a number, got {value!r}")
+        if key in _TYPES and isinstance(value, _NUMBERS) and value < 0:
+            raise StubConfigError(f"{where}: {key} must be >= 0, got {value!r}")
+    if top and not isinstance(data.get("engines", {}), dict):
+        raise StubConfigError(f"{where}: engines must be an object")
+    if top and not isinstance(data.get("overrides", []), list):
+        raise StubConfigError(f"{where}: overrides must be a list")
+    ranks = data.get("ranks", {})
+    if not isinstance(ranks, dict):
+        raise StubConfigError(f"{where}: ranks must be an object keyed by rank number")
+    for rank, settings in ranks.items():
+        if not str(rank).isdigit() or not isinstance(settings, dict):
+            raise StubConfigError(f"{where}: ranks.{rank}: keys are rank numbers ('3'), "
+                                  "values objects")
+        for key, value in settings.items():
+            if key not in RANK_KEYS:
+                raise StubConfigError(f"{where}: ranks.{rank}: unknown key {key!r} (known: "
+                                      f"{', '.join(sorted(RANK_KEYS))})")
+            if not isinstance(value, RANK_KEYS[key]) or (
+                    isinstance(value, bool) and bool not in RANK_KEYS[key]):
+                raise StubConfigError(f"{where}: ranks.{rank}.{key}: bad value {value!r}")
+
+
+def _matches(when: dict, argv: list[str]) -> bool:
+    """Whether every `--flag: value` of when is in argv (value true: the bare switch)."""
+    for flag, value in when.items():
+        if value is True:
+            if flag not in argv:
+                return False
+            continue
+        pairs = set(itertools.pairwise(argv))
+        pairs |= {tuple(w.split("=", 1)) for w in argv if w.startswith("--") and "=" in w}
+        if (flag, str(value)) not in pairs:
+            return False
+    return True
+
+
+def resolve(data: dict, engine: str, rank: int, argv: list[str],
+            speculative_steps: int) -> RankConfig:
+    """The settings of one rank of one engine from a checked config (data may be {})."""
+    layers = [DEFAULTS, data, data.get("engines", {}).get(engine, {})]
+    layers += [entry for entry in data.get("overrides", []) if _matches(entry["when"], argv)]
+    merged: dict = {}
+    ranks: dict = {}
+    for layer in layers:
+        merged.update({k: v for k, v in layer.items()
+                       if k not in ("ranks", "engines", "overrides", "when")})
+        for key, settings in layer.get("ranks", {}).items():
+            ranks.setdefault(str(int(key)), {}).update(settings)
+    mine = ranks.get(str(rank), {})
+    if merged["accept_length"] is None:
+        merged["accept_length"] = round(accept_length(speculative_steps), 2)
+    return RankConfig(
+        load_delay_s=float(mine.get("load_delay_s", merged["load_delay_s"])),
+        tokens_per_s=float(merged["tokens_per_s"]),
+        prefill_tokens_per_s=float(merged["prefill_tokens_per_s"]),
+        answer_tokens=int(merged["answer_tokens"]),
+        accept_length=float(merged["accept_length"]),
+        rank_mem_gib=None if merged["rank_mem_gib"] is None else float(merged["rank_mem_gib"]),
+        indexer_scale=float(merged["indexer_scale"]),
+        health_timeout_s=float(merged["health_timeout_s"]),
+        exit_at_start=bool(mine.get("exit_at_start", False)),
+        die_after_s=None if mine.get("die_after_s") is None else float(mine["die_after_s"]),
+        exit_code=int(mine.get("exit_code", 1)))
+
+
+def load(model_path: str) -> dict:
+    """The checked config of the model directory ({} when it has no sparkrack-stub.json)."""
+    path = os.path.join(model_path, CONFIG_NAME)
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, json.JSONDecodeError) as error:
+        raise StubConfigError(f"{path}: {error}") from None
+    return check(data, path)

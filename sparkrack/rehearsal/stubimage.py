@@ -1,0 +1,410 @@
+"""Stub engine images without a registry: deterministic `docker save` tars, built here.
+
+One tar per engine, tagged with the inventory's image ref (`lmsysorg/sglang:...`,
+`vllm/vllm-openai:...`), in `docker save` format: manifest.json, repositories, the config
+JSON and one layer (`<id>/layer.tar`, with `<id>/VERSION` and `<id>/json`). The layer is a
+minimal Python runtime copied from this machine's Debian python3.11:
+
+    usr/bin/python3.11, usr/bin/python3 -> python3.11
+    usr/lib/python3.11/...        the stdlib without tests, idlelib, tkinter, ensurepip,
+                                  pydoc_data, lib2to3, distutils, venv, unittest, the
+                                  static libpython, and C modules needing big libraries
+                                  (ssl, sqlite, curses, readline, dbm, ...)
+    usr/lib/x86_64-linux-gnu/...  the shared libraries `ldd` names, and the loader
+    lib -> usr/lib, lib64 -> usr/lib64, bin -> usr/bin
+    usr/local/lib/python3.11/dist-packages/
+        sparkrack_stub/           sparkrack/rehearsal/stub (the runtime modules)
+        gpusim_client.py, gpusim_config.py   from sparkrack/rehearsal/sim
+        sglang/launch_server.py   (sglang image) `python3 -m sglang.launch_server`
+    usr/local/bin/vllm            (vllm image) `vllm serve ...`
+    tmp/ (1777)
+
+Every .py comes with an unchecked-hash .pyc compiled by that same python3.11 (no compile
+at container start, no dependence on mtimes). Byte-for-byte deterministic: entries sorted,
+mtime 2024-01-01T00:00:00Z, uid/gid 0, no user names, GNU tar headers, canonical JSON;
+so the image ID (sha256 of the config JSON) is the same on every build and every node.
+
+`build_stub_images()` writes /var/lib/sparkrack/rehearsal/images/<engine>.tar and a
+<engine>.json beside it ({inputs, image_id, ref, size}); it rebuilds only when the inputs
+(every source file's content, the refs, this builder's version) changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .layout import STATE_DIR
+
+BUILDER_VERSION = 1
+IMAGES_DIR = STATE_DIR / "images"
+ENGINES = ("sglang", "vllm")
+EPOCH = 1704067200  # 2024-01-01T00:00:00Z
+CREATED = "2024-01-01T00:00:00Z"
+PYTHON = Path("/usr/bin/python3.11")
+STDLIB = Path("/usr/lib/python3.11")
+LIBDIR = "usr/lib/x86_64-linux-gnu"
+LOADER = "ld-linux-x86-64.so.2"
+SITE = "usr/local/lib/python3.11/dist-packages"
+PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+HERE = Path(__file__).resolve().parent
+STUB_DIR = HERE / "stub"
+SIM_DIR = HERE / "sim"
+REPO = HERE.parents[1]
+REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
+
+STUB_MODULES = ("__init__.py", "cli.py", "config.py", "engine.py", "gpu.py", "group.py",
+                "leak.py", "server.py")  # modeldir.py is control side
+SIM_MODULES = ("gpusim_client.py", "gpusim_config.py")
+STDLIB_SKIP_DIRS = {"test", "tests", "idle_test", "idlelib", "tkinter", "turtledemo",
+                    "ensurepip", "pydoc_data", "lib2to3", "distutils", "venv", "unittest",
+                    "__pycache__", "site-packages", "dist-packages", "sqlite3", "curses",
+                    "dbm", "__phello__", "config-3.11-x86_64-linux-gnu"}
+STDLIB_SKIP_FILES = {"sitecustomize.py", "turtle.py", "antigravity.py", "this.py",
+                     "__hello__.py", "EXTERNALLY-MANAGED", "LICENSE.txt"}
+DYNLOAD_SKIP = re.compile(r"^(_test|_ctypes_test|xxlimited|_xx|_ssl|_hashlib|_sqlite3|_dbm|"
+                          r"_gdbm|_curses|readline|nis|ossaudiodev|_tkinter|_crypt)")
+
+SGLANG_INIT = '"""SGLang stand-in of the sparkrack rehearsal rack (sparkrack_stub)."""\n\n' \
+              '__version__ = "0.5.22"\n'
+SGLANG_LAUNCH = '"""`python3 -m sglang.launch_server ...`: one stub SGLang rank."""\n\n' \
+                'from sparkrack_stub.engine import main\n\n' \
+                'if __name__ == "__main__":\n    main("sglang")\n'
+VLLM_SCRIPT = '#!/usr/bin/python3\n"""`vllm serve ...`: one stub vLLM rank."""\n\n' \
+              'from sparkrack_stub.engine import main\n\n' \
+              'if __name__ == "__main__":\n    main("vllm")\n'
+ENTRYPOINTS = {"sglang": ["python3", "-m", "sglang.launch_server"], "vllm": ["vllm", "serve"]}
+
+
+class StubImageError(RuntimeError):
+    """The image cannot be built here (no Debian python3.11, ldd failed, ...)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One member of the layer: a directory, a file (data) or a symlink (target)."""
+
+    path: str  # relative, no leading slash
+    kind: str  # "dir" | "file" | "link"
+    mode: int = 0o755
+    data: bytes = b""
+    target: str = ""
+
+
+# --- The layer's content --------------------------------------------------------------------
+
+def _stdlib_files() -> list[tuple[Path, str]]:
+    """(host path, path in the image) of every stdlib file the runtime ships."""
+    found = []
+    for root, dirs, files in os.walk(STDLIB):
+        dirs[:] = sorted(d for d in dirs if d not in STDLIB_SKIP_DIRS)
+        for name in sorted(files):
+            host = Path(root) / name
+            if name in STDLIB_SKIP_FILES or host.is_symlink() or name.endswith((".pyc", ".pyo")):
+                continue
+            if Path(root).name == "lib-dynload" and DYNLOAD_SKIP.match(name):
+                continue
+            found.append((host, str(host.relative_to("/"))))
+    return found
+
+
+def _shared_libraries(binaries: Iterable[Path]) -> dict[str, Path]:
+    """{soname: real file} of every library ldd names for binaries, and the loader."""
+    binaries = list(binaries)
+    try:
+        out = subprocess.run(["ldd", *map(str, binaries)], capture_output=True, text=True,
+                             check=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as error:
+        raise StubImageError(f"ldd failed: {error}") from None
+    libraries: dict[str, Path] = {}
+    for line in out.splitlines():
+        line = line.strip()
+        match = re.match(r"^(\S+) => (/\S+) \(0x", line)
+        if match:
+            libraries[match.group(1)] = Path(match.group(2)).resolve()
+        elif re.match(rf"^/\S*{re.escape(LOADER)} \(0x", line):
+            libraries[LOADER] = Path(line.split()[0]).resolve()
+        elif "not found" in line:
+            raise StubImageError(f"ldd: {line}")
+    if LOADER not in libraries:
+        raise StubImageError(f"ldd named no {LOADER}")
+    return libraries
+
+
+def _source_entries(refs_engine: str) -> list[Entry]:
+    """Every entry of one engine's layer except the .pyc files."""
+    if not PYTHON.is_file() or not (STDLIB / "os.py").is_file():
+        raise StubImageError(f"{PYTHON} and {STDLIB} are needed (Debian's python3.11: "
+                             "apt-get install python3.11-minimal libpython3.11-stdlib)")
+    entries: dict[str, Entry] = {}
+
+    def add(entry: Entry) -> None:
+        parts = entry.path.split("/")
+        for depth in range(1, len(parts)):
+            parent = "/".join(parts[:depth])
+            if parent not in entries:
+                entries[parent] = Entry(parent, "dir", 0o1777 if parent == "tmp" else 0o755)
+        entries[entry.path] = entry
+
+    def file(path: str, data: bytes, mode: int = 0o644) -> None:
+        add(Entry(path, "file", mode, data))
+
+    file("usr/bin/python3.11", PYTHON.read_bytes(), 0o755)
+    add(Entry("usr/bin/python3", "link", 0o777, target="python3.11"))
+    stdlib = _stdlib_files()
+    for host, path in stdlib:
+        file(path, host.read_bytes(), 0o755 if os.access(host, os.X_OK) and
+             host.suffix not in (".py", ".so") else 0o644)
+    dynload = [host for host, _ in stdlib if host.suffix == ".so"]
+    for soname, real in sorted(_shared_libraries([PYTHON, *dynload]).items()):
+        file(f"{LIBDIR}/{soname}", real.read_bytes(), 0o755)
+    add(Entry(f"usr/lib64/{LOADER}", "link", 0o777, target=f"../lib/x86_64-linux-gnu/{LOADER}"))
+    for name, target in (("lib", "usr/lib"), ("lib64", "usr/lib64"), ("bin", "usr/bin"),
+                         ("sbin", "usr/sbin")):
+        add(Entry(name, "link", 0o777, target=target))
+    for name in ("usr/sbin", "usr/local/sbin", "etc", "root", "proc", "sys", "dev",
+                 "run", "var/tmp"):
+        add(Entry(name, "dir", 0o700 if name == "root" else 0o755))
+    add(Entry("tmp", "dir", 0o1777))
+    file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/"
+                       b"nonexistent:/usr/sbin/nologin\n")
+    file("etc/group", b"root:x:0:\nnogroup:x:65534:\n")
+    for name in STUB_MODULES:
+        file(f"{SITE}/sparkrack_stub/{name}", (STUB_DIR / name).read_bytes())
+    for name in SIM_MODULES:
+        file(f"{SITE}/{name}", (SIM_DIR / name).read_bytes())
+    if refs_engine == "sglang":
+        file(f"{SITE}/sglang/__init__.py", SGLANG_INIT.encode())
+        file(f"{SITE}/sglang/launch_server.py", SGLANG_LAUNCH.encode())
+    else:
+        file("usr/local/bin/vllm", VLLM_SCRIPT.encode(), 0o755)
+    return [entries[key] for key in sorted(entries)]
+
+
+def _compiled(entries: list[Entry]) -> list[Entry]:
+    """Unchecked-hash .pyc entries for every .py entry, compiled by the image's python."""
+    sources = [e for e in entries if e.kind == "file" and e.path.endswith(".py")]
+    script = (
+        "import importlib.util, json, sys\n"
+        "from importlib._bootstrap_external import _code_to_hash_pyc\n"
+        "jobs = json.load(sys.stdin)\n"
+        "for source, dfile, out in jobs:\n"
+        "    data = open(source, 'rb').read()\n"
+        "    code = compile(data, dfile, 'exec', dont_inherit=True)\n"
+        "    pyc = _code_to_hash_pyc(code, importlib.util.source_hash(data), checked=False)\n"
+        "    open(out, 'wb').write(pyc)\n")
+    with tempfile.TemporaryDirectory(prefix="stubimage-") as tmp:
+        jobs = []
+        for index, entry in enumerate(sources):
+            src = Path(tmp) / f"{index}.py"
+            src.write_bytes(entry.data)
+            jobs.append((str(src), "/" + entry.path, str(Path(tmp) / f"{index}.pyc")))
+        env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "LC_ALL": "C.UTF-8"}
+        done = subprocess.run([str(PYTHON), "-I", "-S", "-c", script], input=json.dumps(jobs),
+                              text=True, capture_output=True, env=env, timeout=300, check=False)
+        if done.returncode != 0:
+            raise StubImageError(f"compiling the .pyc files failed: {done.stderr[-2000:]}")
+        tag = "cpython-311"
+        compiled = []
+        for entry, (_, _, out) in zip(sources, jobs, strict=True):
+            folder, _, name = entry.path.rpartition("/")
+            compiled.append(Entry(f"{folder}/__pycache__/{name[:-3]}.{tag}.pyc", "file",
+                                  0o644, Path(out).read_bytes()))
+    return compiled
+
+
+def _layer_entries(engine: str, sources: list[Entry] | None = None) -> list[Entry]:
+    entries = {e.path: e for e in (sources or _source_entries(engine))}
+    for entry in _compiled(list(entries.values())):
+        folder = entry.path.rpartition("/")[0]
+        entries.setdefault(folder, Entry(folder, "dir", 0o755))
+        entries[entry.path] = entry
+    return [entries[key] for key in sorted(entries)]
+
+
+# --- Deterministic tars ---------------------------------------------------------------------
+
+def _tar(entries: Iterable[Entry]) -> bytes:
+    """A GNU tar of entries, in the given order, every header fixed but the content."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for entry in entries:
+            info = tarfile.TarInfo(entry.path + ("/" if entry.kind == "dir" else ""))
+            info.mtime, info.uid, info.gid, info.uname, info.gname = EPOCH, 0, 0, "", ""
+            info.mode = entry.mode
+            if entry.kind == "dir":
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif entry.kind == "link":
+                info.type, info.linkname = tarfile.SYMTYPE, entry.target
+                tar.addfile(info)
+            else:
+                info.size = len(entry.data)
+                tar.addfile(info, io.BytesIO(entry.data))
+    return buffer.getvalue()
+
+
+def _canonical(data: object) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def image_tar(engine: str, ref: str, layer: bytes) -> tuple[bytes, str]:
+    """(the `docker save` tar, its image ID) of one engine's image around layer."""
+    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+    config = _canonical({
+        "architecture": "amd64", "os": "linux", "created": CREATED,
+        "author": "sparkrack rehearsal (stub engine)",
+        "config": {"Env": [PATH_ENV, "LANG=C.UTF-8"], "Entrypoint": ENTRYPOINTS[engine],
+                   "Cmd": None, "WorkingDir": "/",
+                   "Labels": {"org.sparkrack.stub": engine, "org.sparkrack.stub.ref": ref}},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        "history": [{"created": CREATED, "created_by": f"sparkrack stubimage v"
+                     f"{BUILDER_VERSION}: python3.11 runtime + stub {engine}"}]})
+    config_hex = hashlib.sha256(config).hexdigest()
+    layer_id = hashlib.sha256(f"{diff_id}\n{config_hex}".encode()).hexdigest()
+    repository, _, tag = ref.rpartition(":")
+    if not repository or "/" in tag:
+        repository, tag = ref, "latest"
+    legacy = _canonical({"id": layer_id, "created": CREATED, "os": "linux",
+                         "architecture": "amd64", "config": {}})
+    members = [
+        Entry(layer_id, "dir", 0o755),
+        Entry(f"{layer_id}/VERSION", "file", 0o644, b"1.0"),
+        Entry(f"{layer_id}/json", "file", 0o644, legacy),
+        Entry(f"{layer_id}/layer.tar", "file", 0o644, layer),
+        Entry(f"{config_hex}.json", "file", 0o644, config),
+        Entry("manifest.json", "file", 0o644, _canonical([
+            {"Config": f"{config_hex}.json", "RepoTags": [ref],
+             "Layers": [f"{layer_id}/layer.tar"]}])),
+        Entry("repositories", "file", 0o644, _canonical({repository: {tag: layer_id}})),
+    ]
+    return _tar(sorted(members, key=lambda e: e.path)), "sha256:" + config_hex
+
+
+def build_image(engine: str, ref: str) -> tuple[bytes, str]:
+    """(tar bytes, image ID) of one engine's stub image, built from scratch (no cache)."""
+    return image_tar(engine, ref, _tar(_layer_entries(engine)))
+
+
+# --- Cached builds --------------------------------------------------------------------------
+
+def _inputs_digest(engine: str, ref: str, sources: list[Entry]) -> str:
+    digest = hashlib.sha256(f"stubimage v{BUILDER_VERSION}\n{engine}\n{ref}\n{PYTHON}\n"
+                            f"{sys.implementation.cache_tag}\n".encode())
+    for entry in sources:
+        digest.update(f"{entry.path}\0{entry.kind}\0{entry.mode:o}\0{entry.target}\0".encode())
+        digest.update(hashlib.sha256(entry.data).digest())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def image_refs(inventory=None) -> dict[str, str]:
+    """{engine: image ref} from the inventory (default: the repo's rehearsal inventory)."""
+    if inventory is None:
+        from ..inventory import load_inventory
+        inventory = load_inventory(REHEARSAL_INVENTORY)
+    images = inventory.vars.images
+    missing = [engine for engine in ENGINES if engine not in images]
+    if missing:
+        raise StubImageError(f"the inventory names no image for {', '.join(missing)}")
+    return {engine: images[engine] for engine in ENGINES}
+
+
+def build_stub_images(inventory=None, *, out_dir: Path | str = IMAGES_DIR,
+                      engines: Iterable[str] = ENGINES, force: bool = False,
+                      refs: Mapping[str, str] | None = None) -> dict[str, tuple[Path, str]]:
+    """Build each engine's stub image tar into out_dir; {engine: (tar path, image ID)}.
+
+    Idempotent: a tar whose recorded inputs digest still matches is kept as it is (force:
+    rebuild anyway). Refs come from refs, else from the inventory's `images`.
+    """
+    refs = dict(refs) if refs is not None else image_refs(inventory)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    built: dict[str, tuple[Path, str]] = {}
+    for engine in engines:
+        if engine not in ENGINES:
+            raise StubImageError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+        ref = refs[engine]
+        sources = _source_entries(engine)
+        digest = _inputs_digest(engine, ref, sources)
+        path, record_path = out / f"{engine}.tar", out / f"{engine}.json"
+        record = _read_json(record_path)
+        if (not force and record.get("inputs") == digest and path.is_file()
+                and path.stat().st_size == record.get("size")):
+            built[engine] = (path, record["image_id"])
+            continue
+        data, image_id = image_tar(engine, ref, _tar(_layer_entries(engine, sources)))
+        _write_atomic(path, data)
+        _write_atomic(record_path, json.dumps(
+            {"engine": engine, "ref": ref, "image_id": image_id, "size": len(data),
+             "sha256": hashlib.sha256(data).hexdigest(), "inputs": digest},
+            indent=1, sort_keys=True).encode() + b"\n")
+        built[engine] = (path, image_id)
+    return built
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+# --- For tests: one node ----------------------------------------------------------------------
+
+def load_stub_image(fleet, node: str, path: Path | str, image_id: str) -> bool:
+    """Load the tar at path into node's dockerd unless image_id is already there; True if
+    it loaded. A previous stub image that the load untagged is removed (unless a container
+    still uses it). StubImageError if dockerd reports another ID than image_id.
+
+    For tests only: moving images onto the rack is the provisioning role's job.
+    """
+    import docker.errors
+
+    client = fleet.docker_client(node)
+    try:
+        if client.images.get(image_id).id == image_id:
+            return False
+    except docker.errors.ImageNotFound:
+        pass
+    data = Path(path).read_bytes()
+    ref = json.loads(_member(data, "manifest.json"))[0]["RepoTags"][0]
+    try:
+        previous = client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        previous = None
+    images = client.images.load(data)
+    ids = {image.id for image in images}
+    if ids != {image_id}:
+        raise StubImageError(f"{node}: docker load of {path} gave {sorted(ids)}, expected "
+                             f"{image_id}")
+    if previous is not None and previous.id != image_id and \
+            (previous.labels or {}).get("org.sparkrack.stub"):
+        try:
+            client.images.remove(previous.id)
+        except docker.errors.APIError:
+            pass  # still used by a container: docker keeps it
+    return True
+
+
+def _member(data: bytes, name: str) -> bytes:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return tar.extractfile(name).read()

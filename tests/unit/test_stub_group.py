@@ -1,0 +1,426 @@
+"""Stub TP groups on loopback (no rack): rendezvous, readiness, the OpenAI API with paced
+SSE, dead-rank propagation, the drain, faults, unified memory and the indexer leak.
+
+Every rank is a local process running sparkrack.rehearsal.stub.engine against one private
+gpusimd (port 0, state in tmp); workers get their own HTTP ports since they share one
+address. The same behaviour on the rehearsal rack: tests/integration/test_stub_rack.py.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sparkrack.rehearsal.stub.modeldir import model_files
+
+REPO = Path(__file__).resolve().parents[2]
+SIM_DIR = REPO / "sparkrack" / "rehearsal" / "sim"
+RUNNER = ("import sys; sys.argv[0] = {prog!r}; "
+          "from sparkrack.rehearsal.stub.engine import main; main({engine!r})")
+EAGLE = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class GpuSim:
+    """A private gpusimd (meminfo and state under tmp)."""
+
+    def __init__(self, tmp: Path):
+        config = tmp / "node.json"
+        config.write_text(json.dumps({"node": "local", "port": 0, "state_dir": str(tmp / "run"),
+                                      "latch_file": str(tmp / "latched")}))
+        self.log = tmp / "gpusimd.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen([str(SIM_DIR / "gpusimd")], stderr=log,
+                                         env={**os.environ, "GPU_SIM_CONFIG": str(config)})
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            found = re.search(r"listening on 127\.0\.0\.1:(\d+)", self.log.read_text())
+            if found:
+                self.port = int(found.group(1))
+                return
+            time.sleep(0.02)
+        raise AssertionError("gpusimd did not start: " + self.log.read_text())
+
+    def state(self) -> dict:
+        if str(SIM_DIR) not in sys.path:
+            sys.path.insert(0, str(SIM_DIR))
+        from gpusim_client import GpuSimClient
+        with GpuSimClient(("127.0.0.1", self.port)) as client:
+            return client.state()
+
+    def available(self) -> int:
+        return self.state()["memory"]["available_kb"] * 1024
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=5)
+
+
+class LocalGroup:
+    """nnodes stub ranks of one engine on loopback, started workers first."""
+
+    def __init__(self, tmp: Path, gpu: GpuSim, engine: str = "sglang", nnodes: int = 3,
+                 config: dict | None = None, env: dict | None = None,
+                 extra: list[str] | None = None):
+        self.tmp, self.gpu, self.engine, self.nnodes = tmp, gpu, engine, nnodes
+        self.model = tmp / "model"
+        self.model.mkdir(exist_ok=True)
+        base = {"load_delay_s": 0.2, "rank_mem_gib": 1, "tokens_per_s": 40}
+        for name, data in model_files({**base, **(config or {})}).items():
+            (self.model / name).write_bytes(data)
+        self.group_port = free_port()
+        self.ports = [free_port() for _ in range(nnodes)]
+        self.env = {**os.environ, "GPU_SIM_ADDR": f"127.0.0.1:{gpu.port}",
+                    "SPARKRACK_STUB_RECORD_DIR": str(tmp), "PYTHONPATH": str(REPO),
+                    **(env or {})}
+        self.extra = extra or []
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.logs: dict[int, Path] = {}
+
+    def argv(self, rank: int) -> list[str]:
+        if self.engine == "sglang":
+            return ["--model-path", str(self.model), "--served-model-name", "stub-model",
+                    "--context-length", "131072", "--chunked-prefill-size", "4096",
+                    "--mem-fraction-static", "0.80", "--max-running-requests", "2",
+                    *self.extra, "--tp-size", str(self.nnodes), "--nnodes", str(self.nnodes),
+                    "--node-rank", str(rank), "--dist-init-addr",
+                    f"127.0.0.1:{self.group_port}", "--host", "127.0.0.1", "--port",
+                    str(self.ports[rank])]
+        tail = ["--host", "127.0.0.1", "--port", str(self.ports[0])] if rank == 0 \
+            else ["--headless"]
+        return ["serve", str(self.model), "--served-model-name", "stub-model",
+                "--max-model-len", "131072", *self.extra, "--tensor-parallel-size",
+                str(self.nnodes), "--distributed-executor-backend", "mp", "--nnodes",
+                str(self.nnodes), "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+                "--master-port", str(self.group_port), *tail]
+
+    def start(self, rank: int, argv: list[str] | None = None) -> subprocess.Popen:
+        prog = "launch_server.py" if self.engine == "sglang" else "vllm"
+        self.logs[rank] = self.tmp / f"rank{rank}.log"
+        with open(self.logs[rank], "w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", RUNNER.format(prog=prog, engine=self.engine),
+                 *(self.argv(rank) if argv is None else argv)],
+                stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        self.procs[rank] = proc
+        return proc
+
+    def start_all(self) -> None:
+        for rank in range(self.nnodes - 1, -1, -1):
+            self.start(rank)
+
+    def url(self, path: str, rank: int = 0) -> str:
+        return f"http://127.0.0.1:{self.ports[rank]}{path}"
+
+    def status(self, path: str = "/health", rank: int = 0) -> int | None:
+        try:
+            with urllib.request.urlopen(self.url(path, rank), timeout=5) as answer:
+                return answer.status
+        except urllib.error.HTTPError as error:
+            return error.code
+        except OSError:
+            return None
+
+    def get(self, path: str, rank: int = 0) -> bytes:
+        with urllib.request.urlopen(self.url(path, rank), timeout=5) as answer:
+            return answer.read()
+
+    def wait_healthy(self, timeout: float = 15.0) -> float:
+        began = time.monotonic()
+        while time.monotonic() - began < timeout:
+            if self.status() == 200:
+                return time.monotonic() - began
+            for rank, proc in self.procs.items():
+                assert proc.poll() is None, f"rank {rank} exited:\n{self.log(rank)}"
+            time.sleep(0.05)
+        raise AssertionError("head never healthy:\n" + self.log(0))
+
+    def chat(self, words: int, max_tokens: int = 4, **extra) -> dict:
+        body = {"model": "stub-model", "max_tokens": max_tokens,
+                "messages": [{"role": "user", "content": " ".join(["word"] * words)}], **extra}
+        request = urllib.request.Request(self.url("/v1/chat/completions"),
+                                         data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return json.loads(answer.read())
+
+    def stream(self, path: str, body: dict) -> tuple[int, list[tuple[float, str]]]:
+        """(status, [(arrival time, data payload)]) of an SSE request."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.ports[0], timeout=30)
+        connection.request("POST", path, json.dumps({**body, "stream": True}),
+                           {"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        events = []
+        while True:
+            line = answer.readline()
+            if not line:
+                break
+            if line.startswith(b"data: "):
+                events.append((time.monotonic(), line[6:].strip().decode()))
+        connection.close()
+        return answer.status, events
+
+    def wait_exit(self, timeout: float = 10.0) -> dict[int, int | None]:
+        deadline = time.monotonic() + timeout
+        codes = {}
+        for rank, proc in sorted(self.procs.items()):
+            try:
+                codes[rank] = proc.wait(max(0.01, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                codes[rank] = None
+        return codes
+
+    def signal(self, rank: int, signum: int = signal.SIGTERM) -> None:
+        self.procs[rank].send_signal(signum)
+
+    def log(self, rank: int) -> str:
+        path = self.logs.get(rank)
+        return path.read_text() if path and path.exists() else ""
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+
+
+@pytest.fixture
+def gpu(tmp_path):
+    sim = GpuSim(tmp_path)
+    yield sim
+    sim.stop()
+
+
+@pytest.fixture
+def groups(tmp_path, gpu):
+    made = []
+
+    def make(**options) -> LocalGroup:
+        folder = tmp_path / f"group{len(made)}"
+        folder.mkdir()
+        group = LocalGroup(folder, gpu, **options)
+        made.append(group)
+        return group
+    yield make
+    for group in made:
+        group.stop()
+
+
+def chat_tokens(events) -> list[tuple[float, str]]:
+    found = []
+    for when, data in events:
+        if data == "[DONE]":
+            continue
+        for choice in json.loads(data)["choices"]:
+            text = choice.get("delta", {}).get("content") or choice.get("text")
+            if text:
+                found.append((when, text))
+    return found
+
+
+def test_the_group_forms_serves_and_drains(groups, gpu):
+    idle = gpu.available()
+    group = groups(extra=EAGLE)
+    group.start_all()
+    group.wait_healthy()
+    assert idle - gpu.available() == 3 * GiB  # each rank's share, held while loaded
+    assert group.status("/health", rank=1) == group.status("/health", rank=2) == 200
+    models = json.loads(group.get("/v1/models"))
+    assert models["data"][0]["id"] == "stub-model"
+    assert json.loads(group.get("/model_info"))["architectures"] == ["GlmMoeDsaForCausalLM"]
+    info = json.loads(group.get("/server_info"))
+    assert info["tp_size"] == 3 and info["internal_states"][0]["avg_spec_accept_length"] == 2.83
+
+    answer = group.chat(12, max_tokens=5)
+    assert answer["usage"] == {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}
+    assert answer["choices"][0]["finish_reason"] == "length"
+    assert len(answer["choices"][0]["message"]["content"].split()) == 5
+
+    status, events = group.stream("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "a b c"}], "max_tokens": 21,
+        "stream_options": {"include_usage": True}})
+    tokens = chat_tokens(events)
+    assert status == 200 and len(tokens) == 21 and events[-1][1] == "[DONE]"
+    rate = (len(tokens) - 1) / (tokens[-1][0] - tokens[0][0])
+    assert 32 < rate < 48  # configured 40 tok/s
+    assert json.loads(events[-2][1])["usage"]["completion_tokens"] == 21
+    status, events = group.stream("/v1/completions", {"prompt": "x y", "max_tokens": 3})
+    assert len(chat_tokens(events)) == 3
+    metrics = group.get("/metrics").decode()
+    assert 'sglang:spec_accept_length{model_name="stub-model"} 2.83' in metrics
+    assert 'sglang:generation_tokens_total{model_name="stub-model"} 29' in metrics
+
+    # SIGTERM: a worker only logs; rank 0 drains the in-flight stream, then all exit 0.
+    done = {}
+    reader = threading.Thread(target=lambda: done.update(result=group.stream(
+        "/v1/chat/completions", {"messages": [{"role": "user", "content": "q"}],
+                                 "max_tokens": 30})))
+    reader.start()
+    time.sleep(0.3)
+    assert gpu.state()["util"] == 100  # the GPU is held busy while a forward runs
+    group.signal(1)
+    group.signal(0)
+    time.sleep(0.1)
+    assert group.status() == 503  # draining
+    reader.join(10)
+    assert len(chat_tokens(done["result"][1])) == 30  # the drain let it finish
+    assert group.wait_exit() == {0: 0, 1: 0, 2: 0}
+    assert "Received SIGTERM; rank 1 waits for rank 0" in group.log(1)
+    assert "Gracefully exiting... Remaining number of requests 1" in group.log(0)
+    assert gpu.available() == idle  # exiting gave the memory back
+    assert gpu.state()["util"] == 0
+
+    record = json.loads((group.tmp / "sparkrack-stub-rank2.json").read_text())
+    assert record["argv"] == ["python3", "-m", "sglang.launch_server", *group.argv(2)]
+    assert record["env"]["GPU_SIM_ADDR"] == f"127.0.0.1:{gpu.port}"
+    first = json.loads(group.log(2).splitlines()[0])
+    assert first["event"] == "start" and first["argv"] == record["argv"]
+
+
+def test_a_dead_worker_takes_the_whole_group_down(groups, gpu):
+    idle = gpu.available()
+    group = groups()
+    group.start_all()
+    group.wait_healthy()
+    killed = time.monotonic()
+    group.procs[2].kill()
+    codes = group.wait_exit(5)
+    assert time.monotonic() - killed < 2
+    assert codes[0] == 1 and codes[1] == 1 and codes[2] == -signal.SIGKILL
+    for rank in (0, 1):
+        assert "NCCL error" in group.log(rank) and "remote process exited" in group.log(rank)
+    assert "rank 2" in group.log(0)
+    time.sleep(0.1)
+    assert gpu.available() == idle
+
+
+def test_the_head_is_unhealthy_until_every_rank_loaded(groups):
+    group = groups(config={"ranks": {"1": {"load_delay_s": 1.5}}})
+    group.start(0)
+    time.sleep(0.5)
+    assert group.status() == 503  # SGLang: listening, starting
+    group.start(2)
+    group.start(1)
+    up = group.wait_healthy()
+    assert up > 1.2  # waited for the slow rank
+
+
+def test_faults_exit_at_start_and_die_after(groups):
+    group = groups(config={"ranks": {"1": {"exit_at_start": True, "exit_code": 3},
+                                     "2": {"die_after_s": 1.0}}})
+    group.start_all()
+    assert group.procs[1].wait(5) == 3
+    assert "exit_at_start" in group.log(1)
+    group.start(1, group.argv(1)[:])  # still faulty: it exits again
+    assert group.procs[1].wait(5) == 3
+    codes = group.wait_exit(5)  # rank 2 dies at 1 s and takes rank 0 with it
+    assert codes[2] == 1 and codes[0] == 1
+    assert "die_after_s=1" in group.log(2)
+
+
+def test_a_worker_signalled_before_joining_exits(groups):
+    group = groups()
+    group.start(1)
+    time.sleep(0.5)
+    group.signal(1)
+    assert group.procs[1].wait(5) == 0
+
+
+def test_the_leak_ratchets_without_the_budget_and_stays_flat_with_it(groups, gpu):
+    held = {}
+    for name, env in (("default", {}), ("budget", {"SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION":
+                                                   "0.01"})):
+        group = groups(env=env, config={"prefill_tokens_per_s": 100000})
+        group.start_all()
+        group.wait_healthy()
+        loaded = gpu.available()
+        held[name] = []
+        for words in (2000, 4000, 8000, 4000):
+            group.chat(words, max_tokens=1)
+            held[name].append((loaded - gpu.available()) // MiB)
+        group.signal(0)
+        assert group.wait_exit() == {0: 0, 1: 0, 2: 0}
+    # 3 ranks x fp32 logits blocks of the longest prompt: 15, 61, 183 MiB per rank
+    assert held["default"] == [45, 183, 549, 549]
+    assert held["budget"] == [0, 0, 0, 0]
+
+
+def test_vllm_head_listens_only_when_ready_and_workers_are_headless(groups, gpu):
+    group = groups(engine="vllm", config={"load_delay_s": 0.8},
+                   extra=["--speculative-config", '{"method":"mtp","num_speculative_tokens":3}'])
+    group.start_all()
+    time.sleep(0.3)
+    assert group.status() is None  # connection refused while the engine loads
+    group.wait_healthy()
+    assert group.status("/health", rank=1) is None  # headless: no HTTP at all
+    answer = group.chat(3, max_tokens=6)
+    assert answer["usage"]["completion_tokens"] == 6
+    metrics = group.get("/metrics").decode()
+    drafts = int(re.search(r"vllm:spec_decode_num_drafts_total\S* (\d+)", metrics).group(1))
+    accepted = int(re.search(r"vllm:spec_decode_num_accepted_tokens_total\S* (\d+)",
+                             metrics).group(1))
+    assert 1 + accepted / drafts == pytest.approx(2.83, abs=0.5)
+    assert json.loads(group.get("/version")) == {"version": "0.33.0"}
+    wrong = urllib.request.Request(group.url("/v1/chat/completions"), data=json.dumps(
+        {"model": "other", "messages": [{"role": "user", "content": "x"}]}).encode())
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(wrong, timeout=5)
+    assert refused.value.code == 404
+    group.signal(0)
+    assert group.wait_exit() == {0: 0, 1: 0, 2: 0}
+
+
+def test_startup_errors_exit_1_like_the_engines(groups):
+    group = groups()
+    (group.model / "sparkrack-stub.json").write_text('{"tokens_per_sec": 5}')
+    group.start(0)
+    assert group.procs[0].wait(10) == 1
+    assert "unknown key 'tokens_per_sec'" in group.log(0)
+    (group.model / "config.json").unlink()
+    group.start(0)
+    assert group.procs[0].wait(10) == 1
+    assert "config.json" in group.log(0)
+    group.start(0, group.argv(0) + ["--bogus"])
+    assert group.procs[0].wait(10) == 2
+    assert "unrecognized arguments: --bogus" in group.log(0)
+
+
+def test_the_ratchet_ends_in_no_memory_a_stuck_rank_and_the_watchdog(groups):
+    """The field report's failure: the scratch reaches the floor, the driver refuses, a
+    rank is stuck allocating, /health fails, the watchdog takes the group down."""
+    group = groups(config={"rank_mem_gib": 35, "indexer_scale": 100, "health_timeout_s": 0.5,
+                           "prefill_tokens_per_s": 100000},
+                   extra=["--watchdog-timeout", "2"])
+    group.start_all()
+    group.wait_healthy()
+    request = threading.Thread(target=lambda: pytest.raises(OSError, group.chat, 8000, 1))
+    request.start()
+    time.sleep(0.5)
+    assert group.status() == 503  # a stuck rank no longer answers
+    codes = group.wait_exit(10)
+    request.join(5)
+    assert codes[0] == 1 and set(codes.values()) == {1}
+    logs = "".join(group.log(rank) for rank in range(3))
+    assert "NV_ERR_NO_MEMORY" in logs
+    assert "Watchdog timeout (self.watchdog_timeout=2)" in group.log(0)

@@ -107,8 +107,11 @@ def down(inventory: Inventory, *, timeout: int | None = None,
             current = record.read(fleet, inventory)["current"]
         except SparkrackError:
             current = None
-        return stop_engine(fleet, mem_before=current.mem_available_kb_before if current else None,
-                           timeout=timeout, on_event=on_event)
+        report = stop_engine(fleet, mem_before=current.mem_available_kb_before if current else None,
+                             timeout=timeout, on_event=on_event)
+        if not report.errors:
+            record.clear(fleet, inventory, "current")
+        return report
 
 
 def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeout=None,

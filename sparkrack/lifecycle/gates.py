@@ -87,7 +87,7 @@ def preflight(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...],
     report.add("memory", memory_problems(specs, report.facts), "enough MemAvailable on every node")
 
     burned = burn(inventory, fleet.nodes)
-    report.add("clock cap", [f"{b.node}: {b.reason}" for b in burned if not b.ok],
+    report.add("clock cap", grouped([(b.node, b.reason) for b in burned if not b.ok]),
                f"every GPU at or below {inventory.vars.clock_cap_mhz} MHz under load")
     states = {b.node: CapState.CAPPED if b.ok else CapState.UNCAPPED for b in burned}
     budget = project_power(inventory, states)
@@ -97,6 +97,14 @@ def preflight(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...],
     else:
         report.add("power", [budget.reason] if budget.blocking else [], budget.reason)
     return report
+
+
+def grouped(problems: list[tuple[str, str]]) -> list[str]:
+    """[(node, why)] -> one line per distinct why, naming every node it applies to."""
+    by_reason: dict[str, list[str]] = {}
+    for node, why in problems:
+        by_reason.setdefault(why, []).append(node)
+    return [f"{', '.join(nodes)}: {why}" for why, nodes in by_reason.items()]
 
 
 def image_problems(fleet: Fleet, specs: tuple[LaunchSpec, ...], report: Preflight) -> list[str]:

@@ -1,8 +1,8 @@
 """Deployment records kept on the head node: what runs now and the last known-good one.
 
 `/var/lib/sparkrack/deployments/current.json` is written when a deployment starts,
-`last-good.json` when it passed its readiness and smoke test; `roll` falls back to the
-latter, `status` shows both. A record holds no secrets (specs hash them out).
+`last-good.json` when it passed its readiness and smoke test; `down` removes `current`;
+`roll` falls back to `last-good`; `status` shows both. A record holds no secrets (specs hash them out).
 """
 
 import json
@@ -48,6 +48,12 @@ def write(fleet: Fleet, inventory: Inventory, kind: str, deployment: Deployment)
     result = fleet.run({head: sh(_WRITE, RECORD_DIR, kind)}, stdin=data)[head]
     if result.status != "ok":
         raise SparkrackError(f"could not write the {kind} deployment record on {head}: {result.error}")
+
+
+def clear(fleet: Fleet, inventory: Inventory, kind: str) -> None:
+    """Remove a record (`down` clears "current": nothing runs any more)."""
+    head = inventory.head.name
+    fleet.run({head: ["rm", "-f", f"{RECORD_DIR}/{kind}.json"]})
 
 
 def read(fleet: Fleet, inventory: Inventory) -> dict[str, Deployment | None]:

@@ -16,6 +16,8 @@ from typing import Any
 
 ENGINES = ("sglang", "vllm")
 ADDRESS = "address"  # type of keys holding an IP address or a DNS host name
+EngineFiles = typing.NewType("EngineFiles", Mapping[str, str])  # engine -> local file; may be {}
+SOURCES = EngineFiles
 
 RACK = "rack"  # rack-wide: group vars only
 NODE = "node"  # rack var that a host may override
@@ -97,6 +99,27 @@ class RackVars:
         0.01, "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION (bounds the DSA indexer scratch)",
         above=0, at_most=1)
     rehearsal: bool = _var(False, "true for the local rehearsal rack")
+    nccl_ib_gid_probe: bool = _var(
+        True, "probe NCCL_IB_GID_INDEX per node (RoCE v2, IPv4-mapped GID); false: use "
+        "nccl_ib_gid_index (a node's own nccl_ib_gid_index always wins)")
+    image_sources: EngineFiles = _var(
+        {}, "docker-save tar per engine on this machine, the source of that engine's image "
+        "for every node (engines not listed: the head node's image)")
+    rehearsal_image_sources: EngineFiles = _var(
+        {"sglang": "/var/lib/sparkrack/rehearsal/images/sglang.tar",
+         "vllm": "/var/lib/sparkrack/rehearsal/images/vllm.tar"},
+        "image_sources used instead when rehearsal is true (the stub engine images)")
+    burn_command: tuple[str, ...] = _var(
+        ("docker", "run", "--rm", "--gpus", "all", "--entrypoint", "python3", "{image}", "-c",
+         "import collections,sys,time,torch; a=torch.ones(8192,8192,device='cuda',"
+         "dtype=torch.bfloat16); e=time.time()+float(sys.argv[1]); collections.deque(("
+         "a@a for _ in iter(lambda: time.time()<e, False)),0); torch.cuda.synchronize()",
+         "{seconds}"),
+        "load put on each GPU by `invoke burn` ({seconds}: duration, {image}: the first "
+        "engine image)")
+    rehearsal_burn_command: tuple[str, ...] = _var(
+        ("gpu-sim", "load", "--seconds", "{seconds}"),
+        "burn_command used instead when rehearsal is true (the simulated GPU)")
 
 
 @dataclass(frozen=True)
@@ -147,6 +170,7 @@ _EXPECTED = {
     bool: "true or false",
     tuple[str, ...]: "a non-empty list of names",
     Mapping[str, str]: f"a mapping of engine ({', '.join(ENGINES)}) to image ref",
+    SOURCES: f"a mapping of engine ({', '.join(ENGINES)}) to a file path on this machine",
 }
 
 
@@ -166,6 +190,10 @@ def _convert(type_: Any, value: Any) -> Any:
     if type_ == tuple[str, ...]:
         ok = isinstance(value, (list, tuple)) and value and all(_is_name(item) for item in value)
         return tuple(value) if ok else None
+    if type_ == SOURCES:
+        ok = (isinstance(value, Mapping) and set(value) <= set(ENGINES)
+              and all(_is_name(path) for path in value.values()))
+        return FrozenMapping(value) if ok else None
     ok = (isinstance(value, Mapping) and value and set(value) <= set(ENGINES)
           and all(_is_name(ref) for ref in value.values()))
     return FrozenMapping(value) if ok else None

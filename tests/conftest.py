@@ -39,3 +39,24 @@ def rack():
 def inventory(rack):
     """The rehearsal inventory (with the rack up)."""
     return rack.inventory
+
+
+@pytest.fixture
+def engine_rack(rack, inventory):
+    """The rack made ready for engines, before each test that asks: provisioned (clock cap
+    unit, env files, limits, the stub images from their tars on every node; a no-change run
+    takes under a second), and the stub model directory with a short load delay."""
+    from sparkrack.fleet import Fleet
+    from sparkrack.provision import provision
+    from sparkrack.rehearsal.stub.modeldir import write_stub_model
+
+    report = provision(inventory)
+    assert report.exit_code == 0, [report.recap(n.name) for n in inventory.nodes]
+    with Fleet(inventory) as fleet:
+        write_stub_model(fleet, STUB_CONFIG)
+        # a test or an operator may have reset a cap by hand: the unit puts it back
+        fleet.run(["systemctl", "restart", "sparkrack-clock-cap.service"]).raise_for_failures()
+    return inventory
+
+
+STUB_CONFIG = {"load_delay_s": 1, "tokens_per_s": 50}

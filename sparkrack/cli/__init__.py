@@ -2,7 +2,8 @@
 
 from invoke import Collection
 
-from . import check_tasks, engine_tasks, rack_tasks, rehearsal_stub_tasks, rehearsal_tasks
+from . import (check_tasks, engine_tasks, provision_tasks, rack_tasks, rehearsal_stub_tasks,
+               rehearsal_tasks)
 
 
 def build_namespace() -> Collection:
@@ -12,6 +13,8 @@ def build_namespace() -> Collection:
                         engine_tasks.watch):
         ns.add_task(engine_task)
     ns.add_task(check_tasks.check)
+    for provision_task in (provision_tasks.provision, provision_tasks.unprovision, provision_tasks.burn):
+        ns.add_task(provision_task)
     rehearsal = Collection.from_module(rehearsal_tasks)
     rehearsal.add_task(rehearsal_stub_tasks.stub_images)
     rehearsal.add_task(rehearsal_stub_tasks.stub_model)

@@ -1,0 +1,227 @@
+"""The burn check: load every GPU for a few seconds, sample its SM clock and power, judge.
+
+No nvidia-smi query reveals a clock lock (field-facts), so the proof that the cap holds is
+the clock under load. The same samples catch a GB10 latched in its low-clock state.
+
+    results = burn(inventory, nodes, seconds=5)   # the safety gates call this
+    [r.node for r in results if not r.ok]
+
+Per node, in parallel, one SSH command: start the load (the inventory's burn_command;
+rehearsal_burn_command on the rehearsal rack), sample `nvidia-smi` every half second
+while it runs, print the samples. `judge` (pure) gives the verdict: ok (max SM clock under
+load <= cap), UNCAPPED (above the cap), LATCHED (under ~1,000 MHz: needs a full power
+removal), NO LOAD (the GPU never got busy). The verdict is written on each node as
+BURN_RECORD (JSON), which `invoke status` shows.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from sparkrack.facts import BURN_RECORD
+from sparkrack.fleet import Fleet, sh
+from sparkrack.inventory import Inventory, Node
+
+LATCH_MHZ = 1000  # a GB10 latched in its low-clock state runs ~500-850 MHz under load
+BUSY_PERCENT = 50  # a sample counts as "under load" at this utilization or more
+SAMPLE_SECONDS = 0.5
+SAMPLE_FIELDS = "clocks.sm,power.draw,utilization.gpu"
+OK, UNCAPPED, LATCHED, NO_LOAD, UNREACHABLE = "ok", "UNCAPPED", "LATCHED", "NO LOAD", \
+    "UNREACHABLE"
+
+BURN_SCRIPT = r"""
+interval=$1; record=$2; fields=$3; shift 3
+mkdir -p "${record%/*}" || exit 3
+cat /proc/sys/kernel/random/boot_id
+log=$(mktemp) || exit 3
+"$@" >"$log" 2>&1 &
+pid=$!
+while kill -0 "$pid" 2>/dev/null; do
+  printf 'S %s ' "$(date +%s.%N)"
+  nvidia-smi --query-gpu="$fields" --format=csv,noheader,nounits 2>&1 | head -n 1
+  sleep "$interval"
+done
+wait "$pid"
+printf 'RC %d\n' "$?"
+tail -c 400 "$log" | sed 's/^/L /'
+rm -f "$log"
+"""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One nvidia-smi reading during the burn."""
+
+    time: float
+    sm_mhz: int | None
+    power_w: float | None
+    util_pct: int | None
+
+
+@dataclass
+class BurnResult:
+    """One node's burn: the verdict and the numbers behind it."""
+
+    node: str
+    ok: bool
+    verdict: str
+    reason: str
+    cap_mhz: int
+    max_sm_mhz: int | None = None
+    max_power_w: float | None = None
+    boot_id: str = ""
+    time: float = 0.0
+    samples: list[Sample] = field(default_factory=list)
+    recorded: bool = False
+    error: str | None = None
+
+    @property
+    def summary(self) -> str:
+        """The verdict in a few words (the record's reason, shown by `invoke status`)."""
+        if self.verdict == OK:
+            return f"{self.max_sm_mhz} MHz <= cap {self.cap_mhz}"
+        if self.verdict == UNCAPPED:
+            return f"UNCAPPED {self.max_sm_mhz} MHz > cap {self.cap_mhz}"
+        if self.verdict == LATCHED:
+            return f"LATCHED {self.max_sm_mhz} MHz: needs a full power removal"
+        return self.verdict
+
+    def record(self) -> dict:
+        """The BURN_RECORD JSON written on the node (what `invoke status` reads)."""
+        return {"ok": self.ok, "verdict": self.verdict, "reason": self.summary,
+                "boot_id": self.boot_id, "time": self.time, "max_sm_mhz": self.max_sm_mhz,
+                "max_power_w": self.max_power_w, "cap_mhz": self.cap_mhz,
+                "samples": len(self.samples)}
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["samples"] = [asdict(s) for s in self.samples]
+        return data
+
+
+def load_argv(node: Node, seconds: float, image: str) -> list[str]:
+    """The node's load command with {seconds} and {image} filled in (argv, never a string)."""
+    template = node.vars.rehearsal_burn_command if node.vars.rehearsal else node.vars.burn_command
+    text = f"{seconds:g}"
+    return [word.replace("{seconds}", text).replace("{image}", image) for word in template]
+
+
+def burn_argv(node: Node, seconds: float, image: str) -> list[str]:
+    """The whole burn command for node: load plus sampling (inventory values as args)."""
+    return sh(BURN_SCRIPT, str(SAMPLE_SECONDS), BURN_RECORD, SAMPLE_FIELDS,
+              *load_argv(node, seconds, image))
+
+
+def parse_output(text: str) -> tuple[str, list[Sample], int | None, str]:
+    """(boot id, samples, load exit code, load output tail) from the burn script's output."""
+    lines = text.splitlines()
+    boot_id = lines[0].strip() if lines else ""
+    samples, rc, tail = [], None, []
+    for line in lines[1:]:
+        if line.startswith("S "):
+            parts = line[2:].split(" ", 1)
+            values = [v.strip() for v in (parts[1] if len(parts) > 1 else "").split(",")]
+            if len(values) == 3:
+                samples.append(Sample(_float(parts[0]) or 0.0, _int(values[0]),
+                                      _float(values[1]), _int(values[2])))
+        elif line.startswith("RC "):
+            rc = _int(line[3:])
+        elif line.startswith("L "):
+            tail.append(line[2:])
+    return boot_id, samples, rc, "\n".join(tail).strip()
+
+
+def judge(samples: Sequence[Sample], cap_mhz: int, load_rc: int | None = 0,
+          load_output: str = "") -> tuple[str, str, int | None, float | None]:
+    """(verdict, reason, max SM MHz under load, max power W under load) from samples."""
+    busy = [s for s in samples if s.util_pct is not None and s.util_pct >= BUSY_PERCENT
+            and s.sm_mhz is not None]
+    if not busy:
+        why = f"load exited {load_rc}" if load_rc else "no sample showed the GPU busy"
+        detail = f": {load_output.splitlines()[-1]}" if load_output.strip() else ""
+        return NO_LOAD, f"the GPU never went under load ({why}{detail})", None, None
+    max_sm = max(s.sm_mhz for s in busy)
+    powers = [s.power_w for s in busy if s.power_w is not None]
+    max_power = max(powers) if powers else None
+    power = f", {max_power:.0f} W" if max_power is not None else ""
+    if max_sm > cap_mhz:
+        reason = (f"SM clock reached {max_sm} MHz under load, above the {cap_mhz} MHz "
+                  f"cap{power}: the cap does not hold (restart sparkrack-clock-cap.service on "
+                  "the node if something reset the clocks; invoke provision --role clock_cap "
+                  "if the unit is missing or failed)")
+        return UNCAPPED, reason, max_sm, max_power
+    if max_sm < LATCH_MHZ:
+        reason = (f"SM clock at most {max_sm} MHz under load{power}: the GPU is latched in "
+                  "its low-clock state; needs a full power removal (unplug the node, wait, "
+                  "plug it back)")
+        return LATCHED, reason, max_sm, max_power
+    return OK, f"max {max_sm} MHz <= cap {cap_mhz} MHz under load{power}", max_sm, max_power
+
+
+def burn(inventory: Inventory, nodes: Iterable[Node] | str | None = None,
+         seconds: float = 5.0, *, record: bool = True,
+         fleet: Fleet | None = None) -> list[BurnResult]:
+    """Burn-check the nodes (default: all; a --limit string works) in parallel, by rank.
+
+    Writes each reachable node's BURN_RECORD unless record is False. Never raises for a
+    node: an unreachable or failing node is a result with ok False.
+    """
+    selected = (inventory.select(nodes) if nodes is None or isinstance(nodes, str)
+                else tuple(nodes))
+    image = next(iter(inventory.vars.images.values()), "")
+    own = fleet is None
+    fleet = fleet or Fleet(inventory, selected)
+    try:
+        outcome = fleet.run({n.name: burn_argv(n, seconds, image) for n in selected},
+                            timeout=seconds + 120)
+        results = []
+        for node in selected:
+            result = outcome[node.name]
+            cap = node.vars.clock_cap_mhz
+            if result.status == "unreachable" or (result.status == "failed"
+                                                  and not result.stdout.strip()):
+                verdict = UNREACHABLE if result.status == "unreachable" else "ERROR"
+                results.append(BurnResult(node.name, False, verdict,
+                                          result.error or result.status, cap, time=time.time(),
+                                          error=result.error))
+                continue
+            boot_id, samples, rc, tail = parse_output(result.stdout)
+            verdict, reason, max_sm, max_power = judge(samples, cap, rc, tail)
+            results.append(BurnResult(node.name, verdict == OK, verdict, reason, cap, max_sm,
+                                      max_power, boot_id, time.time(), samples))
+        if record:
+            _record(fleet, [r for r in results if r.boot_id])
+        return results
+    finally:
+        if own:
+            fleet.close()
+
+
+def _record(fleet: Fleet, results: list[BurnResult]) -> None:
+    """Write each result's BURN_RECORD on its node (atomically)."""
+    if not results:
+        return
+    written = fleet.put({r.node: [(json.dumps(r.record(), sort_keys=True).encode() + b"\n",
+                                   BURN_RECORD, 0o644)] for r in results})
+    for r in results:
+        outcome = written[r.node]
+        r.recorded = outcome.ok
+        if not outcome.ok:
+            r.error = outcome.error
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(float(text))
+    except ValueError:
+        return None
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None

@@ -1,0 +1,94 @@
+"""Provisioning tasks: `provision` (roles, plan/apply/re-plan), `unprovision`, `burn`."""
+
+from invoke import task
+from invoke.exceptions import Exit
+
+from .. import console
+from ..burn import burn as burn_check
+from ..errors import UsageError
+from ..provision import provision as run_provision
+from ..provision import site_roles
+from ..provision import unprovision as run_unprovision
+from ..provision.report import as_json, print_outcome, print_plan, print_recap
+from .common import INVENTORY_HELP, inventory_from, operator_task
+
+LIMIT_HELP = "only these nodes (or groups), e.g. spark-01,spark-03"
+ROLE_HELP = "only these roles, comma-separated (default: all of roles/site.yml, in order)"
+
+
+def _show(report, *, diff: bool, json: bool):
+    """Print the outcome and the recap (the plan was printed before the apply)."""
+    if json:
+        console.print_json(as_json(report))
+    else:
+        print_outcome(report, console.out)
+        print_recap(report, console.out)
+    if report.exit_code:
+        raise Exit(code=report.exit_code)
+
+
+def _on_planned(diff: bool, json: bool):
+    def event(name, report):
+        if name == "planned" and not json:
+            print_plan(report, console.out, diff=diff)
+    return event
+
+
+@task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP, "role": ROLE_HELP,
+            "check": "plan only: show what would change, change nothing",
+            "diff": "show full unified diffs of files (secret values as ***)",
+            "json": "print the whole report as JSON instead"})
+@operator_task
+def provision(c, inventory=None, limit=None, role=None, check=False, diff=False, json=False):
+    """Gather facts (one round trip per node), plan, show, apply, re-plan; recap per node.
+
+    Exit 1 when a node failed, did not converge or could not be reached."""
+    rack = inventory_from(inventory)
+    report = run_provision(rack, limit, roles=role, check=check,
+                           on_event=_on_planned(diff, json))
+    _show(report, diff=diff, json=json)
+
+
+@task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP, "role": ROLE_HELP,
+            "check": "plan only", "diff": "show diffs", "json": "print JSON",
+            "force": "allow removing the clock cap on a real rack (uncaps the GPUs)"})
+@operator_task
+def unprovision(c, inventory=None, limit=None, role=None, check=False, diff=False, json=False,
+                force=False):
+    """Remove what provision writes (files, units, drop-ins, images) from the nodes."""
+    rack = inventory_from(inventory)
+    roles = [r.strip() for r in role.split(",")] if role else list(site_roles())
+    if "clock_cap" in roles and not rack.is_rehearsal and not force and not check:
+        raise UsageError("unprovision would stop the clock cap and uncap every GPU: an "
+                         "uncapped rack can trip its power strip",
+                         fix="pass --role without clock_cap, or --force")
+    report = run_unprovision(rack, limit, roles=roles, check=check,
+                             on_event=_on_planned(diff, json))
+    _show(report, diff=diff, json=json)
+
+
+@task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP,
+            "seconds": "how long the load runs (default 5)", "json": "print JSON"})
+@operator_task
+def burn(c, inventory=None, limit=None, seconds=5.0, json=False):
+    """Load every GPU at once, sample SM clock and power: ok, UNCAPPED or LATCHED per node.
+
+    Records the verdict on each node (`invoke status` shows it). Exit 1 if any node is not ok."""
+    rack = inventory_from(inventory)
+    seconds = float(seconds)
+    if not 1 <= seconds <= 600:
+        raise UsageError(f"--seconds {seconds:g} out of range", fix="give 1..600")
+    results = burn_check(rack, limit, seconds)
+    if json:
+        console.print_json([r.as_dict() for r in results])
+    else:
+        console.print_table(
+            f"burn check ({seconds:g} s under load)",
+            ["node", "verdict", "max SM MHz", "max power", "cap MHz", "samples", "reason"],
+            [[r.node, r.verdict, r.max_sm_mhz,
+              None if r.max_power_w is None else f"{r.max_power_w:.1f} W", r.cap_mhz,
+              len(r.samples), r.reason] for r in results])
+    bad = [r for r in results if not r.ok]
+    if bad:
+        raise Exit(f"{len(bad)} of {len(results)} node(s) failed the burn check: "
+                   + ", ".join(f"{r.node} {r.verdict}" for r in bad), code=1)

@@ -1,0 +1,117 @@
+"""Apply a node's planned changes over the fleet, in plan order, with few round trips.
+
+Consecutive file writes go in one SFTP session (each file written beside its target and
+renamed over it); consecutive commands go in one bash run that stops at the first failure
+and says which command failed. Image transfers are not done here (see images.py): they
+involve several nodes at once. The first failure stops that node's apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sparkrack.fleet import Fleet, NodeResult
+from sparkrack.provision.plan import Change, Put, Run
+
+SEQUENCE_SCRIPT = r"""
+i=0
+while [ $# -gt 0 ]; do
+  c=$1; shift
+  out=$("${@:1:c}" 2>&1 </dev/null)
+  rc=$?
+  if [ "$rc" -ne 0 ]; then
+    printf '@@failed %d %d\n%s\n' "$i" "$rc" "$out"
+    exit 1
+  fi
+  shift "$c"
+  i=$((i+1))
+done
+"""
+
+
+@dataclass
+class ApplyResult:
+    """What applying one node's plan did: per change index an error (None: applied)."""
+
+    node: str
+    status: str = "ok"  # ok | failed | unreachable
+    errors: dict[int, str] = field(default_factory=dict)
+    applied: set[int] = field(default_factory=set)
+    error: str | None = None
+
+
+def sequence_argv(commands: Sequence[Sequence[str]]) -> list[str]:
+    """One bash run of several argvs in order, stopping at the first that fails."""
+    args: list[str] = []
+    for argv in commands:
+        args += [str(len(argv)), *argv]
+    return ["bash", "-c", SEQUENCE_SCRIPT, "sparkrack-apply", *args]
+
+
+def _steps(changes: Sequence[Change]) -> list[tuple[str, list[tuple[int, Put | Run]]]]:
+    """The node's file writes and commands in plan order, consecutive ones of a kind merged."""
+    steps: list[tuple[str, list[tuple[int, Put | Run]]]] = []
+    for index, change in enumerate(changes):
+        if not change.changed:
+            continue
+        for action in change.actions:
+            kind = "put" if isinstance(action, Put) else "run" if isinstance(action, Run) else None
+            if kind is None:
+                continue
+            if steps and steps[-1][0] == kind:
+                steps[-1][1].append((index, action))
+            else:
+                steps.append((kind, [(index, action)]))
+    return steps
+
+
+def apply_node(fleet: Fleet, node: str, changes: Sequence[Change]) -> ApplyResult:
+    """Apply one node's changes (not image transfers); stops at the first failure."""
+    result = ApplyResult(node)
+    for kind, batch in _steps(changes):
+        indexes = [index for index, _ in batch]
+        if kind == "put":
+            outcome = fleet.put({node: [(a.content, a.path, a.mode) for _, a in batch]})[node]
+            if not outcome.ok:
+                return _failed(result, outcome, _put_culprit(batch, outcome), indexes)
+        else:
+            outcome = fleet.run({node: sequence_argv([a.argv for _, a in batch])})[node]
+            if not outcome.ok:
+                return _failed(result, outcome, _run_culprit(batch, outcome), indexes)
+        result.applied.update(indexes)
+    return result
+
+
+def _failed(result: ApplyResult, outcome: NodeResult, culprit: tuple[int, str] | None,
+            indexes: list[int]) -> ApplyResult:
+    result.status = "unreachable" if outcome.status == "unreachable" else "failed"
+    result.error = outcome.error
+    if culprit is None:
+        culprit = (indexes[0], outcome.error or outcome.status)
+    index, message = culprit
+    result.errors[index] = message
+    result.applied.update(i for i in indexes if i < index)
+    return result
+
+
+def _put_culprit(batch, outcome: NodeResult) -> tuple[int, str] | None:
+    text = outcome.error or ""
+    for index, action in batch:
+        if action.path in text:
+            return index, text
+    return None
+
+
+def _run_culprit(batch, outcome: NodeResult) -> tuple[int, str] | None:
+    if outcome.status != "failed":
+        return None
+    lines = outcome.stdout.splitlines()
+    for number, line in enumerate(lines):
+        if line.startswith("@@failed "):
+            _, position, rc = line.split()[:3]
+            index, action = batch[int(position)]
+            detail = " ".join(l.strip() for l in lines[number + 1:] if l.strip())[-300:]
+            return index, f"`{' '.join(action.argv)}` exited {rc}" + (
+                f": {detail}" if detail else "")
+    return None

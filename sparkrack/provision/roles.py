@@ -1,0 +1,373 @@
+"""Roles as folders of data, the way Ansible lays them out, and their rendering per node.
+
+    roles/site.yml               the roles `invoke provision` runs, in order
+    roles/<role>/defaults/main.yml   the role's own variables (inventory vars win)
+    roles/<role>/tasks/main.yml      a list of tasks, each one module of MODULES
+    roles/<role>/handlers/main.yml   tasks that run once, at the end, when notified
+    roles/<role>/templates/*.j2      Jinja2 templates (StrictUndefined)
+
+A task is `{name, <module>: {params}, notify, when, loop}`. Params are rendered with the
+node's vars before facts are gathered (paths, unit names: what to look at), except
+`that`, `fail_msg` and `when`, which are evaluated with `facts` when the plan is made.
+A string that is exactly one `{{ expression }}` keeps its type (a list stays a list).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from sparkrack.errors import UsageError
+from sparkrack.inventory import Inventory, Node
+
+ROLES_DIR = Path(__file__).resolve().parent.parent.parent / "roles"
+SITE_FILE = "site.yml"
+
+# module -> (required params, optional params)
+MODULES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "template": (frozenset({"src", "dest"}),
+                 frozenset({"mode", "owner", "group", "secret_keys"})),
+    "file": (frozenset({"path"}), frozenset({"state", "mode", "owner", "group"})),
+    "systemd": (frozenset({"name"}), frozenset({"enabled", "state"})),
+    "command": (frozenset({"argv"}), frozenset({"creates", "unless"})),
+    "docker_image": (frozenset({"name"}), frozenset({"id", "source_tar", "python"})),
+    "assert": (frozenset({"that"}), frozenset({"fail_msg", "gather"})),
+}
+TASK_KEYS = frozenset({"name", "notify", "when", "loop"})
+LATE_PARAMS = frozenset({"that", "fail_msg"})  # evaluated with facts, at plan time
+_NATIVE = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
+
+
+class RoleError(UsageError):
+    """A role file is wrong: names the file, the task and the fix."""
+
+
+@dataclass(frozen=True)
+class TaskDef:
+    """One task as written in a role file (nothing rendered yet)."""
+
+    role: str
+    name: str
+    module: str
+    params: Mapping[str, Any]
+    notify: tuple[str, ...] = ()
+    when: str | None = None
+    loop: Any = None
+    handler: bool = False
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class Role:
+    """A role folder, read and checked."""
+
+    name: str
+    path: Path
+    defaults: Mapping[str, Any]
+    tasks: tuple[TaskDef, ...]
+    handlers: tuple[TaskDef, ...]
+
+    def template_path(self, src: str) -> Path:
+        """The template file src of this role (refusing paths that leave templates/)."""
+        base = (self.path / "templates").resolve()
+        path = (base / src).resolve()
+        if base not in path.parents:
+            raise RoleError(f"{self.path}: template '{src}' is outside templates/",
+                            fix="name a file under the role's templates/ directory")
+        return path
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task rendered for one node: params filled from the node's vars, loop expanded."""
+
+    role: str
+    name: str
+    module: str
+    params: Mapping[str, Any]
+    notify: tuple[str, ...] = ()
+    when: str | None = None
+    handler: bool = False
+    item: Any = None
+    error: str | None = None  # rendering failed: the task fails with this message
+
+
+# --- Loading ---------------------------------------------------------------------------
+
+
+def site_roles(roles_dir: Path = ROLES_DIR) -> tuple[str, ...]:
+    """The role names of roles/site.yml, in order."""
+    file = roles_dir / SITE_FILE
+    data = _read_yaml(file)
+    names = data.get("roles") if isinstance(data, Mapping) else None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise RoleError(f"{file}: expected `roles: [name, ...]`", fix="list the role folders")
+    return tuple(names)
+
+
+def load_roles(names: str | list[str] | tuple[str, ...] | None = None,
+               roles_dir: Path = ROLES_DIR) -> tuple[Role, ...]:
+    """The named roles (comma-separated or a list; default: site.yml's), read and checked."""
+    every = site_roles(roles_dir)
+    if names is None:
+        wanted = list(every)
+    else:
+        parts = names.split(",") if isinstance(names, str) else list(names)
+        wanted = [name.strip() for name in parts if name.strip()]
+        unknown = [name for name in wanted if name not in every]
+        if unknown or not wanted:
+            raise UsageError(f"unknown role '{', '.join(unknown) or names}'",
+                             fix="roles: " + ", ".join(every))
+        wanted = [name for name in every if name in wanted]  # site order
+    return tuple(load_role(roles_dir / name) for name in wanted)
+
+
+def load_role(path: Path) -> Role:
+    """One role folder."""
+    name = path.name
+    if not (path / "tasks" / "main.yml").is_file():
+        raise RoleError(f"{path}: no tasks/main.yml", fix="a role folder holds tasks/main.yml")
+    defaults = _read_yaml(path / "defaults" / "main.yml") if (
+        path / "defaults" / "main.yml").is_file() else {}
+    if defaults is None:
+        defaults = {}
+    if not isinstance(defaults, Mapping):
+        raise RoleError(f"{path}/defaults/main.yml: expected a mapping of variables",
+                        fix="write one name: value per line")
+    tasks = _task_list(path / "tasks" / "main.yml", name, handler=False)
+    handlers_file = path / "handlers" / "main.yml"
+    handlers = _task_list(handlers_file, name, handler=True) if handlers_file.is_file() else ()
+    known = {h.name for h in handlers}
+    for task in tasks:
+        for target in task.notify:
+            if target not in known:
+                raise RoleError(f"{task.where}: notifies unknown handler '{target}'",
+                                fix=f"handlers of {name}: {', '.join(sorted(known)) or 'none'}")
+    return Role(name, path, dict(defaults), tasks, handlers)
+
+
+def _read_yaml(file: Path) -> Any:
+    try:
+        return yaml.safe_load(file.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise RoleError(f"{file}: cannot read: {error.strerror}", fix="restore the file") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{file}:{mark.line + 1}" if mark else str(file)
+        raise RoleError(f"{where}: YAML error: {getattr(error, 'problem', error)}",
+                        fix="correct the YAML there") from None
+
+
+def _task_list(file: Path, role: str, *, handler: bool) -> tuple[TaskDef, ...]:
+    data = _read_yaml(file)
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise RoleError(f"{file}: expected a list of tasks", fix="start each task with '- name:'")
+    return tuple(_task(file, role, index, entry, handler) for index, entry in enumerate(data, 1))
+
+
+def _task(file: Path, role: str, index: int, entry: Any, handler: bool) -> TaskDef:
+    where = f"{file}: task {index}"
+    if not isinstance(entry, Mapping):
+        raise RoleError(f"{where}: expected a mapping", fix="- name: ...\\n  <module>: {...}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise RoleError(f"{where}: every task needs a name", fix="add name: what it ensures")
+    where = f"{file}: task '{name}'"
+    modules = [key for key in entry if key in MODULES]
+    unknown = [key for key in entry if key not in MODULES and key not in TASK_KEYS]
+    if unknown:
+        raise RoleError(f"{where}: unknown key '{unknown[0]}'",
+                        fix=f"modules: {', '.join(MODULES)}; task keys: "
+                        f"{', '.join(sorted(TASK_KEYS))}")
+    if len(modules) != 1:
+        raise RoleError(f"{where}: needs exactly one module, has {len(modules)}",
+                        fix=f"one of: {', '.join(MODULES)}")
+    module = modules[0]
+    params = entry[module]
+    if not isinstance(params, Mapping):
+        raise RoleError(f"{where}: {module} takes a mapping of parameters",
+                        fix=f"{module}: {{{', '.join(sorted(MODULES[module][0]))}: ...}}")
+    required, optional = MODULES[module]
+    missing = sorted(required - set(params))
+    extra = sorted(set(params) - required - optional)
+    if missing or extra:
+        problem = f"missing {missing[0]}" if missing else f"unknown parameter '{extra[0]}'"
+        raise RoleError(f"{where}: {module}: {problem}",
+                        fix=f"parameters: {', '.join(sorted(required | optional))}")
+    if module == "command" and not ({"creates", "unless"} & set(params)):
+        raise RoleError(f"{where}: a command needs a guard to be idempotent",
+                        fix="add creates: PATH or unless: [ARGV]")
+    notify = entry.get("notify", ())
+    notify = (notify,) if isinstance(notify, str) else tuple(notify or ())
+    if handler and notify:
+        raise RoleError(f"{where}: a handler cannot notify", fix="remove notify")
+    when = entry.get("when")
+    if when is not None and not isinstance(when, str):
+        when = json.dumps(when)
+    return TaskDef(role=role, name=name, module=module, params=dict(params), notify=notify,
+                   when=when, loop=entry.get("loop"), handler=handler, where=where)
+
+
+# --- Rendering -------------------------------------------------------------------------
+
+
+class RenderError(Exception):
+    """A template or expression could not be rendered; the message says why."""
+
+
+def _refuse_newlines(value: Any, what: str) -> str:
+    text = "" if value is None else str(value)
+    if any(c in text for c in "\n\r\0"):
+        raise RenderError(f"{what}: value holds a line break or NUL, which the file format "
+                          "cannot carry literally")
+    return text
+
+
+def envvalue(value: Any) -> str:
+    """A value for a KEY=VALUE env file (docker --env-file: taken literally to the line end)."""
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    return _refuse_newlines(value, "env value")
+
+
+def oneline(value: Any) -> str:
+    """A value on one line (comments, descriptions)."""
+    return _refuse_newlines(value, "one-line value")
+
+
+def _environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True, autoescape=False,
+                             loader=loader)
+    env.filters.update(envvalue=envvalue, oneline=oneline,
+                       to_json=lambda v: json.dumps(v, sort_keys=True))
+    return env
+
+
+class Renderer:
+    """Renders role params, expressions and templates with one Jinja2 environment."""
+
+    def __init__(self) -> None:
+        self.env = _environment()
+        self._templates: dict[Path, jinja2.Template] = {}
+
+    def value(self, raw: Any, context: Mapping[str, Any]) -> Any:
+        """raw with every string rendered; a lone {{ expr }} keeps the expression's type."""
+        if isinstance(raw, str):
+            if "{{" not in raw and "{%" not in raw:
+                return raw
+            native = _NATIVE.match(raw)
+            if native:
+                return self.expr(native.group("expr"), context)
+            return self._guard(lambda: self.env.from_string(raw).render(context), raw)
+        if isinstance(raw, Mapping):
+            return {key: self.value(item, context) for key, item in raw.items()}
+        if isinstance(raw, (list, tuple)):
+            return [self.value(item, context) for item in raw]
+        return raw
+
+    def expr(self, text: str, context: Mapping[str, Any]) -> Any:
+        """The value of one Jinja2 expression."""
+        return self._guard(lambda: self.env.compile_expression(text.strip(),
+                                                               undefined_to_none=False)(context),
+                           text)
+
+    def template(self, role: Role, src: str, context: Mapping[str, Any]) -> str:
+        """The rendered template src of role."""
+        path = role.template_path(src)
+        if path not in self._templates:
+            try:
+                self._templates[path] = self.env.from_string(path.read_text(encoding="utf-8"))
+            except OSError as error:
+                raise RenderError(f"template {src}: {error.strerror}") from None
+            except jinja2.TemplateSyntaxError as error:
+                raise RenderError(f"template {src}:{error.lineno}: {error.message}") from None
+        return self._guard(lambda: self._templates[path].render(context), src)
+
+    @staticmethod
+    def _guard(render, what: str) -> Any:
+        try:
+            value = render()
+        except RenderError:
+            raise
+        except jinja2.UndefinedError as error:
+            raise RenderError(f"{what.strip()}: {error.message}") from None
+        except jinja2.TemplateError as error:
+            raise RenderError(f"{what.strip()}: {error}") from None
+        except (TypeError, ValueError, KeyError, AttributeError) as error:
+            raise RenderError(f"{what.strip()}: {error}") from None
+        if isinstance(value, jinja2.Undefined):
+            raise RenderError(f"{what.strip()}: undefined")
+        return value
+
+
+def plain(value: Any) -> Any:
+    """Inventory values as plain YAML-like data: mappings as dicts, tuples as lists."""
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return value
+
+
+def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],
+              environ: Mapping[str, str]) -> dict[str, Any]:
+    """The vars a node's tasks see: role defaults < inventory vars < the node's identity.
+
+    `hf_token` comes from the operator's environment (HF_TOKEN), never from a file.
+    """
+    result: dict[str, Any] = {}
+    for role in roles:
+        result.update(plain(role.defaults))
+    result.update({f.name: plain(getattr(node.vars, f.name)) for f in fields(node.vars)})
+    result.update(node=node.name, rank=node.rank, address=node.address,
+                  roce_addr=node.roce_addr, head=inventory.head.name,
+                  rack_nccl_ib_gid_index=inventory.vars.nccl_ib_gid_index,
+                  hf_token=environ.get("HF_TOKEN", ""))
+    return result
+
+
+def render_tasks(role: Role, defs: tuple[TaskDef, ...], context: Mapping[str, Any],
+                 renderer: Renderer) -> list[Task]:
+    """The role's task definitions rendered with context (loops expanded)."""
+    tasks: list[Task] = []
+    for task in defs:
+        if task.loop is None:
+            tasks.append(_render(task, context, renderer))
+            continue
+        try:
+            items = renderer.value(task.loop, context)
+        except RenderError as error:
+            tasks.append(Task(role.name, task.name, task.module, {}, task.notify, task.when,
+                              task.handler, error=f"loop: {error}"))
+            continue
+        if isinstance(items, Mapping):
+            items = [{"key": k, "value": v} for k, v in items.items()]
+        for item in items or []:
+            tasks.append(_render(task, {**context, "item": item}, renderer, item))
+    return tasks
+
+
+def _render(task: TaskDef, context: Mapping[str, Any], renderer: Renderer,
+            item: Any = None) -> Task:
+    try:
+        name = str(renderer.value(task.name, context))
+    except RenderError:
+        name = task.name
+    try:
+        params = {key: value if key in LATE_PARAMS else renderer.value(value, context)
+                  for key, value in task.params.items()}
+    except RenderError as error:
+        return Task(task.role, name, task.module, {}, task.notify, task.when, task.handler,
+                    item, error=str(error))
+    return Task(task.role, name, task.module, params, task.notify, task.when, task.handler,
+                item)

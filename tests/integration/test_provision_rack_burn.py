@@ -1,0 +1,98 @@
+"""`invoke burn` on the rehearsal rack: every SM clock under load at or below the cap, above
+it on a node whose cap was reset, latched on a latched GPU. Puts back the cap, the latch
+and each node's burn record as they were."""
+
+import pytest
+
+from sparkrack.burn import LATCHED, OK, UNCAPPED, burn
+from sparkrack.facts import BURN_RECORD, CLOCK_CAP_UNIT
+from sparkrack.fleet import Fleet, sh
+from sparkrack.provision import provision, unprovision
+
+pytestmark = pytest.mark.rack
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cap_as_found(inventory):
+    """The clock cap role left provisioned only if it was before this module."""
+    before = provision(inventory, roles="clock_cap", check=True)
+    was = before.exit_code == 0 and before.changed == 0
+    yield
+    if not was:
+        assert unprovision(inventory, roles="clock_cap").exit_code == 0
+
+
+@pytest.fixture(autouse=True)
+def records_kept(inventory):
+    """Each node's burn record as it was before the test (or none)."""
+    with Fleet(inventory) as fleet:
+        before = fleet.run(sh('cat "$1" 2>/dev/null; exit 0', BURN_RECORD))
+    yield
+    with Fleet(inventory) as fleet:
+        had = {r.node: r.stdout.encode() for r in before if r.stdout}
+        if had:
+            fleet.put({node: [(text, BURN_RECORD, 0o644)] for node, text in had.items()})
+        gone = [n.name for n in inventory.nodes if n.name not in had]
+        if gone:
+            fleet.run({name: ["rm", "-f", BURN_RECORD] for name in gone})
+
+
+@pytest.fixture
+def capped(inventory):
+    """The clock cap provisioned and applied on every node (as it was, or now)."""
+    report = provision(inventory, roles="clock_cap")
+    assert report.exit_code == 0
+    return report
+
+
+def test_every_gpu_stays_at_or_below_the_cap_and_the_verdict_is_recorded(inventory, capped):
+    results = burn(inventory, seconds=2)
+    assert [(r.node, r.verdict) for r in results] == [(n.name, OK) for n in inventory.nodes]
+    assert all(r.max_sm_mhz <= 2200 and r.max_sm_mhz >= 2000 for r in results)
+    assert all(r.recorded for r in results)
+    from sparkrack.status import gather_status
+    rows = gather_status(inventory, "spark-01,spark-02")
+    assert all(row.cap_state.startswith("unit ok, verified") for row in rows)
+
+
+def test_a_reset_cap_shows_above_the_cap(inventory, capped):
+    with Fleet(inventory, inventory.select("spark-02")) as fleet:
+        assert fleet.run(["nvidia-smi", "-rgc"])["spark-02"].ok
+        try:
+            results = burn(inventory, "spark-02,spark-03", seconds=2)
+        finally:
+            assert fleet.run(["systemctl", "restart", CLOCK_CAP_UNIT])["spark-02"].ok
+    verdicts = {r.node: r for r in results}
+    assert verdicts["spark-02"].verdict == UNCAPPED and not verdicts["spark-02"].ok
+    assert verdicts["spark-02"].max_sm_mhz > 2200
+    assert verdicts["spark-03"].verdict == OK
+    assert burn(inventory, "spark-02", seconds=2, record=False)[0].ok
+
+
+def test_a_latched_gpu_is_latched(rack, inventory, capped):
+    rack.latch("spark-04")
+    try:
+        [result] = burn(inventory, "spark-04", seconds=2)
+    finally:
+        rack.latch("spark-04", on=False)
+    assert result.verdict == LATCHED and result.max_sm_mhz < 1000
+    assert "full power removal" in result.reason
+
+
+def test_cli_exit_code(inventory, capsys):
+    from invoke.exceptions import Exit
+
+    from sparkrack.cli import provision_tasks
+    provision(inventory, roles="clock_cap")
+    provision_tasks.burn.body(None, inventory=str(inventory.path), limit="spark-05",
+                              seconds=2)
+    assert "spark-05\tok\t2190" in capsys.readouterr().out
+    with Fleet(inventory, inventory.select("spark-05")) as fleet:
+        fleet.run(["nvidia-smi", "-rgc"])
+        try:
+            with pytest.raises(Exit) as failed:
+                provision_tasks.burn.body(None, inventory=str(inventory.path), limit="spark-05",
+                                          seconds=2)
+        finally:
+            fleet.run(["systemctl", "restart", CLOCK_CAP_UNIT])
+    assert failed.value.code == 1

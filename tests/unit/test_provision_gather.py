@@ -1,0 +1,196 @@
+"""Provisioning facts: the gather script's argv and the parsers, on recorded output."""
+
+import base64
+import hashlib
+import subprocess
+
+from sparkrack.fleet import quote_argv
+from sparkrack.provision import gather as g
+
+# Recorded from a rehearsal node (spark-01) after a provision; the file content shortened.
+NCCL = b"NCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0\nNCCL_IB_GID_INDEX=3\n"
+RECORDED = f"""@@base
+7614755a-9783-4cff-9ac6-84709a6ac516
+1796036605.596217102
+
+@@0 f
+stat regular file|644|root|root|{len(NCCL)}|1796036577.896018416
+content {base64.b64encode(NCCL).decode()}
+
+@@1 f
+stat directory|755|root|root|4096|1796036577.899529785
+entry nccl.env
+entry sglang.env
+entry $'odd\\nname'
+
+@@2 f
+missing
+
+@@3 u
+Result=success
+ExecMainStatus=0
+LoadState=loaded
+ActiveState=active
+SubState=exited
+FragmentPath=/etc/systemd/system/sparkrack-clock-cap.service
+UnitFileState=enabled
+NeedDaemonReload=no
+
+@@4 r
+present
+state 4: ACTIVE
+netdev enp1s0f0np0
+types
+0:IB/RoCE v1
+1:RoCE v2
+2:IB/RoCE v1
+3:RoCE v2
+gids
+0:fe80:0000:0000:0000:ba3f:d2ff:fea2:1a04
+1:fe80:0000:0000:0000:ba3f:d2ff:fea2:1a04
+2:0000:0000:0000:0000:0000:ffff:0a4d:010b
+3:0000:0000:0000:0000:0000:ffff:0a4d:010b
+
+@@5 r
+
+@@6 x
+rc 1
+
+@@7 i
+rc 0
+sparkrack-test/vllm:provision sha256:09f4e428a71dd1d4361df1c4b55911eec088ccbfebce4401f437b72ebe5caa7d
+lmsysorg/sglang:v0.5.22-cu130 sha256:923d4d03bccc1202b30eb81e5c7e457b457819821c97c86382b7e81d9c2e7844
+<none>:<none> sha256:1111111111111111111111111111111111111111111111111111111111111111
+
+@@8 n
+Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs
+    lo:   30215     276    0    0    0     0          0         0    30215     276    0
+enp1s0f0np0: 3610428    2784    0    0    0     0          0         0  3626572    2393
+enP2p1s0f0np0:    1076      14    0    0    0     0          0         0     1076      14
+"""
+QUERIES = [g.file_query("/etc/sparkrack/nccl.env"), g.file_query("/etc/sparkrack"),
+           g.file_query("/nope"), g.unit_query("sparkrack-clock-cap.service"),
+           g.roce_query("rocep1s0f0"), g.roce_query("mlx5_9"),
+           g.guard_query(["test", "-e", "/nope"]), g.IMAGES, g.NETDEVS]
+
+
+def test_recorded_output_parses():
+    facts = g.parse_facts(RECORDED, QUERIES)
+    assert facts.boot_id == "7614755a-9783-4cff-9ac6-84709a6ac516"
+    env = facts.file("/etc/sparkrack/nccl.env")
+    assert (env.exists, env.type, env.mode, env.owner, env.group) == (True, "file", "644",
+                                                                      "root", "root")
+    assert env.content == NCCL and env.sha256 == hashlib.sha256(NCCL).hexdigest()
+    assert env.mtime == "1796036577.896018416"
+    directory = facts.file("/etc/sparkrack")
+    assert directory.type == "directory"
+    assert directory.entries == ("nccl.env", "sglang.env", "odd\nname")
+    assert not facts.file("/nope").exists and not facts.file("/never-asked").exists
+    unit = facts.unit("sparkrack-clock-cap.service")
+    assert (unit.load, unit.active, unit.result, unit.enabled, unit.is_enabled) == (
+        "loaded", "active", "success", "enabled", True)
+    assert not unit.need_reload and unit.exit_status == 0
+    assert facts.unit("other.service").load == "not-found"
+    assert facts.roce.hcas["rocep1s0f0"].ipv4_gid_index == 3
+    assert facts.roce.missing == ["mlx5_9"] and facts.roce.gid_index == 3
+    assert facts.guards[("test", "-e", "/nope")] == 1
+    assert facts.images == {
+        "sparkrack-test/vllm:provision": "sha256:09f4e428a71dd1d4361df1c4b55911eec088ccbfebce4401f437b72ebe5caa7d",
+        "lmsysorg/sglang:v0.5.22-cu130": "sha256:923d4d03bccc1202b30eb81e5c7e457b457819821c97c86382b7e81d9c2e7844"}
+    assert facts.netdevs == ("lo", "enp1s0f0np0", "enP2p1s0f0np0")
+
+
+def _hca(types: dict, gids: dict) -> str:
+    lines = ["present", "state 4: ACTIVE", "netdev enp1s0f0np0", "types"]
+    lines += [f"{i}:{t}" for i, t in types.items()]
+    lines += ["gids"] + [f"{i}:{v}" for i, v in gids.items()]
+    return "\n".join(lines)
+
+
+LL = "fe80:0000:0000:0000:ba3f:d2ff:fea2:1a04"
+ULA = "fd77:0000:0000:0000:ba3f:d2ff:fea2:1a04"
+V4 = "0000:0000:0000:0000:0000:ffff:0a4d:010b"
+
+
+def test_gid_index_5_after_renumbering():
+    # the firmware put IPv6 pairs first: the IPv4-mapped RoCE v2 entry moves to 5
+    hca = g.parse_hca(_hca({0: "IB/RoCE v1", 1: "RoCE v2", 2: "IB/RoCE v1", 3: "RoCE v2",
+                            4: "IB/RoCE v1", 5: "RoCE v2"},
+                           {0: LL, 1: LL, 2: ULA, 3: ULA, 4: V4, 5: V4}).splitlines())
+    assert hca.ipv4_gid_index == 5
+
+
+def test_unreadable_type_entries_are_skipped():
+    # real kernels raise EINVAL reading types/<n> of empty entries: grep -s leaves them out
+    hca = g.parse_hca(_hca({0: "IB/RoCE v1", 1: "RoCE v2", 3: "RoCE v2"},
+                           {0: LL, 1: LL, 2: V4, 3: V4}).splitlines())
+    assert hca.ipv4_gid_index == 3
+
+
+def test_roce_v1_only_or_no_ipv4_gives_no_index():
+    v1 = g.parse_hca(_hca({0: "IB/RoCE v1", 2: "IB/RoCE v1"}, {0: LL, 2: V4}).splitlines())
+    no_v4 = g.parse_hca(_hca({0: "IB/RoCE v1", 1: "RoCE v2"}, {0: LL, 1: LL}).splitlines())
+    assert v1.ipv4_gid_index is None and no_v4.ipv4_gid_index is None
+    assert g.RoceFacts({"a": no_v4}).gid_index is None
+
+
+def test_hcas_that_disagree_have_no_common_index():
+    three = g.parse_hca(_hca({3: "RoCE v2"}, {3: V4}).splitlines())
+    five = g.parse_hca(_hca({5: "RoCE v2"}, {5: V4}).splitlines())
+    roce = g.RoceFacts({"a": three, "b": five})
+    assert roce.gid_conflict and roce.gid_index is None
+    assert roce.gid_indexes == {"a": 3, "b": 5}
+
+
+def test_docker_down_is_an_error_not_an_empty_list():
+    message = ("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+               "Is the docker daemon running?")
+    images, error = g.parse_images(["rc 1", message])
+    assert images is None and error.startswith("Cannot connect")
+
+
+def test_large_files_come_back_as_hash_only():
+    digest = "ab" * 32
+    facts = g.parse_file(["stat regular file|644|root|root|999999|1.0", f"sha256 {digest}"])
+    assert facts.content is None and facts.sha256 == digest and facts.size == 999999
+
+
+def test_values_are_positional_arguments_never_script_text():
+    evil = "/etc/x; touch /tmp/pwned $(reboot) `id`"
+    argv = g.gather_argv([g.file_query(evil), g.unit_query("a;b.service"),
+                          g.roce_query("$(x)"), g.guard_query(["test", "-e", evil])])
+    assert argv[:2] == ["bash", "-c"] and argv[2] == g.GATHER_SCRIPT
+    assert evil in argv[3:] and "$(x)" in argv[3:]
+    assert evil not in g.GATHER_SCRIPT
+
+
+def test_queries_are_deduplicated():
+    argv = g.gather_argv([g.file_query("/a"), g.file_query("/a"), g.IMAGES, g.IMAGES])
+    assert argv[4:] == ["f", "/a", str(g.CONTENT_LIMIT), "i"]
+
+
+def test_script_runs_locally_on_odd_paths(tmp_path):
+    odd = tmp_path / "a; touch pwned $(touch pwned2) `touch pwned3`"
+    odd.write_bytes(b"x=1\n")
+    folder = tmp_path / "dir"
+    folder.mkdir()
+    (folder / "@@0 f").write_text("forged header")
+    (folder / "line\nbreak").write_text("")
+    queries = [g.file_query(str(odd)), g.file_query(str(folder)),
+               g.guard_query(["test", "-e", str(odd)]), g.file_query(str(tmp_path / "none"))]
+    done = subprocess.run(["sh", "-c", quote_argv(g.gather_argv(queries))], cwd=tmp_path,
+                          capture_output=True, text=True, check=False, timeout=30)
+    facts = g.parse_facts(done.stdout, queries)
+    assert facts.file(str(odd)).content == b"x=1\n"
+    assert set(facts.file(str(folder)).entries) == {"@@0 f", "line\nbreak"}
+    assert facts.guards[("test", "-e", str(odd))] == 0
+    assert not facts.file(str(tmp_path / "none")).exists
+    assert not list(tmp_path.glob("pwned*"))
+
+
+def test_normalize_ref():
+    assert g.normalize_ref("docker.io/library/busybox") == "busybox:latest"
+    assert g.normalize_ref("lmsysorg/sglang:v0.5.22-cu130") == "lmsysorg/sglang:v0.5.22-cu130"
+    assert g.normalize_ref("docker.io/vllm/vllm-openai:v0.33.0") == "vllm/vllm-openai:v0.33.0"
+    assert g.normalize_ref("registry:5000/x") == "registry:5000/x:latest"

@@ -1,0 +1,221 @@
+"""The shipped roles and the role-file checks, planned against facts (no network)."""
+
+import configparser
+from pathlib import Path
+
+import pytest
+
+from sparkrack.errors import UsageError
+from sparkrack.facts import CLOCK_CAP_UNIT
+from sparkrack.inventory import load_inventory
+from sparkrack.provision.gather import HcaFacts, NodeFacts, RoceFacts
+from sparkrack.provision.plan import Put, plan_node
+from sparkrack.provision.roles import (
+    ROLES_DIR,
+    Renderer,
+    RoleError,
+    load_role,
+    load_roles,
+    node_vars,
+    render_tasks,
+    site_roles,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+V4 = "0000:0000:0000:0000:0000:ffff:0a4d:010b"
+LL = "fe80:0000:0000:0000:ba3f:d2ff:fea2:1a04"
+
+
+def hca(index: int) -> HcaFacts:
+    return HcaFacts(present=True, state="4: ACTIVE", netdevs=("enp1s0f0np0",),
+                    types={0: "IB/RoCE v1", 1: "RoCE v2", index - 1: "IB/RoCE v1",
+                           index: "RoCE v2"},
+                    gids={0: LL, 1: LL, index - 1: V4, index: V4})
+
+
+def good_facts(gid_a=3, gid_b=3) -> NodeFacts:
+    return NodeFacts(roce=RoceFacts({"rocep1s0f0": hca(gid_a), "roceP2p1s0f0": hca(gid_b)}),
+                     netdevs=("lo", "enp1s0f0np0", "enP2p1s0f0np0"), images={})
+
+
+def planned(roles="nccl_env", facts=None, inventory="inventory/rehearsal", node="spark-01",
+            environ=None, absent=False):
+    inv = load_inventory(REPO / inventory)
+    loaded = load_roles(roles)
+    renderer = Renderer()
+    target = inv.node(node)
+    context = node_vars(inv, target, loaded, environ or {})
+    tasks = {r.name: render_tasks(r, r.tasks, context, renderer) for r in loaded}
+    handlers = {r.name: render_tasks(r, r.handlers, context, renderer) for r in loaded}
+    return plan_node(loaded, tasks, handlers, context, facts or good_facts(), renderer=renderer,
+                     absent=absent, secrets=[context["hf_token"]])
+
+
+def put(changes, path) -> str:
+    for change in changes:
+        for action in change.actions:
+            if isinstance(action, Put) and action.path == path:
+                return action.content.decode()
+    raise AssertionError(f"no write of {path}")
+
+
+def env_of(text: str) -> dict:
+    return dict(line.split("=", 1) for line in text.splitlines()
+                if line and not line.startswith("#"))
+
+
+def test_site_lists_every_role_folder():
+    folders = sorted(p.name for p in ROLES_DIR.iterdir() if p.is_dir())
+    assert sorted(site_roles()) == folders
+    assert site_roles()[0] == "clock_cap"
+    assert [r.name for r in load_roles()] == list(site_roles())
+
+
+def test_role_selection_keeps_site_order_and_refuses_unknown():
+    assert [r.name for r in load_roles("engine_env,clock_cap")] == ["clock_cap", "engine_env"]
+    with pytest.raises(UsageError, match="unknown role 'nope'"):
+        load_roles("nope")
+
+
+def test_clock_cap_unit_is_the_one_status_reads():
+    changes = planned("clock_cap")
+    unit = put(changes, f"/etc/systemd/system/{CLOCK_CAP_UNIT}")
+    ini = configparser.ConfigParser(strict=False, interpolation=None)
+    ini.read_string(unit)
+    assert ini["Unit"]["After"] == "nvidia-persistenced.service"
+    assert dict(ini["Service"]) == {"type": "oneshot", "remainafterexit": "yes",
+                                    "execstart": "nvidia-smi -lgc 0,2200",
+                                    "execstop": "nvidia-smi -rgc"}
+    assert ini["Install"]["WantedBy"] == "multi-user.target"
+    systemd = next(c for c in changes if c.module == "systemd" and not c.handler)
+    assert [a.argv for a in systemd.actions] == [
+        ("systemctl", "daemon-reload"), ("systemctl", "enable", CLOCK_CAP_UNIT),
+        ("systemctl", "start", CLOCK_CAP_UNIT)]
+
+
+def test_nccl_env_probed_index_and_the_field_settings():
+    env = env_of(put(planned(facts=good_facts(5, 5)), "/etc/sparkrack/nccl.env"))
+    assert env == {"NCCL_IB_HCA": "rocep1s0f0,roceP2p1s0f0", "NCCL_IB_GID_INDEX": "5",
+                   "NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "enp1s0f0np0",
+                   "TP_SOCKET_IFNAME": "enp1s0f0np0", "NCCL_IB_DISABLE": "0",
+                   "NCCL_CROSS_NIC": "1", "NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "0"}
+
+
+def test_nccl_env_falls_back_to_the_inventory_index():
+    no_v4 = HcaFacts(present=True, types={1: "RoCE v2"}, gids={1: LL})
+    facts = NodeFacts(roce=RoceFacts({"rocep1s0f0": no_v4, "roceP2p1s0f0": no_v4}),
+                      netdevs=("enp1s0f0np0",))
+    text = put(planned(facts=facts), "/etc/sparkrack/nccl.env")
+    assert env_of(text)["NCCL_IB_GID_INDEX"] == "3" and "inventory fallback" in text
+
+
+def test_a_nodes_own_index_overrides_the_probe(tmp_path):
+    inv = tmp_path / "inv"
+    import shutil
+    shutil.copytree(REPO / "inventory" / "rehearsal", inv)
+    (inv / "host_vars").mkdir()
+    (inv / "host_vars" / "spark-02.yml").write_text("nccl_ib_gid_index: 7\n")
+    text = put(planned(facts=good_facts(5, 5), inventory=inv, node="spark-02"),
+               "/etc/sparkrack/nccl.env")
+    assert env_of(text)["NCCL_IB_GID_INDEX"] == "7" and "host_vars" in text
+    other = put(planned(facts=good_facts(5, 5), inventory=inv, node="spark-03"),
+                "/etc/sparkrack/nccl.env")
+    assert env_of(other)["NCCL_IB_GID_INDEX"] == "5"
+
+
+def test_missing_hca_fails_the_role_clearly():
+    facts = NodeFacts(roce=RoceFacts({"rocep1s0f0": hca(3), "roceP2p1s0f0": HcaFacts()}),
+                      netdevs=("enp1s0f0np0",))
+    changes = planned(facts=facts)
+    assert changes[0].status == "failed"
+    assert changes[0].summary.startswith("HCA roceP2p1s0f0 missing under /sys/class/infiniband")
+    assert all(c.status == "skipped" for c in changes[1:])
+
+
+def test_hcas_with_different_indexes_fail():
+    changes = planned(facts=good_facts(3, 5))
+    assert changes[1].status == "failed" and "different indexes" in changes[1].summary
+
+
+def test_missing_socket_interface_fails():
+    facts = NodeFacts(roce=good_facts().roce, netdevs=("lo", "eth0"))
+    changes = planned(facts=facts)
+    assert changes[2].status == "failed"
+    assert "enp1s0f0np0 is not an interface of this node (it has lo, eth0)" in changes[2].summary
+
+
+def test_engine_env_sglang_settings_and_secret_mode():
+    token = "hf_abcdefSECRET123"
+    changes = planned("engine_env", environ={"HF_TOKEN": token})
+    sglang = env_of(put(changes, "/etc/sparkrack/sglang.env"))
+    assert sglang == {"SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION": "0.01",
+                      "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False",
+                      "HF_TOKEN": token}
+    assert env_of(put(changes, "/etc/sparkrack/vllm.env")) == {"HF_TOKEN": token}
+    modes = {a.path: a.mode for c in changes for a in c.actions if isinstance(a, Put)}
+    assert modes == {"/etc/sparkrack/sglang.env": 0o600, "/etc/sparkrack/vllm.env": 0o600}
+    assert all(token not in c.summary + c.diff for c in changes)
+
+
+def test_engine_env_without_token_has_none():
+    sglang = env_of(put(planned("engine_env"), "/etc/sparkrack/sglang.env"))
+    assert "HF_TOKEN" not in sglang
+
+
+def test_node_limits_values():
+    changes = planned("node_limits")
+    limits = put(changes, "/etc/security/limits.d/90-sparkrack.conf")
+    assert "root  hard  nofile   1048576" in limits and "*     hard  memlock  unlimited" in limits
+    dropin = put(changes, "/etc/systemd/system/containerd.service.d/90-sparkrack-limits.conf")
+    assert "LimitMEMLOCK=infinity\nLimitNOFILE=1048576\n" in dropin
+    assert changes[-1].handler and changes[-1].actions[0].argv == (
+        "systemctl", "restart", "containerd.service")
+
+
+def test_engine_images_take_the_rehearsal_tars_on_the_rehearsal_rack():
+    for inventory, tar in (("inventory/rehearsal",
+                            "/var/lib/sparkrack/rehearsal/images/sglang.tar"),
+                           ("inventory", "")):
+        inv = load_inventory(REPO / inventory)
+        role = load_roles("engine_images")
+        tasks = render_tasks(role[0], role[0].tasks, node_vars(inv, inv.head, role, {}),
+                             Renderer())
+        first = tasks[0]
+        assert (first.params["name"], first.params["source_tar"]) == (
+            inv.vars.images["sglang"], tar)
+
+
+def write(tmp_path, text):
+    (tmp_path / "r" / "tasks").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "r" / "tasks" / "main.yml").write_text(text)
+    return tmp_path / "r"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("- name: x\n  copy: {src: a}\n", "unknown key 'copy'"),
+    ("- name: x\n  file: {path: /a, colour: red}\n", "file: unknown parameter 'colour'"),
+    ("- name: x\n  template: {src: a}\n", "template: missing dest"),
+    ("- name: x\n  command: {argv: [rm, -rf, /]}\n", "needs a guard"),
+    ("- file: {path: /a}\n", "every task needs a name"),
+    ("- name: x\n  file: {path: /a}\n  notify: nope\n", "notifies unknown handler 'nope'"),
+    ("- name: x\n  file: {path: /a}\n  assert: {that: x}\n", "needs exactly one module"),
+    ("[oops\n", "YAML error"),
+])
+def test_role_file_mistakes_name_the_task(tmp_path, text, message):
+    with pytest.raises(RoleError, match=message.replace("(", r"\(")):
+        load_role(write(tmp_path, text))
+
+
+def test_template_outside_the_role_is_refused(tmp_path):
+    role = load_role(write(tmp_path, "- name: x\n  template: {src: ../../etc/passwd, dest: /a}\n"))
+    renderer = Renderer()
+    tasks = render_tasks(role, role.tasks, {}, renderer)
+    with pytest.raises(RoleError, match="outside templates"):
+        plan_node([role], {"r": tasks}, {}, {}, NodeFacts(), renderer=renderer)
+
+
+def test_lone_expression_keeps_its_type():
+    renderer = Renderer()
+    assert renderer.value("{{ hcas }}", {"hcas": ["a", "b"]}) == ["a", "b"]
+    assert renderer.value("x-{{ n }}", {"n": 3}) == "x-3"
+    assert renderer.value({"k": ["{{ n + 1 }}"]}, {"n": 3}) == {"k": [4]}

@@ -2,7 +2,7 @@
 
 from invoke import Collection
 
-from . import (check_tasks, engine_tasks, provision_tasks, rack_tasks, rehearsal_stub_tasks,
+from . import (bench_tasks, check_tasks, engine_tasks, provision_tasks, rack_tasks, rehearsal_stub_tasks,
                rehearsal_tasks)
 
 
@@ -19,4 +19,5 @@ def build_namespace() -> Collection:
     rehearsal.add_task(rehearsal_stub_tasks.stub_images)
     rehearsal.add_task(rehearsal_stub_tasks.stub_model)
     ns.add_collection(rehearsal, name="rehearsal")
+    ns.add_collection(Collection.from_module(bench_tasks, name="bench"))
     return ns

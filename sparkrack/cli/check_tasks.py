@@ -25,8 +25,9 @@ BLOCKED_EXIT = 1
 @operator_task
 def check(c, engine=None, profile=DEFAULT_PROFILE, inventory=None, explain=None, list_=False,
           json=False):
-    """Check an engine profile against the rules for this hardware; exit 1 when a blocking
-    finding refuses the start. Host kernels are not checked here (no node facts)."""
+    """Check an engine profile against the SM121 rules; exit 1 on a blocking finding.
+
+    Host kernels are not checked here (no node facts); `up` and `roll` check them."""
     if explain:
         print(explain_rule(explain))
         return

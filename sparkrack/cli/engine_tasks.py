@@ -17,8 +17,9 @@ DEFAULT_PROFILE = "512k"
             "inventory": INVENTORY_HELP, "json": "print JSON for scripts"})
 @operator_task
 def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False):
-    """Print every rank's launch spec as the exact `docker run` equivalent (secrets ***);
-    contacts no node."""
+    """Print each rank's launch spec as its exact `docker run` (touches nothing).
+
+    Secrets show as ***."""
     rack = inventory_from(inventory)
     specs = build_specs(rack, engine, profile)
     head = specs[0]
@@ -72,8 +73,9 @@ def _progress(waiting):
 @task(help=ENGINE_HELP)
 @operator_task
 def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None):
-    """Start a TP8 engine: gates (reachable, no other engine, rules, image ID, memory,
-    clock cap under load, power), workers 7..1 then rank 0, readiness, one smoke request.
+    """Start a TP8 engine: gates, workers 7..1 then rank 0, readiness, smoke request.
+
+    Gates: reachable, no other engine, rules, image ID, memory, clock cap under load, power.
     Any failure or Ctrl-C stops every rank it started."""
     rack = inventory_from(inventory)
     with console.Waiting(f"{engine} {profile}") as waiting:
@@ -89,8 +91,9 @@ def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overrid
             "timeout": "stop timeout per rank in seconds (default: the label the spec set)"})
 @operator_task
 def down(c, inventory=None, timeout=None):
-    """Stop the running engine: rank 0 first (drain), then the workers; remove the
-    containers; wait until every node's MemAvailable has recovered."""
+    """Stop the running engine: rank 0 first (drain), then workers; wait for memory.
+
+    The containers are removed; `down` ends when every node's MemAvailable recovered."""
     report = lifecycle.down(inventory_from(inventory), timeout=int(timeout) if timeout else None,
                             on_event=console.say)
     if not report.stopped:
@@ -108,8 +111,10 @@ def down(c, inventory=None, timeout=None):
 @task(help=ENGINE_HELP)
 @operator_task
 def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None):
-    """Switch to another engine/profile: gate it while the old one serves, stop the old in
-    order, start the new, smoke-test it; on failure bring the last known-good back."""
+    """Switch lanes safely; on failure bring the last known-good deployment back.
+
+    The new deployment is gated while the old one serves; then the old stops in order, the
+    new starts and answers a smoke request."""
     rack = inventory_from(inventory)
     with console.Waiting(f"{engine} {profile}") as waiting:
         deployment = lifecycle.roll(rack, engine, profile, burn=run_burn,
@@ -124,8 +129,9 @@ def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overr
             "interval": "seconds between polls (default 1)"})
 @operator_task
 def watch(c, inventory=None, duration=None, restart=False, interval=1.0):
-    """Watch the running group: a dead rank, a lost node or an unhealthy head stops the whole
-    group (or restarts it with --restart); warns when MemAvailable ratchets down."""
+    """Rank watchdog: stop (or --restart) the group when a rank or node is lost.
+
+    Also warns when a node's MemAvailable ratchets down request after request."""
     rack = inventory_from(inventory)
     report = lifecycle.watch_group(rack, burn=run_burn, duration=float(duration) if duration else None,
                                    interval=float(interval), restart=restart, on_event=console.say)

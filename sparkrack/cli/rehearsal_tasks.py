@@ -44,7 +44,8 @@ def status(c, inventory=None, json=False):
     console.print_table(
         "rehearsal rack", ["node", "address", "running", "link", "sshd", "boots", "last boot",
                            "gpu latched"],
-        [[s.name, s.address, s.running, "up" if s.link_up else "CUT", s.ssh_open, s.boots,
+        [[f"{s.name} (extra)" if s.extra else s.name, s.address, s.running,
+          "up" if s.link_up else "CUT", s.ssh_open, s.boots,
           time.strftime("%H:%M:%S", time.localtime(s.last_boot)) if s.last_boot else None,
           s.latched] for s in states])
 
@@ -95,3 +96,34 @@ def latch(c, node, inventory=None, clear=False):
     """Latch a node's simulated GPU in the low-clock state (~715 MHz under load)."""
     _rack(inventory).latch(node, on=not clear)
     console.say(f"{node}: GPU {'unlatched' if clear else 'latched in the low-clock state'}")
+
+
+@task(iterable=["missing_hca"],
+      help={**HELP, "name": "the new node's name, e.g. spark-09",
+            "address": "its address on the rehearsal bridge, e.g. 10.77.1.19",
+            "driver_version": "simulated NVIDIA driver (default: the rack's, 580.126.09)",
+            "missing_hca": "an HCA the node lacks, e.g. roceP2p1s0f0 (repeatable)",
+            "kernel": "simulated host kernel release that `uname -r` reports"})
+@operator_task
+def add_node(c, name, address, driver_version=None, missing_hca=None, kernel=None,
+             inventory=None):
+    """Add a bare node outside the inventory (OS, sshd, docker, simulated GPU/HCAs; no
+    sparkrack files, images or weights; its host key in no known_hosts) and boot it."""
+    _rack(inventory).add_node(name, address, driver_version=driver_version,
+                              missing_hcas=tuple(missing_hca or ()), kernel=kernel)
+
+
+@task(help=NODE_HELP)
+@operator_task
+def wipe(c, node, inventory=None):
+    """Wipe an extra node back to bare: power off, delete its disk, boot it (new host key)."""
+    _rack(inventory).wipe(node)
+    console.say(f"{node}: wiped and booted bare (new host key)")
+
+
+@task(help=NODE_HELP)
+@operator_task
+def remove_node(c, node, inventory=None):
+    """Power an extra node off and delete it (disk, network, record)."""
+    _rack(inventory).remove_node(node)
+    console.say(f"{node}: removed")

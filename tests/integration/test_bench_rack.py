@@ -1,0 +1,257 @@
+"""`invoke bench` and `bench.compare` on the rehearsal rack with the stub engines.
+
+The stub streams at a configured rate (40 tok/s SGLang, 30 tok/s vLLM here), so the bench
+must report those rates (within 5 %, medians of three), four per-user figures, the needle's
+prefill at the stub's prefill rate, and the accept length of the speculative flags.
+Engines are started without the gates (start_group) and recorded as `current` so that
+bench finds them; every rank this module starts is stopped in a finally, the `current`
+record and the stub model config are put back as they were, saved results removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from sparkrack.bench import run_bench, store
+from sparkrack.bench.client import Endpoint
+from sparkrack.bench.metrics import parse_prometheus
+from sparkrack.engines import build_specs
+from sparkrack.fleet import Fleet, sh
+from sparkrack.lifecycle import record
+from sparkrack.lifecycle.containers import engine_containers, stop_ranks
+from sparkrack.lifecycle.record import RECORD_DIR, Deployment
+from sparkrack.lifecycle.start import as_rank, start_group
+from sparkrack.rehearsal.stub.config import CONFIG_NAME
+from sparkrack.rehearsal.stub.modeldir import write_stub_model
+from sparkrack.rehearsal.stubimage import build_stub_images, load_stub_image
+
+pytestmark = pytest.mark.rack
+RATES = {"sglang": 40.0, "vllm": 30.0}
+STUB = {"load_delay_s": 0.5, "tokens_per_s": RATES["sglang"], "prefill_tokens_per_s": 4000,
+        "engines": {"vllm": {"tokens_per_s": RATES["vllm"]}}}
+TOKENS = 48  # per request: 47 decode intervals, ~1.2 s at 40 tok/s
+CONTEXT = 4096  # needle: ~1 s of stub prefill
+PREFIX = "itest-bench-"
+WIRING = ("from invoke import Collection\nfrom sparkrack.cli import build_namespace, bench_tasks\n"
+          "ns = build_namespace()\n"
+          "if 'bench' not in ns.collections:\n"
+          "    ns.add_collection(Collection.from_module(bench_tasks, name='bench'))\n")
+
+
+def _busy(fleet) -> list[str]:
+    ranks, _ = engine_containers(fleet)
+    return [f"{r.name}@{r.node}" for r in ranks]
+
+
+@pytest.fixture(scope="module")
+def bench_rack(inventory, tmp_path_factory):
+    """A rack with no engine on it, both stub images loaded and the stub config written;
+    afterwards the current record and the stub config are as they were."""
+    state = tmp_path_factory.mktemp("state")
+    wiring = tmp_path_factory.mktemp("wiring")
+    (wiring / "tasks.py").write_text(WIRING)
+    saved_env = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(state)
+    with Fleet(inventory) as fleet:
+        deadline = time.monotonic() + 60  # other suites share the rack: wait for it
+        while _busy(fleet):
+            if time.monotonic() > deadline:
+                pytest.skip(f"engine containers already on the rack: {_busy(fleet)}")
+            time.sleep(2)
+        images = build_stub_images(inventory)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda job: load_stub_image(fleet, job[0], *job[1]),
+                          [(n.name, images[e]) for n in fleet.nodes for e in images]))
+        head = inventory.head.name
+        config_path = f"{inventory.vars.model_path}/{CONFIG_NAME}"
+        got = fleet.get({head: [config_path]})[head]
+        old_config = json.loads(got.files[config_path]) if got.ok else None
+        old_current = record.read(fleet, inventory)["current"]
+        write_stub_model(fleet, STUB)
+        try:
+            yield fleet, images, state, wiring
+        finally:
+            if old_current is not None:
+                record.write(fleet, inventory, "current", old_current)
+            else:
+                fleet.run({head: ["rm", "-f", f"{RECORD_DIR}/current.json"]})
+            fleet.run({head: sh('rm -f "$1"/' + PREFIX + '*.json', store.REMOTE_DIR)})
+            write_stub_model(fleet, old_config)
+            if saved_env is None:
+                os.environ.pop("XDG_STATE_HOME", None)
+            else:
+                os.environ["XDG_STATE_HOME"] = saved_env
+
+
+@contextmanager
+def deployed(fleet, images, engine: str):
+    """A stub deployment of engine's 512k profile, recorded as current; stopped after."""
+    inventory = fleet.inventory
+    specs = build_specs(inventory, engine, "512k", environ={},
+                        deployment_id=f"{PREFIX}{engine}-{uuid.uuid4().hex[:6]}")
+    try:
+        start_group(fleet, inventory, specs, timeout=30)
+        head = specs[0]
+        record.write(fleet, inventory, "current", Deployment(
+            engine=engine, profile=head.profile, deployment_id=head.deployment_id,
+            spec_hash=head.spec_hash, image=head.image, image_id=images[engine][1]))
+        yield specs
+    finally:
+        errors = stop_ranks(fleet, [as_rank(s) for s in specs], timeout=5)
+        assert not errors, errors
+
+
+def invoke_bench(wiring: Path, state: Path, *args: str, **popen) -> subprocess.Popen:
+    """`invoke bench ...` as the operator runs it (plain output: not a terminal)."""
+    env = {**os.environ, "SPARKRACK_SANDBOX": "1", "XDG_STATE_HOME": str(state)}
+    env.pop("SPARKRACK_INVENTORY", None)
+    return subprocess.Popen([sys.executable, "-m", "invoke", "--search-root", str(wiring), *args],
+                            cwd=Path(__file__).resolve().parents[2], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+
+
+def _check_rates(result, rate: float) -> None:
+    medians = {p.prompt: p.median_decode_tok_s for p in result.single}
+    assert list(medians) == ["code", "prose", "explanation"]
+    assert all(len(p.runs) == 3 for p in result.single)
+    for prompt, value in medians.items():
+        assert abs(value - rate) / rate < 0.05, (prompt, value, rate)
+    for p in result.single:
+        for run in p.runs:
+            assert run.completion_tokens == TOKENS  # from usage
+            assert run.ttft_s is not None and run.ttft_s < 1.0
+    users = result.users
+    assert users.count == 4 and [u.user for u in users.per_user] == [1, 2, 3, 4]
+    for u in users.per_user:
+        assert abs(u.decode_tok_s - rate) / rate < 0.05, u
+    assert users.aggregate_tok_s is not None and users.aggregate_tok_s > rate
+
+
+def test_bench_without_an_engine_fails_with_one_line(bench_rack):
+    _, _, state, wiring = bench_rack
+    proc = invoke_bench(wiring, state, "bench", "-i", "inventory/rehearsal")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: no engine is running on rehearsal") and "invoke up" in lines[0]
+    assert out == ""
+
+
+def test_sglang_bench_reports_the_stub_rate_and_ctrl_c_keeps_a_partial_result(bench_rack):
+    fleet, images, state, wiring = bench_rack
+    inventory = fleet.inventory
+    with deployed(fleet, images, "sglang") as specs:
+        outcome = run_bench(inventory, suite="full", name=f"{PREFIX}sglang", context=CONTEXT,
+                            max_tokens=TOKENS)
+        result = outcome.result
+        assert outcome.error is None and not result.partial, result.notes
+        _check_rates(result, RATES["sglang"])
+        # --max-running-requests 2: users 3 and 4 wait for a slot, so the aggregate is
+        # about two users' worth and two users' TTFT include one whole answer
+        ttfts = sorted(u.ttft_s for u in result.users.per_user)
+        assert ttfts[1] < 0.5 < TOKENS / RATES["sglang"] * 0.9 < ttfts[2]
+        needle = result.needle
+        assert needle.context == CONTEXT
+        assert CONTEXT * 0.9 < needle.prompt_tokens <= CONTEXT  # sized from the server's counts
+        assert abs(needle.prefill_s - needle.prompt_tokens / 4000) < 0.3
+        assert result.accept_length == pytest.approx(2.83, abs=0.01)  # EAGLE 3 steps
+        d = result.deployment
+        assert (d["engine"], d["profile"], d["deployment_id"]) == ("sglang", "512k", specs[0].deployment_id)
+        assert d["image_id"] == images["sglang"][1] and d["spec_hash"] == specs[0].spec_hash
+        # saved beside the deployment record on the head, and here
+        head = inventory.head.name
+        got = fleet.get({head: [outcome.remote_path]})[head]
+        assert got.ok and json.loads(got.files[outcome.remote_path]) == result.as_dict()
+        assert Path(outcome.local_path).parent == state / "sparkrack" / "bench" / "rehearsal"
+
+        # Ctrl-C during the single-request runs: exit 130, partial result kept
+        proc = invoke_bench(wiring, state, "bench", "-i", "inventory/rehearsal", "--suite", "full",
+                            "--tokens", str(TOKENS), "--context", "0", "--save", f"{PREFIX}partial")
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith("code 1/3"):
+                break
+        time.sleep(0.4)  # inside the prose request
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        err = "".join(lines) + err
+        assert proc.returncode == 130, err
+        assert err.strip().splitlines()[-1] == f"interrupted: partial result saved as {PREFIX}partial"
+        assert "decode code\t" in out  # the plain table of what was measured
+        assert "note: partial: stopped by Ctrl-C during single" in err
+        partial, _ = store.load(inventory, f"{PREFIX}partial")
+        assert partial.partial and partial.stopped_in == "single"
+        assert [len(p.runs) for p in partial.single] == [1, 0, 0]
+        assert partial.users is None and partial.needle is None
+        # the engine is still serving and holds no request of the stopped bench
+        endpoint = Endpoint(inventory.head, specs[0].ports["http"])
+        deadline = time.monotonic() + 5
+        while parse_prometheus(endpoint.get("/metrics")[1].decode())["sglang:num_running_reqs"]:
+            assert time.monotonic() < deadline, "the stopped request still runs"
+            time.sleep(0.1)
+        assert endpoint.get("/health")[0] == 200
+
+
+def test_vllm_bench_and_compare_with_sglang(bench_rack):
+    fleet, images, state, wiring = bench_rack
+    inventory = fleet.inventory
+    with deployed(fleet, images, "vllm"):
+        outcome = run_bench(inventory, suite="full", name=f"{PREFIX}vllm", context=CONTEXT,
+                            max_tokens=TOKENS)
+    result = outcome.result
+    assert outcome.error is None and not result.partial, result.notes
+    _check_rates(result, RATES["vllm"])
+    assert result.accept_length == pytest.approx(2.83, abs=0.05)  # MTP 3, from the counters
+    assert max(u.ttft_s for u in result.users.per_user) < 0.5  # no slot limit: one wave
+
+    # the SGLang run only on the head now: compare reads it from beside the record there
+    (store.local_dir(inventory) / f"{PREFIX}sglang.json").unlink()
+    proc = invoke_bench(wiring, state, "bench.compare", f"{PREFIX}vllm", f"{PREFIX}sglang",
+                        "-i", "inventory/rehearsal", "--json")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    data = json.loads(out)
+    assert data["b"]["from"] == f"{inventory.head.name}:{store.REMOTE_DIR}/{PREFIX}sglang.json"
+    assert (data["a"]["engine"], data["b"]["engine"]) == ("vllm", "sglang")
+    rows = {r["key"]: r for r in data["rows"]}
+    expected = ([f"decode.{p}" for p in ("code", "prose", "explanation")]
+                + [f"ttft.{p}" for p in ("code", "prose", "explanation")]
+                + ["users.aggregate", "users.1", "users.2", "users.3", "users.4",
+                   "needle.found", "needle.prefill_s", "accept_length"])
+    assert list(rows) == expected
+    for key, row in rows.items():
+        if key == "needle.found":
+            assert row["verdict"] == "tie"  # same outcome on both (the stub cannot retrieve)
+            continue
+        assert row["delta"] is not None and row["pct"] is not None, row
+        assert (row["verdict"] == "tie") == (abs(row["pct"]) <= 3.0), row
+    for prompt in ("code", "prose", "explanation"):  # 40 vs 30 tok/s: SGLang 33 % ahead
+        assert rows[f"decode.{prompt}"]["verdict"] == f"{PREFIX}sglang"
+        assert rows[f"decode.{prompt}"]["pct"] == pytest.approx(33.3, abs=5)
+    assert rows["accept_length"]["verdict"] == "tie"
+    assert rows["needle.prefill_s"]["verdict"] == "tie"
+
+    proc = invoke_bench(wiring, state, "bench.compare", f"{PREFIX}vllm", f"{PREFIX}sglang",
+                        "-i", "inventory/rehearsal")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    print(out)  # the figures, for -s
+    table = [line.split("\t") for line in out.splitlines()]
+    measures = [cells for cells in table if len(cells) == 5]
+    assert measures[0] == ["measure", f"{PREFIX}vllm", f"{PREFIX}sglang", "B - A", "verdict"]
+    assert len(measures) == 1 + len(expected)
+    assert all(cells[3] for cells in measures[1:])
+    assert sum(cells[4] == "tie" for cells in measures[1:]) >= 3

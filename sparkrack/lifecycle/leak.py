@@ -1,13 +1,19 @@
 """Spot unified memory ratcheting down request after request (the field report's indexer
-leak): MemAvailable makes new lows that never come back, until the driver refuses an
-allocation (NV_ERR_NO_MEMORY) and the TP group dies. Pure: samples in, warnings out.
+leak): the level MemAvailable returns to between requests makes new lows that never come
+back, until the driver refuses an allocation (NV_ERR_NO_MEMORY) and the TP group dies.
+
+The level is the highest sample of the last LEVEL_WINDOW_S seconds, so the scratch a
+request takes and gives back (the bounded indexer budget) is not mistaken for a leak.
+Pure: samples in, warnings out.
 """
 
+from collections import deque
 from dataclasses import dataclass, field
 
 STEP_KB = 256 * 1024  # a new low must be at least this much below the previous one
 RECOVERY_KB = 512 * 1024  # coming back this far above the low resets the count
 LOWS_TO_WARN = 3
+LEVEL_WINDOW_S = 2.0
 
 
 @dataclass
@@ -16,10 +22,15 @@ class LeakWatch:
 
     floor_kb: int  # below this the driver starts refusing (the node's safety floor)
     lows: list[tuple[float, int]] = field(default_factory=list)
+    recent: deque = field(default_factory=deque)  # (time, kB) of the last LEVEL_WINDOW_S
     warned: bool = False
 
-    def feed(self, when: float, available_kb: int) -> str | None:
+    def feed(self, when: float, sample_kb: int) -> str | None:
         """Take one sample; a one-line warning the first time the ratchet is established."""
+        self.recent.append((when, sample_kb))
+        while self.recent[0][0] < when - LEVEL_WINDOW_S:
+            self.recent.popleft()
+        available_kb = max(kb for _, kb in self.recent)
         if self.lows and available_kb > self.lows[-1][1] + RECOVERY_KB:
             self.lows.clear()  # memory came back: a working set, not a leak
             self.warned = False

@@ -15,6 +15,7 @@ from .containers import Rank, engine_containers, refresh, stop_ranks
 from .leak import LeakWatch
 
 HEALTH_FAILURES_TO_ACT = 3  # consecutive unhealthy polls of rank 0 before acting
+BROKEN_STOP_TIMEOUT = 3  # seconds: a broken TP group has nothing left to drain
 FLOOR_FRACTION = 0.05  # warn about a ratchet heading for 5 % of MemTotal
 _MEMINFO = "grep -E '^(MemTotal|MemAvailable):' /proc/meminfo"
 
@@ -92,7 +93,7 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
                 report.seconds_to_detect = time.monotonic() - poll_started
                 on_event(f"group broken: {failure}; stopping every rank")
                 reachable = [r for r in ranks if r.node not in lost]
-                stop_ranks(fleet, reachable, timeout=10)
+                stop_ranks(fleet, reachable, timeout=BROKEN_STOP_TIMEOUT)
                 report.acted = "stopped"
                 if on_failure == "restart" and restart is not None:
                     on_event("restarting the group in order")

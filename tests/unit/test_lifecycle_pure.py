@@ -35,3 +35,17 @@ def test_memory_that_comes_back_is_not_a_leak():
 def test_small_wobble_is_not_a_new_low():
     leak = LeakWatch(floor_kb=6 * GIB)
     assert all(leak.feed(t, 100 * GIB - t * 1024) is None for t in range(50))
+
+
+def test_growing_scratch_that_is_given_back_is_not_a_leak():
+    """The bounded indexer budget: each request takes more, and gives all of it back."""
+    leak = LeakWatch(floor_kb=6 * GIB)
+    t, warnings = 0.0, []
+    for dip in (0.5, 1, 2, 4, 8):  # GiB taken during each request
+        for _ in range(4):  # two seconds of request at 0.5 s per sample
+            warnings.append(leak.feed(t, int((100 - dip) * GIB)))
+            t += 0.5
+        for _ in range(6):  # three seconds idle: all of it back
+            warnings.append(leak.feed(t, 100 * GIB))
+            t += 0.5
+    assert warnings == [None] * len(warnings)

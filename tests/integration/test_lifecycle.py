@@ -1,0 +1,280 @@
+"""`invoke up / down / roll / watch` on the rehearsal rack with the stub engines."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkrack.burn import burn
+from sparkrack.engines import build_specs
+from sparkrack.fleet import Fleet
+from sparkrack.inventory import load_inventory
+from sparkrack.lifecycle import engine as lifecycle
+from sparkrack.lifecycle.containers import engine_containers
+from sparkrack.lifecycle.record import read as read_records
+from sparkrack.lifecycle.start import StartFailed
+
+pytestmark = pytest.mark.rack
+REPO = Path(__file__).resolve().parents[2]
+SEED_ENV = {"SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION": "0.01",
+            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False",
+            "NCCL_IB_HCA": "rocep1s0f0,roceP2p1s0f0", "NCCL_IB_GID_INDEX": "3"}
+SEED_FLAGS = ("--context-length 524288 --mem-fraction-static 0.80 --max-running-requests 2 "
+              "--chunked-prefill-size 4096 --kv-cache-dtype fp8_e4m3 --speculative-algorithm EAGLE "
+              "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 "
+              "--cuda-graph-max-bs-decode 4").split()
+
+
+def quick_burn(inventory, nodes):
+    return burn(inventory, nodes, seconds=1)
+
+
+def nothing_runs(inventory) -> list:
+    with Fleet(inventory) as fleet:
+        ranks, errors = engine_containers(fleet)
+    assert not errors
+    return ranks
+
+
+@pytest.fixture
+def clean(engine_rack):
+    """Every test starts and ends with no engine on the rack."""
+    lifecycle.down(engine_rack)
+    yield engine_rack
+    lifecycle.down(engine_rack)
+    assert nothing_runs(engine_rack) == []
+
+
+def docker_events(inventory, since: float, until: float) -> list[tuple[int, str, int]]:
+    """(time ns, action, rank) of every start/kill/die of engine containers, from each dockerd
+    (the nodes share this machine's clock, so the order across nodes is real)."""
+    events = []
+    with Fleet(inventory) as fleet:
+        for node in fleet.nodes:
+            stream = fleet.docker_client(node).events(
+                since=int(since), until=int(until) + 1, decode=True,
+                filters={"type": "container", "event": ["start", "kill", "die"],
+                         "label": "sparkrack.engine"})
+            events += [(e["timeNano"], e["Action"], int(e["Actor"]["Attributes"]["sparkrack.rank"]))
+                       for e in stream]
+    return sorted(events)
+
+
+def test_up_runs_the_exact_profile_in_order_and_down_leaves_nothing(clean):
+    inventory = clean
+    t0 = time.time()
+    deployment = lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    specs = build_specs(inventory, "sglang", "512k")
+    with Fleet(inventory) as fleet:
+        for spec in specs:
+            attrs = fleet.docker_client(spec.node).containers.get(spec.container_name).attrs
+            argv = attrs["Config"]["Entrypoint"] + attrs["Config"]["Cmd"]
+            assert argv == list(spec.argv)
+            env = dict(item.split("=", 1) for item in attrs["Config"]["Env"])
+            assert SEED_ENV.items() <= env.items()
+            assert {k: v for k, v in env.items() if k in spec.env} == dict(spec.env)
+            for flag, value in zip(SEED_FLAGS[::2], SEED_FLAGS[1::2]):
+                assert argv[argv.index(flag) + 1] == value
+            assert "--disable-flashinfer-autotune" in argv
+            assert attrs["HostConfig"]["NetworkMode"] == "host" and attrs["HostConfig"]["IpcMode"] == "host"
+        records = read_records(fleet, inventory)
+    assert records["last-good"].deployment_id == deployment.deployment_id
+    report = lifecycle.down(inventory)
+    t1 = time.time()
+    assert report.not_recovered == {} and report.errors == {}
+    assert nothing_runs(inventory) == []
+    events = docker_events(inventory, t0, t1)
+    starts = [rank for _, action, rank in events if action == "start"]
+    kills = [(t, rank) for t, action, rank in events if action == "kill"]
+    head_died = next(t for t, action, rank in events if action == "die" and rank == 0)
+    assert starts == [7, 6, 5, 4, 3, 2, 1, 0]  # workers high to low, then the head
+    assert kills[0][1] == 0  # the head is signalled first, so it drains ...
+    assert all(t > head_died for t, rank in kills if rank != 0)  # ... workers only after it exited
+    assert sorted(rank for _, action, rank in events if action == "die") == list(range(8))
+    with Fleet(inventory) as fleet:
+        leftovers = fleet.run(["sh", "-c", "pgrep -af '[l]aunch_server|[v]llm serve' || true"])
+        assert leftovers.all_ok and [r.stdout for r in leftovers] == [""] * 8
+        assert read_records(fleet, inventory)["current"] is None
+
+
+def test_a_worker_killed_during_load_fails_up_fast_and_leaves_nothing(clean):
+    inventory = clean
+    from sparkrack.rehearsal.stub.modeldir import write_stub_model
+
+    with Fleet(inventory) as fleet:
+        write_stub_model(fleet, {"load_delay_s": 8, "tokens_per_s": 50})
+    killed = {}
+
+    def kill_rank_3():
+        with Fleet(inventory, inventory.select("spark-04")) as fleet:
+            client = fleet.docker_client("spark-04")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    c = client.containers.get("sparkrack-sglang-r3")
+                    if c.status == "running":
+                        time.sleep(0.5)
+                        c.kill()
+                        killed["at"] = time.monotonic()
+                        return
+                except Exception:
+                    pass
+                time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_rank_3)
+    try:
+        killer.start()
+        with pytest.raises(StartFailed) as failure:
+            lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+        failed_at = time.monotonic()
+        killer.join()
+    finally:
+        with Fleet(inventory) as fleet:
+            write_stub_model(fleet, {"load_delay_s": 1, "tokens_per_s": 50})
+    assert failed_at - killed["at"] < 10
+    assert "rank" in failure.value.line() and "spark-" in failure.value.line()
+    assert nothing_runs(inventory) == []
+
+
+def broken_inventory(tmp_path) -> Path:
+    """A copy of the rehearsal inventory whose sglang has a profile every rank rejects."""
+    inv = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventory" / "rehearsal", inv)
+    (inv / "engines").mkdir()
+    engine = yaml.safe_load((REPO / "inventory" / "engines" / "sglang.yml").read_text())
+    engine["profiles"]["broken"] = {"description": "a flag no SGLang knows: every rank exits 2",
+                                    "extends": "512k", "flags": {"--no-such-flag": True}}
+    (inv / "engines" / "sglang.yml").write_text(yaml.safe_dump(engine, sort_keys=False))
+    shutil.copy(REPO / "inventory" / "engines" / "vllm.yml", inv / "engines" / "vllm.yml")
+    return inv
+
+
+def test_roll_vllm_to_sglang_and_a_broken_roll_falls_back(clean, tmp_path):
+    inventory = load_inventory(broken_inventory(tmp_path))
+    lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+    rolled = lifecycle.roll(inventory, "sglang", "512k", burn=quick_burn)
+    assert rolled.engine == "sglang"
+    running = nothing_runs(inventory)
+    assert {r.engine for r in running} == {"sglang"} and len(running) == 8
+    lifecycle.roll(inventory, "vllm", "512k", burn=quick_burn)
+    with pytest.raises(lifecycle.RollFailed) as failure:
+        lifecycle.roll(inventory, "sglang", "broken", burn=quick_burn)
+    assert "rolled back to the last known-good deployment: vllm 512k" in failure.value.line()
+    running = nothing_runs(inventory)
+    assert {(r.engine, r.profile) for r in running} == {("vllm", "512k")} and all(r.alive for r in running)
+
+
+def test_watch_stops_the_group_when_a_node_is_cut(clean, rack):
+    inventory = clean
+    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    result = {}
+
+    def run_watch():
+        result["report"] = lifecycle.watch_group(inventory, burn=quick_burn, duration=40, interval=0.5)
+
+    watcher = threading.Thread(target=run_watch)
+    watcher.start()
+    time.sleep(2)
+    cut_at = time.monotonic()
+    rack.cut("spark-06")
+    try:
+        watcher.join(timeout=60)
+        reacted = time.monotonic() - cut_at
+    finally:
+        rack.heal("spark-06")
+    report = result["report"]
+    assert "spark-06" in report.failure and report.acted == "stopped"
+    assert reacted < 15
+    time.sleep(2)  # the cut node's rank lost its group: it exits on its own
+    assert all(not r.alive for r in nothing_runs(inventory))
+
+
+def test_sigint_during_up_leaves_nothing_running(clean):
+    inventory = clean
+    from sparkrack.rehearsal.stub.modeldir import write_stub_model
+
+    with Fleet(inventory) as fleet:
+        write_stub_model(fleet, {"load_delay_s": 30, "tokens_per_s": 50})
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "invoke", "up", "--engine", "sglang",
+                                 "-i", "inventory/rehearsal"], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "SPARKRACK_SANDBOX": "1"})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if sum(r.alive for r in nothing_runs(inventory)) == 8:
+                break
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        with Fleet(inventory) as fleet:
+            write_stub_model(fleet, {"load_delay_s": 1, "tokens_per_s": 50})
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert nothing_runs(inventory) == []
+
+
+def test_up_refuses_an_uncapped_node_and_names_it(clean):
+    inventory = clean
+    with Fleet(inventory, inventory.select("spark-03")) as fleet:
+        fleet.run(["nvidia-smi", "-rgc"]).raise_for_failures()
+        try:
+            with pytest.raises(lifecycle.Refused) as refused:
+                lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+        finally:
+            fleet.run(["nvidia-smi", "-lgc", f"0,{inventory.vars.clock_cap_mhz}"]).raise_for_failures()
+    assert "clock cap: spark-03" in refused.value.line()
+    assert "power:" in refused.value.line() and "spark-03 uncapped" in refused.value.line()
+    assert nothing_runs(inventory) == []
+    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)  # starts once the cap is back
+
+
+@pytest.mark.parametrize("budget, warns", [("0.2", True), ("0.01", False)])
+def test_watch_warns_about_the_indexer_ratchet_only_without_the_budget(clean, tmp_path, budget, warns):
+    """Growing prompts: with SGLang's default indexer budget the stub keeps its scratch and
+    MemAvailable ratchets down; with 0.01 it comes back after every request."""
+    from sparkrack.lifecycle import headapi, record
+    from sparkrack.lifecycle.record import Deployment
+    from sparkrack.lifecycle.start import start_group
+    from sparkrack.lifecycle.stop import stop_engine
+    from sparkrack.rehearsal.stub.modeldir import write_stub_model
+
+    inv_dir = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventory" / "rehearsal", inv_dir)
+    vars_file = inv_dir / "group_vars" / "all.yml"
+    vars_file.write_text(vars_file.read_text().replace("indexer_mem_fraction: 0.01",
+                                                       f"indexer_mem_fraction: {budget}"))
+    inventory = load_inventory(inv_dir)
+    specs = build_specs(inventory, "sglang", "512k", deployment_id=f"leak-{budget}")
+    head = inventory.node(specs[0].node)
+    result = {}
+    with Fleet(inventory) as fleet:
+        write_stub_model(fleet, {"load_delay_s": 1, "tokens_per_s": 200, "indexer_scale": 8})
+        try:
+            start_group(fleet, inventory, specs)
+            watcher = threading.Thread(target=lambda: result.update(report=lifecycle.watch_group(
+                inventory, burn=quick_burn, duration=16, interval=0.5)))
+            watcher.start()
+            time.sleep(1.5)
+            for words in (2000, 4000, 8000, 16000):
+                headapi.chat_completion(head, 30000, "GLM-5.3", "word " * words, max_tokens=4)
+                time.sleep(2.5)  # longer than the detector's level window
+            watcher.join(timeout=60)
+        finally:
+            stop_engine(fleet, timeout=5, recovery_timeout=30)
+            write_stub_model(fleet, {"load_delay_s": 1, "tokens_per_s": 50})
+    report = result["report"]
+    assert report.failure is None
+    ratchet = [w for w in report.warnings if "ratcheting down" in w]
+    if warns:
+        assert ratchet and "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION" in ratchet[0]
+    else:
+        assert ratchet == []

@@ -46,14 +46,14 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False):
         print(shlex.join(docker_run_argv(spec)))
 
 
-BURN_SECONDS = 3
+BURN_SECONDS = 1.5
 
 
-def run_burn(inventory, nodes):
-    """The clock-cap gate's fresh under-load check (sparkrack.burn), a few seconds per node."""
+def run_burn(inventory, nodes, fleet=None):
+    """The clock-cap gate's fresh under-load check (sparkrack.burn), all nodes at once."""
     from ..burn import burn
 
-    return burn(inventory, nodes, seconds=BURN_SECONDS)
+    return burn(inventory, nodes, seconds=BURN_SECONDS, fleet=fleet)
 
 
 ENGINE_HELP = {"engine": "sglang or vllm", "profile": f"profile name (default: {DEFAULT_PROFILE})",
@@ -73,7 +73,7 @@ def _progress(waiting):
 @task(help=ENGINE_HELP)
 @operator_task
 def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None):
-    """Start a TP8 engine: gates, workers 7..1 then rank 0, readiness, smoke request.
+    """Start a TP8 engine: gates, workers then rank 0, readiness, smoke request.
 
     Gates: reachable, no other engine, rules, image ID, memory, clock cap under load, power.
     Any failure or Ctrl-C stops every rank it started."""

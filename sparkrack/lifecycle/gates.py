@@ -8,6 +8,7 @@ blocking gate; `--override-power REASON` lets only the power gate pass, and is r
 """
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..engines import LaunchSpec
@@ -63,7 +64,6 @@ def preflight(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...],
     """Run every gate for starting specs. `replacing` is the deployment id a roll is about to
     stop (its containers do not count as "another engine")."""
     report = Preflight()
-    head = specs[0]
     results = fleet.run(facts_argv(), timeout=20)
     report.add("reachable", [f"{r.node}: {r.error}" for r in results if r.status != "ok"],
                f"all {len(results)} nodes answer")
@@ -71,6 +71,26 @@ def preflight(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...],
     if report.blocking:
         return report  # nothing else can be judged on a partial rack
 
+    with ThreadPoolExecutor(max_workers=1) as background:  # the burn's seconds overlap the rest
+        burning = background.submit(burn, inventory, fleet.nodes, fleet=fleet)
+        judge_rack(fleet, inventory, specs, report, replacing)
+        burned = burning.result()
+    report.add("clock cap", grouped([(b.node, b.reason) for b in burned if not b.ok]),
+               f"every GPU at or below {inventory.vars.clock_cap_mhz} MHz under load")
+    states = {b.node: CapState.CAPPED if b.ok else CapState.UNCAPPED for b in burned}
+    budget = project_power(inventory, states)
+    if budget.blocking and override_power:
+        report.overrides.append(f"power: {budget.reason}; override: {override_power}")
+        report.add("power", [], f"OVERRIDDEN ({override_power}): {budget.reason}")
+    else:
+        report.add("power", [budget.reason] if budget.blocking else [], budget.reason)
+    return report
+
+
+def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...],
+               report: Preflight, replacing: str | None) -> None:
+    """The gates that read the running rack: other engines, rules, image, memory."""
+    head = specs[0]
     running, errors = engine_containers(fleet)
     others = [r for r in running if r.alive and r.deployment != replacing]
     report.add("no other engine", [f"{r.engine} {r.profile} rank {r.rank} runs on {r.node} "
@@ -85,18 +105,6 @@ def preflight(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...],
 
     report.add("image", image_problems(fleet, specs, report), f"{head.image} is {report.image_id[:19]} everywhere")
     report.add("memory", memory_problems(specs, report.facts), "enough MemAvailable on every node")
-
-    burned = burn(inventory, fleet.nodes)
-    report.add("clock cap", grouped([(b.node, b.reason) for b in burned if not b.ok]),
-               f"every GPU at or below {inventory.vars.clock_cap_mhz} MHz under load")
-    states = {b.node: CapState.CAPPED if b.ok else CapState.UNCAPPED for b in burned}
-    budget = project_power(inventory, states)
-    if budget.blocking and override_power:
-        report.overrides.append(f"power: {budget.reason}; override: {override_power}")
-        report.add("power", [], f"OVERRIDDEN ({override_power}): {budget.reason}")
-    else:
-        report.add("power", [budget.reason] if budget.blocking else [], budget.reason)
-    return report
 
 
 def grouped(problems: list[tuple[str, str]]) -> list[str]:

@@ -3,7 +3,9 @@ leak): the level MemAvailable returns to between requests makes new lows that ne
 back, until the driver refuses an allocation (NV_ERR_NO_MEMORY) and the TP group dies.
 
 The level is the highest sample of the last LEVEL_WINDOW_S seconds, so the scratch a
-request takes and gives back (the bounded indexer budget) is not mistaken for a leak.
+request takes and gives back (the bounded indexer budget) is not mistaken for a leak. A
+request that holds its scratch longer than the window (a very long prefill) looks like a
+step down while it runs; it takes three such steps without recovery to warn.
 Pure: samples in, warnings out.
 """
 

@@ -17,7 +17,7 @@ from . import dockerfit, headapi
 from .containers import Rank, logs_tail, parallel, refresh, stop_ranks
 from .order import start_order
 
-POLL_SECONDS = 0.5
+POLL_SECONDS = 0.2
 CLEANUP_STOP_TIMEOUT = 10  # a failed group has nothing to drain
 
 
@@ -90,16 +90,17 @@ def start_group(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...
     create_all(fleet, specs, rehearsal=inventory.is_rehearsal, on_event=on_event)
     ranks = [as_rank(s) for s in specs]
     try:
-        for spec in start_order(list(specs), lambda s: s.rank):
-            fleet.docker_client(spec.node).containers.get(spec.container_name).start()
-            on_event(f"started rank {spec.rank} on {spec.node}")
+        for wave in start_order(list(specs), lambda s: s.rank):
+            parallel(wave, lambda spec: fleet.docker_client(spec.node).containers.get(
+                spec.container_name).start())
+            on_event(f"started rank(s) {', '.join(str(s.rank) for s in wave)}")
         return wait_ready(fleet, inventory, specs, ranks, timeout or specs[0].ready_timeout_s, on_progress)
     except BaseException as exc:
         on_event("stopping every rank of the failed start")
         stop_ranks(fleet, ranks, timeout=CLEANUP_STOP_TIMEOUT)
         if isinstance(exc, (KeyboardInterrupt, SparkrackError)):
             raise
-        raise StartFailed(f"start failed: {exc}") from None
+        raise StartFailed(f"start failed: {type(exc).__name__}: {exc}") from None
 
 
 def wait_ready(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...],

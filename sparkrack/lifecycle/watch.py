@@ -25,7 +25,6 @@ class WatchReport:
     """What the watchdog saw."""
 
     failure: str | None = None
-    seconds_to_detect: float | None = None
     warnings: list[str] = field(default_factory=list)
     acted: str | None = None  # "stopped" / "restarted"
 
@@ -90,7 +89,6 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
                                                         http_port, health_path)
             if failure:
                 report.failure = failure
-                report.seconds_to_detect = time.monotonic() - poll_started
                 on_event(f"group broken: {failure}; stopping every rank")
                 reachable = [r for r in ranks if r.node not in lost]
                 stop_ranks(fleet, reachable, timeout=BROKEN_STOP_TIMEOUT)

@@ -6,8 +6,8 @@ from sparkrack.lifecycle.order import start_order, stop_order
 GIB = 1 << 20  # in kB
 
 
-def test_start_order_is_workers_high_to_low_then_head():
-    assert start_order(list(range(8)), lambda r: r) == [7, 6, 5, 4, 3, 2, 1, 0]
+def test_start_order_is_all_workers_then_head():
+    assert start_order(list(range(8)), lambda r: r) == [[7, 6, 5, 4, 3, 2, 1], [0]]
 
 
 def test_stop_order_is_head_alone_then_all_workers():

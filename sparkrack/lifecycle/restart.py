@@ -1,0 +1,121 @@
+"""Power-safe reboots: nodes in batches, each batch verified before the next one goes down.
+
+A rebooted batch must come back reachable with a new boot id, its clock-cap unit active
+and successful this boot, and a short burn must show every GPU at or below the cap: a GB10
+latched in the low-clock state (only a full power removal clears it) or an uncapped GPU
+stops the sequence at that batch, naming the node, before more of the rack goes down.
+"""
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import SparkrackError
+from ..facts import CLOCK_CAP_UNIT, facts_argv, parse_facts
+from ..fleet import Fleet
+from ..inventory import Inventory, Node
+
+# reboot after the SSH command returned, so the caller sees a clean exit
+REBOOT_ARGV = ["systemd-run", "--no-block", "--on-active=1s", "--unit=sparkrack-reboot",
+               "/bin/systemctl", "reboot"]
+NODE_TIMEOUT = 300.0
+
+
+@dataclass
+class NodeReboot:
+    """One node's reboot: when it was asked to go down and when it was verified back."""
+
+    node: str
+    requested: float
+    back: float | None = None
+    verdict: str = "pending"
+
+
+@dataclass
+class RebootReport:
+    """Every node's reboot, batch by batch."""
+
+    batches: list[list[NodeReboot]] = field(default_factory=list)
+
+
+class RebootStopped(SparkrackError):
+    """The sequence stopped at a batch; the message names the node and why."""
+
+
+def batches_of(nodes: Sequence[Node], size: int) -> list[list[Node]]:
+    """Workers first (highest rank first), the head in the last batch."""
+    ordered = sorted(nodes, key=lambda n: (n.rank == 0, -n.rank))
+    return [ordered[i:i + size] for i in range(0, len(ordered), size)]
+
+
+def boot_ids(fleet: Fleet, nodes: Sequence[Node]) -> dict[str, str]:
+    """Current boot id per node (a node that does not answer is an error)."""
+    result = fleet.run({n.name: ["cat", "/proc/sys/kernel/random/boot_id"] for n in nodes}, timeout=10)
+    lost = [f"{r.node}: {r.error}" for r in result if r.status != "ok"]
+    if lost:
+        raise RebootStopped("cannot reboot a node that does not answer: " + "; ".join(lost))
+    return {r.node: r.stdout.strip() for r in result}
+
+
+def wait_back(fleet: Fleet, nodes: Sequence[Node], before: dict[str, str], timeout: float,
+              on_event: Callable[[str], None]) -> dict[str, float]:
+    """Wait until every node answers with a new boot id and the cap unit succeeded this
+    boot; {node: time verified}. RebootStopped naming the nodes that did not come back."""
+    deadline = time.monotonic() + timeout
+    back: dict[str, float] = {}
+    last: dict[str, str] = {}
+    while len(back) < len(nodes):
+        pending = [n for n in nodes if n.name not in back]
+        for result in fleet.run({n.name: facts_argv() for n in pending}, timeout=10):
+            if result.status != "ok":
+                last[result.node] = "not answering"
+                continue
+            facts = parse_facts(result.stdout)
+            unit = facts.clock_cap
+            if facts.boot_id == before[result.node]:
+                last[result.node] = "not rebooted yet"
+            elif unit.active != "active" or unit.result != "success":
+                last[result.node] = f"{CLOCK_CAP_UNIT} {unit.active}/{unit.result or 'none'}"
+                if unit.active == "failed":
+                    raise RebootStopped(f"{result.node}: {CLOCK_CAP_UNIT} failed after the reboot: "
+                                        "the GPU is not capped", fix="journalctl -u "
+                                        f"{CLOCK_CAP_UNIT} on the node; invoke provision --role clock_cap")
+            else:
+                back[result.node] = time.time()
+                on_event(f"{result.node}: back, cap unit active this boot")
+        if len(back) < len(nodes) and time.monotonic() > deadline:
+            missing = "; ".join(f"{n.name} ({last.get(n.name, 'no answer')})" for n in nodes
+                                if n.name not in back)
+            raise RebootStopped(f"not back within {timeout:.0f} s: {missing}; the sequence stops here")
+        if len(back) < len(nodes):
+            time.sleep(1.0)
+    return back
+
+
+def reboot_nodes(inventory: Inventory, nodes: Sequence[Node], *, batch_size: int, burn: Callable,
+                 timeout: float = NODE_TIMEOUT,
+                 on_event: Callable[[str], None] = lambda e: None) -> RebootReport:
+    """Reboot nodes batch by batch; each batch verified (back, cap unit, burn) before the next."""
+    if batch_size < 1:
+        raise SparkrackError(f"batch size {batch_size} must be at least 1")
+    report = RebootReport()
+    with Fleet(inventory, nodes) as fleet:
+        for number, batch in enumerate(batches_of(nodes, batch_size), 1):
+            names = ", ".join(n.name for n in batch)
+            before = boot_ids(fleet, batch)
+            on_event(f"batch {number}: rebooting {names}")
+            requested = time.time()
+            fleet.run({n.name: REBOOT_ARGV for n in batch}, timeout=10)
+            reboots = [NodeReboot(n.name, requested) for n in batch]
+            report.batches.append(reboots)
+            back = wait_back(fleet, batch, before, timeout, on_event)
+            for burned in burn(inventory, batch):
+                entry = next(r for r in reboots if r.node == burned.node)
+                entry.back, entry.verdict = back[burned.node], burned.verdict
+                if not burned.ok:
+                    advice = ("needs a full power removal (unplug it, wait, plug it back)"
+                              if burned.verdict == "LATCHED" else "the clock cap does not hold")
+                    raise RebootStopped(f"batch {number}: {burned.node}: {burned.reason}; {advice}; "
+                                        "the sequence stops here, later batches were not rebooted")
+            on_event(f"batch {number}: {names} back and verified under load")
+    return report

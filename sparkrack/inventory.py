@@ -3,6 +3,10 @@
 An inventory is a directory with `hosts.yml`, `group_vars/<group>.yml` and
 `host_vars/<node>.yml`. Vars merge as group_vars/all.yml < group vars < host_vars file <
 inline host vars. Every mistake raises InventoryError naming file:line and the fix.
+
+A host with `spare: true` (and no rank) is a staged node outside the TP group, written by
+`invoke onboard` without --replace: it is in `Inventory.spares`, not in `nodes`, groups,
+ranks or tp_size, so nothing that operates the rack touches it.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ class Node:
     port: int
     user: str
     key_file: Path | None
-    rank: int
+    rank: int  # -1 for a spare
     roce_addr: str
     vars: RackVars
 
@@ -71,6 +75,7 @@ class Inventory:
     nodes: tuple[Node, ...]
     vars: RackVars
     groups: Mapping[str, tuple[str, ...]]
+    spares: tuple[Node, ...] = ()  # hosts with `spare: true`: staged, outside the TP group
 
     @property
     def head(self) -> Node:
@@ -326,14 +331,35 @@ class _Loader:
                 own = self._settings(host_files.get(host.name), "host")
                 drafts.append(self._draft(host, {**top, **shared, **own, **host.settings}))
         anchor = groups[0].hosts_line
-        self._check_ranks(drafts, anchor)
-        self._check_tp_size(rack, len(drafts), anchor)
+        spare_drafts = [draft for draft in drafts if self._is_spare(draft)]
+        spares = {draft.host.name for draft in spare_drafts}
+        members = [draft for draft in drafts if draft.host.name not in spares]
+        if not members:
+            raise InventoryError(self.hosts_file, anchor, "every host is a spare",
+                                 fix="the rack needs its members: remove `spare: true`")
+        self._check_ranks(members, anchor)
+        self._check_tp_size(rack, len(members), anchor)
         self._check_unique(drafts, "ansible_host")
         self._check_unique(drafts, "roce_addr")
-        nodes = sorted((self._node(draft) for draft in drafts), key=lambda node: node.rank)
+        nodes = sorted((self._node(draft) for draft in members), key=lambda node: node.rank)
         return Inventory(
             path=self.dir, nodes=tuple(nodes), vars=_rack_vars(rack),
-            groups=FrozenMapping({g.name: tuple(h.name for h in g.hosts) for g in groups}))
+            groups=FrozenMapping({g.name: tuple(h.name for h in g.hosts if h.name not in spares)
+                                  for g in groups}),
+            spares=tuple(self._node(draft) for draft in spare_drafts))
+
+    def _is_spare(self, draft: _Draft) -> bool:
+        """Whether a host is a spare; a spare with a rank is an error."""
+        spare = draft.settings.get("spare")
+        if spare is None or not spare.value:
+            return False
+        rank = draft.settings.get("rank")
+        if rank is not None:
+            raise InventoryError(
+                rank.file, rank.line, f"spare host '{draft.host.name}' has a rank "
+                f"(spare at {self._where(spare)})",
+                fix="a spare is outside the TP group: remove its rank, or `spare: true`")
+        return True
 
     def _read_hosts(self) -> tuple[_Settings, list[_Group]]:
         """The inline vars of `all` and the groups of hosts.yml."""
@@ -493,7 +519,8 @@ class _Loader:
             port=draft.value("ansible_port"),
             user=draft.value("ansible_user"),
             key_file=_resolve(self.dir, key_file) if key_file else None,
-            rank=draft.value("rank"), roce_addr=draft.addresses["roce_addr"].value,
+            rank=-1 if draft.value("spare") else draft.value("rank"),
+            roce_addr=draft.addresses["roce_addr"].value,
             vars=_rack_vars(draft.settings))
 
     def _where(self, setting: _Setting) -> str:

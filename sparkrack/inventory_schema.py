@@ -266,6 +266,8 @@ HOST_SPECS = (
          at_least=0, sample=0),
     Spec("roce_addr", ADDRESS, None, "address on the RoCE fabric; default: ansible_host", HOST,
          sample="198.51.100.11"),
+    Spec("spare", bool, False, "a staged node outside the TP group (no rank); `invoke "
+         "onboard NAME --replace OLD` makes it a member", HOST, sample=True),
 )
 
 RACK_SPECS = _rack_specs()

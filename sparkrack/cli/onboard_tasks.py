@@ -8,7 +8,8 @@ from invoke.exceptions import Exit
 
 from .. import console
 from ..errors import UsageError
-from ..onboard import as_json, onboard as run_onboard
+from ..onboard import as_json
+from ..onboard import onboard as run_onboard
 from ..onboard.run import render_summary
 from .common import INVENTORY_HELP, inventory_from, operator_task
 

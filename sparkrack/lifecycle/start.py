@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..engines import LaunchSpec, docker_sdk_kwargs
+from ..engines import LABEL_ENGINE, LaunchSpec, docker_sdk_kwargs
 from ..errors import SparkrackError
 from ..fleet import Fleet
 from ..inventory import Inventory
@@ -44,10 +44,15 @@ def as_rank(spec: LaunchSpec, status: str = "created") -> Rank:
 
 
 def remove_leftovers(fleet: Fleet, specs: tuple[LaunchSpec, ...]) -> None:
-    """Remove stopped containers that hold our names (an earlier failed start)."""
+    """Remove stopped sparkrack containers that hold our names (an earlier failed start).
+    A running one is another deployment: StartFailed, and it is left alone."""
     def one(spec: LaunchSpec) -> None:
         client = fleet.docker_client(spec.node)
         for c in client.containers.list(all=True, filters={"name": f"^/{spec.container_name}$"}):
+            if c.status in ("running", "restarting", "paused") or LABEL_ENGINE not in c.labels:
+                raise StartFailed(f"{spec.node} already has a container {spec.container_name} "
+                                  f"({c.status}) that this start did not create",
+                                  fix="`invoke down` stops a sparkrack engine; remove anything else by hand")
             c.remove(force=True)
 
     parallel(specs, one)
@@ -59,6 +64,7 @@ def create_all(fleet: Fleet, specs: tuple[LaunchSpec, ...], *, rehearsal: bool =
     rank runs. On a rehearsal rack the docker options are fitted to what the node's dockerd
     can give (dockerfit), and every deviation is reported."""
     errors = []
+    created: list[LaunchSpec] = []
     limits = dockerfit.probe(fleet, [s.node for s in specs]) if rehearsal else {}
     deviations: set[str] = set()
 
@@ -70,14 +76,15 @@ def create_all(fleet: Fleet, specs: tuple[LaunchSpec, ...], *, rehearsal: bool =
             deviations.update(changes)
         try:
             fleet.docker_client(spec.node).containers.create(**kwargs)
+            created.append(spec)
         except Exception as exc:
             errors.append(f"rank {spec.rank} on {spec.node}: {str(exc).splitlines()[0][:200]}")
 
     parallel(specs, one)
     for change in sorted(deviations):
         on_event(f"rehearsal rack: {change}")
-    if errors:
-        stop_ranks(fleet, [as_rank(s) for s in specs], timeout=0)
+    if errors:  # remove only what this start created: a name clash is someone else's container
+        stop_ranks(fleet, [as_rank(s) for s in created], timeout=0)
         raise StartFailed("could not create the containers: " + "; ".join(sorted(errors)))
 
 

@@ -11,6 +11,7 @@ RUN_DIR = REHEARSAL_STATE_FILE.parent
 SSH_DIR = STATE_DIR / "ssh"
 CLIENT_KEY = SSH_DIR / "id_ed25519"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
+EXTRA_NODES_FILE = STATE_DIR / "extra-nodes.json"  # nodes outside the inventory (add-node)
 CGROUP_ROOTS = (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"))
 CGROUP_GROUP = "sparkrack-rehearsal"
 BRIDGE = REHEARSAL_BRIDGE

@@ -6,6 +6,7 @@ rewritten only when it differs, so `rehearsal.up` twice changes nothing.
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -66,8 +67,11 @@ def host_key(node: NodeLayout) -> str:
 
 
 def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: str,
-                     gid_index: int = 3) -> None:
-    """Lay down identity, sshd, docker, the simulated GPU/RoCE and the unit masks."""
+                     gid_index: int = 3, gpu: dict | None = None) -> None:
+    """Lay down identity, sshd, docker, the simulated GPU/RoCE and the unit masks.
+
+    gpu: extra keys of the simulated GPU's node.json (e.g. driver_version) for an extra
+    node; None for the inventory's nodes (node.json then names the node only)."""
     up = node.upper
     write_if_changed(up / "etc/hostname", f"{node.name}\n".encode())
     machine_id = up / "etc/machine-id"
@@ -94,7 +98,8 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
     hw_path = up / "etc/gpu-sim/hardware.json"
     if not hw_path.exists():  # kept across `up`: tests and onboarding change the hardware
         write_if_changed(hw_path, json.dumps(hardware, indent=1).encode())
-    write_if_changed(up / "etc/gpu-sim/node.json", json.dumps({"node": node.name}).encode())
+    write_if_changed(up / "etc/gpu-sim/node.json",
+                     json.dumps({"node": node.name, **(gpu or {})}).encode())
     for unit in MASKED_UNITS:
         symlink(up / "etc/systemd/system" / unit, "/dev/null")
     for unit in ENABLED_UNITS:
@@ -125,6 +130,41 @@ def install_sim(node: NodeLayout) -> None:
             write_if_changed(dest / item.name, item.read_bytes(), mode)
     for command in SIM_COMMANDS:
         symlink(node.upper / "usr/local/bin" / command, f"/{SIM_LIB}/{command}")
+
+
+def write_hardware(node: NodeLayout, missing: list[str] | tuple[str, ...] = (),
+                   gid_index: int = 3) -> None:
+    """The node's simulated HCAs (/etc/gpu-sim/hardware.json), some of them missing."""
+    unknown = sorted(set(missing) - set(HCAS))
+    if unknown:
+        raise ValueError(f"unknown HCA {', '.join(unknown)} (the node has {', '.join(HCAS)})")
+    hardware = {"hcas": HCAS, "ipv4": [node.address, node.twin_address], "gid_index": gid_index,
+                "missing": sorted(missing), "down": []}
+    write_if_changed(node.upper / "etc/gpu-sim/hardware.json",
+                     json.dumps(hardware, indent=1).encode())
+
+
+UNAME_WRAPPER = """#!/bin/sh
+# Rehearsal node: a simulated host kernel release for `uname -r` (rehearsal.add-node --kernel).
+case "$1" in
+  -r) echo "$SPARKRACK_SIM_KERNEL" ;;
+  *) exec /usr/bin/uname "$@" ;;
+esac
+"""
+
+
+def write_kernel(node: NodeLayout, kernel: str | None) -> None:
+    """Simulate a host kernel release: a `uname` on PATH that answers -r with it (None: the
+    real one). Only `uname -r` through PATH sees it; /proc and the real kernel do not."""
+    path = node.upper / "usr/local/bin/uname"
+    if kernel is None:
+        if path.is_file() and b"rehearsal.add-node --kernel" in path.read_bytes():
+            path.unlink()
+        return
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+~-]*", kernel):
+        raise ValueError(f"kernel release {kernel!r}: letters, digits and . _ + ~ - only")
+    script = UNAME_WRAPPER.replace('"$SPARKRACK_SIM_KERNEL"', kernel)
+    write_if_changed(path, script.encode(), 0o755)
 
 
 def wipe(node: NodeLayout) -> None:

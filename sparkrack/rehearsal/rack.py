@@ -1,12 +1,15 @@
 """The rehearsal rack as a whole: up, down, status and the fault verbs, idempotent.
 
 `up` twice leaves one rack; `up` after a killed rack clears what it left (namespaces,
-cgroups, half-booted nodes) before booting. The blackhole guard goes in first and comes
+cgroups, half-booted nodes) before booting. Extra nodes (extras.py: bare Sparks outside the
+inventory, `add_node` / `wipe` / `remove_node`) are booted, shown and shut down with the
+rack, but never written into its known_hosts. The blackhole guard goes in first and comes
 out last, and the state file that tells the fleet layer "the rack is up" exists only
 between a finished network setup and the start of `down`.
 """
 
 import json
+import shutil
 import socket
 import subprocess
 import time
@@ -17,6 +20,7 @@ from ipaddress import ip_address
 from ..errors import SparkrackError, UsageError
 from ..inventory import Inventory
 from . import hostnet, hostprep, nodefs, nodeproc
+from .extras import ExtraNode, check_extra, read_extras, write_extras
 from .stubimage import build_stub_images
 from .layout import CGROUP_GROUP, CGROUP_ROOTS, KNOWN_HOSTS, RUN_DIR, SUBNET, NodeLayout
 from ..netguard import REHEARSAL_STATE_FILE
@@ -37,6 +41,7 @@ class NodeState:
     boots: int
     last_boot: int | None
     latched: bool
+    extra: bool = False  # an extra node (rehearsal.add-node), outside the inventory
 
 
 class RehearsalRack:
@@ -53,14 +58,50 @@ class RehearsalRack:
             if ip_address(node.address) not in SUBNET:
                 raise UsageError(f"{inventory.path}: {node.name} address {node.address} is outside "
                                  f"the rehearsal subnet {SUBNET}", fix="use 10.77.1.x addresses")
+        self.extras: dict[str, ExtraNode] = {}
+        self._load_extras()
+
+    def _load_extras(self) -> None:
+        """The extra nodes on record; one that clashes with the inventory is left out."""
+        names = {n.name for n in self.nodes}
+        addresses = {n.address for n in self.nodes}
+        self.extras = {}
+        for name, extra in read_extras().items():
+            if name in names or extra.address in addresses:
+                self.say(f"note: extra node {name} ({extra.address}) clashes with the "
+                         f"inventory {self.inventory.path}: left out")
+                continue
+            self.extras[name] = extra
+
+    @property
+    def extra_nodes(self) -> list[NodeLayout]:
+        """The layouts of the extra nodes, by name."""
+        return [self.extras[name].layout for name in sorted(self.extras)]
+
+    @property
+    def all_nodes(self) -> list[NodeLayout]:
+        """The inventory's nodes, then the extra nodes."""
+        return [*self.nodes, *self.extra_nodes]
 
     def node(self, name: str) -> NodeLayout:
-        """The layout of one node by name (UsageError naming the valid ones)."""
-        for node in self.nodes:
+        """The layout of one node (inventory or extra) by name (UsageError naming the valid ones)."""
+        for node in self.all_nodes:
             if node.name == name:
                 return node
         raise UsageError(f"no rehearsal node {name!r}",
-                         fix=f"choose one of {', '.join(n.name for n in self.nodes)}")
+                         fix=f"choose one of {', '.join(n.name for n in self.all_nodes)}")
+
+    def _write_files(self, node: NodeLayout, client_pub: str) -> None:
+        """A node's files before it boots: an extra node gets its simulated driver version."""
+        extra = self.extras.get(node.name)
+        if extra is None:
+            nodefs.write_node_files(node, self.nodes, client_pub)
+        else:
+            nodefs.host_key(node)  # its own, never this machine's (the overlay's lower /etc/ssh)
+            if not (node.upper / "etc/gpu-sim/hardware.json").exists():
+                nodefs.write_hardware(node, extra.missing_hcas)
+            nodefs.write_kernel(node, extra.kernel)
+            nodefs.write_node_files(node, self.all_nodes, client_pub, gpu=extra.gpu)
 
     # --- up / down -------------------------------------------------------------------
     def up(self) -> float:
@@ -73,11 +114,12 @@ class RehearsalRack:
         hostnet.install_blackhole()
         hostnet.ensure_bridge()
         client_pub = hostprep.client_key()
-        to_boot = [n for n in self.nodes if nodeproc.init_pid(n) is None]
-        for node in self.nodes:
+        to_boot = [n for n in self.all_nodes if nodeproc.init_pid(n) is None]
+        for node in self.all_nodes:
             if node in to_boot:
-                nodefs.write_node_files(node, self.nodes, client_pub)
-                nodefs.install_stub_model(node, self.inventory.vars.model_path)
+                self._write_files(node, client_pub)
+                if node.name not in self.extras:  # a bare extra node has no weights
+                    nodefs.install_stub_model(node, self.inventory.vars.model_path)
             hostnet.ensure_node_net(node)
         self._write_known_hosts()
         self._write_state()
@@ -86,6 +128,11 @@ class RehearsalRack:
         if to_boot:
             self.say(f"booting {len(to_boot)} node(s): {', '.join(n.name for n in to_boot)}")
         self.wait_booted(self.nodes)
+        if self.extras:
+            try:
+                self.wait_booted(self.extra_nodes)
+            except SparkrackError as error:  # the inventory's rack is up: say, do not fail
+                self.say(f"warning: extra node(s) did not come up: {error.line()}")
         for engine, (path, image_id) in build_stub_images(self.inventory).items():
             self.say(f"stub {engine} image {image_id[:19]} at {path} "
                      "(`invoke provision` puts it on the nodes)")
@@ -94,10 +141,10 @@ class RehearsalRack:
     def down(self) -> None:
         """Shut every node down cleanly, then remove the network and the guard, in that order."""
         REHEARSAL_STATE_FILE.unlink(missing_ok=True)
-        with ThreadPoolExecutor(max_workers=len(self.nodes) or 1) as pool:
-            list(pool.map(nodeproc.shutdown, self.nodes))
+        with ThreadPoolExecutor(max_workers=len(self.all_nodes) or 1) as pool:
+            list(pool.map(nodeproc.shutdown, self.all_nodes))
         self._clear_stale()
-        for node in self.nodes:
+        for node in self.all_nodes:
             hostnet.remove_node_net(node)
         if not any(nodeproc.is_running(n) for n in self._all_cgroup_nodes()):
             hostnet.remove_bridge()
@@ -140,13 +187,13 @@ class RehearsalRack:
         for netns in hostnet.stale_namespaces():
             if netns not in running:
                 hostnet.ip("netns", "del", netns, check=False)
-        for node in self.nodes:
+        for node in self.all_nodes:
             if node.netns not in running and hostnet.link_exists(node.host_veth):
                 hostnet.ip("link", "del", node.host_veth, check=False)
 
     def _all_cgroup_nodes(self) -> list[NodeLayout]:
         """Our nodes plus any node left in the rack's cgroups by an earlier rack."""
-        known = {n.name: n for n in self.nodes}
+        known = {n.name: n for n in self.all_nodes}
         base = CGROUP_ROOTS[0] / CGROUP_GROUP
         if base.is_dir():
             for entry in base.iterdir():
@@ -155,7 +202,8 @@ class RehearsalRack:
         return list(known.values())
 
     def _write_known_hosts(self) -> None:
-        """Record every node's host key (generated by us, so trusted by construction)."""
+        """Record every inventory node's host key (generated by us, so trusted by
+        construction). Extra nodes stay out: onboarding records theirs."""
         lines = [f"{n.address} {' '.join(nodefs.host_key(n).split()[:2])}\n" for n in self.nodes]
         nodefs.write_if_changed(KNOWN_HOSTS, "".join(lines).encode(), 0o644)
 
@@ -163,13 +211,15 @@ class RehearsalRack:
         RUN_DIR.mkdir(parents=True, exist_ok=True)
         state = {"inventory": str(self.inventory.path),
                  "nodes": {n.name: n.address for n in self.nodes}}
+        if self.extras:
+            state["extra_nodes"] = {n.name: n.address for n in self.extra_nodes}
         nodefs.write_if_changed(REHEARSAL_STATE_FILE, json.dumps(state, indent=1).encode())
 
     # --- status and faults -------------------------------------------------------------
     def status(self) -> list[NodeState]:
         """One NodeState per node, read from this machine (no SSH)."""
         states = []
-        for node in self.nodes:
+        for node in self.all_nodes:
             pid = nodeproc.init_pid(node)
             boots = nodeproc.boot_times(node)
             states.append(NodeState(
@@ -178,7 +228,8 @@ class RehearsalRack:
                 ssh_open=pid is not None and ssh_open(node.address, 0.3),
                 boots=len(boots), last_boot=boots[-1] if boots else None,
                 latched=node.latch_file.exists() if pid is None else
-                nodeproc.in_node(node, ["test", "-e", "/var/lib/gpu-sim/latched"]).returncode == 0))
+                nodeproc.in_node(node, ["test", "-e", "/var/lib/gpu-sim/latched"]).returncode == 0,
+                extra=node.name in self.extras))
         return states
 
     def cut(self, name: str) -> None:
@@ -201,7 +252,7 @@ class RehearsalRack:
         if nodeproc.init_pid(node) is None:
             nodeproc.power_cut(node)
             hostnet.ensure_node_net(node)
-            nodefs.write_node_files(node, self.nodes, hostprep.client_key())
+            self._write_files(node, hostprep.client_key())
             nodeproc.launch(node)
         self.wait_booted([node])
 
@@ -228,6 +279,86 @@ class RehearsalRack:
         done = nodeproc.in_node(node, argv)
         if done.returncode != 0:
             raise SparkrackError(f"{name}: could not change the latch: {done.stderr.strip()}")
+
+
+    # --- extra nodes ---------------------------------------------------------------------
+    def add_node(self, name: str, address: str, *, driver_version: str | None = None,
+                 missing_hcas: tuple[str, ...] | list[str] = (), kernel: str | None = None
+                 ) -> NodeLayout:
+        """Add a bare node outside the inventory, boot it and wait for its sshd.
+
+        Adding the same node again with the same settings is a no-op (booting it if it is
+        down); other settings for a known name are refused."""
+        if REHEARSAL_STATE_FILE.exists() is False:
+            raise UsageError("the rehearsal rack is down", fix="run `invoke rehearsal.up` first")
+        extra = ExtraNode(name, address, driver_version, tuple(sorted(set(missing_hcas))), kernel)
+        known = self.extras.get(name)
+        if known is not None:
+            if known != extra:
+                raise UsageError(f"extra node {name} exists with other settings "
+                                 f"({known.describe()})",
+                                 fix=f"`invoke rehearsal.remove-node {name}` first")
+            if nodeproc.init_pid(known.layout) is None:
+                self.poweron(name)
+            return known.layout
+        check_extra(extra, {n.name for n in self.all_nodes},
+                    {n.address for n in self.all_nodes})
+        self.extras[name] = extra
+        write_extras({**read_extras(), name: extra})
+        node = extra.layout
+        if nodeproc.is_running(node):  # a leftover of the same name: cut it first
+            nodeproc.power_cut(node)
+        nodefs.wipe(node)
+        self._boot_bare(extra)
+        self.say(f"{name}: bare node up at {address} ({extra.describe()}); its host key is "
+                 "in no known_hosts")
+        return node
+
+    def wipe(self, name: str) -> None:
+        """Power an extra node off, delete its disk and boot it bare (a new host key)."""
+        extra = self._extra(name, "wipe")
+        node = extra.layout
+        nodeproc.power_cut(node)
+        nodefs.wipe(node)
+        self._boot_bare(extra)
+
+    def remove_node(self, name: str) -> None:
+        """Power an extra node off, delete its disk and network, forget it."""
+        extra = self._extra(name, "remove")
+        node = extra.layout
+        nodeproc.shutdown(node, timeout=10)
+        hostnet.remove_node_net(node)
+        nodefs.wipe(node)
+        for root in node.cgroups():
+            nodeproc.remove_cgroup_tree(root)
+        shutil.rmtree(node.run, ignore_errors=True)
+        del self.extras[name]
+        remaining = read_extras()
+        remaining.pop(name, None)
+        write_extras(remaining)
+        if REHEARSAL_STATE_FILE.exists():
+            self._write_state()
+
+    def _extra(self, name: str, verb: str) -> ExtraNode:
+        """The extra node called name; UsageError for an inventory node or an unknown one."""
+        if name in {n.name for n in self.nodes}:
+            raise UsageError(f"{name} is a node of the inventory {self.inventory.path}: only "
+                             f"extra nodes can be {verb}d here",
+                             fix="add one with `invoke rehearsal.add-node NAME --address ADDR`")
+        if name not in self.extras:
+            known = ", ".join(sorted(self.extras)) or "none"
+            raise UsageError(f"no extra node {name!r} (extra nodes: {known})",
+                             fix="add one with `invoke rehearsal.add-node NAME --address ADDR`")
+        return self.extras[name]
+
+    def _boot_bare(self, extra: ExtraNode) -> None:
+        """Lay down a bare node's files (fresh host key), plug it in, boot it, wait."""
+        node = extra.layout
+        self._write_files(node, hostprep.client_key())
+        hostnet.ensure_node_net(node)
+        self._write_state()
+        nodeproc.launch(node)
+        self.wait_booted([node])
 
 
 def ssh_open(address: str, timeout: float = 0.5) -> bool:

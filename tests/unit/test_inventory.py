@@ -254,7 +254,7 @@ def test_unknown_key_in_host_vars(rack):
     assert error(rack).line() == (
         f"{file}:3: unknown key 'colour' (allowed keys: nccl_ib_hca, nccl_ib_gid_index, "
         "nccl_socket_ifname, ansible_host, ansible_port, ansible_user, "
-        "ansible_ssh_private_key_file, rank, roce_addr)")
+        "ansible_ssh_private_key_file, rank, roce_addr, spare)")
 
 
 def test_unknown_key_in_hosts_structure(rack):

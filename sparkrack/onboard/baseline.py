@@ -1,0 +1,382 @@
+"""Step 2, facts and baseline: what the new node is, next to what the rack is.
+
+Facts come from every node in the same run (the new one and the rack's members), in three
+round trips per node on warm connections: `sparkrack.facts` (OS, kernel, driver, GPU,
+memory, clock cap unit), the provisioning gather for the HCAs (presence, port state,
+netdevs, GID table) and ONBOARD_SCRIPT (docker, the NVIDIA container hook on dockerd's
+PATH, MTU / operstate / IPv4 of each netdev from /sys/class/net, falling back to `ip link`).
+
+`compare` (pure) lists every difference between the new node and the rack's baseline (the
+value the members agree on; where they do not, the majority's). Kinds in BLOCKING break a
+TP group and refuse the onboarding unless waived (`--waive KIND=REASON`); the others are
+reported.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sparkrack.facts import NodeFacts as StatusFacts
+from sparkrack.facts import facts_argv, parse_facts
+from sparkrack.fleet import Fleet
+from sparkrack.fleet_argv import sh
+from sparkrack.inventory import Node
+from sparkrack.provision.gather import IMAGES, NETDEVS, gather_argv, roce_query
+from sparkrack.provision.gather import NodeFacts as GatherFacts
+from sparkrack.provision.gather import parse_facts as parse_gather
+
+GB10 = "NVIDIA GB10"
+
+# kind -> what it means; BLOCKING kinds break a TP group (refused unless waived)
+KINDS = {
+    "not-gb10": "the GPU is not a GB10 (or nvidia-smi does not answer)",
+    "driver-major": "another NVIDIA driver major version than the rack",
+    "known-bad-kernel": "a host kernel known to be bad (rules.yml HOST-KERNEL)",
+    "missing-hca": "an HCA of NCCL_IB_HCA is missing",
+    "hca-down": "an HCA's port or netdev is down",
+    "mtu": "a RoCE netdev's MTU differs from the rack's",
+    "docker": "docker does not answer (no images, no engine)",
+    "nvidia-runtime": "no NVIDIA container runtime hook: `--gpus all` cannot start",
+    "driver": "another driver minor version",
+    "kernel": "another host kernel",
+    "os": "another OS release",
+    "memory": "another memory size",
+    "docker-version": "another docker version",
+    "gid-index": "another RoCE v2 GID index (provision writes it per node)",
+    "clock-cap": "the clock cap unit is not active (provision installs it)",
+    "time": "the node's clock is off from this machine's",
+}
+BLOCKING = ("not-gb10", "driver-major", "known-bad-kernel", "missing-hca", "hca-down", "mtu",
+            "docker", "nvidia-runtime")
+TIME_SKEW_S = 2.0
+
+ONBOARD_SCRIPT = r"""
+section() { printf '\n@@ %s %s\n' "$1" "$2"; }
+out=$(docker version --format '{{.Server.Version}}' 2>&1); section docker $?; printf '%s\n' "$out"
+out=$(docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' 2>&1); section runtimes $?; printf '%s\n' "$out"
+pid=$(pidof dockerd | cut -d' ' -f1)
+out=$( [ -n "$pid" ] && tr '\0' '\n' < /proc/$pid/environ | sed -n 's/^PATH=//p' | tr ':' '\n' | while read -r dir; do
+  [ -x "$dir/nvidia-container-runtime-hook" ] && echo "$dir/nvidia-container-runtime-hook" && break
+done); section hook $?; printf '%s\n' "$out"
+section netdevs 0
+for dev in "$@"; do
+  m=$(cat "/sys/class/net/$dev/mtu" 2>/dev/null) || m=$(ip -o link show dev "$dev" 2>/dev/null | sed -n 's/.* mtu \([0-9]*\) .*/\1/p')
+  s=$(cat "/sys/class/net/$dev/operstate" 2>/dev/null) || s=$(ip -o link show dev "$dev" 2>/dev/null | sed -n 's/.* state \([A-Za-z]*\) .*/\1/p' | tr 'A-Z' 'a-z')
+  a=$(ip -o -4 addr show dev "$dev" 2>/dev/null | awk '{print $4; exit}')
+  printf 'netdev %s mtu=%s state=%s ipv4=%s\n' "$dev" "${m:--}" "${s:--}" "${a:--}"
+done
+"""
+
+
+@dataclass
+class NetdevFacts:
+    mtu: int | None = None
+    state: str = ""
+    ipv4: str = ""  # address/prefix
+
+
+@dataclass
+class Facts:
+    """One node's onboarding facts."""
+
+    node: str
+    error: str | None = None  # unreachable or the facts could not be read
+    hostname: str = ""
+    os: str = ""
+    kernel: str = ""
+    gpu_name: str | None = None
+    gpu_error: str | None = None
+    driver: str | None = None
+    mem_total_kb: int | None = None
+    sm_mhz: int | None = None
+    clock_cap: str = ""  # active/result of the clock cap unit, e.g. "active/success"
+    docker: str | None = None  # server version; None: does not answer
+    docker_error: str = ""
+    runtimes: tuple[str, ...] = ()
+    hook: str = ""  # path of nvidia-container-runtime-hook on dockerd's PATH
+    hcas: dict = field(default_factory=dict)  # name -> {present, state, netdevs, gid_index}
+    gid_index: int | None = None
+    gid_conflict: bool = False
+    netdevs: dict[str, NetdevFacts] = field(default_factory=dict)
+    images: dict[str, str] | None = None  # ref -> image ID
+    skew_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def nvidia_runtime(self) -> bool:
+        return bool(self.hook) or "nvidia" in self.runtimes
+
+    def row(self) -> dict:
+        """The facts as one table row (for reports)."""
+        return {
+            "os": self.os, "kernel": self.kernel, "driver": self.driver or "-",
+            "gpu": self.gpu_name or f"none ({self.gpu_error})",
+            "memory": f"{self.mem_total_kb / 2**20:.1f} GiB" if self.mem_total_kb else "-",
+            "docker": self.docker or "none",
+            "nvidia runtime": "yes" if self.nvidia_runtime else "no",
+            "hcas": ", ".join(f"{n}:{'ok' if h['present'] else 'MISSING'}"
+                              f"{'' if not h['present'] else '/' + (h['state'] or '?')}"
+                              for n, h in self.hcas.items()),
+            "mtu": ", ".join(f"{n}={d.mtu}" for n, d in self.netdevs.items()),
+            "gid index": "-" if self.gid_index is None else str(self.gid_index),
+            "clock cap": self.clock_cap, "sm MHz": str(self.sm_mhz or "-"),
+        }
+
+
+def gather(fleet: Fleet, nodes: Sequence[Node], *, images: bool = True) -> dict[str, Facts]:
+    """Facts of nodes (three round trips each, all nodes at once)."""
+    hcas = sorted({h for node in nodes for h in node.vars.nccl_ib_hca})
+    queries = [roce_query(h) for h in hcas] + [NETDEVS] + ([IMAGES] if images else [])
+    names = [n.name for n in nodes]
+    sent = time.time()
+    status = fleet.run({n: facts_argv() for n in names}, timeout=30)
+    roce = fleet.run({n: gather_argv(queries) for n in names}, timeout=30)
+    received = time.time()
+    extra_argv = {}
+    gathered: dict[str, GatherFacts] = {}
+    for result in roce:
+        if result.ok:
+            gathered[result.node] = parse_gather(result.stdout, queries)
+    for node in nodes:
+        found = gathered.get(node.name)
+        devs = set(node.vars.nccl_socket_ifname.split())
+        if found is not None:
+            for name in node.vars.nccl_ib_hca:
+                devs.update(found.roce.hcas.get(name).netdevs if name in found.roce.hcas else ())
+        extra_argv[node.name] = sh(ONBOARD_SCRIPT, *sorted(devs))
+    extra = fleet.run(extra_argv, timeout=30)
+    facts = {}
+    for node in nodes:
+        first, second, third = status[node.name], roce[node.name], extra[node.name]
+        bad = next((r for r in (first, second, third) if not r.ok), None)
+        if bad is not None:
+            facts[node.name] = Facts(node.name, error=bad.error or bad.status)
+            continue
+        facts[node.name] = build_facts(node, parse_facts(first.stdout), gathered[node.name],
+                                       third.stdout, now=(sent + received) / 2)
+    return facts
+
+
+def build_facts(node: Node, status: StatusFacts, gathered: GatherFacts, extra_text: str,
+                now: float | None = None) -> Facts:
+    """Facts from the three parsed outputs (pure)."""
+    sections = _sections(extra_text)
+    docker_rc, docker_out = sections.get("docker", (1, ""))
+    hcas = {}
+    for name in node.vars.nccl_ib_hca:
+        hca = gathered.roce.hcas.get(name)
+        present = bool(hca and hca.present)
+        hcas[name] = {"present": present, "state": hca.state if present else "",
+                      "netdevs": list(hca.netdevs) if present else [],
+                      "gid_index": hca.ipv4_gid_index if present else None}
+    netdevs = {}
+    for line in sections.get("netdevs", (0, ""))[1].splitlines():
+        parts = line.split()
+        if len(parts) < 5 or parts[0] != "netdev":
+            continue
+        values = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
+        mtu = values.get("mtu", "-")
+        netdevs[parts[1]] = NetdevFacts(int(mtu) if mtu.isdigit() else None,
+                                        "" if values.get("state") == "-" else values.get("state", ""),
+                                        "" if values.get("ipv4") == "-" else values.get("ipv4", ""))
+    skew = None
+    if now is not None and gathered.now:
+        try:
+            skew = float(gathered.now) - now
+        except ValueError:
+            skew = None
+    unit = status.clock_cap
+    return Facts(
+        node=node.name, hostname=status.hostname, os=status.os, kernel=status.kernel,
+        gpu_name=status.gpu.name, gpu_error=status.gpu.error, driver=status.gpu.driver,
+        mem_total_kb=status.mem_total_kb, sm_mhz=status.gpu.sm_mhz,
+        clock_cap=f"{unit.active}/{unit.result or '-'}" if unit.load != "not-found" else "none",
+        docker=docker_out.strip() if docker_rc == 0 and docker_out.strip() else None,
+        docker_error="" if docker_rc == 0 else (docker_out.strip().splitlines() or [""])[-1],
+        runtimes=tuple(sections.get("runtimes", (1, ""))[1].split())
+        if sections.get("runtimes", (1, ""))[0] == 0 else (),
+        hook=sections.get("hook", (1, ""))[1].strip(),
+        hcas=hcas, gid_index=gathered.roce.gid_index, gid_conflict=gathered.roce.gid_conflict,
+        netdevs=netdevs, images=dict(gathered.images) if gathered.images is not None else None,
+        skew_s=skew)
+
+
+def _sections(text: str) -> dict[str, tuple[int, str]]:
+    """`@@ name rc` sections -> {name: (rc, body)}."""
+    out: dict[str, tuple[int, str]] = {}
+    name, rc, body = None, 0, []
+    for line in text.splitlines():
+        if line.startswith("@@ "):
+            if name:
+                out[name] = (rc, "\n".join(body).strip())
+            parts = line.split()
+            name, rc, body = parts[1], int(parts[2]) if len(parts) > 2 and parts[2].lstrip(
+                "-").isdigit() else 0, []
+        elif name:
+            body.append(line)
+    if name:
+        out[name] = (rc, "\n".join(body).strip())
+    return out
+
+
+# --- The comparison (pure) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One way the new node differs from the rack."""
+
+    kind: str
+    what: str  # the fact, e.g. "driver", "HCA roceP2p1s0f0", "MTU enp1s0f0np0"
+    node_value: str
+    rack_value: str
+    blocking: bool
+    waived: str | None = None  # the operator's reason, if waived
+
+    @property
+    def refuses(self) -> bool:
+        return self.blocking and self.waived is None
+
+    def line(self) -> str:
+        verdict = ("REFUSED" if self.refuses else f"WAIVED ({self.waived})" if self.waived
+                   else "note")
+        return (f"{self.kind}: {self.what} is {self.node_value}, the rack has "
+                f"{self.rack_value} [{verdict}]")
+
+
+def rack_value(values: Mapping[str, object]) -> tuple[object, str]:
+    """(the majority value, how to show the rack's values) of {node: value}."""
+    counts = Counter(values.values())
+    if not counts:
+        return None, "nothing (no member answered)"
+    value, _ = counts.most_common(1)[0]
+    if len(counts) == 1:
+        return value, str(value)
+    listing = ", ".join(f"{n}={v}" for n, v in values.items())
+    return value, f"{value} on most ({listing})"
+
+
+def driver_major(version: str | None) -> str | None:
+    return version.split(".", 1)[0] if version else None
+
+
+def compare(new: Facts, members: Mapping[str, Facts], *, hcas: Sequence[str],
+            socket_ifname: str, known_bad_kernels: Iterable[str] = (),
+            waivers: Mapping[str, str] | None = None) -> list[Difference]:
+    """Every difference between new and the members that answered (pure)."""
+    waivers = dict(waivers or {})
+    peers = {n: f for n, f in members.items() if f.ok}
+    found: list[Difference] = []
+
+    def add(kind: str, what: str, node_value: object, rack: str) -> None:
+        blocking = kind in BLOCKING
+        found.append(Difference(kind, what, str(node_value), rack, blocking,
+                                waivers.get(kind) if blocking else None))
+
+    def same(kind: str, what: str, get) -> None:
+        value, shown = rack_value({n: get(f) for n, f in peers.items()})
+        if peers and get(new) != value:
+            add(kind, what, get(new), shown)
+
+    # GPU and driver
+    if new.gpu_name != GB10:
+        add("not-gb10", "GPU", new.gpu_name or f"none ({new.gpu_error})", GB10)
+    major, shown = rack_value({n: driver_major(f.driver) for n, f in peers.items()})
+    if peers and driver_major(new.driver) != major:
+        drivers = rack_value({n: f.driver for n, f in peers.items()})[1]
+        add("driver-major", "NVIDIA driver", new.driver or "none", drivers)
+    else:
+        same("driver", "NVIDIA driver", lambda f: f.driver)
+    # kernel
+    bad = set(known_bad_kernels)
+    if new.kernel in bad:
+        add("known-bad-kernel", "host kernel", new.kernel,
+            f"{rack_value({n: f.kernel for n, f in peers.items()})[1]}; known bad: "
+            f"{', '.join(sorted(bad))}")
+    else:
+        same("kernel", "host kernel", lambda f: f.kernel)
+    same("os", "OS", lambda f: f.os)
+    same("memory", "MemTotal", lambda f: f.mem_total_kb)
+    # docker
+    if new.docker is None:
+        add("docker", "docker", f"not answering ({new.docker_error or 'no dockerd'})",
+            rack_value({n: f.docker for n, f in peers.items()})[1])
+    else:
+        same("docker-version", "docker server", lambda f: f.docker)
+    if not new.nvidia_runtime:
+        add("nvidia-runtime", "nvidia-container-runtime-hook", "absent from dockerd's PATH",
+            "present" if any(f.nvidia_runtime for f in peers.values()) else "absent too")
+    # RoCE
+    for hca in hcas:
+        mine = new.hcas.get(hca, {"present": False})
+        if not mine["present"]:
+            add("missing-hca", f"HCA {hca}", "missing", "present on every member"
+                if all(f.hcas.get(hca, {}).get("present") for f in peers.values())
+                else rack_value({n: "present" if f.hcas.get(hca, {}).get("present")
+                                 else "missing" for n, f in peers.items()})[1])
+            continue
+        if mine["state"] and "ACTIVE" not in mine["state"].upper():
+            add("hca-down", f"HCA {hca} port", mine["state"], "ACTIVE")
+        for dev in mine["netdevs"]:
+            d = new.netdevs.get(dev)
+            if d and d.state and d.state not in ("up", "unknown"):
+                add("hca-down", f"netdev {dev} of {hca}", d.state, "up")
+    devices = _roce_devices(new, hcas, socket_ifname)
+    for dev in devices:
+        value, shown = rack_value({n: _mtu(f, dev, hcas, socket_ifname, devices.index(dev))
+                                   for n, f in peers.items()})
+        mine = new.netdevs.get(dev)
+        if peers and (mine.mtu if mine else None) != value:
+            add("mtu", f"MTU of {dev}", mine.mtu if mine else "unknown", shown)
+    if new.gid_conflict:
+        add("gid-index", "RoCE v2 GID index", "different per HCA", "one index")
+    else:
+        same("gid-index", "RoCE v2 GID index", lambda f: f.gid_index)
+    if new.clock_cap != "active/success":
+        value, shown = rack_value({n: f.clock_cap for n, f in peers.items()})
+        add("clock-cap", "clock cap unit", new.clock_cap, shown)
+    if new.skew_s is not None and abs(new.skew_s) > TIME_SKEW_S:
+        add("time", "system clock", f"{new.skew_s:+.1f} s", "this machine's")
+    return found
+
+
+def _roce_devices(facts: Facts, hcas: Sequence[str], socket_ifname: str) -> list[str]:
+    """The node's netdevs that carry RoCE / NCCL traffic: the socket interface, the HCAs'."""
+    devices = [socket_ifname]
+    for hca in hcas:
+        devices += [d for d in facts.hcas.get(hca, {}).get("netdevs", []) if d not in devices]
+    return devices
+
+
+def _mtu(facts: Facts, dev: str, hcas: Sequence[str], socket_ifname: str,
+         position: int) -> int | None:
+    """A member's MTU for the netdev at the same position (names may differ per node)."""
+    mine = facts.netdevs.get(dev)
+    if mine is not None:
+        return mine.mtu
+    devices = _roce_devices(facts, hcas, socket_ifname)
+    if position < len(devices) and devices[position] in facts.netdevs:
+        return facts.netdevs[devices[position]].mtu
+    return None
+
+
+def check_waivers(waivers: Mapping[str, str]) -> dict[str, str]:
+    """The waivers, checked: only blocking kinds, each with a reason."""
+    from sparkrack.errors import UsageError
+
+    checked = {}
+    for kind, reason in waivers.items():
+        if kind not in BLOCKING:
+            raise UsageError(f"--waive {kind}: not a kind that refuses an onboarding",
+                             fix="one of " + ", ".join(BLOCKING))
+        if not reason or not reason.strip():
+            raise UsageError(f"--waive {kind} needs a reason",
+                             fix=f"--waive '{kind}=why it is safe here'")
+        checked[kind] = reason.strip()
+    return checked

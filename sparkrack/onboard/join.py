@@ -1,0 +1,242 @@
+"""Step 6, join: the new node written into hosts.yml, every other line kept as it was.
+
+A careful line-based edit (no YAML re-dump, so comments, blank lines, key order, quoting
+and flow style all stay): the entry lines of the hosts involved are located from the YAML
+node positions; the replaced node's entry is swapped in place for the new one (which keeps
+the rank order of the file), a spare is appended after the group's last host. The new
+entry copies the style of its neighbours (flow `{k: v, ...}` on one line, or a block), and
+their key order. Nothing is written unless the edited inventory loads, with the node
+where it should be.
+
+The replaced node's host_vars file, which describes the old hardware, is moved aside to a
+dot-file (the loader ignores those) and named in the report.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from sparkrack.errors import InventoryError, UsageError
+from sparkrack.inventory import Inventory, load_inventory
+from sparkrack.onboard.trust import write_atomically
+
+_ORDER = ("ansible_host", "rank", "roce_addr", "spare")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Where one host's entry sits in hosts.yml (0-based lines, end exclusive)."""
+
+    name: str
+    group: str
+    start: int
+    end: int
+    indent: int
+    flow: bool  # `name: {k: v}` on one line
+    keys: tuple[str, ...]
+    child_indent: int = 0  # a block entry's key column
+
+
+def host_entries(text: str) -> dict[str, Entry]:
+    """Every host entry of hosts.yml text: all.children.<group>.hosts.<name>."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    lines = text.splitlines()
+    entries: dict[str, Entry] = {}
+    everything = _child(root, "all")
+    children = _child(everything, "children")
+    if not isinstance(children, yaml.MappingNode):
+        return entries
+    for group_key, group in children.value:
+        hosts = _child(group, "hosts")
+        if not isinstance(hosts, yaml.MappingNode):
+            continue
+        for key, value in hosts.value:
+            start = key.start_mark.line
+            end = max(_end(value), start + 1)
+            while end - 1 > start and _blank_or_comment(lines[end - 1]):
+                end -= 1  # comments after a block entry belong to what follows
+            keys = tuple(k.value for k, _ in value.value) if isinstance(
+                value, yaml.MappingNode) else ()
+            flow = isinstance(value, yaml.MappingNode) and value.flow_style
+            child = (value.value[0][0].start_mark.column if isinstance(value, yaml.MappingNode)
+                     and value.value else key.start_mark.column + 2)
+            entries[key.value] = Entry(key.value, group_key.value, start, end,
+                                       key.start_mark.column, bool(flow) or end == start + 1,
+                                       keys, child)
+    return entries
+
+
+def _end(node) -> int:
+    """The line after the last line of node (0-based, exclusive); a block collection's own
+    end mark points at the next token, so its children's ends are used."""
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and not node.flow_style:
+        items = node.value if isinstance(node, yaml.SequenceNode) else [
+            n for pair in node.value for n in pair]
+        return max((_end(item) for item in items), default=node.start_mark.line + 1)
+    return node.end_mark.line + (1 if node.end_mark.column > 0 else 0)
+
+
+def _child(node, name: str):
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    for key, value in node.value:
+        if isinstance(key, yaml.ScalarNode) and key.value == name:
+            return value
+    return None
+
+
+def _blank_or_comment(line: str) -> bool:
+    return not line.strip() or line.lstrip().startswith("#")
+
+
+def _scalar(value: object) -> str:
+    """A value as YAML writes it in an entry (IPv6 addresses quoted)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value)
+    return f'"{text}"' if ":" in text or text.strip() != text or not text else text
+
+
+def render_entry(name: str, values: Mapping[str, object], like: Entry | None,
+                 indent: int) -> list[str]:
+    """The lines of a host entry, in the style (and key order) of its neighbour like."""
+    order = [k for k in (like.keys if like else ()) if k in values]
+    order += [k for k in _ORDER if k in values and k not in order]
+    order += [k for k in values if k not in order]
+    pad = " " * indent
+    if like is None or like.flow:
+        body = ", ".join(f"{k}: {_scalar(values[k])}" for k in order)
+        return [f"{pad}{name}: {{{body}}}"]
+    inner = " " * (indent + max(2, like.child_indent - like.indent))
+    return [f"{pad}{name}:"] + [f"{inner}{k}: {_scalar(values[k])}" for k in order]
+
+
+def edit_hosts(text: str, name: str, values: Mapping[str, object], *,
+               replace: str | None = None, group: str | None = None) -> str:
+    """hosts.yml text with name's entry set to values: in place of replace's entry (which is
+    removed), else in place of name's own entry, else appended to group (default: the
+    group of the first host). A previous entry of name elsewhere is removed."""
+    lines = text.splitlines()
+    entries = host_entries(text)
+    if not entries:
+        raise UsageError("hosts.yml lists no host to place the new one next to")
+    if replace is not None and replace not in entries:
+        raise UsageError(f"{replace} is not in hosts.yml")
+    first = min(entries.values(), key=lambda e: e.start)
+    anchor = entries.get(replace) if replace else entries.get(name)
+    if anchor is None:
+        group = group or first.group
+        siblings = [e for e in entries.values() if e.group == group]
+        if not siblings:
+            raise UsageError(f"no group {group} in hosts.yml")
+        like = max(siblings, key=lambda e: e.start)
+        new_lines = render_entry(name, values, like, like.indent)
+        edits = [(like.end, like.end, new_lines)]
+    else:
+        like = _neighbour(entries, anchor)
+        new_lines = render_entry(name, values, like, anchor.indent)
+        edits = [(anchor.start, anchor.end, new_lines)]
+    own = entries.get(name)
+    if own is not None and own is not anchor:
+        edits.append((own.start, own.end, []))
+    for start, end, replacement in sorted(edits, key=lambda e: -e[0]):
+        lines[start:end] = replacement
+    return "\n".join(lines) + ("\n" if text.endswith("\n") or not text else "")
+
+
+def _neighbour(entries: Mapping[str, Entry], anchor: Entry) -> Entry:
+    """An entry of the same group other than anchor (for style), else anchor itself."""
+    others = [e for e in entries.values() if e.group == anchor.group and e is not anchor]
+    return min(others, key=lambda e: abs(e.start - anchor.start)) if others else anchor
+
+
+@dataclass
+class JoinPlan:
+    """What step 6 writes."""
+
+    hosts_before: str
+    hosts_after: str
+    moved_host_vars: dict[str, str] = field(default_factory=dict)  # from -> to (relative)
+    rank: int | None = None  # None: a spare
+
+    def diff(self) -> str:
+        return "".join(difflib.unified_diff(
+            self.hosts_before.splitlines(keepends=True), self.hosts_after.splitlines(keepends=True),
+            "hosts.yml", "hosts.yml (after onboarding)"))
+
+
+def plan_join(inventory: Inventory, name: str, address: str, roce_addr: str | None, *,
+              replace: str | None = None, stamp: str | None = None) -> JoinPlan:
+    """The hosts.yml edit (and host_vars move) that puts name into the inventory."""
+    hosts_file = inventory.path / "hosts.yml"
+    before = hosts_file.read_text(encoding="utf-8")
+    values: dict[str, object] = {"ansible_host": address}
+    rank = None
+    if replace is not None:
+        rank = inventory.node(replace).rank
+        values["rank"] = rank
+    else:
+        values["spare"] = True
+    if roce_addr and roce_addr != address:
+        values["roce_addr"] = roce_addr
+    after = edit_hosts(before, name, values, replace=replace)
+    moved = {}
+    if replace is not None and replace != name:
+        old_vars = inventory.path / "host_vars" / f"{replace}.yml"
+        if old_vars.is_file():
+            when = stamp or time.strftime("%Y%m%d-%H%M%S")
+            moved[f"host_vars/{replace}.yml"] = f"host_vars/.{replace}.yml.replaced-by-{name}-{when}"
+    return JoinPlan(before, after, moved, rank)
+
+
+def check_plan(inventory: Inventory, plan: JoinPlan, name: str) -> Inventory:
+    """Load the inventory as the plan would leave it (in a temporary copy); InventoryError
+    or UsageError if it would not load or not hold name where planned."""
+    with tempfile.TemporaryDirectory(prefix="sparkrack-join-") as scratch:
+        copy = materialize_light(inventory.path, Path(scratch) / "inventory", plan)
+        try:
+            edited = load_inventory(copy)
+        except InventoryError as error:
+            raise UsageError(f"the edited hosts.yml would not load: {error.line()}",
+                             fix="nothing was written; fix hosts.yml by hand or report this") from None
+    placed = ([n for n in edited.nodes if n.name == name and n.rank == plan.rank]
+              if plan.rank is not None else [n for n in edited.spares if n.name == name])
+    if not placed:
+        raise UsageError(f"the edited hosts.yml does not hold {name} as planned",
+                         fix="nothing was written; report this")
+    return edited
+
+
+COPIED = ("group_vars", "host_vars", "engines", "models")  # what the loaders read
+
+
+def materialize_light(source: Path, target: Path, plan: JoinPlan) -> Path:
+    """A copy at target of what the inventory loaders read (hosts.yml, group_vars,
+    host_vars, engines, models; never key files), with the plan applied."""
+    target.mkdir(parents=True)
+    for name in COPIED:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, target / name, symlinks=True)
+    (target / "hosts.yml").write_text(plan.hosts_after, encoding="utf-8")
+    for old, new in plan.moved_host_vars.items():
+        (target / old).rename(target / new)
+    return target
+
+
+def apply_join(inventory: Inventory, plan: JoinPlan) -> None:
+    """Write the plan: host_vars moves first, then hosts.yml atomically (its mode kept)."""
+    hosts_file = inventory.path / "hosts.yml"
+    if hosts_file.read_text(encoding="utf-8") != plan.hosts_before:
+        raise UsageError(f"{hosts_file} changed while onboarding ran",
+                         fix="nothing was written; run onboard again")
+    for old, new in plan.moved_host_vars.items():
+        (inventory.path / old).rename(inventory.path / new)
+    write_atomically(hosts_file, plan.hosts_after)

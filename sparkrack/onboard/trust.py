@@ -1,0 +1,192 @@
+"""Step 1, trust: fetch a new node's SSH host key, show it, record it only when confirmed.
+
+The key is read by a bare paramiko Transport to the netguard-vetted address: key exchange
+only, no authentication, nothing sent that the node could log as a login. It is recorded
+in the inventory's known_hosts (the only file the fleet trusts) when the operator confirms
+the fingerprint: interactively, or with `--fingerprint SHA256:...` that must match. A key
+that differs from one already recorded for the node's address, or for a node of the same
+name, is refused, except the one of the node that `--replace` retires at the same address.
+
+Pure parts (`fingerprint`, `host_id`, `recorded_keys`, `decide`, `known_hosts_text`) are
+unit-tested; `fetch_host_key` and `record` touch the network and the file.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import socket
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+from paramiko.hostkeys import HostKeys, InvalidHostKey
+
+from sparkrack.errors import UsageError
+from sparkrack.inventory import Node
+from sparkrack.netguard import check_node
+
+NEW, KNOWN, REPLACES, CHANGED = "new", "known", "replaces", "CHANGED"
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """The key's OpenSSH SHA256 fingerprint: 'SHA256:' + unpadded base64 of the blob."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def same_fingerprint(given: str, actual: str) -> bool:
+    """Whether an operator-given fingerprint names actual ('SHA256:' optional, '=' padding
+    ignored; base64 is case-sensitive)."""
+    text = given.strip()
+    if not text.startswith("SHA256:"):
+        text = "SHA256:" + text
+    return text.rstrip("=") == actual
+
+
+def host_id(address: str, port: int) -> str:
+    """How known_hosts names a host: the address, or [address]:port off port 22."""
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+def fetch_host_key(node: Node, preferred_types: Sequence[str] = ()) -> paramiko.PKey:
+    """The host key node offers, over a Transport to its vetted address (no auth).
+
+    preferred_types: key types to ask for first (those already recorded for the host), so
+    a recorded key is compared with the node's key of the same type, as the fleet's
+    connections will negotiate it."""
+    address = check_node(node)
+    seconds = node.vars.ssh_connect_timeout
+    sock = socket.create_connection((address, node.port), timeout=seconds)
+    transport = paramiko.Transport(sock)
+    try:
+        transport.banner_timeout = seconds
+        options = transport.get_security_options()
+        wanted = [t for t in preferred_types if t in options.key_types]
+        if wanted:
+            options.key_types = wanted + [t for t in options.key_types if t not in wanted]
+        transport.start_client(timeout=seconds)
+        return transport.get_remote_server_key()
+    finally:
+        transport.close()
+        sock.close()
+
+
+def read_known_hosts(path: Path) -> HostKeys:
+    """The known_hosts file as paramiko reads it (none yet: empty)."""
+    keys = HostKeys()
+    if path.is_file():
+        try:
+            keys.load(str(path))
+        except (OSError, InvalidHostKey) as error:
+            raise UsageError(f"{path}: cannot read: {error}",
+                             fix="fix or delete the bad line") from None
+    return keys
+
+
+def recorded_keys(keys: HostKeys, names: Iterable[str]) -> dict[str, dict[str, paramiko.PKey]]:
+    """{host id: {key type: key}} recorded for each of names (hashed entries included)."""
+    found = {}
+    for name in names:
+        entry = keys.lookup(name)
+        if entry:
+            found[name] = {key_type: entry[key_type] for key_type in entry.keys()}
+    return found
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What step 1 makes of the fetched key."""
+
+    state: str  # new | known | replaces | CHANGED
+    message: str
+    stale: tuple[str, ...] = ()  # host ids whose recorded keys the new one replaces
+
+
+def decide(key: paramiko.PKey, recorded: dict[str, dict[str, paramiko.PKey]],
+           own_ids: Sequence[str], replaced_ids: Sequence[str], known_hosts: Path,
+           label: str) -> Decision:
+    """Compare the node's key with what is recorded under its own ids (address, name) and
+    under the ids of the node being replaced at the same place (replaced_ids).
+
+    Same key everywhere it is recorded: known. Not recorded: new. A different key under
+    one of its own ids: CHANGED (refused), unless that id belongs to the replaced node
+    too: replaces."""
+    shown = f"{key.get_name()} {fingerprint(key)}"
+    stale, changed = [], []
+    for ident in dict.fromkeys([*own_ids, *replaced_ids]):
+        keys = recorded.get(ident)
+        if not keys:
+            continue
+        if keys.get(key.get_name()) == key and len(keys) == 1:
+            continue
+        if keys.get(key.get_name()) == key:
+            continue  # other key types recorded too: this one matches
+        (stale if ident in replaced_ids else changed).append(ident)
+    if changed:
+        listing = "; ".join(
+            f"{ident}: {', '.join(f'{t} {fingerprint(k)}' for t, k in recorded[ident].items())}"
+            for ident in changed)
+        return Decision(CHANGED, (
+            f"{label}: host key CHANGED: the node offers {shown}, but {known_hosts} records "
+            f"{listing}; refusing (if the node was reinstalled or swapped for new "
+            "hardware: delete its line there, then onboard again)"))
+    if stale:
+        return Decision(REPLACES, f"{label}: {shown} replaces the key recorded for "
+                        f"{', '.join(stale)} (the node being replaced)", tuple(stale))
+    if any(recorded.get(ident) for ident in (*own_ids, *replaced_ids)):
+        return Decision(KNOWN, f"{label}: {shown} already recorded in {known_hosts}")
+    return Decision(NEW, f"{label}: {shown} (not recorded yet)")
+
+
+def known_hosts_text(old_text: str, ident: str, key: paramiko.PKey,
+                     stale: Sequence[str] = ()) -> str:
+    """known_hosts content with key recorded for ident and the lines of stale ids (and any
+    previous line of ident) removed; every other line kept as it was."""
+    drop = set(stale) | {ident}
+    kept = [line for line in old_text.splitlines(keepends=True)
+            if not any(line_matches(line, name) for name in drop)]
+    if kept and not kept[-1].endswith("\n"):
+        kept[-1] += "\n"
+    kept.append(f"{ident} {key.get_name()} {key.get_base64()}\n")
+    return "".join(kept)
+
+
+def without_ids(old_text: str, ids: Iterable[str]) -> str:
+    """known_hosts content without the lines naming any of ids."""
+    drop = set(ids)
+    return "".join(line for line in old_text.splitlines(keepends=True)
+                   if not any(line_matches(line, name) for name in drop))
+
+
+def line_matches(line: str, ident: str) -> bool:
+    """Whether a known_hosts line names ident (plain or hashed)."""
+    stripped = line.strip()
+    if not stripped or stripped.startswith("#"):
+        return False
+    first = stripped.split()[0]
+    for name in first.split(","):
+        if name == ident:
+            return True
+        if name.startswith("|1|") and HostKeys.hash_host(ident, name) == name:
+            return True
+    return False
+
+
+def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write text to path via a temporary file in the same directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        mode = path.stat().st_mode & 0o7777
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

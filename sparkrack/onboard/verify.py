@@ -1,0 +1,260 @@
+"""Step 5, verify: the new node and the rack reach each other on the engine ports, and its
+GPU holds the clock cap under load.
+
+Reachability, both ways, on the fabric addresses (roce_addr) the engines use:
+- every member -> the new node, on every engine port (a fresh node's firewall is the
+  usual culprit): the new node listens on each port for a few seconds;
+- the new node -> every member on the engine ports every rank serves (http), and -> the
+  head also on the rendezvous ports (dist-init / master). A member's port that is free
+  gets a temporary listener (held until the expected connection came, at most a few
+  seconds); a port held by a running engine is only connected to (TCP handshake, then
+  closed, nothing sent), which proves the path without disturbing the engine.
+A listener greets each connection with this run's token, so a probe knows whether it
+reached our listener or a service. Then `burn` (the same check `up` gates on) loads the
+new node's GPU and judges its SM clock against the cap.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets as token_source
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sparkrack.burn import BurnResult, burn
+from sparkrack.engines.catalog import engine_names
+from sparkrack.engines.profile_file import load_engine
+from sparkrack.errors import SparkrackError
+from sparkrack.fleet import Fleet, NodeResult, Secret
+from sparkrack.inventory import Inventory, Node
+from sparkrack.provision.images import DEFAULT_PYTHON
+
+HOLD_S = 8.0  # a listener's longest life
+SERVED_BY_EVERY_RANK = ("http",)  # other ports (dist_init, master) are the head's
+
+PROBE = r'''
+import json, selectors, socket, sys, threading, time
+
+def listen(addr, token, expect, hold, *ports):
+    expect, end = int(expect), time.monotonic() + float(hold)
+    sel, report = selectors.DefaultSelector(), {"bound": [], "busy": {}, "accepted": {}}
+    fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    for port in ports:
+        s = socket.socket(fam)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((addr, int(port)))
+            s.listen(64)
+        except OSError as e:
+            report["busy"][port] = e.strerror or str(e)
+            s.close()
+            continue
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ, port)
+        report["bound"].append(port)
+        report["accepted"][port] = []
+    greeting = ("sparkrack-probe %s\n" % token).encode()
+    while report["bound"] and time.monotonic() < end:
+        if all(len(report["accepted"][p]) >= expect for p in report["bound"]):
+            break
+        for key, _ in sel.select(timeout=max(0.05, end - time.monotonic())):
+            try:
+                conn, peer = key.fileobj.accept()
+            except OSError:
+                continue
+            try:
+                conn.setblocking(True)
+                conn.settimeout(2)
+                conn.sendall(greeting)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+            report["accepted"][key.data].append(peer[0])
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()
+    print(json.dumps(report))
+    return 0
+
+def connect(token, wait, *targets):
+    results, end = {}, None
+    import time as t
+    end = t.monotonic() + float(wait)
+    greeting = ("sparkrack-probe %s" % token).encode()
+    def one(target):
+        addr, _, port = target.rpartition(":")
+        addr = addr.strip("[]")
+        last = "no attempt"
+        while True:
+            try:
+                s = socket.create_connection((addr, int(port)), timeout=2)
+            except OSError as e:
+                last = e.strerror or type(e).__name__
+                if t.monotonic() > end:
+                    results[target] = {"state": "failed", "detail": last}
+                    return
+                t.sleep(0.1)
+                continue
+            try:
+                s.settimeout(1.5)
+                got = b""
+                while not got.endswith(b"\n") and len(got) < 200:
+                    chunk = s.recv(200)
+                    if not chunk:
+                        break
+                    got += chunk
+            except OSError:
+                got = b""
+            finally:
+                s.close()
+            if got.strip() == greeting:
+                results[target] = {"state": "ok", "detail": "probe listener"}
+            else:
+                results[target] = {"state": "service", "detail": "a service answered (port in use)"}
+            return
+    threads = [threading.Thread(target=one, args=(x,)) for x in targets]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    print(json.dumps(results))
+    return 0 if all(r["state"] != "failed" for r in results.values()) else 1
+
+mode, args = sys.argv[1], sys.argv[2:]
+sys.exit({"listen": listen, "connect": connect}[mode](*args))
+'''
+
+
+@dataclass(frozen=True)
+class PortPlan:
+    """Which ports each node is probed on."""
+
+    every_rank: tuple[int, ...]  # ports every rank serves (engines' http)
+    head_only: tuple[int, ...]  # rendezvous ports on the head
+    names: Mapping[int, str] = field(default_factory=dict)  # port -> "sglang http"
+
+
+def engine_ports(inventory: Inventory) -> PortPlan:
+    """The engine ports from the inventory's engine profiles."""
+    every, head, names = set(), set(), {}
+    for engine in engine_names(inventory.path):
+        try:
+            definition = load_engine(inventory.path, engine)
+        except SparkrackError:
+            continue
+        for name, port in definition.ports.items():
+            (every if name in SERVED_BY_EVERY_RANK else head).add(int(port))
+            names[int(port)] = f"{engine} {name}"
+    return PortPlan(tuple(sorted(every)), tuple(sorted(head - every)), names)
+
+
+@dataclass
+class Reach:
+    """One probe: source -> target:port and how it went."""
+
+    source: str
+    target: str
+    port: int
+    state: str  # ok | service (port in use, reached) | failed
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.state in ("ok", "service")
+
+
+@dataclass
+class VerifyReport:
+    reach: list[Reach] = field(default_factory=list)
+    burn: BurnResult | None = None
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[Reach]:
+        return [r for r in self.reach if not r.ok]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and not self.failed and self.burn is not None and self.burn.ok
+
+
+def _endpoint(node: Node, port: int) -> str:
+    address = node.roce_addr
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def ports_for(node: Node, plan: PortPlan, head: str) -> tuple[int, ...]:
+    return plan.every_rank + (plan.head_only if node.name == head else ())
+
+
+def probe_reach(fleet: Fleet, new: Node, members: Sequence[Node], plan: PortPlan, head: str,
+                *, python: str = DEFAULT_PYTHON, hold: float = HOLD_S) -> VerifyReport:
+    """Both directions of the engine-port reachability check (see the module doc)."""
+    report = VerifyReport()
+    token = token_source.token_hex(8)
+    secret = Secret(token)
+    new_ports = plan.every_rank + plan.head_only  # the new node may become the head
+    listeners = {new.name: [python, "-c", PROBE, "listen", new.roce_addr, secret,
+                            str(len(members)), f"{hold:g}", *map(str, new_ports)]}
+    for member in members:
+        listeners[member.name] = [python, "-c", PROBE, "listen", member.roce_addr, secret, "1",
+                                  f"{hold:g}", *map(str, ports_for(member, plan, head))]
+    heard: dict[str, NodeResult] = {}
+
+    def listen() -> None:
+        for result in fleet.run(listeners, timeout=hold + 30):
+            heard[result.node] = result
+
+    thread = threading.Thread(target=listen, name="probe-listen", daemon=True)
+    thread.start()
+    targets_new = [_endpoint(m, p) for m in members for p in ports_for(m, plan, head)]
+    connectors = {new.name: [python, "-c", PROBE, "connect", secret, f"{hold - 2:g}",
+                             *targets_new]}
+    for member in members:
+        connectors[member.name] = [python, "-c", PROBE, "connect", secret, f"{hold - 2:g}",
+                                   *[_endpoint(new, p) for p in new_ports]]
+    probes = fleet.run(connectors, timeout=hold + 30)
+    thread.join()
+    by_endpoint = {_endpoint(m, p): (m.name, p) for m in [*members, new]
+                   for p in new_ports}
+    for result in probes:
+        data = _json(result)
+        if not data:
+            report.errors.append(f"{result.node}: probe did not run: {result.error}")
+            continue
+        for endpoint, outcome in data.items():
+            target, port = by_endpoint.get(endpoint, (endpoint, 0))
+            report.reach.append(Reach(result.node, target, port, outcome.get("state", "failed"),
+                                      outcome.get("detail", "")))
+    for name, result in heard.items():
+        data = _json(result)
+        for port, why in (data.get("busy") or {}).items():
+            report.notes.append(f"{name}: port {port} ({plan.names.get(int(port), '?')}) is in "
+                                f"use ({why}): reached without a listener of ours")
+    report.reach.sort(key=lambda r: (r.source != new.name, r.source, r.target, r.port))
+    return report
+
+
+def verify_node(fleet: Fleet, inventory: Inventory, new: Node, members: Sequence[Node], *,
+                burn_seconds: float = 5.0, python: str = DEFAULT_PYTHON) -> VerifyReport:
+    """Reachability both ways, then the burn check of the new node's clocks."""
+    plan = engine_ports(inventory)
+    if not plan.every_rank and not plan.head_only:
+        report = VerifyReport(errors=["no engine profile names a port"])
+    else:
+        report = probe_reach(fleet, new, members, plan, inventory.head.name, python=python)
+    report.burn = burn(inventory, [new], burn_seconds, fleet=fleet)[0]
+    return report
+
+
+def _json(result: NodeResult) -> dict:
+    for line in reversed(result.stdout.splitlines()):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}

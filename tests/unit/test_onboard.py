@@ -1,0 +1,514 @@
+"""Onboarding, the pure parts: baseline differences, the hosts.yml edit, spares in the
+inventory, host key decisions, the weights manifest, and the stager and probe scripts run
+for real on this machine (loopback, temporary directories)."""
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from sparkrack.errors import InventoryError, UsageError
+from sparkrack.inventory import load_inventory
+from sparkrack.onboard import baseline, join, stage, trust, verify
+from sparkrack.onboard.run import known_bad_kernels
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).parent / "data" / "inventory"
+HCAS = ("rocep1s0f0", "roceP2p1s0f0")
+IFNAME = "enp1s0f0np0"
+
+
+# --- Baseline differences ----------------------------------------------------------------
+
+
+def facts(name="spark-09", **changes) -> baseline.Facts:
+    """A healthy rehearsal node's facts, with changes."""
+    base = baseline.Facts(
+        node=name, os="Debian GNU/Linux 12 (bookworm)", kernel="6.18.44-fc-v782",
+        gpu_name="NVIDIA GB10", driver="580.126.09", mem_total_kb=127600748, sm_mhz=208,
+        clock_cap="active/success", docker="20.10.24+dfsg1", hook="/usr/local/bin/x",
+        hcas={h: {"present": True, "state": "4: ACTIVE", "netdevs": [d], "gid_index": 3}
+              for h, d in zip(HCAS, (IFNAME, "enP2p1s0f0np0"))},
+        gid_index=3,
+        netdevs={IFNAME: baseline.NetdevFacts(9000, "up", "10.77.1.19/24"),
+                 "enP2p1s0f0np0": baseline.NetdevFacts(9000, "up", "10.77.2.19/24")},
+        skew_s=0.1)
+    return dataclasses.replace(base, **changes)
+
+
+RACK = {f"spark-0{i}": facts(f"spark-0{i}") for i in range(1, 9)}
+
+
+def compare(new, members=RACK, **kwargs):
+    return baseline.compare(new, members, hcas=HCAS, socket_ifname=IFNAME,
+                            known_bad_kernels=known_bad_kernels(), **kwargs)
+
+
+def test_a_node_like_the_rack_has_no_difference():
+    assert compare(facts()) == []
+
+
+def test_driver_major_refuses_and_names_both_versions():
+    found = compare(facts(driver="575.51.03"))
+    assert [(d.kind, d.refuses) for d in found] == [("driver-major", True)]
+    assert "575.51.03" in found[0].line() and "580.126.09" in found[0].line()
+
+
+def test_driver_minor_is_only_a_note():
+    found = compare(facts(driver="580.95.05"))
+    assert [(d.kind, d.blocking) for d in found] == [("driver", False)]
+
+
+def test_missing_hca_refuses():
+    hcas = dict(facts().hcas)
+    hcas["roceP2p1s0f0"] = {"present": False, "state": "", "netdevs": [], "gid_index": None}
+    found = compare(facts(hcas=hcas))
+    assert [(d.kind, d.what, d.node_value) for d in found] == [
+        ("missing-hca", "HCA roceP2p1s0f0", "missing")]
+    assert found[0].refuses and "present on every member" in found[0].line()
+
+
+def test_mtu_mismatch_down_port_not_gb10_and_bad_kernel_refuse():
+    netdevs = dict(facts().netdevs)
+    netdevs[IFNAME] = baseline.NetdevFacts(1500, "up", "")
+    hcas = dict(facts().hcas)
+    hcas["rocep1s0f0"] = dict(hcas["rocep1s0f0"], state="1: DOWN")
+    found = compare(facts(netdevs=netdevs, hcas=hcas, gpu_name="NVIDIA H200",
+                          kernel="7.0.0-1019-nvidia"))
+    kinds = {d.kind: d for d in found}
+    assert set(kinds) == {"mtu", "hca-down", "not-gb10", "known-bad-kernel"}
+    assert all(d.refuses for d in found)
+    assert kinds["mtu"].node_value == "1500" and kinds["mtu"].rack_value == "9000"
+
+
+def test_no_docker_or_no_gpu_hook_refuse():
+    found = compare(facts(docker=None, docker_error="Cannot connect", hook=""))
+    assert {d.kind for d in found} == {"docker", "nvidia-runtime"}
+
+
+def test_notes_do_not_refuse():
+    found = compare(facts(kernel="6.8.0-1010-nvidia", clock_cap="none", gid_index=5,
+                          skew_s=7.5, mem_total_kb=127000000))
+    assert {d.kind for d in found} == {"kernel", "clock-cap", "gid-index", "time", "memory"}
+    assert not any(d.refuses for d in found)
+
+
+def test_waiver_lets_a_refusing_difference_pass_and_says_so():
+    found = compare(facts(driver="575.51.03"), waivers={"driver-major": "lab node"})
+    assert not found[0].refuses and "WAIVED (lab node)" in found[0].line()
+
+
+def test_waivers_are_checked():
+    with pytest.raises(UsageError, match="needs a reason"):
+        baseline.check_waivers({"mtu": " "})
+    with pytest.raises(UsageError, match="not a kind that refuses"):
+        baseline.check_waivers({"os": "why not"})
+
+
+def test_a_rack_that_disagrees_is_compared_with_its_majority():
+    members = dict(RACK, **{"spark-03": facts("spark-03", driver="580.95.05")})
+    found = compare(facts(driver="580.95.05"), members)
+    assert [d.kind for d in found] == ["driver"]
+    assert "580.126.09 on most" in found[0].rack_value and "spark-03=580.95.05" in \
+        found[0].rack_value
+
+
+def test_unreachable_members_are_left_out_of_the_baseline():
+    members = dict(RACK, **{"spark-02": baseline.Facts("spark-02", error="unreachable")})
+    assert compare(facts(), members) == []
+
+
+def test_facts_from_recorded_script_output():
+    from sparkrack.facts import parse_facts
+    from sparkrack.provision.gather import NETDEVS, roce_query
+    from sparkrack.provision.gather import parse_facts as parse_gather
+
+    node = load_inventory(REPO / "inventory" / "rehearsal").nodes[0]
+    status = parse_facts("\n@@ hostname 0\nspark-09\n@@ kernel 0\n6.18.44-fc-v782\n@@ os 0\n"
+                         "Debian GNU/Linux 12 (bookworm)\n@@ gpu 0\nNVIDIA GB10, 208, 3003, 3.9,"
+                         " 35, 0, P8, Enabled, 575.51.03\n@@ meminfo 0\nMemTotal: 127600748 kB\n"
+                         "MemAvailable: 100 kB\n@@ clock_cap 0\nLoadState=not-found\n")
+    queries = [roce_query(h) for h in HCAS] + [NETDEVS]
+    gathered = parse_gather("@@base\nboot\n1700000000.5\n@@0 r\npresent\nstate 4: ACTIVE\n"
+                            "netdev enp1s0f0np0\ntypes\n3:RoCE v2\ngids\n"
+                            "3:0000:0000:0000:0000:0000:ffff:0a4d:0113\n@@1 r\n@@2 n\n", queries)
+    extra = ("\n@@ docker 0\n20.10.24+dfsg1\n@@ runtimes 0\nio.containerd.runc.v2 runc \n"
+             "@@ hook 0\n/usr/local/bin/nvidia-container-runtime-hook\n@@ netdevs 0\n"
+             "netdev enp1s0f0np0 mtu=9000 state=up ipv4=10.77.1.19/24\n")
+    found = baseline.build_facts(node, status, gathered, extra, now=1700000000.0)
+    assert (found.driver, found.gpu_name, found.docker) == ("575.51.03", "NVIDIA GB10",
+                                                            "20.10.24+dfsg1")
+    assert found.hcas["roceP2p1s0f0"]["present"] is False and found.gid_index == 3
+    assert found.netdevs[IFNAME].mtu == 9000 and found.nvidia_runtime
+    assert found.clock_cap == "none" and found.skew_s == pytest.approx(0.5)
+    kinds = {d.kind for d in compare(found)}
+    assert {"driver-major", "missing-hca"} <= kinds
+
+
+# --- The hosts.yml edit -----------------------------------------------------------------
+
+
+def real_inventory(tmp_path) -> Path:
+    copy = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventory", copy, ignore=shutil.ignore_patterns("rehearsal"))
+    return copy
+
+
+def test_replace_keeps_every_other_line_and_the_rank(tmp_path):
+    inv_dir = real_inventory(tmp_path)
+    before = (inv_dir / "hosts.yml").read_text()
+    inventory = load_inventory(inv_dir)
+    plan = join.plan_join(inventory, "spark-09", "192.0.2.19", "198.51.100.19",
+                          replace="spark-05")
+    assert plan.rank == 4
+    removed = [l for l in before.splitlines() if l not in plan.hosts_after.splitlines()]
+    added = [l for l in plan.hosts_after.splitlines() if l not in before.splitlines()]
+    assert removed == ["        spark-05: {ansible_host: 192.0.2.15, rank: 4, roce_addr: "
+                       "198.51.100.15}"]
+    assert added == ["        spark-09: {ansible_host: 192.0.2.19, rank: 4, roce_addr: "
+                     "198.51.100.19}"]
+    lines = plan.hosts_after.splitlines()
+    assert lines.index(added[0]) == before.splitlines().index(removed[0])  # in place
+    edited = join.check_plan(inventory, plan, "spark-09")
+    assert edited.node("spark-09").rank == 4 and "spark-05" not in {n.name for n in edited.nodes}
+    join.apply_join(inventory, plan)
+    again = load_inventory(inv_dir)
+    assert [n.name for n in again.nodes][4] == "spark-09"
+    assert [l for l in before.splitlines() if l.lstrip().startswith("#")] == \
+        [l for l in (inv_dir / "hosts.yml").read_text().splitlines() if l.lstrip().startswith("#")]
+
+
+def test_spare_is_appended_after_the_last_host_and_loads_outside_the_group(tmp_path):
+    inv_dir = real_inventory(tmp_path)
+    inventory = load_inventory(inv_dir)
+    plan = join.plan_join(inventory, "spark-09", "192.0.2.19", "198.51.100.19")
+    assert plan.rank is None
+    lines = plan.hosts_after.splitlines()
+    at = lines.index("        spark-09: {ansible_host: 192.0.2.19, roce_addr: 198.51.100.19, "
+                     "spare: true}")
+    assert lines[at - 1].startswith("        spark-08:") and lines[at + 1] == "      vars:"
+    edited = join.check_plan(inventory, plan, "spark-09")
+    assert len(edited.nodes) == 8 and [n.name for n in edited.spares] == ["spark-09"]
+    assert edited.spares[0].rank == -1 and "spark-09" not in edited.groups["sparks"]
+
+
+def test_promoting_a_spare_removes_its_spare_line(tmp_path):
+    inv_dir = real_inventory(tmp_path)
+    inventory = load_inventory(inv_dir)
+    join.apply_join(inventory, join.plan_join(inventory, "spark-09", "192.0.2.19",
+                                              "198.51.100.19"))
+    inventory = load_inventory(inv_dir)
+    plan = join.plan_join(inventory, "spark-09", "192.0.2.19", "198.51.100.19",
+                          replace="spark-02")
+    assert plan.hosts_after.count("spark-09") == 1 and "spare" not in plan.hosts_after
+    assert join.check_plan(inventory, plan, "spark-09").node("spark-09").rank == 1
+
+
+def test_replaced_nodes_host_vars_move_aside(tmp_path):
+    inv_dir = real_inventory(tmp_path)
+    inventory = load_inventory(inv_dir)
+    plan = join.plan_join(inventory, "spark-09", "192.0.2.19", "198.51.100.19",
+                          replace="spark-01", stamp="T")
+    assert plan.moved_host_vars == {"host_vars/spark-01.yml":
+                                    "host_vars/.spark-01.yml.replaced-by-spark-09-T"}
+    assert join.check_plan(inventory, plan, "spark-09").head.name == "spark-09"
+    join.apply_join(inventory, plan)
+    assert (inv_dir / "host_vars/.spark-01.yml.replaced-by-spark-09-T").is_file()
+    assert load_inventory(inv_dir).head.name == "spark-09"
+
+
+def test_block_style_entries_and_comments_inside_the_hosts_mapping():
+    text = ("all:\n  children:\n    sparks:\n      hosts:\n        # the head\n"
+            "        a:\n            ansible_host: 10.0.0.1  # mgmt\n            rank: 0\n\n"
+            "        # a worker\n        b:\n            rank: 1\n            ansible_host: "
+            "10.0.0.2\n      vars:\n        ansible_user: root\n")
+    entries = join.host_entries(text)
+    assert (entries["a"].start, entries["a"].end, entries["a"].flow) == (5, 8, False)
+    out = join.edit_hosts(text, "c", {"ansible_host": "fe80::1", "rank": 1}, replace="b")
+    assert "        # a worker\n        c:\n            ansible_host: \"fe80::1\"\n" \
+           "            rank: 1\n      vars:" in out
+    assert "# the head" in out and "# mgmt" in out
+    assert join.edit_hosts(out, "c", {"ansible_host": "fe80::1", "rank": 1}) == out
+
+
+def test_join_refuses_a_hosts_file_changed_meanwhile(tmp_path):
+    inv_dir = real_inventory(tmp_path)
+    inventory = load_inventory(inv_dir)
+    plan = join.plan_join(inventory, "spark-09", "192.0.2.19", None)
+    (inv_dir / "hosts.yml").write_text(plan.hosts_before + "# edited\n")
+    with pytest.raises(UsageError, match="changed while onboarding ran"):
+        join.apply_join(inventory, plan)
+
+
+# --- Spares in the inventory ------------------------------------------------------------
+
+
+def test_a_spare_with_a_rank_is_an_error(tmp_path):
+    inv_dir = Path(shutil.copytree(FIXTURE, tmp_path / "rack"))
+    text = (inv_dir / "hosts.yml").read_text()
+    (inv_dir / "hosts.yml").write_text(text.replace(
+        "        spark-04: {ansible_host: 192.0.2.4, rank: 3}",
+        "        spark-04: {ansible_host: 192.0.2.4, rank: 3}\n"
+        "        spark-05: {ansible_host: 192.0.2.5, rank: 4, spare: true}"))
+    with pytest.raises(InventoryError, match="spare host 'spark-05' has a rank"):
+        load_inventory(inv_dir)
+
+
+def test_a_spare_does_not_count_for_tp_size_but_its_address_is_unique(tmp_path):
+    inv_dir = Path(shutil.copytree(FIXTURE, tmp_path / "rack"))
+    hosts = inv_dir / "hosts.yml"
+    text = hosts.read_text()
+    line = "        spark-04: {ansible_host: 192.0.2.4, rank: 3}"
+    hosts.write_text(text.replace(line, line + "\n        spark-05: {ansible_host: 192.0.2.5,"
+                                              " spare: true}"))
+    inventory = load_inventory(inv_dir)
+    assert len(inventory.nodes) == 4 and inventory.spares[0].name == "spark-05"
+    assert inventory.spares[0].user == "ops"  # the group's vars apply to a spare too
+    hosts.write_text(text.replace(line, line + "\n        spark-05: {ansible_host: 192.0.2.4,"
+                                              " spare: true}"))
+    with pytest.raises(InventoryError, match="duplicate ansible_host 192.0.2.4"):
+        load_inventory(inv_dir)
+
+
+# --- Host keys --------------------------------------------------------------------------
+
+
+def key() -> paramiko.PKey:
+    return paramiko.Ed25519Key.generate() if hasattr(paramiko.Ed25519Key, "generate") else \
+        _ssh_keygen_key()
+
+
+def _ssh_keygen_key() -> paramiko.PKey:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "k"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)],
+                       check=True)
+        return paramiko.Ed25519Key(filename=str(path))
+
+
+def test_fingerprint_is_openssh_s(tmp_path):
+    path = tmp_path / "k"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    loaded = paramiko.Ed25519Key(filename=str(path))
+    shown = subprocess.run(["ssh-keygen", "-lf", f"{path}.pub"], capture_output=True,
+                           text=True, check=True).stdout.split()[1]
+    assert trust.fingerprint(loaded) == shown
+    assert trust.same_fingerprint(shown, shown) and trust.same_fingerprint(shown[7:], shown)
+    assert not trust.same_fingerprint(shown.lower(), shown)
+
+
+def test_host_key_decisions(tmp_path):
+    mine, other = _ssh_keygen_key(), _ssh_keygen_key()
+    kh = tmp_path / "known_hosts"
+    decide = lambda rec, own=("10.0.0.9", "spark-09"), replaced=(): trust.decide(
+        mine, rec, list(own), list(replaced), kh, "spark-09")
+    assert decide({}).state == trust.NEW
+    assert decide({"10.0.0.9": {mine.get_name(): mine}}).state == trust.KNOWN
+    changed = decide({"10.0.0.9": {other.get_name(): other}})
+    assert changed.state == trust.CHANGED and trust.fingerprint(other) in changed.message
+    assert decide({"spark-09": {other.get_name(): other}}).state == trust.CHANGED
+    replaced = decide({"10.0.0.5": {other.get_name(): other}}, own=("10.0.0.5",),
+                      replaced=("10.0.0.5",))
+    assert replaced.state == trust.REPLACES and replaced.stale == ("10.0.0.5",)
+
+
+def test_known_hosts_edits_keep_other_lines_and_match_hashed_names():
+    mine, other = _ssh_keygen_key(), _ssh_keygen_key()
+    hashed = paramiko.HostKeys.hash_host("10.0.0.5")
+    old = (f"# rack keys\n10.0.0.1 {other.get_name()} {other.get_base64()}\n"
+           f"{hashed} {other.get_name()} {other.get_base64()}\n")
+    text = trust.known_hosts_text(old, "10.0.0.9", mine, stale=["10.0.0.5"])
+    assert text.splitlines()[:2] == old.splitlines()[:2]
+    assert hashed not in text and text.endswith(f"10.0.0.9 {mine.get_name()} "
+                                                f"{mine.get_base64()}\n")
+    assert trust.host_id("10.0.0.9", 2222) == "[10.0.0.9]:2222"
+    assert "10.0.0.1" not in trust.without_ids(text, ["10.0.0.1"])
+
+
+def test_fetch_host_key_from_a_local_server(tmp_path, monkeypatch):
+    """A paramiko server on loopback: the key comes back without any authentication."""
+    host = _ssh_keygen_key()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+
+    def serve():
+        conn, _ = listener.accept()
+        server = paramiko.Transport(conn)
+        server.add_server_key(host)
+        try:
+            server.start_server(server=paramiko.ServerInterface())
+            time.sleep(1)
+        except Exception:
+            pass
+        finally:
+            server.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    node = load_inventory(FIXTURE).nodes[0]
+    node = dataclasses.replace(node, address="127.0.0.1", port=port)
+    got = trust.fetch_host_key(node)
+    listener.close()
+    assert got == host and trust.fingerprint(got) == trust.fingerprint(host)
+
+
+# --- The weights manifest and the stager -----------------------------------------------
+
+
+def test_manifest_parsing():
+    sha = "a" * 64
+    assert stage.parse_manifest(f"{sha}  config.json\n{sha} *sub/w.bin\n\n") == {
+        "config.json": sha, "sub/w.bin": sha}
+    for bad, why in ((f"{sha}  ../etc/passwd", "leaves"), (f"{sha}  /etc/passwd", "leaves"),
+                     ("xyz  file", "not `SHA256"), ("", "no file"),
+                     (f"{sha}  a\n{'b' * 64}  a", "twice")):
+        with pytest.raises(stage.ManifestError, match=why):
+            stage.parse_manifest(bad)
+
+
+def test_streams_are_balanced_and_the_majority_manifest_wins():
+    lanes = stage.assign_streams({"a": 10, "b": 7, "c": 4, "d": 3}, 2)
+    assert lanes == {"a": 0, "b": 1, "c": 1, "d": 0}
+    text, holders, others = stage.rack_manifest({"n1": "x", "n2": "x", "n3": "y", "n4": None})
+    assert (text, holders, others) == ("x", ["n1", "n2"], ["n3", "n4"])
+
+
+def _stager(mode, *args, stdin):
+    return subprocess.run([sys.executable, "-c", stage.STAGER, mode, *map(str, args)],
+                          input=json.dumps(stdin), capture_output=True, text=True, timeout=60)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _copy(src, dst, cache, plan, streams=2, bwlimit=0):
+    port, token = _free_port(), "t0k"
+    out = {}
+    recv = threading.Thread(target=lambda: out.setdefault("r", _stager(
+        "recv", "127.0.0.1", port, token, dst, cache, streams, stdin=plan)))
+    recv.start()
+    sent = _stager("send", "127.0.0.1", port, token, src, streams, bwlimit, stdin=plan)
+    recv.join()
+    return sent, out["r"]
+
+
+def test_stager_copies_skips_resumes_and_rejects_corruption(tmp_path):
+    src, dst, cache = tmp_path / "src", tmp_path / "dst", tmp_path / "cache.json"
+    (src / "sub").mkdir(parents=True)
+    data = {"config.json": b"{}\n", "sub/w1.bin": os.urandom(300_000),
+            "w2.bin": os.urandom(200_000)}
+    for name, blob in data.items():
+        (src / name).write_bytes(blob)
+    files = [[n, hashlib.sha256(b).hexdigest(), len(b)] for n, b in sorted(data.items())]
+    sizes = json.loads(_stager("sizes", src, stdin=[f[0] for f in files]).stdout)
+    assert sizes == {n: len(b) for n, b in data.items()}
+    # a partial first file (as an interrupted run leaves it), one file already right
+    (dst / "sub").mkdir(parents=True)
+    (dst / "sub" / ".w1.bin.sparkrack-partial").write_bytes(data["sub/w1.bin"][:123_456])
+    (dst / "config.json").write_bytes(b"{}\n")
+    check = json.loads(_stager("check", dst, cache, 0, 1, stdin=files).stdout)["files"]
+    assert check["config.json"]["state"] == "ok"
+    assert check["sub/w1.bin"] == {"state": "need", "offset": 123_456, "hashed": False,
+                                   "why": "missing; partial 123456 of 300000 bytes"}
+    plan = [[n, s, z, check[n]["offset"], i % 2] for i, (n, s, z) in enumerate(files)
+            if check[n]["state"] != "ok"]
+    sent, got = _copy(src, dst, cache, plan)
+    assert sent.returncode == 0 and got.returncode == 0, (sent.stderr, got.stdout)
+    assert json.loads(sent.stdout)["bytes"] == 300_000 - 123_456 + 200_000
+    for name, blob in data.items():
+        assert (dst / name).read_bytes() == blob
+    again = json.loads(_stager("check", dst, cache, 0, 1, stdin=files).stdout)
+    assert all(e["state"] == "ok" and not e["hashed"] for e in again["files"].values())
+    assert again["hashed_bytes"] == 0  # the cache remembers what the receiver verified
+    # a corrupt partial is hashed as received, found wrong and removed: the next run redoes it
+    (dst / "w2.bin").unlink()
+    (dst / ".w2.bin.sparkrack-partial").write_bytes(b"x" * 1000)
+    plan = [["w2.bin", files[2][1], 200_000, 1000, 0]]
+    sent, got = _copy(src, dst, cache, plan, streams=1)
+    report = json.loads(got.stdout)
+    assert got.returncode == 1 and report["files"]["w2.bin"]["state"] == "mismatch"
+    assert not (dst / ".w2.bin.sparkrack-partial").exists() and not (dst / "w2.bin").exists()
+
+
+def test_stager_throttles_and_refuses_a_second_receiver(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    blob = os.urandom(64_000)
+    (src / "w.bin").write_bytes(blob)
+    plan = [["w.bin", hashlib.sha256(blob).hexdigest(), len(blob), 0, 0]]
+    started = time.monotonic()
+    sent, got = _copy(src, dst, tmp_path / "c.json", plan, streams=1, bwlimit=64_000)
+    assert got.returncode == 0 and time.monotonic() - started >= 0.9
+    import fcntl
+
+    (dst / ".sparkrack-stage.lock").touch()
+    with open(dst / ".sparkrack-stage.lock") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        busy = _stager("recv", "127.0.0.1", _free_port(), "t", dst, tmp_path / "c.json", 1,
+                       stdin=plan)
+        checked = json.loads(_stager("check", dst, tmp_path / "c.json", 0, 0,
+                                     stdin=[plan[0][:3]]).stdout)
+    assert busy.returncode == 1 and "another transfer" in json.loads(busy.stdout)["error"]
+    assert checked == {"busy": True}
+
+
+# --- The port probe ---------------------------------------------------------------------
+
+
+def test_probe_tells_our_listener_a_service_and_a_closed_port_apart():
+    ours, closed = _free_port(), _free_port()
+    service = socket.socket()
+    service.bind(("127.0.0.1", 0))
+    service.listen(4)
+    busy = service.getsockname()[1]
+    out = {}
+    listener = threading.Thread(target=lambda: out.setdefault("l", subprocess.run(
+        [sys.executable, "-c", verify.PROBE, "listen", "127.0.0.1", "tok", "1", "5", str(ours),
+         str(busy)], capture_output=True, text=True)))
+    listener.start()
+    probe = subprocess.run(
+        [sys.executable, "-c", verify.PROBE, "connect", "tok", "2", f"127.0.0.1:{ours}",
+         f"127.0.0.1:{busy}", f"127.0.0.1:{closed}"],
+        capture_output=True, text=True)
+    listener.join()
+    service.close()
+    states = {k.rsplit(":", 1)[1]: v["state"] for k, v in json.loads(probe.stdout).items()}
+    assert states == {str(ours): "ok", str(busy): "service", str(closed): "failed"}
+    heard = json.loads(out["l"].stdout)
+    assert heard["bound"] == [str(ours)] and str(busy) in heard["busy"]
+    assert probe.returncode == 1
+
+
+def test_engine_ports_from_the_profiles():
+    plan = verify.engine_ports(load_inventory(REPO / "inventory" / "rehearsal"))
+    assert plan.every_rank == (8000, 30000) and plan.head_only == (20000, 29501)
+
+
+def test_report_as_json_and_cli_waivers():
+    from sparkrack.cli.onboard_tasks import _parse_waivers
+    from sparkrack.onboard import OnboardReport, as_json
+
+    report = OnboardReport("spark-09", "10.77.1.19", "spark-05", True)
+    report.differences = compare(facts(driver="575.51.03"))
+    data = json.loads(json.dumps(as_json(report)))
+    assert data["differences"][0]["kind"] == "driver-major"
+    assert [s["verdict"] for s in data["steps"]] == ["pending"] * 6 and data["exit_code"] == 0
+    assert _parse_waivers(["mtu=switch is 9000 too"]) == {"mtu": "switch is 9000 too"}
+    with pytest.raises(UsageError, match="has no reason"):
+        _parse_waivers(["mtu"])

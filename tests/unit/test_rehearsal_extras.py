@@ -1,0 +1,63 @@
+"""Extra rehearsal nodes: their checks, their record, their node files (no rack needed)."""
+
+import json
+
+import pytest
+
+from sparkrack.errors import UsageError
+from sparkrack.rehearsal import extras, nodefs
+from sparkrack.rehearsal.extras import ExtraNode, check_extra
+from sparkrack.rehearsal.layout import NodeLayout
+
+
+def test_extra_node_checks():
+    taken_names, taken_addresses = {"spark-01"}, {"10.77.1.11"}
+    check_extra(ExtraNode("spark-09", "10.77.1.19", "575.51.03", ("roceP2p1s0f0",),
+                          "7.0.0-1019-nvidia"), taken_names, taken_addresses)
+    for extra, why in (
+            (ExtraNode("spark-01", "10.77.1.19"), "already a rehearsal node"),
+            (ExtraNode("Spark 9", "10.77.1.19"), "invalid node name"),
+            (ExtraNode("spark-09", "10.77.1.11"), "taken"),
+            (ExtraNode("spark-09", "10.77.2.19"), "not a node address"),
+            (ExtraNode("spark-09", "10.77.1.254"), "not a node address"),
+            (ExtraNode("spark-09", "192.0.2.9"), "not a node address"),
+            (ExtraNode("spark-09", "10.77.1.19", "575"), "not a driver version"),
+            (ExtraNode("spark-09", "10.77.1.19", missing_hcas=("mlx5_0",)), "no such HCA"),
+            (ExtraNode("spark-09", "10.77.1.19", kernel="6.8; rm -rf /"), "not a kernel")):
+        with pytest.raises(UsageError, match=why):
+            check_extra(extra, taken_names, taken_addresses)
+
+
+def test_extra_nodes_record_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setattr(extras, "EXTRA_NODES_FILE", tmp_path / "extra-nodes.json")
+    assert extras.read_extras() == {}
+    node = ExtraNode("spark-10", "10.77.1.20", "575.51.03", ("roceP2p1s0f0",), None)
+    extras.write_extras({"spark-10": node})
+    assert json.loads((tmp_path / "extra-nodes.json").read_text()) == {"spark-10": {
+        "address": "10.77.1.20", "driver_version": "575.51.03",
+        "missing_hcas": ["roceP2p1s0f0"], "kernel": None}}
+    assert extras.read_extras() == {"spark-10": node}
+    assert node.gpu == {"driver_version": "575.51.03"} and ExtraNode("a", "b").gpu == {}
+    extras.write_extras({})
+    assert not (tmp_path / "extra-nodes.json").exists()
+
+
+def test_bare_node_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(NodeLayout, "upper", property(lambda self: tmp_path / self.name))
+    node = NodeLayout("spark-10", "10.77.1.20")
+    nodefs.write_hardware(node, ["roceP2p1s0f0"])
+    hardware = json.loads((tmp_path / "spark-10/etc/gpu-sim/hardware.json").read_text())
+    assert hardware["missing"] == ["roceP2p1s0f0"] and hardware["ipv4"] == [
+        "10.77.1.20", "10.77.2.20"]
+    nodefs.write_kernel(node, "7.0.0-1019-nvidia")
+    uname = tmp_path / "spark-10/usr/local/bin/uname"
+    assert "-r) echo 7.0.0-1019-nvidia ;;" in uname.read_text()
+    import subprocess
+
+    assert subprocess.run([str(uname), "-r"], capture_output=True, text=True).stdout == \
+        "7.0.0-1019-nvidia\n"
+    assert subprocess.run([str(uname), "-s"], capture_output=True, text=True).stdout == "Linux\n"
+    nodefs.write_kernel(node, None)
+    assert not uname.exists()
+    with pytest.raises(ValueError):
+        nodefs.write_kernel(node, "7.0'; reboot")

@@ -29,7 +29,6 @@ REPO = Path(__file__).resolve().parents[2]
 NEW, NEW_ADDR = "spark-09", "10.77.1.19"
 ODD, ODD_ADDR = "spark-10", "10.77.1.20"
 MODEL = "/models/GLM-5.3-NVFP4"
-EXCLUSIVE_ENV = "SPARKRACK_RACK_EXCLUSIVE"  # 1: no other test run uses the rack now
 
 
 @pytest.fixture(scope="module")
@@ -245,16 +244,10 @@ def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path)
     assert (inv_dir / "known_hosts").read_text().count(NEW_ADDR) == 1
     assert (inv_dir / "hosts.yml").read_text().splitlines() == hosts_after
 
-    # a following `up` forms the group with the new node: only on a rack this run has to
-    # itself (an `up` racing another's start removes that start's containers by name)
-    if os.environ.get(EXCLUSIVE_ENV) != "1":
-        pytest.skip(f"`up` with the replaced node needs the rack to itself: set "
-                    f"{EXCLUSIVE_ENV}=1 when no other test run uses the rehearsal rack")
+    # a following `up` forms the group with the new node
     with Fleet(copy) as fleet:
         running, errors = engine_containers(fleet)
-        if [r for r in running if r.alive] or errors:
-            pytest.skip("another engine runs on the rack (the lead's tests?): `up` with the "
-                        f"replaced node not tried ({running[:1] or errors})")
+        assert not [r for r in running if r.alive] and not errors, running[:1] or errors
         settings = fleet.get({"spark-06": [f"{MODEL}/{CONFIG_NAME}"]})["spark-06"]
         if settings.ok:  # the stub's own settings (not model data): as the rack has them
             fleet.put({NEW: [(settings.files[f"{MODEL}/{CONFIG_NAME}"],

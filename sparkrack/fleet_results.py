@@ -7,6 +7,7 @@ session could be had: refused address, connection or host-key failure, dead peer
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -105,3 +106,15 @@ class FleetError(SparkrackError):
         problems = [r for r in result if not r.ok]
         reasons = "; ".join(r.error or f"{r.node}: {r.status}" for r in problems)
         super().__init__(f"{len(problems)} of {len(result)} nodes not ok: {reasons}")
+
+
+def last_json_object(text: str) -> dict:
+    """The last line of text that is a JSON object (how node-side scripts report), or {}."""
+    for line in reversed(text.splitlines()):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}

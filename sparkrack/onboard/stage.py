@@ -44,6 +44,7 @@ from sparkrack.provision.images import (
     resolve_images,
 )
 from sparkrack.provision.plan import ImageTarget, short_id
+from sparkrack.fleet_results import last_json_object
 
 MANIFEST_NAME = "sparkrack-manifest.sha256"
 STAGE_CACHE = "/var/lib/sparkrack/stage-verified.json"
@@ -458,16 +459,6 @@ def _stager(python: str, *args) -> list:
     return [python, "-c", STAGER, *args]
 
 
-def _json(result: NodeResult) -> dict:
-    for line in reversed(result.stdout.splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict):
-            return data
-    return {}
-
 
 def read_manifests(fleet: Fleet, nodes: Sequence[Node], model_path: str) -> dict[str, str | None]:
     """{node: its manifest text, or None} (one small read per node)."""
@@ -496,7 +487,7 @@ def stage_weights(fleet: Fleet, source: Node, target: Node, model_path: str,
     names = sorted(manifest)
     result = fleet.run({source.name: _stager(python, "sizes", root)},
                        stdin=json.dumps(names).encode(), timeout=120)[source.name]
-    sizes = _json(result)
+    sizes = last_json_object(result.stdout)
     if not result.ok or not sizes:
         report.errors.append(f"{source.name}: cannot list the model files: {result.error}")
         return report
@@ -555,7 +546,7 @@ def _check(fleet: Fleet, target: Node, root: str, manifest: Mapping[str, str],
     result = fleet.run({target.name: _stager(python, "check", root, STAGE_CACHE,
                                              "1" if full else "0", "0" if readonly else "1")},
                        stdin=json.dumps(files).encode(), timeout=24 * 3600)[target.name]
-    data = _json(result)
+    data = last_json_object(result.stdout)
     if data.get("busy"):
         report.errors.append(f"{target.name}: a transfer into {root} is still running (an "
                              "interrupted onboard's receiver finishing its file?): wait a "
@@ -598,7 +589,7 @@ def _transfer(fleet: Fleet, source: Node, target: Node, root: str, manifest: Map
                      stdin=stdin, timeout=timeout)[source.name]
     receiver.join()
     got = received["r"]
-    sent_data, got_data = _json(sent), _json(got)
+    sent_data, got_data = last_json_object(sent.stdout), last_json_object(got.stdout)
     report.bytes_sent = int(sent_data.get("bytes", 0))
     for name, entry in (got_data.get("files") or {}).items():
         if entry.get("state") == "ok":
@@ -613,7 +604,7 @@ def _transfer(fleet: Fleet, source: Node, target: Node, root: str, manifest: Map
     for result, side, role in ((sent, "peer", "sender"), (got, "new node", "receiver")):
         if result.status == "unreachable":
             report.errors.append(f"{side} {result.node}: {result.error or result.status}")
-        elif not result.ok and not _json(result):
+        elif not result.ok and not last_json_object(result.stdout):
             report.errors.append(f"{side} {result.node}: the {role} ended without a report "
                                  f"(killed, or the node went away); partial files stay for "
                                  "the next run")

@@ -16,7 +16,6 @@ new node's GPU and judges its SM clock against the cap.
 
 from __future__ import annotations
 
-import json
 import secrets as token_source
 import threading
 from collections.abc import Mapping, Sequence
@@ -29,6 +28,7 @@ from sparkrack.errors import SparkrackError
 from sparkrack.fleet import Fleet, NodeResult, Secret
 from sparkrack.inventory import Inventory, Node
 from sparkrack.provision.images import DEFAULT_PYTHON
+from sparkrack.fleet_results import last_json_object
 
 HOLD_S = 8.0  # a listener's longest life
 SERVED_BY_EVERY_RANK = ("http",)  # other ports (dist_init, master) are the head's
@@ -220,7 +220,7 @@ def probe_reach(fleet: Fleet, new: Node, members: Sequence[Node], plan: PortPlan
     by_endpoint = {_endpoint(m, p): (m.name, p) for m in [*members, new]
                    for p in new_ports}
     for result in probes:
-        data = _json(result)
+        data = last_json_object(result.stdout)
         if not data:
             report.errors.append(f"{result.node}: probe did not run: {result.error}")
             continue
@@ -229,7 +229,7 @@ def probe_reach(fleet: Fleet, new: Node, members: Sequence[Node], plan: PortPlan
             report.reach.append(Reach(result.node, target, port, outcome.get("state", "failed"),
                                       outcome.get("detail", "")))
     for name, result in heard.items():
-        data = _json(result)
+        data = last_json_object(result.stdout)
         for port, why in (data.get("busy") or {}).items():
             report.notes.append(f"{name}: port {port} ({plan.names.get(int(port), '?')}) is in "
                                 f"use ({why}): reached without a listener of ours")
@@ -249,12 +249,3 @@ def verify_node(fleet: Fleet, inventory: Inventory, new: Node, members: Sequence
     return report
 
 
-def _json(result: NodeResult) -> dict:
-    for line in reversed(result.stdout.splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict):
-            return data
-    return {}

@@ -35,6 +35,7 @@ from sparkrack.fleet_ssh import explain, open_client
 from sparkrack.inventory import Node
 from sparkrack.provision.gather import NodeFacts, normalize_ref
 from sparkrack.provision.plan import ImageTarget, short_id
+from sparkrack.fleet_results import last_json_object
 
 DEFAULT_PYTHON = "/usr/bin/python3"
 PORT_RANGE = (42100, 42900)
@@ -292,16 +293,6 @@ def _relay_argv(python: str, *args: str | Secret) -> list:
     return [python, "-c", RELAY, *args]
 
 
-def _report(result: NodeResult) -> dict:
-    for line in reversed(result.stdout.splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict):
-            return data
-    return {}
-
 
 def _relay_error(result: NodeResult, data: dict) -> str | None:
     if result.status == "ok":
@@ -419,7 +410,7 @@ def distribute(fleet: Fleet, target: ImageTarget, nodes: Sequence[Node], *,
         report.chains += 1
         results, source = _chain(fleet, target, pending, python, timeout)
         if source is not None:
-            data = _report(source)
+            data = last_json_object(source.stdout)
             report.bytes_sent += int(data.get("bytes", 0))
             if source.status == "unreachable":
                 for node in pending:
@@ -427,7 +418,7 @@ def distribute(fleet: Fleet, target: ImageTarget, nodes: Sequence[Node], *,
                 break
         for node in pending:
             result = results.get(node.name)
-            data = _report(result) if result else {}
+            data = last_json_object(result.stdout) if result else {}
             report.bytes_moved += int(data.get("bytes", 0))
             if result is not None and result.status == "unreachable":
                 report.unreachable.add(node.name)

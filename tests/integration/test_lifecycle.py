@@ -241,8 +241,7 @@ def test_up_refuses_an_uncapped_node_and_names_it(clean):
 def test_watch_warns_about_the_indexer_ratchet_only_without_the_budget(clean, tmp_path, budget, warns):
     """Growing prompts: with SGLang's default indexer budget the stub keeps its scratch and
     MemAvailable ratchets down; with 0.01 it comes back after every request."""
-    from sparkrack.lifecycle import headapi, record
-    from sparkrack.lifecycle.record import Deployment
+    from sparkrack.lifecycle import headapi
     from sparkrack.lifecycle.start import start_group
     from sparkrack.lifecycle.stop import stop_engine
     from sparkrack.rehearsal.stub.modeldir import write_stub_model

@@ -6,7 +6,6 @@ weights are only read). Extra nodes: spark-09 (bare, like the rack) and spark-10
 575, one HCA missing, a known-bad kernel); both are removed at the end of the module.
 """
 
-import os
 import shutil
 import threading
 import time

@@ -122,7 +122,7 @@ def _verdict(draws: tuple[NodeDraw, ...], strip: int, margin: int) -> tuple[str,
         return REFUSE, (f"{not_capped} (counted at uncapped watts; projected {projected:,} W "
                         f"<= {strip:,} W strip)")
     if projected > strip - margin:
-        return MARGIN, (f"projected {projected:,} W > {strip:,} W strip - {margin:,} W margin, "
-                        "every node capped")
+        return MARGIN, (f"projected {projected:,} W: under the {strip:,} W strip but inside its "
+                        f"{margin:,} W margin, every node capped")
     return OK, (f"projected {projected:,} W <= {strip:,} W strip - {margin:,} W margin, "
                 "every node capped")

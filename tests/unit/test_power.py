@@ -33,8 +33,8 @@ def test_every_node_capped_is_the_field_reports_capped_rack(rack):
     budget = project_power(rack, states(rack, CapState.CAPPED))
     assert budget.projected_watts == 1424 and 1350 <= budget.projected_watts <= 1425
     assert budget.verdict == MARGIN and not budget.blocking
-    assert budget.reason == ("projected 1,424 W > 1,440 W strip - 100 W margin, "
-                             "every node capped")
+    assert budget.reason == ("projected 1,424 W: under the 1,440 W strip but inside its "
+                             "100 W margin, every node capped")
 
 
 def test_every_node_uncapped_is_the_rack_that_tripped_the_strip(rack):

@@ -36,8 +36,10 @@ def new_specs(inventory: Inventory, engine: str, profile: str) -> tuple[LaunchSp
                        deployment_id=f"{engine}-{profile}-{stamp}-{uuid.uuid4().hex[:4]}")
 
 
-def refuse_on(pre: Preflight, what: str) -> None:
-    """Raise Refused listing every blocking gate (one per line)."""
+def refuse_on(pre: Preflight, what: str, on_event: Callable[[str], None]) -> None:
+    """Say every gate's verdict, then raise Refused listing the blocking ones (one per line)."""
+    for gate in pre.gates:
+        on_event(f"gate {gate.name}: {'ok' if gate.ok else 'FAIL'} - {gate.detail}")
     if pre.blocking:
         lines = [f"{g.name}: {g.detail}" for g in pre.blocking]
         raise Refused(f"{what} refused:\n  " + "\n  ".join(lines))
@@ -92,9 +94,7 @@ def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeo
     specs = new_specs(inventory, engine, profile)
     with Fleet(inventory) as fleet:
         pre = preflight(fleet, inventory, specs, burn=burn, override_power=override_power)
-        for gate in pre.gates:
-            on_event(f"gate {gate.name}: {'ok' if gate.ok else 'FAIL'} - {gate.detail}")
-        refuse_on(pre, f"{engine} {profile}")
+        refuse_on(pre, f"{engine} {profile}", on_event)
         return launch(fleet, inventory, specs, pre, timeout=timeout, on_progress=on_progress,
                       on_event=on_event)
 
@@ -127,9 +127,7 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
                         override_power=override_power)
         if replacing:  # the old engine still holds the memory: judged again after it stops
             pre.gates = [g for g in pre.gates if g.name != "memory"]
-        for gate in pre.gates:
-            on_event(f"gate {gate.name}: {'ok' if gate.ok else 'FAIL'} - {gate.detail}")
-        refuse_on(pre, f"roll to {engine} {profile}")
+        refuse_on(pre, f"roll to {engine} {profile}", on_event)
         current = records["current"]
         stopped = stop_engine(fleet, mem_before=current.mem_available_kb_before if current else None,
                               on_event=on_event)
@@ -170,7 +168,7 @@ def restore(fleet: Fleet, inventory: Inventory, last: Deployment, burn, timeout,
         on_event(f"note: {last.engine} {last.profile} spec changed since it was last good "
                  f"({last.spec_hash[:12]} -> {specs[0].spec_hash[:12]})")
     pre = preflight(fleet, inventory, specs, burn=burn)
-    refuse_on(pre, f"restoring {last.engine} {last.profile}")
+    refuse_on(pre, f"restoring {last.engine} {last.profile}", on_event)
     return launch(fleet, inventory, specs, pre, timeout=timeout, on_progress=on_progress,
                   on_event=on_event)
 

@@ -18,7 +18,8 @@ from .containers import Rank, logs_tail, parallel, refresh, stop_ranks
 from .order import start_order
 
 POLL_SECONDS = 0.2
-CLEANUP_STOP_TIMEOUT = 10  # a failed group has nothing to drain
+CLEANUP_STOP_TIMEOUT = 3  # a group that never served has nothing to drain
+LIVENESS_TIMEOUT = 3
 
 
 @dataclass
@@ -34,6 +35,15 @@ class Progress:
 
 class StartFailed(SparkrackError):
     """The group did not come up; every rank it started has been stopped."""
+
+
+class NodeLost(StartFailed):
+    """A node stopped answering during the start; its rank could not be stopped from here."""
+
+    def __init__(self, node: str, why: str):
+        self.node = node
+        super().__init__(f"node {node} lost during the start ({why}); its rank could not be "
+                         "stopped from here", fix=f"check {node}; `invoke down` once it answers")
 
 
 def as_rank(spec: LaunchSpec, status: str = "created") -> Rank:
@@ -104,7 +114,8 @@ def start_group(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...
         return wait_ready(fleet, inventory, specs, ranks, timeout or specs[0].ready_timeout_s, on_progress)
     except BaseException as exc:
         on_event("stopping every rank of the failed start")
-        stop_ranks(fleet, ranks, timeout=CLEANUP_STOP_TIMEOUT)
+        lost = exc.node if isinstance(exc, NodeLost) else None
+        stop_ranks(fleet, [r for r in ranks if r.node != lost], timeout=CLEANUP_STOP_TIMEOUT)
         if isinstance(exc, (KeyboardInterrupt, SparkrackError)):
             raise
         raise StartFailed(f"start failed: {type(exc).__name__}: {exc}") from None
@@ -118,6 +129,11 @@ def wait_ready(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
     port = head_spec.ports["http"]
     started = time.monotonic()
     while True:
+        # a short SSH round trip first: a lost node fails it within the connect timeout,
+        # where a docker API call would wait for the command timeout
+        for probe in fleet.run(["true"], timeout=LIVENESS_TIMEOUT):
+            if probe.status != "ok":
+                raise NodeLost(probe.node, probe.error or probe.status)
         states = refresh(fleet, ranks)
         dead = [r for r in states if not r.alive]
         if dead:

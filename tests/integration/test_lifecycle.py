@@ -278,3 +278,37 @@ def test_watch_warns_about_the_indexer_ratchet_only_without_the_budget(clean, tm
         assert ratchet and "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION" in ratchet[0]
     else:
         assert ratchet == []
+
+
+def test_a_node_lost_during_load_fails_up_fast_and_the_rest_is_stopped(clean, rack):
+    inventory = clean
+    from sparkrack.lifecycle.start import NodeLost
+    from sparkrack.rehearsal.stub.modeldir import write_stub_model
+
+    with Fleet(inventory) as fleet:
+        write_stub_model(fleet, {"load_delay_s": 20, "tokens_per_s": 50})
+    cut = {}
+
+    def cut_spark_07_once_running():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "at" not in cut:
+            if sum(r.alive for r in nothing_runs(inventory)) == 8:
+                rack.cut("spark-07")
+                cut["at"] = time.monotonic()
+            time.sleep(0.3)
+
+    cutter = threading.Thread(target=cut_spark_07_once_running)
+    try:
+        cutter.start()
+        with pytest.raises(NodeLost) as lost:
+            lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+        failed_at = time.monotonic()
+        cutter.join()
+    finally:
+        rack.heal("spark-07")
+        with Fleet(inventory) as fleet:
+            write_stub_model(fleet, {"load_delay_s": 1, "tokens_per_s": 50})
+    assert failed_at - cut["at"] < 15
+    assert "node spark-07 lost during the start" in lost.value.line()
+    others = [r for r in nothing_runs(inventory) if r.node != "spark-07"]
+    assert others == []  # every rank on the nodes still answering was stopped and removed

@@ -86,6 +86,9 @@ def test_up_runs_the_exact_profile_in_order_and_down_leaves_nothing(clean):
             assert attrs["HostConfig"]["NetworkMode"] == "host" and attrs["HostConfig"]["IpcMode"] == "host"
         records = read_records(fleet, inventory)
     assert records["last-good"].deployment_id == deployment.deployment_id
+    with pytest.raises(lifecycle.Refused) as refused:  # one engine at a time
+        lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+    assert "no other engine: sglang 512k rank 0 runs on spark-01" in refused.value.line()
     report = lifecycle.down(inventory)
     t1 = time.time()
     assert report.not_recovered == {} and report.errors == {}

@@ -293,12 +293,7 @@ def _template(base: Change, role: Role, p: Mapping[str, Any], context: Mapping[s
             what.append(f"update (+{added} -{removed})" if current.content is not None
                         else "update")
     else:
-        if octal(current.mode or "0") != mode:
-            actions.append(Run(("chmod", f"{mode:04o}", "--", dest)))
-            what.append(f"mode {octal(current.mode):04o} -> {mode:04o}")
-        if (current.owner, current.group) != (owner, group):
-            actions.append(Run(("chown", f"{owner}:{group}", "--", dest)))
-            what.append(f"owner {current.owner}:{current.group} -> {owner}:{group}")
+        _fix_attributes(current, dest, mode, owner, group, actions, what)
     if not actions:
         return replace(base, summary=dest)
     if is_unit_file(dest) and not same_content:
@@ -308,6 +303,17 @@ def _template(base: Change, role: Role, p: Mapping[str, Any], context: Mapping[s
                                          known=current.content is not None or not current.exists)
     return replace(base, status="changed", summary=f"{dest}: {', '.join(what)}", diff=diff,
                    actions=tuple(actions))
+
+
+def _fix_attributes(current, path: str, mode: int, owner: str, group: str,
+                    actions: list, what: list[str]) -> None:
+    """Append the chmod/chown an existing path needs to have mode and owner:group."""
+    if octal(current.mode or "0") != mode:
+        actions.append(Run(("chmod", f"{mode:04o}", "--", path)))
+        what.append(f"mode {octal(current.mode):04o} -> {mode:04o}")
+    if (current.owner, current.group) != (owner, group):
+        actions.append(Run(("chown", f"{owner}:{group}", "--", path)))
+        what.append(f"owner {current.owner}:{current.group} -> {owner}:{group}")
 
 
 def _remove_file(base: Change, path: str, current, state: _NodeState) -> Change:
@@ -405,12 +411,7 @@ def _file(base: Change, role: Role, p: Mapping[str, Any], context, facts: NodeFa
         if current.type != wanted:
             return replace(base, status="failed",
                            summary=f"{path} is a {current.type or 'thing'}, not a {wanted}")
-        if octal(current.mode or "0") != mode:
-            actions.append(Run(("chmod", f"{mode:04o}", "--", path)))
-            what.append(f"mode {octal(current.mode):04o} -> {mode:04o}")
-        if (current.owner, current.group) != (owner, group):
-            actions.append(Run(("chown", f"{owner}:{group}", "--", path)))
-            what.append(f"owner {current.owner}:{current.group} -> {owner}:{group}")
+        _fix_attributes(current, path, mode, owner, group, actions, what)
     if not actions:
         return replace(base, summary=path)
     return replace(base, status="changed", summary=f"{path}: {', '.join(what)}",

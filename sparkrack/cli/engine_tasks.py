@@ -6,6 +6,7 @@ from invoke import task
 
 from .. import console
 from ..engines import build_specs, docker_run_argv, load_engine
+from ..provision.envfiles import rack_view
 from ..lifecycle import engine as lifecycle
 from .common import INVENTORY_HELP, inventory_from, operator_task
 
@@ -14,14 +15,19 @@ DEFAULT_PROFILE = "512k"
 
 @task(help={"engine": "sglang or vllm (a file in the inventory's or the repo's engines/)",
             "profile": f"profile name (default: {DEFAULT_PROFILE})",
-            "inventory": INVENTORY_HELP, "json": "print JSON for scripts"})
+            "inventory": INVENTORY_HELP, "json": "print JSON for scripts",
+            "offline": "do not read the nodes' env files: show the inventory's view"})
 @operator_task
-def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False):
-    """Print each rank's launch spec as its exact `docker run` (touches nothing).
+def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline=False):
+    """Print each rank's launch spec as its exact `docker run`, and where every variable of
+    its environment comes from (changes nothing).
 
-    Secrets show as ***."""
+    The environment is read from each node's env files (one round trip, read-only); a node
+    that does not answer shows the inventory's view. Secrets show as ***."""
     rack = inventory_from(inventory)
-    specs = build_specs(rack, engine, profile)
+    key = load_engine(rack.path, engine).image_key
+    view = rack_view(rack, key, offline=offline)
+    specs = build_specs(rack, engine, profile, node_env=view.envs)
     head = specs[0]
     if head.experimental:
         console.say(f"warning: {engine} profile '{profile}' is experimental: {head.note}")
@@ -29,6 +35,7 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False):
         console.print_json({
             "engine": engine, "profile": profile, "deployment_id": head.deployment_id,
             "spec_hash": head.spec_hash, "experimental": head.experimental, "note": head.note,
+            "unreachable": view.unreachable, "env_problems": view.problems,
             "ranks": [{**spec.as_dict(), "docker_run": shlex.join(docker_run_argv(spec))}
                       for spec in specs]})
         return
@@ -40,10 +47,47 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False):
     print(f"# deployment {head.deployment_id}, spec hash {head.spec_hash}")
     print(f"# health http://{rack.head.address}:{head.ports['http']}{head.health_path}, "
           f"ready timeout {head.ready_timeout_s} s, stop timeout {head.docker.stop_timeout_s} s")
+    for line in env_lines(specs, view):
+        print(line)
     for spec in specs:
         role = " (head)" if spec.is_head else ""
         print(f"\n# rank {spec.rank} on {spec.node}{role}")
+        for key in own_vars(specs, spec):
+            print(f"#   {key}={spec.shown_env()[key]}  <- {spec.env_sources[key]}")
         print(shlex.join(docker_run_argv(spec)))
+
+
+def env_lines(specs, view) -> list[str]:
+    """The environment header of `plan`: which view, problems, the variables every rank
+    shares (value and source)."""
+    if view.offline:
+        lines = ["# environment: the inventory's view (--offline: the nodes were not asked)"]
+    elif not view.unreachable:
+        lines = ["# environment: read from each node's env files"]
+    elif len(view.unreachable) == len(specs):
+        lines = ["# environment: the inventory's view (no node's env files could be read: "
+                 f"{next(iter(view.unreachable.values()))})"]
+    else:
+        lines = ["# environment: read from each node's env files; the inventory's view for "
+                 + ", ".join(f"{n} ({why})" for n, why in view.unreachable.items())]
+    lines += [f"# NOT READY: {p} (run `invoke provision`)" for p in view.problems]
+    shared = [key for key in specs[0].env if all(
+        key in s.env and (s.env[key], s.env_sources[key]) == (specs[0].env[key],
+                                                              specs[0].env_sources[key])
+        for s in specs)]
+    lines.append("# every rank:" if shared else "# no variable is the same on every rank")
+    lines += [f"#   {key}={specs[0].shown_env()[key]}  <- {specs[0].env_sources[key]}"
+              for key in shared]
+    return lines
+
+
+def own_vars(specs, spec) -> list[str]:
+    """The variables of spec that are not the same (value and source) on every rank."""
+    first = specs[0]
+    return [key for key in spec.env if not all(
+        key in s.env and (s.env[key], s.env_sources[key]) == (first.env.get(key),
+                                                              first.env_sources.get(key))
+        for s in specs)]
 
 
 BURN_SECONDS = 1.5

@@ -5,6 +5,7 @@ import time
 from invoke import task
 
 from .. import console
+from ..errors import UsageError
 from ..rehearsal.rack import RehearsalRack, state_as_dict
 from .common import inventory_from, operator_task
 
@@ -96,6 +97,33 @@ def latch(c, node, inventory=None, clear=False):
     """Latch a node's simulated GPU in the low-clock state (~715 MHz under load)."""
     _rack(inventory).latch(node, on=not clear)
     console.say(f"{node}: GPU {'unlatched' if clear else 'latched in the low-clock state'}")
+
+
+@task(help={**NODE_HELP, "index": "the GID index the IPv4-mapped RoCE v2 entry moves to "
+            "(odd, >= 3)", "clear": "back to index 3"})
+@operator_task
+def renumber_gid(c, node, index=None, clear=False, inventory=None):
+    """Renumber a node's GID tables as a firmware update can (kept across power cycles)."""
+    if clear == (index is not None):
+        raise UsageError("give --index N or --clear", fix="e.g. invoke rehearsal.renumber-gid "
+                         f"{node} --index 5")
+    _rack(inventory).renumber_gid(node, None if clear else _index(index))
+    console.say(f"{node}: RoCE v2 IPv4 GID at index {3 if clear else index}")
+
+
+@task(help={**NODE_HELP, "hca": "the HCA, e.g. roceP2p1s0f0", "clear": "bring the port back up"})
+@operator_task
+def hca_down(c, node, hca, clear=False, inventory=None):
+    """Take one HCA's port down (cable out) until --clear, a reboot or a power cycle."""
+    _rack(inventory).hca_down(node, hca, down=not clear)
+    console.say(f"{node}: {hca} port {'up' if clear else 'down'}")
+
+
+def _index(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--index {text}: not an integer", fix="e.g. --index 5") from None
 
 
 @task(iterable=["missing_hca"],

@@ -15,9 +15,7 @@ File format (every key is checked; a mistake is an InventoryError naming file:li
       every_rank: [--node-rank, "{rank}"]      # after the profile flags, on every rank
       head: []                                 # then on rank 0 only
       workers: []                              # or on ranks >= 1 only
-    env_from_inventory:                # VAR: inventory var (per node; lists join with ',')
-      NCCL_IB_HCA: nccl_ib_hca
-    secret_env: [HF_TOKEN]             # taken from the operator's environment when set
+    secret_env: [HF_TOKEN]             # never shown; only ever in the node's 0600 env file
     profiles:
       NAME:
         description: one line          # required, never inherited
@@ -26,13 +24,17 @@ File format (every key is checked; a mistake is an InventoryError naming file:li
           --flag: value                # a string or an integer; 'quote' other numbers
           --switch: true               # a bare switch
           --inherited: null            # drop a flag OTHER sets
-        env: {VAR: value}              # overrides env_from_inventory; null drops as above
+        env: {VAR: value}              # this lane's own variables; null drops as above
         ready_timeout_s: 900           # load to healthy (744B TP8 loads in 7-9 min)
         stop_timeout_s: 120            # SIGTERM to SIGKILL: the drain on rank 0
         experimental: true             # optional; then `note` says why
         note: text
         waivers:                       # optional, never inherited: rules (sparkrack.rules) this
           KV-FIT: why it is safe here  # profile runs despite; a waiver needs its reason
+
+A rank's environment is its node's env files as provisioning wrote them (roles nccl_env
+and engine_env: transport, engine variables, secrets) plus the profile's `env`, which may
+not set a variable those files set: each variable has one definition (engines/nodeenv.py).
 
 Non-integer numbers must be quoted ('0.80') so that the engine gets the text exactly as
 written. Rank R runs: entrypoint + args.model + profile flags + args.every_rank + args.head
@@ -42,7 +44,6 @@ written. Rank R runs: entrypoint + args.model + profile flags + args.every_rank 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ from sparkrack.engines.datafile import (
     Section, did_you_mean, is_count, is_name, is_text, is_text_list, read_section)
 from sparkrack.engines.templates import allowed_fields, check_template
 from sparkrack.errors import UsageError
-from sparkrack.inventory_schema import NODE, RACK, SPECS, FrozenMapping, describe
+from sparkrack.inventory_schema import FrozenMapping, describe
 
 FLAG_ROLES = ("context_length", "kv_cache_dtype")
 ARG_GROUPS = ("model", "every_rank", "head", "workers")
@@ -108,7 +109,6 @@ class EngineDef:
     health_path: str
     flag_roles: FrozenMapping  # role (FLAG_ROLES) -> flag
     args: RankArgs
-    env_from_inventory: FrozenMapping  # env var -> inventory var
     secret_env: tuple[str, ...]
     profiles: FrozenMapping  # name -> Profile
 
@@ -134,6 +134,7 @@ def load_engine(inventory_dir: Path, engine: str) -> EngineDef:
 def read_engine_file(file: Path) -> EngineDef:
     """One profile file, read and checked; InventoryError at file:line for any mistake."""
     top = read_section(file, _TOP_KEYS)
+    _refuse_env_from_inventory(top)
     name = top.value("engine", is_name, "the engine name")
     if name != file.stem:
         raise top.error("engine", f"engine '{name}' in a file named {file.name}",
@@ -154,8 +155,6 @@ def read_engine_file(file: Path) -> EngineDef:
                               "a path such as /health"),
         flag_roles=_flag_roles(top.section("flag_roles", required=False)),
         args=args,
-        env_from_inventory=_env_from_inventory(top.section("env_from_inventory",
-                                                           required=False)),
         secret_env=secret_env,
         profiles=_Resolver(top.section("profiles"), reserved, set(secret_env)).all())
 
@@ -200,20 +199,14 @@ def _flag_roles(section: Section) -> FrozenMapping:
     return FrozenMapping(roles)
 
 
-def _env_from_inventory(section: Section) -> FrozenMapping:
-    """The env_from_inventory mapping: variable name to an inventory rack or node var."""
-    known = [name for name, spec in SPECS.items()
-             if spec.scope in (RACK, NODE) and spec.type != Mapping[str, str]]
-    mapping = {}
-    for var in section:
-        _check_env_name(section, var)
-        source = section.raw(var)
-        if source not in known:
-            raise section.error(var, f"{var}: '{source}' is not an inventory var"
-                                f"{did_you_mean(str(source), known)}",
-                                fix="inventory vars: " + ", ".join(known))
-        mapping[var] = source
-    return FrozenMapping(mapping)
+def _refuse_env_from_inventory(top: Section) -> None:
+    """The environment an engine gets per node is no longer the profile's to say."""
+    if "env_from_inventory" in top:
+        raise top.error("env_from_inventory", "env_from_inventory is no longer read: each "
+                        "node's env files, written by provisioning, are the one source of the "
+                        "NCCL/Gloo variables (role nccl_env) and the engine's own (role "
+                        "engine_env)", fix="remove env_from_inventory; put engine variables in "
+                        "roles/engine_env/templates/<engine>.env.j2")
 
 
 def _check_env_name(section: Section, var: Any) -> None:

@@ -2,18 +2,17 @@
 
 `build_specs` turns an inventory plus an engine profile into one LaunchSpec per node, in
 rank order, without contacting anything. Per node it fills the profile file's argv
-templates, takes the env named by `env_from_inventory` from that node's vars (the NCCL
-GID index from `gid_index_by_node` when the caller probed it), lays the profile's env over
-it and adds the secrets found in the operator's environment. All specs share one
-`spec_hash` of the whole deployment and carry it, with engine, profile, rank and
-deployment id, as container labels.
+templates and takes the environment from that node's env files (`NodeEnv`, as `up` read
+them from the node, or else rendered from the inventory and the roles: the inventory's
+view), plus the profile's own `env`, which may not redefine one of theirs. Each variable
+keeps its source for `invoke plan`. All specs share one `spec_hash` of the whole
+deployment and carry it, with engine, profile, rank and deployment id, as container labels.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -23,9 +22,9 @@ from sparkrack.engines.templates import fill
 from sparkrack.errors import UsageError
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory_schema import FrozenMapping
+from sparkrack.provision.envfiles import EnvFiles, NodeEnv, secret_names
 
 REDACTED = "***"
-GID_INDEX_VAR = "nccl_ib_gid_index"
 
 LABEL_ENGINE = "sparkrack.engine"
 LABEL_PROFILE = "sparkrack.profile"
@@ -85,6 +84,8 @@ class LaunchSpec:
     argv: tuple[str, ...]  # argv[0] replaces the image's entrypoint
     env: FrozenMapping = field(repr=False)  # real secret values: print shown_env() instead
     secret_names: frozenset[str]  # keys of env whose values are never shown
+    env_sources: FrozenMapping  # var -> where its value came from (profile, inventory, probed)
+    env_view: str  # "node": read from the node's env files; "inventory": rendered here
     ports: FrozenMapping  # port name -> number (host network: nothing is published)
     health_path: str
     ready_timeout_s: int
@@ -113,6 +114,7 @@ class LaunchSpec:
             "spec_hash": self.spec_hash, "node": self.node, "rank": self.rank,
             "container_name": self.container_name, "image": self.image,
             "argv": list(self.argv), "env": self.shown_env(),
+            "env_sources": dict(self.env_sources), "env_view": self.env_view,
             "secret_names": sorted(self.secret_names), "ports": dict(self.ports),
             "health_path": self.health_path, "ready_timeout_s": self.ready_timeout_s,
             "experimental": self.experimental, "note": self.note, "labels": dict(self.labels),
@@ -131,24 +133,22 @@ class LaunchSpec:
 
 def build_specs(inventory: Inventory, engine: str, profile_name: str, *,
                 deployment_id: str | None = None,
-                gid_index_by_node: Mapping[str, int] | None = None,
-                environ: Mapping[str, str] | None = None) -> tuple[LaunchSpec, ...]:
+                node_env: Mapping[str, NodeEnv] | None = None) -> tuple[LaunchSpec, ...]:
     """One LaunchSpec per node of inventory, by rank, for engine's profile profile_name.
 
     deployment_id labels the containers (default: `<engine>-<profile>-<hash prefix>`, so a
-    plan is deterministic). gid_index_by_node maps node names to a probed NCCL GID index,
-    overriding the inventory's nccl_ib_gid_index. environ is where secrets such as HF_TOKEN
-    come from (default: os.environ). UsageError for an unknown engine, profile or node,
-    InventoryError for a bad profile file.
+    plan is deterministic). node_env is each node's environment as read from its env files
+    (default: the inventory's view, rendered from the inventory and the roles). UsageError
+    for an unknown engine or profile, a node without an environment, or a profile variable
+    that an env file defines too; InventoryError for a bad profile file.
     """
     definition = load_engine(inventory.path, engine)
     profile = definition.profile(profile_name)
     _check_tp_size(inventory)
     image = _image(inventory, definition)
-    gids = _checked_gids(inventory, gid_index_by_node or {})
-    source = os.environ if environ is None else environ
-    secrets = {name: source[name] for name in definition.secret_env if source.get(name)}
-    drafts = tuple(_rank_spec(inventory, node, definition, profile, image, gids, secrets)
+    envs = node_env if node_env is not None else \
+        EnvFiles(inventory, definition.image_key).inventory_views()
+    drafts = tuple(_rank_spec(inventory, node, definition, profile, image, _env_of(envs, node))
                    for node in inventory.nodes)
     spec_hash = deployment_hash(drafts)
     deployment = deployment_id or f"{engine}-{profile_name}-{spec_hash[:8]}"
@@ -165,7 +165,8 @@ def deployment_hash(specs: tuple[LaunchSpec, ...]) -> str:
     content = []
     for spec in specs:
         data = spec.as_dict()
-        for key in ("deployment_id", "spec_hash", "labels", "secret_names"):
+        for key in ("deployment_id", "spec_hash", "labels", "secret_names", "env_sources",
+                    "env_view"):
             del data[key]
         data["env"] = {key: value for key, value in spec.env.items()
                        if key not in spec.secret_names}
@@ -179,8 +180,31 @@ def container_name(engine: str, rank: int) -> str:
     return f"sparkrack-{engine}-r{rank}"
 
 
+def _env_of(envs: Mapping[str, NodeEnv], node: Node) -> NodeEnv:
+    if node.name not in envs:
+        raise UsageError(f"no environment for {node.name}", fix="read every node's env files")
+    return envs[node.name]
+
+
+def rank_env(definition: EngineDef, profile: Profile, node_env: NodeEnv
+             ) -> tuple[dict[str, str], dict[str, str]]:
+    """(env, sources) of one rank: the node's env files, then the profile's own variables.
+    UsageError when the profile sets a variable an env file sets (one definition each)."""
+    env = {key: var.value for key, var in node_env.vars.items()}
+    sources = {key: f"{var.source} [{var.file}]" for key, var in node_env.vars.items()}
+    for key, value in profile.env.items():
+        if key in env:
+            raise UsageError(
+                f"{definition.name} profile {profile.name} sets {key}, which "
+                f"{node_env.vars[key].file} already sets ({node_env.vars[key].source})",
+                fix=f"define {key} once: remove it from {definition.file} or from the role")
+        env[key] = value
+        sources[key] = f"profile {definition.name} {profile.name} [{definition.file.name}]"
+    return env, sources
+
+
 def _rank_spec(inventory: Inventory, node: Node, definition: EngineDef, profile: Profile,
-               image: str, gids: Mapping[str, int], secrets: Mapping[str, str]) -> LaunchSpec:
+               image: str, node_env: NodeEnv) -> LaunchSpec:
     """The spec of one node's rank, without deployment id, hash and labels."""
     rack = inventory.vars
     values = {"model_path": rack.model_path, "model_name": rack.model_name,
@@ -191,25 +215,18 @@ def _rank_spec(inventory: Inventory, node: Node, definition: EngineDef, profile:
     role_args = args.head if node.is_head else args.workers
     argv = (*definition.entrypoint, *(fill(word, values) for word in args.model),
             *profile.argv(), *(fill(word, values) for word in (*args.every_rank, *role_args)))
-    env = {var: _env_text(gids[node.name] if source == GID_INDEX_VAR and node.name in gids
-                          else getattr(node.vars, source))
-           for var, source in definition.env_from_inventory.items()}
-    env.update(profile.env)
-    env.update(secrets)
+    env, sources = rank_env(definition, profile, node_env)
     return LaunchSpec(
         engine=definition.name, profile=profile.name, node=node.name, rank=node.rank,
         container_name=container_name(definition.name, node.rank), image=image,
-        argv=argv, env=FrozenMapping(env), secret_names=frozenset(secrets),
+        argv=argv, env=FrozenMapping(env),
+        secret_names=secret_names(node_env.vars, definition.secret_env),
+        env_sources=FrozenMapping(sources), env_view=node_env.view,
         ports=definition.ports, health_path=definition.health_path,
         ready_timeout_s=profile.ready_timeout_s, experimental=profile.experimental,
         note=profile.note,
         docker=DockerOptions(stop_timeout_s=profile.stop_timeout_s,
                              mounts=(Mount(rack.model_path, rack.model_path),)))
-
-
-def _env_text(value: Any) -> str:
-    """An inventory value as environment text; lists join with ','."""
-    return ",".join(value) if isinstance(value, tuple) else str(value)
 
 
 def _labels(spec: LaunchSpec, deployment: str, spec_hash: str) -> FrozenMapping:
@@ -237,15 +254,3 @@ def _image(inventory: Inventory, definition: EngineDef) -> str:
                          fix=f"add images: {{{definition.image_key}: REF}} to "
                          f"{inventory.path}/group_vars/all.yml")
     return images[definition.image_key]
-
-
-def _checked_gids(inventory: Inventory, gids: Mapping[str, int]) -> Mapping[str, int]:
-    """gid_index_by_node, checked: known node names, integers >= 0."""
-    names = [node.name for node in inventory.nodes]
-    for name, gid in gids.items():
-        if name not in names:
-            raise UsageError(f"GID index given for unknown node '{name}'",
-                             fix="known nodes: " + ", ".join(names))
-        if not isinstance(gid, int) or isinstance(gid, bool) or gid < 0:
-            raise UsageError(f"GID index for {name} is {gid!r}", fix="give an integer >= 0")
-    return gids

@@ -29,11 +29,20 @@ class Refused(SparkrackError):
     """A gate refused the start; nothing on the rack was changed."""
 
 
-def new_specs(inventory: Inventory, engine: str, profile: str) -> tuple[LaunchSpec, ...]:
-    """Launch specs with a fresh deployment id."""
+def new_deployment_id(engine: str, profile: str) -> str:
+    """A fresh deployment id: engine, profile, time and a random suffix."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return build_specs(inventory, engine, profile,
-                       deployment_id=f"{engine}-{profile}-{stamp}-{uuid.uuid4().hex[:4]}")
+    return f"{engine}-{profile}-{stamp}-{uuid.uuid4().hex[:4]}"
+
+
+def gated(fleet: Fleet, inventory: Inventory, engine: str, profile: str, burn: Callable, *,
+          what: str, on_event: Callable[[str], None], **options) -> Preflight:
+    """Every gate for a new deployment of engine's profile, said; Refused on a blocking one.
+    The preflight's specs are what the deployment will run."""
+    pre = preflight(fleet, inventory, engine, profile,
+                    deployment_id=new_deployment_id(engine, profile), burn=burn, **options)
+    refuse_on(pre, what, on_event)
+    return pre
 
 
 def refuse_on(pre: Preflight, what: str, on_event: Callable[[str], None]) -> None:
@@ -91,12 +100,11 @@ def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeo
        override_power: str | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
        on_event: Callable[[str], None] = lambda e: None) -> Deployment:
     """Gate, start, wait, smoke-test. Refused or StartFailed on failure (nothing left running)."""
-    specs = new_specs(inventory, engine, profile)
     with Fleet(inventory) as fleet:
-        pre = preflight(fleet, inventory, specs, burn=burn, override_power=override_power)
-        refuse_on(pre, f"{engine} {profile}", on_event)
-        return launch(fleet, inventory, specs, pre, timeout=timeout, on_progress=on_progress,
-                      on_event=on_event)
+        pre = gated(fleet, inventory, engine, profile, burn, what=f"{engine} {profile}",
+                    on_event=on_event, override_power=override_power)
+        return launch(fleet, inventory, pre.specs, pre, timeout=timeout,
+                      on_progress=on_progress, on_event=on_event)
 
 
 def down(inventory: Inventory, *, timeout: int | None = None,
@@ -118,16 +126,17 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
          override_power: str | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
          on_event: Callable[[str], None] = lambda e: None) -> Deployment:
     """Switch lanes; on failure restore the last known-good deployment and raise RollFailed."""
-    specs = new_specs(inventory, engine, profile)
     with Fleet(inventory) as fleet:
         records = record.read(fleet, inventory)
         running, _ = engine_containers(fleet)
         replacing = next((r.deployment for r in running if r.alive), None)
-        pre = preflight(fleet, inventory, specs, burn=burn, replacing=replacing,
-                        override_power=override_power)
+        pre = preflight(fleet, inventory, engine, profile,
+                        deployment_id=new_deployment_id(engine, profile), burn=burn,
+                        replacing=replacing, override_power=override_power)
         if replacing:  # the old engine still holds the memory: judged again after it stops
             pre.gates = [g for g in pre.gates if g.name != "memory"]
         refuse_on(pre, f"roll to {engine} {profile}", on_event)
+        specs = pre.specs
         current = records["current"]
         stopped = stop_engine(fleet, mem_before=current.mem_available_kb_before if current else None,
                               on_event=on_event)
@@ -162,14 +171,14 @@ def refresh_memory(fleet: Fleet, specs: tuple[LaunchSpec, ...], pre: Preflight) 
 
 def restore(fleet: Fleet, inventory: Inventory, last: Deployment, burn, timeout, on_progress,
             on_event) -> Deployment:
-    """Start the last known-good deployment again (rebuilt from the inventory)."""
-    specs = new_specs(inventory, last.engine, last.profile)
-    if specs[0].spec_hash != last.spec_hash:
+    """Start the last known-good deployment again (rebuilt from the inventory and the
+    nodes' env files)."""
+    pre = gated(fleet, inventory, last.engine, last.profile, burn,
+                what=f"restoring {last.engine} {last.profile}", on_event=on_event)
+    if pre.specs[0].spec_hash != last.spec_hash:
         on_event(f"note: {last.engine} {last.profile} spec changed since it was last good "
-                 f"({last.spec_hash[:12]} -> {specs[0].spec_hash[:12]})")
-    pre = preflight(fleet, inventory, specs, burn=burn)
-    refuse_on(pre, f"restoring {last.engine} {last.profile}", on_event)
-    return launch(fleet, inventory, specs, pre, timeout=timeout, on_progress=on_progress,
+                 f"({last.spec_hash[:12]} -> {pre.specs[0].spec_hash[:12]})")
+    return launch(fleet, inventory, pre.specs, pre, timeout=timeout, on_progress=on_progress,
                   on_event=on_event)
 
 

@@ -1,19 +1,25 @@
 """Preconditions of an engine start, each a named gate with a one-line verdict.
 
-Gates: every node reachable; no other engine running; the SM121 rules; the same image ID
-on every node; enough MemAvailable for the profile's memory fraction; a fresh under-load
-check that every GPU is capped (a unit that ran at boot proves nothing after an
-`nvidia-smi -rgc`); the power projection against the strip. `up` and `roll` refuse on any
-blocking gate; `--override-power REASON` lets only the power gate pass, and is recorded.
+Gates: every node reachable; every node's env files present and what provision would write
+there now (the ranks start with exactly these: `provision.envfiles`); no other engine
+running; the SM121 rules; the same image ID on every node; enough MemAvailable for the
+profile's memory fraction; a fresh under-load check that every GPU is capped (a unit that
+ran at boot proves nothing after an `nvidia-smi -rgc`); the power projection against the
+strip. One round trip per node gathers the facts and the env files together; the launch
+specs are built from what it read. `up` and `roll` refuse on any blocking gate;
+`--override-power REASON` lets only the power gate pass, and is recorded.
 """
 
+import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ..engines import LaunchSpec
+from ..engines import LaunchSpec, build_specs, load_engine
 from ..facts import NodeFacts, facts_argv, parse_facts
 from ..fleet import Fleet
+from ..fleet_argv import chain, split_chain
+from ..provision.envfiles import EnvFiles, NodeEnv
 from ..inventory import Inventory
 from ..power import CapState, project_power
 from ..rules import check_profile
@@ -39,6 +45,8 @@ class Preflight:
 
     gates: list[Gate] = field(default_factory=list)
     facts: dict[str, NodeFacts] = field(default_factory=dict)
+    env: dict[str, NodeEnv] = field(default_factory=dict)
+    specs: tuple[LaunchSpec, ...] = ()
     image_id: str = ""
     waivers: dict = field(default_factory=dict)
     overrides: list = field(default_factory=list)
@@ -58,18 +66,25 @@ def flag_value(spec: LaunchSpec, flag: str) -> str | None:
     return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
 
 
-def preflight(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...], *,
-              burn: Callable, replacing: str | None = None,
+def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
+              deployment_id: str, burn: Callable, replacing: str | None = None,
               override_power: str | None = None) -> Preflight:
-    """Run every gate for starting specs. `replacing` is the deployment id a roll is about to
-    stop (its containers do not count as "another engine")."""
+    """Run every gate for starting engine's profile; report.specs are the launch specs,
+    built from the env files each node has (the inventory's view if they are not right:
+    the env gate then refuses). `replacing` is the deployment id a roll is about to stop
+    (its containers do not count as "another engine")."""
     report = Preflight()
-    results = fleet.run(facts_argv(), timeout=20)
-    report.add("reachable", [f"{r.node}: {r.error}" for r in results if r.status != "ok"],
-               f"all {len(results)} nodes answer")
-    report.facts = {r.node: parse_facts(r.stdout) for r in results if r.status == "ok"}
+    env_files = EnvFiles(inventory, load_engine(inventory.path, engine).image_key)
+    gather_facts_and_env(fleet, env_files, report)
     if report.blocking:
         return report  # nothing else can be judged on a partial rack
+    problems = [f"{node}: {problem} (run `invoke provision`)"
+                for node, env in report.env.items() for problem in env.problems]
+    report.add("env files", problems,
+               f"every rank gets its node's env files ({', '.join(env_files.files(inventory.head))})")
+    report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
+                               node_env=None if problems else report.env)
+    specs = report.specs
 
     with ThreadPoolExecutor(max_workers=1) as background:  # the burn's seconds overlap the rest
         burning = background.submit(burn, inventory, fleet.nodes, fleet=fleet)
@@ -85,6 +100,27 @@ def preflight(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...],
     else:
         report.add("power", [budget.reason] if budget.blocking else [], budget.reason)
     return report
+
+
+def gather_facts_and_env(fleet: Fleet, env_files: EnvFiles, report: Preflight) -> None:
+    """One round trip per node: its facts and its env files, into report (the reachable
+    gate names every node that did not answer)."""
+    marker = secrets.token_hex(12)
+    nodes = {node.name: node for node in fleet.nodes}
+    results = fleet.run({name: chain([facts_argv(), env_files.gather_argv(node)], marker)
+                         for name, node in nodes.items()}, timeout=20)
+    lost = [f"{r.node}: {r.error}" for r in results if r.status != "ok"]
+    for result in results:
+        if result.status != "ok":
+            continue
+        try:
+            (_, facts), (_, gathered) = split_chain(result.stdout, marker, 2)
+        except ValueError as error:
+            lost.append(f"{result.node}: {error}")
+            continue
+        report.facts[result.node] = parse_facts(facts)
+        report.env[result.node] = env_files.read(nodes[result.node], gathered)
+    report.add("reachable", lost, f"all {len(results)} nodes answer")
 
 
 def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...],

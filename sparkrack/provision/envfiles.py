@@ -1,25 +1,65 @@
-"""Reading back what nccl_env and engine_env wrote: the per-node env files as dicts.
+"""What the engines run with: the env files roles nccl_env and engine_env write, per node.
 
-The engine lifecycle passes env to the docker SDK from this machine, so it reads the
-node's files rather than `--env-file` (which docker reads on the client side):
+Each engine variable has one definition: the transport (NCCL, Gloo, TensorPipe: HCAs, the
+GID index probed on the node, socket interfaces) in `roles/nccl_env/templates/nccl.env.j2`;
+the engine's own variables and its secrets in `roles/engine_env/templates/<engine>.env.j2`;
+only a lane's own variables in the engine profile's `env`. Every variable in a file is
+preceded by a `# source of VAR: ...` line that says where its value came from.
 
-    with Fleet(inventory) as fleet:
-        env = read_env_files(fleet, [NCCL_ENV, engine_env_path("sglang")])
-    env["spark-03"]["NCCL_IB_GID_INDEX"]  # the index probed on that node
+Two views of a node's environment, both `NodeEnv`:
+
+- `EnvFiles.read(node, facts)`: the node's files as gathered (the view `up` starts ranks
+  with), with every problem that must stop a start: a file missing or unreadable, a
+  failed role check (an HCA missing or down), or content that is not what provision would
+  write there now (drift, or an inventory changed since);
+- `EnvFiles.inventory_view(node)`: rendered here from the inventory and the roles, for
+  `plan` and `check` with no node contacted (the GID index is then the inventory's; the
+  node's own is probed when provision writes the file).
+
+Secrets (HF_TOKEN) live only in the 0600 engine file: a read judges the file with the
+token it holds, so an operator without HF_TOKEN in their environment sees no drift.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from sparkrack.fleet import Fleet
+from sparkrack.errors import SparkrackError
+from sparkrack.fleet import Argv, Fleet
+from sparkrack.inventory import Inventory, Node
+from sparkrack.inventory_schema import FrozenMapping
+from sparkrack.provision.gather import NodeFacts, gather_argv, parse_facts
+from sparkrack.provision.plan import Put, plan_node, queries
+from sparkrack.provision.roles import (
+    ROLES_DIR, Renderer, RenderError, Task, load_roles, node_vars, render_tasks)
 
-NCCL_ENV = "/etc/sparkrack/nccl.env"
+ENV_ROLES = ("nccl_env", "engine_env")
+SECRET_KEYS = ("HF_TOKEN",)  # the engine_env templates' secret_keys
+VIEW_NODE = "node"
+VIEW_INVENTORY = "inventory"
+_SOURCE = re.compile(r"^# source of ([A-Za-z_][A-Za-z0-9_]*): (.*)$")
 
 
-def engine_env_path(engine: str) -> str:
-    """Where engine_env writes an engine's env file (mode 0600: it can hold HF_TOKEN)."""
-    return f"/etc/sparkrack/{engine}.env"
+@dataclass(frozen=True)
+class EnvVar:
+    """One variable a rank gets: its value, where the value came from, and its file."""
+
+    value: str = field(repr=False)
+    source: str
+    file: str = ""  # the env file on the node ('' for the profile's own variables)
+
+
+@dataclass(frozen=True)
+class NodeEnv:
+    """A node's engine environment in one view (VIEW_NODE or VIEW_INVENTORY)."""
+
+    node: str
+    view: str
+    vars: FrozenMapping  # name -> EnvVar, in file order
+    problems: tuple[str, ...] = ()
 
 
 def parse_env(text: str) -> dict[str, str]:
@@ -33,17 +73,168 @@ def parse_env(text: str) -> dict[str, str]:
     return env
 
 
-def read_env_files(fleet: Fleet, paths: Sequence[str]) -> dict[str, dict[str, str] | None]:
-    """{node: merged env of paths (later files win)}, None for a node that could not say
-    (unreachable, or a file missing: run `invoke provision`)."""
-    results = fleet.get({node.name: list(paths) for node in fleet.nodes})
-    merged: dict[str, dict[str, str] | None] = {}
-    for result in results:
-        if not result.ok:
-            merged[result.node] = None
-            continue
-        env: dict[str, str] = {}
-        for path in paths:
-            env.update(parse_env(result.files[path].decode(errors="replace")))
-        merged[result.node] = env
-    return merged
+def parse_sources(text: str) -> dict[str, str]:
+    """{VAR: source} from the `# source of VAR: ...` lines of an env file."""
+    return {m.group(1): m.group(2).strip() for m in map(_SOURCE.match, text.splitlines()) if m}
+
+
+def env_vars(text: str, file: str) -> dict[str, EnvVar]:
+    """The variables of one env file with their sources ('unknown' when a line has none)."""
+    sources = parse_sources(text)
+    return {key: EnvVar(value, sources.get(key, f"{file} (no source line)"), file)
+            for key, value in parse_env(text).items()}
+
+
+class EnvFiles:
+    """The env files one engine's ranks read (nccl_env's, and engine_env's for the engine's
+    image key), their gathering, their judging and their rendering per node."""
+
+    def __init__(self, inventory: Inventory, engine_key: str, roles_dir: Path = ROLES_DIR):
+        self.inventory = inventory
+        self.engine_key = engine_key
+        self.roles = load_roles(list(ENV_ROLES), roles_dir)
+        self.renderer = Renderer()
+
+    def _tasks(self, node: Node, token: str = "") -> tuple[dict, dict[str, list[Task]]]:
+        """The node's vars and the tasks that matter for this engine: every check, and the
+        templates of nccl_env and of this engine's file."""
+        context = node_vars(self.inventory, node, self.roles,
+                            {"HF_TOKEN": token} if token else {})
+        tasks = {role.name: [t for t in render_tasks(role, role.tasks, context, self.renderer)
+                             if t.module == "assert" or (t.module == "template" and
+                                                         t.item in (None, self.engine_key))]
+                 for role in self.roles}
+        return context, tasks
+
+    def files(self, node: Node) -> list[str]:
+        """The node's env files for this engine, in the order they are merged."""
+        return _dests(self._tasks(node)[1])
+
+    def gather_argv(self, node: Node) -> Argv:
+        """The gather command that learns everything `read` needs about node."""
+        _, tasks = self._tasks(node)
+        return gather_argv(queries([t for group in tasks.values() for t in group]))
+
+    def read(self, node: Node, gathered: str) -> NodeEnv:
+        """The node's environment from the output of gather_argv(node), with its problems."""
+        _, tasks = self._tasks(node)
+        facts = parse_facts(gathered, queries([t for group in tasks.values() for t in group]))
+        problems: list[str] = []
+        found: dict[str, EnvVar] = {}
+        texts: dict[str, str] = {}
+        for path in _dests(tasks):
+            current = facts.file(path)
+            if not current.exists:
+                problems.append(f"{path} missing")
+            elif current.type != "file" or current.content is None:
+                problems.append(f"{path} unreadable ({current.type or 'not a file'}, "
+                                f"{current.size} bytes)")
+            else:
+                texts[path] = current.content.decode(errors="replace")
+                found.update(env_vars(texts[path], path))
+        token = next((found[key].value for key in SECRET_KEYS if key in found), "")
+        context, tasks = self._tasks(node, token)
+        for change in plan_node(self.roles, tasks, {}, context, facts, renderer=self.renderer,
+                                user=node.user, secrets=[token]):
+            if change.status == "failed":
+                problems.append(f"{change.role}: {change.summary}")
+            elif change.changed and change.module == "template":
+                path = change.summary.split(":", 1)[0]
+                if path in texts:
+                    problems.append(_drift(path, texts[path], change))
+        return NodeEnv(node.name, VIEW_NODE, FrozenMapping(found), tuple(problems))
+
+    def inventory_view(self, node: Node) -> NodeEnv:
+        """The environment provision would write on node, rendered here (no node contacted)."""
+        context, tasks = self._tasks(node)
+        offline = {**context, "facts": NodeFacts(), "offline_view": True}
+        found: dict[str, EnvVar] = {}
+        problems = []
+        for role in self.roles:
+            for task in tasks[role.name]:
+                if task.module != "template":
+                    continue
+                try:
+                    if task.error:
+                        raise RenderError(task.error)
+                    text = self.renderer.template(role, str(task.params["src"]), offline)
+                except RenderError as error:
+                    problems.append(f"{role.name}: {error}")
+                    continue
+                found.update(env_vars(text, str(task.params["dest"])))
+        return NodeEnv(node.name, VIEW_INVENTORY, FrozenMapping(found), tuple(problems))
+
+    def read_all(self, fleet: Fleet, timeout: float = 20) -> tuple[dict[str, NodeEnv],
+                                                                   dict[str, str]]:
+        """({node: NodeEnv} read from each node of fleet, {node: error} for the others):
+        one round trip per node."""
+        nodes = {node.name: node for node in fleet.nodes}
+        results = fleet.run({name: self.gather_argv(node) for name, node in nodes.items()},
+                            timeout=timeout)
+        envs = {r.node: self.read(nodes[r.node], r.stdout) for r in results if r.ok}
+        return envs, {r.node: r.error or r.status for r in results if not r.ok}
+
+    def inventory_views(self) -> dict[str, NodeEnv]:
+        """inventory_view of every node of the inventory."""
+        return {node.name: self.inventory_view(node) for node in self.inventory.nodes}
+
+
+@dataclass(frozen=True)
+class RackView:
+    """Every node's environment for `invoke plan`: read from the nodes that answered,
+    the inventory's view for the others (and for all with offline)."""
+
+    envs: dict[str, NodeEnv]
+    unreachable: dict[str, str]  # node -> why it was not read
+    offline: bool = False  # not asked: every node shows the inventory's view
+
+    @property
+    def problems(self) -> list[str]:
+        return [f"{name}: {p}" for name, env in self.envs.items() for p in env.problems]
+
+
+def rack_view(inventory: Inventory, engine_key: str, *, offline: bool = False) -> RackView:
+    """What every rank would run with now (see RackView); never raises for a dead node."""
+    files = EnvFiles(inventory, engine_key)
+    envs = files.inventory_views()
+    if offline:
+        return RackView(envs, {}, offline=True)
+    try:
+        with Fleet(inventory) as fleet:
+            read, unreachable = files.read_all(fleet)
+    except SparkrackError as error:
+        return RackView(envs, {node.name: error.line() for node in inventory.nodes})
+    return RackView({**envs, **read}, unreachable)
+
+
+def _dests(tasks: Mapping[str, list[Task]]) -> list[str]:
+    """The env files the template tasks write, in role order (the order they merge in)."""
+    return [str(t.params["dest"]) for group in tasks.values() for t in group
+            if t.module == "template" and not t.error]
+
+
+def _drift(path: str, text: str, change) -> str:
+    """One line naming what differs between a node's file and what provision would write."""
+    put = next((a for a in change.actions if isinstance(a, Put)), None)
+    if put is None:  # same content: attributes only
+        return f"{path}: {change.summary.split(': ', 1)[-1]} (provision would fix it)"
+    have, want = parse_env(text), parse_env(put.content.decode(errors="replace"))
+    shown = [_shown(key, have.get(key), want.get(key))
+             for key in dict.fromkeys([*want, *have]) if have.get(key) != want.get(key)]
+    what = "; ".join(shown) if shown else "its comments differ"
+    return f"{path} is not what provision would write now: {what}"
+
+
+def _shown(key: str, have: str | None, want: str | None) -> str:
+    if key in SECRET_KEYS:
+        have, want = have and "***", want and "***"
+    if have is None:
+        return f"{key} missing (provision would write {want})"
+    if want is None:
+        return f"{key}={have} is not provision's"
+    return f"{key} is {have}, provision would write {want}"
+
+
+def secret_names(env: Mapping[str, EnvVar], declared: Sequence[str]) -> frozenset[str]:
+    """The variables of env whose values are never shown."""
+    return frozenset(key for key in env if key in declared or key in SECRET_KEYS)

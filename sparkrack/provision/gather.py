@@ -21,6 +21,7 @@ from sparkrack.fleet import Argv
 
 CONTENT_LIMIT = 65536  # files up to this size come back whole (for diffs and hashes)
 ROCE_V2 = "RoCE v2"
+ACTIVE = "4: ACTIVE"  # ports/1/state of a port whose link is up
 EMPTY_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "UnitFileState",
                    "NeedDaemonReload", "ExecMainStatus", "FragmentPath")
@@ -211,6 +212,11 @@ class RoceFacts:
     @property
     def missing(self) -> list[str]:
         return [name for name, hca in self.hcas.items() if not hca.present]
+
+    @property
+    def down(self) -> list[str]:
+        """Present HCAs whose port 1 is not ACTIVE (a cable out, the switch port down)."""
+        return [name for name, hca in self.hcas.items() if hca.present and hca.state != ACTIVE]
 
     @property
     def gid_indexes(self) -> dict[str, int | None]:

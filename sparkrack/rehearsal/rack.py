@@ -22,7 +22,7 @@ from ..inventory import Inventory
 from . import hostnet, hostprep, nodefs, nodeproc
 from .extras import ExtraNode, check_extra, read_extras, write_extras
 from .stubimage import build_stub_images
-from .layout import CGROUP_GROUP, CGROUP_ROOTS, KNOWN_HOSTS, RUN_DIR, SUBNET, NodeLayout
+from .layout import CGROUP_GROUP, CGROUP_ROOTS, HCAS, KNOWN_HOSTS, RUN_DIR, SUBNET, NodeLayout
 from ..netguard import REHEARSAL_STATE_FILE
 
 BOOT_TIMEOUT = 90.0
@@ -280,6 +280,26 @@ class RehearsalRack:
         if done.returncode != 0:
             raise SparkrackError(f"{name}: could not change the latch: {done.stderr.strip()}")
 
+
+    def renumber_gid(self, name: str, index: int | None) -> None:
+        """Firmware renumbering of the node's GID tables: the IPv4-mapped RoCE v2 entry moves
+        to index (None: back to 3). Kept across reboots and power cycles, as firmware is."""
+        if index is not None and (index < 3 or index % 2 == 0):
+            raise UsageError(f"GID index {index}: v2 entries sit at odd indexes >= 3",
+                             fix="give an odd index such as 5")
+        self._roce_fault(name, "renumber", "--clear" if index is None else str(index))
+
+    def hca_down(self, name: str, hca: str, down: bool = True) -> None:
+        """Take one HCA's port down (or up) until a reboot or power cycle: a cable out."""
+        if hca not in HCAS:
+            raise UsageError(f"unknown HCA {hca}", fix="the nodes have " + ", ".join(HCAS))
+        self._roce_fault(name, "down" if down else "up", hca)
+
+    def _roce_fault(self, name: str, *args: str) -> None:
+        done = nodeproc.in_node(self.node(name), [f"/{nodefs.SIM_LIB}/roce-fault", *args])
+        if done.returncode != 0:
+            raise SparkrackError(f"{name}: roce-fault {' '.join(args)} failed: "
+                                 f"{done.stderr.strip() or done.stdout.strip()}")
 
     # --- extra nodes ---------------------------------------------------------------------
     def add_node(self, name: str, address: str, *, driver_version: str | None = None,

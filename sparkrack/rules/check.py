@@ -85,7 +85,7 @@ def _built_specs(inventory: Inventory, engine: str, profile: str,
         notes.append("launch specs not built (tp_size is not the node count, see TP-GROUP): "
                      "the per-rank rules did not run")
         return ()
-    return build_specs(inventory, engine, profile, environ={})
+    return build_specs(inventory, engine, profile)
 
 
 def _check_waivers(definition: EngineDef, profile: Profile, rules: tuple[Rule, ...]) -> None:

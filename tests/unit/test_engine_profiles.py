@@ -25,8 +25,6 @@ args:
   every_rank: [--rank, "{rank}", --join, "{head_roce_addr}:{dist_port}"]
   head: [--port, "{http_port}"]
   workers: [--headless]
-env_from_inventory:
-  HCA: nccl_ib_hca
 secret_env: [HF_TOKEN]
 profiles:
   base:
@@ -170,8 +168,8 @@ def test_unknown_engine_and_profile(tmp_path):
      "args.every_rank: '{head_addr}:{dist_port}': unknown placeholder {head_addr}"),
     ("      --extra: x", "      --missing: null", "--missing: null",
      "--missing: null drops an inherited setting, but none is inherited"),
-    ("  HCA: nccl_ib_hca", "  HCA: nccl_hca", "HCA: nccl_hca",
-     "HCA: 'nccl_hca' is not an inventory var (did you mean 'nccl_ib_hca'?)"),
+    ("secret_env: [HF_TOKEN]", "env_from_inventory: {HCA: nccl_ib_hca}\nsecret_env: [HF_TOKEN]",
+     "env_from_inventory:", "env_from_inventory is no longer read: each node's env files"),
     ("      B: two", "      HF_TOKEN: abc", "HF_TOKEN: abc", "HF_TOKEN is a secret"),
     ("      --ctx: 1024", "      ctx: 1024", "ctx: 1024", "invalid flag 'ctx'"),
     ("flag_roles: {context_length: --ctx}", "flag_roles: {context: --ctx}", "flag_roles:",

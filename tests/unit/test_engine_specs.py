@@ -17,12 +17,14 @@ from sparkrack.engines import (
     LABEL_STOP_TIMEOUT, build_specs, docker_run_argv, docker_sdk_kwargs)
 from sparkrack.errors import UsageError
 from sparkrack.inventory import load_inventory
+from sparkrack.inventory_schema import FrozenMapping
+from sparkrack.provision.envfiles import VIEW_NODE, EnvFiles, EnvVar, RackView
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = REPO.parent / "shared" / "seed" / "000_b6970c8a2ad8a37f.txt"  # as in CI: ../shared
 REPRODUCE = Path(__file__).parent / "data" / "engines" / "sglang-512k-reproduce.txt"
 HEADING = "Reproduce the SGLang 512K config"
-NO_SECRETS: dict[str, str] = {}
+PROBED = "probed on the node (the RoCE v2 entry whose GID is IPv4-mapped)"
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +40,22 @@ def own_rack(tmp_path):
 
 
 def specs(inventory, engine, profile="512k", **options):
-    """build_specs with no secrets from the environment unless options give some."""
-    return build_specs(inventory, engine, profile, **{"environ": NO_SECRETS, **options})
+    """build_specs (default: the inventory's view of every node's env files)."""
+    return build_specs(inventory, engine, profile, **options)
+
+
+def read_env(inventory, engine, **per_node):
+    """Every node's env as if read from its files: the inventory's view, with per_node
+    {node: {VAR: (value, source)}} laid over it (spark_03= for spark-03)."""
+    views = EnvFiles(inventory, engine).inventory_views()
+    result = {}
+    for name, view in views.items():
+        found = dict(view.vars)
+        for key, (value, source) in per_node.get(name.replace("-", "_"), {}).items():
+            file = f"/etc/sparkrack/{engine}.env" if key == "HF_TOKEN" else "/etc/sparkrack/nccl.env"
+            found[key] = EnvVar(value, source, file)
+        result[name] = dataclasses.replace(view, view=VIEW_NODE, vars=FrozenMapping(found))
+    return result
 
 
 def report_lines(text: str) -> list[str]:
@@ -109,15 +125,31 @@ def test_the_indexer_budget_comes_from_the_inventory(own_rack):
         assert spec.env["SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION"] == "0.02"
 
 
-def test_a_profile_that_sets_the_indexer_budget_wins(own_rack):
+def test_a_profile_may_not_redefine_a_variable_of_the_env_files(own_rack):
     (own_rack / "engines").mkdir()
     text = (REPO / "inventory" / "engines" / "sglang.yml").read_text()
-    text = text.replace("      PYTORCH_CUDA_ALLOC_CONF: expandable_segments:False\n",
-                        "      PYTORCH_CUDA_ALLOC_CONF: expandable_segments:False\n"
-                        "      SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION: '0.05'\n")
+    text = text.replace("      --dsa-decode-backend: flashinfer_sparse_mla",
+                        "      --dsa-decode-backend: flashinfer_sparse_mla\n"
+                        "    env:\n      SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION: '0.05'")
     (own_rack / "engines" / "sglang.yml").write_text(text)
-    spec = specs(load_inventory(own_rack), "sglang")[0]
-    assert spec.env["SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION"] == "0.05"
+    with pytest.raises(UsageError) as caught:
+        specs(load_inventory(own_rack), "sglang")
+    assert caught.value.message == (
+        "sglang profile 512k sets SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION, which "
+        "/etc/sparkrack/sglang.env already sets (inventory indexer_mem_fraction)")
+    assert "define SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION once" in caught.value.fix
+
+
+def test_each_variable_says_where_it_comes_from(rack):
+    spec = specs(rack, "vllm")[2]
+    assert spec.env_view == "inventory"
+    sources = spec.env_sources
+    assert sources["NCCL_IB_HCA"].startswith("inventory nccl_ib_hca")
+    assert sources["NCCL_IB_GID_INDEX"].startswith("inventory nccl_ib_gid_index (provision "
+                                                   "writes the index probed on the node)")
+    assert sources["GLOO_SOCKET_IFNAME"] == "inventory nccl_socket_ifname [/etc/sparkrack/nccl.env]"
+    assert sources["VLLM_ENGINE_READY_TIMEOUT_S"] == "profile vllm 512k [vllm.yml]"
+    assert set(sources) == set(spec.env)
 
 
 def test_sglang_131k_throughput_changes_context_and_speculation_only(rack):
@@ -182,13 +214,15 @@ def test_vllm_1m_nvfp4_is_experimental_with_the_reports_reason(rack):
 
 
 def test_a_probed_gid_index_applies_to_its_node_only(rack):
-    all_specs = specs(rack, "sglang", gid_index_by_node={"spark-03": 5})
+    envs = read_env(rack, "sglang", spark_03={"NCCL_IB_GID_INDEX": ("5", PROBED)})
+    all_specs = specs(rack, "sglang", node_env=envs)
     assert [spec.env["NCCL_IB_GID_INDEX"] for spec in all_specs] == ["3", "3", "5", "3", "3",
                                                                       "3", "3", "3"]
-    with pytest.raises(UsageError, match="unknown node 'spark-99'"):
-        specs(rack, "sglang", gid_index_by_node={"spark-99": 5})
-    with pytest.raises(UsageError, match="GID index for spark-01"):
-        specs(rack, "sglang", gid_index_by_node={"spark-01": -1})
+    assert all_specs[2].env_sources["NCCL_IB_GID_INDEX"] == f"{PROBED} [/etc/sparkrack/nccl.env]"
+    assert {spec.env_view for spec in all_specs} == {"node"}
+    del envs["spark-08"]
+    with pytest.raises(UsageError, match="no environment for spark-08"):
+        specs(rack, "sglang", node_env=envs)
 
 
 # --- Docker options and labels -------------------------------------------------------
@@ -228,7 +262,8 @@ def test_docker_run_argv_is_the_whole_container(rack):
 
 
 def test_docker_sdk_kwargs_are_accepted_by_the_sdk(rack):
-    spec = specs(rack, "sglang", environ={"HF_TOKEN": "hf_real"})[0]
+    envs = read_env(rack, "sglang", spark_01={"HF_TOKEN": ("hf_real", "secret")})
+    spec = specs(rack, "sglang", node_env=envs)[0]
     kwargs = docker_sdk_kwargs(spec)
     assert kwargs["entrypoint"] + kwargs["command"] == list(spec.argv)
     assert kwargs["environment"]["HF_TOKEN"] == "hf_real"
@@ -253,14 +288,18 @@ def test_the_spec_hash_is_stable(rack):
     assert len({spec.spec_hash for spec in first}) == 1
     assert first[0].spec_hash == again[0].spec_hash and len(first[0].spec_hash) == 64
     assert first[0].deployment_id == f"sglang-512k-{first[0].spec_hash[:8]}"
-    with_token = specs(rack, "sglang", environ={"HF_TOKEN": "hf_x"})
-    assert with_token[0].spec_hash == first[0].spec_hash
+    envs = read_env(rack, "sglang", **{f"spark_0{n}": {"HF_TOKEN": ("hf_x", "secret")}
+                                         for n in range(1, 9)})
+    with_token = specs(rack, "sglang", node_env=envs)
+    assert with_token[0].spec_hash == first[0].spec_hash  # a token does not change what runs
+    assert with_token[0].env_view == "node" and with_token[0].env["HF_TOKEN"] == "hf_x"
 
 
 def test_the_spec_hash_changes_with_what_runs(rack, own_rack):
     base = specs(rack, "sglang")[0].spec_hash
     assert specs(rack, "sglang", "131k-throughput")[0].spec_hash != base
-    assert specs(rack, "sglang", gid_index_by_node={"spark-08": 4})[0].spec_hash != base
+    probed = read_env(rack, "sglang", spark_08={"NCCL_IB_GID_INDEX": ("5", PROBED)})
+    assert specs(rack, "sglang", node_env=probed)[0].spec_hash != base
     (own_rack / "engines").mkdir()
     text = (REPO / "inventory" / "engines" / "sglang.yml").read_text()
     (own_rack / "engines" / "sglang.yml").write_text(
@@ -270,9 +309,11 @@ def test_the_spec_hash_changes_with_what_runs(rack, own_rack):
             != specs(rehearsal, "sglang")[0].spec_hash)
 
 
-def test_hf_token_is_passed_on_but_never_shown(rack):
-    spec = specs(rack, "sglang", environ={"HF_TOKEN": "hf_secret", "OTHER": "x"})[0]
-    assert spec.env["HF_TOKEN"] == "hf_secret" and "OTHER" not in spec.env
+def test_hf_token_is_passed_on_but_never_shown(rack, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_operator")  # the operator's own: never a rank's
+    envs = read_env(rack, "sglang", spark_01={"HF_TOKEN": ("hf_secret", "secret")})
+    spec = specs(rack, "sglang", node_env=envs)[0]
+    assert spec.env["HF_TOKEN"] == "hf_secret" and "HF_TOKEN" in spec.secret_names
     shown = shlex.join(docker_run_argv(spec))
     assert "HF_TOKEN=***" in shown and "hf_secret" not in shown
     assert "hf_secret" not in json.dumps(spec.as_dict()) and "hf_secret" not in repr(spec)
@@ -312,14 +353,32 @@ def run_plan(*args: str) -> None:
                                                                exit=False)
 
 
-def test_plan_prints_eight_docker_runs_with_secrets_redacted(capsys, monkeypatch):
-    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+def test_plan_prints_eight_docker_runs_and_says_it_shows_the_inventorys_view(capsys, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")  # the operator's: no rank gets it from here
     run_plan("--engine", "sglang", "-i", str(REPO / "inventory"))
     out = capsys.readouterr().out
     commands = [line for line in out.splitlines() if line.startswith("docker run")]
-    assert len(commands) == 8 and "hf_secret" not in out
-    assert all("HF_TOKEN=***" in line for line in commands)
+    assert len(commands) == 8 and "hf_secret" not in out and "HF_TOKEN" not in out
     assert "--node-rank 7" in commands[7] and "# rank 0 on spark-01 (head)" in out
+    assert ("# environment: the inventory's view (no node's env files could be read: spark-01 "
+            "(192.0.2.11): the address is an example") in out
+    assert ("#   NCCL_IB_GID_INDEX=3  <- inventory nccl_ib_gid_index (provision writes the "
+            "index probed on the node) [/etc/sparkrack/nccl.env]") in out
+    run_plan("--engine", "sglang", "-i", str(REPO / "inventory"), "--offline")
+    assert "# environment: the inventory's view (--offline" in capsys.readouterr().out
+
+
+def test_plan_shows_what_differs_per_rank_under_its_rank_and_masks_secrets(rack):
+    envs = read_env(rack, "sglang", spark_05={"NCCL_IB_GID_INDEX": ("5", PROBED),
+                                              "HF_TOKEN": ("hf_secret", "secret")})
+    all_specs = specs(rack, "sglang", node_env=envs)
+    view = RackView(envs, {})
+    header = "\n".join(engine_tasks.env_lines(all_specs, view))
+    assert header.startswith("# environment: read from each node's env files\n# every rank:")
+    assert "NCCL_IB_GID_INDEX" not in header and "NCCL_IB_HCA=rocep1s0f0" in header
+    assert engine_tasks.own_vars(all_specs, all_specs[4]) == ["NCCL_IB_GID_INDEX", "HF_TOKEN"]
+    assert engine_tasks.own_vars(all_specs, all_specs[3]) == ["NCCL_IB_GID_INDEX"]
+    assert all_specs[4].shown_env()["HF_TOKEN"] == "***"
 
 
 def test_plan_json_and_experimental_warning(capsys):

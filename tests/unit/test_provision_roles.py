@@ -102,11 +102,11 @@ def test_nccl_env_probed_index_and_the_field_settings():
 
 
 def test_nccl_env_falls_back_to_the_inventory_index():
-    no_v4 = HcaFacts(present=True, types={1: "RoCE v2"}, gids={1: LL})
+    no_v4 = HcaFacts(present=True, state="4: ACTIVE", types={1: "RoCE v2"}, gids={1: LL})
     facts = NodeFacts(roce=RoceFacts({"rocep1s0f0": no_v4, "roceP2p1s0f0": no_v4}),
                       netdevs=("enp1s0f0np0",))
     text = put(planned(facts=facts), "/etc/sparkrack/nccl.env")
-    assert env_of(text)["NCCL_IB_GID_INDEX"] == "3" and "inventory fallback" in text
+    assert env_of(text)["NCCL_IB_GID_INDEX"] == "3" and "fallback: no RoCE v2" in text
 
 
 def test_a_nodes_own_index_overrides_the_probe(tmp_path):
@@ -132,16 +132,29 @@ def test_missing_hca_fails_the_role_clearly():
     assert all(c.status == "skipped" for c in changes[1:])
 
 
+def test_a_down_hca_fails_the_role_naming_it():
+    down = HcaFacts(present=True, state="1: DOWN", netdevs=("enP2p1s0f0np0",),
+                    types=hca(3).types, gids=hca(3).gids)
+    facts = NodeFacts(roce=RoceFacts({"rocep1s0f0": hca(3), "roceP2p1s0f0": down}),
+                      netdevs=("enp1s0f0np0",))
+    by_name = {c.task: c for c in planned(facts=facts)}
+    change = by_name["RoCE HCA ports active"]
+    assert change.status == "failed"
+    assert change.summary.startswith("HCA roceP2p1s0f0 port is not ACTIVE")
+    assert by_name["NCCL environment for the engines"].status == "skipped"
+
+
 def test_hcas_with_different_indexes_fail():
-    changes = planned(facts=good_facts(3, 5))
-    assert changes[1].status == "failed" and "different indexes" in changes[1].summary
+    change = {c.task: c for c in planned(facts=good_facts(3, 5))}[
+        "one RoCE v2 GID index for every HCA"]
+    assert change.status == "failed" and "different indexes" in change.summary
 
 
 def test_missing_socket_interface_fails():
     facts = NodeFacts(roce=good_facts().roce, netdevs=("lo", "eth0"))
-    changes = planned(facts=facts)
-    assert changes[2].status == "failed"
-    assert "enp1s0f0np0 is not an interface of this node (it has lo, eth0)" in changes[2].summary
+    change = {c.task: c for c in planned(facts=facts)}["socket interface present"]
+    assert change.status == "failed"
+    assert "enp1s0f0np0 is not an interface of this node (it has lo, eth0)" in change.summary
 
 
 def test_engine_env_sglang_settings_and_secret_mode():

@@ -11,6 +11,7 @@ import yaml
 from sparkrack.engines import build_specs, load_engine
 from sparkrack.errors import InventoryError, UsageError
 from sparkrack.inventory import load_inventory
+from sparkrack.inventory_schema import FrozenMapping
 from sparkrack.rules import ERROR, WARNING, all_rules, check_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,21 +129,34 @@ def test_kv_dtypes_sglang_refuses_for_dsa(rack_dir, dtype):
     assert [f.rule for f in report.warnings] == ["KV-FIT"]  # no size per token for it either
 
 
-@pytest.mark.parametrize("env,detail", [
+def with_rank_env(specs, edit):
+    """specs with edit(env) applied to every rank's environment (as if read from a node)."""
+    result = []
+    for spec in specs:
+        env = dict(spec.env)
+        edit(env)
+        result.append(dataclasses.replace(spec, env=FrozenMapping(env)))
+    return tuple(result)
+
+
+@pytest.mark.parametrize("value,detail", [
     ("0.2", "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION=0.2 is above 0.05"),
     ("lots", "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION=lots is not a number"),
 ])
-def test_indexer_budget_too_high(rack_dir, env, detail):
-    inventory = bad_profile(rack_dir, "sglang",
-                            env={"SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION": env})
-    assert only(check_profile(inventory, "sglang", "bad"), "DSA-INDEXER-BUDGET").message == (
+def test_indexer_budget_too_high_in_a_nodes_env(rack_dir, value, detail):
+    inventory = load_inventory(rack_dir)
+    specs = with_rank_env(build_specs(inventory, "sglang", "512k"), lambda env: env.update(
+        SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION=value))
+    report = check_profile(inventory, "sglang", "512k", specs=specs)
+    assert only(report, "DSA-INDEXER-BUDGET").message == (
         "the DSA indexer budget must be set low on unified memory (0.01 is verified): " + detail)
 
 
 def test_indexer_budget_unset(rack_dir):
-    def edit(data):
-        del data["env_from_inventory"]["SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION"]
-    report = check_profile(engine_file(rack_dir, "sglang", edit), "sglang", "512k")
+    inventory = load_inventory(rack_dir)
+    specs = with_rank_env(build_specs(inventory, "sglang", "512k"),
+                          lambda env: env.pop("SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION"))
+    report = check_profile(inventory, "sglang", "512k", specs=specs)
     assert only(report, "DSA-INDEXER-BUDGET").message.endswith(
         "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION is not set")
 
@@ -239,7 +253,7 @@ def test_inventory_with_fewer_nodes_than_tp_size():
 
 def test_a_node_without_a_rank():
     inventory = load_inventory(REPO / "inventory")
-    specs = build_specs(inventory, "sglang", "512k", environ={})
+    specs = build_specs(inventory, "sglang", "512k")
     report = check_profile(inventory, "sglang", "512k", specs=specs[:7])
     finding = only(report, "TP-GROUP")
     assert finding.message.endswith("the node runs 0 ranks, not 1")
@@ -248,7 +262,7 @@ def test_a_node_without_a_rank():
 
 def test_given_specs_must_be_the_profiles():
     inventory = load_inventory(REPO / "inventory")
-    specs = build_specs(inventory, "sglang", "131k-throughput", environ={})
+    specs = build_specs(inventory, "sglang", "131k-throughput")
     with pytest.raises(UsageError, match="is for sglang 131k-throughput, not sglang 512k"):
         check_profile(inventory, "sglang", "512k", specs=specs)
 

@@ -20,7 +20,7 @@ def shipped_specs():
         inventory = load_inventory(path)
         for engine in engine_names(inventory.path):
             for profile in load_engine(inventory.path, engine).profiles:
-                for spec in build_specs(inventory, engine, profile, environ={}):
+                for spec in build_specs(inventory, engine, profile):
                     found.append((f"{path.name}-{engine}-{profile}-r{spec.rank}", spec))
     return found
 

@@ -97,6 +97,10 @@ class GpuSimClient:
         """Free one allocation made through this client."""
         self.request("free", id=alloc_id)
 
+    def rdma(self) -> dict:
+        """The node's RDMA devices as the driver shows them (gpusim_rdma.read_rdma)."""
+        return self.request("rdma")["hcas"]
+
 
 def _process_name() -> str:
     try:

@@ -9,6 +9,7 @@ Each request is one JSON object on one line, answered by one line:
   {"op": "alloc", "bytes": N, "pid": P, "name": "python3"}
                                                -> {"ok": true, "id": 1}  (freed at disconnect)
   {"op": "free", "id": 1}                      -> {"ok": true}
+  {"op": "rdma"}                               -> {"ok": true, "hcas": {...}}  (gpusim_rdma)
 Errors answer {"ok": false, "error": "..."} and keep the connection open.
 """
 
@@ -17,6 +18,7 @@ import json
 import socketserver
 import sys
 
+from gpusim_rdma import read_rdma
 from gpusim_state import GpuState, OutOfMemory
 
 MAX_LINE = 65536
@@ -87,6 +89,10 @@ def _op_free(state: GpuState, client: int, request: dict) -> dict:
     return {}
 
 
+def _op_rdma(state: GpuState, client: int, request: dict) -> dict:
+    return {"hcas": read_rdma()}
+
+
 OPERATIONS = {
     "state": _op_state,
     "lock": _op_lock,
@@ -95,6 +101,7 @@ OPERATIONS = {
     "load": _op_load,
     "alloc": _op_alloc,
     "free": _op_free,
+    "rdma": _op_rdma,
 }
 
 

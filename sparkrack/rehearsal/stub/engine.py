@@ -40,7 +40,7 @@ import time
 import uuid
 from contextlib import contextmanager
 
-from . import cli, leak
+from . import cli, leak, transport
 from . import config as stubconfig
 from .gpu import GiB, Gpu, NoDevice, OutOfMemory
 from .group import HeadGroup, Link, connect_to_head, nccl_error
@@ -169,6 +169,17 @@ class Rank:
         self.stop = threading.Event()  # SIGTERM / SIGINT received
         self.kept: list[int | None] = []  # allocations held for the process lifetime
         self.stuck = False  # an allocation failed mid-forward: this rank no longer answers
+        self.transport_fault: transport.Fault | None = None  # NCCL fails it after the rendezvous
+
+    def init_nccl(self) -> None:
+        """The NCCL communicator's init, right after the rendezvous: a transport environment
+        that does not fit the node ends this rank (and so the group) as NCCL would."""
+        fault = self.transport_fault
+        if fault is None:
+            return
+        pid = os.getpid()
+        print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL WARN {fault.warning}", flush=True)
+        die(1, f"[rank{self.args.rank}]: {fault.error}", self.log)
 
     def load(self) -> None:
         """Take the rank's memory in LOAD_STEPS steps spread over load_delay_s."""
@@ -272,6 +283,7 @@ class Worker(Rank):
                 break
         self.joined = True
         self.log("Init torch distributed ends.")
+        self.init_nccl()
         threading.Thread(target=self._follow, name="follow", daemon=True).start()
         self.load()
         link.send("loaded")
@@ -386,6 +398,7 @@ class Head(Rank):
                        f"{joined}/{args.nnodes} clients joined.", self.log)
         self.group.broadcast("joined")
         self.log("Init torch distributed ends.")
+        self.init_nccl()
         self.load()
         while not self.group.all_loaded.wait(0.1):
             if self.stop.is_set():
@@ -810,9 +823,18 @@ def main(engine: str, argv: list[str] | None = None) -> None:
         log(f"DSA indexer scratch budget {leak.ENV}={fraction:g}: "
             f"{'kept between requests (ratchets)' if scratch.ratchets else 'bounded'}, "
             f"block cap {scratch.cap / (1 << 20):.0f} MiB")
+    try:
+        fault = transport.check(os.environ, gpu.rdma(), transport.local_interfaces(),
+                                args.head_host)
+    except NoDevice as error:
+        die(1, f"RuntimeError: cannot read the node's RDMA devices (gpusimd: {error})", log)
+    if fault is not None and fault.library == "gloo":  # init_process_group creates Gloo first
+        log("Init torch distributed begin.")
+        die(1, f"[rank{args.rank}]: {fault.error}", log)
     cls = Head if args.is_head else Worker
     extra = {"model_info": model_info} if args.is_head else {}
     rank = cls(args, settings, gpu, scratch, log, started, **extra)
+    rank.transport_fault = fault
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, frame: rank.on_signal(number))
     rank.check_die_after()

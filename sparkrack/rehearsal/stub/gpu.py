@@ -72,6 +72,16 @@ class Gpu:
         with self._lock:
             self._client.free(alloc_id)
 
+    def rdma(self) -> dict:
+        """The node's RDMA devices as its driver shows them (see gpusim_rdma)."""
+        with self._lock:
+            try:
+                return self._client.rdma()
+            except gpusim_client.DaemonError as error:
+                raise NoDevice(f"{error} (gpusimd predates the rdma op: restart the node)") from None
+            except gpusim_client.DaemonUnreachable as error:
+                raise NoDevice(str(error)) from None
+
     def busy(self, delta: int) -> None:
         """Count one forward in (+1) or out (-1); the GPU is at 100 % while any runs."""
         with self._lock:

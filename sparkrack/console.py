@@ -2,19 +2,38 @@
 
 import json
 import sys
+import threading
 from typing import Any, Iterable, Sequence
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+# rich is imported on first use, not with this module: `invoke --list` and `-h` print no
+# table (tests/unit/test_cli_imports.py). `console.out` and `console.err` are its Consoles.
+_STREAMS = {"out": False, "err": True}  # name: stderr?
+_made = threading.Lock()
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+def __getattr__(name: str):
+    if name not in _STREAMS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _stream(name)
+
+
+def _stream(name: str):
+    """The rich Console `out` (stdout) or `err` (stderr), made once."""
+    console = globals().get(name)
+    if console is None:
+        with _made:
+            console = globals().get(name)
+            if console is None:
+                from rich.console import Console
+
+                console = globals()[name] = Console(stderr=_STREAMS[name], highlight=False,
+                                                    soft_wrap=True)
+    return console
 
 
 def say(message: str) -> None:
     """One line of progress for the operator (stderr, so stdout stays data)."""
-    err.print(message, markup=False)
+    _stream("err").print(message, markup=False)
 
 
 def print_json(data: Any) -> None:
@@ -25,12 +44,16 @@ def print_json(data: Any) -> None:
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
                 styles: Sequence[str | None] = ()) -> None:
     """A table: rich when stdout is a terminal, tab-separated plain text when it is not."""
+    out = _stream("out")
     rows = [["-" if v is None else str(v) for v in row] for row in rows]
     if not out.is_terminal:
         print("\t".join(columns))
         for row in rows:
             print("\t".join(row))
         return
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left")
     for i, name in enumerate(columns):
         table.add_column(name, style=styles[i] if i < len(styles) else None, no_wrap=True)
@@ -47,6 +70,7 @@ class Waiting:
         self.title = title
         self.every = every
         self._last_plain = 0.0
+        err = _stream("err")
         self._status = err.status(title) if err.is_terminal else None
 
     def __enter__(self) -> "Waiting":
@@ -61,6 +85,8 @@ class Waiting:
     def update(self, text: str, elapsed: float) -> None:
         """Show the current state of the wait."""
         if self._status:
+            from rich.markup import escape
+
             self._status.update(f"{self.title}: {escape(text)}")
         elif elapsed - self._last_plain >= self.every:
             self._last_plain = elapsed

@@ -4,14 +4,20 @@ Exit codes: 0 when the profile may start (warnings and waived findings allowed),
 blocking finding refuses it, 2 for a usage or inventory error (as every task).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from invoke import task
 from invoke.exceptions import Exit
 
 from .. import console
 from ..errors import UsageError
-from ..rules import Finding, all_rules, check_profile, explain as explain_rule
 from .common import INVENTORY_HELP, inventory_from, operator_task
 from .engine_tasks import DEFAULT_PROFILE
+
+if TYPE_CHECKING:
+    from ..rules import Finding
 
 BLOCKED_EXIT = 1
 
@@ -28,6 +34,8 @@ def check(c, engine=None, profile=DEFAULT_PROFILE, inventory=None, explain=None,
     """Check an engine profile against the SM121 rules; exit 1 on a blocking finding.
 
     Host kernels are not checked here (no node facts); `up` and `roll` check them."""
+    from ..rules import check_profile, explain as explain_rule
+
     if explain:
         print(explain_rule(explain))
         return
@@ -61,6 +69,8 @@ def _severity(finding: Finding) -> str:
 
 def _list_rules(json: bool) -> None:
     """Every rule as a table, or as JSON."""
+    from ..rules import all_rules
+
     rules = all_rules()
     if json:
         console.print_json([{"id": r.id, "severity": r.severity, "engines": list(r.engines),

@@ -5,9 +5,6 @@ import shlex
 from invoke import task
 
 from .. import console
-from ..engines import build_specs, docker_run_argv, load_engine
-from ..provision.envfiles import rack_view
-from ..lifecycle import engine as lifecycle
 from .common import INVENTORY_HELP, inventory_from, operator_task
 
 DEFAULT_PROFILE = "512k"
@@ -24,6 +21,9 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline
 
     The environment is read from each node's env files (one round trip, read-only); a node
     that does not answer shows the inventory's view. Secrets show as ***."""
+    from ..engines import build_specs, docker_run_argv, load_engine
+    from ..provision.envfiles import rack_view
+
     rack = inventory_from(inventory)
     key = load_engine(rack.path, engine).image_key
     view = rack_view(rack, key, offline=offline)
@@ -121,6 +121,9 @@ def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overrid
 
     Gates: reachable, no other engine, rules, image ID, memory, clock cap under load, power.
     Any failure or Ctrl-C stops every rank it started."""
+    from ..engines import build_specs
+    from ..lifecycle import engine as lifecycle
+
     rack = inventory_from(inventory)
     with console.Waiting(f"{engine} {profile}") as waiting:
         deployment = lifecycle.up(rack, engine, profile, burn=run_burn,
@@ -138,6 +141,8 @@ def down(c, inventory=None, timeout=None):
     """Stop the running engine: rank 0 first (drain), then workers; wait for memory.
 
     The containers are removed; `down` ends when every node's MemAvailable recovered."""
+    from ..lifecycle import engine as lifecycle
+
     report = lifecycle.down(inventory_from(inventory), timeout=int(timeout) if timeout else None,
                             on_event=console.say)
     if not report.stopped:
@@ -159,6 +164,8 @@ def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overr
 
     The new deployment is gated while the old one serves; then the old stops in order, the
     new starts and answers a smoke request."""
+    from ..lifecycle import engine as lifecycle
+
     rack = inventory_from(inventory)
     with console.Waiting(f"{engine} {profile}") as waiting:
         deployment = lifecycle.roll(rack, engine, profile, burn=run_burn,
@@ -176,6 +183,8 @@ def watch(c, inventory=None, duration=None, restart=False, interval=1.0):
     """Rank watchdog: stop (or --restart) the group when a rank or node is lost.
 
     Also warns when a node's MemAvailable ratchets down request after request."""
+    from ..lifecycle import engine as lifecycle
+
     rack = inventory_from(inventory)
     report = lifecycle.watch_group(rack, burn=run_burn, duration=float(duration) if duration else None,
                                    interval=float(interval), restart=restart, on_event=console.say)

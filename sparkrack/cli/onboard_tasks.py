@@ -8,9 +8,6 @@ from invoke.exceptions import Exit
 
 from .. import console
 from ..errors import UsageError
-from ..onboard import as_json
-from ..onboard import onboard as run_onboard
-from ..onboard.run import render_summary
 from .common import INVENTORY_HELP, inventory_from, operator_task
 
 VERDICT_STYLE = {"ok": "green", "changed": "yellow", "would": "cyan", "refused": "bold red",
@@ -73,6 +70,10 @@ def onboard(c, name, address, replace=None, check=False, fingerprint=None, yes=F
             full_verify=False, inventory=None, json=False):
     """Make a bare Spark a member (--replace OLD: under OLD's rank) or a staged spare:
     trust, baseline, provision, stage, verify, join. Exit 1 if a step refused or failed."""
+    from ..onboard import as_json
+    from ..onboard import onboard as run_onboard
+    from ..onboard.run import render_summary
+
     rack = inventory_from(inventory)
     interactive = sys.stdin.isatty() and not json
     report = run_onboard(

@@ -1,19 +1,25 @@
 """Power tasks: the rack's draw against its strip, and power-safe reboots in batches."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from invoke import task
 
 from .. import console
-from ..lifecycle import engine as lifecycle
-from ..power import CapState, project_power
-from ..status import gather_status
 from .common import INVENTORY_HELP, inventory_from, operator_task
 from .engine_tasks import run_burn
+
+if TYPE_CHECKING:
+    from ..power import CapState
 
 BATCH_HELP = "nodes per batch (default: the inventory's restart_batch_size)"
 
 
 def cap_state(row) -> CapState:
     """A node's cap as last verified: the burn record of this boot, else unknown."""
+    from ..power import CapState
+
     burn = row.facts.burn if row.facts else None
     if not burn or burn.get("boot_id") != row.facts.boot_id:
         return CapState.UNKNOWN
@@ -26,6 +32,9 @@ def power(c, inventory=None, json=False):
     """Live GPU power per node, each cap state, and the worst-case rack draw vs the strip.
 
     A node counts at its uncapped watts unless a burn this boot verified its cap."""
+    from ..power import project_power
+    from ..status import gather_status
+
     rack = inventory_from(inventory)
     rows = gather_status(rack)
     states = {r.node: cap_state(r) for r in rows}
@@ -57,6 +66,8 @@ def restart_rack(c, inventory=None, batch_size=None, bring_back=False):
 
     A node that does not come back, or whose GPU is latched or uncapped under load, stops
     the sequence at that batch."""
+    from ..lifecycle import engine as lifecycle
+
     rack = inventory_from(inventory)
     lifecycle.restart_rack(rack, burn=run_burn, batch_size=int(batch_size) if batch_size else None,
                            bring_back=bring_back, on_event=console.say)
@@ -68,6 +79,8 @@ def restart_rack(c, inventory=None, batch_size=None, bring_back=False):
 @operator_task
 def reboot(c, nodes, inventory=None, batch_size=None):
     """Reboot some nodes in verified batches (refused while an engine runs on them)."""
+    from ..lifecycle import engine as lifecycle
+
     rack = inventory_from(inventory)
     lifecycle.reboot(rack, rack.select(nodes), burn=run_burn,
                      batch_size=int(batch_size) if batch_size else None, on_event=console.say)

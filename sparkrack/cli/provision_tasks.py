@@ -4,12 +4,7 @@ from invoke import task
 from invoke.exceptions import Exit
 
 from .. import console
-from ..burn import burn as burn_check
 from ..errors import UsageError
-from ..provision import provision as run_provision
-from ..provision import site_roles
-from ..provision import unprovision as run_unprovision
-from ..provision.report import as_json, print_outcome, print_plan, print_recap
 from .common import INVENTORY_HELP, inventory_from, operator_task
 
 LIMIT_HELP = "only these nodes (or groups), e.g. spark-01,spark-03"
@@ -18,6 +13,8 @@ ROLE_HELP = "only these roles, comma-separated (default: all of roles/site.yml, 
 
 def _show(report, *, diff: bool, json: bool):
     """Print the outcome and the recap (the plan was printed before the apply)."""
+    from ..provision.report import as_json, print_outcome, print_recap
+
     if json:
         console.print_json(as_json(report))
     else:
@@ -30,6 +27,8 @@ def _show(report, *, diff: bool, json: bool):
 def _on_planned(diff: bool, json: bool):
     def event(name, report):
         if name == "planned" and not json:
+            from ..provision.report import print_plan
+
             print_plan(report, console.out, diff=diff)
     return event
 
@@ -43,6 +42,8 @@ def provision(c, inventory=None, limit=None, role=None, check=False, diff=False,
     """Gather facts (one round trip per node), plan, show, apply, re-plan; recap per node.
 
     Exit 1 when a node failed, did not converge or could not be reached."""
+    from ..provision import provision as run_provision
+
     rack = inventory_from(inventory)
     report = run_provision(rack, limit, roles=role, check=check,
                            on_event=_on_planned(diff, json))
@@ -56,6 +57,9 @@ def provision(c, inventory=None, limit=None, role=None, check=False, diff=False,
 def unprovision(c, inventory=None, limit=None, role=None, check=False, diff=False, json=False,
                 force=False):
     """Remove what provision writes (files, units, drop-ins, images) from the nodes."""
+    from ..provision import site_roles
+    from ..provision import unprovision as run_unprovision
+
     rack = inventory_from(inventory)
     roles = [r.strip() for r in role.split(",")] if role else list(site_roles())
     if "clock_cap" in roles and not rack.is_rehearsal and not force and not check:
@@ -74,6 +78,8 @@ def burn(c, inventory=None, limit=None, seconds=5.0, json=False):
     """Load every GPU at once, sample SM clock and power: ok, UNCAPPED or LATCHED per node.
 
     Records the verdict on each node (`invoke status` shows it). Exit 1 if any node is not ok."""
+    from ..burn import burn as burn_check
+
     rack = inventory_from(inventory)
     seconds = float(seconds)
     if not 1 <= seconds <= 600:

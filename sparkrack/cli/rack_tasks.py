@@ -3,7 +3,6 @@
 from invoke import task
 
 from .. import console
-from ..status import deployment_records, gather_status
 from .common import INVENTORY_HELP, inventory_from, operator_task
 
 LIMIT_HELP = "only these nodes, e.g. spark-01,spark-03"
@@ -17,6 +16,8 @@ def _gib(kb: int | None) -> str | None:
 @operator_task
 def status(c, inventory=None, limit=None, json=False):
     """One row per node: reachability, GPU, clocks, power, memory, clock cap, engine."""
+    from ..status import deployment_records, gather_status
+
     rack = inventory_from(inventory)
     rows = gather_status(rack, limit)
     records = deployment_records(rack) if any(r.node == rack.head.name and r.reachable == "ok"
@@ -63,5 +64,7 @@ def raise_exit(down: int, total: int):
 @operator_task
 def facts(c, inventory=None, limit=None):
     """Every fact one round trip gathers per node, as JSON."""
+    from ..status import gather_status
+
     rows = gather_status(inventory_from(inventory), limit)
     console.print_json({r.node: (r.facts.as_dict() if r.facts else {"error": r.error}) for r in rows})

@@ -7,10 +7,6 @@ from invoke import task
 
 from .. import console
 from ..errors import UsageError
-from ..fleet import Fleet
-from ..rehearsal.stub.config import StubConfigError
-from ..rehearsal.stub.modeldir import write_stub_model
-from ..rehearsal.stubimage import IMAGES_DIR, StubImageError, build_stub_images
 from .common import inventory_from, operator_task
 from .rehearsal_tasks import DEFAULT_INVENTORY
 
@@ -24,6 +20,8 @@ def stub_images(c, inventory=None, force=False, json=False):
     """Build the stub engine images (deterministic docker-save tars).
 
     Into /var/lib/sparkrack/rehearsal/images; rebuilt only when their inputs change."""
+    from ..rehearsal.stubimage import IMAGES_DIR, StubImageError, build_stub_images
+
     try:
         built = build_stub_images(inventory_from(inventory or DEFAULT_INVENTORY), force=force)
     except StubImageError as error:
@@ -47,6 +45,10 @@ def stub_model(c, inventory=None, config=None, nodes=None):
     """Write the stub model directory on the rehearsal nodes.
 
     At the inventory's model_path: config.json, fake shards, manifest, sparkrack-stub.json."""
+    from ..fleet import Fleet
+    from ..rehearsal.stub.config import StubConfigError
+    from ..rehearsal.stub.modeldir import write_stub_model
+
     rack = inventory_from(inventory or DEFAULT_INVENTORY)
     data = None
     if config:

@@ -1,20 +1,27 @@
 """The local rehearsal rack: eight simulated Sparks on this machine (root needed)."""
 
+from __future__ import annotations
+
 import time
+from typing import TYPE_CHECKING
 
 from invoke import task
 
 from .. import console
 from ..errors import UsageError
-from ..rehearsal.rack import RehearsalRack, state_as_dict
 from .common import inventory_from, operator_task
 
 DEFAULT_INVENTORY = "inventory/rehearsal"
 HELP = {"inventory": f"rehearsal inventory (default: {DEFAULT_INVENTORY})"}
 NODE_HELP = {**HELP, "node": "node name, e.g. spark-03"}
 
+if TYPE_CHECKING:
+    from ..rehearsal.rack import RehearsalRack
+
 
 def _rack(inventory: str | None) -> RehearsalRack:
+    from ..rehearsal.rack import RehearsalRack
+
     return RehearsalRack(inventory_from(inventory or DEFAULT_INVENTORY), say=console.say)
 
 
@@ -38,6 +45,8 @@ def down(c, inventory=None):
 @operator_task
 def status(c, inventory=None, json=False):
     """Show each rehearsal node's process, link, sshd and boot count (no SSH)."""
+    from ..rehearsal.rack import state_as_dict
+
     states = _rack(inventory).status()
     if json:
         console.print_json(state_as_dict(states))

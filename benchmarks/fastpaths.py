@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Fast paths (issue 17): what the operator waits for before a task does anything.
+
+Each figure is the median wall time of N fresh subprocesses, run from the repo root with
+this Python, printed beside its floor and the ratio figure/floor. The floor of the CLI
+figures is `python -c "import invoke"`: invoke itself, nothing of sparkrack. Target: each
+ratio <= 2x. Runs are interleaved (one of each figure per round) so drift on the machine
+hits every figure alike; a warm-up round fills the bytecode caches first.
+
+    python benchmarks/fastpaths.py [--runs 21]
+
+Contacts no node. The rack figures of the issue (a no-change `provision`, the overhead of
+`up` over the engine's own start, `status` with a dead node) need the rehearsal rack: they
+are added to RACK_FIGURES with the rack work, each with its own floor; this script does not
+measure or estimate them.
+"""
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TARGET_RATIO = 2.0
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One timed command; `floor` names the figure it is compared with (None: it is a floor)."""
+
+    name: str
+    argv: tuple[str, ...]
+    floor: str | None = None
+
+
+PY = sys.executable
+CLI_FIGURES = (
+    Figure("import invoke", (PY, "-c", "import invoke")),
+    Figure("invoke --list", (PY, "-m", "invoke", "--list"), floor="import invoke"),
+    Figure("invoke -h up", (PY, "-m", "invoke", "-h", "up"), floor="import invoke"),
+    Figure("invoke -h provision", (PY, "-m", "invoke", "-h", "provision"),
+           floor="import invoke"),
+)
+# Added with the rack work (need `invoke rehearsal.up`): no-change provision, up overhead,
+# status with a dead node. Each names its floor as above.
+RACK_FIGURES: tuple[Figure, ...] = ()
+
+
+def run_once(figure: Figure) -> float:
+    """Wall seconds of one fresh run; a failing command stops the benchmark (no figure)."""
+    started = time.perf_counter()
+    done = subprocess.run(figure.argv, cwd=REPO, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{figure.name}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
+    return seconds
+
+
+def measure(figures: tuple[Figure, ...], runs: int) -> dict[str, float]:
+    """Median seconds per figure over `runs` interleaved rounds (after one warm-up round)."""
+    for figure in figures:
+        run_once(figure)
+    samples: dict[str, list[float]] = {f.name: [] for f in figures}
+    for _ in range(runs):
+        for figure in figures:
+            samples[figure.name].append(run_once(figure))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def report(figures: tuple[Figure, ...], medians: dict[str, float], runs: int) -> int:
+    """Print each figure beside its floor and the ratio; the number of figures over target."""
+    print(f"median of {runs} runs, {PY} in {REPO}; target: ratio <= {TARGET_RATIO:g}x")
+    print(f"{'figure':<24} {'median':>8} {'floor':>8} {'ratio':>6}  verdict")
+    over = 0
+    for figure in figures:
+        seconds = medians[figure.name]
+        if figure.floor is None:
+            print(f"{figure.name:<24} {seconds:>7.3f}s {'-':>8} {'-':>6}  (floor)")
+            continue
+        floor = medians[figure.floor]
+        ratio = seconds / floor
+        ok = ratio <= TARGET_RATIO
+        over += not ok
+        print(f"{figure.name:<24} {seconds:>7.3f}s {floor:>7.3f}s {ratio:>5.2f}x  "
+              f"{'ok' if ok else 'OVER'}")
+    return over
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=21, help="timed runs per figure")
+    args = parser.parse_args()
+    figures = CLI_FIGURES + RACK_FIGURES
+    report(figures, measure(figures, args.runs), args.runs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

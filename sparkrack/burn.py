@@ -1,7 +1,7 @@
 """The burn check: load every GPU for a few seconds, sample its SM clock and power, judge.
 
-No nvidia-smi query reveals a clock lock (field-facts), so the proof that the cap holds is
-the clock under load. The same samples catch a GB10 latched in its low-clock state.
+No nvidia-smi query reveals a clock lock (docs/field-notes.md), so the proof that the cap
+holds is the clock under load. The same samples catch a GB10 latched in its low-clock state.
 
     results = burn(inventory, nodes, seconds=5)   # the safety gates call this
     [r.node for r in results if not r.ok]

@@ -56,7 +56,7 @@ class Mount:
 class DockerOptions:
     """How the container runs beyond image, argv and env; every container gets all GPUs.
 
-    The defaults are what every 8x-Spark launcher uses (field-facts, Containers).
+    The defaults are what every 8x-Spark launcher uses (docs/field-notes.md, Containers).
     """
 
     stop_timeout_s: int  # SIGTERM to SIGKILL; docker's default 10 s cuts rank 0's drain short

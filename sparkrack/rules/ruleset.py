@@ -3,7 +3,7 @@ file:line for any mistake); `all_rules`, `get_rule` and `launch_flags` look it u
 
 File format:
 
-    sources: {seed: ../shared/seed/...txt}     # evidence source -> path from the repo root
+    sources: {field-notes: docs/field-notes.md}  # source -> path from the repo root
     launch_flags:                              # per engine, for the TP/address rules
       sglang: {tp_size: --tp-size, nnodes: --nnodes, node_rank: --node-rank,
                rendezvous: --dist-init-addr, rendezvous_port: true,
@@ -16,7 +16,7 @@ File format:
         check: {flag_present: --flag}          # one check, see below
         message: one line
         explanation: a paragraph
-        evidence: [{source: seed, section: heading, quote: verbatim text}]
+        evidence: [{source: field-notes, section: heading, quote: verbatim text}]
 
 Checks (data_checks.py evaluates them per rank, kernel_not_in per node):
 
@@ -27,6 +27,9 @@ Checks (data_checks.py evaluates them per rank, kernel_not_in per node):
     {env_at_most: VAR, max: 0.05}              # every rank's env sets VAR to <= max
     {kernel_not_in: [7.0.0-1019-nvidia]}       # no node runs one of these (node facts)
     {code: kv_fit}                             # a function of code_checks.CODE_CHECKS
+
+Each quote is verbatim in its source, under the heading `section` names (a Markdown heading of
+docs/field-notes.md; tests/unit/test_rules_file.py checks both).
 
 `when.model` names ModelData attributes (rule.MODEL_KEYS); `when.flags` applies to the
 per-rank data checks only.

@@ -21,9 +21,9 @@ from sparkrack.inventory_schema import FrozenMapping
 from sparkrack.provision.envfiles import VIEW_NODE, EnvFiles, EnvVar, RackView
 
 REPO = Path(__file__).resolve().parents[2]
-SEED = REPO.parent / "shared" / "seed" / "000_b6970c8a2ad8a37f.txt"  # as in CI: ../shared
+FIELD_NOTES = REPO / "docs" / "field-notes.md"  # quotes the field report's config verbatim
 REPRODUCE = Path(__file__).parent / "data" / "engines" / "sglang-512k-reproduce.txt"
-HEADING = "Reproduce the SGLang 512K config"
+HEADING = "### Field report: Reproduce the SGLang 512K config"
 PROBED = "probed on the node (the RoCE v2 entry whose GID is IPv4-mapped)"
 
 
@@ -59,10 +59,11 @@ def read_env(inventory, engine, **per_node):
 
 
 def report_lines(text: str) -> list[str]:
-    """The non-blank lines of the report's Reproduce section (heading to 'KV pool')."""
+    """The non-blank lines of the code block under the field notes' quote of the report's
+    Reproduce section."""
     lines = text.splitlines()
-    start = lines.index(HEADING) + 1
-    end = next(i for i in range(start, len(lines)) if lines[i].startswith("KV pool"))
+    start = lines.index("```", lines.index(HEADING)) + 1
+    end = lines.index("```", start)
     return [line for line in lines[start:end] if line.strip()]
 
 
@@ -97,9 +98,9 @@ def flag_value(argv: tuple[str, ...], flag: str) -> str | None:
 
 
 def test_the_fixture_is_the_field_reports_text():
-    if not SEED.is_file():
-        pytest.skip(f"{SEED} not present (the fixture copy is used below either way)")
-    assert report_lines(SEED.read_text()) == fixture_lines()
+    lines = report_lines(FIELD_NOTES.read_text())
+    assert len(lines) == 6 and lines[0].startswith("--context-length 524288")
+    assert lines == fixture_lines()
 
 
 def test_sglang_512k_carries_every_flag_and_env_var_of_the_field_report(rack):

@@ -1,7 +1,11 @@
-"""The rules file: every quote is verbatim in its source, `explain` shows the evidence,
-mistakes in a rules file are reported at file:line; and the argv reading the rules use."""
+"""The rules file: every quote is verbatim in its source under the heading it names (the
+sources are in the repo: docs/field-notes.md and the profile format), `explain` shows the
+evidence, mistakes in a rules file are reported at file:line; and the argv reading the
+rules use."""
 
+import ast
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,9 +13,12 @@ import pytest
 from sparkrack.errors import InventoryError, UsageError
 from sparkrack.rules import all_rules, explain
 from sparkrack.rules.argv import address_part, flag_values, number
-from sparkrack.rules.ruleset import RULES_FILE, read_rules_file
+from sparkrack.rules.ruleset import RULES_FILE, get_rule, read_rules_file
 
 REPO = Path(__file__).resolve().parents[2]
+FIELD_NOTES = "docs/field-notes.md"
+DOCSTRING = "module docstring"  # the section name for a Python source's module docstring
+_HEADING = re.compile(r"(#{1,6})\s+(.+?)\s*#*\s*$")
 
 
 def flat(text: str) -> str:
@@ -19,16 +26,95 @@ def flat(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+def markdown_sections(text: str) -> dict[str, str]:
+    """heading -> the text under it, down to the next heading of the same or a higher level
+    (so a section includes its subsections); lines inside ``` fences are never headings.
+    A heading that occurs twice is an error: a rule could not say which one it means."""
+    lines = text.splitlines()
+    headings, fenced = [], False
+    for index, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (match := _HEADING.fullmatch(line)):
+            headings.append((index, len(match.group(1)), match.group(2)))
+    sections: dict[str, str] = {}
+    for position, (start, level, title) in enumerate(headings):
+        end = next((i for i, lvl, _ in headings[position + 1:] if lvl <= level), len(lines))
+        assert title not in sections, f"heading '{title}' occurs twice"
+        sections[title] = "\n".join(lines[start + 1:end])
+    return sections
+
+
+def section_text(path: Path, section: str) -> str | None:
+    """The text of section in the file at path: a Markdown heading's section, or the module
+    docstring of a Python file; None when the file has no such section."""
+    text = path.read_text()
+    if path.suffix == ".py":
+        return ast.get_docstring(ast.parse(text)) if section.startswith(DOCSTRING) else None
+    return markdown_sections(text).get(section)
+
+
+def evidence_problems(evidence, repo: Path = REPO) -> list[str]:
+    """What is wrong with a rule's evidence: a source file missing from the repo, a section
+    it does not have, a quote that is not verbatim in that section. Empty when all holds."""
+    problems = []
+    for item in evidence:
+        path = repo / item.source
+        if not path.is_file():
+            problems.append(f"{item.source}: no such file in the repo")
+            continue
+        text = section_text(path, item.section)
+        if text is None:
+            problems.append(f'{item.source}: no section "{item.section}"')
+        elif flat(item.quote) not in flat(text):
+            problems.append(f'{item.source}, "{item.section}": not verbatim there: {item.quote}')
+    return problems
+
+
 @pytest.mark.parametrize("rule", all_rules(), ids=lambda rule: rule.id)
 def test_every_quote_is_verbatim_in_its_source(rule):
-    """The sources sit beside the repo (../shared, as CI lays it out); a clone without them
-    cannot check this."""
-    for item in rule.evidence:
-        if not (REPO / item.source).is_file():
-            pytest.skip(f"{item.source} is not beside this checkout")
-        source = flat((REPO / item.source).read_text())
-        assert flat(item.quote) in source, f"{rule.id}: not in {item.source}: {item.quote}"
-        assert flat(item.section) in source or item.section.startswith("module docstring")
+    assert evidence_problems(rule.evidence) == []
+
+
+def test_the_evidence_is_in_the_repo_and_mostly_the_field_notes():
+    sources = {item.source for rule in all_rules() for item in rule.evidence}
+    assert FIELD_NOTES in sources
+    assert all(not Path(source).is_absolute() and ".." not in Path(source).parts
+               for source in sources), sources
+
+
+def test_every_field_report_quote_sits_in_the_quoted_section():
+    """The field report's own words are kept apart from the notes written for the project."""
+    quoted = markdown_sections((REPO / FIELD_NOTES).read_text())["Quoted from the field report"]
+    for rule in all_rules():
+        for item in rule.evidence:
+            if item.section.startswith("Field report: "):
+                assert f"### {item.section}\n" in quoted, (rule.id, item.section)
+
+
+def test_an_altered_quote_or_section_is_caught():
+    item = get_rule("SM121-AUTOTUNE").evidence[0]
+    assert evidence_problems([item]) == []
+    altered = item.quote.replace("two ranks", "three ranks")
+    assert altered != item.quote
+    assert evidence_problems([replace(item, quote=altered)]) == [
+        f'{FIELD_NOTES}, "{item.section}": not verbatim there: {altered}']
+    # verbatim in the file, but under another heading than the one named
+    assert evidence_problems([replace(item, section="Known failures on SM121")]) != []
+    assert evidence_problems([replace(item, section="Nowhere")]) == [
+        f'{FIELD_NOTES}: no section "Nowhere"']
+    assert evidence_problems([replace(item, source="docs/gone.md")]) == [
+        "docs/gone.md: no such file in the repo"]
+
+
+def test_markdown_sections_nest_and_skip_code_fences():
+    text = "# A\na\n## B\nb\n```\n# not a heading\n```\n### C\nc\n## D\nd\n"
+    sections = markdown_sections(text)
+    assert list(sections) == ["A", "B", "C", "D"]
+    assert flat(sections["B"]) == "b ``` # not a heading ``` ### C c"
+    assert flat(sections["A"]).endswith("## D d")
+    with pytest.raises(AssertionError, match="heading 'B' occurs twice"):
+        markdown_sections("## B\n## B\n")
 
 
 @pytest.mark.parametrize("rule", all_rules(), ids=lambda rule: rule.id)
@@ -45,7 +131,7 @@ def test_explain_prints_the_explanation_and_evidence(rule):
 def test_explain_autotune_cites_the_field_report():
     text = explain("SM121-AUTOTUNE")
     assert "Checks: every rank's argv has --disable-flashinfer-autotune" in text
-    assert '../shared/seed/000_b6970c8a2ad8a37f.txt, "What refuses to boot on SM121":' in text
+    assert 'docs/field-notes.md, "Field report: What refuses to boot on SM121":' in text
     assert "deadlocks on two ranks" in text
 
 
@@ -61,7 +147,7 @@ def test_rule_ids_are_unique_and_severities_known():
 
 
 RULES_HEAD = """\
-sources: {seed: ../shared/seed/000_b6970c8a2ad8a37f.txt}
+sources: {seed: docs/field-notes.md}
 launch_flags: {}
 rules:
   DEMO:

@@ -1,8 +1,9 @@
 """gpusimd + nvidia-smi + gpu-sim as a node runs them: real outputs, real exit codes.
 
 Each test starts its own daemon on a free localhost port with a temp config and state
-dir. Expected formats are the real nvidia-smi 580 samples (H200) in shared/notes; the
-short ones are copied here, the long ones are read from there when present.
+dir. Expected formats are real nvidia-smi 580 samples (H200, serial and UUID replaced by
+placeholders; docs/field-notes.md): the short ones are copied here, the long ones are in
+tests/unit/data/nvidia-smi-h200.
 """
 
 import json
@@ -18,12 +19,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SIM_DIR = REPO / "sparkrack" / "rehearsal" / "sim"
-SAMPLES = REPO.parent / "shared" / "notes" / "nvidia-smi-h200"
+SAMPLES = Path(__file__).parent / "data" / "nvidia-smi-h200"
 sys.path.insert(0, str(SIM_DIR))
 
 from gpusim_client import GpuSimClient  # noqa: E402
 
-# From shared/notes/nvidia-smi-h200 (driver 580.159.04).
+# Real nvidia-smi output, driver 580.159.04 on an H200.
 SAMPLE_L = "GPU 0: NVIDIA H200 (UUID: GPU-00000000-1111-2222-3333-444444444444)"
 SAMPLE_HEADER = (
     "name, clocks.current.sm [MHz], clocks.max.sm [MHz], clocks.current.graphics [MHz], "
@@ -262,8 +263,6 @@ def test_plain_table_has_the_real_layout_with_gb10_values(node):
     assert "|   0  NVIDIA GB10                    On  |   0000000F:01:00.0 Off |" in out.stdout
     assert re.search(r"\| N/A   \d\dC    P8 +\d+W /  N/A  \| Not Supported          \|", out.stdout)
     sample = SAMPLES / "nvsmi-plain.txt"
-    if not sample.exists():
-        pytest.skip("shared/notes samples not beside the repo")
     real = sample.read_text().splitlines()
     assert [len(line) for line in lines] == [len(line) for line in real]
     differing = [i for i, (mine, theirs) in enumerate(zip(lines, real)) if mine != theirs]
@@ -272,8 +271,6 @@ def test_plain_table_has_the_real_layout_with_gb10_values(node):
 
 def test_query_clock_power_performance_keeps_the_real_labels(node):
     sample = SAMPLES / "nvsmi-q-clock-power-perf.txt"
-    if not sample.exists():
-        pytest.skip("shared/notes samples not beside the repo")
     out = node.smi("-q", "-d", "CLOCK,POWER,PERFORMANCE")
     assert out.returncode == 0
 

@@ -99,7 +99,7 @@ def test_values_are_checked_like_the_engines_do(capsys):
                                     "--speculative-eagle-topk", "2"])
     with pytest.raises(cli.ConfigError, match="--dist-init-addr is required"):
         cli.parse("sglang", ["--model-path", "/m", "--nnodes", "2"])
-    # `--tp` is an argparse prefix of --tp-size, as in SGLang (field-facts)
+    # `--tp` is an argparse prefix of --tp-size, as in SGLang (docs/field-notes.md)
     assert cli.parse("sglang", ["--model-path", "/m", "--tp", "8"]).tp_size == 8
     vllm = ["serve", "/m", "--nnodes", "8", "--node-rank", "2", "--master-addr", "h"]
     with pytest.raises(cli.ConfigError, match="nnodes > 1 can only be set"):

@@ -8,8 +8,8 @@ exit 2 with its usage error, as the real engines do. tests/unit/test_stub_cli.py
 that every argv `build_specs` produces for every shipped profile parses.
 
 SGLang's parser keeps argparse's prefix matching (`--tp` is taken as `--tp-size`, the trap
-field-facts describes); vLLM's does not abbreviate but, like vLLM's FlexibleArgumentParser,
-accepts `--max_model_len` for `--max-model-len`.
+docs/field-notes.md describes); vLLM's does not abbreviate but, like vLLM's
+FlexibleArgumentParser, accepts `--max_model_len` for `--max-model-len`.
 
 `parse(engine, argv)` returns an EngineArgs: what the stub needs, engine independent.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 SGLANG_VERSION = "0.5.22"
 VLLM_VERSION = "0.33.0"
 
-# SGLang 0.5.22, sglang/srt/arg_groups/choices.py (field-facts, SGLang).
+# SGLang 0.5.22, sglang/srt/arg_groups/choices.py (docs/field-notes.md, SGLang flags).
 SGLANG_KV_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4",
                     "fp4_mx_block16")
 SGLANG_DSA_KV_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3")  # arg_groups/overrides.py
@@ -138,7 +138,8 @@ def _sglang_args(ns: argparse.Namespace) -> EngineArgs:
         raise ConfigError(f"--node-rank {ns.node_rank} is out of range for --nnodes {ns.nnodes}")
     if ns.tp_size % ns.nnodes:
         raise ConfigError(f"--tp-size {ns.tp_size} is not divisible by --nnodes {ns.nnodes}")
-    # The model is a DSA-class model: its KV and draft restrictions (field-facts, SGLang).
+    # The model is a DSA-class model: its KV and draft restrictions (docs/field-notes.md,
+    # SGLang flags).
     if ns.kv_cache_dtype not in SGLANG_DSA_KV_DTYPES:
         raise ConfigError(f"DSA models only support bf16/bfloat16 or fp8_e4m3 KV cache, got "
                           f"--kv-cache-dtype {ns.kv_cache_dtype}")

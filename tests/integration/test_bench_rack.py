@@ -98,7 +98,7 @@ def bench_rack(inventory, tmp_path_factory):
 def deployed(fleet, images, engine: str):
     """A stub deployment of engine's 512k profile, recorded as current; stopped after."""
     inventory = fleet.inventory
-    specs = build_specs(inventory, engine, "512k", environ={},
+    specs = build_specs(inventory, engine, "512k",
                         deployment_id=f"{PREFIX}{engine}-{uuid.uuid4().hex[:6]}")
     try:
         start_group(fleet, inventory, specs, timeout=30)

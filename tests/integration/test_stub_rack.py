@@ -55,15 +55,16 @@ class Group:
     """One stub deployment's eight containers."""
 
     def __init__(self, fleet, limits, engine: str, profile: str = "512k",
-                 env: dict | None = None):
+                 env: dict | None = None, rank_env: dict[int, dict] | None = None):
         self.fleet = fleet
-        self.specs = build_specs(fleet.inventory, engine, profile, environ={})
+        self.specs = build_specs(fleet.inventory, engine, profile)
         self.containers = {}
         self.head_started = 0.0
         self.port = self.specs[0].ports["http"]
         self.head = fleet.inventory.head.address
         self._limits = limits
         self._env = env or {}
+        self._rank_env = rank_env or {}
 
     def __enter__(self) -> Group:
         return self
@@ -79,7 +80,8 @@ class Group:
         def create(spec):
             kwargs = docker_sdk_kwargs(spec)
             kwargs["environment"] = {key: value for key, value in
-                                     {**kwargs["environment"], **self._env}.items()
+                                     {**kwargs["environment"], **self._env,
+                                      **self._rank_env.get(spec.rank, {})}.items()
                                      if value is not None}
             kwargs, _ = dockerfit.fit_kwargs(kwargs, self._limits[spec.node])
             try:

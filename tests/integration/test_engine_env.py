@@ -1,0 +1,145 @@
+"""Issue 10 on the rehearsal rack: the engines run with what provisioning wrote on each node.
+
+A firmware renumbering on spark-05 is refused by the env gate until `provision` writes the
+probed index there (and only there); the running ranks then carry exactly their node's
+env files, which are what `plan` shows. The stub engines fail group init the way NCCL and
+Gloo would when a rank's environment does not fit its node; a down HCA is refused by the
+gate and, started by hand, fails its rank naming the HCA. Every test puts the hardware,
+the env files and the engines back as it found them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkrack.burn import burn
+from sparkrack.engines import build_specs
+from sparkrack.fleet import Fleet
+from sparkrack.lifecycle import engine as lifecycle
+from sparkrack.lifecycle.containers import engine_containers
+from sparkrack.provision import provision
+from sparkrack.provision.envfiles import parse_env, rack_view
+
+from .test_stub_rack import Group, stub  # noqa: F401  (the stub fixture)
+
+pytestmark = pytest.mark.rack
+FILES = ("/etc/sparkrack/nccl.env", "/etc/sparkrack/sglang.env")
+
+
+def quick_burn(inventory, nodes, fleet=None):
+    return burn(inventory, nodes, seconds=1, fleet=fleet)
+
+
+def engines_running(inventory) -> list:
+    with Fleet(inventory) as fleet:
+        ranks, errors = engine_containers(fleet)
+    assert not errors
+    return [r for r in ranks if r.alive]
+
+
+@pytest.fixture
+def clean(engine_rack, rack):
+    """No engine before and after; the hardware and env files put back afterwards."""
+    lifecycle.down(engine_rack)
+    yield engine_rack
+    lifecycle.down(engine_rack)
+    rack.renumber_gid("spark-05", None)
+    for node in ("spark-03", "spark-05"):
+        rack.hca_down(node, "roceP2p1s0f0", down=False)
+    assert provision(engine_rack, roles="nccl_env,engine_env").exit_code == 0
+    assert engines_running(engine_rack) == []
+
+
+def node_files(fleet) -> dict[str, dict[str, str]]:
+    """{node: its env files merged, nccl.env first}, read straight from the node."""
+    got = fleet.get({node.name: list(FILES) for node in fleet.nodes})
+    merged = {}
+    for result in got:
+        assert result.ok, result.error
+        merged[result.node] = {k: v for path in FILES
+                               for k, v in parse_env(result.files[path].decode()).items()}
+    return merged
+
+
+def container_env(fleet, spec) -> dict[str, str]:
+    """What `docker inspect` says the rank's container runs with."""
+    attrs = fleet.docker_client(spec.node).containers.get(spec.container_name).attrs
+    return dict(item.split("=", 1) for item in attrs["Config"]["Env"])
+
+
+def test_a_renumbered_gid_is_refused_then_provisioned_on_its_node_only(clean, rack):
+    inventory = clean
+    rack.renumber_gid("spark-05", 5)
+    with pytest.raises(lifecycle.Refused) as refused:
+        lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    message = str(refused.value)
+    assert ("env files: spark-05: /etc/sparkrack/nccl.env is not what provision would write "
+            "now: NCCL_IB_GID_INDEX is 3, provision would write 5 (run `invoke provision`)"
+            ) in message, message
+    assert "spark-01:" not in message.split("env files:")[1].split("\n")[0]
+    assert engines_running(inventory) == []
+
+    report = provision(inventory, roles="nccl_env,engine_env")
+    assert report.exit_code == 0
+    assert {n.name: report.recap(n.name)["changed"] for n in inventory.nodes} == {
+        n.name: 1 if n.name == "spark-05" else 0 for n in inventory.nodes}
+
+    deployment = lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    plan = build_specs(inventory, "sglang", "512k", node_env=rack_view(inventory, "sglang").envs)
+    with Fleet(inventory) as fleet:
+        files = node_files(fleet)
+        for spec in plan:
+            running = container_env(fleet, spec)
+            assert spec.env_view == "node"
+            assert {k: running.get(k) for k in spec.env} == dict(spec.env) == files[spec.node], \
+                spec.node
+            sparkrack_like = {k for k in running if k.startswith(("NCCL_", "GLOO_", "TP_",
+                                                                   "SGLANG_"))}
+            assert sparkrack_like <= set(spec.env)  # nothing beyond the files and the profile
+        gids = [container_env(fleet, spec)["NCCL_IB_GID_INDEX"] for spec in plan]
+    assert gids == ["3", "3", "3", "3", "5", "3", "3", "3"]
+    assert plan[4].env_sources["NCCL_IB_GID_INDEX"].startswith("probed on the node")
+    assert deployment.spec_hash == plan[0].spec_hash
+
+
+def test_a_rank_with_a_wrong_gid_index_fails_group_init_naming_it(stub):
+    fleet, limits = stub
+    with Group(fleet, limits, "sglang", rank_env={4: {"NCCL_IB_GID_INDEX": "1"}}) as group:
+        group.start()
+        _, codes = group.wait_exited(60)
+        log = group.containers[4].logs().decode()
+    assert codes[4] == 1 and set(codes.values()) == {1}  # the group went down with it
+    assert "spark-05:" in log and "NCCL WARN NET/IB : Got completion from peer with " \
+        "status=IBV_WC_RETRY_EXC_ERR(12)" in log
+    assert "[rank4]: torch.distributed.DistBackendError: NCCL error in:" in log
+    assert "localGidIndex=1" in log and "fe80:" in log
+
+
+def test_a_rank_whose_gloo_interface_has_no_address_fails_before_the_rendezvous(stub):
+    fleet, limits = stub
+    with Group(fleet, limits, "vllm", rank_env={2: {"GLOO_SOCKET_IFNAME": "lo"}}) as group:
+        group.start()
+        _, codes = group.wait_exited(30, ranks=[2])
+        log = group.containers[2].logs().decode()
+    assert codes == {2: 1}
+    assert ("[rank2]: RuntimeError: [enforce fail at /pytorch/third_party/gloo/gloo/transport/"
+            "tcp/device.cc:83] ifa != nullptr. Unable to find address for: lo") in log
+
+
+def test_a_down_hca_is_refused_by_the_gate_and_fails_a_rank_started_by_hand(clean, rack, stub):
+    inventory = clean
+    fleet, limits = stub
+    rack.hca_down("spark-03", "roceP2p1s0f0")
+    with pytest.raises(lifecycle.Refused) as refused:
+        lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    assert ("env files: spark-03: nccl_env: HCA roceP2p1s0f0 port is not ACTIVE"
+            in str(refused.value)), str(refused.value)
+    assert engines_running(inventory) == []
+    with Group(fleet, limits, "sglang") as group:
+        group.start()
+        _, codes = group.wait_exited(60)
+        log = group.containers[2].logs().decode()
+    assert codes[2] == 1
+    assert "NCCL WARN NET/IB : roceP2p1s0f0:1 port is not active (state 1: DOWN)" in log
+    rack.hca_down("spark-03", "roceP2p1s0f0", down=False)
+    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)  # the port back: it starts

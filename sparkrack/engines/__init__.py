@@ -2,7 +2,8 @@
 
 - profile files (`engines/<engine>.yml`): profile_file.py reads them, catalog.py finds them;
 - model data (`models/*.yml`) for the memory rules: model_data.py;
-- `build_specs` (spec.py): inventory + engine + profile -> one LaunchSpec per rank;
+- `build_specs` (spec.py): inventory + engine + profile -> one LaunchSpec per rank
+  (`template_values`: what a rank's argv templates are filled with);
 - `docker_run_argv` / `docker_sdk_kwargs` (docker_args.py): a spec as docker sees it.
 """
 
@@ -13,11 +14,11 @@ from sparkrack.engines.profile_file import EngineDef, Profile, load_engine
 from sparkrack.engines.spec import (
     LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_SPEC_HASH,
     LABEL_STOP_TIMEOUT, REDACTED, DockerOptions, LaunchSpec, Mount, Ulimit, build_specs,
-    container_name)
+    container_name, template_values)
 
 __all__ = [
     "LABEL_DEPLOYMENT", "LABEL_ENGINE", "LABEL_PROFILE", "LABEL_RANK", "LABEL_SPEC_HASH",
     "LABEL_STOP_TIMEOUT", "REDACTED", "DockerOptions", "EngineDef", "LaunchSpec", "ModelData",
     "Mount", "Profile", "Ulimit", "build_specs", "container_name", "docker_run_argv",
-    "docker_sdk_kwargs", "engine_names", "load_engine", "load_model",
+    "docker_sdk_kwargs", "engine_names", "load_engine", "load_model", "template_values",
 ]

@@ -203,14 +203,21 @@ def rank_env(definition: EngineDef, profile: Profile, node_env: NodeEnv
     return env, sources
 
 
+def template_values(inventory: Inventory, definition: EngineDef,
+                    node: Node) -> dict[str, Any]:
+    """What definition's per-rank argv templates are filled with on node (templates.py)."""
+    rack = inventory.vars
+    return {"model_path": rack.model_path, "model_name": rack.model_name,
+            "tp_size": rack.tp_size, "nnodes": len(inventory.nodes), "rank": node.rank,
+            "head_roce_addr": inventory.head.roce_addr,
+            **{f"{name}_port": port for name, port in definition.ports.items()}}
+
+
 def _rank_spec(inventory: Inventory, node: Node, definition: EngineDef, profile: Profile,
                image: str, node_env: NodeEnv) -> LaunchSpec:
     """The spec of one node's rank, without deployment id, hash and labels."""
     rack = inventory.vars
-    values = {"model_path": rack.model_path, "model_name": rack.model_name,
-              "tp_size": rack.tp_size, "nnodes": len(inventory.nodes), "rank": node.rank,
-              "head_roce_addr": inventory.head.roce_addr,
-              **{f"{name}_port": port for name, port in definition.ports.items()}}
+    values = template_values(inventory, definition, node)
     args = definition.args
     role_args = args.head if node.is_head else args.workers
     argv = (*definition.entrypoint, *(fill(word, values) for word in args.model),

@@ -14,6 +14,8 @@ from . import headapi
 from .containers import Rank, engine_containers, refresh, stop_ranks
 from .leak import LeakWatch
 
+POLL_INTERVAL_S = 1.0  # between polls of the group
+HEALTH_TIMEOUT_S = 2  # rank 0's health answer within this, or the poll counts as unhealthy
 HEALTH_FAILURES_TO_ACT = 3  # consecutive unhealthy polls of rank 0 before acting
 BROKEN_STOP_TIMEOUT = 3  # seconds: a broken TP group has nothing left to drain
 FLOOR_FRACTION = 0.05  # warn about a ratchet heading for 5 % of MemTotal
@@ -56,7 +58,8 @@ def find_failure(fleet: Fleet, inventory: Inventory, ranks: list[Rank], health_f
             r.status, f"rank {r.rank} on {r.node} {r.status} (exit code {r.exit_code})")
         return what, health_failures
     head = next(r for r in states if r.rank == 0)
-    status = headapi.get_status(inventory.node(head.node), http_port, health_path, timeout=2)
+    status = headapi.get_status(inventory.node(head.node), http_port, health_path,
+                                timeout=HEALTH_TIMEOUT_S)
     health_failures = 0 if status == 200 else health_failures + 1
     if health_failures >= HEALTH_FAILURES_TO_ACT:
         return f"rank 0 on {head.node} unhealthy ({status or 'no answer'}) for {health_failures} polls", health_failures
@@ -64,7 +67,7 @@ def find_failure(fleet: Fleet, inventory: Inventory, ranks: list[Rank], health_f
 
 
 def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: float | None = None,
-          interval: float = 1.0, on_failure: str = "stop", restart: Callable[[], None] | None = None,
+          interval: float = POLL_INTERVAL_S, on_failure: str = "stop", restart: Callable[[], None] | None = None,
           on_event: Callable[[str], None] = lambda e: None) -> WatchReport:
     """Watch the running group until it fails (then act) or duration passes."""
     report = WatchReport()

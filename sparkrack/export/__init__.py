@@ -1,0 +1,19 @@
+"""An engine lane as Kubernetes manifests, for operators who outgrow one rack.
+
+`export_lws` (lws.py) turns what `invoke plan` would start, refused as `invoke check`
+refuses, into a LeaderWorkerSet (kubernetes-sigs/lws) and a Service for its leader's API.
+Pure: inventory and engine profile in, plain dicts out; nothing is contacted.
+
+- command.py: a rank's argv with the rank-dependent words as LWS `$(VAR)` references;
+- env.py: `export_env`, the container env and the one place that knows its source;
+- pods.py: the leader and worker pod templates, scheduling on cap-verified GB10 nodes;
+- files.py: the objects as YAML, on stdout or one file per object.
+"""
+
+from sparkrack.export.files import manifest_yaml, write_manifests
+from sparkrack.export.lws import LwsExport, ProfileRefused, export_lws
+from sparkrack.export.pods import (
+    CAP_VERIFIED_LABEL, DEFAULT_RDMA_RESOURCE, GB10_PRODUCT, GPU_PRODUCT_LABEL)
+
+__all__ = ["CAP_VERIFIED_LABEL", "DEFAULT_RDMA_RESOURCE", "GB10_PRODUCT", "GPU_PRODUCT_LABEL",
+           "LwsExport", "ProfileRefused", "export_lws", "manifest_yaml", "write_manifests"]

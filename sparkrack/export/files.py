@@ -1,0 +1,37 @@
+"""Exported objects as YAML: one multi-document text, or one file per object.
+
+A file is named `<kind>-<name>.yaml` (lower case) and written atomically (a temporary file
+beside it, then renamed), so `kubectl apply -f DIR` never reads half a manifest.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def manifest_yaml(objects: Iterable[dict[str, Any]]) -> str:
+    """The objects as one YAML stream, `---` before each."""
+    return "".join("---\n" + _yaml(obj) for obj in objects)
+
+
+def write_manifests(objects: Iterable[dict[str, Any]], folder: Path) -> list[Path]:
+    """Write each object to folder/<kind>-<name>.yaml (folder created if missing); the paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for obj in objects:
+        path = folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(_yaml(obj))
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths
+
+
+def _yaml(obj: dict[str, Any]) -> str:
+    """One object as block-style YAML, keys in the order they were built."""
+    return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=100)

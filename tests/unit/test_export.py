@@ -1,0 +1,413 @@
+"""`invoke export`: every lane as a LeaderWorkerSet and a leader Service that validate against
+the real schemas (the vendored LWS CRD, Kubernetes' own through kubernetes-validate), whose
+commands give back `plan`'s argv rank by rank, refused as `check` refuses; and the task."""
+
+import copy
+import dataclasses
+import functools
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from invoke import Collection, Program
+
+from sparkrack.cli import build_namespace, export_tasks
+from sparkrack.engines import build_specs, load_engine, template_values
+from sparkrack.errors import SparkrackError, UsageError
+from sparkrack.export import (
+    CAP_VERIFIED_LABEL, ProfileRefused, export_lws, manifest_yaml, write_manifests)
+from sparkrack.export.command import group_argv
+from sparkrack.inventory import load_inventory
+from sparkrack.rules import check_profile
+
+REPO = Path(__file__).resolve().parents[2]
+INVENTORY = REPO / "inventory"
+LWS_CRD = Path(__file__).parent / "data" / "lws" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+KUBERNETES_VERSION = "1.33"  # a version kubernetes-validate bundles; LWS needs >= 1.26
+LANES = [("sglang", "512k"), ("sglang", "131k-throughput"), ("vllm", "512k"),
+         ("vllm", "1m-nvfp4")]
+LWS_VARS = ("LWS_WORKER_INDEX", "LWS_GROUP_SIZE", "LWS_LEADER_ADDRESS")
+
+
+# --- validation with the real schemas ----------------------------------------------------
+
+@functools.cache
+def lws_validator() -> jsonschema.protocols.Validator:
+    """A validator for the CRD's v1 openAPIV3Schema, unknown fields refused."""
+    crd = yaml.load(LWS_CRD.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    assert crd["kind"] == "CustomResourceDefinition" and crd["spec"]["names"]["kind"] == \
+        "LeaderWorkerSet"
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema = strict(version["schema"]["openAPIV3Schema"])
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def strict(schema):
+    """The schema with unknown fields refused wherever it lists the known ones, as an API
+    server's strict field validation (kubectl apply's default) does for a structural schema."""
+    result = dict(schema)
+    if "properties" in schema:
+        result["properties"] = {name: strict(sub) for name, sub in schema["properties"].items()}
+        if "additionalProperties" not in schema \
+                and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            result["additionalProperties"] = False
+    for keyword in ("items", "additionalProperties", "not"):
+        if isinstance(schema.get(keyword), dict):
+            result[keyword] = strict(schema[keyword])
+    for keyword in ("anyOf", "allOf", "oneOf"):
+        if keyword in schema:
+            result[keyword] = [strict(sub) for sub in schema[keyword]]
+    return result
+
+
+def validate_lws(lws):
+    """The LeaderWorkerSet against the CRD; its metadata and both pod templates also against
+    Kubernetes' own ObjectMeta and PodTemplateSpec (kubernetes-validate, strict)."""
+    lws_validator().validate(lws)
+    group = lws["spec"]["leaderWorkerTemplate"]
+    for template in (group["leaderTemplate"], group["workerTemplate"]):
+        validate_builtin({"apiVersion": "v1", "kind": "PodTemplate",
+                          "metadata": lws["metadata"], "template": template})
+
+
+def validate_builtin(obj):
+    """A built-in kind against Kubernetes' OpenAPI schema, unknown fields refused."""
+    kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def validate(obj):
+    """Any exported object against its schema."""
+    (validate_lws if obj["kind"] == "LeaderWorkerSet" else validate_builtin)(obj)
+
+
+# --- Kubernetes' $(VAR) expansion, to undo the export ---------------------------------------
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """text as the kubelet expands it in command, args and env values: $(VAR) of a defined
+    VAR becomes its value, $$ becomes $, anything else stays."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            if text[i + 1] == "$":
+                out.append("$")
+                i += 2
+                continue
+            close = text.find(")", i + 2) if text[i + 1] == "(" else -1
+            if close != -1:
+                name = text[i + 2:close]
+                out.append(env.get(name, text[i:close + 1]))
+                i = close + 1
+                continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def test_the_vendored_crd_is_the_one_its_source_note_names():
+    note = (LWS_CRD.parent / "SOURCE.md").read_text()
+    assert f"sha256: `{hashlib.sha256(LWS_CRD.read_bytes()).hexdigest()}`" in note
+    assert "Apache License" in (LWS_CRD.parent / "LICENSE").read_text()
+
+
+def test_expand_is_kubernetes_expansion():
+    env = {"A": "x"}
+    assert expand("$(A)-$$(A)-$$$(A)-$(B)-$x-$(A", env) == "x-$(A)-$x-$(B)-$x-$(A"
+
+
+# --- fixtures ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def rack():
+    """The real-rack inventory (example addresses; nothing is contacted)."""
+    return load_inventory(INVENTORY)
+
+
+def exported(inventory, engine, profile, **options):
+    """The objects of a lane, as a reader of the YAML sees them."""
+    lane = export_lws(inventory, engine, profile, **options)
+    return list(yaml.safe_load_all(manifest_yaml(lane.objects)))
+
+
+def containers(lws):
+    """(leader container, worker container)."""
+    group = lws["spec"]["leaderWorkerTemplate"]
+    return (group["leaderTemplate"]["spec"]["containers"][0],
+            group["workerTemplate"]["spec"]["containers"][0])
+
+
+def own_engine_file(tmp_path, engine, **profile):
+    """A copy of the rehearsal inventory whose engine file adds profile 'custom' (512k plus
+    the given flags/env)."""
+    rack = Path(shutil.copytree(INVENTORY / "rehearsal", tmp_path / "rack"))
+    data = yaml.safe_load((INVENTORY / "engines" / f"{engine}.yml").read_text())
+    data["profiles"]["custom"] = {"description": "a test lane", "extends": "512k", **profile}
+    (rack / "engines").mkdir()
+    (rack / "engines" / f"{engine}.yml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_inventory(rack)
+
+
+# --- every lane exports, validates and round-trips ---------------------------------------
+
+@pytest.mark.parametrize("engine,profile", LANES)
+def test_every_lane_validates_against_the_real_schemas(rack, engine, profile):
+    objects = exported(rack, engine, profile)
+    assert [obj["kind"] for obj in objects] == ["LeaderWorkerSet", "Service"]
+    for obj in objects:
+        validate(obj)
+
+
+@pytest.mark.parametrize("engine,profile", LANES)
+def test_the_commands_give_back_plans_argv_rank_by_rank(rack, engine, profile):
+    lws, _ = exported(rack, engine, profile)
+    specs = build_specs(rack, engine, profile)
+    leader, worker = containers(lws)
+    for spec in specs:
+        container = leader if spec.is_head else worker
+        words = [*container["command"], *container["args"]]
+        group_env = {"LWS_WORKER_INDEX": str(spec.rank), "LWS_GROUP_SIZE": str(len(specs)),
+                     "LWS_LEADER_ADDRESS": rack.head.roce_addr}
+        assert [expand(word, group_env) for word in words] == list(spec.argv)
+        changed = [word for word, planned in zip(words, spec.argv) if word != planned]
+        assert changed and all(re.search(r"\$\((LWS_[A-Z_]+)\)", word) for word in changed)
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == len(specs)
+
+
+@pytest.mark.parametrize("engine,profile", LANES)
+def test_the_env_is_the_launch_specs_and_secrets_come_from_a_secret(rack, engine, profile,
+                                                                     monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_never_in_a_manifest")
+    lws, service = exported(rack, engine, profile)
+    spec = build_specs(rack, engine, profile)[0]
+    for container in containers(lws):
+        env = container["env"]
+        assert {e["name"]: expand(e["value"], {}) for e in env if "value" in e} == dict(spec.env)
+        assert [e for e in env if "valueFrom" in e] == [{"name": "HF_TOKEN", "valueFrom": {
+            "secretKeyRef": {"name": f"sparkrack-{engine}", "key": "HF_TOKEN",
+                             "optional": True}}}]
+    assert "hf_never_in_a_manifest" not in json.dumps([lws, service])
+
+
+def test_the_group_runs_as_the_rack_does(rack):
+    lws, service = exported(rack, "sglang", "512k")
+    group = lws["spec"]["leaderWorkerTemplate"]
+    assert (lws["spec"]["replicas"], group["size"], group["restartPolicy"]) == \
+        (1, 8, "RecreateGroupOnPodRestart")
+    for template in (group["leaderTemplate"], group["workerTemplate"]):
+        pod = template["spec"]
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GB10",
+                                       CAP_VERIFIED_LABEL: "true"}
+        assert (pod["hostNetwork"], pod["dnsPolicy"], pod["hostIPC"]) == \
+            (True, "ClusterFirstWithHostNet", True)
+        assert pod["terminationGracePeriodSeconds"] == 120  # the profile's stop timeout
+        assert pod["volumes"] == [{"name": "models-glm-5-3-nvfp4", "hostPath": {
+            "path": "/models/GLM-5.3-NVFP4", "type": "Directory"}}]
+        container = pod["containers"][0]
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": 1,
+                                                    "rdma/hca_shared_devices_a": 1}
+        assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+        assert container["volumeMounts"] == [{"name": "models-glm-5-3-nvfp4",
+                                              "mountPath": "/models/GLM-5.3-NVFP4",
+                                              "readOnly": True}]
+    leader, worker = containers(lws)
+    assert leader["ports"][0] == {"name": "http", "containerPort": 30000, "protocol": "TCP"}
+    startup = leader["startupProbe"]
+    assert startup["httpGet"] == {"path": "/health", "port": "http"}
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 900  # ready_timeout_s
+    assert leader["livenessProbe"]["failureThreshold"] == 3  # as `invoke watch` acts
+    assert "ports" not in worker and "readinessProbe" not in worker
+    assert service["spec"]["selector"] == {
+        "leaderworkerset.sigs.k8s.io/name": "sparkrack-sglang-512k",
+        "leaderworkerset.sigs.k8s.io/worker-index": "0"}
+    assert service["spec"]["ports"] == [{"name": "http", "port": 30000, "targetPort": 30000,
+                                         "protocol": "TCP"}]
+    assert service["metadata"]["name"] == "sparkrack-sglang-512k-api"
+
+
+@pytest.mark.parametrize("engine,profile", LANES)
+def test_names_and_labels_are_what_an_api_server_accepts(rack, engine, profile):
+    label_key = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                           r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+    label_value = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+    lws, service = exported(rack, engine, profile)
+    group = lws["spec"]["leaderWorkerTemplate"]
+    for labels in (lws["metadata"]["labels"], service["metadata"]["labels"],
+                   service["spec"]["selector"], group["leaderTemplate"]["metadata"]["labels"],
+                   group["workerTemplate"]["spec"]["nodeSelector"]):
+        for key, value in labels.items():
+            assert label_key.fullmatch(key) and label_value.fullmatch(value), (key, value)
+    for name in (lws["metadata"]["name"], service["metadata"]["name"]):
+        assert re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", name)
+
+
+def test_dollar_signs_in_a_profile_reach_the_engine_as_written(tmp_path):
+    rack = own_engine_file(tmp_path, "sglang",
+                           flags={"--chat-template": "t-$(LWS_WORKER_INDEX)-$$-$(HOME)"},
+                           env={"SGLANG_LABEL": "a$(LWS_GROUP_SIZE)b"})
+    lws, _ = exported(rack, "sglang", "custom")
+    validate(lws)
+    spec = build_specs(rack, "sglang", "custom")[3]
+    _, worker = containers(lws)
+    group_env = {"LWS_WORKER_INDEX": "3", "LWS_GROUP_SIZE": "8",
+                 "LWS_LEADER_ADDRESS": rack.head.roce_addr, "HOME": "/root"}
+    assert [expand(word, group_env) for word in [*worker["command"], *worker["args"]]] == \
+        list(spec.argv)
+    env = {e["name"]: expand(e["value"], group_env) for e in worker["env"] if "value" in e}
+    assert env["SGLANG_LABEL"] == "a$(LWS_GROUP_SIZE)b"
+
+
+def test_an_argv_not_laid_out_as_the_engine_file_says_is_not_exported(rack):
+    definition = load_engine(rack.path, "vllm")
+    spec = build_specs(rack, "vllm", "512k")[2]
+    values = template_values(rack, definition, rack.node(spec.node))
+    assert group_argv(spec, definition, values)[-1] == "--headless"
+    shifted = dataclasses.replace(spec, argv=(*spec.argv, "--enforce-eager"))
+    with pytest.raises(SparkrackError, match="rank 2's argv word .* not the engine file's"):
+        group_argv(shifted, definition, values)
+
+
+# --- the validation can fail -------------------------------------------------------------
+
+def _set(path, value):
+    """An edit of an object: the value at path (keys and list indexes) set to value."""
+    def edit(obj):
+        *parents, last = path
+        for key in parents:
+            obj = obj[key]
+        obj[last] = value
+    return edit
+
+
+_CONTAINER = ("spec", "leaderWorkerTemplate", "workerTemplate", "spec", "containers", 0)
+BROKEN = {
+    "restart policy not in the CRD's enum": (0, _set(
+        ("spec", "leaderWorkerTemplate", "restartPolicy"), "RecreateSometimes")),
+    "size as text": (0, _set(("spec", "leaderWorkerTemplate", "size"), "8")),
+    "a docker option that pods do not have": (0, _set((*_CONTAINER, "gpus"), "all")),
+    "a probe port that is not a port": (0, _set(
+        ("spec", "leaderWorkerTemplate", "leaderTemplate", "spec", "containers", 0,
+         "startupProbe", "httpGet", "port"), ["http"])),
+    "host networking as text": (0, _set(
+        ("spec", "leaderWorkerTemplate", "workerTemplate", "spec", "hostNetwork"), "yes")),
+    "a Service port by name": (1, _set(("spec", "ports", 0, "port"), "http")),
+    "a misspelt Service field": (1, _set(("spec", "selectr"), {})),
+}
+
+
+@pytest.mark.parametrize("what", BROKEN)
+def test_a_broken_object_fails_validation(rack, what):
+    index, edit = BROKEN[what]
+    obj = copy.deepcopy(exported(rack, "vllm", "512k")[index])
+    edit(obj)
+    with pytest.raises(jsonschema.ValidationError):
+        validate(obj)
+
+
+# --- refused as check refuses ------------------------------------------------------------
+
+def test_a_profile_check_refuses_is_refused_with_the_rules_message(tmp_path):
+    rack = own_engine_file(tmp_path, "sglang", flags={"--speculative-eagle-topk": 4})
+    report = check_profile(rack, "sglang", "custom")
+    assert [f.rule for f in report.blocking] == ["DSA-EAGLE-TOPK"]
+    with pytest.raises(ProfileRefused) as refused:
+        export_lws(rack, "sglang", "custom")
+    assert refused.value.exit_code == 1
+    assert str(refused.value).startswith(f"refused: {report.summary()}: DSA-EAGLE-TOPK: "
+                                         f"{report.blocking[0].message}")
+    assert "--speculative-eagle-topk 4 is above 1" in str(refused.value)
+
+
+def test_a_per_node_env_value_is_refused():
+    fixture = load_inventory(Path(__file__).parent / "data" / "inventory")  # spark-04: GID 5
+    with pytest.raises(UsageError, match=r"NCCL_IB_GID_INDEX differs between spark-01 \(rank 0\)"
+                                         r" and spark-04 \(rank 3\)"):
+        export_lws(fixture, "vllm", "512k")
+
+
+def test_a_one_node_rack_is_refused(tmp_path):
+    rack = Path(shutil.copytree(INVENTORY / "rehearsal", tmp_path / "rack"))
+    hosts = rack / "hosts.yml"
+    hosts.write_text(re.sub(r" +spark-0[2-8]:.*\n", "", hosts.read_text()))
+    rack_vars = rack / "group_vars" / "all.yml"
+    rack_vars.write_text(rack_vars.read_text().replace("tp_size: 8", "tp_size: 1"))
+    with pytest.raises(UsageError, match="needs a leader and a worker, and the inventory has 1"):
+        export_lws(load_inventory(rack), "sglang", "512k")
+
+
+def test_bad_names_are_refused(rack):
+    with pytest.raises(UsageError, match="'GLM_lane' is not a Kubernetes name"):
+        export_lws(rack, "sglang", "512k", name="GLM_lane")
+    with pytest.raises(UsageError, match="--secret"):
+        export_lws(rack, "sglang", "512k", secret_name="x" * 64)
+
+
+# --- files and the task ------------------------------------------------------------------
+
+def test_write_manifests_writes_one_file_per_object(rack, tmp_path):
+    objects = export_lws(rack, "vllm", "512k").objects
+    paths = write_manifests(objects, tmp_path / "out")
+    assert [p.name for p in paths] == ["leaderworkerset-sparkrack-vllm-512k.yaml",
+                                       "service-sparkrack-vllm-512k-api.yaml"]
+    assert [yaml.safe_load(p.read_text()) for p in paths] == list(objects)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [p.name for p in paths]
+
+
+def run_export(*args: str) -> int:
+    """Run `invoke export ARGS` in this process; the exit code."""
+    try:
+        Program(namespace=Collection.from_module(export_tasks)).run(["invoke", "export", *args])
+    except SystemExit as stop:
+        return stop.code
+    return 0
+
+
+def test_export_prints_yaml_and_says_where_secrets_and_nodes_come_from(capsys, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_never_printed")
+    assert run_export("--engine", "vllm", "--profile", "1m-nvfp4", "-i", str(INVENTORY)) == 0
+    captured = capsys.readouterr()
+    documents = list(yaml.safe_load_all(captured.out))
+    assert [d["kind"] for d in documents] == ["LeaderWorkerSet", "Service"]
+    assert "warning: EXPERIMENTAL:" in captured.err
+    assert "secrets: HF_TOKEN from Secret sparkrack-vllm (not exported" in captured.err
+    assert f"{CAP_VERIFIED_LABEL}=true" in captured.err
+    assert "hf_never_printed" not in captured.out + captured.err
+
+
+def test_export_out_and_json(capsys, tmp_path):
+    out = tmp_path / "k8s"
+    assert run_export("--engine", "sglang", "-i", str(INVENTORY), "--out", str(out)) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"wrote {out}/leaderworkerset-sparkrack-sglang-512k.yaml",
+        f"wrote {out}/service-sparkrack-sglang-512k-api.yaml"]
+    assert run_export("--engine", "sglang", "-i", str(INVENTORY), "--out", str(out),
+                      "--json") == 0
+    assert json.loads(capsys.readouterr().out) == {"wrote": [
+        f"{out}/leaderworkerset-sparkrack-sglang-512k.yaml",
+        f"{out}/service-sparkrack-sglang-512k-api.yaml"]}
+    assert run_export("--engine", "sglang", "-i", str(INVENTORY), "--json",
+                      "--name", "glm-daily", "--secret", "hf") == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["kind"] == "List"
+    assert [item["metadata"]["name"] for item in listed["items"]] == ["glm-daily",
+                                                                      "glm-daily-api"]
+
+
+def test_export_refusals_and_usage_errors_exit_like_check(capsys, tmp_path):
+    rack = own_engine_file(tmp_path, "sglang", flags={"--speculative-eagle-topk": 4})
+    assert run_export("--engine", "sglang", "--profile", "custom", "-i", str(rack.path)) == 1
+    err = capsys.readouterr().err
+    assert "error: refused: sglang custom: blocked by DSA-EAGLE-TOPK" in err
+    assert "Traceback" not in err
+    assert run_export("--engine", "sglang", "--format", "helm", "-i", str(INVENTORY)) == 2
+    assert "error: unknown export format 'helm' (formats: lws)" in capsys.readouterr().err
+    assert run_export("--engine", "sglang", "--profile", "2m", "-i", str(INVENTORY)) == 2
+
+
+def test_export_is_a_top_level_task():
+    assert "export" in build_namespace().task_names

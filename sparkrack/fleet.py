@@ -313,19 +313,47 @@ def _about(remote: str) -> Iterator[None]:
 
 
 def _upload(sftp: paramiko.SFTPClient, files: Sequence[Upload]) -> Mapping[str, bytes]:
-    """Write each file beside its target, chmod it, rename it over the target.
+    """Write each file beside its target, private from its first byte, then give it its
+    mode and rename it over the target.
 
-    The temporary name is fixed per target, so a retry after a failure overwrites it.
+    The temporary name is fixed per target: one that a cut connection left (it may hold a
+    secret) is removed first, and the new one is created exclusively with mode 0600 in the
+    open request itself, so no other user can open it while it is written.
     """
     for source, remote, mode in files:
         target = PurePosixPath(remote)
         temporary = str(target.with_name(f".{target.name}.sparkrack-tmp"))
         content = source.read_bytes() if isinstance(source, Path) else source
         with _about(remote):
-            sftp.putfo(io.BytesIO(content), temporary)
+            _remove_if_there(sftp, temporary)
+            with _create_private(sftp, temporary) as handle:
+                handle.write(content)
             sftp.chmod(temporary, mode)
             sftp.posix_rename(temporary, remote)
     return {}
+
+
+def _remove_if_there(sftp: paramiko.SFTPClient, path: str) -> None:
+    try:
+        sftp.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _create_private(sftp: paramiko.SFTPClient, path: str) -> paramiko.SFTPFile:
+    """Open a new file for writing, created with mode 0600 by the server (O_EXCL).
+
+    paramiko's `open` sends no attributes, so the file would be created 0666 & umask and
+    chmod-ed only later; this is its request with the permissions attribute set (SFTP v3
+    OPEN carries initial attributes; OpenSSH's sftp-server passes them to open(2))."""
+    attributes = paramiko.SFTPAttributes()
+    attributes.st_mode = 0o600
+    flags = paramiko.sftp.SFTP_FLAG_WRITE | paramiko.sftp.SFTP_FLAG_CREATE | \
+        paramiko.sftp.SFTP_FLAG_EXCL
+    kind, message = sftp._request(paramiko.sftp.CMD_OPEN, path, flags, attributes)
+    if kind != paramiko.sftp.CMD_HANDLE:
+        raise paramiko.SFTPError("expected a handle")
+    return paramiko.SFTPFile(sftp, message.get_binary(), "wb", -1)
 
 
 def _download(sftp: paramiko.SFTPClient, paths: Sequence[str]) -> Mapping[str, bytes]:

@@ -518,7 +518,8 @@ class _Run:
                        else "; ".join(result.errors) if result.errors
                        else f"burn {burned.verdict}: {burned.reason}" if burned else "no burn")
                 self.stop(step, "failed", why)
-            self._set(step, "ok", f"{probes} port probes ok both ways; burn {burned.summary}")
+            self._set(step, "ok", f"{probes} port probes ok both ways; env files as provisioned; "
+                      f"burn {burned.summary}")
 
     def join(self) -> None:
         report, inventory = self.report, self.inventory

@@ -1,5 +1,6 @@
 """Step 5, verify: the new node and the rack reach each other on the engine ports, and its
-GPU holds the clock cap under load.
+GPU holds the clock cap under load, and its env files are what the engines will get: for
+every engine, present and what provision writes (`provision.envfiles`, the `up` env gate).
 
 Reachability, both ways, on the fabric addresses (roce_addr) the engines use:
 - every member -> the new node, on every engine port (a fresh node's firewall is the
@@ -27,6 +28,7 @@ from sparkrack.engines.profile_file import load_engine
 from sparkrack.errors import SparkrackError
 from sparkrack.fleet import Fleet, NodeResult, Secret
 from sparkrack.inventory import Inventory, Node
+from sparkrack.provision.envfiles import EnvFiles
 from sparkrack.provision.images import DEFAULT_PYTHON
 from sparkrack.fleet_results import last_json_object
 
@@ -245,7 +247,19 @@ def verify_node(fleet: Fleet, inventory: Inventory, new: Node, members: Sequence
         report = VerifyReport(errors=["no engine profile names a port"])
     else:
         report = probe_reach(fleet, new, members, plan, inventory.head.name, python=python)
+    report.errors += env_problems(fleet, inventory, new)
     report.burn = burn(inventory, [new], burn_seconds, fleet=fleet)[0]
     return report
+
+
+def env_problems(fleet: Fleet, inventory: Inventory, new: Node) -> list[str]:
+    """What would make the `up` env gate refuse the new node, for every engine."""
+    problems = []
+    for engine in engine_names(inventory.path):
+        files = EnvFiles(inventory, load_engine(inventory.path, engine).image_key)
+        envs, errors = files.read_all(fleet, [new])
+        problems += [f"{engine} env files: {why}" for why in errors.values()]
+        problems += [f"{engine} env files: {p}" for env in envs.values() for p in env.problems]
+    return problems
 
 

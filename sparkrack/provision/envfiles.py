@@ -164,11 +164,11 @@ class EnvFiles:
                 found.update(env_vars(text, str(task.params["dest"])))
         return NodeEnv(node.name, VIEW_INVENTORY, FrozenMapping(found), tuple(problems))
 
-    def read_all(self, fleet: Fleet, timeout: float = 20) -> tuple[dict[str, NodeEnv],
-                                                                   dict[str, str]]:
-        """({node: NodeEnv} read from each node of fleet, {node: error} for the others):
-        one round trip per node."""
-        nodes = {node.name: node for node in fleet.nodes}
+    def read_all(self, fleet: Fleet, nodes: Sequence[Node] | None = None,
+                 timeout: float = 20) -> tuple[dict[str, NodeEnv], dict[str, str]]:
+        """({node: NodeEnv} read from each node of fleet (or of nodes), {node: error} for
+        those that did not answer): one round trip per node."""
+        nodes = {node.name: node for node in (fleet.nodes if nodes is None else nodes)}
         results = fleet.run({name: self.gather_argv(node) for name, node in nodes.items()},
                             timeout=timeout)
         envs = {r.node: self.read(nodes[r.node], r.stdout) for r in results if r.ok}

@@ -20,7 +20,7 @@ from sparkrack.lifecycle.containers import engine_containers
 from sparkrack.provision import provision
 from sparkrack.provision.envfiles import parse_env, rack_view
 
-from .test_stub_rack import Group, stub  # noqa: F401  (the stub fixture)
+from stubgroup import Group
 
 pytestmark = pytest.mark.rack
 FILES = ("/etc/sparkrack/nccl.env", "/etc/sparkrack/sglang.env")

@@ -15,7 +15,7 @@ from sparkrack.cli import provision_tasks
 from sparkrack.facts import CLOCK_CAP_UNIT
 from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision, unprovision
-from sparkrack.provision.envfiles import read_env_files
+from sparkrack.provision.envfiles import parse_env
 from sparkrack.provision.report import as_json
 from sparkrack.provision.testing import inventory_copy, snapshot
 
@@ -136,10 +136,8 @@ def test_gid_table_renumbered_to_5_gives_index_5(inventory):
             "changed"] == 0
         text = read(inventory, "spark-05", NCCL_ENV)
         assert "NCCL_IB_GID_INDEX=5\n" in text and "probed" in text
-        with Fleet(inventory, inventory.select("spark-05,spark-06")) as fleet:
-            env = read_env_files(fleet, [NCCL_ENV])
-        assert env["spark-05"]["NCCL_IB_GID_INDEX"] == "5"
-        assert env["spark-06"]["NCCL_IB_GID_INDEX"] == "3"
+        assert parse_env(read(inventory, "spark-05", NCCL_ENV))["NCCL_IB_GID_INDEX"] == "5"
+        assert parse_env(read(inventory, "spark-06", NCCL_ENV))["NCCL_IB_GID_INDEX"] == "3"
     provisioned(inventory, "spark-05", roles="nccl_env")
     assert "NCCL_IB_GID_INDEX=3\n" in read(inventory, "spark-05", NCCL_ENV)
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import paramiko
 import pytest
 
 from sparkrack.fleet import Fleet, Secret, sh
@@ -287,6 +288,31 @@ def test_put_then_get_round_trips_with_mode(sshd: Sshd, tmp_path: Path):
                                            f"{target}/b.bin": b"from a path"}
     assert missing["spark-01"].status == "failed"
     assert missing["spark-01"].error.endswith(f"{target}/nope: No such file")
+
+
+def test_put_creates_the_file_0600_and_removes_a_leftover_temporary(sshd: Sshd, tmp_path: Path,
+                                                                    monkeypatch):
+    target = sshd.directory / "secret"
+    target.mkdir(exist_ok=True)
+    leftover = target / ".sglang.env.sparkrack-tmp"  # a cut connection's, world-readable
+    leftover.write_text("HF_TOKEN=old\n")
+    leftover.chmod(0o644)
+    opened = []
+    real = paramiko.SFTPClient._request
+
+    def spy(self, kind, *args):
+        if kind == paramiko.sftp.CMD_OPEN:
+            opened.append((args[0], args[1], getattr(args[2], "st_mode", None)))
+        return real(self, kind, *args)
+
+    monkeypatch.setattr(paramiko.SFTPClient, "_request", spy)
+    with Fleet(inventory(sshd, ("spark-01",))) as fleet:
+        put = fleet.put({"spark-01": [(b"HF_TOKEN=new\n", f"{target}/sglang.env", 0o600)]})
+    assert put.all_ok
+    assert opened == [(str(leftover), paramiko.sftp.SFTP_FLAG_WRITE | paramiko.sftp.SFTP_FLAG_CREATE
+                       | paramiko.sftp.SFTP_FLAG_EXCL, 0o600)]
+    assert not leftover.exists() and (target / "sglang.env").read_text() == "HF_TOKEN=new\n"
+    assert (target / "sglang.env").stat().st_mode & 0o777 == 0o600
 
 
 # --- Docker ----------------------------------------------------------------------------

@@ -1,0 +1,31 @@
+"""Fixtures of the rack tests beyond tests/conftest.py's rack and inventory."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from sparkrack.engines import LABEL_ENGINE
+from sparkrack.fleet import Fleet
+from sparkrack.lifecycle import dockerfit
+from sparkrack.rehearsal.stubimage import build_stub_images, load_stub_image
+
+
+@pytest.fixture(scope="module")
+def stub(inventory):
+    """A fleet with both stub images on every node, and the nodes' docker limits."""
+    with Fleet(inventory) as fleet:
+        busy = {node.name: [c.name for c in fleet.docker_client(node.name).containers.list(
+            all=True, filters={"label": LABEL_ENGINE})] for node in fleet.nodes}
+        busy = {node: names for node, names in busy.items() if names}
+        if busy:
+            pytest.skip(f"engine containers already on the rack: {busy}")
+        images = build_stub_images(inventory)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda job: load_stub_image(fleet, job[0], *job[1]),
+                          [(node.name, images[engine]) for node in fleet.nodes
+                           for engine in images]))
+        for node in fleet.nodes:  # the same image ID on every node
+            client = fleet.docker_client(node.name)
+            for engine, (_, image_id) in images.items():
+                assert client.images.get(inventory.vars.images[engine]).id == image_id
+        yield fleet, dockerfit.probe(fleet)

@@ -1,0 +1,83 @@
+"""The stub ranks judge their transport environment as NCCL and Gloo would on the node."""
+
+import pytest
+
+from sparkrack.rehearsal.stub import transport
+
+LL = "fe80:0000:0000:0000:ba3f:d2ff:fe01:0203"
+V4 = "0000:0000:0000:0000:0000:ffff:0a4d:010f"  # ::ffff:10.77.1.15
+ULA = "fd77:0000:0001:0000:ba3f:d2ff:fe01:0203"
+
+
+def hca(state="4: ACTIVE", index=3):
+    gids = {"0": LL, "1": LL}
+    types = {"0": "IB/RoCE v1", "1": "RoCE v2"}
+    for i in range(2, index - 1, 2):  # IPv6 pairs before the IPv4 one (renumbered firmware)
+        gids.update({str(i): ULA, str(i + 1): ULA})
+        types.update({str(i): "IB/RoCE v1", str(i + 1): "RoCE v2"})
+    gids.update({str(index - 1): V4, str(index): V4})
+    types.update({str(index - 1): "IB/RoCE v1", str(index): "RoCE v2"})
+    return {"state": state, "gids": gids, "types": types}
+
+
+HCAS = {"rocep1s0f0": hca(), "roceP2p1s0f0": hca()}
+IFACES = {"lo": ["127.0.0.1/8"], "enp1s0f0np0": ["10.77.1.15/24"],
+          "enP2p1s0f0np0": ["10.77.2.15/24"]}
+GOOD = {"NCCL_IB_HCA": "rocep1s0f0,roceP2p1s0f0", "NCCL_IB_GID_INDEX": "3",
+        "NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "enp1s0f0np0",
+        "NCCL_IB_DISABLE": "0"}
+HEAD = "10.77.1.11"
+
+
+def check(env=None, hcas=None, ifaces=None):
+    return transport.check({**GOOD, **(env or {})}, HCAS if hcas is None else hcas,
+                           IFACES if ifaces is None else ifaces, HEAD)
+
+
+def test_the_provisioned_environment_passes_and_unset_variables_are_the_libraries_choice():
+    assert check() is None
+    assert transport.check({}, HCAS, IFACES, HEAD) is None
+
+
+@pytest.mark.parametrize("name", ["eth9", "lo", "enP2p1s0f0np0"])
+def test_gloo_needs_an_interface_with_an_address_on_the_rendezvous_network(name):
+    fault = check({"GLOO_SOCKET_IFNAME": name})
+    assert fault.library == "gloo"
+    assert fault.error == ("RuntimeError: [enforce fail at /pytorch/third_party/gloo/gloo/"
+                           "transport/tcp/device.cc:83] ifa != nullptr. Unable to find "
+                           f"address for: {name}")
+
+
+def test_nccl_socket_ifname_that_matches_nothing_usable():
+    fault = check({"NCCL_SOCKET_IFNAME": "=enp1s0"})  # exact match: no such interface
+    assert fault.library == "nccl" and fault.warning == "Bootstrap : no socket interface found"
+    assert check({"NCCL_SOCKET_IFNAME": "enp1s0"}) is None  # a prefix matches enp1s0f0np0
+    assert check({"NCCL_SOCKET_IFNAME": "^lo"}) is None  # exclusion leaves enp1s0f0np0
+
+
+def test_an_hca_entry_that_matches_no_device_or_is_down():
+    missing = check(hcas={"rocep1s0f0": hca()})
+    assert missing.warning == ("NET/IB : NCCL_IB_HCA entry roceP2p1s0f0 matches no device "
+                               "(the node has: rocep1s0f0)")
+    assert "ncclSystemError" in missing.error and "NCCL version" in missing.error
+    down = check(hcas={"rocep1s0f0": hca(), "roceP2p1s0f0": hca("1: DOWN")})
+    assert down.warning == "NET/IB : roceP2p1s0f0:1 port is not active (state 1: DOWN)"
+    assert check({"NCCL_IB_DISABLE": "1"}, hcas={}) is None  # sockets only: no HCA needed
+
+
+def test_the_gid_index_must_be_the_ipv4_mapped_roce_v2_entry_on_every_hca():
+    renumbered = {"rocep1s0f0": hca(index=5), "roceP2p1s0f0": hca(index=5)}
+    fault = check(hcas=renumbered)  # index 3 is now an IPv6 ULA entry
+    assert "IBV_WC_RETRY_EXC_ERR(12)" in fault.warning and "localGidIndex=3" in fault.warning
+    assert fault.error.startswith("torch.distributed.DistBackendError: NCCL error in:")
+    assert check({"NCCL_IB_GID_INDEX": "5"}, hcas=renumbered) is None
+    assert "localGidIndex=2" in check({"NCCL_IB_GID_INDEX": "2"}).warning  # RoCE v1 entry
+    empty = check({"NCCL_IB_GID_INDEX": "9"})
+    assert empty.warning.startswith("Call to ibv_modify_qp failed with 22 Invalid argument")
+    one_off = {"rocep1s0f0": hca(), "roceP2p1s0f0": hca(index=5)}
+    assert "dev=roceP2p1s0f0" in check(hcas=one_off).warning
+
+
+def test_gloo_is_judged_before_nccl():
+    fault = check({"GLOO_SOCKET_IFNAME": "eth9", "NCCL_IB_GID_INDEX": "9"})
+    assert fault.library == "gloo"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import typing
+import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
@@ -197,6 +198,12 @@ def _convert(type_: Any, value: Any) -> Any:
     ok = (isinstance(value, Mapping) and value and set(value) <= set(ENGINES)
           and all(_is_name(ref) for ref in value.values()))
     return FrozenMapping(value) if ok else None
+
+
+def has_control(text: str) -> bool:
+    """Whether text holds a control character (newline, tab, NUL, ESC, ...) or a Unicode
+    line or paragraph separator: what no name, path or argv word of the rack may carry."""
+    return any(unicodedata.category(char) in ("Cc", "Zl", "Zp") for char in text)
 
 
 def _is_name(value: Any) -> bool:

@@ -174,6 +174,7 @@ def test_config_defaults_and_precedence():
     ({"load_dely_s": 1}, "unknown key 'load_dely_s'"),
     ({"tokens_per_s": "fast"}, "tokens_per_s must be a number"),
     ({"tokens_per_s": -1}, "must be >= 0"),
+    ({"recall_tokens": "all"}, "recall_tokens must be a number"),
     ({"ranks": {"x": {}}}, "keys are rank numbers"),
     ({"ranks": {"1": {"die_after": 3}}}, "unknown key 'die_after'"),
     ({"ranks": {"1": {"exit_at_start": 1}}}, "bad value 1"),

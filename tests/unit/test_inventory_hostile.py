@@ -228,6 +228,25 @@ def test_plan_refuses_with_one_line_and_exit_2(rehearsal, line, message):
     assert lines[0].startswith(f"error: {file}:{number}: ") and message in lines[0], lines
 
 
+def test_status_refuses_a_zone_index_and_a_huge_file_with_exit_2(rehearsal):
+    hosts = rehearsal / "hosts.yml"
+    text = hosts.read_text()
+    hosts.write_text(text.replace("ansible_host: 10.77.1.14,",
+                                  """ansible_host: "fe80::1%'$(reboot)\\"",""", 1))
+    done = invoke("status", "-i", str(rehearsal))
+    assert done.returncode == 2 and "has a zone index" in done.stderr + done.stdout
+    assert len((done.stdout + done.stderr).strip().splitlines()) == 1
+    hosts.write_text(text)
+    with open(rehearsal / "group_vars" / "all.yml", "r+b") as handle:
+        handle.truncate(60 * 2**20)
+    began = time.monotonic()
+    done = invoke("plan", "--engine", "sglang", "-i", str(rehearsal))
+    assert done.returncode == 2 and time.monotonic() - began < 30
+    assert (done.stdout + done.stderr).strip() == (
+        f"error: {rehearsal}/group_vars/all.yml: 62,914,560 bytes, over the 1 MiB limit of "
+        "an inventory file (is it the right file? inventory and profile files are a few KiB)")
+
+
 def test_plan_refuses_an_engine_file_that_is_a_directory(rehearsal):
     (rehearsal / "engines" / "sglang.yml").mkdir(parents=True)
     done = invoke("plan", "--engine", "sglang", "-i", str(rehearsal))

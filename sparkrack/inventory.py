@@ -15,6 +15,7 @@ import difflib
 import ipaddress
 import os
 import re
+import stat
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from sparkrack.inventory_schema import (
     CONNECTION, HOST, NODE, RACK, SPECS, FrozenMapping, RackVars, describe, is_address)
 
 INVENTORY_ENV = "SPARKRACK_INVENTORY"
+MAX_FILE_BYTES = 1 << 20  # an inventory, profile or model file is a few KiB: 1 MiB is plenty
 
 _WHERE_FIX = f"pass -i/--inventory DIR or set {INVENTORY_ENV} to a directory holding hosts.yml"
 _SHAPE_FIX = "shape: all: {children: {sparks: {hosts: {spark-01: {ansible_host: ADDR, rank: 0}}}}}"
@@ -148,7 +150,11 @@ def _locate(path: str | Path | None) -> Path:
     if not directory.is_dir():
         problem = "not a directory" if directory.exists() else "inventory directory not found"
         raise InventoryError(directory, None, problem + origin, fix=_WHERE_FIX)
-    if not (directory / "hosts.yml").is_file():
+    hosts = directory / "hosts.yml"
+    if hosts.is_dir():
+        raise InventoryError(hosts, None, "a directory where the hosts file belongs",
+                             fix="make hosts.yml the inventory's hosts file")
+    if not hosts.is_file():
         raise InventoryError(directory, None, f"no hosts.yml in this directory{origin}",
                              fix=_WHERE_FIX)
     return directory
@@ -167,9 +173,29 @@ class _Mapping(dict):
 
 
 def _read_yaml(file: Path) -> Any:
-    """The content of a YAML file as plain values, with _Mapping for every mapping."""
+    """The content of a YAML file as plain values, with _Mapping for every mapping.
+
+    A directory or anything but a regular file where the file belongs is refused, and so
+    is a file over MAX_FILE_BYTES (read no further than that)."""
+    limit = f"{MAX_FILE_BYTES // (1 << 20)} MiB"
     try:
-        text = file.read_text(encoding="utf-8")
+        info = file.stat()
+        if stat.S_ISDIR(info.st_mode):
+            raise InventoryError(file, None, "a directory where a file belongs",
+                                 fix=f"put the {file.name} file there instead")
+        if not stat.S_ISREG(info.st_mode):
+            raise InventoryError(file, None, "not a regular file",
+                                 fix=f"make {file.name} a plain file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise InventoryError(file, None, f"{info.st_size:,} bytes, over the {limit} "
+                                 "limit of an inventory file", fix="is it the right file? "
+                                 "inventory and profile files are a few KiB")
+        with open(file, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise InventoryError(file, None, f"over the {limit} limit of an inventory file",
+                                 fix="is it the right file?")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InventoryError(file, None, "not UTF-8 text", fix="save it as UTF-8") from None
     except OSError as error:
@@ -416,6 +442,9 @@ class _Loader:
                                  fix=f"make {folder}/ a readable directory") from None
         found = {}
         for entry in entries:
+            if entry.suffix == ".yml" and entry.is_dir():
+                raise InventoryError(entry, None, f"a directory where a {kind} file belongs",
+                                     fix=f"{folder}/ holds one <{kind}>.yml file per {kind}")
             if entry.suffix != ".yml" or not entry.is_file():
                 raise InventoryError(entry, None, f"unexpected entry in {folder}/",
                                      fix=f"{folder}/ holds one <{kind}>.yml file per {kind}")

@@ -3,14 +3,28 @@
 `RackVars` is the table of rack vars (group_vars); `HOST_SPECS` lists the keys that
 belong to one host (connection keys and the node's place in the rack). `SPECS`
 indexes both by name, each with the scope where it may be set.
+
+Every text value also has a kind, checked when the inventory loads, because these values
+reach docker, the filesystem, env files and SSH: an absolute path (model_path) holds no
+':' or ',' (docker's field separators), no whitespace or control character, and no '.',
+'..' or '//'; an image reference follows docker's reference grammar; interface and HCA
+names follow the kernel's rules (1-15 and 1-63 bytes, no '/', ':' or whitespace, not '.'
+or '..') restricted to letters, digits, '_', '.' and '-', since they are also written into
+NCCL's comma-separated lists and env files; an address is an IP address or a DNS name,
+without a zone index ('fe80::1%eth0' is refused: the rack does not use link-local
+addresses, and a zone index is free text); the rack name is a plain file name (bench
+results are stored under it); any other text (file paths on this machine, argv words) is
+one line without control characters.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 import re
 import typing
-from collections.abc import Iterator, Mapping
+import unicodedata
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -47,11 +61,25 @@ class FrozenMapping(Mapping[str, Any]):
         return f"FrozenMapping({self._items!r})"
 
 
+# Kinds of text value (Spec.kind), each checked by _KIND_CHECKS.
+RACK_NAME = "rack name"
+ABS_PATH = "absolute path"
+LOCAL_PATH = "local path"
+IMAGE_REF = "image reference"
+IFNAME = "interface name"
+HCA_NAME = "HCA name"
+MODEL_NAME = "model name"
+USER_NAME = "user name"
+ARGV_WORD = "argv word"
+
+
 def _var(default: Any, meaning: str, *, scope: str = RACK, at_least: float | None = None,
-         above: float | None = None, at_most: float | None = None) -> Any:
-    """A RackVars field: its default, one-line meaning, scope and numeric bounds."""
+         above: float | None = None, at_most: float | None = None,
+         kind: str | None = None) -> Any:
+    """A RackVars field: its default, one-line meaning, scope, numeric bounds and the kind
+    of its text (each item's, for lists and mappings)."""
     metadata = {"meaning": meaning, "scope": scope, "at_least": at_least, "above": above,
-                "at_most": at_most}
+                "at_most": at_most, "kind": kind}
     if isinstance(default, Mapping):
         frozen = FrozenMapping(default)
         return field(default_factory=lambda: frozen, metadata=metadata)
@@ -62,7 +90,8 @@ def _var(default: Any, meaning: str, *, scope: str = RACK, at_least: float | Non
 class RackVars:
     """Rack vars after merging the inventory's files; each field is one row of the schema."""
 
-    rack_name: str = _var("sparkrack", "name of the rack, shown in status output and logs")
+    rack_name: str = _var("sparkrack", "name of the rack, shown in status output and logs",
+                          kind=RACK_NAME)
     tp_size: int = _var(8, "tensor-parallel size; must equal the number of nodes", at_least=1)
     clock_cap_mhz: int = _var(
         2200, "GPU clock cap (nvidia-smi -lgc 0,N), the only power lever on GB10", at_least=1)
@@ -79,22 +108,27 @@ class RackVars:
                                    at_least=1)
     nccl_ib_hca: tuple[str, ...] = _var(
         ("rocep1s0f0", "roceP2p1s0f0"),
-        "NCCL_IB_HCA: both twin HCAs of the QSFP port (one alone caps at ~100G)", scope=NODE)
+        "NCCL_IB_HCA: both twin HCAs of the QSFP port (one alone caps at ~100G)", scope=NODE,
+        kind=HCA_NAME)
     nccl_ib_gid_index: int = _var(
         3, "NCCL_IB_GID_INDEX when no RoCE v2 IPv4 GID is probed, or set per node",
         scope=NODE, at_least=0)
     nccl_socket_ifname: str = _var(
-        "enp1s0f0np0", "NCCL/GLOO/TP_SOCKET_IFNAME: the node's CX7 netdev", scope=NODE)
+        "enp1s0f0np0", "NCCL/GLOO/TP_SOCKET_IFNAME: the node's CX7 netdev", scope=NODE,
+        kind=IFNAME)
     images: Mapping[str, str] = _var(
         {"sglang": "lmsysorg/sglang:v0.5.22-cu130", "vllm": "vllm/vllm-openai:v0.33.0"},
-        "container image ref per engine (sglang, vllm)")
-    model_path: str = _var("/models/GLM-5.3-NVFP4", "model directory on every node")
-    model_name: str = _var("GLM-5.3", "model name served by the OpenAI-compatible API")
+        "container image ref per engine (sglang, vllm)", kind=IMAGE_REF)
+    model_path: str = _var("/models/GLM-5.3-NVFP4", "model directory on every node",
+                           kind=ABS_PATH)
+    model_name: str = _var("GLM-5.3", "model name served by the OpenAI-compatible API",
+                           kind=MODEL_NAME)
     ssh_connect_timeout: float = _var(5.0, "seconds to wait for an SSH connection", above=0)
     ssh_command_timeout: float = _var(60.0, "seconds a remote command may run by default",
                                       above=0)
     known_hosts_file: str = _var(
-        "known_hosts", "SSH known_hosts file; relative paths resolve against the inventory")
+        "known_hosts", "SSH known_hosts file; relative paths resolve against the inventory",
+        kind=LOCAL_PATH)
     indexer_mem_fraction: float = _var(
         0.01, "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION (bounds the DSA indexer scratch)",
         above=0, at_most=1)
@@ -104,11 +138,12 @@ class RackVars:
         "nccl_ib_gid_index (a node's own nccl_ib_gid_index always wins)")
     image_sources: EngineFiles = _var(
         {}, "docker-save tar per engine on this machine, the source of that engine's image "
-        "for every node (engines not listed: the head node's image)")
+        "for every node (engines not listed: the head node's image)", kind=LOCAL_PATH)
     rehearsal_image_sources: EngineFiles = _var(
         {"sglang": "/var/lib/sparkrack/rehearsal/images/sglang.tar",
          "vllm": "/var/lib/sparkrack/rehearsal/images/vllm.tar"},
-        "image_sources used instead when rehearsal is true (the stub engine images)")
+        "image_sources used instead when rehearsal is true (the stub engine images)",
+        kind=LOCAL_PATH)
     burn_command: tuple[str, ...] = _var(
         ("docker", "run", "--rm", "--gpus", "all", "--entrypoint", "python3", "{image}", "-c",
          "import collections,sys,time,torch; a=torch.ones(8192,8192,device='cuda',"
@@ -116,10 +151,11 @@ class RackVars:
          "a@a for _ in iter(lambda: time.time()<e, False)),0); torch.cuda.synchronize()",
          "{seconds}"),
         "load put on each GPU by `invoke burn` ({seconds}: duration, {image}: the first "
-        "engine image)")
+        "engine image)", kind=ARGV_WORD)
     rehearsal_burn_command: tuple[str, ...] = _var(
         ("gpu-sim", "load", "--seconds", "{seconds}"),
-        "burn_command used instead when rehearsal is true (the simulated GPU)")
+        "burn_command used instead when rehearsal is true (the simulated GPU)",
+        kind=ARGV_WORD)
 
 
 @dataclass(frozen=True)
@@ -135,12 +171,25 @@ class Spec:
     above: float | None = None
     at_most: float | None = None
     sample: Any = None
+    kind: str | None = None  # of the text (each item's): a key of _KIND_CHECKS
 
     def check(self, value: Any) -> Any:
-        """Return the value in this key's type; raise ValueError naming what was expected."""
+        """Return the value in this key's type; raise ValueError naming what was expected,
+        or what makes a text value unsafe for its kind."""
+        if self.type == ADDRESS and isinstance(value, str) and "%" in value:
+            raise ValueError(f"{self.name}: {describe(value)} {address_problem(value)}")
         converted = _convert(self.type, value)
         if converted is None or not self._in_bounds(converted):
             raise ValueError(f"{self.name}: expected {self.expected()}, got {describe(value)}")
+        if self.kind is not None:
+            items = (converted.items() if isinstance(converted, Mapping)
+                     else ((None, item) for item in converted) if isinstance(converted, tuple)
+                     else ((None, converted),))
+            for key, item in items:
+                problem = _KIND_CHECKS[self.kind](item)
+                if problem:
+                    where = f"{self.name}: {key}" if key is not None else self.name
+                    raise ValueError(f"{where}: {describe(item)} {problem}")
         return converted
 
     def expected(self) -> str:
@@ -199,6 +248,12 @@ def _convert(type_: Any, value: Any) -> Any:
     return FrozenMapping(value) if ok else None
 
 
+def has_control(text: str) -> bool:
+    """Whether text holds a control character (newline, tab, NUL, ESC, ...) or a Unicode
+    line or paragraph separator: what no name, path or argv word of the rack may carry."""
+    return any(unicodedata.category(char) in ("Cc", "Zl", "Zp") for char in text)
+
+
 def _is_name(value: Any) -> bool:
     """Whether value is a non-blank string."""
     return isinstance(value, str) and bool(value.strip())
@@ -208,17 +263,115 @@ _LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 
 
 def is_address(value: Any) -> bool:
-    """Whether value is an IPv4/IPv6 address or a valid DNS host name."""
+    """Whether value is an IPv4/IPv6 address (no zone index) or a valid DNS host name."""
+    return address_problem(value) is None
+
+
+def address_problem(value: Any) -> str | None:
+    """None for an IPv4/IPv6 address or a DNS host name, else what is wrong, worded to
+    follow the value: "has a zone index ...". A zone index (fe80::1%eth0) is refused."""
     if not isinstance(value, str):
-        return False
+        return "is not text"
+    if "%" in value:
+        return ("has a zone index (%...), which is refused: use the node's global or "
+                "unique-local address (link-local addresses are not supported)")
     try:
         ipaddress.ip_address(value)
-        return True
+        return None
     except ValueError:
         pass
     if re.fullmatch(r"[0-9.]+", value):
-        return False  # a malformed IPv4 address, not a name
-    return len(value) <= 253 and all(_LABEL.fullmatch(label) for label in value.split("."))
+        return "is not a valid IPv4 address"  # a malformed IPv4 address, not a name
+    if len(value) <= 253 and all(_LABEL.fullmatch(label) for label in value.split(".")):
+        return None
+    return "is not an IP address or host name (DNS labels: letters, digits and '-')"
+
+
+# docker's reference grammar (github.com/distribution/reference, regexp.go)
+_ALNUM = r"[a-z0-9]+"
+_PATH_COMPONENT = rf"{_ALNUM}(?:(?:[._]|__|-+){_ALNUM})*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = (rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])"
+           r"(?::[0-9]+)?")
+_REFERENCE = re.compile(
+    rf"(?P<name>(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?", re.ASCII)
+_RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_IFNAME_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,255}")
+_USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,31}")
+PATH_MAX = 4095
+
+
+def _image_ref_problem(value: str) -> str | None:
+    match = _REFERENCE.fullmatch(value) if len(value) <= 512 else None
+    if match and len(match["name"]) <= 255:
+        return None
+    return ("is not a docker image reference ([REGISTRY[:PORT]/]NAME[:TAG][@sha256:DIGEST]; "
+            "lower-case name components, tag [A-Za-z0-9_][A-Za-z0-9_.-]{0,127})")
+
+
+def _netdev_problem(value: str, limit: int) -> str | None:
+    """The kernel's rules for a device name (dev_valid_name), within limit bytes, and only
+    the characters device names are made of: NCCL reads lists of them split at ','."""
+    size = len(value.encode())
+    if not 1 <= size <= limit:
+        return f"is not 1-{limit} bytes long (the kernel's limit)"
+    if value in (".", ".."):
+        return "is '.' or '..', which the kernel refuses"
+    if any(char.isspace() for char in value) or has_control(value):
+        return "holds whitespace or a control character"
+    if "/" in value or ":" in value:
+        return "holds '/' or ':', which the kernel refuses in a device name"
+    if not _IFNAME_CHARS.fullmatch(value):
+        return "holds a character other than letters, digits, '_', '.' and '-'"
+    return None
+
+
+def _abs_path_problem(value: str) -> str | None:
+    if not value.startswith("/"):
+        return "is not an absolute path"
+    if any(char.isspace() for char in value) or has_control(value):
+        return "holds whitespace or a control character"
+    if ":" in value or "," in value:
+        return "holds ':' or ',', which docker reads as field separators of a mount"
+    plain = value.rstrip("/") or "/"
+    if plain == "/" or posixpath.normpath(plain) != plain:
+        return "is not a plain directory path (no '.', '..' or '//' parts; not / itself)"
+    if len(value.encode()) > PATH_MAX:
+        return f"is longer than {PATH_MAX} bytes"
+    return None
+
+
+def _local_path_problem(value: str) -> str | None:
+    if has_control(value):
+        return "holds a control character (a newline, tab, ...)"
+    if len(value.encode()) > PATH_MAX:
+        return f"is longer than {PATH_MAX} bytes"
+    return None
+
+
+def _pattern_problem(pattern: re.Pattern, what: str) -> Callable[[str], str | None]:
+    return lambda value: None if pattern.fullmatch(value) else f"is not {what}"
+
+
+_KIND_CHECKS: dict[str, Callable[[str], str | None]] = {
+    RACK_NAME: _pattern_problem(
+        _RACK_NAME, "a rack name usable as a file name (1-64 letters, digits, '.', '_' or "
+        "'-', starting with a letter or digit)"),
+    ABS_PATH: _abs_path_problem,
+    LOCAL_PATH: _local_path_problem,
+    IMAGE_REF: _image_ref_problem,
+    IFNAME: lambda value: _netdev_problem(value, 15),
+    HCA_NAME: lambda value: _netdev_problem(value, 63),
+    MODEL_NAME: _pattern_problem(
+        _MODEL_NAME, "a model name (letters, digits and '._:/@+-', starting with a letter "
+        "or digit, at most 256)"),
+    USER_NAME: _pattern_problem(
+        _USER_NAME, "a user name (letters, digits, '.', '_' and '-', not starting with a "
+        "digit, '.' or '-'; at most 32)"),
+    ARGV_WORD: _local_path_problem,
+}
 
 
 def _number(limit: float) -> str:
@@ -258,10 +411,10 @@ HOST_SPECS = (
     Spec("ansible_host", ADDRESS, None, "management address for SSH; default: the host name",
          HOST, sample="192.0.2.11"),
     Spec("ansible_port", int, 22, "SSH port", CONNECTION, at_least=1, at_most=65535),
-    Spec("ansible_user", str, "root", "SSH user", CONNECTION),
+    Spec("ansible_user", str, "root", "SSH user", CONNECTION, kind=USER_NAME),
     Spec("ansible_ssh_private_key_file", str, None,
          "SSH private key; ~ expands, relative paths resolve against the inventory",
-         CONNECTION, sample="~/.ssh/sparkrack"),
+         CONNECTION, sample="~/.ssh/sparkrack", kind=LOCAL_PATH),
     Spec("rank", int, None, "tensor-parallel rank; 0 is the head (HTTP, dist-init)", HOST,
          at_least=0, sample=0),
     Spec("roce_addr", ADDRESS, None, "address on the RoCE fabric; default: ansible_host", HOST,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparkrack.engines.datafile import did_you_mean
-from sparkrack.errors import UsageError
+from sparkrack.errors import InventoryError, UsageError
 
 REPO_INVENTORY = Path(__file__).resolve().parents[2] / "inventory"
 ENGINES_DIR = "engines"
@@ -22,8 +22,12 @@ MODELS_DIR = "models"
 
 
 def search_dirs(inventory_dir: Path, kind: str) -> tuple[Path, ...]:
-    """The folders searched for kind ('engines' or 'models'), in order, each once."""
+    """The folders searched for kind ('engines' or 'models'), in order, each once; a file
+    where the inventory's folder belongs is refused (it would hide nothing silently)."""
     own, shipped = Path(inventory_dir) / kind, REPO_INVENTORY / kind
+    if own.exists() and not own.is_dir():
+        raise InventoryError(own, None, "a file where a directory belongs",
+                             fix=f"{kind}/ is a folder of <name>.yml files; move this aside")
     same = own.resolve() == shipped.resolve()
     return tuple(d for d in ((own,) if same else (own, shipped)) if d.is_dir())
 
@@ -40,6 +44,10 @@ def engine_file(inventory_dir: Path, engine: str) -> Path:
         file = folder / f"{engine}.yml"
         if file.is_file():
             return file
+        if file.exists():  # a directory (or worse) must not hide behind the shipped file
+            raise InventoryError(file, None, "a directory where a profile file belongs",
+                                 fix=f"make {file.name} the engine's profile file, or "
+                                 "remove it to use the shipped one")
     names = engine_names(inventory_dir)
     raise UsageError(f"unknown engine '{engine}'{did_you_mean(engine, names)}",
                      fix="valid engines: " + (", ".join(names) or f"none (no {ENGINES_DIR}/ "

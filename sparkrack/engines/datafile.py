@@ -14,7 +14,7 @@ from typing import Any
 
 from sparkrack.errors import InventoryError
 from sparkrack.inventory import _Mapping, _read_yaml  # the inventory's YAML-with-lines reader
-from sparkrack.inventory_schema import describe
+from sparkrack.inventory_schema import describe, has_control
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _REQUIRED = object()
@@ -95,6 +95,16 @@ def is_name(value: Any) -> bool:
 def is_text(value: Any) -> bool:
     """Whether value is a non-blank string."""
     return isinstance(value, str) and bool(value.strip())
+
+
+def is_line(value: Any) -> bool:
+    """Whether value is a non-blank string on one line (no control characters)."""
+    return is_text(value) and not has_control(value)
+
+
+def is_word_list(value: Any) -> bool:
+    """Whether value is a list of argv words: non-blank strings without control characters."""
+    return isinstance(value, list) and all(is_line(item) for item in value)
 
 
 def is_count(value: Any) -> bool:

@@ -39,6 +39,10 @@ not set a variable those files set: each variable has one definition (engines/no
 Non-integer numbers must be quoted ('0.80') so that the engine gets the text exactly as
 written. Rank R runs: entrypoint + args.model + profile flags + args.every_rank + args.head
 (R = 0) or args.workers (R >= 1). A profile may not set a flag that `args` sets per rank.
+For an engine with a pinned option list (sglang, vllm: option_names.py) every flag of the
+profiles, `args` and `flag_roles` must be one of its options written in full by its first
+name (no prefix, alias or underscore spelling the engine would also take), a switch gets
+`true` and an option that takes a value gets one. Values are one line each.
 """
 
 from __future__ import annotations
@@ -50,10 +54,11 @@ from typing import Any
 
 from sparkrack.engines.catalog import engine_file
 from sparkrack.engines.datafile import (
-    Section, did_you_mean, is_count, is_name, is_text, is_text_list, read_section)
+    Section, did_you_mean, is_count, is_line, is_name, is_word_list, read_section)
+from sparkrack.engines.option_names import OptionSet, options_for
 from sparkrack.engines.templates import allowed_fields, check_template
 from sparkrack.errors import UsageError
-from sparkrack.inventory_schema import FrozenMapping, describe
+from sparkrack.inventory_schema import FrozenMapping, describe, has_control
 
 FLAG_ROLES = ("context_length", "kv_cache_dtype")
 ARG_GROUPS = ("model", "every_rank", "head", "workers")
@@ -62,6 +67,9 @@ _TOP_KEYS = ("engine", "image_key", "entrypoint", "ports", "health_path", "flag_
 _PROFILE_KEYS = ("description", "extends", "flags", "env", "ready_timeout_s", "stop_timeout_s",
                  "experimental", "note", "waivers")
 _FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
+_OPTION_WORD = re.compile(r"--?[A-Za-z]")  # an argv word naming an option (-tp, --x, --x=1)
+_NUMBER = re.compile(r"-[0-9.]")  # a negative number is a value, not an option
+_URL_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RULE_ID = re.compile(r"[A-Z0-9][A-Z0-9-]*")
 _VALUE_HELP = "a string or an integer ('quote' other numbers so the text stays exact)"
@@ -132,31 +140,39 @@ def load_engine(inventory_dir: Path, engine: str) -> EngineDef:
 
 
 def read_engine_file(file: Path) -> EngineDef:
-    """One profile file, read and checked; InventoryError at file:line for any mistake."""
+    """One profile file, read and checked; InventoryError at file:line for any mistake.
+
+    For an engine with a pinned option list (option_names), every flag of the profiles,
+    of `args` and of `flag_roles` must be one of its options, spelled in full by its first
+    name: a prefix or another name that the engine would take is refused, naming the option.
+    """
     top = read_section(file, _TOP_KEYS)
     _refuse_env_from_inventory(top)
     name = top.value("engine", is_name, "the engine name")
     if name != file.stem:
         raise top.error("engine", f"engine '{name}' in a file named {file.name}",
                         fix=f"write engine: {file.stem}, or rename the file to {name}.yml")
+    options = options_for(name)
     ports = _ports(top.section("ports"))
-    args = _args(top.section("args", ARG_GROUPS), allowed_fields(ports))
-    secret_env = tuple(top.value("secret_env", is_text_list, "a list of variable names",
-                                 default=[]))
+    args = _args(top.section("args", ARG_GROUPS), allowed_fields(ports), options)
+    secret_env = tuple(top.value(
+        "secret_env", lambda v: isinstance(v, list) and all(
+            isinstance(i, str) and _ENV.fullmatch(i) for i in v), "a list of variable names",
+        default=[]))
     reserved = {token.split("=", 1)[0] for group in ARG_GROUPS for token in getattr(args, group)
-                if _FLAG.match(token)}
+                if _OPTION_WORD.match(token)}
     return EngineDef(
         name=name, file=file,
         image_key=top.value("image_key", is_name, "a key of the inventory's images"),
-        entrypoint=tuple(top.value("entrypoint", lambda v: is_text_list(v) and bool(v),
+        entrypoint=tuple(top.value("entrypoint", lambda v: is_word_list(v) and bool(v),
                                    "a non-empty list of argv words")),
         ports=FrozenMapping(ports),
-        health_path=top.value("health_path", lambda v: is_text(v) and v.startswith("/"),
-                              "a path such as /health"),
-        flag_roles=_flag_roles(top.section("flag_roles", required=False)),
+        health_path=top.value("health_path", lambda v: isinstance(v, str) and bool(
+            _URL_PATH.fullmatch(v)), "a path such as /health"),
+        flag_roles=_flag_roles(top.section("flag_roles", required=False), options),
         args=args,
         secret_env=secret_env,
-        profiles=_Resolver(top.section("profiles"), reserved, set(secret_env)).all())
+        profiles=_Resolver(top.section("profiles"), reserved, set(secret_env), options).all())
 
 
 def _ports(section: Section) -> dict[str, int]:
@@ -173,21 +189,25 @@ def _ports(section: Section) -> dict[str, int]:
     return ports
 
 
-def _args(section: Section, fields: tuple[str, ...]) -> RankArgs:
-    """The per-rank argv templates, each placeholder checked."""
+def _args(section: Section, fields: tuple[str, ...], options: OptionSet | None) -> RankArgs:
+    """The per-rank argv templates, each placeholder and each option checked."""
     groups = {}
     for group in ARG_GROUPS:
-        words = section.value(group, is_text_list, "a list of argv words", default=[])
+        words = section.value(group, is_word_list, "a list of argv words", default=[])
         for word in words:
             problem = check_template(word, fields)
             if problem:
                 raise section.error(group, f"args.{group}: {problem}",
                                     fix="placeholders: " + ", ".join(f"{{{f}}}" for f in fields))
+            if options is not None and _OPTION_WORD.match(word) and not _NUMBER.match(word):
+                wrong = options.problem(word)
+                if wrong:
+                    raise section.error(group, f"args.{group}: {wrong[0]}", fix=wrong[1])
         groups[group] = tuple(words)
     return RankArgs(**groups)
 
 
-def _flag_roles(section: Section) -> FrozenMapping:
+def _flag_roles(section: Section, options: OptionSet | None) -> FrozenMapping:
     """The flag_roles mapping: a role of FLAG_ROLES to the flag that carries it."""
     roles = {}
     for role in section:
@@ -196,6 +216,9 @@ def _flag_roles(section: Section) -> FrozenMapping:
                                 fix="roles: " + ", ".join(FLAG_ROLES))
         roles[role] = section.value(role, lambda v: isinstance(v, str) and bool(_FLAG.fullmatch(v)),
                                     "a flag such as --context-length")
+        wrong = options.problem(roles[role]) if options is not None else None
+        if wrong:
+            raise section.error(role, f"flag_roles.{role}: {wrong[0]}", fix=wrong[1])
     return FrozenMapping(roles)
 
 
@@ -219,7 +242,8 @@ def _check_env_name(section: Section, var: Any) -> None:
 class _Resolver:
     """Reads the profiles of one file and applies `extends`, parents first."""
 
-    def __init__(self, section: Section, reserved_flags: set[str], secret_env: set[str]):
+    def __init__(self, section: Section, reserved_flags: set[str], secret_env: set[str],
+                 options: OptionSet | None = None):
         if not list(section):
             raise section.error(None, "no profiles defined", fix="add profiles: {NAME: {...}}")
         self.raw: dict[str, Section] = {}
@@ -230,6 +254,7 @@ class _Resolver:
             self.raw[name] = section.section(name, _PROFILE_KEYS)
         self.reserved = reserved_flags
         self.secret_env = secret_env
+        self.options = options
         self.merged: dict[str, dict[str, Any]] = {}
 
     def all(self) -> FrozenMapping:
@@ -248,7 +273,7 @@ class _Resolver:
             raise section.error("experimental", f"profile '{name}' is experimental without a note",
                                 fix="add note: <why it is experimental>")
         return Profile(
-            name=name, description=section.value("description", is_text, "one line of text"),
+            name=name, description=section.value("description", is_line, "one line of text"),
             flags=FrozenMapping(merged["flags"]), env=FrozenMapping(merged["env"]),
             ready_timeout_s=merged["ready_timeout_s"], stop_timeout_s=merged["stop_timeout_s"],
             experimental=experimental, note=merged.get("note"), waivers=_waivers(section))
@@ -282,7 +307,7 @@ class _Resolver:
         checks = {"ready_timeout_s": (is_count, "whole seconds >= 1"),
                   "stop_timeout_s": (is_count, "whole seconds >= 1"),
                   "experimental": (lambda v: isinstance(v, bool), "true or false"),
-                  "note": (is_text, "one line of text")}
+                  "note": (is_line, "one line of text")}
         return {key: section.value(key, check, expected)
                 for key, (check, expected) in checks.items() if key in section}
 
@@ -291,11 +316,17 @@ class _Resolver:
         flags = profile.section("flags", required=False)
         result = {}
         for flag in flags:
+            wrong = self.options.problem(flag) if self.options is not None and isinstance(
+                flag, str) and flag.startswith("--") else None
+            if wrong:
+                raise flags.error(flag, wrong[0], fix=wrong[1])
             if not (isinstance(flag, str) and _FLAG.fullmatch(flag)):
                 raise flags.error(flag, f"invalid flag '{flag}'",
                                   fix="write the flag in full, e.g. --context-length: 524288")
-            if flag in self.reserved:
-                raise flags.error(flag, f"{flag} is set per rank by this file's args",
+            taken = next((r for r in sorted(self.reserved) if r.startswith(flag)), None)
+            if taken is not None:  # also an abbreviation of one, for an engine without a list
+                raise flags.error(flag, f"{flag} is set per rank by this file's args"
+                                  + ("" if taken == flag else f" (as {taken})"),
                                   fix="remove it from the profile")
             value = flags.raw(flag)
             if value is True or value is None:
@@ -303,6 +334,13 @@ class _Resolver:
             else:
                 result[flag] = _text(flags, flag, value, "true (a bare switch), null (drop an "
                                      "inherited flag) or " + _VALUE_HELP)
+                if result[flag].startswith("-") and not _NUMBER.match(result[flag]):
+                    raise flags.error(flag, f"{flag}: the value {result[flag]!r} would be read "
+                                      "as an option", fix=f"write {flag}: <value>")
+            wrong = (self.options.value_problem(flag, value)
+                     if self.options is not None and value is not None else None)
+            if wrong:
+                raise flags.error(flag, wrong[0], fix=wrong[1])
         return result
 
     def _env(self, profile: Section) -> dict[str, Any]:
@@ -326,13 +364,16 @@ def _waivers(profile: Section) -> FrozenMapping:
         if not (isinstance(rule, str) and _RULE_ID.fullmatch(rule)):
             raise waivers.error(rule, f"invalid rule id '{rule}'",
                                 fix="rule ids look like SM121-AUTOTUNE (invoke check --list)")
-    return FrozenMapping({rule: waivers.value(rule, is_text, "the reason the rule is waived")
+    return FrozenMapping({rule: waivers.value(rule, is_line, "the reason the rule is waived")
                           for rule in waivers})
 
 
 def _text(section: Section, key: str, value: Any, expected: str) -> str:
-    """A flag or env value as the exact text the engine gets."""
+    """A flag or env value as the exact text the engine gets (one line)."""
     if isinstance(value, str):
+        if has_control(value):
+            raise section.error(key, f"{key}: the value {describe(value)} holds a control "
+                                "character (a newline, tab, ...)", fix="write it on one line")
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)

@@ -15,6 +15,8 @@ dot-file (the loader ignores those) and named in the report.
 from __future__ import annotations
 
 import difflib
+import json
+import re
 import shutil
 import tempfile
 import time
@@ -97,12 +99,24 @@ def _blank_or_comment(line: str) -> bool:
     return not line.strip() or line.lstrip().startswith("#")
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 def _scalar(value: object) -> str:
-    """A value as YAML writes it in an entry (IPv6 addresses quoted)."""
+    """A value as YAML flow text that reads back as exactly that value: plain when it is a
+    simple word YAML takes as that same string (or number), else double-quoted with every
+    special character escaped (JSON's string syntax is YAML's double-quoted style)."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
     text = str(value)
-    return f'"{text}"' if ":" in text or text.strip() != text or not text else text
+    if _PLAIN.fullmatch(text) and yaml.safe_load(text) == text:
+        return text
+    quoted = json.dumps(text, ensure_ascii=True)
+    if yaml.safe_load(quoted) != text:  # never write what would not read back
+        raise UsageError(f"cannot write {text!r} into hosts.yml safely")
+    return quoted
 
 
 def render_entry(name: str, values: Mapping[str, object], like: Entry | None,
@@ -114,9 +128,9 @@ def render_entry(name: str, values: Mapping[str, object], like: Entry | None,
     pad = " " * indent
     if like is None or like.flow:
         body = ", ".join(f"{k}: {_scalar(values[k])}" for k in order)
-        return [f"{pad}{name}: {{{body}}}"]
+        return [f"{pad}{_scalar(name)}: {{{body}}}"]
     inner = " " * (indent + max(2, like.child_indent - like.indent))
-    return [f"{pad}{name}:"] + [f"{inner}{k}: {_scalar(values[k])}" for k in order]
+    return [f"{pad}{_scalar(name)}:"] + [f"{inner}{k}: {_scalar(values[k])}" for k in order]
 
 
 def edit_hosts(text: str, name: str, values: Mapping[str, object], *,

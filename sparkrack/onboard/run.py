@@ -42,7 +42,7 @@ from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.fleet import Fleet
 from sparkrack.fleet_ssh import explain, who
 from sparkrack.inventory import Inventory, Node, load_inventory
-from sparkrack.inventory_schema import is_address
+from sparkrack.inventory_schema import address_problem
 from sparkrack.onboard import baseline, join, stage, trust, verify
 from sparkrack.provision import provision, site_roles
 from sparkrack.provision.images import DEFAULT_PYTHON
@@ -147,8 +147,10 @@ def _check_arguments(inventory: Inventory, name: str, address: str, replace: str
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or name == "all":
         raise UsageError(f"invalid node name {name!r}", fix="e.g. spark-09")
     for value, flag in ((address, "--address"), (roce_addr, "--roce-addr")):
-        if value is not None and not is_address(value):
-            raise UsageError(f"{flag} {value!r} is not an IP address or host name")
+        problem = address_problem(value) if value is not None else None
+        if problem:
+            raise UsageError(f"{flag} {value!r} {problem}",
+                             fix=f"{flag} ADDR: an IPv4/IPv6 address or a DNS name")
     members = {n.name: n for n in inventory.nodes}
     old = None
     if replace is not None:
@@ -388,7 +390,7 @@ class _Run:
             return
         dev = self.new.vars.nccl_socket_ifname
         found = (mine.netdevs.get(dev).ipv4 if mine.netdevs.get(dev) else "").split("/")[0]
-        if not found:
+        if not found or address_problem(found):
             self.stop(step, "failed", f"the members have their own roce_addr, and {dev} on "
                       f"{self.new.name} has no IPv4 address: pass --roce-addr")
         self.line(step, f"roce_addr {found} (the IPv4 address of {dev})")

@@ -14,6 +14,7 @@ minimal Python runtime copied from this machine's Debian python3.11:
     lib -> usr/lib, lib64 -> usr/lib64, bin -> usr/bin
     usr/local/lib/python3.11/dist-packages/
         sparkrack_stub/           sparkrack/rehearsal/stub (the runtime modules)
+        sparkrack_stub/options/   sparkrack/engines/options/*.txt (the engines' option names)
         gpusim_client.py, gpusim_config.py   from sparkrack/rehearsal/sim
         sglang/launch_server.py   (sglang image) `python3 -m sglang.launch_server`
     usr/local/bin/vllm            (vllm image) `vllm serve ...`
@@ -62,6 +63,7 @@ STUB_DIR = HERE / "stub"
 SIM_DIR = HERE / "sim"
 REPO = HERE.parents[1]
 REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
+OPTIONS_DIR = REPO / "sparkrack" / "engines" / "options"  # read by stub/cli.py
 
 STUB_MODULES = ("__init__.py", "cli.py", "config.py", "engine.py", "gpu.py", "group.py",
                 "leak.py", "server.py", "transport.py")  # modeldir.py is control side
@@ -183,6 +185,8 @@ def _source_entries(refs_engine: str) -> list[Entry]:
         file(f"{SITE}/sparkrack_stub/{name}", (STUB_DIR / name).read_bytes())
     for name in SIM_MODULES:
         file(f"{SITE}/{name}", (SIM_DIR / name).read_bytes())
+    for option_list in sorted(OPTIONS_DIR.glob("*.txt")):
+        file(f"{SITE}/sparkrack_stub/options/{option_list.name}", option_list.read_bytes())
     if refs_engine == "sglang":
         file(f"{SITE}/sglang/__init__.py", SGLANG_INIT.encode())
         file(f"{SITE}/sglang/launch_server.py", SGLANG_LAUNCH.encode())

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 _SUFFIX = re.compile(r"([0-9]*\.?[0-9]+)([kKmMgG])")
 _SCALE = {"k": 10**3, "K": 2**10, "m": 10**6, "M": 2**20, "g": 10**9, "G": 2**30}
 
 
-def flag_values(argv: tuple[str, ...]) -> dict[str, str | bool]:
+def flag_values(argv: tuple[str, ...],
+                canonical: Callable[[str], str] | None = None) -> dict[str, str | bool]:
     """Each --flag of argv with its value; True for a bare switch; the last occurrence wins.
 
     `--flag=value` and `--flag value` are both read; a flag followed by another flag (or
     by nothing) is a switch. Words before the first flag (entrypoint, positionals) are skipped.
+    canonical names each flag as the engine reads it (option_names: a prefix or another
+    name of an option counts as that option), so that the rules compare exact names.
     """
     flags: dict[str, str | bool] = {}
     for i, word in enumerate(argv):
@@ -20,10 +24,13 @@ def flag_values(argv: tuple[str, ...]) -> dict[str, str | bool]:
             continue
         if "=" in word:
             flag, value = word.split("=", 1)
-            flags[flag] = value
-            continue
-        following = argv[i + 1] if i + 1 < len(argv) else None
-        flags[word] = True if following is None or following.startswith("--") else following
+        else:
+            following = argv[i + 1] if i + 1 < len(argv) else None
+            flag, value = word, True if following is None or following.startswith("--") \
+                else following
+        if canonical is not None:
+            flag = canonical(flag)
+        flags[flag] = value
     return flags
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sparkrack.engines import EngineDef, LaunchSpec, ModelData, Profile
+from sparkrack.engines.option_names import canonical_names
 from sparkrack.inventory import Inventory
 from sparkrack.rules.argv import flag_values
 from sparkrack.rules.rule import LaunchFlags
@@ -26,8 +27,8 @@ class Target:
 
     @staticmethod
     def flags(spec: LaunchSpec) -> dict[str, str | bool]:
-        """The flags of one rank's argv (argv.flag_values)."""
-        return flag_values(spec.argv)
+        """The flags of one rank's argv (argv.flag_values), named as the engine reads them."""
+        return flag_values(spec.argv, canonical_names(spec.engine))
 
 
 @dataclass(frozen=True)

@@ -132,8 +132,10 @@ def test_an_inventory_without_engines_uses_the_repos_files():
 def test_an_inventorys_own_file_wins_for_that_engine_only(tmp_path):
     rack = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
     (rack / "engines").mkdir()
-    write(rack / "engines", BASE.replace("engine: demo", "engine: sglang"), "sglang")
-    assert list(load_engine(rack, "sglang").profiles) == ["base", "child", "grandchild"]
+    shipped = (REPO / "inventory" / "engines" / "sglang.yml").read_text()
+    write(rack / "engines", shipped + "  mine:\n    description: mine\n    extends: 512k\n",
+          "sglang")
+    assert list(load_engine(rack, "sglang").profiles) == ["512k", "131k-throughput", "mine"]
     assert load_engine(rack, "vllm").file == REPO / "inventory" / "engines" / "vllm.yml"
 
 

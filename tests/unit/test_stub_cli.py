@@ -1,6 +1,7 @@
 """Stub engines' command lines: every argv the shipped profiles produce parses, as on the
 real engines; an unknown flag is argparse's usage error (exit 2); the stub settings file."""
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -110,8 +111,30 @@ def test_values_are_checked_like_the_engines_do(capsys):
     args = cli.parse("vllm", vllm + ["--distributed-executor-backend", "mp", "--max_model_len",
                                      "512k", "--headless"])
     assert args.context_length == 512000 and args.http_port is None
-    with pytest.raises(SystemExit):  # no abbreviations in vLLM
-        cli.parse("vllm", vllm + ["--distributed-executor-backend", "mp", "--max-model", "8"])
+    # vLLM 0.33's parsers keep argparse's default allow_abbrev: a unique prefix is taken
+    args = cli.parse("vllm", vllm + ["--distributed-executor-backend", "mp", "--max-model", "8"])
+    assert args.context_length == 8
+    with pytest.raises(SystemExit):  # an ambiguous one is argparse's usage error
+        cli.parse("vllm", vllm + ["--distributed-executor-backend", "mp", "--max-num", "8"])
+
+
+def _option_strings(parser) -> set[str]:
+    return set(parser._option_string_actions) - {"-h", "--help"}
+
+
+def test_the_stub_parsers_take_exactly_the_pinned_option_names():
+    from sparkrack.engines.option_names import PINNED, options_for
+    assert {"sglang": cli.SGLANG_VERSION, "vllm": cli.VLLM_VERSION} == PINNED
+    assert _option_strings(cli.sglang_parser()) == set(options_for("sglang").takes)
+    serve = next(a for a in cli.vllm_parser()._actions
+                 if isinstance(a, argparse._SubParsersAction)).choices["serve"]
+    assert _option_strings(serve) == set(options_for("vllm").takes)
+    # a listed option the stub does not use is taken, and so is its switch form
+    args = cli.parse("sglang", ["--model-path", "/m", "--enable-metrics-for-all-schedulers",
+                                "--cuda-graph-bs-decode", "1"])
+    assert args.namespace["x_enable_metrics_for_all_schedulers"] is True
+    with pytest.raises(SystemExit):  # not an option of SGLang 0.5.22 (and ambiguous)
+        cli.parse("sglang", ["--model-path", "/m", "--cuda-graph-max-bs", "4"])
 
 
 def test_scan_rank_finds_the_rank_before_parsing():
@@ -151,6 +174,7 @@ def test_config_defaults_and_precedence():
     ({"load_dely_s": 1}, "unknown key 'load_dely_s'"),
     ({"tokens_per_s": "fast"}, "tokens_per_s must be a number"),
     ({"tokens_per_s": -1}, "must be >= 0"),
+    ({"recall_tokens": "all"}, "recall_tokens must be a number"),
     ({"ranks": {"x": {}}}, "keys are rank numbers"),
     ({"ranks": {"1": {"die_after": 3}}}, "unknown key 'die_after'"),
     ({"ranks": {"1": {"exit_at_start": 1}}}, "bad value 1"),

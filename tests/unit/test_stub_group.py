@@ -424,3 +424,68 @@ def test_the_ratchet_ends_in_no_memory_a_stuck_rank_and_the_watchdog(groups):
     logs = "".join(group.log(rank) for rank in range(3))
     assert "NV_ERR_NO_MEMORY" in logs
     assert "Watchdog timeout (self.watchdog_timeout=2)" in group.log(0)
+
+
+def test_the_needle_is_found_within_reach_and_not_beyond(groups):
+    """The bench's needle row against a stub group: pass when the haystack is within what
+    the stub recalls, FAIL beyond it; a prompt over the context is the engines' HTTP 400."""
+    from sparkrack.bench.client import Endpoint
+    from sparkrack.bench.result import rows
+    from sparkrack.bench.run import SUITES, Bench
+    from sparkrack.bench.target import Target
+    from sparkrack.inventory import Node
+    from sparkrack.inventory_schema import RackVars
+
+    group = groups(nnodes=2, config={"tokens_per_s": 400, "prefill_tokens_per_s": 400000,
+                                     "recall_tokens": 3000})
+    group.start_all()
+    group.wait_healthy()
+    node = Node("local", "127.0.0.1", 22, "root", None, 0, "127.0.0.1", RackVars())
+    endpoint = Endpoint(node, group.ports[0], "stub-model")
+    target = Target(engine="sglang", profile="p", deployment_id="d", spec_hash="f" * 64,
+                    image="i", image_id="sha256:x", node="local", address="127.0.0.1",
+                    port=group.ports[0], model="stub-model", context_length=131072)
+
+    def needle(context: int):
+        bench = Bench(target, endpoint, SUITES["quick"], name=f"n{context}", context=context,
+                      max_tokens=2)
+        result = bench.run()
+        assert bench.error is None and not result.partial, result.notes
+        return result, {row.key: row.value for row in rows(result)}["needle.found"]
+
+    within, found = needle(2048)
+    assert found is True and within.needle.answer == prompts_passphrase(within)
+    assert 1800 < within.needle.prompt_tokens <= 2048
+    beyond, found = needle(4096)  # ~3,900 tokens: past the 3,000 this stub recalls
+    assert found is False and beyond.needle.prompt_tokens > 3000
+    assert prompts_passphrase(beyond) not in beyond.needle.answer
+    assert "beyond the 3000 tokens this stub recalls" in group.log(0)
+
+    with pytest.raises(urllib.error.HTTPError) as over:  # 10 + 131,070 > 131,072
+        group.chat(10, max_tokens=131070)
+    assert over.value.code == 400
+    assert "maximum context length is 131072 tokens" in over.value.read().decode()
+
+
+def prompts_passphrase(result) -> str:
+    """The passphrase the bench hid in its needle prompt for this result."""
+    from sparkrack.bench import prompts
+    return prompts.passphrase(f"{result.name}:{result.needle.context}")
+
+
+def test_without_recall_tokens_the_stub_recalls_its_whole_context(groups):
+    group = groups(nnodes=2, engine="vllm")
+    group.start_all()
+    group.wait_healthy()
+    from sparkrack.bench import prompts
+    text = prompts.haystack(3000, "amber-cobalt-1234")
+    body = {"model": "stub-model", "max_tokens": 16,
+            "messages": [{"role": "user", "content": text}]}
+    request = urllib.request.Request(group.url("/v1/chat/completions"),
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        data = json.loads(answer.read())
+    assert data["choices"][0]["message"]["content"] == "amber-cobalt-1234"
+    assert data["choices"][0]["finish_reason"] == "stop"
+    assert data["usage"]["completion_tokens"] == 1

@@ -1,15 +1,18 @@
 """The command lines of the real engines, as argparse parsers (stdlib only).
 
 `python3 -m sglang.launch_server ...` (SGLang 0.5.22) and `vllm serve MODEL ...` (vLLM 0.33)
-are parsed with the flags the shipped profiles (`inventory/engines/*.yml`) use, the
-per-rank distributed flags the launch specs add, and a handful of other real flags of each
-engine with their real types, defaults and choices. A flag not listed here makes argparse
-exit 2 with its usage error, as the real engines do. tests/unit/test_stub_cli.py checks
-that every argv `build_specs` produces for every shipped profile parses.
+take exactly the option names of the real engines: the lists in
+sparkrack/engines/options/ (read from the engines' wheels; the stub image carries them
+beside this module). The options the stub uses (those of the shipped profiles, the
+per-rank distributed ones and a handful more) are declared here with their real types,
+defaults and choices; every other option of the list is accepted as text (or as a switch).
+A flag that is none of them makes argparse exit 2 with its usage error, as the real
+engines do. tests/unit/test_stub_cli.py checks that every argv `build_specs` produces for
+every shipped profile parses, and that the parsers hold exactly the listed names.
 
-SGLang's parser keeps argparse's prefix matching (`--tp` is taken as `--tp-size`, the trap
-docs/field-notes.md describes); vLLM's does not abbreviate but, like vLLM's
-FlexibleArgumentParser, accepts `--max_model_len` for `--max-model-len`.
+Both parsers keep argparse's prefix matching, as the real ones do (`--tp` is taken as
+`--tp-size`, the trap docs/field-notes.md describes); vLLM's, like its
+FlexibleArgumentParser, also accepts `--max_model_len` for `--max-model-len`.
 
 `parse(engine, argv)` returns an EngineArgs: what the stub needs, engine independent.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -33,6 +37,9 @@ SGLANG_SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 VLLM_KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
                   "nvfp4_ds_mla")
 VLLM_BACKENDS = ("ray", "mp", "uni", "external_launcher")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+OPTIONS_DIRS = (os.path.join(_HERE, "options"),  # in the stub image
+                os.path.join(os.path.dirname(os.path.dirname(_HERE)), "engines", "options"))
 
 
 class ConfigError(Exception):
@@ -108,7 +115,6 @@ def sglang_parser() -> argparse.ArgumentParser:
     add("--moe-runner-backend", type=str, default="auto")
     add("--disable-flashinfer-autotune", action="store_true")
     add("--disable-cuda-graph", action="store_true")
-    add("--cuda-graph-max-bs", type=int)
     add("--cuda-graph-max-bs-decode", type=int)
     add("--disable-radix-cache", action="store_true")
     # Speculative decoding
@@ -127,7 +133,7 @@ def sglang_parser() -> argparse.ArgumentParser:
     add("--dist-timeout", type=int)
     add("--watchdog-timeout", type=float, default=300)
     add("--enable-dp-attention", action="store_true")
-    return p
+    return _complete(p, "sglang", SGLANG_VERSION)
 
 
 def _sglang_args(ns: argparse.Namespace) -> EngineArgs:
@@ -197,10 +203,10 @@ def _json_object(text: str) -> dict:
 
 def vllm_parser() -> argparse.ArgumentParser:
     """`vllm`'s parser with its `serve` subcommand (the flags the stub knows)."""
-    top = argparse.ArgumentParser(prog="vllm", allow_abbrev=False)
+    top = argparse.ArgumentParser(prog="vllm")
     top.add_argument("-v", "--version", action="version", version=VLLM_VERSION)
     commands = top.add_subparsers(dest="subcommand", required=True)
-    p = commands.add_parser("serve", prog="vllm serve", allow_abbrev=False,
+    p = commands.add_parser("serve", prog="vllm serve",
                             usage="vllm serve [model_tag] [options]")
     add = p.add_argument
     add("model_tag", nargs="?", help="The model tag to serve (optional if in --model).")
@@ -235,6 +241,7 @@ def vllm_parser() -> argparse.ArgumentParser:
     add("--master-addr", type=str, default="127.0.0.1")
     add("--master-port", type=int, default=29501)
     add("--headless", action="store_true")
+    _complete(p, "vllm", VLLM_VERSION)
     return top
 
 
@@ -270,6 +277,47 @@ def _vllm_args(ns: argparse.Namespace) -> EngineArgs:
 
 
 # --- Both -----------------------------------------------------------------------------------
+
+def option_list(engine: str, version: str) -> list[tuple[str, str, str]]:
+    """(option, takes, first name) of every option of the engine version's list."""
+    name = f"{engine}-{version}.txt"
+    for folder in OPTIONS_DIRS:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            break
+    else:
+        raise FileNotFoundError(f"no option list {name} in {', '.join(OPTIONS_DIRS)}")
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            words = line.split()
+            if words and not words[0].startswith("#"):
+                rows.append((words[0], words[1], words[2] if len(words) > 2 else words[0]))
+    return rows
+
+
+def _complete(parser: argparse.ArgumentParser, engine: str,
+              version: str) -> argparse.ArgumentParser:
+    """parser with every listed option it does not declare yet, taken as text (a switch:
+    store_true; an optional value: nargs='?'), each with its other names."""
+    names: dict[str, list[tuple[str, str]]] = {}
+    for option, takes, first in option_list(engine, version):
+        names.setdefault(first, []).append((option, takes))
+    known = parser._option_string_actions  # noqa: SLF001 - argparse keeps no public view
+    for first, group in names.items():
+        missing = [option for option, _ in group if option not in known]
+        if not missing:
+            continue
+        takes = dict(group).get(first, group[0][1])
+        dest = "x_" + missing[0].lstrip("-").replace("-", "_")  # never one the stub reads
+        if takes == "none":
+            parser.add_argument(*missing, dest=dest, action="store_true")
+        else:
+            metavar = first.lstrip("-").upper().replace("-", "_")
+            parser.add_argument(*missing, dest=dest, metavar=metavar, type=str,
+                                **({"nargs": "?", "const": True} if takes == "optional" else {}))
+    return parser
+
 
 def _host_port(text: str, flag: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")

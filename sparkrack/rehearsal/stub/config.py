@@ -16,6 +16,10 @@ unknown key is an error (the rank exits 1 naming it), so a typo never passes sil
                                     #   --gpu-memory-utilization 0.9) of the node's pool
       "indexer_scale": 1.0,         # multiplier on the SGLang DSA indexer scratch (leak.py)
       "health_timeout_s": 20.0,     # SGLang /health: 503 when the group does not answer
+      "recall_tokens": null,        # the longest prompt in which the stub still finds the
+                                    #   bench's needle (a passphrase); null: its whole
+                                    #   context (--context-length / --max-model-len). The
+                                    #   field's vLLM 1M lane: 754K passes, 984K does not
       "ranks": {                    # per rank (keys are rank numbers as strings)
         "3": {"exit_at_start": true, "exit_code": 1},
         "5": {"die_after_s": 30},   # seconds after the process started
@@ -49,6 +53,7 @@ DEFAULTS = {
     "rank_mem_gib": None,
     "indexer_scale": 1.0,
     "health_timeout_s": 20.0,
+    "recall_tokens": None,
 }
 RANK_KEYS = {"load_delay_s": (int, float), "exit_at_start": (bool,),
              "die_after_s": (int, float), "exit_code": (int,)}
@@ -56,7 +61,7 @@ _NUMBERS = (int, float)
 _TYPES = {"load_delay_s": _NUMBERS, "tokens_per_s": _NUMBERS, "prefill_tokens_per_s": _NUMBERS,
           "answer_tokens": (int,), "accept_length": _NUMBERS + (type(None),),
           "rank_mem_gib": _NUMBERS + (type(None),), "indexer_scale": _NUMBERS,
-          "health_timeout_s": _NUMBERS}
+          "health_timeout_s": _NUMBERS, "recall_tokens": (int, type(None))}
 ENGINES = ("sglang", "vllm")
 # Per-token draft acceptance that gives the field report's accept length 2.83 at 3 EAGLE
 # steps: 1 + p + p^2 + p^3 = 2.83 for p = 0.772 (vLLM MTP 3 measured 2.89: close).
@@ -82,6 +87,7 @@ class RankConfig:
     exit_at_start: bool = False
     die_after_s: float | None = None
     exit_code: int = 1
+    recall_tokens: int | None = None  # None: the whole context
 
 
 def accept_length(steps: int, rate: float = ACCEPT_RATE) -> float:
@@ -183,7 +189,8 @@ def resolve(data: dict, engine: str, rank: int, argv: list[str],
         health_timeout_s=float(merged["health_timeout_s"]),
         exit_at_start=bool(mine.get("exit_at_start", False)),
         die_after_s=None if mine.get("die_after_s") is None else float(mine["die_after_s"]),
-        exit_code=int(mine.get("exit_code", 1)))
+        exit_code=int(mine.get("exit_code", 1)),
+        recall_tokens=merged["recall_tokens"])
 
 
 def load(model_path: str) -> dict:

@@ -25,13 +25,19 @@ Life of a rank, as in a real TP group:
    watchdog (SGLang --watchdog-timeout, 300 s).
 
 Prompt tokens are counted as whitespace-separated words (chat: over every message's
-text); completion tokens are the words emitted, one SSE chunk each.
+text); completion tokens are the words emitted, one SSE chunk each. A prompt and its
+max_tokens longer than the context (--context-length / --max-model-len, else the model's
+max_position_embeddings) get the engines' HTTP 400. The answer is filler words, except to
+the bench's needle-in-a-haystack prompt: the stub finds the passphrase ("The secret
+passphrase of the rack is X.") when the prompt is within its context, or within
+recall_tokens when the stub settings give that, and answers filler otherwise.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -51,6 +57,7 @@ LOAD_STEPS = 8
 SECRET_MARKS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY")
 ENTRY = {"sglang": ["python3", "-m", "sglang.launch_server"], "vllm": ["vllm"]}
 VERSIONS = {"sglang": cli.SGLANG_VERSION, "vllm": cli.VLLM_VERSION}
+NEEDLE = re.compile(r"secret passphrase of the rack is ([A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?)")
 WORDS = ("the", "rack", "serves", "one", "model", "across", "eight", "nodes", "and", "every",
          "rank", "holds", "its", "share", "of", "unified", "memory", "while", "tokens", "flow",
          "from", "head", "to", "client", "at", "a", "steady", "rate", "so", "that", "operators",
@@ -585,7 +592,7 @@ class Head(Rank):
                 isinstance(m, dict) for m in messages):
             return Reply(400, error_body("'messages' must be a non-empty list of objects"))
         text = " ".join(_message_text(m.get("content")) for m in messages)
-        return self._generate(body, count_tokens(text), chat=True)
+        return self._generate(body, count_tokens(text), chat=True, text=text)
 
     def completions(self, body: dict) -> Reply | Stream:
         prompt = body.get("prompt")
@@ -597,9 +604,31 @@ class Head(Rank):
             tokens = count_tokens(prompt)
         else:
             return Reply(400, error_body("'prompt' must be a string or a list of token ids"))
-        return self._generate(body, tokens, chat=False)
+        text = prompt if isinstance(prompt, str) else prompt[0] if isinstance(
+            prompt[0], str) else None
+        return self._generate(body, tokens, chat=False, text=text)
 
-    def _generate(self, body: dict, prompt_tokens: int, chat: bool) -> Reply | Stream:
+    @property
+    def context_window(self) -> int | None:
+        """The context in tokens: the flag's, else the model's max_position_embeddings."""
+        fallback = self.model_info.get("max_position_embeddings")
+        return self.args.context_length or (fallback if isinstance(fallback, int) else None)
+
+    def recall(self, text: str | None, prompt_tokens: int) -> list[str] | None:
+        """The answer's words when text is the bench's needle prompt: the passphrase when the
+        prompt is within reach (recall_tokens, else the context), else None (filler)."""
+        found = NEEDLE.search(text) if text else None
+        if found is None:
+            return None
+        reach = self.settings.recall_tokens or self.context_window
+        if reach is not None and prompt_tokens > reach:
+            self.log(f"needle prompt of {prompt_tokens} tokens is beyond the {reach} tokens "
+                     "this stub recalls: answering filler")
+            return None
+        return [found.group(1)]
+
+    def _generate(self, body: dict, prompt_tokens: int, chat: bool,
+                  text: str | None = None) -> Reply | Stream:
         args = self.args
         if not self.ready or self.draining:
             return Reply(503, error_body("The server is not ready or is shutting down",
@@ -611,13 +640,15 @@ class Head(Rank):
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
         if limit is not None and (not isinstance(limit, int) or limit < 0):
             return Reply(400, error_body("max_tokens must be a non-negative integer"))
-        if args.context_length and prompt_tokens + (limit or 0) > args.context_length:
+        window = self.context_window
+        if window and prompt_tokens + (limit or 0) > window:
             return Reply(400, error_body(
-                f"This model's maximum context length is {args.context_length} tokens. "
+                f"This model's maximum context length is {window} tokens. "
                 f"However, you requested {prompt_tokens + (limit or 0)} tokens "
                 f"({prompt_tokens} in the messages, {limit or 0} in the completion). Please "
                 "reduce the length of the messages or completion."))
-        natural = self.settings.answer_tokens
+        answer = self.recall(text, prompt_tokens)
+        natural = self.settings.answer_tokens if answer is None else len(answer)
         if limit is not None and (body.get("ignore_eos") or limit <= natural):
             count, reason = limit, "length"
         else:
@@ -630,7 +661,7 @@ class Head(Rank):
         stream = bool(body.get("stream"))
         usage_chunk = stream and bool((body.get("stream_options") or {}).get("include_usage"))
         request = _Request(self, chat, prompt_tokens, count, reason,
-                           model or args.served_model_name)
+                           model or args.served_model_name, answer)
         if stream:
             return Stream(request.sse(usage_chunk))
         return request.whole()
@@ -656,7 +687,7 @@ class _Request:
     """One completion request: its tokens, paced, as SSE events or a whole body."""
 
     def __init__(self, head: Head, chat: bool, prompt_tokens: int, count: int, reason: str,
-                 model: str):
+                 model: str, answer: list[str] | None = None):
         self.head = head
         self.chat = chat
         self.prompt_tokens = prompt_tokens
@@ -666,6 +697,7 @@ class _Request:
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
         self.seed = prompt_tokens
+        self.answer = answer or []  # the first words (the needle's passphrase), then filler
         self._settled = False
         self._generated = 0
 
@@ -689,7 +721,10 @@ class _Request:
                         time.sleep(pause)
                     self._generated += 1
                     head.count_token()
-                    yield token_text(index, self.seed)
+                    if index < len(self.answer):
+                        yield self.answer[index] if index == 0 else " " + self.answer[index]
+                    else:
+                        yield token_text(index, self.seed)
         finally:
             self._settle(time.monotonic() - first)
 

@@ -8,7 +8,9 @@ holds is the clock under load. The same samples catch a GB10 latched in its low-
 
 Per node, in parallel, one SSH command: start the load (the inventory's burn_command;
 rehearsal_burn_command on the rehearsal rack), sample `nvidia-smi` every half second
-while it runs, print the samples. `judge` (pure) gives the verdict: ok (max SM clock under
+while it runs, print the samples. The verdict rests on samples taken while the GPU was
+busy, not on timing: if the load ended before BUSY_SAMPLES of them (a sampler slowed by a
+busy host, a load that starts slowly), it runs again, up to LOAD_RUNS times. `judge` (pure) gives the verdict: ok (max SM clock under
 load <= cap), UNCAPPED (above the cap), LATCHED (under ~1,000 MHz: needs a full power
 removal), NO LOAD (the GPU never got busy). The verdict is written on each node as
 BURN_RECORD (JSON), which `invoke status` shows.
@@ -28,24 +30,33 @@ from sparkrack.inventory import Inventory, Node
 LATCH_MHZ = 1000  # a GB10 latched in its low-clock state runs ~500-850 MHz under load
 BUSY_PERCENT = 50  # a sample counts as "under load" at this utilization or more
 SAMPLE_SECONDS = 0.5
+BUSY_SAMPLES = 2  # the load runs again (at most LOAD_RUNS times) until this many samples
+LOAD_RUNS = 3  # were taken while the GPU was busy: a slow sampler on a busy host still sees it
 SAMPLE_FIELDS = "clocks.sm,power.draw,utilization.gpu"
 OK, UNCAPPED, LATCHED, NO_LOAD, UNREACHABLE = "ok", "UNCAPPED", "LATCHED", "NO LOAD", \
     "UNREACHABLE"
 
 BURN_SCRIPT = r"""
-interval=$1; record=$2; fields=$3; shift 3
+interval=$1; record=$2; fields=$3; want=$4; runs=$5; busy_pct=$6; shift 6
 mkdir -p "${record%/*}" || exit 3
 cat /proc/sys/kernel/random/boot_id
 log=$(mktemp) || exit 3
-"$@" >"$log" 2>&1 &
-pid=$!
-while kill -0 "$pid" 2>/dev/null; do
-  printf 'S %s ' "$(date +%s.%N)"
-  nvidia-smi --query-gpu="$fields" --format=csv,noheader,nounits 2>&1 | head -n 1
-  sleep "$interval"
+busy=0; run=0
+while :; do
+  "$@" >"$log" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    line=$(nvidia-smi --query-gpu="$fields" --format=csv,noheader,nounits 2>&1 | head -n 1)
+    printf 'S %s %s\n' "$(date +%s.%N)" "$line"
+    util=${line##*, }
+    case $util in ''|*[!0-9]*) ;; *) [ "$util" -ge "$busy_pct" ] && busy=$((busy + 1)) ;; esac
+    sleep "$interval"
+  done
+  wait "$pid"; rc=$?
+  run=$((run + 1))
+  if [ "$rc" -ne 0 ] || [ "$busy" -ge "$want" ] || [ "$run" -ge "$runs" ]; then break; fi
 done
-wait "$pid"
-printf 'RC %d\n' "$?"
+printf 'RC %d\n' "$rc"
 tail -c 400 "$log" | sed 's/^/L /'
 rm -f "$log"
 """
@@ -111,8 +122,8 @@ def load_argv(node: Node, seconds: float, image: str) -> list[str]:
 
 def burn_argv(node: Node, seconds: float, image: str) -> list[str]:
     """The whole burn command for node: load plus sampling (inventory values as args)."""
-    return sh(BURN_SCRIPT, str(SAMPLE_SECONDS), BURN_RECORD, SAMPLE_FIELDS,
-              *load_argv(node, seconds, image))
+    return sh(BURN_SCRIPT, str(SAMPLE_SECONDS), BURN_RECORD, SAMPLE_FIELDS, str(BUSY_SAMPLES),
+              str(LOAD_RUNS), str(BUSY_PERCENT), *load_argv(node, seconds, image))
 
 
 def parse_output(text: str) -> tuple[str, list[Sample], int | None, str]:
@@ -176,7 +187,7 @@ def burn(inventory: Inventory, nodes: Iterable[Node] | str | None = None,
     fleet = fleet or Fleet(inventory, selected)
     try:
         outcome = fleet.run({n.name: burn_argv(n, seconds, image) for n in selected},
-                            timeout=seconds + 120)
+                            timeout=LOAD_RUNS * seconds + 120)
         results = []
         for node in selected:
             result = outcome[node.name]

@@ -328,6 +328,8 @@ def _upload(sftp: paramiko.SFTPClient, files: Sequence[Upload]) -> Mapping[str, 
             _remove_if_there(sftp, temporary)
             with _create_private(sftp, temporary) as handle:
                 handle.write(content)
+                handle.flush()
+                _fsync(sftp, handle)
             sftp.chmod(temporary, mode)
             sftp.posix_rename(temporary, remote)
     return {}
@@ -338,6 +340,17 @@ def _remove_if_there(sftp: paramiko.SFTPClient, path: str) -> None:
         sftp.remove(path)
     except FileNotFoundError:
         pass
+
+
+def _fsync(sftp: paramiko.SFTPClient, handle: paramiko.SFTPFile) -> None:
+    """fsync the remote file before it is renamed into place (OpenSSH's fsync@openssh.com
+    extension; a server without it gets the rename alone)."""
+    try:
+        sftp._request(paramiko.sftp.CMD_EXTENDED, "fsync@openssh.com", handle.handle)
+    except OSError as error:
+        if error.errno is not None:
+            raise
+        logging.getLogger(__name__).debug("no fsync@openssh.com: %s", error)
 
 
 def _create_private(sftp: paramiko.SFTPClient, path: str) -> paramiko.SFTPFile:

@@ -449,10 +449,14 @@ class _Loader:
                 raise InventoryError(entry, None, f"unexpected entry in {folder}/",
                                      fix=f"{folder}/ holds one <{kind}>.yml file per {kind}")
             if entry.stem not in known:
+                backups = sorted(directory.glob(f".{entry.name}.replaced-by-*"))
+                fix = (f"an onboarding that replaced {entry.stem} was cut before it removed "
+                       f"this file; its backup is {backups[-1]}: delete {entry}"
+                       if backups else
+                       f"rename it after one of: {', '.join(known)}; or delete it")
                 raise InventoryError(
                     entry, None, f"{folder} file for {kind} '{entry.stem}', which is not in "
-                    f"hosts.yml{_did_you_mean(entry.stem, known)}",
-                    fix=f"rename it after one of: {', '.join(known)}; or delete it")
+                    f"hosts.yml{_did_you_mean(entry.stem, known)}", fix=fix)
             found[entry.stem] = _mapping(_read_yaml(entry), entry, None, "", _VARS_FIX)
         return found
 

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import yaml
 
+from sparkrack.atomic import copy_atomically, remove, write_atomically
 from sparkrack.errors import InventoryError, UsageError
 from sparkrack.inventory import Inventory, load_inventory
-from sparkrack.onboard.trust import write_atomically
 
 _ORDER = ("ansible_host", "rank", "roce_addr", "spare")
 
@@ -246,11 +246,17 @@ def materialize_light(source: Path, target: Path, plan: JoinPlan) -> Path:
 
 
 def apply_join(inventory: Inventory, plan: JoinPlan) -> None:
-    """Write the plan: host_vars moves first, then hosts.yml atomically (its mode kept)."""
+    """Write the plan, each step durable, in an order that no interruption can turn into a
+    silently wrong inventory: 1. a backup copy of each host_vars file that leaves (hidden:
+    the loader skips it; the inventory is still the old, correct one), 2. hosts.yml
+    replaced atomically (its mode kept), 3. the leaving host_vars files removed. Cut
+    between 2 and 3, the loader refuses the leftover file and names its backup."""
     hosts_file = inventory.path / "hosts.yml"
     if hosts_file.read_text(encoding="utf-8") != plan.hosts_before:
         raise UsageError(f"{hosts_file} changed while onboarding ran",
                          fix="nothing was written; run onboard again")
-    for old, new in plan.moved_host_vars.items():
-        (inventory.path / old).rename(inventory.path / new)
+    for old, backup in plan.moved_host_vars.items():
+        copy_atomically(inventory.path / old, inventory.path / backup)
     write_atomically(hosts_file, plan.hosts_after)
+    for old in plan.moved_host_vars:
+        remove(inventory.path / old)

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import paramiko
 
+from sparkrack.atomic import write_atomically
 from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.fleet import Fleet
 from sparkrack.fleet_ssh import explain, who
@@ -311,7 +312,7 @@ class _Run:
                 self._set(step, "would", f"would record {self.key.get_name()} "
                           f"{report.fingerprint} in {real}{confirmed} (check: not written)")
                 return
-            trust.write_atomically(real, updated)
+            write_atomically(real, updated)
             self._set(step, "changed", f"recorded {self.key.get_name()} {report.fingerprint} "
                       f"for {ident} in {real}")
 
@@ -574,7 +575,7 @@ class _Run:
             ids.append(old.name)
         kept = trust.without_ids(text, ids)
         if kept != text:
-            trust.write_atomically(real, kept)
+            write_atomically(real, kept)
             self.line(step, f"{real}: removed the key of {old.name} ({old.address})")
 
     def _old_still_running(self) -> str | None:

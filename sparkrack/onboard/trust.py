@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import socket
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,19 +172,3 @@ def line_matches(line: str, ident: str) -> bool:
         if name.startswith("|1|") and HostKeys.hash_host(ident, name) == name:
             return True
     return False
-
-
-def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write text to path via a temporary file in the same directory and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        mode = path.stat().st_mode & 0o7777
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

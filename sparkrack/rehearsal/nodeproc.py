@@ -75,7 +75,10 @@ def pids(node: NodeLayout) -> list[int]:
         return found
     for dirpath, _dirs, files in os.walk(root):
         if "cgroup.procs" in files:
-            text = (Path(dirpath) / "cgroup.procs").read_text()
+            try:
+                text = (Path(dirpath) / "cgroup.procs").read_text()
+            except OSError:  # the cgroup went away while we walked (ENODEV, ENOENT)
+                continue
             found += [int(p) for p in text.split()]
     return found
 

@@ -52,19 +52,22 @@ def clean(engine_rack):
     assert nothing_runs(engine_rack) == []
 
 
-def docker_events(inventory, since: float, until: float) -> list[tuple[int, str, int]]:
-    """(time ns, action, rank) of every start/kill/die of engine containers, from each dockerd
-    (the nodes share this machine's clock, so the order across nodes is real)."""
-    events = []
+def docker_events(inventory, since: float, until: float,
+                  deployment: str) -> list[tuple[int, str, int]]:
+    """(time ns, action, rank) of every start/kill/die of the deployment's containers, from
+    each dockerd (the nodes share this machine's clock, so the order across nodes is real).
+    Whole seconds bound the query, so an earlier test's containers are filtered out by the
+    deployment label, and an event reported twice counts once."""
+    events = set()
     with Fleet(inventory) as fleet:
         for node in fleet.nodes:
             stream = fleet.docker_client(node).events(
                 since=int(since), until=int(until) + 1, decode=True,
                 filters={"type": "container", "event": ["start", "kill", "die"],
-                         "label": "sparkrack.engine"})
-            events += [(e["timeNano"], e["Action"], int(e["Actor"]["Attributes"]["sparkrack.rank"]))
-                       for e in stream]
-    return sorted(events)
+                         "label": [f"sparkrack.deployment={deployment}"]})
+            events |= {(e["timeNano"], e["Action"], int(e["Actor"]["Attributes"]["sparkrack.rank"]),
+                        e["Actor"]["ID"]) for e in stream}
+    return [(t, action, rank) for t, action, rank, _ in sorted(events)]
 
 
 def test_up_runs_the_exact_profile_in_order_and_down_leaves_nothing(clean):
@@ -93,7 +96,7 @@ def test_up_runs_the_exact_profile_in_order_and_down_leaves_nothing(clean):
     t1 = time.time()
     assert report.not_recovered == {} and report.errors == {}
     assert nothing_runs(inventory) == []
-    events = docker_events(inventory, t0, t1)
+    events = docker_events(inventory, t0, t1, deployment.deployment_id)
     starts = [rank for _, action, rank in events if action == "start"]
     kills = [(t, rank) for t, action, rank in events if action == "kill"]
     head_died = next(t for t, action, rank in events if action == "die" and rank == 0)

@@ -227,6 +227,34 @@ def test_replaced_nodes_host_vars_move_aside(tmp_path):
     assert load_inventory(inv_dir).head.name == "spark-09"
 
 
+@pytest.mark.parametrize("cut_at", ["backup", "hosts", "remove"])
+def test_a_join_cut_at_any_step_leaves_a_correct_inventory_or_names_the_backup(
+        tmp_path, monkeypatch, cut_at):
+    inv_dir = real_inventory(tmp_path)
+    inventory = load_inventory(inv_dir)
+    overrides = (inv_dir / "host_vars/spark-01.yml").read_text()
+    plan = join.plan_join(inventory, "spark-09", "192.0.2.19", "198.51.100.19",
+                          replace="spark-01", stamp="T")
+    steps = {"backup": "copy_atomically", "hosts": "write_atomically", "remove": "remove"}
+
+    def power_cut(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(join, steps[cut_at], power_cut)
+    with pytest.raises(KeyboardInterrupt):
+        join.apply_join(inventory, plan)
+    if cut_at in ("backup", "hosts"):  # still the old inventory, overrides and all
+        again = load_inventory(inv_dir)
+        assert again.head.name == "spark-01"
+        assert (inv_dir / "host_vars/spark-01.yml").read_text() == overrides
+    else:  # the new hosts.yml is in: the leftover is refused, naming its backup
+        with pytest.raises(InventoryError) as caught:
+            load_inventory(inv_dir)
+        assert "host_vars file for node 'spark-01', which is not in hosts.yml" in caught.value.line()
+        assert ".spark-01.yml.replaced-by-spark-09-T" in caught.value.fix
+        assert (inv_dir / "host_vars/.spark-01.yml.replaced-by-spark-09-T").read_text() == overrides
+
+
 def test_block_style_entries_and_comments_inside_the_hosts_mapping():
     text = ("all:\n  children:\n    sparks:\n      hosts:\n        # the head\n"
             "        a:\n            ansible_host: 10.0.0.1  # mgmt\n            rank: 0\n\n"

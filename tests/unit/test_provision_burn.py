@@ -83,12 +83,47 @@ def test_script_samples_while_the_load_runs(tmp_path):
     fake.write_text("#!/bin/sh\necho '2190, 44.50, 100'\n")
     fake.chmod(0o755)
     record = tmp_path / "rec" / "burn.json"
-    argv = ["sh", "-c", BURN_SCRIPT, "sh", "0.2", str(record), "clocks.sm", "sleep", "0.7"]
+    argv = ["sh", "-c", BURN_SCRIPT, "sh", "0.2", str(record), "clocks.sm", "2", "3", "50",
+            "sleep", "0.7"]
     done = subprocess.run(["sh", "-c", quote_argv(argv)], capture_output=True, text=True, check=False,
                           env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=20)
     _, got, rc, _ = parse_output(done.stdout)
     assert rc == 0 and len(got) >= 2 and got[0].sm_mhz == 2190
     assert record.parent.is_dir()
+
+
+def test_a_load_that_ends_before_the_sampler_saw_it_busy_runs_again(tmp_path):
+    """A sampler slowed by a busy host: each reading takes longer than the load lasts, so a
+    single run would leave at most one busy sample; the script runs the load until two."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\nsleep 0.3\necho '2190, 44.50, 100'\n")
+    fake.chmod(0o755)
+    runs = tmp_path / "runs"
+    load = ["sh", "-c", 'echo x >> "$0"; sleep 0.1', str(runs)]
+    argv = ["sh", "-c", BURN_SCRIPT, "sh", "0.05", str(tmp_path / "burn.json"), "f", "2", "3",
+            "50", *load]
+    done = subprocess.run(["sh", "-c", quote_argv(argv)], capture_output=True, text=True,
+                          check=False, env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=20)
+    _, got, rc, _ = parse_output(done.stdout)
+    assert rc == 0 and len(got) == 2 and runs.read_text().count("x") == 2
+    verdict, *_ = judge(got, 2200, rc)
+    assert verdict == OK
+
+
+def test_the_load_runs_at_most_load_runs_times_and_a_failed_load_stops_it(tmp_path):
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho '600, 10.00, 0'\n")  # never busy
+    fake.chmod(0o755)
+    runs = tmp_path / "runs"
+    for code, expected in (("0", 3), ("4", 1)):
+        runs.write_text("")
+        load = ["sh", "-c", f'echo x >> "$0"; sleep 0.1; exit {code}', str(runs)]
+        argv = ["sh", "-c", BURN_SCRIPT, "sh", "0.05", str(tmp_path / "b.json"), "f", "2", "3",
+                "50", *load]
+        done = subprocess.run(["sh", "-c", quote_argv(argv)], capture_output=True, text=True,
+                              check=False, env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=20)
+        assert parse_output(done.stdout)[2] == int(code)
+        assert runs.read_text().count("x") == expected
 
 
 def test_burn_argv_keeps_inventory_values_as_arguments():

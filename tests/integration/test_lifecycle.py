@@ -155,8 +155,9 @@ def broken_inventory(tmp_path) -> Path:
     shutil.copytree(REPO / "inventory" / "rehearsal", inv)
     (inv / "engines").mkdir()
     engine = yaml.safe_load((REPO / "inventory" / "engines" / "sglang.yml").read_text())
-    engine["profiles"]["broken"] = {"description": "a flag no SGLang knows: every rank exits 2",
-                                    "extends": "512k", "flags": {"--no-such-flag": True}}
+    engine["profiles"]["broken"] = {"description": "a value SGLang refuses: every rank exits 2",
+                                    "extends": "512k",
+                                    "flags": {"--speculative-algorithm": "NO-SUCH-ALGORITHM"}}
     (inv / "engines" / "sglang.yml").write_text(yaml.safe_dump(engine, sort_keys=False))
     shutil.copy(REPO / "inventory" / "engines" / "vllm.yml", inv / "engines" / "vllm.yml")
     return inv

@@ -13,6 +13,7 @@ import pytest
 
 from sparkrack.cli import provision_tasks
 from sparkrack.facts import CLOCK_CAP_UNIT
+from sparkrack.errors import InventoryError
 from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision, unprovision
 from sparkrack.provision.envfiles import parse_env
@@ -181,6 +182,9 @@ def test_shell_metacharacters_land_literally_and_never_run(inventory, tmp_path):
     evil = (f"r; touch {PWNED}-1 $(touch {PWNED}-2) `touch {PWNED}-3` "
             "| tee x & \\ 'single' \"double\" * ?")
     token = f"hf_$(touch {PWNED}-4);`touch {PWNED}-5`"
+    with pytest.raises(InventoryError, match="is not a rack name usable as a file name"):
+        inventory_copy(inventory.path, tmp_path / "evil", rack_name=evil)  # refused at load
+    evil = "rack.with-odd_name"
     odd = inventory_copy(inventory.path, tmp_path / "inv", rack_name=evil)
     try:
         report = provision(odd, "spark-03", roles="nccl_env,engine_env",

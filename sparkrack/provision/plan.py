@@ -351,24 +351,43 @@ def _diff(path: str, old: bytes | None, new: bytes, secret_keys: Sequence[str], 
                                         tofile=f"{path} (planned)"))
 
 
+SECRET_MARKS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "PRIVATE")
+
+
+def _secret_key(key: str, keys: Sequence[str]) -> str | None:
+    """The variable name of a KEY=VALUE line if its value must be hidden, else None: a
+    declared secret key, or any name that looks like one (a hand-added token)."""
+    name = key.strip().removeprefix("export ").strip()
+    if not name.replace("_", "").isalnum():
+        return None
+    return name if name in keys or any(mark in name.upper() for mark in SECRET_MARKS) else None
+
+
 def _mask(lines: list[str], keys: Sequence[str], old: list[str] | None) -> list[str]:
-    """Lines with the values of KEY=VALUE lines for secret keys replaced by ***; when old is
-    given, a value that differs from old's is marked so the diff still shows the change."""
+    """The lines of a secret file (one whose task declares secret_keys) with every value that
+    could be secret replaced by ***: those of secret-looking KEY=VALUE lines, and every line
+    that is neither a comment nor KEY=VALUE (a hand edit could have put a bare token there).
+    When old is given, a secret value that differs from old's is marked "(changed)"."""
     if not keys:
         return lines
     old_values = {}
     for line in old or []:
         key, sep, value = line.partition("=")
-        if sep and key.strip() in keys:
-            old_values[key.strip()] = value
+        if sep and _secret_key(key, keys):
+            old_values[_secret_key(key, keys)] = value
     masked = []
     for line in lines:
+        stripped = line.strip()
         key, sep, value = line.partition("=")
-        if sep and key.strip() in keys:
-            changed = old is not None and old_values.get(key.strip()) != value
+        name = _secret_key(key, keys) if sep else None
+        if not stripped or stripped.startswith("#") or (sep and name is None and
+                                                         key.strip().replace("_", "").isalnum()):
+            masked.append(line)
+        elif name is not None:
+            changed = old is not None and old_values.get(name) != value
             masked.append(f"{key}={REDACTED}{' (changed)' if changed else ''}\n")
         else:
-            masked.append(line)
+            masked.append(f"{REDACTED} (a line that is not KEY=VALUE)\n")
     return masked
 
 

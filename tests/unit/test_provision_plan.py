@@ -194,6 +194,20 @@ def test_secrets_never_in_summaries_or_diffs(tmp_path):
     assert b"hf_newsecretvalue" in changes[0].actions[0].content
 
 
+def test_every_line_of_a_secret_file_that_could_hold_a_secret_is_masked(tmp_path):
+    role = make_role(tmp_path, """
+- name: env
+  template: {src: e.j2, dest: /etc/e.env, mode: "0600", secret_keys: [HF_TOKEN]}
+""", templates={"e.j2": "A=1\n"})
+    old = (b"# hand edits\nA=0\n  HF_TOKEN = hf_spaced_secret\nexport HF_TOKEN=hf_exported_secret\n"
+           b"HUGGING_FACE_HUB_TOKEN=hf_other_secret\nhf_bare_secret\nMY_API_KEY=k_secret\n")
+    change = plan([role], NodeFacts(files={"/etc/e.env": file_facts(old, mode="600")}), {})[0]
+    assert "secret" not in change.diff.replace("secret file", "")
+    assert "-A=0\n" in change.diff and "+A=1\n" in change.diff and "-# hand edits" in change.diff
+    assert "-*** (a line that is not KEY=VALUE)" in change.diff
+    assert "-export HF_TOKEN=***" in change.diff and "-HUGGING_FACE_HUB_TOKEN=***" in change.diff
+
+
 def test_directory_made_by_an_earlier_task_is_not_made_twice(tmp_path):
     role = make_role(tmp_path, """
 - name: a

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from sparkrack.fleet import Fleet, NodeResult, Secret
+from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.inventory import Node
 from sparkrack.provision.images import (
     DEFAULT_PYTHON,
@@ -254,7 +254,8 @@ def recv_stream(conn, root, items, cache, lock, out):
             res["error"] = "%s: %s" % (type(e).__name__, e)
             return
 
-def recv(addr, port, token, root, cache_path, streams):
+def recv(addr, port, root, cache_path, streams):
+    token = sys.stdin.readline().strip()  # stdin: the token line, then the plan (never argv)
     plan = json.load(sys.stdin)
     streams = int(streams)
     report = {"files": {}}
@@ -329,7 +330,8 @@ def send_stream(addr, port, token, index, root, items, bwlimit, out):
     finally:
         s.close()
 
-def send(addr, port, token, root, streams, bwlimit):
+def send(addr, port, root, streams, bwlimit):
+    token = sys.stdin.readline().strip()  # stdin: the token line, then the plan (never argv)
     plan = json.load(sys.stdin)
     out = {"bytes": 0, "errors": []}
     threads = [threading.Thread(target=send_stream, args=(addr, port, token, i, root,
@@ -570,8 +572,8 @@ def _transfer(fleet: Fleet, source: Node, target: Node, root: str, manifest: Map
     plan = [[name, manifest[name], sizes[name], report.needed[name], lanes[name]]
             for name in sorted(needed, key=lambda n: (lanes[n], -needed[n], n))]
     port = str(PORT_RANGE[0] + token_source.randbelow(PORT_RANGE[1] - PORT_RANGE[0]))
-    token = Secret(token_source.token_hex(16))
-    stdin = json.dumps(plan).encode()
+    token = token_source.token_hex(16)  # on stdin, never in argv (which `ps` shows)
+    stdin = token.encode() + b"\n" + json.dumps(plan).encode()
     on_event(f"weights: {size_text(sum(needed.values()))} from {source.name} to "
              f"{target.name} over {target.roce_addr}:{port}, {streams} stream(s)"
              + (f", limited to {bwlimit / 2**20:.1f} MiB/s" if bwlimit else ""))
@@ -579,12 +581,12 @@ def _transfer(fleet: Fleet, source: Node, target: Node, root: str, manifest: Map
 
     def receive() -> None:
         received["r"] = fleet.run({target.name: _stager(
-            python, "recv", target.roce_addr, port, token, root, STAGE_CACHE, str(streams))},
+            python, "recv", target.roce_addr, port, root, STAGE_CACHE, str(streams))},
             stdin=stdin, timeout=timeout)[target.name]
 
     receiver = threading.Thread(target=receive, name="stage-recv", daemon=True)
     receiver.start()
-    sent = fleet.run({source.name: _stager(python, "send", target.roce_addr, port, token, root,
+    sent = fleet.run({source.name: _stager(python, "send", target.roce_addr, port, root,
                                            str(streams), str(int(bwlimit or 0)))},
                      stdin=stdin, timeout=timeout)[source.name]
     receiver.join()

@@ -26,7 +26,7 @@ from sparkrack.burn import BurnResult, burn
 from sparkrack.engines.catalog import engine_names
 from sparkrack.engines.profile_file import load_engine
 from sparkrack.errors import SparkrackError
-from sparkrack.fleet import Fleet, NodeResult, Secret
+from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.inventory import Inventory, Node
 from sparkrack.provision.envfiles import EnvFiles
 from sparkrack.provision.images import DEFAULT_PYTHON
@@ -38,7 +38,7 @@ SERVED_BY_EVERY_RANK = ("http",)  # other ports (dist_init, master) are the head
 PROBE = r'''
 import json, selectors, socket, sys, threading, time
 
-def listen(addr, token, expect, hold, *ports):
+def listen(token, addr, expect, hold, *ports):
     expect, end = int(expect), time.monotonic() + float(hold)
     sel, report = selectors.DefaultSelector(), {"bound": [], "busy": {}, "accepted": {}}
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
@@ -123,7 +123,7 @@ def connect(token, wait, *targets):
     print(json.dumps(results))
     return 0 if all(r["state"] != "failed" for r in results.values()) else 1
 
-mode, args = sys.argv[1], sys.argv[2:]
+mode, args = sys.argv[1], [sys.stdin.readline().strip(), *sys.argv[2:]]  # token: stdin
 sys.exit({"listen": listen, "connect": connect}[mode](*args))
 '''
 
@@ -195,29 +195,27 @@ def probe_reach(fleet: Fleet, new: Node, members: Sequence[Node], plan: PortPlan
                 *, python: str = DEFAULT_PYTHON, hold: float = HOLD_S) -> VerifyReport:
     """Both directions of the engine-port reachability check (see the module doc)."""
     report = VerifyReport()
-    token = token_source.token_hex(8)
-    secret = Secret(token)
+    token = token_source.token_hex(8).encode() + b"\n"  # on stdin: argv is what `ps` shows
     new_ports = plan.every_rank + plan.head_only  # the new node may become the head
-    listeners = {new.name: [python, "-c", PROBE, "listen", new.roce_addr, secret,
+    listeners = {new.name: [python, "-c", PROBE, "listen", new.roce_addr,
                             str(len(members)), f"{hold:g}", *map(str, new_ports)]}
     for member in members:
-        listeners[member.name] = [python, "-c", PROBE, "listen", member.roce_addr, secret, "1",
+        listeners[member.name] = [python, "-c", PROBE, "listen", member.roce_addr, "1",
                                   f"{hold:g}", *map(str, ports_for(member, plan, head))]
     heard: dict[str, NodeResult] = {}
 
     def listen() -> None:
-        for result in fleet.run(listeners, timeout=hold + 30):
+        for result in fleet.run(listeners, timeout=hold + 30, stdin=token):
             heard[result.node] = result
 
     thread = threading.Thread(target=listen, name="probe-listen", daemon=True)
     thread.start()
     targets_new = [_endpoint(m, p) for m in members for p in ports_for(m, plan, head)]
-    connectors = {new.name: [python, "-c", PROBE, "connect", secret, f"{hold - 2:g}",
-                             *targets_new]}
+    connectors = {new.name: [python, "-c", PROBE, "connect", f"{hold - 2:g}", *targets_new]}
     for member in members:
-        connectors[member.name] = [python, "-c", PROBE, "connect", secret, f"{hold - 2:g}",
+        connectors[member.name] = [python, "-c", PROBE, "connect", f"{hold - 2:g}",
                                    *[_endpoint(new, p) for p in new_ports]]
-    probes = fleet.run(connectors, timeout=hold + 30)
+    probes = fleet.run(connectors, timeout=hold + 30, stdin=token)
     thread.join()
     by_endpoint = {_endpoint(m, p): (m.name, p) for m in [*members, new]
                    for p in new_ports}

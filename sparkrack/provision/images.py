@@ -29,7 +29,7 @@ from pathlib import Path
 
 import paramiko
 
-from sparkrack.fleet import Fleet, NodeResult, Secret, quote_argv
+from sparkrack.fleet import Fleet, NodeResult, quote_argv
 from sparkrack.fleet_channel import close_quietly, deadline
 from sparkrack.fleet_ssh import explain, open_client
 from sparkrack.inventory import Node
@@ -128,17 +128,18 @@ def accept(addr, port, token):
 
 def main(argv):
     mode, report, saver = argv[0], {"bytes": 0}, None
+    token = sys.stdin.buffer.readline().strip().decode()  # never in argv: `ps` shows argv
     if mode == "save":
-        ref, nxt = argv[1], argv[2:5]
+        ref, nxt = argv[1], argv[2:4] + [token]
         saver = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE)
         read, load = saver.stdout.read, False
     elif mode == "recv":
-        addr, port, token, load, nxt = argv[1], argv[2], argv[3], argv[4] == "1", argv[5:8]
+        addr, port, load, nxt = argv[1], argv[2], argv[3] == "1", argv[4:6] + [token]
         conn = accept(addr, port, token)
         read = lambda n: conn.recv(n)
-    else:  # stdin
-        load, nxt = argv[1] == "1", argv[2:5]
+    else:  # stdin: the image follows the token line
+        load, nxt = argv[1] == "1", argv[2:4] + [token]
         read = sys.stdin.buffer.read
     outs = {}
     if load:
@@ -289,7 +290,7 @@ class TransferReport:
         return tuple(n for n in self.targets if self.errors.get(n) is None)
 
 
-def _relay_argv(python: str, *args: str | Secret) -> list:
+def _relay_argv(python: str, *args: str) -> list:
     return [python, "-c", RELAY, *args]
 
 
@@ -309,8 +310,9 @@ def _relay_error(result: NodeResult, data: dict) -> str | None:
 
 
 def stream_file(fleet: Fleet, node: Node, argv: Sequence, path: Path,
-                timeout: float) -> NodeResult:
-    """Run argv on node with the file at path as its stdin, streamed (never all in memory)."""
+                timeout: float, first_line: bytes = b"") -> NodeResult:
+    """Run argv on node with first_line (a token, say) and then the file at path as its
+    stdin, streamed (never all in memory)."""
     started = time.monotonic()
     try:
         client = open_client(node, fleet.known_hosts)
@@ -328,6 +330,7 @@ def stream_file(fleet: Fleet, node: Node, argv: Sequence, path: Path,
             for reader in readers:
                 reader.start()
             try:
+                channel.sendall(first_line)
                 with open(path, "rb") as source:
                     while chunk := source.read(CHUNK):
                         channel.sendall(chunk)
@@ -366,28 +369,27 @@ def _chain(fleet: Fleet, target: ImageTarget, nodes: Sequence[Node], python: str
     """One pipelined chain source -> nodes[0] -> ... -> nodes[-1]; results per node and the
     source's result."""
     port = str(PORT_RANGE[0] + token_source.randbelow(PORT_RANGE[1] - PORT_RANGE[0]))
-    token = Secret(token_source.token_hex(16))
+    token = token_source.token_hex(16)  # every relay reads it from stdin, never from argv
     commands: dict[str, list] = {}
     for index, node in enumerate(nodes):
         after = nodes[index + 1] if index + 1 < len(nodes) else None
-        forward = [after.roce_addr, port, token] if after else []
+        forward = [after.roce_addr, port] if after else []
         if index == 0 and target.source.startswith("tar:"):
             continue  # fed over SSH from this machine below
-        commands[node.name] = _relay_argv(python, "recv", node.roce_addr, port, token, "1",
-                                          *forward)
+        commands[node.name] = _relay_argv(python, "recv", node.roce_addr, port, "1", *forward)
     source_result: NodeResult | None = None
     kind, _, where = target.source.partition(":")
     first = nodes[0]
-    first_forward = [nodes[1].roce_addr, port, token] if len(nodes) > 1 else []
+    first_forward = [nodes[1].roce_addr, port] if len(nodes) > 1 else []
     with ThreadPoolExecutor(max_workers=2) as pool:
         if kind == "tar":
             fed = pool.submit(stream_file, fleet, first,
                               _relay_argv(python, "stdin", "1", *first_forward), Path(where),
-                              timeout)
+                              timeout, first_line=token.encode() + b"\n")
         else:
-            commands[where] = _relay_argv(python, "save", target.ref, first.roce_addr, port,
-                                          token)
-        relays = fleet.run(commands, timeout=timeout) if commands else None
+            commands[where] = _relay_argv(python, "save", target.ref, first.roce_addr, port)
+        relays = fleet.run(commands, timeout=timeout, stdin=token.encode() + b"\n") \
+            if commands else None
         results = {r.node: r for r in relays} if relays else {}
         if kind == "tar":
             results[first.name] = fed.result()

@@ -414,9 +414,12 @@ def test_streams_are_balanced_and_the_majority_manifest_wins():
     assert (text, holders, others) == ("x", ["n1", "n2"], ["n3", "n4"])
 
 
-def _stager(mode, *args, stdin):
+def _stager(mode, *args, stdin, token=None):
+    """Run the stager locally; a transfer's token goes first on stdin, never in argv."""
+    head = f"{token}\n" if token is not None else ""
     return subprocess.run([sys.executable, "-c", stage.STAGER, mode, *map(str, args)],
-                          input=json.dumps(stdin), capture_output=True, text=True, timeout=60)
+                          input=head + json.dumps(stdin), capture_output=True, text=True,
+                          timeout=60)
 
 
 def _free_port() -> int:
@@ -429,9 +432,9 @@ def _copy(src, dst, cache, plan, streams=2, bwlimit=0):
     port, token = _free_port(), "t0k"
     out = {}
     recv = threading.Thread(target=lambda: out.setdefault("r", _stager(
-        "recv", "127.0.0.1", port, token, dst, cache, streams, stdin=plan)))
+        "recv", "127.0.0.1", port, dst, cache, streams, stdin=plan, token=token)))
     recv.start()
-    sent = _stager("send", "127.0.0.1", port, token, src, streams, bwlimit, stdin=plan)
+    sent = _stager("send", "127.0.0.1", port, src, streams, bwlimit, stdin=plan, token=token)
     recv.join()
     return sent, out["r"]
 
@@ -488,8 +491,8 @@ def test_stager_throttles_and_refuses_a_second_receiver(tmp_path):
     (dst / ".sparkrack-stage.lock").touch()
     with open(dst / ".sparkrack-stage.lock") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        busy = _stager("recv", "127.0.0.1", _free_port(), "t", dst, tmp_path / "c.json", 1,
-                       stdin=plan)
+        busy = _stager("recv", "127.0.0.1", _free_port(), dst, tmp_path / "c.json", 1,
+                       stdin=plan, token="t")
         checked = json.loads(_stager("check", dst, tmp_path / "c.json", 0, 0,
                                      stdin=[plan[0][:3]]).stdout)
     assert busy.returncode == 1 and "another transfer" in json.loads(busy.stdout)["error"]
@@ -507,13 +510,13 @@ def test_probe_tells_our_listener_a_service_and_a_closed_port_apart():
     busy = service.getsockname()[1]
     out = {}
     listener = threading.Thread(target=lambda: out.setdefault("l", subprocess.run(
-        [sys.executable, "-c", verify.PROBE, "listen", "127.0.0.1", "tok", "1", "5", str(ours),
-         str(busy)], capture_output=True, text=True)))
+        [sys.executable, "-c", verify.PROBE, "listen", "127.0.0.1", "1", "5", str(ours),
+         str(busy)], input="tok\n", capture_output=True, text=True)))  # the token: stdin
     listener.start()
     probe = subprocess.run(
-        [sys.executable, "-c", verify.PROBE, "connect", "tok", "2", f"127.0.0.1:{ours}",
+        [sys.executable, "-c", verify.PROBE, "connect", "2", f"127.0.0.1:{ours}",
          f"127.0.0.1:{busy}", f"127.0.0.1:{closed}"],
-        capture_output=True, text=True)
+        input="tok\n", capture_output=True, text=True)
     listener.join()
     service.close()
     states = {k.rsplit(":", 1)[1]: v["state"] for k, v in json.loads(probe.stdout).items()}

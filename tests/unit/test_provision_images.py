@@ -81,14 +81,19 @@ def test_relay_chain_moves_the_stream_once_and_every_hop_loads_it(tmp_path):
     port, token = str(43000 + os.getpid() % 500), "tok"
 
     def relay(*args, out=None):
+        """One relay; the token goes in on stdin (its argv is what `ps` shows everyone)."""
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
                "FAKE_TAR": str(tar), "FAKE_OUT": str(out or tmp_path / "unused")}
-        return subprocess.Popen([sys.executable, "-c", RELAY, *args], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen([sys.executable, "-c", RELAY, *args], env=env,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        process.stdin.write(token + "\n")
+        process.stdin.close()
+        assert token not in args
+        return process
 
-    last = relay("recv", "127.0.0.3", port, token, "1", out=tmp_path / "c.tar")
-    middle = relay("recv", "127.0.0.2", port, token, "1", "127.0.0.3", port, token,
-                   out=tmp_path / "b.tar")
+    last = relay("recv", "127.0.0.3", port, "1", out=tmp_path / "c.tar")
+    middle = relay("recv", "127.0.0.2", port, "1", "127.0.0.3", port, out=tmp_path / "b.tar")
     intruder = ("import socket, sys, time\n"
                 "for _ in range(50):\n"
                 "    try:\n"
@@ -100,8 +105,11 @@ def test_relay_chain_moves_the_stream_once_and_every_hop_loads_it(tmp_path):
                                  check=False)
     assert intruder_ok.returncode == 0
     time.sleep(0.2)
-    source = relay("save", "t/s:1", "127.0.0.2", port, token)
-    outputs = [p.communicate(timeout=30) for p in (source, middle, last)]
+    source = relay("save", "t/s:1", "127.0.0.2", port)
+    outputs = []
+    for process in (source, middle, last):
+        process.wait(timeout=30)
+        outputs.append((process.stdout.read(), process.stderr.read()))
     assert [p.returncode for p in (source, middle, last)] == [0, 0, 0], outputs
     assert (tmp_path / "b.tar").read_bytes() == tar.read_bytes()
     assert (tmp_path / "c.tar").read_bytes() == tar.read_bytes()

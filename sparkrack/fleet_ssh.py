@@ -89,7 +89,7 @@ def open_client(node: Node, known_hosts: Path) -> paramiko.SSHClient:
     return client
 
 
-def vetted_socket(node: Node) -> socket.socket:
+def vetted_socket(node: Node) -> socket.socket | QuickAckSocket:
     """A TCP socket connected to node's netguard-vetted address within ssh_connect_timeout."""
     address = check_node(node)
     if node.key_file is None:
@@ -98,7 +98,29 @@ def vetted_socket(node: Node) -> socket.socket:
     if not node.key_file.is_file():
         raise UnreachableError(f"{who(node)}: SSH key {node.key_file} not found",
                                fix="run invoke onboard (real rack) or invoke rehearsal.up")
-    return socket.create_connection((address, node.port), timeout=node.vars.ssh_connect_timeout)
+    sock = socket.create_connection((address, node.port), timeout=node.vars.ssh_connect_timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return QuickAckSocket(sock) if hasattr(socket, "TCP_QUICKACK") else sock
+
+
+class QuickAckSocket:
+    """A TCP socket that acknowledges at once what it receives (TCP_QUICKACK before each
+    read; Linux clears it on its own). SSH packets are small and answer each other: with
+    Nagle's algorithm on one side and a delayed ACK on the other, a channel open or an
+    exit status waits ~40 ms for nothing (measured: every session open took 41 ms)."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+
+    def recv(self, size: int, *flags: int) -> bytes:
+        try:
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+        except OSError:
+            pass  # closed: the read below says so
+        return self._sock.recv(size, *flags)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
 
 
 def connect_kwargs(node: Node, sock: socket.socket) -> dict[str, Any]:

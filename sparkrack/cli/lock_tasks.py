@@ -123,5 +123,5 @@ def log_(c, since=None, task=None, json=False, local=False, inventory=None):
         ["started", "operator", "command", "outcome", "took", "changed", "error"],
         [[e.get("time"), e.get("operator"), e.get("command") or e.get("task"),
           e.get("outcome"), audit.duration_text(e.get("duration_s")),
-          audit.changed_summary(e.get("changed")), (e.get("error") or "")[:120]]
+          audit.changed_summary(e.get("changed")), ((e.get("error") or "").splitlines() or [""])[0][:120]]
          for e in entries])

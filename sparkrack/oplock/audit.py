@@ -63,11 +63,12 @@ def mask(value, key: str = ""):
 
 
 def command_line(task: str, args: Mapping) -> str:
-    """The task as its operator would type it (masked): `up --engine sglang`. Arguments
-    left at a false value (None, False, "") are left out."""
+    """The task as its operator would type it (masked): `up --engine sglang --profile 512k`.
+    Arguments left at a false value (None, False, "") are left out, and the inventory (the
+    record has it, resolved)."""
     words = [task]
     for name, value in args.items():
-        if value in (None, False, "", [], ()):
+        if value in (None, False, "", [], ()) or name == "inventory":
             continue
         flag = "--" + name.replace("_", "-")
         if value is True:

@@ -28,6 +28,7 @@ after `AUDIT`, the audit log.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 
 LOCK_DIR = "/var/lib/sparkrack"
@@ -86,8 +87,10 @@ esac
 
 
 def lock_argv(op: str, *args: str, directory: str | None = None) -> list[str]:
-    """argv running one lock operation on the head node (in LOCK_DIR unless directory)."""
-    return ["sh", "-c", LOCK_SCRIPT, "sparkrack-lock", op, directory or LOCK_DIR, *args]
+    """argv running one lock operation on the head node, in directory, else
+    $SPARKRACK_LOCK_DIR (for tests on a loopback "head" that is this machine), else LOCK_DIR."""
+    where = directory or os.environ.get("SPARKRACK_LOCK_DIR") or LOCK_DIR
+    return ["sh", "-c", LOCK_SCRIPT, "sparkrack-lock", op, where, *args]
 
 
 def holder_json(fields: dict) -> str:

@@ -129,9 +129,9 @@ class Record:
     def end_line(self, outcome: str, **kwargs) -> str:
         return _line(self.end(outcome, **kwargs))
 
-    def refused_line(self, error: str) -> str:
+    def refused_line(self, error: str, exit_code: int = 3) -> str:
         """The one line of a task refused at the lock: start fields and the outcome."""
-        return _line({**self.start, **self.end("refused", error=error, exit_code=3)})
+        return _line({**self.start, **self.end("refused", error=error, exit_code=exit_code)})
 
     def note(self, **items) -> None:
         """Merge what changed: lists (nodes, files, containers, ...) as sorted sets, waivers

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 from ..inventory import Inventory
 from . import audit
-from .lock import LockHeld, RackLock, call, interrupt_main
+from .lock import LockError, LockHeld, RackLock, call, interrupt_main
 from .remote import Holder
 
 
@@ -41,11 +41,15 @@ class Guard:
         return self.lock.lost
 
     def begin(self, wait: float | None = None) -> None:
-        """Take the lock and write the start record; LockHeld after writing a refused one."""
+        """Take the lock and write the start record; LockHeld after writing a refused
+        record (LockError, the head not answering: a refused record in the local copy)."""
         try:
             self.took_over = self.lock.acquire(wait, self.record.start_line())
         except LockHeld as held:
             self._refused(held)
+            raise
+        except LockError as error:  # the head did not answer: only the local copy can say it
+            audit.append_local(self.record.refused_line(error.line(), exit_code=error.exit_code))
             raise
         audit.append_local(self.record.start_line())
         self.record.lock = {"home": self.lock.home.name, "waited_s": round(self.lock.waited, 3)}

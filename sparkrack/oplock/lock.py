@@ -110,7 +110,7 @@ class RackLock:
         self._fleet = Fleet(inventory, [self.home])
         key = f"{inventory.vars.rack_name}-{self.home.address}-{self.home.port}"
         self._local_path = state_dir() / "locks" / f"{key.replace('/', '_')}.lock"
-        self._local = FileLock(self._local_path)
+        self._local = FileLock(self._local_path, thread_local=False)  # the process holds it
         self._stop = threading.Event()
         self._beats: threading.Thread | None = None
         self._extra = 0.0

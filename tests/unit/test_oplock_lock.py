@@ -246,3 +246,20 @@ def test_refused_and_interrupted_records(rack, lock_dir, machine):
     assert "taken over as stale by" in dead["error"]
     assert refused["command"] == "up --engine vllm" and "restart-rack" in refused["error"]
     assert taker["lock"]["took_over"]["id"] == first.record.id
+
+
+def test_a_head_that_does_not_answer_refuses_and_is_logged_locally(sshd, tmp_path, machine):
+    from loopback import free_port
+
+    from sparkrack.oplock.lock import LockError
+
+    inv = tmp_path / "inventory-down"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text("x")
+    down = inventory(sshd, ("spark-01",), port=free_port(), path=inv)
+    guard = Guard(down, "provision", {}, directory=str(tmp_path / "nowhere"))
+    with pytest.raises(LockError) as refused:
+        guard.begin()
+    assert refused.value.exit_code == 1 and "connection refused" in refused.value.line()
+    [entry] = audit.merge(audit.parse_lines(audit.local_path().read_text()))
+    assert (entry["task"], entry["outcome"], entry["exit_code"]) == ("provision", "refused", 1)

@@ -37,7 +37,8 @@ from sparkrack.fleet_argv import (
 from sparkrack.fleet_channel import close_quietly, deadline, execute
 from sparkrack.fleet_docker import pinned_docker_client
 from sparkrack.fleet_results import FleetError, FleetResult, NodeResult
-from sparkrack.fleet_ssh import UnreachableError, answers, explain, open_connection, who
+from sparkrack.fleet_ssh import (
+    UnreachableError, answers, explain, lost_reason, open_connection, who)
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory_schema import FrozenMapping
 from sparkrack.netguard import check_node
@@ -263,7 +264,8 @@ class Fleet:
             error = f"{who(node)}: `{shown}` exited {outcome.exit_code}"
             return NodeResult(node.name, "failed", outcome.exit_code, stdout, stderr,
                               error=f"{error}: {tail}" if tail else error)
-        why = f"timed out after {seconds:g} s" if outcome.timed_out else "ended without status"
+        why = (f"timed out after {seconds:g} s" if outcome.timed_out else "broke off"
+               if lost_reason(channel.get_transport()) else "ended without status")
         lost = self._lost(node, channel, f"`{shown}` {why}")
         return NodeResult(node.name, lost.status, None, stdout, stderr, error=lost.error)
 
@@ -271,9 +273,10 @@ class Fleet:
         """The result when an operation broke off: "unreachable" if the connection is dead
         (then dropped), else "failed" (killed by a signal, refused, or just too slow)."""
         if self._gone(node, channel):
+            reason = lost_reason(channel.get_transport())
             return NodeResult(node.name, "unreachable",
                               error=f"{who(node)}: {what}; the node stopped answering "
-                              "(connection dropped)")
+                              f"({reason + '; ' if reason else ''}connection dropped)")
         return NodeResult(node.name, "failed", error=f"{who(node)}: {what}")
 
     def _sftp(self, node: Node, transfer: Callable[[paramiko.SFTPClient], Mapping[str, bytes]],

@@ -1,13 +1,17 @@
 """Test-suite guards and the one rehearsal rack a test run boots.
 
 SPARKRACK_SANDBOX=1 is set before any sparkrack module runs: under it the fleet layer
-refuses every address outside loopback and the rehearsal subnet.
+refuses every address outside loopback and the rehearsal subnet. SPARKRACK_STATE_DIR points
+the local rack lock and audit copy at a fresh temporary folder.
 """
 
 import os
+import tempfile
 
 os.environ["SPARKRACK_SANDBOX"] = "1"
 os.environ.pop("SPARKRACK_INVENTORY", None)
+# local lock and audit copy of the tasks a test runs: never the developer's own
+os.environ["SPARKRACK_STATE_DIR"] = tempfile.mkdtemp(prefix="sparkrack-test-state-")
 
 from pathlib import Path  # noqa: E402
 

@@ -1,4 +1,5 @@
-"""What every task shares: operator errors as one line and an exit code, inventory choice.
+"""What every task shares: operator errors as one line and an exit code, inventory choice,
+and for the tasks that change the rack, the rack lock and the audit record (rack_task).
 
 The task modules import only this, errors and console at the top: anything heavier (docker,
 paramiko, fabric, jinja2, rich, yaml and the modules using them) is imported inside the task
@@ -7,17 +8,23 @@ body that uses it, so `invoke --list` and `-h` stay fast (tests/unit/test_cli_im
 from __future__ import annotations
 
 import functools
+import inspect
 import os
+import signal
+import threading
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from invoke.exceptions import Exit
 
-from ..errors import SparkrackError
+from ..errors import SparkrackError, UsageError
 
 if TYPE_CHECKING:
     from ..inventory import Inventory
 
 INVENTORY_HELP = "inventory directory (default: $SPARKRACK_INVENTORY, else ./inventory)"
+WAIT_HELP = {"wait": "if another operator holds the rack lock, wait up to SECONDS for it "
+                     "(default: refuse at once with exit code 3)"}
 
 
 def operator_task(body):
@@ -26,6 +33,10 @@ def operator_task(body):
 
     @functools.wraps(body)
     def run(*args, **kwargs):
+        from ..events import on_node_lost
+        from ..console import say
+
+        on_node_lost(say)  # a node lost mid-command is named at once
         try:
             return body(*args, **kwargs)
         except SparkrackError as exc:
@@ -36,8 +47,113 @@ def operator_task(body):
     return run
 
 
+def rack_task(changing=True):
+    """operator_task for a task that may change the rack: when changing (a bool, or a
+    predicate of the task's arguments: `lambda a: not a["check"]`) it runs holding the rack
+    lock, inside an audit record (sparkrack.oplock). Adds the `wait` argument (--wait
+    SECONDS; give WAIT_HELP to @task). Another holder: one line, exit code 3. SIGTERM and
+    SIGHUP stop the task as Ctrl-C does, so its cleanup runs and its record says
+    "interrupted"."""
+
+    def wrap(body):
+        name = body.__name__.replace("_", "-")
+        signature = inspect.signature(body)
+        signature = signature.replace(parameters=[*signature.parameters.values(), inspect.Parameter(
+            "wait", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)])
+
+        @functools.wraps(body)
+        def run(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
+            wait = arguments.pop("wait")
+            if not (changing(arguments) if callable(changing) else changing):
+                return body(**arguments)
+            return _guarded(name, arguments, float(wait) if wait not in (None, "") else None,
+                            lambda: body(**arguments))
+
+        run.__signature__ = signature
+        return operator_task(run)
+
+    return wrap
+
+
+def _guarded(task: str, arguments: dict, wait: float | None, call):
+    """call() holding the rack lock, inside an audit record; the outcome recorded."""
+    from ..console import say
+    from ..oplock import audit
+    from ..oplock.guard import Guard
+
+    path = arguments.get("inventory")
+    rack = inventory_from(path)
+    args = {k: v for k, v in arguments.items() if k != "c"}
+    guard = Guard(rack, task, args, on_event=say)
+    guard.begin(wait)
+    outcome, error, code = "failed", None, 1
+    try:
+        with _preloaded(path, rack), audit.active(guard.record), _signals_interrupt():
+            result = call()
+        outcome, code = "ok", 0
+        return result
+    except KeyboardInterrupt:
+        outcome, code = "interrupted", 130
+        if guard.lost:
+            error = f"lost the rack lock: {guard.lost}"
+            raise SparkrackError(f"{task} stopped: {error}",
+                                 fix="see `invoke lock` and `invoke log`") from None
+        error = "interrupted (Ctrl-C or a signal)"
+        raise
+    except Exit as exc:
+        code = exc.code or 0
+        outcome = "ok" if not code else "refused" if code == 3 else "failed"
+        error = str(exc.message) if exc.message else None
+        raise
+    except SparkrackError as exc:
+        outcome = getattr(exc, "outcome", "refused" if isinstance(exc, UsageError) else "failed")
+        code, error = exc.exit_code, exc.line()
+        raise
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        guard.end(outcome, error=error, exit_code=code)
+
+
+@contextmanager
+def _signals_interrupt():
+    """SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread for the block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+_loaded: dict = {}
+
+
+@contextmanager
+def _preloaded(path: str | None, rack: Inventory):
+    """inventory_from(path) returns rack during the block (loaded once per task)."""
+    _loaded[path] = rack
+    try:
+        yield
+    finally:
+        _loaded.pop(path, None)
+
+
 def inventory_from(path: str | None) -> Inventory:
     """Load the inventory named by -i, $SPARKRACK_INVENTORY or ./inventory."""
     from ..inventory import load_inventory
 
+    if path in _loaded:
+        return _loaded[path]
     return load_inventory(path or os.environ.get("SPARKRACK_INVENTORY") or None)

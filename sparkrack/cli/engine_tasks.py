@@ -5,7 +5,7 @@ import shlex
 from invoke import task
 
 from .. import console
-from .common import INVENTORY_HELP, inventory_from, operator_task
+from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
 
 DEFAULT_PROFILE = "512k"
 
@@ -104,7 +104,8 @@ ENGINE_HELP = {"engine": "sglang or vllm", "profile": f"profile name (default: {
                "inventory": INVENTORY_HELP,
                "timeout": "readiness timeout in seconds (default: the profile's ready_timeout_s)",
                "override_power": "start even if the power projection exceeds the strip; "
-                                 "give the reason (it is recorded with the deployment)"}
+                                 "give the reason (it is recorded with the deployment)",
+               **WAIT_HELP}
 
 
 def _progress(waiting):
@@ -115,7 +116,7 @@ def _progress(waiting):
 
 
 @task(help=ENGINE_HELP)
-@operator_task
+@rack_task()
 def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None):
     """Start a TP8 engine: gates, workers then rank 0, readiness, smoke request.
 
@@ -135,8 +136,9 @@ def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overrid
 
 
 @task(help={"inventory": INVENTORY_HELP,
-            "timeout": "stop timeout per rank in seconds (default: the label the spec set)"})
-@operator_task
+            "timeout": "stop timeout per rank in seconds (default: the label the spec set)",
+            **WAIT_HELP})
+@rack_task()
 def down(c, inventory=None, timeout=None):
     """Stop the running engine: rank 0 first (drain), then workers; wait for memory.
 
@@ -158,7 +160,7 @@ def down(c, inventory=None, timeout=None):
 
 
 @task(help=ENGINE_HELP)
-@operator_task
+@rack_task()
 def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None):
     """Switch lanes safely; on failure bring the last known-good deployment back.
 
@@ -177,8 +179,8 @@ def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overr
 
 @task(help={"inventory": INVENTORY_HELP, "duration": "stop watching after this many seconds",
             "restart": "restart the group in order instead of stopping it",
-            "interval": "seconds between polls (default 1)"})
-@operator_task
+            "interval": "seconds between polls (default 1)", **WAIT_HELP})
+@rack_task(changing=lambda a: a["restart"])
 def watch(c, inventory=None, duration=None, restart=False, interval=1.0):
     """Rank watchdog: stop (or --restart) the group when a rank or node is lost.
 

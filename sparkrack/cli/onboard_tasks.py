@@ -8,7 +8,7 @@ from invoke.exceptions import Exit
 
 from .. import console
 from ..errors import UsageError
-from .common import INVENTORY_HELP, inventory_from, operator_task
+from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
 
 VERDICT_STYLE = {"ok": "green", "changed": "yellow", "would": "cyan", "refused": "bold red",
                  "failed": "bold red", "skipped": "dim"}
@@ -63,8 +63,8 @@ def _printer(json: bool):
     "streams": "parallel TCP streams for the weight copy (default 2)",
     "burn_seconds": "burn check length (default 5)",
     "full_verify": "re-hash every weight file already on the node (ignore its hash cache)",
-    "inventory": INVENTORY_HELP, "json": "print the report as JSON"})
-@operator_task
+    "inventory": INVENTORY_HELP, "json": "print the report as JSON", **WAIT_HELP})
+@rack_task(changing=lambda a: not a["check"])
 def onboard(c, name, address, replace=None, check=False, fingerprint=None, yes=False,
             waive=None, roce_addr=None, peer=None, bwlimit=None, streams=2, burn_seconds=5.0,
             full_verify=False, inventory=None, json=False):
@@ -82,6 +82,11 @@ def onboard(c, name, address, replace=None, check=False, fingerprint=None, yes=F
         roce_addr=roce_addr, peer=peer, burn_seconds=float(burn_seconds),
         bwlimit=float(bwlimit) * 2**20 if bwlimit else None, streams=int(streams),
         full_verify=full_verify, on_event=_printer(json))
+    from ..oplock.audit import note
+
+    note(nodes=[name], waivers=_parse_waivers(waive), joined=report.joined,
+         **({"replaced": replace} if replace and report.joined else {}),
+         files=[str(rack.path / "hosts.yml")] if report.joined else [])
     if json:
         console.print_json(as_json(report))
     else:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from invoke import task
 
 from .. import console
-from .common import INVENTORY_HELP, inventory_from, operator_task
+from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
 from .engine_tasks import run_burn
 
 if TYPE_CHECKING:
@@ -59,8 +59,9 @@ def power(c, inventory=None, json=False):
 
 
 @task(name="restart-rack", help={"inventory": INVENTORY_HELP, "batch_size": BATCH_HELP,
-                                 "bring_back": "start the last known-good deployment at the end"})
-@operator_task
+                                 "bring_back": "start the last known-good deployment at the end",
+                                 **WAIT_HELP})
+@rack_task()
 def restart_rack(c, inventory=None, batch_size=None, bring_back=False):
     """Stop the engine, reboot every node in batches, verify caps after each batch.
 
@@ -75,8 +76,8 @@ def restart_rack(c, inventory=None, batch_size=None, bring_back=False):
 
 
 @task(help={"nodes": "comma-separated node names (required)", "inventory": INVENTORY_HELP,
-            "batch_size": BATCH_HELP})
-@operator_task
+            "batch_size": BATCH_HELP, **WAIT_HELP})
+@rack_task()
 def reboot(c, nodes, inventory=None, batch_size=None):
     """Reboot some nodes in verified batches (refused while an engine runs on them)."""
     from ..lifecycle import engine as lifecycle

@@ -5,16 +5,35 @@ from invoke.exceptions import Exit
 
 from .. import console
 from ..errors import UsageError
-from .common import INVENTORY_HELP, inventory_from, operator_task
+from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
 
 LIMIT_HELP = "only these nodes (or groups), e.g. spark-01,spark-03"
 ROLE_HELP = "only these roles, comma-separated (default: all of roles/site.yml, in order)"
+
+
+def _note(report):
+    """Tell the audit record what the run changed: nodes, files written, images moved."""
+    from ..oplock.audit import note
+
+    if report.check:
+        return
+    files, nodes = set(), set()
+    for run in report.nodes:
+        applied = set(run.applied.applied) if run.applied else set()
+        for index, change in enumerate(run.plan):
+            if change.changed and index in applied:
+                nodes.add(run.node)
+                files.update(a.path for a in change.actions if hasattr(a, "path"))
+    note(nodes=sorted(nodes), files=sorted(files),
+         images=sorted(f"{t.ref}@{node}" for t in report.transfers for node in t.targets
+                       if node not in t.errors))
 
 
 def _show(report, *, diff: bool, json: bool):
     """Print the outcome and the recap (the plan was printed before the apply)."""
     from ..provision.report import as_json, print_outcome, print_recap
 
+    _note(report)
     if json:
         console.print_json(as_json(report))
     else:
@@ -36,8 +55,8 @@ def _on_planned(diff: bool, json: bool):
 @task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP, "role": ROLE_HELP,
             "check": "plan only: show what would change, change nothing",
             "diff": "show full unified diffs of files (secret values as ***)",
-            "json": "print the whole report as JSON instead"})
-@operator_task
+            "json": "print the whole report as JSON instead", **WAIT_HELP})
+@rack_task(changing=lambda a: not a["check"])
 def provision(c, inventory=None, limit=None, role=None, check=False, diff=False, json=False):
     """Gather facts (one round trip per node), plan, show, apply, re-plan; recap per node.
 
@@ -52,8 +71,9 @@ def provision(c, inventory=None, limit=None, role=None, check=False, diff=False,
 
 @task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP, "role": ROLE_HELP,
             "check": "plan only", "diff": "show diffs", "json": "print JSON",
-            "force": "allow removing the clock cap on a real rack (uncaps the GPUs)"})
-@operator_task
+            "force": "allow removing the clock cap on a real rack (uncaps the GPUs)",
+            **WAIT_HELP})
+@rack_task(changing=lambda a: not a["check"])
 def unprovision(c, inventory=None, limit=None, role=None, check=False, diff=False, json=False,
                 force=False):
     """Remove what provision writes (files, units, drop-ins, images) from the nodes."""
@@ -66,14 +86,18 @@ def unprovision(c, inventory=None, limit=None, role=None, check=False, diff=Fals
         raise UsageError("unprovision would stop the clock cap and uncap every GPU: an "
                          "uncapped rack can trip its power strip",
                          fix="pass --role without clock_cap, or --force")
+    if force and "clock_cap" in roles:
+        from ..oplock.audit import note
+
+        note(overrides=["unprovision --force: the clock cap removed (GPUs uncapped)"])
     report = run_unprovision(rack, limit, roles=roles, check=check,
                              on_event=_on_planned(diff, json))
     _show(report, diff=diff, json=json)
 
 
 @task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP,
-            "seconds": "how long the load runs (default 5)", "json": "print JSON"})
-@operator_task
+            "seconds": "how long the load runs (default 5)", "json": "print JSON", **WAIT_HELP})
+@rack_task()
 def burn(c, inventory=None, limit=None, seconds=5.0, json=False):
     """Load every GPU at once, sample SM clock and power: ok, UNCAPPED or LATCHED per node.
 
@@ -85,6 +109,11 @@ def burn(c, inventory=None, limit=None, seconds=5.0, json=False):
     if not 1 <= seconds <= 600:
         raise UsageError(f"--seconds {seconds:g} out of range", fix="give 1..600")
     results = burn_check(rack, limit, seconds)
+    from ..facts import BURN_RECORD
+    from ..oplock.audit import note
+
+    note(nodes=[r.node for r in results if r.recorded], files=[BURN_RECORD],
+         burn={r.node: r.verdict for r in results})
     if json:
         console.print_json([r.as_dict() for r in results])
     else:

@@ -30,11 +30,14 @@ def status(c, inventory=None, limit=None, json=False):
             ["rank", "node", "reach", "hostname", "kernel", "gpu", "sm MHz now/max", "power",
              "MemAvailable", "clock cap", "engine"],
             [_status_cells(r) for r in rows])
-        for kind in ("current", "last-good"):
+        for kind in ("current", "last-good", "failed"):
             dep = records.get(kind)
             if dep:
-                print(f"{kind}: {dep['engine']} {dep['profile']} image {dep['image_id'][:19]} "
-                      f"spec {dep['spec_hash'][:12]} deployment {dep['deployment_id']}")
+                by = f" by {dep['operator']}" if dep.get("operator") else ""
+                state = f" ({dep['status']})" if kind == "current" and dep.get("status") else ""
+                error = f": {dep['error']}" if kind == "failed" and dep.get("error") else ""
+                print(f"{kind}{state}: {dep['engine']} {dep['profile']} image {dep['image_id'][:19]} "
+                      f"spec {dep['spec_hash'][:12]} deployment {dep['deployment_id']}{by}{error}")
     down = [r for r in rows if r.reachable != "ok"]
     for r in down:
         console.say(f"{r.node}: {r.reachable}: {r.error}")

@@ -1,20 +1,27 @@
 """`up`, `down` and `roll`: the engine lifecycle as the operator runs it.
 
 up:   gates -> record "current" -> start in order -> readiness -> smoke request -> "last-good"
+      (a start that fails: record "failed", "current" removed)
 down: stop rank 0 first (drain), then the workers; remove; wait for unified memory
-roll: build and gate the new deployment while the old one serves; stop the old; start the
-      new; smoke-test it; on failure bring the last known-good deployment back and say so.
+roll: build and gate the new deployment while the old one serves (nodes whose cap a burn
+      verified this boot are not burned again); stop the old; start the new; smoke-test it;
+      on failure bring the last known-good deployment back and say so.
+
+What each changes goes to the running task's audit record (oplock.audit.note).
 """
 
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..engines import LaunchSpec, build_specs
 from ..errors import SparkrackError
 from ..facts import facts_argv, parse_facts
 from ..fleet import Fleet
 from ..inventory import Inventory
+from ..oplock.audit import note
+from ..oplock.identity import operator
 from . import headapi, record
 from .containers import engine_containers
 from .gates import Preflight, memory_problems, preflight
@@ -27,6 +34,8 @@ SMOKE_PROMPT = "Reply with one word: ready?"
 
 class Refused(SparkrackError):
     """A gate refused the start; nothing on the rack was changed."""
+
+    outcome = "refused"  # the audit record's word
 
 
 def new_deployment_id(engine: str, profile: str) -> str:
@@ -75,25 +84,47 @@ def deployment_of(specs: tuple[LaunchSpec, ...], pre: Preflight) -> Deployment:
     return Deployment(engine=head.engine, profile=head.profile, deployment_id=head.deployment_id,
                       spec_hash=head.spec_hash, image=head.image, image_id=pre.image_id,
                       mem_available_kb_before={n: f.mem_available_kb for n, f in pre.facts.items()},
-                      waivers=pre.waivers, overrides=pre.overrides)
+                      waivers=pre.waivers, overrides=pre.overrides, operator=operator())
 
 
 def launch(fleet: Fleet, inventory: Inventory, specs, pre: Preflight, *, timeout, on_progress,
            on_event) -> Deployment:
-    """Start a gated deployment, smoke-test it, record it as current and last-good."""
+    """Start a gated deployment, smoke-test it, record it as current and last-good. A start
+    that fails (or is interrupted) is recorded as "failed" and "current" removed."""
     deployment = deployment_of(specs, pre)
+    note(deployment=deployment.deployment_id, nodes=[s.node for s in specs],
+         containers=[f"{s.container_name}@{s.node}" for s in specs],
+         waivers=pre.waivers, overrides=pre.overrides)
     record.write(fleet, inventory, "current", deployment)
-    seconds = start_group(fleet, inventory, specs, timeout=timeout, on_progress=on_progress,
-                          on_event=on_event)
-    on_event(f"rank 0 healthy after {seconds:.1f} s")
     try:
-        reply = smoke_test(inventory, specs)
-    except StartFailed:
-        stop_engine(fleet, timeout=10, recovery_timeout=0)
+        seconds = start_group(fleet, inventory, specs, timeout=timeout, on_progress=on_progress,
+                              on_event=on_event)
+        on_event(f"rank 0 healthy after {seconds:.1f} s")
+        try:
+            reply = smoke_test(inventory, specs)
+        except StartFailed:
+            stop_engine(fleet, timeout=10, recovery_timeout=0)
+            raise
+    except BaseException as failure:
+        why = failure.line() if isinstance(failure, SparkrackError) else (
+            "interrupted" if isinstance(failure, KeyboardInterrupt) else f"{type(failure).__name__}: {failure}")
+        mark_failed(fleet, inventory, deployment, why, on_event)
         raise
     on_event(f"smoke request answered: {reply.strip()[:40]!r}")
+    deployment.status = "serving"
     record.write(fleet, inventory, "last-good", deployment)
+    record.write(fleet, inventory, "current", deployment)
     return deployment
+
+
+def mark_failed(fleet: Fleet, inventory: Inventory, deployment: Deployment, why: str,
+                on_event: Callable[[str], None]) -> None:
+    """Record a failed start as "failed" and remove "current" (nothing of it runs)."""
+    try:
+        record.write(fleet, inventory, "failed", replace(deployment, status="failed", error=why))
+        record.clear(fleet, inventory, "current")
+    except SparkrackError as error:
+        on_event(f"could not mark deployment {deployment.deployment_id} failed: {error.line()}")
 
 
 def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeout=None,
@@ -117,6 +148,9 @@ def down(inventory: Inventory, *, timeout: int | None = None,
             current = None
         report = stop_engine(fleet, mem_before=current.mem_available_kb_before if current else None,
                              timeout=timeout, on_event=on_event)
+        note(containers=[f"{r.name}@{r.node}" for r in report.stopped],
+             nodes=[r.node for r in report.stopped],
+             **({"stopped": current.deployment_id} if current and report.stopped else {}))
         if not report.errors:
             record.clear(fleet, inventory, "current")
         return report
@@ -132,14 +166,13 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
         replacing = next((r.deployment for r in running if r.alive), None)
         pre = preflight(fleet, inventory, engine, profile,
                         deployment_id=new_deployment_id(engine, profile), burn=burn,
-                        replacing=replacing, override_power=override_power)
-        if replacing:  # the old engine still holds the memory: judged again after it stops
-            pre.gates = [g for g in pre.gates if g.name != "memory"]
+                        replacing=replacing, override_power=override_power, keep_verified=True)
         refuse_on(pre, f"roll to {engine} {profile}", on_event)
         specs = pre.specs
         current = records["current"]
         stopped = stop_engine(fleet, mem_before=current.mem_available_kb_before if current else None,
                               on_event=on_event)
+        note(stopped=replacing or (current.deployment_id if current else None))
         on_event(f"old deployment stopped in {stopped.seconds:.1f} s")
         try:
             refresh_memory(fleet, specs, pre)

@@ -1,18 +1,21 @@
 """Preconditions of an engine start, each a named gate with a one-line verdict.
 
-Gates: every node reachable; every node's env files present and what provision would write
+Cheap gates first, in this order: every node reachable; the rack lock (held by this task,
+when it runs under one); every node's env files present and what provision would write
 there now (the ranks start with exactly these: `provision.envfiles`); no other engine
 running; the SM121 rules; the same image ID on every node; enough MemAvailable for the
-profile's memory fraction; a fresh under-load check that every GPU is capped (a unit that
-ran at boot proves nothing after an `nvidia-smi -rgc`); the power projection against the
-strip. One round trip per node gathers the facts and the env files together; the launch
-specs are built from what it read. `up` and `roll` refuse on any blocking gate;
-`--override-power REASON` lets only the power gate pass, and is recorded.
+profile's memory fraction. A refusal there returns at once: the burn is not run. Then the
+costly ones: a fresh under-load check that every GPU is capped (a unit that ran at boot
+proves nothing after an `nvidia-smi -rgc`); the power projection against the strip. With
+keep_verified (roll) a node whose cap a burn verified this boot (same boot id, the cap unit
+still active and successful) counts as verified and is not burned again: its GPU may be
+serving the old lane. One round trip per node gathers the facts and the env files
+together; the launch specs are built from what it read. `up` and `roll` refuse on any
+blocking gate; `--override-power REASON` lets only the power gate pass, and is recorded.
 """
 
 import secrets
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..engines import LaunchSpec, build_specs, load_engine
@@ -68,16 +71,19 @@ def flag_value(spec: LaunchSpec, flag: str) -> str | None:
 
 def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
               deployment_id: str, burn: Callable, replacing: str | None = None,
-              override_power: str | None = None) -> Preflight:
+              override_power: str | None = None, keep_verified: bool = False) -> Preflight:
     """Run every gate for starting engine's profile; report.specs are the launch specs,
     built from the env files each node has (the inventory's view if they are not right:
     the env gate then refuses). `replacing` is the deployment id a roll is about to stop
-    (its containers do not count as "another engine")."""
+    (its containers do not count as "another engine", and memory is judged after it
+    stopped). The burn runs only when every cheap gate passed; with keep_verified, only on
+    the nodes not verified this boot."""
     report = Preflight()
     env_files = EnvFiles(inventory, load_engine(inventory.path, engine).image_key)
     gather_facts_and_env(fleet, env_files, report)
     if report.blocking:
         return report  # nothing else can be judged on a partial rack
+    lock_gate(report)
     problems = [f"{node}: {problem} (run `invoke provision`)"
                 for node, env in report.env.items() for problem in env.problems]
     report.add("env files", problems,
@@ -85,14 +91,18 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
     report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
                                node_env=None if problems else report.env)
     specs = report.specs
+    judge_rack(fleet, inventory, specs, report, replacing)
+    if report.blocking:
+        return report  # refused on a cheap gate: no burn
 
-    with ThreadPoolExecutor(max_workers=1) as background:  # the burn's seconds overlap the rest
-        burning = background.submit(burn, inventory, fleet.nodes, fleet=fleet)
-        judge_rack(fleet, inventory, specs, report, replacing)
-        burned = burning.result()
+    verified = verified_this_boot(report.facts) if keep_verified else []
+    to_burn = [node for node in fleet.nodes if node.name not in verified]
+    burned = burn(inventory, to_burn, fleet=fleet) if to_burn else []
+    kept = f"; {', '.join(verified)} verified this boot, not burned again" if verified else ""
     report.add("clock cap", grouped([(b.node, b.reason) for b in burned if not b.ok]),
-               f"every GPU at or below {inventory.vars.clock_cap_mhz} MHz under load")
+               f"every GPU at or below {inventory.vars.clock_cap_mhz} MHz under load{kept}")
     states = {b.node: CapState.CAPPED if b.ok else CapState.UNCAPPED for b in burned}
+    states.update({name: CapState.CAPPED for name in verified})
     budget = project_power(inventory, states)
     if budget.blocking and override_power:
         report.overrides.append(f"power: {budget.reason}; override: {override_power}")
@@ -100,6 +110,23 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
     else:
         report.add("power", [budget.reason] if budget.blocking else [], budget.reason)
     return report
+
+
+def verified_this_boot(facts: dict[str, NodeFacts]) -> list[str]:
+    """Nodes whose cap a burn verified under load this boot: an ok burn record with this
+    boot's id, and the cap unit still active and successful."""
+    return [node for node, f in facts.items()
+            if f.burn and f.burn.get("ok") and f.burn.get("boot_id") == f.boot_id and f.boot_id
+            and f.clock_cap.active == "active" and f.clock_cap.result == "success"]
+
+
+def lock_gate(report: Preflight) -> None:
+    """The rack lock's line, when this process holds it (the CLI's changing tasks do)."""
+    from ..oplock.lock import held
+
+    lock = held()
+    if lock is not None:
+        report.add("lock", [], f"held by this task ({lock.holder['operator']}) on {lock.home.name}")
 
 
 def gather_facts_and_env(fleet: Fleet, env_files: EnvFiles, report: Preflight) -> None:
@@ -140,7 +167,8 @@ def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
                f"{len(rules.warnings)} warning(s), {len(rules.waived)} waived")
 
     report.add("image", image_problems(fleet, specs, report), f"{head.image} is {report.image_id[:19]} everywhere")
-    report.add("memory", memory_problems(specs, report.facts), "enough MemAvailable on every node")
+    if replacing is None:  # a roll's old engine still holds the memory: judged after it stops
+        report.add("memory", memory_problems(specs, report.facts), "enough MemAvailable on every node")
 
 
 def grouped(problems: list[tuple[str, str]]) -> list[str]:

@@ -1,8 +1,11 @@
 """Deployment records kept on the head node: what runs now and the last known-good one.
 
-`/var/lib/sparkrack/deployments/current.json` is written when a deployment starts,
-`last-good.json` when it passed its readiness and smoke test; `down` removes `current`;
-`roll` falls back to `last-good`; `status` shows both. A record holds no secrets (specs hash them out).
+`/var/lib/sparkrack/deployments/current.json` is written when a deployment starts (status
+"starting"), `last-good.json` when it passed its readiness and smoke test (status
+"serving"); a start that fails writes `failed.json` (status "failed", the error) and
+removes `current`; `down` removes `current`; `roll` falls back to `last-good`; `status`
+shows them. Every record names the operator (user@host) who started it. A record holds no
+secrets (specs hash them out).
 """
 
 import json
@@ -14,7 +17,7 @@ from ..fleet import Fleet, sh
 from ..inventory import Inventory
 
 RECORD_DIR = "/var/lib/sparkrack/deployments"
-KINDS = ("current", "last-good")
+KINDS = ("current", "last-good", "failed")
 
 _WRITE = 'mkdir -p "$1" && cat > "$1/.$2.tmp" && mv "$1/.$2.tmp" "$1/$2.json"'
 _READ = 'for k in "$@"; do printf "@@ %s\\n" "$k"; cat "$0/$k.json" 2>/dev/null; echo; done'
@@ -34,11 +37,16 @@ class Deployment:
     mem_available_kb_before: dict = field(default_factory=dict)
     waivers: dict = field(default_factory=dict)
     overrides: list = field(default_factory=list)
+    operator: str = ""  # user@host who started it
+    status: str = "starting"  # starting | serving | failed
+    error: str = ""  # why it failed
 
     def describe(self) -> str:
-        """One line: engine, profile, image ID and when."""
+        """One line: engine, profile, image ID, when and by whom."""
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.started))
-        return f"{self.engine} {self.profile} ({self.image_id[:19]}, spec {self.spec_hash[:12]}, {when})"
+        by = f", by {self.operator}" if self.operator else ""
+        return (f"{self.engine} {self.profile} ({self.image_id[:19]}, spec {self.spec_hash[:12]}, "
+                f"{when}{by})")
 
 
 def write(fleet: Fleet, inventory: Inventory, kind: str, deployment: Deployment) -> None:

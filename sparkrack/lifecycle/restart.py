@@ -4,6 +4,10 @@ A rebooted batch must come back reachable with a new boot id, its clock-cap unit
 and successful this boot, and a short burn must show every GPU at or below the cap: a GB10
 latched in the low-clock state (only a full power removal clears it) or an uncapped GPU
 stops the sequence at that batch, naming the node, before more of the rack goes down.
+
+The rack lock lives on the head: before the head's batch reboots, the lock is leased for
+the batch's timeout (oplock.lock.lease_while_down) so that neither its holder nor the next
+operator takes the head's silence for a dead holder.
 """
 
 import time
@@ -14,6 +18,8 @@ from ..errors import SparkrackError
 from ..facts import CLOCK_CAP_UNIT, facts_argv, parse_facts
 from ..fleet import Fleet
 from ..inventory import Inventory, Node
+from ..oplock.audit import note
+from ..oplock.lock import lease_while_down
 
 # reboot after the SSH command returned, so the caller sees a clean exit
 REBOOT_ARGV = ["systemd-run", "--no-block", "--on-active=1s", "--unit=sparkrack-reboot",
@@ -68,6 +74,8 @@ def wait_back(fleet: Fleet, nodes: Sequence[Node], before: dict[str, str], timeo
         pending = [n for n in nodes if n.name not in back]
         for result in fleet.run({n.name: facts_argv() for n in pending}, timeout=10):
             if result.status != "ok":
+                if last.get(result.node) != "not answering":
+                    on_event(f"{result.node}: not answering (rebooting)")
                 last[result.node] = "not answering"
                 continue
             facts = parse_facts(result.stdout)
@@ -104,11 +112,13 @@ def reboot_nodes(inventory: Inventory, nodes: Sequence[Node], *, batch_size: int
             names = ", ".join(n.name for n in batch)
             before = boot_ids(fleet, batch)
             on_event(f"batch {number}: rebooting {names}")
-            requested = time.time()
-            fleet.run({n.name: REBOOT_ARGV for n in batch}, timeout=10)
-            reboots = [NodeReboot(n.name, requested) for n in batch]
-            report.batches.append(reboots)
-            back = wait_back(fleet, batch, before, timeout, on_event)
+            with lease_while_down([n.name for n in batch], timeout + 60):
+                requested = time.time()
+                fleet.run({n.name: REBOOT_ARGV for n in batch}, timeout=10)
+                note(nodes=[n.name for n in batch], rebooted=[n.name for n in batch])
+                reboots = [NodeReboot(n.name, requested) for n in batch]
+                report.batches.append(reboots)
+                back = wait_back(fleet, batch, before, timeout, on_event)
             for burned in burn(inventory, batch):
                 entry = next(r for r in reboots if r.node == burned.node)
                 entry.back, entry.verdict = back[burned.node], burned.verdict

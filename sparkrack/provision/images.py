@@ -31,7 +31,7 @@ import paramiko
 
 from sparkrack.fleet import Fleet, NodeResult, quote_argv
 from sparkrack.fleet_channel import close_quietly, deadline
-from sparkrack.fleet_ssh import explain, open_client
+from sparkrack.fleet_ssh import explain, lost_reason, open_client
 from sparkrack.inventory import Node
 from sparkrack.provision.gather import NodeFacts, normalize_ref
 from sparkrack.provision.plan import ImageTarget, short_id
@@ -346,6 +346,12 @@ def stream_file(fleet: Fleet, node: Node, argv: Sequence, path: Path,
         if code == 0:
             return NodeResult(node.name, "ok", 0, stdout, stderr,
                               duration=time.monotonic() - started)
+        lost = lost_reason(client.get_transport())
+        if lost:
+            return NodeResult(node.name, "unreachable", None, stdout, stderr,
+                              duration=time.monotonic() - started,
+                              error=f"{node.name}: image stream broke off: the node stopped "
+                              f"answering ({lost})")
         why = "timed out" if fired.is_set() else f"exited {code}"
         return NodeResult(node.name, "failed", code, stdout, stderr,
                           duration=time.monotonic() - started,

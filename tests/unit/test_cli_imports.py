@@ -64,8 +64,8 @@ def test_list_and_help_import_nothing_heavy():
 
 
 @pytest.mark.parametrize("name, flags", [
-    ("up", ("--engine", "--profile", "--inventory", "--timeout", "--override-power")),
-    ("provision", ("--inventory", "--limit", "--role", "--check", "--diff", "--json")),
+    ("up", ("--engine", "--profile", "--inventory", "--timeout", "--override-power", "--wait")),
+    ("provision", ("--inventory", "--limit", "--role", "--check", "--diff", "--json", "--wait")),
     ("rehearsal.stub-model", ("--inventory", "--config", "--nodes")),
 ])
 def test_help_from_the_repo_root(name, flags):

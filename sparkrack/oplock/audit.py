@@ -1,0 +1,301 @@
+"""The audit log: one JSON object per line, appended, never rewritten.
+
+A changing task writes two lines with the same `id` (its lock token): a start record
+(phase "start": time, operator, task, arguments with secrets masked, inventory digest)
+when it takes the lock, and an end record (phase "end": outcome ok / failed / refused /
+interrupted, duration, what changed, waivers and overrides, the error) when it ends. A
+task refused at the lock writes one line (phase "end", with the start fields). A task
+killed outright leaves its start record alone: readers show it "interrupted" (or
+"running" while it still holds the lock), and the next taker of its stale lock appends its
+end record. Lines go to the head node (remote.AUDIT_FILE) and to a local copy
+(identity.state_dir()/audit.jsonl), each with one O_APPEND write.
+
+Tasks and the lifecycle say what they changed with `note(...)` while a record is active
+(a no-op otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from .identity import inventory_digest, operator, state_dir
+
+MASK = "***"
+SECRET_NAME = re.compile(r"token|secret|passw|api_?key|credential|auth", re.I)
+SECRET_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{16,}\b")
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+OUTCOMES = ("ok", "failed", "refused", "interrupted")
+
+
+def mask_text(text: str) -> str:
+    """text with token-looking values and the environment's tokens replaced by ***."""
+    for name in SECRET_ENV:
+        value = os.environ.get(name)
+        if value and len(value) >= 4:
+            text = text.replace(value, MASK)
+    return SECRET_VALUE.sub(MASK, text)
+
+
+def mask(value, key: str = ""):
+    """value with secrets masked: any value under a secret-looking key, tokens in text."""
+    if key and SECRET_NAME.search(key) and value not in (None, False, "", [], ()):
+        return MASK
+    if isinstance(value, str):
+        return mask_text(value)
+    if isinstance(value, Mapping):
+        return {k: mask(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [mask(v, key) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return mask_text(str(value))
+
+
+def command_line(task: str, args: Mapping) -> str:
+    """The task as its operator would type it (masked): `up --engine sglang --profile 512k`.
+    Arguments left at a false value (None, False, "") are left out, and the inventory (the
+    record has it, resolved)."""
+    words = [task]
+    for name, value in args.items():
+        if value in (None, False, "", [], ()) or name == "inventory":
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            words.append(flag)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                words += [flag, str(mask(item, name))]
+        else:
+            words += [flag, str(mask(value, name))]
+    return shlex.join(words)
+
+
+def _now() -> tuple[str, float]:
+    ts = time.time()
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds"), round(ts, 3)
+
+
+def _line(data: Mapping) -> str:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True, default=str)
+
+
+@dataclass
+class Record:
+    """One task's audit record while it runs."""
+
+    id: str
+    start: dict
+    started: float = field(default_factory=time.monotonic)
+    changed: dict = field(default_factory=dict)
+    waivers: dict = field(default_factory=dict)
+    overrides: list = field(default_factory=list)
+    lock: dict = field(default_factory=dict)
+    _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def task(self) -> str:
+        return self.start["task"]
+
+    @property
+    def command(self) -> str:
+        return self.start["command"]
+
+    def start_line(self) -> str:
+        """The start record, one JSON line."""
+        return _line(self.start)
+
+    def end(self, outcome: str, *, error: str | None = None, exit_code: int = 0) -> dict:
+        """The end record (phase "end")."""
+        when, ts = _now()
+        with self._guard:
+            data = {"id": self.id, "phase": "end", "time": when, "ts": ts, "outcome": outcome,
+                    "duration_s": round(time.monotonic() - self.started, 3),
+                    "exit_code": exit_code, "error": mask_text(error) if error else None,
+                    "changed": mask(self.changed), "waivers": mask(self.waivers),
+                    "overrides": mask(self.overrides), "lock": self.lock}
+        return data
+
+    def end_line(self, outcome: str, **kwargs) -> str:
+        return _line(self.end(outcome, **kwargs))
+
+    def refused_line(self, error: str, exit_code: int = 3) -> str:
+        """The one line of a task refused at the lock: start fields and the outcome."""
+        return _line({**self.start, **self.end("refused", error=error, exit_code=exit_code)})
+
+    def note(self, **items) -> None:
+        """Merge what changed: lists (nodes, files, containers, ...) as sorted sets, waivers
+        (dict), overrides (list), anything else replaced (deployment=...)."""
+        with self._guard:
+            for key, value in items.items():
+                if value is None:
+                    continue
+                if key == "waivers":
+                    self.waivers.update(value)
+                elif key == "overrides":
+                    self.overrides += [v for v in value if v not in self.overrides]
+                elif isinstance(value, (list, tuple, set)):
+                    self.changed[key] = sorted(set(self.changed.get(key, ())) | set(value))
+                else:
+                    self.changed[key] = value
+
+
+def new_record(inventory, task: str, args: Mapping, *, token: str | None = None) -> Record:
+    """The record of a task about to run on inventory (arguments masked here)."""
+    token = token or uuid.uuid4().hex
+    masked = {k: mask(v, k) for k, v in args.items()}
+    when, ts = _now()
+    return Record(token, {
+        "id": token, "phase": "start", "time": when, "ts": ts, "operator": operator(),
+        "pid": os.getpid(), "task": task, "args": masked, "command": command_line(task, args),
+        "inventory": str(Path(inventory.path).resolve()),
+        "inventory_digest": inventory_digest(inventory.path),
+        "rack": inventory.vars.rack_name, "head": inventory.head.name})
+
+
+# --- The active record ------------------------------------------------------------------
+
+_active: Record | None = None
+
+
+@contextmanager
+def active(record: Record) -> Iterator[Record]:
+    """Make record the one note() adds to, for the block."""
+    global _active
+    previous, _active = _active, record
+    try:
+        yield record
+    finally:
+        _active = previous
+
+
+def note(**items) -> None:
+    """Tell the running task's audit record what changed (no-op outside a changing task):
+    nodes=[...], files=[...], containers=[...], deployment="...", waivers={...},
+    overrides=[...], or any other key."""
+    if _active is not None:
+        _active.note(**items)
+
+
+# --- Local copy -----------------------------------------------------------------------------
+
+
+def local_path() -> Path:
+    return state_dir() / "audit.jsonl"
+
+
+def append_local(*lines: str) -> str | None:
+    """Append lines to the local copy, one O_APPEND write each; the problem, or None."""
+    path = local_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            for line in lines:
+                os.write(fd, line.encode() + b"\n")
+        finally:
+            os.close(fd)
+    except OSError as error:
+        return f"cannot append to {path}: {error.strerror or error}"
+    return None
+
+
+# --- Reading ------------------------------------------------------------------------------
+
+
+def parse_lines(text: str) -> list[dict]:
+    """The JSON objects of an audit log's lines (a damaged line is skipped)."""
+    records = []
+    for line in text.splitlines():
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and data.get("id"):
+            records.append(data)
+    return records
+
+
+def merge(records: Iterable[dict], running: Iterable[str] = ()) -> list[dict]:
+    """One entry per task, in start order: its start and end records merged. A task
+    without an end record is "running" if its id holds the lock now (running), else
+    "interrupted"."""
+    running = set(running)
+    tasks: dict[str, dict] = {}
+    for data in records:
+        entry = tasks.setdefault(data["id"], {})
+        ending = data.get("phase") == "end" and "time" in entry  # after its start record
+        if ending:
+            entry.setdefault("ended", data.get("time"))
+        for key, value in data.items():
+            if key != "phase" and not (ending and key in ("time", "ts")):
+                entry[key] = value
+        entry["complete"] = entry.get("complete", False) or data.get("phase") == "end"
+    for token, entry in tasks.items():
+        if not entry["complete"]:
+            entry["outcome"] = "running" if token in running else "interrupted"
+            entry.setdefault("error", None if token in running else
+                             "no end record: the task was killed or lost its connection")
+    return sorted(tasks.values(), key=lambda e: e.get("ts") or 0)
+
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """An epoch from `--since`: 30m, 2h, 3d, 1w (ago), or a date / date and time
+    (2026-05-01, 2026-05-01T14:00, '2026-05-01 14:00'; local time). ValueError if none."""
+    now = time.time() if now is None else now
+    text = text.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", text)
+    if match:
+        return now - float(match.group(1)) * UNITS[match.group(2)]
+    try:
+        when = datetime.fromisoformat(text.replace(" ", "T", 1))
+    except ValueError:
+        raise ValueError(f"--since {text!r}: give 30m, 2h, 3d, 1w or a date such as "
+                         "2026-05-01 or 2026-05-01T14:00") from None
+    return (when if when.tzinfo else when.astimezone()).timestamp()
+
+
+def select(entries: Iterable[dict], *, since: float | None = None,
+           task: str | None = None) -> list[dict]:
+    """Entries started at or after since, of task (a name, `-` and `_` alike)."""
+    wanted = task.replace("_", "-") if task else None
+    return [e for e in entries
+            if (since is None or (e.get("ts") or 0) >= since)
+            and (wanted is None or str(e.get("task", "")).replace("_", "-") == wanted)]
+
+
+def changed_summary(changed: Mapping | None) -> str:
+    """What changed in a few words: 'deployment X; 8 nodes; 3 files; 8 containers'."""
+    if not changed:
+        return ""
+    parts = []
+    for key, value in sorted(changed.items(), key=lambda kv: (kv[0] != "deployment", kv[0])):
+        if isinstance(value, (list, tuple)):
+            if value:
+                items = [str(v) for v in value]
+                parts.append(f"{key} {', '.join(items)}" if len(items) <= 2
+                             else f"{len(items)} {key}")
+        elif isinstance(value, Mapping):
+            parts.append(f"{key} {', '.join(f'{k}={v}' for k, v in value.items())}"[:80])
+        elif value not in (None, ""):
+            parts.append(f"{key} {value}")
+    return "; ".join(parts)
+
+
+def duration_text(seconds) -> str:
+    if seconds is None:
+        return ""
+    return str(timedelta(seconds=round(seconds))) if seconds >= 60 else f"{seconds:.1f} s"

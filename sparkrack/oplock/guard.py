@@ -1,0 +1,88 @@
+"""One changing task's rack lock and audit record, together.
+
+    guard = Guard(inventory, "up", {"engine": "sglang", ...}, on_event=say)
+    guard.begin(wait=None)       # LockHeld (exit 3): a refused record is written
+    with audit.active(guard.record):
+        ...                      # the task; note() adds what changed
+    guard.end("ok")              # end record, lock released (one round trip)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+from ..inventory import Inventory
+from . import audit
+from .lock import LockError, LockHeld, RackLock, call, interrupt_main
+from .remote import Holder
+
+
+class Guard:
+    """The lock and the audit record of one task."""
+
+    def __init__(self, inventory: Inventory, task: str, args: Mapping, *,
+                 on_event: Callable[[str], None] = lambda e: None,
+                 on_lost: Callable[[], None] = interrupt_main, **lock_options):
+        self.inventory = inventory
+        self.on_event = on_event
+        self.record = audit.new_record(inventory, task, args)
+        start = self.record.start
+        self.lock = RackLock(inventory, {
+            "token": self.record.id, "operator": start["operator"], "pid": start["pid"],
+            "task": task, "command": start["command"], "client_time": start["time"]},
+            on_event=on_event, on_lost=on_lost, **lock_options)
+        self.took_over: Holder | None = None
+        self._closing: list[str] = []
+
+    @property
+    def lost(self) -> str | None:
+        """Why the lock was lost during the task (None if it was kept)."""
+        return self.lock.lost
+
+    def begin(self, wait: float | None = None) -> None:
+        """Take the lock and write the start record; LockHeld after writing a refused
+        record (LockError, the head not answering: a refused record in the local copy)."""
+        try:
+            self.took_over = self.lock.acquire(wait, self.record.start_line())
+        except LockHeld as held:
+            self._refused(held)
+            raise
+        except LockError as error:  # the head did not answer: only the local copy can say it
+            audit.append_local(self.record.refused_line(error.line(), exit_code=error.exit_code))
+            raise
+        audit.append_local(self.record.start_line())
+        self.record.lock = {"home": self.lock.home.name, "waited_s": round(self.lock.waited, 3)}
+        if self.took_over is not None:
+            old = self.took_over
+            self.record.lock["took_over"] = {"id": old.token, "operator": old.operator,
+                                             "pid": old.pid, "command": old.command,
+                                             "no_heartbeat_s": old.age}
+            self.on_event(f"lock: took over a stale lock from {old.describe(time.time())}")
+            # the stale holder's record gets its end, so the log says what became of it
+            self._closing.append(audit._line({
+                "id": old.token, "phase": "end", "time": self.record.start["time"],
+                "ts": self.record.start["ts"], "outcome": "interrupted",
+                "error": f"no heartbeat for {old.age:.0f} s: the lock was taken over as stale "
+                         f"by {self.record.start['operator']} ({self.record.command})"}))
+
+    def _refused(self, held: LockHeld) -> None:
+        line = self.record.refused_line(held.line())
+        try:
+            call(self.lock._fleet, self.lock.home.name, "append", line,
+                 directory=self.lock.directory)
+        except Exception as error:  # noqa: BLE001 - the refusal stands; say what was lost
+            self.on_event(f"audit: the refusal could not be logged on the head: {error}")
+        finally:
+            self.lock._fleet.close()
+        audit.append_local(line)
+
+    def end(self, outcome: str, *, error: str | None = None, exit_code: int = 0) -> None:
+        """Write the end record and release the lock (one round trip), and the local copy."""
+        line = self.record.end_line(outcome, error=error, exit_code=exit_code)
+        problem = self.lock.release([*self._closing, line])
+        if problem:
+            self.on_event(f"lock: {problem}")
+        local = audit.append_local(*self._closing, line)
+        if local:
+            self.on_event(f"audit: {local}")

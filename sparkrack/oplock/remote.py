@@ -1,0 +1,187 @@
+"""The rack lock's node side: one constant shell script on the head node, and its replies.
+
+State in LOCK_DIR on the head (root's, like the deployment records):
+- lock.json    the holder (one JSON line): token, operator, pid, task, command, and `since`
+               written by the node from its own clock. Its mtime is the heartbeat: the
+               holder `touch`es it, so the node's clock alone judges staleness (no skew
+               between laptop and head matters).
+- lock.guard   flock(1) on it serializes every change of lock.json. The kernel drops the
+               flock with the process, so a dropped SSH connection never leaves it held.
+- audit.jsonl  the audit log, appended one `printf` (one O_APPEND write) per line.
+
+Operations (argv: op, dir, args...):
+  take TOKEN STALE_AFTER HOLDER_JSON [LINE]  take a free or stale lock (or ours again); LINE
+                                             is appended to the audit log when taken
+  refresh TOKEN EXTRA                        heartbeat: mtime = now + EXTRA if still ours
+  release TOKEN [LINE...]                    remove the lock if ours; append the lines
+  break TOKEN [LINE]                         remove the lock if TOKEN holds it ("" = anyone)
+  append LINE...                             append lines to the audit log
+  show                                       the holder, if any
+  log                                        the holder, then the whole audit log
+
+Replies, one per line: `NOW epoch`; `HOLDER age json` (the lock as it is, age = seconds
+since its heartbeat); `STALE age json` (the stale lock a take replaced); then a status word
+(TAKEN HELD OK LOST RELEASED NOTOURS BROKEN MISMATCH FREE APPENDED, or `ERROR text`);
+after `AUDIT`, the audit log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+LOCK_DIR = "/var/lib/sparkrack"
+LOCK_FILE = f"{LOCK_DIR}/lock.json"
+AUDIT_FILE = f"{LOCK_DIR}/audit.jsonl"
+
+LOCK_SCRIPT = r"""
+op=$1; d=$2; shift 2
+f=$d/lock.json
+log=$d/audit.jsonl
+append() {
+  for line do
+    if [ -n "$line" ]; then printf '%s\n' "$line" >>"$log" || { echo "ERROR cannot append to $log"; return 1; }; fi
+  done
+}
+holder() { [ -f "$f" ] && printf '%s %s %s\n' "$1" "$(( now - $(stat -c %Y "$f") ))" "$(cat "$f")"; }
+ours() { [ -f "$f" ] && grep -qF "\"token\":\"$1\"" "$f"; }
+mkdir -p "$d" || { echo "ERROR cannot create $d"; exit 5; }
+case $op in
+  show|log) ;;
+  *) command -v flock >/dev/null || { echo "ERROR flock(1) is missing on this node (util-linux)"; exit 5; }
+     exec 9>>"$d/lock.guard" || { echo "ERROR cannot open $d/lock.guard"; exit 5; }
+     flock -w 10 9 || { echo "ERROR $d/lock.guard stayed locked for 10 s"; exit 5; } ;;
+esac
+now=$(date +%s)
+echo "NOW $now"
+case $op in
+  take)
+    if [ -f "$f" ] && ! ours "$1"; then
+      if [ $(( now - $(stat -c %Y "$f") )) -le "$2" ]; then holder HOLDER; echo HELD; exit 0; fi
+      holder STALE
+    fi
+    tmp=$d/.lock.$1
+    printf '{"since":%s,%s\n' "$now" "${3#?}" >"$tmp" && mv -f "$tmp" "$f" || { echo "ERROR cannot write $f"; exit 5; }
+    append "$4" || exit 5
+    echo TAKEN ;;
+  refresh)
+    if ours "$1"; then touch -d "@$(( now + $2 ))" "$f" && echo OK || { echo "ERROR cannot touch $f"; exit 5; }
+    else holder HOLDER; echo LOST; fi ;;
+  release)
+    t=$1; shift
+    if ours "$t"; then rm -f "$f" && echo RELEASED; else holder HOLDER; echo NOTOURS; fi
+    append "$@" || exit 5 ;;
+  break)
+    if [ ! -f "$f" ]; then echo FREE
+    elif [ -n "$1" ] && ! ours "$1"; then holder HOLDER; echo MISMATCH; exit 0
+    else holder HOLDER; mv -f "$f" "$d/lock.broken.json" && echo BROKEN || { echo "ERROR cannot move $f"; exit 5; }
+    fi
+    append "$2" || exit 5 ;;
+  append) append "$@" || exit 5; echo APPENDED ;;
+  show) if holder HOLDER; then echo HELD; else echo FREE; fi ;;
+  log) if holder HOLDER; then echo HELD; else echo FREE; fi; echo AUDIT; cat "$log" 2>/dev/null ;;
+  *) echo "ERROR unknown operation $op"; exit 5 ;;
+esac
+"""
+
+
+def lock_argv(op: str, *args: str, directory: str | None = None) -> list[str]:
+    """argv running one lock operation on the head node, in directory, else
+    $SPARKRACK_LOCK_DIR (for tests on a loopback "head" that is this machine), else LOCK_DIR."""
+    where = directory or os.environ.get("SPARKRACK_LOCK_DIR") or LOCK_DIR
+    return ["sh", "-c", LOCK_SCRIPT, "sparkrack-lock", op, where, *args]
+
+
+def holder_json(fields: dict) -> str:
+    """The lock file's JSON from the holder's fields: compact, starting with `{` (the node
+    puts `"since":NOW,` in front), token written exactly as the script greps for it."""
+    return json.dumps(fields, separators=(",", ":"), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds the lock, as the head node sees it."""
+
+    token: str
+    operator: str
+    pid: int | None
+    task: str
+    command: str
+    since: float  # node clock
+    age: float  # seconds since the last heartbeat (node clock), negative while leased
+    node_now: float
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, age: str, text: str, node_now: float) -> Holder:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        return cls(token=str(data.get("token", "")), operator=str(data.get("operator", "?")),
+                   pid=data.get("pid") if isinstance(data.get("pid"), int) else None,
+                   task=str(data.get("task", "?")), command=str(data.get("command", "")),
+                   since=float(data.get("since", node_now) or node_now), age=float(age),
+                   node_now=node_now, raw=data)
+
+    @property
+    def held_for(self) -> float:
+        """Seconds since the lock was taken (node clock)."""
+        return max(0.0, self.node_now - self.since)
+
+    def since_local(self, local_now: float) -> float:
+        """When the lock was taken, in this machine's clock (the node's skew removed)."""
+        return local_now - self.held_for
+
+    def describe(self, local_now: float) -> str:
+        """'alice@laptop (pid 42) running `up --engine sglang` since 14:02:31 (75 s ago;
+        last heartbeat 2 s ago)'."""
+        import time
+
+        pid = f" (pid {self.pid})" if self.pid else ""
+        when = time.strftime("%H:%M:%S", time.localtime(self.since_local(local_now)))
+        beat = (f"last heartbeat {self.age:.0f} s ago" if self.age >= 0
+                else f"heartbeat leased for {-self.age:.0f} s more")
+        return (f"{self.operator}{pid} running `{self.command or self.task}` since {when} "
+                f"({self.held_for:.0f} s ago; {beat})")
+
+    def as_dict(self) -> dict:
+        return {**self.raw, "token": self.token, "heartbeat_age_s": self.age,
+                "held_for_s": self.held_for}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One lock operation's answer."""
+
+    status: str  # TAKEN HELD OK LOST ... or ERROR
+    node_now: float = 0.0
+    holder: Holder | None = None  # the lock as it is (HOLDER line)
+    stale: Holder | None = None  # the stale lock a take replaced
+    error: str = ""
+    audit: str = ""  # after AUDIT (op log)
+
+
+def parse_reply(stdout: str) -> Reply:
+    """A Reply from the script's output (status ERROR if it has no status word)."""
+    lines = stdout.splitlines(keepends=True)
+    cut = next((i for i, line in enumerate(lines) if line.rstrip("\n") == "AUDIT"), len(lines))
+    audit = "".join(lines[cut + 1:])
+    now, holder, stale, status, error = 0.0, None, None, "", ""
+    for line in lines[:cut]:
+        word, _, rest = line.rstrip("\n").partition(" ")
+        if word == "NOW":
+            now = float(rest or 0)
+        elif word in ("HOLDER", "STALE"):
+            age, _, text = rest.partition(" ")
+            parsed = Holder.parse(age, text, now)
+            holder, stale = (parsed, stale) if word == "HOLDER" else (holder, parsed)
+        elif word == "ERROR":
+            status, error = "ERROR", rest
+        elif word.isalpha() and word.isupper() and not rest and not status:
+            status = word
+    return Reply(status or "ERROR", now, holder, stale,
+                 error or ("" if status else "no answer from the lock script"), audit)

@@ -1,0 +1,265 @@
+"""The rack lock against a real sshd on loopback (loopback.py): spark-01 (127.0.0.1) is the
+head; the lock directory is a temp folder, the local state another one per "machine"."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from loopback import Sshd, inventory, needs_sshd, session_pids, sshd  # noqa: F401
+
+from sparkrack.fleet import Fleet
+from sparkrack.oplock import audit
+from sparkrack.oplock.guard import Guard
+from sparkrack.oplock.lock import LockHeld, RackLock, call, held, lease_while_down
+
+pytestmark = needs_sshd
+
+
+@pytest.fixture
+def rack(sshd: Sshd, tmp_path: Path):
+    inv = tmp_path / "inventory"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text("sparks: {}\n")
+    return inventory(sshd, ("spark-01",), connect_timeout=1.0, path=inv)
+
+
+@pytest.fixture
+def lock_dir(tmp_path: Path) -> str:
+    return str(tmp_path / "head" / "var-lib-sparkrack")
+
+
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """machine("a") makes the next locks and records act as if on machine a (its own
+    local state folder)."""
+    def on(name: str) -> Path:
+        path = tmp_path / f"state-{name}"
+        monkeypatch.setenv("SPARKRACK_STATE_DIR", str(path))
+        return path
+    on("a")
+    return on
+
+
+def holder(token: str, command: str = "up --engine sglang") -> dict:
+    return {"token": token, "operator": "alice@laptop", "pid": os.getpid(), "task": "up",
+            "command": command}
+
+
+def new_lock(rack, lock_dir, token, lost=None, **options) -> RackLock:
+    return RackLock(rack, holder(token, options.pop("command", "up --engine sglang")),
+                    directory=lock_dir, on_lost=lost or (lambda: None), **options)
+
+
+def show(rack, lock_dir):
+    with Fleet(rack, [rack.head]) as fleet:
+        return call(fleet, rack.head.name, "show", directory=lock_dir)
+
+
+def test_take_refuse_release(rack, lock_dir, machine):
+    first = new_lock(rack, lock_dir, "a" * 32)
+    assert first.acquire() is None
+    assert held() is first
+    try:
+        machine("b")  # another laptop: its local lock is free, the head's is not
+        second = new_lock(rack, lock_dir, "b" * 32, command="up --engine vllm")
+        started = time.monotonic()
+        with pytest.raises(LockHeld) as refused:
+            second.acquire()
+        assert time.monotonic() - started < 2
+        message = refused.value.line()
+        assert refused.value.exit_code == 3
+        assert message.startswith(f"the rack lock is held by alice@laptop (pid {os.getpid()}) "
+                                  "running `up --engine sglang` since ")
+        assert "last heartbeat 0 s ago" in message
+        assert message.endswith("(wait for it with --wait SECONDS; `invoke lock` shows it)")
+        data = json.loads(Path(lock_dir, "lock.json").read_text())
+        assert data["token"] == "a" * 32 and abs(data["since"] - time.time()) < 5
+    finally:
+        assert first.release() is None
+    assert held() is None
+    assert show(rack, lock_dir).status == "FREE"
+
+
+def test_same_machine_queues_on_the_local_lock(rack, lock_dir):
+    first = new_lock(rack, lock_dir, "a" * 32)
+    first.acquire()
+    try:
+        second = new_lock(rack, lock_dir, "b" * 32)
+        with pytest.raises(LockHeld) as refused:
+            second.acquire()  # refused by the local lock, named from the head's
+        assert "alice@laptop" in refused.value.line()
+    finally:
+        first.release()
+
+
+def test_wait_queues_until_the_holder_releases(rack, lock_dir, machine):
+    first = new_lock(rack, lock_dir, "a" * 32)
+    first.acquire()
+    threading.Timer(1.5, first.release).start()
+    machine("b")
+    said: list[str] = []
+    second = RackLock(rack, holder("b" * 32), directory=lock_dir, on_event=said.append,
+                      on_lost=lambda: None)
+    assert second.acquire(wait=20) is None
+    try:
+        assert 1.0 < second.waited < 10
+        assert said and said[0].startswith("lock: waiting up to 20 s for alice@laptop")
+    finally:
+        second.release()
+
+
+def test_wait_gives_up_at_its_deadline(rack, lock_dir, machine):
+    first = new_lock(rack, lock_dir, "a" * 32)
+    first.acquire()
+    try:
+        machine("b")
+        started = time.monotonic()
+        with pytest.raises(LockHeld) as refused:
+            new_lock(rack, lock_dir, "b" * 32).acquire(wait=1.5)
+        assert 1.4 < time.monotonic() - started < 5
+        assert "after waiting 2 s" in refused.value.line()
+    finally:
+        first.release()
+
+
+def test_a_dead_holder_loses_the_lock_after_the_timeout(rack, lock_dir, machine):
+    dead = new_lock(rack, lock_dir, "a" * 32)
+    dead.acquire()
+    dead._stop.set()  # its heartbeat stops as if killed (SIGKILL: no release, no record)
+    machine("b")
+    with pytest.raises(LockHeld):
+        new_lock(rack, lock_dir, "b" * 32, stale_after=2).acquire()  # not stale yet
+    time.sleep(3.2)
+    taker = new_lock(rack, lock_dir, "c" * 32, stale_after=2)
+    stale = taker.acquire()
+    try:
+        assert stale is not None and stale.token == "a" * 32 and stale.operator == "alice@laptop"
+        assert stale.age >= 3
+        # the dead holder, were it to wake up, finds the lock gone
+        assert dead._call("refresh", dead.token, "0", timeout=5).status == "LOST"
+        assert dead.release() == "the rack lock was no longer ours at the end"
+        assert show(rack, lock_dir).holder.token == "c" * 32  # its release took nothing
+    finally:
+        taker.release()
+
+
+def test_a_broken_lock_stops_its_holder(rack, lock_dir):
+    stopped = threading.Event()
+    holder_lock = new_lock(rack, lock_dir, "a" * 32, lost=stopped.set, heartbeat=0.3)
+    holder_lock.acquire()
+    try:
+        with Fleet(rack, [rack.head]) as fleet:
+            assert call(fleet, "spark-01", "break", "f" * 32, "",
+                        directory=lock_dir).status == "MISMATCH"  # another token: kept
+            assert call(fleet, "spark-01", "break", "a" * 32, "",
+                        directory=lock_dir).status == "BROKEN"
+        assert stopped.wait(5)
+        assert holder_lock.lost.startswith("the lock was broken or taken over on spark-01")
+    finally:
+        holder_lock.release()
+
+
+def test_a_holder_that_cannot_reach_the_head_stops_its_task(rack, lock_dir, sshd):
+    stopped = threading.Event()
+    holder_lock = new_lock(rack, lock_dir, "a" * 32, lost=stopped.set, heartbeat=0.3,
+                           give_up_after=2.0)
+    holder_lock.acquire()
+    frozen = [sshd.pid, *session_pids(sshd)]
+    for pid in frozen:  # the head stops answering: open connection and new ones alike
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        assert stopped.wait(10)
+        assert "no heartbeat reached spark-01" in holder_lock.lost
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+        holder_lock.release()
+
+
+def test_lease_keeps_the_lock_while_the_head_reboots(rack, lock_dir, machine):
+    holder_lock = new_lock(rack, lock_dir, "a" * 32)
+    holder_lock.acquire()
+    try:
+        with lease_while_down(["spark-01"], 120):
+            shown = show(rack, lock_dir).holder
+            assert shown.age < -100  # heartbeat put ahead: not stale for two minutes
+            machine("b")
+            with pytest.raises(LockHeld) as refused:
+                new_lock(rack, lock_dir, "b" * 32, stale_after=1).acquire()
+            assert "heartbeat leased for" in refused.value.line()
+        with lease_while_down(["spark-02"], 120):  # not the lock's home: nothing to do
+            assert show(rack, lock_dir).holder.age < -100
+    finally:
+        holder_lock.release()
+
+
+# --- Guard: the lock and the audit record together -------------------------------------------
+
+
+def test_guard_writes_start_and_end_records_on_the_head_and_locally(rack, lock_dir, machine,
+                                                                    monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnopqrstuvwxyz")
+    guard = Guard(rack, "up", {"engine": "sglang", "hf_token": "x", "note": "hf_abcdefghijklmnopqrstuvwxyz"},
+                  directory=lock_dir, on_lost=lambda: None)
+    guard.begin()
+    with audit.active(guard.record):
+        audit.note(deployment="sglang-512k-1", nodes=["spark-01"], containers=["r0@spark-01"],
+                   overrides=["power: override"])
+    guard.end("ok")
+    head = audit.parse_lines(Path(lock_dir, "audit.jsonl").read_text())
+    local = audit.parse_lines(audit.local_path().read_text())
+    assert head == local
+    start, end = head
+    assert (start["phase"], end["phase"], start["id"], end["id"]) == ("start", "end", guard.record.id,
+                                                                      guard.record.id)
+    assert start["operator"] and start["task"] == "up" and start["rack"] == "sparkrack"
+    assert start["inventory_digest"].startswith("sha256:")
+    assert start["args"] == {"engine": "sglang", "hf_token": "***", "note": "***"}
+    assert "hf_abc" not in Path(lock_dir, "audit.jsonl").read_text()
+    assert end["outcome"] == "ok" and end["changed"]["deployment"] == "sglang-512k-1"
+    assert end["overrides"] == ["power: override"] and end["duration_s"] >= 0
+    assert not Path(lock_dir, "lock.json").exists()
+
+
+def test_refused_and_interrupted_records(rack, lock_dir, machine):
+    first = Guard(rack, "restart-rack", {}, directory=lock_dir, on_lost=lambda: None)
+    first.begin()
+    first.lock._stop.set()  # then killed: no end record from it
+    machine("b")
+    second = Guard(rack, "up", {"engine": "vllm"}, directory=lock_dir, on_lost=lambda: None)
+    with pytest.raises(LockHeld):
+        second.begin()
+    third = Guard(rack, "down", {}, directory=lock_dir, on_lost=lambda: None, stale_after=1)
+    time.sleep(2.2)
+    third.begin()  # takes over the stale lock, closes the dead holder's record
+    third.end("interrupted", error="interrupted (Ctrl-C or a signal)", exit_code=130)
+    entries = audit.merge(audit.parse_lines(Path(lock_dir, "audit.jsonl").read_text()))
+    assert [(e["task"], e["outcome"]) for e in entries] == [
+        ("restart-rack", "interrupted"), ("up", "refused"), ("down", "interrupted")]
+    dead, refused, taker = entries
+    assert "taken over as stale by" in dead["error"]
+    assert refused["command"] == "up --engine vllm" and "restart-rack" in refused["error"]
+    assert taker["lock"]["took_over"]["id"] == first.record.id
+
+
+def test_a_head_that_does_not_answer_refuses_and_is_logged_locally(sshd, tmp_path, machine):
+    from loopback import free_port
+
+    from sparkrack.oplock.lock import LockError
+
+    inv = tmp_path / "inventory-down"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text("x")
+    down = inventory(sshd, ("spark-01",), port=free_port(), path=inv)
+    guard = Guard(down, "provision", {}, directory=str(tmp_path / "nowhere"))
+    with pytest.raises(LockError) as refused:
+        guard.begin()
+    assert refused.value.exit_code == 1 and "connection refused" in refused.value.line()
+    [entry] = audit.merge(audit.parse_lines(audit.local_path().read_text()))
+    assert (entry["task"], entry["outcome"], entry["exit_code"]) == ("provision", "refused", 1)

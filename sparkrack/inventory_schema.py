@@ -48,10 +48,11 @@ class FrozenMapping(Mapping[str, Any]):
 
 
 def _var(default: Any, meaning: str, *, scope: str = RACK, at_least: float | None = None,
-         above: float | None = None, at_most: float | None = None) -> Any:
-    """A RackVars field: its default, one-line meaning, scope and numeric bounds."""
+         above: float | None = None, at_most: float | None = None,
+         choices: tuple[str, ...] | None = None) -> Any:
+    """A RackVars field: its default, one-line meaning, scope, numeric bounds or choices."""
     metadata = {"meaning": meaning, "scope": scope, "at_least": at_least, "above": above,
-                "at_most": at_most}
+                "at_most": at_most, "choices": choices}
     if isinstance(default, Mapping):
         frozen = FrozenMapping(default)
         return field(default_factory=lambda: frozen, metadata=metadata)
@@ -120,6 +121,17 @@ class RackVars:
     rehearsal_burn_command: tuple[str, ...] = _var(
         ("gpu-sim", "load", "--seconds", "{seconds}"),
         "burn_command used instead when rehearsal is true (the simulated GPU)")
+    watchdog_action: str = _var(
+        "stop", "what the watchdog service does with a broken TP group: stop it, or restart "
+        "it in order within the restart budget", choices=("stop", "restart"))
+    watchdog_restart_budget: int = _var(
+        3, "restarts the watchdog may make within watchdog_restart_window_minutes; past it "
+        "the group is stopped and the watchdog says why (0: never restart)", at_least=0)
+    watchdog_restart_window_minutes: float = _var(
+        30.0, "the sliding window of the restart budget, in minutes", above=0)
+    watchdog_metrics_port: int = _var(
+        9478, "TCP port of the watchdog's Prometheus metrics (/metrics)", at_least=1,
+        at_most=65535)
 
 
 @dataclass(frozen=True)
@@ -134,17 +146,21 @@ class Spec:
     at_least: float | None = None
     above: float | None = None
     at_most: float | None = None
+    choices: tuple[str, ...] | None = None
     sample: Any = None
 
     def check(self, value: Any) -> Any:
         """Return the value in this key's type; raise ValueError naming what was expected."""
         converted = _convert(self.type, value)
-        if converted is None or not self._in_bounds(converted):
+        if converted is None or not self._in_bounds(converted) or (
+                self.choices is not None and converted not in self.choices):
             raise ValueError(f"{self.name}: expected {self.expected()}, got {describe(value)}")
         return converted
 
     def expected(self) -> str:
-        """What a valid value looks like, e.g. 'an integer >= 1'."""
+        """What a valid value looks like, e.g. 'an integer >= 1' or 'one of: stop, restart'."""
+        if self.choices is not None:
+            return "one of: " + ", ".join(self.choices)
         bounds = [f"{op} {_number(limit)}" for op, limit in
                   ((">=", self.at_least), (">", self.above), ("<=", self.at_most))
                   if limit is not None]

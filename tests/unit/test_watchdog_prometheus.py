@@ -121,6 +121,13 @@ def test_every_metric_the_alerts_use_is_exported():
     assert used and used <= exported_names()
 
 
+def test_readme_names_every_metric():
+    readme = (REPO / "README.md").read_text()
+    missing = sorted(name for name in exported_names()
+                     if not name.endswith("_created") and f"`{name}`" not in readme)
+    assert not missing, f"README.md 'Watching the rack' does not name {missing}"
+
+
 def promtool(*args: str) -> subprocess.CompletedProcess:
     if PROMTOOL is None:
         if os.environ.get("CI"):

@@ -134,8 +134,11 @@ class Watchdog:
         else:
             deployment = current if current is not None else self._guarded_deployment
             step, poll = self._guard(deployment)
-        self._publish(current if records is not None else self._guarded_deployment,
-                      last_good, step, poll, holder, self.monotonic() - started)
+        if records is None:  # guarding on while the head does not answer: as last read
+            current = last_good = self._guarded_deployment
+        if step.acted:  # list the containers again next step: they just changed
+            self.facts_at = None
+        self._publish(current, last_good, step, poll, holder, self.monotonic() - started)
         self._say(step)
         return step
 
@@ -210,6 +213,7 @@ class Watchdog:
     def _forget_group(self) -> None:
         self.group = None
         self.guarded = None
+        self._guarded_deployment = None
 
     # --- Facts and metrics -------------------------------------------------------------
 

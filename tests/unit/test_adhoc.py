@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from loopback_sshd import ADDRESSES, KNOWN, Sshd, free_port, inventory, needs_sshd, sshd  # noqa: F401
-from loopback_sshd import write_inventory
+from loopback_sshd import Sshd, free_port, inventory, needs_sshd, write_inventory
 
 from sparkrack.adhoc import command_argv, compress, group_results, remainder_of, render, run_adhoc
 from sparkrack.errors import UsageError

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from jinja2 import Environment, StrictUndefined
-from loopback_sshd import Sshd, needs_sshd, sshd, write_inventory  # noqa: F401
+from loopback_sshd import Sshd, needs_sshd, write_inventory
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -31,7 +31,6 @@ from sparkrack.lifecycle.record import RECORD_DIR, Deployment
 from sparkrack.lifecycle.watch import Poll
 from sparkrack.watchdog.__main__ import parse_listen
 from sparkrack.watchdog.metrics import WatchdogMetrics
-from sparkrack.watchdog.policy import RestartBudget
 from sparkrack.watchdog.service import Watchdog, node_snapshot
 
 REPO = Path(__file__).resolve().parents[2]

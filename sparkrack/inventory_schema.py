@@ -75,11 +75,11 @@ ARGV_WORD = "argv word"
 
 def _var(default: Any, meaning: str, *, scope: str = RACK, at_least: float | None = None,
          above: float | None = None, at_most: float | None = None,
-         kind: str | None = None) -> Any:
-    """A RackVars field: its default, one-line meaning, scope, numeric bounds and the kind
-    of its text (each item's, for lists and mappings)."""
+         kind: str | None = None, choices: tuple[str, ...] | None = None) -> Any:
+    """A RackVars field: its default, one-line meaning, scope, numeric bounds or choices,
+    and the kind of its text (each item's, for lists and mappings)."""
     metadata = {"meaning": meaning, "scope": scope, "at_least": at_least, "above": above,
-                "at_most": at_most, "kind": kind}
+                "at_most": at_most, "kind": kind, "choices": choices}
     if isinstance(default, Mapping):
         frozen = FrozenMapping(default)
         return field(default_factory=lambda: frozen, metadata=metadata)
@@ -156,6 +156,17 @@ class RackVars:
         ("gpu-sim", "load", "--seconds", "{seconds}"),
         "burn_command used instead when rehearsal is true (the simulated GPU)",
         kind=ARGV_WORD)
+    watchdog_action: str = _var(
+        "stop", "what the watchdog service does with a broken TP group: stop it, or restart "
+        "it in order within the restart budget", choices=("stop", "restart"))
+    watchdog_restart_budget: int = _var(
+        3, "restarts the watchdog may make within watchdog_restart_window_minutes; past it "
+        "the group is stopped and the watchdog says why (0: never restart)", at_least=0)
+    watchdog_restart_window_minutes: float = _var(
+        30.0, "the sliding window of the restart budget, in minutes", above=0)
+    watchdog_metrics_port: int = _var(
+        9478, "TCP port of the watchdog's Prometheus metrics (/metrics)", at_least=1,
+        at_most=65535)
 
 
 @dataclass(frozen=True)
@@ -170,6 +181,7 @@ class Spec:
     at_least: float | None = None
     above: float | None = None
     at_most: float | None = None
+    choices: tuple[str, ...] | None = None
     sample: Any = None
     kind: str | None = None  # of the text (each item's): a key of _KIND_CHECKS
 
@@ -179,7 +191,8 @@ class Spec:
         if self.type == ADDRESS and isinstance(value, str) and "%" in value:
             raise ValueError(f"{self.name}: {describe(value)} {address_problem(value)}")
         converted = _convert(self.type, value)
-        if converted is None or not self._in_bounds(converted):
+        if converted is None or not self._in_bounds(converted) or (
+                self.choices is not None and converted not in self.choices):
             raise ValueError(f"{self.name}: expected {self.expected()}, got {describe(value)}")
         if self.kind is not None:
             items = (converted.items() if isinstance(converted, Mapping)
@@ -193,7 +206,9 @@ class Spec:
         return converted
 
     def expected(self) -> str:
-        """What a valid value looks like, e.g. 'an integer >= 1'."""
+        """What a valid value looks like, e.g. 'an integer >= 1' or 'one of: stop, restart'."""
+        if self.choices is not None:
+            return "one of: " + ", ".join(self.choices)
         bounds = [f"{op} {_number(limit)}" for op, limit in
                   ((">=", self.at_least), (">", self.above), ("<=", self.at_most))
                   if limit is not None]

@@ -76,6 +76,15 @@ class PowerBudget:
                           for d in self.nodes]}
 
 
+def cap_state_of(facts: Any) -> CapState:
+    """A node's cap as last verified, from its NodeFacts: CAPPED or UNCAPPED by the burn
+    recorded this boot, UNKNOWN without one (no query shows the lock: only a burn does)."""
+    burn = facts.burn if facts is not None else None
+    if not burn or burn.get("boot_id") != facts.boot_id:
+        return CapState.UNKNOWN
+    return CapState.CAPPED if burn.get("ok") else CapState.UNCAPPED
+
+
 def project_power(inventory: Inventory,
                   cap_states: Mapping[str, CapState | str]) -> PowerBudget:
     """The worst-case projection for the inventory's nodes in these cap states; a node

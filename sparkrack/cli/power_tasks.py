@@ -18,12 +18,9 @@ BATCH_HELP = "nodes per batch (default: the inventory's restart_batch_size)"
 
 def cap_state(row) -> CapState:
     """A node's cap as last verified: the burn record of this boot, else unknown."""
-    from ..power import CapState
+    from ..power import cap_state_of
 
-    burn = row.facts.burn if row.facts else None
-    if not burn or burn.get("boot_id") != row.facts.boot_id:
-        return CapState.UNKNOWN
-    return CapState.CAPPED if burn.get("ok") else CapState.UNCAPPED
+    return cap_state_of(row.facts)
 
 
 @task(help={"inventory": INVENTORY_HELP, "json": "print JSON for scripts"})

@@ -46,24 +46,82 @@ def sample_memory(fleet: Fleet) -> tuple[dict[str, tuple[int, int]], dict[str, s
     return samples, lost
 
 
-def find_failure(fleet: Fleet, inventory: Inventory, ranks: list[Rank], health_failures: int,
-                 http_port: int, health_path: str) -> tuple[str | None, int]:
-    """(why the group is broken or None, updated count of consecutive head health failures)."""
-    states = refresh(fleet, ranks)
-    dead = [r for r in states if not r.alive]
-    if dead:
-        r = dead[0]
-        what = {"unreachable": f"node {r.node} lost ({r.error})",
-                "missing": f"rank {r.rank} container on {r.node} is gone"}.get(
-            r.status, f"rank {r.rank} on {r.node} {r.status} (exit code {r.exit_code})")
-        return what, health_failures
-    head = next(r for r in states if r.rank == 0)
-    status = headapi.get_status(inventory.node(head.node), http_port, health_path,
-                                timeout=HEALTH_TIMEOUT_S)
-    health_failures = 0 if status == 200 else health_failures + 1
-    if health_failures >= HEALTH_FAILURES_TO_ACT:
-        return f"rank 0 on {head.node} unhealthy ({status or 'no answer'}) for {health_failures} polls", health_failures
-    return None, health_failures
+@dataclass
+class Poll:
+    """What one poll of a running group saw."""
+
+    failure: str | None = None  # why the group is broken, or None
+    memory: dict[str, tuple[int, int]] = field(default_factory=dict)  # node: (total, available) kB
+    lost: dict[str, str] = field(default_factory=dict)  # node: why it did not answer
+    states: list[Rank] = field(default_factory=list)  # each rank's container as docker says
+    head_status: int | None = None  # rank 0's health answer (None: no answer or not asked)
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (node, new ratchet warning)
+    detected: float | None = None  # time.monotonic() when the failure was known
+
+
+class GroupWatch:
+    """One running TP group across polls: its ranks, rank 0's consecutive health failures and
+    each node's ratchet detector. `invoke watch` and the watchdog service both poll with it."""
+
+    def __init__(self, fleet: Fleet, inventory: Inventory, ranks: list[Rank], *, http_port: int,
+                 health_path: str):
+        self.fleet = fleet
+        self.inventory = inventory
+        self.ranks = ranks
+        self.http_port = http_port
+        self.health_path = health_path
+        self.health_failures = 0
+        self.leaks: dict[str, LeakWatch] = {}
+
+    def poll(self) -> Poll:
+        """One poll: the nodes' liveness and memory, each rank's container, rank 0's health.
+        Memory feeds the ratchet detectors only while the group is whole."""
+        poll = Poll()
+        poll.memory, poll.lost = sample_memory(self.fleet)
+        if poll.lost:
+            node, why = next(iter(poll.lost.items()))
+            poll.failure = f"node {node} lost ({why})"
+        else:
+            poll.failure, poll.states, poll.head_status = self._check_ranks()
+        if poll.failure:
+            poll.detected = time.monotonic()
+            return poll
+        for node, (total, available) in poll.memory.items():
+            leak = self.leaks.setdefault(node, LeakWatch(floor_kb=int(total * FLOOR_FRACTION)))
+            warning = leak.feed(time.monotonic(), available)
+            if warning:
+                poll.warnings.append((node, warning))
+        return poll
+
+    def ratcheting(self) -> set[str]:
+        """The nodes whose ratchet warning stands (said, and memory not come back since)."""
+        return {node for node, leak in self.leaks.items() if leak.warned}
+
+    def stop(self, lost: dict[str, str] | None = None, remove: bool = True) -> dict[str, str]:
+        """Stop every rank on a node that answers, at once (a broken group has nothing left
+        to drain), and remove them unless told not to (the watchdog service keeps them for
+        `invoke logs`); {container@node: error} for those that could not be stopped."""
+        reachable = [r for r in self.ranks if r.node not in (lost or {})]
+        return stop_ranks(self.fleet, reachable, timeout=BROKEN_STOP_TIMEOUT, remove=remove)
+
+    def _check_ranks(self) -> tuple[str | None, list[Rank], int | None]:
+        """(why the group is broken or None, the ranks' states, rank 0's health answer)."""
+        states = refresh(self.fleet, self.ranks)
+        dead = [r for r in states if not r.alive]
+        if dead:
+            r = dead[0]
+            what = {"unreachable": f"node {r.node} lost ({r.error})",
+                    "missing": f"rank {r.rank} container on {r.node} is gone"}.get(
+                r.status, f"rank {r.rank} on {r.node} {r.status} (exit code {r.exit_code})")
+            return what, states, None
+        head = next(r for r in states if r.rank == 0)
+        status = headapi.get_status(self.inventory.node(head.node), self.http_port,
+                                    self.health_path, timeout=HEALTH_TIMEOUT_S)
+        self.health_failures = 0 if status == 200 else self.health_failures + 1
+        if self.health_failures >= HEALTH_FAILURES_TO_ACT:
+            return (f"rank 0 on {head.node} unhealthy ({status or 'no answer'}) for "
+                    f"{self.health_failures} polls"), states, status
+        return None, states, status
 
 
 def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: float | None = None,
@@ -78,34 +136,23 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
             report.failure = "no engine is running"
             return report
         on_event(f"watching {ranks[0].engine} {ranks[0].profile}: {len(ranks)} ranks")
-        leaks: dict[str, LeakWatch] = {}
+        group = GroupWatch(fleet, inventory, ranks, http_port=http_port, health_path=health_path)
         started = time.monotonic()
-        health_failures = 0
         while duration is None or time.monotonic() - started < duration:
             poll_started = time.monotonic()
-            memory, lost = sample_memory(fleet)
-            if lost:
-                node, why = next(iter(lost.items()))
-                failure = f"node {node} lost ({why})"
-            else:
-                failure, health_failures = find_failure(fleet, inventory, ranks, health_failures,
-                                                        http_port, health_path)
-            if failure:
-                report.failure = failure
-                on_event(f"group broken: {failure}; stopping every rank")
-                reachable = [r for r in ranks if r.node not in lost]
-                stop_ranks(fleet, reachable, timeout=BROKEN_STOP_TIMEOUT)
+            poll = group.poll()
+            if poll.failure:
+                report.failure = poll.failure
+                on_event(f"group broken: {poll.failure}; stopping every rank")
+                group.stop(poll.lost)
                 report.acted = "stopped"
                 if on_failure == "restart" and restart is not None:
                     on_event("restarting the group in order")
                     restart()
                     report.acted = "restarted"
                 return report
-            for node, (total, available) in memory.items():
-                leak = leaks.setdefault(node, LeakWatch(floor_kb=int(total * FLOOR_FRACTION)))
-                warning = leak.feed(time.monotonic(), available)
-                if warning:
-                    report.warnings.append(f"{node}: {warning}")
-                    on_event(f"warning: {node}: {warning}")
+            for node, warning in poll.warnings:
+                report.warnings.append(f"{node}: {warning}")
+                on_event(f"warning: {node}: {warning}")
             time.sleep(max(0.0, interval - (time.monotonic() - poll_started)))
     return report

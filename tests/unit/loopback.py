@@ -2,9 +2,9 @@
 
 "Nodes" spark-01..03 are 127.0.0.1..3 on one sshd port, their keys in a private
 known_hosts file. spark-04 (127.0.0.4) is not in it; spark-05's recorded key is wrong.
-Import the fixture and helpers into a test module:
-
-    from loopback import Sshd, inventory, session_pids, sshd  # noqa: F401 (fixture)
+tests/unit/conftest.py makes the `sshd` fixture (module scope) available to every test
+module; modules import the helpers (`from loopback import inventory, ...`) and mark
+themselves `pytestmark = needs_sshd`.
 """
 
 from __future__ import annotations
@@ -135,3 +135,22 @@ def new_session_pid(sshd: Sshd, connect) -> int:
             return fresh.pop()
         time.sleep(0.02)
     raise RuntimeError("no new sshd session process")
+
+
+def write_inventory(sshd: Sshd, directory: Path, names: tuple[str, ...] = KNOWN, *,
+                    ports: dict[str, int] | None = None) -> Path:
+    """The same loopback nodes as an inventory directory on disk (for the CLI), ranks in
+    the order given; ports overrides a node's SSH port (a dead one, say)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "group_vars").mkdir(exist_ok=True)
+    hosts = "".join(
+        f"        {name}: {{ansible_host: {ADDRESSES[name]}, "
+        f"ansible_port: {(ports or {}).get(name, sshd.port)}, rank: {rank}}}\n"
+        for rank, name in enumerate(names))
+    (directory / "hosts.yml").write_text(
+        "all:\n  children:\n    sparks:\n      hosts:\n" + hosts + "      vars:\n"
+        f"        ansible_user: root\n        ansible_ssh_private_key_file: {sshd.client_key}\n")
+    (directory / "group_vars" / "all.yml").write_text(
+        f"tp_size: {len(names)}\nssh_connect_timeout: 2\nssh_command_timeout: 10\n"
+        f"known_hosts_file: {sshd.known_hosts}\n")
+    return directory

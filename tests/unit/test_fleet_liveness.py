@@ -8,7 +8,7 @@ import signal
 import threading
 import time
 
-from loopback import Sshd, inventory, needs_sshd, new_session_pid, sshd  # noqa: F401
+from loopback import Sshd, inventory, needs_sshd, new_session_pid
 
 from sparkrack import events
 from sparkrack.burn import burn

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from loopback import KNOWN, Sshd, free_port, inventory, needs_sshd, session_pids, sshd  # noqa: F401
+from loopback import KNOWN, Sshd, free_port, inventory, needs_sshd, session_pids
 
 from sparkrack.fleet import Fleet, Secret, sh
 from sparkrack.fleet_ssh import UnreachableError

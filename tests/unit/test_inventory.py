@@ -334,6 +334,21 @@ def test_number_out_of_bounds(rack):
         f"{file}:4: indexer_mem_fraction: expected a number > 0 and <= 1, got 2")
 
 
+def test_watchdog_vars_take_one_of_their_choices_and_a_budget(rack):
+    file = edit(rack, "group_vars/all.yml", "clock_cap_mhz: 2100", "watchdog_action: reboot")
+    assert error(rack).line() == (f"{file}:4: watchdog_action: expected one of: stop, restart, "
+                                  "got 'reboot' (e.g. watchdog_action: stop)")
+    edit(rack, "group_vars/all.yml", "watchdog_action: reboot",
+         "watchdog_action: restart\nwatchdog_restart_budget: -1")
+    assert error(rack).message == (
+        f"{file}:5: watchdog_restart_budget: expected an integer >= 0, got -1")
+    edit(rack, "group_vars/all.yml", "watchdog_restart_budget: -1",
+         "watchdog_restart_budget: 2\nwatchdog_restart_window_minutes: 10")
+    loaded = load_inventory(rack).vars
+    assert (loaded.watchdog_action, loaded.watchdog_restart_budget,
+            loaded.watchdog_restart_window_minutes) == ("restart", 2, 10.0)
+
+
 def test_unknown_engine_image(rack):
     file = edit(rack, "group_vars/all.yml", "clock_cap_mhz: 2100", "images: {sglng: x}")
     assert error(rack).message == (f"{file}:4: images: expected a mapping of engine "

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from loopback import Sshd, inventory, needs_sshd, session_pids, sshd  # noqa: F401
+from loopback import Sshd, inventory, needs_sshd, session_pids
 
 from sparkrack.fleet import Fleet
 from sparkrack.oplock import audit
@@ -250,7 +250,6 @@ def test_refused_and_interrupted_records(rack, lock_dir, machine):
 
 def test_a_head_that_does_not_answer_refuses_and_is_logged_locally(sshd, tmp_path, machine):
     from loopback import free_port
-
     from sparkrack.oplock.lock import LockError
 
     inv = tmp_path / "inventory-down"

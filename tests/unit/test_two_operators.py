@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from loopback import Sshd, needs_sshd, sshd  # noqa: F401
+from loopback import Sshd, needs_sshd
 
 from sparkrack.oplock import audit
 

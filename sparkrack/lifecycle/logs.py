@@ -1,0 +1,618 @@
+"""`invoke logs`: the engine logs of every rank (or the chosen ones), each line prefixed
+with its rank and node and merged by time, as `docker compose logs` and `kubectl logs` do.
+
+Each rank's container log is read through its node's docker API (`timestamps=True`, so
+every line carries docker's RFC 3339 nanosecond time) by a reader thread of its own, into
+a queue of its own. Without --follow the queues are merged by timestamp (a heap holding
+one line per rank). With --follow lines are shown as they arrive, held back for a short
+reorder window so that ranks writing at the same moment come out in time order; a
+rank's container that stops or is recreated (a restart, `invoke watch --restart`, the
+watchdog service) is attached to again from its last line on, found by its rank label.
+The nodes are probed with a short SSH round trip every few seconds: a node that stops
+answering is named and the other ranks keep streaming (a docker log stream over SSH has
+no read timeout of its own); it is picked up again when it answers.
+
+Everything but DockerRankLogs and show_logs is pure or runs on fakes in the unit tests.
+"""
+
+from __future__ import annotations
+
+import heapq
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from ..errors import SparkrackError, UsageError
+
+REORDER_WINDOW_S = 0.5  # --follow: a line waits this long for earlier lines of other ranks
+PROBE_EVERY_S = 5.0  # between liveness round trips to the nodes being read
+RETRY_S = 1.0  # --follow: between attempts to attach to a rank's container again
+QUEUE_LINES = 10000  # lines buffered per rank before its reader waits
+NS = 1_000_000_000
+
+
+# --- Times -------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """--since as unix seconds: a duration back from now (`90s`, `10m`, `1h30m`, `2d`), an
+    ISO 8601 time (`2026-03-01T14:05:00`, `...Z`, `...+02:00`; no zone: this machine's
+    local time, as docker takes it) or unix seconds. UsageError for anything else."""
+    text = text.strip()
+    now = time.time() if now is None else now
+    if text and _DURATION.sub("", text) == "" and _DURATION.match(text):
+        return now - sum(float(n) * _UNIT_S[u] for n, u in _DURATION.findall(text))
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--since {text!r}: not a duration, an ISO 8601 time or unix seconds",
+                         fix="e.g. --since 10m, --since 1h30m, --since 2026-03-01T14:05:00") from None
+    return moment.timestamp()  # a naive time is local time
+
+
+def parse_timestamp(text: str) -> int | None:
+    """Docker's RFC 3339 time with up to nine fraction digits -> unix nanoseconds (exact:
+    a float would lose the order of lines written in the same microsecond), or None."""
+    match = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)",
+                         text)
+    if not match:
+        return None
+    whole, fraction, zone = match.groups()
+    try:
+        moment = datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone))
+    except ValueError:
+        return None
+    seconds = int(moment.astimezone(timezone.utc).timestamp())
+    return seconds * NS + int((fraction or "0").ljust(9, "0"))
+
+
+def format_timestamp(ns: int) -> str:
+    """Unix nanoseconds as docker writes them: 2026-03-01T14:05:00.123456789Z."""
+    seconds, fraction = divmod(ns, NS)
+    moment = datetime.fromtimestamp(seconds, timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{fraction:09d}Z"
+
+
+# --- Lines -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class LogLine:
+    """One line of one rank's log; ordered by time, then rank."""
+
+    ns: int
+    rank: int
+    node: str = field(compare=False)
+    text: str = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something to tell the operator about a rank's stream (stderr, not a log line)."""
+
+    text: str
+
+
+END = object()  # a reader's last item
+
+
+def split_timestamp(line: str) -> tuple[int | None, str]:
+    """`TIMESTAMP text` as docker writes it with timestamps=True -> (ns or None, text)."""
+    stamp, _, text = line.partition(" ")
+    ns = parse_timestamp(stamp)
+    return (ns, text) if ns is not None else (None, line)
+
+
+class LineSplitter:
+    """Whole lines out of the chunks a docker stream yields (a frame may hold several lines
+    or half of one; a TTY container's stream is cut anywhere)."""
+
+    def __init__(self) -> None:
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """The lines completed by chunk (without their newline)."""
+        data = self._partial + chunk
+        *lines, self._partial = data.split(b"\n")
+        return [line.rstrip(b"\r").decode(errors="replace") for line in lines]
+
+    def flush(self) -> list[str]:
+        """The last line if it had no newline."""
+        rest, self._partial = self._partial, b""
+        return [rest.rstrip(b"\r").decode(errors="replace")] if rest else []
+
+
+class Dedup:
+    """Drop what was already shown when a stream is attached again `since` the last line
+    (docker's since is inclusive and lines of one instant can come twice)."""
+
+    def __init__(self) -> None:
+        self.last_ns: int | None = None
+        self._at_last: set[str] = set()
+
+    def since(self) -> float | None:
+        """Where to attach again (unix seconds), or None if nothing was seen."""
+        return None if self.last_ns is None else self.last_ns / NS
+
+    def fresh(self, ns: int, text: str) -> bool:
+        """Whether (ns, text) is new; remembers it if so."""
+        if self.last_ns is not None and (ns < self.last_ns or (
+                ns == self.last_ns and text in self._at_last)):
+            return False
+        if ns != self.last_ns:
+            self.last_ns, self._at_last = ns, set()
+        self._at_last.add(text)
+        return True
+
+
+def prefix(rank: int, node: str) -> str:
+    """`[rank R NODE]`, as every line of a rank is shown."""
+    return f"[rank {rank} {node}]"
+
+
+def format_line(line: LogLine, *, timestamps: bool = False, color: str | None = None) -> str:
+    """One merged line for the terminal: prefix, optionally docker's timestamp, the text.
+    color is an ANSI SGR code for the prefix (a terminal), or None."""
+    head = prefix(line.rank, line.node)
+    if color:
+        head = f"\x1b[{color}m{head}\x1b[0m"
+    stamp = f"{format_timestamp(line.ns)} " if timestamps else ""
+    return f"{head} {stamp}{line.text}"
+
+
+COLORS = ("36", "33", "32", "35", "34", "31", "96", "93")  # per rank, as compose colours services
+
+
+def merge(sources: Iterable[Iterable[LogLine]]) -> Iterator[LogLine]:
+    """Lines of several time-ordered sources in time order (ties: by rank)."""
+    return heapq.merge(*sources)
+
+
+class ReorderBuffer:
+    """--follow: hold each line `window` seconds after it arrived, releasing the held lines
+    in time order, so lines that ranks wrote at the same moment are shown in order even
+    when they arrive a little apart."""
+
+    def __init__(self, window: float = REORDER_WINDOW_S):
+        self.window = window
+        self._held: list[tuple[LogLine, int, float]] = []  # heap of (line, seq, arrived)
+        self._seq = 0
+
+    def push(self, line: LogLine, now: float) -> None:
+        heapq.heappush(self._held, (line, self._seq, now))
+        self._seq += 1
+
+    def ready(self, now: float) -> list[LogLine]:
+        """The lines whose time has come, in time order: once a held line has waited the
+        window, it goes with every held line written before it (so no line waits more
+        than the window, and lines arriving within it are put in order)."""
+        out: list[LogLine] = []
+        while True:
+            expired = [line for line, _, arrived in self._held if arrived + self.window <= now]
+            if not expired:
+                return out
+            cutoff = max(expired)
+            while self._held and self._held[0][0] <= cutoff:
+                out.append(heapq.heappop(self._held)[0])
+
+    def drain(self) -> list[LogLine]:
+        """Everything held, in time order (at the end)."""
+        out = [heapq.heappop(self._held)[0] for _ in range(len(self._held))]
+        return out
+
+
+# --- Choosing the ranks ------------------------------------------------------------------
+
+
+def choose_deployment(ranks: Sequence) -> str | None:
+    """The deployment whose logs to show: the one with running ranks (the running
+    deployment), else the one with the most containers left (the last one, stopped)."""
+    if not ranks:
+        return None
+    alive = [r.deployment for r in ranks if r.alive]
+    pool = alive or [r.deployment for r in ranks]
+    return max(dict.fromkeys(pool), key=pool.count)
+
+
+def parse_ranks(text: str | None) -> set[int] | None:
+    """--rank 0 or --rank 0,3 -> {0, 3}; None for every rank. UsageError otherwise."""
+    if text is None or str(text).strip() == "":
+        return None
+    try:
+        return {int(part) for part in str(text).split(",") if part.strip()}
+    except ValueError:
+        raise UsageError(f"--rank {text!r}: expected rank numbers",
+                         fix="e.g. --rank 0 or --rank 0,3") from None
+
+
+def select_ranks(ranks: Sequence, deployment: str | None, wanted_ranks: set[int] | None,
+                 wanted_nodes: set[str] | None) -> list:
+    """The deployment's ranks that --rank / --nodes chose, by rank."""
+    return sorted((r for r in ranks if r.deployment == deployment
+                   and (wanted_ranks is None or r.rank in wanted_ranks)
+                   and (wanted_nodes is None or r.node in wanted_nodes)),
+                  key=lambda r: r.rank)
+
+
+# --- Reading one rank --------------------------------------------------------------------
+
+
+class ContainerGone(SparkrackError):
+    """The rank has no container on its node (removed, not created yet)."""
+
+
+@dataclass
+class Attached:
+    """One attachment to a rank's container log."""
+
+    container_id: str
+    status: str
+    exit_code: int | None
+    chunks: Iterable[bytes]
+
+
+class RankReader(threading.Thread):
+    """Reads one rank's log into its own queue: LogLine, Notice, then END.
+
+    logs.attach(since, tail, follow) gives an Attached or raises ContainerGone (or anything
+    else: the node or its docker did not answer); logs.cancel() ends a blocked attachment.
+    With follow, attaches again after the stream ends or fails, from the last line on."""
+
+    def __init__(self, logs, rank: int, node: str, *, follow: bool, since: float | None,
+                 tail: int | None, retry: float = RETRY_S):
+        super().__init__(name=f"logs-rank{rank}", daemon=True)
+        self.logs = logs
+        self.rank = rank
+        self.node = node
+        self.follow = follow
+        self.since = since
+        self.tail = tail
+        self.retry = retry
+        self.queue: queue.Queue = queue.Queue(QUEUE_LINES)
+        self.stopping = threading.Event()
+        self.seen = Dedup()
+        self.error: str | None = None  # why it ended early (not following)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.cancel()
+
+    def cancel(self) -> None:
+        """End the current attachment (its node stopped answering); following, attach
+        again later."""
+        try:
+            self.logs.cancel()
+        except Exception:  # best effort: the stream may already be gone
+            pass
+
+    def _say(self, text: str) -> None:
+        self._put(Notice(f"{prefix(self.rank, self.node)} {text}"))
+
+    def _put(self, item) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.queue.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def run(self) -> None:
+        try:
+            self._read()
+        finally:
+            self.queue.put(END)  # never lost: END may wait for room like any line
+
+    def _read(self) -> None:
+        first, known, problem = True, None, None
+        while not self.stopping.is_set():
+            try:
+                since = self.since if first else self.seen.since()
+                attached = self.logs.attach(since=since, tail=self.tail if first else None,
+                                            follow=self.follow)
+            except Exception as error:  # ContainerGone, or the node/docker not answering
+                why = error.line() if isinstance(error, SparkrackError) else _first_line(error)
+                if not self.follow:
+                    self.error = why
+                    self._say(f"cannot read the log: {why}")
+                    return
+                if why != problem:
+                    self._say(f"{why}; waiting for it")
+                    problem = why
+                self.stopping.wait(self.retry)
+                continue
+            state = (attached.container_id, attached.status)
+            if known is not None and state != known or problem:
+                self._say(_attached_words(attached, known))
+            known, problem = state, None
+            first = False
+            self._drain(attached.chunks)
+            if not self.follow:
+                return
+            if attached.status != "running":  # what it printed before it stopped is shown
+                self.stopping.wait(self.retry)
+
+    def _drain(self, chunks: Iterable[bytes]) -> None:
+        splitter = LineSplitter()
+        try:
+            for chunk in chunks:
+                for text in splitter.feed(chunk):
+                    self._line(text)
+                if self.stopping.is_set():
+                    return
+        except Exception as error:  # the stream broke off: following, attach again
+            if not self.follow:
+                self.error = _first_line(error)
+                self._say(f"log broke off: {self.error}")
+        for text in splitter.flush():
+            self._line(text)
+
+    def _line(self, raw: str) -> None:
+        ns, text = split_timestamp(raw)
+        if ns is None:  # no timestamp (should not happen): keep it beside the last line
+            ns = self.seen.last_ns or 0
+        if self.seen.fresh(ns, text):
+            self._put(LogLine(ns, self.rank, self.node, text))
+
+
+def _attached_words(attached: Attached, known: tuple[str, str] | None) -> str:
+    """What changed about the rank's container since the last attachment."""
+    short = attached.container_id[:12]
+    if known is not None and attached.container_id != known[0]:
+        what = f"new container {short} ({attached.status})"
+    else:
+        what = f"container {short} {attached.status}"
+    if attached.status == "running":
+        return what + ": following again"
+    code = f", exit code {attached.exit_code}" if attached.exit_code is not None else ""
+    return what + f"{code}: waiting for it to run again"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:200] if text else type(error).__name__
+
+
+# --- Many ranks --------------------------------------------------------------------------
+
+
+class Liveness:
+    """The nodes' short SSH round trip every PROBE_EVERY_S, in a thread of its own (a dead
+    node takes the connect timeout to fail, and the other ranks must keep streaming); says
+    when a node stops answering (its readers are cancelled) and when it answers again."""
+
+    def __init__(self, probe: Callable[[Sequence[str]], dict[str, str]],
+                 readers: Sequence[RankReader], on_event: Callable[[str], None],
+                 every: float = PROBE_EVERY_S):
+        self.probe = probe  # {node: error} of the nodes that did not answer
+        self.readers = readers
+        self.on_event = on_event
+        self.every = every
+        self.down: dict[str, str] = {}
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="logs-liveness", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.every):
+            try:
+                self.check()
+            except Exception as error:  # a probe that fails to run says nothing new
+                self.on_event(f"liveness probe failed: {_first_line(error)}")
+
+    def check(self) -> None:
+        """One round of probes of the nodes whose readers still run."""
+        nodes = list(dict.fromkeys(r.node for r in self.readers if r.is_alive()))
+        failed = self.probe(nodes) if nodes else {}
+        for node, why in failed.items():
+            if node not in self.down:
+                self.down[node] = why
+                self.on_event(f"{node} is not answering ({why}); showing the other ranks")
+                for reader in self.readers:
+                    if reader.node == node:
+                        reader.cancel()
+        for node in [n for n in self.down if n not in failed and n in nodes]:
+            del self.down[node]
+            self.on_event(f"{node} answers again")
+
+
+def merged_lines(readers: Sequence[RankReader], liveness: Liveness,
+                 on_event: Callable[[str], None], wait: float = 0.5) -> Iterator[LogLine]:
+    """Without --follow: every reader's lines merged by time. A reader whose node stops
+    answering is left out (named) and the others go on."""
+
+    def next_line(reader: RankReader) -> LogLine | None:
+        while True:
+            try:
+                item = reader.queue.get(timeout=wait)
+            except queue.Empty:
+                if reader.node in liveness.down:
+                    reader.stop()
+                    return None
+                continue
+            if item is END:
+                return None
+            if isinstance(item, Notice):
+                on_event(item.text)
+                continue
+            return item
+
+    heap = []
+    for index, reader in enumerate(readers):
+        line = next_line(reader)
+        if line is not None:
+            heap.append((line, index))
+    heapq.heapify(heap)
+    while heap:
+        line, index = heapq.heappop(heap)
+        yield line
+        following = next_line(readers[index])
+        if following is not None:
+            heapq.heappush(heap, (following, index))
+
+
+def followed_lines(readers: Sequence[RankReader], on_event: Callable[[str], None], *, window: float = REORDER_WINDOW_S,
+                   clock: Callable[[], float] = time.monotonic, tick: float = 0.05,
+                   until: Callable[[], bool] = lambda: False) -> Iterator[LogLine]:
+    """--follow: lines as they arrive, in time order within the reorder window, until
+    until() (or every reader ended). Ctrl-C reaches the caller between ticks."""
+    buffer = ReorderBuffer(window)
+    ended: set[int] = set()
+    while not until() and len(ended) < len(readers):
+        got = False
+        for index, reader in enumerate(readers):
+            while index not in ended:
+                try:
+                    item = reader.queue.get_nowait()
+                except queue.Empty:
+                    break
+                got = True
+                if item is END:
+                    ended.add(index)
+                elif isinstance(item, Notice):
+                    on_event(item.text)
+                else:
+                    buffer.push(item, clock())
+        yield from buffer.ready(clock())
+        if not got:
+            time.sleep(tick)
+    yield from buffer.drain()
+
+
+# --- The docker side ---------------------------------------------------------------------
+
+
+class DockerRankLogs:
+    """One rank's container log through its node's docker API (the fleet's client).
+
+    The first attachment reads the container chosen when the ranks were listed; later ones
+    (following) find the rank's container by its labels again: a restarted or recreated
+    container is the same rank."""
+
+    def __init__(self, fleet, node: str, rank: int, container_id: str | None = None):
+        self.fleet = fleet
+        self.node = node
+        self.rank = rank
+        self.container_id = container_id
+        self._stream = None
+
+    def attach(self, *, since: float | None, tail: int | None, follow: bool) -> Attached:
+        import docker.errors
+
+        client = self.fleet.docker_client(self.node)
+        container = None
+        if self.container_id is not None:
+            try:
+                container = client.containers.get(self.container_id)
+            except docker.errors.NotFound:
+                container = None
+            self.container_id = None  # from now on: by label
+        if container is None:
+            container = self._find(client)
+        options = {"stream": True, "follow": follow, "timestamps": True,
+                   "tail": "all" if tail is None else int(tail)}
+        if since is not None and since > 0:
+            options["since"] = float(since)
+        self._stream = container.logs(**options)
+        state = container.attrs.get("State", {})
+        exit_code = state.get("ExitCode") if isinstance(state, dict) else None
+        return Attached(container.id, container.status,
+                        exit_code if container.status != "running" else None, self._stream)
+
+    def _find(self, client):
+        from ..engines import LABEL_ENGINE, LABEL_RANK
+
+        found = client.containers.list(all=True, filters={
+            "label": [LABEL_ENGINE, f"{LABEL_RANK}={self.rank}"]})
+        if not found:
+            raise ContainerGone(f"no engine container for rank {self.rank} on {self.node}")
+        running = [c for c in found if c.status == "running"]
+        return max(running or found, key=lambda c: str(c.attrs.get("Created", "")))
+
+    def cancel(self) -> None:
+        """Close the current stream from another thread. docker-py refuses to cancel a
+        stream over SSH (CancellableStream.close), so the SSH channel is closed instead."""
+        stream, self._stream = self._stream, None
+        if stream is None:
+            return
+        try:
+            stream.close()
+            return
+        except Exception:
+            pass
+        response = getattr(stream, "_response", None)
+        channel = getattr(getattr(getattr(getattr(response, "raw", None), "_fp", None),
+                                  "fp", None), "channel", None)
+        if channel is not None:
+            channel.close()
+
+
+def show_logs(inventory, *, ranks: str | None = None, nodes: str | None = None,
+              follow: bool = False, since: str | None = None, tail: int | None = None,
+              emit: Callable[[LogLine], None], on_event: Callable[[str], None]) -> list[str]:
+    """Print the deployment's logs (see the module doc); the nodes or ranks that could not
+    be read, named (an empty list: every chosen rank was read)."""
+    from ..fleet import Fleet
+    from .containers import engine_containers
+
+    since_s = parse_since(since) if since else None
+    wanted_ranks = parse_ranks(ranks)
+    wanted_nodes = {n.name for n in inventory.select(nodes)} if nodes else None
+    with Fleet(inventory) as fleet:
+        found, errors = engine_containers(fleet)
+        deployment = choose_deployment(found)
+        for node, why in errors.items():
+            if wanted_nodes is None or node in wanted_nodes:
+                on_event(f"{node}: cannot list its containers: {why}")
+        if deployment is None:
+            raise SparkrackError("no engine container on the rack" + (
+                f" that answered ({len(errors)} node(s) did not)" if errors else ""),
+                fix="`invoke up` starts one; `invoke status` shows the nodes")
+        chosen = select_ranks(found, deployment, wanted_ranks, wanted_nodes)
+        if not chosen:
+            raise UsageError(f"no rank of {deployment} matches --rank/--nodes",
+                             fix="ranks: " + ", ".join(f"{r.rank} ({r.node})" for r in
+                                                      select_ranks(found, deployment, None, None)))
+        if not any(r.alive for r in chosen):
+            on_event(f"{deployment} is not running: showing what its containers printed")
+        readers = [RankReader(DockerRankLogs(fleet, r.node, r.rank, r.name), r.rank, r.node,
+                              follow=follow, since=since_s, tail=tail) for r in chosen]
+
+        def probe(names: Sequence[str]) -> dict[str, str]:
+            result = fleet.run({name: ["true"] for name in names},
+                               timeout=inventory.vars.ssh_connect_timeout)
+            return {r.node: r.error or r.status for r in result if not r.ok}
+
+        liveness = Liveness(probe, readers, on_event)
+        for reader in readers:
+            reader.start()
+        liveness.start()
+        try:
+            lines = (followed_lines(readers, on_event) if follow
+                     else merged_lines(readers, liveness, on_event))
+            for line in lines:
+                emit(line)
+        except KeyboardInterrupt:
+            if not follow:
+                raise
+        finally:
+            liveness.stop()
+            for reader in readers:
+                reader.stop()
+        problems = [f"{node}: {why}" for node, why in liveness.down.items()]
+        problems += [f"{prefix(r.rank, r.node)} {r.error}" for r in readers if r.error]
+        return problems + [f"{node}: {why}" for node, why in errors.items()
+                           if wanted_nodes is None or node in wanted_nodes]

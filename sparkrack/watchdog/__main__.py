@@ -1,0 +1,91 @@
+"""`python -m sparkrack.watchdog --inventory DIR [--listen ADDR:PORT]`: the watchdog service.
+
+Runs until SIGTERM (systemd's stop) or Ctrl-C: one step a second (service.Watchdog), the
+Prometheus metrics on http://ADDR:PORT/metrics, one log line per verdict change on stdout
+(the journal, under systemd). Exit 2 on a bad inventory or listen address.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+DEFAULT_STATE = "/var/lib/sparkrack/watchdog/state.json"
+
+
+def parse_listen(text: str | None, default_port: int) -> tuple[str, int]:
+    """ADDR:PORT, :PORT or ADDR ([v6]:PORT for IPv6) -> (address, port); default: every
+    address on the inventory's watchdog_metrics_port. ValueError when it is not that."""
+    if not text:
+        return "0.0.0.0", default_port
+    if text.startswith("["):
+        address, _, port = text[1:].partition("]")
+        port = port.removeprefix(":")
+    elif text.count(":") == 1:
+        address, port = text.split(":")
+    else:
+        address, port = text, ""
+    port_number = int(port) if port else default_port
+    if not 0 < port_number < 65536:
+        raise ValueError(f"port {port_number} out of range")
+    return address or "0.0.0.0", port_number
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sparkrack.watchdog",
+                                     description="Guard the rack's TP group; serve metrics.")
+    parser.add_argument("--inventory", "-i", default=os.environ.get("SPARKRACK_INVENTORY"),
+                        help="inventory directory (default: $SPARKRACK_INVENTORY)")
+    parser.add_argument("--listen", help="metrics address ADDR:PORT (default: "
+                        "0.0.0.0:<watchdog_metrics_port>)")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
+    parser.add_argument("--state", default=DEFAULT_STATE,
+                        help=f"state file: restart budget, verdicts (default {DEFAULT_STATE})")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                        format="%(levelname)s %(message)s")
+    log = logging.getLogger("sparkrack.watchdog")
+
+    from prometheus_client import start_http_server
+
+    from ..errors import SparkrackError
+    from ..fleet import Fleet
+    from ..inventory import load_inventory
+    from .metrics import WatchdogMetrics
+    from .rack import FleetRack
+    from .service import Watchdog
+
+    try:
+        inventory = load_inventory(args.inventory)
+        address, port = parse_listen(args.listen, inventory.vars.watchdog_metrics_port)
+    except (SparkrackError, ValueError) as error:
+        log.error("%s", error)
+        return 2
+    metrics = WatchdogMetrics()
+    server, _ = start_http_server(port, address, registry=metrics.registry)
+    log.info("metrics on http://%s:%d/metrics; watching rack %s (%d nodes, head %s)", address,
+             server.server_port, inventory.vars.rack_name, len(inventory.nodes),
+             inventory.head.name)
+    stop = threading.Event()
+
+    def on_signal(number, frame) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with Fleet(inventory) as fleet:
+        watchdog = Watchdog(inventory, FleetRack(inventory, fleet), metrics,
+                            state_file=Path(args.state))
+        watchdog.run_forever(args.interval, sleep=stop.wait, should_stop=stop.is_set)
+    server.shutdown()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The watchdog's view of a real rack: the deployment records, the engine containers, the
+group poll, the nodes' facts and a restart, all through one warm Fleet."""
+
+from __future__ import annotations
+
+import logging
+
+from ..facts import facts_argv, parse_facts
+from ..fleet import Fleet
+from ..inventory import Inventory
+from ..lifecycle import record
+from ..lifecycle.containers import engine_containers
+from ..lifecycle.watch import GroupWatch
+
+FACTS_TIMEOUT_S = 15.0  # as `invoke status`: a stuck node must not hold up the others
+RESTART_BURN_S = 1.5  # the clock-cap gate's under-load check when the watchdog restarts
+log = logging.getLogger("sparkrack.watchdog")
+
+
+def lock_holder(fleet: Fleet, inventory: Inventory) -> str | None:
+    """Who holds the rack lock (an operator's task that changes the rack), or None.
+
+    The watchdog steps aside, taking no action, while it is held. This branch has no rack
+    lock (issue 11 builds it): nothing can hold one, so the answer is always None."""
+    return None
+
+
+class FleetRack:
+    """The rack the watchdog guards, reached through fleet (the inventory's nodes)."""
+
+    def __init__(self, inventory: Inventory, fleet: Fleet):
+        self.inventory = inventory
+        self.fleet = fleet
+
+    def records(self) -> dict:
+        """The head's deployment records (SparkrackError when it cannot be asked)."""
+        return record.read(self.fleet, self.inventory)
+
+    def ranks(self):
+        """Every engine container on the rack, and {node: error} where docker did not answer."""
+        return engine_containers(self.fleet)
+
+    def group_watch(self, ranks, deployment) -> GroupWatch:
+        """The poll of deployment's group, with its engine's health endpoint."""
+        from ..engines import build_specs
+
+        head = build_specs(self.inventory, deployment.engine, deployment.profile)[0]
+        return GroupWatch(self.fleet, self.inventory, list(ranks), http_port=head.ports["http"],
+                          health_path=head.health_path)
+
+    def facts(self) -> dict:
+        """{node: NodeFacts, or None when it did not answer} from one round trip each."""
+        return {r.node: parse_facts(r.stdout) if r.status == "ok" else None
+                for r in self.fleet.run(facts_argv(), timeout=FACTS_TIMEOUT_S)}
+
+    def restart(self, deployment) -> None:
+        """Start deployment's engine profile again in order: the same `up` as the operator's,
+        gates included (a fresh burn, the power projection, the env files)."""
+        from ..burn import burn
+        from ..lifecycle.engine import up
+
+        def quick_burn(inventory, nodes, fleet=None):
+            return burn(inventory, nodes, seconds=RESTART_BURN_S, fleet=fleet)
+
+        up(self.inventory, deployment.engine, deployment.profile, burn=quick_burn,
+           on_event=lambda line: log.info("restart: %s", line))
+
+    def lock_holder(self) -> str | None:
+        """See lock_holder()."""
+        return lock_holder(self.fleet, self.inventory)

@@ -1,0 +1,349 @@
+"""The watchdog service's loop: follow the deployment records, guard a ready group, act by
+the inventory's policy, and keep the metrics current.
+
+Each step (one poll, every second):
+- reads the head's deployment records: no `current` record means nothing to guard (the
+  metrics keep being served); a `current` deployment that is not yet the last known-good
+  one is still starting (`up`/`roll` write last-good after readiness and the smoke
+  request), so it is left alone: rank 0 answers 503 for minutes while the model loads;
+- steps aside, taking no action, while an operator's task holds the rack lock;
+- otherwise guards the ready group with the same poll as `invoke watch`
+  (lifecycle.watch.GroupWatch): a rank that exits, a lost node or rank 0 unhealthy for three
+  polls is a broken group, which is stopped at once, or restarted in order within the
+  restart budget (policy.RestartBudget);
+- refreshes every node's facts (SM clock, power, memory, clock cap) every few seconds for
+  the metrics and the power projection.
+A group the watchdog stopped stays stopped: the `current` record is left for the operator
+(`invoke logs`, then `invoke up` or `invoke down`), and the GroupDown alert fires until then.
+
+The rack is reached through a `Rack` (rack.FleetRack on a real one; fakes in the tests).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..errors import SparkrackError
+from ..power import cap_state_of, project_power
+from .metrics import DeploymentInfo, NodeSnapshot, Snapshot, WatchdogMetrics, update
+from .policy import RESTART, RestartBudget
+
+log = logging.getLogger("sparkrack.watchdog")
+
+FACTS_EVERY_S = 5.0  # between facts round trips (nvidia-smi, systemctl) for the metrics
+VERDICTS_KEPT = 20  # verdict changes kept in the state file for `watch.status`
+
+
+class Group(Protocol):
+    """What the loop needs of a guarded group (lifecycle.watch.GroupWatch)."""
+
+    def poll(self) -> Any: ...
+    def stop(self, lost: dict[str, str] | None = None, remove: bool = True) -> dict[str, str]: ...
+    def ratcheting(self) -> set[str]: ...
+
+
+class Rack(Protocol):
+    """What the loop needs of the rack (rack.FleetRack)."""
+
+    def records(self) -> dict[str, Any]: ...
+    def ranks(self) -> tuple[list[Any], dict[str, str]]: ...
+    def group_watch(self, ranks: list[Any], deployment: Any) -> Group: ...
+    def facts(self) -> dict[str, Any]: ...
+    def restart(self, deployment: Any) -> Any: ...
+    def lock_holder(self) -> str | None: ...
+
+
+@dataclass
+class Step:
+    """What one step decided, for the journal, the state file and the tests."""
+
+    verdict: str  # idle | starting | stepped-aside | guarding | stopped | restarted | restart-failed | down
+    detail: str = ""
+    acted: bool = False
+
+
+@dataclass
+class Watchdog:
+    """The loop's state between steps."""
+
+    inventory: Any
+    rack: Rack
+    metrics: WatchdogMetrics = field(default_factory=WatchdogMetrics)
+    budget: RestartBudget | None = None
+    state_file: Path | None = None
+    facts_every: float = FACTS_EVERY_S
+    clock: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        if self.budget is None:
+            self.budget = RestartBudget.from_vars(self.inventory.vars)
+        self.group: Group | None = None
+        self.guarded: str | None = None  # deployment id of the group being guarded
+        self.stopped: dict[str, str] = {}  # deployment id: why the watchdog took it down
+        self.facts: dict[str, Any] = {}
+        self.containers: tuple[list[Any], dict[str, str]] = ([], {})
+        self.facts_at: float | None = None
+        self._guarded_deployment: Any = None
+        self.last: Step | None = None
+        self.verdicts: list[dict] = []
+        self.detection_to_stopped: float | None = None
+        self._load_state()
+
+    # --- One step ----------------------------------------------------------------------
+
+    def step(self) -> Step:
+        """One poll of the rack: decide, act if needed, update the metrics."""
+        started = self.monotonic()
+        self._refresh_facts(started)
+        poll = None
+        try:
+            records = self.rack.records()
+        except SparkrackError as error:
+            records = None
+            records_error = error.line()
+        current = records.get("current") if records else None
+        last_good = records.get("last-good") if records else None
+        if records is not None:  # forget the groups stopped before this deployment
+            self.stopped = {k: v for k, v in self.stopped.items()
+                            if current is not None and k == current.deployment_id}
+        holder = self.rack.lock_holder()
+        if records is None and self.group is None:
+            step = Step("idle", f"deployment records unreadable: {records_error}")
+        elif records is not None and current is None:
+            self._forget_group()
+            step = Step("idle", "no engine deployment is current")
+        elif holder:
+            self._forget_group()
+            step = Step("stepped-aside", f"the rack lock is held by {holder}")
+        elif current is not None and current.deployment_id in self.stopped:
+            step = Step("down", f"{current.deployment_id} stopped by the watchdog: "
+                        f"{self.stopped[current.deployment_id]}; `invoke up` or `invoke down`")
+        elif current is not None and (last_good is None
+                                      or last_good.deployment_id != current.deployment_id):
+            self._forget_group()
+            step = Step("starting", f"{current.deployment_id} not yet ready (no readiness "
+                        "and smoke request recorded): not guarded")
+        else:
+            deployment = current if current is not None else self._guarded_deployment
+            step, poll = self._guard(deployment)
+        if records is None:  # guarding on while the head does not answer: as last read
+            current = last_good = self._guarded_deployment
+        if step.acted:  # list the containers again next step: they just changed
+            self.facts_at = None
+        self._publish(current, last_good, step, poll, holder, self.monotonic() - started)
+        self._say(step)
+        return step
+
+    def _guard(self, deployment) -> tuple[Step, Any]:
+        """Poll the ready group (picking it up first if new); act when it is broken."""
+        if self.guarded != deployment.deployment_id or self.group is None:
+            ranks, unreachable = self.rack.ranks()
+            mine = [r for r in ranks if r.deployment == deployment.deployment_id]
+            broken = self._incomplete(mine, unreachable)
+            if broken:
+                return self._act(deployment, broken, self.monotonic(), {}, mine), None
+            self.group = self.rack.group_watch(mine, deployment)
+            self.guarded = deployment.deployment_id
+            self._guarded_deployment = deployment
+            log.info("guarding %s %s (%s): %d ranks", deployment.engine, deployment.profile,
+                     deployment.deployment_id, len(mine))
+        poll = self.group.poll()
+        for node, warning in poll.warnings:
+            self.metrics.count_ratchet_warning(node)
+            log.warning("%s: %s", node, warning)
+        if poll.failure:
+            return self._act(deployment, poll.failure, poll.detected or self.monotonic(),
+                             poll.lost, None), poll
+        return Step("guarding", f"{deployment.engine} {deployment.profile} "
+                    f"({deployment.deployment_id}): {len(poll.states)} ranks running"), poll
+
+    def _incomplete(self, mine: list, unreachable: dict[str, str]) -> str | None:
+        """Why the recorded group is not whole when first picked up (or None)."""
+        for node in self.inventory.nodes:
+            if node.name in unreachable:
+                return f"node {node.name} lost ({unreachable[node.name]})"
+            rank = next((r for r in mine if r.node == node.name), None)
+            if rank is None:
+                return f"rank {node.rank} container on {node.name} is gone"
+            if not rank.alive:
+                return f"rank {rank.rank} on {node.name} {rank.status} (exit code {rank.exit_code})"
+        return None
+
+    def _act(self, deployment, failure: str, detected: float, lost: dict[str, str],
+             ranks: list | None) -> Step:
+        """Stop the broken group at once; then restart it if the policy and budget allow."""
+        decision = self.budget.decide(self.clock())
+        log.error("group broken: %s; stopping every rank (%s)", failure, decision.reason)
+        group = self.group if ranks is None else self.rack.group_watch(ranks, deployment)
+        errors = group.stop(lost, remove=False)  # their logs stay for `invoke logs`
+        self.detection_to_stopped = self.monotonic() - detected
+        for where, why in errors.items():
+            log.error("could not stop %s: %s", where, why)
+        self._forget_group()
+        if decision.action != RESTART:
+            self.metrics.count_action("stop")
+            self.stopped[deployment.deployment_id] = f"{failure}; {decision.reason}"
+            self._save_state()
+            return Step("stopped", f"{failure}; stopped in {self.detection_to_stopped:.1f} s "
+                        f"({decision.reason})", acted=True)
+        self.budget.record(self.clock())
+        self._save_state()
+        log.warning("restarting %s %s in order (%s)", deployment.engine, deployment.profile,
+                    decision.reason)
+        try:
+            self.rack.restart(deployment)
+        except Exception as error:  # the restart's own gates or start failed: nothing runs
+            why = error.line() if isinstance(error, SparkrackError) else f"{error!r}"
+            self.metrics.count_action("restart_failed")
+            self.stopped[deployment.deployment_id] = f"{failure}; the restart failed: {why}"
+            self._save_state()
+            return Step("restart-failed", f"{failure}; restart failed: {why}", acted=True)
+        self.metrics.count_action("restart")
+        return Step("restarted", f"{failure}; stopped in {self.detection_to_stopped:.1f} s and "
+                    f"restarted ({decision.reason})", acted=True)
+
+    def _forget_group(self) -> None:
+        self.group = None
+        self.guarded = None
+        self._guarded_deployment = None
+
+    # --- Facts and metrics -------------------------------------------------------------
+
+    def _refresh_facts(self, now: float) -> None:
+        """Every node's facts and engine containers, every facts_every seconds."""
+        if self.facts_at is None or now - self.facts_at >= self.facts_every:
+            self.facts = self.rack.facts()
+            self.containers = self.rack.ranks()
+            self.facts_at = now
+
+    def _publish(self, current, last_good, step: Step, poll, holder: str | None,
+                 seconds: float) -> None:
+        """The snapshot of this step: nodes (facts, plus the poll's fresher liveness and
+        memory), the deployment, the group, the power projection."""
+        guarding = step.verdict == "guarding"
+        if guarding:
+            states, unreachable = {r.node: r for r in poll.states}, {}
+        else:  # the containers as last listed (every facts_every seconds)
+            found, unreachable = self.containers
+            states = {r.node: r for r in found
+                      if current is not None and r.deployment == current.deployment_id}
+        ratcheting = self.group.ratcheting() if self.group is not None else set()
+        nodes = []
+        for node in self.inventory.nodes:
+            facts = self.facts.get(node.name)
+            up = facts is not None
+            memory = None
+            if poll is not None:
+                up = node.name not in poll.lost and (node.name in poll.memory or up)
+                memory = poll.memory.get(node.name)
+            rank_state = None
+            if current is not None:
+                rank = states.get(node.name)
+                rank_state = rank.status if rank is not None else (
+                    "unreachable" if node.name in unreachable else "missing")
+            nodes.append(node_snapshot(node.name, node.rank, up, facts, memory, rank_state,
+                                       node.name in ratcheting))
+        budget = project_power(self.inventory, {
+            name: cap_state_of(facts) for name, facts in self.facts.items() if facts is not None})
+        ready = bool(current and last_good and last_good.deployment_id == current.deployment_id)
+        update(self.metrics, Snapshot(
+            nodes=tuple(nodes),
+            deployment=None if current is None else DeploymentInfo(
+                current.engine, current.profile, current.image, current.image_id,
+                current.deployment_id),
+            deployment_ready=ready, guarding=guarding, stepped_aside=bool(holder),
+            ranks_expected=len(self.inventory.nodes) if current is not None else 0,
+            ranks_running=sum(1 for r in states.values() if r.alive),
+            rank0_healthy=(poll.head_status == 200) if guarding else None,
+            projected_watts=budget.projected_watts, strip_watts=budget.strip_watts,
+            margin_watts=budget.margin_watts, poll_time=self.clock(), poll_seconds=seconds,
+            detection_to_stopped_seconds=self.detection_to_stopped))
+
+    # --- Journal and state -------------------------------------------------------------
+
+    def _say(self, step: Step) -> None:
+        """Log a verdict when it changes (every action is a change), and keep it."""
+        if self.last is not None and (self.last.verdict, self.last.detail) == (
+                step.verdict, step.detail) and not step.acted:
+            return
+        if step.verdict != "guarding" or self.last is None or self.last.verdict != "guarding":
+            log.info("%s: %s", step.verdict, step.detail)
+        self.last = step
+        self.verdicts = [*self.verdicts, {"time": self.clock(), "verdict": step.verdict,
+                                          "detail": step.detail}][-VERDICTS_KEPT:]
+        self._save_state()
+
+    def _load_state(self) -> None:
+        if self.state_file is None or not self.state_file.is_file():
+            return
+        try:
+            data = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            log.warning("%s unreadable: starting with an empty state", self.state_file)
+            return
+        if not isinstance(data, dict):
+            return
+        self.budget.load(data.get("budget", {}), self.clock())
+        stopped = data.get("stopped", {})
+        self.stopped = dict(stopped) if isinstance(stopped, dict) else {}
+        verdicts = data.get("verdicts", [])
+        self.verdicts = list(verdicts)[-VERDICTS_KEPT:] if isinstance(verdicts, list) else []
+
+    def _save_state(self) -> None:
+        """The restart budget, the groups it stopped and its last verdicts, for a restart of
+        the service and for `watch.status` (written atomically)."""
+        if self.state_file is None:
+            return
+        data = {"budget": self.budget.as_dict(), "stopped": self.stopped,
+                "verdicts": self.verdicts, "pid": os.getpid()}
+        temporary = self.state_file.with_name(f".{self.state_file.name}.tmp")
+        try:
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(json.dumps(data, indent=1, sort_keys=True))
+            temporary.replace(self.state_file)
+        except OSError as error:
+            log.warning("could not write %s: %s", self.state_file, error)
+
+    def run_forever(self, interval: float = 1.0, sleep: Callable[[float], None] = time.sleep,
+                    should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Step every interval seconds until should_stop(); an unexpected error in a step is
+        logged and the next step runs (systemd restarts the service if it dies anyway)."""
+        while not should_stop():
+            started = self.monotonic()
+            try:
+                self.step()
+            except Exception:  # keep guarding: one bad poll must not end the service
+                log.exception("watchdog step failed")
+                self._forget_group()
+            sleep(max(0.0, interval - (self.monotonic() - started)))
+
+
+def node_snapshot(name: str, rank: int, up: bool, facts, memory: tuple[int, int] | None,
+                  rank_state: str | None, ratchet: bool) -> NodeSnapshot:
+    """One node's metrics from its last facts (NodeFacts or None) and this poll's fresher
+    (MemTotal, MemAvailable) in kB, if any."""
+    if facts is None and memory is None:
+        return NodeSnapshot(name, rank, up, rank_state=rank_state, memory_ratchet=ratchet)
+    total_kb, available_kb = memory if memory is not None else (
+        facts.mem_total_kb, facts.mem_available_kb)
+    values: dict[str, Any] = {
+        "mem_total_bytes": None if total_kb is None else total_kb * 1024,
+        "mem_available_bytes": None if available_kb is None else available_kb * 1024}
+    if facts is not None:
+        unit = facts.clock_cap
+        verified = cap_state_of(facts).value == "capped"
+        values.update(
+            sm_clock_mhz=facts.gpu.sm_mhz, gpu_power_watts=facts.gpu.power_w,
+            cap_unit_ok=unit.load != "not-found" and unit.active == "active"
+            and unit.result == "success",
+            cap_verified=verified,
+            cap_verified_time=facts.burn.get("time") if verified else None)
+    return NodeSnapshot(name, rank, up, rank_state=rank_state, memory_ratchet=ratchet, **values)

@@ -1,0 +1,350 @@
+"""The watchdog service's decisions with a fake rack: follow the records, leave a starting
+deployment alone, step aside under the rack lock, stop (or restart within the budget) a
+broken ready group, keep its state across a restart of the service; and the process
+itself (`python -m sparkrack.watchdog`) serving /metrics over real SSH on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from jinja2 import Environment, StrictUndefined
+from loopback import Sshd, needs_sshd, write_inventory
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sparkrack.errors import SparkrackError
+from sparkrack.facts import GpuFacts, NodeFacts, UnitFacts
+from sparkrack.inventory import Inventory, Node
+from sparkrack.inventory_schema import FrozenMapping, RackVars
+from sparkrack.lifecycle.containers import Rank
+from sparkrack.lifecycle.record import RECORD_DIR, Deployment
+from sparkrack.lifecycle.watch import Poll
+from sparkrack.watchdog.__main__ import parse_listen
+from sparkrack.watchdog.metrics import WatchdogMetrics
+from sparkrack.watchdog.service import Watchdog, node_snapshot
+
+REPO = Path(__file__).resolve().parents[2]
+NAMES = ("spark-01", "spark-02", "spark-03")
+
+
+def rack_inventory(**rack_vars) -> Inventory:
+    rack = RackVars(tp_size=len(NAMES), **rack_vars)
+    nodes = tuple(Node(name, f"127.0.0.{i + 1}", 22, "root", None, i, f"127.0.0.{i + 1}", rack)
+                  for i, name in enumerate(NAMES))
+    return Inventory(Path("/nonexistent"), nodes, rack, FrozenMapping({"sparks": NAMES}))
+
+
+def deployment(deployment_id: str) -> Deployment:
+    return Deployment(engine="sglang", profile="512k", deployment_id=deployment_id,
+                      spec_hash="f" * 64, image="lmsysorg/sglang:v0.5.22-cu130",
+                      image_id="sha256:" + "a" * 64)
+
+
+def ranks_of(deployment_id: str, status: dict[str, str] | None = None) -> list[Rank]:
+    return [Rank(node=name, rank=i, name=f"sparkrack-sglang-rank{i}", engine="sglang",
+                 profile="512k", deployment=deployment_id,
+                 status=(status or {}).get(name, "running"), exit_code=None, stop_timeout=120)
+            for i, name in enumerate(NAMES)]
+
+
+def healthy(deployment_id: str) -> Poll:
+    return Poll(memory={n: (128 << 20, 100 << 20) for n in NAMES},
+                states=ranks_of(deployment_id), head_status=200)
+
+
+@dataclass
+class FakeGroup:
+    polls: list[Poll]
+    stops: list[tuple[dict, bool]] = field(default_factory=list)
+
+    def poll(self) -> Poll:
+        return self.polls.pop(0) if len(self.polls) > 1 else self.polls[0]
+
+    def stop(self, lost=None, remove=True) -> dict:
+        self.stops.append((dict(lost or {}), remove))
+        return {}
+
+    def ratcheting(self) -> set[str]:
+        return set()
+
+
+@dataclass
+class FakeRack:
+    current: Deployment | None = None
+    last_good: Deployment | None = None
+    containers: list[Rank] = field(default_factory=list)
+    polls: list[Poll] = field(default_factory=list)
+    holder: str | None = None
+    records_error: bool = False
+    restart_error: Exception | None = None
+    groups: list[FakeGroup] = field(default_factory=list)
+    restarts: list[str] = field(default_factory=list)
+
+    def records(self):
+        if self.records_error:
+            raise SparkrackError("could not read the deployment records on spark-01: lost")
+        return {"current": self.current, "last-good": self.last_good}
+
+    def ranks(self):
+        return list(self.containers), {}
+
+    def group_watch(self, ranks, deployment):
+        self.groups.append(FakeGroup(list(self.polls) or [healthy(deployment.deployment_id)]))
+        return self.groups[-1]
+
+    def facts(self):
+        return {name: NodeFacts(boot_id="b", gpu=GpuFacts(sm_mhz=2190, power_w=90.0),
+                                mem_total_kb=128 << 20, mem_available_kb=100 << 20,
+                                clock_cap=UnitFacts("loaded", "active", "exited", "success"),
+                                burn={"boot_id": "b", "ok": True, "time": 1.7e9})
+                for name in NAMES}
+
+    def restart(self, deployment):
+        self.restarts.append(deployment.deployment_id)
+        if self.restart_error:
+            raise self.restart_error
+        new = globals()["deployment"](deployment.deployment_id + "-again")
+        self.current = self.last_good = new
+        self.containers = ranks_of(new.deployment_id)
+        self.polls = []
+
+    def lock_holder(self):
+        return self.holder
+
+
+def metric(watchdog: Watchdog, name: str, **labels) -> float | None:
+    text = generate_latest(watchdog.metrics.registry).decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return None
+
+
+def broken(deployment_id: str, why="rank 2 on spark-03 exited (exit code 1)") -> Poll:
+    return Poll(failure=why, states=ranks_of(deployment_id, {"spark-03": "exited"}),
+                detected=time.monotonic())
+
+
+def make(rack: FakeRack, tmp_path: Path | None = None, **rack_vars) -> Watchdog:
+    inventory = rack_inventory(**rack_vars)
+    return Watchdog(inventory, rack, WatchdogMetrics(),
+                    state_file=tmp_path / "state.json" if tmp_path else None)
+
+
+def test_no_current_deployment_is_idle_and_serves_node_metrics():
+    watchdog = make(FakeRack())
+    step = watchdog.step()
+    assert (step.verdict, step.acted) == ("idle", False)
+    assert metric(watchdog, "sparkrack_deployment_current") == 0
+    assert metric(watchdog, "sparkrack_node_up", node="spark-02") == 1
+    assert metric(watchdog, "sparkrack_gpu_sm_clock_hertz", node="spark-02") == 2.19e9
+    assert metric(watchdog, "sparkrack_clock_cap_verified", node="spark-02") == 1
+    assert metric(watchdog, "sparkrack_power_projected_watts") == 3 * 178
+    assert metric(watchdog, "sparkrack_rank_container_state") is None
+
+
+def test_a_deployment_still_starting_is_left_alone():
+    current = deployment("new")
+    rack = FakeRack(current=current, last_good=deployment("old"),
+                    containers=ranks_of("new", {"spark-01": "created"}))
+    watchdog = make(rack)
+    step = watchdog.step()
+    assert step.verdict == "starting" and not rack.groups
+    assert metric(watchdog, "sparkrack_deployment_ready") == 0
+    assert metric(watchdog, "sparkrack_rank_container_state", node="spark-01",
+                  state="created") == 1
+
+
+def test_broken_ready_group_is_stopped_once_and_kept_for_logs(tmp_path):
+    current = deployment("d1")
+    rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"),
+                    polls=[healthy("d1"), broken("d1")])
+    watchdog = make(rack, tmp_path)
+    assert watchdog.step().verdict == "guarding"
+    assert metric(watchdog, "sparkrack_watchdog_guarding") == 1
+    assert metric(watchdog, "sparkrack_group_ranks_running") == 3
+    assert metric(watchdog, "sparkrack_rank0_healthy") == 1
+    step = watchdog.step()
+    assert (step.verdict, step.acted) == ("stopped", True)
+    assert step.detail.startswith("rank 2 on spark-03 exited (exit code 1); stopped in ")
+    assert rack.groups[0].stops == [({}, False)]  # stopped, not removed
+    assert metric(watchdog, "sparkrack_watchdog_actions_total", action="stop") == 1
+    assert metric(watchdog, "sparkrack_watchdog_detection_to_stopped_seconds") < 1
+    rack.containers = ranks_of("d1", {n: "exited" for n in NAMES})
+    watchdog.facts_at = None  # next step lists the containers again
+    again = watchdog.step()
+    assert again.verdict == "down" and not again.acted and len(rack.groups) == 1
+    assert metric(watchdog, "sparkrack_group_ranks_running") == 0  # GroupDown fires
+    assert metric(watchdog, "sparkrack_deployment_ready") == 1
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert list(state["stopped"]) == ["d1"]
+    assert [v["verdict"] for v in state["verdicts"]] == ["guarding", "stopped", "down"]
+    # the service restarts (systemd): it remembers, and does not act again
+    restarted = make(rack, tmp_path)
+    assert restarted.step().verdict == "down"
+    # `invoke down` clears the record: idle, and the stopped group is forgotten
+    rack.current = None
+    assert restarted.step().verdict == "idle" and restarted.stopped == {}
+
+
+def test_a_ready_group_found_broken_at_start_is_stopped():
+    """The service's node rebooted: the group's containers exited with it."""
+    current = deployment("d1")
+    rack = FakeRack(current=current, last_good=current,
+                    containers=[r for r in ranks_of("d1", {"spark-01": "exited"})
+                                if r.node != "spark-03"])
+    step = make(rack).step()
+    assert step.verdict == "stopped"
+    assert step.detail.startswith("rank 0 on spark-01 exited (exit code None); stopped in")
+
+
+def test_lock_held_steps_aside_without_acting():
+    current = deployment("d1")
+    rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"),
+                    polls=[broken("d1")], holder="alice: invoke roll (pid 4242)")
+    watchdog = make(rack)
+    step = watchdog.step()
+    assert step.verdict == "stepped-aside"
+    assert step.detail == "the rack lock is held by alice: invoke roll (pid 4242)"
+    assert not rack.groups and metric(watchdog, "sparkrack_watchdog_stepped_aside") == 1
+    rack.holder = None
+    assert watchdog.step().verdict == "stopped"
+
+
+def test_restart_policy_restarts_within_the_budget_then_stops_and_says_why(tmp_path):
+    current = deployment("d1")
+    rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"),
+                    polls=[broken("d1")])
+    watchdog = make(rack, tmp_path, watchdog_action="restart", watchdog_restart_budget=1)
+    step = watchdog.step()
+    assert step.verdict == "restarted" and rack.restarts == ["d1"]
+    assert rack.groups[0].stops == [({}, False)]
+    assert metric(watchdog, "sparkrack_watchdog_actions_total", action="restart") == 1
+    assert watchdog.step().verdict == "guarding"  # the new deployment, d1-again
+    rack.groups[-1].polls = [broken("d1-again")]
+    step = watchdog.step()
+    assert step.verdict == "stopped" and rack.restarts == ["d1"]
+    assert "restart budget spent: 1 restart in the last 30 min" in step.detail
+    assert metric(watchdog, "sparkrack_watchdog_actions_total", action="stop") == 1
+    assert json.loads((tmp_path / "state.json").read_text())["budget"]["restarts"]
+
+
+def test_a_failed_restart_leaves_the_group_down():
+    current = deployment("d1")
+    rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"),
+                    polls=[broken("d1")],
+                    restart_error=SparkrackError("sglang 512k refused: power: REFUSE"))
+    watchdog = make(rack, watchdog_action="restart")
+    step = watchdog.step()
+    assert step.verdict == "restart-failed"
+    assert step.detail.endswith("restart failed: sglang 512k refused: power: REFUSE")
+    assert metric(watchdog, "sparkrack_watchdog_actions_total", action="restart_failed") == 1
+    assert watchdog.step().verdict == "down" and rack.restarts == ["d1"]
+
+
+def test_head_records_unreadable_while_guarding_keeps_polling_the_group():
+    current = deployment("d1")
+    rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"))
+    watchdog = make(rack)
+    assert watchdog.step().verdict == "guarding"
+    rack.records_error = True
+    rack.groups[0].polls = [Poll(failure="node spark-01 lost (no answer within 5 s)",
+                                 lost={"spark-01": "no answer"}, detected=time.monotonic())]
+    step = watchdog.step()
+    assert step.verdict == "stopped" and rack.groups[0].stops == [({"spark-01": "no answer"},
+                                                                    False)]
+
+
+def test_node_snapshot_reads_cap_state_of_this_boot():
+    facts = NodeFacts(boot_id="now", gpu=GpuFacts(sm_mhz=2450, power_w=120.5),
+                      mem_total_kb=100, mem_available_kb=50,
+                      clock_cap=UnitFacts("loaded", "failed", "failed", "exit-code"),
+                      burn={"boot_id": "before", "ok": True, "time": 1.0})
+    node = node_snapshot("spark-01", 0, True, facts, (100, 40), "running", False)
+    assert (node.sm_clock_mhz, node.gpu_power_watts) == (2450, 120.5)
+    assert (node.mem_total_bytes, node.mem_available_bytes) == (102400, 40960)  # the poll's
+    assert (node.cap_unit_ok, node.cap_verified, node.cap_verified_time) == (False, False, None)
+    assert node_snapshot("spark-02", 1, False, None, None, None, False).sm_clock_mhz is None
+
+
+@pytest.mark.parametrize("text, expected", [
+    (None, ("0.0.0.0", 9478)), ("127.0.0.1:9100", ("127.0.0.1", 9100)),
+    (":9100", ("0.0.0.0", 9100)), ("10.0.0.5", ("10.0.0.5", 9478)),
+    ("[::1]:9100", ("::1", 9100))])
+def test_listen_address(text, expected):
+    assert parse_listen(text, 9478) == expected
+
+
+def test_listen_port_out_of_range_is_refused():
+    with pytest.raises(ValueError):
+        parse_listen("0.0.0.0:70000", 9478)
+
+
+def test_unit_template_restarts_always_starts_at_boot_and_logs_to_the_journal():
+    template = (REPO / "sparkrack" / "watchdog" / "sparkrack-watchdog.service.j2").read_text()
+    text = Environment(undefined=StrictUndefined, keep_trailing_newline=True).from_string(
+        template).render(rack_name="rehearsal", install_dir="/opt/sparkrack-watchdog",
+                         python="/usr/bin/python3", listen="0.0.0.0", port=9478)
+    lines = text.splitlines()
+    for line in ("Restart=always", "WantedBy=multi-user.target", "StandardOutput=journal",
+                 "StandardError=journal", "StartLimitIntervalSec=0",
+                 "StateDirectory=sparkrack/watchdog",
+                 "ExecStart=/usr/bin/python3 -m sparkrack.watchdog --inventory "
+                 "/opt/sparkrack-watchdog/inventory --listen 0.0.0.0:9478 --state "
+                 "/var/lib/sparkrack/watchdog/state.json"):
+        assert line in lines
+
+
+# --- The process, over real SSH on loopback ----------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@needs_sshd
+@pytest.mark.skipif(Path(RECORD_DIR, "current.json").exists(),
+                    reason="this machine has a current deployment record of its own")
+def test_the_service_serves_metrics_and_stops_on_sigterm(sshd: Sshd, tmp_path: Path):
+    rack = write_inventory(sshd, tmp_path / "inv")
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sparkrack.watchdog", "--inventory", str(rack), "--listen",
+         f"127.0.0.1:{port}", "--state", str(tmp_path / "state.json")], cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "SPARKRACK_SANDBOX": "1"})
+    try:
+        deadline = time.monotonic() + 20
+        text = ""
+        while time.monotonic() < deadline and "sparkrack_node_up{" not in text:
+            time.sleep(0.3)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                continue
+        values = {(s.name, s.labels.get("node")): s.value
+                  for f in text_string_to_metric_families(text) for s in f.samples}
+        assert values[("sparkrack_node_up", "spark-02")] == 1
+        assert values[("sparkrack_deployment_current", None)] == 0
+        assert values[("sparkrack_watchdog_actions_total", None)] == 0
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=20)
+    assert process.returncode == 0, out
+    assert f"metrics on http://127.0.0.1:{port}/metrics" in out
+    assert "idle: no engine deployment is current" in out
+    assert json.loads((tmp_path / "state.json").read_text())["verdicts"][0]["verdict"] == "idle"

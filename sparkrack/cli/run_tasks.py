@@ -22,10 +22,18 @@ def run_command(c, nodes=None, shell=None, json=False, timeout=None, inventory=N
     are shown once, as `dshbak -c` does, with the exit code. Exit 1 when any node failed
     or did not answer. Read-only by convention: changes belong to provision, up, down."""
     from ..adhoc import as_json, command_argv, group_results, remainder_of, render, run_adhoc
+    from ..fleet import Fleet
+    from ..oplock import audit
 
+    rack = inventory_from(inventory)
     argv = command_argv(remainder_of(sys.argv), shell)
-    result = run_adhoc(inventory_from(inventory), argv, nodes,
-                       float(timeout) if timeout else None)
+    record = audit.new_record(rack, "run", {"nodes": nodes, "argv": " ".join(map(str, argv))})
+    result = run_adhoc(rack, argv, nodes, float(timeout) if timeout else None)
+    record.note(nodes=[r.node for r in result])
+    with Fleet(rack, [rack.head]) as fleet:  # read-only by convention, logged all the same
+        for problem in audit.log_unlocked(fleet, record, "ok" if result.all_ok else "failed",
+                                          exit_code=0 if result.all_ok else 1):
+            console.say(problem)
     if json:
         console.print_json(as_json(argv, result))
     else:

@@ -129,6 +129,10 @@ class Record:
     def end_line(self, outcome: str, **kwargs) -> str:
         return _line(self.end(outcome, **kwargs))
 
+    def done_line(self, outcome: str, **kwargs) -> str:
+        """The one line of a task that ran without the lock (`invoke run`): start and end."""
+        return _line({**self.start, **self.end(outcome, **kwargs)})
+
     def refused_line(self, error: str, exit_code: int = 3) -> str:
         """The one line of a task refused at the lock: start fields and the outcome."""
         return _line({**self.start, **self.end("refused", error=error, exit_code=exit_code)})
@@ -208,6 +212,21 @@ def append_local(*lines: str) -> str | None:
     except OSError as error:
         return f"cannot append to {path}: {error.strerror or error}"
     return None
+
+
+def log_unlocked(fleet, record: Record, outcome: str, **kwargs) -> list[str]:
+    """Append record, done, to the head's log (through fleet) and the local copy, for a
+    task that takes no lock; the problems met (the task's own outcome stands)."""
+    from .lock import LockError, call
+
+    line = record.done_line(outcome, **kwargs)
+    problems = []
+    try:
+        call(fleet, record.start["head"], "append", line)
+    except LockError as error:
+        problems.append(f"audit: not logged on the head: {error.line()}")
+    local = append_local(line)
+    return problems + ([f"audit: {local}"] if local else [])
 
 
 # --- Reading ------------------------------------------------------------------------------

@@ -20,9 +20,22 @@ log = logging.getLogger("sparkrack.watchdog")
 def lock_holder(fleet: Fleet, inventory: Inventory) -> str | None:
     """Who holds the rack lock (an operator's task that changes the rack), or None.
 
-    The watchdog steps aside, taking no action, while it is held. This branch has no rack
-    lock (issue 11 builds it): nothing can hold one, so the answer is always None."""
-    return None
+    The watchdog steps aside, taking no action, while it is held: a `down` or a `roll` in
+    progress looks like a broken group from outside. A stale lock (its holder died) does
+    not count. A head whose lock cannot be read answers None: the group is then judged
+    as it stands (its rank 0 lives there)."""
+    import time
+
+    from ..oplock.lock import STALE_AFTER, LockError, call
+
+    try:
+        holder = call(fleet, inventory.head.name, "show", timeout=FACTS_TIMEOUT_S).holder
+    except LockError as error:
+        log.warning("rack lock not readable: %s", error.line())
+        return None
+    if holder is None or holder.age > STALE_AFTER:
+        return None
+    return holder.describe(time.time())
 
 
 class FleetRack:
@@ -62,8 +75,23 @@ class FleetRack:
         def quick_burn(inventory, nodes, fleet=None):
             return burn(inventory, nodes, seconds=RESTART_BURN_S, fleet=fleet)
 
-        up(self.inventory, deployment.engine, deployment.profile, burn=quick_burn,
-           on_event=lambda line: log.info("restart: %s", line))
+        from ..oplock import audit
+        from ..oplock.guard import Guard
+
+        say = lambda line: log.info("restart: %s", line)  # noqa: E731
+        guard = Guard(self.inventory, "watchdog-restart", {
+            "engine": deployment.engine, "profile": deployment.profile,
+            "deployment": deployment.deployment_id}, on_event=say)
+        guard.begin(wait=0)  # an operator holds the rack: no restart (LockHeld)
+        try:
+            with audit.active(guard.record):
+                up(self.inventory, deployment.engine, deployment.profile, burn=quick_burn,
+                   on_event=say)
+        except BaseException as error:
+            guard.end("failed", error=str(error).splitlines()[0] if str(error) else
+                      type(error).__name__, exit_code=1)
+            raise
+        guard.end("ok")
 
     def lock_holder(self) -> str | None:
         """See lock_holder()."""

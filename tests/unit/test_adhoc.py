@@ -97,10 +97,13 @@ def test_run_task_end_to_end_json_text_and_exit_codes(sshd: Sshd, tmp_path: Path
     rack = write_inventory(sshd, tmp_path / "inv", ("spark-01", "spark-02", "spark-03", "spark-04"),
                            ports={"spark-04": free_port()})
 
+    head_log = tmp_path / "head"  # the loopback "head" is this machine: keep its log here
+
     def invoke(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "invoke", "run", "-i", str(rack), *args],
                               cwd=REPO, capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "SPARKRACK_SANDBOX": "1"})
+                              env={**os.environ, "SPARKRACK_SANDBOX": "1",
+                                   "SPARKRACK_LOCK_DIR": str(head_log)})
 
     done = invoke("--json", "--shell", BY_NODE)
     assert done.returncode == 1, done.stderr
@@ -123,3 +126,7 @@ def test_run_task_end_to_end_json_text_and_exit_codes(sshd: Sshd, tmp_path: Path
 
     done = invoke("--nodes", "spark-01")
     assert done.returncode == 2 and "error: no command to run" in done.stderr
+    logged = [json.loads(line) for line in (head_log / "audit.jsonl").read_text().splitlines()]
+    assert [(r["task"], r["outcome"], r["exit_code"]) for r in logged] == [
+        ("run", "failed", 1), ("run", "ok", 0)]  # read-only, but in the audit log all the same
+    assert logged[1]["changed"]["nodes"] == ["spark-01", "spark-03"]

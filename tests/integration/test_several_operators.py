@@ -1,0 +1,163 @@
+"""Issue 11 on the rehearsal rack: one operator at a time, a record of every change, and a
+dead node found within seconds. Every task runs as a real `invoke` process (two operators
+are two processes), the lock lives on the head node (spark-01), the audit log is read back
+with `invoke log --json`. Each test leaves the rack without an engine and the lock free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sparkrack.fleet import Fleet
+from sparkrack.lifecycle import engine as lifecycle
+from sparkrack.lifecycle.containers import engine_containers
+
+pytestmark = pytest.mark.rack
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def operator(engine_rack, rack, tmp_path):
+    """start(*argv) / run(*argv): `python -m invoke ARGV` against the rehearsal inventory,
+    with this test's own local state; the rack left with no engine and the lock free."""
+    env = {**os.environ, "SPARKRACK_INVENTORY": str(engine_rack.path), "NO_COLOR": "1",
+           "SPARKRACK_STATE_DIR": str(tmp_path / "state")}
+    env.pop("SPARKRACK_LOCK_DIR", None)
+
+    def start(*argv: str, merged: bool = False) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "invoke", *argv], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+                                text=True)
+
+    def run(*argv: str, timeout: float = 180) -> subprocess.CompletedProcess:
+        process = start(*argv)
+        out, err = process.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+    def free() -> None:
+        deadline = time.monotonic() + 60
+        while run("lock").returncode != 0:
+            assert time.monotonic() < deadline, run("lock").stdout
+            time.sleep(1)
+
+    lifecycle.down(engine_rack)
+    free()
+    yield start, run
+    for node in engine_rack.nodes:
+        rack.heal(node.name)
+    free()
+    lifecycle.down(engine_rack)
+
+
+def log_entries(run, since: float) -> list[dict]:
+    done = run("log", "--json")
+    assert done.returncode == 0, done.stderr
+    return [e for e in json.loads(done.stdout) if e.get("ts", 0) >= since - 1]
+
+
+def engines_on_rack(inventory) -> set[str]:
+    with Fleet(inventory) as fleet:
+        ranks, errors = engine_containers(fleet)
+    assert not errors
+    return {r.engine for r in ranks}
+
+
+def test_two_ups_started_together_exactly_one_starts(operator, engine_rack):
+    start, run = operator
+    began = time.time()
+    first = start("up", "--engine", "sglang")
+    time.sleep(0.5)
+    second = start("up", "--engine", "vllm")
+    outs = {name: (p.wait(timeout=240), *p.communicate()) for name, p in
+            (("sglang", first), ("vllm", second))}
+    codes = {name: out[0] for name, out in outs.items()}
+    assert sorted(codes.values()) == [0, 3], outs
+    winner, loser = ("sglang", "vllm") if codes["sglang"] == 0 else ("vllm", "sglang")
+    refusal = outs[loser][2].strip()
+    assert len(refusal.splitlines()) == 1, refusal
+    assert refusal.startswith("error: the rack lock is held by ") and \
+        f"`up --engine {winner}" in refusal, refusal
+    assert engines_on_rack(engine_rack) == {winner}  # nothing of the refused one
+    entries = log_entries(run, began)
+    ups = {e["command"].split()[2]: e for e in entries if e.get("task") == "up"}
+    assert ups[winner]["outcome"] == "ok" and ups[loser]["outcome"] == "refused"
+    assert len(ups[winner]["changed"]["containers"]) == 8
+    assert ups[winner]["changed"]["deployment"].startswith(f"{winner}-512k-")
+    assert ups[winner]["duration_s"] > 0 and ups[winner]["inventory_digest"]
+    print("\n".join(["two operators:", f"  {winner}: exit 0", f"  {loser}: exit 3: {refusal}"]))
+
+
+def test_up_is_refused_while_restart_rack_holds_the_lock(operator):
+    start, run = operator
+    began = time.time()
+    restart = start("restart-rack", "--batch-size", "4")
+    deadline = time.monotonic() + 60
+    while True:
+        shown = run("lock")
+        if shown.returncode == 3 and "restart-rack" in shown.stdout:
+            break
+        assert time.monotonic() < deadline and restart.poll() is None, shown.stdout
+        time.sleep(0.3)
+    refused = run("up", "--engine", "sglang")
+    assert refused.returncode == 3
+    assert "`restart-rack --batch-size 4`" in refused.stderr, refused.stderr
+    assert restart.wait(timeout=300) == 0, restart.communicate()
+    entries = log_entries(run, began)
+    outcomes = [(e["task"], e["outcome"]) for e in entries if e["task"] in ("up", "restart-rack")]
+    assert ("restart-rack", "ok") in outcomes and ("up", "refused") in outcomes
+
+
+def test_a_killed_holder_loses_the_lock_after_the_heartbeat_timeout(operator):
+    start, run = operator
+    began = time.time()
+    holder = start("burn", "--seconds", "90")
+    deadline = time.monotonic() + 60
+    while "burn --seconds 90" not in run("lock").stdout:
+        assert time.monotonic() < deadline and holder.poll() is None
+        time.sleep(0.3)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+    killed = time.monotonic()
+    assert run("up", "--engine", "sglang").returncode == 3  # still held: not stale yet
+    taker = run("provision", "--wait", "90", timeout=240)
+    took = time.monotonic() - killed
+    assert taker.returncode == 0, taker.stderr
+    assert "took over a stale lock from" in taker.stderr and "burn --seconds 90" in taker.stderr
+    assert 15 <= took <= 60, took
+    entries = log_entries(run, began)
+    burn = next(e for e in entries if e["task"] == "burn")
+    provision = next(e for e in entries if e["task"] == "provision")
+    assert burn["outcome"] == "interrupted" and "taken over as stale" in burn["error"]
+    assert provision["lock"]["took_over"]["id"] == burn["id"]
+
+
+def test_a_node_cut_during_the_burn_gate_is_named_within_10_s(operator, rack):
+    start, run = operator
+    up = start("up", "--engine", "sglang", merged=True)
+    lines, cut_at, named = [], None, None
+    while True:  # the cheap gates print first; the burn runs after them
+        line = up.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if cut_at is None and line.startswith("gate memory"):
+            rack.cut("spark-05")
+            cut_at = time.monotonic()
+        elif cut_at is not None and named is None and "spark-05" in line:
+            named = time.monotonic() - cut_at
+    code = up.wait(timeout=120)
+    rack.heal("spark-05")
+    assert cut_at is not None and named is not None, lines
+    assert code == 1, lines
+    assert named < 10, (named, lines)
+    print(f"spark-05 cut during the burn gate: named after {named:.1f} s: "
+          + next(line.strip() for line in lines if "spark-05" in line))

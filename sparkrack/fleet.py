@@ -47,6 +47,9 @@ __all__ = ["Arg", "Argv", "Fleet", "FleetError", "FleetResult", "NodeResult", "S
            "Upload", "quote_argv", "redact_argv", "sh"]
 
 log = logging.getLogger(__name__)
+# paramiko logs a dropped connection ("Socket exception: Connection reset by peer") through
+# logging's last-resort stderr handler; the fleet reports every node's failure itself.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 Upload = tuple[bytes | Path, str, int]
 """One file to put: (content, or a local file's Path; remote path; mode such as 0o644)."""

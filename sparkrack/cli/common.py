@@ -29,7 +29,8 @@ WAIT_HELP = {"wait": "if another operator holds the rack lock, wait up to SECOND
 
 def operator_task(body):
     """Wrap a task body: a SparkrackError becomes `error: ...` and its exit code, no traceback;
-    Ctrl-C becomes exit 130 after the body's own cleanup ran."""
+    Ctrl-C becomes exit 130 after the body's own cleanup ran. Any other exception is a bug
+    or an unforeseen failure: one line and exit 1 (SPARKRACK_DEBUG=1 shows the traceback)."""
 
     @functools.wraps(body)
     def run(*args, **kwargs):
@@ -43,6 +44,14 @@ def operator_task(body):
             raise Exit(f"error: {exc.line()}", code=exc.exit_code) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
+        except Exit:
+            raise
+        except Exception as exc:
+            if os.environ.get("SPARKRACK_DEBUG"):
+                raise
+            first = (str(exc).splitlines() or [""])[0][:300]
+            raise Exit(f"error: unexpected {type(exc).__name__}: {first} (SPARKRACK_DEBUG=1 "
+                       "shows the traceback)", code=1) from None
 
     return run
 

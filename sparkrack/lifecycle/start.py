@@ -57,8 +57,14 @@ def remove_leftovers(fleet: Fleet, specs: tuple[LaunchSpec, ...]) -> None:
     """Remove stopped sparkrack containers that hold our names (an earlier failed start).
     A running one is another deployment: StartFailed, and it is left alone."""
     def one(spec: LaunchSpec) -> None:
-        client = fleet.docker_client(spec.node)
-        for c in client.containers.list(all=True, filters={"name": f"^/{spec.container_name}$"}):
+        try:
+            client = fleet.docker_client(spec.node)
+            found = client.containers.list(all=True,
+                                           filters={"name": f"^/{spec.container_name}$"})
+        except Exception as exc:  # a node lost since the gates: nothing was created yet
+            raise NodeLost(spec.node, str(exc).splitlines()[0] if str(exc) else
+                           type(exc).__name__) from None
+        for c in found:
             if c.status in ("running", "restarting", "paused") or LABEL_ENGINE not in c.labels:
                 raise StartFailed(f"{spec.node} already has a container {spec.container_name} "
                                   f"({c.status}) that this start did not create",

@@ -9,10 +9,11 @@ hits every figure alike; a warm-up round fills the bytecode caches first.
 
     python benchmarks/fastpaths.py [--runs 21]
 
-Contacts no node. The rack figures of the issue (a no-change `provision`, the overhead of
-`up` over the engine's own start, `status` with a dead node) need the rehearsal rack: they
-are added to RACK_FIGURES with the rack work, each with its own floor; this script does not
-measure or estimate them.
+Contacts no node unless --rack: then also `status` with one node's cable pulled against
+`status` with every node up (the dead node must be named within 3 s: a fast TCP probe
+before the SSH handshake). The other rack figures of the issue (a no-change `provision`,
+`up`'s overhead) are in benchmarks/provision.py, benchmarks/lock.py and
+benchmarks/lifecycle.py.
 """
 
 import argparse
@@ -34,6 +35,8 @@ class Figure:
     name: str
     argv: tuple[str, ...]
     floor: str | None = None
+    exit_code: int = 0  # what the command must exit with
+    cut: str | None = None  # a rehearsal node whose cable is out while it runs
 
 
 PY = sys.executable
@@ -44,18 +47,35 @@ CLI_FIGURES = (
     Figure("invoke -h provision", (PY, "-m", "invoke", "-h", "provision"),
            floor="import invoke"),
 )
-# Added with the rack work (need `invoke rehearsal.up`): no-change provision, up overhead,
-# status with a dead node. Each names its floor as above.
-RACK_FIGURES: tuple[Figure, ...] = ()
+# With --rack (needs `invoke rehearsal.up` and `invoke provision`): `status` with a node's
+# cable out against `status` with every node up (target: the dead node named within 3 s).
+REHEARSAL = ("-i", "inventory/rehearsal")
+RACK_FIGURES: tuple[Figure, ...] = (
+    Figure("invoke status", (PY, "-m", "invoke", "status", *REHEARSAL)),
+    Figure("status, spark-05 cut", (PY, "-m", "invoke", "status", *REHEARSAL),
+           floor="invoke status", exit_code=1, cut="spark-05"),
+)
 
 
 def run_once(figure: Figure) -> float:
-    """Wall seconds of one fresh run; a failing command stops the benchmark (no figure)."""
-    started = time.perf_counter()
-    done = subprocess.run(figure.argv, cwd=REPO, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
+    """Wall seconds of one fresh run; an unexpected exit code stops the benchmark."""
+    rack = None
+    if figure.cut:
+        sys.path.insert(0, str(REPO))
+        from sparkrack.inventory import load_inventory
+        from sparkrack.rehearsal.rack import RehearsalRack
+
+        rack = RehearsalRack(load_inventory(REPO / "inventory" / "rehearsal"), say=lambda m: None)
+        rack.cut(figure.cut)
+    try:
+        started = time.perf_counter()
+        done = subprocess.run(figure.argv, cwd=REPO, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+        seconds = time.perf_counter() - started
+    finally:
+        if rack is not None:
+            rack.heal(figure.cut)
+    if done.returncode != figure.exit_code:
         raise SystemExit(f"{figure.name}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
     return seconds
 
@@ -93,8 +113,10 @@ def report(figures: tuple[Figure, ...], medians: dict[str, float], runs: int) ->
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=21, help="timed runs per figure")
+    parser.add_argument("--rack", action="store_true",
+                        help="also the rehearsal-rack figures (root, the rack up)")
     args = parser.parse_args()
-    figures = CLI_FIGURES + RACK_FIGURES
+    figures = CLI_FIGURES + (RACK_FIGURES if args.rack else ())
     report(figures, measure(figures, args.runs), args.runs)
     return 0
 

@@ -31,6 +31,9 @@ from sparkrack.inventory import Node
 from sparkrack.netguard import check_node
 
 LIVENESS_INTERVAL = 2.0  # seconds between two liveness probes of an open connection
+TCP_CONNECT_TIMEOUT = 1.5  # a live node's kernel answers a SYN within a millisecond, however
+# busy its sshd: a node silent this long at the TCP step is down or cut (the SSH steps after
+# it keep ssh_connect_timeout, so a slow-but-alive node is not called dead)
 LIVENESS_TIMEOUT = 5.0  # a probe unanswered this long (or ssh_connect_timeout if shorter): lost
 ONBOARD_HINT = "run invoke onboard or rehearsal.up to record it"
 
@@ -90,7 +93,7 @@ def open_client(node: Node, known_hosts: Path) -> paramiko.SSHClient:
 
 
 def vetted_socket(node: Node) -> socket.socket | QuickAckSocket:
-    """A TCP socket connected to node's netguard-vetted address within ssh_connect_timeout."""
+    """A TCP socket connected to node's netguard-vetted address within tcp_timeout(node)."""
     address = check_node(node)
     if node.key_file is None:
         raise UnreachableError(f"{who(node)}: no SSH key in the inventory",
@@ -98,9 +101,14 @@ def vetted_socket(node: Node) -> socket.socket | QuickAckSocket:
     if not node.key_file.is_file():
         raise UnreachableError(f"{who(node)}: SSH key {node.key_file} not found",
                                fix="run invoke onboard (real rack) or invoke rehearsal.up")
-    sock = socket.create_connection((address, node.port), timeout=node.vars.ssh_connect_timeout)
+    sock = socket.create_connection((address, node.port), timeout=tcp_timeout(node))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return QuickAckSocket(sock) if hasattr(socket, "TCP_QUICKACK") else sock
+
+
+def tcp_timeout(node: Node) -> float:
+    """Seconds the TCP connect to node may take (the fast probe before the SSH handshake)."""
+    return min(node.vars.ssh_connect_timeout, TCP_CONNECT_TIMEOUT)
 
 
 class QuickAckSocket:
@@ -221,7 +229,8 @@ def explain(node: Node, known_hosts: Path, error: BaseException) -> str:
     if isinstance(error, ConnectionRefusedError):
         return f"{prefix}connection refused on port {node.port} (is sshd running?)"
     if isinstance(error, TimeoutError):
-        return f"{prefix}no answer within {node.vars.ssh_connect_timeout:g} s"
+        return (f"{prefix}no answer within {tcp_timeout(node):g} s (TCP connect: the node is "
+                "down or its link is cut)")
     if isinstance(error, OSError):
         return f"{prefix}{error.strerror or error}"
     if isinstance(error, EOFError):

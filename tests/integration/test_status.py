@@ -52,7 +52,7 @@ def test_cut_node_shows_unreachable_within_seconds_and_exit_1(rack):
         elapsed = time.monotonic() - started
     finally:
         rack.heal("spark-05")
-    assert elapsed < 10
+    assert elapsed < 6  # the TCP probe names a cut node in 1.5 s; the rest is start-up
     assert done.returncode == 1
     rows = {r["node"]: r for r in json.loads(done.stdout)["nodes"]}
     assert rows["spark-05"]["reachable"] == "unreachable"

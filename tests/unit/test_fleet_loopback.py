@@ -135,6 +135,37 @@ def test_silent_listener_is_unreachable_within_the_connect_timeout(sshd: Sshd):
     assert result.status == "unreachable"
 
 
+def test_a_node_that_never_answers_the_tcp_connect_is_named_in_seconds(sshd: Sshd):
+    """A full accept queue drops SYNs as a dead or cut node does: the fast TCP probe gives up
+    after TCP_CONNECT_TIMEOUT although ssh_connect_timeout is 5 s (kept for the SSH steps
+    of a node that answers but is slow)."""
+    from sparkrack.fleet_ssh import TCP_CONNECT_TIMEOUT
+
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        fillers = []
+        for _ in range(3):  # fill the accept queue (never accepted)
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+            fillers.append(filler)
+        time.sleep(0.2)
+        try:
+            with Fleet(inventory(sshd, ("spark-01",), port=port, connect_timeout=5.0)) as fleet:
+                started = time.monotonic()
+                result = fleet.run(["true"])["spark-01"]
+                took = time.monotonic() - started
+        finally:
+            for filler in fillers:
+                filler.close()
+    assert result.status == "unreachable", result
+    assert took < TCP_CONNECT_TIMEOUT + 1.0, took
+    assert result.error.endswith(f"no answer within {TCP_CONNECT_TIMEOUT:g} s (TCP connect: "
+                                 "the node is down or its link is cut)")
+
+
 # --- Host keys -------------------------------------------------------------------------
 
 

@@ -407,19 +407,20 @@ print(public.decode())
 METRICS_SCRIPT = r"""
 import sys, time, urllib.request
 url, deadline = sys.argv[1], time.monotonic() + float(sys.argv[2])
-while True:
+last = "nothing listens yet"
+while time.monotonic() < deadline:
     try:
         with urllib.request.urlopen(url, timeout=2) as answer:
-            body = answer.read().decode()
-        if "sparkrack_watchdog_last_poll_timestamp_seconds" in body:
+            lines = answer.read().decode().splitlines()
+        if any(l.startswith("sparkrack_watchdog_last_poll_timestamp_seconds ") for l in lines):
             print("ok")
-            break
+            sys.exit(0)
+        last = "serving, but no poll has ended yet"
     except OSError as error:
-        last = error
-    if time.monotonic() > deadline:
-        print("no answer: " + str(last if "last" in dir() else "metrics without a poll yet"))
-        sys.exit(1)
+        last = str(error)
     time.sleep(0.5)
+print("no poll seen at " + url + ": " + last)
+sys.exit(1)
 """
 
 

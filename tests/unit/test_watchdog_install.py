@@ -22,7 +22,7 @@ import pytest
 import yaml
 from invoke import Context
 from invoke.exceptions import Exit
-from loopback import Sshd, needs_sshd, write_inventory
+from loopback import Sshd, free_port, needs_sshd, write_inventory
 
 from sparkrack.errors import UsageError
 from sparkrack.inventory import load_inventory
@@ -480,7 +480,8 @@ def loopback(sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("SPARKRACK_LOCK_DIR", str(tmp_path / "lock"))
     inv = write_inventory(sshd, tmp_path / "inv", ("spark-01",))
     with open(inv / "group_vars" / "all.yml", "a") as out:
-        out.write(f"ssh_authorized_keys_file: {sshd.directory}/authorized_keys\n")
+        out.write(f"ssh_authorized_keys_file: {sshd.directory}/authorized_keys\n"
+                  f"watchdog_metrics_port: {free_port()}\n")
     fake = tmp_path / "systemd" / "systemctl"
     fake.parent.mkdir()
     fake.write_text(FAKE_SYSTEMCTL)
@@ -543,7 +544,9 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     found = wi.status(inventory, settings=settings)
     assert found.installed and found.running and found.recorded
     assert found.public_key.startswith(public) and found.verdicts[-1]["verdict"] == "stopped"
-    assert found.metrics_url == "http://127.0.0.1:9478/metrics"
+    assert found.metrics_url == f"http://127.0.0.1:{inventory.vars.watchdog_metrics_port}/metrics"
+
+    run_the_shipped_service(inventory, settings, tmp_path=Path(settings.state_dir).parent)
 
     gone = wi.uninstall(inventory, settings=settings, say=said.append)
     assert gone.plan.stop and gone.plan.remove_unit and gone.deauthorized == ["spark-01"]
@@ -557,6 +560,46 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     assert not wi.status(inventory, settings=settings).installed
     nothing = wi.uninstall(inventory, settings=settings, say=said.append)
     assert not nothing.plan.changes_node and not nothing.deauthorized
+
+
+def run_the_shipped_service(inventory, settings: wi.Settings, tmp_path: Path) -> None:
+    """The unit's ExecStart as systemd would run it (its Environment=, cwd /), only with
+    the metrics on loopback and the state and lock in tmp_path (this machine is the
+    loopback head: nothing may go to its /var/lib/sparkrack); install's own wait for
+    /metrics must see a poll end."""
+    import dataclasses
+    import shlex
+    import subprocess
+
+    from sparkrack.fleet import Fleet
+    from sparkrack.lifecycle.record import RECORD_DIR
+
+    if Path(RECORD_DIR, "current.json").exists():
+        return  # this machine has a deployment record of its own: the service would guard it
+    unit = (Path(settings.unit_dir) / wi.UNIT).read_text()
+    argv = shlex.split(next(l for l in unit.splitlines() if l.startswith("ExecStart=")
+                            ).removeprefix("ExecStart="))
+    port = inventory.vars.watchdog_metrics_port
+    assert argv[argv.index("--listen") + 1] == f"0.0.0.0:{port}"
+    argv[argv.index("--listen") + 1] = f"127.0.0.1:{port}"
+    argv[argv.index("--state") + 1] = str(tmp_path / "service" / "state.json")
+    environment = dict(line.removeprefix("Environment=").split("=", 1)
+                       for line in unit.splitlines() if line.startswith("Environment="))
+    environment.update(SPARKRACK_STATE_DIR=str(tmp_path / "service"),
+                       SPARKRACK_LOCK_DIR=str(tmp_path / "lock"), PATH=os.environ["PATH"])
+    process = subprocess.Popen(argv, cwd="/", env=environment, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        with Fleet(inventory) as fleet:
+            url = wi._wait_metrics(fleet, inventory.head,
+                                   dataclasses.replace(settings, listen="127.0.0.1"), inventory)
+        assert url == f"http://127.0.0.1:{port}/metrics"
+    finally:
+        process.terminate()
+        out, _ = process.communicate(timeout=20)
+    assert f"metrics on http://127.0.0.1:{port}/metrics" in out, out
+    assert "idle: no engine deployment is current" in out, out
+    assert environment["PYTHONPATH"] == f"{settings.install_dir}/lib"
 
 
 @needs_sshd

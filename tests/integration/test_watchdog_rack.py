@@ -177,7 +177,7 @@ scrape_configs:
 @pytest.fixture(scope="module")
 def installed(inventory):
     """`invoke watch.install --on spark-01`, proved running, idempotent; uninstalled at the
-    end if the last test did not."""
+    end whatever happened (uninstall is idempotent: after the last test it finds nothing)."""
     try:
         done = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -187,6 +187,12 @@ def installed(inventory):
         assert unit_property(inventory, "Restart") == "always"
         record = read_record(inventory.path)
         assert record is not None and record.node == WATCHDOG_NODE
+        assert record.sources == (inventory.node(WATCHDOG_NODE).address,)
+        with Fleet(inventory) as fleet:  # authorized on every node, from spark-01 only
+            lines = fleet.run(sh('grep -- "$1" "$2"', MARKER,
+                                 inventory.vars.ssh_authorized_keys_file))
+        assert lines.all_ok and {r.stdout for r in lines} == {
+            f'restrict,from="10.77.1.11" {record.public_key} {MARKER}\n'}
         again = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE)
         assert again.returncode == 0, again.stdout + again.stderr
         assert "up to date; nothing changed" in again.stderr, again.stderr
@@ -195,8 +201,8 @@ def installed(inventory):
         assert "metrics on http://0.0.0.0:9478/metrics" in journal.stdout, journal.stdout[-2000:]
         yield inventory
     finally:
-        if read_record(inventory.path) is not None:
-            invoke("watch.uninstall", "-i", "inventory/rehearsal")
+        gone = invoke("watch.uninstall", "-i", "inventory/rehearsal")
+    assert gone.returncode == 0, gone.stdout + gone.stderr  # (when nothing above failed)
 
 
 def watch_status() -> dict:

@@ -93,6 +93,11 @@ def status(c, on=None, inventory=None, json=False, verdicts=5):
                   "(watchdog.json): `invoke provision` will not keep its key authorized")
         if found.state_error:
             print(f"warning: {found.state_error}")
+        if found.stale:
+            print(f"warning: the node's copy differs from what watch.install would ship now "
+                  f"({', '.join(found.stale[:5])}{' ...' if len(found.stale) > 5 else ''}): "
+                  "run `invoke watch.install` (after an upgrade, onboarding or any inventory "
+                  "change)")
         shown = list(found.verdicts)[-int(verdicts):] if int(verdicts) > 0 else []
         if shown:
             console.print_table(f"last {len(shown)} verdict(s)", ["time", "verdict", "detail"], [

@@ -497,6 +497,7 @@ def install(inventory, on: str | None = None, *, settings: Settings = Settings()
             return report
         _apply(fleet, node, plan, want, settings, say)
         public = _key(fleet, node, settings, plan, state, say)
+        _note_node(node, plan, settings)
         key = WatchdogKey(node.name, settings.install_dir, public, sources)
         report.key = key
         _authorize(inventory, key, report, say, provision_fn)
@@ -514,6 +515,20 @@ def install(inventory, on: str | None = None, *, settings: Settings = Settings()
                                  + "; ".join(again.steps(settings)),
                                  fix="see `journalctl -u sparkrack-watchdog` on the node")
     return report
+
+
+def _note_node(node, plan: InstallPlan, settings: Settings) -> None:
+    """Tell the audit record what install changed on the watchdog's node."""
+    from ..oplock.audit import note
+
+    d = settings.install_dir
+    files = [*([f"{d}/lib"] if plan.ship_lib else []),
+             *(f"{d}/{path}" for path in sorted(plan.write)),
+             *(f"{d}/{path}" for path in plan.delete),
+             *([settings.key_path] if plan.make_key else []),
+             *([settings.unit_path] if plan.write_unit else [])]
+    if plan.changes_node:
+        note(nodes=[node.name], files=files)
 
 
 def _sources(state: NodeState, node) -> tuple[str, ...]:
@@ -810,6 +825,7 @@ class WatchdogStatus:
     budget: Mapping = field(default_factory=dict)
     stopped: Mapping = field(default_factory=dict)
     state_error: str = ""
+    stale: tuple[str, ...] = ()  # what differs from what watch.install would ship now
 
     @property
     def running(self) -> bool:
@@ -822,7 +838,8 @@ class WatchdogStatus:
                 "enabled": self.enabled, "metrics_url": self.metrics_url,
                 "recorded": self.recorded, "public_key": self.public_key,
                 "verdicts": list(self.verdicts), "restart_budget": dict(self.budget),
-                "stopped": dict(self.stopped), "state_error": self.state_error}
+                "stopped": dict(self.stopped), "state_error": self.state_error,
+                "stale": list(self.stale)}
 
 
 def parse_state(data: bytes | None) -> tuple[tuple[dict, ...], dict, dict, str]:
@@ -842,7 +859,22 @@ def parse_state(data: bytes | None) -> tuple[tuple[dict, ...], dict, dict, str]:
     return verdicts, budget, stopped, ""
 
 
-def status_of(node, inventory, state: NodeState, record: WatchdogKey | None) -> WatchdogStatus:
+def stale_parts(state: NodeState, inventory_files: Mapping[str, bytes],
+                manifest_sha256: str | None) -> tuple[str, ...]:
+    """What the node's copy lacks against what watch.install would ship now: the inventory
+    copy's files that differ or are missing or extra there, and lib/ (pure)."""
+    stale = []
+    if manifest_sha256 is not None and not (
+            state.lib and state.lib_checks and state.manifest_sha256 == manifest_sha256):
+        stale.append("lib")
+    wanted = {f"inventory/{p}": hashlib.sha256(c).hexdigest() for p, c in inventory_files.items()}
+    there = {p: h for p, h in state.files.items() if p.startswith("inventory/")}
+    stale += sorted(p for p in wanted.keys() | there.keys() if wanted.get(p) != there.get(p))
+    return tuple(stale)
+
+
+def status_of(node, inventory, state: NodeState, record: WatchdogKey | None,
+              stale: tuple[str, ...] = ()) -> WatchdogStatus:
     """The status from a probe (pure)."""
     verdicts, budget, stopped, error = parse_state(state.state)
     unit = state.unit
@@ -860,7 +892,7 @@ def status_of(node, inventory, state: NodeState, record: WatchdogKey | None) -> 
         enabled=unit.get("UnitFileState", ""), metrics_url=metrics_url(node, inventory),
         recorded=record is not None and record.node == node.name,
         public_key=state.public_key, verdicts=verdicts, budget=budget, stopped=stopped,
-        state_error=error)
+        state_error=error, stale=stale if state.installed else ())
 
 
 def status(inventory, on: str | None = None, *, settings: Settings = Settings()) -> WatchdogStatus:
@@ -874,4 +906,9 @@ def status(inventory, on: str | None = None, *, settings: Settings = Settings())
     check_settings(settings)
     with Fleet(inventory, [node]) as fleet:
         state = probe(fleet, node, settings, inventory)
-    return status_of(node, inventory, state, record)
+    stale: tuple[str, ...] = ()
+    if state.installed:
+        manifest = payload.build_library().manifest()
+        stale = stale_parts(state, payload.inventory_copy(inventory, settings.install_dir),
+                            hashlib.sha256(manifest.encode()).hexdigest())
+    return status_of(node, inventory, state, record, stale)

@@ -332,6 +332,22 @@ def test_probe_output_is_parsed_and_status_shows_it(tmp_path):
     assert json.loads(json.dumps(found.as_dict()))["verdicts"][-1]["detail"] == "rank 3 exited"
 
 
+def test_status_names_what_differs_from_what_install_would_ship(tmp_path):
+    want = fresh_want(tmp_path)
+    inventory_files = {p.removeprefix("inventory/"): c for p, c in want.files.items()
+                       if p.startswith("inventory/")}
+    state = state_with(want)
+    assert wi.stale_parts(state, inventory_files, want.manifest_sha256) == ()
+    files = dict(state.files)
+    files["inventory/hosts.yml"] = "0" * 64
+    files["inventory/host_vars/spark-09.yml"] = "1" * 64
+    del files["inventory/known_hosts"]
+    changed = state_with(want, files=files, lib_checks=False)
+    assert wi.stale_parts(changed, inventory_files, want.manifest_sha256) == (
+        "lib", "inventory/host_vars/spark-09.yml", "inventory/hosts.yml",
+        "inventory/known_hosts")
+
+
 def test_a_cut_probe_and_a_broken_state_file_are_said(tmp_path):
     settings = wi.Settings()
     with pytest.raises(Exception, match="cut short"):
@@ -545,6 +561,20 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     assert found.installed and found.running and found.recorded
     assert found.public_key.startswith(public) and found.verdicts[-1]["verdict"] == "stopped"
     assert found.metrics_url == f"http://127.0.0.1:{inventory.vars.watchdog_metrics_port}/metrics"
+    assert found.stale == ()
+
+    with open(inventory.path / "group_vars" / "all.yml", "a") as out:  # the operator edits
+        out.write("watchdog_restart_budget: 5\n")
+    inventory = load_inventory(inventory.path)
+    assert wi.status(inventory, settings=settings).stale == ("inventory/group_vars/all.yml",)
+    calls_before = len((systemd / "systemctl.log").read_text().splitlines())
+    updated = wi.install(inventory, settings=settings, say=said.append)
+    assert list(updated.plan.write) == ["inventory/group_vars/all.yml"]
+    assert not updated.plan.ship_lib and not updated.plan.make_key and updated.changed
+    calls = (systemd / "systemctl.log").read_text().splitlines()[calls_before:]
+    assert [c for c in calls if not c.startswith("show")] == [f"restart {wi.UNIT}"]
+    assert "watchdog_restart_budget: 5" in (d / "inventory/group_vars/all.yml").read_text()
+    assert wi.status(inventory, settings=settings).stale == ()
 
     run_the_shipped_service(inventory, settings, tmp_path=Path(settings.state_dir).parent)
 

@@ -16,11 +16,15 @@ PLACE_HELP = {
 }
 
 
-def _settings(install_dir=None, python=None):
+def _settings(rack, install_dir=None, python=None):
+    """The install settings: the flags given, else where it is recorded, else defaults."""
     from ..watchdog.install import Settings
+    from ..watchdog.keyrecord import read_record
 
     defaults = Settings()
-    return Settings(install_dir=install_dir or defaults.install_dir,
+    record = read_record(rack.path)
+    recorded = record.install_dir if record is not None else None
+    return Settings(install_dir=install_dir or recorded or defaults.install_dir,
                     python=python or defaults.python)
 
 
@@ -37,7 +41,7 @@ def install(c, on=None, inventory=None, check=False, install_dir=None, python=No
     from ..watchdog.install import install as run_install
 
     rack = inventory_from(inventory)
-    report = run_install(rack, on, settings=_settings(install_dir, python), check=check,
+    report = run_install(rack, on, settings=_settings(rack, install_dir, python), check=check,
                          say=console.say)
     if check:
         return
@@ -58,7 +62,7 @@ def uninstall(c, on=None, inventory=None, check=False, install_dir=None):
     from ..watchdog.install import uninstall as run_uninstall
 
     rack = inventory_from(inventory)
-    report = run_uninstall(rack, on, settings=_settings(install_dir), check=check,
+    report = run_uninstall(rack, on, settings=_settings(rack, install_dir), check=check,
                            say=console.say)
     if not check:
         console.say(f"watch.uninstall: nothing of the watchdog is left on {report.node}")

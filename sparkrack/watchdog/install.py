@@ -746,7 +746,7 @@ def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings
 
     record = read_record(inventory.path)
     node = _watchdog_node(inventory, on, record)
-    if record is not None and not on:
+    if record is not None and record.node == node.name:
         settings = _with_install_dir(settings, record.install_dir)
     check_settings(settings)
     report = UninstallReport(node.name, check=check)

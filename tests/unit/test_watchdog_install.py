@@ -673,6 +673,23 @@ def test_watch_status_task_on_a_node_without_the_watchdog(loopback, capsys):
     assert "the watchdog is not installed on spark-01" in capsys.readouterr().out
 
 
+@needs_sshd
+def test_watch_install_check_task_probes_and_changes_nothing(loopback, capsys):
+    """--check through the task (no lock taken): default paths, read-only on this machine."""
+    from sparkrack.cli import watch_tasks
+
+    inventory, _, _ = loopback
+    if Path(wi.DEFAULT_INSTALL_DIR).exists():
+        pytest.skip(f"this machine has a {wi.DEFAULT_INSTALL_DIR} of its own")
+    watch_tasks.install(Context(), inventory=str(inventory.path), check=True,
+                        python=node_python())
+    said = capsys.readouterr().err
+    assert f"watch.install: would ship {wi.DEFAULT_INSTALL_DIR}/lib" in said
+    assert "would record the key in" in said and "from 127.0.0.1)" in said
+    assert not Path(wi.DEFAULT_INSTALL_DIR).exists()
+    assert keyrecord.read_record(inventory.path) is None
+
+
 def test_watch_tasks_keep_invoke_watch_and_add_the_service_tasks():
     import subprocess
 

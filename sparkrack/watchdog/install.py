@@ -89,6 +89,7 @@ def check_settings(settings: Settings) -> None:
 # --- The probe ---------------------------------------------------------------------------
 
 PROBE_SCRIPT = r"""
+cd / || exit 1
 d=$1; unitfile=$2; py=$3; unit=$4; sc=$5; statefile=$6; props=$7; pyplat=$8; pysrc=$9
 shift 9
 b64() { if [ -f "$1" ]; then base64 -w0 < "$1"; fi; printf '\n'; }
@@ -363,6 +364,7 @@ def plan_install(node: str, state: NodeState, want: Wanted,
 
 SHIP_SCRIPT = r"""
 set -e
+cd /
 d=$1; py=$2
 umask 022
 mkdir -p "$d"
@@ -440,6 +442,13 @@ class InstallReport:
     @property
     def changed(self) -> bool:
         return bool((self.plan and self.plan.changes_node) or self.recorded or self.authorized)
+
+
+def from_root(argv) -> list[str]:
+    """argv run from / : a Python started over SSH would put its working directory (the
+    user's home) on sys.path before PYTHONPATH, where a stray `sparkrack` or `cryptography`
+    folder would shadow the shipped one."""
+    return ["sh", "-c", 'cd / && exec "$@"', "sh", *argv]
 
 
 def _run(fleet, node: str, argv, *, stdin: bytes | None = None, timeout: float = 120,
@@ -581,9 +590,9 @@ def _key(fleet, node, settings: Settings, plan: InstallPlan, state: NodeState,
     """The watchdog's public key, made on the node first if it has none."""
     if not plan.make_key:
         return check_public_key(state.public_key)
-    out = _run(fleet, node.name, ["env", f"PYTHONPATH={settings.install_dir}/lib",
-                                  settings.python, "-c", KEYGEN_SCRIPT, settings.key_path,
-                                  f"{MARKER}@{node.name}"],
+    out = _run(fleet, node.name, from_root(["env", f"PYTHONPATH={settings.install_dir}/lib",
+                                            settings.python, "-c", KEYGEN_SCRIPT,
+                                            settings.key_path, f"{MARKER}@{node.name}"]),
                what="making the watchdog's key")
     public = check_public_key(out.strip().splitlines()[-1])
     say(f"watch.install: made the watchdog's key {settings.key_path} on {node.name} "
@@ -625,9 +634,9 @@ def _reach(fleet, node, settings: Settings, inventory) -> list[str]:
     """From the node, with the shipped sparkrack, the watchdog's key and inventory copy:
     every node must answer. The node names that did."""
     d = settings.install_dir
-    result = fleet.run({node.name: ["env", f"PYTHONPATH={d}/lib", settings.python, "-m",
-                                    "sparkrack.watchdog", "--inventory", f"{d}/inventory",
-                                    "--check-reach"]}, timeout=120)[node.name]
+    result = fleet.run({node.name: from_root([
+        "env", f"PYTHONPATH={d}/lib", settings.python, "-m", "sparkrack.watchdog",
+        "--inventory", f"{d}/inventory", "--check-reach"])}, timeout=120)[node.name]
     from ..fleet_results import last_json_object
 
     answer = last_json_object(result.stdout)
@@ -663,8 +672,8 @@ def _start(fleet, node, plan: InstallPlan, settings: Settings, say: Say) -> None
 def _wait_metrics(fleet, node, settings: Settings, inventory) -> str:
     port = inventory.vars.watchdog_metrics_port
     local = "127.0.0.1" if settings.listen in ("0.0.0.0", "") else settings.listen
-    _run(fleet, node.name, [settings.python, "-c", METRICS_SCRIPT,
-                            f"http://{local}:{port}/metrics", str(METRICS_WAIT_S)],
+    _run(fleet, node.name, from_root([settings.python, "-c", METRICS_SCRIPT,
+                                      f"http://{local}:{port}/metrics", str(METRICS_WAIT_S)]),
          timeout=METRICS_WAIT_S + 30, what="waiting for the watchdog's metrics")
     return metrics_url(node, inventory)
 

@@ -742,14 +742,16 @@ class UninstallReport:
     deauthorized: list[str] = field(default_factory=list)
     unrecorded: bool = False
     check: bool = False
+    node_error: str = ""  # the watchdog's node could not be cleaned up: why
 
 
 def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings(),
               check: bool = False, say: Say = print, provision_fn=None) -> UninstallReport:
     """Remove the watchdog: the service (stopped, disabled, unit file gone), its install
     directory (key included) and state on its node, the key's line on every node, and the
-    record beside the inventory."""
-    from ..fleet import Fleet
+    record beside the inventory. A watchdog node that does not answer keeps its files, but
+    the key is still taken away from every other node; the record stays until a run
+    completes."""
     from ..oplock.audit import note
     from .keyrecord import remove_record
 
@@ -759,6 +761,45 @@ def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings
         settings = _with_install_dir(settings, record.install_dir)
     check_settings(settings)
     report = UninstallReport(node.name, check=check)
+    try:
+        _uninstall_node(inventory, node, settings, report, check, say)
+    except SparkrackError as error:
+        if check:
+            raise
+        # its node is dead or refuses: still take the key away from every other node
+        report.node_error = error.line()
+        say(f"watch.uninstall: {node.name}: {report.node_error}; its files stay there")
+    if check:
+        return report
+    if provision_fn is None:
+        from ..provision import provision as provision_fn
+    result = provision_fn(inventory, roles="watchdog_key", absent=True)
+    report.deauthorized = [run.node for run in result.nodes if result.recap(run.node)["changed"]]
+    bad = [run for run in result.nodes if result.recap(run.node)["failed"]
+           or result.recap(run.node)["unreachable"]]
+    note(nodes=report.deauthorized)
+    problems = [f"{run.node}: {run.error or _failure(run)}" for run in bad]
+    if report.node_error:
+        problems.insert(0, f"{node.name}: {report.node_error}")
+    if problems:
+        raise SparkrackError("watch.uninstall is not complete: " + "; ".join(problems),
+                             fix="run `invoke watch.uninstall` again once they answer (the key "
+                             "record is kept until then)")
+    say(f"watch.uninstall: the watchdog's key is on no node ({len(report.deauthorized)} "
+        "changed)")
+    report.unrecorded = remove_record(inventory.path)
+    if report.unrecorded:
+        say(f"watch.uninstall: removed {inventory.path}/watchdog.json")
+    return report
+
+
+def _uninstall_node(inventory, node, settings: Settings, report: UninstallReport, check: bool,
+                    say: Say) -> None:
+    """Stop, disable and remove the service and its files on its node."""
+    from ..fleet import Fleet
+    from ..oplock.audit import note
+
+    record = read_record(inventory.path)
     with Fleet(inventory, [node]) as fleet:
         state = probe(fleet, node, settings, inventory)
         plan = plan_uninstall(node.name, state, settings)
@@ -769,7 +810,7 @@ def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings
             say("watch.uninstall: would remove the watchdog's key from every node "
                 "(role watchdog_key, absent)" + (f" and {inventory.path}/watchdog.json"
                                                   if record else ""))
-            return report
+            return
         sc = settings.systemctl
         if plan.stop:
             _run(fleet, node.name, [sc, "stop", UNIT], what="stopping the watchdog")
@@ -785,24 +826,6 @@ def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings
                  what="removing the install and state directories")
         note(nodes=[node.name] if plan.changes_node else [],
              files=[*([settings.unit_path] if plan.remove_unit else []), *plan.remove_dirs])
-    if provision_fn is None:
-        from ..provision import provision as provision_fn
-    result = provision_fn(inventory, roles="watchdog_key", absent=True)
-    report.deauthorized = [run.node for run in result.nodes if result.recap(run.node)["changed"]]
-    bad = [run for run in result.nodes if result.recap(run.node)["failed"]
-           or result.recap(run.node)["unreachable"]]
-    note(nodes=report.deauthorized)
-    if bad:
-        raise SparkrackError("removing the watchdog's key failed on " + "; ".join(
-            f"{run.node}: {run.error or _failure(run)}" for run in bad),
-            fix="run `invoke watch.uninstall` again once they answer (the key record is kept "
-            "until then)")
-    say(f"watch.uninstall: the watchdog's key is on no node ({len(report.deauthorized)} "
-        "changed)")
-    report.unrecorded = remove_record(inventory.path)
-    if report.unrecorded:
-        say(f"watch.uninstall: removed {inventory.path}/watchdog.json")
-    return report
 
 
 def _with_install_dir(settings: Settings, install_dir: str) -> Settings:

@@ -24,7 +24,7 @@ from invoke import Context
 from invoke.exceptions import Exit
 from loopback import Sshd, free_port, needs_sshd, write_inventory
 
-from sparkrack.errors import UsageError
+from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.inventory import load_inventory
 from sparkrack.provision.gather import FileFacts, NodeFacts
 from sparkrack.provision.plan import Put, Run, plan_node
@@ -651,6 +651,31 @@ def test_a_node_python_that_differs_is_refused_before_anything_is_written(loopba
     assert "run watch.install from a machine whose Python matches the node's" in line
     assert not Path(settings.install_dir).exists() and not (systemd / wi.UNIT).exists()
     assert keyrecord.read_record(inventory.path) is None
+
+
+@needs_sshd
+def test_uninstall_with_the_watchdogs_node_dead_still_takes_the_key_away(sshd, tmp_path):
+    inv = write_inventory(sshd, tmp_path / "inv", ("spark-01", "spark-02"),
+                          ports={"spark-01": free_port()})  # nothing listens: dead
+    with open(inv / "group_vars" / "all.yml", "a") as out:
+        out.write(f"ssh_authorized_keys_file: {sshd.directory}/authorized_keys\n")
+    inventory = load_inventory(inv)
+    keyrecord.write_record(inv, keyrecord.WatchdogKey("spark-01", str(tmp_path / "opt"), PUB,
+                                                      ("127.0.0.1",)))
+    keys = sshd.directory / "authorized_keys"
+    operator = keys.read_text()
+    keys.write_text(f"{operator}restrict {PUB} sparkrack-watchdog\n")
+    said = []
+    try:
+        with pytest.raises(SparkrackError) as failed:
+            wi.uninstall(inventory, settings=wi.Settings(install_dir=str(tmp_path / "opt")),
+                         say=said.append)
+        assert failed.value.line().startswith("watch.uninstall is not complete: spark-01: ")
+        assert keys.read_text() == operator  # spark-02 (the same file here) lost the line
+        assert keyrecord.read_record(inv) is not None  # kept for the run that finishes
+        assert any("its files stay there" in line for line in said)
+    finally:
+        keys.write_text(operator)
 
 
 @needs_sshd

@@ -96,7 +96,7 @@ b64() { if [ -f "$1" ]; then base64 -w0 < "$1"; fi; printf '\n'; }
 printf '@@platform\n'; "$py" -c "$pyplat" 2>&1; printf '\nrc %d\n' "$?"
 printf '@@sources\n'; "$py" -c "$pysrc" "$@" 2>&1; printf '\n'
 printf '@@dirs\n'
-for x in "$d" "$d/lib" "$statefile"; do [ -e "$x" ] && printf '%s\n' "$x"; done
+for x in "$d" "$d/lib" "$statefile" "${statefile%/*}"; do [ -e "$x" ] && printf '%s\n' "$x"; done
 printf '@@manifest\n'
 if [ -f "$d/lib/.sparkrack-manifest" ]; then
   sha256sum < "$d/lib/.sparkrack-manifest"
@@ -142,6 +142,7 @@ class NodeState:
     sources: Mapping[str, str] = field(default_factory=dict)  # peer address -> source
     install_dir: bool = False
     lib: bool = False
+    state_dir: bool = False
     manifest_sha256: str = ""  # of lib/.sparkrack-manifest
     lib_checks: bool = False  # sha256sum -c of that manifest passed
     files: Mapping[str, str] = field(default_factory=dict)  # inventory/..., README.md -> sha256
@@ -163,7 +164,7 @@ class NodeState:
     def installed(self) -> bool:
         """Anything of the watchdog on the node."""
         return bool(self.install_dir or self.unit_file is not None or self.state is not None
-                    or self.active or self.enabled)
+                    or self.state_dir or self.active or self.enabled)
 
 
 def probe_argv(settings: Settings, peers) -> list[str]:
@@ -228,6 +229,7 @@ def parse_probe(text: str, settings: Settings) -> NodeState:
         platform=platform, platform_error=error,
         sources=sources if isinstance(sources, dict) else {},
         install_dir=settings.install_dir in dirs, lib=f"{settings.install_dir}/lib" in dirs,
+        state_dir=settings.state_dir in dirs,
         manifest_sha256=manifest[0].split()[0] if manifest and manifest[0].split() else "",
         lib_checks="check 0" in manifest,
         files=files, private_key="private" in key,
@@ -724,7 +726,7 @@ def plan_uninstall(node: str, state: NodeState, settings: Settings) -> Uninstall
     plan.remove_unit = state.unit_file is not None
     if state.install_dir:
         plan.remove_dirs.append(settings.install_dir)
-    if state.state is not None:
+    if state.state_dir or state.state is not None:
         plan.remove_dirs.append(settings.state_dir)
     return plan
 

@@ -269,6 +269,8 @@ def test_uninstall_plan_removes_everything_there_is(tmp_path):
         "stop sparkrack-watchdog.service", "disable sparkrack-watchdog.service",
         "remove /etc/systemd/system/sparkrack-watchdog.service; daemon-reload",
         "remove /opt/sr", "remove /var/lib/sparkrack/watchdog"]
+    only_state = wi.plan_uninstall("spark-01", wi.NodeState(state_dir=True), settings)
+    assert only_state.remove_dirs == ["/var/lib/sparkrack/watchdog"]  # no state.json in it
     nothing = wi.plan_uninstall("spark-01", wi.NodeState(platform=HERE), settings)
     assert not nothing.changes_node and nothing.steps(settings) == []
 
@@ -298,7 +300,7 @@ def probe_output(settings: wi.Settings, unit_text: str) -> str:
                                   "libc": ["glibc", "2.36"], "executable": "/usr/bin/python3"}),
         "", "rc 0",
         "@@sources", json.dumps({"10.77.1.11": "10.77.1.11", "10.77.1.12": "10.77.1.11"}),
-        "@@dirs", d, f"{d}/lib", settings.state_file,
+        "@@dirs", d, f"{d}/lib", settings.state_file, settings.state_dir,
         "@@manifest", "ab" * 32 + "  -", "check 0",
         "@@files", "cd" * 32 + "  inventory/hosts.yml", "ef" * 32 + "  README.md",
         "@@key", "private", b64(f"{PUB} sparkrack-watchdog@spark-01\n".encode()),
@@ -315,7 +317,7 @@ def test_probe_output_is_parsed_and_status_shows_it(tmp_path):
     state = wi.parse_probe(probe_output(settings, "[Unit]\n"), settings)
     assert state.platform.version == (3, 11, 2) and state.platform.machine == "x86_64"
     assert state.sources == {"10.77.1.11": "10.77.1.11", "10.77.1.12": "10.77.1.11"}
-    assert state.install_dir and state.lib and state.lib_checks
+    assert state.install_dir and state.lib and state.lib_checks and state.state_dir
     assert state.manifest_sha256 == "ab" * 32
     assert state.files == {"inventory/hosts.yml": "cd" * 32, "README.md": "ef" * 32}
     assert state.private_key and state.public_key == f"{PUB} sparkrack-watchdog@spark-01"

@@ -129,6 +129,10 @@ class RackVars:
     known_hosts_file: str = _var(
         "known_hosts", "SSH known_hosts file; relative paths resolve against the inventory",
         kind=LOCAL_PATH)
+    ssh_authorized_keys_file: str = _var(
+        ".ssh/authorized_keys", "the file the node's sshd reads the SSH user's authorized "
+        "keys from (its AuthorizedKeysFile): absolute, or relative to the user's home; "
+        "role watchdog_key adds the watchdog's key there", scope=NODE, kind=LOCAL_PATH)
     indexer_mem_fraction: float = _var(
         0.01, "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION (bounds the DSA indexer scratch)",
         above=0, at_most=1)

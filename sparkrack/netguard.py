@@ -5,7 +5,12 @@ Rules, checked for every address a node's name resolves to:
   refused (this machine's own eth0 may sit in one of them);
 - an address in the rehearsal subnet is refused while the rehearsal rack is down (its
   state file, its bridge or the blackhole route for its subnet is missing), so nothing
-  for the rack ever leaves the machine by the default route;
+  for the rack ever leaves the machine by the default route. Inside a rehearsal node
+  (the watchdog service runs there) none of the three is visible: the node has its own
+  /run, network namespace and routes. There the rack counts as up when the node's
+  simulated-GPU identity file (written only into a node's disk by `rehearsal.up`) exists
+  and the namespace has no default route: a node's links reach only the rack's /24s, so
+  nothing can leave by a default route either;
 - in the sandbox (SPARKRACK_SANDBOX=1, set by the test suite) only loopback and the
   rehearsal subnet are allowed, and names are resolved from /etc/hosts only, never by DNS.
 
@@ -33,6 +38,8 @@ EXAMPLE_RANGES = tuple(ip_network(net) for net in
 SYS_CLASS_NET = Path("/sys/class/net")
 PROC_NET_ROUTE = Path("/proc/net/route")
 HOSTS_FILE = Path("/etc/hosts")
+# Written by `rehearsal.up` into every rehearsal node's own disk, never on this machine.
+REHEARSAL_NODE_MARK = Path("/etc/gpu-sim/node.json")
 
 IPAddress = IPv4Address | IPv6Address
 
@@ -43,7 +50,10 @@ def sandboxed() -> bool:
 
 
 def rehearsal_rack_down_reason() -> str | None:
-    """Why the rehearsal rack counts as down (state file, bridge, blackhole), or None if up."""
+    """Why the rehearsal rack counts as down (state file, bridge, blackhole), or None if up
+    (or if this process runs inside one of its nodes: inside_rehearsal_node)."""
+    if inside_rehearsal_node():
+        return None
     if not REHEARSAL_STATE_FILE.is_file():
         return f"no {REHEARSAL_STATE_FILE}"
     if not (SYS_CLASS_NET / REHEARSAL_BRIDGE).exists():
@@ -55,6 +65,28 @@ def rehearsal_rack_down_reason() -> str | None:
     if not blackhole_present(routes):
         return f"no blackhole route for {REHEARSAL_SUBNET}"
     return None
+
+
+def inside_rehearsal_node() -> bool:
+    """Whether this process runs inside a rehearsal node of a running rack: the node's
+    simulated-GPU identity file is there and this network namespace has no default route
+    (a node's namespace holds only its links on the rack's subnets)."""
+    if not REHEARSAL_NODE_MARK.is_file():
+        return False
+    try:
+        routes = PROC_NET_ROUTE.read_text()
+    except OSError:
+        return False
+    return not default_route_present(routes)
+
+
+def default_route_present(route_table: str) -> bool:
+    """Whether a /proc/net/route table holds an IPv4 default route (0.0.0.0/0)."""
+    for line in route_table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[1] == "00000000" and fields[7] == "00000000":
+            return True
+    return False
 
 
 def blackhole_present(route_table: str) -> bool:

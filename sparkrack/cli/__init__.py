@@ -4,10 +4,10 @@ from invoke import Collection
 
 from . import (bench_tasks, check_tasks, engine_tasks, export_tasks, lock_tasks, logs_tasks,
                onboard_tasks, power_tasks, provision_tasks, rack_tasks, rehearsal_stub_tasks,
-               rehearsal_tasks, run_tasks)
+               rehearsal_tasks, run_tasks, watch_tasks)
 
 TOP_LEVEL = (
-    engine_tasks.plan, engine_tasks.up, engine_tasks.down, engine_tasks.roll, engine_tasks.watch,
+    engine_tasks.plan, engine_tasks.up, engine_tasks.down, engine_tasks.roll,
     check_tasks.check, export_tasks.export, power_tasks.power, power_tasks.restart_rack,
     power_tasks.reboot, provision_tasks.provision, provision_tasks.unprovision, provision_tasks.burn,
     onboard_tasks.onboard, lock_tasks.lock, lock_tasks.unlock, lock_tasks.log_,
@@ -16,10 +16,18 @@ TOP_LEVEL = (
 
 
 def build_namespace() -> Collection:
-    """The root collection: rack tasks at the top, `rehearsal.*` and `bench.*` below."""
+    """The root collection: rack tasks at the top, `watch` (and `watch.*`), `rehearsal.*`
+    and `bench.*` below."""
     ns = Collection.from_module(rack_tasks)
     for top in TOP_LEVEL:
         ns.add_task(top)
+    # invoke cannot have a task and a collection both called watch: `invoke watch` is the
+    # collection's default task, the rank watchdog in a shell, with its flags as before
+    watch = Collection("watch")
+    watch.add_task(engine_tasks.watch, default=True)
+    for service_task in (watch_tasks.install, watch_tasks.uninstall, watch_tasks.status):
+        watch.add_task(service_task)
+    ns.add_collection(watch)
     rehearsal = Collection.from_module(rehearsal_tasks)
     rehearsal.add_task(rehearsal_stub_tasks.stub_images)
     rehearsal.add_task(rehearsal_stub_tasks.stub_model)

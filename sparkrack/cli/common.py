@@ -56,16 +56,17 @@ def operator_task(body):
     return run
 
 
-def rack_task(changing=True):
+def rack_task(changing=True, name: str | None = None):
     """operator_task for a task that may change the rack: when changing (a bool, or a
     predicate of the task's arguments: `lambda a: not a["check"]`) it runs holding the rack
     lock, inside an audit record (sparkrack.oplock). Adds the `wait` argument (--wait
     SECONDS; give WAIT_HELP to @task). Another holder: one line, exit code 3. SIGTERM and
     SIGHUP stop the task as Ctrl-C does, so its cleanup runs and its record says
-    "interrupted"."""
+    "interrupted". name: the task as the lock and the audit log show it (default: the
+    function's name, `_` as `-`; a task in a collection gives its dotted name)."""
 
     def wrap(body):
-        name = body.__name__.replace("_", "-")
+        task_name = name or body.__name__.replace("_", "-")
         signature = inspect.signature(body)
         signature = signature.replace(parameters=[*signature.parameters.values(), inspect.Parameter(
             "wait", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)])
@@ -78,7 +79,7 @@ def rack_task(changing=True):
             wait = arguments.pop("wait")
             if not (changing(arguments) if callable(changing) else changing):
                 return body(**arguments)
-            return _guarded(name, arguments, float(wait) if wait not in (None, "") else None,
+            return _guarded(task_name, arguments, float(wait) if wait not in (None, "") else None,
                             lambda: body(**arguments))
 
         run.__signature__ = signature

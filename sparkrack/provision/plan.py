@@ -149,6 +149,8 @@ def queries(tasks: Sequence[Task]) -> list[Query]:
                 found.append(guard_query([str(a) for a in p["unless"]]))
         elif task.module == "docker_image":
             found.append(IMAGES)
+        elif task.module == "authorized_key":
+            found.append(file_query(str(p["path"])))
         elif task.module == "assert":
             gather = p.get("gather") or {}
             hcas = gather.get("roce") or []
@@ -568,5 +570,61 @@ def _assert(base: Change, role: Role, p: Mapping[str, Any], context, facts: Node
     return replace(base, summary=f"{len(conditions)} condition(s) hold")
 
 
+# --- authorized_key ------------------------------------------------------------------------
+
+
+def marked(line: str, marker: str) -> bool:
+    """Whether an authorized_keys line is the one a task manages: a key line (not a
+    comment) whose last word is the marker."""
+    words = line.split()
+    return bool(words) and not words[0].startswith("#") and words[-1] == marker
+
+
+def _authorized_key(base: Change, role: Role, p: Mapping[str, Any], context, facts: NodeFacts,
+                    state: _NodeState, renderer, images) -> Change:
+    """One marked line in an authorized_keys file: `[options] key marker`, replacing any
+    other line with that marker; in absent mode every marked line goes (and the file, if
+    nothing else was in it). An empty key changes nothing (no key to authorize)."""
+    path, marker = str(p["path"]), str(p["marker"])
+    key, options = str(p.get("key") or "").strip(), str(p.get("options") or "").strip()
+    if not marker or len(marker.split()) != 1:
+        return replace(base, status="failed", summary=f"marker {marker!r}: one word")
+    if any(c in key + options for c in "\n\r\0"):
+        return replace(base, status="failed", summary="key or options hold a line break")
+    if not key and not state.absent:
+        return replace(base, status="skipped", summary=f"skipped: no key to authorize in {path}")
+    current = facts.file(path)
+    if current.exists and current.type != "file":
+        return replace(base, status="failed", summary=f"{path} is a {current.type}, not a file")
+    if current.exists and current.content is None:
+        return replace(base, status="failed",
+                       summary=f"{path} is too large to edit here ({current.size} bytes)")
+    old = current.content or b""
+    lines = old.decode(errors="surrogateescape").splitlines()
+    kept = [line for line in lines if not marked(line, marker)]
+    if state.absent:
+        if kept == lines:
+            return replace(base, summary=f"no {marker} key in {path}")
+        if not any(line.strip() for line in kept):
+            state.removed.add(path)
+            return replace(base, status="changed", summary=f"{path}: remove (held only the "
+                           f"{marker} key)", actions=(Run(("rm", "-f", "--", path)),))
+        wanted = kept
+        what = f"remove the {marker} key"
+    else:
+        line = f"{options} {key} {marker}" if options else f"{key} {marker}"
+        wanted = [*kept, line]
+        if wanted == lines:
+            return replace(base, summary=f"{path}: {marker} key present")
+        what = "add the" if kept == lines else "replace the"
+        what = f"{what} {marker} key" if current.exists else f"create (0600) with the {marker} key"
+    content = "".join(f"{line}\n" for line in wanted).encode(errors="surrogateescape")
+    mode = octal(current.mode) if current.exists and current.mode else 0o600
+    return replace(base, status="changed", summary=f"{path}: {what}",
+                   diff=_diff(path, old if current.exists else b"", content, (), known=True),
+                   actions=(Put(path, content, mode),))
+
+
 _PLANNERS = {"template": _template, "file": _file, "systemd": _systemd, "command": _command,
-             "docker_image": _docker_image, "assert": _assert}
+             "docker_image": _docker_image, "assert": _assert,
+             "authorized_key": _authorized_key}

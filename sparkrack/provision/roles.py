@@ -6,6 +6,11 @@
     roles/<role>/handlers/main.yml   tasks that run once, at the end, when notified
     roles/<role>/templates/*.j2      Jinja2 templates (StrictUndefined)
 
+Modules: template, file, systemd, command, docker_image, assert (see plan.py) and
+authorized_key: one line in an authorized_keys file, recognised by its marker (the
+comment that ends it), kept equal to `[options] key marker`, or removed (absent mode, and
+an empty key changes nothing).
+
 A task is `{name, <module>: {params}, notify, when, loop}`. Params are rendered with the
 node's vars before facts are gathered (paths, unit names: what to look at), except
 `that`, `fail_msg` and `when`, which are evaluated with `facts` when the plan is made.
@@ -39,6 +44,7 @@ MODULES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "command": (frozenset({"argv"}), frozenset({"creates", "unless"})),
     "docker_image": (frozenset({"name"}), frozenset({"id", "source_tar", "python"})),
     "assert": (frozenset({"that"}), frozenset({"fail_msg", "gather"})),
+    "authorized_key": (frozenset({"path", "key", "marker"}), frozenset({"options"})),
 }
 TASK_KEYS = frozenset({"name", "notify", "when", "loop"})
 LATE_PARAMS = frozenset({"that", "fail_msg"})  # evaluated with facts, at plan time
@@ -323,12 +329,17 @@ def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],
               environ: Mapping[str, str]) -> dict[str, Any]:
     """The vars a node's tasks see: role defaults < inventory vars < the node's identity.
 
-    `hf_token` comes from the operator's environment (HF_TOKEN), never from a file.
+    `hf_token` comes from the operator's environment (HF_TOKEN), never from a file;
+    `watchdog_pubkey` / `watchdog_from` from the watchdog key record beside the inventory
+    (sparkrack/watchdog/keyrecord.py; '' and [] when none).
     """
+    from sparkrack.watchdog.keyrecord import node_vars as watchdog_vars
+
     result: dict[str, Any] = {}
     for role in roles:
         result.update(plain(role.defaults))
     result.update({f.name: plain(getattr(node.vars, f.name)) for f in fields(node.vars)})
+    result.update(watchdog_vars(inventory.path))
     result.update(node=node.name, rank=node.rank, address=node.address,
                   roce_addr=node.roce_addr, head=inventory.head.name,
                   rack_nccl_ib_gid_index=inventory.vars.nccl_ib_gid_index,

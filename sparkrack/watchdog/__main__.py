@@ -46,7 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
     parser.add_argument("--state", default=DEFAULT_STATE,
                         help=f"state file: restart budget, verdicts (default {DEFAULT_STATE})")
+    parser.add_argument("--check-reach", action="store_true",
+                        help="load everything the service runs, run `true` on every node "
+                        "with the inventory's key, print one JSON line and exit (0: every "
+                        "node answered); watch.install runs it on the node")
     args = parser.parse_args(argv)
+    if args.check_reach:
+        return check_reach(args.inventory)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format="%(levelname)s %(message)s")
     log = logging.getLogger("sparkrack.watchdog")
@@ -85,6 +91,32 @@ def main(argv: list[str] | None = None) -> int:
     server.shutdown()
     log.info("stopped")
     return 0
+
+
+def check_reach(inventory_dir: str | None) -> int:
+    """`--check-reach`: what the service imports, and one command on every node through the
+    fleet (netguard, the inventory's key, its pinned known_hosts). One JSON line:
+    {"ok": [nodes], "failed": {node: why}}; exit 0 only when every node answered."""
+    import json
+
+    import docker  # noqa: F401  (the service's docker clients; fails here if not shipped)
+    import prometheus_client  # noqa: F401
+
+    from ..errors import SparkrackError
+    from ..fleet import Fleet
+    from ..inventory import load_inventory
+    from . import rack, service  # noqa: F401
+
+    try:
+        inventory = load_inventory(inventory_dir)
+        with Fleet(inventory) as fleet:
+            result = fleet.run(["true"], timeout=inventory.vars.ssh_connect_timeout + 10)
+    except SparkrackError as error:
+        print(json.dumps({"ok": [], "failed": {"inventory": error.line()}}))
+        return 1
+    print(json.dumps({"ok": [r.node for r in result.ok],
+                      "failed": {r.node: r.error or r.status for r in result if not r.ok}}))
+    return 0 if result.all_ok else 1
 
 
 if __name__ == "__main__":

@@ -77,7 +77,8 @@ def test_rehearsal_rack_loads():
 def test_rehearsal_rack_shares_the_real_rack_vars():
     real = load_inventory(REPO / "inventory").vars
     rehearsal = load_inventory(REPO / "inventory" / "rehearsal").vars
-    own = {"rack_name": "x", "known_hosts_file": "x", "rehearsal": False}
+    own = {"rack_name": "x", "known_hosts_file": "x", "ssh_authorized_keys_file": "x",
+           "rehearsal": False}
     assert dataclasses.replace(real, **own) == dataclasses.replace(rehearsal, **own)
 
 
@@ -253,7 +254,7 @@ def test_unknown_key_in_host_vars(rack):
     file = edit(rack, "host_vars/spark-04.yml", "ansible_user: admin", "colour: red")
     assert error(rack).line() == (
         f"{file}:3: unknown key 'colour' (allowed keys: nccl_ib_hca, nccl_ib_gid_index, "
-        "nccl_socket_ifname, ansible_host, ansible_port, ansible_user, "
+        "nccl_socket_ifname, ssh_authorized_keys_file, ansible_host, ansible_port, ansible_user, "
         "ansible_ssh_private_key_file, rank, roce_addr, spare)")
 
 

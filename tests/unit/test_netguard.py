@@ -44,6 +44,7 @@ def fake_rack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(netguard, "SYS_CLASS_NET", tmp_path / "net")
     monkeypatch.setattr(netguard, "PROC_NET_ROUTE", tmp_path / "route")
     monkeypatch.setattr(netguard, "HOSTS_FILE", tmp_path / "hosts")
+    monkeypatch.setattr(netguard, "REHEARSAL_NODE_MARK", tmp_path / "gpu-sim" / "node.json")
     monkeypatch.setenv(netguard.SANDBOX_ENV, "1")
     return tmp_path
 
@@ -109,6 +110,40 @@ def test_rack_addresses_are_refused_while_the_rack_is_down(
     reason = reason.format(state=fake_rack / "run" / "rack.json")
     assert refusal(NODE) == ("spark-03 (10.77.1.13): rehearsal rack is down: run "
                              f"`invoke rehearsal.up` ({reason})")
+
+
+# A rehearsal node's own namespace: its two links on the rack's /24s, no default route.
+ROUTES_IN_NODE = """\
+Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
+enp1s0f0np0\t00014D0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
+enP2p1s0f0np0\t00024D0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
+"""
+
+
+@pytest.mark.parametrize("sandbox", ["1", None])
+def test_inside_a_rehearsal_node_the_rack_is_up(fake_rack: Path, monkeypatch: pytest.MonkeyPatch,
+                                                sandbox: str | None):
+    """The watchdog service on a node: no state file, bridge or blackhole is visible there,
+    but the node's identity file and a namespace without a default route are."""
+    if sandbox is None:
+        monkeypatch.delenv(netguard.SANDBOX_ENV)
+    netguard.REHEARSAL_STATE_FILE.unlink()
+    (fake_rack / "net" / "srbr0").rmdir()
+    (fake_rack / "route").write_text(ROUTES_IN_NODE)
+    assert "rehearsal rack is down" in refusal(NODE)  # no identity file: not a node
+    netguard.REHEARSAL_NODE_MARK.parent.mkdir()
+    netguard.REHEARSAL_NODE_MARK.write_text('{"node": "spark-01"}')
+    assert netguard.inside_rehearsal_node()
+    assert netguard.check_node(NODE) == "10.77.1.13"
+    (fake_rack / "route").write_text(ROUTES_UP)  # a default route: packets could leave
+    assert not netguard.inside_rehearsal_node()
+    assert "rehearsal rack is down" in refusal(NODE)
+
+
+def test_default_route_is_recognised():
+    assert netguard.default_route_present(ROUTES_UP)
+    assert not netguard.default_route_present(ROUTES_IN_NODE)
+    assert not netguard.default_route_present("")
 
 
 def test_blackhole_route_is_recognised_only_for_the_rehearsal_subnet():

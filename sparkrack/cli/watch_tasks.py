@@ -1,0 +1,114 @@
+"""The `watch` collection: `invoke watch` (the rank watchdog in a shell, its default task)
+and the watchdog as a service on a rack node: `watch.install`, `watch.uninstall`,
+`watch.status` (sparkrack/watchdog/install.py)."""
+
+from invoke import task
+from invoke.exceptions import Exit
+
+from .. import console
+from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
+
+ON_HELP = "the node the watchdog runs on (default: where it is recorded, else the head)"
+PLACE_HELP = {
+    "install_dir": "where it is installed on the node (default /opt/sparkrack-watchdog)",
+    "python": "the node's Python that runs it (default /usr/bin/python3); it must match "
+              "this machine's (version, architecture): the libraries are copied from here",
+}
+
+
+def _settings(rack, install_dir=None, python=None):
+    """The install settings: the flags given, else where it is recorded, else defaults."""
+    from ..watchdog.install import Settings
+    from ..watchdog.keyrecord import read_record
+
+    defaults = Settings()
+    record = read_record(rack.path)
+    recorded = record.install_dir if record is not None else None
+    return Settings(install_dir=install_dir or recorded or defaults.install_dir,
+                    python=python or defaults.python)
+
+
+@task(help={"on": ON_HELP, "inventory": INVENTORY_HELP,
+            "check": "probe the node and say what would be done; change nothing",
+            **PLACE_HELP, **WAIT_HELP})
+@rack_task(changing=lambda a: not a["check"], name="watch.install")
+def install(c, on=None, inventory=None, check=False, install_dir=None, python=None):
+    """Install the watchdog as a systemd service on a rack node (default: the head).
+
+    Ships sparkrack, its libraries and the inventory (the node needs no network), makes the
+    watchdog's own SSH key on the node, authorizes it on every node (role watchdog_key),
+    starts the unit (Restart=always, at boot, journal). Again: changes only what differs."""
+    from ..watchdog.install import install as run_install
+
+    rack = inventory_from(inventory)
+    report = run_install(rack, on, settings=_settings(rack, install_dir, python), check=check,
+                         say=console.say)
+    if check:
+        return
+    if report.changed:
+        console.say(f"watch.install: the watchdog runs on {report.node}"
+                    + (f", {report.serving}" if report.serving else ""))
+    else:
+        console.say(f"watch.install: the watchdog on {report.node} is up to date; nothing "
+                    "changed")
+
+
+@task(help={"on": ON_HELP, "inventory": INVENTORY_HELP,
+            "check": "say what would be removed; change nothing",
+            "install_dir": PLACE_HELP["install_dir"], **WAIT_HELP})
+@rack_task(changing=lambda a: not a["check"], name="watch.uninstall")
+def uninstall(c, on=None, inventory=None, check=False, install_dir=None):
+    """Remove the watchdog service: unit, files, state, its key on every node, its record."""
+    from ..watchdog.install import uninstall as run_uninstall
+
+    rack = inventory_from(inventory)
+    report = run_uninstall(rack, on, settings=_settings(rack, install_dir), check=check,
+                           say=console.say)
+    if not check:
+        console.say(f"watch.uninstall: nothing of the watchdog is left on {report.node}")
+
+
+@task(help={"on": ON_HELP, "inventory": INVENTORY_HELP, "json": "print JSON for scripts",
+            "verdicts": "how many of its last verdicts to show (default 5)"})
+@operator_task
+def status(c, on=None, inventory=None, json=False, verdicts=5):
+    """Where the watchdog runs, since when, its last verdicts and its metrics URL.
+
+    Read-only. Exit 0 when the service is active, 1 otherwise."""
+    import time
+
+    from ..watchdog.install import status as read_status
+
+    rack = inventory_from(inventory)
+    found = read_status(rack, on)
+    if json:
+        console.print_json(found.as_dict())
+    elif not found.installed:
+        print(f"the watchdog is not installed on {found.node} (`invoke watch.install`)")
+    else:
+        since = f" since {found.since}" if found.since else ""
+        restarts = f", {found.restarts} restart(s) by systemd" if found.restarts else ""
+        print(f"watchdog on {found.node} ({found.address}): {found.active_state}"
+              f"{f' ({found.sub_state})' if found.sub_state else ''}{since}{restarts}, "
+              f"{found.enabled or 'no unit file'}")
+        print(f"metrics: {found.metrics_url}")
+        if not found.recorded:
+            print(f"warning: no key record for {found.node} beside the inventory "
+                  "(watchdog.json): `invoke provision` will not keep its key authorized")
+        if found.state_error:
+            print(f"warning: {found.state_error}")
+        if found.stale:
+            print(f"warning: the node's copy differs from what watch.install would ship now "
+                  f"({', '.join(found.stale[:5])}{' ...' if len(found.stale) > 5 else ''}): "
+                  "run `invoke watch.install` (after an upgrade, onboarding or any inventory "
+                  "change)")
+        shown = list(found.verdicts)[-int(verdicts):] if int(verdicts) > 0 else []
+        if shown:
+            console.print_table(f"last {len(shown)} verdict(s)", ["time", "verdict", "detail"], [
+                [time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.get("time", 0))),
+                 v.get("verdict", ""), v.get("detail", "")] for v in shown])
+        restarts_made = found.budget.get("restarts") or []
+        if restarts_made:
+            print(f"restarts in the budget window: {len(restarts_made)}")
+    if not found.running:
+        raise Exit(code=1)

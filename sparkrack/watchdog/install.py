@@ -1,0 +1,948 @@
+"""`invoke watch.install / watch.uninstall / watch.status`: the watchdog as a systemd
+service on one rack node (default: the head).
+
+Layers, each testable on its own:
+- probe: ONE round trip to the watchdog's node (a constant bash script, values as
+  positional arguments) reports its Python, what is installed (lib manifest and its
+  check, the inventory copy's hashes, the key, the unit file), the unit's state, the
+  state file, and the address it reaches each node from; `parse_probe` (pure) reads it;
+- plan_install / plan_uninstall (pure): what is there and what is wanted in, the steps out;
+- install / uninstall (apply) over the fleet, in that order, then a second probe that must
+  find nothing left to do (a second install with nothing changed changes nothing).
+
+What install does, in order: refuse a node whose Python cannot run this machine's
+libraries (payload.platform_problem); ship lib/ (one gzip'd tar on the command's stdin,
+unpacked beside the old one and swapped in, byte-compiled there) when its manifest differs
+or does not check; write the inventory copy and README; make the watchdog's ed25519 key
+on the node with the shipped cryptography (the private key never leaves it) and read its
+public key back; record it beside the inventory (keyrecord) and run role watchdog_key on
+every node (provision); prove the key from the node (`python -m sparkrack.watchdog
+--check-reach`: every node answers the watchdog's own key and pinned host keys); write the
+unit, daemon-reload, enable and start it (restart when something it runs changed); wait
+until /metrics answers.
+
+systemd is reached only through `Settings.systemctl` and the unit and state paths in
+Settings, so the tests can put a fake systemctl and temporary paths on a loopback "node".
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import posixpath
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import SparkrackError, UsageError
+from . import payload
+from .keyrecord import MARKER, WatchdogKey, check_public_key, check_sources, read_record
+
+UNIT = "sparkrack-watchdog.service"
+UNIT_TEMPLATE = Path(__file__).with_name("sparkrack-watchdog.service.j2")
+DEFAULT_INSTALL_DIR = "/opt/sparkrack-watchdog"
+DEFAULT_PYTHON = "/usr/bin/python3"
+STATE_DIR = "/var/lib/sparkrack/watchdog"  # the unit's StateDirectory=sparkrack/watchdog
+SHIP_TIMEOUT_S = 600.0  # unpacking and byte-compiling ~35 MB on a small node
+METRICS_WAIT_S = 20.0
+UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState",
+                   "ActiveEnterTimestamp", "NRestarts", "MainPID", "Result")
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the watchdog goes on its node and how it is run."""
+
+    install_dir: str = DEFAULT_INSTALL_DIR
+    python: str = DEFAULT_PYTHON  # the node's interpreter (ExecStart)
+    listen: str = "0.0.0.0"  # metrics address; the port is the inventory's
+    unit_dir: str = "/etc/systemd/system"
+    state_dir: str = STATE_DIR
+    systemctl: str = "systemctl"
+    wait_metrics: bool = True  # after a start, wait until /metrics answers on the node
+
+    @property
+    def unit_path(self) -> str:
+        return f"{self.unit_dir}/{UNIT}"
+
+    @property
+    def state_file(self) -> str:
+        return f"{self.state_dir}/state.json"
+
+    @property
+    def key_path(self) -> str:
+        return f"{self.install_dir}/{payload.KEY_FILE}"
+
+
+def check_settings(settings: Settings) -> None:
+    """UsageError for paths that cannot be what they say (they go into rm -rf and a unit)."""
+    for name in ("install_dir", "python", "unit_dir", "state_dir"):
+        value = getattr(settings, name)
+        if (not value.startswith("/") or posixpath.normpath(value) != value or value == "/"
+                or any(c.isspace() or c in "\"'\\$%;" for c in value)):
+            raise UsageError(f"--{name.replace('_', '-')} {value!r}: not a plain absolute path",
+                             fix="give an absolute path without spaces, quotes or '..'")
+
+
+# --- The probe ---------------------------------------------------------------------------
+
+PROBE_SCRIPT = r"""
+cd / || exit 1
+d=$1; unitfile=$2; py=$3; unit=$4; sc=$5; statefile=$6; props=$7; pyplat=$8; pysrc=$9
+shift 9
+b64() { if [ -f "$1" ]; then base64 -w0 < "$1"; fi; printf '\n'; }
+printf '@@platform\n'; "$py" -c "$pyplat" 2>&1; printf '\nrc %d\n' "$?"
+printf '@@sources\n'; "$py" -c "$pysrc" "$@" 2>&1; printf '\n'
+printf '@@dirs\n'
+for x in "$d" "$d/lib" "$statefile" "${statefile%/*}"; do [ -e "$x" ] && printf '%s\n' "$x"; done
+printf '@@manifest\n'
+if [ -f "$d/lib/.sparkrack-manifest" ]; then
+  sha256sum < "$d/lib/.sparkrack-manifest"
+  (cd "$d/lib" && sha256sum -c --quiet --status .sparkrack-manifest) 2>/dev/null
+  printf 'check %d\n' "$?"
+fi
+printf '@@files\n'
+(cd "$d" 2>/dev/null && find inventory README.md -type f -print0 2>/dev/null | sort -z |
+  xargs -0 -r sha256sum)
+printf '@@key\n'
+[ -s "$d/ssh/id_ed25519" ] && printf 'private\n'
+b64 "$d/ssh/id_ed25519.pub"
+printf '@@unitfile\n'; b64 "$unitfile"
+printf '@@state\n'; b64 "$statefile"
+printf '@@systemd\n'; "$sc" show -p "$props" -- "$unit" 2>&1
+printf '@@end\n'
+"""
+
+# The address this node reaches each peer from (a UDP socket's source address after
+# connect(): nothing is sent). argv: ADDRESS PORT pairs. One JSON line: {address: source}.
+SOURCES_SCRIPT = r"""
+import json, socket, sys
+found = {}
+args = sys.argv[1:]
+for address, port in zip(args[::2], args[1::2]):
+    try:
+        family, kind, proto, _, target = socket.getaddrinfo(address, int(port), type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.connect(target)
+            found[address] = probe.getsockname()[0]
+    except OSError as error:
+        found[address] = "error: " + str(error)
+print(json.dumps(found))
+"""
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What the probe found on the watchdog's node."""
+
+    platform: payload.Platform | None = None
+    platform_error: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)  # peer address -> source
+    install_dir: bool = False
+    lib: bool = False
+    state_dir: bool = False
+    manifest_sha256: str = ""  # of lib/.sparkrack-manifest
+    lib_checks: bool = False  # sha256sum -c of that manifest passed
+    files: Mapping[str, str] = field(default_factory=dict)  # inventory/..., README.md -> sha256
+    private_key: bool = False
+    public_key: str = ""
+    unit_file: bytes | None = None
+    state: bytes | None = None  # the service's state.json
+    unit: Mapping[str, str] = field(default_factory=dict)  # systemctl show properties
+
+    @property
+    def active(self) -> bool:
+        return self.unit.get("ActiveState") in ("active", "activating", "reloading")
+
+    @property
+    def enabled(self) -> bool:
+        return self.unit.get("UnitFileState") in ("enabled", "enabled-runtime")
+
+    @property
+    def installed(self) -> bool:
+        """Anything of the watchdog on the node."""
+        return bool(self.install_dir or self.unit_file is not None or self.state is not None
+                    or self.state_dir or self.active or self.enabled)
+
+
+def probe_argv(settings: Settings, peers) -> list[str]:
+    """The probe's argv; peers: (address, port) of every node."""
+    args = [settings.install_dir, settings.unit_path, settings.python, UNIT,
+            settings.systemctl, settings.state_file, ",".join(UNIT_PROPERTIES),
+            payload.PLATFORM_SCRIPT, SOURCES_SCRIPT]
+    for address, port in peers:
+        args += [str(address), str(port)]
+    return ["bash", "-c", PROBE_SCRIPT, "sparkrack-watchdog-probe", *args]
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("@@") and line[2:].isidentifier():
+            current = sections.setdefault(line[2:], [])
+        elif current is not None:
+            current.append(line)
+    return sections
+
+
+def _b64(lines: list[str]) -> bytes | None:
+    text = "".join(line.strip() for line in lines)
+    return base64.b64decode(text) if text else None
+
+
+def parse_probe(text: str, settings: Settings) -> NodeState:
+    """The probe's output -> NodeState (pure)."""
+    sections = _sections(text)
+    if "end" not in sections:
+        raise SparkrackError("the watchdog probe's output is cut short",
+                             fix="run the command again")
+    lines = [line for line in sections.get("platform", []) if line.strip()]
+    rc = next((line[3:] for line in lines if line.startswith("rc ")), "1")
+    output = [line for line in lines if not line.startswith("rc ")]
+    platform, error = None, ""
+    if rc == "0":
+        try:
+            platform = payload.Platform.parse("\n".join(output))
+        except (ValueError, KeyError, IndexError):
+            error = f"{settings.python} printed {(' '.join(output))[:120]!r}"
+    else:
+        error = (f"{settings.python} did not run (exit {rc}): "
+                 f"{(output[-1] if output else '')[:160]}")
+    try:
+        sources = json.loads(next((l for l in sections.get("sources", []) if l.strip()), "{}"))
+    except ValueError:
+        sources = {}
+    dirs = set(sections.get("dirs", []))
+    manifest = sections.get("manifest", [])
+    files = {}
+    for line in sections.get("files", []):
+        digest, _, path = line.partition("  ")
+        if path:
+            files[path] = digest
+    key = sections.get("key", [])
+    public = _b64([line for line in key if line != "private"])
+    unit = dict(line.split("=", 1) for line in sections.get("systemd", []) if "=" in line)
+    return NodeState(
+        platform=platform, platform_error=error,
+        sources=sources if isinstance(sources, dict) else {},
+        install_dir=settings.install_dir in dirs, lib=f"{settings.install_dir}/lib" in dirs,
+        state_dir=settings.state_dir in dirs,
+        manifest_sha256=manifest[0].split()[0] if manifest and manifest[0].split() else "",
+        lib_checks="check 0" in manifest,
+        files=files, private_key="private" in key,
+        public_key=public.decode(errors="replace").strip() if public else "",
+        unit_file=_b64(sections.get("unitfile", [])), state=_b64(sections.get("state", [])),
+        unit=unit)
+
+
+def probe(fleet, node, settings: Settings, inventory) -> NodeState:
+    """Run the probe on node (one round trip)."""
+    peers = [(n.address, n.port) for n in inventory.nodes]
+    result = fleet.run({node.name: probe_argv(settings, peers)}, timeout=60)[node.name]
+    if not result.ok:
+        raise SparkrackError(f"probing the watchdog's node: {result.error}",
+                             fix="check that the node answers (`invoke status`)")
+    return parse_probe(result.stdout, settings)
+
+
+# --- What is wanted -----------------------------------------------------------------------
+
+
+def render_unit(inventory, settings: Settings) -> str:
+    """The systemd unit from sparkrack-watchdog.service.j2."""
+    import jinja2
+
+    template = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                                  autoescape=False).from_string(UNIT_TEMPLATE.read_text())
+    return template.render(rack_name=inventory.vars.rack_name,
+                           port=inventory.vars.watchdog_metrics_port,
+                           install_dir=settings.install_dir, python=settings.python,
+                           listen=settings.listen)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What the node should have, built on this machine."""
+
+    library: payload.Library
+    manifest: str
+    files: Mapping[str, bytes]  # relative to install_dir: inventory/..., README.md
+    unit: str
+
+    @property
+    def manifest_sha256(self) -> str:
+        return hashlib.sha256(self.manifest.encode()).hexdigest()
+
+
+def wanted(inventory, settings: Settings, library: payload.Library | None = None) -> Wanted:
+    """The payload for this inventory (checked: the copy loads as the original does)."""
+    library = library or payload.build_library()
+    copy = payload.inventory_copy(inventory, settings.install_dir)
+    payload.check_inventory_copy(inventory, copy, settings.install_dir)
+    files = {f"inventory/{path}": content for path, content in copy.items()}
+    files["README.md"] = payload.readme()
+    return Wanted(library, library.manifest(), files, render_unit(inventory, settings))
+
+
+@dataclass
+class InstallPlan:
+    """The steps an install takes on the node (pure planning: NodeState + Wanted in)."""
+
+    node: str
+    refusal: str | None = None
+    ship_lib: bool = False
+    write: dict[str, bytes] = field(default_factory=dict)
+    delete: list[str] = field(default_factory=list)
+    make_key: bool = False
+    write_unit: bool = False
+    reset_failed: bool = False
+    enable: bool = False
+    start: str | None = None  # "start" | "restart"
+
+    @property
+    def changes_node(self) -> bool:
+        return bool(self.ship_lib or self.write or self.delete or self.make_key or
+                    self.write_unit or self.enable or self.start or self.reset_failed)
+
+    def steps(self, settings: Settings) -> list[str]:
+        """What the plan does, one line each (the check mode's output)."""
+        d = settings.install_dir
+        lines = []
+        if self.ship_lib:
+            lines.append(f"ship {d}/lib (sparkrack and its libraries)")
+        if self.write:
+            lines.append(f"write {len(self.write)} file(s) under {d}: "
+                         + ", ".join(sorted(self.write)[:4])
+                         + (" ..." if len(self.write) > 4 else ""))
+        if self.delete:
+            lines.append(f"delete {', '.join(self.delete)} under {d}")
+        if self.make_key:
+            lines.append(f"make the watchdog's ed25519 key {settings.key_path} on {self.node}")
+        if self.write_unit:
+            lines.append(f"write {settings.unit_path}; daemon-reload")
+        if self.reset_failed:
+            lines.append(f"reset-failed {UNIT}")
+        if self.enable:
+            lines.append(f"enable {UNIT} (started at boot)")
+        if self.start:
+            lines.append(f"{self.start} {UNIT}")
+        return lines
+
+
+def plan_install(node: str, state: NodeState, want: Wanted,
+                 control: payload.Platform, settings: Settings) -> InstallPlan:
+    """What install must do on node to have want running there."""
+    plan = InstallPlan(node)
+    if state.platform is None:
+        plan.refusal = (f"{node}: no usable Python at {settings.python}: "
+                        f"{state.platform_error}")
+        return plan
+    problem = payload.platform_problem(control, state.platform, settings.python)
+    if problem:
+        plan.refusal = f"{node}: {problem}"
+        return plan
+    plan.ship_lib = not (state.lib and state.lib_checks
+                         and state.manifest_sha256 == want.manifest_sha256)
+    for path, content in want.files.items():
+        if state.files.get(path) != hashlib.sha256(content).hexdigest():
+            plan.write[path] = content
+    plan.delete = sorted(p for p in state.files if p not in want.files)
+    plan.make_key = not state.private_key or not state.public_key
+    plan.write_unit = state.unit_file != want.unit.encode()
+    plan.reset_failed = state.unit.get("ActiveState") == "failed"
+    plan.enable = not state.enabled
+    changed = plan.ship_lib or plan.write or plan.delete or plan.make_key or plan.write_unit
+    if not state.active:
+        plan.start = "start"
+    elif changed:
+        plan.start = "restart"
+    return plan
+
+
+# --- Install -----------------------------------------------------------------------------
+
+SHIP_SCRIPT = r"""
+set -e
+cd /
+d=$1; py=$2
+umask 022
+mkdir -p "$d"
+rm -rf "$d/lib.new" "$d/lib.old"
+mkdir "$d/lib.new"
+tar -xzf - -C "$d/lib.new" --no-same-owner
+"$py" -m compileall -q -j 0 -d "$d/lib" "$d/lib.new" >/dev/null 2>&1 || true
+if [ -d "$d/lib" ]; then mv "$d/lib" "$d/lib.old"; fi
+mv "$d/lib.new" "$d/lib"
+rm -rf "$d/lib.old"
+"""
+
+KEYGEN_SCRIPT = r"""
+import os, sys
+from cryptography.hazmat.primitives import serialization as s
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+path = sys.argv[1]
+os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+os.chmod(os.path.dirname(path), 0o700)
+
+def write(target, data, mode):
+    fd = os.open(target + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.fchmod(fd, mode)
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(target + ".tmp", target)
+
+if os.path.isfile(path) and os.path.getsize(path) > 0:
+    with open(path, "rb") as handle:
+        key = s.load_ssh_private_key(handle.read(), password=None)
+else:
+    key = Ed25519PrivateKey.generate()
+    write(path, key.private_bytes(s.Encoding.PEM, s.PrivateFormat.OpenSSH, s.NoEncryption()), 0o600)
+public = key.public_key().public_bytes(s.Encoding.OpenSSH, s.PublicFormat.OpenSSH)
+write(path + ".pub", public + b" " + sys.argv[2].encode() + b"\n", 0o644)
+print(public.decode())
+"""
+
+METRICS_SCRIPT = r"""
+import sys, time, urllib.request
+url, deadline = sys.argv[1], time.monotonic() + float(sys.argv[2])
+last = "nothing listens yet"
+while time.monotonic() < deadline:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            lines = answer.read().decode().splitlines()
+        if any(l.startswith("sparkrack_watchdog_last_poll_timestamp_seconds ") for l in lines):
+            print("ok")
+            sys.exit(0)
+        last = "serving, but no poll has ended yet"
+    except OSError as error:
+        last = str(error)
+    time.sleep(0.5)
+print("no poll seen at " + url + ": " + last)
+sys.exit(1)
+"""
+
+
+@dataclass
+class InstallReport:
+    """What an install found and did."""
+
+    node: str
+    plan: InstallPlan | None = None
+    key: WatchdogKey | None = None
+    recorded: bool = False  # the key record beside the inventory changed
+    authorized: list[str] = field(default_factory=list)  # nodes whose authorized_keys changed
+    reached: list[str] = field(default_factory=list)
+    serving: str = ""  # the metrics URL, once it answered
+    check: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool((self.plan and self.plan.changes_node) or self.recorded or self.authorized)
+
+
+def from_root(argv) -> list[str]:
+    """argv run from / : a Python started over SSH would put its working directory (the
+    user's home) on sys.path before PYTHONPATH, where a stray `sparkrack` or `cryptography`
+    folder would shadow the shipped one."""
+    return ["sh", "-c", 'cd / && exec "$@"', "sh", *argv]
+
+
+def _run(fleet, node: str, argv, *, stdin: bytes | None = None, timeout: float = 120,
+         what: str) -> str:
+    result = fleet.run({node: argv}, stdin=stdin, timeout=timeout)[node]
+    if not result.ok:
+        detail = (result.stdout + result.stderr).strip().splitlines()
+        raise SparkrackError(f"{what} on {node} failed: {result.error}"
+                             + (f" ({detail[-1][:200]})" if detail else ""),
+                             fix="fix the node, then run watch.install again")
+    return result.stdout
+
+
+def _watchdog_node(inventory, on: str | None, record: WatchdogKey | None):
+    if on:
+        return inventory.node(on)
+    if record is not None:
+        return inventory.node(record.node)
+    return inventory.head
+
+
+def install(inventory, on: str | None = None, *, settings: Settings = Settings(),
+            check: bool = False, say: Say = print, library: payload.Library | None = None,
+            provision_fn=None) -> InstallReport:
+    """Install (or bring up to date) the watchdog service on node `on` (default: where it
+    is recorded, else the head). check: probe and say what would be done, change nothing."""
+    from ..fleet import Fleet
+
+    check_settings(settings)
+    record = read_record(inventory.path)
+    node = _watchdog_node(inventory, on, record)
+    if record is not None and record.node != node.name:
+        raise UsageError(f"the watchdog is installed on {record.node} (recorded in "
+                         f"{inventory.path}/watchdog.json), not {node.name}: one watchdog "
+                         "per rack", fix=f"run `invoke watch.uninstall` first, or install "
+                         f"with --on {record.node}")
+    if record is not None and record.install_dir != settings.install_dir:
+        raise UsageError(f"the watchdog is installed in {record.install_dir} on {node.name}",
+                         fix="run `invoke watch.uninstall` first to move it")
+    want = wanted(inventory, settings, library)
+    report = InstallReport(node.name, check=check)
+    with Fleet(inventory, [node]) as fleet:
+        state = probe(fleet, node, settings, inventory)
+        plan = plan_install(node.name, state, want, payload.Platform.local(), settings)
+        report.plan = plan
+        if plan.refusal:
+            raise UsageError(plan.refusal, fix=payload.PLATFORM_FIX)
+        sources = _sources(state, node)
+        if check:
+            for line in plan.steps(settings):
+                say(f"watch.install: would {line}")
+            say(f"watch.install: would record the key in {inventory.path}/watchdog.json, "
+                "authorize it on every node (role watchdog_key, from "
+                f"{', '.join(sources) or 'anywhere'}) and check it from {node.name}")
+            return report
+        _apply(fleet, node, plan, want, settings, say)
+        public = _key(fleet, node, settings, plan, state, say)
+        _note_node(node, plan, settings)
+        key = WatchdogKey(node.name, settings.install_dir, public, sources)
+        report.key = key
+        _authorize(inventory, key, report, say, provision_fn)
+        report.reached = _reach(fleet, node, settings, inventory)
+        say(f"watch.install: the watchdog's key reaches every node from {node.name}: "
+            f"{', '.join(report.reached)}")
+        _start(fleet, node, plan, settings, say)
+        if settings.wait_metrics:
+            report.serving = _wait_metrics(fleet, node, settings, inventory)
+            say(f"watch.install: serving {report.serving}")
+        again = plan_install(node.name, probe(fleet, node, settings, inventory), want,
+                             payload.Platform.local(), settings)
+        if again.changes_node:
+            raise SparkrackError(f"watch.install did not converge on {node.name}: still to do: "
+                                 + "; ".join(again.steps(settings)),
+                                 fix="see `journalctl -u sparkrack-watchdog` on the node")
+    return report
+
+
+def _note_node(node, plan: InstallPlan, settings: Settings) -> None:
+    """Tell the audit record what install changed on the watchdog's node."""
+    from ..oplock.audit import note
+
+    d = settings.install_dir
+    files = [*([f"{d}/lib"] if plan.ship_lib else []),
+             *(f"{d}/{path}" for path in sorted(plan.write)),
+             *(f"{d}/{path}" for path in plan.delete),
+             *([settings.key_path] if plan.make_key else []),
+             *([settings.unit_path] if plan.write_unit else [])]
+    if plan.changes_node:
+        note(nodes=[node.name], files=files)
+
+
+def _sources(state: NodeState, node) -> tuple[str, ...]:
+    """The addresses the watchdog's node connects to the nodes from (for from=); none when
+    the node could not tell (the key is then authorized from anywhere, restrict only)."""
+    good = [v for v in state.sources.values() if isinstance(v, str) and not v.startswith("error")]
+    try:
+        return check_sources(good)
+    except ValueError:
+        return ()
+
+
+def _apply(fleet, node, plan: InstallPlan, want: Wanted, settings: Settings, say: Say) -> None:
+    d = settings.install_dir
+    if plan.ship_lib:
+        if plan.start == "restart":  # never run half old, half new modules: restarted below
+            _run(fleet, node.name, [settings.systemctl, "stop", UNIT], what="stopping the watchdog")
+            say(f"watch.install: stop {UNIT} (its libraries change)")
+        tar = want.library.tar(want.manifest)
+        say(f"watch.install: shipping {d}/lib ({len(want.library.files)} files, "
+            f"{len(tar) / 1e6:.1f} MB compressed: sparkrack and "
+            f"{len(want.library.distributions)} libraries)")
+        _run(fleet, node.name, ["bash", "-c", SHIP_SCRIPT, "sparkrack-ship", d,
+                                settings.python], stdin=tar, timeout=SHIP_TIMEOUT_S,
+             what="unpacking lib/")
+    if plan.write or plan.delete:
+        folders = sorted({posixpath.dirname(f"{d}/{p}") for p in plan.write})
+        removals = [f"{d}/{p}" for p in plan.delete]
+        _run(fleet, node.name, ["sh", "-c", 'umask 022; d=$1; shift; mkdir -p "$d"; '
+                                'while [ "$1" != -- ]; do mkdir -p "$1"; shift; done; shift; '
+                                'rm -f -- "$@"', "sh", d, *folders, "--", *removals],
+             what="preparing the install directory")
+        if plan.write:
+            result = fleet.put({node.name: [(content, f"{d}/{path}", 0o644)
+                                            for path, content in sorted(plan.write.items())]})
+            result.raise_for_failures()
+        for line in plan.steps(settings):
+            if line.startswith(("write ", "delete ")) and not line.startswith(
+                    f"write {settings.unit_path}"):
+                say(f"watch.install: {line}")
+    if plan.write_unit:
+        result = fleet.put({node.name: [(want.unit.encode(), settings.unit_path, 0o644)]})
+        result.raise_for_failures()
+        _run(fleet, node.name, [settings.systemctl, "daemon-reload"], what="daemon-reload")
+        say(f"watch.install: write {settings.unit_path}; daemon-reload")
+
+
+def _key(fleet, node, settings: Settings, plan: InstallPlan, state: NodeState,
+         say: Say) -> str:
+    """The watchdog's public key, made on the node first if it has none."""
+    if not plan.make_key:
+        return check_public_key(state.public_key)
+    out = _run(fleet, node.name, from_root(["env", f"PYTHONPATH={settings.install_dir}/lib",
+                                            settings.python, "-c", KEYGEN_SCRIPT,
+                                            settings.key_path, f"{MARKER}@{node.name}"]),
+               what="making the watchdog's key")
+    public = check_public_key(out.strip().splitlines()[-1])
+    say(f"watch.install: made the watchdog's key {settings.key_path} on {node.name} "
+        f"(ed25519; the private key stays there)")
+    return public
+
+
+def _authorize(inventory, key: WatchdogKey, report: InstallReport, say: Say,
+               provision_fn) -> None:
+    """Record the key beside the inventory and authorize it on every node."""
+    from ..oplock.audit import note
+    from .keyrecord import write_record
+
+    report.recorded = write_record(inventory.path, key)
+    if report.recorded:
+        say(f"watch.install: recorded the watchdog's key in {inventory.path}/watchdog.json")
+    if provision_fn is None:
+        from ..provision import provision as provision_fn
+    result = provision_fn(inventory, roles="watchdog_key")
+    bad = [run for run in result.nodes if result.recap(run.node)["failed"]
+           or result.recap(run.node)["unreachable"]]
+    report.authorized = [run.node for run in result.nodes if result.recap(run.node)["changed"]]
+    files = sorted({a.path for run in result.nodes for c in run.plan if c.changed
+                    for a in c.actions if hasattr(a, "path")})
+    note(nodes=report.authorized, files=files)
+    if bad:
+        raise SparkrackError("authorizing the watchdog's key failed on " + "; ".join(
+            f"{run.node}: {run.error or _failure(run)}" for run in bad),
+            fix="fix those nodes, then run watch.install again")
+    say(f"watch.install: the watchdog's key is authorized on every node (role watchdog_key; "
+        f"{len(report.authorized)} changed)")
+
+
+def _failure(run) -> str:
+    return next((c.summary for c in run.outcomes() if c.status == "failed"), run.status)
+
+
+def _reach(fleet, node, settings: Settings, inventory) -> list[str]:
+    """From the node, with the shipped sparkrack, the watchdog's key and inventory copy:
+    every node must answer. The node names that did."""
+    d = settings.install_dir
+    result = fleet.run({node.name: from_root([
+        "env", f"PYTHONPATH={d}/lib", settings.python, "-m", "sparkrack.watchdog",
+        "--inventory", f"{d}/inventory", "--check-reach"])}, timeout=120)[node.name]
+    from ..fleet_results import last_json_object
+
+    answer = last_json_object(result.stdout)
+    failed = answer.get("failed") or {}
+    if result.ok and not failed and answer.get("ok"):
+        return list(answer["ok"])
+    if failed:
+        raise SparkrackError(
+            f"from {node.name}, the watchdog's key does not reach " + "; ".join(
+                f"{name}: {why}" for name, why in failed.items()),
+            fix="ssh_authorized_keys_file must name the file each node's sshd reads the keys "
+            "from (`sshd -T | grep authorizedkeysfile` on the node); then watch.install again")
+    detail = (result.stderr or result.stdout).strip().splitlines()
+    raise SparkrackError(f"the watchdog does not run on {node.name}: "
+                         f"{detail[-1][:300] if detail else result.error}",
+                         fix="see the error above; then run watch.install again")
+
+
+def _start(fleet, node, plan: InstallPlan, settings: Settings, say: Say) -> None:
+    sc = settings.systemctl
+    commands = []
+    if plan.reset_failed:
+        commands.append([sc, "reset-failed", UNIT])
+    if plan.enable:
+        commands.append([sc, "enable", UNIT])
+    if plan.start:
+        commands.append([sc, plan.start, UNIT])
+    for argv in commands:
+        _run(fleet, node.name, argv, what=" ".join(argv))
+        say(f"watch.install: {' '.join(argv[1:])}")
+
+
+def _wait_metrics(fleet, node, settings: Settings, inventory) -> str:
+    port = inventory.vars.watchdog_metrics_port
+    local = "127.0.0.1" if settings.listen in ("0.0.0.0", "") else settings.listen
+    _run(fleet, node.name, from_root([settings.python, "-c", METRICS_SCRIPT,
+                                      f"http://{local}:{port}/metrics", str(METRICS_WAIT_S)]),
+         timeout=METRICS_WAIT_S + 30, what="waiting for the watchdog's metrics")
+    return metrics_url(node, inventory)
+
+
+def metrics_url(node, inventory) -> str:
+    host = f"[{node.address}]" if ":" in node.address else node.address
+    return f"http://{host}:{inventory.vars.watchdog_metrics_port}/metrics"
+
+
+# --- Uninstall -----------------------------------------------------------------------------
+
+
+@dataclass
+class UninstallPlan:
+    node: str
+    stop: bool = False
+    disable: bool = False
+    reset_failed: bool = False
+    remove_unit: bool = False
+    remove_dirs: list[str] = field(default_factory=list)
+
+    @property
+    def changes_node(self) -> bool:
+        return bool(self.stop or self.disable or self.reset_failed or self.remove_unit
+                    or self.remove_dirs)
+
+    def steps(self, settings: Settings) -> list[str]:
+        lines = []
+        if self.stop:
+            lines.append(f"stop {UNIT}")
+        if self.disable:
+            lines.append(f"disable {UNIT}")
+        if self.reset_failed:
+            lines.append(f"reset-failed {UNIT}")
+        if self.remove_unit:
+            lines.append(f"remove {settings.unit_path}; daemon-reload")
+        for directory in self.remove_dirs:
+            lines.append(f"remove {directory}")
+        return lines
+
+
+def plan_uninstall(node: str, state: NodeState, settings: Settings) -> UninstallPlan:
+    """What uninstall must do on node so that nothing of the watchdog is left there."""
+    plan = UninstallPlan(node)
+    plan.stop = state.active
+    plan.disable = state.enabled
+    plan.reset_failed = state.unit.get("ActiveState") == "failed"
+    plan.remove_unit = state.unit_file is not None
+    if state.install_dir:
+        plan.remove_dirs.append(settings.install_dir)
+    if state.state_dir or state.state is not None:
+        plan.remove_dirs.append(settings.state_dir)
+    return plan
+
+
+REMOVE_SCRIPT = r"""
+set -e
+while [ $# -gt 0 ]; do rm -rf -- "$1"; shift; done
+"""
+
+
+@dataclass
+class UninstallReport:
+    node: str
+    plan: UninstallPlan | None = None
+    deauthorized: list[str] = field(default_factory=list)
+    unrecorded: bool = False
+    check: bool = False
+    node_error: str = ""  # the watchdog's node could not be cleaned up: why
+
+
+def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings(),
+              check: bool = False, say: Say = print, provision_fn=None) -> UninstallReport:
+    """Remove the watchdog: the service (stopped, disabled, unit file gone), its install
+    directory (key included) and state on its node, the key's line on every node, and the
+    record beside the inventory. A watchdog node that does not answer keeps its files, but
+    the key is still taken away from every other node; the record stays until a run
+    completes."""
+    from ..oplock.audit import note
+    from .keyrecord import remove_record
+
+    record = read_record(inventory.path)
+    node = _watchdog_node(inventory, on, record)
+    if record is not None and record.node == node.name:
+        settings = _with_install_dir(settings, record.install_dir)
+    check_settings(settings)
+    report = UninstallReport(node.name, check=check)
+    try:
+        _uninstall_node(inventory, node, settings, report, check, say)
+    except SparkrackError as error:
+        if check:
+            raise
+        # its node is dead or refuses: still take the key away from every other node
+        report.node_error = error.line()
+        say(f"watch.uninstall: {node.name}: {report.node_error}; its files stay there")
+    if check:
+        return report
+    if provision_fn is None:
+        from ..provision import provision as provision_fn
+    result = provision_fn(inventory, roles="watchdog_key", absent=True)
+    report.deauthorized = [run.node for run in result.nodes if result.recap(run.node)["changed"]]
+    bad = [run for run in result.nodes if result.recap(run.node)["failed"]
+           or result.recap(run.node)["unreachable"]]
+    note(nodes=report.deauthorized)
+    problems = [f"{run.node}: {run.error or _failure(run)}" for run in bad]
+    if report.node_error:
+        problems.insert(0, f"{node.name}: {report.node_error}")
+    if problems:
+        raise SparkrackError("watch.uninstall is not complete: " + "; ".join(problems),
+                             fix="run `invoke watch.uninstall` again once they answer (the key "
+                             "record is kept until then)")
+    say(f"watch.uninstall: the watchdog's key is on no node ({len(report.deauthorized)} "
+        "changed)")
+    report.unrecorded = remove_record(inventory.path)
+    if report.unrecorded:
+        say(f"watch.uninstall: removed {inventory.path}/watchdog.json")
+    return report
+
+
+def _uninstall_node(inventory, node, settings: Settings, report: UninstallReport, check: bool,
+                    say: Say) -> None:
+    """Stop, disable and remove the service and its files on its node."""
+    from ..fleet import Fleet
+    from ..oplock.audit import note
+
+    record = read_record(inventory.path)
+    with Fleet(inventory, [node]) as fleet:
+        state = probe(fleet, node, settings, inventory)
+        plan = plan_uninstall(node.name, state, settings)
+        report.plan = plan
+        for line in plan.steps(settings):
+            say(f"watch.uninstall: {'would ' if check else ''}{line}")
+        if check:
+            say("watch.uninstall: would remove the watchdog's key from every node "
+                "(role watchdog_key, absent)" + (f" and {inventory.path}/watchdog.json"
+                                                  if record else ""))
+            return
+        sc = settings.systemctl
+        if plan.stop:
+            _run(fleet, node.name, [sc, "stop", UNIT], what="stopping the watchdog")
+        if plan.disable:
+            _run(fleet, node.name, [sc, "disable", UNIT], what="disabling the watchdog")
+        if plan.reset_failed:
+            _run(fleet, node.name, [sc, "reset-failed", UNIT], what="reset-failed")
+        if plan.remove_unit:
+            _run(fleet, node.name, ["rm", "-f", "--", settings.unit_path], what="removing the unit")
+            _run(fleet, node.name, [sc, "daemon-reload"], what="daemon-reload")
+        if plan.remove_dirs:
+            _run(fleet, node.name, ["sh", "-c", REMOVE_SCRIPT, "sh", *plan.remove_dirs],
+                 what="removing the install and state directories")
+        note(nodes=[node.name] if plan.changes_node else [],
+             files=[*([settings.unit_path] if plan.remove_unit else []), *plan.remove_dirs])
+
+
+def _with_install_dir(settings: Settings, install_dir: str) -> Settings:
+    import dataclasses
+
+    return dataclasses.replace(settings, install_dir=install_dir)
+
+
+# --- Status ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WatchdogStatus:
+    """Where the watchdog runs, since when, and what it last decided."""
+
+    node: str
+    address: str
+    installed: bool
+    active_state: str
+    sub_state: str
+    since: str  # systemd's ActiveEnterTimestamp, as it prints it
+    restarts: int | None
+    main_pid: int | None
+    enabled: str
+    metrics_url: str
+    recorded: bool  # the key record beside the inventory names this node
+    public_key: str
+    verdicts: tuple[dict, ...] = ()
+    budget: Mapping = field(default_factory=dict)
+    stopped: Mapping = field(default_factory=dict)
+    state_error: str = ""
+    stale: tuple[str, ...] = ()  # what differs from what watch.install would ship now
+
+    @property
+    def running(self) -> bool:
+        return self.active_state == "active"
+
+    def as_dict(self) -> dict:
+        return {"node": self.node, "address": self.address, "installed": self.installed,
+                "active_state": self.active_state, "sub_state": self.sub_state,
+                "since": self.since, "restarts": self.restarts, "main_pid": self.main_pid,
+                "enabled": self.enabled, "metrics_url": self.metrics_url,
+                "recorded": self.recorded, "public_key": self.public_key,
+                "verdicts": list(self.verdicts), "restart_budget": dict(self.budget),
+                "stopped": dict(self.stopped), "state_error": self.state_error,
+                "stale": list(self.stale)}
+
+
+def parse_state(data: bytes | None) -> tuple[tuple[dict, ...], dict, dict, str]:
+    """The service's state.json (service.Watchdog._save_state): its verdicts (oldest
+    first), budget and stopped groups; and what was wrong with it ('' if nothing)."""
+    if data is None:
+        return (), {}, {}, ""
+    try:
+        state = json.loads(data)
+    except ValueError as error:
+        return (), {}, {}, f"state file unreadable: {error}"
+    if not isinstance(state, dict):
+        return (), {}, {}, "state file is not a JSON object"
+    verdicts = tuple(v for v in state.get("verdicts") or [] if isinstance(v, dict))
+    budget = state.get("budget") if isinstance(state.get("budget"), dict) else {}
+    stopped = state.get("stopped") if isinstance(state.get("stopped"), dict) else {}
+    return verdicts, budget, stopped, ""
+
+
+def stale_parts(state: NodeState, inventory_files: Mapping[str, bytes],
+                manifest_sha256: str | None) -> tuple[str, ...]:
+    """What the node's copy lacks against what watch.install would ship now: the inventory
+    copy's files that differ or are missing or extra there, and lib/ (pure)."""
+    stale = []
+    if manifest_sha256 is not None and not (
+            state.lib and state.lib_checks and state.manifest_sha256 == manifest_sha256):
+        stale.append("lib")
+    wanted = {f"inventory/{p}": hashlib.sha256(c).hexdigest() for p, c in inventory_files.items()}
+    there = {p: h for p, h in state.files.items() if p.startswith("inventory/")}
+    stale += sorted(p for p in wanted.keys() | there.keys() if wanted.get(p) != there.get(p))
+    return tuple(stale)
+
+
+def status_of(node, inventory, state: NodeState, record: WatchdogKey | None,
+              stale: tuple[str, ...] = ()) -> WatchdogStatus:
+    """The status from a probe (pure)."""
+    verdicts, budget, stopped, error = parse_state(state.state)
+    unit = state.unit
+
+    def number(key):
+        value = unit.get(key, "")
+        return int(value) if value.isdigit() else None
+
+    since = unit.get("ActiveEnterTimestamp", "")
+    return WatchdogStatus(
+        node=node.name, address=node.address, installed=state.installed,
+        active_state=unit.get("ActiveState", "unknown") or "unknown",
+        sub_state=unit.get("SubState", ""), since=since if since not in ("", "n/a") else "",
+        restarts=number("NRestarts"), main_pid=number("MainPID") or None,
+        enabled=unit.get("UnitFileState", ""), metrics_url=metrics_url(node, inventory),
+        recorded=record is not None and record.node == node.name,
+        public_key=state.public_key, verdicts=verdicts, budget=budget, stopped=stopped,
+        state_error=error, stale=stale if state.installed else ())
+
+
+def status(inventory, on: str | None = None, *, settings: Settings = Settings()) -> WatchdogStatus:
+    """Probe the watchdog's node (read-only) and say how the service is."""
+    from ..fleet import Fleet
+
+    record = read_record(inventory.path)
+    node = _watchdog_node(inventory, on, record)
+    if record is not None and record.node == node.name:
+        settings = _with_install_dir(settings, record.install_dir)
+    check_settings(settings)
+    with Fleet(inventory, [node]) as fleet:
+        state = probe(fleet, node, settings, inventory)
+    stale: tuple[str, ...] = ()
+    if state.installed:
+        manifest = payload.build_library().manifest()
+        stale = stale_parts(state, payload.inventory_copy(inventory, settings.install_dir),
+                            hashlib.sha256(manifest.encode()).hexdigest())
+    return status_of(node, inventory, state, record, stale)

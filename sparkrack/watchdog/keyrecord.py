@@ -1,0 +1,130 @@
+"""The watchdog's key as the control machine records it: `<inventory>/watchdog.json`.
+
+`invoke watch.install` writes it once the key exists on the watchdog's node (the private
+key never leaves that node; only the public key is recorded); `watch.uninstall` removes
+it. Role `watchdog_key` reads it (through the node vars `watchdog_pubkey` and
+`watchdog_from`) and authorizes the key on every node, restricted to the addresses the
+watchdog's node connects from. No record: the role changes nothing. The file holds a
+public key and addresses only, so it may be committed with the inventory, which lets
+another operator's `invoke provision` keep the key authorized.
+
+    {"node": "spark-01", "install_dir": "/opt/sparkrack-watchdog",
+     "public_key": "ssh-ed25519 AAAA...", "from": ["10.77.1.11"]}
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UsageError
+
+RECORD_FILE = "watchdog.json"
+MARKER = "sparkrack-watchdog"  # the comment ending the authorized_keys line (role default)
+_PUBLIC_KEY = re.compile(r"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5[A-Za-z0-9+/]{40,100}={0,2}")
+
+
+@dataclass(frozen=True)
+class WatchdogKey:
+    """Where the watchdog runs and the key it logs in to the nodes with."""
+
+    node: str
+    install_dir: str
+    public_key: str  # "ssh-ed25519 BASE64", no comment
+    sources: tuple[str, ...] = ()  # addresses the node connects to the others from
+
+    def as_dict(self) -> dict:
+        return {"node": self.node, "install_dir": self.install_dir,
+                "public_key": self.public_key, "from": list(self.sources)}
+
+    def options(self) -> str:
+        """The authorized_keys options the role writes: no forwarding, no pty, and only
+        from the watchdog's node (when its addresses are known)."""
+        return key_options(self.sources)
+
+
+def key_options(sources) -> str:
+    """`restrict` plus `from="A,B"` for the given source addresses (none: restrict only)."""
+    return f'restrict,from="{",".join(sources)}"' if sources else "restrict"
+
+
+def check_public_key(text: str) -> str:
+    """An ed25519 public key as `ssh-ed25519 BASE64` (the comment dropped); ValueError if
+    text is anything else (it goes into every node's authorized_keys)."""
+    if any(c in text.strip() for c in "\n\r\0"):
+        raise ValueError("a public key is one line")
+    words = text.strip().split()
+    key = " ".join(words[:2])
+    if not _PUBLIC_KEY.fullmatch(key):
+        raise ValueError(f"not an ssh-ed25519 public key: {text.strip()[:60]!r}")
+    return key
+
+
+def check_sources(addresses) -> tuple[str, ...]:
+    """IP addresses (for from="..."), each once, in order; ValueError for anything else."""
+    found = []
+    for address in addresses:
+        found.append(str(ipaddress.ip_address(str(address).strip())))
+    return tuple(dict.fromkeys(found))
+
+
+def record_path(inventory_dir: Path) -> Path:
+    return Path(inventory_dir) / RECORD_FILE
+
+
+def read_record(inventory_dir: Path) -> WatchdogKey | None:
+    """The recorded key, or None when there is none; UsageError naming the file if it is
+    not what watch.install writes."""
+    path = record_path(inventory_dir)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read: {error.strerror}",
+                         fix="make it readable, or run `invoke watch.install` again") from None
+    try:
+        data = json.loads(text)
+        return WatchdogKey(node=str(data["node"]), install_dir=str(data["install_dir"]),
+                           public_key=check_public_key(str(data["public_key"])),
+                           sources=check_sources(data.get("from") or ()))
+    except (ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{path}: not a watchdog key record ({error})",
+                         fix="run `invoke watch.install` again (it rewrites it), or "
+                         "`invoke watch.uninstall`") from None
+
+
+def write_record(inventory_dir: Path, record: WatchdogKey) -> bool:
+    """Record the key (atomically); False when the file already says exactly that."""
+    from ..atomic import write_atomically
+
+    path = record_path(inventory_dir)
+    text = json.dumps(record.as_dict(), indent=1) + "\n"
+    if path.is_file() and path.read_text() == text:
+        return False
+    write_atomically(path, text, 0o644)
+    return True
+
+
+def remove_record(inventory_dir: Path) -> bool:
+    """Forget the key; False when none was recorded."""
+    from ..atomic import remove
+
+    path = record_path(inventory_dir)
+    if not path.exists():
+        return False
+    remove(path)
+    return True
+
+
+def node_vars(inventory_dir: Path) -> dict:
+    """The vars role watchdog_key reads: the recorded public key ('' when none) and the
+    addresses it may come from."""
+    record = read_record(inventory_dir)
+    if record is None:
+        return {"watchdog_pubkey": "", "watchdog_from": [], "watchdog_node": ""}
+    return {"watchdog_pubkey": record.public_key, "watchdog_from": list(record.sources),
+            "watchdog_node": record.node}

@@ -1,0 +1,307 @@
+"""The watchdog as a service on the rehearsal rack (issue 13, part 4): `invoke watch.install`
+puts it on spark-01 under the node's real systemd; a real Prometheus (Debian's package) on
+this machine scrapes it every second and the tests read the values back through
+Prometheus's HTTP API.
+
+- a rank killed on a worker: the service stops the whole group within 5 s (from the kill
+  to every rank exited, by polling docker inspect) and `sparkrack_watchdog_actions_total
+  {action="stop"}` goes up in Prometheus;
+- the service's node rebooted: the service is active again after boot and guards the
+  next `up`;
+- `watch.uninstall` leaves nothing: no unit, no install directory, no state, no key line
+  in any node's authorized_keys, no key record.
+
+Run (the tests run in file order; the last one uninstalls):
+    python -m pytest -q -p no:cacheprovider tests/integration/test_watchdog_rack.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sparkrack.burn import burn
+from sparkrack.engines import build_specs
+from sparkrack.fleet import Fleet, sh
+from sparkrack.lifecycle import engine as lifecycle
+from sparkrack.lifecycle.record import read as read_records
+from sparkrack.watchdog.install import DEFAULT_INSTALL_DIR, STATE_DIR, UNIT
+from sparkrack.watchdog.keyrecord import MARKER, read_record
+
+pytestmark = pytest.mark.rack
+REPO = Path(__file__).resolve().parents[2]
+WATCHDOG_NODE = "spark-01"
+PROMETHEUS = Path("/usr/bin/prometheus")
+STOP_WITHIN_S = 5.0
+LEFTOVERS = (f"/etc/systemd/system/{UNIT}", f"/etc/systemd/system/multi-user.target.wants/{UNIT}",
+             DEFAULT_INSTALL_DIR, STATE_DIR)
+
+
+def quick_burn(inventory, nodes, fleet=None):
+    return burn(inventory, nodes, seconds=1, fleet=fleet)
+
+
+def invoke(*args, timeout=600) -> subprocess.CompletedProcess:
+    """The invoke CLI from the repo, as an operator runs it (the lock and audit included)."""
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "SPARKRACK_SANDBOX": "1"})
+
+
+def on_watchdog_node(inventory, argv, timeout=30):
+    with Fleet(inventory, inventory.select(WATCHDOG_NODE)) as fleet:
+        return fleet.run(argv, timeout=timeout)[WATCHDOG_NODE]
+
+
+def unit_property(inventory, name: str) -> str:
+    result = on_watchdog_node(inventory, ["systemctl", "show", "-p", name, "--value", UNIT])
+    return result.stdout.strip() if result.ok else f"error: {result.error}"
+
+
+def wait_for(what: str, probe, timeout: float, interval: float = 0.5):
+    """probe() until it returns something truthy; its last value in the failure message."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except Exception as error:  # a node rebooting, Prometheus starting: try again
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(interval)
+    pytest.fail(f"{what}: not within {timeout:g} s (last: {last!r})")
+
+
+# --- Prometheus -------------------------------------------------------------------------------
+
+
+class Prometheus:
+    """A Prometheus server of our own, asked through its HTTP API (/api/v1/query)."""
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def query(self, expr: str) -> list[dict]:
+        query = urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(f"{self.url}/api/v1/query?{query}", timeout=5) as answer:
+            data = json.load(answer)
+        assert data["status"] == "success", data
+        return data["data"]["result"]
+
+    def value(self, expr: str) -> float | None:
+        """The one value expr has now (None: no series)."""
+        result = self.query(expr)
+        assert len(result) <= 1, result
+        return float(result[0]["value"][1]) if result else None
+
+    def wait(self, expr: str, good, timeout: float = 30.0) -> float | None:
+        """The value of expr once good(value) holds."""
+        found = {}
+
+        def probe():
+            found["value"] = self.value(expr)
+            return good(found["value"])
+
+        wait_for(f"Prometheus: {expr}", probe, timeout)
+        return found["value"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def prometheus(inventory, tmp_path_factory):
+    """Debian's prometheus on 127.0.0.1, scraping the watchdog on spark-01 every second
+    (temporary config and storage); stopped at the end."""
+    if not PROMETHEUS.exists():
+        message = (f"{PROMETHEUS} is missing: these tests need a real Prometheus server "
+                   "(apt-get install prometheus; .ci/run installs it)")
+        if os.environ.get("CI") or os.environ.get("SPARKRACK_CI"):
+            pytest.fail(message)  # under CI a missing server is a broken setup, not a skip
+        pytest.skip(message)
+    folder = tmp_path_factory.mktemp("prometheus")
+    target = f"{inventory.node(WATCHDOG_NODE).address}:{inventory.vars.watchdog_metrics_port}"
+    (folder / "prometheus.yml").write_text(f"""global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: sparkrack-watchdog
+    static_configs:
+      - targets: ["{target}"]
+""")
+    port = free_port()
+    log = open(folder / "prometheus.log", "wb")
+    process = subprocess.Popen(
+        [str(PROMETHEUS), f"--config.file={folder / 'prometheus.yml'}",
+         f"--storage.tsdb.path={folder / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+         "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        server = Prometheus(f"http://127.0.0.1:{port}")
+
+        def ready():
+            if process.poll() is not None:
+                pytest.fail(f"prometheus exited {process.returncode}: "
+                            f"{(folder / 'prometheus.log').read_text()[-2000:]}")
+            with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as answer:
+                return answer.status == 200
+
+        wait_for("prometheus ready", ready, 60)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+# --- The service ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def installed(inventory):
+    """`invoke watch.install --on spark-01`, proved running, idempotent; uninstalled at the
+    end whatever happened (uninstall is idempotent: after the last test it finds nothing)."""
+    try:
+        done = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "serving http://10.77.1.11:9478/metrics" in done.stderr, done.stderr
+        assert unit_property(inventory, "ActiveState") == "active"
+        assert unit_property(inventory, "UnitFileState") == "enabled"
+        assert unit_property(inventory, "Restart") == "always"
+        record = read_record(inventory.path)
+        assert record is not None and record.node == WATCHDOG_NODE
+        assert record.sources == (inventory.node(WATCHDOG_NODE).address,)
+        with Fleet(inventory) as fleet:  # authorized on every node, from spark-01 only
+            lines = fleet.run(sh('grep -- "$1" "$2"', MARKER,
+                                 inventory.vars.ssh_authorized_keys_file))
+        assert lines.all_ok and {r.stdout for r in lines} == {
+            f'restrict,from="10.77.1.11" {record.public_key} {MARKER}\n'}
+        again = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "up to date; nothing changed" in again.stderr, again.stderr
+        journal = on_watchdog_node(inventory, ["journalctl", "-u", UNIT, "-b", "--no-pager",
+                                               "-o", "cat"])
+        assert "metrics on http://0.0.0.0:9478/metrics" in journal.stdout, journal.stdout[-2000:]
+        yield inventory
+    finally:
+        gone = invoke("watch.uninstall", "-i", "inventory/rehearsal")
+    assert gone.returncode == 0, gone.stdout + gone.stderr  # (when nothing above failed)
+
+
+def watch_status() -> dict:
+    done = invoke("watch.status", "-i", "inventory/rehearsal", "--json", timeout=60)
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_killed_rank_is_stopped_by_the_service_within_5_s(engine_rack, installed, prometheus):
+    inventory = engine_rack
+    lifecycle.down(inventory)
+    stop = 'sparkrack_watchdog_actions_total{action="stop"}'
+    try:
+        before = prometheus.wait(stop, lambda v: v is not None, timeout=30)  # scraped
+        deployment = lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+        prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=30)
+        assert prometheus.value("sparkrack_group_ranks_running") == 8
+        specs = build_specs(inventory, "sglang", "512k")
+        victim = next(spec for spec in specs if spec.rank == 3)
+        assert victim.node == "spark-04"
+        with Fleet(inventory) as fleet:
+            clients = {spec.node: fleet.docker_client(spec.node) for spec in specs}
+            running = {}
+            killed = time.monotonic()
+            clients[victim.node].containers.get(victim.container_name).kill()
+            while True:
+                running = {spec.rank: clients[spec.node].api.inspect_container(
+                    spec.container_name)["State"]["Running"] for spec in specs}
+                if not any(running.values()):
+                    stopped = time.monotonic()
+                    break
+                if time.monotonic() - killed > 60:
+                    pytest.fail(f"ranks still running 60 s after the kill: {running}")
+                time.sleep(0.05)
+        elapsed = stopped - killed
+        detection = prometheus.wait("sparkrack_watchdog_detection_to_stopped_seconds",
+                                    lambda v: v is not None, timeout=15)
+        after = prometheus.wait(stop, lambda v: v is not None and v >= before + 1, timeout=15)
+        print(f"\nrank 3 killed on spark-04: every rank exited {elapsed:.2f} s after the kill; "
+              f"the watchdog's detection to stopped: {detection:.2f} s; "
+              f"actions_total{{action=stop}} {before:g} -> {after:g}")
+        assert elapsed < STOP_WITHIN_S, f"the group took {elapsed:.2f} s to stop"
+        assert after == before + 1
+        with Fleet(inventory) as fleet:  # the record stays for the operator; logs are kept
+            assert read_records(fleet, inventory)["current"].deployment_id == \
+                deployment.deployment_id
+            assert clients_exist(fleet, specs)
+        verdicts = [v["verdict"] for v in watch_status()["verdicts"]]
+        assert "stopped" in verdicts and verdicts[-1] in ("stopped", "down"), verdicts
+    finally:
+        lifecycle.down(inventory)
+
+
+def clients_exist(fleet, specs) -> bool:
+    """Whether every rank's container is still there (stopped, not removed)."""
+    return all(fleet.docker_client(spec.node).containers.get(spec.container_name) is not None
+               for spec in specs)
+
+
+def test_the_service_is_back_after_its_node_reboots_and_guards_again(engine_rack, installed,
+                                                                     prometheus, rack):
+    inventory = engine_rack
+    lifecycle.down(inventory)
+    since = unit_property(inventory, "ActiveEnterTimestamp")
+    boot = on_watchdog_node(inventory, ["cat", "/proc/sys/kernel/random/boot_id"]).stdout
+    rack.reboot(WATCHDOG_NODE)
+    assert on_watchdog_node(inventory, ["cat", "/proc/sys/kernel/random/boot_id"]).stdout != boot
+    wait_for("the watchdog active after the boot",
+             lambda: unit_property(inventory, "ActiveState") == "active", 60)
+    status = watch_status()
+    assert status["active_state"] == "active" and status["since"] != since, (status, since)
+    prometheus.wait("up", lambda v: v == 1, timeout=30)  # scraped again
+    try:
+        lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+        prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
+        assert "guarding" in [v["verdict"] for v in watch_status()["verdicts"]]
+    finally:
+        lifecycle.down(inventory)
+
+
+def test_uninstall_leaves_nothing_on_any_node(installed, prometheus):
+    inventory = installed
+    done = invoke("watch.uninstall", "-i", "inventory/rehearsal")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert read_record(inventory.path) is None
+    assert not (inventory.path / "watchdog.json").exists()
+    with Fleet(inventory) as fleet:
+        left = fleet.run({WATCHDOG_NODE: sh(
+            'for p in "$@"; do if [ -e "$p" ] || [ -L "$p" ]; then echo "$p"; fi; done',
+            *LEFTOVERS)})[WATCHDOG_NODE]
+        assert left.ok and left.stdout == "", left.stdout
+        load = fleet.run({WATCHDOG_NODE: ["systemctl", "show", "-p", "LoadState", "--value",
+                                          UNIT]})[WATCHDOG_NODE]
+        assert load.stdout.strip() == "not-found"
+        keys = fleet.run(sh('grep -c -- "$1" "$2"; exit 0', MARKER,
+                            inventory.vars.ssh_authorized_keys_file))
+        assert keys.all_ok and {r.node: r.stdout.strip() for r in keys} == {
+            node.name: "0" for node in inventory.nodes}
+    assert watch_status()["installed"] is False
+    prometheus.wait('up{job="sparkrack-watchdog"}', lambda v: v == 0, timeout=30)
+    again = invoke("watch.uninstall", "-i", "inventory/rehearsal")
+    assert again.returncode == 0, again.stdout + again.stderr  # nothing left to remove

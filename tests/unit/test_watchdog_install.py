@@ -1,0 +1,735 @@
+"""`invoke watch.install / uninstall / status` without a rack: what is shipped and where
+(the libraries, the inventory copy with the watchdog's key and pinned known_hosts, the
+unit with Restart=always), the refusal of a node whose Python differs, the plans, the
+probe and status parsing, the key record, role watchdog_key's authorized_keys line; and a
+whole install, re-install, status and uninstall on a loopback "node" (this machine over
+the loopback sshd, systemd replaced by a fake systemctl, every path in a temp folder)."""
+
+from __future__ import annotations
+
+import base64
+import configparser
+import hashlib
+import json
+import os
+import shutil
+import stat
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from invoke import Context
+from invoke.exceptions import Exit
+from loopback import Sshd, free_port, needs_sshd, write_inventory
+
+from sparkrack.errors import SparkrackError, UsageError
+from sparkrack.inventory import load_inventory
+from sparkrack.provision.gather import FileFacts, NodeFacts
+from sparkrack.provision.plan import Put, Run, plan_node
+from sparkrack.provision.roles import Renderer, load_roles, node_vars, render_tasks
+from sparkrack.watchdog import install as wi
+from sparkrack.watchdog import keyrecord, payload
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _public_key() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+
+
+PUB, OTHER_PUB = _public_key(), _public_key()
+OPERATOR = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOperatorOperatorOperatorOperatorOperator1 op@laptop"
+
+
+def rehearsal_copy(tmp_path: Path, **overrides) -> Path:
+    """The rehearsal inventory in tmp_path with a known_hosts of its own (no rack needed)."""
+    inv = tmp_path / "inv"
+    shutil.copytree(REPO / "inventory" / "rehearsal", inv)
+    (inv / "known_hosts").write_text("10.77.1.11 ssh-ed25519 AAAAC3Nza...host1\n")
+    all_vars = inv / "group_vars" / "all.yml"
+    data = yaml.safe_load(all_vars.read_text())
+    data.update({"known_hosts_file": "known_hosts", **overrides})
+    all_vars.write_text(yaml.safe_dump(data, sort_keys=False))
+    return inv
+
+
+# --- What is shipped ----------------------------------------------------------------------
+
+
+def test_runtime_requirements_are_pyprojects_dependencies():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert tuple(payload.RUNTIME_REQUIREMENTS) == tuple(project["dependencies"])
+
+
+def test_the_library_is_sparkrack_and_every_runtime_distribution():
+    library = payload.build_library()
+    names = {d.split()[0].lower() for d in library.distributions}
+    assert {"fabric", "paramiko", "invoke", "pyyaml", "jinja2", "markupsafe", "docker",
+            "requests", "urllib3", "rich", "filelock", "prometheus_client", "cryptography",
+            "bcrypt", "pynacl", "cffi"} <= names
+    files = library.files
+    for path in ("sparkrack/watchdog/__main__.py", "sparkrack/watchdog/sparkrack-watchdog.service.j2",
+                 "sparkrack/rules/rules.yml", "paramiko/__init__.py", "yaml/__init__.py",
+                 "prometheus_client/__init__.py", "docker/__init__.py"):
+        assert path in files, path
+    assert files["sparkrack/fleet.py"] == REPO / "sparkrack" / "fleet.py"
+    assert any(p.startswith("cryptography/") and p.endswith(".so") for p in files)
+    assert any(p.endswith(".dist-info/METADATA") and p.startswith("paramiko") for p in files)
+    assert not any("__pycache__" in p or p.endswith(".pyc") or p.startswith("..")
+                   for p in files)
+    manifest = library.manifest()
+    assert manifest.splitlines()[0].split("  ")[1] == sorted(files)[0]
+    line = next(l for l in manifest.splitlines() if l.endswith("  sparkrack/fleet.py"))
+    assert line.split()[0] == hashlib.sha256((REPO / "sparkrack/fleet.py").read_bytes()).hexdigest()
+
+
+def test_the_inventory_copy_reaches_every_node_with_the_watchdogs_key(tmp_path):
+    inv = rehearsal_copy(tmp_path)
+    (inv / "host_vars").mkdir()
+    (inv / "host_vars" / "spark-03.yml").write_text(
+        "ansible_ssh_private_key_file: ~/.ssh/other\nnccl_ib_gid_index: 5\n")
+    inventory = load_inventory(inv)
+    copy = payload.inventory_copy(inventory, "/opt/sr")
+    payload.check_inventory_copy(inventory, copy, "/opt/sr")
+    assert sorted(copy) == ["engines/sglang.yml", "engines/vllm.yml", "group_vars/all.yml",
+                            "host_vars/spark-03.yml", "hosts.yml", "known_hosts",
+                            "models/glm-5.3.yml"]
+    assert copy["known_hosts"] == (inv / "known_hosts").read_bytes()  # pinned: the same keys
+    assert b"ansible_ssh_private_key_file" not in copy["hosts.yml"]
+    assert b"ansible_ssh_private_key_file" not in copy["host_vars/spark-03.yml"]
+    assert b"nccl_ib_gid_index: 5" in copy["host_vars/spark-03.yml"]
+    group = yaml.safe_load(copy["group_vars/all.yml"])
+    assert group["ansible_ssh_private_key_file"] == "/opt/sr/ssh/id_ed25519"
+    assert group["known_hosts_file"] == "known_hosts"
+    assert group["ssh_authorized_keys_file"] == "/etc/ssh/sparkrack_authorized_keys"
+    assert copy["engines/sglang.yml"] == (REPO / "inventory/engines/sglang.yml").read_bytes()
+    loaded = tmp_path / "loaded"
+    for path, content in copy.items():
+        (loaded / path).parent.mkdir(parents=True, exist_ok=True)
+        (loaded / path).write_bytes(content)
+    again = load_inventory(loaded)
+    assert {n.key_file for n in again.nodes} == {Path("/opt/sr/ssh/id_ed25519")}
+    assert again.known_hosts_path == loaded / "known_hosts"
+    assert [(n.name, n.address, n.rank) for n in again.nodes] == [
+        (n.name, n.address, n.rank) for n in inventory.nodes]
+    assert again.node("spark-03").vars.nccl_ib_gid_index == 5
+
+
+def test_an_inventory_without_known_hosts_is_refused(tmp_path):
+    inv = rehearsal_copy(tmp_path)
+    (inv / "known_hosts").unlink()
+    with pytest.raises(UsageError) as refused:
+        payload.inventory_copy(load_inventory(inv), "/opt/sr")
+    assert "cannot read the inventory's known_hosts" in refused.value.line()
+
+
+def unit_of(tmp_path, **settings) -> tuple[configparser.ConfigParser, str]:
+    inventory = load_inventory(rehearsal_copy(tmp_path))
+    text = wi.render_unit(inventory, wi.Settings(**settings))
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str
+    unit.read_string(text)
+    return unit, text
+
+
+def test_the_unit_restarts_always_starts_at_boot_and_runs_the_shipped_copy(tmp_path):
+    unit, text = unit_of(tmp_path, install_dir="/opt/sr", python="/usr/bin/python3.11")
+    service = unit["Service"]
+    assert service["Restart"] == "always"
+    assert unit["Install"]["WantedBy"] == "multi-user.target"
+    assert unit["Unit"]["StartLimitIntervalSec"] == "0"
+    assert service["ExecStart"] == (
+        "/usr/bin/python3.11 -m sparkrack.watchdog --inventory /opt/sr/inventory --listen "
+        "0.0.0.0:9478 --state /var/lib/sparkrack/watchdog/state.json")
+    assert service["StandardOutput"] == "journal"
+    assert "\nEnvironment=PYTHONPATH=/opt/sr/lib\n" in text
+    assert "\nDocumentation=file:///opt/sr/README.md\n" in text
+
+
+# --- The node's Python ------------------------------------------------------------------
+
+HERE = payload.Platform((3, 11, 7), "x86_64", "cpython-311-x86_64-linux-gnu", ("glibc", "2.36"))
+
+
+@pytest.mark.parametrize("node, says", [
+    (payload.Platform((3, 11, 2), "x86_64", "cpython-311-x86_64-linux-gnu", ("glibc", "2.36")),
+     None),
+    (payload.Platform((3, 12, 3), "aarch64", "cpython-312-aarch64-linux-gnu", ("glibc", "2.39")),
+     "Python 3.12 there, 3.11 here; aarch64 there, x86_64 here"),
+    (payload.Platform((3, 11, 9), "x86_64", "cpython-311-x86_64-linux-gnu", ("glibc", "2.31")),
+     "glibc 2.31 there, older than 2.36 here"),
+    (payload.Platform((3, 11, 9), "x86_64", "cpython-311-x86_64-linux-musl", ("", "")),
+     "extension ABI cpython-311-x86_64-linux-musl there, cpython-311-x86_64-linux-gnu here; "
+     "an unknown libc there, glibc here"),
+])
+def test_a_node_python_that_cannot_run_these_libraries_is_named(node, says):
+    problem = payload.platform_problem(HERE, node, "/usr/bin/python3")
+    if says is None:
+        assert problem is None
+        return
+    assert problem.startswith(f"the node's /usr/bin/python3 ({node.describe()}) cannot run "
+                              "the libraries of this machine's Python (Python 3.11.7 x86_64")
+    assert problem.endswith(says) and "\n" not in problem
+
+
+def fresh_want(tmp_path) -> wi.Wanted:
+    inventory = load_inventory(rehearsal_copy(tmp_path))
+    library = payload.Library({"sparkrack/__init__.py": REPO / "sparkrack/__init__.py"},
+                              ("paramiko 5",))
+    return wi.wanted(inventory, wi.Settings(install_dir="/opt/sr"), library)
+
+
+def state_with(want: wi.Wanted, **changes) -> wi.NodeState:
+    """A node on which want is installed, enabled and active; then changes."""
+    values = dict(
+        platform=HERE, install_dir=True, lib=True, manifest_sha256=want.manifest_sha256,
+        lib_checks=True, files={p: hashlib.sha256(c).hexdigest() for p, c in want.files.items()},
+        private_key=True, public_key=PUB, unit_file=want.unit.encode(),
+        unit={"ActiveState": "active", "UnitFileState": "enabled"})
+    values.update(changes)
+    return wi.NodeState(**values)
+
+
+def test_refusal_on_a_python_mismatch_is_one_line_naming_the_difference(tmp_path):
+    want = fresh_want(tmp_path)
+    arm = payload.Platform((3, 11, 2), "aarch64", "cpython-311-aarch64-linux-gnu", ("glibc", "2.39"))
+    plan = wi.plan_install("spark-01", state_with(want, platform=arm), want, HERE,
+                           wi.Settings())
+    assert plan.refusal.startswith("spark-01: the node's /usr/bin/python3 (Python 3.11.2 "
+                                   "aarch64 (cpython-311-aarch64-linux-gnu, glibc 2.39))")
+    assert plan.refusal.endswith("aarch64 there, x86_64 here")
+    assert not plan.changes_node
+    missing = wi.plan_install("spark-01", state_with(
+        want, platform=None, platform_error="/usr/bin/python3 did not run (exit 127): not found"),
+        want, HERE, wi.Settings())
+    assert missing.refusal == ("spark-01: no usable Python at /usr/bin/python3: /usr/bin/python3 "
+                               "did not run (exit 127): not found")
+
+
+def test_install_plan_on_a_fresh_node_does_everything(tmp_path):
+    want = fresh_want(tmp_path)
+    fresh = wi.NodeState(platform=HERE)
+    plan = wi.plan_install("spark-01", fresh, want, HERE, wi.Settings(install_dir="/opt/sr"))
+    assert plan.refusal is None and plan.ship_lib and plan.make_key and plan.write_unit
+    assert set(plan.write) == set(want.files) and "inventory/known_hosts" in plan.write
+    assert plan.enable and plan.start == "start" and not plan.delete
+    steps = plan.steps(wi.Settings(install_dir="/opt/sr"))
+    assert steps[0] == "ship /opt/sr/lib (sparkrack and its libraries)"
+    assert steps[-3:] == ["write /etc/systemd/system/sparkrack-watchdog.service; daemon-reload",
+                          "enable sparkrack-watchdog.service (started at boot)",
+                          "start sparkrack-watchdog.service"]
+
+
+def test_install_plan_with_nothing_changed_does_nothing(tmp_path):
+    want = fresh_want(tmp_path)
+    plan = wi.plan_install("spark-01", state_with(want), want, HERE, wi.Settings())
+    assert not plan.changes_node and plan.steps(wi.Settings()) == []
+
+
+@pytest.mark.parametrize("change, expect", [
+    ({"lib_checks": False}, {"ship_lib": True, "start": "restart"}),  # a file edited there
+    ({"manifest_sha256": "0" * 64}, {"ship_lib": True, "start": "restart"}),
+    ({"public_key": ""}, {"make_key": True, "start": "restart"}),
+    ({"unit_file": b"old"}, {"write_unit": True, "start": "restart"}),
+    ({"unit": {"ActiveState": "failed", "UnitFileState": "enabled"}},
+     {"reset_failed": True, "start": "start"}),
+    ({"unit": {"ActiveState": "active", "UnitFileState": "disabled"}}, {"enable": True}),
+])
+def test_install_plan_changes_only_what_differs(tmp_path, change, expect):
+    want = fresh_want(tmp_path)
+    plan = wi.plan_install("spark-01", state_with(want, **change), want, HERE, wi.Settings())
+    got = {k: getattr(plan, k) for k in ("ship_lib", "make_key", "write_unit", "reset_failed",
+                                         "enable", "start")}
+    assert got == {"ship_lib": False, "make_key": False, "write_unit": False,
+                   "reset_failed": False, "enable": False, "start": None, **expect}
+    assert not plan.write and not plan.delete
+
+
+def test_a_changed_inventory_file_is_written_and_a_stale_one_deleted(tmp_path):
+    want = fresh_want(tmp_path)
+    files = {p: hashlib.sha256(c).hexdigest() for p, c in want.files.items()}
+    files["inventory/hosts.yml"] = "0" * 64
+    files["inventory/host_vars/spark-09.yml"] = "1" * 64  # a node no longer in the inventory
+    plan = wi.plan_install("spark-01", state_with(want, files=files), want, HERE, wi.Settings())
+    assert list(plan.write) == ["inventory/hosts.yml"]
+    assert plan.delete == ["inventory/host_vars/spark-09.yml"] and plan.start == "restart"
+
+
+def test_uninstall_plan_removes_everything_there_is(tmp_path):
+    want = fresh_want(tmp_path)
+    settings = wi.Settings(install_dir="/opt/sr")
+    plan = wi.plan_uninstall("spark-01", state_with(want, state=b"{}"), settings)
+    assert plan.steps(settings) == [
+        "stop sparkrack-watchdog.service", "disable sparkrack-watchdog.service",
+        "remove /etc/systemd/system/sparkrack-watchdog.service; daemon-reload",
+        "remove /opt/sr", "remove /var/lib/sparkrack/watchdog"]
+    only_state = wi.plan_uninstall("spark-01", wi.NodeState(state_dir=True), settings)
+    assert only_state.remove_dirs == ["/var/lib/sparkrack/watchdog"]  # no state.json in it
+    nothing = wi.plan_uninstall("spark-01", wi.NodeState(platform=HERE), settings)
+    assert not nothing.changes_node and nothing.steps(settings) == []
+
+
+@pytest.mark.parametrize("value", ["relative/dir", "/opt/sr/../etc", "/", "/opt/my dir",
+                                   "/opt/$(reboot)"])
+def test_settings_paths_must_be_plain_absolute_paths(value):
+    with pytest.raises(UsageError):
+        wi.check_settings(wi.Settings(install_dir=value))
+
+
+# --- The probe and status --------------------------------------------------------------------
+
+STATE_JSON = json.dumps({
+    "budget": {"restarts": [1700000000.0]}, "stopped": {"dep1": "rank 3 exited"}, "pid": 42,
+    "verdicts": [{"time": 1700000000.0, "verdict": "idle", "detail": "no engine"},
+                 {"time": 1700000100.0, "verdict": "guarding", "detail": "sglang 512k"},
+                 {"time": 1700000200.0, "verdict": "stopped", "detail": "rank 3 exited"}]})
+
+
+def probe_output(settings: wi.Settings, unit_text: str) -> str:
+    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    d = settings.install_dir
+    return "\n".join([
+        "@@platform", json.dumps({"version": [3, 11, 2], "machine": "x86_64",
+                                  "soabi": "cpython-311-x86_64-linux-gnu",
+                                  "libc": ["glibc", "2.36"], "executable": "/usr/bin/python3"}),
+        "", "rc 0",
+        "@@sources", json.dumps({"10.77.1.11": "10.77.1.11", "10.77.1.12": "10.77.1.11"}),
+        "@@dirs", d, f"{d}/lib", settings.state_file, settings.state_dir,
+        "@@manifest", "ab" * 32 + "  -", "check 0",
+        "@@files", "cd" * 32 + "  inventory/hosts.yml", "ef" * 32 + "  README.md",
+        "@@key", "private", b64(f"{PUB} sparkrack-watchdog@spark-01\n".encode()),
+        "@@unitfile", b64(unit_text.encode()),
+        "@@state", b64(STATE_JSON.encode()),
+        "@@systemd", "LoadState=loaded", "ActiveState=active", "SubState=running",
+        "UnitFileState=enabled", "ActiveEnterTimestamp=Mon 2026-05-11 10:00:00 UTC",
+        "NRestarts=2", "MainPID=4242", "Result=success",
+        "@@end", ""])
+
+
+def test_probe_output_is_parsed_and_status_shows_it(tmp_path):
+    settings = wi.Settings(install_dir="/opt/sr")
+    state = wi.parse_probe(probe_output(settings, "[Unit]\n"), settings)
+    assert state.platform.version == (3, 11, 2) and state.platform.machine == "x86_64"
+    assert state.sources == {"10.77.1.11": "10.77.1.11", "10.77.1.12": "10.77.1.11"}
+    assert state.install_dir and state.lib and state.lib_checks and state.state_dir
+    assert state.manifest_sha256 == "ab" * 32
+    assert state.files == {"inventory/hosts.yml": "cd" * 32, "README.md": "ef" * 32}
+    assert state.private_key and state.public_key == f"{PUB} sparkrack-watchdog@spark-01"
+    assert state.unit_file == b"[Unit]\n" and state.active and state.enabled
+    inventory = load_inventory(rehearsal_copy(tmp_path))
+    record = keyrecord.WatchdogKey("spark-01", "/opt/sr", PUB, ("10.77.1.11",))
+    found = wi.status_of(inventory.head, inventory, state, record)
+    assert (found.node, found.active_state, found.sub_state, found.restarts, found.main_pid,
+            found.since) == ("spark-01", "active", "running", 2, 4242,
+                             "Mon 2026-05-11 10:00:00 UTC")
+    assert found.metrics_url == "http://10.77.1.11:9478/metrics" and found.recorded
+    assert [v["verdict"] for v in found.verdicts] == ["idle", "guarding", "stopped"]
+    assert found.stopped == {"dep1": "rank 3 exited"} and found.running
+    assert json.loads(json.dumps(found.as_dict()))["verdicts"][-1]["detail"] == "rank 3 exited"
+
+
+def test_status_names_what_differs_from_what_install_would_ship(tmp_path):
+    want = fresh_want(tmp_path)
+    inventory_files = {p.removeprefix("inventory/"): c for p, c in want.files.items()
+                       if p.startswith("inventory/")}
+    state = state_with(want)
+    assert wi.stale_parts(state, inventory_files, want.manifest_sha256) == ()
+    files = dict(state.files)
+    files["inventory/hosts.yml"] = "0" * 64
+    files["inventory/host_vars/spark-09.yml"] = "1" * 64
+    del files["inventory/known_hosts"]
+    changed = state_with(want, files=files, lib_checks=False)
+    assert wi.stale_parts(changed, inventory_files, want.manifest_sha256) == (
+        "lib", "inventory/host_vars/spark-09.yml", "inventory/hosts.yml",
+        "inventory/known_hosts")
+
+
+def test_a_cut_probe_and_a_broken_state_file_are_said(tmp_path):
+    settings = wi.Settings()
+    with pytest.raises(Exception, match="cut short"):
+        wi.parse_probe("@@platform\n", settings)
+    assert wi.parse_state(b"{not json")[3].startswith("state file unreadable")
+    assert wi.parse_state(None) == ((), {}, {}, "")
+
+
+# --- The key record and role watchdog_key -----------------------------------------------------
+
+
+def test_the_key_record_round_trips_and_refuses_what_is_not_a_key(tmp_path):
+    record = keyrecord.WatchdogKey("spark-01", "/opt/sr", PUB, ("10.77.1.11",))
+    assert keyrecord.write_record(tmp_path, record)
+    assert not keyrecord.write_record(tmp_path, record)  # unchanged: not rewritten
+    assert keyrecord.read_record(tmp_path) == record
+    assert keyrecord.node_vars(tmp_path) == {"watchdog_pubkey": PUB,
+                                             "watchdog_from": ["10.77.1.11"],
+                                             "watchdog_node": "spark-01"}
+    assert keyrecord.check_public_key(f"{PUB} some comment") == PUB
+    for bad in ("ssh-rsa AAAAB3NzaC1yc2E", f'{PUB}\ncommand="reboot" {OTHER_PUB}', ""):
+        with pytest.raises(ValueError):
+            keyrecord.check_public_key(bad)
+    with pytest.raises(ValueError):
+        keyrecord.check_sources(['10.0.0.1" ,command="x'])
+    (tmp_path / "watchdog.json").write_text('{"node": "spark-01"}')
+    with pytest.raises(UsageError, match="not a watchdog key record"):
+        keyrecord.read_record(tmp_path)
+    assert keyrecord.remove_record(tmp_path) and not keyrecord.remove_record(tmp_path)
+    assert keyrecord.node_vars(tmp_path)["watchdog_pubkey"] == ""
+
+
+def role_plan(inv: Path, facts: NodeFacts, absent=False, node="spark-02"):
+    inventory = load_inventory(inv)
+    roles = load_roles("watchdog_key")
+    renderer = Renderer()
+    context = node_vars(inventory, inventory.node(node), roles, {})
+    tasks = {r.name: render_tasks(r, r.tasks, context, renderer) for r in roles}
+    return plan_node(roles, tasks, {}, context, facts, renderer=renderer, absent=absent)
+
+
+def keys_file(text: str | None) -> NodeFacts:
+    path = "/etc/ssh/sparkrack_authorized_keys"
+    if text is None:
+        return NodeFacts(files={path: FileFacts()})
+    data = text.encode()
+    return NodeFacts(files={path: FileFacts(exists=True, type="file", mode="600", owner="root",
+                                            group="root", size=len(data),
+                                            sha256=hashlib.sha256(data).hexdigest(),
+                                            content=data)})
+
+
+def test_role_watchdog_key_does_nothing_without_a_recorded_key(tmp_path):
+    [change] = role_plan(rehearsal_copy(tmp_path), keys_file(OPERATOR + "\n"))
+    assert change.status == "skipped" and not change.actions
+    assert "watchdog_key" in [r.name for r in load_roles()]  # part of every provision
+
+
+def test_role_watchdog_key_adds_one_marked_restricted_line(tmp_path):
+    inv = rehearsal_copy(tmp_path)
+    keyrecord.write_record(inv, keyrecord.WatchdogKey("spark-01", "/opt/sr", PUB,
+                                                      ("10.77.1.11",)))
+    [change] = role_plan(inv, keys_file(OPERATOR + "\n"))
+    assert change.status == "changed"
+    [put] = change.actions
+    assert isinstance(put, Put) and put.path == "/etc/ssh/sparkrack_authorized_keys"
+    assert put.mode == 0o600
+    line = f'restrict,from="10.77.1.11" {PUB} sparkrack-watchdog'
+    assert put.content.decode() == f"{OPERATOR}\n{line}\n"  # the operator's key stays
+    assert f"+{line}" in change.diff
+    [again] = role_plan(inv, keys_file(put.content.decode()))
+    assert again.status == "ok" and not again.actions  # idempotent
+    keyrecord.write_record(inv, keyrecord.WatchdogKey("spark-01", "/opt/sr", OTHER_PUB, ()))
+    [rekeyed] = role_plan(inv, keys_file(put.content.decode()))
+    assert rekeyed.actions[0].content.decode() == f"{OPERATOR}\nrestrict {OTHER_PUB} sparkrack-watchdog\n"
+
+
+def test_role_watchdog_key_in_absent_mode_removes_the_line_whatever_the_record(tmp_path):
+    inv = rehearsal_copy(tmp_path)
+    text = f'{OPERATOR}\nrestrict,from="10.77.1.11" {PUB} sparkrack-watchdog\n'
+    [change] = role_plan(inv, keys_file(text), absent=True)  # no record needed
+    assert change.status == "changed" and change.actions[0].content.decode() == OPERATOR + "\n"
+    [only] = role_plan(inv, keys_file(f"restrict {PUB} sparkrack-watchdog\n"), absent=True)
+    assert only.actions == (Run(("rm", "-f", "--", "/etc/ssh/sparkrack_authorized_keys")),)
+    [none] = role_plan(inv, keys_file(OPERATOR + "\n"), absent=True)
+    assert none.status == "ok" and not none.actions
+
+
+def test_role_watchdog_key_on_a_real_node_uses_the_users_authorized_keys(tmp_path):
+    inv = tmp_path / "real"
+    shutil.copytree(REPO / "inventory", inv, ignore=shutil.ignore_patterns("rehearsal"))
+    keyrecord.write_record(inv, keyrecord.WatchdogKey("spark-01", "/opt/sr", PUB,
+                                                      ("192.0.2.11",)))
+    [change] = role_plan(inv, NodeFacts(files={".ssh/authorized_keys": FileFacts()}))
+    [put] = change.actions
+    assert put.path == ".ssh/authorized_keys" and put.mode == 0o600  # relative to the home
+    assert put.content.decode() == f'restrict,from="192.0.2.11" {PUB} sparkrack-watchdog\n'
+
+
+# --- A whole install on a loopback node --------------------------------------------------------
+
+FAKE_SYSTEMCTL = r"""#!/bin/sh
+# systemctl for a loopback "node": logs each call, keeps the unit's state in a file
+here=$(dirname "$0")
+echo "$*" >> "$here/systemctl.log"
+[ -f "$here/unit.state" ] || printf 'active=inactive\nenabled=disabled\n' > "$here/unit.state"
+. "$here/unit.state"
+case "$1" in
+  show) printf 'LoadState=loaded\nActiveState=%s\nSubState=%s\nUnitFileState=%s\n' \
+          "$active" "$([ "$active" = active ] && echo running || echo dead)" "$enabled"
+        printf 'ActiveEnterTimestamp=Mon 2026-05-11 10:00:00 UTC\nNRestarts=0\nMainPID=0\n'
+        exit 0 ;;
+  start|restart) active=active ;;
+  stop) active=inactive ;;
+  enable) enabled=enabled ;;
+  disable) enabled=disabled ;;
+esac
+printf 'active=%s\nenabled=%s\n' "$active" "$enabled" > "$here/unit.state"
+"""
+
+
+def node_python() -> str:
+    """The loopback node's interpreter: Debian's python3 when it can run this machine's
+    libraries (a different interpreter than the tests', as on a real node), else ours."""
+    debian = Path("/usr/bin/python3")
+    if debian.exists():
+        import subprocess
+
+        out = subprocess.run([str(debian), "-c", payload.PLATFORM_SCRIPT], capture_output=True,
+                             text=True).stdout
+        try:
+            if payload.platform_problem(payload.Platform.local(), payload.Platform.parse(out),
+                                        str(debian)) is None:
+                return str(debian)
+        except (ValueError, KeyError, IndexError):
+            pass
+    return sys.executable
+
+
+@pytest.fixture
+def loopback(sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A loopback inventory of one node, spark-01 (this machine; the loopback nodes share
+    one filesystem and so one authorized_keys file, which the role would write three
+    times at once), its sshd's authorized_keys as ssh_authorized_keys_file, install paths
+    in tmp_path and a fake systemctl."""
+    monkeypatch.setenv("SPARKRACK_LOCK_DIR", str(tmp_path / "lock"))
+    inv = write_inventory(sshd, tmp_path / "inv", ("spark-01",))
+    with open(inv / "group_vars" / "all.yml", "a") as out:
+        out.write(f"ssh_authorized_keys_file: {sshd.directory}/authorized_keys\n"
+                  f"watchdog_metrics_port: {free_port()}\n")
+    fake = tmp_path / "systemd" / "systemctl"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_SYSTEMCTL)
+    fake.chmod(0o755)
+    settings = wi.Settings(install_dir=str(tmp_path / "opt" / "sparkrack-watchdog"),
+                           python=node_python(), unit_dir=str(tmp_path / "systemd"),
+                           state_dir=str(tmp_path / "state"), systemctl=str(fake),
+                           wait_metrics=False)
+    yield load_inventory(inv), settings, fake.parent
+    (sshd.directory / "authorized_keys").write_text(
+        "\n".join(l for l in (sshd.directory / "authorized_keys").read_text().splitlines()
+                  if not l.endswith("sparkrack-watchdog")) + "\n")
+
+
+def tree(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))
+            if "__pycache__" not in p.parts}
+
+
+@needs_sshd
+def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, capsys):
+    inventory, settings, systemd = loopback
+    said = []
+    report = wi.install(inventory, settings=settings, say=said.append)
+    d = Path(settings.install_dir)
+    assert report.node == "spark-01" and report.changed
+    assert report.reached == ["spark-01"]  # proved from the node, with the node's key
+    key = d / "ssh" / "id_ed25519"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    public = keyrecord.check_public_key((d / "ssh" / "id_ed25519.pub").read_text())
+    assert report.key.public_key == public and report.key.sources == ("127.0.0.1",)
+    assert keyrecord.read_record(inventory.path) == report.key
+    lines = (sshd.directory / "authorized_keys").read_text().splitlines()
+    assert lines[-1] == f'restrict,from="127.0.0.1" {public} sparkrack-watchdog'
+    assert len(lines) == 2  # the operator's key stays first
+    copy = load_inventory(d / "inventory")
+    assert {n.key_file for n in copy.nodes} == {key}
+    assert (d / "inventory" / "known_hosts").read_bytes() == sshd.known_hosts.read_bytes()
+    assert (d / "lib" / "sparkrack" / "watchdog" / "install.py").is_file()
+    unit = (systemd / wi.UNIT).read_text()
+    assert f"ExecStart={settings.python} -m sparkrack.watchdog --inventory {d}/inventory" in unit
+    assert "Restart=always" in unit
+    calls = (systemd / "systemctl.log").read_text().splitlines()
+    assert [c for c in calls if not c.startswith("show")] == [
+        "daemon-reload", f"enable {wi.UNIT}", f"start {wi.UNIT}"]
+    assert any(line.startswith("watch.install: shipping ") for line in said)
+
+    before, calls_before = tree(d), len(calls)
+    keys_before = (sshd.directory / "authorized_keys").read_bytes()
+    again = wi.install(inventory, settings=settings, say=said.append)
+    assert not again.changed and not again.plan.changes_node
+    assert tree(d) == before  # not a file rewritten
+    assert (sshd.directory / "authorized_keys").read_bytes() == keys_before
+    calls = (systemd / "systemctl.log").read_text().splitlines()
+    assert all(c.startswith("show") for c in calls[calls_before:])
+
+    Path(settings.state_dir).mkdir()
+    Path(settings.state_file).write_text(STATE_JSON)
+    found = wi.status(inventory, settings=settings)
+    assert found.installed and found.running and found.recorded
+    assert found.public_key.startswith(public) and found.verdicts[-1]["verdict"] == "stopped"
+    assert found.metrics_url == f"http://127.0.0.1:{inventory.vars.watchdog_metrics_port}/metrics"
+    assert found.stale == ()
+
+    with open(inventory.path / "group_vars" / "all.yml", "a") as out:  # the operator edits
+        out.write("watchdog_restart_budget: 5\n")
+    inventory = load_inventory(inventory.path)
+    assert wi.status(inventory, settings=settings).stale == ("inventory/group_vars/all.yml",)
+    calls_before = len((systemd / "systemctl.log").read_text().splitlines())
+    updated = wi.install(inventory, settings=settings, say=said.append)
+    assert list(updated.plan.write) == ["inventory/group_vars/all.yml"]
+    assert not updated.plan.ship_lib and not updated.plan.make_key and updated.changed
+    calls = (systemd / "systemctl.log").read_text().splitlines()[calls_before:]
+    assert [c for c in calls if not c.startswith("show")] == [f"restart {wi.UNIT}"]
+    assert "watchdog_restart_budget: 5" in (d / "inventory/group_vars/all.yml").read_text()
+    assert wi.status(inventory, settings=settings).stale == ()
+
+    run_the_shipped_service(inventory, settings, tmp_path=Path(settings.state_dir).parent)
+
+    gone = wi.uninstall(inventory, settings=settings, say=said.append)
+    assert gone.plan.stop and gone.plan.remove_unit and gone.deauthorized == ["spark-01"]
+    assert gone.unrecorded and keyrecord.read_record(inventory.path) is None
+    assert not d.exists() and not Path(settings.state_dir).exists()
+    assert not (systemd / wi.UNIT).exists()
+    assert "sparkrack-watchdog" not in (sshd.directory / "authorized_keys").read_text()
+    calls = (systemd / "systemctl.log").read_text().splitlines()
+    assert [c for c in calls if not c.startswith("show")][-3:] == [
+        f"stop {wi.UNIT}", f"disable {wi.UNIT}", "daemon-reload"]
+    assert not wi.status(inventory, settings=settings).installed
+    nothing = wi.uninstall(inventory, settings=settings, say=said.append)
+    assert not nothing.plan.changes_node and not nothing.deauthorized
+
+
+def run_the_shipped_service(inventory, settings: wi.Settings, tmp_path: Path) -> None:
+    """The unit's ExecStart as systemd would run it (its Environment=, cwd /), only with
+    the metrics on loopback and the state and lock in tmp_path (this machine is the
+    loopback head: nothing may go to its /var/lib/sparkrack); install's own wait for
+    /metrics must see a poll end."""
+    import dataclasses
+    import shlex
+    import subprocess
+
+    from sparkrack.fleet import Fleet
+    from sparkrack.lifecycle.record import RECORD_DIR
+
+    if Path(RECORD_DIR, "current.json").exists():
+        return  # this machine has a deployment record of its own: the service would guard it
+    unit = (Path(settings.unit_dir) / wi.UNIT).read_text()
+    argv = shlex.split(next(l for l in unit.splitlines() if l.startswith("ExecStart=")
+                            ).removeprefix("ExecStart="))
+    port = inventory.vars.watchdog_metrics_port
+    assert argv[argv.index("--listen") + 1] == f"0.0.0.0:{port}"
+    argv[argv.index("--listen") + 1] = f"127.0.0.1:{port}"
+    argv[argv.index("--state") + 1] = str(tmp_path / "service" / "state.json")
+    environment = dict(line.removeprefix("Environment=").split("=", 1)
+                       for line in unit.splitlines() if line.startswith("Environment="))
+    environment.update(SPARKRACK_STATE_DIR=str(tmp_path / "service"),
+                       SPARKRACK_LOCK_DIR=str(tmp_path / "lock"), PATH=os.environ["PATH"])
+    process = subprocess.Popen(argv, cwd="/", env=environment, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        with Fleet(inventory) as fleet:
+            url = wi._wait_metrics(fleet, inventory.head,
+                                   dataclasses.replace(settings, listen="127.0.0.1"), inventory)
+        assert url == f"http://127.0.0.1:{port}/metrics"
+    finally:
+        process.terminate()
+        out, _ = process.communicate(timeout=20)
+    assert f"metrics on http://127.0.0.1:{port}/metrics" in out, out
+    assert "idle: no engine deployment is current" in out, out
+    assert environment["PYTHONPATH"] == f"{settings.install_dir}/lib"
+
+
+@needs_sshd
+def test_a_node_python_that_differs_is_refused_before_anything_is_written(loopback, tmp_path):
+    inventory, settings, systemd = loopback
+    other = tmp_path / "python3.9"
+    other.write_text('#!/bin/sh\necho \'{"version": [3, 9, 2], "machine": "aarch64", '
+                     '"soabi": "cpython-39-aarch64-linux-gnu", "libc": ["glibc", "2.31"]}\'\n')
+    other.chmod(0o755)
+    import dataclasses
+
+    with pytest.raises(UsageError) as refused:
+        wi.install(inventory, settings=dataclasses.replace(settings, python=str(other)),
+                   say=lambda line: None)
+    line = refused.value.line()
+    assert "\n" not in line
+    assert line.startswith(f"spark-01: the node's {other} (Python 3.9.2 aarch64")
+    assert "Python 3.9 there, 3.11 here; aarch64 there" in line
+    assert "run watch.install from a machine whose Python matches the node's" in line
+    assert not Path(settings.install_dir).exists() and not (systemd / wi.UNIT).exists()
+    assert keyrecord.read_record(inventory.path) is None
+
+
+@needs_sshd
+def test_uninstall_with_the_watchdogs_node_dead_still_takes_the_key_away(sshd, tmp_path):
+    inv = write_inventory(sshd, tmp_path / "inv", ("spark-01", "spark-02"),
+                          ports={"spark-01": free_port()})  # nothing listens: dead
+    with open(inv / "group_vars" / "all.yml", "a") as out:
+        out.write(f"ssh_authorized_keys_file: {sshd.directory}/authorized_keys\n")
+    inventory = load_inventory(inv)
+    keyrecord.write_record(inv, keyrecord.WatchdogKey("spark-01", str(tmp_path / "opt"), PUB,
+                                                      ("127.0.0.1",)))
+    keys = sshd.directory / "authorized_keys"
+    operator = keys.read_text()
+    keys.write_text(f"{operator}restrict {PUB} sparkrack-watchdog\n")
+    said = []
+    try:
+        with pytest.raises(SparkrackError) as failed:
+            wi.uninstall(inventory, settings=wi.Settings(install_dir=str(tmp_path / "opt")),
+                         say=said.append)
+        assert failed.value.line().startswith("watch.uninstall is not complete: spark-01: ")
+        assert keys.read_text() == operator  # spark-02 (the same file here) lost the line
+        assert keyrecord.read_record(inv) is not None  # kept for the run that finishes
+        assert any("its files stay there" in line for line in said)
+    finally:
+        keys.write_text(operator)
+
+
+@needs_sshd
+def test_install_on_another_node_than_the_recorded_one_is_refused(loopback):
+    inventory, settings, _ = loopback
+    keyrecord.write_record(inventory.path, keyrecord.WatchdogKey(
+        "spark-02", settings.install_dir, PUB, ("127.0.0.1",)))
+    with pytest.raises(UsageError, match="the watchdog is installed on spark-02"):
+        wi.install(inventory, "spark-01", settings=settings, say=lambda line: None)
+
+
+@needs_sshd
+def test_watch_status_task_on_a_node_without_the_watchdog(loopback, capsys):
+    from sparkrack.cli import watch_tasks
+
+    inventory, _, _ = loopback
+    with pytest.raises(Exit) as raised:
+        watch_tasks.status(Context(), inventory=str(inventory.path))
+    assert raised.value.code == 1
+    assert "the watchdog is not installed on spark-01" in capsys.readouterr().out
+
+
+@needs_sshd
+def test_watch_install_check_task_probes_and_changes_nothing(loopback, capsys):
+    """--check through the task (no lock taken): default paths, read-only on this machine."""
+    from sparkrack.cli import watch_tasks
+
+    inventory, _, _ = loopback
+    if Path(wi.DEFAULT_INSTALL_DIR).exists():
+        pytest.skip(f"this machine has a {wi.DEFAULT_INSTALL_DIR} of its own")
+    watch_tasks.install(Context(), inventory=str(inventory.path), check=True,
+                        python=node_python())
+    said = capsys.readouterr().err
+    assert f"watch.install: would ship {wi.DEFAULT_INSTALL_DIR}/lib" in said
+    assert "would record the key in" in said and "from 127.0.0.1)" in said
+    assert not Path(wi.DEFAULT_INSTALL_DIR).exists()
+    assert keyrecord.read_record(inventory.path) is None
+
+
+def test_watch_tasks_keep_invoke_watch_and_add_the_service_tasks():
+    import subprocess
+
+    for argv, words in ((["-h", "watch"], ("--duration", "--restart", "--interval", "--wait")),
+                        (["-h", "watch.install"], ("--on", "--check", "--python", "--wait")),
+                        (["-h", "watch.uninstall"], ("--on", "--check", "--wait")),
+                        (["-h", "watch.status"], ("--on", "--json"))):
+        done = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert f"[--core-opts] {argv[1]} [--options]" in done.stdout
+        for word in words:
+            assert word in done.stdout
+    assert "--wait" not in subprocess.run(
+        [sys.executable, "-m", "invoke", "-h", "watch.status"], cwd=REPO, capture_output=True,
+        text=True, timeout=60).stdout

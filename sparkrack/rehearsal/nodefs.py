@@ -25,6 +25,7 @@ MASKED_UNITS = (
     "systemd-timesyncd.service", "apparmor.service", "getty@tty1.service",
     "console-getty.service", "systemd-networkd.service", "networking.service",
     "ModemManager.service", "unattended-upgrades.service", "cron.service",
+    "prometheus.service",  # CI installs Debian's prometheus on this machine (for its tests)
 )
 SHIPPED_UNITS = ("nvidia-persistenced.service", "rehearsal-roce.service")  # ours, in /etc
 ENABLED_UNITS = (*SHIPPED_UNITS, "ssh.service", "docker.service", "containerd.service")

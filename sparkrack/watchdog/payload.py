@@ -162,12 +162,15 @@ def _skipped(parts: tuple[str, ...]) -> bool:
 
 
 def package_files(package_dir: Path = PACKAGE_DIR) -> dict[str, Path]:
-    """The sparkrack package as it is here: every file but bytecode."""
+    """The sparkrack package as it is here, every file but bytecode, and the roles beside it
+    (`roles/`, which the launch specs render the nodes' env files from: the watchdog's
+    restart is an `up`)."""
     files = {}
-    for path in sorted(package_dir.rglob("*")):
-        relative = path.relative_to(package_dir.parent)
-        if path.is_file() and not _skipped(relative.parts):
-            files[relative.as_posix()] = path
+    for tree in (package_dir, package_dir.parent / "roles"):
+        for path in sorted(tree.rglob("*")):
+            relative = path.relative_to(package_dir.parent)
+            if path.is_file() and not _skipped(relative.parts):
+                files[relative.as_posix()] = path
     return files
 
 

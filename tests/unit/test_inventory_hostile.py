@@ -150,7 +150,7 @@ def test_a_huge_group_vars_file_is_refused_at_once(rack):
         handle.truncate(60 * 2**20)  # 60 MB (sparse): never read
     began = time.monotonic()
     line = refused(rack)
-    assert time.monotonic() - began < 1.0
+    assert time.monotonic() - began < 3.0  # at once: the whole file was 105 s to plan
     assert line.startswith(f"{file}: 62,914,560 bytes, over the 1 MiB limit of an inventory "
                            "file (")
 

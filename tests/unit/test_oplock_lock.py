@@ -4,6 +4,7 @@ head; the lock directory is a temp folder, the local state another one per "mach
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import threading
@@ -76,7 +77,7 @@ def test_take_refuse_release(rack, lock_dir, machine):
         assert refused.value.exit_code == 3
         assert message.startswith(f"the rack lock is held by alice@laptop (pid {os.getpid()}) "
                                   "running `up --engine sglang` since ")
-        assert "last heartbeat 0 s ago" in message
+        assert re.search(r"; last heartbeat [0-4] s ago\)", message), message  # fresh, busy host
         assert message.endswith("(wait for it with --wait SECONDS; `invoke lock` shows it)")
         data = json.loads(Path(lock_dir, "lock.json").read_text())
         assert data["token"] == "a" * 32 and abs(data["since"] - time.time()) < 5

@@ -7,18 +7,20 @@ import pytest
 from sparkrack.engines import LABEL_ENGINE
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import dockerfit
+from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.rehearsal.stubimage import build_stub_images, load_stub_image
 
 
 @pytest.fixture(scope="module")
 def stub(inventory):
-    """A fleet with both stub images on every node, and the nodes' docker limits."""
+    """A fleet with both stub images on every node, and the nodes' docker limits. An engine
+    left running (the README's first command starts one) is stopped in order first, as the
+    lifecycle tests do: these tests create containers of the same names."""
+    lifecycle.down(inventory)
     with Fleet(inventory) as fleet:
         busy = {node.name: [c.name for c in fleet.docker_client(node.name).containers.list(
             all=True, filters={"label": LABEL_ENGINE})] for node in fleet.nodes}
-        busy = {node: names for node, names in busy.items() if names}
-        if busy:
-            pytest.skip(f"engine containers already on the rack: {busy}")
+        assert not any(busy.values()), f"engine containers left on the rack: {busy}"
         images = build_stub_images(inventory)
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda job: load_stub_image(fleet, job[0], *job[1]),

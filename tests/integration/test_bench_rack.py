@@ -28,6 +28,7 @@ from sparkrack.bench.client import Endpoint
 from sparkrack.bench.metrics import parse_prometheus
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet, sh
+from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.lifecycle import record
 from sparkrack.lifecycle.containers import engine_containers, stop_ranks
 from sparkrack.lifecycle.record import RECORD_DIR, Deployment
@@ -63,12 +64,9 @@ def bench_rack(inventory, tmp_path_factory):
     (wiring / "tasks.py").write_text(WIRING)
     saved_env = os.environ.get("XDG_STATE_HOME")
     os.environ["XDG_STATE_HOME"] = str(state)
+    lifecycle.down(inventory)  # an engine left running (the README's first command starts one)
     with Fleet(inventory) as fleet:
-        deadline = time.monotonic() + 60  # other suites share the rack: wait for it
-        while _busy(fleet):
-            if time.monotonic() > deadline:
-                pytest.skip(f"engine containers already on the rack: {_busy(fleet)}")
-            time.sleep(2)
+        assert not _busy(fleet), f"engine containers left on the rack: {_busy(fleet)}"
         images = build_stub_images(inventory)
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda job: load_stub_image(fleet, job[0], *job[1]),

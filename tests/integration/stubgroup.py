@@ -1,6 +1,8 @@
-"""`Group`: one stub deployment's eight containers, created from the real launch specs
-(with per-rank env overrides), started workers first and head last, removed after. The
-`stub` fixture (tests/integration/conftest.py) gives the fleet and the nodes' limits."""
+"""Helpers of the rack tests: `quick_burn` (the cap gate's check, 1 s), `nothing_runs`
+(every engine container on the rack), and `Group`: one stub deployment's eight containers,
+created from the real launch specs (with per-rank env overrides), started workers first
+and head last, removed after. The `stub` fixture (tests/integration/conftest.py) gives
+the fleet and the nodes' limits."""
 
 from __future__ import annotations
 
@@ -12,8 +14,24 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import docker.errors
+from sparkrack.burn import burn
 from sparkrack.engines import build_specs, docker_sdk_kwargs
+from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import dockerfit
+from sparkrack.lifecycle.containers import engine_containers
+
+
+def quick_burn(inventory, nodes, fleet=None):
+    """The clock-cap gate's under-load check, 1 s long."""
+    return burn(inventory, nodes, seconds=1, fleet=fleet)
+
+
+def nothing_runs(inventory) -> list:
+    """Every engine container on the rack (running or not); docker answered on every node."""
+    with Fleet(inventory) as fleet:
+        ranks, errors = engine_containers(fleet)
+    assert not errors
+    return ranks
 
 
 class Group:

@@ -12,29 +12,20 @@ from __future__ import annotations
 
 import pytest
 
-from sparkrack.burn import burn
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import engine as lifecycle
-from sparkrack.lifecycle.containers import engine_containers
 from sparkrack.provision import provision
 from sparkrack.provision.envfiles import parse_env, rack_view
 
-from stubgroup import Group
+from stubgroup import Group, nothing_runs, quick_burn
 
 pytestmark = pytest.mark.rack
 FILES = ("/etc/sparkrack/nccl.env", "/etc/sparkrack/sglang.env")
 
 
-def quick_burn(inventory, nodes, fleet=None):
-    return burn(inventory, nodes, seconds=1, fleet=fleet)
-
-
 def engines_running(inventory) -> list:
-    with Fleet(inventory) as fleet:
-        ranks, errors = engine_containers(fleet)
-    assert not errors
-    return [r for r in ranks if r.alive]
+    return [r for r in nothing_runs(inventory) if r.alive]
 
 
 @pytest.fixture

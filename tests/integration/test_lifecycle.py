@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkrack.burn import burn
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
 from sparkrack.lifecycle import engine as lifecycle
-from sparkrack.lifecycle.containers import engine_containers
 from sparkrack.lifecycle.record import read as read_records
 from sparkrack.lifecycle.start import StartFailed
+from stubgroup import nothing_runs, quick_burn
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
@@ -32,15 +31,6 @@ SEED_FLAGS = ("--context-length 524288 --mem-fraction-static 0.80 --max-running-
               "--cuda-graph-max-bs-decode 4").split()
 
 
-def quick_burn(inventory, nodes, fleet=None):
-    return burn(inventory, nodes, seconds=1, fleet=fleet)
-
-
-def nothing_runs(inventory) -> list:
-    with Fleet(inventory) as fleet:
-        ranks, errors = engine_containers(fleet)
-    assert not errors
-    return ranks
 
 
 @pytest.fixture

@@ -1,17 +1,13 @@
 """Power-safe restarts on the rehearsal rack: batches, verification, a latched GPU stops it."""
 
 import pytest
+from stubgroup import quick_burn
 
-from sparkrack.burn import burn
 from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.lifecycle.restart import RebootStopped
 from sparkrack.rehearsal import nodeproc
 
 pytestmark = pytest.mark.rack
-
-
-def quick_burn(inventory, nodes, fleet=None):
-    return burn(inventory, nodes, seconds=1, fleet=fleet)
 
 
 def boots(rack) -> dict[str, list[int]]:

@@ -28,8 +28,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from stubgroup import quick_burn
 
-from sparkrack.burn import burn
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet, sh
 from sparkrack.lifecycle import engine as lifecycle
@@ -44,10 +44,6 @@ PROMETHEUS = Path("/usr/bin/prometheus")
 STOP_WITHIN_S = 5.0
 LEFTOVERS = (f"/etc/systemd/system/{UNIT}", f"/etc/systemd/system/multi-user.target.wants/{UNIT}",
              DEFAULT_INSTALL_DIR, STATE_DIR)
-
-
-def quick_burn(inventory, nodes, fleet=None):
-    return burn(inventory, nodes, seconds=1, fleet=fleet)
 
 
 def invoke(*args, timeout=600) -> subprocess.CompletedProcess:

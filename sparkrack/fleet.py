@@ -39,6 +39,7 @@ from sparkrack.fleet_docker import pinned_docker_client
 from sparkrack.fleet_results import FleetError, FleetResult, NodeResult
 from sparkrack.fleet_ssh import (
     UnreachableError, answers, explain, lost_reason, open_connection, who)
+from sparkrack.fleet_warm import borrow, claim, lend
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory_schema import FrozenMapping
 from sparkrack.netguard import check_node
@@ -68,6 +69,7 @@ class Fleet:
         self._by_name = {node.name: node for node in self.nodes}
         self._locks = {node.name: threading.Lock() for node in self.nodes}
         self._connections: dict[str, Connection] = {}
+        self._borrowed: set[str] = set()  # nodes whose connection another owner lent us
         self._docker: dict[str, docker.DockerClient] = {}
 
     def __enter__(self) -> Fleet:
@@ -85,8 +87,18 @@ class Fleet:
                 if client is not None:
                     client.close()
                 connection = self._connections.pop(name, None)
-                if connection is not None:
+                if connection is not None and name not in self._borrowed:
                     connection.close()
+                self._borrowed.discard(name)
+
+    def lend(self, name: str) -> None:
+        """Lend this fleet's open connection to node name to other fleets (fleet_warm.lend)
+        until fleet_warm.unlend; it stays this fleet's to close."""
+        node = self._node(name)
+        with self._locks[name]:
+            connection = self._connections.get(name)
+        if connection is not None:
+            lend(node, self.known_hosts, connection)
 
     @property
     def known_hosts(self) -> Path:
@@ -220,22 +232,31 @@ class Fleet:
                         "its open connection (connection dropped)") from error
 
     def _connection(self, node: Node) -> tuple[Connection, bool]:
-        """node's cached open connection, or a new one; and whether it is new."""
+        """node's cached open connection, else one lent or opened ahead (fleet_warm), else a
+        new one; and whether it is new."""
         with self._locks[node.name]:
             connection = self._connections.get(node.name)
             if connection is not None and connection.is_connected:
                 return connection, False
-            if connection is not None:
+            if connection is not None and node.name not in self._borrowed:
                 connection.close()
-            connection = open_connection(node, self.known_hosts)
+            self._borrowed.discard(node.name)
+            lent = borrow(node, self.known_hosts)
+            if lent is not None:
+                self._connections[node.name] = lent
+                self._borrowed.add(node.name)
+                return lent, False
+            warm = claim(node, self.known_hosts)
+            connection = warm or open_connection(node, self.known_hosts)
             self._connections[node.name] = connection
-            return connection, True
+            return connection, warm is None
 
     def _drop(self, node: Node, connection: Connection) -> None:
         """Close connection and forget it, unless another thread already replaced it."""
         with self._locks[node.name]:
             if self._connections.get(node.name) is connection:
                 del self._connections[node.name]
+                self._borrowed.discard(node.name)
         connection.close()
 
     def _gone(self, node: Node, channel: paramiko.Channel) -> bool:

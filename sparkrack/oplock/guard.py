@@ -1,7 +1,8 @@
 """One changing task's rack lock and audit record, together.
 
     guard = Guard(inventory, "up", {"engine": "sglang", ...}, on_event=say)
-    guard.begin(wait=None)       # LockHeld (exit 3): a refused record is written
+    guard.begin(wait=None)       # LockHeld (exit 3): a refused record is written; the
+                                 # task's SSH connections open meanwhile (fleet_warm)
     with audit.active(guard.record):
         ...                      # the task; note() adds what changed
     guard.end("ok")              # end record, lock released (one round trip)
@@ -12,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
+from ..fleet_warm import discard, prewarm
 from ..inventory import Inventory
 from . import audit
 from .lock import LockError, LockHeld, RackLock, call, interrupt_main
@@ -43,12 +45,17 @@ class Guard:
     def begin(self, wait: float | None = None) -> None:
         """Take the lock and write the start record; LockHeld after writing a refused
         record (LockError, the head not answering: a refused record in the local copy)."""
+        # the task's connections open meanwhile; the head's is the lock's, lent once taken
+        prewarm(self.inventory, [n for n in self.inventory.nodes
+                                 if n.name != self.lock.home.name])
         try:
             self.took_over = self.lock.acquire(wait, self.record.start_line())
         except LockHeld as held:
+            discard()
             self._refused(held)
             raise
         except LockError as error:  # the head did not answer: only the local copy can say it
+            discard()
             audit.append_local(self.record.refused_line(error.line(), exit_code=error.exit_code))
             raise
         audit.append_local(self.record.start_line())
@@ -79,6 +86,7 @@ class Guard:
 
     def end(self, outcome: str, *, error: str | None = None, exit_code: int = 0) -> None:
         """Write the end record and release the lock (one round trip), and the local copy."""
+        discard()  # connections the task did not use
         line = self.record.end_line(outcome, error=error, exit_code=exit_code)
         problem = self.lock.release([*self._closing, line])
         if problem:

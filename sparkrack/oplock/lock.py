@@ -11,7 +11,8 @@ Two parts:
   on this machine queue on the kernel (no SSH while they wait) and a killed local holder
   frees it at once;
 - remote: lock.json on the head node (remote.py), taken, refreshed and released through
-  the constant lock script over the holder's own SSH connection to the head.
+  the constant lock script over the holder's own SSH connection to the head, which the
+  task's fleets borrow while the lock is held (fleet_warm).
 
 Timeouts (seconds). The holder refreshes the heartbeat every HEARTBEAT. The head judges
 the lock stale after STALE_AFTER without one (its own clock), and the next taker takes it
@@ -36,6 +37,7 @@ from filelock import FileLock, Timeout
 
 from ..errors import SparkrackError
 from ..fleet import Fleet
+from ..fleet_warm import unlend
 from ..inventory import Inventory
 from .identity import state_dir
 from .remote import Holder, Reply, holder_json, lock_argv, parse_reply
@@ -149,6 +151,7 @@ class RackLock:
             self._fleet.close()
             raise
         self.waited = time.monotonic() - started
+        self._fleet.lend(self.home.name)  # the task's fleets talk to the head on it too
         self._good_until = time.monotonic() + self.give_up_after
         _held.append(self)
         self._beats = threading.Thread(target=self._beat, name="rack-lock-heartbeat",
@@ -264,6 +267,7 @@ class RackLock:
         except LockError as error:
             return f"{error.message}; the lock goes stale after {self.stale_after} s"
         finally:
+            unlend(self.home, self._fleet.known_hosts)
             self._release_local()
             self._fleet.close()
 

@@ -26,8 +26,8 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path, PurePosixPath
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-import docker
 import paramiko
 from fabric import Connection
 
@@ -35,7 +35,6 @@ from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.fleet_argv import (
     Arg, Argv, Secret, quote_argv, redact_argv, redact_text, secret_values, sh)
 from sparkrack.fleet_channel import close_quietly, deadline, execute
-from sparkrack.fleet_docker import pinned_docker_client
 from sparkrack.fleet_results import FleetError, FleetResult, NodeResult
 from sparkrack.fleet_ssh import (
     UnreachableError, answers, explain, lost_reason, open_connection, who)
@@ -43,6 +42,9 @@ from sparkrack.fleet_warm import borrow, claim, lend
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory_schema import FrozenMapping
 from sparkrack.netguard import check_node
+
+if TYPE_CHECKING:
+    import docker
 
 __all__ = ["Arg", "Argv", "Fleet", "FleetError", "FleetResult", "NodeResult", "Secret",
            "Upload", "quote_argv", "redact_argv", "sh"]
@@ -143,6 +145,8 @@ class Fleet:
         """A docker SDK client to node's dockerd over SSH: same address check, known_hosts,
         key and timeouts as the fleet. Cached; closed with the fleet. UnreachableError
         (naming the node and why) if no session can be had."""
+        from sparkrack.fleet_docker import pinned_docker_client  # the SDK only when used
+
         target = self._node(node if isinstance(node, str) else node.name)
         check_node(target)  # an unsafe address is the caller's error, not an unreachable node
         with self._locks[target.name]:

@@ -1,10 +1,11 @@
 """Provisioning facts: ONE round trip per node gathers everything a plan needs.
 
-The script is a constant bash program; what to look at arrives as positional arguments
-(`f PATH`, `u UNIT`, `r HCA`, `x N ARGV...`, `i`, `n`), never formatted into its text.
-Its output is a series of `@@<index> <kind>` sections that `parse_facts` (pure, tested
-against recorded output) turns into `NodeFacts`. Paths, unit names and HCA names are never
-echoed back: a section names the query by its index, so no value can forge a section.
+The node runs sparkrack/remote/gather.py (one python3 process); what to look at arrives as
+positional arguments (`f PATH`, `u UNIT`, `r HCA`, `x N ARGV...`, `i`, `n`), never
+formatted into its text. Its output is a series of `@@<index> <kind>` sections that
+`parse_facts` (pure, tested against recorded output) turns into `NodeFacts`. Paths, unit
+names and HCA names are never echoed back: a section names the query by its index, so no
+value can forge a section.
 """
 
 from __future__ import annotations
@@ -18,79 +19,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkrack.fleet import Argv
+from sparkrack.remote import script
 
 CONTENT_LIMIT = 65536  # files up to this size come back whole (for diffs and hashes)
 ROCE_V2 = "RoCE v2"
 ACTIVE = "4: ACTIVE"  # ports/1/state of a port whose link is up
 EMPTY_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+GATHER_PYTHON = ("python3", "-I", "-S", "-c")  # isolated, no site: the standard library only
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "UnitFileState",
                    "NeedDaemonReload", "ExecMainStatus", "FragmentPath")
 
-GATHER_SCRIPT = r"""
-n=0
-printf '@@base\n'
-cat /proc/sys/kernel/random/boot_id
-date +%s.%N
-while [ $# -gt 0 ]; do
-  k=$1; shift
-  case $k in
-  f)
-    p=$1; shift
-    printf '\n@@%d f\n' "$n"
-    if s=$(stat -c '%F|%a|%U|%G|%s|%.9Y' -- "$p" 2>/dev/null); then
-      printf 'stat %s\n' "$s"
-      case $s in
-      'regular file|'*|'regular empty file|'*)
-        size=${s#*|*|*|*|}; size=${size%%|*}
-        if [ "$size" -le "$1" ]; then
-          printf 'content '; base64 -w0 < "$p"; printf '\n'
-        else
-          h=$(sha256sum < "$p"); printf 'sha256 %s\n' "${h%% *}"
-        fi ;;
-      'directory|'*)
-        for e in "$p"/.[!.]* "$p"/..?* "$p"/*; do
-          if [ -e "$e" ] || [ -L "$e" ]; then printf 'entry %q\n' "${e##*/}"; fi
-        done ;;
-      esac
-    else
-      printf 'missing\n'
-    fi
-    shift ;;
-  u)
-    printf '\n@@%d u\n' "$n"
-    systemctl show -p "$2" -- "$1" 2>&1
-    shift 2 ;;
-  r)
-    d=/sys/class/infiniband/$1; shift
-    printf '\n@@%d r\n' "$n"
-    if [ -d "$d" ]; then
-      printf 'present\n'
-      if read -r st < "$d/ports/1/state"; then printf 'state %s\n' "$st"; fi 2>/dev/null
-      for x in "$d"/device/net/*; do [ -e "$x" ] && printf 'netdev %s\n' "${x##*/}"; done
-      printf 'types\n'
-      (cd "$d/ports/1/gid_attrs/types" 2>/dev/null && grep -Hs . -- *)
-      printf 'gids\n'
-      (cd "$d/ports/1/gids" 2>/dev/null && grep -Hsv '^0000:0000:0000:0000:0000:0000:0000:0000$' -- *)
-    fi ;;
-  x)
-    c=$1; shift
-    printf '\n@@%d x\n' "$n"
-    "${@:1:c}" </dev/null >/dev/null 2>&1
-    printf 'rc %d\n' "$?"
-    shift "$c" ;;
-  i)
-    printf '\n@@%d i\n' "$n"
-    out=$(docker images --no-trunc --format '{{.Repository}}:{{.Tag}} {{.ID}}' 2>&1)
-    printf 'rc %d\n%s\n' "$?" "$out" ;;
-  n)
-    printf '\n@@%d n\n' "$n"
-    cat /proc/net/dev ;;
-  *)
-    printf '\n@@%d ?\n' "$n" ;;
-  esac
-  n=$((n+1))
-done
-"""
 
 
 @dataclass(frozen=True)
@@ -143,7 +81,7 @@ def gather_argv(queries: Iterable[Query]) -> Argv:
     args: list[str] = []
     for query in dict.fromkeys(queries):
         args += query.args()
-    return ["bash", "-c", GATHER_SCRIPT, "sparkrack-gather", *args]
+    return [*GATHER_PYTHON, script("gather"), *args]
 
 
 # --- Parsed facts ----------------------------------------------------------------------

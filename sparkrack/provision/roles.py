@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -260,11 +260,15 @@ def _environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
 
 
 class Renderer:
-    """Renders role params, expressions and templates with one Jinja2 environment."""
+    """Renders role params, expressions and templates with one Jinja2 environment; each
+    distinct string, expression and template is compiled once (every node renders the same
+    role texts with its own context)."""
 
     def __init__(self) -> None:
         self.env = _environment()
         self._templates: dict[Path, jinja2.Template] = {}
+        self._strings: dict[str, jinja2.Template] = {}
+        self._expressions: dict[str, Callable[..., Any]] = {}
 
     def value(self, raw: Any, context: Mapping[str, Any]) -> Any:
         """raw with every string rendered; a lone {{ expr }} keeps the expression's type."""
@@ -274,7 +278,7 @@ class Renderer:
             native = _NATIVE.match(raw)
             if native:
                 return self.expr(native.group("expr"), context)
-            return self._guard(lambda: self.env.from_string(raw).render(context), raw)
+            return self._guard(lambda: self._string(raw).render(context), raw)
         if isinstance(raw, Mapping):
             return {key: self.value(item, context) for key, item in raw.items()}
         if isinstance(raw, (list, tuple)):
@@ -283,9 +287,17 @@ class Renderer:
 
     def expr(self, text: str, context: Mapping[str, Any]) -> Any:
         """The value of one Jinja2 expression."""
-        return self._guard(lambda: self.env.compile_expression(text.strip(),
-                                                               undefined_to_none=False)(context),
-                           text)
+        return self._guard(lambda: self._expression(text.strip())(context), text)
+
+    def _string(self, raw: str) -> jinja2.Template:
+        if raw not in self._strings:
+            self._strings[raw] = self.env.from_string(raw)
+        return self._strings[raw]
+
+    def _expression(self, text: str) -> Callable[..., Any]:
+        if text not in self._expressions:
+            self._expressions[text] = self.env.compile_expression(text, undefined_to_none=False)
+        return self._expressions[text]
 
     def template(self, role: Role, src: str, context: Mapping[str, Any]) -> str:
         """The rendered template src of role."""

@@ -160,14 +160,15 @@ def test_values_are_positional_arguments_never_script_text():
     evil = "/etc/x; touch /tmp/pwned $(reboot) `id`"
     argv = g.gather_argv([g.file_query(evil), g.unit_query("a;b.service"),
                           g.roce_query("$(x)"), g.guard_query(["test", "-e", evil])])
-    assert argv[:2] == ["bash", "-c"] and argv[2] == g.GATHER_SCRIPT
-    assert evil in argv[3:] and "$(x)" in argv[3:]
-    assert evil not in g.GATHER_SCRIPT
+    script = argv[len(g.GATHER_PYTHON)]
+    assert tuple(argv[:len(g.GATHER_PYTHON)]) == g.GATHER_PYTHON
+    assert evil in argv[5:] and "$(x)" in argv[5:]
+    assert evil not in script and "$(x)" not in script
 
 
 def test_queries_are_deduplicated():
     argv = g.gather_argv([g.file_query("/a"), g.file_query("/a"), g.IMAGES, g.IMAGES])
-    assert argv[4:] == ["f", "/a", str(g.CONTENT_LIMIT), "i"]
+    assert argv[5:] == ["f", "/a", str(g.CONTENT_LIMIT), "i"]
 
 
 def test_script_runs_locally_on_odd_paths(tmp_path):
@@ -194,3 +195,40 @@ def test_normalize_ref():
     assert g.normalize_ref("lmsysorg/sglang:v0.5.22-cu130") == "lmsysorg/sglang:v0.5.22-cu130"
     assert g.normalize_ref("docker.io/vllm/vllm-openai:v0.33.0") == "vllm/vllm-openai:v0.33.0"
     assert g.normalize_ref("registry:5000/x") == "registry:5000/x:latest"
+
+
+def test_node_script_reads_files_hcas_and_guards(tmp_path, monkeypatch):
+    from sparkrack.remote import gather as node
+
+    empty, big, link = tmp_path / "empty", tmp_path / "big", tmp_path / "link"
+    empty.write_bytes(b"")
+    big.write_bytes(b"y" * 100)
+    link.symlink_to(big)
+    port = tmp_path / "ib" / "mlx5_0" / "ports" / "1"
+    (port / "gid_attrs" / "types").mkdir(parents=True)
+    (port / "gids").mkdir()
+    (port / "state").write_text("4: ACTIVE\n")
+    (port / "gid_attrs" / "types" / "3").write_text("RoCE v2\n")
+    (port / "gid_attrs" / "types" / "4").mkdir()  # unreadable, as sysfs gives EINVAL
+    (port / "gids" / "3").write_text("0000:0000:0000:0000:0000:ffff:0a4d:010b\n")
+    (port / "gids" / "4").write_text(g.EMPTY_GID + "\n")
+    (tmp_path / "ib" / "mlx5_0" / "device" / "net" / "enp1s0f0np0").mkdir(parents=True)
+    monkeypatch.setattr(node, "INFINIBAND", str(tmp_path / "ib"))
+    queries = [g.file_query(str(empty)), g.file_query(str(big)), g.file_query(str(link)),
+               g.roce_query("mlx5_0"), g.roce_query("mlx5_9"),
+               g.guard_query(["no-such-command-here"]), g.guard_query(["false"])]
+    args = g.gather_argv(queries)[len(g.GATHER_PYTHON) + 1:]
+    args[args.index(str(big)) + 1] = "10"  # over the content limit: a hash
+    lines = []
+    monkeypatch.setattr(node.sys.stdout, "write", lines.append)
+    node.main(args)
+    facts = g.parse_facts("".join(lines), queries)
+    assert facts.file(str(empty)).type == "file" and facts.file(str(empty)).content == b""
+    assert facts.file(str(big)).content is None
+    assert facts.file(str(big)).sha256 == hashlib.sha256(b"y" * 100).hexdigest()
+    assert facts.file(str(link)).type == "link"
+    hca = facts.roce.hcas["mlx5_0"]
+    assert (hca.state, hca.netdevs, hca.types) == ("4: ACTIVE", ("enp1s0f0np0",), {3: "RoCE v2"})
+    assert hca.gids == {3: "0000:0000:0000:0000:0000:ffff:0a4d:010b"} and hca.ipv4_gid_index == 3
+    assert facts.roce.missing == ["mlx5_9"]
+    assert facts.guards[("no-such-command-here",)] == 127 and facts.guards[("false",)] == 1

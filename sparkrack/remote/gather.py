@@ -1,0 +1,199 @@
+"""The provisioning gather, run on a node: everything a plan needs, in one process.
+
+    python3 -I -S -c TEXT  f PATH LIMIT | u UNIT PROPS | r HCA | x N ARGV... | i | n  ...
+
+What to look at arrives as positional arguments, never as script text. The output is a
+`@@base` section (boot id, the node's clock) and one `@@<index> <kind>` section per query
+in order; provision/gather.parse_facts reads it. Paths, unit names and HCA names are never
+echoed back: a section names its query by index, so no value can forge a section. Only
+`systemctl show`, `docker images` and the guard commands start processes; files and sysfs
+are read here (the shell version forked three processes per file).
+"""
+
+import base64
+import grp
+import hashlib
+import os
+import pwd
+import stat
+import subprocess
+import sys
+import time
+
+INFINIBAND = "/sys/class/infiniband"
+EMPTY_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
+
+
+def kind_of(mode, size):
+    """The file type as GNU stat's %F prints it."""
+    if stat.S_ISREG(mode):
+        return "regular file" if size else "regular empty file"
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISLNK, "symbolic link"),
+                       (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character special file"),
+                       (stat.S_ISBLK, "block special file")):
+        if test(mode):
+            return name
+    return "weird file"
+
+
+def name_of(lookup, number):
+    try:
+        return lookup(number)[0]
+    except KeyError:
+        return "UNKNOWN"
+
+
+def quoted(name):
+    """One line naming an entry: as is when plain, else $'...' with escapes (never a
+    newline, whatever the name holds)."""
+    if name and all(c in _SAFE for c in name):
+        return name
+    out = []
+    for byte in os.fsencode(name):
+        char = chr(byte)
+        if char in "\\'":
+            out.append("\\" + char)
+        elif 32 <= byte < 127:
+            out.append(char)
+        else:
+            out.append("\\x%02x" % byte)
+    return "$'" + "".join(out) + "'"
+
+
+def file_section(path, limit):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return ["missing"]
+    mtime = "%d.%09d" % divmod(st.st_mtime_ns, 10**9)
+    lines = ["stat %s|%o|%s|%s|%d|%s" % (
+        kind_of(st.st_mode, st.st_size), stat.S_IMODE(st.st_mode),
+        name_of(pwd.getpwuid, st.st_uid), name_of(grp.getgrgid, st.st_gid), st.st_size, mtime)]
+    try:
+        if stat.S_ISREG(st.st_mode):
+            with open(path, "rb") as handle:
+                if st.st_size <= limit:
+                    lines.append("content " + base64.b64encode(handle.read()).decode())
+                else:
+                    digest = hashlib.sha256()
+                    for block in iter(lambda: handle.read(1 << 20), b""):
+                        digest.update(block)
+                    lines.append("sha256 " + digest.hexdigest())
+        elif stat.S_ISDIR(st.st_mode):
+            lines += ["entry " + quoted(entry) for entry in sorted(os.listdir(path))]
+    except OSError:
+        pass  # unreadable: the stat line alone, as the shell version gave
+    return lines
+
+
+def first_line(path):
+    try:
+        with open(path, errors="replace") as handle:
+            return handle.readline().rstrip("\n")
+    except OSError:
+        return None
+
+
+def table(folder, keep):
+    """`name:line` for each readable entry of a sysfs table whose line passes keep."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    rows = []
+    for name in names:
+        line = first_line(os.path.join(folder, name))
+        if line and keep(line):
+            rows.append("%s:%s" % (name, line))
+    return rows
+
+
+def hca_section(name):
+    device = os.path.join(INFINIBAND, name)
+    if not os.path.isdir(device):
+        return []
+    lines = ["present"]
+    state = first_line(os.path.join(device, "ports/1/state"))
+    if state is not None:
+        lines.append("state " + state)
+    try:
+        lines += ["netdev " + n for n in sorted(os.listdir(os.path.join(device, "device/net")))]
+    except OSError:
+        pass
+    lines.append("types")
+    lines += table(os.path.join(device, "ports/1/gid_attrs/types"), lambda line: True)
+    lines.append("gids")
+    lines += table(os.path.join(device, "ports/1/gids"), lambda line: line != EMPTY_GID)
+    return lines
+
+
+def unit_section(unit, properties):
+    done = subprocess.run(["systemctl", "show", "-p", properties, "--", unit],
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, check=False)
+    return done.stdout.decode(errors="replace").splitlines()
+
+
+def guard_rc(argv):
+    try:
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, check=False).returncode
+    except FileNotFoundError:
+        return 127
+    except OSError:
+        return 126
+
+
+def images_section():
+    try:
+        done = subprocess.run(
+            ["docker", "images", "--no-trunc", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            check=False)
+    except OSError as error:
+        return ["rc 127", str(error)]
+    return ["rc %d" % done.returncode, *done.stdout.decode(errors="replace").splitlines()]
+
+
+def net_section():
+    with open("/proc/net/dev") as handle:
+        return handle.read().splitlines()
+
+
+def sections(args):
+    """(kind, lines) per query of args, in order."""
+    args = list(args)
+    while args:
+        kind = args.pop(0)
+        if kind == "f":
+            path, limit = args.pop(0), int(args.pop(0))
+            yield kind, file_section(path, limit)
+        elif kind == "u":
+            unit, properties = args.pop(0), args.pop(0)
+            yield kind, unit_section(unit, properties)
+        elif kind == "r":
+            yield kind, hca_section(args.pop(0))
+        elif kind == "x":
+            count = int(args.pop(0))
+            argv, args = args[:count], args[count:]
+            yield kind, ["rc %d" % guard_rc(argv)]
+        elif kind == "i":
+            yield kind, images_section()
+        elif kind == "n":
+            yield kind, net_section()
+        else:
+            yield "?", []
+
+
+def main(args):
+    out = ["@@base", (first_line("/proc/sys/kernel/random/boot_id") or ""),
+           "%d.%09d" % divmod(time.time_ns(), 10**9)]
+    for index, (kind, lines) in enumerate(sections(args)):
+        out += ["", "@@%d %s" % (index, kind), *lines]
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -11,9 +11,9 @@ hits every figure alike; a warm-up round fills the bytecode caches first.
 
 Contacts no node unless --rack: then also `status` with one node's cable pulled against
 `status` with every node up (the dead node must be named within 3 s: a fast TCP probe
-before the SSH handshake). The other rack figures of the issue (a no-change `provision`,
-`up`'s overhead) are in benchmarks/provision.py, benchmarks/lock.py and
-benchmarks/lifecycle.py.
+before the SSH handshake), and a no-change `invoke provision` of every role on every node,
+end to end with the rack lock and the audit records (target: within 0.7 s), beside
+`status` (the same connections, read-only, no lock).
 """
 
 import argparse
@@ -49,12 +49,15 @@ CLI_FIGURES = (
            floor="import invoke"),
 )
 # With --rack (needs `invoke rehearsal.up` and `invoke provision`): `status` with a node's
-# cable out against `status` with every node up (target: the dead node named within 3 s).
+# cable out against `status` with every node up (target: the dead node named within 3 s);
+# a no-change provision (target: within 0.7 s).
 REHEARSAL = ("-i", "inventory/rehearsal")
 RACK_FIGURES: tuple[Figure, ...] = (
     Figure("invoke status", (PY, "-m", "invoke", "status", *REHEARSAL)),
     Figure("status, spark-05 cut", (PY, "-m", "invoke", "status", *REHEARSAL),
            floor="invoke status", exit_code=1, cut="spark-05", within_s=3.0),
+    Figure("provision, no change", (PY, "-m", "invoke", "provision", *REHEARSAL),
+           floor="invoke status", within_s=0.7),
 )
 
 

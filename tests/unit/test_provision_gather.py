@@ -232,3 +232,39 @@ def test_node_script_reads_files_hcas_and_guards(tmp_path, monkeypatch):
     assert hca.gids == {3: "0000:0000:0000:0000:0000:ffff:0a4d:010b"} and hca.ipv4_gid_index == 3
     assert facts.roce.missing == ["mlx5_9"]
     assert facts.guards[("no-such-command-here",)] == 127 and facts.guards[("false",)] == 1
+
+
+def test_node_script_lists_images_from_the_docker_socket(tmp_path, monkeypatch):
+    import json
+    import socket
+    import threading
+
+    from sparkrack.remote import gather as node
+
+    path = str(tmp_path / "docker.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    asked = []
+
+    def answer():
+        conn, _ = server.accept()
+        with conn:
+            asked.append(conn.recv(4096))
+            body = json.dumps([{"Id": "sha256:" + "a" * 64, "RepoTags": ["x/y:1", "x/y:latest"]},
+                               {"Id": "sha256:" + "b" * 64, "RepoTags": None}]).encode()
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + body)
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    monkeypatch.setattr(node, "DOCKER_SOCKET", path)
+    lines = node.images_section()
+    thread.join(5)
+    server.close()
+    assert asked[0].startswith(b"GET /images/json HTTP/1.0\r\n")
+    images, error = g.parse_images(lines)
+    assert error is None and images == {"x/y:1": "sha256:" + "a" * 64,
+                                        "x/y:latest": "sha256:" + "a" * 64}
+    monkeypatch.setattr(node, "DOCKER_SOCKET", str(tmp_path / "none.sock"))
+    images, error = g.parse_images(node.images_section())
+    assert images is None and error.startswith("Cannot connect to the Docker daemon")

@@ -13,7 +13,11 @@ Contacts no node unless --rack: then also `status` with one node's cable pulled 
 `status` with every node up (the dead node must be named within 3 s: a fast TCP probe
 before the SSH handshake), and a no-change `invoke provision` of every role on every node,
 end to end with the rack lock and the audit records (target: within 0.7 s), beside
-`status` (the same connections, read-only, no lock).
+`status` (the same connections, read-only, no lock); and `invoke up`'s overhead: its wall
+time minus the stub engine's own load, with its phases as `up --json` reports them. The
+burn gate is the floor of that overhead (the real load's ~4.4 s start-up, which the
+rehearsal's `gpu-sim load` reproduces, then 1.5 s under load); the target is for the rest:
+under 3 s.
 """
 
 import argparse
@@ -115,6 +119,51 @@ def report(figures: tuple[Figure, ...], medians: dict[str, float], runs: int) ->
     return over
 
 
+def up_overhead(runs: int) -> int:
+    """`invoke up --engine sglang --json` on the rehearsal rack, `runs` times (each followed
+    by an untimed `invoke down`): the wall time, the phases the record reports, and the
+    overhead (wall minus the stub engine's own load, its load_delay_s) with and without the
+    burn gate. Prints the medians; returns 1 if the overhead beyond the burn is over 3 s."""
+    import json
+
+    sys.path.insert(0, str(REPO))
+    from sparkrack.fleet import Fleet
+    from sparkrack.inventory import load_inventory
+    from sparkrack.rehearsal.stub.config import DEFAULTS
+
+    rack = load_inventory(REPO / "inventory" / "rehearsal")
+    with Fleet(rack, [rack.head]) as fleet:
+        found = fleet.run(["cat", f"{rack.vars.model_path}/sparkrack-stub.json"])[rack.head.name]
+    stub = json.loads(found.stdout) if found.status == "ok" else {}
+    load = float(stub.get("load_delay_s", DEFAULTS["load_delay_s"]))
+    down = (PY, "-m", "invoke", "down", *REHEARSAL)
+    subprocess.run(down, cwd=REPO, capture_output=True)
+    walls, phases = [], []
+    for _ in range(runs):
+        started = time.perf_counter()
+        done = subprocess.run((PY, "-m", "invoke", "up", "--engine", "sglang", "--json",
+                               *REHEARSAL), cwd=REPO, capture_output=True, text=True)
+        walls.append(time.perf_counter() - started)
+        subprocess.run(down, cwd=REPO, capture_output=True)
+        if done.returncode:
+            raise SystemExit(f"invoke up: exit {done.returncode}: {done.stderr.strip()[-500:]}")
+        phases.append(json.loads(done.stdout)["phases"])
+    median = statistics.median
+    wall = median(walls)
+    burn = median(p["burn"] for p in phases)
+    beyond = wall - load - burn
+    print(f"\n`invoke up --engine sglang`, median of {runs} (the stub's own load: {load:g} s)")
+    for name in phases[0]:
+        print(f"  phase {name:<10} {median(p.get(name, 0.0) for p in phases):6.2f} s")
+    print(f"  wall                {wall:6.2f} s")
+    print(f"  overhead            {wall - load:6.2f} s  (wall minus the engine's own load)")
+    print(f"  of which the burn   {burn:6.2f} s  (the floor: the load's start-up and "
+          "1.5 s under load, sampled every 0.5 s)")
+    print(f"  overhead beyond it  {beyond:6.2f} s  {'ok' if beyond < 3 else 'OVER'} "
+          "(target: under 3 s)")
+    return int(beyond >= 3)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=21, help="timed runs per figure")
@@ -123,6 +172,8 @@ def main() -> int:
     args = parser.parse_args()
     figures = CLI_FIGURES + (RACK_FIGURES if args.rack else ())
     report(figures, measure(figures, args.runs), args.runs)
+    if args.rack:
+        up_overhead(max(3, args.runs // 4))
     return 0
 
 

@@ -105,6 +105,7 @@ ENGINE_HELP = {"engine": "sglang or vllm", "profile": f"profile name (default: {
                "timeout": "readiness timeout in seconds (default: the profile's ready_timeout_s)",
                "override_power": "start even if the power projection exceeds the strip; "
                                  "give the reason (it is recorded with the deployment)",
+               "json": "print the deployment record (with its phase times) as JSON",
                **WAIT_HELP}
 
 
@@ -117,11 +118,13 @@ def _progress(waiting):
 
 @task(help=ENGINE_HELP)
 @rack_task()
-def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None):
+def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None,
+       json=False):
     """Start a TP8 engine: gates, workers then rank 0, readiness, smoke request.
 
     Gates: reachable, no other engine, rules, image ID, memory, clock cap under load, power.
-    Any failure or Ctrl-C stops every rank it started."""
+    The containers are created while the burn runs. Any failure or Ctrl-C stops every rank
+    it started."""
     from ..engines import build_specs
     from ..lifecycle import engine as lifecycle
 
@@ -131,8 +134,20 @@ def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overrid
                                   timeout=float(timeout) if timeout else None,
                                   override_power=override_power, on_progress=_progress(waiting),
                                   on_event=console.say)
-    console.say(f"up: {deployment.describe()} serving at "
-                f"http://{rack.head.address}:{build_specs(rack, engine, profile)[0].ports['http']}/v1")
+    url = f"http://{rack.head.address}:{build_specs(rack, engine, profile)[0].ports['http']}/v1"
+    show_deployment(deployment, f"up: {deployment.describe()} serving at {url}", url, json)
+
+
+def show_deployment(deployment, line: str, url: str, as_json: bool) -> None:
+    """The outcome of up/roll: the record as JSON on stdout, or one line and the phases."""
+    from dataclasses import asdict
+
+    if as_json:
+        console.print_json({**asdict(deployment), "url": url})
+        return
+    console.say(line)
+    console.say("phases: " + ", ".join(f"{name} {seconds:.2f} s"
+                                        for name, seconds in deployment.phases.items()))
 
 
 @task(help={"inventory": INVENTORY_HELP,
@@ -161,12 +176,15 @@ def down(c, inventory=None, timeout=None):
 
 @task(help=ENGINE_HELP)
 @rack_task()
-def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None):
+def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None,
+         json=False):
     """Switch lanes safely; on failure bring the last known-good deployment back.
 
     The new deployment is gated while the old one serves; then the old stops in order, the
     new starts and answers a smoke request."""
     from ..lifecycle import engine as lifecycle
+
+    from ..engines import build_specs
 
     rack = inventory_from(inventory)
     with console.Waiting(f"{engine} {profile}") as waiting:
@@ -174,7 +192,8 @@ def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overr
                                     timeout=float(timeout) if timeout else None,
                                     override_power=override_power, on_progress=_progress(waiting),
                                     on_event=console.say)
-    console.say(f"rolled to {deployment.describe()}")
+    url = f"http://{rack.head.address}:{build_specs(rack, engine, profile)[0].ports['http']}/v1"
+    show_deployment(deployment, f"rolled to {deployment.describe()}", url, json)
 
 
 @task(help={"inventory": INVENTORY_HELP, "duration": "stop watching after this many seconds",

@@ -1,7 +1,8 @@
 """`up`, `down` and `roll`: the engine lifecycle as the operator runs it.
 
-up:   gates -> record "current" -> start in order -> readiness -> smoke request -> "last-good"
-      (a start that fails: record "failed", "current" removed)
+up:   gates -> burn (leftovers removed, docker limits probed meanwhile) -> record
+      "current" -> create, start in order -> readiness -> smoke request -> "last-good" with
+      the phase times (a start that fails: record "failed", "current" removed)
 down: stop rank 0 first (drain), then the workers; remove; wait for unified memory
 roll: build and gate the new deployment while the old one serves (nodes whose cap a burn
       verified this boot are not burned again); stop the old; start the new; smoke-test it;
@@ -26,7 +27,8 @@ from . import headapi, record
 from .containers import engine_containers
 from .gates import Preflight, memory_problems, preflight
 from .record import Deployment
-from .start import Progress, StartFailed, start_group
+from .phases import Phases
+from .start import Progress, StartFailed, prepare, start_group
 from .stop import StopReport, stop_engine
 
 SMOKE_PROMPT = "Reply with one word: ready?"
@@ -88,9 +90,11 @@ def deployment_of(specs: tuple[LaunchSpec, ...], pre: Preflight) -> Deployment:
 
 
 def launch(fleet: Fleet, inventory: Inventory, specs, pre: Preflight, *, timeout, on_progress,
-           on_event) -> Deployment:
-    """Start a gated deployment, smoke-test it, record it as current and last-good. A start
-    that fails (or is interrupted) is recorded as "failed" and "current" removed."""
+           on_event, phases: Phases | None = None, limits: dict | None = None) -> Deployment:
+    """Start a gated deployment (prepared already if limits are given: start.prepare),
+    smoke-test it, record it as current and last-good, with its phase times. A start that
+    fails (or is interrupted) is recorded as "failed" and "current" removed."""
+    phases = phases or Phases()
     deployment = deployment_of(specs, pre)
     note(deployment=deployment.deployment_id, nodes=[s.node for s in specs],
          containers=[f"{s.container_name}@{s.node}" for s in specs],
@@ -98,10 +102,11 @@ def launch(fleet: Fleet, inventory: Inventory, specs, pre: Preflight, *, timeout
     record.write(fleet, inventory, "current", deployment)
     try:
         seconds = start_group(fleet, inventory, specs, timeout=timeout, on_progress=on_progress,
-                              on_event=on_event)
+                              on_event=on_event, limits=limits, phases=phases)
         on_event(f"rank 0 healthy after {seconds:.1f} s")
         try:
-            reply = smoke_test(inventory, specs)
+            with phases.timed("smoke"):
+                reply = smoke_test(inventory, specs)
         except StartFailed:
             stop_engine(fleet, timeout=10, recovery_timeout=0)
             raise
@@ -112,6 +117,7 @@ def launch(fleet: Fleet, inventory: Inventory, specs, pre: Preflight, *, timeout
         raise
     on_event(f"smoke request answered: {reply.strip()[:40]!r}")
     deployment.status = "serving"
+    deployment.phases = phases.as_dict()
     record.write(fleet, inventory, "last-good", deployment)
     record.write(fleet, inventory, "current", deployment)
     return deployment
@@ -130,12 +136,31 @@ def mark_failed(fleet: Fleet, inventory: Inventory, deployment: Deployment, why:
 def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeout=None,
        override_power: str | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
        on_event: Callable[[str], None] = lambda e: None) -> Deployment:
-    """Gate, start, wait, smoke-test. Refused or StartFailed on failure (nothing left running)."""
+    """Gate, start, wait, smoke-test. Refused or StartFailed on failure (nothing left running).
+
+    While the burn gate runs, an earlier failed start's leftovers are removed and the
+    nodes' docker limits probed (start.prepare): nothing is created before every gate
+    passed, so a refusal leaves nothing behind, even on a node lost meanwhile."""
+    phases = Phases()
+    limits: dict = {}
+    failed: list[StartFailed] = []
     with Fleet(inventory) as fleet:
+        def get_ready(pre: Preflight) -> None:
+            try:
+                with phases.timed("prepare"):
+                    limits.update(prepare(fleet, inventory, pre.specs))
+            except StartFailed as error:  # said once the gates are known: a refusal wins
+                failed.append(error)
+
         pre = gated(fleet, inventory, engine, profile, burn, what=f"{engine} {profile}",
-                    on_event=on_event, override_power=override_power)
+                    on_event=on_event, override_power=override_power, phases=phases,
+                    meanwhile=get_ready)
+        if failed:
+            mark_failed(fleet, inventory, deployment_of(pre.specs, pre), failed[0].line(),
+                        on_event)
+            raise failed[0]
         return launch(fleet, inventory, pre.specs, pre, timeout=timeout,
-                      on_progress=on_progress, on_event=on_event)
+                      on_progress=on_progress, on_event=on_event, phases=phases, limits=limits)
 
 
 def down(inventory: Inventory, *, timeout: int | None = None,
@@ -160,24 +185,27 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
          override_power: str | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
          on_event: Callable[[str], None] = lambda e: None) -> Deployment:
     """Switch lanes; on failure restore the last known-good deployment and raise RollFailed."""
+    phases = Phases()
     with Fleet(inventory) as fleet:
         records = record.read(fleet, inventory)
         running, _ = engine_containers(fleet)
         replacing = next((r.deployment for r in running if r.alive), None)
         pre = preflight(fleet, inventory, engine, profile,
                         deployment_id=new_deployment_id(engine, profile), burn=burn,
-                        replacing=replacing, override_power=override_power, keep_verified=True)
+                        replacing=replacing, override_power=override_power, keep_verified=True,
+                        phases=phases)
         refuse_on(pre, f"roll to {engine} {profile}", on_event)
         specs = pre.specs
         current = records["current"]
-        stopped = stop_engine(fleet, mem_before=current.mem_available_kb_before if current else None,
-                              on_event=on_event)
+        with phases.timed("stop_old"):
+            stopped = stop_engine(fleet, mem_before=current.mem_available_kb_before
+                                  if current else None, on_event=on_event)
         note(stopped=replacing or (current.deployment_id if current else None))
         on_event(f"old deployment stopped in {stopped.seconds:.1f} s")
         try:
             refresh_memory(fleet, specs, pre)
             return launch(fleet, inventory, specs, pre, timeout=timeout, on_progress=on_progress,
-                          on_event=on_event)
+                          on_event=on_event, phases=phases)
         except (StartFailed, Refused) as failure:
             last = records["last-good"]
             if last is None:
@@ -206,13 +234,14 @@ def restore(fleet: Fleet, inventory: Inventory, last: Deployment, burn, timeout,
             on_event) -> Deployment:
     """Start the last known-good deployment again (rebuilt from the inventory and the
     nodes' env files)."""
+    phases = Phases()
     pre = gated(fleet, inventory, last.engine, last.profile, burn,
-                what=f"restoring {last.engine} {last.profile}", on_event=on_event)
+                what=f"restoring {last.engine} {last.profile}", on_event=on_event, phases=phases)
     if pre.specs[0].spec_hash != last.spec_hash:
         on_event(f"note: {last.engine} {last.profile} spec changed since it was last good "
                  f"({last.spec_hash[:12]} -> {pre.specs[0].spec_hash[:12]})")
     return launch(fleet, inventory, pre.specs, pre, timeout=timeout, on_progress=on_progress,
-                  on_event=on_event)
+                  on_event=on_event, phases=phases)
 
 
 def watch_group(inventory: Inventory, *, burn: Callable, duration: float | None = None,

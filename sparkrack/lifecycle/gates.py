@@ -16,7 +16,9 @@ blocking gate; `--override-power REASON` lets only the power gate pass, and is r
 
 import secrets
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ..engines import LaunchSpec, build_specs, load_engine
 from ..facts import NodeFacts, facts_argv, parse_facts
@@ -27,6 +29,9 @@ from ..inventory import Inventory
 from ..power import CapState, project_power
 from ..rules import check_profile
 from .containers import engine_containers, parallel
+from .phases import Phases
+
+T = TypeVar("T")
 
 # memory fraction flag per engine, and the engine's default when the profile leaves it out
 MEMORY_FRACTION = {"sglang": ("--mem-fraction-static", 0.88), "vllm": ("--gpu-memory-utilization", 0.9)}
@@ -71,33 +76,30 @@ def flag_value(spec: LaunchSpec, flag: str) -> str | None:
 
 def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
               deployment_id: str, burn: Callable, replacing: str | None = None,
-              override_power: str | None = None, keep_verified: bool = False) -> Preflight:
+              override_power: str | None = None, keep_verified: bool = False,
+              phases: Phases | None = None,
+              meanwhile: Callable[[Preflight], None] | None = None) -> Preflight:
     """Run every gate for starting engine's profile; report.specs are the launch specs,
     built from the env files each node has (the inventory's view if they are not right:
     the env gate then refuses). `replacing` is the deployment id a roll is about to stop
     (its containers do not count as "another engine", and memory is judged after it
     stopped). The burn runs only when every cheap gate passed; with keep_verified, only on
-    the nodes not verified this boot."""
-    report = Preflight()
-    env_files = EnvFiles(inventory, load_engine(inventory.path, engine).image_key)
-    gather_facts_and_env(fleet, env_files, report)
-    if report.blocking:
-        return report  # nothing else can be judged on a partial rack
-    lock_gate(report)
-    problems = [f"{node}: {problem} (run `invoke provision`)"
-                for node, env in report.env.items() for problem in env.problems]
-    report.add("env files", problems,
-               f"every rank gets its node's env files ({', '.join(env_files.files(inventory.head))})")
-    report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
-                               node_env=None if problems else report.env)
-    specs = report.specs
-    judge_rack(fleet, inventory, specs, report, replacing)
+    the nodes not verified this boot. meanwhile(report), if given, runs while the burn does
+    (it must not touch a GPU: `up` creates its containers there). Phases: "gates", "burn"."""
+    phases = phases or Phases()
+    with phases.timed("gates"):
+        report = cheap_gates(fleet, inventory, engine, profile, deployment_id, replacing)
     if report.blocking:
         return report  # refused on a cheap gate: no burn
 
     verified = verified_this_boot(report.facts) if keep_verified else []
     to_burn = [node for node in fleet.nodes if node.name not in verified]
-    burned = burn(inventory, to_burn, fleet=fleet) if to_burn else []
+
+    def run_burn() -> list:
+        with phases.timed("burn"):
+            return burn(inventory, to_burn, fleet=fleet) if to_burn else []
+
+    burned = run_burn() if meanwhile is None else alongside(run_burn, lambda: meanwhile(report))
     kept = f"; {', '.join(verified)} verified this boot, not burned again" if verified else ""
     report.add("clock cap", grouped([(b.node, b.reason) for b in burned if not b.ok]),
                f"every GPU at or below {inventory.vars.clock_cap_mhz} MHz under load{kept}")
@@ -110,6 +112,39 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
     else:
         report.add("power", [budget.reason] if budget.blocking else [], budget.reason)
     return report
+
+
+def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
+                deployment_id: str, replacing: str | None) -> Preflight:
+    """The gates that cost nothing but a round trip or two: reachable, lock, env files,
+    other engines, rules, image IDs, memory; report.specs built from the env files read."""
+    report = Preflight()
+    env_files = EnvFiles(inventory, load_engine(inventory.path, engine).image_key)
+    gather_facts_and_env(fleet, env_files, report)
+    if report.blocking:
+        return report  # nothing else can be judged on a partial rack
+    lock_gate(report)
+    problems = [f"{node}: {problem} (run `invoke provision`)"
+                for node, env in report.env.items() for problem in env.problems]
+    report.add("env files", problems,
+               f"every rank gets its node's env files ({', '.join(env_files.files(inventory.head))})")
+    report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
+                               node_env=None if problems else report.env)
+    judge_rack(fleet, inventory, report.specs, report, replacing)
+    return report
+
+
+def alongside(main: Callable[[], T], side: Callable[[], None]) -> T:
+    """main() in a worker thread while side() runs in this one; main's result. If side
+    raises, main is still waited for (nothing is left running), then side's error raised."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="alongside") as pool:
+        pending = pool.submit(main)
+        try:
+            side()
+        except BaseException:
+            wait([pending])
+            raise
+        return pending.result()
 
 
 def verified_this_boot(facts: dict[str, NodeFacts]) -> list[str]:

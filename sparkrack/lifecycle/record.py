@@ -40,6 +40,7 @@ class Deployment:
     operator: str = ""  # user@host who started it
     status: str = "starting"  # starting | serving | failed
     error: str = ""  # why it failed
+    phases: dict = field(default_factory=dict)  # wall seconds per start phase (phases.py)
 
     def describe(self) -> str:
         """One line: engine, profile, image ID, when and by whom."""

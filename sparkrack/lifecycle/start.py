@@ -16,6 +16,7 @@ from ..inventory import Inventory
 from . import dockerfit, headapi
 from .containers import Rank, logs_tail, parallel, refresh, stop_ranks
 from .order import start_order
+from .phases import Phases
 
 POLL_SECONDS = 0.2
 CLEANUP_STOP_TIMEOUT = 3  # a group that never served has nothing to drain
@@ -74,20 +75,30 @@ def remove_leftovers(fleet: Fleet, specs: tuple[LaunchSpec, ...]) -> None:
     parallel(specs, one)
 
 
-def create_all(fleet: Fleet, specs: tuple[LaunchSpec, ...], *, rehearsal: bool = False,
+Limits = dict  # {node: dockerfit.NodeLimits}: what a rehearsal node's dockerd can give
+
+
+def prepare(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]) -> Limits:
+    """Remove an earlier failed start's stopped containers and, on a rehearsal rack, probe
+    what each node's dockerd can give. Creates nothing and touches no GPU: `up` does it
+    while the burn gate runs."""
+    remove_leftovers(fleet, specs)
+    return dockerfit.probe(fleet, [s.node for s in specs]) if inventory.is_rehearsal else {}
+
+
+def create_all(fleet: Fleet, specs: tuple[LaunchSpec, ...], limits: Limits, *,
                on_event: Callable[[str], None] = lambda e: None) -> None:
     """Create (not start) every rank's container: a bad image or option fails before any
-    rank runs. On a rehearsal rack the docker options are fitted to what the node's dockerd
-    can give (dockerfit), and every deviation is reported."""
+    rank runs. With limits (a rehearsal rack) the docker options are fitted to what the
+    node's dockerd can give (dockerfit), and every deviation is reported."""
     errors = []
     created: list[LaunchSpec] = []
-    limits = dockerfit.probe(fleet, [s.node for s in specs]) if rehearsal else {}
     deviations: set[str] = set()
 
     def one(spec: LaunchSpec) -> None:
         kwargs = docker_sdk_kwargs(spec)
         kwargs.pop("detach", None)
-        if rehearsal:
+        if limits:
             kwargs, changes = dockerfit.fit_kwargs(kwargs, limits[spec.node])
             deviations.update(changes)
         try:
@@ -106,18 +117,27 @@ def create_all(fleet: Fleet, specs: tuple[LaunchSpec, ...], *, rehearsal: bool =
 
 def start_group(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...], *,
                 timeout: float | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
-                on_event: Callable[[str], None] = lambda e: None) -> float:
-    """Create, start in order, wait for readiness. Returns seconds from first start to ready.
-    On any failure (or KeyboardInterrupt) every rank is stopped and removed, then it raises."""
-    remove_leftovers(fleet, specs)
-    create_all(fleet, specs, rehearsal=inventory.is_rehearsal, on_event=on_event)
+                on_event: Callable[[str], None] = lambda e: None, limits: Limits | None = None,
+                phases: Phases | None = None) -> float:
+    """Create (after prepare, unless its limits are given), start in order, wait for
+    readiness. Returns seconds from first start to ready. On any failure (or
+    KeyboardInterrupt) every rank is stopped and removed, then it raises."""
+    phases = phases or Phases()
+    if limits is None:
+        with phases.timed("prepare"):
+            limits = prepare(fleet, inventory, specs)
+    with phases.timed("create"):
+        create_all(fleet, specs, limits, on_event=on_event)
     ranks = [as_rank(s) for s in specs]
     try:
-        for wave in start_order(list(specs), lambda s: s.rank):
-            parallel(wave, lambda spec: fleet.docker_client(spec.node).containers.get(
-                spec.container_name).start())
-            on_event(f"started rank(s) {', '.join(str(s.rank) for s in wave)}")
-        return wait_ready(fleet, inventory, specs, ranks, timeout or specs[0].ready_timeout_s, on_progress)
+        with phases.timed("start"):
+            for wave in start_order(list(specs), lambda s: s.rank):
+                parallel(wave, lambda spec: fleet.docker_client(spec.node).containers.get(
+                    spec.container_name).start())
+                on_event(f"started rank(s) {', '.join(str(s.rank) for s in wave)}")
+        with phases.timed("ready"):
+            return wait_ready(fleet, inventory, specs, ranks,
+                              timeout or specs[0].ready_timeout_s, on_progress)
     except BaseException as exc:
         on_event("stopping every rank of the failed start")
         lost = exc.node if isinstance(exc, NodeLost) else None

@@ -168,15 +168,24 @@ def test_load_ends_with_the_client_connection(node):
     assert node.query("utilization.gpu,pstate") == ["0", "P8"]
 
 
-def test_burn_check_load_command_drives_the_clock(node):
-    burn = subprocess.Popen([str(SIM_DIR / "gpu-sim"), "load", "--seconds", "1"], env=node.env)
+def test_burn_check_load_command_drives_the_clock_after_its_start_up(node):
+    started = time.monotonic()
+    burn = subprocess.Popen([str(SIM_DIR / "gpu-sim"), "load", "--seconds", "1",
+                             "--startup", "1"], env=node.env)
     try:
-        deadline = time.monotonic() + 0.8
         while node.query("utilization.gpu") != ["100"]:
-            assert time.monotonic() < deadline, "gpu-sim load never showed"
+            assert time.monotonic() < started + 3, "gpu-sim load never showed"
+        busy = time.monotonic() - started
+        assert busy >= 1.0, f"the GPU was busy {busy:.2f} s after the load started"
         assert int(node.query("clocks.sm")[0]) > 2200
     finally:
         assert burn.wait(timeout=5) == 0
+
+
+def test_the_load_start_up_is_the_real_loads_by_default():
+    done = subprocess.run([str(SIM_DIR / "gpu-sim"), "load", "-h"], capture_output=True,
+                          text=True, check=True)
+    assert "default 4.4" in " ".join(done.stdout.split())
 
 
 def test_no_query_reveals_the_locked_range(node):

@@ -28,6 +28,7 @@ from sparkrack.inventory_schema import (
     CONNECTION, HOST, NODE, RACK, SPECS, FrozenMapping, RackVars, describe, is_address)
 
 INVENTORY_ENV = "SPARKRACK_INVENTORY"
+DEFAULT_INVENTORY = Path("inventory", "rack")  # the real rack's, in a checkout of the repo
 MAX_FILE_BYTES = 1 << 20  # an inventory, profile or model file is a few KiB: 1 MiB is plenty
 
 _WHERE_FIX = f"pass -i/--inventory DIR or set {INVENTORY_ENV} to a directory holding hosts.yml"
@@ -134,7 +135,8 @@ class Inventory:
 
 
 def load_inventory(path: str | Path | None = None) -> Inventory:
-    """Load and validate the inventory at path, else $SPARKRACK_INVENTORY, else ./inventory."""
+    """Load and validate the inventory at path, else $SPARKRACK_INVENTORY, else
+    ./inventory/rack."""
     return _Loader(_locate(path)).load()
 
 
@@ -145,7 +147,7 @@ def _locate(path: str | Path | None) -> Path:
     elif os.environ.get(INVENTORY_ENV):
         directory, origin = Path(os.environ[INVENTORY_ENV]), f" (from {INVENTORY_ENV})"
     else:
-        directory, origin = Path("inventory"), " (the default: ./inventory)"
+        directory, origin = DEFAULT_INVENTORY, f" (the default: ./{DEFAULT_INVENTORY})"
     directory = directory.expanduser().absolute()
     if not directory.is_dir():
         problem = "not a directory" if directory.exists() else "inventory directory not found"

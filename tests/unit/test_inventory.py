@@ -98,7 +98,7 @@ def test_nodes_sorted_by_rank_with_head_first(rack):
     assert inventory.head.name == "spark-01"
 
 
-def test_vars_merge_all_then_group_then_host_vars_then_inline(rack):
+def test_vars_merge_in_ansibles_order(rack):
     inventory = load_inventory(rack)
     assert inventory.vars.clock_cap_mhz == 2100  # group_vars/all.yml
     assert inventory.vars.restart_batch_size == 1  # group_vars/sparks.yml
@@ -107,7 +107,7 @@ def test_vars_merge_all_then_group_then_host_vars_then_inline(rack):
     assert spark04.vars.nccl_ib_gid_index == 5 and spark04.user == "admin"  # host_vars
     assert spark03.vars.nccl_ib_gid_index == 3 and spark03.user == "ops"  # group vars
     assert inventory.vars.nccl_ib_gid_index == 3
-    assert spark03.port == 2222  # inline host var beats host_vars/spark-03.yml
+    assert spark03.port == 2200  # host_vars/spark-03.yml beats the inline host var
     assert spark04.vars.nccl_socket_ifname == "enp1s0f1np1"
 
 

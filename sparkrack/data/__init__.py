@@ -9,8 +9,10 @@ An inventory directory may hold its own `.sparkrack/engines/`, `.sparkrack/model
 `.sparkrack/roles/`. The lookup order is the inventory's folder first, then the package's:
 per file for engine profiles (`<engine>.yml`) and model data (by `model_name`), per role
 folder (and `site.yml`) for roles. The folder is hidden because Ansible reads every other
-entry of an inventory directory as more inventory. A bare `engines/`, `models/` or `roles/`
-folder in the inventory (the layout before 0.2) is refused, naming the folder to move.
+entry of an inventory directory as more inventory; for that reason the files sparkrack
+writes beside an inventory go there too (the watchdog's key record, watchdog.json; the
+real rack's known_hosts). A bare `engines/`, `models/` or `roles/` folder in the
+inventory (the earlier layout) is refused, naming the folder to move.
 
 The package is found with importlib.resources; sparkrack runs from files on disk (a
 wheel installed by pip, a checkout, the watchdog's shipped copy), never from a zip.
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from sparkrack.errors import InventoryError
 
-OVERRIDES = ".sparkrack"  # the operator's folder inside an inventory directory
+OWN_FOLDER = ".sparkrack"  # sparkrack's folder inside an inventory directory
 KINDS = ("engines", "models", "roles")
 
 
@@ -48,9 +50,9 @@ def search_dirs(inventory_dir: Path | None, kind: str) -> tuple[Path, ...]:
     if old.is_dir():
         raise InventoryError(old, None, f"{kind}/ in an inventory directory is not read "
                              "(Ansible would read it as inventory)",
-                             fix=f"move it to {inventory_dir / OVERRIDES / kind}")
-    own = inventory_dir / OVERRIDES / kind
+                             fix=f"move it to {inventory_dir / OWN_FOLDER / kind}")
+    own = inventory_dir / OWN_FOLDER / kind
     if own.exists() and not own.is_dir():
         raise InventoryError(own, None, "a file where a directory belongs",
-                             fix=f"{OVERRIDES}/{kind}/ is a folder of overrides; move this aside")
+                             fix=f"{OWN_FOLDER}/{kind}/ is a folder of overrides; move this aside")
     return (own, package) if own.is_dir() else (package,)

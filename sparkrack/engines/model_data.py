@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkrack.data import OVERRIDES
+from sparkrack.data import OWN_FOLDER
 from sparkrack.engines.catalog import model_files
 from sparkrack.engines.datafile import (
     Section, did_you_mean, is_count, is_name, is_number, is_text, read_section)
@@ -73,7 +73,7 @@ def load_model(inventory_dir: Path, model_name: str) -> ModelData:
     if model_name not in found:
         raise UsageError(f"no model data for '{model_name}'{did_you_mean(model_name, found)}",
                          fix=f"known models: {', '.join(found) or 'none'}; add "
-                         f"{OVERRIDES}/models/<name>.yml to the inventory (format: {__name__})")
+                         f"{OWN_FOLDER}/models/<name>.yml to the inventory (format: {__name__})")
     return found[model_name]
 
 

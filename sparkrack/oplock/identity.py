@@ -8,7 +8,7 @@ import os
 import socket
 from pathlib import Path
 
-from sparkrack.data import OVERRIDES
+from sparkrack.data import OWN_FOLDER
 
 STATE_ENV = "SPARKRACK_STATE_DIR"
 
@@ -46,7 +46,7 @@ def inventory_digest(directory: Path) -> str:
 
 def _files(root: Path):
     for entry in root.iterdir():
-        if entry.name.startswith(".") and entry.name != OVERRIDES:
+        if entry.name.startswith(".") and entry.name != OWN_FOLDER:
             continue
         if entry.is_dir():
             if not (entry / "hosts.yml").exists():

@@ -34,7 +34,7 @@ import yaml
 
 import sparkrack
 
-from ..data import KINDS, OVERRIDES, search_dirs
+from ..data import KINDS, OWN_FOLDER, search_dirs
 from ..errors import UsageError
 
 PACKAGE_DIR = Path(sparkrack.__file__).resolve().parent
@@ -300,7 +300,7 @@ def inventory_copy(inventory, install_dir: str) -> dict[str, bytes]:
                          "there: run invoke onboard (or rehearsal.up) first") from None
     for kind in KINDS:
         search_dirs(source, kind)  # refuses a folder left in the old place
-        for path in sorted((source / OVERRIDES / kind).rglob("*")):
+        for path in sorted((source / OWN_FOLDER / kind).rglob("*")):
             if path.is_file() and not _skipped(path.parts):
                 files[path.relative_to(source).as_posix()] = path.read_bytes()
     return files

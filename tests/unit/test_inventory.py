@@ -58,7 +58,7 @@ def test_real_rack_loads_with_test_net_addresses():
     assert inventory.vars.tp_size == 8 and inventory.vars.clock_cap_mhz == 2200
     assert inventory.vars.nccl_ib_hca == ("rocep1s0f0", "roceP2p1s0f0")
     assert inventory.vars.images["sglang"] == "lmsysorg/sglang:v0.5.22-cu130"
-    assert inventory.known_hosts_path == REPO / "inventory" / "rack" / "known_hosts"
+    assert inventory.known_hosts_path == REPO / "inventory" / "rack" / ".sparkrack" / "known_hosts"
     assert not inventory.is_rehearsal
 
 

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from sparkrack.data import shipped
 from sparkrack.inventory import Inventory, Node, load_inventory
 from sparkrack.inventory_schema import RACK_SPECS, SPECS
+from sparkrack.watchdog import keyrecord
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORIES = [REPO / "inventory" / "rack", REPO / "inventory" / "rehearsal",
@@ -82,3 +84,23 @@ def test_ansible_sees_the_hosts_groups_and_vars_sparkrack_loads(directory):
         for spec in RACK_SPECS:  # what Ansible does not see, sparkrack takes as the default
             if spec.name not in seen:
                 assert getattr(node.vars, spec.name) == spec.default, (name, spec.name)
+
+
+@pytest.mark.parametrize("name", ["rack", "rehearsal"])
+def test_an_inventory_in_use_stays_ansible_clean(tmp_path, name):
+    """What sparkrack and an operator add to an inventory directory (overrides, the
+    watchdog's key record, onboarding's known_hosts) lives where Ansible does not look."""
+    directory = Path(shutil.copytree(REPO / "inventory" / name, tmp_path / name))
+    own = directory / ".sparkrack"
+    for kind in ("engines", "models"):
+        (own / kind).mkdir(parents=True)
+    shutil.copy(shipped("engines") / "sglang.yml", own / "engines")
+    shutil.copy(shipped("models") / "glm-5.3.yml", own / "models")
+    shutil.copytree(shipped("roles") / "nccl_env", own / "roles" / "nccl_env")
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOperatorOperatorOperatorOperatorOperator1"
+    keyrecord.write_record(directory, keyrecord.WatchdogKey("spark-01", "/opt/sr", key, ()))
+    inventory = load_inventory(directory)
+    if inventory.known_hosts_path.is_relative_to(directory):
+        inventory.known_hosts_path.write_text(f"192.0.2.11 {key}\n")
+    _, stderr = ansible_list(directory)
+    assert stderr.strip() == "", stderr

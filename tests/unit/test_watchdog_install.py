@@ -383,11 +383,21 @@ def test_the_key_record_round_trips_and_refuses_what_is_not_a_key(tmp_path):
             keyrecord.check_public_key(bad)
     with pytest.raises(ValueError):
         keyrecord.check_sources(['10.0.0.1" ,command="x'])
-    (tmp_path / "watchdog.json").write_text('{"node": "spark-01"}')
+    assert keyrecord.record_path(tmp_path) == tmp_path / ".sparkrack" / "watchdog.json"
+    keyrecord.record_path(tmp_path).write_text('{"node": "spark-01"}')
     with pytest.raises(UsageError, match="not a watchdog key record"):
         keyrecord.read_record(tmp_path)
     assert keyrecord.remove_record(tmp_path) and not keyrecord.remove_record(tmp_path)
     assert keyrecord.node_vars(tmp_path)["watchdog_pubkey"] == ""
+
+
+def test_a_key_record_where_ansible_reads_it_is_refused_naming_where_it_goes(tmp_path):
+    (tmp_path / "watchdog.json").write_text("{}")
+    with pytest.raises(UsageError) as caught:
+        keyrecord.read_record(tmp_path)
+    assert caught.value.line() == (
+        f"{tmp_path}/watchdog.json: the watchdog's key record is not read there (Ansible "
+        f"would read it as inventory) (move it to {tmp_path}/.sparkrack/watchdog.json)")
 
 
 def role_plan(inv: Path, facts: NodeFacts, absent=False, node="spark-02"):

@@ -1,8 +1,10 @@
 """Load and validate an Ansible-style inventory directory into typed, frozen nodes.
 
 An inventory is a directory with `hosts.yml`, `group_vars/<group>.yml` and
-`host_vars/<node>.yml`. Vars merge as group_vars/all.yml < group vars < host_vars file <
-inline host vars. Every mistake raises InventoryError naming file:line and the fix.
+`host_vars/<node>.yml`. Vars merge in Ansible's order (what `ansible-inventory --list`
+shows): `all: vars:` in hosts.yml < the group's `vars:` there < group_vars/all.yml <
+group_vars/<group>.yml < the host's own entry in hosts.yml < host_vars/<node>.yml. Every
+mistake raises InventoryError naming file:line and the fix.
 
 A host with `spare: true` (and no rank) is a staged node outside the TP group, written by
 `invoke onboard` without --replace: it is in `Inventory.spares`, not in `nodes`, groups,
@@ -28,6 +30,7 @@ from sparkrack.inventory_schema import (
     CONNECTION, HOST, NODE, RACK, SPECS, FrozenMapping, RackVars, describe, is_address)
 
 INVENTORY_ENV = "SPARKRACK_INVENTORY"
+DEFAULT_INVENTORY = Path("inventory", "rack")  # the real rack's, in a checkout of the repo
 MAX_FILE_BYTES = 1 << 20  # an inventory, profile or model file is a few KiB: 1 MiB is plenty
 
 _WHERE_FIX = f"pass -i/--inventory DIR or set {INVENTORY_ENV} to a directory holding hosts.yml"
@@ -134,7 +137,8 @@ class Inventory:
 
 
 def load_inventory(path: str | Path | None = None) -> Inventory:
-    """Load and validate the inventory at path, else $SPARKRACK_INVENTORY, else ./inventory."""
+    """Load and validate the inventory at path, else $SPARKRACK_INVENTORY, else
+    ./inventory/rack."""
     return _Loader(_locate(path)).load()
 
 
@@ -145,7 +149,7 @@ def _locate(path: str | Path | None) -> Path:
     elif os.environ.get(INVENTORY_ENV):
         directory, origin = Path(os.environ[INVENTORY_ENV]), f" (from {INVENTORY_ENV})"
     else:
-        directory, origin = Path("inventory"), " (the default: ./inventory)"
+        directory, origin = DEFAULT_INVENTORY, f" (the default: ./{DEFAULT_INVENTORY})"
     directory = directory.expanduser().absolute()
     if not directory.is_dir():
         problem = "not a directory" if directory.exists() else "inventory directory not found"
@@ -346,16 +350,17 @@ class _Loader:
             raise InventoryError(self.hosts_file, None, "no hosts defined", fix=_SHAPE_FIX)
         group_files = self._var_files("group_vars", "group", ["all", *(g.name for g in groups)])
         host_files = self._var_files("host_vars", "node", [host.name for host in hosts])
-        top = {**inline, **self._settings(group_files.get("all"), "group")}
+        all_file = self._settings(group_files.get("all"), "group")
         level = _group_level(len(groups))
-        rack, drafts = dict(top), []
+        rack, drafts = {**inline, **all_file}, []
         for group in groups:
-            shared = {**group.settings, **self._settings(group_files.get(group.name), level)}
+            group_file = self._settings(group_files.get(group.name), level)
+            shared = {**inline, **group.settings, **all_file, **group_file}  # Ansible's order
             if level == "group":
-                rack.update(shared)
+                rack = shared
             for host in group.hosts:
                 own = self._settings(host_files.get(host.name), "host")
-                drafts.append(self._draft(host, {**top, **shared, **own, **host.settings}))
+                drafts.append(self._draft(host, {**shared, **host.settings, **own}))
         anchor = groups[0].hosts_line
         spare_drafts = [draft for draft in drafts if self._is_spare(draft)]
         spares = {draft.host.name for draft in spare_drafts}

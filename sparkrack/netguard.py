@@ -125,7 +125,7 @@ def _check_address(node: Node, address: IPAddress) -> None:
     who = f"{node.name} ({shown})"
     if any(plain in net for net in EXAMPLE_RANGES):
         raise UnsafeAddressError(f"{who}: the address is an example from the inventory",
-                                 fix="put your node's real address in inventory/hosts.yml")
+                                 fix="put your node's real address in the inventory's hosts.yml")
     if plain in REHEARSAL_SUBNET:
         reason = rehearsal_rack_down_reason()
         if reason:

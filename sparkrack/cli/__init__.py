@@ -1,6 +1,11 @@
-"""The invoke front door: collections built from the task modules (see tasks.py)."""
+"""The invoke front door: collections built from the task modules.
 
-from invoke import Collection
+Two doors to the same tasks: `invoke TASK` in a checkout of the repo (tasks.py there calls
+build_namespace), and `sparkrack TASK` anywhere (`main`, the console script an installed
+sparkrack brings: invoke's Program with this namespace, so no tasks.py is needed).
+"""
+
+from invoke import Collection, Program
 
 from . import (bench_tasks, check_tasks, engine_tasks, export_tasks, lock_tasks, logs_tasks,
                onboard_tasks, power_tasks, provision_tasks, rack_tasks, rehearsal_stub_tasks,
@@ -34,3 +39,15 @@ def build_namespace() -> Collection:
     ns.add_collection(rehearsal, name="rehearsal")
     ns.add_collection(Collection.from_module(bench_tasks, name="bench"))
     return ns
+
+
+def main() -> None:
+    """The `sparkrack` command: `sparkrack --list`, `sparkrack plan --engine sglang ...`."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("sparkrack")
+    except PackageNotFoundError:  # a checkout that was never installed
+        release = "unknown"
+    Program(name="sparkrack", binary="sparkrack", namespace=build_namespace(),
+            version=release).run()

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 BLOCKED_EXIT = 1
 
 
-@task(help={"engine": "sglang or vllm (a file in the inventory's or the repo's engines/)",
+@task(help={"engine": "sglang or vllm (a profile: the inventory's overrides, else shipped)",
             "profile": f"profile name (default: {DEFAULT_PROFILE})",
             "inventory": INVENTORY_HELP,
             "explain": "print one rule's explanation and evidence, e.g. SM121-AUTOTUNE",

@@ -10,7 +10,7 @@ from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, ra
 DEFAULT_PROFILE = "512k"
 
 
-@task(help={"engine": "sglang or vllm (a file in the inventory's or the repo's engines/)",
+@task(help={"engine": "sglang or vllm (a profile: the inventory's overrides, else shipped)",
             "profile": f"profile name (default: {DEFAULT_PROFILE})",
             "inventory": INVENTORY_HELP, "json": "print JSON for scripts",
             "offline": "do not read the nodes' env files: show the inventory's view"})

@@ -15,7 +15,7 @@ from .engine_tasks import DEFAULT_PROFILE
 FORMATS = ("lws",)
 
 
-@task(help={"engine": "sglang or vllm (a file in the inventory's or the repo's engines/)",
+@task(help={"engine": "sglang or vllm (a profile: the inventory's overrides, else shipped)",
             "profile": f"profile name (default: {DEFAULT_PROFILE})",
             "format": "lws: a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) and a Service",
             "out": "write one YAML file per object into this directory (default: stdout)",

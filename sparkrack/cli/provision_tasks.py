@@ -77,11 +77,12 @@ def provision(c, inventory=None, limit=None, role=None, check=False, diff=False,
 def unprovision(c, inventory=None, limit=None, role=None, check=False, diff=False, json=False,
                 force=False):
     """Remove what provision writes (files, units, drop-ins, images) from the nodes."""
-    from ..provision import site_roles
+    from ..provision import roles_path, site_roles
     from ..provision import unprovision as run_unprovision
 
     rack = inventory_from(inventory)
-    roles = [r.strip() for r in role.split(",")] if role else list(site_roles())
+    roles = ([r.strip() for r in role.split(",")] if role
+             else list(site_roles(roles_path(rack.path))))
     if "clock_cap" in roles and not rack.is_rehearsal and not force and not check:
         raise UsageError("unprovision would stop the clock cap and uncap every GPU: an "
                          "uncapped rack can trip its power strip",

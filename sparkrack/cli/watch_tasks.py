@@ -93,8 +93,9 @@ def status(c, on=None, inventory=None, json=False, verdicts=5):
               f"{found.enabled or 'no unit file'}")
         print(f"metrics: {found.metrics_url}")
         if not found.recorded:
-            print(f"warning: no key record for {found.node} beside the inventory "
-                  "(watchdog.json): `invoke provision` will not keep its key authorized")
+            print(f"warning: no key record for {found.node} in the inventory "
+                  "(.sparkrack/watchdog.json): `invoke provision` will not keep its key "
+                  "authorized")
         if found.state_error:
             print(f"warning: {found.state_error}")
         if found.stale:

@@ -1,7 +1,9 @@
 """Engine profiles as data and the per-rank launch specs built from them.
 
-- profile files (`engines/<engine>.yml`): profile_file.py reads them, catalog.py finds them;
-- model data (`models/*.yml`) for the memory rules: model_data.py;
+- profile files (`<engine>.yml`, shipped in sparkrack/data/engines/): profile_file.py reads
+  them, catalog.py finds them (the inventory's overrides first);
+- model data (`<name>.yml`, shipped in sparkrack/data/models/) for the memory rules:
+  model_data.py;
 - `build_specs` (spec.py): inventory + engine + profile -> one LaunchSpec per rank
   (`template_values`: what a rank's argv templates are filled with);
 - `docker_run_argv` / `docker_sdk_kwargs` (docker_args.py): a spec as docker sees it.

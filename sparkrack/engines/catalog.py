@@ -1,35 +1,24 @@
-"""Where engine profiles and model data live: the inventory first, then the repo's inventory/.
+"""Where engine profiles and model data live: the inventory's overrides, then the package's.
 
-Lookup is per file. `<inventory>/engines/<engine>.yml` wins when it exists, else the repo's
-`inventory/engines/<engine>.yml` is used; so an inventory without an `engines/` folder (the
-rehearsal rack's) runs the shipped profiles, and one that needs its own profiles for an
+Lookup is per file (sparkrack.data says where each folder is). An inventory's
+`.sparkrack/engines/<engine>.yml` wins when it exists, else the shipped
+`sparkrack/data/engines/<engine>.yml` is used; so an inventory without overrides (both
+shipped inventories) runs the shipped profiles, and one that needs its own profiles for an
 engine copies that one file. Model data works the same way by `model_name`: the first file
-in `<inventory>/models/*.yml`, then in the repo's `inventory/models/*.yml`, whose
-`model_name` matches. The repo folder is found next to the package (an editable install
-or a checkout); the real rack's inventory is that folder itself.
+in the inventory's `.sparkrack/models/*.yml`, then in the package's, whose `model_name`
+matches.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from sparkrack.data import search_dirs
 from sparkrack.engines.datafile import did_you_mean
 from sparkrack.errors import InventoryError, UsageError
 
-REPO_INVENTORY = Path(__file__).resolve().parents[2] / "inventory"
 ENGINES_DIR = "engines"
 MODELS_DIR = "models"
-
-
-def search_dirs(inventory_dir: Path, kind: str) -> tuple[Path, ...]:
-    """The folders searched for kind ('engines' or 'models'), in order, each once; a file
-    where the inventory's folder belongs is refused (it would hide nothing silently)."""
-    own, shipped = Path(inventory_dir) / kind, REPO_INVENTORY / kind
-    if own.exists() and not own.is_dir():
-        raise InventoryError(own, None, "a file where a directory belongs",
-                             fix=f"{kind}/ is a folder of <name>.yml files; move this aside")
-    same = own.resolve() == shipped.resolve()
-    return tuple(d for d in ((own,) if same else (own, shipped)) if d.is_dir())
 
 
 def engine_names(inventory_dir: Path) -> tuple[str, ...]:
@@ -50,11 +39,10 @@ def engine_file(inventory_dir: Path, engine: str) -> Path:
                                  "remove it to use the shipped one")
     names = engine_names(inventory_dir)
     raise UsageError(f"unknown engine '{engine}'{did_you_mean(engine, names)}",
-                     fix="valid engines: " + (", ".join(names) or f"none (no {ENGINES_DIR}/ "
-                                              "folder with <engine>.yml files)"))
+                     fix="valid engines: " + (", ".join(names) or "none"))
 
 
 def model_files(inventory_dir: Path) -> tuple[Path, ...]:
-    """Every model data file, the inventory's before the repo's, each folder sorted."""
+    """Every model data file, the inventory's before the package's, each folder sorted."""
     return tuple(file for folder in search_dirs(inventory_dir, MODELS_DIR)
                  for file in sorted(folder.glob("*.yml")))

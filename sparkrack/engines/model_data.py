@@ -1,4 +1,5 @@
-"""Model data (`models/*.yml`): the sizes the memory safety rules check a launch against.
+"""Model data (`models/*.yml`: shipped in sparkrack/data/, or an inventory's override): the
+sizes the memory safety rules check a launch against.
 
 File format (every key required unless marked; mistakes are InventoryErrors at file:line):
 
@@ -13,7 +14,8 @@ File format (every key required unless marked; mistakes are InventoryErrors at f
     measured_kv_pool_tokens:               # optional: engine -> profile -> pool the engine reported
       sglang: {512k: 567232}
 
-Which file is used is decided by catalog.py (the inventory's models/ first, then the repo's).
+Which file is used is decided by catalog.py (the inventory's overrides first, then the
+package's).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkrack.data import OWN_FOLDER
 from sparkrack.engines.catalog import model_files
 from sparkrack.engines.datafile import (
     Section, did_you_mean, is_count, is_name, is_number, is_text, read_section)
@@ -70,7 +73,7 @@ def load_model(inventory_dir: Path, model_name: str) -> ModelData:
     if model_name not in found:
         raise UsageError(f"no model data for '{model_name}'{did_you_mean(model_name, found)}",
                          fix=f"known models: {', '.join(found) or 'none'}; add "
-                         f"models/<name>.yml to the inventory (format: {__name__})")
+                         f"{OWN_FOLDER}/models/<name>.yml to the inventory (format: {__name__})")
     return found[model_name]
 
 

@@ -1,4 +1,5 @@
-"""Engine profile files (`engines/<engine>.yml`) read into an EngineDef with its Profiles.
+"""Engine profile files (`<engine>.yml`: shipped in sparkrack/data/engines/, or an
+inventory's override, found by catalog.py) read into an EngineDef with its Profiles.
 
 File format (every key is checked; a mistake is an InventoryError naming file:line):
 

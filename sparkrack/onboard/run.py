@@ -45,7 +45,7 @@ from sparkrack.fleet_ssh import explain, who
 from sparkrack.inventory import Inventory, Node, load_inventory
 from sparkrack.inventory_schema import address_problem
 from sparkrack.onboard import baseline, join, stage, trust, verify
-from sparkrack.provision import provision, site_roles
+from sparkrack.provision import provision, roles_path, site_roles
 from sparkrack.provision.images import DEFAULT_PYTHON
 from sparkrack.rules.ruleset import all_rules
 
@@ -413,7 +413,7 @@ class _Run:
 
     def provision(self) -> None:
         report, new = self.report, self.new
-        roles = [r for r in site_roles() if r != IMAGE_ROLE]
+        roles = [r for r in site_roles(roles_path(self.work.path)) if r != IMAGE_ROLE]
         with self.step("provision") as step:
             result = provision(self.work, (new,), roles=roles, check=report.check)
             report.provision = result

@@ -8,6 +8,8 @@ import os
 import socket
 from pathlib import Path
 
+from sparkrack.data import OWN_FOLDER
+
 STATE_ENV = "SPARKRACK_STATE_DIR"
 
 
@@ -32,8 +34,8 @@ def state_dir() -> Path:
 
 def inventory_digest(directory: Path) -> str:
     """sha256 over the inventory's files (relative path and content of each, sorted),
-    skipping hidden files and nested inventories (a folder with its own hosts.yml, such
-    as inventory/rehearsal inside inventory/)."""
+    skipping hidden files (but not the overrides folder, .sparkrack/) and nested
+    inventories (a folder with its own hosts.yml)."""
     root = Path(directory)
     digest = hashlib.sha256()
     for path in sorted(_files(root)):
@@ -44,7 +46,7 @@ def inventory_digest(directory: Path) -> str:
 
 def _files(root: Path):
     for entry in root.iterdir():
-        if entry.name.startswith("."):
+        if entry.name.startswith(".") and entry.name != OWN_FOLDER:
             continue
         if entry.is_dir():
             if not (entry / "hosts.yml").exists():

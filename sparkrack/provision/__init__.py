@@ -1,4 +1,4 @@
-"""Provisioning: Ansible-style roles (roles/) applied by plan, apply and re-plan.
+"""Provisioning: Ansible-style roles (sparkrack/data/roles/) applied by plan, apply and re-plan.
 
     from sparkrack.provision import provision, unprovision
     report = provision(inventory, "spark-03", roles="clock_cap", check=True)
@@ -14,7 +14,7 @@ Layers, each testable on its own:
 - report.py  what the CLI prints
 """
 
-from sparkrack.provision.roles import ROLES_DIR, load_roles, site_roles
+from sparkrack.provision.roles import ROLES_DIR, load_roles, roles_path, site_roles
 from sparkrack.provision.runner import NodeRun, ProvisionReport, provision
 
 
@@ -27,5 +27,5 @@ def unprovision(inventory, limit=None, **kwargs) -> ProvisionReport:
     return provision(inventory, limit, absent=True, **kwargs)
 
 
-__all__ = ["ROLES_DIR", "NodeRun", "ProvisionReport", "load_roles", "provision", "site_roles",
-           "unprovision"]
+__all__ = ["ROLES_DIR", "NodeRun", "ProvisionReport", "load_roles", "provision", "roles_path",
+           "site_roles", "unprovision"]

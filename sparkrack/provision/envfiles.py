@@ -25,7 +25,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sparkrack.errors import SparkrackError
 from sparkrack.fleet import Argv, Fleet
@@ -34,7 +33,7 @@ from sparkrack.inventory_schema import FrozenMapping
 from sparkrack.provision.gather import NodeFacts, gather_argv, parse_facts
 from sparkrack.provision.plan import Put, plan_node, queries
 from sparkrack.provision.roles import (
-    ROLES_DIR, Renderer, RenderError, Task, load_roles, node_vars, render_tasks)
+    Renderer, RenderError, Task, load_roles, node_vars, render_tasks, roles_path)
 
 ENV_ROLES = ("nccl_env", "engine_env")
 SECRET_KEYS = ("HF_TOKEN",)  # the engine_env templates' secret_keys
@@ -89,10 +88,10 @@ class EnvFiles:
     """The env files one engine's ranks read (nccl_env's, and engine_env's for the engine's
     image key), their gathering, their judging and their rendering per node."""
 
-    def __init__(self, inventory: Inventory, engine_key: str, roles_dir: Path = ROLES_DIR):
+    def __init__(self, inventory: Inventory, engine_key: str):
         self.inventory = inventory
         self.engine_key = engine_key
-        self.roles = load_roles(list(ENV_ROLES), roles_dir)
+        self.roles = load_roles(list(ENV_ROLES), roles_path(inventory.path))
         self.renderer = Renderer()
 
     def _tasks(self, node: Node, token: str = "") -> tuple[dict, dict[str, list[Task]]]:

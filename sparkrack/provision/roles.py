@@ -6,6 +6,11 @@
     roles/<role>/handlers/main.yml   tasks that run once, at the end, when notified
     roles/<role>/templates/*.j2      Jinja2 templates (StrictUndefined)
 
+The roles ship in sparkrack/data/roles/ (ROLES_DIR). An inventory's `.sparkrack/roles/`
+comes first (`roles_path`): a `site.yml` there replaces the shipped list, a role folder
+there replaces the shipped role of that name whole, like a role earlier on Ansible's
+roles_path.
+
 Modules: template, file, systemd, command, docker_image, assert (see plan.py) and
 authorized_key: one line in an authorized_keys file, recognised by its marker (the
 comment that ends it), kept equal to `[options] key marker`, or removed (absent mode, and
@@ -29,10 +34,11 @@ from typing import Any
 import jinja2
 import yaml
 
+from sparkrack.data import search_dirs, shipped
 from sparkrack.errors import UsageError
 from sparkrack.inventory import Inventory, Node
 
-ROLES_DIR = Path(__file__).resolve().parent.parent.parent / "roles"
+ROLES_DIR = shipped("roles")
 SITE_FILE = "site.yml"
 
 # module -> (required params, optional params)
@@ -108,9 +114,24 @@ class Task:
 # --- Loading ---------------------------------------------------------------------------
 
 
-def site_roles(roles_dir: Path = ROLES_DIR) -> tuple[str, ...]:
-    """The role names of roles/site.yml, in order."""
-    file = roles_dir / SITE_FILE
+def roles_path(inventory_dir: Path | None = None) -> tuple[Path, ...]:
+    """The folders roles are looked up in, first match wins: the inventory's
+    `.sparkrack/roles/` when it has one, then the shipped roles."""
+    return search_dirs(inventory_dir, "roles")
+
+
+def _find(search: tuple[Path, ...], name: str) -> Path:
+    """The first search folder's entry called name (site.yml or a role folder)."""
+    for folder in search:
+        if (folder / name).exists():
+            return folder / name
+    raise RoleError(f"{name}: not in {' or '.join(str(folder) for folder in search)}",
+                    fix="restore it, or take it out of site.yml")
+
+
+def site_roles(search: tuple[Path, ...] = (ROLES_DIR,)) -> tuple[str, ...]:
+    """The role names of site.yml, in order."""
+    file = _find(search, SITE_FILE)
     data = _read_yaml(file)
     names = data.get("roles") if isinstance(data, Mapping) else None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -119,9 +140,10 @@ def site_roles(roles_dir: Path = ROLES_DIR) -> tuple[str, ...]:
 
 
 def load_roles(names: str | list[str] | tuple[str, ...] | None = None,
-               roles_dir: Path = ROLES_DIR) -> tuple[Role, ...]:
-    """The named roles (comma-separated or a list; default: site.yml's), read and checked."""
-    every = site_roles(roles_dir)
+               search: tuple[Path, ...] = (ROLES_DIR,)) -> tuple[Role, ...]:
+    """The named roles (comma-separated or a list; default: site.yml's), read and checked,
+    each from the first folder of search that has it."""
+    every = site_roles(search)
     if names is None:
         wanted = list(every)
     else:
@@ -132,7 +154,7 @@ def load_roles(names: str | list[str] | tuple[str, ...] | None = None,
             raise UsageError(f"unknown role '{', '.join(unknown) or names}'",
                              fix="roles: " + ", ".join(every))
         wanted = [name for name in every if name in wanted]  # site order
-    return tuple(load_role(roles_dir / name) for name in wanted)
+    return tuple(load_role(_find(search, name)) for name in wanted)
 
 
 def load_role(path: Path) -> Role:

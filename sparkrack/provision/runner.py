@@ -38,13 +38,13 @@ from sparkrack.provision.images import (
 )
 from sparkrack.provision.plan import Change, ImageTarget, Transfer, plan_node, queries
 from sparkrack.provision.roles import (
-    ROLES_DIR,
     Renderer,
     Role,
     Task,
     load_roles,
     node_vars,
     render_tasks,
+    roles_path,
 )
 
 Event = Callable[[str, "ProvisionReport"], None]
@@ -161,16 +161,18 @@ class _Prepared:
 def provision(inventory: Inventory, limit: str | Sequence[Node] | None = None, *,
               roles: str | Sequence[str] | None = None, check: bool = False,
               absent: bool = False, environ: Mapping[str, str] | None = None,
-              on_event: Event | None = None, roles_dir: Path = ROLES_DIR,
+              on_event: Event | None = None, roles_dirs: tuple[Path, ...] | None = None,
               transfer_timeout: float = 3600.0) -> ProvisionReport:
-    """Run roles (default: roles/site.yml's) on the selected nodes; see the module doc.
+    """Run roles (default: site.yml's) on the selected nodes; see the module doc.
+
+    roles_dirs: where the roles are looked up (default: the inventory's, then the shipped).
 
     check: plan only, change nothing. absent: remove what the roles write (unprovision).
     environ: where HF_TOKEN comes from (default os.environ). on_event(name, report) is
     called at "planned" (before any change), "applied" and "done".
     """
     started = time.monotonic()
-    loaded = load_roles(roles, roles_dir)
+    loaded = load_roles(roles, roles_dirs or roles_path(inventory.path))
     nodes = inventory.select(limit) if limit is None or isinstance(limit, str) else tuple(limit)
     report = ProvisionReport(check=check, absent=absent, roles=tuple(r.name for r in loaded),
                              nodes=[NodeRun(n.name, n.rank) for n in nodes])

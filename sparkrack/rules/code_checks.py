@@ -137,7 +137,7 @@ def _shown(flag: str, flags: dict[str, str | bool]) -> str:
 
 def _no_launch_flags(target: Target) -> str:
     """The Skip reason when the rule set has no launch flags for the engine."""
-    return f"no launch_flags for engine '{target.engine.name}' in sparkrack/rules/rules.yml"
+    return f"no launch_flags for engine '{target.engine.name}' in sparkrack/data/rules.yml"
 
 
 CODE_CHECKS: dict[str, CodeCheckFunction] = {

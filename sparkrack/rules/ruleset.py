@@ -1,5 +1,6 @@
-"""The rule set: rules.yml beside this module, read into Rules and checked (InventoryError at
-file:line for any mistake); `all_rules`, `get_rule` and `launch_flags` look it up.
+"""The rule set: sparkrack/data/rules.yml (package data), read into Rules and checked
+(InventoryError at file:line for any mistake); `all_rules`, `get_rule` and `launch_flags`
+look it up.
 
 File format:
 
@@ -42,6 +43,7 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from sparkrack import data
 from sparkrack.engines.datafile import (
     Section, did_you_mean, is_number, is_text, is_text_list, read_section)
 from sparkrack.errors import UsageError
@@ -52,7 +54,7 @@ from sparkrack.rules.rule import (
     MODEL_KEYS, NODE_KINDS, RANK_KINDS, CodeCheck, Condition, DataCheck, Evidence, LaunchFlags,
     Rule)
 
-RULES_FILE = Path(__file__).with_name("rules.yml")
+RULES_FILE = data.shipped("rules.yml")
 _RULE_ID = re.compile(r"[A-Z0-9][A-Z0-9-]*")
 _FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -37,7 +37,8 @@ from pathlib import Path
 
 from ..errors import SparkrackError, UsageError
 from . import payload
-from .keyrecord import MARKER, WatchdogKey, check_public_key, check_sources, read_record
+from .keyrecord import (
+    MARKER, WatchdogKey, check_public_key, check_sources, read_record, record_path)
 
 UNIT = "sparkrack-watchdog.service"
 UNIT_TEMPLATE = Path(__file__).with_name("sparkrack-watchdog.service.j2")
@@ -484,7 +485,7 @@ def install(inventory, on: str | None = None, *, settings: Settings = Settings()
     node = _watchdog_node(inventory, on, record)
     if record is not None and record.node != node.name:
         raise UsageError(f"the watchdog is installed on {record.node} (recorded in "
-                         f"{inventory.path}/watchdog.json), not {node.name}: one watchdog "
+                         f"{record_path(inventory.path)}), not {node.name}: one watchdog "
                          "per rack", fix=f"run `invoke watch.uninstall` first, or install "
                          f"with --on {record.node}")
     if record is not None and record.install_dir != settings.install_dir:
@@ -502,7 +503,7 @@ def install(inventory, on: str | None = None, *, settings: Settings = Settings()
         if check:
             for line in plan.steps(settings):
                 say(f"watch.install: would {line}")
-            say(f"watch.install: would record the key in {inventory.path}/watchdog.json, "
+            say(f"watch.install: would record the key in {record_path(inventory.path)}, "
                 "authorize it on every node (role watchdog_key, from "
                 f"{', '.join(sources) or 'anywhere'}) and check it from {node.name}")
             return report
@@ -610,7 +611,7 @@ def _authorize(inventory, key: WatchdogKey, report: InstallReport, say: Say,
 
     report.recorded = write_record(inventory.path, key)
     if report.recorded:
-        say(f"watch.install: recorded the watchdog's key in {inventory.path}/watchdog.json")
+        say(f"watch.install: recorded the watchdog's key in {record_path(inventory.path)}")
     if provision_fn is None:
         from ..provision import provision as provision_fn
     result = provision_fn(inventory, roles="watchdog_key")
@@ -791,7 +792,7 @@ def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings
         "changed)")
     report.unrecorded = remove_record(inventory.path)
     if report.unrecorded:
-        say(f"watch.uninstall: removed {inventory.path}/watchdog.json")
+        say(f"watch.uninstall: removed {record_path(inventory.path)}")
     return report
 
 
@@ -810,7 +811,7 @@ def _uninstall_node(inventory, node, settings: Settings, report: UninstallReport
             say(f"watch.uninstall: {'would ' if check else ''}{line}")
         if check:
             say("watch.uninstall: would remove the watchdog's key from every node "
-                "(role watchdog_key, absent)" + (f" and {inventory.path}/watchdog.json"
+                "(role watchdog_key, absent)" + (f" and {record_path(inventory.path)}"
                                                   if record else ""))
             return
         sc = settings.systemctl

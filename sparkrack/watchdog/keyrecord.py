@@ -1,4 +1,5 @@
-"""The watchdog's key as the control machine records it: `<inventory>/watchdog.json`.
+"""The watchdog's key as the control machine records it: `.sparkrack/watchdog.json` in the
+inventory directory (sparkrack's folder there, which Ansible does not read as inventory).
 
 `invoke watch.install` writes it once the key exists on the watchdog's node (the private
 key never leaves that node; only the public key is recorded); `watch.uninstall` removes
@@ -20,6 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data import OWN_FOLDER
 from ..errors import UsageError
 
 RECORD_FILE = "watchdog.json"
@@ -72,13 +74,18 @@ def check_sources(addresses) -> tuple[str, ...]:
 
 
 def record_path(inventory_dir: Path) -> Path:
-    return Path(inventory_dir) / RECORD_FILE
+    """Where the record of the inventory at inventory_dir is."""
+    return Path(inventory_dir) / OWN_FOLDER / RECORD_FILE
 
 
 def read_record(inventory_dir: Path) -> WatchdogKey | None:
     """The recorded key, or None when there is none; UsageError naming the file if it is
-    not what watch.install writes."""
+    not what watch.install writes, or if it is still where earlier versions wrote it."""
     path = record_path(inventory_dir)
+    old = Path(inventory_dir) / RECORD_FILE
+    if old.exists():
+        raise UsageError(f"{old}: the watchdog's key record is not read there (Ansible "
+                         "would read it as inventory)", fix=f"move it to {path}")
     try:
         text = path.read_text()
     except FileNotFoundError:

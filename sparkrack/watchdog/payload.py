@@ -8,8 +8,8 @@ The node needs no network access and no package manager: it gets
   copies as their RECORD lists them (dist-info included, scripts and bytecode left out);
 - `inventory/`: a copy of the inventory in which every node is reached with the
   watchdog's own key and the host keys are a pinned copy of the inventory's known_hosts;
-  with it the engine profiles and model data this inventory resolves to (the copy sits
-  where the shipped sparkrack looks for the repo's `inventory/`, so it is self-contained);
+  with it the inventory's own overrides (`.sparkrack/`: engine profiles, model data,
+  roles). The shipped ones are package data and come with sparkrack in `lib/`;
 - `README.md` (the unit's Documentation=).
 
 Compiled parts (cryptography, bcrypt, PyNaCl, cffi, PyYAML, MarkupSafe, ...) are this
@@ -34,6 +34,7 @@ import yaml
 
 import sparkrack
 
+from ..data import KINDS, OWN_FOLDER, search_dirs
 from ..errors import UsageError
 
 PACKAGE_DIR = Path(sparkrack.__file__).resolve().parent
@@ -162,15 +163,14 @@ def _skipped(parts: tuple[str, ...]) -> bool:
 
 
 def package_files(package_dir: Path = PACKAGE_DIR) -> dict[str, Path]:
-    """The sparkrack package as it is here, every file but bytecode, and the roles beside it
-    (`roles/`, which the launch specs render the nodes' env files from: the watchdog's
-    restart is an `up`)."""
+    """The sparkrack package as it is here, every file but bytecode: its data too (the
+    roles, which the launch specs render the nodes' env files from, since the watchdog's
+    restart is an `up`; the engine profiles, model data and rules)."""
     files = {}
-    for tree in (package_dir, package_dir.parent / "roles"):
-        for path in sorted(tree.rglob("*")):
-            relative = path.relative_to(package_dir.parent)
-            if path.is_file() and not _skipped(relative.parts):
-                files[relative.as_posix()] = path
+    for path in sorted(package_dir.rglob("*")):
+        relative = path.relative_to(package_dir.parent)
+        if path.is_file() and not _skipped(relative.parts):
+            files[relative.as_posix()] = path
     return files
 
 
@@ -260,11 +260,8 @@ def inventory_copy(inventory, install_dir: str) -> dict[str, bytes]:
     Every `ansible_ssh_private_key_file` and `known_hosts_file` is taken out wherever it
     was set, and group_vars/all.yml sets them once: the watchdog's key under install_dir,
     and `known_hosts` beside the copy, a copy of the inventory's own (pinned: the service
-    trusts these host keys and no other). The engine profile files and model data that
-    this inventory resolves to (its own, else the shipped ones) come along."""
-    from ..engines.catalog import engine_file, engine_names, model_files
-    from ..engines.model_data import read_model_file
-
+    trusts these host keys and no other). The inventory's overrides (`.sparkrack/`)
+    come along."""
     source = Path(inventory.path)
     files: dict[str, bytes] = {}
     hosts = yaml.safe_load((source / "hosts.yml").read_text()) or {}
@@ -301,14 +298,11 @@ def inventory_copy(inventory, install_dir: str) -> dict[str, bytes]:
         raise UsageError(f"{known_hosts}: cannot read the inventory's known_hosts: "
                          f"{error.strerror}", fix="the watchdog pins the host keys recorded "
                          "there: run invoke onboard (or rehearsal.up) first") from None
-    for engine in engine_names(source):
-        files[f"engines/{engine}.yml"] = engine_file(source, engine).read_bytes()
-    models: set[str] = set()
-    for path in model_files(source):  # the first file per model name wins, as on load
-        name = read_model_file(path).name
-        if name not in models and f"models/{path.name}" not in files:
-            models.add(name)
-            files[f"models/{path.name}"] = path.read_bytes()
+    for kind in KINDS:
+        search_dirs(source, kind)  # refuses a folder left in the old place
+        for path in sorted((source / OWN_FOLDER / kind).rglob("*")):
+            if path.is_file() and not _skipped(path.parts):
+                files[path.relative_to(source).as_posix()] = path.read_bytes()
     return files
 
 

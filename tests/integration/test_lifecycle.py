@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkrack.data import shipped
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
@@ -143,13 +144,13 @@ def broken_inventory(tmp_path) -> Path:
     """A copy of the rehearsal inventory whose sglang has a profile every rank rejects."""
     inv = tmp_path / "inventory"
     shutil.copytree(REPO / "inventory" / "rehearsal", inv)
-    (inv / "engines").mkdir()
-    engine = yaml.safe_load((REPO / "inventory" / "engines" / "sglang.yml").read_text())
+    (inv / ".sparkrack" / "engines").mkdir(parents=True)
+    engine = yaml.safe_load((shipped("engines") / "sglang.yml").read_text())
     engine["profiles"]["broken"] = {"description": "a value SGLang refuses: every rank exits 2",
                                     "extends": "512k",
                                     "flags": {"--speculative-algorithm": "NO-SUCH-ALGORITHM"}}
-    (inv / "engines" / "sglang.yml").write_text(yaml.safe_dump(engine, sort_keys=False))
-    shutil.copy(REPO / "inventory" / "engines" / "vllm.yml", inv / "engines" / "vllm.yml")
+    (inv / ".sparkrack" / "engines" / "sglang.yml").write_text(yaml.safe_dump(engine, sort_keys=False))
+    shutil.copy(shipped("engines") / "vllm.yml", inv / "engines" / "vllm.yml")
     return inv
 
 

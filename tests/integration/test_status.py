@@ -101,6 +101,6 @@ def test_bad_inventory_is_one_line_exit_2(tmp_path):
 
 
 def test_real_rack_example_addresses_are_refused(tmp_path):
-    done = invoke("status", "-i", "inventory")
+    done = invoke("status", "-i", "inventory/rack")
     assert done.returncode == 2, done.stdout
     assert "Traceback" not in done.stderr and "192.0.2.11" in done.stderr

@@ -284,7 +284,7 @@ def test_uninstall_leaves_nothing_on_any_node(installed, prometheus):
     done = invoke("watch.uninstall", "-i", "inventory/rehearsal")
     assert done.returncode == 0, done.stdout + done.stderr
     assert read_record(inventory.path) is None
-    assert not (inventory.path / "watchdog.json").exists()
+    assert not (inventory.path / ".sparkrack" / "watchdog.json").exists()
     with Fleet(inventory) as fleet:
         left = fleet.run({WATCHDOG_NODE: sh(
             'for p in "$@"; do if [ -e "$p" ] || [ -L "$p" ]; then echo "$p"; fi; done',

@@ -63,6 +63,16 @@ def test_list_and_help_import_nothing_heavy():
         assert f"  {name} " in printed
 
 
+def test_the_sparkrack_command_lists_the_same_tasks_and_imports_nothing_heavy():
+    body = ("import sys, tasks\nfrom sparkrack.cli import main\n"
+            "sys.argv = ['sparkrack', '--list']\n"
+            "try:\n    main()\nexcept SystemExit as done:\n    assert not done.code, done.code")
+    seen, printed = _fresh(body)
+    _assert_light(seen["modules"])
+    for name in ("up", "provision", "watch.install", "bench.compare", "rehearsal.stub-images"):
+        assert f"  {name} " in printed
+
+
 @pytest.mark.parametrize("name, flags", [
     ("up", ("--engine", "--profile", "--inventory", "--timeout", "--override-power", "--wait")),
     ("provision", ("--inventory", "--limit", "--role", "--check", "--diff", "--json", "--wait")),

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkrack.data import shipped
 from sparkrack.engines import load_model
 from sparkrack.engines.model_data import GIB
 from sparkrack.errors import InventoryError, UsageError
@@ -15,11 +16,11 @@ REHEARSAL = REPO / "inventory" / "rehearsal"
 POOL_GIB = 121.7e9 / GIB  # one GB10's unified memory (field report: 121.7 GB)
 
 
-@pytest.mark.parametrize("inventory", [REPO / "inventory", REHEARSAL])
+@pytest.mark.parametrize("inventory", [REPO / "inventory" / "rack", REHEARSAL])
 def test_the_shipped_inventories_have_data_for_their_model(inventory):
     model = load_model(inventory, load_inventory(inventory).vars.model_name)
     assert model.name == "GLM-5.3" and model.dsa and model.params_billion == 744
-    assert model.file == REPO / "inventory" / "models" / "glm-5.3.yml"
+    assert model.file == shipped("models") / "glm-5.3.yml"
 
 
 def test_the_figures_agree_with_the_field_report():
@@ -47,9 +48,9 @@ def test_unknown_model():
 
 def test_an_inventorys_own_model_file_wins_and_mistakes_name_the_line(tmp_path):
     rack = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
-    (rack / "models").mkdir()
-    text = (REPO / "inventory" / "models" / "glm-5.3.yml").read_text()
-    own = rack / "models" / "mine.yml"
+    (rack / ".sparkrack" / "models").mkdir(parents=True)
+    text = (shipped("models") / "glm-5.3.yml").read_text()
+    own = rack / ".sparkrack" / "models" / "mine.yml"
     own.write_text(text.replace("weights_gib_per_node: 60.74", "weights_gib_per_node: 61"))
     assert load_model(rack, "GLM-5.3").weights_gib_per_node == 61
     broken = text.replace("    fp8_e4m3: 53944", "    fp8_e4m3: lots")

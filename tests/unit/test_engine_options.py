@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkrack import data
 from sparkrack.engines import build_specs, load_engine
 from sparkrack.engines.option_names import PINNED, options_for, read_options
 from sparkrack.errors import InventoryError
@@ -25,13 +26,13 @@ def rack_dir(tmp_path):
 
 
 def own_engine_file(rack_dir: Path, engine: str, old: str, new: str) -> tuple[Path, int]:
-    """rack_dir's own engines/<engine>.yml: the shipped one with old replaced by new; the
-    file and the 1-based line of new."""
-    text = (REPO / "inventory" / "engines" / f"{engine}.yml").read_text()
+    """rack_dir's own .sparkrack/engines/<engine>.yml: the shipped one with old replaced by
+    new; the file and the 1-based line of new."""
+    text = (data.shipped("engines") / f"{engine}.yml").read_text()
     assert old in text, old
     text = text.replace(old, new, 1)
-    folder = rack_dir / "engines"
-    folder.mkdir(exist_ok=True)
+    folder = rack_dir / ".sparkrack" / "engines"
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{engine}.yml").write_text(text)
     return folder / f"{engine}.yml", text[:text.index(new)].count("\n") + 1
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkrack.data import shipped
 from sparkrack.engines import engine_names, load_engine
 from sparkrack.engines.profile_file import read_engine_file
 from sparkrack.errors import InventoryError, UsageError
@@ -126,17 +127,17 @@ def test_extends_merges_flags_env_and_settings(tmp_path):
 
 
 def test_an_inventory_without_engines_uses_the_repos_files():
-    assert load_engine(REHEARSAL, "sglang").file == REPO / "inventory" / "engines" / "sglang.yml"
+    assert load_engine(REHEARSAL, "sglang").file == shipped("engines") / "sglang.yml"
 
 
 def test_an_inventorys_own_file_wins_for_that_engine_only(tmp_path):
     rack = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
-    (rack / "engines").mkdir()
-    shipped = (REPO / "inventory" / "engines" / "sglang.yml").read_text()
-    write(rack / "engines", shipped + "  mine:\n    description: mine\n    extends: 512k\n",
+    (rack / ".sparkrack" / "engines").mkdir(parents=True)
+    text = (shipped("engines") / "sglang.yml").read_text()
+    write(rack / ".sparkrack" / "engines", text + "  mine:\n    description: mine\n    extends: 512k\n",
           "sglang")
     assert list(load_engine(rack, "sglang").profiles) == ["512k", "131k-throughput", "mine"]
-    assert load_engine(rack, "vllm").file == REPO / "inventory" / "engines" / "vllm.yml"
+    assert load_engine(rack, "vllm").file == shipped("engines") / "vllm.yml"
 
 
 def test_unknown_engine_and_profile(tmp_path):

@@ -12,6 +12,7 @@ import pytest
 from invoke import Collection, Program
 
 from sparkrack.cli import engine_tasks
+from sparkrack.data import shipped
 from sparkrack.engines import (
     LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_SPEC_HASH,
     LABEL_STOP_TIMEOUT, build_specs, docker_run_argv, docker_sdk_kwargs)
@@ -30,7 +31,7 @@ PROBED = "probed on the node (the RoCE v2 entry whose GID is IPv4-mapped)"
 @pytest.fixture(scope="module")
 def rack():
     """The real-rack inventory (example addresses; nothing is contacted)."""
-    return load_inventory(REPO / "inventory")
+    return load_inventory(REPO / "inventory" / "rack")
 
 
 @pytest.fixture
@@ -127,12 +128,12 @@ def test_the_indexer_budget_comes_from_the_inventory(own_rack):
 
 
 def test_a_profile_may_not_redefine_a_variable_of_the_env_files(own_rack):
-    (own_rack / "engines").mkdir()
-    text = (REPO / "inventory" / "engines" / "sglang.yml").read_text()
+    (own_rack / ".sparkrack" / "engines").mkdir(parents=True)
+    text = (shipped("engines") / "sglang.yml").read_text()
     text = text.replace("      --dsa-decode-backend: flashinfer_sparse_mla",
                         "      --dsa-decode-backend: flashinfer_sparse_mla\n"
                         "    env:\n      SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION: '0.05'")
-    (own_rack / "engines" / "sglang.yml").write_text(text)
+    (own_rack / ".sparkrack" / "engines" / "sglang.yml").write_text(text)
     with pytest.raises(UsageError) as caught:
         specs(load_inventory(own_rack), "sglang")
     assert caught.value.message == (
@@ -301,9 +302,9 @@ def test_the_spec_hash_changes_with_what_runs(rack, own_rack):
     assert specs(rack, "sglang", "131k-throughput")[0].spec_hash != base
     probed = read_env(rack, "sglang", spark_08={"NCCL_IB_GID_INDEX": ("5", PROBED)})
     assert specs(rack, "sglang", node_env=probed)[0].spec_hash != base
-    (own_rack / "engines").mkdir()
-    text = (REPO / "inventory" / "engines" / "sglang.yml").read_text()
-    (own_rack / "engines" / "sglang.yml").write_text(
+    (own_rack / ".sparkrack" / "engines").mkdir(parents=True)
+    text = (shipped("engines") / "sglang.yml").read_text()
+    (own_rack / ".sparkrack" / "engines" / "sglang.yml").write_text(
         text.replace("--chunked-prefill-size: 4096", "--chunked-prefill-size: 8192"))
     rehearsal = load_inventory(REPO / "inventory" / "rehearsal")
     assert (specs(load_inventory(own_rack), "sglang")[0].spec_hash
@@ -356,7 +357,7 @@ def run_plan(*args: str) -> None:
 
 def test_plan_prints_eight_docker_runs_and_says_it_shows_the_inventorys_view(capsys, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")  # the operator's: no rank gets it from here
-    run_plan("--engine", "sglang", "-i", str(REPO / "inventory"))
+    run_plan("--engine", "sglang", "-i", str(REPO / "inventory" / "rack"))
     out = capsys.readouterr().out
     commands = [line for line in out.splitlines() if line.startswith("docker run")]
     assert len(commands) == 8 and "hf_secret" not in out and "HF_TOKEN" not in out
@@ -365,7 +366,7 @@ def test_plan_prints_eight_docker_runs_and_says_it_shows_the_inventorys_view(cap
             "(192.0.2.11): the address is an example") in out
     assert ("#   NCCL_IB_GID_INDEX=3  <- inventory nccl_ib_gid_index (provision writes the "
             "index probed on the node) [/etc/sparkrack/nccl.env]") in out
-    run_plan("--engine", "sglang", "-i", str(REPO / "inventory"), "--offline")
+    run_plan("--engine", "sglang", "-i", str(REPO / "inventory" / "rack"), "--offline")
     assert "# environment: the inventory's view (--offline" in capsys.readouterr().out
 
 
@@ -383,7 +384,7 @@ def test_plan_shows_what_differs_per_rank_under_its_rank_and_masks_secrets(rack)
 
 
 def test_plan_json_and_experimental_warning(capsys):
-    run_plan("--engine", "vllm", "--profile", "1m-nvfp4", "-i", str(REPO / "inventory"), "--json")
+    run_plan("--engine", "vllm", "--profile", "1m-nvfp4", "-i", str(REPO / "inventory" / "rack"), "--json")
     captured = capsys.readouterr()
     plan = json.loads(captured.out)
     assert plan["experimental"] and len(plan["ranks"]) == 8

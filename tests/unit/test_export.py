@@ -18,6 +18,7 @@ import yaml
 from invoke import Collection, Program
 
 from sparkrack.cli import build_namespace, export_tasks
+from sparkrack.data import shipped
 from sparkrack.engines import build_specs, load_engine, template_values
 from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.export import (
@@ -27,7 +28,8 @@ from sparkrack.inventory import load_inventory
 from sparkrack.rules import check_profile
 
 REPO = Path(__file__).resolve().parents[2]
-INVENTORY = REPO / "inventory"
+INVENTORY = REPO / "inventory" / "rack"
+REHEARSAL = REPO / "inventory" / "rehearsal"
 LWS_CRD = Path(__file__).parent / "data" / "lws" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 KUBERNETES_VERSION = "1.33"  # a version kubernetes-validate bundles; LWS needs >= 1.26
 LANES = [("sglang", "512k"), ("sglang", "131k-throughput"), ("vllm", "512k"),
@@ -145,11 +147,11 @@ def containers(lws):
 def own_engine_file(tmp_path, engine, **profile):
     """A copy of the rehearsal inventory whose engine file adds profile 'custom' (512k plus
     the given flags/env)."""
-    rack = Path(shutil.copytree(INVENTORY / "rehearsal", tmp_path / "rack"))
-    data = yaml.safe_load((INVENTORY / "engines" / f"{engine}.yml").read_text())
+    rack = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
+    data = yaml.safe_load((shipped("engines") / f"{engine}.yml").read_text())
     data["profiles"]["custom"] = {"description": "a test lane", "extends": "512k", **profile}
-    (rack / "engines").mkdir()
-    (rack / "engines" / f"{engine}.yml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (rack / ".sparkrack" / "engines").mkdir(parents=True)
+    (rack / ".sparkrack" / "engines" / f"{engine}.yml").write_text(yaml.safe_dump(data, sort_keys=False))
     return load_inventory(rack)
 
 
@@ -331,7 +333,7 @@ def test_a_per_node_env_value_is_refused():
 
 
 def test_a_one_node_rack_is_refused(tmp_path):
-    rack = Path(shutil.copytree(INVENTORY / "rehearsal", tmp_path / "rack"))
+    rack = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
     hosts = rack / "hosts.yml"
     hosts.write_text(re.sub(r" +spark-0[2-8]:.*\n", "", hosts.read_text()))
     rack_vars = rack / "group_vars" / "all.yml"

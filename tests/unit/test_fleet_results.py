@@ -54,18 +54,18 @@ def test_the_example_inventory_is_refused_before_any_packet(monkeypatch: pytest.
         raise AssertionError("a connection was attempted")
 
     monkeypatch.setattr(socket, "create_connection", no_connect)
-    with Fleet(load_inventory(REPO / "inventory")) as fleet:
+    with Fleet(load_inventory(REPO / "inventory" / "rack")) as fleet:
         with pytest.raises(UnsafeAddressError) as caught:
             fleet.run(["true"])
         with pytest.raises(UnsafeAddressError):
             fleet.docker_client("spark-02")
     assert caught.value.line() == (
         "spark-01 (192.0.2.11): the address is an example from the inventory (put your node's "
-        "real address in inventory/hosts.yml)")
+        "real address in the inventory's hosts.yml)")
 
 
 def test_unknown_nodes_and_bad_argv_are_usage_errors():
-    inventory = load_inventory(REPO / "inventory")
+    inventory = load_inventory(REPO / "inventory" / "rack")
     with Fleet(inventory, inventory.select("spark-01,spark-02")) as fleet:
         with pytest.raises(UsageError, match="not in this fleet: spark-03"):
             fleet.run({"spark-03": ["true"]})

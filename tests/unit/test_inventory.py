@@ -47,7 +47,7 @@ def error(path: Path) -> InventoryError:
 
 
 def test_real_rack_loads_with_test_net_addresses():
-    inventory = load_inventory(REPO / "inventory")
+    inventory = load_inventory(REPO / "inventory" / "rack")
     assert [node.name for node in inventory.nodes] == [f"spark-0{i}" for i in range(1, 9)]
     assert [node.rank for node in inventory.nodes] == list(range(8))
     assert inventory.head.name == "spark-01" and inventory.head.is_head
@@ -58,7 +58,7 @@ def test_real_rack_loads_with_test_net_addresses():
     assert inventory.vars.tp_size == 8 and inventory.vars.clock_cap_mhz == 2200
     assert inventory.vars.nccl_ib_hca == ("rocep1s0f0", "roceP2p1s0f0")
     assert inventory.vars.images["sglang"] == "lmsysorg/sglang:v0.5.22-cu130"
-    assert inventory.known_hosts_path == REPO / "inventory" / "known_hosts"
+    assert inventory.known_hosts_path == REPO / "inventory" / "rack" / ".sparkrack" / "known_hosts"
     assert not inventory.is_rehearsal
 
 
@@ -75,7 +75,7 @@ def test_rehearsal_rack_loads():
 
 
 def test_rehearsal_rack_shares_the_real_rack_vars():
-    real = load_inventory(REPO / "inventory").vars
+    real = load_inventory(REPO / "inventory" / "rack").vars
     rehearsal = load_inventory(REPO / "inventory" / "rehearsal").vars
     own = {"rack_name": "x", "known_hosts_file": "x", "ssh_authorized_keys_file": "x",
            "rehearsal": False}
@@ -98,7 +98,7 @@ def test_nodes_sorted_by_rank_with_head_first(rack):
     assert inventory.head.name == "spark-01"
 
 
-def test_vars_merge_all_then_group_then_host_vars_then_inline(rack):
+def test_vars_merge_in_ansibles_order(rack):
     inventory = load_inventory(rack)
     assert inventory.vars.clock_cap_mhz == 2100  # group_vars/all.yml
     assert inventory.vars.restart_batch_size == 1  # group_vars/sparks.yml
@@ -107,7 +107,7 @@ def test_vars_merge_all_then_group_then_host_vars_then_inline(rack):
     assert spark04.vars.nccl_ib_gid_index == 5 and spark04.user == "admin"  # host_vars
     assert spark03.vars.nccl_ib_gid_index == 3 and spark03.user == "ops"  # group vars
     assert inventory.vars.nccl_ib_gid_index == 3
-    assert spark03.port == 2222  # inline host var beats host_vars/spark-03.yml
+    assert spark03.port == 2200  # host_vars/spark-03.yml beats the inline host var
     assert spark04.vars.nccl_socket_ifname == "enp1s0f1np1"
 
 
@@ -151,13 +151,13 @@ def test_nodes_are_hashable(rack):
 def test_env_var_names_the_inventory(rack, monkeypatch):
     monkeypatch.setenv("SPARKRACK_INVENTORY", str(rack))
     assert load_inventory().path == rack
-    assert load_inventory(REPO / "inventory").path == REPO / "inventory"  # argument wins
+    assert load_inventory(REPO / "inventory" / "rack").path == REPO / "inventory" / "rack"  # argument wins
 
 
 def test_default_is_inventory_under_the_current_directory(monkeypatch):
     monkeypatch.delenv("SPARKRACK_INVENTORY", raising=False)
     monkeypatch.chdir(REPO)
-    assert load_inventory().path == REPO / "inventory"
+    assert load_inventory().path == REPO / "inventory" / "rack"
 
 
 def test_missing_directory(tmp_path):
@@ -180,7 +180,8 @@ def test_missing_default_directory(tmp_path, monkeypatch):
     with pytest.raises(InventoryError) as caught:
         load_inventory()
     assert caught.value.message == (
-        f"{tmp_path}/inventory: inventory directory not found (the default: ./inventory)")
+        f"{tmp_path}/inventory/rack: inventory directory not found (the default: "
+        "./inventory/rack)")
 
 
 def test_missing_hosts_yml(rack):

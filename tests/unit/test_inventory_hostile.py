@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkrack.data import shipped
 from sparkrack.engines import build_specs, load_engine
 from sparkrack.errors import InventoryError, UsageError
 from sparkrack.inventory import MAX_FILE_BYTES, load_inventory
@@ -130,7 +131,7 @@ def test_every_text_key_has_a_kind():
 
 
 def test_the_shipped_inventories_pass_every_kind():
-    for path in (REPO / "inventory", REPO / "inventory" / "rehearsal"):
+    for path in (REPO / "inventory" / "rack", REPO / "inventory" / "rehearsal"):
         load_inventory(path)
 
 
@@ -163,27 +164,43 @@ def test_a_file_just_under_the_limit_is_read(rack):
 
 
 def test_a_huge_profile_file_is_refused(rehearsal):
-    (rehearsal / "engines").mkdir()
-    file = rehearsal / "engines" / "sglang.yml"
-    file.write_bytes((REPO / "inventory/engines/sglang.yml").read_bytes()
+    (rehearsal / ".sparkrack" / "engines").mkdir(parents=True)
+    file = rehearsal / ".sparkrack" / "engines" / "sglang.yml"
+    file.write_bytes((shipped("engines") / "sglang.yml").read_bytes()
                      + b"#" * MAX_FILE_BYTES)
     with pytest.raises(InventoryError, match=r"sglang.yml: 1,05.* bytes, over the 1 MiB"):
         load_engine(rehearsal, "sglang")
 
 
 def test_an_engine_file_that_is_a_directory_is_refused(rehearsal):
-    (rehearsal / "engines" / "sglang.yml").mkdir(parents=True)
+    (rehearsal / ".sparkrack" / "engines" / "sglang.yml").mkdir(parents=True)
     with pytest.raises(InventoryError) as caught:
         build_specs(load_inventory(rehearsal), "sglang", "512k")
     assert caught.value.line() == (
-        f"{rehearsal}/engines/sglang.yml: a directory where a profile file belongs (make "
+        f"{rehearsal}/.sparkrack/engines/sglang.yml: a directory where a profile file belongs "
+        "(make "
         "sglang.yml the engine's profile file, or remove it to use the shipped one)")
 
 
 def test_an_engines_folder_that_is_a_file_is_refused(rehearsal):
-    (rehearsal / "engines").write_text("")
+    (rehearsal / ".sparkrack").mkdir()
+    (rehearsal / ".sparkrack" / "engines").write_text("")
     with pytest.raises(InventoryError, match="engines: a file where a directory belongs"):
         load_engine(rehearsal, "vllm")
+
+
+@pytest.mark.parametrize("kind", ["engines", "models", "roles"])
+def test_a_data_folder_in_the_old_place_is_refused_naming_where_it_goes(rehearsal, kind):
+    from sparkrack.engines.model_data import load_model
+    from sparkrack.provision.roles import load_roles, roles_path
+    (rehearsal / kind).mkdir()
+    with pytest.raises(InventoryError) as caught:
+        {"engines": lambda: load_engine(rehearsal, "vllm"),
+         "models": lambda: load_model(rehearsal, "GLM-5.3"),
+         "roles": lambda: load_roles(None, roles_path(rehearsal))}[kind]()
+    assert caught.value.line() == (
+        f"{rehearsal}/{kind}: {kind}/ in an inventory directory is not read (Ansible would "
+        f"read it as inventory) (move it to {rehearsal}/.sparkrack/{kind})")
 
 
 @pytest.mark.parametrize("name, message", [
@@ -201,7 +218,7 @@ def test_an_inventory_file_that_is_a_directory_is_refused(rack, name, message):
 
 def test_a_model_file_that_is_a_directory_is_refused(rehearsal):
     from sparkrack.engines.model_data import load_model
-    (rehearsal / "models" / "other.yml").mkdir(parents=True)
+    (rehearsal / ".sparkrack" / "models" / "other.yml").mkdir(parents=True)
     with pytest.raises(InventoryError, match="other.yml: a directory where a file belongs"):
         load_model(rehearsal, "GLM-5.3")
 
@@ -249,11 +266,12 @@ def test_status_refuses_a_zone_index_and_a_huge_file_with_exit_2(rehearsal):
 
 
 def test_plan_refuses_an_engine_file_that_is_a_directory(rehearsal):
-    (rehearsal / "engines" / "sglang.yml").mkdir(parents=True)
+    (rehearsal / ".sparkrack" / "engines" / "sglang.yml").mkdir(parents=True)
     done = invoke("plan", "--engine", "sglang", "-i", str(rehearsal))
     assert done.returncode == 2
     assert (done.stdout + done.stderr).strip() == (
-        f"error: {rehearsal}/engines/sglang.yml: a directory where a profile file belongs "
+        f"error: {rehearsal}/.sparkrack/engines/sglang.yml: a directory where a profile file "
+        "belongs "
         "(make sglang.yml the engine's profile file, or remove it to use the shipped one)")
 
 

@@ -87,7 +87,7 @@ def test_example_addresses_are_always_refused(fake_rack: Path, monkeypatch: pyte
     shown = address if "::" not in address else f"{address} = 192.0.2.11"
     assert refusal(node(address)) == (
         f"spark-03 ({shown}): the address is an example from the inventory (put your "
-        "node's real address in inventory/hosts.yml)")
+        "node's real address in the inventory's hosts.yml)")
 
 
 @pytest.mark.parametrize("sandbox", ["1", None])

@@ -160,7 +160,7 @@ def test_facts_from_recorded_script_output():
 
 def real_inventory(tmp_path) -> Path:
     copy = tmp_path / "inventory"
-    shutil.copytree(REPO / "inventory", copy, ignore=shutil.ignore_patterns("rehearsal"))
+    shutil.copytree(REPO / "inventory" / "rack", copy)
     return copy
 
 

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def rack():
     """The real-rack inventory: 1,440 W strip, 100 W margin, 178 W capped, 217 W uncapped."""
-    return load_inventory(REPO / "inventory")
+    return load_inventory(REPO / "inventory" / "rack")
 
 
 def states(rack, state, **others):

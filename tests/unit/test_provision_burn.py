@@ -1,6 +1,7 @@
 """The burn check's pure parts: verdicts from samples, output parsing, the load command."""
 
 import subprocess
+from pathlib import Path
 
 from sparkrack.burn import (
     BURN_SCRIPT,
@@ -17,9 +18,8 @@ from sparkrack.burn import (
 )
 from sparkrack.fleet import quote_argv
 from sparkrack.inventory import load_inventory
-from sparkrack.provision.roles import ROLES_DIR
 
-REPO = ROLES_DIR.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def samples(*points):
@@ -70,7 +70,7 @@ def test_output_parses():
 def test_load_command_per_rack():
     rehearsal = load_inventory(REPO / "inventory" / "rehearsal")
     assert load_argv(rehearsal.head, 5, "img") == ["gpu-sim", "load", "--seconds", "5"]
-    real = load_inventory(REPO / "inventory")
+    real = load_inventory(REPO / "inventory" / "rack")
     argv = load_argv(real.head, 2.5, "lmsysorg/sglang:v0.5.22-cu130")
     assert argv[:8] == ["docker", "run", "--rm", "--gpus", "all", "--entrypoint", "python3",
                         "lmsysorg/sglang:v0.5.22-cu130"]

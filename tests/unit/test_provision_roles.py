@@ -18,6 +18,7 @@ from sparkrack.provision.roles import (
     load_roles,
     node_vars,
     render_tasks,
+    roles_path,
     site_roles,
 )
 
@@ -41,7 +42,7 @@ def good_facts(gid_a=3, gid_b=3) -> NodeFacts:
 def planned(roles="nccl_env", facts=None, inventory="inventory/rehearsal", node="spark-01",
             environ=None, absent=False):
     inv = load_inventory(REPO / inventory)
-    loaded = load_roles(roles)
+    loaded = load_roles(roles, roles_path(inv.path))
     renderer = Renderer()
     target = inv.node(node)
     context = node_vars(inv, target, loaded, environ or {})
@@ -69,6 +70,31 @@ def test_site_lists_every_role_folder():
     assert sorted(site_roles()) == folders
     assert site_roles()[0] == "clock_cap"
     assert [r.name for r in load_roles()] == list(site_roles())
+
+
+def test_an_inventorys_own_role_replaces_the_shipped_one_whole(tmp_path):
+    import shutil
+    inv = Path(shutil.copytree(REPO / "inventory" / "rehearsal", tmp_path / "inv"))
+    own = inv / ".sparkrack" / "roles" / "nccl_env"
+    shutil.copytree(ROLES_DIR / "nccl_env", own)
+    template = own / "templates" / "nccl.env.j2"
+    template.write_text("# this site's own nccl.env\n" + template.read_text())
+    search = roles_path(inv)
+    assert search == (inv / ".sparkrack" / "roles", ROLES_DIR)
+    assert [r.path for r in load_roles("nccl_env,clock_cap", search)] == [
+        ROLES_DIR / "clock_cap", own]
+    text = put(planned(inventory=inv), "/etc/sparkrack/nccl.env")
+    assert text.startswith("# this site's own nccl.env\n") and "NCCL_IB_HCA=" in text
+
+
+def test_an_inventorys_own_site_yml_lists_its_roles(tmp_path):
+    import shutil
+    inv = Path(shutil.copytree(REPO / "inventory" / "rehearsal", tmp_path / "inv"))
+    (inv / ".sparkrack" / "roles").mkdir(parents=True)
+    (inv / ".sparkrack" / "roles" / "site.yml").write_text("roles: [clock_cap, extra]\n")
+    assert site_roles(roles_path(inv)) == ("clock_cap", "extra")
+    with pytest.raises(RoleError, match=r"^extra: not in .*/\.sparkrack/roles or .*/roles"):
+        load_roles(None, roles_path(inv))
 
 
 def test_role_selection_keeps_site_order_and_refuses_unknown():
@@ -188,7 +214,7 @@ def test_node_limits_values():
 def test_engine_images_take_the_rehearsal_tars_on_the_rehearsal_rack():
     for inventory, tar in (("inventory/rehearsal",
                             "/var/lib/sparkrack/rehearsal/images/sglang.tar"),
-                           ("inventory", "")):
+                           ("inventory/rack", "")):
         inv = load_inventory(REPO / inventory)
         role = load_roles("engine_images")
         tasks = render_tasks(role[0], role[0].tasks, node_vars(inv, inv.head, role, {}),

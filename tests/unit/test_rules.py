@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkrack.data import shipped
 from sparkrack.engines import build_specs, load_engine
 from sparkrack.errors import InventoryError, UsageError
 from sparkrack.inventory import load_inventory
@@ -31,11 +32,11 @@ def rack_dir(tmp_path):
 
 
 def engine_file(rack_dir, engine, edit):
-    """Give rack_dir its own engines/<engine>.yml: the shipped one, changed by edit(data)."""
-    data = yaml.safe_load((REPO / "inventory" / "engines" / f"{engine}.yml").read_text())
+    """Give rack_dir its own .sparkrack/engines/<engine>.yml: the shipped one, changed by edit(data)."""
+    data = yaml.safe_load((shipped("engines") / f"{engine}.yml").read_text())
     edit(data)
-    folder = rack_dir / "engines"
-    folder.mkdir(exist_ok=True)
+    folder = rack_dir / ".sparkrack" / "engines"
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{engine}.yml").write_text(yaml.safe_dump(data, sort_keys=False))
     return load_inventory(rack_dir)
 
@@ -63,7 +64,7 @@ def only(report, rule_id, severity=ERROR):
 # --- The working profiles are clean ---------------------------------------------------
 
 
-@pytest.mark.parametrize("inventory_dir", ["inventory", "inventory/rehearsal"])
+@pytest.mark.parametrize("inventory_dir", ["inventory/rack", "inventory/rehearsal"])
 @pytest.mark.parametrize("engine,profile", WORKING)
 def test_working_profiles_have_no_findings(inventory_dir, engine, profile):
     inventory = load_inventory(REPO / inventory_dir)
@@ -205,7 +206,7 @@ def test_vllm_human_readable_context_counts(rack_dir):
 
 
 def test_vllm_1m_nvfp4_warns_and_does_not_block():
-    report = check_profile(load_inventory(REPO / "inventory"), "vllm", "1m-nvfp4")
+    report = check_profile(load_inventory(REPO / "inventory" / "rack"), "vllm", "1m-nvfp4")
     assert not report.blocking and report.errors == ()
     assert [f.rule for f in report.warnings] == ["KV-FIT", "NVFP4-KV-CONTEXT", "EXPERIMENTAL"]
     context, experimental = fired(report, "NVFP4-KV-CONTEXT")[0], fired(report, "EXPERIMENTAL")[0]
@@ -244,7 +245,7 @@ def test_node_rank_that_is_not_the_rank(rack_dir):
 
 
 def test_inventory_with_fewer_nodes_than_tp_size():
-    inventory = load_inventory(REPO / "inventory")
+    inventory = load_inventory(REPO / "inventory" / "rack")
     short = dataclasses.replace(inventory, nodes=inventory.nodes[:7])
     report = check_profile(short, "sglang", "512k")
     assert only(report, "TP-GROUP").message.endswith("tp_size is 8 but the inventory has 7 nodes")
@@ -252,7 +253,7 @@ def test_inventory_with_fewer_nodes_than_tp_size():
 
 
 def test_a_node_without_a_rank():
-    inventory = load_inventory(REPO / "inventory")
+    inventory = load_inventory(REPO / "inventory" / "rack")
     specs = build_specs(inventory, "sglang", "512k")
     report = check_profile(inventory, "sglang", "512k", specs=specs[:7])
     finding = only(report, "TP-GROUP")
@@ -261,7 +262,7 @@ def test_a_node_without_a_rank():
 
 
 def test_given_specs_must_be_the_profiles():
-    inventory = load_inventory(REPO / "inventory")
+    inventory = load_inventory(REPO / "inventory" / "rack")
     specs = build_specs(inventory, "sglang", "131k-throughput")
     with pytest.raises(UsageError, match="is for sglang 131k-throughput, not sglang 512k"):
         check_profile(inventory, "sglang", "512k", specs=specs)
@@ -297,8 +298,7 @@ def test_head_api_on_the_node_address_or_vllm_default(rack_dir):
 
 
 def test_rendezvous_on_the_management_address(tmp_path):
-    rack_dir = Path(shutil.copytree(REPO / "inventory", tmp_path / "real",
-                                    ignore=shutil.ignore_patterns("engines", "models")))
+    rack_dir = Path(shutil.copytree(REPO / "inventory" / "rack", tmp_path / "real"))
 
     def edit(data):
         every = data["args"]["every_rank"]
@@ -321,7 +321,7 @@ def test_vllm_without_master_addr(rack_dir):
 
 
 def test_known_bad_kernel_on_one_node():
-    inventory = load_inventory(REPO / "inventory")
+    inventory = load_inventory(REPO / "inventory" / "rack")
     facts = kernels(inventory, {"spark-03": "7.0.0-1019-nvidia"})
     finding = only(check_profile(inventory, "vllm", "512k", node_kernels=facts), "HOST-KERNEL")
     assert finding.message.endswith("host kernel 7.0.0-1019-nvidia is known bad")
@@ -329,7 +329,7 @@ def test_known_bad_kernel_on_one_node():
 
 
 def test_kernel_rule_without_facts_is_noted_and_unknown_nodes_warn():
-    inventory = load_inventory(REPO / "inventory")
+    inventory = load_inventory(REPO / "inventory" / "rack")
     assert check_profile(inventory, "sglang", "512k").notes == (
         "HOST-KERNEL not checked: no node facts given (host kernel per node)",)
     facts = kernels(inventory)

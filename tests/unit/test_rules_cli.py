@@ -9,9 +9,10 @@ import yaml
 from invoke import Collection, Program
 
 from sparkrack.cli import check_tasks
+from sparkrack.data import shipped
 
 REPO = Path(__file__).resolve().parents[2]
-INVENTORY = str(REPO / "inventory")
+INVENTORY = str(REPO / "inventory" / "rack")
 
 
 def run_check(*args: str) -> int:
@@ -42,15 +43,14 @@ def test_warnings_print_and_do_not_block(capsys):
 @pytest.fixture
 def broken_rack(tmp_path):
     """The real inventory with an SGLang 512k that leaves autotune on and a waived KV-FIT."""
-    rack = Path(shutil.copytree(REPO / "inventory", tmp_path / "rack",
-                                ignore=shutil.ignore_patterns("engines", "models")))
-    data = yaml.safe_load((REPO / "inventory" / "engines" / "sglang.yml").read_text())
+    rack = Path(shutil.copytree(REPO / "inventory" / "rack", tmp_path / "rack"))
+    data = yaml.safe_load((shipped("engines") / "sglang.yml").read_text())
     profile = data["profiles"]["512k"]
     del profile["flags"]["--disable-flashinfer-autotune"]
     profile["flags"]["--context-length"] = 1048576
     profile["waivers"] = {"KV-FIT": "measured: the pool fits with mem-fraction 0.85"}
-    (rack / "engines").mkdir()
-    (rack / "engines" / "sglang.yml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (rack / ".sparkrack" / "engines").mkdir(parents=True)
+    (rack / ".sparkrack" / "engines" / "sglang.yml").write_text(yaml.safe_dump(data, sort_keys=False))
     return str(rack)
 
 

@@ -11,7 +11,7 @@ from sparkrack.inventory import load_inventory
 from sparkrack.rehearsal.stub import cli, config, modeldir
 
 REPO = Path(__file__).resolve().parents[2]
-INVENTORIES = [REPO / "inventory", REPO / "inventory" / "rehearsal"]
+INVENTORIES = [REPO / "inventory" / "rack", REPO / "inventory" / "rehearsal"]
 
 
 def shipped_specs():

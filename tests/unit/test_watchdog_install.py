@@ -24,6 +24,7 @@ from invoke import Context
 from invoke.exceptions import Exit
 from loopback import Sshd, free_port, needs_sshd, write_inventory
 
+from sparkrack.data import shipped
 from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.inventory import load_inventory
 from sparkrack.provision.gather import FileFacts, NodeFacts
@@ -76,10 +77,14 @@ def test_the_library_is_sparkrack_and_every_runtime_distribution():
             "bcrypt", "pynacl", "cffi"} <= names
     files = library.files
     for path in ("sparkrack/watchdog/__main__.py", "sparkrack/watchdog/sparkrack-watchdog.service.j2",
-                 "sparkrack/rules/rules.yml", "paramiko/__init__.py", "yaml/__init__.py",
+                 "sparkrack/data/rules.yml", "sparkrack/data/roles/site.yml",
+                 "sparkrack/data/roles/engine_env/templates/sglang.env.j2",
+                 "sparkrack/data/engines/sglang.yml", "sparkrack/data/models/glm-5.3.yml",
+                 "paramiko/__init__.py", "yaml/__init__.py",
                  "prometheus_client/__init__.py", "docker/__init__.py"):
         assert path in files, path
     assert files["sparkrack/fleet.py"] == REPO / "sparkrack" / "fleet.py"
+    assert not any(p.startswith("roles/") for p in files)  # the roles are package data
     assert any(p.startswith("cryptography/") and p.endswith(".so") for p in files)
     assert any(p.endswith(".dist-info/METADATA") and p.startswith("paramiko") for p in files)
     assert not any("__pycache__" in p or p.endswith(".pyc") or p.startswith("..")
@@ -95,12 +100,14 @@ def test_the_inventory_copy_reaches_every_node_with_the_watchdogs_key(tmp_path):
     (inv / "host_vars").mkdir()
     (inv / "host_vars" / "spark-03.yml").write_text(
         "ansible_ssh_private_key_file: ~/.ssh/other\nnccl_ib_gid_index: 5\n")
+    own = inv / ".sparkrack" / "engines" / "sglang.yml"  # an override comes along
+    own.parent.mkdir(parents=True)
+    own.write_bytes((shipped("engines") / "sglang.yml").read_bytes() + b"# mine\n")
     inventory = load_inventory(inv)
     copy = payload.inventory_copy(inventory, "/opt/sr")
     payload.check_inventory_copy(inventory, copy, "/opt/sr")
-    assert sorted(copy) == ["engines/sglang.yml", "engines/vllm.yml", "group_vars/all.yml",
-                            "host_vars/spark-03.yml", "hosts.yml", "known_hosts",
-                            "models/glm-5.3.yml"]
+    assert sorted(copy) == [".sparkrack/engines/sglang.yml", "group_vars/all.yml",
+                            "host_vars/spark-03.yml", "hosts.yml", "known_hosts"]
     assert copy["known_hosts"] == (inv / "known_hosts").read_bytes()  # pinned: the same keys
     assert b"ansible_ssh_private_key_file" not in copy["hosts.yml"]
     assert b"ansible_ssh_private_key_file" not in copy["host_vars/spark-03.yml"]
@@ -109,7 +116,7 @@ def test_the_inventory_copy_reaches_every_node_with_the_watchdogs_key(tmp_path):
     assert group["ansible_ssh_private_key_file"] == "/opt/sr/ssh/id_ed25519"
     assert group["known_hosts_file"] == "known_hosts"
     assert group["ssh_authorized_keys_file"] == "/etc/ssh/sparkrack_authorized_keys"
-    assert copy["engines/sglang.yml"] == (REPO / "inventory/engines/sglang.yml").read_bytes()
+    assert copy[".sparkrack/engines/sglang.yml"] == own.read_bytes()
     loaded = tmp_path / "loaded"
     for path, content in copy.items():
         (loaded / path).parent.mkdir(parents=True, exist_ok=True)
@@ -376,11 +383,21 @@ def test_the_key_record_round_trips_and_refuses_what_is_not_a_key(tmp_path):
             keyrecord.check_public_key(bad)
     with pytest.raises(ValueError):
         keyrecord.check_sources(['10.0.0.1" ,command="x'])
-    (tmp_path / "watchdog.json").write_text('{"node": "spark-01"}')
+    assert keyrecord.record_path(tmp_path) == tmp_path / ".sparkrack" / "watchdog.json"
+    keyrecord.record_path(tmp_path).write_text('{"node": "spark-01"}')
     with pytest.raises(UsageError, match="not a watchdog key record"):
         keyrecord.read_record(tmp_path)
     assert keyrecord.remove_record(tmp_path) and not keyrecord.remove_record(tmp_path)
     assert keyrecord.node_vars(tmp_path)["watchdog_pubkey"] == ""
+
+
+def test_a_key_record_where_ansible_reads_it_is_refused_naming_where_it_goes(tmp_path):
+    (tmp_path / "watchdog.json").write_text("{}")
+    with pytest.raises(UsageError) as caught:
+        keyrecord.read_record(tmp_path)
+    assert caught.value.line() == (
+        f"{tmp_path}/watchdog.json: the watchdog's key record is not read there (Ansible "
+        f"would read it as inventory) (move it to {tmp_path}/.sparkrack/watchdog.json)")
 
 
 def role_plan(inv: Path, facts: NodeFacts, absent=False, node="spark-02"):
@@ -441,7 +458,7 @@ def test_role_watchdog_key_in_absent_mode_removes_the_line_whatever_the_record(t
 
 def test_role_watchdog_key_on_a_real_node_uses_the_users_authorized_keys(tmp_path):
     inv = tmp_path / "real"
-    shutil.copytree(REPO / "inventory", inv, ignore=shutil.ignore_patterns("rehearsal"))
+    shutil.copytree(REPO / "inventory" / "rack", inv)
     keyrecord.write_record(inv, keyrecord.WatchdogKey("spark-01", "/opt/sr", PUB,
                                                       ("192.0.2.11",)))
     [change] = role_plan(inv, NodeFacts(files={".ssh/authorized_keys": FileFacts()}))

@@ -1,0 +1,90 @@
+"""sparkrack installed as a user installs tools: a wheel in a fresh venv, run from a
+directory outside the repository against an inventory of its own.
+
+The wheel is built from a copy of the sources (pip wheel, isolated build: pip fetches
+setuptools), installed with --no-deps into a venv that sees this machine's site-packages
+(the dependencies are there already) and --ignore-installed (a checkout installed in
+editable mode there must not stand in for the wheel). `sparkrack plan --offline` and
+`sparkrack check` then run against the operator's directory: the shipped roles, profiles,
+model data and rules come from the wheel, the operator's profile from the inventory.
+Neither contacts a node.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = ("pyproject.toml", "README.md", "sparkrack")
+
+
+def run(argv, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = subprocess.run([str(a) for a in argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    assert done.returncode == 0, f"{argv}: {done.stdout}\n{done.stderr}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    """A fresh venv with the wheel built from this checkout installed in it."""
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "src"
+    for name in SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            source.mkdir(exist_ok=True)
+            shutil.copy(REPO / name, source / name)
+    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", root / "dist", source],
+        cwd=root)
+    wheel, = (root / "dist").glob("sparkrack-*.whl")
+    run([sys.executable, "-m", "venv", "--system-site-packages", root / "venv"], cwd=root)
+    run([root / "venv/bin/python", "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+         "--ignore-installed", wheel], cwd=root)
+    return root / "venv"
+
+
+@pytest.fixture
+def site(tmp_path) -> Path:
+    """An operator's directory: the rehearsal inventory with a profile of its own."""
+    inventory = tmp_path / "site" / "inventory"
+    shutil.copytree(REPO / "inventory" / "rehearsal", inventory)
+    data = yaml.safe_load((REPO / "sparkrack/data/engines/sglang.yml").read_text())
+    data["profiles"]["site-64k"] = {"description": "this site's short lane", "extends": "512k",
+                                    "flags": {"--context-length": 65536}}
+    own = inventory / ".sparkrack" / "engines" / "sglang.yml"
+    own.parent.mkdir(parents=True)
+    own.write_text(yaml.safe_dump(data, sort_keys=False))
+    return tmp_path / "site"
+
+
+def test_the_wheel_holds_the_data_and_runs_from_its_venv(venv, site):
+    probe = ("import sparkrack, sparkrack.data as d; print(sparkrack.__file__); "
+             "print(*(d.shipped(k) for k in ('roles', 'engines', 'models', 'rules.yml')))")
+    lines = run([venv / "bin/python", "-c", probe], cwd=site).stdout.split()
+    for path in map(Path, lines):
+        assert path.is_relative_to(venv) and path.exists(), path
+    assert not Path(lines[0]).is_relative_to(REPO)
+
+
+def test_plan_and_check_run_against_the_operators_inventory(venv, site):
+    plan = run([venv / "bin/sparkrack", "plan", "--engine", "sglang", "--profile", "site-64k",
+                "--offline", "-i", "inventory"], cwd=site, timeout=60)
+    assert plan.stdout.count("docker run ") == 8 and "--context-length 65536" in plan.stdout
+    assert "NCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0" in plan.stdout  # rendered by the roles
+    check = run([venv / "bin/sparkrack", "check", "--engine", "sglang", "--profile",
+                 "site-64k", "-i", "inventory"], cwd=site, timeout=60)
+    assert "sglang site-64k: may start" in check.stderr
+    shipped = run([venv / "bin/sparkrack", "check", "--engine", "vllm", "-i", "inventory"],
+                  cwd=site, timeout=60)  # no override for vllm: the wheel's profile
+    assert "vllm 512k: may start" in shipped.stderr
+    listed = run([venv / "bin/sparkrack", "--list"], cwd=site, timeout=60).stdout
+    assert "  plan " in listed and "  watch.install " in listed

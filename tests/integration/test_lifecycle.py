@@ -150,8 +150,7 @@ def broken_inventory(tmp_path) -> Path:
                                     "extends": "512k",
                                     "flags": {"--speculative-algorithm": "NO-SUCH-ALGORITHM"}}
     (inv / ".sparkrack" / "engines" / "sglang.yml").write_text(yaml.safe_dump(engine, sort_keys=False))
-    shutil.copy(shipped("engines") / "vllm.yml", inv / "engines" / "vllm.yml")
-    return inv
+    return inv  # vllm comes from the package's engines
 
 
 def test_roll_vllm_to_sglang_and_a_broken_roll_falls_back(clean, tmp_path):

@@ -34,13 +34,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # provision_helpers
+
+from provision_helpers import inventory_copy, write_image_tar
 
 from sparkrack.fleet import Fleet, Secret, sh
 from sparkrack.inventory import load_inventory
 from sparkrack.netguard import REHEARSAL_STATE_FILE
 from sparkrack.provision import provision, unprovision
 from sparkrack.provision.images import RELAY, stream_file
-from sparkrack.provision.testing import inventory_copy, write_image_tar
 
 FILE_ROLES = "clock_cap,node_limits,nccl_env,engine_env"
 BENCH_REFS = {"sglang": "sparkrack-bench/sglang:small", "vllm": "sparkrack-bench/vllm:small"}

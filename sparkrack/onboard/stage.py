@@ -36,6 +36,7 @@ from pathlib import PurePosixPath
 
 from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.inventory import Node
+from sparkrack.provision.changes import ImageTarget, short_id
 from sparkrack.provision.images import (
     DEFAULT_PYTHON,
     PORT_RANGE,
@@ -43,7 +44,6 @@ from sparkrack.provision.images import (
     distribute,
     resolve_images,
 )
-from sparkrack.provision.plan import ImageTarget, short_id
 from sparkrack.fleet_results import last_json_object
 
 MANIFEST_NAME = "sparkrack-manifest.sha256"

@@ -5,13 +5,15 @@
     report.exit_code, report.recap("spark-03"), report.node("spark-03").changes
 
 Layers, each testable on its own:
-- roles.py   role folders (defaults, tasks, handlers, templates) and their rendering per node
-- gather.py  the one facts round trip per node (a constant script, positional args) + parsers
-- plan.py    pure planning: tasks + facts in, changes (Put / Run / Transfer) out
-- apply.py   a node's changes over the fleet, few round trips
-- images.py  the right image ID per ref and its pipelined distribution without a registry
-- runner.py  gather -> plan -> apply -> re-plan, one NodeRun per node
-- report.py  what the CLI prints
+- roles.py    role folders (defaults, tasks, handlers, templates) and their rendering per node
+- modules/    one file per module (its parameters, facts, planning) and REGISTRY, the lookup
+- gather.py   the one facts round trip per node (a constant script, positional args) + parsers
+- plan.py     pure planning: tasks + facts in, changes out (changes.py: Put / Run / Transfer;
+              diffs.py: their diff output, secrets masked)
+- apply.py    a node's changes over the fleet, few round trips
+- images.py   the right image ID per ref and its pipelined distribution without a registry
+- runner.py   gather -> plan -> apply -> re-plan, one NodeRun per node
+- report.py   what the CLI prints
 """
 
 from sparkrack.provision.roles import ROLES_DIR, load_roles, roles_path, site_roles

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sparkrack.fleet import Fleet, NodeResult
-from sparkrack.provision.plan import Change, Put, Run
+from sparkrack.provision.changes import Change, Put, Run
 
 SEQUENCE_SCRIPT = r"""
 i=0

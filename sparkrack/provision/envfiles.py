@@ -30,13 +30,17 @@ from sparkrack.errors import SparkrackError
 from sparkrack.fleet import Argv, Fleet
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory_schema import FrozenMapping
+from sparkrack.provision.changes import Put
 from sparkrack.provision.gather import NodeFacts, gather_argv, parse_facts
-from sparkrack.provision.plan import Put, plan_node, queries
+from sparkrack.provision.modules import assert_, template
+from sparkrack.provision.plan import plan_node, queries
 from sparkrack.provision.roles import (
     Renderer, RenderError, Task, load_roles, node_vars, render_tasks, roles_path)
 
 ENV_ROLES = ("nccl_env", "engine_env")
 SECRET_KEYS = ("HF_TOKEN",)  # the engine_env templates' secret_keys
+TEMPLATE = template.MODULE.name  # the tasks that write the env files
+CHECK = assert_.MODULE.name  # the role checks (an HCA missing or down)
 VIEW_NODE = "node"
 VIEW_INVENTORY = "inventory"
 _SOURCE = re.compile(r"^# source of ([A-Za-z_][A-Za-z0-9_]*): (.*)$")
@@ -100,8 +104,8 @@ class EnvFiles:
         context = node_vars(self.inventory, node, self.roles,
                             {"HF_TOKEN": token} if token else {})
         tasks = {role.name: [t for t in render_tasks(role, role.tasks, context, self.renderer)
-                             if t.module == "assert" or (t.module == "template" and
-                                                         t.item in (None, self.engine_key))]
+                             if t.module == CHECK or (t.module == TEMPLATE and
+                                                      t.item in (None, self.engine_key))]
                  for role in self.roles}
         return context, tasks
 
@@ -137,7 +141,7 @@ class EnvFiles:
                                 user=node.user, secrets=[token]):
             if change.status == "failed":
                 problems.append(f"{change.role}: {change.summary}")
-            elif change.changed and change.module == "template":
+            elif change.changed and change.module == TEMPLATE:
                 path = change.summary.split(":", 1)[0]
                 if path in texts:
                     problems.append(_drift(path, texts[path], change))
@@ -151,7 +155,7 @@ class EnvFiles:
         problems = []
         for role in self.roles:
             for task in tasks[role.name]:
-                if task.module != "template":
+                if task.module != TEMPLATE:
                     continue
                 try:
                     if task.error:
@@ -209,7 +213,7 @@ def rack_view(inventory: Inventory, engine_key: str, *, offline: bool = False) -
 def _dests(tasks: Mapping[str, list[Task]]) -> list[str]:
     """The env files the template tasks write, in role order (the order they merge in)."""
     return [str(t.params["dest"]) for group in tasks.values() for t in group
-            if t.module == "template" and not t.error]
+            if t.module == TEMPLATE and not t.error]
 
 
 def _drift(path: str, text: str, change) -> str:

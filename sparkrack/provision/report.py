@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.text import Text
 
-from sparkrack.provision.plan import Change
+from sparkrack.provision.changes import Change
 from sparkrack.provision.runner import NodeRun, ProvisionReport
 
 MARK = {"changed": ("~", "yellow"), "failed": ("✗", "bold red"), "pending": ("?", "cyan"),

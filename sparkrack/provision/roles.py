@@ -2,7 +2,7 @@
 
     roles/site.yml               the roles `invoke provision` runs, in order
     roles/<role>/defaults/main.yml   the role's own variables (inventory vars win)
-    roles/<role>/tasks/main.yml      a list of tasks, each one module of MODULES
+    roles/<role>/tasks/main.yml      a list of tasks, each using one module (modules/)
     roles/<role>/handlers/main.yml   tasks that run once, at the end, when notified
     roles/<role>/templates/*.j2      Jinja2 templates (StrictUndefined)
 
@@ -11,14 +11,11 @@ comes first (`roles_path`): a `site.yml` there replaces the shipped list, a role
 there replaces the shipped role of that name whole, like a role earlier on Ansible's
 roles_path.
 
-Modules: template, file, systemd, command, docker_image, assert (see plan.py) and
-authorized_key: one line in an authorized_keys file, recognised by its marker (the
-comment that ends it), kept equal to `[options] key marker`, or removed (absent mode, and
-an empty key changes nothing).
-
-A task is `{name, <module>: {params}, notify, when, loop}`. Params are rendered with the
-node's vars before facts are gathered (paths, unit names: what to look at), except
-`that`, `fail_msg` and `when`, which are evaluated with `facts` when the plan is made.
+A task is `{name, <module>: {params}, notify, when, loop}`, its module one of the
+registry's (sparkrack/provision/modules/: one file per module, with its parameters).
+Params are rendered with the node's vars before facts are gathered (paths, unit names:
+what to look at), except the module's late ones (assert's `that` and `fail_msg`) and
+`when`, which are evaluated with `facts` when the plan is made.
 A string that is exactly one `{{ expression }}` keeps its type (a list stays a list).
 """
 
@@ -37,23 +34,11 @@ import yaml
 from sparkrack.data import search_dirs, shipped
 from sparkrack.errors import UsageError
 from sparkrack.inventory import Inventory, Node
+from sparkrack.provision.modules import REGISTRY
 
 ROLES_DIR = shipped("roles")
 SITE_FILE = "site.yml"
-
-# module -> (required params, optional params)
-MODULES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "template": (frozenset({"src", "dest"}),
-                 frozenset({"mode", "owner", "group", "secret_keys"})),
-    "file": (frozenset({"path"}), frozenset({"state", "mode", "owner", "group"})),
-    "systemd": (frozenset({"name"}), frozenset({"enabled", "state"})),
-    "command": (frozenset({"argv"}), frozenset({"creates", "unless"})),
-    "docker_image": (frozenset({"name"}), frozenset({"id", "source_tar", "python"})),
-    "assert": (frozenset({"that"}), frozenset({"fail_msg", "gather"})),
-    "authorized_key": (frozenset({"path", "key", "marker"}), frozenset({"options"})),
-}
 TASK_KEYS = frozenset({"name", "notify", "when", "loop"})
-LATE_PARAMS = frozenset({"that", "fail_msg"})  # evaluated with facts, at plan time
 _NATIVE = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
 
 
@@ -210,30 +195,30 @@ def _task(file: Path, role: str, index: int, entry: Any, handler: bool) -> TaskD
     if not isinstance(name, str) or not name.strip():
         raise RoleError(f"{where}: every task needs a name", fix="add name: what it ensures")
     where = f"{file}: task '{name}'"
-    modules = [key for key in entry if key in MODULES]
-    unknown = [key for key in entry if key not in MODULES and key not in TASK_KEYS]
+    modules = [key for key in entry if key in REGISTRY]
+    unknown = [key for key in entry if key not in REGISTRY and key not in TASK_KEYS]
     if unknown:
         raise RoleError(f"{where}: unknown key '{unknown[0]}'",
-                        fix=f"modules: {', '.join(MODULES)}; task keys: "
+                        fix=f"modules: {', '.join(REGISTRY)}; task keys: "
                         f"{', '.join(sorted(TASK_KEYS))}")
     if len(modules) != 1:
         raise RoleError(f"{where}: needs exactly one module, has {len(modules)}",
-                        fix=f"one of: {', '.join(MODULES)}")
-    module = modules[0]
-    params = entry[module]
+                        fix=f"one of: {', '.join(REGISTRY)}")
+    module = REGISTRY[modules[0]]
+    params = entry[module.name]
     if not isinstance(params, Mapping):
-        raise RoleError(f"{where}: {module} takes a mapping of parameters",
-                        fix=f"{module}: {{{', '.join(sorted(MODULES[module][0]))}: ...}}")
-    required, optional = MODULES[module]
-    missing = sorted(required - set(params))
-    extra = sorted(set(params) - required - optional)
+        raise RoleError(f"{where}: {module.name} takes a mapping of parameters",
+                        fix=f"{module.name}: {{{', '.join(sorted(module.required))}: ...}}")
+    missing = sorted(module.required - set(params))
+    extra = sorted(set(params) - module.params)
     if missing or extra:
         problem = f"missing {missing[0]}" if missing else f"unknown parameter '{extra[0]}'"
-        raise RoleError(f"{where}: {module}: {problem}",
-                        fix=f"parameters: {', '.join(sorted(required | optional))}")
-    if module == "command" and not ({"creates", "unless"} & set(params)):
-        raise RoleError(f"{where}: a command needs a guard to be idempotent",
-                        fix="add creates: PATH or unless: [ARGV]")
+        raise RoleError(f"{where}: {module.name}: {problem}",
+                        fix=f"parameters: {', '.join(sorted(module.params))}")
+    invalid = module.check(params)
+    if invalid:
+        problem, fix = invalid
+        raise RoleError(f"{where}: {problem}", fix=fix)
     notify = entry.get("notify", ())
     notify = (notify,) if isinstance(notify, str) else tuple(notify or ())
     if handler and notify:
@@ -241,7 +226,7 @@ def _task(file: Path, role: str, index: int, entry: Any, handler: bool) -> TaskD
     when = entry.get("when")
     if when is not None and not isinstance(when, str):
         when = json.dumps(when)
-    return TaskDef(role=role, name=name, module=module, params=dict(params), notify=notify,
+    return TaskDef(role=role, name=name, module=module.name, params=dict(params), notify=notify,
                    when=when, loop=entry.get("loop"), handler=handler, where=where)
 
 
@@ -408,8 +393,9 @@ def _render(task: TaskDef, context: Mapping[str, Any], renderer: Renderer,
         name = str(renderer.value(task.name, context))
     except RenderError:
         name = task.name
+    late = REGISTRY[task.module].late
     try:
-        params = {key: value if key in LATE_PARAMS else renderer.value(value, context)
+        params = {key: value if key in late else renderer.value(value, context)
                   for key, value in task.params.items()}
     except RenderError as error:
         return Task(task.role, name, task.module, {}, task.notify, task.when, task.handler,

@@ -22,6 +22,7 @@ from typing import Any
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
 from sparkrack.provision.apply import ApplyResult, apply_node
+from sparkrack.provision.changes import Change, ImageTarget, Transfer
 from sparkrack.provision.gather import (
     IMAGES,
     NodeFacts,
@@ -36,7 +37,8 @@ from sparkrack.provision.images import (
     distribute,
     resolve_images,
 )
-from sparkrack.provision.plan import Change, ImageTarget, Transfer, plan_node, queries
+from sparkrack.provision.modules import docker_image
+from sparkrack.provision.plan import plan_node, queries
 from sparkrack.provision.roles import (
     Renderer,
     Role,
@@ -83,7 +85,7 @@ class NodeRun:
             elif self.final is not None:
                 again = final.get((change.role, change.task, change.handler))
                 if again is not None and again.changed and not change.handler and \
-                        change.role != "systemd":
+                        not change.deferred:
                     change = replace(change, status="failed",
                                      summary=f"did not converge: {again.summary}")
                 elif again is not None and again.status == "failed" or change.status == "pending" and again is not None:
@@ -210,11 +212,8 @@ def _prepare(inventory: Inventory, node: Node, roles: tuple[Role, ...], renderer
     handlers = {role.name: render_tasks(role, role.handlers, context, renderer)
                 for role in roles}
     every = [t for group in (*tasks.values(), *handlers.values()) for t in group]
-    images = {str(t.params["name"]): str(t.params.get("source_tar") or "")
-              for t in every if t.module == "docker_image" and not t.error}
-    python = next((str(t.params["python"]) for t in every
-                   if t.module == "docker_image" and t.params.get("python")), DEFAULT_PYTHON)
-    return _Prepared(node, context, tasks, handlers, queries(every), images, python)
+    return _Prepared(node, context, tasks, handlers, queries(every),
+                     docker_image.sources(every), docker_image.relay_python(every, DEFAULT_PYTHON))
 
 
 def _gather(fleet: Fleet, prepared: Mapping[str, _Prepared], report: ProvisionReport,

@@ -10,6 +10,7 @@ import os
 from contextlib import contextmanager
 
 import pytest
+from provision_helpers import inventory_copy, snapshot
 
 from sparkrack.cli import provision_tasks
 from sparkrack.facts import CLOCK_CAP_UNIT
@@ -18,7 +19,6 @@ from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision, unprovision
 from sparkrack.provision.envfiles import parse_env
 from sparkrack.provision.report import as_json
-from sparkrack.provision.testing import inventory_copy, snapshot
 
 pytestmark = pytest.mark.rack
 

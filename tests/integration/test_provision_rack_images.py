@@ -3,12 +3,12 @@ so the stub engine images of the real refs are never touched. Test images are re
 from every node before and after."""
 
 import pytest
+from provision_helpers import inventory_copy, write_image_tar
 
 from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision
 from sparkrack.provision.images import stream_file
 from sparkrack.provision.report import as_json
-from sparkrack.provision.testing import inventory_copy, write_image_tar
 
 pytestmark = pytest.mark.rack
 

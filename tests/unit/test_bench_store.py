@@ -30,7 +30,7 @@ def _result(name, engine, rates, users=(), accept=None):
 
 
 @pytest.fixture
-def rack(tmp_path, monkeypatch):
+def rehearsal_inventory(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     from pathlib import Path
     return load_inventory(Path(__file__).resolve().parents[2] / REHEARSAL)
@@ -42,30 +42,31 @@ def test_bad_names_are_refused(name):
         store.check_name(name)
 
 
-def test_save_and_load_locally(rack, tmp_path):
+def test_save_and_load_locally(rehearsal_inventory, tmp_path):
     result = _result("vllm-mtp3", "vllm", [[30.0, 30.1, 29.9]] * 3, users=[30.0] * 4, accept=2.89)
-    path = store.save_local(rack, result)
+    path = store.save_local(rehearsal_inventory, result)
     assert path == tmp_path / "sparkrack" / "bench" / "rehearsal" / "vllm-mtp3.json"
-    loaded, where = store.load(rack, "vllm-mtp3")
+    loaded, where = store.load(rehearsal_inventory, "vllm-mtp3")
     assert where == str(path) and loaded.as_dict() == result.as_dict()
-    by_path, _ = store.load(rack, str(path))
+    by_path, _ = store.load(rehearsal_inventory, str(path))
     assert by_path.as_dict() == result.as_dict()
-    assert store.saved_names(rack) == ["vllm-mtp3"]
+    assert store.saved_names(rehearsal_inventory) == ["vllm-mtp3"]
     with pytest.raises(UsageError, match="saved here: vllm-mtp3"):
-        store.load(rack, "nothing-like-it")
+        store.load(rehearsal_inventory, "nothing-like-it")
     path.write_text("{}")
     with pytest.raises(UsageError, match="not a bench result"):
-        store.load(rack, "vllm-mtp3")
+        store.load(rehearsal_inventory, "vllm-mtp3")
 
 
-def test_compare_task_prints_every_row_with_delta_and_ties(rack, capsys):
+def test_compare_task_prints_every_row_with_delta_and_ties(rehearsal_inventory, capsys):
     a = _result("vllm-run", "vllm", [[30.0] * 3, [30.0] * 3, [30.0] * 3], users=[30.0] * 4,
                 accept=2.89)
     b = _result("sglang-run", "sglang", [[40.0] * 3, [30.6] * 3, [29.4] * 3], users=[40.0] * 4,
                 accept=2.83)
-    store.save_local(rack, a)
-    store.save_local(rack, b)
-    bench_tasks.compare(Context(), "vllm-run", "sglang-run", inventory=str(rack.path))
+    store.save_local(rehearsal_inventory, a)
+    store.save_local(rehearsal_inventory, b)
+    bench_tasks.compare(Context(), "vllm-run", "sglang-run",
+                        inventory=str(rehearsal_inventory.path))
     out = capsys.readouterr().out.splitlines()
     rows = [line.split("\t") for line in out if line.count("\t") == 4]
     assert rows[0] == ["measure", "vllm-run", "sglang-run", "B - A", "verdict"]
@@ -77,6 +78,7 @@ def test_compare_task_prints_every_row_with_delta_and_ties(rack, capsys):
     assert len(rows) - 1 == 6 + 5 + 1  # decode x3, TTFT x3, users aggregate + 4, accept
     assert any(line.startswith("engine\tvllm\tsglang") for line in out)
 
-    bench_tasks.compare(Context(), "vllm-run", "sglang-run", inventory=str(rack.path), json=True)
+    bench_tasks.compare(Context(), "vllm-run", "sglang-run",
+                        inventory=str(rehearsal_inventory.path), json=True)
     data = json.loads(capsys.readouterr().out)
     assert data["tie_pct"] == 3.0 and len(data["rows"]) == 12

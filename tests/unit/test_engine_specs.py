@@ -29,7 +29,7 @@ PROBED = "probed on the node (the RoCE v2 entry whose GID is IPv4-mapped)"
 
 
 @pytest.fixture(scope="module")
-def rack():
+def real_inventory():
     """The real-rack inventory (example addresses; nothing is contacted)."""
     return load_inventory(REPO / "inventory" / "rack")
 
@@ -104,18 +104,18 @@ def test_the_fixture_is_the_field_reports_text():
     assert lines == fixture_lines()
 
 
-def test_sglang_512k_carries_every_flag_and_env_var_of_the_field_report(rack):
+def test_sglang_512k_carries_every_flag_and_env_var_of_the_field_report(real_inventory):
     flags, env = parse_config(fixture_lines())
     assert len(flags) == 11 and len(env) == 4  # the parse found the whole section
-    for spec in specs(rack, "sglang"):
+    for spec in specs(real_inventory, "sglang"):
         for flag, value in flags:
             assert flag_value(spec.argv, flag) == value, (spec.rank, flag)
         for key, value in env.items():
             assert spec.env[key] == value, (spec.rank, key)
 
 
-def test_sglang_512k_adds_the_reports_decode_path(rack):
-    for spec in specs(rack, "sglang"):
+def test_sglang_512k_adds_the_reports_decode_path(real_inventory):
+    for spec in specs(real_inventory, "sglang"):
         assert flag_value(spec.argv, "--dsa-decode-backend") == "flashinfer_sparse_mla"
 
 
@@ -142,8 +142,8 @@ def test_a_profile_may_not_redefine_a_variable_of_the_env_files(own_rack):
     assert "define SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION once" in caught.value.fix
 
 
-def test_each_variable_says_where_it_comes_from(rack):
-    spec = specs(rack, "vllm")[2]
+def test_each_variable_says_where_it_comes_from(real_inventory):
+    spec = specs(real_inventory, "vllm")[2]
     assert spec.env_view == "inventory"
     sources = spec.env_sources
     assert sources["NCCL_IB_HCA"].startswith("inventory nccl_ib_hca")
@@ -154,8 +154,9 @@ def test_each_variable_says_where_it_comes_from(rack):
     assert set(sources) == set(spec.env)
 
 
-def test_sglang_131k_throughput_changes_context_and_speculation_only(rack):
-    base, fast = specs(rack, "sglang")[0], specs(rack, "sglang", "131k-throughput")[0]
+def test_sglang_131k_throughput_changes_context_and_speculation_only(real_inventory):
+    base = specs(real_inventory, "sglang")[0]
+    fast = specs(real_inventory, "sglang", "131k-throughput")[0]
     assert flag_value(fast.argv, "--context-length") == "131072"
     assert flag_value(fast.argv, "--speculative-num-steps") == "2"
     assert flag_value(fast.argv, "--speculative-num-draft-tokens") == "3"
@@ -168,10 +169,10 @@ def test_sglang_131k_throughput_changes_context_and_speculation_only(rack):
 # --- Rank 0 and the workers ----------------------------------------------------------
 
 
-def test_sglang_ranks_join_the_head_at_its_roce_address(rack):
-    all_specs = specs(rack, "sglang")
+def test_sglang_ranks_join_the_head_at_its_roce_address(real_inventory):
+    all_specs = specs(real_inventory, "sglang")
     assert [spec.rank for spec in all_specs] == list(range(8))
-    for spec, node in zip(all_specs, rack.nodes):
+    for spec, node in zip(all_specs, real_inventory.nodes):
         assert spec.node == node.name
         assert spec.argv[:5] == ("python3", "-m", "sglang.launch_server", "--model-path",
                                  "/models/GLM-5.3-NVFP4")
@@ -184,8 +185,8 @@ def test_sglang_ranks_join_the_head_at_its_roce_address(rack):
         assert spec.is_head == (spec.rank == 0)
 
 
-def test_vllm_head_serves_http_and_workers_run_headless(rack):
-    all_specs = specs(rack, "vllm")
+def test_vllm_head_serves_http_and_workers_run_headless(real_inventory):
+    all_specs = specs(real_inventory, "vllm")
     for spec in all_specs:
         assert spec.argv[:3] == ("vllm", "serve", "/models/GLM-5.3-NVFP4")
         for flag, value in (("--tensor-parallel-size", "8"), ("--nnodes", "8"),
@@ -206,32 +207,32 @@ def test_vllm_head_serves_http_and_workers_run_headless(rack):
         assert "--port" not in spec.argv and "--host" not in spec.argv
 
 
-def test_vllm_1m_nvfp4_is_experimental_with_the_reports_reason(rack):
-    spec = specs(rack, "vllm", "1m-nvfp4")[0]
+def test_vllm_1m_nvfp4_is_experimental_with_the_reports_reason(real_inventory):
+    spec = specs(real_inventory, "vllm", "1m-nvfp4")[0]
     assert spec.experimental and "984K" in spec.note and "754K" in spec.note
     assert flag_value(spec.argv, "--kv-cache-dtype") == "nvfp4_ds_mla"
     assert flag_value(spec.argv, "--max-model-len") == "1048576"
     assert flag_value(spec.argv, "--speculative-config") is not None  # inherited
-    assert not specs(rack, "vllm")[0].experimental
+    assert not specs(real_inventory, "vllm")[0].experimental
 
 
-def test_a_probed_gid_index_applies_to_its_node_only(rack):
-    envs = read_env(rack, "sglang", spark_03={"NCCL_IB_GID_INDEX": ("5", PROBED)})
-    all_specs = specs(rack, "sglang", node_env=envs)
+def test_a_probed_gid_index_applies_to_its_node_only(real_inventory):
+    envs = read_env(real_inventory, "sglang", spark_03={"NCCL_IB_GID_INDEX": ("5", PROBED)})
+    all_specs = specs(real_inventory, "sglang", node_env=envs)
     assert [spec.env["NCCL_IB_GID_INDEX"] for spec in all_specs] == ["3", "3", "5", "3", "3",
                                                                       "3", "3", "3"]
     assert all_specs[2].env_sources["NCCL_IB_GID_INDEX"] == f"{PROBED} [/etc/sparkrack/nccl.env]"
     assert {spec.env_view for spec in all_specs} == {"node"}
     del envs["spark-08"]
     with pytest.raises(UsageError, match="no environment for spark-08"):
-        specs(rack, "sglang", node_env=envs)
+        specs(real_inventory, "sglang", node_env=envs)
 
 
 # --- Docker options and labels -------------------------------------------------------
 
 
-def test_docker_options_and_labels(rack):
-    for spec in specs(rack, "sglang", deployment_id="dep-1"):
+def test_docker_options_and_labels(real_inventory):
+    for spec in specs(real_inventory, "sglang", deployment_id="dep-1"):
         assert spec.container_name == f"sparkrack-sglang-r{spec.rank}"
         assert spec.image == "lmsysorg/sglang:v0.5.22-cu130"
         assert dict(spec.labels) == {
@@ -246,8 +247,8 @@ def test_docker_options_and_labels(rack):
         assert options.stop_timeout_s > 10 and spec.ready_timeout_s == 900
 
 
-def test_docker_run_argv_is_the_whole_container(rack):
-    spec = specs(rack, "vllm", deployment_id="dep-1")[1]
+def test_docker_run_argv_is_the_whole_container(real_inventory):
+    spec = specs(real_inventory, "vllm", deployment_id="dep-1")[1]
     argv = docker_run_argv(spec)
     text = shlex.join(argv)
     for piece in ("docker run --detach --name sparkrack-vllm-r1", "--network host",
@@ -263,9 +264,9 @@ def test_docker_run_argv_is_the_whole_container(rack):
     assert shlex.split(text) == argv
 
 
-def test_docker_sdk_kwargs_are_accepted_by_the_sdk(rack):
-    envs = read_env(rack, "sglang", spark_01={"HF_TOKEN": ("hf_real", "secret")})
-    spec = specs(rack, "sglang", node_env=envs)[0]
+def test_docker_sdk_kwargs_are_accepted_by_the_sdk(real_inventory):
+    envs = read_env(real_inventory, "sglang", spark_01={"HF_TOKEN": ("hf_real", "secret")})
+    spec = specs(real_inventory, "sglang", node_env=envs)[0]
     kwargs = docker_sdk_kwargs(spec)
     assert kwargs["entrypoint"] + kwargs["command"] == list(spec.argv)
     assert kwargs["environment"]["HF_TOKEN"] == "hf_real"
@@ -285,23 +286,24 @@ def test_docker_sdk_kwargs_are_accepted_by_the_sdk(rack):
 # --- Deployment hash and secrets -----------------------------------------------------
 
 
-def test_the_spec_hash_is_stable(rack):
-    first, again = specs(rack, "sglang"), specs(rack, "sglang", deployment_id="other")
+def test_the_spec_hash_is_stable(real_inventory):
+    first = specs(real_inventory, "sglang")
+    again = specs(real_inventory, "sglang", deployment_id="other")
     assert len({spec.spec_hash for spec in first}) == 1
     assert first[0].spec_hash == again[0].spec_hash and len(first[0].spec_hash) == 64
     assert first[0].deployment_id == f"sglang-512k-{first[0].spec_hash[:8]}"
-    envs = read_env(rack, "sglang", **{f"spark_0{n}": {"HF_TOKEN": ("hf_x", "secret")}
+    envs = read_env(real_inventory, "sglang", **{f"spark_0{n}": {"HF_TOKEN": ("hf_x", "secret")}
                                          for n in range(1, 9)})
-    with_token = specs(rack, "sglang", node_env=envs)
+    with_token = specs(real_inventory, "sglang", node_env=envs)
     assert with_token[0].spec_hash == first[0].spec_hash  # a token does not change what runs
     assert with_token[0].env_view == "node" and with_token[0].env["HF_TOKEN"] == "hf_x"
 
 
-def test_the_spec_hash_changes_with_what_runs(rack, own_rack):
-    base = specs(rack, "sglang")[0].spec_hash
-    assert specs(rack, "sglang", "131k-throughput")[0].spec_hash != base
-    probed = read_env(rack, "sglang", spark_08={"NCCL_IB_GID_INDEX": ("5", PROBED)})
-    assert specs(rack, "sglang", node_env=probed)[0].spec_hash != base
+def test_the_spec_hash_changes_with_what_runs(real_inventory, own_rack):
+    base = specs(real_inventory, "sglang")[0].spec_hash
+    assert specs(real_inventory, "sglang", "131k-throughput")[0].spec_hash != base
+    probed = read_env(real_inventory, "sglang", spark_08={"NCCL_IB_GID_INDEX": ("5", PROBED)})
+    assert specs(real_inventory, "sglang", node_env=probed)[0].spec_hash != base
     (own_rack / ".sparkrack" / "engines").mkdir(parents=True)
     text = (shipped("engines") / "sglang.yml").read_text()
     (own_rack / ".sparkrack" / "engines" / "sglang.yml").write_text(
@@ -311,39 +313,40 @@ def test_the_spec_hash_changes_with_what_runs(rack, own_rack):
             != specs(rehearsal, "sglang")[0].spec_hash)
 
 
-def test_hf_token_is_passed_on_but_never_shown(rack, monkeypatch):
+def test_hf_token_is_passed_on_but_never_shown(real_inventory, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_operator")  # the operator's own: never a rank's
-    envs = read_env(rack, "sglang", spark_01={"HF_TOKEN": ("hf_secret", "secret")})
-    spec = specs(rack, "sglang", node_env=envs)[0]
+    envs = read_env(real_inventory, "sglang", spark_01={"HF_TOKEN": ("hf_secret", "secret")})
+    spec = specs(real_inventory, "sglang", node_env=envs)[0]
     assert spec.env["HF_TOKEN"] == "hf_secret" and "HF_TOKEN" in spec.secret_names
     shown = shlex.join(docker_run_argv(spec))
     assert "HF_TOKEN=***" in shown and "hf_secret" not in shown
     assert "hf_secret" not in json.dumps(spec.as_dict()) and "hf_secret" not in repr(spec)
     assert "HF_TOKEN=hf_secret" in docker_run_argv(spec, redact=False)
-    assert "HF_TOKEN" not in specs(rack, "sglang")[0].env
+    assert "HF_TOKEN" not in specs(real_inventory, "sglang")[0].env
 
 
 # --- Errors ----------------------------------------------------------------------------
 
 
-def test_unknown_engine_and_profile_name_the_valid_ones(rack):
+def test_unknown_engine_and_profile_name_the_valid_ones(real_inventory):
     with pytest.raises(UsageError) as caught:
-        specs(rack, "sglng")
+        specs(real_inventory, "sglng")
     assert caught.value.line() == ("unknown engine 'sglng' (did you mean 'sglang'?) "
                                    "(valid engines: sglang, vllm)")
     with pytest.raises(UsageError) as caught:
-        specs(rack, "vllm", "1m")
+        specs(real_inventory, "vllm", "1m")
     assert caught.value.message.startswith("unknown vllm profile '1m'")
     assert caught.value.fix.endswith("512k, 1m-nvfp4")
 
 
-def test_tp_size_must_equal_the_node_count_and_the_image_must_exist(rack):
+def test_tp_size_must_equal_the_node_count_and_the_image_must_exist(real_inventory):
     with pytest.raises(UsageError, match="tp_size is 4 but the inventory has 8 nodes"):
-        specs(dataclasses.replace(rack, vars=dataclasses.replace(rack.vars, tp_size=4)),
+        specs(dataclasses.replace(real_inventory,
+                                  vars=dataclasses.replace(real_inventory.vars, tp_size=4)),
               "sglang")
-    no_image = dataclasses.replace(rack.vars, images={"vllm": "vllm/vllm-openai:v0.33.0"})
+    no_image = dataclasses.replace(real_inventory.vars, images={"vllm": "vllm/vllm-openai:v0.33.0"})
     with pytest.raises(UsageError, match="no image for 'sglang'"):
-        specs(dataclasses.replace(rack, vars=no_image), "sglang")
+        specs(dataclasses.replace(real_inventory, vars=no_image), "sglang")
 
 
 # --- invoke plan -----------------------------------------------------------------------
@@ -370,10 +373,10 @@ def test_plan_prints_eight_docker_runs_and_says_it_shows_the_inventorys_view(cap
     assert "# environment: the inventory's view (--offline" in capsys.readouterr().out
 
 
-def test_plan_shows_what_differs_per_rank_under_its_rank_and_masks_secrets(rack):
-    envs = read_env(rack, "sglang", spark_05={"NCCL_IB_GID_INDEX": ("5", PROBED),
+def test_plan_shows_what_differs_per_rank_under_its_rank_and_masks_secrets(real_inventory):
+    envs = read_env(real_inventory, "sglang", spark_05={"NCCL_IB_GID_INDEX": ("5", PROBED),
                                               "HF_TOKEN": ("hf_secret", "secret")})
-    all_specs = specs(rack, "sglang", node_env=envs)
+    all_specs = specs(real_inventory, "sglang", node_env=envs)
     view = RackView(envs, {})
     header = "\n".join(engine_tasks.env_lines(all_specs, view))
     assert header.startswith("# environment: read from each node's env files\n# every rank:")

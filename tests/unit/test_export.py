@@ -126,7 +126,7 @@ def test_expand_is_kubernetes_expansion():
 # --- fixtures ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def rack():
+def real_inventory():
     """The real-rack inventory (example addresses; nothing is contacted)."""
     return load_inventory(INVENTORY)
 
@@ -147,34 +147,34 @@ def containers(lws):
 def own_engine_file(tmp_path, engine, **profile):
     """A copy of the rehearsal inventory whose engine file adds profile 'custom' (512k plus
     the given flags/env)."""
-    rack = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
+    own = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
     data = yaml.safe_load((shipped("engines") / f"{engine}.yml").read_text())
     data["profiles"]["custom"] = {"description": "a test lane", "extends": "512k", **profile}
-    (rack / ".sparkrack" / "engines").mkdir(parents=True)
-    (rack / ".sparkrack" / "engines" / f"{engine}.yml").write_text(yaml.safe_dump(data, sort_keys=False))
-    return load_inventory(rack)
+    (own / ".sparkrack" / "engines").mkdir(parents=True)
+    (own / ".sparkrack" / "engines" / f"{engine}.yml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_inventory(own)
 
 
 # --- every lane exports, validates and round-trips ---------------------------------------
 
 @pytest.mark.parametrize("engine,profile", LANES)
-def test_every_lane_validates_against_the_real_schemas(rack, engine, profile):
-    objects = exported(rack, engine, profile)
+def test_every_lane_validates_against_the_real_schemas(real_inventory, engine, profile):
+    objects = exported(real_inventory, engine, profile)
     assert [obj["kind"] for obj in objects] == ["LeaderWorkerSet", "Service"]
     for obj in objects:
         validate(obj)
 
 
 @pytest.mark.parametrize("engine,profile", LANES)
-def test_the_commands_give_back_plans_argv_rank_by_rank(rack, engine, profile):
-    lws, _ = exported(rack, engine, profile)
-    specs = build_specs(rack, engine, profile)
+def test_the_commands_give_back_plans_argv_rank_by_rank(real_inventory, engine, profile):
+    lws, _ = exported(real_inventory, engine, profile)
+    specs = build_specs(real_inventory, engine, profile)
     leader, worker = containers(lws)
     for spec in specs:
         container = leader if spec.is_head else worker
         words = [*container["command"], *container["args"]]
         group_env = {"LWS_WORKER_INDEX": str(spec.rank), "LWS_GROUP_SIZE": str(len(specs)),
-                     "LWS_LEADER_ADDRESS": rack.head.roce_addr}
+                     "LWS_LEADER_ADDRESS": real_inventory.head.roce_addr}
         assert [expand(word, group_env) for word in words] == list(spec.argv)
         changed = [word for word, planned in zip(words, spec.argv) if word != planned]
         assert changed and all(re.search(r"\$\((LWS_[A-Z_]+)\)", word) for word in changed)
@@ -182,11 +182,11 @@ def test_the_commands_give_back_plans_argv_rank_by_rank(rack, engine, profile):
 
 
 @pytest.mark.parametrize("engine,profile", LANES)
-def test_the_env_is_the_launch_specs_and_secrets_come_from_a_secret(rack, engine, profile,
+def test_the_env_is_the_launch_specs_and_secrets_come_from_a_secret(real_inventory, engine, profile,
                                                                      monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_never_in_a_manifest")
-    lws, service = exported(rack, engine, profile)
-    spec = build_specs(rack, engine, profile)[0]
+    lws, service = exported(real_inventory, engine, profile)
+    spec = build_specs(real_inventory, engine, profile)[0]
     for container in containers(lws):
         env = container["env"]
         assert {e["name"]: expand(e["value"], {}) for e in env if "value" in e} == dict(spec.env)
@@ -196,8 +196,8 @@ def test_the_env_is_the_launch_specs_and_secrets_come_from_a_secret(rack, engine
     assert "hf_never_in_a_manifest" not in json.dumps([lws, service])
 
 
-def test_the_group_runs_as_the_rack_does(rack):
-    lws, service = exported(rack, "sglang", "512k")
+def test_the_group_runs_as_the_rack_does(real_inventory):
+    lws, service = exported(real_inventory, "sglang", "512k")
     group = lws["spec"]["leaderWorkerTemplate"]
     assert (lws["spec"]["replicas"], group["size"], group["restartPolicy"]) == \
         (1, 8, "RecreateGroupOnPodRestart")
@@ -233,11 +233,11 @@ def test_the_group_runs_as_the_rack_does(rack):
 
 
 @pytest.mark.parametrize("engine,profile", LANES)
-def test_names_and_labels_are_what_an_api_server_accepts(rack, engine, profile):
+def test_names_and_labels_are_what_an_api_server_accepts(real_inventory, engine, profile):
     label_key = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                            r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
     label_value = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
-    lws, service = exported(rack, engine, profile)
+    lws, service = exported(real_inventory, engine, profile)
     group = lws["spec"]["leaderWorkerTemplate"]
     for labels in (lws["metadata"]["labels"], service["metadata"]["labels"],
                    service["spec"]["selector"], group["leaderTemplate"]["metadata"]["labels"],
@@ -249,25 +249,25 @@ def test_names_and_labels_are_what_an_api_server_accepts(rack, engine, profile):
 
 
 def test_dollar_signs_in_a_profile_reach_the_engine_as_written(tmp_path):
-    rack = own_engine_file(tmp_path, "sglang",
+    own = own_engine_file(tmp_path, "sglang",
                            flags={"--chat-template": "t-$(LWS_WORKER_INDEX)-$$-$(HOME)"},
                            env={"SGLANG_LABEL": "a$(LWS_GROUP_SIZE)b"})
-    lws, _ = exported(rack, "sglang", "custom")
+    lws, _ = exported(own, "sglang", "custom")
     validate(lws)
-    spec = build_specs(rack, "sglang", "custom")[3]
+    spec = build_specs(own, "sglang", "custom")[3]
     _, worker = containers(lws)
     group_env = {"LWS_WORKER_INDEX": "3", "LWS_GROUP_SIZE": "8",
-                 "LWS_LEADER_ADDRESS": rack.head.roce_addr, "HOME": "/root"}
+                 "LWS_LEADER_ADDRESS": own.head.roce_addr, "HOME": "/root"}
     assert [expand(word, group_env) for word in [*worker["command"], *worker["args"]]] == \
         list(spec.argv)
     env = {e["name"]: expand(e["value"], group_env) for e in worker["env"] if "value" in e}
     assert env["SGLANG_LABEL"] == "a$(LWS_GROUP_SIZE)b"
 
 
-def test_an_argv_not_laid_out_as_the_engine_file_says_is_not_exported(rack):
-    definition = load_engine(rack.path, "vllm")
-    spec = build_specs(rack, "vllm", "512k")[2]
-    values = template_values(rack, definition, rack.node(spec.node))
+def test_an_argv_not_laid_out_as_the_engine_file_says_is_not_exported(real_inventory):
+    definition = load_engine(real_inventory.path, "vllm")
+    spec = build_specs(real_inventory, "vllm", "512k")[2]
+    values = template_values(real_inventory, definition, real_inventory.node(spec.node))
     assert group_argv(spec, definition, values)[-1] == "--headless"
     shifted = dataclasses.replace(spec, argv=(*spec.argv, "--enforce-eager"))
     with pytest.raises(SparkrackError, match="rank 2's argv word .* not the engine file's"):
@@ -303,9 +303,9 @@ BROKEN = {
 
 
 @pytest.mark.parametrize("what", BROKEN)
-def test_a_broken_object_fails_validation(rack, what):
+def test_a_broken_object_fails_validation(real_inventory, what):
     index, edit = BROKEN[what]
-    obj = copy.deepcopy(exported(rack, "vllm", "512k")[index])
+    obj = copy.deepcopy(exported(real_inventory, "vllm", "512k")[index])
     edit(obj)
     with pytest.raises(jsonschema.ValidationError):
         validate(obj)
@@ -314,11 +314,11 @@ def test_a_broken_object_fails_validation(rack, what):
 # --- refused as check refuses ------------------------------------------------------------
 
 def test_a_profile_check_refuses_is_refused_with_the_rules_message(tmp_path):
-    rack = own_engine_file(tmp_path, "sglang", flags={"--speculative-eagle-topk": 4})
-    report = check_profile(rack, "sglang", "custom")
+    own = own_engine_file(tmp_path, "sglang", flags={"--speculative-eagle-topk": 4})
+    report = check_profile(own, "sglang", "custom")
     assert [f.rule for f in report.blocking] == ["DSA-EAGLE-TOPK"]
     with pytest.raises(ProfileRefused) as refused:
-        export_lws(rack, "sglang", "custom")
+        export_lws(own, "sglang", "custom")
     assert refused.value.exit_code == 1
     assert str(refused.value).startswith(f"refused: {report.summary()}: DSA-EAGLE-TOPK: "
                                          f"{report.blocking[0].message}")
@@ -333,26 +333,26 @@ def test_a_per_node_env_value_is_refused():
 
 
 def test_a_one_node_rack_is_refused(tmp_path):
-    rack = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
-    hosts = rack / "hosts.yml"
+    own = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
+    hosts = own / "hosts.yml"
     hosts.write_text(re.sub(r" +spark-0[2-8]:.*\n", "", hosts.read_text()))
-    rack_vars = rack / "group_vars" / "all.yml"
+    rack_vars = own / "group_vars" / "all.yml"
     rack_vars.write_text(rack_vars.read_text().replace("tp_size: 8", "tp_size: 1"))
     with pytest.raises(UsageError, match="needs a leader and a worker, and the inventory has 1"):
-        export_lws(load_inventory(rack), "sglang", "512k")
+        export_lws(load_inventory(own), "sglang", "512k")
 
 
-def test_bad_names_are_refused(rack):
+def test_bad_names_are_refused(real_inventory):
     with pytest.raises(UsageError, match="'GLM_lane' is not a Kubernetes name"):
-        export_lws(rack, "sglang", "512k", name="GLM_lane")
+        export_lws(real_inventory, "sglang", "512k", name="GLM_lane")
     with pytest.raises(UsageError, match="--secret"):
-        export_lws(rack, "sglang", "512k", secret_name="x" * 64)
+        export_lws(real_inventory, "sglang", "512k", secret_name="x" * 64)
 
 
 # --- files and the task ------------------------------------------------------------------
 
-def test_write_manifests_writes_one_file_per_object(rack, tmp_path):
-    objects = export_lws(rack, "vllm", "512k").objects
+def test_write_manifests_writes_one_file_per_object(real_inventory, tmp_path):
+    objects = export_lws(real_inventory, "vllm", "512k").objects
     paths = write_manifests(objects, tmp_path / "out")
     assert [p.name for p in paths] == ["leaderworkerset-sparkrack-vllm-512k.yaml",
                                        "service-sparkrack-vllm-512k-api.yaml"]
@@ -401,8 +401,8 @@ def test_export_out_and_json(capsys, tmp_path):
 
 
 def test_export_refusals_and_usage_errors_exit_like_check(capsys, tmp_path):
-    rack = own_engine_file(tmp_path, "sglang", flags={"--speculative-eagle-topk": 4})
-    assert run_export("--engine", "sglang", "--profile", "custom", "-i", str(rack.path)) == 1
+    own = own_engine_file(tmp_path, "sglang", flags={"--speculative-eagle-topk": 4})
+    assert run_export("--engine", "sglang", "--profile", "custom", "-i", str(own.path)) == 1
     err = capsys.readouterr().err
     assert "error: refused: sglang custom: blocked by DSA-EAGLE-TOPK" in err
     assert "Traceback" not in err

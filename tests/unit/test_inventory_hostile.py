@@ -25,7 +25,7 @@ FIXTURE = Path(__file__).parent / "data" / "inventory"
 
 
 @pytest.fixture
-def rack(tmp_path: Path) -> Path:
+def inv_dir(tmp_path: Path) -> Path:
     """A private copy of the four-node fixture inventory."""
     return Path(shutil.copytree(FIXTURE, tmp_path / "rack"))
 
@@ -36,10 +36,10 @@ def rehearsal(tmp_path: Path) -> Path:
     return Path(shutil.copytree(REPO / "inventory" / "rehearsal", tmp_path / "rehearsal"))
 
 
-def add_line(rack: Path, name: str, line: str) -> tuple[Path, int]:
+def add_line(inv_dir: Path, name: str, line: str) -> tuple[Path, int]:
     """Set one `key: value` line in a file of the inventory (in place of the key's own line,
     else appended); the file and that line's number."""
-    file = rack / name
+    file = inv_dir / name
     lines = file.read_text().splitlines()
     key = line.split(":", 1)[0] + ":"
     at = next((i for i, old in enumerate(lines) if old.startswith(key)), len(lines))
@@ -93,10 +93,10 @@ def refused(path: Path) -> str:
     ('burn_command: [gpu-sim, "load\\n--x"]', "burn_command: 'load\\n--x' holds a control"),
     ('image_sources: {sglang: "/tmp/a\\u2028b.tar"}', "image_sources: sglang: "),
 ])
-def test_rack_text_values_are_checked_by_kind(rack, line, message):
-    file, number = add_line(rack, "group_vars/all.yml", line)
-    assert refused(rack).startswith(f"{file}:{number}: ")
-    assert message in refused(rack)
+def test_rack_text_values_are_checked_by_kind(inv_dir, line, message):
+    file, number = add_line(inv_dir, "group_vars/all.yml", line)
+    assert refused(inv_dir).startswith(f"{file}:{number}: ")
+    assert message in refused(inv_dir)
 
 
 @pytest.mark.parametrize("old, new, message", [
@@ -111,13 +111,13 @@ def test_rack_text_values_are_checked_by_kind(rack, line, message):
     ("ansible_ssh_private_key_file: keys/id_ed25519", 'ansible_ssh_private_key_file: '
      '"keys/id\\x1b[2J"', "holds a control character"),
 ])
-def test_host_text_values_are_checked_by_kind(rack, old, new, message):
-    file = rack / "hosts.yml"
+def test_host_text_values_are_checked_by_kind(inv_dir, old, new, message):
+    file = inv_dir / "hosts.yml"
     text = file.read_text()
     assert old in text
     file.write_text(text.replace(old, new, 1))
     number = text[:text.index(old)].count("\n") + 1
-    line = refused(rack)
+    line = refused(inv_dir)
     assert line.startswith(f"{file}:{number}: ") and message in line, line
 
 
@@ -145,22 +145,22 @@ def test_addresses():
 # --- Files: size, and a directory where a file belongs -----------------------------------
 
 
-def test_a_huge_group_vars_file_is_refused_at_once(rack):
-    file = rack / "group_vars" / "all.yml"
+def test_a_huge_group_vars_file_is_refused_at_once(inv_dir):
+    file = inv_dir / "group_vars" / "all.yml"
     with open(file, "r+b") as handle:
         handle.truncate(60 * 2**20)  # 60 MB (sparse): never read
     began = time.monotonic()
-    line = refused(rack)
+    line = refused(inv_dir)
     assert time.monotonic() - began < 3.0  # at once: the whole file was 105 s to plan
     assert line.startswith(f"{file}: 62,914,560 bytes, over the 1 MiB limit of an inventory "
                            "file (")
 
 
-def test_a_file_just_under_the_limit_is_read(rack):
-    file = rack / "group_vars" / "all.yml"
+def test_a_file_just_under_the_limit_is_read(inv_dir):
+    file = inv_dir / "group_vars" / "all.yml"
     file.write_text(file.read_text() + "#" * (MAX_FILE_BYTES - file.stat().st_size - 1) + "\n")
     assert file.stat().st_size == MAX_FILE_BYTES
-    load_inventory(rack)
+    load_inventory(inv_dir)
 
 
 def test_a_huge_profile_file_is_refused(rehearsal):
@@ -208,12 +208,12 @@ def test_a_data_folder_in_the_old_place_is_refused_naming_where_it_goes(rehearsa
     ("host_vars/spark-03.yml", "host_vars/spark-03.yml: a directory where a node file belongs"),
     ("hosts.yml", "hosts.yml: a directory where the hosts file belongs"),
 ])
-def test_an_inventory_file_that_is_a_directory_is_refused(rack, name, message):
-    path = rack / name
+def test_an_inventory_file_that_is_a_directory_is_refused(inv_dir, name, message):
+    path = inv_dir / name
     if path.exists():
         path.unlink()
     path.mkdir()
-    assert message in refused(rack)
+    assert message in refused(inv_dir)
 
 
 def test_a_model_file_that_is_a_directory_is_refused(rehearsal):
@@ -281,23 +281,23 @@ def test_plan_refuses_an_engine_file_that_is_a_directory(rehearsal):
 HOSTILE = """fe80::1%'$(touch /tmp/x)"\n  evil: {ansible_host: 1.2.3.4}"""
 
 
-def test_onboard_refuses_a_hostile_address_before_anything(rack):
-    before = (rack / "hosts.yml").read_text()
-    inventory = load_inventory(rack)
+def test_onboard_refuses_a_hostile_address_before_anything(inv_dir):
+    before = (inv_dir / "hosts.yml").read_text()
+    inventory = load_inventory(inv_dir)
     for address, roce in ((HOSTILE, None), ("fe80::1%eth0", None), ("192.0.2.9", HOSTILE)):
         with pytest.raises(UsageError) as caught:
             onboard(inventory, "spark-09", address, roce_addr=roce, check=True)
         assert "has a zone index" in caught.value.line() and caught.value.fix
-    assert (rack / "hosts.yml").read_text() == before
-    assert not (rack / "ssh").exists()  # no known_hosts written either
+    assert (inv_dir / "hosts.yml").read_text() == before
+    assert not (inv_dir / "ssh").exists()  # no known_hosts written either
 
 
-def test_onboard_cli_exits_2_with_one_line(rack):
-    before = sorted(p.name for p in rack.rglob("*"))
-    done = invoke("onboard", "spark-09", "--address", HOSTILE, "--check", "-i", str(rack))
+def test_onboard_cli_exits_2_with_one_line(inv_dir):
+    before = sorted(p.name for p in inv_dir.rglob("*"))
+    done = invoke("onboard", "spark-09", "--address", HOSTILE, "--check", "-i", str(inv_dir))
     lines = (done.stdout + done.stderr).strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "zone index" in lines[0], lines
-    assert sorted(p.name for p in rack.rglob("*")) == before
+    assert sorted(p.name for p in inv_dir.rglob("*")) == before
 
 
 def test_join_writes_every_value_so_that_it_reads_back_exactly():

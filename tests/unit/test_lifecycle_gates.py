@@ -20,7 +20,7 @@ REHEARSAL = Path(__file__).resolve().parents[2] / "inventory" / "rehearsal"
 
 
 @pytest.fixture
-def rack():
+def rehearsal_inventory():
     return load_inventory(REHEARSAL)
 
 
@@ -32,9 +32,9 @@ def facts(boot: str = "b1", burned_boot: str | None = "b1", ok: bool = True,
 
 
 @pytest.fixture
-def stand_ins(rack, monkeypatch):
+def stand_ins(rehearsal_inventory, monkeypatch):
     """Gates with every node-facing helper replaced; returns the knobs."""
-    knobs = SimpleNamespace(facts={n.name: facts() for n in rack.nodes}, refuse=None,
+    knobs = SimpleNamespace(facts={n.name: facts() for n in rehearsal_inventory.nodes}, refuse=None,
                             burned=[], order=[])
 
     def gather(fleet, env_files, report):
@@ -57,50 +57,51 @@ def stand_ins(rack, monkeypatch):
     monkeypatch.setattr(gates, "EnvFiles", lambda inventory, key: SimpleNamespace(
         files=lambda node: ["/etc/sparkrack/nccl.env"]))
     monkeypatch.setattr(gates, "build_specs", lambda *a, **k: tuple(
-        SimpleNamespace(node=n.name) for n in rack.nodes))
+        SimpleNamespace(node=n.name) for n in rehearsal_inventory.nodes))
     knobs.burn = burn
-    knobs.fleet = SimpleNamespace(nodes=rack.nodes)
+    knobs.fleet = SimpleNamespace(nodes=rehearsal_inventory.nodes)
     return knobs
 
 
-def run(rack, knobs, **options):
-    return gates.preflight(knobs.fleet, rack, "sglang", "512k", deployment_id="d",
+def run(rehearsal_inventory, knobs, **options):
+    return gates.preflight(knobs.fleet, rehearsal_inventory, "sglang", "512k", deployment_id="d",
                            burn=knobs.burn, **options)
 
 
-def test_a_refusal_on_a_cheap_gate_does_not_burn(rack, stand_ins):
+def test_a_refusal_on_a_cheap_gate_does_not_burn(rehearsal_inventory, stand_ins):
     stand_ins.refuse = "vllm 512k rank 0 runs on spark-01"
-    report = run(rack, stand_ins)
+    report = run(rehearsal_inventory, stand_ins)
     assert stand_ins.burned == []
     assert [g.name for g in report.blocking] == ["no other engine"]
     assert "clock cap" not in [g.name for g in report.gates]
 
 
-def test_an_unreachable_node_refuses_before_anything_else(rack, stand_ins, monkeypatch):
+def test_an_unreachable_node_refuses_before_anything_else(rehearsal_inventory, stand_ins,
+                                                          monkeypatch):
     def lost(fleet, env_files, report):
         report.add("reachable", ["spark-05: no answer within 5 s"], "")
 
     monkeypatch.setattr(gates, "gather_facts_and_env", lost)
-    report = run(rack, stand_ins)
+    report = run(rehearsal_inventory, stand_ins)
     assert [g.name for g in report.gates] == ["reachable"] and stand_ins.burned == []
 
 
-def test_the_burn_comes_after_the_cheap_gates_on_every_node_for_up(rack, stand_ins):
-    report = run(rack, stand_ins)
+def test_the_burn_comes_after_the_cheap_gates_on_every_node_for_up(rehearsal_inventory, stand_ins):
+    report = run(rehearsal_inventory, stand_ins)
     assert stand_ins.order == ["reachable", "judge"]
-    assert stand_ins.burned == [[n.name for n in rack.nodes]]
+    assert stand_ins.burned == [[n.name for n in rehearsal_inventory.nodes]]
     assert [g.name for g in report.gates] == ["reachable", "env files", "no other engine",
                                               "clock cap", "power"]
     assert not report.blocking
 
 
-def test_roll_burns_only_the_nodes_not_verified_this_boot(rack, stand_ins):
+def test_roll_burns_only_the_nodes_not_verified_this_boot(rehearsal_inventory, stand_ins):
     stand_ins.facts.update({
         "spark-02": facts(burned_boot="b0"),  # burned before the last reboot
         "spark-03": facts(ok=False),  # its last burn failed
         "spark-04": facts(unit="exit-code"),  # cap unit not successful any more
         "spark-05": facts(burned_boot=None)})  # never burned
-    report = run(rack, stand_ins, keep_verified=True, replacing="old")
+    report = run(rehearsal_inventory, stand_ins, keep_verified=True, replacing="old")
     assert stand_ins.burned == [["spark-02", "spark-03", "spark-04", "spark-05"]]
     cap = next(g for g in report.gates if g.name == "clock cap")
     assert cap.ok and "spark-01, spark-06, spark-07, spark-08 verified this boot" in cap.detail
@@ -108,12 +109,12 @@ def test_roll_burns_only_the_nodes_not_verified_this_boot(rack, stand_ins):
     assert power.ok
 
 
-def test_roll_with_every_node_verified_burns_nothing(rack, stand_ins):
-    run(rack, stand_ins, keep_verified=True, replacing="old")
+def test_roll_with_every_node_verified_burns_nothing(rehearsal_inventory, stand_ins):
+    run(rehearsal_inventory, stand_ins, keep_verified=True, replacing="old")
     assert stand_ins.burned == []
 
 
-def test_a_failed_start_is_recorded_failed_and_current_removed(rack, monkeypatch):
+def test_a_failed_start_is_recorded_failed_and_current_removed(rehearsal_inventory, monkeypatch):
     written, cleared = [], []
     monkeypatch.setattr(record, "write", lambda fleet, inv, kind, dep: written.append(
         (kind, dep.status, dep.operator, dep.error)))
@@ -127,7 +128,8 @@ def test_a_failed_start_is_recorded_failed_and_current_removed(rack, monkeypatch
                              image="img", node="spark-01", container_name="r0"),)
     pre = gates.Preflight(facts={"spark-01": facts()}, image_id="sha256:x")
     with pytest.raises(StartFailed):
-        engine.launch(None, rack, specs, pre, timeout=1, on_progress=None, on_event=lambda e: None)
+        engine.launch(None, rehearsal_inventory, specs, pre, timeout=1, on_progress=None,
+                      on_event=lambda e: None)
     me = operator()
     assert written == [("current", "starting", me, ""),
                        ("failed", "failed", me, "rank 3 on spark-04 exited (exit code 1)")]

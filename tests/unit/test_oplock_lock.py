@@ -23,7 +23,7 @@ pytestmark = needs_sshd
 
 
 @pytest.fixture
-def rack(sshd: Sshd, tmp_path: Path):
+def loopback_rack(sshd: Sshd, tmp_path: Path):
     inv = tmp_path / "inventory"
     inv.mkdir()
     (inv / "hosts.yml").write_text("sparks: {}\n")
@@ -52,23 +52,23 @@ def holder(token: str, command: str = "up --engine sglang") -> dict:
             "command": command}
 
 
-def new_lock(rack, lock_dir, token, lost=None, **options) -> RackLock:
-    return RackLock(rack, holder(token, options.pop("command", "up --engine sglang")),
+def new_lock(loopback_rack, lock_dir, token, lost=None, **options) -> RackLock:
+    return RackLock(loopback_rack, holder(token, options.pop("command", "up --engine sglang")),
                     directory=lock_dir, on_lost=lost or (lambda: None), **options)
 
 
-def show(rack, lock_dir):
-    with Fleet(rack, [rack.head]) as fleet:
-        return call(fleet, rack.head.name, "show", directory=lock_dir)
+def show(loopback_rack, lock_dir):
+    with Fleet(loopback_rack, [loopback_rack.head]) as fleet:
+        return call(fleet, loopback_rack.head.name, "show", directory=lock_dir)
 
 
-def test_take_refuse_release(rack, lock_dir, machine):
-    first = new_lock(rack, lock_dir, "a" * 32)
+def test_take_refuse_release(loopback_rack, lock_dir, machine):
+    first = new_lock(loopback_rack, lock_dir, "a" * 32)
     assert first.acquire() is None
     assert held() is first
     try:
         machine("b")  # another laptop: its local lock is free, the head's is not
-        second = new_lock(rack, lock_dir, "b" * 32, command="up --engine vllm")
+        second = new_lock(loopback_rack, lock_dir, "b" * 32, command="up --engine vllm")
         started = time.monotonic()
         with pytest.raises(LockHeld) as refused:
             second.acquire()
@@ -84,14 +84,14 @@ def test_take_refuse_release(rack, lock_dir, machine):
     finally:
         assert first.release() is None
     assert held() is None
-    assert show(rack, lock_dir).status == "FREE"
+    assert show(loopback_rack, lock_dir).status == "FREE"
 
 
-def test_same_machine_queues_on_the_local_lock(rack, lock_dir):
-    first = new_lock(rack, lock_dir, "a" * 32)
+def test_same_machine_queues_on_the_local_lock(loopback_rack, lock_dir):
+    first = new_lock(loopback_rack, lock_dir, "a" * 32)
     first.acquire()
     try:
-        second = new_lock(rack, lock_dir, "b" * 32)
+        second = new_lock(loopback_rack, lock_dir, "b" * 32)
         with pytest.raises(LockHeld) as refused:
             second.acquire()  # refused by the local lock, named from the head's
         assert "alice@laptop" in refused.value.line()
@@ -99,13 +99,13 @@ def test_same_machine_queues_on_the_local_lock(rack, lock_dir):
         first.release()
 
 
-def test_wait_queues_until_the_holder_releases(rack, lock_dir, machine):
-    first = new_lock(rack, lock_dir, "a" * 32)
+def test_wait_queues_until_the_holder_releases(loopback_rack, lock_dir, machine):
+    first = new_lock(loopback_rack, lock_dir, "a" * 32)
     first.acquire()
     threading.Timer(1.5, first.release).start()
     machine("b")
     said: list[str] = []
-    second = RackLock(rack, holder("b" * 32), directory=lock_dir, on_event=said.append,
+    second = RackLock(loopback_rack, holder("b" * 32), directory=lock_dir, on_event=said.append,
                       on_lost=lambda: None)
     assert second.acquire(wait=20) is None
     try:
@@ -115,29 +115,29 @@ def test_wait_queues_until_the_holder_releases(rack, lock_dir, machine):
         second.release()
 
 
-def test_wait_gives_up_at_its_deadline(rack, lock_dir, machine):
-    first = new_lock(rack, lock_dir, "a" * 32)
+def test_wait_gives_up_at_its_deadline(loopback_rack, lock_dir, machine):
+    first = new_lock(loopback_rack, lock_dir, "a" * 32)
     first.acquire()
     try:
         machine("b")
         started = time.monotonic()
         with pytest.raises(LockHeld) as refused:
-            new_lock(rack, lock_dir, "b" * 32).acquire(wait=1.5)
+            new_lock(loopback_rack, lock_dir, "b" * 32).acquire(wait=1.5)
         assert 1.4 < time.monotonic() - started < 5
         assert "after waiting 2 s" in refused.value.line()
     finally:
         first.release()
 
 
-def test_a_dead_holder_loses_the_lock_after_the_timeout(rack, lock_dir, machine):
-    dead = new_lock(rack, lock_dir, "a" * 32)
+def test_a_dead_holder_loses_the_lock_after_the_timeout(loopback_rack, lock_dir, machine):
+    dead = new_lock(loopback_rack, lock_dir, "a" * 32)
     dead.acquire()
     dead._stop.set()  # its heartbeat stops as if killed (SIGKILL: no release, no record)
     machine("b")
     with pytest.raises(LockHeld):
-        new_lock(rack, lock_dir, "b" * 32, stale_after=2).acquire()  # not stale yet
+        new_lock(loopback_rack, lock_dir, "b" * 32, stale_after=2).acquire()  # not stale yet
     time.sleep(3.2)
-    taker = new_lock(rack, lock_dir, "c" * 32, stale_after=2)
+    taker = new_lock(loopback_rack, lock_dir, "c" * 32, stale_after=2)
     stale = taker.acquire()
     try:
         assert stale is not None and stale.token == "a" * 32 and stale.operator == "alice@laptop"
@@ -145,17 +145,17 @@ def test_a_dead_holder_loses_the_lock_after_the_timeout(rack, lock_dir, machine)
         # the dead holder, were it to wake up, finds the lock gone
         assert dead._call("refresh", dead.token, "0", timeout=5).status == "LOST"
         assert dead.release() == "the rack lock was no longer ours at the end"
-        assert show(rack, lock_dir).holder.token == "c" * 32  # its release took nothing
+        assert show(loopback_rack, lock_dir).holder.token == "c" * 32  # its release took nothing
     finally:
         taker.release()
 
 
-def test_a_broken_lock_stops_its_holder(rack, lock_dir):
+def test_a_broken_lock_stops_its_holder(loopback_rack, lock_dir):
     stopped = threading.Event()
-    holder_lock = new_lock(rack, lock_dir, "a" * 32, lost=stopped.set, heartbeat=0.3)
+    holder_lock = new_lock(loopback_rack, lock_dir, "a" * 32, lost=stopped.set, heartbeat=0.3)
     holder_lock.acquire()
     try:
-        with Fleet(rack, [rack.head]) as fleet:
+        with Fleet(loopback_rack, [loopback_rack.head]) as fleet:
             assert call(fleet, "spark-01", "break", "f" * 32, "",
                         directory=lock_dir).status == "MISMATCH"  # another token: kept
             assert call(fleet, "spark-01", "break", "a" * 32, "",
@@ -166,9 +166,9 @@ def test_a_broken_lock_stops_its_holder(rack, lock_dir):
         holder_lock.release()
 
 
-def test_a_holder_that_cannot_reach_the_head_stops_its_task(rack, lock_dir, sshd):
+def test_a_holder_that_cannot_reach_the_head_stops_its_task(loopback_rack, lock_dir, sshd):
     stopped = threading.Event()
-    holder_lock = new_lock(rack, lock_dir, "a" * 32, lost=stopped.set, heartbeat=0.3,
+    holder_lock = new_lock(loopback_rack, lock_dir, "a" * 32, lost=stopped.set, heartbeat=0.3,
                            give_up_after=2.0)
     holder_lock.acquire()
     frozen = [sshd.pid, *session_pids(sshd)]
@@ -183,19 +183,19 @@ def test_a_holder_that_cannot_reach_the_head_stops_its_task(rack, lock_dir, sshd
         holder_lock.release()
 
 
-def test_lease_keeps_the_lock_while_the_head_reboots(rack, lock_dir, machine):
-    holder_lock = new_lock(rack, lock_dir, "a" * 32)
+def test_lease_keeps_the_lock_while_the_head_reboots(loopback_rack, lock_dir, machine):
+    holder_lock = new_lock(loopback_rack, lock_dir, "a" * 32)
     holder_lock.acquire()
     try:
         with lease_while_down(["spark-01"], 120):
-            shown = show(rack, lock_dir).holder
+            shown = show(loopback_rack, lock_dir).holder
             assert shown.age < -100  # heartbeat put ahead: not stale for two minutes
             machine("b")
             with pytest.raises(LockHeld) as refused:
-                new_lock(rack, lock_dir, "b" * 32, stale_after=1).acquire()
+                new_lock(loopback_rack, lock_dir, "b" * 32, stale_after=1).acquire()
             assert "heartbeat leased for" in refused.value.line()
         with lease_while_down(["spark-02"], 120):  # not the lock's home: nothing to do
-            assert show(rack, lock_dir).holder.age < -100
+            assert show(loopback_rack, lock_dir).holder.age < -100
     finally:
         holder_lock.release()
 
@@ -203,10 +203,11 @@ def test_lease_keeps_the_lock_while_the_head_reboots(rack, lock_dir, machine):
 # --- Guard: the lock and the audit record together -------------------------------------------
 
 
-def test_guard_writes_start_and_end_records_on_the_head_and_locally(rack, lock_dir, machine,
-                                                                    monkeypatch):
+def test_guard_writes_start_and_end_records_on_the_head_and_locally(loopback_rack, lock_dir,
+                                                                    machine, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnopqrstuvwxyz")
-    guard = Guard(rack, "up", {"engine": "sglang", "hf_token": "x", "note": "hf_abcdefghijklmnopqrstuvwxyz"},
+    guard = Guard(loopback_rack, "up",
+                  {"engine": "sglang", "hf_token": "x", "note": "hf_abcdefghijklmnopqrstuvwxyz"},
                   directory=lock_dir, on_lost=lambda: None)
     guard.begin()
     with audit.active(guard.record):
@@ -228,15 +229,17 @@ def test_guard_writes_start_and_end_records_on_the_head_and_locally(rack, lock_d
     assert not Path(lock_dir, "lock.json").exists()
 
 
-def test_refused_and_interrupted_records(rack, lock_dir, machine):
-    first = Guard(rack, "restart-rack", {}, directory=lock_dir, on_lost=lambda: None)
+def test_refused_and_interrupted_records(loopback_rack, lock_dir, machine):
+    first = Guard(loopback_rack, "restart-rack", {}, directory=lock_dir, on_lost=lambda: None)
     first.begin()
     first.lock._stop.set()  # then killed: no end record from it
     machine("b")
-    second = Guard(rack, "up", {"engine": "vllm"}, directory=lock_dir, on_lost=lambda: None)
+    second = Guard(loopback_rack, "up", {"engine": "vllm"}, directory=lock_dir,
+                   on_lost=lambda: None)
     with pytest.raises(LockHeld):
         second.begin()
-    third = Guard(rack, "down", {}, directory=lock_dir, on_lost=lambda: None, stale_after=1)
+    third = Guard(loopback_rack, "down", {}, directory=lock_dir, on_lost=lambda: None,
+                  stale_after=1)
     time.sleep(2.2)
     third.begin()  # takes over the stale lock, closes the dead holder's record
     third.end("interrupted", error="interrupted (Ctrl-C or a signal)", exit_code=130)

@@ -14,69 +14,72 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def rack():
+def real_inventory():
     """The real-rack inventory: 1,440 W strip, 100 W margin, 178 W capped, 217 W uncapped."""
     return load_inventory(REPO / "inventory" / "rack")
 
 
-def states(rack, state, **others):
+def states(real_inventory, state, **others):
     """Every node in state, the nodes named in others (spark_03=...) in theirs."""
-    return {node.name: others.get(node.name.replace("-", "_"), state) for node in rack.nodes}
+    return {node.name: others.get(node.name.replace("-", "_"), state)
+            for node in real_inventory.nodes}
 
 
-def with_vars(rack, **changes):
+def with_vars(real_inventory, **changes):
     """The inventory with some rack vars changed."""
-    return dataclasses.replace(rack, vars=dataclasses.replace(rack.vars, **changes))
+    return dataclasses.replace(real_inventory,
+                               vars=dataclasses.replace(real_inventory.vars, **changes))
 
 
-def test_every_node_capped_is_the_field_reports_capped_rack(rack):
-    budget = project_power(rack, states(rack, CapState.CAPPED))
+def test_every_node_capped_is_the_field_reports_capped_rack(real_inventory):
+    budget = project_power(real_inventory, states(real_inventory, CapState.CAPPED))
     assert budget.projected_watts == 1424 and 1350 <= budget.projected_watts <= 1425
     assert budget.verdict == MARGIN and not budget.blocking
     assert budget.reason == ("projected 1,424 W: under the 1,440 W strip but inside its "
                              "100 W margin, every node capped")
 
 
-def test_every_node_uncapped_is_the_rack_that_tripped_the_strip(rack):
-    budget = project_power(rack, states(rack, "uncapped"))
+def test_every_node_uncapped_is_the_rack_that_tripped_the_strip(real_inventory):
+    budget = project_power(real_inventory, states(real_inventory, "uncapped"))
     assert budget.projected_watts == 1736  # field report: ~1,735 W sustained
     assert budget.verdict == REFUSE and budget.blocking
-    names = ", ".join(node.name for node in rack.nodes)
+    names = ", ".join(node.name for node in real_inventory.nodes)
     assert budget.reason == f"projected 1,736 W > 1,440 W strip: {names} uncapped"
 
 
-def test_one_uncapped_node_is_named(rack):
-    budget = project_power(rack, states(rack, CapState.CAPPED, spark_03=CapState.UNCAPPED))
+def test_one_uncapped_node_is_named(real_inventory):
+    budget = project_power(real_inventory, states(real_inventory, CapState.CAPPED,
+                                                  spark_03=CapState.UNCAPPED))
     assert budget.projected_watts == 7 * 178 + 217 == 1463
     assert budget.blocking
     assert budget.reason == "projected 1,463 W > 1,440 W strip: spark-03 uncapped"
     assert [d.watts for d in budget.nodes][1:4] == [178, 217, 178]
 
 
-def test_unknown_and_missing_states_count_uncapped(rack):
-    given = states(rack, CapState.CAPPED, spark_05=CapState.UNKNOWN, spark_02="uncapped")
+def test_unknown_and_missing_states_count_uncapped(real_inventory):
+    given = states(real_inventory, CapState.CAPPED, spark_05=CapState.UNKNOWN, spark_02="uncapped")
     del given["spark-08"]
-    budget = project_power(rack, given)
+    budget = project_power(real_inventory, given)
     assert budget.projected_watts == 5 * 178 + 3 * 217
     assert budget.reason.endswith(": spark-02 uncapped; spark-05, spark-08 cap state unknown")
 
 
-def test_an_uncapped_node_refuses_even_below_the_strip(rack):
-    light = with_vars(rack, node_watts_capped=120, node_watts_uncapped=160)
+def test_an_uncapped_node_refuses_even_below_the_strip(real_inventory):
+    light = with_vars(real_inventory, node_watts_capped=120, node_watts_uncapped=160)
     budget = project_power(light, states(light, "capped", spark_07="uncapped"))
     assert budget.verdict == REFUSE and budget.reason == (
         "spark-07 uncapped (counted at uncapped watts; projected 1,000 W <= 1,440 W strip)")
 
 
-def test_capped_rack_over_the_strip_refuses(rack):
-    heavy = with_vars(rack, node_watts_capped=190)
+def test_capped_rack_over_the_strip_refuses(real_inventory):
+    heavy = with_vars(real_inventory, node_watts_capped=190)
     budget = project_power(heavy, states(heavy, "capped"))
     assert budget.blocking
     assert budget.reason == "projected 1,520 W > 1,440 W strip: every node capped"
 
 
-def test_below_the_margin_is_ok(rack):
-    roomy = with_vars(rack, power_margin_watts=10)
+def test_below_the_margin_is_ok(real_inventory):
+    roomy = with_vars(real_inventory, power_margin_watts=10)
     budget = project_power(roomy, states(roomy, "capped"))
     assert budget.verdict == OK and budget.limit_watts == 1430
     assert budget.reason == "projected 1,424 W <= 1,440 W strip - 10 W margin, every node capped"
@@ -85,8 +88,8 @@ def test_below_the_margin_is_ok(rack):
     assert data["nodes"][0] == {"node": "spark-01", "state": "capped", "watts": 178}
 
 
-def test_bad_input(rack):
+def test_bad_input(real_inventory):
     with pytest.raises(UsageError, match="cap state given for unknown node 'spark-09'"):
-        project_power(rack, {"spark-09": "capped"})
+        project_power(real_inventory, {"spark-09": "capped"})
     with pytest.raises(UsageError, match="unknown cap state 'locked'"):
-        project_power(rack, {"spark-01": "locked"})
+        project_power(real_inventory, {"spark-01": "locked"})

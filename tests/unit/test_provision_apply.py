@@ -5,7 +5,7 @@ import subprocess
 from sparkrack.fleet import quote_argv
 from sparkrack.fleet_results import NodeResult
 from sparkrack.provision.apply import _run_culprit, _steps, sequence_argv
-from sparkrack.provision.plan import Change, Put, Run, Transfer
+from sparkrack.provision.changes import Change, Put, Run, Transfer
 
 
 def change(*actions, status="changed"):

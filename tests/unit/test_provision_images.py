@@ -7,10 +7,10 @@ import sys
 import time
 
 import pytest
+from provision_helpers import write_image_tar
 
 from sparkrack.provision.gather import NodeFacts
 from sparkrack.provision.images import RELAY, resolve_images, tar_image
-from sparkrack.provision.testing import write_image_tar
 
 ORDER = ["spark-01", "spark-02", "spark-03"]
 

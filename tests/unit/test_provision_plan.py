@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from sparkrack.provision.gather import FileFacts, NodeFacts, UnitFacts
-from sparkrack.provision.plan import ImageTarget, Put, Run, Transfer, plan_node, queries
+from sparkrack.provision.changes import ImageTarget, Put, Run, Transfer
+from sparkrack.provision.plan import plan_node, queries
 from sparkrack.provision.roles import Renderer, load_role, render_tasks
 
 

@@ -9,7 +9,8 @@ from sparkrack.errors import UsageError
 from sparkrack.facts import CLOCK_CAP_UNIT
 from sparkrack.inventory import load_inventory
 from sparkrack.provision.gather import HcaFacts, NodeFacts, RoceFacts
-from sparkrack.provision.plan import Put, plan_node
+from sparkrack.provision.changes import Put
+from sparkrack.provision.plan import plan_node
 from sparkrack.provision.roles import (
     ROLES_DIR,
     Renderer,

@@ -1,4 +1,4 @@
-"""Helpers for tests and benchmarks of provisioning (not used by `invoke provision`).
+"""Helpers for the provisioning tests and benchmarks/provision.py (not part of the package).
 
 - `write_image_tar`: a small deterministic docker-save archive (one layer holding one
   file), so image distribution can be tested without a registry or the engine images.

@@ -1,0 +1,88 @@
+"""What a plan is made of: one `Change` per task, carrying the actions that would make it so.
+
+`Put` a file (atomic), `Run` an argv (both applied on the node by apply.py), `Transfer` an
+image (applied across nodes by the image distribution). `ImageTarget` is where the one
+right image for a ref comes from, resolved for the whole rack before planning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Status = Literal["ok", "changed", "failed", "skipped", "pending"]
+
+
+@dataclass(frozen=True)
+class Put:
+    """Write content to path with mode (beside it, then renamed over it)."""
+
+    path: str
+    content: bytes = field(repr=False)
+    mode: int
+
+    def describe(self) -> str:
+        return f"write {self.path} ({self.mode:04o})"
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run one argv on the node."""
+
+    argv: tuple[str, ...]
+
+    def describe(self) -> str:
+        return " ".join(self.argv)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Bring image ref with image_id onto the node (without a registry)."""
+
+    ref: str
+    image_id: str
+    source: str  # "tar:PATH" or "node:NAME"
+
+    def describe(self) -> str:
+        return f"load {self.ref} ({short_id(self.image_id)}) from {self.source}"
+
+
+Action = Put | Run | Transfer
+
+
+@dataclass(frozen=True)
+class Change:
+    """One task's outcome on one node: what it found, what it would do.
+
+    deferred: a change planned after every task on behalf of earlier ones (systemd's
+    daemon-reload), not a task of its own.
+    """
+
+    role: str
+    task: str
+    module: str
+    status: Status
+    summary: str = ""
+    diff: str = ""
+    actions: tuple[Action, ...] = ()
+    handler: bool = False
+    deferred: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.status == "changed"
+
+
+@dataclass(frozen=True)
+class ImageTarget:
+    """Where the one right image for a ref comes from (resolved for the whole rack)."""
+
+    ref: str
+    image_id: str | None
+    source: str = ""  # "tar:PATH" | "node:NAME"
+    error: str | None = None
+
+
+def short_id(image_id: str) -> str:
+    """An image ID as docker shows it: 12 hex digits, no sha256: prefix."""
+    return image_id.removeprefix("sha256:")[:12]

@@ -1,0 +1,59 @@
+"""assert: conditions on the facts, each a Jinja2 expression, with a message on failure.
+
+`that` and `fail_msg` are evaluated with `facts` at plan time (late). `gather` asks for
+facts no other task needs: `roce` (HCA names), `paths`, `netdevs`, `images`. After an
+earlier change in the same role the assert is "pending", checked by the re-plan that
+follows the apply. Absent mode skips it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from sparkrack.provision.changes import Change
+from sparkrack.provision.gather import IMAGES, NETDEVS, Query, file_query, roce_query
+from sparkrack.provision.modules.base import Module, Step
+
+
+def queries(p: Mapping[str, Any]) -> Iterable[Query]:
+    """The facts `gather` asks for."""
+    gather = p.get("gather") or {}
+    hcas = gather.get("roce") or []
+    for hca in [hcas] if isinstance(hcas, str) else hcas:
+        yield roce_query(str(hca))
+    for path in gather.get("paths") or []:
+        yield file_query(str(path))
+    if gather.get("netdevs"):
+        yield NETDEVS
+    if gather.get("images"):
+        yield IMAGES
+
+
+def plan(step: Step) -> Change:
+    """ok when every condition holds, else failed with fail_msg."""
+    base, p = step.base, step.params
+    if step.state.absent:
+        return replace(base, status="skipped", summary="skipped (unprovision)")
+    that = p["that"]
+    conditions = [that] if isinstance(that, str) else list(that)
+    if step.state.role_changed:
+        return replace(base, status="pending", summary="checked after the changes above")
+    for condition in conditions:
+        if not step.renderer.expr(str(condition), step.context):
+            message = p.get("fail_msg")
+            text = (str(step.renderer.value(message, step.context)) if message
+                    else f"failed: {condition}")
+            return replace(base, status="failed", summary=text)
+    return replace(base, summary=f"{len(conditions)} condition(s) hold")
+
+
+MODULE = Module(
+    name="assert",
+    required=frozenset({"that"}),
+    optional=frozenset({"fail_msg", "gather"}),
+    queries=queries,
+    late=frozenset({"that", "fail_msg"}),
+    plan=plan,
+)

@@ -1,0 +1,86 @@
+"""The contract of a provisioning module, and what its planner is given.
+
+A module is one file of this package holding one `Module` (`MODULE`), registered in
+`REGISTRY` (__init__.py). It declares its parameters (checked when a role file is loaded),
+the facts it needs (gathered in the one round trip), and how it plans (facts in, one
+`Change` out). It applies through the actions of that Change: `Put` and `Run` are applied
+on the node by apply.py, in plan order; `Transfer` (docker_image) by the image
+distribution across nodes (runner.py, images.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sparkrack.provision.changes import Change, ImageTarget
+from sparkrack.provision.gather import NodeFacts, Query
+
+if TYPE_CHECKING:
+    from sparkrack.provision.roles import Renderer, Role
+
+
+@dataclass
+class PlanState:
+    """What earlier tasks of a node's plan did, for the later ones."""
+
+    user: str
+    absent: bool
+    reload_pending: bool = False
+    reloaded: bool = False
+    started: set[str] = field(default_factory=set)
+    stopped: set[str] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)
+    role_changed: bool = False
+    secrets: tuple[str, ...] = ()
+    planned: dict[str, tuple[str, int, str, str]] = field(default_factory=dict)
+    # path -> (type, mode, owner, group) as earlier tasks of this plan leave it
+
+
+@dataclass(frozen=True)
+class Step:
+    """One task to plan on one node: what a module's planner is given."""
+
+    base: Change  # the task's Change with status "ok": a planner returns replace(base, ...)
+    role: Role
+    params: Mapping[str, Any]
+    context: Mapping[str, Any]  # the node's vars, and `facts`
+    facts: NodeFacts
+    state: PlanState
+    renderer: Renderer
+    images: Mapping[str, ImageTarget]  # normalized ref -> the rack-wide target
+
+
+def no_queries(params: Mapping[str, Any]) -> Iterable[Query]:
+    """A module that needs no facts."""
+    return ()
+
+
+def no_check(params: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A module whose parameters need no check beyond their names."""
+    return None
+
+
+@dataclass(frozen=True)
+class Module:
+    """One provisioning module: what a role task `<name>: {params}` means.
+
+    check(params) -> (problem, fix) or None, at load time (beyond required/optional).
+    late: params left unrendered until plan time, then evaluated with `facts`.
+    finish(state) -> a deferred Change or None, planned after every task, before handlers.
+    """
+
+    name: str
+    required: frozenset[str]
+    plan: Callable[[Step], Change]
+    optional: frozenset[str] = frozenset()
+    queries: Callable[[Mapping[str, Any]], Iterable[Query]] = no_queries
+    check: Callable[[Mapping[str, Any]], tuple[str, str] | None] = no_check
+    late: frozenset[str] = frozenset()
+    finish: Callable[[PlanState], Change | None] | None = None
+
+    @property
+    def params(self) -> frozenset[str]:
+        """Every parameter name the module takes."""
+        return self.required | self.optional

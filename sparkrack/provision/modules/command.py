@@ -1,0 +1,57 @@
+"""command: one argv, run only while its guard says it is needed.
+
+Every command has a guard (checked when the role is loaded): `creates` (a path that exists
+once it ran) or `unless` (an argv that exits 0 once it ran). Absent mode skips it: a
+command has no inverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from sparkrack.provision.changes import Change, Run
+from sparkrack.provision.gather import Query, file_query, guard_query
+from sparkrack.provision.modules.base import Module, Step
+
+
+def queries(p: Mapping[str, Any]) -> Iterable[Query]:
+    """The guard's facts: the `creates` path, the `unless` argv's exit status."""
+    if p.get("creates"):
+        yield file_query(str(p["creates"]))
+    if p.get("unless"):
+        yield guard_query([str(a) for a in p["unless"]])
+
+
+def check(p: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A command without a guard would run on every provision."""
+    if not ({"creates", "unless"} & set(p)):
+        return "a command needs a guard to be idempotent", "add creates: PATH or unless: [ARGV]"
+    return None
+
+
+def plan(step: Step) -> Change:
+    """Run the argv unless its guard holds."""
+    base, p, facts = step.base, step.params, step.facts
+    argv = tuple(str(a) for a in p["argv"])
+    if step.state.absent:
+        return replace(base, status="skipped", summary="skipped: no inverse of a command")
+    creates = p.get("creates")
+    if creates and facts.file(str(creates)).exists:
+        return replace(base, summary=f"{creates} exists")
+    unless = p.get("unless")
+    if unless and facts.guards.get(tuple(str(a) for a in unless)) == 0:
+        return replace(base, summary="guard holds: " + " ".join(str(a) for a in unless))
+    return replace(base, status="changed", summary="run " + " ".join(argv),
+                   actions=(Run(argv),))
+
+
+MODULE = Module(
+    name="command",
+    required=frozenset({"argv"}),
+    optional=frozenset({"creates", "unless"}),
+    queries=queries,
+    check=check,
+    plan=plan,
+)

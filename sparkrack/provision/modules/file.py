@@ -1,0 +1,69 @@
+"""file: a directory (the default state), an existing file's mode and owner, or a path
+absent.
+
+A path an earlier task of the plan already made so is not planned twice. Absent mode
+removes a file, and a directory only when nothing but what this run removes is in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import PurePosixPath
+
+from sparkrack.provision.changes import Action, Change, Run
+from sparkrack.provision.gather import file_query
+from sparkrack.provision.modules.base import Module, Step
+from sparkrack.provision.modules.files import fix_attributes, octal, remove_file
+
+
+def plan(step: Step) -> Change:
+    """The mkdir/chmod/chown/rm/rmdir that makes path what the task says."""
+    base, p, state = step.base, step.params, step.state
+    path = str(p["path"])
+    wanted = str(p.get("state", "directory"))
+    current = step.facts.file(path)
+    if wanted not in ("directory", "file", "absent"):
+        return replace(base, status="failed", summary=f"file: unknown state '{wanted}'")
+    if wanted == "absent" or (state.absent and wanted == "file"):
+        return remove_file(base, path, current, state)
+    if state.absent:  # a directory: removed only when nothing but what this run removes is in it
+        if not current.exists:
+            return replace(base, summary=f"{path} absent")
+        others = [e for e in current.entries if str(PurePosixPath(path) / e) not in state.removed]
+        if others:
+            return replace(base, summary=f"{path} kept (holds {len(others)} other entries)")
+        state.removed.add(path)
+        return replace(base, status="changed", summary=f"{path}: remove (empty)",
+                       actions=(Run(("rmdir", "--", path)),))
+    mode = octal(p.get("mode", "0755" if wanted == "directory" else "0644"))
+    owner, group = str(p.get("owner", "root")), str(p.get("group", "root"))
+    actions: list[Action] = []
+    what: list[str] = []
+    if state.planned.get(path) == (wanted, mode, owner, group):
+        return replace(base, summary=f"{path} (made so by an earlier task)")
+    state.planned[path] = (wanted, mode, owner, group)
+    if not current.exists:
+        if wanted == "file":
+            return replace(base, status="failed", summary=f"{path} does not exist")
+        actions.append(Run(("mkdir", "-p", "-m", f"{mode:04o}", "--", path)))
+        what.append(f"create directory ({mode:04o})")
+        if (owner, group) != (state.user, state.user):
+            actions.append(Run(("chown", f"{owner}:{group}", "--", path)))
+    else:
+        if current.type != wanted:
+            return replace(base, status="failed",
+                           summary=f"{path} is a {current.type or 'thing'}, not a {wanted}")
+        fix_attributes(current, path, mode, owner, group, actions, what)
+    if not actions:
+        return replace(base, summary=path)
+    return replace(base, status="changed", summary=f"{path}: {', '.join(what)}",
+                   actions=tuple(actions))
+
+
+MODULE = Module(
+    name="file",
+    required=frozenset({"path"}),
+    optional=frozenset({"state", "mode", "owner", "group"}),
+    queries=lambda p: [file_query(str(p["path"]))],
+    plan=plan,
+)

@@ -1,0 +1,77 @@
+"""The module registry: the one place a role task's module is looked up (no network)."""
+
+import ast
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sparkrack.provision import modules
+from sparkrack.provision.changes import Run
+from sparkrack.provision.gather import NodeFacts, file_query
+from sparkrack.provision.modules import REGISTRY, Module
+from sparkrack.provision.plan import plan_node, queries
+from sparkrack.provision.roles import Renderer, RoleError, load_role, load_roles, render_tasks
+
+PROVISION = Path(modules.__file__).resolve().parent.parent
+GENERIC = ("roles.py", "plan.py", "apply.py", "runner.py", "report.py")  # no module named
+SHARED = {"__init__.py", "base.py", "files.py"}  # modules/ files that are not modules
+
+
+def test_every_shipped_task_resolves_through_the_registry():
+    used = {t.module for role in load_roles() for t in (*role.tasks, *role.handlers)}
+    assert used and used <= set(REGISTRY)
+
+
+def test_each_module_is_one_registered_file_of_its_name():
+    files = {p.stem.rstrip("_") for p in (PROVISION / "modules").glob("*.py")
+             if p.name not in SHARED}
+    assert files == set(REGISTRY)
+    for name, module in REGISTRY.items():
+        assert module.name == name
+        assert module.plan.__module__.rsplit(".", 1)[-1].rstrip("_") == name
+
+
+def test_the_generic_machinery_names_no_module():
+    for file in GENERIC:
+        tree = ast.parse((PROVISION / file).read_text())
+        named = {node.value for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and node.value in REGISTRY}
+        assert not named, f"{file} names {named}: look it up in the registry instead"
+
+
+def write(tmp_path, text):
+    (tmp_path / "r" / "tasks").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "r" / "tasks" / "main.yml").write_text(text)
+    return tmp_path / "r"
+
+
+def test_an_unknown_module_is_one_line_naming_the_role_file_and_task(tmp_path):
+    role = write(tmp_path, "- name: copy it\n  copy: {src: a, dest: /b}\n")
+    with pytest.raises(RoleError) as caught:
+        load_role(role)
+    line = caught.value.line()
+    assert "\n" not in line
+    assert line == (f"{role}/tasks/main.yml: task 'copy it': unknown key 'copy' (modules: "
+                    f"{', '.join(REGISTRY)}; task keys: loop, name, notify, when)")
+
+
+def test_a_registered_module_is_checked_gathered_and_planned(tmp_path, monkeypatch):
+    def plan(step):
+        if step.facts.file(str(step.params["path"])).exists:
+            return replace(step.base, summary="there")
+        return replace(step.base, status="changed", summary="touch",
+                       actions=(Run(("touch", "--", str(step.params["path"]))),))
+
+    touch = Module(name="touch", required=frozenset({"path"}), plan=plan,
+                   queries=lambda p: [file_query(str(p["path"]))])
+    monkeypatch.setitem(REGISTRY, "touch", touch)
+    with pytest.raises(RoleError, match="touch: unknown parameter 'mode'"):
+        load_role(write(tmp_path, "- name: t\n  touch: {path: /a, mode: '0644'}\n"))
+    role = load_role(write(tmp_path, "- name: t\n  touch: {path: '/{{ x }}'}\n"))
+    renderer = Renderer()
+    tasks = render_tasks(role, role.tasks, {"x": "a"}, renderer)
+    assert queries(tasks) == [file_query("/a")]
+    change, = plan_node([role], {"r": tasks}, {}, {"x": "a"}, NodeFacts(), renderer=renderer)
+    assert (change.module, change.status, change.actions) == (
+        "touch", "changed", (Run(("touch", "--", "/a")),))

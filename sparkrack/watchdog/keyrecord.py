@@ -117,13 +117,18 @@ def write_record(inventory_dir: Path, record: WatchdogKey) -> bool:
 
 
 def remove_record(inventory_dir: Path) -> bool:
-    """Forget the key; False when none was recorded."""
+    """Forget the key (and the inventory's .sparkrack/ folder, if that leaves it empty);
+    False when none was recorded."""
     from ..atomic import remove
 
     path = record_path(inventory_dir)
     if not path.exists():
         return False
     remove(path)
+    try:
+        path.parent.rmdir()
+    except OSError:  # it holds overrides or other records: keep it
+        pass
     return True
 
 

@@ -183,7 +183,7 @@ def test_an_engine_file_that_is_a_directory_is_refused(rehearsal):
 
 
 def test_an_engines_folder_that_is_a_file_is_refused(rehearsal):
-    (rehearsal / ".sparkrack").mkdir()
+    (rehearsal / ".sparkrack").mkdir(exist_ok=True)
     (rehearsal / ".sparkrack" / "engines").write_text("")
     with pytest.raises(InventoryError, match="engines: a file where a directory belongs"):
         load_engine(rehearsal, "vllm")

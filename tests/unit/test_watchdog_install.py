@@ -389,7 +389,11 @@ def test_the_key_record_round_trips_and_refuses_what_is_not_a_key(tmp_path):
     with pytest.raises(UsageError, match="not a watchdog key record"):
         keyrecord.read_record(tmp_path)
     assert keyrecord.remove_record(tmp_path) and not keyrecord.remove_record(tmp_path)
+    assert not (tmp_path / ".sparkrack").exists()  # the inventory as it was before the record
     assert keyrecord.node_vars(tmp_path)["watchdog_pubkey"] == ""
+    (tmp_path / ".sparkrack" / "engines").mkdir(parents=True)  # overrides: the folder stays
+    keyrecord.record_path(tmp_path).write_text("{}")
+    assert keyrecord.remove_record(tmp_path) and (tmp_path / ".sparkrack" / "engines").is_dir()
 
 
 def test_a_key_record_where_ansible_reads_it_is_refused_naming_where_it_goes(tmp_path):

@@ -30,12 +30,9 @@ from sparkrack.provision.gather import (
     normalize_ref,
     parse_facts,
 )
-from sparkrack.provision.images import (
-    DEFAULT_PYTHON,
-    TransferReport,
-    distribute,
-    resolve_images,
-)
+from sparkrack.provision.images import resolve_images
+from sparkrack.transfer.chain import DEFAULT_PYTHON
+from sparkrack.transfer.images import TransferReport, distribute
 from sparkrack.provision.plan import Change, ImageTarget, Transfer, plan_node, queries
 from sparkrack.provision.roles import (
     ROLES_DIR,

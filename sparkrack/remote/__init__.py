@@ -1,0 +1,47 @@
+"""Scripts that run on the nodes, as real files shipped with the package (stdlib only).
+
+A node has no sparkrack: a script goes to it as `python3 -c TEXT`. `script(name)` is the
+text of `NAME.py` with the parts it imports (`from .PART import ...`) put before it, each
+once, and those import lines dropped; importing the same files here (`sparkrack.remote.X`)
+is how the unit tests run them locally. Nothing secret ever goes in argv: a transfer's
+token is the first line of the script's stdin.
+
+- handshake.py  the one token handshake of every node-to-node stream (listen / connect)
+- stagefiles.py the model directory on a node: partial files, the hash cache, the lock
+- relay.py      one hop of the pipelined chain: read a stream (docker save, model files,
+                a listening socket or stdin), load or write it here, forward it to the next
+- stager.py     questions about a model directory: sizes, check against a manifest, make a
+                manifest, list and remove staged models
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+_PART = re.compile(r"^from \.(\w+) import (?:\([^)]*\)|.*)$", re.MULTILINE)
+
+
+@cache
+def script(name: str) -> str:
+    """The text of remote/NAME.py, self-contained: its parts first, once each."""
+    done: list[str] = []
+    texts: list[str] = []
+
+    def add(part: str) -> None:
+        if part in done:
+            return
+        text = resources.files(__package__).joinpath(f"{part}.py").read_text()
+        for needed in _PART.findall(text):
+            add(needed)
+        done.append(part)
+        texts.append(_PART.sub("", text))
+
+    add(name)
+    return "\n".join(texts)
+
+
+def argv(python: str, name: str, *args: str) -> list[str]:
+    """The argv that runs remote/NAME.py with args by the node's python."""
+    return [python, "-c", script(name), *args]

@@ -39,7 +39,8 @@ CLOSE_WAIT = 600.0  # after the last byte: how long the next hop may take to fin
 
 
 class Out(threading.Thread):
-    """One output (a sink or the next hop) fed by a bounded queue, in its own thread."""
+    """One output (a sink or the next hop) fed by a bounded queue, in its own thread;
+    opener() -> (write(chunk), close(failed) -> result)."""
 
     def __init__(self, opener):
         super().__init__(daemon=True)
@@ -61,7 +62,7 @@ class Out(threading.Thread):
                     self.error = str(e) or type(e).__name__
         if close is not None:
             try:
-                self.result = close()
+                self.result = close(self.error is not None)
             except Exception as e:
                 self.error = self.error or str(e) or type(e).__name__
 
@@ -74,7 +75,7 @@ def docker_load():
     p = subprocess.Popen(["docker", "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT)
 
-    def close():
+    def close(failed):
         p.stdin.close()
         out = p.stdout.read().decode(errors="replace").strip()
         return {"rc": p.wait(), "output": out[-300:]}
@@ -85,11 +86,12 @@ def forward(addr, port, token):
     def opener():
         s = connect(addr, port, token, 0, stall=STALL)
 
-        def close():
-            s.shutdown(1)  # SHUT_WR: the next hop sees the end and finishes
-            s.settimeout(CLOSE_WAIT)
-            while s.recv(65536):
-                pass
+        def close(failed):
+            if not failed:  # a dead next hop would never answer: no wait for it
+                s.shutdown(1)  # SHUT_WR: the next hop sees the end and finishes
+                s.settimeout(CLOSE_WAIT)
+                while s.recv(65536):
+                    pass
             s.close()
         return s.sendall, close
     return opener
@@ -187,7 +189,7 @@ class FileSink:
         self.cache[path] = stamp(path) + [sha]
         res["state"] = "ok"
 
-    def close(self):
+    def close(self, failed=False):
         if self.cur is not None and self.cur["f"] is not None:
             self.cur["f"].close()  # the partial file keeps what came: the next run resumes
             res = self.files[self.cur["name"]]

@@ -93,7 +93,7 @@ class StageReport:
 
     @property
     def errors(self) -> list[str]:
-        return self.problems + [f"{n.node}: {n.error}" for n in self.nodes.values() if n.error]
+        return [f"{n.node}: {n.error}" for n in self.nodes.values() if n.error] + self.problems
 
     @property
     def copied(self) -> list[str]:

@@ -51,7 +51,7 @@ def weights(rack, inventory, tmp_path_factory):
             (source / name).write_bytes(data)
     generator = random.Random(16)
     for name, size in SHARDS.items():
-        (source / ("extra" if name.endswith("6.safetensors") else "") / name).write_bytes(
+        (source / ("extra" if name.startswith("model-00006") else "") / name).write_bytes(
             generator.randbytes(size))
     test_inventory = inventory_copy(inventory.path, folder / "inv")
     (test_inventory.path / "engines").mkdir()

@@ -203,15 +203,16 @@ class FileSink:
 
 def file_stream(root, plan, bytes_per_s=0):
     """The stream of model files: per [name, size, offset] a header line and its bytes,
-    throttled to bytes_per_s (0: as fast as it goes)."""
+    throttled to bytes_per_s (0: as fast as it goes) in steps of a tenth of a second."""
     started, sent = time.monotonic(), 0
+    step = max(4096, min(CHUNK, int(bytes_per_s / 10))) if bytes_per_s > 0 else CHUNK
     for name, size, offset in plan:
         yield (json.dumps({"name": name, "size": size, "offset": offset}) + "\n").encode()
         with open(os.path.join(root, name), "rb") as f:
             f.seek(offset)
             left = size - offset
             while left > 0:
-                chunk = f.read(min(CHUNK, left))
+                chunk = f.read(min(step, left))
                 if not chunk:
                     raise ValueError("%s: %d bytes short (changed while sent?)" % (name, left))
                 left -= len(chunk)

@@ -9,7 +9,7 @@ Layers, each testable on its own:
 - gather.py  the one facts round trip per node (a constant script, positional args) + parsers
 - plan.py    pure planning: tasks + facts in, changes (Put / Run / Transfer) out
 - apply.py   a node's changes over the fleet, few round trips
-- images.py  the right image ID per ref and its pipelined distribution without a registry
+- images.py  the right image ID per ref (moved by sparkrack/transfer's pipelined chain)
 - runner.py  gather -> plan -> apply -> re-plan, one NodeRun per node
 - report.py  what the CLI prints
 """

@@ -166,7 +166,7 @@ def stage(fleet: Fleet, source: Source, targets: Sequence[Node], model_path: str
              f"{size_text(report.total_bytes)}"
              + (" (made at the source)" if report.manifest_made else ""))
     files = [[name, manifest[name], sizes[name]] for name in sorted(manifest)]
-    needy = _plan(fleet, [t for t in targets], root, files, python, full_verify, check, report)
+    needy = _plan(fleet, targets, root, files, python, full_verify, check, report)
     complete = [t for t in targets if report.nodes[t.name].state == "planned"
                 and not report.nodes[t.name].needed]
     if check:

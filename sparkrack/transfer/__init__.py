@@ -10,4 +10,5 @@
                the source, present files skipped, partial files resumed, the manifest
                written last (`invoke weights.stage`, onboarding's stage)
 - models.py    the staged models on the nodes: verify, list, remove, the `up` gate
+- show.py      progress per node and the tables of the weights.* tasks
 """

@@ -120,13 +120,8 @@ def _prefixed(head: bytes, chunks: Callable[[], Iterable[bytes]],
             sent += len(chunk)
             yield chunk
     except (OSError, ValueError) as error:
-        report["read_error"] = f"{source_error(error)}"
+        report["read_error"] = str(error) or type(error).__name__
     report["bytes"] = sent
-
-
-def source_error(error: Exception) -> str:
-    """A local read error in one line."""
-    return str(error) or type(error).__name__
 
 
 def relay_error(result: NodeResult | None, report: dict) -> str | None:

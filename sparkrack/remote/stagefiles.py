@@ -98,17 +98,18 @@ def note_progress(fd, data):
 
 
 def walk_files(root):
-    """Every regular file under root (relative paths, sorted), leaving out the manifest and
+    """Every file under root (relative paths, sorted; a symlink to a file, as in a Hugging
+    Face snapshot, counts as that file), leaving out hidden folders, the manifest and
     staging's own files."""
     found = []
     for top, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in files:
-            if name == LOCK or name.endswith(PARTIAL) or name.endswith(".tmp") and name.startswith("."):
+            if name == LOCK or name.endswith(PARTIAL) or (name.startswith(".") and name.endswith(".tmp")):
                 continue
             path = os.path.join(top, name)
             rel = os.path.relpath(path, root)
-            if rel != MANIFEST and os.path.isfile(path) and not os.path.islink(path):
+            if rel != MANIFEST and os.path.isfile(path):  # a symlink counts as its file's bytes
                 found.append(rel)
     return sorted(found)
 

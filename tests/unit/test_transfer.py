@@ -260,3 +260,16 @@ def test_manifest_parsing_and_the_rack_majority():
             parse_manifest(bad)
     text, holders, others = rack_manifest({"n1": "x", "n2": "x", "n3": "y", "n4": None})
     assert (text, holders, others) == ("x", ["n1", "n2"], ["n3", "n4"])
+
+
+def test_a_snapshot_of_symlinks_is_manifested_as_its_files(tmp_path):
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshot"
+    blobs.mkdir()
+    snapshot.mkdir()
+    (blobs / "abc").write_bytes(b"weights")
+    (snapshot / "model.safetensors").symlink_to(blobs / "abc")
+    (snapshot / ".cache").mkdir()
+    (snapshot / ".cache" / "lock").write_text("")
+    code, made = stager("manifest", snapshot, tmp_path / "c", 0)
+    assert made["sizes"] == {"model.safetensors": 7}
+    assert made["text"] == f"{hashlib.sha256(b'weights').hexdigest()}  model.safetensors\n"

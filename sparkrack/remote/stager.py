@@ -11,8 +11,9 @@
                                       with FULL=1 whether its SHA-256 matches)
     stager list PARENT...             each directory under the parents: its manifest
                                       digest, files, bytes, partial files
-    stager remove ROOT CHECK          the manifest's files, partial files, lock and the
-                                      manifest itself, then empty directories; nothing else
+    stager remove ROOT CHECK CACHE    the manifest's files, partial files, lock and the
+                                      manifest itself, then empty directories (nothing
+                                      else), and their entries in the hash cache
 """
 
 import hashlib
@@ -171,7 +172,7 @@ def listing(*parents):
     return 0
 
 
-def remove(root, check):
+def remove(root, check, cache_path):
     out = {"removed": [], "bytes": 0, "left": [], "error": None}
     path = os.path.join(root, MANIFEST)
     if not os.path.isdir(root):
@@ -205,6 +206,10 @@ def remove(root, check):
                 os.rmdir(top)
             except OSError:
                 pass
+        cache = load_cache(cache_path)
+        kept = {k: v for k, v in cache.items() if not k.startswith(root.rstrip("/") + "/")}
+        if len(kept) != len(cache):
+            save_cache(cache_path, kept)
     if os.path.isdir(root):
         out["left"] = [os.path.relpath(os.path.join(t, n), root) for t, _, fs in os.walk(root)
                        for n in fs if os.path.relpath(os.path.join(t, n), root) not in out["removed"]][:20]

@@ -17,7 +17,7 @@ from sparkrack.fleet import Fleet
 from sparkrack.fleet_results import last_json_object
 from sparkrack.inventory import Node
 from sparkrack.transfer.chain import DEFAULT_PYTHON
-from sparkrack.transfer.manifest import MANIFEST_NAME, size_text
+from sparkrack.transfer.manifest import MANIFEST_NAME, STAGE_CACHE, size_text
 from sparkrack.transfer.weights import stager
 
 
@@ -164,9 +164,11 @@ def list_models(fleet: Fleet, nodes: Sequence[Node], parents: Sequence[str], *,
 def remove_model(fleet: Fleet, nodes: Sequence[Node], model_path: str, *, check: bool,
                  python: str = DEFAULT_PYTHON) -> dict[str, dict]:
     """{node: what was (or with check, would be) removed, or its error}: the manifest's
-    files, partial files and the manifest; nothing the manifest does not list."""
+    files, partial files and the manifest, and their hash cache entries; nothing the
+    manifest does not list."""
     results = fleet.run({n.name: stager(python, "remove", model_path.rstrip("/"),
-                                        "1" if check else "0") for n in nodes}, timeout=600)
+                                        "1" if check else "0", STAGE_CACHE) for n in nodes},
+                        timeout=600)
     out = {}
     for n in nodes:
         result = results[n.name]

@@ -240,12 +240,16 @@ def test_verify_list_and_remove_touch_only_what_the_manifest_lists(tmp_path):
     code, listed = stager("list", parent)
     assert [e["path"] for e in listed] == [str(src)] and listed[0]["files"] == 3
     (src / "mine.txt").write_text("not the model's")
-    code, would = stager("remove", src, 1)
+    cache = tmp_path / "c"
+    other = str(tmp_path / "elsewhere" / "x")
+    cache.write_text(json.dumps({**json.loads(cache.read_text()), other: [1, 2, 3, "0" * 64]}))
+    code, would = stager("remove", src, 1, cache)
     assert sorted(would["removed"]) == sorted([*data, MANIFEST]) and (src / "w2.bin").exists()
-    code, gone = stager("remove", src, 0)
+    code, gone = stager("remove", src, 0, cache)
     assert code == 0 and gone["left"] == ["mine.txt"] and not (src / "w2.bin").exists()
     assert not (src / "sub").exists()
-    code, refused = stager("remove", src, 0)
+    assert list(json.loads(cache.read_text())) == [other]  # its own hash entries went too
+    code, refused = stager("remove", src, 0, cache)
     assert code == 1 and "not a staged model" in refused["error"]
 
 

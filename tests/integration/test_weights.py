@@ -77,6 +77,21 @@ def weights(rack, inventory, tmp_path_factory):
     wipe(inventory)
 
 
+def records_on_head(inventory, put_back=None):
+    """{kind: the head's deployment record file, or None}; with put_back, restore them."""
+    head, folder = inventory.head.name, "/var/lib/sparkrack/deployments"
+    with Fleet(inventory, [inventory.head]) as fleet:
+        if put_back is None:
+            return {kind: (r.stdout if r.ok else None) for kind in ("last-good", "failed")
+                    for r in [fleet.run({head: ["cat", f"{folder}/{kind}.json"]})[head]]}
+        for kind, text in put_back.items():
+            if text is None:
+                fleet.run({head: ["rm", "-f", f"{folder}/{kind}.json"]}).raise_for_failures()
+            else:
+                fleet.put({head: [(text.encode(), f"{folder}/{kind}.json", 0o644)]}
+                          ).raise_for_failures()
+
+
 def stage_json(run, *argv):
     done = run("weights.stage", "--model", MODEL, "--json", *argv)
     return done, json.loads(done.stdout)
@@ -137,6 +152,7 @@ def test_a_truncated_file_is_found_refused_by_up_and_repaired_alone(weights, inv
     assert run("weights.verify", "--model", MODEL).returncode == 0
     # complete again: up starts the lane from it, the record keeps the manifest's digest
     digest = report["digest"]
+    kept = records_on_head(inventory)
     deployment = lifecycle.up(test_inventory, "sglang", "weights-test", burn=quick_burn)
     try:
         assert (deployment.model_path, deployment.weights_digest) == (MODEL, digest)
@@ -152,6 +168,7 @@ def test_a_truncated_file_is_found_refused_by_up_and_repaired_alone(weights, inv
         assert json.loads(listed.stdout)["used_by"][MODEL] == ["sglang weights-test"]
     finally:
         lifecycle.down(test_inventory)
+        records_on_head(inventory, kept)  # last-good must not name a profile of this test
     checked = run("weights.remove", "--model", MODEL, "--check", "--json")
     assert checked.returncode == 0 and set(sha256sum_c(inventory).values()) == {0}
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import shutil
 import statistics
 import subprocess
@@ -38,11 +37,12 @@ sys.path.insert(0, str(REPO / "tests"))  # provision_helpers
 
 from provision_helpers import inventory_copy, write_image_tar
 
-from sparkrack.fleet import Fleet, Secret, sh
+from sparkrack.fleet import Fleet, sh
 from sparkrack.inventory import load_inventory
 from sparkrack.netguard import REHEARSAL_STATE_FILE
 from sparkrack.provision import provision, unprovision
-from sparkrack.provision.images import RELAY, stream_file
+from sparkrack.transfer.chain import Hop, NodeSource, run_chain
+from sparkrack.transfer.images import file_chunks
 
 FILE_ROLES = "clock_cap,node_limits,nccl_env,engine_env"
 BENCH_REFS = {"sglang": "sparkrack-bench/sglang:small", "vllm": "sparkrack-bench/vllm:small"}
@@ -225,22 +225,15 @@ def relay_only(inventory, ref: str, hops: int) -> float:
     """docker save on the head | a chain of `hops` relays that forward and discard (no
     docker load): the transport alone. hops=1 is one send over one link, the floor."""
     head, chain = inventory.nodes[0], list(inventory.nodes[1:1 + hops])
-    port, token = str(42950 + secrets.randbelow(40)), Secret(secrets.token_hex(8))
-    python = "/usr/bin/python3"
-    commands = {}
-    for index, node in enumerate(chain):
-        after = chain[index + 1] if index + 1 < len(chain) else None
-        forward = [after.roce_addr, port, token] if after else []
-        commands[node.name] = [python, "-c", RELAY, "recv", node.roce_addr, port, token, "0",
-                               *forward]
-    commands[head.name] = [python, "-c", RELAY, "save", ref, chain[0].roce_addr, port, token]
     with Fleet(inventory, [head, *chain]) as fleet:
         fleet.run(["true"])  # connections warm, as in a transfer
         started = time.perf_counter()
-        results = fleet.run(commands, timeout=600)
+        run = run_chain(fleet, NodeSource(head, ["save", ref]),
+                        [Hop(node, ["none"]) for node in chain], timeout=600)
         seconds = time.perf_counter() - started
-    if not results.all_ok:
-        raise SystemExit(f"relay chain failed: {results.summary()}")
+    failed = [r for r in (run.source, *run.results.values()) if not r.ok]
+    if failed:
+        raise SystemExit(f"relay chain failed: {failed[0].error}")
     return seconds
 
 
@@ -252,8 +245,8 @@ def image_figures(inventory, work: Path, megabytes: int) -> dict[str, float]:
     remove_images(inventory, BIG_REF)
     head = inventory.head
     with Fleet(inventory, [head]) as fleet:
-        figures["one_node_load"] = timed(lambda: stream_file(
-            fleet, head, ["docker", "load"], tar, 600))
+        figures["one_node_load"] = timed(lambda: fleet.stream(
+            head.name, ["docker", "load"], file_chunks(tar), timeout=600))
     figures["one_link"] = relay_only(inventory, BIG_REF, 1)
     figures["chain_transport"] = relay_only(inventory, BIG_REF, 7)
 
@@ -276,8 +269,8 @@ def image_figures(inventory, work: Path, megabytes: int) -> dict[str, float]:
 
         def star():
             with ThreadPoolExecutor(max_workers=len(others)) as pool:
-                results = list(pool.map(lambda n: stream_file(
-                    fleet, n, ["docker", "load"], tar, 1200), others))
+                results = list(pool.map(lambda n: fleet.stream(
+                    n.name, ["docker", "load"], file_chunks(tar), timeout=1200), others))
             if not all(r.ok for r in results):
                 raise SystemExit("star failed: " + "; ".join(r.error or "" for r in results))
         figures["star"] = timed(star)

@@ -5,8 +5,9 @@ Two extra rehearsal nodes are added for the run (spark-11 the peer, spark-12 the
 removed afterwards); spark-01..08 are not touched. The peer gets --gb GiB of synthetic
 weights in --files files and their sha256sum manifest. Then, in the same run:
 
-1. stage (sparkrack.onboard.stage.stage_weights), 1 and 2 TCP streams, onto an empty
-   directory: hash-while-receiving, rename when the SHA-256 matches, manifest last;
+1. stage (sparkrack.transfer.weights.stage, as onboarding runs it: a one-hop chain from
+   the peer) onto an empty directory: hash-while-receiving, rename when the SHA-256
+   matches, manifest last;
 2. `scp -3` of the same files (remote to remote through this machine: the nodes hold no
    keys to each other), then `sha256sum -c` on the new node, which staging includes;
 3. stage again with everything present: with the node's hash cache (size, mtime, inode
@@ -38,14 +39,15 @@ sys.path.insert(0, str(REPO))
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node, load_inventory
 from sparkrack.netguard import REHEARSAL_STATE_FILE
-from sparkrack.onboard.stage import MANIFEST_NAME, stage_weights
+from sparkrack.transfer.manifest import MANIFEST_NAME
+from sparkrack.transfer.weights import Source, stage as stage_weights
 from sparkrack.rehearsal import nodefs, nodeproc
 from sparkrack.rehearsal.layout import CLIENT_KEY
 from sparkrack.rehearsal.rack import RehearsalRack
 
 PEER, PEER_ADDR = "spark-11", "10.77.1.21"
 NEW, NEW_ADDR = "spark-12", "10.77.1.22"
-SRC_DIR = DST_DIR = "/models/bench"  # stage_weights uses one model_path on both nodes
+SRC_DIR = DST_DIR = "/models/bench"  # a node source: the same model_path on both nodes
 SCP_DIR = "/models/bench-scp"
 
 MAKE = r'''
@@ -130,9 +132,9 @@ def main() -> None:
                 must(fleet.run({NEW: ["sh", "-c", 'rm -rf "$@"; rm -f /var/lib/sparkrack/'
                                       'stage-verified.json', "sh", *dirs]}), "cleanup")
 
-            def stage(streams=1, full=False):
-                report = stage_weights(fleet, peer, new, DST_DIR, manifest, streams=streams,
-                                       full_verify=full)
+            def stage(full=False):
+                report = stage_weights(fleet, Source(SRC_DIR, peer), [new], DST_DIR,
+                                       manifest_text=manifest, full_verify=full, attempts=1)
                 if report.errors or not report.verified:
                     raise SystemExit(f"stage failed: {report.errors}")
                 return report
@@ -141,12 +143,11 @@ def main() -> None:
                 return f"{total / 2**20 / seconds:.0f} MiB/s"
 
             figures = {}
-            for streams in (1, 2):
-                runs = []
-                for _ in range(args.rounds):
-                    fresh(DST_DIR)
-                    runs.append(timed(lambda: stage(streams))[0])
-                figures[f"stage{streams}"] = statistics.median(runs)
+            runs = []
+            for _ in range(args.rounds):
+                fresh(DST_DIR)
+                runs.append(timed(stage)[0])
+            figures["stage"] = statistics.median(runs)
             scp_runs, check_runs = [], []
             for _ in range(args.rounds):
                 fresh(SCP_DIR)
@@ -172,33 +173,33 @@ def main() -> None:
             figures["scp_check"] = statistics.median(check_runs)
             fresh(SCP_DIR)
             fresh(DST_DIR)
-            stage(2)
-            figures["rerun"], again = timed(lambda: stage(2))
+            stage()
+            figures["rerun"], again = timed(stage)
             assert again.bytes_sent == 0 and not again.copied
-            figures["rerun_full"], full = timed(lambda: stage(2, full=True))
+            figures["rerun_full"], full = timed(lambda: stage(full=True))
             # resume: kill the receiver at about half, then run again
             fresh(DST_DIR)
             half = total // 2
             killer = threading.Thread(target=kill_receiver_at, args=(rack, NEW, DST_DIR, half))
             killer.start()
-            interrupted = stage_weights(fleet, peer, new, DST_DIR, manifest, streams=1)
+            interrupted = stage_weights(fleet, Source(SRC_DIR, peer), [new], DST_DIR,
+                                        manifest_text=manifest, attempts=1)
             killer.join()
-            figures["resume"], resumed = timed(lambda: stage(1))
+            figures["resume"], resumed = timed(stage)
         print(f"onto an empty directory on {NEW} (median of {args.rounds}):")
-        print(f"  stage, 1 stream      {figures['stage1']:.2f} s  ({rate(figures['stage1'])}; "
+        print(f"  stage                {figures['stage']:.2f} s  ({rate(figures['stage'])}; "
               "verified: hashed while received, manifest written)")
-        print(f"  stage, 2 streams     {figures['stage2']:.2f} s  ({rate(figures['stage2'])})")
         plain = figures["scp"] + figures["scp_check"]
         print(f"  scp -3               {figures['scp']:.2f} s  ({rate(figures['scp'])}; not "
               f"verified) + sha256sum -c {figures['scp_check']:.2f} s = {plain:.2f} s")
-        best = min(figures["stage1"], figures["stage2"])
+        best = figures["stage"]
         print(f"  stage / (scp + check) = {best / plain:.2f}; stage / scp alone = "
               f"{best / figures['scp']:.2f}")
         print("everything present:")
         print(f"  stage re-run         {figures['rerun']:.2f} s  (hash cache: nothing read "
-              f"back, {again.hashed_bytes / 2**20:.0f} MiB hashed)")
+              f"back, {again.nodes[NEW].hashed_bytes / 2**20:.0f} MiB hashed)")
         print(f"  stage --full-verify  {figures['rerun_full']:.2f} s  (every file hashed "
-              f"again: {full.hashed_bytes / 2**30:.2f} GiB)")
+              f"again: {full.nodes[NEW].hashed_bytes / 2**30:.2f} GiB)")
         print("interrupted at ~half, then run again:")
         print(f"  first run            {'failed as intended' if interrupted.errors else 'NOT interrupted'}"
               f" ({interrupted.errors[:1]})")
@@ -212,7 +213,7 @@ def main() -> None:
 
 
 def kill_receiver_at(rack: RehearsalRack, name: str, root: str, at: int) -> None:
-    """Kill the stager's receiver on the node once the files under root hold `at` bytes."""
+    """Kill the relay writing on the node once the files under root hold `at` bytes."""
     finder = r'''
 import glob, os, signal, sys
 root, at = sys.argv[1], int(sys.argv[2])
@@ -224,7 +225,7 @@ if have >= at:
             argv = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
         except OSError:
             continue
-        if len(argv) > 3 and argv[3] == b"recv" and b"sparkrack-partial" in argv[2]:
+        if len(argv) > 2 and b"class FileSink" in argv[2]:
             os.kill(int(pid), signal.SIGKILL)
             print("killed")
 '''

@@ -123,6 +123,15 @@ class Fleet:
         return self._parallel(commands, timeout, lambda node: partial(
             self._command, node, commands[node.name], stdin, secrets))
 
+    def stream(self, node: str, argv: Argv, chunks: Iterable[bytes], *,
+               timeout: float | None = None) -> NodeResult:
+        """Run argv on one node with chunks (an iterable: a file, a generated stream) as
+        its stdin, sent as they come, never all in memory; the node's NodeResult."""
+        commands = self._per_node({node: argv})
+        secrets = secret_values(commands.values())
+        return self._parallel(commands, timeout, lambda n: partial(
+            self._command, n, commands[n.name], chunks, secrets))[node]
+
     def put(self, node_files: Mapping[str, Sequence[Upload]], *,
             timeout: float | None = None) -> FleetResult:
         """Write files on nodes over SFTP: {node: [(bytes or local Path, remote path, mode)]}.
@@ -275,7 +284,8 @@ class Fleet:
             self._drop(node, connection)
         return True
 
-    def _command(self, node: Node, command: Argv, stdin: bytes | None, secrets: Sequence[str],
+    def _command(self, node: Node, command: Argv, stdin: bytes | Iterable[bytes] | None,
+                 secrets: Sequence[str],
                  channel: paramiko.Channel, seconds: float) -> NodeResult:
         """The NodeResult of one command on an open channel, bounded by seconds."""
         shown = _shorten(redact_argv(command))

@@ -8,7 +8,7 @@ every one of those waits; the caller then learns that the deadline passed.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -48,9 +48,10 @@ def deadline(seconds: float, expire: Callable[[], None]) -> Iterator[threading.E
         timer.cancel()
 
 
-def execute(channel: paramiko.Channel, command: str, stdin: bytes | None,
+def execute(channel: paramiko.Channel, command: str, stdin: bytes | Iterable[bytes] | None,
             timeout: float) -> Outcome:
-    """Run command on a fresh session channel, feeding stdin; closes the channel."""
+    """Run command on a fresh session channel, feeding stdin (bytes, or chunks streamed as
+    they come); closes the channel."""
     try:
         with deadline(timeout, partial(close_quietly, channel)) as fired:
             try:
@@ -74,7 +75,8 @@ def close_quietly(channel: paramiko.Channel) -> None:
         channel.close()
 
 
-def _exchange(channel: paramiko.Channel, stdin: bytes | None) -> tuple[bytes, bytes]:
+def _exchange(channel: paramiko.Channel,
+              stdin: bytes | Iterable[bytes] | None) -> tuple[bytes, bytes]:
     """Send stdin (then EOF) while reading stdout and stderr until the remote ends them."""
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="fleet-io") as pool:
         stderr = pool.submit(_read_all, channel.recv_stderr)
@@ -91,11 +93,13 @@ def _read_all(recv: Callable[[int], bytes]) -> bytes:
     return b"".join(chunks)
 
 
-def _feed(channel: paramiko.Channel, data: bytes | None) -> None:
-    """Write data to the command's stdin and close it; a command may exit without reading."""
+def _feed(channel: paramiko.Channel, data: bytes | Iterable[bytes] | None) -> None:
+    """Write data (or each chunk of it) to the command's stdin and close it; a command may
+    exit without reading."""
     try:
-        if data:
-            channel.sendall(data)
+        for chunk in [data] if isinstance(data, bytes) else data or ():
+            if chunk:
+                channel.sendall(chunk)
         channel.shutdown_write()
     except OSError:
         pass  # the channel closed first (the command exited or the deadline passed)

@@ -347,7 +347,7 @@ def _netdev_problem(value: str, limit: int) -> str | None:
     return None
 
 
-def _abs_path_problem(value: str) -> str | None:
+def abs_path_problem(value: str) -> str | None:
     if not value.startswith("/"):
         return "is not an absolute path"
     if any(char.isspace() for char in value) or has_control(value):
@@ -378,7 +378,7 @@ _KIND_CHECKS: dict[str, Callable[[str], str | None]] = {
     RACK_NAME: _pattern_problem(
         _RACK_NAME, "a rack name usable as a file name (1-64 letters, digits, '.', '_' or "
         "'-', starting with a letter or digit)"),
-    ABS_PATH: _abs_path_problem,
+    ABS_PATH: abs_path_problem,
     LOCAL_PATH: _local_path_problem,
     IMAGE_REF: _image_ref_problem,
     IFNAME: lambda value: _netdev_problem(value, 15),

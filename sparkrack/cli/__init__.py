@@ -9,7 +9,7 @@ from invoke import Collection, Program
 
 from . import (bench_tasks, check_tasks, engine_tasks, export_tasks, lock_tasks, logs_tasks,
                onboard_tasks, power_tasks, provision_tasks, rack_tasks, rehearsal_stub_tasks,
-               rehearsal_tasks, run_tasks, watch_tasks)
+               rehearsal_tasks, run_tasks, watch_tasks, weights_tasks)
 
 TOP_LEVEL = (
     engine_tasks.plan, engine_tasks.up, engine_tasks.down, engine_tasks.roll,
@@ -21,8 +21,8 @@ TOP_LEVEL = (
 
 
 def build_namespace() -> Collection:
-    """The root collection: rack tasks at the top, `watch` (and `watch.*`), `rehearsal.*`
-    and `bench.*` below."""
+    """The root collection: rack tasks at the top, `watch` (and `watch.*`), `rehearsal.*`,
+    `bench.*` and `weights.*` below."""
     ns = Collection.from_module(rack_tasks)
     for top in TOP_LEVEL:
         ns.add_task(top)
@@ -38,6 +38,11 @@ def build_namespace() -> Collection:
     rehearsal.add_task(rehearsal_stub_tasks.stub_model)
     ns.add_collection(rehearsal, name="rehearsal")
     ns.add_collection(Collection.from_module(bench_tasks, name="bench"))
+    weights = Collection("weights")
+    for weights_task in (weights_tasks.stage, weights_tasks.verify, weights_tasks.list_,
+                         weights_tasks.remove):
+        weights.add_task(weights_task)
+    ns.add_collection(weights)
     return ns
 
 

@@ -36,8 +36,11 @@ def status(c, inventory=None, limit=None, json=False):
                 by = f" by {dep['operator']}" if dep.get("operator") else ""
                 state = f" ({dep['status']})" if kind == "current" and dep.get("status") else ""
                 error = f": {dep['error']}" if kind == "failed" and dep.get("error") else ""
+                weights = (f" weights {dep['model_path']} {dep['weights_digest'][:12]}"
+                           if dep.get("weights_digest") else "")
                 print(f"{kind}{state}: {dep['engine']} {dep['profile']} image {dep['image_id'][:19]} "
-                      f"spec {dep['spec_hash'][:12]} deployment {dep['deployment_id']}{by}{error}")
+                      f"spec {dep['spec_hash'][:12]}{weights} deployment {dep['deployment_id']}"
+                      f"{by}{error}")
     down = [r for r in rows if r.reachable != "ok"]
     for r in down:
         console.say(f"{r.node}: {r.reachable}: {r.error}")

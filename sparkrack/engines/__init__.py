@@ -5,7 +5,8 @@
 - model data (`<name>.yml`, shipped in sparkrack/data/models/) for the memory rules:
   model_data.py;
 - `build_specs` (spec.py): inventory + engine + profile -> one LaunchSpec per rank
-  (`template_values`: what a rank's argv templates are filled with);
+  (`template_values`: what a rank's argv templates are filled with; `model_path_of`: the
+  lane's model directory, its profile's own or the inventory's);
 - `docker_run_argv` / `docker_sdk_kwargs` (docker_args.py): a spec as docker sees it.
 """
 
@@ -16,11 +17,12 @@ from sparkrack.engines.profile_file import EngineDef, Profile, load_engine
 from sparkrack.engines.spec import (
     LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_SPEC_HASH,
     LABEL_STOP_TIMEOUT, REDACTED, DockerOptions, LaunchSpec, Mount, Ulimit, build_specs,
-    container_name, template_values)
+    container_name, model_path_of, template_values)
 
 __all__ = [
     "LABEL_DEPLOYMENT", "LABEL_ENGINE", "LABEL_PROFILE", "LABEL_RANK", "LABEL_SPEC_HASH",
     "LABEL_STOP_TIMEOUT", "REDACTED", "DockerOptions", "EngineDef", "LaunchSpec", "ModelData",
     "Mount", "Profile", "Ulimit", "build_specs", "container_name", "docker_run_argv",
-    "docker_sdk_kwargs", "engine_names", "load_engine", "load_model", "template_values",
+    "docker_sdk_kwargs", "engine_names", "load_engine", "load_model", "model_path_of",
+    "template_values",
 ]

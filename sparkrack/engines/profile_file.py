@@ -28,6 +28,8 @@ File format (every key is checked; a mistake is an InventoryError naming file:li
         env: {VAR: value}              # this lane's own variables; null drops as above
         ready_timeout_s: 900           # load to healthy (744B TP8 loads in 7-9 min)
         stop_timeout_s: 120            # SIGTERM to SIGKILL: the drain on rank 0
+        model_path: /models/OTHER      # optional: this lane's checkpoint on every node
+                                       # (default: the inventory's model_path)
         experimental: true             # optional; then `note` says why
         note: text
         waivers:                       # optional, never inherited: rules (sparkrack.rules) this
@@ -59,14 +61,14 @@ from sparkrack.engines.datafile import (
 from sparkrack.engines.option_names import OptionSet, options_for
 from sparkrack.engines.templates import allowed_fields, check_template
 from sparkrack.errors import UsageError
-from sparkrack.inventory_schema import FrozenMapping, describe, has_control
+from sparkrack.inventory_schema import FrozenMapping, abs_path_problem, describe, has_control
 
 FLAG_ROLES = ("context_length", "kv_cache_dtype")
 ARG_GROUPS = ("model", "every_rank", "head", "workers")
 _TOP_KEYS = ("engine", "image_key", "entrypoint", "ports", "health_path", "flag_roles", "args",
              "env_from_inventory", "secret_env", "profiles")
 _PROFILE_KEYS = ("description", "extends", "flags", "env", "ready_timeout_s", "stop_timeout_s",
-                 "experimental", "note", "waivers")
+                 "experimental", "note", "waivers", "model_path")
 _FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
 _OPTION_WORD = re.compile(r"--?[A-Za-z]")  # an argv word naming an option (-tp, --x, --x=1)
 _NUMBER = re.compile(r"-[0-9.]")  # a negative number is a value, not an option
@@ -99,6 +101,7 @@ class Profile:
     experimental: bool
     note: str | None
     waivers: FrozenMapping = field(default_factory=lambda: FrozenMapping({}))  # rule id -> reason
+    model_path: str | None = None  # this lane's model directory (None: the inventory's)
 
     def argv(self) -> tuple[str, ...]:
         """The flags as argv tokens, in order."""
@@ -277,7 +280,8 @@ class _Resolver:
             name=name, description=section.value("description", is_line, "one line of text"),
             flags=FrozenMapping(merged["flags"]), env=FrozenMapping(merged["env"]),
             ready_timeout_s=merged["ready_timeout_s"], stop_timeout_s=merged["stop_timeout_s"],
-            experimental=experimental, note=merged.get("note"), waivers=_waivers(section))
+            experimental=experimental, note=merged.get("note"), waivers=_waivers(section),
+            model_path=merged.get("model_path"))
 
     def _merge(self, name: str, chain: tuple[str, ...]) -> dict[str, Any]:
         """The settings, flags and env of name over those of the profile it extends."""
@@ -308,7 +312,11 @@ class _Resolver:
         checks = {"ready_timeout_s": (is_count, "whole seconds >= 1"),
                   "stop_timeout_s": (is_count, "whole seconds >= 1"),
                   "experimental": (lambda v: isinstance(v, bool), "true or false"),
-                  "note": (is_line, "one line of text")}
+                  "note": (is_line, "one line of text"),
+                  "model_path": (lambda v: isinstance(v, str) and abs_path_problem(v) is None,
+                                 "an absolute directory path on the nodes, such as "
+                                 "/models/GLM-5.3-NVFP4 (no ':', ',', whitespace, '.' or "
+                                 "'..' parts)")}
         return {key: section.value(key, check, expected)
                 for key, (check, expected) in checks.items() if key in section}
 

@@ -203,11 +203,19 @@ def rank_env(definition: EngineDef, profile: Profile, node_env: NodeEnv
     return env, sources
 
 
-def template_values(inventory: Inventory, definition: EngineDef,
-                    node: Node) -> dict[str, Any]:
-    """What definition's per-rank argv templates are filled with on node (templates.py)."""
+def model_path_of(inventory: Inventory, profile: Profile | None) -> str:
+    """The model directory a lane runs from: its profile's model_path, else the
+    inventory's."""
+    return (profile.model_path if profile is not None and profile.model_path
+            else inventory.vars.model_path)
+
+
+def template_values(inventory: Inventory, definition: EngineDef, node: Node,
+                    profile: Profile | None = None) -> dict[str, Any]:
+    """What definition's per-rank argv templates are filled with on node for profile
+    (templates.py)."""
     rack = inventory.vars
-    return {"model_path": rack.model_path, "model_name": rack.model_name,
+    return {"model_path": model_path_of(inventory, profile), "model_name": rack.model_name,
             "tp_size": rack.tp_size, "nnodes": len(inventory.nodes), "rank": node.rank,
             "head_roce_addr": inventory.head.roce_addr,
             **{f"{name}_port": port for name, port in definition.ports.items()}}
@@ -216,8 +224,8 @@ def template_values(inventory: Inventory, definition: EngineDef,
 def _rank_spec(inventory: Inventory, node: Node, definition: EngineDef, profile: Profile,
                image: str, node_env: NodeEnv) -> LaunchSpec:
     """The spec of one node's rank, without deployment id, hash and labels."""
-    rack = inventory.vars
-    values = template_values(inventory, definition, node)
+    values = template_values(inventory, definition, node, profile)
+    model_path = values["model_path"]
     args = definition.args
     role_args = args.head if node.is_head else args.workers
     argv = (*definition.entrypoint, *(fill(word, values) for word in args.model),
@@ -233,7 +241,7 @@ def _rank_spec(inventory: Inventory, node: Node, definition: EngineDef, profile:
         ready_timeout_s=profile.ready_timeout_s, experimental=profile.experimental,
         note=profile.note,
         docker=DockerOptions(stop_timeout_s=profile.stop_timeout_s,
-                             mounts=(Mount(rack.model_path, rack.model_path),)))
+                             mounts=(Mount(model_path, model_path),)))
 
 
 def _labels(spec: LaunchSpec, deployment: str, spec_hash: str) -> FrozenMapping:

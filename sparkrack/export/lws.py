@@ -82,8 +82,9 @@ def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | N
     if len(specs) < 2:
         raise UsageError(f"a LeaderWorkerSet needs a leader and a worker, and the inventory "
                          f"has {len(specs)} rank", fix="export a rack of two or more nodes")
+    lane = definition.profile(profile)
     argvs = [group_argv(spec, definition, template_values(inventory, definition,
-                                                          inventory.node(spec.node)))
+                                                          inventory.node(spec.node), lane))
              for spec in specs]
     _check_one_template(specs, argvs)
     head = specs[0]

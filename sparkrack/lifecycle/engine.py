@@ -86,7 +86,8 @@ def deployment_of(specs: tuple[LaunchSpec, ...], pre: Preflight) -> Deployment:
     return Deployment(engine=head.engine, profile=head.profile, deployment_id=head.deployment_id,
                       spec_hash=head.spec_hash, image=head.image, image_id=pre.image_id,
                       mem_available_kb_before={n: f.mem_available_kb for n, f in pre.facts.items()},
-                      waivers=pre.waivers, overrides=pre.overrides, operator=operator())
+                      waivers=pre.waivers, overrides=pre.overrides, operator=operator(),
+                      model_path=pre.model_path, weights_digest=pre.weights_digest)
 
 
 def launch(fleet: Fleet, inventory: Inventory, specs, pre: Preflight, *, timeout, on_progress,

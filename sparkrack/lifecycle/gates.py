@@ -3,8 +3,10 @@
 Cheap gates first, in this order: every node reachable; the rack lock (held by this task,
 when it runs under one); every node's env files present and what provision would write
 there now (the ranks start with exactly these: `provision.envfiles`); no other engine
-running; the SM121 rules; the same image ID on every node; enough MemAvailable for the
-profile's memory fraction. A refusal there returns at once: the burn is not run. Then the
+running; the SM121 rules; the same image ID on every node; the lane's model directory
+complete on every node (its manifest, the same digest everywhere, every listed file there
+at the rack's size: transfer/models.py); enough MemAvailable for the profile's memory
+fraction. A refusal there returns at once: the burn is not run. Then the
 costly ones: a fresh under-load check that every GPU is capped (a unit that ran at boot
 proves nothing after an `nvidia-smi -rgc`); the power projection against the strip. With
 keep_verified (roll) a node whose cap a burn verified this boot (same boot id, the cap unit
@@ -28,6 +30,7 @@ from ..provision.envfiles import EnvFiles, NodeEnv
 from ..inventory import Inventory
 from ..power import CapState, project_power
 from ..rules import check_profile
+from ..transfer.models import gate_problems
 from .containers import engine_containers, parallel
 from .phases import Phases
 
@@ -56,6 +59,8 @@ class Preflight:
     env: dict[str, NodeEnv] = field(default_factory=dict)
     specs: tuple[LaunchSpec, ...] = ()
     image_id: str = ""
+    model_path: str = ""
+    weights_digest: str = ""  # the manifest's digest every node holds
     waivers: dict = field(default_factory=dict)
     overrides: list = field(default_factory=list)
 
@@ -202,6 +207,10 @@ def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
                f"{len(rules.warnings)} warning(s), {len(rules.waived)} waived")
 
     report.add("image", image_problems(fleet, specs, report), f"{head.image} is {report.image_id[:19]} everywhere")
+    report.model_path = head.docker.mounts[0].source
+    report.weights_digest, problems = gate_problems(fleet, fleet.nodes, report.model_path)
+    report.add("weights", problems, f"{report.model_path} complete everywhere (manifest "
+                                    f"{report.weights_digest[:12]})")
     if replacing is None:  # a roll's old engine still holds the memory: judged after it stops
         report.add("memory", memory_problems(specs, report.facts), "enough MemAvailable on every node")
 

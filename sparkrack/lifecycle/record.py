@@ -41,13 +41,16 @@ class Deployment:
     status: str = "starting"  # starting | serving | failed
     error: str = ""  # why it failed
     phases: dict = field(default_factory=dict)  # wall seconds per start phase (phases.py)
+    model_path: str = ""  # the model directory the ranks mount
+    weights_digest: str = ""  # its manifest's digest, the same on every node at the start
 
     def describe(self) -> str:
         """One line: engine, profile, image ID, when and by whom."""
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.started))
         by = f", by {self.operator}" if self.operator else ""
-        return (f"{self.engine} {self.profile} ({self.image_id[:19]}, spec {self.spec_hash[:12]}, "
-                f"{when}{by})")
+        weights = f", weights {self.weights_digest[:12]}" if self.weights_digest else ""
+        return (f"{self.engine} {self.profile} ({self.image_id[:19]}, spec {self.spec_hash[:12]}"
+                f"{weights}, {when}{by})")
 
 
 def write(fleet: Fleet, inventory: Inventory, kind: str, deployment: Deployment) -> None:

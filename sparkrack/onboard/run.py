@@ -46,8 +46,8 @@ from sparkrack.inventory import Inventory, Node, load_inventory
 from sparkrack.inventory_schema import address_problem
 from sparkrack.onboard import baseline, join, stage, trust, verify
 from sparkrack.provision import provision, roles_path, site_roles
-from sparkrack.provision.images import DEFAULT_PYTHON
 from sparkrack.rules.ruleset import all_rules
+from sparkrack.transfer.chain import DEFAULT_PYTHON
 
 STEPS = ("trust", "baseline", "provision", "stage", "verify", "join")
 IMAGE_ROLE = "engine_images"  # step 4 brings the rack's own image IDs from a peer instead
@@ -82,7 +82,7 @@ class OnboardReport:
     facts: dict[str, baseline.Facts] = field(default_factory=dict)
     provision: object | None = None
     images: list[stage.ImageOutcome] = field(default_factory=list)
-    weights: stage.WeightsReport | None = None
+    weights: stage.StageReport | None = None
     verify: verify.VerifyReport | None = None
     join: join.JoinPlan | None = None
     rank: int | None = None
@@ -113,7 +113,7 @@ def onboard(inventory: Inventory, name: str, address: str, *, replace: str | Non
             confirm: Callable[[str], bool] | None = None, assume_yes: bool = False,
             waivers: Mapping[str, str] | None = None, roce_addr: str | None = None,
             peer: str | None = None, burn_seconds: float = 5.0, bwlimit: float | None = None,
-            streams: int = 2, full_verify: bool = False, python: str = DEFAULT_PYTHON,
+            full_verify: bool = False, python: str = DEFAULT_PYTHON,
             on_event: Event | None = None) -> OnboardReport:
     """Onboard name at address (see the module doc). Never raises for a node's failure: the
     report's steps say what happened; UsageError for bad arguments (nothing touched).
@@ -129,7 +129,7 @@ def onboard(inventory: Inventory, name: str, address: str, *, replace: str | Non
         run = _Run(inventory, report, Path(scratch_dir), emit, old=old, fingerprint=fingerprint,
                    confirm=confirm, assume_yes=assume_yes, waivers=waivers,
                    roce_addr=roce_addr, peer=peer, burn_seconds=burn_seconds, bwlimit=bwlimit,
-                   streams=streams, full_verify=full_verify, python=python)
+                   full_verify=full_verify, python=python)
         try:
             run.all()
         except _Stop:
@@ -461,22 +461,13 @@ class _Run:
             for outcome in report.images:
                 self.line(step, f"image {outcome.line()}")
             image_errors = [o for o in report.images if o.error]
-            manifests = stage.read_manifests(self.fleet, self.members, work.vars.model_path)
-            text, holders, others = stage.rack_manifest(manifests)
-            if others and text:
-                self.line(step, f"manifest differs or is missing on {', '.join(others)}: "
-                          f"not used as sources")
-            if text is None:
-                self.stop(step, "failed", f"no member has {work.vars.model_path}/"
-                          f"{stage.MANIFEST_NAME}: write it on the rack first (cd MODEL_DIR && "
-                          f"sha256sum FILES > {stage.MANIFEST_NAME})")
-            source_name = next((p for p in peers if p in holders), holders[0])
-            source = next(m for m in self.members if m.name == source_name)
-            report.weights = stage.stage_weights(
-                self.fleet, source, new, work.vars.model_path, text, python=self.o["python"],
-                streams=self.o["streams"], bwlimit=self.o["bwlimit"],
+            report.weights, missing = stage.stage_weights(
+                self.fleet, self.members, new, peers, work.vars.model_path,
+                python=self.o["python"], bwlimit=self.o["bwlimit"],
                 full_verify=self.o["full_verify"], check=report.check,
-                on_event=lambda text: self.line(step, text))
+                on_event=lambda text: self.line(step, f"weights: {text}"))
+            if missing:
+                self.stop(step, "failed", missing)
             weights = report.weights
             problems = [o.line() for o in image_errors] + weights.errors
             if problems:
@@ -628,8 +619,7 @@ def as_json(report: OnboardReport) -> dict:
         "differences": [dataclasses.asdict(d) for d in report.differences],
         "facts": {n: f.row() for n, f in report.facts.items() if f.ok},
         "images": [o.line() for o in report.images],
-        "weights": None if report.weights is None else {
-            k: v for k, v in dataclasses.asdict(report.weights).items() if k != "_sizes"},
+        "weights": None if report.weights is None else report.weights.as_dict(),
         "hosts_diff": report.join.diff() if report.join else "",
     }
 

@@ -29,7 +29,7 @@ from sparkrack.errors import SparkrackError
 from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.inventory import Inventory, Node
 from sparkrack.provision.envfiles import EnvFiles
-from sparkrack.provision.images import DEFAULT_PYTHON
+from sparkrack.transfer.chain import DEFAULT_PYTHON
 from sparkrack.fleet_results import last_json_object
 
 HOLD_S = 8.0  # a listener's longest life

@@ -7,11 +7,11 @@
 Layers, each testable on its own:
 - roles.py    role folders (defaults, tasks, handlers, templates) and their rendering per node
 - modules/    one file per module (its parameters, facts, planning) and REGISTRY, the lookup
-- gather.py   the one facts round trip per node (a constant script, positional args) + parsers
+- gather.py   the one facts round trip per node (sparkrack/remote/gather.py, positional args) + parsers
 - plan.py     pure planning: tasks + facts in, changes out (changes.py: Put / Run / Transfer;
               diffs.py: their diff output, secrets masked)
 - apply.py    a node's changes over the fleet, few round trips
-- images.py   the right image ID per ref and its pipelined distribution without a registry
+- images.py   the right image ID per ref (moved by sparkrack/transfer's pipelined chain)
 - runner.py   gather -> plan -> apply -> re-plan, one NodeRun per node
 - report.py   what the CLI prints
 """

@@ -31,14 +31,11 @@ from sparkrack.provision.gather import (
     normalize_ref,
     parse_facts,
 )
-from sparkrack.provision.images import (
-    DEFAULT_PYTHON,
-    TransferReport,
-    distribute,
-    resolve_images,
-)
+from sparkrack.provision.images import resolve_images
 from sparkrack.provision.modules import docker_image
 from sparkrack.provision.plan import plan_node, queries
+from sparkrack.transfer.chain import DEFAULT_PYTHON
+from sparkrack.transfer.images import TransferReport, distribute
 from sparkrack.provision.roles import (
     Renderer,
     Role,

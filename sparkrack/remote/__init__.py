@@ -6,6 +6,7 @@ once, and those import lines dropped; importing the same files here (`sparkrack.
 is how the unit tests run them locally. Nothing secret ever goes in argv: a transfer's
 token is the first line of the script's stdin.
 
+- gather.py     provisioning's facts round trip: files, units, HCAs, guards, images, netdevs
 - handshake.py  the one token handshake of every node-to-node stream (listen / connect)
 - stagefiles.py the model directory on a node: partial files, the hash cache, the lock
 - relay.py      one hop of the pipelined chain: read a stream (docker save, model files,

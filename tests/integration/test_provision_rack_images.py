@@ -7,8 +7,8 @@ from provision_helpers import inventory_copy, write_image_tar
 
 from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision
-from sparkrack.provision.images import stream_file
 from sparkrack.provision.report import as_json
+from sparkrack.transfer.images import file_chunks
 
 pytestmark = pytest.mark.rack
 
@@ -46,7 +46,7 @@ def images(inventory, tmp_path_factory):
 
 def load_on(inventory, node, tar):
     with Fleet(inventory, inventory.select(node)) as fleet:
-        result = stream_file(fleet, inventory.node(node), ["docker", "load"], tar, 120)
+        result = fleet.stream(node, ["docker", "load"], file_chunks(tar), timeout=120)
     assert result.ok, result.error
 
 

@@ -123,6 +123,28 @@ def test_extends_merges_flags_env_and_settings(tmp_path):
         "the base", "the child", "the grandchild"]
 
 
+def test_a_profile_may_run_from_its_own_model_path(tmp_path):
+    from sparkrack.engines import build_specs, model_path_of
+    from sparkrack.inventory import load_inventory
+
+    rack = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
+    (rack / ".sparkrack" / "engines").mkdir(parents=True)
+    text = (shipped("engines") / "sglang.yml").read_text()
+    write(rack / ".sparkrack" / "engines", text + "  draft:\n    description: a draft checkpoint\n"
+          "    extends: 512k\n    model_path: /models/draft/\n  draft-long:\n"
+          "    description: inherits it\n    extends: draft\n", "sglang")
+    inventory = load_inventory(rack)
+    profiles = load_engine(rack, "sglang").profiles
+    assert model_path_of(inventory, profiles["512k"]) == inventory.vars.model_path
+    assert model_path_of(inventory, profiles["draft-long"]) == "/models/draft/"
+    for spec in build_specs(inventory, "sglang", "draft-long"):
+        argv = list(spec.argv)
+        assert argv[argv.index("--model-path") + 1] == "/models/draft/"
+        assert [(m.source, m.target) for m in spec.docker.mounts] == [("/models/draft/",) * 2]
+    default = build_specs(inventory, "sglang", "512k")[0]
+    assert default.docker.mounts[0].source == inventory.vars.model_path
+
+
 # --- Where files are found -------------------------------------------------------------
 
 
@@ -182,6 +204,10 @@ def test_unknown_engine_and_profile(tmp_path):
     ("    stop_timeout_s: 120\n", "", "  base:", "profile 'base' has no stop_timeout_s"),
     ("      --switch: true", "      --switch: [true", "      --dtype: fp8",
      "YAML syntax error"),
+    ("    stop_timeout_s: 60", "    stop_timeout_s: 60\n    model_path: models/x",
+     "model_path: models/x", "model_path: expected an absolute directory path on the nodes"),
+    ("    stop_timeout_s: 60", "    stop_timeout_s: 60\n    model_path: /models/a:b",
+     "model_path: /models/a:b", "model_path: expected an absolute directory path"),
 ])
 def test_mistakes_name_file_and_line(tmp_path, old, new, marker, message):
     caught, text = error(tmp_path, old, new)

@@ -1,11 +1,9 @@
 """Onboarding, the pure parts: baseline differences, the hosts.yml edit, spares in the
-inventory, host key decisions, the weights manifest, and the stager and probe scripts run
-for real on this machine (loopback, temporary directories)."""
+inventory, host key decisions, and the port probe script run for real on this machine
+(loopback, temporary directories); the weights copy: test_transfer.py."""
 
 import dataclasses
-import hashlib
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -19,7 +17,7 @@ import pytest
 
 from sparkrack.errors import InventoryError, UsageError
 from sparkrack.inventory import load_inventory
-from sparkrack.onboard import baseline, join, stage, trust, verify
+from sparkrack.onboard import baseline, join, trust, verify
 from sparkrack.onboard.run import known_bad_kernels
 
 REPO = Path(__file__).resolve().parents[2]
@@ -393,113 +391,13 @@ def test_fetch_host_key_from_a_local_server(tmp_path, monkeypatch):
     assert got == host and trust.fingerprint(got) == trust.fingerprint(host)
 
 
-# --- The weights manifest and the stager -----------------------------------------------
-
-
-def test_manifest_parsing():
-    sha = "a" * 64
-    assert stage.parse_manifest(f"{sha}  config.json\n{sha} *sub/w.bin\n\n") == {
-        "config.json": sha, "sub/w.bin": sha}
-    for bad, why in ((f"{sha}  ../etc/passwd", "leaves"), (f"{sha}  /etc/passwd", "leaves"),
-                     ("xyz  file", "not `SHA256"), ("", "no file"),
-                     (f"{sha}  a\n{'b' * 64}  a", "twice")):
-        with pytest.raises(stage.ManifestError, match=why):
-            stage.parse_manifest(bad)
-
-
-def test_streams_are_balanced_and_the_majority_manifest_wins():
-    lanes = stage.assign_streams({"a": 10, "b": 7, "c": 4, "d": 3}, 2)
-    assert lanes == {"a": 0, "b": 1, "c": 1, "d": 0}
-    text, holders, others = stage.rack_manifest({"n1": "x", "n2": "x", "n3": "y", "n4": None})
-    assert (text, holders, others) == ("x", ["n1", "n2"], ["n3", "n4"])
-
-
-def _stager(mode, *args, stdin, token=None):
-    """Run the stager locally; a transfer's token goes first on stdin, never in argv."""
-    head = f"{token}\n" if token is not None else ""
-    return subprocess.run([sys.executable, "-c", stage.STAGER, mode, *map(str, args)],
-                          input=head + json.dumps(stdin), capture_output=True, text=True,
-                          timeout=60)
+# --- The port probe ---------------------------------------------------------------------
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _copy(src, dst, cache, plan, streams=2, bwlimit=0):
-    port, token = _free_port(), "t0k"
-    out = {}
-    recv = threading.Thread(target=lambda: out.setdefault("r", _stager(
-        "recv", "127.0.0.1", port, dst, cache, streams, stdin=plan, token=token)))
-    recv.start()
-    sent = _stager("send", "127.0.0.1", port, src, streams, bwlimit, stdin=plan, token=token)
-    recv.join()
-    return sent, out["r"]
-
-
-def test_stager_copies_skips_resumes_and_rejects_corruption(tmp_path):
-    src, dst, cache = tmp_path / "src", tmp_path / "dst", tmp_path / "cache.json"
-    (src / "sub").mkdir(parents=True)
-    data = {"config.json": b"{}\n", "sub/w1.bin": os.urandom(300_000),
-            "w2.bin": os.urandom(200_000)}
-    for name, blob in data.items():
-        (src / name).write_bytes(blob)
-    files = [[n, hashlib.sha256(b).hexdigest(), len(b)] for n, b in sorted(data.items())]
-    sizes = json.loads(_stager("sizes", src, stdin=[f[0] for f in files]).stdout)
-    assert sizes == {n: len(b) for n, b in data.items()}
-    # a partial first file (as an interrupted run leaves it), one file already right
-    (dst / "sub").mkdir(parents=True)
-    (dst / "sub" / ".w1.bin.sparkrack-partial").write_bytes(data["sub/w1.bin"][:123_456])
-    (dst / "config.json").write_bytes(b"{}\n")
-    check = json.loads(_stager("check", dst, cache, 0, 1, stdin=files).stdout)["files"]
-    assert check["config.json"]["state"] == "ok"
-    assert check["sub/w1.bin"] == {"state": "need", "offset": 123_456, "hashed": False,
-                                   "why": "missing; partial 123456 of 300000 bytes"}
-    plan = [[n, s, z, check[n]["offset"], i % 2] for i, (n, s, z) in enumerate(files)
-            if check[n]["state"] != "ok"]
-    sent, got = _copy(src, dst, cache, plan)
-    assert sent.returncode == 0 and got.returncode == 0, (sent.stderr, got.stdout)
-    assert json.loads(sent.stdout)["bytes"] == 300_000 - 123_456 + 200_000
-    for name, blob in data.items():
-        assert (dst / name).read_bytes() == blob
-    again = json.loads(_stager("check", dst, cache, 0, 1, stdin=files).stdout)
-    assert all(e["state"] == "ok" and not e["hashed"] for e in again["files"].values())
-    assert again["hashed_bytes"] == 0  # the cache remembers what the receiver verified
-    # a corrupt partial is hashed as received, found wrong and removed: the next run redoes it
-    (dst / "w2.bin").unlink()
-    (dst / ".w2.bin.sparkrack-partial").write_bytes(b"x" * 1000)
-    plan = [["w2.bin", files[2][1], 200_000, 1000, 0]]
-    sent, got = _copy(src, dst, cache, plan, streams=1)
-    report = json.loads(got.stdout)
-    assert got.returncode == 1 and report["files"]["w2.bin"]["state"] == "mismatch"
-    assert not (dst / ".w2.bin.sparkrack-partial").exists() and not (dst / "w2.bin").exists()
-
-
-def test_stager_throttles_and_refuses_a_second_receiver(tmp_path):
-    src, dst = tmp_path / "src", tmp_path / "dst"
-    src.mkdir()
-    blob = os.urandom(64_000)
-    (src / "w.bin").write_bytes(blob)
-    plan = [["w.bin", hashlib.sha256(blob).hexdigest(), len(blob), 0, 0]]
-    started = time.monotonic()
-    sent, got = _copy(src, dst, tmp_path / "c.json", plan, streams=1, bwlimit=64_000)
-    assert got.returncode == 0 and time.monotonic() - started >= 0.9
-    import fcntl
-
-    (dst / ".sparkrack-stage.lock").touch()
-    with open(dst / ".sparkrack-stage.lock") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        busy = _stager("recv", "127.0.0.1", _free_port(), dst, tmp_path / "c.json", 1,
-                       stdin=plan, token="t")
-        checked = json.loads(_stager("check", dst, tmp_path / "c.json", 0, 0,
-                                     stdin=[plan[0][:3]]).stdout)
-    assert busy.returncode == 1 and "another transfer" in json.loads(busy.stdout)["error"]
-    assert checked == {"busy": True}
-
-
-# --- The port probe ---------------------------------------------------------------------
 
 
 def test_probe_tells_our_listener_a_service_and_a_closed_port_apart():

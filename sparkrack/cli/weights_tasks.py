@@ -1,0 +1,243 @@
+"""The `weights` collection: a model directory on every node (sparkrack/transfer).
+
+`weights.stage` copies it through the pipelined chain, `weights.verify` checks every node
+against the manifest, `weights.list` shows the staged models, `weights.remove` deletes
+one (refused while a deployment uses it)."""
+
+from invoke import task
+from invoke.exceptions import Exit
+
+from .. import console
+from ..errors import UsageError
+from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
+
+MODEL_HELP = "the model directory on the nodes (default: the inventory's model_path)"
+NODES_HELP = "only these nodes, e.g. spark-02,spark-06 (default: every node)"
+PYTHON_HELP = "the nodes' Python for the node scripts (default /usr/bin/python3)"
+
+
+def _model(rack, model):
+    """The --model path, checked (default: the inventory's model_path)."""
+    from ..inventory_schema import abs_path_problem
+
+    if model is None:
+        return rack.vars.model_path.rstrip("/")
+    problem = abs_path_problem(model)
+    if problem:
+        raise UsageError(f"--model {model!r} {problem}",
+                         fix="give the model directory's absolute path on the nodes, "
+                         "e.g. --model /models/GLM-5.3-NVFP4")
+    return model.rstrip("/")
+
+
+def _nodes(rack, nodes):
+    """The --nodes selection (default: every node)."""
+    return rack.select(nodes) if nodes else rack.nodes
+
+
+def _source(rack, from_, source, model):
+    """Where the model comes from: --source DIR here, --from NODE, else the head."""
+    from pathlib import Path
+
+    from ..transfer.weights import Source
+
+    if from_ and source:
+        raise UsageError("--from and --source both given", fix="name one source: a node "
+                         "(--from NODE) or a directory on this machine (--source DIR)")
+    if source:
+        path = Path(source).expanduser()
+        if not path.is_dir():
+            raise UsageError(f"--source {source}: not a directory on this machine",
+                             fix="give the local model directory, or --from NODE")
+        return Source(str(path.resolve()))
+    name = from_ or rack.head.name
+    node = next((n for n in (*rack.nodes, *rack.spares) if n.name == name), None)
+    if node is None:
+        raise UsageError(f"--from {name}: no such node in {rack.path}",
+                         fix="nodes: " + ", ".join(n.name for n in rack.nodes))
+    return Source(model, node)
+
+
+@task(help={"model": MODEL_HELP, "from_": "the node holding the model at the same path "
+            "(default: the head)", "source": "a model directory on this machine instead",
+            "nodes": NODES_HELP, "bwlimit": "MiB/s cap at the source (spares the fabric of "
+            "a serving rack)", "full_verify": "re-hash the files already on the nodes (ignore "
+            "their hash cache)", "check": "say what would be copied where; change nothing",
+            "json": "print the report as JSON", "python": PYTHON_HELP,
+            "inventory": INVENTORY_HELP, **WAIT_HELP})
+@rack_task(changing=lambda a: not a["check"], name="weights.stage")
+def stage(c, model=None, from_=None, source=None, nodes=None, bwlimit=None, full_verify=False,
+          check=False, json=False, python=None, inventory=None):
+    """Copy a model directory to every node (or --nodes) through the pipelined chain.
+
+    The manifest (sparkrack-manifest.sha256) is made once at the source; files present and
+    right are skipped, partial files resume, the manifest is written last on each node.
+    Exit 1 when a node is not complete afterwards."""
+    from ..fleet import Fleet
+    from ..oplock.audit import note
+    from ..transfer.chain import DEFAULT_PYTHON
+    from ..transfer.show import StageProgress, print_stage
+    from ..transfer.weights import stage as run_stage
+
+    rack = inventory_from(inventory)
+    path = _model(rack, model)
+    origin = _source(rack, from_, source, path)
+    targets = _nodes(rack, nodes)
+    limit = None
+    if bwlimit is not None:
+        try:
+            limit = float(bwlimit) * 2**20
+        except ValueError:
+            limit = -1.0
+        if not limit > 0:
+            raise UsageError(f"--bwlimit {bwlimit!r} is not a positive number of MiB/s",
+                             fix="e.g. --bwlimit 500")
+    members = {n.name: n for n in (*targets, *([origin.node] if origin.node else []))}
+    with Fleet(rack, list(members.values())) as fleet, \
+            StageProgress([t.name for t in targets], quiet=json) as progress:
+        report = run_stage(fleet, origin, targets, path, python=python or DEFAULT_PYTHON,
+                           bwlimit=limit, full_verify=full_verify, check=check,
+                           on_event=(lambda line: None) if json else
+                           (lambda line: console.say(f"weights: {line}")),
+                           on_progress=progress)
+    if not check:
+        note(nodes=sorted(n.node for n in report.nodes.values() if n.copied or
+                          n.state == "completed"),
+             files=[f"{path}/{name}" for name in report.copied], weights=report.digest)
+    if json:
+        console.print_json(report.as_dict())
+    else:
+        print_stage(report)
+    if report.errors:
+        raise Exit(code=1)
+
+
+@task(help={"model": MODEL_HELP, "full": "hash every file against the manifest (default: "
+            "sizes against the rack's)", "nodes": NODES_HELP, "json": "print JSON",
+            "python": PYTHON_HELP, "inventory": INVENTORY_HELP})
+@operator_task
+def verify(c, model=None, full=False, nodes=None, json=False, python=None, inventory=None):
+    """Every node's copy of the model against its manifest, one row per node.
+
+    Exit 1 when a node lacks the manifest, holds another one, misses a file or holds one
+    of another size (--full: another hash), or does not answer."""
+    from ..fleet import Fleet
+    from ..transfer.chain import DEFAULT_PYTHON
+    from ..transfer.models import verify_model
+    from ..transfer.show import print_verify
+
+    rack = inventory_from(inventory)
+    path = _model(rack, model)
+    selected = _nodes(rack, nodes)
+    with Fleet(rack, selected) as fleet:
+        digest, rows = verify_model(fleet, selected, path, full=full,
+                                    python=python or DEFAULT_PYTHON)
+    if json:
+        console.print_json({"model_path": path, "digest": digest,
+                            "nodes": [r.as_dict() for r in rows]})
+    else:
+        print_verify(path, digest, rows)
+    bad = [r for r in rows if r.problems]
+    if bad:
+        raise Exit(f"{len(bad)} of {len(rows)} node(s) not complete: "
+                   + ", ".join(r.node for r in bad)
+                   + f" (run `invoke weights.stage --model {path}`)", code=1)
+
+
+def _used_by(rack) -> dict[str, list[str]]:
+    """{model path: the profiles that run from it}."""
+    from ..engines import engine_names, load_engine, model_path_of
+
+    used: dict[str, list[str]] = {}
+    for engine in engine_names(rack.path):
+        for profile in load_engine(rack.path, engine).profiles.values():
+            used.setdefault(model_path_of(rack, profile).rstrip("/"), []).append(
+                f"{engine} {profile.name}")
+    return used
+
+
+@task(name="list", help={"json": "print JSON", "python": PYTHON_HELP,
+                         "inventory": INVENTORY_HELP})
+@operator_task
+def list_(c, json=False, python=None, inventory=None):
+    """The model directories staged on the nodes (beside the inventory's and the profiles'
+    model paths): manifest digest and nodes, size, partial copies, the profiles using it."""
+    import posixpath
+
+    from ..fleet import Fleet
+    from ..transfer.chain import DEFAULT_PYTHON
+    from ..transfer.models import list_models
+    from ..transfer.show import print_list
+
+    rack = inventory_from(inventory)
+    used = _used_by(rack)
+    parents = sorted({posixpath.dirname(p) for p in (*used, rack.vars.model_path.rstrip("/"))})
+    with Fleet(rack) as fleet:
+        models, errors = list_models(fleet, rack.nodes, parents, python=python or DEFAULT_PYTHON)
+    if json:
+        console.print_json({"models": [m.as_dict() for m in models], "used_by": used,
+                            "unreachable": errors})
+    else:
+        print_list(models, used)
+    for node, error in errors.items():
+        console.say(f"{node}: {error}")
+    if errors:
+        raise Exit(code=1)
+
+
+@task(help={"model": "the model directory to remove from the nodes (required)",
+            "nodes": NODES_HELP, "check": "say what would be removed; remove nothing",
+            "json": "print JSON", "python": PYTHON_HELP, "inventory": INVENTORY_HELP,
+            **WAIT_HELP})
+@rack_task(changing=lambda a: not a["check"], name="weights.remove")
+def remove(c, model=None, nodes=None, check=False, json=False, python=None, inventory=None):
+    """Remove a staged model from the nodes: the files its manifest lists, partial files
+    and the manifest (anything else in the directory stays). Refused while the current
+    deployment runs from it."""
+    from ..fleet import Fleet
+    from ..lifecycle import record
+    from ..oplock.audit import note
+    from ..transfer.chain import DEFAULT_PYTHON
+    from ..transfer.models import describe_removal, remove_model
+
+    rack = inventory_from(inventory)
+    if model is None:
+        raise UsageError("weights.remove needs --model PATH",
+                         fix="name the model directory, e.g. --model /models/OLD (see "
+                         "`invoke weights.list`)")
+    path = _model(rack, model)
+    selected = _nodes(rack, nodes)
+    with Fleet(rack, list({n.name: n for n in (*selected, rack.head)}.values())) as fleet:
+        current = record.read(fleet, rack)["current"]
+        if current is not None and _runs_from(rack, current) == path:
+            raise UsageError(f"{path} is in use: the current deployment "
+                             f"{current.describe()} runs from it",
+                             fix="`invoke down` or `invoke roll` to another lane first")
+        removed = remove_model(fleet, selected, path, check=check,
+                               python=python or DEFAULT_PYTHON)
+    if not check:
+        note(nodes=sorted(n for n, d in removed.items() if d["removed"]),
+             files=[path])
+    if json:
+        console.print_json({"model_path": path, "check": check, "nodes": removed})
+    else:
+        console.print_table(f"weights.remove {path}" + (" (check: nothing removed)" if check
+                                                        else ""),
+                            ["node", "would remove" if check else "removed"],
+                            [[n, describe_removal(d)] for n, d in removed.items()])
+    failed = [n for n, d in removed.items() if d.get("error")]
+    if failed:
+        raise Exit(f"not removed on {', '.join(failed)}", code=1)
+
+
+def _runs_from(rack, deployment) -> str:
+    """The model directory a recorded deployment runs from (older records: its profile's)."""
+    from ..engines import load_engine, model_path_of
+
+    if deployment.model_path:
+        return deployment.model_path.rstrip("/")
+    try:
+        profile = load_engine(rack.path, deployment.engine).profile(deployment.profile)
+    except UsageError:
+        profile = None
+    return model_path_of(rack, profile).rstrip("/")

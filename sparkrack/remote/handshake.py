@@ -1,0 +1,61 @@
+"""The token handshake of every node-to-node stream (written once; stdlib only).
+
+The receiving side listens on its fabric address on a port picked for this transfer and
+keeps only connections whose first line is `TOKEN INDEX`; anything else is closed unread.
+The token comes in on the script's stdin, never in argv (which `ps` shows every user).
+"""
+
+import socket
+import time
+
+WAIT = 60.0  # how long a listener waits for its peers, and a connector for its listener
+
+
+def listen(addr, port, token, count=1, wait=WAIT, stall=300.0):
+    """{index: connection} of `count` peers that presented token (socket.timeout if they
+    do not all come within wait seconds)."""
+    srv = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((addr, int(port)))
+    srv.listen(8)
+    conns, end = {}, time.monotonic() + wait
+    try:
+        while len(conns) < count:
+            srv.settimeout(max(0.1, end - time.monotonic()))
+            conn, _ = srv.accept()
+            conn.settimeout(wait)
+            line = b""
+            try:
+                while not line.endswith(b"\n") and len(line) < 200:
+                    got = conn.recv(1)
+                    if not got:
+                        break
+                    line += got
+            except OSError:
+                line = b""
+            parts = line.decode(errors="replace").split()
+            if (len(parts) == 2 and parts[0] == token and parts[1].isdigit()
+                    and int(parts[1]) < count and int(parts[1]) not in conns):
+                conn.settimeout(stall)
+                conns[int(parts[1])] = conn
+            else:
+                conn.close()
+    finally:
+        srv.close()
+    return conns
+
+
+def connect(addr, port, token, index=0, wait=WAIT, stall=300.0):
+    """A connection to a listener, introduced with token (retried until wait runs out)."""
+    end = time.monotonic() + wait
+    while True:
+        try:
+            s = socket.create_connection((addr, int(port)), timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.1)
+    s.settimeout(stall)
+    s.sendall(("%s %d\n" % (token, index)).encode())
+    return s

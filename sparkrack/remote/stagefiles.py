@@ -1,0 +1,128 @@
+"""A model directory on a node as staging sees it (stdlib only).
+
+A file is received into `.NAME.sparkrack-partial` beside its place and renamed there only
+when its SHA-256 matches the manifest; an interrupted copy leaves the partial file, whose
+bytes the next run keeps. The hash cache (`/var/lib/sparkrack/stage-verified.json`:
+path -> [size, mtime_ns, inode, sha256]) spares re-reading a file that did not change
+since it was hashed. `.sparkrack-stage.lock` in the directory is flock'ed by whoever
+writes into it (one transfer at a time); while held it holds that transfer's progress
+(`{"bytes": N}`), which the control machine reads.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+
+CHUNK = 1 << 20
+LOCK = ".sparkrack-stage.lock"
+PARTIAL = ".sparkrack-partial"
+MANIFEST = "sparkrack-manifest.sha256"
+
+
+def partial_path(root, name):
+    head, tail = os.path.split(os.path.join(root, name))
+    return os.path.join(head, "." + tail + PARTIAL)
+
+
+def load_cache(path):
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except Exception:
+        return {}
+
+
+def save_cache(path, cache):
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(cache, f)
+        os.replace(tmp, path)
+    except Exception:
+        pass
+
+
+def stamp(path):
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def sha_of(path, limit=None):
+    h, left = hashlib.sha256(), limit
+    with open(path, "rb", buffering=0) as f:
+        while left is None or left > 0:
+            chunk = f.read(CHUNK if left is None else min(CHUNK, left))
+            if not chunk:
+                break
+            h.update(chunk)
+            if left is not None:
+                left -= len(chunk)
+    return h
+
+
+def locked(root):
+    """An fd holding the exclusive lock on root's staging (None: another transfer has it)."""
+    os.makedirs(root, exist_ok=True)
+    fd = os.open(os.path.join(root, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def busy(root):
+    """Whether a transfer holds root's lock (checked without creating anything)."""
+    path = os.path.join(root, LOCK)
+    if not os.path.exists(path):
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def note_progress(fd, data):
+    """Put data (JSON) in the held lock file for the control machine to read."""
+    text = json.dumps(data).encode()
+    os.pwrite(fd, text, 0)
+    os.ftruncate(fd, len(text))
+
+
+def walk_files(root):
+    """Every file under root (relative paths, sorted; a symlink to a file, as in a Hugging
+    Face snapshot, counts as that file), leaving out hidden folders, the manifest and
+    staging's own files."""
+    found = []
+    for top, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            if name == LOCK or name.endswith(PARTIAL) or (name.startswith(".") and name.endswith(".tmp")):
+                continue
+            path = os.path.join(top, name)
+            rel = os.path.relpath(path, root)
+            if rel != MANIFEST and os.path.isfile(path):  # a symlink counts as its file's bytes
+                found.append(rel)
+    return sorted(found)
+
+
+def parse_manifest_text(text):
+    """[(name, sha256)] of a manifest's lines (None for a line that is not one)."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        sha, sep, name = line.partition(" ")
+        name = name[1:] if name[:1] in (" ", "*") else name
+        if len(sha) != 64 or not sep or not name:
+            return None
+        out.append((name, sha.lower()))
+    return out

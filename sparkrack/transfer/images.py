@@ -1,0 +1,108 @@
+"""An engine image onto nodes through the chain, each node checked by image ID after.
+
+The source is a docker-save tar on this machine (`tar:PATH`, fed to the first hop over
+SSH) or a node that has the image (`node:NAME`, its `docker save`); every hop pipes the
+stream into `docker load` while forwarding it. Which image is right is decided before
+(provision/images.py). Targets still missing the ID afterwards (a broken link upstream)
+get one more chain from the source; a node that cannot be reached is left out and
+reported.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkrack.fleet import Fleet
+from sparkrack.inventory import Node
+from sparkrack.provision.changes import ImageTarget, short_id
+from sparkrack.transfer.chain import (
+    DEFAULT_PYTHON, Hop, LocalSource, NodeSource, relay_error, run_chain)
+
+CHUNK = 1 << 20
+
+
+@dataclass
+class TransferReport:
+    """One image's distribution: per target node an error or None, bytes and time."""
+
+    ref: str
+    image_id: str
+    source: str
+    targets: tuple[str, ...]
+    errors: dict[str, str | None] = field(default_factory=dict)
+    unreachable: set[str] = field(default_factory=set)
+    bytes_sent: int = 0  # bytes that left the source (once per chain)
+    bytes_moved: int = 0  # bytes received over all hops
+    seconds: float = 0.0
+    chains: int = 0
+
+    @property
+    def ok(self) -> tuple[str, ...]:
+        return tuple(n for n in self.targets if self.errors.get(n) is None)
+
+
+def file_chunks(path: Path) -> Iterator[bytes]:
+    """A local file in chunks (streamed, never all in memory)."""
+    with open(path, "rb") as source:
+        while chunk := source.read(CHUNK):
+            yield chunk
+
+
+def distribute(fleet: Fleet, target: ImageTarget, nodes: Sequence[Node], *,
+               python: str = DEFAULT_PYTHON, timeout: float = 3600.0,
+               attempts: int = 2) -> TransferReport:
+    """Bring target's image onto nodes (a pipelined chain), verify the ID on each."""
+    report = TransferReport(target.ref, target.image_id or "", target.source,
+                            tuple(n.name for n in nodes))
+    started = time.monotonic()
+    kind, _, where = target.source.partition(":")
+    if kind == "tar":
+        source = LocalSource(lambda: file_chunks(Path(where)), where)
+    else:
+        source = NodeSource(fleet.inventory.node(where), ["save", target.ref])
+    pending = list(nodes)
+    for _ in range(attempts):
+        if not pending:
+            break
+        report.chains += 1
+        run = run_chain(fleet, source, [Hop(n, ["load"]) for n in pending], python=python,
+                        timeout=timeout)
+        if run.source is not None:
+            report.bytes_sent += int(run.source_report.get("bytes", 0))
+            if run.source.status == "unreachable":
+                for node in pending:
+                    report.errors[node.name] = f"source {target.source} unreachable"
+                break
+        else:
+            report.bytes_sent += int(run.source_report.get("bytes", 0))
+        for node in pending:
+            result = run.results.get(node.name)
+            data = run.reports.get(node.name, {})
+            report.bytes_moved += int(data.get("bytes", 0))
+            if result is not None and result.status == "unreachable":
+                report.unreachable.add(node.name)
+            report.errors[node.name] = relay_error(result, data)
+        present = verify(fleet, target, [n for n in pending if n.name not in report.unreachable])
+        for node in pending:
+            if node.name in present:
+                report.errors[node.name] = (None if present[node.name] == target.image_id else
+                                            report.errors[node.name] or
+                                            f"has {short_id(present[node.name] or 'none')} "
+                                            f"after the transfer")
+        pending = [n for n in pending if report.errors.get(n.name) is not None
+                   and n.name not in report.unreachable]
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def verify(fleet: Fleet, target: ImageTarget, nodes: Sequence[Node]) -> dict[str, str | None]:
+    """{node: the image ID it has for target.ref, or None} over one round trip."""
+    if not nodes:
+        return {}
+    argv = ["docker", "image", "inspect", "--format", "{{.Id}}", target.ref]
+    results = fleet.run({n.name: argv for n in nodes}, timeout=60)
+    return {r.node: (r.stdout.strip() or None) if r.ok else None for r in results
+            if r.status != "unreachable"}

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sparkrack.facts import facts_argv  # noqa: E402
 from sparkrack.fleet import Fleet  # noqa: E402
-from sparkrack.fleet_argv import chain, split_chain  # noqa: E402
+from sparkrack.fleet.argv import chain, split_chain  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
 from sparkrack.provision.envfiles import EnvFiles  # noqa: E402
 

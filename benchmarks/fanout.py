@@ -25,7 +25,7 @@ from lightnodes import LightNodes  # noqa: E402
 
 from sparkrack.fleet import Fleet  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
-from sparkrack.netguard import REHEARSAL_STATE_FILE  # noqa: E402
+from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE  # noqa: E402
 
 COMMAND = ["cat", "/etc/hostname"]
 

@@ -39,7 +39,7 @@ from provision_helpers import inventory_copy, write_image_tar
 
 from sparkrack.fleet import Fleet, sh
 from sparkrack.inventory import load_inventory
-from sparkrack.netguard import REHEARSAL_STATE_FILE
+from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE
 from sparkrack.provision import provision, unprovision
 from sparkrack.transfer.chain import Hop, NodeSource, run_chain
 from sparkrack.transfer.images import file_chunks

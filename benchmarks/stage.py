@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node, load_inventory
-from sparkrack.netguard import REHEARSAL_STATE_FILE
+from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE
 from sparkrack.transfer.manifest import MANIFEST_NAME
 from sparkrack.transfer.weights import Source, stage as stage_weights
 from sparkrack.rehearsal import nodefs, nodeproc

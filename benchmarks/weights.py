@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
-from sparkrack.netguard import REHEARSAL_STATE_FILE
+from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE
 from sparkrack.rehearsal.layout import CLIENT_KEY
 from sparkrack.remote import script
 from sparkrack.transfer.manifest import MANIFEST_NAME

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .errors import UsageError
-from .fleet_results import FleetResult, NodeResult
+from .fleet.results import FleetResult, NodeResult
 
 RULE = "-" * 16
 

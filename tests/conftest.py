@@ -26,7 +26,7 @@ def rack():
     """The rehearsal rack, booted once per test run; torn down at the end unless it was
     already up before the run (a developer's rack is left as it was found)."""
     from sparkrack.inventory import load_inventory
-    from sparkrack.netguard import REHEARSAL_STATE_FILE
+    from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE
     from sparkrack.rehearsal.rack import RehearsalRack
 
     if os.geteuid() != 0:

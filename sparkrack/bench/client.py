@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..errors import SparkrackError
 from ..inventory import Node
-from ..netguard import check_node
+from ..fleet.netguard import check_node
 from .measure import decode_rate
 
 DONE = object()  # the `data: [DONE]` event

@@ -22,7 +22,7 @@ from ..errors import SparkrackError, UsageError
 if TYPE_CHECKING:
     from ..inventory import Inventory
 
-INVENTORY_HELP = "inventory directory (default: $SPARKRACK_INVENTORY, else ./inventory)"
+INVENTORY_HELP = "inventory directory (default: $SPARKRACK_INVENTORY, else ./inventory/rack)"
 WAIT_HELP = {"wait": "if another operator holds the rack lock, wait up to SECONDS for it "
                      "(default: refuse at once with exit code 3)"}
 
@@ -161,7 +161,7 @@ def _preloaded(path: str | None, rack: Inventory):
 
 
 def inventory_from(path: str | None) -> Inventory:
-    """Load the inventory named by -i, $SPARKRACK_INVENTORY or ./inventory."""
+    """Load the inventory named by -i, $SPARKRACK_INVENTORY or ./inventory/rack."""
     from ..inventory import load_inventory
 
     if path in _loaded:

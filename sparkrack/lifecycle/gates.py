@@ -25,7 +25,7 @@ from typing import TypeVar
 from ..engines import LaunchSpec, build_specs, load_engine
 from ..facts import NodeFacts, facts_argv, parse_facts
 from ..fleet import Fleet
-from ..fleet_argv import chain, split_chain
+from ..fleet.argv import chain, split_chain
 from ..provision.envfiles import EnvFiles, NodeEnv
 from ..inventory import Inventory
 from ..power import CapState, project_power

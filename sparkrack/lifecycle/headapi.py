@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 
 from ..inventory import Node
-from ..netguard import check_node
+from ..fleet.netguard import check_node
 
 
 def url(node: Node, port: int, path: str) -> str:

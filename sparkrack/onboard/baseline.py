@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from sparkrack.facts import NodeFacts as StatusFacts
 from sparkrack.facts import facts_argv, parse_facts
 from sparkrack.fleet import Fleet
-from sparkrack.fleet_argv import sh
+from sparkrack.fleet.argv import sh
 from sparkrack.inventory import Node
 from sparkrack.provision.gather import IMAGES, NETDEVS, gather_argv, roce_query
 from sparkrack.provision.gather import NodeFacts as GatherFacts

@@ -36,12 +36,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import paramiko
 
 from sparkrack.atomic import write_atomically
 from sparkrack.errors import SparkrackError, UsageError
-from sparkrack.fleet import Fleet
-from sparkrack.fleet_ssh import explain, who
+from sparkrack.fleet import Fleet, hostkeys
+from sparkrack.fleet.ssh import explain, who
 from sparkrack.inventory import Inventory, Node, load_inventory
 from sparkrack.inventory_schema import address_problem
 from sparkrack.onboard import baseline, join, stage, trust, verify
@@ -192,7 +191,7 @@ class _Run:
         self.work: Inventory | None = None
         self.new: Node | None = None
         self.members: tuple[Node, ...] = ()
-        self.key: paramiko.PKey | None = None
+        self.key: hostkeys.HostKey | None = None
         self.roce_addr: str | None = options["roce_addr"]
 
     def close(self) -> None:
@@ -275,7 +274,7 @@ class _Run:
         report, new, old = self.report, self.new, self.old
         real = self.inventory.known_hosts_path
         with self.step("trust") as step:
-            keys = trust.read_known_hosts(real)
+            keys = hostkeys.read_known_hosts(real)
             ident = trust.host_id(new.address, new.port)
             own = [ident, new.name]
             current = next((n for n in (*self.inventory.nodes, *self.inventory.spares)
@@ -286,13 +285,13 @@ class _Run:
             if old is not None and (old.address == new.address or old.name == new.name):
                 replaced = [trust.host_id(old.address, old.port), old.name]
             own = [i for i in dict.fromkeys(own) if i not in replaced]
-            recorded = trust.recorded_keys(keys, [*own, *replaced])
+            recorded = hostkeys.recorded_keys(keys, [*own, *replaced])
             preferred = [t for ident_keys in recorded.values() for t in ident_keys]
             try:
-                self.key = trust.fetch_host_key(new, list(dict.fromkeys(preferred)))
-            except (OSError, paramiko.SSHException, EOFError) as error:
+                self.key = hostkeys.fetch_host_key(new, list(dict.fromkeys(preferred)))
+            except hostkeys.FETCH_ERRORS as error:
                 self.stop(step, "failed", explain(new, real, error))
-            report.fingerprint = trust.fingerprint(self.key)
+            report.fingerprint = hostkeys.fingerprint(self.key)
             decision = trust.decide(self.key, recorded, own, replaced, real, who(new))
             self.line(step, decision.message)
             if decision.state == trust.CHANGED:

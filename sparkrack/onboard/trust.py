@@ -1,39 +1,24 @@
 """Step 1, trust: fetch a new node's SSH host key, show it, record it only when confirmed.
 
-The key is read by a bare paramiko Transport to the netguard-vetted address: key exchange
-only, no authentication, nothing sent that the node could log as a login. It is recorded
+The key is read by fleet.hostkeys (key exchange only, no authentication). It is recorded
 in the inventory's known_hosts (the only file the fleet trusts) when the operator confirms
 the fingerprint: interactively, or with `--fingerprint SHA256:...` that must match. A key
 that differs from one already recorded for the node's address, or for a node of the same
 name, is refused, except the one of the node that `--replace` retires at the same address.
 
-Pure parts (`fingerprint`, `host_id`, `recorded_keys`, `decide`, `known_hosts_text`) are
-unit-tested; `fetch_host_key` and `record` touch the network and the file.
+Pure parts (`host_id`, `decide`, `known_hosts_text`) are unit-tested; reading the key and
+the known_hosts file is fleet.hostkeys'.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import paramiko
-from paramiko.hostkeys import HostKeys, InvalidHostKey
-
-from sparkrack.errors import UsageError
-from sparkrack.inventory import Node
-from sparkrack.netguard import check_node
+from sparkrack.fleet.hostkeys import HostKey, fingerprint, line_matches
 
 NEW, KNOWN, REPLACES, CHANGED = "new", "known", "replaces", "CHANGED"
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """The key's OpenSSH SHA256 fingerprint: 'SHA256:' + unpadded base64 of the blob."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
 def same_fingerprint(given: str, actual: str) -> bool:
@@ -50,51 +35,6 @@ def host_id(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
 
-def fetch_host_key(node: Node, preferred_types: Sequence[str] = ()) -> paramiko.PKey:
-    """The host key node offers, over a Transport to its vetted address (no auth).
-
-    preferred_types: key types to ask for first (those already recorded for the host), so
-    a recorded key is compared with the node's key of the same type, as the fleet's
-    connections will negotiate it."""
-    address = check_node(node)
-    seconds = node.vars.ssh_connect_timeout
-    sock = socket.create_connection((address, node.port), timeout=seconds)
-    transport = paramiko.Transport(sock)
-    try:
-        transport.banner_timeout = seconds
-        options = transport.get_security_options()
-        wanted = [t for t in preferred_types if t in options.key_types]
-        if wanted:
-            options.key_types = wanted + [t for t in options.key_types if t not in wanted]
-        transport.start_client(timeout=seconds)
-        return transport.get_remote_server_key()
-    finally:
-        transport.close()
-        sock.close()
-
-
-def read_known_hosts(path: Path) -> HostKeys:
-    """The known_hosts file as paramiko reads it (none yet: empty)."""
-    keys = HostKeys()
-    if path.is_file():
-        try:
-            keys.load(str(path))
-        except (OSError, InvalidHostKey) as error:
-            raise UsageError(f"{path}: cannot read: {error}",
-                             fix="fix or delete the bad line") from None
-    return keys
-
-
-def recorded_keys(keys: HostKeys, names: Iterable[str]) -> dict[str, dict[str, paramiko.PKey]]:
-    """{host id: {key type: key}} recorded for each of names (hashed entries included)."""
-    found = {}
-    for name in names:
-        entry = keys.lookup(name)
-        if entry:
-            found[name] = {key_type: entry[key_type] for key_type in entry.keys()}
-    return found
-
-
 @dataclass(frozen=True)
 class Decision:
     """What step 1 makes of the fetched key."""
@@ -104,7 +44,7 @@ class Decision:
     stale: tuple[str, ...] = ()  # host ids whose recorded keys the new one replaces
 
 
-def decide(key: paramiko.PKey, recorded: dict[str, dict[str, paramiko.PKey]],
+def decide(key: HostKey, recorded: dict[str, dict[str, HostKey]],
            own_ids: Sequence[str], replaced_ids: Sequence[str], known_hosts: Path,
            label: str) -> Decision:
     """Compare the node's key with what is recorded under its own ids (address, name) and
@@ -140,7 +80,7 @@ def decide(key: paramiko.PKey, recorded: dict[str, dict[str, paramiko.PKey]],
     return Decision(NEW, f"{label}: {shown} (not recorded yet)")
 
 
-def known_hosts_text(old_text: str, ident: str, key: paramiko.PKey,
+def known_hosts_text(old_text: str, ident: str, key: HostKey,
                      stale: Sequence[str] = ()) -> str:
     """known_hosts content with key recorded for ident and the lines of stale ids (and any
     previous line of ident) removed; every other line kept as it was."""
@@ -158,17 +98,3 @@ def without_ids(old_text: str, ids: Iterable[str]) -> str:
     drop = set(ids)
     return "".join(line for line in old_text.splitlines(keepends=True)
                    if not any(line_matches(line, name) for name in drop))
-
-
-def line_matches(line: str, ident: str) -> bool:
-    """Whether a known_hosts line names ident (plain or hashed)."""
-    stripped = line.strip()
-    if not stripped or stripped.startswith("#"):
-        return False
-    first = stripped.split()[0]
-    for name in first.split(","):
-        if name == ident:
-            return True
-        if name.startswith("|1|") and HostKeys.hash_host(ident, name) == name:
-            return True
-    return False

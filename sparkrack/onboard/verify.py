@@ -30,7 +30,7 @@ from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.inventory import Inventory, Node
 from sparkrack.provision.envfiles import EnvFiles
 from sparkrack.transfer.chain import DEFAULT_PYTHON
-from sparkrack.fleet_results import last_json_object
+from sparkrack.fleet.results import last_json_object
 
 HOLD_S = 8.0  # a listener's longest life
 SERVED_BY_EVERY_RANK = ("http",)  # other ports (dist_init, master) are the head's

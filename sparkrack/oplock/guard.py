@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from ..fleet_warm import discard, prewarm
+from ..fleet.warm import discard, prewarm
 from ..inventory import Inventory
 from . import audit
 from .lock import LockError, LockHeld, RackLock, call, interrupt_main

@@ -37,7 +37,7 @@ from filelock import FileLock, Timeout
 
 from ..errors import SparkrackError
 from ..fleet import Fleet
-from ..fleet_warm import unlend
+from ..fleet.warm import unlend
 from ..inventory import Inventory
 from .identity import state_dir
 from .remote import Holder, Reply, holder_json, lock_argv, parse_reply

@@ -23,7 +23,7 @@ from . import hostnet, hostprep, nodefs, nodeproc
 from .extras import ExtraNode, check_extra, read_extras, write_extras
 from .stubimage import build_stub_images
 from .layout import CGROUP_GROUP, CGROUP_ROOTS, HCAS, KNOWN_HOSTS, RUN_DIR, SUBNET, NodeLayout
-from ..netguard import REHEARSAL_STATE_FILE
+from ..fleet.netguard import REHEARSAL_STATE_FILE
 
 BOOT_TIMEOUT = 90.0
 

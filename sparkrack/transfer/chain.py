@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from sparkrack import remote
 from sparkrack.fleet import Fleet, NodeResult
-from sparkrack.fleet_results import last_json_object
+from sparkrack.fleet.results import last_json_object
 from sparkrack.inventory import Node
 
 DEFAULT_PYTHON = "/usr/bin/python3"

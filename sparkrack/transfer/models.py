@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sparkrack.fleet import Fleet
-from sparkrack.fleet_results import last_json_object
+from sparkrack.fleet.results import last_json_object
 from sparkrack.inventory import Node
 from sparkrack.transfer.chain import DEFAULT_PYTHON
 from sparkrack.transfer.manifest import MANIFEST_NAME, STAGE_CACHE, size_text

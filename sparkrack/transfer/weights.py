@@ -33,7 +33,7 @@ from pathlib import Path
 from sparkrack import remote
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
-from sparkrack.fleet_results import last_json_object
+from sparkrack.fleet.results import last_json_object
 from sparkrack.remote.relay import file_stream
 from sparkrack.remote.stagefiles import LOCK
 from sparkrack.transfer.chain import (

@@ -640,7 +640,7 @@ def _reach(fleet, node, settings: Settings, inventory) -> list[str]:
     result = fleet.run({node.name: from_root([
         "env", f"PYTHONPATH={d}/lib", settings.python, "-m", "sparkrack.watchdog",
         "--inventory", f"{d}/inventory", "--check-reach"])}, timeout=120)[node.name]
-    from ..fleet_results import last_json_object
+    from ..fleet.results import last_json_object
 
     answer = last_json_object(result.stdout)
     failed = answer.get("failed") or {}

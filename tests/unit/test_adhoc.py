@@ -13,7 +13,7 @@ import pytest
 from loopback import Sshd, free_port, inventory, needs_sshd, write_inventory
 from sparkrack.adhoc import command_argv, compress, group_results, remainder_of, render, run_adhoc
 from sparkrack.errors import UsageError
-from sparkrack.fleet_results import FleetResult, NodeResult
+from sparkrack.fleet.results import FleetResult, NodeResult
 
 REPO = Path(__file__).resolve().parents[2]
 

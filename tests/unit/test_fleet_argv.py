@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from sparkrack.fleet import Secret, quote_argv, redact_argv, sh
-from sparkrack.fleet_argv import chain, redact_text, secret_values, split_chain
+from sparkrack.fleet.argv import chain, redact_text, secret_values, split_chain
 
 NASTY = ["plain", "two words", "semi;colon", "$(touch /tmp/pwned)", "`id`", "$HOME", "${x:-y}",
          "it's", 'say "hi"', "back\\slash", "new\nline", "tab\there", "*", "?", "~", "-n",

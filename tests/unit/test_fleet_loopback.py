@@ -18,7 +18,7 @@ import pytest
 from loopback import KNOWN, Sshd, free_port, inventory, needs_sshd, session_pids
 
 from sparkrack.fleet import Fleet, Secret, sh
-from sparkrack.fleet_ssh import UnreachableError
+from sparkrack.fleet.ssh import UnreachableError
 from sparkrack.inventory import Inventory
 from sparkrack.inventory_schema import RackVars
 
@@ -139,7 +139,7 @@ def test_a_node_that_never_answers_the_tcp_connect_is_named_in_seconds(sshd: Ssh
     """A full accept queue drops SYNs as a dead or cut node does: the fast TCP probe gives up
     after TCP_CONNECT_TIMEOUT although ssh_connect_timeout is 5 s (kept for the SSH steps
     of a node that answers but is slow)."""
-    from sparkrack.fleet_ssh import TCP_CONNECT_TIMEOUT
+    from sparkrack.fleet.ssh import TCP_CONNECT_TIMEOUT
 
     with socket.socket() as full:
         full.bind(("127.0.0.1", 0))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from loopback import Sshd, inventory, needs_sshd
 
-from sparkrack import fleet_warm
+from sparkrack.fleet import warm as fleet_warm
 from sparkrack.fleet import Fleet
 
 pytestmark = needs_sshd

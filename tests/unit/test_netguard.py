@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkrack import netguard
+from sparkrack.fleet import netguard
 from sparkrack.errors import UnsafeAddressError
 from sparkrack.inventory import Node
 from sparkrack.inventory_schema import RackVars

@@ -16,6 +16,7 @@ import paramiko
 import pytest
 
 from sparkrack.errors import InventoryError, UsageError
+from sparkrack.fleet import hostkeys
 from sparkrack.inventory import load_inventory
 from sparkrack.onboard import baseline, join, trust, verify
 from sparkrack.onboard.run import known_bad_kernels
@@ -330,7 +331,7 @@ def test_fingerprint_is_openssh_s(tmp_path):
     loaded = paramiko.Ed25519Key(filename=str(path))
     shown = subprocess.run(["ssh-keygen", "-lf", f"{path}.pub"], capture_output=True,
                            text=True, check=True).stdout.split()[1]
-    assert trust.fingerprint(loaded) == shown
+    assert hostkeys.fingerprint(loaded) == shown
     assert trust.same_fingerprint(shown, shown) and trust.same_fingerprint(shown[7:], shown)
     assert not trust.same_fingerprint(shown.lower(), shown)
 
@@ -343,7 +344,7 @@ def test_host_key_decisions(tmp_path):
     assert decide({}).state == trust.NEW
     assert decide({"10.0.0.9": {mine.get_name(): mine}}).state == trust.KNOWN
     changed = decide({"10.0.0.9": {other.get_name(): other}})
-    assert changed.state == trust.CHANGED and trust.fingerprint(other) in changed.message
+    assert changed.state == trust.CHANGED and hostkeys.fingerprint(other) in changed.message
     assert decide({"spark-09": {other.get_name(): other}}).state == trust.CHANGED
     replaced = decide({"10.0.0.5": {other.get_name(): other}}, own=("10.0.0.5",),
                       replaced=("10.0.0.5",))
@@ -386,9 +387,9 @@ def test_fetch_host_key_from_a_local_server(tmp_path, monkeypatch):
     threading.Thread(target=serve, daemon=True).start()
     node = load_inventory(FIXTURE).nodes[0]
     node = dataclasses.replace(node, address="127.0.0.1", port=port)
-    got = trust.fetch_host_key(node)
+    got = hostkeys.fetch_host_key(node)
     listener.close()
-    assert got == host and trust.fingerprint(got) == trust.fingerprint(host)
+    assert got == host and hostkeys.fingerprint(got) == hostkeys.fingerprint(host)
 
 
 # --- The port probe ---------------------------------------------------------------------

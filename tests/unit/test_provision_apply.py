@@ -3,7 +3,7 @@
 import subprocess
 
 from sparkrack.fleet import quote_argv
-from sparkrack.fleet_results import NodeResult
+from sparkrack.fleet.results import NodeResult
 from sparkrack.provision.apply import _run_culprit, _steps, sequence_argv
 from sparkrack.provision.changes import Change, Put, Run, Transfer
 

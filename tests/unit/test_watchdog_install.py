@@ -84,7 +84,7 @@ def test_the_library_is_sparkrack_and_every_runtime_distribution():
                  "paramiko/__init__.py", "yaml/__init__.py",
                  "prometheus_client/__init__.py", "docker/__init__.py"):
         assert path in files, path
-    assert files["sparkrack/fleet.py"] == REPO / "sparkrack" / "fleet.py"
+    assert files["sparkrack/fleet/group.py"] == REPO / "sparkrack" / "fleet" / "group.py"
     assert not any(p.startswith("roles/") for p in files)  # the roles are package data
     assert any(p.startswith("cryptography/") and p.endswith(".so") for p in files)
     assert any(p.endswith(".dist-info/METADATA") and p.startswith("paramiko") for p in files)
@@ -92,8 +92,8 @@ def test_the_library_is_sparkrack_and_every_runtime_distribution():
                    for p in files)
     manifest = library.manifest()
     assert manifest.splitlines()[0].split("  ")[1] == sorted(files)[0]
-    line = next(l for l in manifest.splitlines() if l.endswith("  sparkrack/fleet.py"))
-    assert line.split()[0] == hashlib.sha256((REPO / "sparkrack/fleet.py").read_bytes()).hexdigest()
+    line = next(l for l in manifest.splitlines() if l.endswith("  sparkrack/fleet/group.py"))
+    assert line.split()[0] == hashlib.sha256((REPO / "sparkrack/fleet/group.py").read_bytes()).hexdigest()
 
 
 def test_the_inventory_copy_reaches_every_node_with_the_watchdogs_key(tmp_path):

@@ -23,7 +23,7 @@ from docker.constants import MINIMUM_DOCKER_API_VERSION
 from docker.transport import SSHHTTPAdapter
 from urllib3.connectionpool import HTTPConnectionPool
 
-from sparkrack.fleet_ssh import UnreachableError, open_client, who
+from sparkrack.fleet.ssh import UnreachableError, open_client, who
 from sparkrack.inventory import Node
 
 _MOUNT = "http+docker://ssh"  # where docker-py's APIClient sends every ssh:// request

@@ -28,7 +28,7 @@ from fabric import Config, Connection
 from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.events import node_lost
 from sparkrack.inventory import Node
-from sparkrack.netguard import check_node
+from sparkrack.fleet.netguard import check_node
 
 LIVENESS_INTERVAL = 2.0  # seconds between two liveness probes of an open connection
 TCP_CONNECT_TIMEOUT = 1.5  # a live node's kernel answers a SYN within a millisecond, however

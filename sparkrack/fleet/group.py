@@ -32,22 +32,18 @@ import paramiko
 from fabric import Connection
 
 from sparkrack.errors import SparkrackError, UsageError
-from sparkrack.fleet_argv import (
-    Arg, Argv, Secret, quote_argv, redact_argv, redact_text, secret_values, sh)
-from sparkrack.fleet_channel import close_quietly, deadline, execute
-from sparkrack.fleet_results import FleetError, FleetResult, NodeResult
-from sparkrack.fleet_ssh import (
+from sparkrack.fleet.argv import Argv, quote_argv, redact_argv, redact_text, secret_values
+from sparkrack.fleet.channel import close_quietly, deadline, execute
+from sparkrack.fleet.results import FleetResult, NodeResult
+from sparkrack.fleet.ssh import (
     UnreachableError, answers, explain, lost_reason, open_connection, who)
-from sparkrack.fleet_warm import borrow, claim, lend
+from sparkrack.fleet.warm import borrow, claim, lend
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory_schema import FrozenMapping
-from sparkrack.netguard import check_node
+from sparkrack.fleet.netguard import check_node
 
 if TYPE_CHECKING:
     import docker
-
-__all__ = ["Arg", "Argv", "Fleet", "FleetError", "FleetResult", "NodeResult", "Secret",
-           "Upload", "quote_argv", "redact_argv", "sh"]
 
 log = logging.getLogger(__name__)
 # paramiko logs a dropped connection ("Socket exception: Connection reset by peer") through
@@ -154,7 +150,7 @@ class Fleet:
         """A docker SDK client to node's dockerd over SSH: same address check, known_hosts,
         key and timeouts as the fleet. Cached; closed with the fleet. UnreachableError
         (naming the node and why) if no session can be had."""
-        from sparkrack.fleet_docker import pinned_docker_client  # the SDK only when used
+        from sparkrack.fleet.dockerclient import pinned_docker_client  # the SDK only when used
 
         target = self._node(node if isinstance(node, str) else node.name)
         check_node(target)  # an unsafe address is the caller's error, not an unreachable node

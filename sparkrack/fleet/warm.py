@@ -30,7 +30,7 @@ from pathlib import Path
 
 from fabric import Connection
 
-from sparkrack.fleet_ssh import open_connection
+from sparkrack.fleet.ssh import open_connection
 from sparkrack.inventory import Inventory, Node
 
 _Key = tuple[str, str, int, str, str, str]

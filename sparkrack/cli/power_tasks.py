@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from invoke import task
 
 from .. import console
 from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
 from .engine_tasks import run_burn
 
-if TYPE_CHECKING:
-    from ..power import CapState
-
 BATCH_HELP = "nodes per batch (default: the inventory's restart_batch_size)"
-
-
-def cap_state(row) -> CapState:
-    """A node's cap as last verified: the burn record of this boot, else unknown."""
-    from ..power import cap_state_of
-
-    return cap_state_of(row.facts)
 
 
 @task(help={"inventory": INVENTORY_HELP, "json": "print JSON for scripts"})
@@ -29,12 +17,12 @@ def power(c, inventory=None, json=False):
     """Live GPU power per node, each cap state, and the worst-case rack draw vs the strip.
 
     A node counts at its uncapped watts unless a burn this boot verified its cap."""
-    from ..power import project_power
+    from ..power import cap_state_of, project_power
     from ..status import gather_status
 
     rack = inventory_from(inventory)
     rows = gather_status(rack)
-    states = {r.node: cap_state(r) for r in rows}
+    states = {r.node: cap_state_of(r.facts) for r in rows}
     budget = project_power(rack, states)
     if json:
         console.print_json({"nodes": [{"node": r.node, "reachable": r.reachable,

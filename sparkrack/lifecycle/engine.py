@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ..engines import LaunchSpec, build_specs
 from ..errors import SparkrackError
-from ..facts import facts_argv, parse_facts
+from ..facts.node import facts_argv, parse_facts
 from ..fleet import Fleet
 from ..inventory import Inventory
 from ..oplock.audit import note

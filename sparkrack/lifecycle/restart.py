@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import SparkrackError
-from ..facts import CLOCK_CAP_UNIT, facts_argv, parse_facts
+from ..facts.node import CLOCK_CAP_UNIT, facts_argv, parse_facts
 from ..fleet import Fleet
 from ..inventory import Inventory, Node
 from ..oplock.audit import note

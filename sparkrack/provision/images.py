@@ -33,7 +33,7 @@ from sparkrack.fleet import Fleet, NodeResult, quote_argv
 from sparkrack.fleet_channel import close_quietly, deadline
 from sparkrack.fleet_ssh import explain, lost_reason, open_client
 from sparkrack.inventory import Node
-from sparkrack.provision.gather import NodeFacts, normalize_ref
+from sparkrack.facts.provision import NodeFacts, normalize_ref
 from sparkrack.provision.plan import ImageTarget, short_id
 from sparkrack.fleet_results import last_json_object
 

@@ -26,17 +26,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from sparkrack.provision.gather import (
+from sparkrack.facts.provision import (
     IMAGES,
     NETDEVS,
     NodeFacts,
-    Query,
     file_query,
     guard_query,
     normalize_ref,
     roce_query,
     unit_query,
 )
+from sparkrack.facts.queries import Query
 from sparkrack.provision.roles import Renderer, RenderError, Role, Task
 
 Status = Literal["ok", "changed", "failed", "skipped", "pending"]

@@ -19,17 +19,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from sparkrack.facts.provision import IMAGES, NodeFacts, normalize_ref, parse_facts
+from sparkrack.facts.queries import Query
+from sparkrack.facts.queries import argv as gather_argv
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
 from sparkrack.provision.apply import ApplyResult, apply_node
-from sparkrack.provision.gather import (
-    IMAGES,
-    NodeFacts,
-    Query,
-    gather_argv,
-    normalize_ref,
-    parse_facts,
-)
 from sparkrack.provision.images import (
     DEFAULT_PYTHON,
     TransferReport,

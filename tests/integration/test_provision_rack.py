@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import pytest
 
 from sparkrack.cli import provision_tasks
-from sparkrack.facts import CLOCK_CAP_UNIT
+from sparkrack.facts.node import CLOCK_CAP_UNIT
 from sparkrack.errors import InventoryError
 from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision, unprovision

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from sparkrack.provision.gather import NodeFacts
+from sparkrack.facts.provision import NodeFacts
 from sparkrack.provision.images import RELAY, resolve_images, tar_image
 from sparkrack.provision.testing import write_image_tar
 

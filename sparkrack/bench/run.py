@@ -106,8 +106,9 @@ class Bench:
         self._began = time.monotonic()
         self._last_progress = 0.0
         now = time.time()
+        lane = f"{target.deployment.engine}-{target.deployment.profile}"
         self.result = BenchResult(
-            name=name or f"{target.engine}-{target.profile}-{suite.name}-{stamp(now)}",
+            name=name or f"{lane}-{suite.name}-{stamp(now)}",
             suite=suite.name,
             date=datetime.fromtimestamp(now, UTC).astimezone().isoformat(timespec="seconds"),
             started=now, deployment=target.as_dict(),
@@ -124,7 +125,7 @@ class Bench:
         section = "warm-up"
         try:
             self._stream("warm-up", [_user(prompts.load_prompt("code"))], WARMUP_TOKENS)
-            before = metrics.snapshot(self.endpoint, self.target.engine)
+            before = metrics.snapshot(self.endpoint, self.target.deployment.engine)
             section = "single"
             self._single()
             section = "users"
@@ -133,7 +134,7 @@ class Bench:
                 section = "needle"
                 self._needle()
             section = "accept length"
-            after = metrics.snapshot(self.endpoint, self.target.engine)
+            after = metrics.snapshot(self.endpoint, self.target.deployment.engine)
             self.result.accept_length, self.result.accept_source = metrics.accept_length(before, after)
         except (KeyboardInterrupt, Cancelled):
             self.cancel.stop()

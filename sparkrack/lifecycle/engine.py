@@ -24,10 +24,10 @@ from ..inventory import Inventory
 from ..oplock.audit import note
 from ..oplock.identity import operator
 from . import headapi, record
-from .containers import engine_containers
 from .gates import Preflight, memory_problems, preflight
 from .record import Deployment
 from .phases import Phases
+from .running import running
 from .start import Progress, StartFailed, prepare, start_group
 from .stop import StopReport, stop_engine
 
@@ -188,8 +188,7 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
     phases = Phases()
     with Fleet(inventory) as fleet:
         records = record.read(fleet, inventory)
-        running, _ = engine_containers(fleet)
-        replacing = next((r.deployment for r in running if r.alive), None)
+        replacing = running(fleet).deployment
         pre = preflight(fleet, inventory, engine, profile,
                         deployment_id=new_deployment_id(engine, profile), burn=burn,
                         replacing=replacing, override_power=override_power, keep_verified=True,
@@ -251,8 +250,7 @@ def watch_group(inventory: Inventory, *, burn: Callable, duration: float | None 
     from .watch import WatchReport, watch
 
     with Fleet(inventory) as fleet:
-        running, _ = engine_containers(fleet)
-    alive = [r for r in running if r.alive]
+        alive = running(fleet).alive
     if not alive:
         return WatchReport(failure="no engine is running")
     engine, profile = alive[0].engine, alive[0].profile
@@ -295,8 +293,7 @@ def reboot(inventory: Inventory, nodes, *, burn: Callable, batch_size: int | Non
     from .restart import reboot_nodes
 
     with Fleet(inventory, nodes) as fleet:
-        running, _ = engine_containers(fleet)
-    alive = [r for r in running if r.alive]
+        alive = running(fleet).alive
     if alive:
         raise Refused(f"{alive[0].engine} {alive[0].profile} runs on {alive[0].node} (rank "
                       f"{alive[0].rank}): rebooting it would take the TP group down",

@@ -29,8 +29,9 @@ from ..provision.envfiles import EnvFiles, NodeEnv
 from ..inventory import Inventory
 from ..power import CapState, project_power
 from ..rules import check_profile
-from .containers import engine_containers, parallel
+from .containers import parallel
 from .phases import Phases
+from .running import running
 
 T = TypeVar("T")
 
@@ -184,11 +185,11 @@ def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
                report: Preflight, replacing: str | None) -> None:
     """The gates that read the running rack: other engines, rules, image, memory."""
     head = specs[0]
-    running, errors = engine_containers(fleet)
-    others = [r for r in running if r.alive and r.deployment != replacing]
+    found = running(fleet)
+    others = [r for r in found.alive if r.deployment != replacing]
     report.add("no other engine", [f"{r.engine} {r.profile} rank {r.rank} runs on {r.node} "
                                    f"({r.name}); run `invoke down` or `invoke roll`" for r in others[:1]]
-               + [f"{node}: docker: {e}" for node, e in errors.items()], "no engine running")
+               + [f"{node}: docker: {e}" for node, e in found.errors.items()], "no engine running")
 
     rules = check_profile(inventory, head.engine, head.profile, specs=specs,
                           node_kernels={n: f.kernel for n, f in report.facts.items()})

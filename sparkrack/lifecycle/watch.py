@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from ..fleet import Fleet, sh
 from ..inventory import Inventory
 from . import headapi
-from .containers import Rank, engine_containers, refresh, stop_ranks
+from .containers import Rank, refresh, stop_ranks
+from .running import running
 from .leak import LeakWatch
 
 POLL_INTERVAL_S = 1.0  # between polls of the group
@@ -130,8 +131,7 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
     """Watch the running group until it fails (then act) or duration passes."""
     report = WatchReport()
     with Fleet(inventory) as fleet:
-        ranks, _ = engine_containers(fleet)
-        ranks = [r for r in ranks if r.alive]
+        ranks = running(fleet).alive
         if not ranks:
             report.failure = "no engine is running"
             return report

@@ -305,9 +305,11 @@ class FakeEndpoint:
 
 def _target(context=524288):
     from sparkrack.bench.target import Target
-    return Target(engine="sglang", profile="512k", deployment_id="d1", spec_hash="f" * 64,
-                  image="img", image_id="sha256:abc", node="spark-01", address="10.77.1.11",
-                  port=30000, model="GLM-5.3", context_length=context)
+    from sparkrack.lifecycle.record import Deployment
+    deployment = Deployment(engine="sglang", profile="512k", deployment_id="d1",
+                            spec_hash="f" * 64, image="img", image_id="sha256:abc")
+    return Target(deployment, node="spark-01", address="10.77.1.11", port=30000,
+                  model="GLM-5.3", context_length=context)
 
 
 def test_a_full_run_measures_every_section():

@@ -29,10 +29,14 @@ from datetime import UTC, datetime
 
 from ..errors import SparkrackError, UsageError
 from . import metrics, prompts
-from .client import BenchError, Cancel, Cancelled, Endpoint, Streamed
+from ..lifecycle.headapi import Cancel, Cancelled, Endpoint, HeadError, Streamed
 from .measure import aggregate_rate
 from .result import BenchResult, NeedleResult, PromptResult, Run, UserRun, UsersResult
 from .target import Target, stamp
+
+
+class BenchError(SparkrackError):
+    """The bench cannot measure what it was asked to (the message says why)."""
 
 
 @dataclass(frozen=True)
@@ -246,7 +250,7 @@ class Bench:
                                         NEEDLE_MAX_TOKENS, ignore_eos=False,
                                         timeout=needle_timeout(context))
                 break
-            except BenchError as exc:
+            except HeadError as exc:
                 if attempt or "context length" not in str(exc).lower():
                     raise
                 words = int(words * 0.97)  # the estimate overshot the window: 3 % fewer

@@ -18,9 +18,9 @@ from ..fleet import Fleet
 from ..inventory import Inventory, Node
 from ..lifecycle import record
 from ..lifecycle.containers import container
+from ..lifecycle.headapi import Endpoint, HeadError
 from ..lifecycle.record import Deployment
 from ..lifecycle.running import running
-from .client import BenchError, Endpoint
 
 
 class NoEngine(SparkrackError):
@@ -69,7 +69,7 @@ def argv_port(argv: list[str]) -> int | None:
 
 def find_target(fleet: Fleet, inventory: Inventory) -> tuple[Target, Endpoint]:
     """The running deployment and an Endpoint on its rank 0; NoEngine (one line, naming what
-    to do) when nothing serves, BenchError when rank 0 does not answer."""
+    to do) when nothing serves, HeadError when rank 0 does not answer."""
     found = running(fleet)
     ranks, errors, alive = found.ranks, found.errors, found.alive
     rack = inventory.vars.rack_name
@@ -126,7 +126,7 @@ def find_target(fleet: Fleet, inventory: Inventory) -> tuple[Target, Endpoint]:
     endpoint = Endpoint(node, port)
     health = endpoint.get("/health", timeout=10)[0]
     if health != 200:
-        raise BenchError(f"rank 0 of {labelled.deployment_id} at {node.address}:{port} answers "
+        raise HeadError(f"rank 0 of {labelled.deployment_id} at {node.address}:{port} answers "
                          f"/health with HTTP {health}",
                          fix="wait until it is ready (`invoke status`), or see `invoke watch`")
     models = endpoint.get_json("/v1/models") or {}

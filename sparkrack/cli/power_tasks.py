@@ -52,11 +52,11 @@ def restart_rack(c, inventory=None, batch_size=None, bring_back=False):
 
     A node that does not come back, or whose GPU is latched or uncapped under load, stops
     the sequence at that batch."""
-    from ..lifecycle import engine as lifecycle
+    from ..lifecycle import restart
 
     rack = inventory_from(inventory)
-    lifecycle.restart_rack(rack, burn=run_burn, batch_size=int(batch_size) if batch_size else None,
-                           bring_back=bring_back, on_event=console.say)
+    restart.restart_rack(rack, burn=run_burn, batch_size=int(batch_size) if batch_size else None,
+                         bring_back=bring_back, on_event=console.say)
     console.say("restart-rack: every node rebooted and verified")
 
 
@@ -65,9 +65,9 @@ def restart_rack(c, inventory=None, batch_size=None, bring_back=False):
 @rack_task()
 def reboot(c, nodes, inventory=None, batch_size=None):
     """Reboot some nodes in verified batches (refused while an engine runs on them)."""
-    from ..lifecycle import engine as lifecycle
+    from ..lifecycle import restart
 
     rack = inventory_from(inventory)
-    lifecycle.reboot(rack, rack.select(nodes), burn=run_burn,
-                     batch_size=int(batch_size) if batch_size else None, on_event=console.say)
+    restart.reboot(rack, rack.select(nodes), burn=run_burn,
+                   batch_size=int(batch_size) if batch_size else None, on_event=console.say)
     console.say(f"rebooted and verified: {nodes}")

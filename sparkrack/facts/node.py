@@ -125,7 +125,8 @@ def facts_of(answers: Answers) -> NodeFacts:
         gpu=parse_gpu(int(rc) if rc.lstrip("-").isdigit() else 1, line.strip()),
         mem_total_kb=_number(node.get("MemTotal", "")),
         mem_available_kb=_number(node.get("MemAvailable", "")),
-        clock_cap=parse_unit(answers.lines(CAP_UNIT)), burn=parse_burn(parse_file(answers.lines(BURN))))
+        clock_cap=parse_unit(answers.lines(CAP_UNIT)),
+        burn=parse_burn(parse_file(answers.lines(BURN))))
 
 
 def parse_facts(text: str) -> NodeFacts:

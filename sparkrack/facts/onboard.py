@@ -57,8 +57,7 @@ def parse_links(lines: list[str]) -> dict[str, NetdevFacts]:
         if len(parts) < 5 or parts[0] != "netdev":
             continue
         values = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
-        mtu = values.get("mtu", "-")
+        mtu, state, ipv4 = (values.get(key, "-") for key in ("mtu", "state", "ipv4"))
         netdevs[parts[1]] = NetdevFacts(int(mtu) if mtu.isdigit() else None,
-                                        "" if values.get("state") == "-" else values.get("state", ""),
-                                        "" if values.get("ipv4") == "-" else values.get("ipv4", ""))
+                                        "" if state == "-" else state, "" if ipv4 == "-" else ipv4)
     return netdevs

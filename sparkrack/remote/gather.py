@@ -136,9 +136,13 @@ def hca_section(name):
 
 
 def unit_section(unit, properties):
-    done = subprocess.run(["systemctl", "show", "-p", properties, "--", unit],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, check=False)
+    """`systemctl show` of the unit (nothing when there is no systemctl: not found)."""
+    try:
+        done = subprocess.run(["systemctl", "show", "-p", properties, "--", unit],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, check=False)
+    except OSError:
+        return []
     return done.stdout.decode(errors="replace").splitlines()
 
 

@@ -186,6 +186,64 @@ def test_baseline_script_runs_here_in_one_process(tmp_path, monkeypatch):
         assert found.docker is None and "Cannot connect" in found.docker_error
 
 
+def test_node_script_asks_dockerd_for_version_runtimes_and_the_hook(tmp_path, monkeypatch):
+    from sparkrack.facts.onboard import parse_docker
+    from sparkrack.remote import dockerd
+
+    path = str(tmp_path / "docker.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(2)
+    answers = {b"/version": {"Version": "28.3.3"},
+               b"/info": {"Runtimes": {"runc": {}, "nvidia": {"path": "x"}}}}
+
+    def serve():
+        for _ in answers:
+            conn, _ = server.accept()
+            with conn:
+                asked = conn.recv(4096).split(b" ")[1]
+                conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + json.dumps(answers[asked]).encode())
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    hook = tmp_path / "bin" / dockerd.HOOK
+    hook.parent.mkdir()
+    hook.write_text("#!/bin/sh\n")
+    hook.chmod(0o755)
+    environ = tmp_path / "environ"
+    environ.write_bytes(b"HOME=/root\0PATH=/nowhere:" + str(hook.parent).encode() + b"\0")
+    monkeypatch.setattr(dockerd, "DOCKER_SOCKET", path)
+    monkeypatch.setattr(dockerd, "dockerd_pid", lambda: "self")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda name, *a, **k: real_open(
+        environ if name == "/proc/self/environ" else name, *a, **k))
+    lines = dockerd.daemon_section()
+    thread.join(5)
+    server.close()
+    found = parse_docker(lines)
+    assert (found.version, found.runtimes, found.hook) == ("28.3.3", ("nvidia", "runc"), str(hook))
+
+
+def test_node_script_reads_the_links_of_the_hcas_netdevs(tmp_path, monkeypatch):
+    from sparkrack.facts.onboard import parse_links
+    from sparkrack.remote import links
+
+    (tmp_path / "ib" / "rocep1s0f0" / "device" / "net" / "enp1s0f0np0").mkdir(parents=True)
+    for dev, mtu, state in (("enp1s0f0np0", "9000", "up"), ("eth9", "1500", "down")):
+        (tmp_path / "net" / dev).mkdir(parents=True)
+        (tmp_path / "net" / dev / "mtu").write_text(mtu + "\n")
+        (tmp_path / "net" / dev / "operstate").write_text(state + "\n")
+    monkeypatch.setattr(links, "INFINIBAND", str(tmp_path / "ib"))
+    monkeypatch.setattr(links, "NET", str(tmp_path / "net"))
+    monkeypatch.setattr(links, "ip_lines", lambda *args: [
+        "7: enp1s0f0np0    inet 10.77.1.19/24 brd 10.77.1.255 scope global enp1s0f0np0"]
+        if "addr" in args else [])
+    found = parse_links(links.links_section(["rocep1s0f0", "mlx5_9"], ["eth9", "gone0"]))
+    assert found["enp1s0f0np0"] == NetdevFacts(9000, "up", "10.77.1.19/24")
+    assert found["eth9"] == NetdevFacts(1500, "down", "")
+    assert found["gone0"] == NetdevFacts(None, "", "")
+
+
 # --- The hosts.yml edit -----------------------------------------------------------------
 
 

@@ -100,8 +100,8 @@ def rack_status(inventory: Inventory, limit: str | None = None
         for result in results:
             node = inventory.node(result.node)
             answers = answer(result.stdout, asked[node.name]) if result.status == "ok" else None
-            facts = node_facts.facts_of(answers) if answers else None
-            if answers and node.name == inventory.head.name:
+            facts = node_facts.facts_of(answers) if answers is not None else None
+            if answers is not None and node.name == inventory.head.name:
                 records = {kind: asdict(dep) if dep else None
                            for kind, dep in records_of(answers).items()}
             rows.append(StatusRow(

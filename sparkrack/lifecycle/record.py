@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..errors import SparkrackError
-from ..facts import records as facts
+from ..facts import records as record_facts
 from ..facts.queries import Answers, answer, argv
 from ..facts.records import RECORD_DIR
 from ..fleet import Fleet, sh
@@ -67,19 +67,18 @@ def clear(fleet: Fleet, inventory: Inventory, kind: str) -> None:
 def read(fleet: Fleet, inventory: Inventory) -> dict[str, Deployment | None]:
     """{kind: Deployment or None} from the head node (SparkrackError if it cannot be asked)."""
     head = inventory.head.name
-    result = fleet.run({head: argv(facts.queries())})[head]
+    result = fleet.run({head: argv(record_facts.queries())})[head]
     if result.status != "ok":
         raise SparkrackError(f"could not read the deployment records on {head}: {result.error}")
-    return records_of(answer(result.stdout, facts.queries()))
+    return records_of(answer(result.stdout, record_facts.queries()))
 
 
 def records_of(answers: Answers) -> dict[str, Deployment | None]:
     """{kind: Deployment or None} from a round trip that asked facts.records.queries()."""
     records: dict[str, Deployment | None] = {}
-    for kind, data in facts.records_of(answers).items():
+    for kind, data in record_facts.records_of(answers).items():
         try:
             records[kind] = Deployment(**data) if data else None
         except TypeError:  # a record from another version: treat as absent
             records[kind] = None
     return records
-

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """What reading every node's env files back costs the `up` gates, on the rehearsal rack.
 
-`up` learns each node's facts and its env files in ONE SSH round trip per node (the two
-gather scripts chained), then judges the files against what provision would write (pure,
+`up` learns each node's facts and its env files in ONE SSH round trip per node (one node
+script answers both kinds of query: sparkrack/facts), then judges the files against what provision would write (pure,
 here). Figures, medians of --runs, all 8 nodes on warm connections:
 
 - facts only: the round trip the gates made before the env files were read (the floor);
-- facts + env files chained: what the gates do now;
+- facts + env files in one process: what the gates do now;
 - facts, then env files: the same in two round trips (the peer);
 - judging the env files of 8 nodes here (render the roles, compare).
 
@@ -16,7 +16,6 @@ Needs root, `invoke rehearsal.up` and `invoke provision -i inventory/rehearsal`.
 """
 
 import argparse
-import secrets
 import statistics
 import sys
 import time
@@ -24,9 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sparkrack.facts import facts_argv  # noqa: E402
+from sparkrack.facts import node as node_facts  # noqa: E402
+from sparkrack.facts.node import facts_argv  # noqa: E402
+from sparkrack.facts.provision import facts_of  # noqa: E402
+from sparkrack.facts.queries import answer, argv  # noqa: E402
 from sparkrack.fleet import Fleet  # noqa: E402
-from sparkrack.fleet.argv import chain, split_chain  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
 from sparkrack.provision.envfiles import EnvFiles  # noqa: E402
 
@@ -47,18 +48,18 @@ def main() -> int:
     args = parser.parse_args()
     inventory = load_inventory(Path(__file__).resolve().parent.parent / "inventory" / "rehearsal")
     files = EnvFiles(inventory, "sglang")
-    marker = secrets.token_hex(12)
     with Fleet(inventory) as fleet:
         fleet.run(["true"]).raise_for_failures()  # warm every connection
-        gather = {n.name: files.gather_argv(n) for n in fleet.nodes}
-        chained = {n.name: chain([facts_argv(), gather[n.name]], marker) for n in fleet.nodes}
+        asked = {n.name: node_facts.queries() + files.queries(n) for n in fleet.nodes}
+        gather = {n.name: argv(files.queries(n)) for n in fleet.nodes}
+        together = {name: argv(queries) for name, queries in asked.items()}
         outputs = {}
 
         def both():
-            results = fleet.run(chained, timeout=20)
+            results = fleet.run(together, timeout=20)
             results.raise_for_failures()
             for result in results:
-                outputs[result.node] = split_chain(result.stdout, marker, 2)[1][1]
+                outputs[result.node] = facts_of(answer(result.stdout, asked[result.node]))
 
         floor = median_seconds(lambda: fleet.run(facts_argv(), timeout=20).raise_for_failures(),
                                args.runs)

@@ -24,9 +24,10 @@ from sparkrack.burn import burn  # noqa: E402
 from sparkrack.engines import build_specs, docker_sdk_kwargs  # noqa: E402
 from sparkrack.fleet import Fleet  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
-from sparkrack.lifecycle import dockerfit, headapi  # noqa: E402
+from sparkrack.lifecycle import dockerfit  # noqa: E402
 from sparkrack.lifecycle import engine as lifecycle  # noqa: E402
 from sparkrack.lifecycle.containers import parallel  # noqa: E402
+from sparkrack.lifecycle.headapi import Endpoint  # noqa: E402
 from sparkrack.rehearsal.stub.modeldir import write_stub_model  # noqa: E402
 
 
@@ -44,7 +45,7 @@ def bare_up_down(inventory, load_delay: float) -> tuple[float, float]:
 
         parallel(specs, run)
         head = inventory.node(specs[0].node)
-        while headapi.get_status(head, 30000, "/health") != 200:
+        while Endpoint(head, 30000).status("/health") != 200:
             time.sleep(0.2)
         up = time.monotonic() - started - load_delay
         started = time.monotonic()

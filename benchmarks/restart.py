@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sparkrack.burn import burn  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
-from sparkrack.lifecycle import engine as lifecycle  # noqa: E402
+from sparkrack.lifecycle.restart import restart_rack  # noqa: E402
 
 
 def main() -> int:
@@ -29,7 +29,7 @@ def main() -> int:
     print(f"{'batch size':>10}  {'batches':>7}  {'wall s':>7}  {'s per batch':>11}  {'max down at once':>16}")
     for size in (int(s) for s in args.sizes.split(",")):
         started = time.monotonic()
-        report = lifecycle.restart_rack(inventory, burn=quick, batch_size=size)
+        report = restart_rack(inventory, burn=quick, batch_size=size)
         wall = time.monotonic() - started
         windows = [(r.requested, r.back) for batch in report.batches for r in batch]
         most = max(sum(a <= t < b for a, b in windows) for t, _ in windows)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from sparkrack.facts import BURN_RECORD
+from sparkrack.facts.node import BURN_RECORD
 from sparkrack.fleet import Fleet, sh
 from sparkrack.inventory import Inventory, Node
 

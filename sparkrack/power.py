@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any
 
 from sparkrack.errors import UsageError
+from sparkrack.facts.node import burn_this_boot
 from sparkrack.inventory import Inventory
 
 OK, MARGIN, REFUSE = "ok", "margin", "refuse"
@@ -78,9 +79,10 @@ class PowerBudget:
 
 def cap_state_of(facts: Any) -> CapState:
     """A node's cap as last verified, from its NodeFacts: CAPPED or UNCAPPED by the burn
-    recorded this boot, UNKNOWN without one (no query shows the lock: only a burn does)."""
-    burn = facts.burn if facts is not None else None
-    if not burn or burn.get("boot_id") != facts.boot_id:
+    recorded this boot (facts.node.burn_this_boot), UNKNOWN without one (no query shows the
+    lock: only a burn does)."""
+    burn = burn_this_boot(facts)
+    if burn is None:
         return CapState.UNKNOWN
     return CapState.CAPPED if burn.get("ok") else CapState.UNCAPPED
 

@@ -1,11 +1,14 @@
-"""`invoke status`: one row per node from one facts round trip plus the node's engine containers."""
+"""`invoke status`: one row per node from one facts round trip plus the node's engine
+containers; the head's deployment records come in its same round trip."""
 
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
-from .errors import SparkrackError
-from .facts import NodeFacts, facts_argv, parse_facts
+from .facts import node as node_facts
+from .facts import records as record_facts
+from .facts.node import NodeFacts, burn_this_boot
+from .facts.queries import answer, argv
 from .fleet import Fleet
 from .inventory import Inventory, Node
 
@@ -41,10 +44,10 @@ def cap_state(facts: NodeFacts) -> str:
         unit_word = "unit ok"
     else:
         unit_word = f"unit {unit.active}/{unit.result or '?'}"
-    burn = facts.burn
-    if not burn:
+    if not facts.burn:
         return f"{unit_word}, never burned"
-    if burn.get("boot_id") != facts.boot_id:
+    burn = burn_this_boot(facts)
+    if burn is None:
         return f"{unit_word}, burn before reboot"
     when = time.strftime("%H:%M", time.localtime(burn.get("time", 0)))
     verdict = "verified" if burn.get("ok") else f"FAILED ({burn.get('reason', '?')})"
@@ -63,24 +66,27 @@ def engine_summary(fleet: Fleet, node: Node) -> str | None:
     return ", ".join(parts)
 
 
-def deployment_records(inventory: Inventory) -> dict[str, dict | None]:
-    """The current and last known-good deployments recorded on the head ({} if unreadable)."""
-    from .lifecycle import record
-
-    with Fleet(inventory, [inventory.head]) as fleet:
-        try:
-            found = record.read(fleet, inventory)
-        except SparkrackError:
-            return {}
-    return {kind: asdict(dep) if dep else None for kind, dep in found.items()}
-
-
 def gather_status(inventory: Inventory, limit: str | None = None) -> list[StatusRow]:
     """Facts from every selected node in parallel; an unreachable node is a row, not an error."""
+    return rack_status(inventory, limit)[0]
+
+
+def rack_status(inventory: Inventory, limit: str | None = None
+                ) -> tuple[list[StatusRow], dict[str, dict | None]]:
+    """(gather_status's rows, the current / last-good / failed deployment records as plain
+    data): the head, when selected, is asked for its records in its one round trip ({} when
+    it did not answer or was not selected)."""
+    from .lifecycle.record import records_of
+
     nodes = inventory.select(limit)
+    asked = {node.name: node_facts.queries() + (record_facts.queries()
+                                                if node.name == inventory.head.name else [])
+             for node in nodes}
     rows: list[StatusRow] = []
+    records: dict[str, dict | None] = {}
     with Fleet(inventory, nodes) as fleet:
-        results = fleet.run(facts_argv(), timeout=STATUS_TIMEOUT)
+        results = fleet.run({name: argv(queries) for name, queries in asked.items()},
+                            timeout=STATUS_TIMEOUT)
         reachable = [inventory.node(r.node) for r in results if r.status == "ok"]
 
         def engines(node: Node) -> tuple[str, str | None]:
@@ -93,10 +99,14 @@ def gather_status(inventory: Inventory, limit: str | None = None) -> list[Status
             engine_by_node = dict(pool.map(engines, reachable))
         for result in results:
             node = inventory.node(result.node)
-            facts = parse_facts(result.stdout) if result.status == "ok" else None
+            answers = answer(result.stdout, asked[node.name]) if result.status == "ok" else None
+            facts = node_facts.facts_of(answers) if answers is not None else None
+            if answers is not None and node.name == inventory.head.name:
+                records = {kind: asdict(dep) if dep else None
+                           for kind, dep in records_of(answers).items()}
             rows.append(StatusRow(
                 node=node.name, rank=node.rank, address=node.address,
                 reachable=result.status, error=result.error, seconds=round(result.duration, 2),
                 facts=facts, cap_state=cap_state(facts) if facts else "-",
                 engine=engine_by_node.get(node.name)))
-    return sorted(rows, key=lambda r: r.rank)
+    return sorted(rows, key=lambda r: r.rank), records

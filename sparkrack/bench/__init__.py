@@ -3,8 +3,6 @@
 - prompts.py  the three single-request prompts and the haystack filler (package data in
               prompts/), the needle;
 - measure.py  pure arithmetic: decode rate from token timestamps, medians, the 3 % tie;
-- client.py   streamed chat completions to rank 0 through the netguard-vetted address,
-              every piece timestamped, token counts from the server's `usage`;
 - metrics.py  the speculative accept length from /metrics (or SGLang's server info);
 - target.py   the running deployment from its containers' labels and the `current` record;
 - run.py      one run: warm-up, single (median of three), four users, needle, accept length;
@@ -66,7 +64,7 @@ def run_bench(inventory: Inventory, *, suite: str = "full", name: str | None = N
               on_event: Callable[[str], None] = lambda line: None) -> BenchOutcome:
     """Find the running deployment, measure it, save the result (also a partial one).
 
-    NoEngine / BenchError / UsageError before anything was measured; afterwards failures
+    NoEngine / HeadError / UsageError before anything was measured; afterwards failures
     and Ctrl-C end the run early with result.partial set (see BenchOutcome)."""
     from ..errors import UsageError
     from . import store

@@ -51,11 +51,11 @@ class SpecSnapshot:
 
 def snapshot(endpoint, engine: str) -> SpecSnapshot:
     """Read the endpoint's speculative metrics now (nothing exposed: all None)."""
-    from .client import BenchError
+    from ..lifecycle.headapi import HeadError
 
     try:
         status, body = endpoint.get("/metrics")
-    except BenchError:
+    except HeadError:
         status, body = None, b""
     values = parse_prometheus(body.decode(errors="replace")) if status == 200 else {}
     if engine == "vllm":
@@ -69,7 +69,7 @@ def snapshot(endpoint, engine: str) -> SpecSnapshot:
     for path in ("/get_server_info", "/server_info"):
         try:
             info = endpoint.get_json(path)
-        except BenchError:
+        except HeadError:
             info = None
         value = server_info_accept_length(info)
         if value is not None:

@@ -25,7 +25,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .measure import median
+from .measure import decode_rate, median
 
 FORMAT = 1
 
@@ -44,7 +44,8 @@ class Run:
     @classmethod
     def of(cls, streamed) -> Run:
         seconds = None if streamed.ended is None else streamed.ended - streamed.sent
-        return cls(decode_tok_s=streamed.decode_tok_s, ttft_s=streamed.ttft,
+        return cls(decode_tok_s=decode_rate(streamed.first, streamed.last,
+                                            streamed.completion_tokens), ttft_s=streamed.ttft,
                    completion_tokens=streamed.completion_tokens,
                    prompt_tokens=streamed.prompt_tokens, seconds=seconds,
                    finish_reason=streamed.finish_reason)

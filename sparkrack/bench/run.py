@@ -29,10 +29,14 @@ from datetime import UTC, datetime
 
 from ..errors import SparkrackError, UsageError
 from . import metrics, prompts
-from .client import BenchError, Cancel, Cancelled, Endpoint, Streamed
+from ..lifecycle.headapi import Cancel, Cancelled, Endpoint, HeadError, Streamed
 from .measure import aggregate_rate
 from .result import BenchResult, NeedleResult, PromptResult, Run, UserRun, UsersResult
 from .target import Target, stamp
+
+
+class BenchError(SparkrackError):
+    """The bench cannot measure what it was asked to (the message says why)."""
 
 
 @dataclass(frozen=True)
@@ -106,8 +110,9 @@ class Bench:
         self._began = time.monotonic()
         self._last_progress = 0.0
         now = time.time()
+        lane = f"{target.deployment.engine}-{target.deployment.profile}"
         self.result = BenchResult(
-            name=name or f"{target.engine}-{target.profile}-{suite.name}-{stamp(now)}",
+            name=name or f"{lane}-{suite.name}-{stamp(now)}",
             suite=suite.name,
             date=datetime.fromtimestamp(now, UTC).astimezone().isoformat(timespec="seconds"),
             started=now, deployment=target.as_dict(),
@@ -124,7 +129,7 @@ class Bench:
         section = "warm-up"
         try:
             self._stream("warm-up", [_user(prompts.load_prompt("code"))], WARMUP_TOKENS)
-            before = metrics.snapshot(self.endpoint, self.target.engine)
+            before = metrics.snapshot(self.endpoint, self.target.deployment.engine)
             section = "single"
             self._single()
             section = "users"
@@ -133,7 +138,7 @@ class Bench:
                 section = "needle"
                 self._needle()
             section = "accept length"
-            after = metrics.snapshot(self.endpoint, self.target.engine)
+            after = metrics.snapshot(self.endpoint, self.target.deployment.engine)
             self.result.accept_length, self.result.accept_source = metrics.accept_length(before, after)
         except (KeyboardInterrupt, Cancelled):
             self.cancel.stop()
@@ -245,7 +250,7 @@ class Bench:
                                         NEEDLE_MAX_TOKENS, ignore_eos=False,
                                         timeout=needle_timeout(context))
                 break
-            except BenchError as exc:
+            except HeadError as exc:
                 if attempt or "context length" not in str(exc).lower():
                     raise
                 words = int(words * 0.97)  # the estimate overshot the window: 3 % fewer

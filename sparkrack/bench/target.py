@@ -1,23 +1,26 @@
 """What the bench measures: the running deployment, found from what runs on the rack.
 
-The engine containers' labels say engine, profile, deployment and spec hash; rank 0's
-container says the image ID and the port its argv gave; the `current` deployment record
-on the head node adds when it started (and is cross-checked against the labels); rank 0's
-`/v1/models` gives the served model name and its context length.
+The engine containers' labels say engine, profile, deployment and spec hash (the running
+deployment: lifecycle.running); rank 0's container says the image ID and the port its argv
+gave; the `current` deployment record on the head node is the deployment measured when it
+names the same one (cross-checked against the labels); rank 0's `/v1/models` gives the
+served model name and its context length.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 
 from ..engines import LABEL_SPEC_HASH, build_specs
 from ..errors import SparkrackError
 from ..fleet import Fleet
 from ..inventory import Inventory, Node
 from ..lifecycle import record
-from ..lifecycle.containers import container, engine_containers
-from .client import BenchError, Endpoint
+from ..lifecycle.containers import container
+from ..lifecycle.headapi import Endpoint, HeadError
+from ..lifecycle.record import Deployment
+from ..lifecycle.running import running
 
 
 class NoEngine(SparkrackError):
@@ -26,28 +29,32 @@ class NoEngine(SparkrackError):
 
 @dataclass
 class Target:
-    """The deployment under test and where its rank 0 answers."""
+    """The deployment under test (its record, or what its labels say when the head has no
+    record of it) and where its rank 0 answers."""
 
-    engine: str
-    profile: str
-    deployment_id: str
-    spec_hash: str
-    image: str
-    image_id: str
+    deployment: Deployment
     node: str
     address: str
     port: int
     model: str
     context_length: int | None
-    deployment_started: float | None = None
+    recorded: bool = False  # deployment is the head's `current` record
     record_note: str | None = None  # when the current record disagrees with the labels
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The result file's "deployment" object."""
+        d = self.deployment
+        return {"engine": d.engine, "profile": d.profile, "deployment_id": d.deployment_id,
+                "spec_hash": d.spec_hash, "image": d.image, "image_id": d.image_id,
+                "node": self.node, "address": self.address, "port": self.port,
+                "model": self.model, "context_length": self.context_length,
+                "deployment_started": d.started if self.recorded else None,
+                "record_note": self.record_note}
 
     def describe(self) -> str:
-        return (f"{self.engine} {self.profile} (deployment {self.deployment_id}, image "
-                f"{self.image_id[:19]}, spec {self.spec_hash[:12]}) at {self.address}:{self.port}")
+        d = self.deployment
+        return (f"{d.engine} {d.profile} (deployment {d.deployment_id}, image "
+                f"{d.image_id[:19]}, spec {d.spec_hash[:12]}) at {self.address}:{self.port}")
 
 
 def argv_port(argv: list[str]) -> int | None:
@@ -62,9 +69,9 @@ def argv_port(argv: list[str]) -> int | None:
 
 def find_target(fleet: Fleet, inventory: Inventory) -> tuple[Target, Endpoint]:
     """The running deployment and an Endpoint on its rank 0; NoEngine (one line, naming what
-    to do) when nothing serves, BenchError when rank 0 does not answer."""
-    ranks, errors = engine_containers(fleet)
-    alive = [r for r in ranks if r.alive]
+    to do) when nothing serves, HeadError when rank 0 does not answer."""
+    found = running(fleet)
+    ranks, errors, alive = found.ranks, found.errors, found.alive
     rack = inventory.vars.rack_name
     if not alive:
         if inventory.head.name in errors:
@@ -80,11 +87,11 @@ def find_target(fleet: Fleet, inventory: Inventory) -> tuple[Target, Endpoint]:
         raise NoEngine(f"no engine is running on {rack}",
                        fix="start one with `invoke up --engine sglang` or `invoke up --engine vllm`, then run "
                            "`invoke bench` again")
-    deployments = sorted({r.deployment for r in alive})
+    deployments = found.deployments
     if len(deployments) > 1:
         raise NoEngine(f"ranks of {len(deployments)} deployments run at once ({', '.join(deployments)})",
                        fix="`invoke down`, then `invoke up` the one to measure")
-    head = next((r for r in alive if r.rank == 0), None)
+    head = found.head
     if head is None:
         raise NoEngine(f"rank 0 of {deployments[0]} is not running ({len(alive)} rank(s) are)",
                        fix="`invoke down`, then `invoke up` again")
@@ -96,27 +103,30 @@ def find_target(fleet: Fleet, inventory: Inventory) -> tuple[Target, Endpoint]:
     if port is None:  # fall back to what the profile says
         port = build_specs(inventory, head.engine, head.profile)[0].ports["http"]
     node: Node = inventory.node(head.node)
-    target = Target(engine=head.engine, profile=head.profile, deployment_id=head.deployment,
-                    spec_hash=labels.get(LABEL_SPEC_HASH, ""), image=config.get("Image", ""),
-                    image_id=attrs.get("Image", ""), node=node.name, address=node.address,
-                    port=port, model=inventory.vars.model_name, context_length=None)
+    labelled = Deployment(engine=head.engine, profile=head.profile,
+                          deployment_id=head.deployment,
+                          spec_hash=labels.get(LABEL_SPEC_HASH, ""),
+                          image=config.get("Image", ""), image_id=attrs.get("Image", ""))
+    target = Target(labelled, node=node.name, address=node.address, port=port,
+                    model=inventory.vars.model_name, context_length=None)
     try:
         current = record.read(fleet, inventory)["current"]
     except SparkrackError as exc:
         current, target.record_note = None, f"deployment record not read: {exc.line()}"
-    if current is not None and current.deployment_id == target.deployment_id:
-        target.deployment_started = current.started
-        target.image_id = target.image_id or current.image_id
-        target.spec_hash = target.spec_hash or current.spec_hash
+    if current is not None and current.deployment_id == labelled.deployment_id:
+        target.deployment = replace(current, image=labelled.image or current.image,
+                                    image_id=labelled.image_id or current.image_id,
+                                    spec_hash=labelled.spec_hash or current.spec_hash)
+        target.recorded = True
     elif current is not None:
         target.record_note = (f"the current record is {current.deployment_id}, not the running "
-                              f"{target.deployment_id}")
+                              f"{labelled.deployment_id}")
     elif target.record_note is None:
         target.record_note = "no current deployment record on the head"
     endpoint = Endpoint(node, port)
     health = endpoint.get("/health", timeout=10)[0]
     if health != 200:
-        raise BenchError(f"rank 0 of {target.deployment_id} at {node.address}:{port} answers "
+        raise HeadError(f"rank 0 of {labelled.deployment_id} at {node.address}:{port} answers "
                          f"/health with HTTP {health}",
                          fix="wait until it is ready (`invoke status`), or see `invoke watch`")
     models = endpoint.get_json("/v1/models") or {}

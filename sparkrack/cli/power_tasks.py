@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from invoke import task
 
 from .. import console
 from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
 from .engine_tasks import run_burn
 
-if TYPE_CHECKING:
-    from ..power import CapState
-
 BATCH_HELP = "nodes per batch (default: the inventory's restart_batch_size)"
-
-
-def cap_state(row) -> CapState:
-    """A node's cap as last verified: the burn record of this boot, else unknown."""
-    from ..power import cap_state_of
-
-    return cap_state_of(row.facts)
 
 
 @task(help={"inventory": INVENTORY_HELP, "json": "print JSON for scripts"})
@@ -29,12 +17,12 @@ def power(c, inventory=None, json=False):
     """Live GPU power per node, each cap state, and the worst-case rack draw vs the strip.
 
     A node counts at its uncapped watts unless a burn this boot verified its cap."""
-    from ..power import project_power
+    from ..power import cap_state_of, project_power
     from ..status import gather_status
 
     rack = inventory_from(inventory)
     rows = gather_status(rack)
-    states = {r.node: cap_state(r) for r in rows}
+    states = {r.node: cap_state_of(r.facts) for r in rows}
     budget = project_power(rack, states)
     if json:
         console.print_json({"nodes": [{"node": r.node, "reachable": r.reachable,
@@ -64,11 +52,11 @@ def restart_rack(c, inventory=None, batch_size=None, bring_back=False):
 
     A node that does not come back, or whose GPU is latched or uncapped under load, stops
     the sequence at that batch."""
-    from ..lifecycle import engine as lifecycle
+    from ..lifecycle import restart
 
     rack = inventory_from(inventory)
-    lifecycle.restart_rack(rack, burn=run_burn, batch_size=int(batch_size) if batch_size else None,
-                           bring_back=bring_back, on_event=console.say)
+    restart.restart_rack(rack, burn=run_burn, batch_size=int(batch_size) if batch_size else None,
+                         bring_back=bring_back, on_event=console.say)
     console.say("restart-rack: every node rebooted and verified")
 
 
@@ -77,9 +65,9 @@ def restart_rack(c, inventory=None, batch_size=None, bring_back=False):
 @rack_task()
 def reboot(c, nodes, inventory=None, batch_size=None):
     """Reboot some nodes in verified batches (refused while an engine runs on them)."""
-    from ..lifecycle import engine as lifecycle
+    from ..lifecycle import restart
 
     rack = inventory_from(inventory)
-    lifecycle.reboot(rack, rack.select(nodes), burn=run_burn,
-                     batch_size=int(batch_size) if batch_size else None, on_event=console.say)
+    restart.reboot(rack, rack.select(nodes), burn=run_burn,
+                   batch_size=int(batch_size) if batch_size else None, on_event=console.say)
     console.say(f"rebooted and verified: {nodes}")

@@ -110,7 +110,7 @@ def burn(c, inventory=None, limit=None, seconds=5.0, json=False):
     if not 1 <= seconds <= 600:
         raise UsageError(f"--seconds {seconds:g} out of range", fix="give 1..600")
     results = burn_check(rack, limit, seconds)
-    from ..facts import BURN_RECORD
+    from ..facts.node import BURN_RECORD
     from ..oplock.audit import note
 
     note(nodes=[r.node for r in results if r.recorded], files=[BURN_RECORD],

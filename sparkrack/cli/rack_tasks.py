@@ -16,12 +16,10 @@ def _gib(kb: int | None) -> str | None:
 @operator_task
 def status(c, inventory=None, limit=None, json=False):
     """One row per node: reachability, GPU, clocks, power, memory, clock cap, engine."""
-    from ..status import deployment_records, gather_status
+    from ..status import rack_status
 
     rack = inventory_from(inventory)
-    rows = gather_status(rack, limit)
-    records = deployment_records(rack) if any(r.node == rack.head.name and r.reachable == "ok"
-                                              for r in rows) else {}
+    rows, records = rack_status(rack, limit)
     if json:
         console.print_json({"nodes": [r.as_dict() for r in rows], "deployments": records})
     else:

@@ -48,43 +48,6 @@ def sh(script: str, *args: Arg) -> list[Arg]:
     return ["sh", "-c", script, "sh", *args]
 
 
-CHAIN_SCRIPT = r"""
-m=$1; shift
-while [ $# -gt 0 ]; do
-  c=$1; shift
-  "${@:1:$c}" </dev/null
-  printf '\n%s %d\n' "$m" "$?"
-  shift "$c"
-done
-"""
-
-
-def chain(commands: Sequence[Argv], marker: str) -> list[Arg]:
-    """argv running commands one after the other in ONE round trip; each one's output is
-    followed by a line `marker RC`. Pick marker at random (split_chain undoes it)."""
-    args: list[Arg] = []
-    for command in commands:
-        args += [str(len(command)), *command]
-    return ["bash", "-c", CHAIN_SCRIPT, "sparkrack-chain", marker, *args]
-
-
-def split_chain(stdout: str, marker: str, count: int) -> list[tuple[int, str]]:
-    """[(exit code, output)] of each command of chain(); ValueError if some are missing."""
-    parts: list[tuple[int, str]] = []
-    lines: list[str] = []
-    for line in stdout.splitlines(keepends=True):
-        word, _, rc = line.rstrip("\n").partition(" ")
-        if word == marker and rc.lstrip("-").isdigit():
-            text = "".join(lines)
-            parts.append((int(rc), text[:-1] if text.endswith("\n") else text))
-            lines = []
-        else:
-            lines.append(line)
-    if len(parts) != count:
-        raise ValueError(f"expected the output of {count} commands, got {len(parts)}")
-    return parts
-
-
 def secret_values(argvs: Iterable[Argv]) -> tuple[str, ...]:
     """The values of the Secret arguments in argvs, to blank them out of output too."""
     return tuple(dict.fromkeys(arg.value for argv in argvs for arg in argv

@@ -18,16 +18,17 @@ from dataclasses import replace
 
 from ..engines import LaunchSpec, build_specs
 from ..errors import SparkrackError
-from ..facts import facts_argv, parse_facts
+from ..facts.node import facts_argv, parse_facts
 from ..fleet import Fleet
 from ..inventory import Inventory
 from ..oplock.audit import note
 from ..oplock.identity import operator
-from . import headapi, record
-from .containers import engine_containers
+from . import record
 from .gates import Preflight, memory_problems, preflight
+from .headapi import Endpoint
 from .record import Deployment
 from .phases import Phases
+from .running import running
 from .start import Progress, StartFailed, prepare, start_group
 from .stop import StopReport, stop_engine
 
@@ -70,8 +71,8 @@ def smoke_test(inventory: Inventory, specs: tuple[LaunchSpec, ...]) -> str:
     head = specs[0]
     model = inventory.vars.model_name
     try:
-        body = headapi.chat_completion(inventory.node(head.node), head.ports["http"], model,
-                                       SMOKE_PROMPT, max_tokens=8, timeout=60)
+        body = Endpoint(inventory.node(head.node), head.ports["http"], model).chat(
+            [{"role": "user", "content": SMOKE_PROMPT}], max_tokens=8, timeout=60)
         text = body["choices"][0]["message"]["content"]
     except Exception as exc:
         raise StartFailed(f"smoke request to rank 0 failed: {str(exc).splitlines()[0][:200]}") from None
@@ -189,8 +190,7 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
     phases = Phases()
     with Fleet(inventory) as fleet:
         records = record.read(fleet, inventory)
-        running, _ = engine_containers(fleet)
-        replacing = next((r.deployment for r in running if r.alive), None)
+        replacing = running(fleet).deployment
         pre = preflight(fleet, inventory, engine, profile,
                         deployment_id=new_deployment_id(engine, profile), burn=burn,
                         replacing=replacing, override_power=override_power, keep_verified=True,
@@ -252,8 +252,7 @@ def watch_group(inventory: Inventory, *, burn: Callable, duration: float | None 
     from .watch import WatchReport, watch
 
     with Fleet(inventory) as fleet:
-        running, _ = engine_containers(fleet)
-    alive = [r for r in running if r.alive]
+        alive = running(fleet).alive
     if not alive:
         return WatchReport(failure="no engine is running")
     engine, profile = alive[0].engine, alive[0].profile
@@ -265,42 +264,3 @@ def watch_group(inventory: Inventory, *, burn: Callable, duration: float | None 
     return watch(inventory, http_port=head.ports["http"], health_path=head.health_path,
                  duration=duration, interval=interval, on_failure="restart" if restart else "stop",
                  restart=again, on_event=on_event)
-
-
-def restart_rack(inventory: Inventory, *, burn: Callable, batch_size: int | None = None,
-                 bring_back: bool = False, on_event: Callable[[str], None] = lambda e: None):
-    """Stop the engine in order, reboot every node in verified batches, and optionally bring
-    the last known-good deployment back. Returns the RebootReport."""
-    from .restart import reboot_nodes
-
-    with Fleet(inventory) as fleet:
-        last = record.read(fleet, inventory)["last-good"]
-    stopped = down(inventory, on_event=on_event)
-    if stopped.errors:
-        raise SparkrackError("could not stop the engine cleanly: " + "; ".join(
-            f"{k}: {v}" for k, v in stopped.errors.items()), fix="fix the nodes named, then retry")
-    report = reboot_nodes(inventory, inventory.nodes, burn=burn, on_event=on_event,
-                          batch_size=batch_size or inventory.vars.restart_batch_size)
-    if bring_back:
-        if last is None:
-            on_event("no last known-good deployment to bring back")
-        else:
-            on_event(f"bringing back {last.describe()}")
-            up(inventory, last.engine, last.profile, burn=burn, on_event=on_event)
-    return report
-
-
-def reboot(inventory: Inventory, nodes, *, burn: Callable, batch_size: int | None = None,
-           on_event: Callable[[str], None] = lambda e: None):
-    """Reboot some nodes in verified batches; refused while an engine runs on any of them."""
-    from .restart import reboot_nodes
-
-    with Fleet(inventory, nodes) as fleet:
-        running, _ = engine_containers(fleet)
-    alive = [r for r in running if r.alive]
-    if alive:
-        raise Refused(f"{alive[0].engine} {alive[0].profile} runs on {alive[0].node} (rank "
-                      f"{alive[0].rank}): rebooting it would take the TP group down",
-                      fix="run `invoke down` first, or `invoke restart-rack` for the whole rack")
-    return reboot_nodes(inventory, nodes, burn=burn, on_event=on_event,
-                        batch_size=batch_size or inventory.vars.restart_batch_size)

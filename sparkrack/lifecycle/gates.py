@@ -16,23 +16,25 @@ together; the launch specs are built from what it read. `up` and `roll` refuse o
 blocking gate; `--override-power REASON` lets only the power gate pass, and is recorded.
 """
 
-import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ..engines import LaunchSpec, build_specs, load_engine
-from ..facts import NodeFacts, facts_argv, parse_facts
+from ..facts import node as node_facts
+from ..facts.node import NodeFacts, burn_this_boot
+from ..facts.provision import facts_of
+from ..facts.queries import answer, argv
 from ..fleet import Fleet
-from ..fleet.argv import chain, split_chain
 from ..provision.envfiles import EnvFiles, NodeEnv
 from ..inventory import Inventory
 from ..power import CapState, project_power
 from ..rules import check_profile
 from ..transfer.models import gate_problems
-from .containers import engine_containers, parallel
+from .containers import parallel
 from .phases import Phases
+from .running import running
 
 T = TypeVar("T")
 
@@ -153,11 +155,10 @@ def alongside(main: Callable[[], T], side: Callable[[], None]) -> T:
 
 
 def verified_this_boot(facts: dict[str, NodeFacts]) -> list[str]:
-    """Nodes whose cap a burn verified under load this boot: an ok burn record with this
-    boot's id, and the cap unit still active and successful."""
-    return [node for node, f in facts.items()
-            if f.burn and f.burn.get("ok") and f.burn.get("boot_id") == f.boot_id and f.boot_id
-            and f.clock_cap.active == "active" and f.clock_cap.result == "success"]
+    """Nodes whose cap a burn verified under load this boot (facts.node.burn_this_boot),
+    the cap unit still active and successful."""
+    return [name for name, f in facts.items()
+            if (burn_this_boot(f) or {}).get("ok") and f.clock_cap.succeeded]
 
 
 def lock_gate(report: Preflight) -> None:
@@ -172,21 +173,16 @@ def lock_gate(report: Preflight) -> None:
 def gather_facts_and_env(fleet: Fleet, env_files: EnvFiles, report: Preflight) -> None:
     """One round trip per node: its facts and its env files, into report (the reachable
     gate names every node that did not answer)."""
-    marker = secrets.token_hex(12)
-    nodes = {node.name: node for node in fleet.nodes}
-    results = fleet.run({name: chain([facts_argv(), env_files.gather_argv(node)], marker)
-                         for name, node in nodes.items()}, timeout=20)
+    nodes = {n.name: n for n in fleet.nodes}
+    asked = {name: node_facts.queries() + env_files.queries(n) for name, n in nodes.items()}
+    results = fleet.run({name: argv(asked[name]) for name in nodes}, timeout=20)
     lost = [f"{r.node}: {r.error}" for r in results if r.status != "ok"]
     for result in results:
         if result.status != "ok":
             continue
-        try:
-            (_, facts), (_, gathered) = split_chain(result.stdout, marker, 2)
-        except ValueError as error:
-            lost.append(f"{result.node}: {error}")
-            continue
-        report.facts[result.node] = parse_facts(facts)
-        report.env[result.node] = env_files.read(nodes[result.node], gathered)
+        answers = answer(result.stdout, asked[result.node])
+        report.facts[result.node] = node_facts.facts_of(answers)
+        report.env[result.node] = env_files.read(nodes[result.node], facts_of(answers))
     report.add("reachable", lost, f"all {len(results)} nodes answer")
 
 
@@ -194,11 +190,11 @@ def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
                report: Preflight, replacing: str | None) -> None:
     """The gates that read the running rack: other engines, rules, image, memory."""
     head = specs[0]
-    running, errors = engine_containers(fleet)
-    others = [r for r in running if r.alive and r.deployment != replacing]
+    found = running(fleet)
+    others = [r for r in found.alive if r.deployment != replacing]
     report.add("no other engine", [f"{r.engine} {r.profile} rank {r.rank} runs on {r.node} "
                                    f"({r.name}); run `invoke down` or `invoke roll`" for r in others[:1]]
-               + [f"{node}: docker: {e}" for node, e in errors.items()], "no engine running")
+               + [f"{node}: docker: {e}" for node, e in found.errors.items()], "no engine running")
 
     rules = check_profile(inventory, head.engine, head.profile, specs=specs,
                           node_kernels={n: f.kernel for n, f in report.facts.items()})

@@ -25,8 +25,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from ..errors import SparkrackError, UsageError
+
+if TYPE_CHECKING:
+    from .running import Running
 
 REORDER_WINDOW_S = 0.5  # --follow: a line waits this long for earlier lines of other ranks
 PROBE_EVERY_S = 5.0  # between liveness round trips to the nodes being read
@@ -213,14 +217,13 @@ class ReorderBuffer:
 # --- Choosing the ranks ------------------------------------------------------------------
 
 
-def choose_deployment(ranks: Sequence) -> str | None:
-    """The deployment whose logs to show: the one with running ranks (the running
-    deployment), else the one with the most containers left (the last one, stopped)."""
-    if not ranks:
-        return None
-    alive = [r.deployment for r in ranks if r.alive]
-    pool = alive or [r.deployment for r in ranks]
-    return max(dict.fromkeys(pool), key=pool.count)
+def choose_deployment(found: Running) -> str | None:
+    """The deployment whose logs to show: the running one, else the one with the most
+    containers left (the last one, stopped)."""
+    if found.deployment is not None:
+        return found.deployment
+    pool = [r.deployment for r in found.ranks]
+    return max(dict.fromkeys(pool), key=pool.count) if pool else None
 
 
 def parse_ranks(text: str | None) -> set[int] | None:
@@ -566,14 +569,15 @@ def show_logs(inventory, *, ranks: str | None = None, nodes: str | None = None,
     """Print the deployment's logs (see the module doc); the nodes or ranks that could not
     be read, named (an empty list: every chosen rank was read)."""
     from ..fleet import Fleet
-    from .containers import engine_containers
+    from .running import running
 
     since_s = parse_since(since) if since else None
     wanted_ranks = parse_ranks(ranks)
     wanted_nodes = {n.name for n in inventory.select(nodes)} if nodes else None
     with Fleet(inventory) as fleet:
-        found, errors = engine_containers(fleet)
-        deployment = choose_deployment(found)
+        listed = running(fleet)
+        found, errors = listed.ranks, listed.errors
+        deployment = choose_deployment(listed)
         for node, why in errors.items():
             if wanted_nodes is None or node in wanted_nodes:
                 on_event(f"{node}: cannot list its containers: {why}")

@@ -13,14 +13,13 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..errors import SparkrackError
+from ..facts import records as record_facts
+from ..facts.queries import Answers, answer, argv
+from ..facts.records import RECORD_DIR
 from ..fleet import Fleet, sh
 from ..inventory import Inventory
 
-RECORD_DIR = "/var/lib/sparkrack/deployments"
-KINDS = ("current", "last-good", "failed")
-
 _WRITE = 'mkdir -p "$1" && cat > "$1/.$2.tmp" && mv "$1/.$2.tmp" "$1/$2.json"'
-_READ = 'for k in "$@"; do printf "@@ %s\\n" "$k"; cat "$0/$k.json" 2>/dev/null; echo; done'
 
 
 @dataclass
@@ -71,14 +70,18 @@ def clear(fleet: Fleet, inventory: Inventory, kind: str) -> None:
 def read(fleet: Fleet, inventory: Inventory) -> dict[str, Deployment | None]:
     """{kind: Deployment or None} from the head node (SparkrackError if it cannot be asked)."""
     head = inventory.head.name
-    result = fleet.run({head: ["sh", "-c", _READ, RECORD_DIR, *KINDS]})[head]
+    result = fleet.run({head: argv(record_facts.queries())})[head]
     if result.status != "ok":
         raise SparkrackError(f"could not read the deployment records on {head}: {result.error}")
-    records: dict[str, Deployment | None] = {kind: None for kind in KINDS}
-    for section in result.stdout.split("@@ ")[1:]:
-        kind, _, body = section.partition("\n")
+    return records_of(answer(result.stdout, record_facts.queries()))
+
+
+def records_of(answers: Answers) -> dict[str, Deployment | None]:
+    """{kind: Deployment or None} from a round trip that asked facts.records.queries()."""
+    records: dict[str, Deployment | None] = {}
+    for kind, data in record_facts.records_of(answers).items():
         try:
-            records[kind.strip()] = Deployment(**json.loads(body)) if body.strip() else None
-        except (TypeError, ValueError):  # a record from another version: treat as absent
-            records[kind.strip()] = None
+            records[kind] = Deployment(**data) if data else None
+        except TypeError:  # a record from another version: treat as absent
+            records[kind] = None
     return records

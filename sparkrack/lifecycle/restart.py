@@ -1,4 +1,9 @@
-"""Power-safe reboots: nodes in batches, each batch verified before the next one goes down.
+"""Power-safe reboots (`restart-rack`, `reboot`): nodes in batches, each batch verified
+before the next one goes down.
+
+restart-rack: stop the engine in order (engine.down), reboot every node, optionally bring
+the last known-good deployment back (engine.up); reboot: some nodes, refused while an
+engine runs on any of them.
 
 A rebooted batch must come back reachable with a new boot id, its clock-cap unit active
 and successful this boot, and a short burn must show every GPU at or below the cap: a GB10
@@ -15,11 +20,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import SparkrackError
-from ..facts import CLOCK_CAP_UNIT, facts_argv, parse_facts
+from ..facts.node import CLOCK_CAP_UNIT, facts_argv, parse_facts
 from ..fleet import Fleet
 from ..inventory import Inventory, Node
 from ..oplock.audit import note
 from ..oplock.lock import lease_while_down
+from . import record
+from .engine import Refused, down, up
+from .running import running
 
 # reboot after the SSH command returned, so the caller sees a clean exit
 REBOOT_ARGV = ["systemd-run", "--no-block", "--on-active=1s", "--unit=sparkrack-reboot",
@@ -129,3 +137,39 @@ def reboot_nodes(inventory: Inventory, nodes: Sequence[Node], *, batch_size: int
                                         "the sequence stops here, later batches were not rebooted")
             on_event(f"batch {number}: {names} back and verified under load")
     return report
+
+
+def restart_rack(inventory: Inventory, *, burn: Callable, batch_size: int | None = None,
+                 bring_back: bool = False,
+                 on_event: Callable[[str], None] = lambda e: None) -> RebootReport:
+    """Stop the engine in order, reboot every node in verified batches, and optionally bring
+    the last known-good deployment back. Returns the RebootReport."""
+    with Fleet(inventory) as fleet:
+        last = record.read(fleet, inventory)["last-good"]
+    stopped = down(inventory, on_event=on_event)
+    if stopped.errors:
+        raise SparkrackError("could not stop the engine cleanly: " + "; ".join(
+            f"{k}: {v}" for k, v in stopped.errors.items()), fix="fix the nodes named, then retry")
+    report = reboot_nodes(inventory, inventory.nodes, burn=burn, on_event=on_event,
+                          batch_size=batch_size or inventory.vars.restart_batch_size)
+    if bring_back:
+        if last is None:
+            on_event("no last known-good deployment to bring back")
+        else:
+            on_event(f"bringing back {last.describe()}")
+            up(inventory, last.engine, last.profile, burn=burn, on_event=on_event)
+    return report
+
+
+def reboot(inventory: Inventory, nodes: Sequence[Node], *, burn: Callable,
+           batch_size: int | None = None,
+           on_event: Callable[[str], None] = lambda e: None) -> RebootReport:
+    """Reboot some nodes in verified batches; refused while an engine runs on any of them."""
+    with Fleet(inventory, nodes) as fleet:
+        alive = running(fleet).alive
+    if alive:
+        raise Refused(f"{alive[0].engine} {alive[0].profile} runs on {alive[0].node} (rank "
+                      f"{alive[0].rank}): rebooting it would take the TP group down",
+                      fix="run `invoke down` first, or `invoke restart-rack` for the whole rack")
+    return reboot_nodes(inventory, nodes, burn=burn, on_event=on_event,
+                        batch_size=batch_size or inventory.vars.restart_batch_size)

@@ -13,8 +13,9 @@ from ..engines import LABEL_ENGINE, LaunchSpec, docker_sdk_kwargs
 from ..errors import SparkrackError
 from ..fleet import Fleet
 from ..inventory import Inventory
-from . import dockerfit, headapi
+from . import dockerfit
 from .containers import Rank, logs_tail, parallel, refresh, stop_ranks
+from .headapi import Endpoint
 from .order import start_order
 from .phases import Phases
 
@@ -169,7 +170,7 @@ def wait_ready(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
                    + (f" (exit code {first.exit_code})" if first.exit_code is not None else "")
                    + (f": {first.error}" if first.error else ""))
             raise StartFailed(why + (" - last log lines:\n  " + "\n  ".join(tail) if tail else ""))
-        head_status = headapi.get_status(head, port, head_spec.health_path)
+        head_status = Endpoint(head, port).status(head_spec.health_path)
         joined = sum(parallel(specs[1:], lambda s: _worker_loaded(inventory, s)))
         elapsed = time.monotonic() - started
         on_progress(Progress(len(states), len(states), joined + (head_status == 200), head_status, elapsed))
@@ -186,4 +187,4 @@ def _worker_loaded(inventory: Inventory, spec: LaunchSpec) -> bool:
     headless workers serve nothing, so their running container is all there is)."""
     if "--headless" in spec.argv:
         return True
-    return headapi.get_status(inventory.node(spec.node), spec.ports["http"], spec.health_path, 0.5) == 200
+    return Endpoint(inventory.node(spec.node), spec.ports["http"]).status(spec.health_path, 0.5) == 200

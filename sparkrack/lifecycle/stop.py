@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..facts import facts_argv, parse_facts
+from ..facts.node import facts_argv, parse_facts
 from ..fleet import Fleet
 from .containers import Rank, engine_containers, stop_ranks
 

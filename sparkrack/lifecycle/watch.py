@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 from ..fleet import Fleet, sh
 from ..inventory import Inventory
-from . import headapi
-from .containers import Rank, engine_containers, refresh, stop_ranks
+from .containers import Rank, refresh, stop_ranks
+from .headapi import Endpoint
 from .leak import LeakWatch
+from .running import running
 
 POLL_INTERVAL_S = 1.0  # between polls of the group
 HEALTH_TIMEOUT_S = 2  # rank 0's health answer within this, or the poll counts as unhealthy
@@ -115,8 +116,8 @@ class GroupWatch:
                 r.status, f"rank {r.rank} on {r.node} {r.status} (exit code {r.exit_code})")
             return what, states, None
         head = next(r for r in states if r.rank == 0)
-        status = headapi.get_status(self.inventory.node(head.node), self.http_port,
-                                    self.health_path, timeout=HEALTH_TIMEOUT_S)
+        status = Endpoint(self.inventory.node(head.node), self.http_port).status(
+            self.health_path, timeout=HEALTH_TIMEOUT_S)
         self.health_failures = 0 if status == 200 else self.health_failures + 1
         if self.health_failures >= HEALTH_FAILURES_TO_ACT:
             return (f"rank 0 on {head.node} unhealthy ({status or 'no answer'}) for "
@@ -130,8 +131,7 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
     """Watch the running group until it fails (then act) or duration passes."""
     report = WatchReport()
     with Fleet(inventory) as fleet:
-        ranks, _ = engine_containers(fleet)
-        ranks = [r for r in ranks if r.alive]
+        ranks = running(fleet).alive
         if not ranks:
             report.failure = "no engine is running"
             return report

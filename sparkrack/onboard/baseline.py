@@ -1,10 +1,10 @@
 """Step 2, facts and baseline: what the new node is, next to what the rack is.
 
-Facts come from every node in the same run (the new one and the rack's members), in three
-round trips per node on warm connections: `sparkrack.facts` (OS, kernel, driver, GPU,
-memory, clock cap unit), the provisioning gather for the HCAs (presence, port state,
-netdevs, GID table) and ONBOARD_SCRIPT (docker, the NVIDIA container hook on dockerd's
-PATH, MTU / operstate / IPv4 of each netdev from /sys/class/net, falling back to `ip link`).
+Facts come from every node in the same run (the new one and the rack's members), in ONE
+round trip per node: the node facts (OS, kernel, driver, GPU, memory, clock cap unit),
+provisioning's HCA queries (presence, port state, netdevs, GID table) and images, and
+onboarding's own (docker and the NVIDIA container hook on dockerd's PATH; MTU / operstate /
+IPv4 of the NCCL socket netdevs and of the HCAs' netdevs): `sparkrack.facts`.
 
 `compare` (pure) lists every difference between the new node and the rack's baseline (the
 value the members agree on; where they do not, the majority's). Kinds in BLOCKING break a
@@ -19,14 +19,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sparkrack.facts import NodeFacts as StatusFacts
-from sparkrack.facts import facts_argv, parse_facts
+from sparkrack.facts import node as node_facts
+from sparkrack.facts import provision
+from sparkrack.facts.onboard import DOCKER, NetdevFacts, links_query, parse_docker, parse_links
+from sparkrack.facts.provision import IMAGES, NETDEVS, roce_query
+from sparkrack.facts.queries import Answers, Query, answer, argv
 from sparkrack.fleet import Fleet
-from sparkrack.fleet.argv import sh
 from sparkrack.inventory import Node
-from sparkrack.provision.gather import IMAGES, NETDEVS, gather_argv, roce_query
-from sparkrack.provision.gather import NodeFacts as GatherFacts
-from sparkrack.provision.gather import parse_facts as parse_gather
 
 GB10 = "NVIDIA GB10"
 
@@ -52,31 +51,6 @@ KINDS = {
 BLOCKING = ("not-gb10", "driver-major", "known-bad-kernel", "missing-hca", "hca-down", "mtu",
             "docker", "nvidia-runtime")
 TIME_SKEW_S = 2.0
-
-ONBOARD_SCRIPT = r"""
-section() { printf '\n@@ %s %s\n' "$1" "$2"; }
-out=$(docker version --format '{{.Server.Version}}' 2>&1); section docker $?; printf '%s\n' "$out"
-out=$(docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' 2>&1); section runtimes $?; printf '%s\n' "$out"
-pid=$(pidof dockerd | cut -d' ' -f1)
-out=$( [ -n "$pid" ] && tr '\0' '\n' < /proc/$pid/environ | sed -n 's/^PATH=//p' | tr ':' '\n' | while read -r dir; do
-  [ -x "$dir/nvidia-container-runtime-hook" ] && echo "$dir/nvidia-container-runtime-hook" && break
-done); section hook $?; printf '%s\n' "$out"
-section netdevs 0
-for dev in "$@"; do
-  m=$(cat "/sys/class/net/$dev/mtu" 2>/dev/null) || m=$(ip -o link show dev "$dev" 2>/dev/null | sed -n 's/.* mtu \([0-9]*\) .*/\1/p')
-  s=$(cat "/sys/class/net/$dev/operstate" 2>/dev/null) || s=$(ip -o link show dev "$dev" 2>/dev/null | sed -n 's/.* state \([A-Za-z]*\) .*/\1/p' | tr 'A-Z' 'a-z')
-  a=$(ip -o -4 addr show dev "$dev" 2>/dev/null | awk '{print $4; exit}')
-  printf 'netdev %s mtu=%s state=%s ipv4=%s\n' "$dev" "${m:--}" "${s:--}" "${a:--}"
-done
-"""
-
-
-@dataclass
-class NetdevFacts:
-    mtu: int | None = None
-    state: str = ""
-    ipv4: str = ""  # address/prefix
-
 
 @dataclass
 class Facts:
@@ -129,45 +103,39 @@ class Facts:
         }
 
 
+def queries(node: Node, *, images: bool = True) -> list[Query]:
+    """What one round trip asks a node for its onboarding facts."""
+    hcas = list(node.vars.nccl_ib_hca)
+    return [*node_facts.queries(), *(roce_query(h) for h in hcas), NETDEVS,
+            *([IMAGES] if images else []), DOCKER,
+            links_query(hcas, sorted(set(node.vars.nccl_socket_ifname.split())))]
+
+
 def gather(fleet: Fleet, nodes: Sequence[Node], *, images: bool = True) -> dict[str, Facts]:
-    """Facts of nodes (three round trips each, all nodes at once)."""
-    hcas = sorted({h for node in nodes for h in node.vars.nccl_ib_hca})
-    queries = [roce_query(h) for h in hcas] + [NETDEVS] + ([IMAGES] if images else [])
-    names = [n.name for n in nodes]
+    """Facts of nodes (one round trip each, all nodes at once)."""
+    asked = {n.name: queries(n, images=images) for n in nodes}
     sent = time.time()
-    status = fleet.run({n: facts_argv() for n in names}, timeout=30)
-    roce = fleet.run({n: gather_argv(queries) for n in names}, timeout=30)
+    results = fleet.run({name: argv(asked[name]) for name in asked}, timeout=30)
     received = time.time()
-    extra_argv = {}
-    gathered: dict[str, GatherFacts] = {}
-    for result in roce:
-        if result.ok:
-            gathered[result.node] = parse_gather(result.stdout, queries)
-    for node in nodes:
-        found = gathered.get(node.name)
-        devs = set(node.vars.nccl_socket_ifname.split())
-        if found is not None:
-            for name in node.vars.nccl_ib_hca:
-                devs.update(found.roce.hcas.get(name).netdevs if name in found.roce.hcas else ())
-        extra_argv[node.name] = sh(ONBOARD_SCRIPT, *sorted(devs))
-    extra = fleet.run(extra_argv, timeout=30)
     facts = {}
     for node in nodes:
-        first, second, third = status[node.name], roce[node.name], extra[node.name]
-        bad = next((r for r in (first, second, third) if not r.ok), None)
-        if bad is not None:
-            facts[node.name] = Facts(node.name, error=bad.error or bad.status)
+        result = results[node.name]
+        if not result.ok:
+            facts[node.name] = Facts(node.name, error=result.error or result.status)
             continue
-        facts[node.name] = build_facts(node, parse_facts(first.stdout), gathered[node.name],
-                                       third.stdout, now=(sent + received) / 2)
+        facts[node.name] = build_facts(node, answer(result.stdout, asked[node.name]),
+                                       now=(sent + received) / 2)
     return facts
 
 
-def build_facts(node: Node, status: StatusFacts, gathered: GatherFacts, extra_text: str,
-                now: float | None = None) -> Facts:
-    """Facts from the three parsed outputs (pure)."""
-    sections = _sections(extra_text)
-    docker_rc, docker_out = sections.get("docker", (1, ""))
+def build_facts(node: Node, answers: Answers, now: float | None = None) -> Facts:
+    """Facts from one round trip's answers (pure)."""
+    status = node_facts.facts_of(answers)
+    gathered = provision.facts_of(answers)
+    docker = parse_docker(answers.lines(DOCKER))
+    netdevs: dict[str, NetdevFacts] = {}
+    for query in answers.asked("links"):
+        netdevs.update(parse_links(answers.lines(query)))
     hcas = {}
     for name in node.vars.nccl_ib_hca:
         hca = gathered.roce.hcas.get(name)
@@ -175,16 +143,6 @@ def build_facts(node: Node, status: StatusFacts, gathered: GatherFacts, extra_te
         hcas[name] = {"present": present, "state": hca.state if present else "",
                       "netdevs": list(hca.netdevs) if present else [],
                       "gid_index": hca.ipv4_gid_index if present else None}
-    netdevs = {}
-    for line in sections.get("netdevs", (0, ""))[1].splitlines():
-        parts = line.split()
-        if len(parts) < 5 or parts[0] != "netdev":
-            continue
-        values = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
-        mtu = values.get("mtu", "-")
-        netdevs[parts[1]] = NetdevFacts(int(mtu) if mtu.isdigit() else None,
-                                        "" if values.get("state") == "-" else values.get("state", ""),
-                                        "" if values.get("ipv4") == "-" else values.get("ipv4", ""))
     skew = None
     if now is not None and gathered.now:
         try:
@@ -197,32 +155,10 @@ def build_facts(node: Node, status: StatusFacts, gathered: GatherFacts, extra_te
         gpu_name=status.gpu.name, gpu_error=status.gpu.error, driver=status.gpu.driver,
         mem_total_kb=status.mem_total_kb, sm_mhz=status.gpu.sm_mhz,
         clock_cap=f"{unit.active}/{unit.result or '-'}" if unit.load != "not-found" else "none",
-        docker=docker_out.strip() if docker_rc == 0 and docker_out.strip() else None,
-        docker_error="" if docker_rc == 0 else (docker_out.strip().splitlines() or [""])[-1],
-        runtimes=tuple(sections.get("runtimes", (1, ""))[1].split())
-        if sections.get("runtimes", (1, ""))[0] == 0 else (),
-        hook=sections.get("hook", (1, ""))[1].strip(),
-        hcas=hcas, gid_index=gathered.roce.gid_index, gid_conflict=gathered.roce.gid_conflict,
-        netdevs=netdevs, images=dict(gathered.images) if gathered.images is not None else None,
-        skew_s=skew)
-
-
-def _sections(text: str) -> dict[str, tuple[int, str]]:
-    """`@@ name rc` sections -> {name: (rc, body)}."""
-    out: dict[str, tuple[int, str]] = {}
-    name, rc, body = None, 0, []
-    for line in text.splitlines():
-        if line.startswith("@@ "):
-            if name:
-                out[name] = (rc, "\n".join(body).strip())
-            parts = line.split()
-            name, rc, body = parts[1], int(parts[2]) if len(parts) > 2 and parts[2].lstrip(
-                "-").isdigit() else 0, []
-        elif name:
-            body.append(line)
-    if name:
-        out[name] = (rc, "\n".join(body).strip())
-    return out
+        docker=docker.version, docker_error=docker.error, runtimes=docker.runtimes,
+        hook=docker.hook, hcas=hcas, gid_index=gathered.roce.gid_index,
+        gid_conflict=gathered.roce.gid_conflict, netdevs=netdevs,
+        images=dict(gathered.images) if gathered.images is not None else None, skew_s=skew)
 
 
 # --- The comparison (pure) -------------------------------------------------------------

@@ -573,14 +573,13 @@ class _Run:
         old = self.old
         if old is None or old.name == self.new.name or old.address == self.new.address:
             return None
-        from sparkrack.lifecycle.containers import engine_containers
+        from sparkrack.lifecycle.running import running
 
         try:
             with Fleet(self.inventory, [old]) as fleet:
-                ranks, _ = engine_containers(fleet)
+                alive = running(fleet).alive
         except SparkrackError:
             return None
-        alive = [r for r in ranks if r.alive]
         if alive:
             return (f"warning: {old.name} still runs {alive[0].engine} rank {alive[0].rank} "
                     f"({alive[0].name}); it is no longer in the inventory, so `invoke down` "

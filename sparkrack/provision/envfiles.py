@@ -27,20 +27,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sparkrack.errors import SparkrackError
-from sparkrack.fleet import Argv, Fleet
+from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory_schema import FrozenMapping
+from sparkrack.facts.provision import NodeFacts, parse_facts
+from sparkrack.facts.queries import Query, argv
 from sparkrack.provision.changes import Put
-from sparkrack.provision.gather import NodeFacts, gather_argv, parse_facts
 from sparkrack.provision.modules import assert_, template
 from sparkrack.provision.plan import plan_node, queries
 from sparkrack.provision.roles import (
     Renderer, RenderError, Task, load_roles, node_vars, render_tasks, roles_path)
 
-ENV_ROLES = ("nccl_env", "engine_env")
-SECRET_KEYS = ("HF_TOKEN",)  # the engine_env templates' secret_keys
 TEMPLATE = template.MODULE.name  # the tasks that write the env files
 CHECK = assert_.MODULE.name  # the role checks (an HCA missing or down)
+
+ENV_ROLES = ("nccl_env", "engine_env")
+SECRET_KEYS = ("HF_TOKEN",)  # the engine_env templates' secret_keys
 VIEW_NODE = "node"
 VIEW_INVENTORY = "inventory"
 _SOURCE = re.compile(r"^# source of ([A-Za-z_][A-Za-z0-9_]*): (.*)$")
@@ -113,15 +115,15 @@ class EnvFiles:
         """The node's env files for this engine, in the order they are merged."""
         return _dests(self._tasks(node)[1])
 
-    def gather_argv(self, node: Node) -> Argv:
-        """The gather command that learns everything `read` needs about node."""
+    def queries(self, node: Node) -> list[Query]:
+        """What a round trip asks to learn everything `read` needs about node."""
         _, tasks = self._tasks(node)
-        return gather_argv(queries([t for group in tasks.values() for t in group]))
+        return queries([t for group in tasks.values() for t in group])
 
-    def read(self, node: Node, gathered: str) -> NodeEnv:
-        """The node's environment from the output of gather_argv(node), with its problems."""
+    def read(self, node: Node, facts: NodeFacts) -> NodeEnv:
+        """The node's environment from the facts of a round trip that asked queries(node),
+        with its problems."""
         _, tasks = self._tasks(node)
-        facts = parse_facts(gathered, queries([t for group in tasks.values() for t in group]))
         problems: list[str] = []
         found: dict[str, EnvVar] = {}
         texts: dict[str, str] = {}
@@ -172,9 +174,10 @@ class EnvFiles:
         """({node: NodeEnv} read from each node of fleet (or of nodes), {node: error} for
         those that did not answer): one round trip per node."""
         nodes = {node.name: node for node in (fleet.nodes if nodes is None else nodes)}
-        results = fleet.run({name: self.gather_argv(node) for name, node in nodes.items()},
-                            timeout=timeout)
-        envs = {r.node: self.read(nodes[r.node], r.stdout) for r in results if r.ok}
+        asked = {name: self.queries(node) for name, node in nodes.items()}
+        results = fleet.run({name: argv(asked[name]) for name in nodes}, timeout=timeout)
+        envs = {r.node: self.read(nodes[r.node], parse_facts(r.stdout, asked[r.node]))
+                for r in results if r.ok}
         return envs, {r.node: r.error or r.status for r in results if not r.ok}
 
     def inventory_views(self) -> dict[str, NodeEnv]:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkrack.provision.gather import NodeFacts, normalize_ref
+from sparkrack.facts.provision import NodeFacts, normalize_ref
 from sparkrack.provision.changes import ImageTarget, short_id
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from typing import Any
 
 from sparkrack.provision.changes import Change, ImageTarget
 from sparkrack.provision.diffs import REDACTED
-from sparkrack.provision.gather import NodeFacts, Query
+from sparkrack.facts.provision import NodeFacts
+from sparkrack.facts.queries import Query
 from sparkrack.provision.modules import REGISTRY
 from sparkrack.provision.modules.base import PlanState, Step
 from sparkrack.provision.roles import Renderer, RenderError, Role, Task

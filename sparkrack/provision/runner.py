@@ -23,14 +23,9 @@ from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
 from sparkrack.provision.apply import ApplyResult, apply_node
 from sparkrack.provision.changes import Change, ImageTarget, Transfer
-from sparkrack.provision.gather import (
-    IMAGES,
-    NodeFacts,
-    Query,
-    gather_argv,
-    normalize_ref,
-    parse_facts,
-)
+from sparkrack.facts.provision import IMAGES, NodeFacts, normalize_ref, parse_facts
+from sparkrack.facts.queries import Query
+from sparkrack.facts.queries import argv as gather_argv
 from sparkrack.provision.images import resolve_images
 from sparkrack.provision.modules import docker_image
 from sparkrack.provision.plan import plan_node, queries

@@ -13,6 +13,11 @@ token is the first line of the script's stdin.
                 a listening socket or stdin), load or write it here, forward it to the next
 - stager.py     questions about a model directory: sizes, check against a manifest, make a
                 manifest, list and remove staged models
+- gather.py     the one facts script: every query of a round trip (sparkrack/facts) in one
+                process; files, units, HCAs, guards and netdevs are its own
+- node.py       its node facts: hostname, kernel, OS, GPU (nvidia-smi), memory
+- dockerd.py    its docker questions, over dockerd's socket: images, version, runtimes, hook
+- links.py      its links: MTU, operstate, IPv4 of netdevs and of HCAs' netdevs
 """
 
 from __future__ import annotations

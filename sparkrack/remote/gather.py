@@ -1,30 +1,32 @@
-"""The provisioning gather, run on a node: everything a plan needs, in one process.
+"""The one node script: every question of a round trip answered in one process.
 
-    python3 -I -S -c TEXT  f PATH LIMIT | u UNIT PROPS | r HCA | x N ARGV... | i | n  ...
+    python3 -I -S -c TEXT  f PATH LIMIT | u UNIT PROPS | r HCA | x N ARGV... | i | n
+                           | s GPU_FIELDS | d | l N HCA... M DEV...  ...
 
 What to look at arrives as positional arguments, never as script text. The output is a
 `@@base` section (boot id, the node's clock) and one `@@<index> <kind>` section per query
-in order; provision/gather.parse_facts reads it. Paths, unit names and HCA names are never
-echoed back: a section names its query by index, so no value can forge a section. Only
-`systemctl show` and the guard commands start processes; files and sysfs are read here, and
-the image list comes from dockerd's socket (a shell version forked three processes per file
-and the docker CLI).
+in order (sparkrack/facts/sections.py reads it; each kind's parser is in sparkrack/facts/).
+Paths, unit names and HCA names are never echoed back: a section names its query by index,
+so no value can forge a section. Only `systemctl show`, nvidia-smi, `ip` and the guard
+commands start processes; files and sysfs are read here, and docker is asked over its
+socket (dockerd.py). The node facts are in node.py, the links in links.py.
 """
 
 import base64
 import grp
 import hashlib
-import json
 import os
 import pwd
-import socket
 import stat
 import subprocess
 import sys
 import time
 
+from .dockerd import daemon_section, images_section
+from .links import links_section
+from .node import node_section
+
 INFINIBAND = "/sys/class/infiniband"
-DOCKER_SOCKET = "/var/run/docker.sock"
 EMPTY_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
 
@@ -134,9 +136,13 @@ def hca_section(name):
 
 
 def unit_section(unit, properties):
-    done = subprocess.run(["systemctl", "show", "-p", properties, "--", unit],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, check=False)
+    """`systemctl show` of the unit (nothing when there is no systemctl: not found)."""
+    try:
+        done = subprocess.run(["systemctl", "show", "-p", properties, "--", unit],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, check=False)
+    except OSError:
+        return []
     return done.stdout.decode(errors="replace").splitlines()
 
 
@@ -148,30 +154,6 @@ def guard_rc(argv):
         return 127
     except OSError:
         return 126
-
-
-def images_section():
-    """The local images as `docker images` lists them (`REPO:TAG ID`, `<none>:<none>` for
-    an untagged one), asked of dockerd over its socket: the same Engine API the CLI calls,
-    without starting the CLI."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(20)
-            conn.connect(DOCKER_SOCKET)
-            conn.sendall(b"GET /images/json HTTP/1.0\r\nHost: docker\r\n\r\n")
-            reply = b"".join(iter(lambda: conn.recv(65536), b""))
-    except OSError as error:
-        return ["rc 1", "Cannot connect to the Docker daemon at unix://%s. Is the docker "
-                "daemon running? (%s)" % (DOCKER_SOCKET, error.strerror or error)]
-    head, _, body = reply.partition(b"\r\n\r\n")
-    status = head.split(b"\r\n", 1)[0].decode(errors="replace")
-    if " 200 " not in status + " ":
-        return ["rc 1", "dockerd answered %s: %s" % (status, body.decode(errors="replace")[:200])]
-    lines = ["rc 0"]
-    for image in json.loads(body):
-        for tag in image.get("RepoTags") or ["<none>:<none>"]:
-            lines.append("%s %s" % (tag, image["Id"]))
-    return lines
 
 
 def net_section():
@@ -200,6 +182,16 @@ def sections(args):
             yield kind, images_section()
         elif kind == "n":
             yield kind, net_section()
+        elif kind == "s":
+            yield kind, node_section(args.pop(0))
+        elif kind == "d":
+            yield kind, daemon_section()
+        elif kind == "l":
+            count = int(args.pop(0))
+            hcas, args = args[:count], args[count:]
+            count = int(args.pop(0))
+            devs, args = args[:count], args[count:]
+            yield kind, links_section(hcas, devs)
         else:
             yield "?", []
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from ..facts import facts_argv, parse_facts
+from ..facts.node import facts_argv, parse_facts
 from ..fleet import Fleet
 from ..inventory import Inventory
 from ..lifecycle import record

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from sparkrack.bench import run_bench, store
-from sparkrack.bench.client import Endpoint
+from sparkrack.lifecycle.headapi import Endpoint
 from sparkrack.bench.metrics import parse_prometheus
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet, sh

@@ -238,7 +238,7 @@ def test_up_refuses_an_uncapped_node_and_names_it(clean):
 def test_watch_warns_about_the_indexer_ratchet_only_without_the_budget(clean, tmp_path, budget, warns):
     """Growing prompts: with SGLang's default indexer budget the stub keeps its scratch and
     MemAvailable ratchets down; with 0.01 it comes back after every request."""
-    from sparkrack.lifecycle import headapi
+    from sparkrack.lifecycle.headapi import Endpoint
     from sparkrack.lifecycle.start import start_group
     from sparkrack.lifecycle.stop import stop_engine
     from sparkrack.rehearsal.stub.modeldir import write_stub_model
@@ -262,7 +262,8 @@ def test_watch_warns_about_the_indexer_ratchet_only_without_the_budget(clean, tm
             watcher.start()
             time.sleep(1.5)
             for words in (2000, 4000, 8000, 16000):
-                headapi.chat_completion(head, 30000, "GLM-5.3", "word " * words, max_tokens=4)
+                Endpoint(head, 30000, "GLM-5.3").chat([{"role": "user", "content": "word " * words}],
+                                                      max_tokens=4)
                 time.sleep(2.5)  # longer than the detector's level window
             watcher.join(timeout=60)
         finally:

@@ -13,7 +13,7 @@ import pytest
 from provision_helpers import inventory_copy, snapshot
 
 from sparkrack.cli import provision_tasks
-from sparkrack.facts import CLOCK_CAP_UNIT
+from sparkrack.facts.node import CLOCK_CAP_UNIT
 from sparkrack.errors import InventoryError
 from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision, unprovision

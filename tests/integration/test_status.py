@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from sparkrack.facts import GPU_FIELDS
+from sparkrack.facts.node import GPU_FIELDS
 from sparkrack.fleet import Fleet
 from sparkrack.status import gather_status
 

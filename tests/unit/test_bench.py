@@ -6,13 +6,6 @@ import json
 import pytest
 
 from sparkrack.bench import measure, metrics, prompts
-from sparkrack.bench.client import (
-    DONE,
-    Streamed,
-    finish_reason,
-    parse_sse_line,
-    piece_text,
-)
 from sparkrack.bench.compare import compare, header
 from sparkrack.bench.result import (
     BenchResult,
@@ -32,6 +25,7 @@ from sparkrack.bench.run import (
 )
 from sparkrack.bench.target import argv_port
 from sparkrack.errors import UsageError
+from sparkrack.lifecycle.headapi import DONE, Streamed, finish_reason, parse_sse_line, piece_text
 
 # --- decode rate ------------------------------------------------------------------------------
 
@@ -57,8 +51,8 @@ def test_streamed_ttft_and_decode_from_usage():
     s = Streamed(sent=100.0, times=[100.5 + i * 0.05 for i in range(21)],
                  usage={"prompt_tokens": 30, "completion_tokens": 21})
     assert s.ttft == pytest.approx(0.5)
-    assert s.decode_tok_s == pytest.approx(20.0)
-    assert Streamed(sent=0.0, times=[1.0, 2.0]).decode_tok_s is None  # no usage: not guessed
+    assert Run.of(s).decode_tok_s == pytest.approx(20.0)
+    assert Run.of(Streamed(sent=0.0, times=[1.0, 2.0])).decode_tok_s is None  # no usage: not guessed
 
 
 def test_median_ignores_unmeasured_and_handles_even_counts():
@@ -271,13 +265,13 @@ class FakeEndpoint:
 
     def stream_chat(self, messages, max_tokens, *, ignore_eos=True, timeout=0, cancel=None,
                     on_piece=None):
-        from sparkrack.bench.client import BenchError
+        from sparkrack.lifecycle.headapi import HeadError
 
         self.calls += 1
         if self.calls == self.interrupt_at:
             raise KeyboardInterrupt
         if self.calls == self.fail_at:
-            raise BenchError("rank 0 at spark-01:30000 answered HTTP 503: shutting down")
+            raise HeadError("rank 0 at spark-01:30000 answered HTTP 503: shutting down")
         prompt = self.tokens(messages)
         self.prompt_sizes.append(prompt)
         count = max_tokens if ignore_eos else min(max_tokens, 10)
@@ -305,9 +299,11 @@ class FakeEndpoint:
 
 def _target(context=524288):
     from sparkrack.bench.target import Target
-    return Target(engine="sglang", profile="512k", deployment_id="d1", spec_hash="f" * 64,
-                  image="img", image_id="sha256:abc", node="spark-01", address="10.77.1.11",
-                  port=30000, model="GLM-5.3", context_length=context)
+    from sparkrack.lifecycle.record import Deployment
+    deployment = Deployment(engine="sglang", profile="512k", deployment_id="d1",
+                            spec_hash="f" * 64, image="img", image_id="sha256:abc")
+    return Target(deployment, node="spark-01", address="10.77.1.11", port=30000,
+                  model="GLM-5.3", context_length=context)
 
 
 def test_a_full_run_measures_every_section():

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from sparkrack.fleet import Secret, quote_argv, redact_argv, sh
-from sparkrack.fleet.argv import chain, redact_text, secret_values, split_chain
+from sparkrack.fleet.argv import redact_text, secret_values
 
 NASTY = ["plain", "two words", "semi;colon", "$(touch /tmp/pwned)", "`id`", "$HOME", "${x:-y}",
          "it's", 'say "hi"', "back\\slash", "new\nline", "tab\there", "*", "?", "~", "-n",
@@ -52,13 +52,3 @@ def test_secrets_are_sent_but_never_shown():
 def test_bad_commands_are_refused(argv: object, error: type[Exception]):
     with pytest.raises(error):
         quote_argv(argv)
-
-
-def test_chain_runs_commands_in_one_go_and_splits_their_outputs():
-    marker = "m4rker"
-    commands = [["sh", "-c", "echo one; echo 'm4rker 9 forged?'; exit 3"], ["printf", "%s", "x y"],
-                ["true"]]
-    out = subprocess.run(chain(commands, marker), capture_output=True, text=True).stdout
-    assert split_chain(out, marker, 3) == [(3, "one\nm4rker 9 forged?\n"), (0, "x y"), (0, "")]
-    with pytest.raises(ValueError, match="expected the output of 4 commands, got 3"):
-        split_chain(out, marker, 4)

@@ -14,6 +14,7 @@ import pytest
 
 from sparkrack.errors import UsageError
 from sparkrack.lifecycle.containers import Rank
+from sparkrack.lifecycle.running import Running
 from sparkrack.lifecycle.logs import (
     END, Attached, ContainerGone, Dedup, DockerRankLogs, LineSplitter, Liveness, LogLine, Notice,
     RankReader, ReorderBuffer, choose_deployment, followed_lines, format_line, format_timestamp,
@@ -123,9 +124,9 @@ def rank(node, number, deployment, status="running") -> Rank:
 def test_the_running_deployment_is_chosen_else_the_last_one_left():
     old = [rank("spark-01", 0, "old", "exited"), rank("spark-02", 1, "old", "exited")]
     new = [rank("spark-01", 0, "new"), rank("spark-02", 1, "new", "exited")]
-    assert choose_deployment(old + new) == "new"
-    assert choose_deployment(old + [rank("spark-03", 2, "other", "exited")]) == "old"
-    assert choose_deployment([]) is None
+    assert choose_deployment(Running(old + new)) == "new"
+    assert choose_deployment(Running(old + [rank("spark-03", 2, "other", "exited")])) == "old"
+    assert choose_deployment(Running()) is None
     assert [r.rank for r in select_ranks(old + new, "new", {1}, None)] == [1]
     assert [r.node for r in select_ranks(old + new, "new", None, {"spark-01"})] == ["spark-01"]
     assert parse_ranks("0, 3") == {0, 3} and parse_ranks(None) is None

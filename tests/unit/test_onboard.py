@@ -4,6 +4,7 @@ inventory, host key decisions, and the port probe script run for real on this ma
 
 import dataclasses
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,7 @@ import paramiko
 import pytest
 
 from sparkrack.errors import InventoryError, UsageError
+from sparkrack.facts.onboard import NetdevFacts
 from sparkrack.fleet import hostkeys
 from sparkrack.inventory import load_inventory
 from sparkrack.onboard import baseline, join, trust, verify
@@ -39,8 +41,8 @@ def facts(name="spark-09", **changes) -> baseline.Facts:
         hcas={h: {"present": True, "state": "4: ACTIVE", "netdevs": [d], "gid_index": 3}
               for h, d in zip(HCAS, (IFNAME, "enP2p1s0f0np0"))},
         gid_index=3,
-        netdevs={IFNAME: baseline.NetdevFacts(9000, "up", "10.77.1.19/24"),
-                 "enP2p1s0f0np0": baseline.NetdevFacts(9000, "up", "10.77.2.19/24")},
+        netdevs={IFNAME: NetdevFacts(9000, "up", "10.77.1.19/24"),
+                 "enP2p1s0f0np0": NetdevFacts(9000, "up", "10.77.2.19/24")},
         skew_s=0.1)
     return dataclasses.replace(base, **changes)
 
@@ -79,7 +81,7 @@ def test_missing_hca_refuses():
 
 def test_mtu_mismatch_down_port_not_gb10_and_bad_kernel_refuse():
     netdevs = dict(facts().netdevs)
-    netdevs[IFNAME] = baseline.NetdevFacts(1500, "up", "")
+    netdevs[IFNAME] = NetdevFacts(1500, "up", "")
     hcas = dict(facts().hcas)
     hcas["rocep1s0f0"] = dict(hcas["rocep1s0f0"], state="1: DOWN")
     found = compare(facts(netdevs=netdevs, hcas=hcas, gpu_name="NVIDIA H200",
@@ -128,30 +130,118 @@ def test_unreachable_members_are_left_out_of_the_baseline():
 
 
 def test_facts_from_recorded_script_output():
-    from sparkrack.facts import parse_facts
-    from sparkrack.provision.gather import NETDEVS, roce_query
-    from sparkrack.provision.gather import parse_facts as parse_gather
+    from sparkrack.facts.queries import answer
 
     node = load_inventory(REPO / "inventory" / "rehearsal").nodes[0]
-    status = parse_facts("\n@@ hostname 0\nspark-09\n@@ kernel 0\n6.18.44-fc-v782\n@@ os 0\n"
-                         "Debian GNU/Linux 12 (bookworm)\n@@ gpu 0\nNVIDIA GB10, 208, 3003, 3.9,"
-                         " 35, 0, P8, Enabled, 575.51.03\n@@ meminfo 0\nMemTotal: 127600748 kB\n"
-                         "MemAvailable: 100 kB\n@@ clock_cap 0\nLoadState=not-found\n")
-    queries = [roce_query(h) for h in HCAS] + [NETDEVS]
-    gathered = parse_gather("@@base\nboot\n1700000000.5\n@@0 r\npresent\nstate 4: ACTIVE\n"
-                            "netdev enp1s0f0np0\ntypes\n3:RoCE v2\ngids\n"
-                            "3:0000:0000:0000:0000:0000:ffff:0a4d:0113\n@@1 r\n@@2 n\n", queries)
-    extra = ("\n@@ docker 0\n20.10.24+dfsg1\n@@ runtimes 0\nio.containerd.runc.v2 runc \n"
-             "@@ hook 0\n/usr/local/bin/nvidia-container-runtime-hook\n@@ netdevs 0\n"
-             "netdev enp1s0f0np0 mtu=9000 state=up ipv4=10.77.1.19/24\n")
-    found = baseline.build_facts(node, status, gathered, extra, now=1700000000.0)
+    queries = baseline.queries(node, images=False)
+    assert [q.kind for q in queries] == ["node", "unit", "file", "roce", "roce", "netdevs",
+                                         "docker", "links"]
+    text = ("@@base\nboot\n1700000000.5\n@@0 s\nhostname spark-09\nkernel 6.18.44-fc-v782\n"
+            "os Debian GNU/Linux 12 (bookworm)\ngpu 0 NVIDIA GB10, 208, 3003, 3.9, 35, 0, P8, "
+            "Enabled, 575.51.03\nMemAvailable 100\nMemTotal 127600748\n@@1 u\n"
+            "LoadState=not-found\n@@2 f\nmissing\n@@3 r\npresent\nstate 4: ACTIVE\n"
+            "netdev enp1s0f0np0\ntypes\n3:RoCE v2\ngids\n"
+            "3:0000:0000:0000:0000:0000:ffff:0a4d:0113\n@@4 r\n@@5 n\n@@6 d\n"
+            "version 20.10.24+dfsg1\nruntimes io.containerd.runc.v2 runc\n"
+            "hook /usr/local/bin/nvidia-container-runtime-hook\n@@7 l\n"
+            "netdev enp1s0f0np0 mtu=9000 state=up ipv4=10.77.1.19/24\n")
+    found = baseline.build_facts(node, answer(text, queries), now=1700000000.0)
     assert (found.driver, found.gpu_name, found.docker) == ("575.51.03", "NVIDIA GB10",
                                                             "20.10.24+dfsg1")
+    assert found.runtimes == ("io.containerd.runc.v2", "runc")
     assert found.hcas["roceP2p1s0f0"]["present"] is False and found.gid_index == 3
     assert found.netdevs[IFNAME].mtu == 9000 and found.nvidia_runtime
     assert found.clock_cap == "none" and found.skew_s == pytest.approx(0.5)
+    assert found.images is None and found.hostname == "spark-09"
     kinds = {d.kind for d in compare(found)}
     assert {"driver-major", "missing-hca"} <= kinds
+
+
+def test_docker_down_is_said_with_dockers_words():
+    from sparkrack.facts.onboard import parse_docker
+
+    down = parse_docker(["error Cannot connect to the Docker daemon at unix:///var/run/"
+                         "docker.sock. Is the docker daemon running? (No such file or "
+                         "directory)", "hook "])
+    assert down.version is None and down.error.startswith("Cannot connect")
+    assert down.runtimes == () and down.hook == ""
+
+
+def test_baseline_script_runs_here_in_one_process(tmp_path, monkeypatch):
+    """The whole baseline round trip on this machine: every section answers, lo's link
+    is read from sysfs and docker's absence is said."""
+    from sparkrack.facts.queries import answer, argv
+    from sparkrack.remote import dockerd
+
+    node = load_inventory(REPO / "inventory" / "rehearsal").nodes[0]
+    node = dataclasses.replace(node, vars=dataclasses.replace(node.vars,
+                                                              nccl_socket_ifname="lo"))
+    queries = baseline.queries(node)
+    done = subprocess.run(argv(queries), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    found = baseline.build_facts(node, answer(done.stdout, queries))
+    assert found.kernel == os.uname().release and found.hostname == socket.gethostname()
+    assert found.netdevs["lo"].mtu == 65536 and found.netdevs["lo"].ipv4.startswith("127.")
+    if not Path(dockerd.DOCKER_SOCKET).exists():
+        assert found.docker is None and "Cannot connect" in found.docker_error
+
+
+def test_node_script_asks_dockerd_for_version_runtimes_and_the_hook(tmp_path, monkeypatch):
+    from sparkrack.facts.onboard import parse_docker
+    from sparkrack.remote import dockerd
+
+    path = str(tmp_path / "docker.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(2)
+    answers = {b"/version": {"Version": "28.3.3"},
+               b"/info": {"Runtimes": {"runc": {}, "nvidia": {"path": "x"}}}}
+
+    def serve():
+        for _ in answers:
+            conn, _ = server.accept()
+            with conn:
+                asked = conn.recv(4096).split(b" ")[1]
+                conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + json.dumps(answers[asked]).encode())
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    hook = tmp_path / "bin" / dockerd.HOOK
+    hook.parent.mkdir()
+    hook.write_text("#!/bin/sh\n")
+    hook.chmod(0o755)
+    environ = tmp_path / "environ"
+    environ.write_bytes(b"HOME=/root\0PATH=/nowhere:" + str(hook.parent).encode() + b"\0")
+    monkeypatch.setattr(dockerd, "DOCKER_SOCKET", path)
+    monkeypatch.setattr(dockerd, "dockerd_pid", lambda: "self")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda name, *a, **k: real_open(
+        environ if name == "/proc/self/environ" else name, *a, **k))
+    lines = dockerd.daemon_section()
+    thread.join(5)
+    server.close()
+    found = parse_docker(lines)
+    assert (found.version, found.runtimes, found.hook) == ("28.3.3", ("nvidia", "runc"), str(hook))
+
+
+def test_node_script_reads_the_links_of_the_hcas_netdevs(tmp_path, monkeypatch):
+    from sparkrack.facts.onboard import parse_links
+    from sparkrack.remote import links
+
+    (tmp_path / "ib" / "rocep1s0f0" / "device" / "net" / "enp1s0f0np0").mkdir(parents=True)
+    for dev, mtu, state in (("enp1s0f0np0", "9000", "up"), ("eth9", "1500", "down")):
+        (tmp_path / "net" / dev).mkdir(parents=True)
+        (tmp_path / "net" / dev / "mtu").write_text(mtu + "\n")
+        (tmp_path / "net" / dev / "operstate").write_text(state + "\n")
+    monkeypatch.setattr(links, "INFINIBAND", str(tmp_path / "ib"))
+    monkeypatch.setattr(links, "NET", str(tmp_path / "net"))
+    monkeypatch.setattr(links, "ip_lines", lambda *args: [
+        "7: enp1s0f0np0    inet 10.77.1.19/24 brd 10.77.1.255 scope global enp1s0f0np0"]
+        if "addr" in args else [])
+    found = parse_links(links.links_section(["rocep1s0f0", "mlx5_9"], ["eth9", "gone0"]))
+    assert found["enp1s0f0np0"] == NetdevFacts(9000, "up", "10.77.1.19/24")
+    assert found["eth9"] == NetdevFacts(1500, "down", "")
+    assert found["gone0"] == NetdevFacts(None, "", "")
 
 
 # --- The hosts.yml edit -----------------------------------------------------------------

@@ -4,8 +4,10 @@ import base64
 import hashlib
 import subprocess
 
+from sparkrack.facts import provision as g
+from sparkrack.facts.queries import PYTHON
+from sparkrack.facts.queries import argv as gather_argv
 from sparkrack.fleet import quote_argv
-from sparkrack.provision import gather as g
 
 # Recorded from a rehearsal node (spark-01) after a provision; the file content shortened.
 NCCL = b"NCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0\nNCCL_IB_GID_INDEX=3\n"
@@ -158,16 +160,16 @@ def test_large_files_come_back_as_hash_only():
 
 def test_values_are_positional_arguments_never_script_text():
     evil = "/etc/x; touch /tmp/pwned $(reboot) `id`"
-    argv = g.gather_argv([g.file_query(evil), g.unit_query("a;b.service"),
+    argv = gather_argv([g.file_query(evil), g.unit_query("a;b.service"),
                           g.roce_query("$(x)"), g.guard_query(["test", "-e", evil])])
-    script = argv[len(g.GATHER_PYTHON)]
-    assert tuple(argv[:len(g.GATHER_PYTHON)]) == g.GATHER_PYTHON
+    script = argv[len(PYTHON)]
+    assert tuple(argv[:len(PYTHON)]) == PYTHON
     assert evil in argv[5:] and "$(x)" in argv[5:]
     assert evil not in script and "$(x)" not in script
 
 
 def test_queries_are_deduplicated():
-    argv = g.gather_argv([g.file_query("/a"), g.file_query("/a"), g.IMAGES, g.IMAGES])
+    argv = gather_argv([g.file_query("/a"), g.file_query("/a"), g.IMAGES, g.IMAGES])
     assert argv[5:] == ["f", "/a", str(g.CONTENT_LIMIT), "i"]
 
 
@@ -180,7 +182,7 @@ def test_script_runs_locally_on_odd_paths(tmp_path):
     (folder / "line\nbreak").write_text("")
     queries = [g.file_query(str(odd)), g.file_query(str(folder)),
                g.guard_query(["test", "-e", str(odd)]), g.file_query(str(tmp_path / "none"))]
-    done = subprocess.run(["sh", "-c", quote_argv(g.gather_argv(queries))], cwd=tmp_path,
+    done = subprocess.run(["sh", "-c", quote_argv(gather_argv(queries))], cwd=tmp_path,
                           capture_output=True, text=True, check=False, timeout=30)
     facts = g.parse_facts(done.stdout, queries)
     assert facts.file(str(odd)).content == b"x=1\n"
@@ -217,7 +219,7 @@ def test_node_script_reads_files_hcas_and_guards(tmp_path, monkeypatch):
     queries = [g.file_query(str(empty)), g.file_query(str(big)), g.file_query(str(link)),
                g.roce_query("mlx5_0"), g.roce_query("mlx5_9"),
                g.guard_query(["no-such-command-here"]), g.guard_query(["false"])]
-    args = g.gather_argv(queries)[len(g.GATHER_PYTHON) + 1:]
+    args = gather_argv(queries)[len(PYTHON) + 1:]
     args[args.index(str(big)) + 1] = "10"  # over the content limit: a hash
     lines = []
     monkeypatch.setattr(node.sys.stdout, "write", lines.append)
@@ -239,7 +241,7 @@ def test_node_script_lists_images_from_the_docker_socket(tmp_path, monkeypatch):
     import socket
     import threading
 
-    from sparkrack.remote import gather as node
+    from sparkrack.remote import dockerd
 
     path = str(tmp_path / "docker.sock")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -257,14 +259,14 @@ def test_node_script_lists_images_from_the_docker_socket(tmp_path, monkeypatch):
 
     thread = threading.Thread(target=answer)
     thread.start()
-    monkeypatch.setattr(node, "DOCKER_SOCKET", path)
-    lines = node.images_section()
+    monkeypatch.setattr(dockerd, "DOCKER_SOCKET", path)
+    lines = dockerd.images_section()
     thread.join(5)
     server.close()
     assert asked[0].startswith(b"GET /images/json HTTP/1.0\r\n")
     images, error = g.parse_images(lines)
     assert error is None and images == {"x/y:1": "sha256:" + "a" * 64,
                                         "x/y:latest": "sha256:" + "a" * 64}
-    monkeypatch.setattr(node, "DOCKER_SOCKET", str(tmp_path / "none.sock"))
-    images, error = g.parse_images(node.images_section())
+    monkeypatch.setattr(dockerd, "DOCKER_SOCKET", str(tmp_path / "none.sock"))
+    images, error = g.parse_images(dockerd.images_section())
     assert images is None and error.startswith("Cannot connect to the Docker daemon")

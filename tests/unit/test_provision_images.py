@@ -4,7 +4,7 @@ test_transfer.py)."""
 import pytest
 from provision_helpers import write_image_tar
 
-from sparkrack.provision.gather import NodeFacts
+from sparkrack.facts.provision import NodeFacts
 from sparkrack.provision.images import resolve_images, tar_image
 
 ORDER = ["spark-01", "spark-02", "spark-03"]

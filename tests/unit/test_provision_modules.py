@@ -8,7 +8,7 @@ import pytest
 
 from sparkrack.provision import modules
 from sparkrack.provision.changes import Run
-from sparkrack.provision.gather import NodeFacts, file_query
+from sparkrack.facts.provision import NodeFacts, file_query
 from sparkrack.provision.modules import REGISTRY, Module
 from sparkrack.provision.plan import plan_node, queries
 from sparkrack.provision.roles import Renderer, RoleError, load_role, load_roles, render_tasks

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkrack.provision.gather import FileFacts, NodeFacts, UnitFacts
+from sparkrack.facts.provision import FileFacts, NodeFacts, UnitFacts
 from sparkrack.provision.changes import ImageTarget, Put, Run, Transfer
 from sparkrack.provision.plan import plan_node, queries
 from sparkrack.provision.roles import Renderer, load_role, render_tasks
@@ -123,7 +123,7 @@ def test_assert_fails_when_nothing_before_it_changes(tmp_path):
 - name: after
   file: {path: /etc/x, state: directory}
 """)
-    from sparkrack.provision.gather import HcaFacts, RoceFacts
+    from sparkrack.facts.provision import HcaFacts, RoceFacts
     facts = NodeFacts(roce=RoceFacts({"a": HcaFacts(present=True), "b": HcaFacts()}))
     changes = plan([role], facts)
     assert changes[0].status == "failed" and changes[0].summary == "HCA b missing"

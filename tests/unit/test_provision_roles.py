@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from sparkrack.errors import UsageError
-from sparkrack.facts import CLOCK_CAP_UNIT
+from sparkrack.facts.node import CLOCK_CAP_UNIT
 from sparkrack.inventory import load_inventory
-from sparkrack.provision.gather import HcaFacts, NodeFacts, RoceFacts
+from sparkrack.facts.provision import HcaFacts, NodeFacts, RoceFacts
 from sparkrack.provision.changes import Put
 from sparkrack.provision.plan import plan_node
 from sparkrack.provision.roles import (

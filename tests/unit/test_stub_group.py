@@ -429,12 +429,13 @@ def test_the_ratchet_ends_in_no_memory_a_stuck_rank_and_the_watchdog(groups):
 def test_the_needle_is_found_within_reach_and_not_beyond(groups):
     """The bench's needle row against a stub group: pass when the haystack is within what
     the stub recalls, FAIL beyond it; a prompt over the context is the engines' HTTP 400."""
-    from sparkrack.bench.client import Endpoint
     from sparkrack.bench.result import rows
     from sparkrack.bench.run import SUITES, Bench
     from sparkrack.bench.target import Target
     from sparkrack.inventory import Node
     from sparkrack.inventory_schema import RackVars
+    from sparkrack.lifecycle.headapi import Endpoint
+    from sparkrack.lifecycle.record import Deployment
 
     group = groups(nnodes=2, config={"tokens_per_s": 400, "prefill_tokens_per_s": 400000,
                                      "recall_tokens": 3000})
@@ -442,9 +443,10 @@ def test_the_needle_is_found_within_reach_and_not_beyond(groups):
     group.wait_healthy()
     node = Node("local", "127.0.0.1", 22, "root", None, 0, "127.0.0.1", RackVars())
     endpoint = Endpoint(node, group.ports[0], "stub-model")
-    target = Target(engine="sglang", profile="p", deployment_id="d", spec_hash="f" * 64,
-                    image="i", image_id="sha256:x", node="local", address="127.0.0.1",
-                    port=group.ports[0], model="stub-model", context_length=131072)
+    deployment = Deployment(engine="sglang", profile="p", deployment_id="d", spec_hash="f" * 64,
+                            image="i", image_id="sha256:x")
+    target = Target(deployment, node="local", address="127.0.0.1", port=group.ports[0],
+                    model="stub-model", context_length=131072)
 
     def needle(context: int):
         bench = Bench(target, endpoint, SUITES["quick"], name=f"n{context}", context=context,

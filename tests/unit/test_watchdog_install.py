@@ -27,8 +27,8 @@ from loopback import Sshd, free_port, needs_sshd, write_inventory
 from sparkrack.data import shipped
 from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.inventory import load_inventory
+from sparkrack.facts.provision import FileFacts, NodeFacts
 from sparkrack.provision.changes import Put, Run
-from sparkrack.provision.gather import FileFacts, NodeFacts
 from sparkrack.provision.plan import plan_node
 from sparkrack.provision.roles import Renderer, load_roles, node_vars, render_tasks
 from sparkrack.watchdog import install as wi

@@ -23,7 +23,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkrack.errors import SparkrackError
-from sparkrack.facts import GpuFacts, NodeFacts, UnitFacts
+from sparkrack.facts.node import GpuFacts, NodeFacts, UnitFacts
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory_schema import FrozenMapping, RackVars
 from sparkrack.lifecycle.containers import Rank

@@ -13,7 +13,8 @@ from dataclasses import replace
 from typing import Any
 
 from sparkrack.provision.changes import Change
-from sparkrack.provision.gather import IMAGES, NETDEVS, Query, file_query, roce_query
+from sparkrack.facts.provision import IMAGES, NETDEVS, file_query, roce_query
+from sparkrack.facts.queries import Query
 from sparkrack.provision.modules.base import Module, Step
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparkrack.provision.changes import Change, ImageTarget
-from sparkrack.provision.gather import NodeFacts, Query
+from sparkrack.facts.provision import NodeFacts
+from sparkrack.facts.queries import Query
 
 if TYPE_CHECKING:
     from sparkrack.provision.roles import Renderer, Role

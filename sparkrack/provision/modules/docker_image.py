@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sparkrack.provision.changes import Change, Run, Transfer, short_id
-from sparkrack.provision.gather import IMAGES, normalize_ref
+from sparkrack.facts.provision import IMAGES, normalize_ref
 from sparkrack.provision.modules.base import Module, Step
 
 if TYPE_CHECKING:

@@ -1,11 +1,9 @@
-"""Provisioning facts: ONE round trip per node gathers everything a plan needs.
+"""Provisioning's questions: files, units, HCAs, guard commands, images, netdevs.
 
-The node runs sparkrack/remote/gather.py (one python3 process); what to look at arrives as
-positional arguments (`f PATH`, `u UNIT`, `r HCA`, `x N ARGV...`, `i`, `n`), never
-formatted into its text. Its output is a series of `@@<index> <kind>` sections that
-`parse_facts` (pure, tested against recorded output) turns into `NodeFacts`. Paths, unit
-names and HCA names are never echoed back: a section names the query by its index, so no
-value can forge a section.
+Each kind's query (its arguments to sparkrack/remote/gather.py) and its parser (pure,
+tested against recorded output); `parse_facts` turns one round trip's answers into
+`NodeFacts` for the plan. Units are asked the same way for everyone (the clock cap unit of
+`invoke status` too), so they are parsed here once.
 """
 
 from __future__ import annotations
@@ -18,70 +16,41 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkrack.fleet import Argv
-from sparkrack.remote import script
+from .queries import Answers, Query, answer
 
 CONTENT_LIMIT = 65536  # files up to this size come back whole (for diffs and hashes)
 ROCE_V2 = "RoCE v2"
 ACTIVE = "4: ACTIVE"  # ports/1/state of a port whose link is up
 EMPTY_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
-GATHER_PYTHON = ("python3", "-I", "-S", "-c")  # isolated, no site: the standard library only
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "UnitFileState",
-                   "NeedDaemonReload", "ExecMainStatus", "FragmentPath")
+                   "NeedDaemonReload", "ExecMainStatus", "FragmentPath",
+                   "ActiveEnterTimestampMonotonic")
 
 
-
-@dataclass(frozen=True)
-class Query:
-    """One thing to look at on a node: a file, a unit, an HCA, a guard command, the
-    docker images or the network interfaces."""
-
-    kind: str  # file | unit | roce | guard | images | netdevs
-    value: tuple[str, ...] = ()
-
-    def args(self) -> list[str]:
-        """This query's positional arguments to the gather script."""
-        if self.kind == "file":
-            return ["f", self.value[0], str(CONTENT_LIMIT)]
-        if self.kind == "unit":
-            return ["u", self.value[0], ",".join(UNIT_PROPERTIES)]
-        if self.kind == "roce":
-            return ["r", self.value[0]]
-        if self.kind == "guard":
-            return ["x", str(len(self.value)), *self.value]
-        if self.kind == "images":
-            return ["i"]
-        if self.kind == "netdevs":
-            return ["n"]
-        raise ValueError(f"unknown query kind {self.kind}")
-
-
-def file_query(path: str) -> Query:
-    return Query("file", (path,))
+def file_query(path: str, limit: int = CONTENT_LIMIT) -> Query:
+    """stat of path, its content when a regular file of at most limit bytes (else its
+    sha256), its entries when a directory."""
+    return Query("file", (path,), ("f", path, str(limit)))
 
 
 def unit_query(name: str) -> Query:
-    return Query("unit", (name,))
+    """`systemctl show` of a unit."""
+    return Query("unit", (name,), ("u", name, ",".join(UNIT_PROPERTIES)))
 
 
 def roce_query(hca: str) -> Query:
-    return Query("roce", (hca,))
+    """An RDMA device: present, port state, netdevs, GID table."""
+    return Query("roce", (hca,), ("r", hca))
 
 
 def guard_query(argv: Iterable[str]) -> Query:
-    return Query("guard", tuple(argv))
+    """The exit code of a guard command."""
+    value = tuple(argv)
+    return Query("guard", value, ("x", str(len(value)), *value))
 
 
-IMAGES = Query("images")
-NETDEVS = Query("netdevs")
-
-
-def gather_argv(queries: Iterable[Query]) -> Argv:
-    """The argv that runs the gather script for these queries (deduplicated, in order)."""
-    args: list[str] = []
-    for query in dict.fromkeys(queries):
-        args += query.args()
-    return [*GATHER_PYTHON, script("gather"), *args]
+IMAGES = Query("images", (), ("i",))
+NETDEVS = Query("netdevs", (), ("n",))
 
 
 # --- Parsed facts ----------------------------------------------------------------------
@@ -115,11 +84,17 @@ class UnitFacts:
     need_reload: bool = False
     exit_status: int | None = None
     fragment: str = ""
+    active_since_monotonic_us: int = 0
 
     @property
     def is_enabled(self) -> bool:
         return self.enabled in ("enabled", "enabled-runtime", "static", "alias", "indirect",
                                 "generated")
+
+    @property
+    def succeeded(self) -> bool:
+        """Active and successful (a oneshot that ran to its end this boot)."""
+        return self.active == "active" and self.result == "success"
 
 
 @dataclass(frozen=True)
@@ -217,26 +192,6 @@ def normalize_ref(ref: str) -> str:
     return name
 
 
-def _sections(text: str) -> tuple[list[str], dict[int, list[str]]]:
-    """The base section's lines and {query index: lines} of the script output."""
-    base: list[str] = []
-    sections: dict[int, list[str]] = {}
-    current: list[str] | None = None
-    for line in text.splitlines():
-        if line == "@@base":
-            current = base
-        elif line.startswith("@@") and " " in line:
-            head = line[2:].split(" ", 1)[0]
-            if head.isdigit():
-                current = sections.setdefault(int(head), [])
-                continue
-            if current is not None:
-                current.append(line)
-        elif current is not None:
-            current.append(line)
-    return base, sections
-
-
 def parse_file(lines: list[str]) -> FileFacts:
     """One `f` section."""
     values: dict[str, Any] = {}
@@ -289,13 +244,15 @@ def parse_unit(lines: list[str]) -> UnitFacts:
     """One `u` section: `systemctl show -p ...` lines."""
     kv = dict(line.split("=", 1) for line in lines if "=" in line)
     status = kv.get("ExecMainStatus", "")
+    since = kv.get("ActiveEnterTimestampMonotonic", "")
     return UnitFacts(
         load=kv.get("LoadState", "not-found") or "not-found",
         active=kv.get("ActiveState", "inactive"), sub=kv.get("SubState", "dead"),
         result=kv.get("Result", ""), enabled=kv.get("UnitFileState", ""),
         need_reload=kv.get("NeedDaemonReload") == "yes",
         exit_status=int(status) if status.lstrip("-").isdigit() else None,
-        fragment=kv.get("FragmentPath", ""))
+        fragment=kv.get("FragmentPath", ""),
+        active_since_monotonic_us=int(since) if since.isdigit() else 0)
 
 
 def parse_hca(lines: list[str]) -> HcaFacts:
@@ -347,15 +304,18 @@ def parse_netdevs(lines: list[str]) -> tuple[str, ...]:
 
 def parse_facts(text: str, queries: Iterable[Query]) -> NodeFacts:
     """The gather script's output for these queries -> NodeFacts."""
-    ordered = list(dict.fromkeys(queries))
-    base, sections = _sections(text)
+    return facts_of(answer(text, queries))
+
+
+def facts_of(answers: Answers) -> NodeFacts:
+    """Provisioning's NodeFacts from a round trip's answers (other kinds' are left out)."""
     files: dict[str, FileFacts] = {}
     units: dict[str, UnitFacts] = {}
     hcas: dict[str, HcaFacts] = {}
     guards: dict[tuple[str, ...], int] = {}
     images, images_error, netdevs = None, None, ()
-    for index, query in enumerate(ordered):
-        lines = sections.get(index, [])
+    for query in answers.index:
+        lines = answers.lines(query)
         if query.kind == "file":
             files[query.value[0]] = parse_file(lines)
         elif query.kind == "unit":
@@ -370,6 +330,6 @@ def parse_facts(text: str, queries: Iterable[Query]) -> NodeFacts:
         elif query.kind == "netdevs":
             netdevs = parse_netdevs(lines)
     return NodeFacts(
-        boot_id=base[0].strip() if base else "", now=base[1].strip() if len(base) > 1 else "",
-        files=files, units=units, roce=RoceFacts(hcas), guards=guards, images=images,
-        images_error=images_error, netdevs=netdevs)
+        boot_id=answers.boot_id, now=answers.now, files=files, units=units,
+        roce=RoceFacts(hcas), guards=guards, images=images, images_error=images_error,
+        netdevs=netdevs)

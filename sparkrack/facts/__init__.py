@@ -1,0 +1,10 @@
+"""What a node is, learned in ONE round trip: each kind of fact owns its queries and its
+parser; one node script (sparkrack/remote/gather.py) answers them all at once.
+
+- sections.py  the one section format of the node script's output, and its one parser
+- queries.py   Query, the argv that asks a node a round trip's queries, Answers
+- node.py      node facts (status, gates, restarts, watchdog) and the cap-this-boot rule
+- provision.py provisioning's: files, units, HCAs, guards, images, netdevs
+- onboard.py   onboarding's: the docker daemon and the RoCE / NCCL links
+- records.py   the deployment records on the head
+"""

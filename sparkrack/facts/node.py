@@ -1,0 +1,134 @@
+"""Node facts for `status`, `up`/`roll`'s gates, restarts and the watchdog: hostname,
+kernel, OS, boot id, GPU, memory, the clock cap unit and the last burn record.
+
+`queries()` are what a round trip asks for them (the node's own `s` query, the cap unit,
+the burn record); `facts_of(answers)` parses them into `NodeFacts`. Whether the GPU's cap
+was verified is decided here once: `burn_this_boot` (a burn counts only with this boot's id).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from .provision import FileFacts, UnitFacts, file_query, parse_file, parse_unit, unit_query
+from .queries import Answers, Query, answer, argv
+
+CLOCK_CAP_UNIT = "sparkrack-clock-cap.service"
+BURN_RECORD = "/var/lib/sparkrack/burn.json"
+GPU_FIELDS = ("name", "clocks.sm", "clocks.max.sm", "power.draw", "temperature.gpu",
+              "utilization.gpu", "pstate", "persistence_mode", "driver_version")
+NODE = Query("node", (), ("s", ",".join(GPU_FIELDS)))
+CAP_UNIT = unit_query(CLOCK_CAP_UNIT)
+BURN = file_query(BURN_RECORD)
+
+
+def queries() -> list[Query]:
+    """What a round trip asks for the node facts."""
+    return [NODE, CAP_UNIT, BURN]
+
+
+def facts_argv() -> list[str]:
+    """The argv that gathers the node facts alone."""
+    return argv(queries())
+
+
+@dataclass
+class GpuFacts:
+    """What nvidia-smi says about the node's GPU (None when it could not say)."""
+
+    name: str | None = None
+    sm_mhz: int | None = None
+    max_sm_mhz: int | None = None
+    power_w: float | None = None
+    temperature_c: int | None = None
+    utilization_pct: int | None = None
+    pstate: str | None = None
+    persistence: str | None = None
+    driver: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class NodeFacts:
+    """Everything one round trip learns about a node."""
+
+    hostname: str = ""
+    kernel: str = ""
+    os: str = ""
+    boot_id: str = ""
+    gpu: GpuFacts = field(default_factory=GpuFacts)
+    mem_total_kb: int | None = None
+    mem_available_kb: int | None = None
+    clock_cap: UnitFacts = field(default_factory=UnitFacts)
+    burn: dict | None = None
+
+    def as_dict(self) -> dict:
+        """Plain data for --json."""
+        return asdict(self)
+
+
+def burn_this_boot(facts: NodeFacts | None) -> dict | None:
+    """The node's burn record if it was made this boot, else None: a burn before a reboot
+    proves nothing (the lock does not survive one)."""
+    burn = facts.burn if facts is not None else None
+    if not burn or not facts.boot_id or burn.get("boot_id") != facts.boot_id:
+        return None
+    return burn
+
+
+def _number(text: str, kind=int):
+    try:
+        return kind(float(text)) if kind is int else kind(text)
+    except ValueError:
+        return None  # "[N/A]", "[Not Supported]"
+
+
+def parse_gpu(rc: int, line: str) -> GpuFacts:
+    """Parse a line of `nvidia-smi --query-gpu=GPU_FIELDS --format=csv,noheader,nounits`."""
+    if rc != 0 or not line:
+        return GpuFacts(error=line or f"nvidia-smi exit {rc}")
+    values = [v.strip() for v in line.split(",")]
+    if len(values) != len(GPU_FIELDS):
+        return GpuFacts(error=f"unexpected nvidia-smi output: {line}")
+    name, sm, max_sm, power, temp, util, pstate, persistence, driver = values
+    return GpuFacts(name=name, sm_mhz=_number(sm), max_sm_mhz=_number(max_sm),
+                    power_w=_number(power, float), temperature_c=_number(temp),
+                    utilization_pct=_number(util), pstate=pstate, persistence=persistence,
+                    driver=driver)
+
+
+def parse_burn(record: FileFacts) -> dict | None:
+    """The node's last burn-check record (JSON written by `invoke burn`), if any."""
+    if record.content is None:
+        return None
+    try:
+        found = json.loads(record.content)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def parse_node(lines: list[str]) -> dict[str, str]:
+    """The `s` section: {hostname, kernel, os, gpu, MemTotal, MemAvailable: the rest of
+    the line}."""
+    return {key: rest for key, _, rest in (line.partition(" ") for line in lines)}
+
+
+def facts_of(answers: Answers) -> NodeFacts:
+    """The node facts of a round trip's answers."""
+    node = parse_node(answers.lines(NODE))
+    rc, _, line = node.get("gpu", "1 ").partition(" ")
+    return NodeFacts(
+        hostname=node.get("hostname", ""), kernel=node.get("kernel", ""),
+        os=node.get("os", ""), boot_id=answers.boot_id,
+        gpu=parse_gpu(int(rc) if rc.lstrip("-").isdigit() else 1, line.strip()),
+        mem_total_kb=_number(node.get("MemTotal", "")),
+        mem_available_kb=_number(node.get("MemAvailable", "")),
+        clock_cap=parse_unit(answers.lines(CAP_UNIT)),
+        burn=parse_burn(parse_file(answers.lines(BURN))))
+
+
+def parse_facts(text: str) -> NodeFacts:
+    """The output of facts_argv() -> NodeFacts."""
+    return facts_of(answer(text, queries()))

@@ -1,0 +1,31 @@
+"""The deployment records on the head (`current`, `last-good`, `failed`) as facts: one
+file query each, parsed to plain data (lifecycle/record.py makes Deployments of them)."""
+
+from __future__ import annotations
+
+import json
+
+from .provision import file_query, parse_file
+from .queries import Answers, Query
+
+RECORD_DIR = "/var/lib/sparkrack/deployments"
+KINDS = ("current", "last-good", "failed")
+RECORD_LIMIT = 1 << 20  # a record is a few kB: read whole up to this size
+
+
+def queries() -> list[Query]:
+    """The three record files, read whole."""
+    return [file_query(f"{RECORD_DIR}/{kind}.json", RECORD_LIMIT) for kind in KINDS]
+
+
+def records_of(answers: Answers) -> dict[str, dict | None]:
+    """{kind: the record's JSON object, or None when absent or unreadable}."""
+    found: dict[str, dict | None] = {}
+    for kind, query in zip(KINDS, queries()):
+        content = parse_file(answers.lines(query)).content
+        try:
+            data = json.loads(content) if content and content.strip() else None
+        except ValueError:
+            data = None
+        found[kind] = data if isinstance(data, dict) else None
+    return found

@@ -1,0 +1,58 @@
+"""The node itself, for `invoke status`, the gates and onboarding (gather.py's `s` query).
+
+    hostname NAME / kernel RELEASE / os PRETTY_NAME
+    gpu RC FIRST-LINE     nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits
+    MemTotal KB / MemAvailable KB
+"""
+
+import os
+import shlex
+import socket
+import subprocess
+
+
+def os_name(path="/etc/os-release"):
+    """PRETTY_NAME of os-release, unquoted as the shell reads it ("" when absent)."""
+    try:
+        with open(path, errors="replace") as handle:
+            for line in handle:
+                if line.startswith("PRETTY_NAME="):
+                    words = shlex.split(line[len("PRETTY_NAME="):], comments=True)
+                    return words[0] if words else ""
+    except (OSError, ValueError):
+        pass
+    return ""
+
+
+def gpu_line(fields):
+    """(exit code, first line of output) of the nvidia-smi query."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=" + fields,
+                               "--format=csv,noheader,nounits"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+    except OSError as error:
+        return 127, "nvidia-smi: %s" % (error.strerror or error)
+    lines = done.stdout.decode(errors="replace").strip().splitlines()
+    return done.returncode, lines[0] if lines else ""
+
+
+def memory(path="/proc/meminfo"):
+    """{MemTotal, MemAvailable: kB} as /proc/meminfo says."""
+    found = {}
+    try:
+        with open(path) as handle:
+            for line in handle:
+                key, _, rest = line.partition(":")
+                if key in ("MemTotal", "MemAvailable") and rest.split():
+                    found[key] = rest.split()[0]
+    except OSError:
+        pass
+    return found
+
+
+def node_section(fields):
+    rc, line = gpu_line(fields)
+    lines = ["hostname " + socket.gethostname(), "kernel " + os.uname().release,
+             "os " + os_name(), "gpu %d %s" % (rc, line)]
+    lines += ["%s %s" % item for item in sorted(memory().items())]
+    return lines

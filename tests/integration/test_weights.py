@@ -13,14 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
+from provision_helpers import inventory_copy
+from stubgroup import quick_burn
 
+from sparkrack.data import shipped
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.lifecycle.engine import Refused
 from sparkrack.lifecycle.record import read as read_records
-from provision_helpers import inventory_copy
 from sparkrack.rehearsal.stub.modeldir import MANIFEST_NAME, model_files
-from stubgroup import quick_burn
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
@@ -53,9 +54,9 @@ def weights(rack, inventory, tmp_path_factory):
         (source / ("extra" if name.startswith("model-00006") else "") / name).write_bytes(
             generator.randbytes(size))
     test_inventory = inventory_copy(inventory.path, folder / "inv")
-    (test_inventory.path / "engines").mkdir()
-    (test_inventory.path / "engines" / "sglang.yml").write_text(
-        (REPO / "inventory" / "engines" / "sglang.yml").read_text() + PROFILE)
+    (test_inventory.path / ".sparkrack" / "engines").mkdir(parents=True)
+    (test_inventory.path / ".sparkrack" / "engines" / "sglang.yml").write_text(
+        (shipped("engines") / "sglang.yml").read_text() + PROFILE)
     env = {**os.environ, "SPARKRACK_INVENTORY": str(test_inventory.path), "NO_COLOR": "1",
            "SPARKRACK_STATE_DIR": str(folder / "state")}
     env.pop("SPARKRACK_LOCK_DIR", None)

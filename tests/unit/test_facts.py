@@ -3,6 +3,7 @@ output, and the node script run here."""
 
 import base64
 import json
+import os
 import subprocess
 
 from sparkrack.facts import node, records
@@ -106,6 +107,16 @@ def test_node_script_runs_here():
     assert f.hostname and f.kernel and f.boot_id and f.mem_total_kb > 0
     assert f.mem_available_kb is not None
     assert f.gpu.name is not None or f.gpu.error  # no GPU here: nvidia-smi's failure, said
+
+
+def test_the_kernel_is_the_one_uname_on_path_reports(tmp_path, monkeypatch):
+    """As `uname -r` says it (the rehearsal rack simulates a node's kernel there)."""
+    fake = tmp_path / "uname"
+    fake.write_text("#!/bin/sh\necho 7.0.0-1019-nvidia\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    done = subprocess.run(facts_argv(), capture_output=True, text=True, check=False, timeout=30)
+    assert parse_facts(done.stdout).kernel == "7.0.0-1019-nvidia"
 
 
 def test_os_release_is_read_as_the_shell_reads_it(tmp_path):

@@ -13,6 +13,9 @@ Reachability, both ways, on the fabric addresses (roce_addr) the engines use:
 A listener greets each connection with this run's token, so a probe knows whether it
 reached our listener or a service (the node script: remote/probe.py). Then `burn` (the
 same check `up` gates on) loads the new node's GPU and judges its SM clock against the cap.
+
+`run` is the step: a check only says which ports it would probe; a real run fails on any
+unreachable port, env file problem or a burn that is not ok.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from sparkrack.engines.profile_file import load_engine
 from sparkrack.errors import SparkrackError
 from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.inventory import Inventory, Node
+from sparkrack.onboard.context import Context
 from sparkrack import remote
 from sparkrack.provision.envfiles import EnvFiles
 from sparkrack.transfer.chain import DEFAULT_PYTHON
@@ -171,3 +175,38 @@ def env_problems(fleet: Fleet, inventory: Inventory, new: Node) -> list[str]:
     return problems
 
 
+
+
+def run(ctx: Context) -> None:
+    """Step 5: probe the ports both ways, check the env files, burn the GPU."""
+    report, new, burn_seconds = ctx.report, ctx.new, ctx.options.burn_seconds
+    with ctx.step("verify") as step:
+        plan = engine_ports(ctx.work)
+        if report.check:
+            ports = ", ".join(f"{p} ({plan.names[p]})" for p in (*plan.every_rank,
+                                                                 *plan.head_only))
+            ctx.set(step, "would", f"would probe ports {ports} between {new.name} and "
+                    f"{len(ctx.members)} members both ways, and burn {new.name}'s GPU "
+                    f"for {burn_seconds:g} s")
+            return
+        result = verify_node(ctx.fleet, ctx.work, new, ctx.members,
+                             burn_seconds=burn_seconds, python=ctx.options.python)
+        report.verify = result
+        for note in result.notes:
+            ctx.line(step, note)
+        for reach in result.failed:
+            ctx.line(step, f"UNREACHABLE {reach.source} -> {reach.target}:{reach.port} "
+                     f"({plan.names.get(reach.port, '?')}): {reach.detail}")
+        for error in result.errors:
+            ctx.line(step, error)
+        burned = result.burn
+        if burned is not None:
+            ctx.line(step, f"burn: {burned.verdict}: {burned.reason}")
+        probes = len(result.reach)
+        if not result.ok:
+            why = (f"{len(result.failed)} of {probes} port probes failed" if result.failed
+                   else "; ".join(result.errors) if result.errors
+                   else f"burn {burned.verdict}: {burned.reason}" if burned else "no burn")
+            ctx.stop(step, "failed", why)
+        ctx.set(step, "ok", f"{probes} port probes ok both ways; env files as provisioned; "
+                f"burn {burned.summary}")

@@ -22,7 +22,7 @@ from sparkrack.fleet import hostkeys
 from sparkrack import remote
 from sparkrack.inventory import load_inventory
 from sparkrack.onboard import baseline, join, trust, verify
-from sparkrack.onboard.run import known_bad_kernels
+from sparkrack.onboard.baseline import known_bad_kernels
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parent / "data" / "inventory"

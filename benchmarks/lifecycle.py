@@ -24,7 +24,7 @@ from sparkrack.burn import burn  # noqa: E402
 from sparkrack.engines import build_specs, docker_sdk_kwargs  # noqa: E402
 from sparkrack.fleet import Fleet  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
-from sparkrack.lifecycle import dockerfit  # noqa: E402
+from sparkrack.lifecycle import nodelimits  # noqa: E402
 from sparkrack.lifecycle import engine as lifecycle  # noqa: E402
 from sparkrack.lifecycle.containers import parallel  # noqa: E402
 from sparkrack.lifecycle.headapi import Endpoint  # noqa: E402
@@ -35,11 +35,11 @@ def bare_up_down(inventory, load_delay: float) -> tuple[float, float]:
     """The peer: create+start all ranks in parallel, poll the head, kill+remove. No gates."""
     specs = build_specs(inventory, "sglang", "512k", deployment_id="bench-bare")
     with Fleet(inventory) as fleet:
-        limits = dockerfit.probe(fleet)
+        limits = nodelimits.probe(fleet)
         started = time.monotonic()
 
         def run(spec):
-            kwargs, _ = dockerfit.fit_kwargs(docker_sdk_kwargs(spec), limits[spec.node])
+            kwargs, _ = nodelimits.fit_kwargs(docker_sdk_kwargs(spec), limits[spec.node])
             kwargs.pop("detach", None)
             fleet.docker_client(spec.node).containers.create(**kwargs).start()
 

@@ -26,6 +26,7 @@ from ..oplock.identity import operator
 from . import record
 from .gates import Preflight, memory_problems, preflight
 from .headapi import Endpoint
+from .nodelimits import Limits
 from .record import Deployment
 from .phases import Phases
 from .running import running
@@ -92,7 +93,7 @@ def deployment_of(specs: tuple[LaunchSpec, ...], pre: Preflight) -> Deployment:
 
 
 def launch(fleet: Fleet, inventory: Inventory, specs, pre: Preflight, *, timeout, on_progress,
-           on_event, phases: Phases | None = None, limits: dict | None = None) -> Deployment:
+           on_event, phases: Phases | None = None, limits: Limits | None = None) -> Deployment:
     """Start a gated deployment (prepared already if limits are given: start.prepare),
     smoke-test it, record it as current and last-good, with its phase times. A start that
     fails (or is interrupted) is recorded as "failed" and "current" removed."""
@@ -144,13 +145,13 @@ def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeo
     nodes' docker limits probed (start.prepare): nothing is created before every gate
     passed, so a refusal leaves nothing behind, even on a node lost meanwhile."""
     phases = Phases()
-    limits: dict = {}
+    prepared: list[Limits] = []
     failed: list[StartFailed] = []
     with Fleet(inventory) as fleet:
         def get_ready(pre: Preflight) -> None:
             try:
                 with phases.timed("prepare"):
-                    limits.update(prepare(fleet, inventory, pre.specs))
+                    prepared.append(prepare(fleet, inventory, pre.specs))
             except StartFailed as error:  # said once the gates are known: a refusal wins
                 failed.append(error)
 
@@ -162,7 +163,8 @@ def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeo
                         on_event)
             raise failed[0]
         return launch(fleet, inventory, pre.specs, pre, timeout=timeout,
-                      on_progress=on_progress, on_event=on_event, phases=phases, limits=limits)
+                      on_progress=on_progress, on_event=on_event, phases=phases,
+                      limits=prepared[0] if prepared else None)
 
 
 def down(inventory: Inventory, *, timeout: int | None = None,

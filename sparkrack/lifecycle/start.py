@@ -13,7 +13,7 @@ from ..engines import LABEL_ENGINE, LaunchSpec, docker_sdk_kwargs
 from ..errors import SparkrackError
 from ..fleet import Fleet
 from ..inventory import Inventory
-from . import dockerfit
+from . import nodelimits
 from .containers import Rank, logs_tail, parallel, refresh, stop_ranks
 from .headapi import Endpoint
 from .order import start_order
@@ -76,22 +76,20 @@ def remove_leftovers(fleet: Fleet, specs: tuple[LaunchSpec, ...]) -> None:
     parallel(specs, one)
 
 
-Limits = dict  # {node: dockerfit.NodeLimits}: what a rehearsal node's dockerd can give
-
-
-def prepare(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]) -> Limits:
-    """Remove an earlier failed start's stopped containers and, on a rehearsal rack, probe
-    what each node's dockerd can give. Creates nothing and touches no GPU: `up` does it
-    while the burn gate runs."""
+def prepare(fleet: Fleet, inventory: Inventory,
+            specs: tuple[LaunchSpec, ...]) -> nodelimits.Limits:
+    """Remove an earlier failed start's stopped containers and choose the nodes' docker
+    limits (nodelimits: probed on a rehearsal rack only). Creates nothing and touches no
+    GPU: `up` does it while the burn gate runs."""
     remove_leftovers(fleet, specs)
-    return dockerfit.probe(fleet, [s.node for s in specs]) if inventory.is_rehearsal else {}
+    return nodelimits.for_rack(fleet, inventory, [s.node for s in specs])
 
 
-def create_all(fleet: Fleet, specs: tuple[LaunchSpec, ...], limits: Limits, *,
+def create_all(fleet: Fleet, specs: tuple[LaunchSpec, ...], limits: nodelimits.Limits, *,
                on_event: Callable[[str], None] = lambda e: None) -> None:
     """Create (not start) every rank's container: a bad image or option fails before any
-    rank runs. With limits (a rehearsal rack) the docker options are fitted to what the
-    node's dockerd can give (dockerfit), and every deviation is reported."""
+    rank runs. The docker options go through limits' fit (a rehearsal rack's are fitted to
+    what the node's dockerd can give), and every deviation is reported."""
     errors = []
     created: list[LaunchSpec] = []
     deviations: set[str] = set()
@@ -99,9 +97,8 @@ def create_all(fleet: Fleet, specs: tuple[LaunchSpec, ...], limits: Limits, *,
     def one(spec: LaunchSpec) -> None:
         kwargs = docker_sdk_kwargs(spec)
         kwargs.pop("detach", None)
-        if limits:
-            kwargs, changes = dockerfit.fit_kwargs(kwargs, limits[spec.node])
-            deviations.update(changes)
+        kwargs, changes = limits.fit(spec.node, kwargs)
+        deviations.update(changes)
         try:
             fleet.docker_client(spec.node).containers.create(**kwargs)
             created.append(spec)
@@ -118,7 +115,8 @@ def create_all(fleet: Fleet, specs: tuple[LaunchSpec, ...], limits: Limits, *,
 
 def start_group(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...], *,
                 timeout: float | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
-                on_event: Callable[[str], None] = lambda e: None, limits: Limits | None = None,
+                on_event: Callable[[str], None] = lambda e: None,
+                limits: nodelimits.Limits | None = None,
                 phases: Phases | None = None) -> float:
     """Create (after prepare, unless its limits are given), start in order, wait for
     readiness. Returns seconds from first start to ready. On any failure (or

@@ -9,7 +9,9 @@ IPv4 of the NCCL socket netdevs and of the HCAs' netdevs): `sparkrack.facts`.
 `compare` (pure) lists every difference between the new node and the rack's baseline (the
 value the members agree on; where they do not, the majority's). Kinds in BLOCKING break a
 TP group and refuse the onboarding unless waived (`--waive KIND=REASON`); the others are
-reported.
+reported. `run` is the step: it fails when the new node does not answer (naming
+ssh-copy-id when its key is refused) or no member does, finds the new node's roce_addr,
+and refuses on a blocking difference.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from sparkrack.facts.provision import IMAGES, NETDEVS, roce_query
 from sparkrack.facts.queries import Answers, Query, answer, argv
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
+from sparkrack.inventory_schema import address_problem
+from sparkrack.onboard.context import Context, Step
+from sparkrack.rules.ruleset import all_rules
 
 GB10 = "NVIDIA GB10"
 
@@ -302,6 +307,13 @@ def _mtu(facts: Facts, dev: str, hcas: Sequence[str], socket_ifname: str,
     return None
 
 
+def known_bad_kernels() -> tuple[str, ...]:
+    """Host kernels the rules (HOST-KERNEL) name as bad."""
+    return tuple(sorted({value for rule in all_rules()
+                         if getattr(rule.check, "kind", None) == "kernel_not_in"
+                         for value in rule.check.values}))
+
+
 def check_waivers(waivers: Mapping[str, str]) -> dict[str, str]:
     """The waivers, checked: only blocking kinds, each with a reason."""
     from sparkrack.errors import UsageError
@@ -316,3 +328,64 @@ def check_waivers(waivers: Mapping[str, str]) -> dict[str, str]:
                              fix=f"--waive '{kind}=why it is safe here'")
         checked[kind] = reason.strip()
     return checked
+
+
+# --- The step -----------------------------------------------------------------------------
+
+
+def run(ctx: Context) -> None:
+    """Step 2: the facts of the new node and the members, compared (see the module doc)."""
+    report, new = ctx.report, ctx.new
+    with ctx.step("baseline") as step:
+        facts = gather(ctx.fleet, [*ctx.members, new])
+        report.facts = facts
+        mine = facts[new.name]
+        if not mine.ok:
+            hint = ""
+            if "refused key" in (mine.error or ""):
+                hint = (f"; put the rack's public key on the node first: ssh-copy-id -i "
+                        f"{new.key_file}.pub {new.user}@{new.address}")
+            ctx.stop(step, "failed", f"{mine.error}{hint}")
+        members = {n.name: facts[n.name] for n in ctx.members}
+        down = [f"{n}: {f.error}" for n, f in members.items() if not f.ok]
+        for line in down:
+            ctx.line(step, f"member not in the baseline: {line}")
+        if len(down) == len(members):
+            ctx.stop(step, "failed", "no member answered: no baseline to compare with")
+        resolve_roce_addr(ctx, step, mine)
+        report.differences = compare(
+            mine, members, hcas=new.vars.nccl_ib_hca,
+            socket_ifname=new.vars.nccl_socket_ifname,
+            known_bad_kernels=known_bad_kernels(), waivers=ctx.options.waivers)
+        for difference in report.differences:
+            ctx.line(step, difference.line())
+        refusing = [d for d in report.differences if d.refuses]
+        if refusing:
+            ctx.stop(step, "refused", "refused: " + "; ".join(
+                f"{d.kind} ({d.what}: {d.node_value}, rack {d.rack_value})" for d in refusing)
+                + " (waive with --waive KIND=REASON only if you know it is safe)")
+        notes = len(report.differences)
+        compared = len(members) - len(down)
+        ctx.set(step, "ok", f"{mine.gpu_name}, driver {mine.driver}, kernel "
+                f"{mine.kernel}; {compared} member(s) compared, "
+                f"{notes} difference(s), none refusing" if notes else
+                f"{mine.gpu_name}, driver {mine.driver}, kernel {mine.kernel}: matches "
+                f"the {compared} member(s) compared")
+
+
+def resolve_roce_addr(ctx: Context, step: Step, mine: Facts) -> None:
+    """The new node's fabric address: --roce-addr, else its management address when the
+    members have no separate one, else the IPv4 on its nccl_socket_ifname."""
+    if ctx.roce_addr is not None:
+        ctx.report.roce_addr = ctx.roce_addr
+        return
+    if all(m.roce_addr == m.address for m in ctx.members):
+        ctx.report.roce_addr = ctx.new.address
+        return
+    dev = ctx.new.vars.nccl_socket_ifname
+    found = (mine.netdevs.get(dev).ipv4 if mine.netdevs.get(dev) else "").split("/")[0]
+    if not found or address_problem(found):
+        ctx.stop(step, "failed", f"the members have their own roce_addr, and {dev} on "
+                 f"{ctx.new.name} has no IPv4 address: pass --roce-addr")
+    ctx.line(step, f"roce_addr {found} (the IPv4 address of {dev})")
+    ctx.roce_addr = ctx.report.roce_addr = found

@@ -10,6 +10,10 @@ where it should be.
 
 The replaced node's host_vars file, which describes the old hardware, is moved aside to a
 dot-file (the loader ignores those) and named in the report.
+
+`run` is the step: a check shows the diff and writes nothing; a real run writes the plan,
+removes the replaced node's host key when it lived at another address, warns when the
+replaced node still runs an engine, and says what comes next (`roll` or `up`).
 """
 
 from __future__ import annotations
@@ -27,8 +31,11 @@ from pathlib import Path
 import yaml
 
 from sparkrack.atomic import copy_atomically, remove, write_atomically
-from sparkrack.errors import InventoryError, UsageError
+from sparkrack.errors import InventoryError, SparkrackError, UsageError
+from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, load_inventory
+from sparkrack.onboard import trust
+from sparkrack.onboard.context import Context, Step
 
 _ORDER = ("ansible_host", "rank", "roce_addr", "spare")
 
@@ -260,3 +267,95 @@ def apply_join(inventory: Inventory, plan: JoinPlan) -> None:
     write_atomically(hosts_file, plan.hosts_after)
     for old in plan.moved_host_vars:
         remove(inventory.path / old)
+
+
+# --- The step -----------------------------------------------------------------------------
+
+
+def run(ctx: Context) -> None:
+    """Step 6: the new node into hosts.yml (see the module doc)."""
+    report, inventory = ctx.report, ctx.inventory
+    hosts = inventory.path / "hosts.yml"
+    with ctx.step("join") as step:
+        plan = plan_join(inventory, report.name, report.address, ctx.roce_addr,
+                         replace=report.replace)
+        check_plan(inventory, plan, report.name)
+        report.join, report.rank = plan, plan.rank
+        for line in plan.diff().splitlines():
+            if line.startswith(("+", "-")) and not line.startswith(("+++", "---")):
+                ctx.line(step, f"hosts.yml {line}")
+        for old_path, new_path in plan.moved_host_vars.items():
+            ctx.line(step, f"{old_path} -> {new_path} (the old hardware's overrides)")
+        where = (f"rank {plan.rank} in place of {report.replace}" if plan.rank is not None
+                 else "a spare (outside the TP group)")
+        unchanged = plan.hosts_after == plan.hosts_before and not plan.moved_host_vars
+        if report.check:
+            ctx.set(step, "ok" if unchanged else "would",
+                    f"{report.name} already in {hosts} as {where}"
+                    if unchanged else f"would write {report.name} into {hosts} as {where}")
+            report.message = next_steps(ctx, plan)
+            return
+        if unchanged:
+            report.joined = True
+            report.message = next_steps(ctx, plan)
+            ctx.set(step, "ok", f"{report.name} already in {hosts} as {where}")
+            return
+        apply_join(inventory, plan)
+        report.joined = True
+        forget_old_key(ctx, step)
+        warning = old_still_running(ctx)
+        if warning:
+            ctx.line(step, warning)
+        report.message = next_steps(ctx, plan)
+        ctx.set(step, "changed", f"{report.name} written into {hosts} as {where}")
+
+
+def forget_old_key(ctx: Context, step: Step) -> None:
+    """Remove the replaced node's host key from known_hosts when it lived elsewhere."""
+    old, new = ctx.old, ctx.new
+    if old is None or old.address == new.address:
+        return
+    real = ctx.inventory.known_hosts_path
+    if not real.is_file():
+        return
+    text = real.read_text()
+    ids = [trust.host_id(old.address, old.port)]
+    if old.name != new.name:
+        ids.append(old.name)
+    kept = trust.without_ids(text, ids)
+    if kept != text:
+        write_atomically(real, kept)
+        ctx.line(step, f"{real}: removed the key of {old.name} ({old.address})")
+
+
+def old_still_running(ctx: Context) -> str | None:
+    """A warning if the replaced node still answers and runs engine containers."""
+    old = ctx.old
+    if old is None or old.name == ctx.new.name or old.address == ctx.new.address:
+        return None
+    from sparkrack.lifecycle.running import running
+
+    try:
+        with Fleet(ctx.inventory, [old]) as fleet:
+            alive = running(fleet).alive
+    except SparkrackError:
+        return None
+    if alive:
+        return (f"warning: {old.name} still runs {alive[0].engine} rank {alive[0].rank} "
+                f"({alive[0].name}); it is no longer in the inventory, so `invoke down` "
+                f"will not stop it: stop it on the node (docker stop -t 300 {alive[0].name})")
+    return None
+
+
+def next_steps(ctx: Context, plan: JoinPlan) -> str:
+    """What the operator does after the onboarding (prefixed in a check)."""
+    name = ctx.report.name
+    if plan.rank is not None:
+        text = (f"{name} takes rank {plan.rank} (was {ctx.report.replace}). The running "
+                f"engine was not touched: {name} joins the TP group at the next "
+                "`invoke roll` or `invoke up`.")
+    else:
+        text = (f"{name} is a spare: provisioned, staged and verified, outside the TP group. "
+                f"`invoke onboard {name} --address {ctx.report.address} --replace NODE` "
+                "makes it a member (then `invoke roll` or `invoke up`).")
+    return f"Check only. After a real run: {text}" if ctx.check else text

@@ -9,6 +9,9 @@ the majority's is the rack's, and a peer holding it is the source of a one-hop c
 (transfer/weights.py `stage`, as `invoke weights.stage` uses it): files already present
 are skipped, an interrupted copy resumes from its partial files, the manifest is written
 last.
+
+`run` is the step: peers in the order `peers` gives (--peer, then the members from the
+last rank, the head last); it fails when no member holds the manifest or a copy failed.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
+from sparkrack.onboard.context import Context
 from sparkrack.provision.images import resolve_images
 from sparkrack.provision.changes import ImageTarget, short_id
 from sparkrack.transfer.chain import DEFAULT_PYTHON
@@ -96,3 +100,50 @@ def stage_weights(fleet: Fleet, members: Sequence[Node], new: Node, peers: Seque
     return stage(fleet, Source(model_path, source), [new], model_path, manifest_text=text,
                  python=python, bwlimit=bwlimit, full_verify=full_verify, check=check,
                  attempts=1, on_event=on_event), None
+
+
+def peers(ctx: Context) -> list[str]:
+    """Members to take data from, preferred first: --peer, then by rank from the last
+    (the head serves the API: spared when possible)."""
+    head = ctx.work.head.name
+    order = sorted((m for m in ctx.members if m.name != head), key=lambda m: -m.rank)
+    names = [m.name for m in order] + ([head] if head != ctx.new.name else [])
+    if ctx.options.peer:
+        names = [ctx.options.peer] + [n for n in names if n != ctx.options.peer]
+    return names
+
+
+def run(ctx: Context) -> None:
+    """Step 4: the rack's images, then its weights, onto the new node (see the module doc)."""
+    report, new, work, options = ctx.report, ctx.new, ctx.work, ctx.options
+    with ctx.step("stage") as step:
+        refs = list(work.vars.images.values())
+        member_facts = {n: f for n, f in report.facts.items() if n != new.name and f.ok}
+        targets = rack_images(refs, member_facts, [m.name for m in ctx.members],
+                              work.head.name if work.head.name != new.name
+                              else ctx.members[0].name)
+        preferred = peers(ctx)
+        report.images = stage_images(ctx.fleet, targets, member_facts, new, preferred,
+                                     python=options.python, check=report.check)
+        for outcome in report.images:
+            ctx.line(step, f"image {outcome.line()}")
+        image_errors = [o for o in report.images if o.error]
+        report.weights, missing = stage_weights(
+            ctx.fleet, ctx.members, new, preferred, work.vars.model_path,
+            python=options.python, bwlimit=options.bwlimit,
+            full_verify=options.full_verify, check=report.check,
+            on_event=lambda text: ctx.line(step, f"weights: {text}"))
+        if missing:
+            ctx.stop(step, "failed", missing)
+        weights = report.weights
+        problems = [o.line() for o in image_errors] + weights.errors
+        if problems:
+            ctx.stop(step, "failed", "; ".join(problems))
+        if report.check:
+            ctx.set(step, "would", f"images: {sum(not o.present for o in report.images)} "
+                    f"to send; weights: {weights.summary()}")
+            return
+        changed = any(o.transfer for o in report.images) or weights.copied
+        ctx.set(step, "changed" if changed else "ok",
+                f"images: {', '.join(o.line() for o in report.images)}; weights: "
+                f"{weights.summary()}")

@@ -6,8 +6,10 @@ the fingerprint: interactively, or with `--fingerprint SHA256:...` that must mat
 that differs from one already recorded for the node's address, or for a node of the same
 name, is refused, except the one of the node that `--replace` retires at the same address.
 
-Pure parts (`host_id`, `decide`, `known_hosts_text`) are unit-tested; reading the key and
-the known_hosts file is fleet.hostkeys'.
+`run` is the step: it writes the inventory's known_hosts only on a real run with the key
+confirmed, and always the scratch known_hosts the later steps' fleet trusts. Pure parts
+(`host_id`, `decide`, `known_hosts_text`) are unit-tested; reading the key and the
+known_hosts file is fleet.hostkeys'.
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkrack.atomic import write_atomically
+from sparkrack.fleet import hostkeys
 from sparkrack.fleet.hostkeys import HostKey, fingerprint, line_matches
+from sparkrack.fleet.ssh import explain, who
+from sparkrack.onboard.context import Context, Step
 
 NEW, KNOWN, REPLACES, CHANGED = "new", "known", "replaces", "CHANGED"
 
@@ -98,3 +104,78 @@ def without_ids(old_text: str, ids: Iterable[str]) -> str:
     drop = set(ids)
     return "".join(line for line in old_text.splitlines(keepends=True)
                    if not any(line_matches(line, name) for name in drop))
+
+
+def run(ctx: Context) -> None:
+    """Step 1: fetch the new node's key, decide, confirm, record (see the module doc)."""
+    report, new, old = ctx.report, ctx.new, ctx.old
+    real = ctx.inventory.known_hosts_path
+    with ctx.step("trust") as step:
+        keys = hostkeys.read_known_hosts(real)
+        ident = host_id(new.address, new.port)
+        own = [ident, new.name]
+        current = next((n for n in (*ctx.inventory.nodes, *ctx.inventory.spares)
+                        if n.name == new.name and n.name != report.replace), None)
+        if current is not None:  # a spare onboarded again (perhaps at a new address)
+            own.append(host_id(current.address, current.port))
+        replaced = []  # the retired node's ids, where its key may differ from the new one
+        if old is not None and (old.address == new.address or old.name == new.name):
+            replaced = [host_id(old.address, old.port), old.name]
+        own = [i for i in dict.fromkeys(own) if i not in replaced]
+        recorded = hostkeys.recorded_keys(keys, [*own, *replaced])
+        preferred = [t for ident_keys in recorded.values() for t in ident_keys]
+        try:
+            key = hostkeys.fetch_host_key(new, list(dict.fromkeys(preferred)))
+        except hostkeys.FETCH_ERRORS as error:
+            ctx.stop(step, "failed", explain(new, real, error))
+        report.fingerprint = fingerprint(key)
+        decision = decide(key, recorded, own, replaced, real, who(new))
+        ctx.line(step, decision.message)
+        if decision.state == CHANGED:
+            ctx.stop(step, "refused", decision.message)
+        text = real.read_text() if real.is_file() else ""
+        if decision.state == KNOWN:
+            ctx.known_hosts.write_text(text)
+            ctx.set(step, "ok", f"{key.get_name()} {report.fingerprint} already trusted")
+            return
+        confirm_key(ctx, step, key, decision)
+        updated = known_hosts_text(text, ident, key, decision.stale)
+        ctx.known_hosts.write_text(updated)
+        if report.check:
+            confirmed = "" if ctx.options.fingerprint or ctx.options.confirm else \
+                " once confirmed (--fingerprint)"
+            ctx.set(step, "would", f"would record {key.get_name()} {report.fingerprint} in "
+                    f"{real}{confirmed} (check: not written)")
+            return
+        write_atomically(real, updated)
+        ctx.set(step, "changed", f"recorded {key.get_name()} {report.fingerprint} for "
+                f"{ident} in {real}")
+
+
+def confirm_key(ctx: Context, step: Step, key: HostKey, decision: Decision) -> None:
+    """Stop unless the key is confirmed: --fingerprint must match, else the operator says
+    yes; a check without either looks with the key UNCONFIRMED."""
+    shown, name = ctx.report.fingerprint, ctx.report.name
+    given, confirm = ctx.options.fingerprint, ctx.options.confirm
+    if given is not None:
+        if not same_fingerprint(given, shown):
+            ctx.stop(step, "refused", f"--fingerprint {given} does not match the key "
+                     f"{name} offers ({shown}): not trusted")
+        ctx.line(step, f"--fingerprint matches {shown}")
+        return
+    if confirm is None and ctx.check:
+        ctx.line(step, f"UNCONFIRMED {shown}: check mode uses it for this read-only look "
+                 "and records it nowhere; a real run needs --fingerprint or a terminal")
+        return
+    if confirm is None:
+        ctx.stop(step, "refused", (
+            f"{name} offers {key.get_name()} {shown}; not confirmed "
+            "(non-interactive): pass --fingerprint with the value read on the node's "
+            "console (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub)"))
+    question = (f"Trust {name} ({ctx.report.address}) with host key "
+                f"{key.get_name()} {shown}?")
+    if decision.stale:
+        question += f" It replaces the recorded key of {', '.join(decision.stale)}."
+    if not confirm(question):
+        ctx.stop(step, "refused", "host key not confirmed by the operator")
+    ctx.line(step, "confirmed by the operator")

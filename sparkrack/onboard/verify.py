@@ -11,8 +11,11 @@ Reachability, both ways, on the fabric addresses (roce_addr) the engines use:
   seconds); a port held by a running engine is only connected to (TCP handshake, then
   closed, nothing sent), which proves the path without disturbing the engine.
 A listener greets each connection with this run's token, so a probe knows whether it
-reached our listener or a service. Then `burn` (the same check `up` gates on) loads the
-new node's GPU and judges its SM clock against the cap.
+reached our listener or a service (the node script: remote/probe.py). Then `burn` (the
+same check `up` gates on) loads the new node's GPU and judges its SM clock against the cap.
+
+`run` is the step: a check only says which ports it would probe; a real run fails on any
+unreachable port, env file problem or a burn that is not ok.
 """
 
 from __future__ import annotations
@@ -28,105 +31,14 @@ from sparkrack.engines.profile_file import load_engine
 from sparkrack.errors import SparkrackError
 from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.inventory import Inventory, Node
+from sparkrack.onboard.context import Context
+from sparkrack import remote
 from sparkrack.provision.envfiles import EnvFiles
 from sparkrack.transfer.chain import DEFAULT_PYTHON
 from sparkrack.fleet.results import last_json_object
 
 HOLD_S = 8.0  # a listener's longest life
 SERVED_BY_EVERY_RANK = ("http",)  # other ports (dist_init, master) are the head's
-
-PROBE = r'''
-import json, selectors, socket, sys, threading, time
-
-def listen(token, addr, expect, hold, *ports):
-    expect, end = int(expect), time.monotonic() + float(hold)
-    sel, report = selectors.DefaultSelector(), {"bound": [], "busy": {}, "accepted": {}}
-    fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    for port in ports:
-        s = socket.socket(fam)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((addr, int(port)))
-            s.listen(64)
-        except OSError as e:
-            report["busy"][port] = e.strerror or str(e)
-            s.close()
-            continue
-        s.setblocking(False)
-        sel.register(s, selectors.EVENT_READ, port)
-        report["bound"].append(port)
-        report["accepted"][port] = []
-    greeting = ("sparkrack-probe %s\n" % token).encode()
-    while report["bound"] and time.monotonic() < end:
-        if all(len(report["accepted"][p]) >= expect for p in report["bound"]):
-            break
-        for key, _ in sel.select(timeout=max(0.05, end - time.monotonic())):
-            try:
-                conn, peer = key.fileobj.accept()
-            except OSError:
-                continue
-            try:
-                conn.setblocking(True)
-                conn.settimeout(2)
-                conn.sendall(greeting)
-            except OSError:
-                pass
-            finally:
-                conn.close()
-            report["accepted"][key.data].append(peer[0])
-    for key in list(sel.get_map().values()):
-        key.fileobj.close()
-    print(json.dumps(report))
-    return 0
-
-def connect(token, wait, *targets):
-    results, end = {}, None
-    import time as t
-    end = t.monotonic() + float(wait)
-    greeting = ("sparkrack-probe %s" % token).encode()
-    def one(target):
-        addr, _, port = target.rpartition(":")
-        addr = addr.strip("[]")
-        last = "no attempt"
-        while True:
-            try:
-                s = socket.create_connection((addr, int(port)), timeout=2)
-            except OSError as e:
-                last = e.strerror or type(e).__name__
-                if t.monotonic() > end:
-                    results[target] = {"state": "failed", "detail": last}
-                    return
-                t.sleep(0.1)
-                continue
-            try:
-                s.settimeout(1.5)
-                got = b""
-                while not got.endswith(b"\n") and len(got) < 200:
-                    chunk = s.recv(200)
-                    if not chunk:
-                        break
-                    got += chunk
-            except OSError:
-                got = b""
-            finally:
-                s.close()
-            if got.strip() == greeting:
-                results[target] = {"state": "ok", "detail": "probe listener"}
-            else:
-                results[target] = {"state": "service", "detail": "a service answered (port in use)"}
-            return
-    threads = [threading.Thread(target=one, args=(x,)) for x in targets]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    print(json.dumps(results))
-    return 0 if all(r["state"] != "failed" for r in results.values()) else 1
-
-mode, args = sys.argv[1], [sys.stdin.readline().strip(), *sys.argv[2:]]  # token: stdin
-sys.exit({"listen": listen, "connect": connect}[mode](*args))
-'''
-
 
 @dataclass(frozen=True)
 class PortPlan:
@@ -197,11 +109,12 @@ def probe_reach(fleet: Fleet, new: Node, members: Sequence[Node], plan: PortPlan
     report = VerifyReport()
     token = token_source.token_hex(8).encode() + b"\n"  # on stdin: argv is what `ps` shows
     new_ports = plan.every_rank + plan.head_only  # the new node may become the head
-    listeners = {new.name: [python, "-c", PROBE, "listen", new.roce_addr,
-                            str(len(members)), f"{hold:g}", *map(str, new_ports)]}
+    listeners = {new.name: remote.argv(python, "probe", "listen", new.roce_addr,
+                                       str(len(members)), f"{hold:g}", *map(str, new_ports))}
     for member in members:
-        listeners[member.name] = [python, "-c", PROBE, "listen", member.roce_addr, "1",
-                                  f"{hold:g}", *map(str, ports_for(member, plan, head))]
+        listeners[member.name] = remote.argv(python, "probe", "listen", member.roce_addr, "1",
+                                             f"{hold:g}",
+                                             *map(str, ports_for(member, plan, head)))
     heard: dict[str, NodeResult] = {}
 
     def listen() -> None:
@@ -211,10 +124,11 @@ def probe_reach(fleet: Fleet, new: Node, members: Sequence[Node], plan: PortPlan
     thread = threading.Thread(target=listen, name="probe-listen", daemon=True)
     thread.start()
     targets_new = [_endpoint(m, p) for m in members for p in ports_for(m, plan, head)]
-    connectors = {new.name: [python, "-c", PROBE, "connect", f"{hold - 2:g}", *targets_new]}
+    connectors = {new.name: remote.argv(python, "probe", "connect", f"{hold - 2:g}",
+                                        *targets_new)}
     for member in members:
-        connectors[member.name] = [python, "-c", PROBE, "connect", f"{hold - 2:g}",
-                                   *[_endpoint(new, p) for p in new_ports]]
+        connectors[member.name] = remote.argv(python, "probe", "connect", f"{hold - 2:g}",
+                                              *[_endpoint(new, p) for p in new_ports])
     probes = fleet.run(connectors, timeout=hold + 30, stdin=token)
     thread.join()
     by_endpoint = {_endpoint(m, p): (m.name, p) for m in [*members, new]
@@ -261,3 +175,38 @@ def env_problems(fleet: Fleet, inventory: Inventory, new: Node) -> list[str]:
     return problems
 
 
+
+
+def run(ctx: Context) -> None:
+    """Step 5: probe the ports both ways, check the env files, burn the GPU."""
+    report, new, burn_seconds = ctx.report, ctx.new, ctx.options.burn_seconds
+    with ctx.step("verify") as step:
+        plan = engine_ports(ctx.work)
+        if report.check:
+            ports = ", ".join(f"{p} ({plan.names[p]})" for p in (*plan.every_rank,
+                                                                 *plan.head_only))
+            ctx.set(step, "would", f"would probe ports {ports} between {new.name} and "
+                    f"{len(ctx.members)} members both ways, and burn {new.name}'s GPU "
+                    f"for {burn_seconds:g} s")
+            return
+        result = verify_node(ctx.fleet, ctx.work, new, ctx.members,
+                             burn_seconds=burn_seconds, python=ctx.options.python)
+        report.verify = result
+        for note in result.notes:
+            ctx.line(step, note)
+        for reach in result.failed:
+            ctx.line(step, f"UNREACHABLE {reach.source} -> {reach.target}:{reach.port} "
+                     f"({plan.names.get(reach.port, '?')}): {reach.detail}")
+        for error in result.errors:
+            ctx.line(step, error)
+        burned = result.burn
+        if burned is not None:
+            ctx.line(step, f"burn: {burned.verdict}: {burned.reason}")
+        probes = len(result.reach)
+        if not result.ok:
+            why = (f"{len(result.failed)} of {probes} port probes failed" if result.failed
+                   else "; ".join(result.errors) if result.errors
+                   else f"burn {burned.verdict}: {burned.reason}" if burned else "no burn")
+            ctx.stop(step, "failed", why)
+        ctx.set(step, "ok", f"{probes} port probes ok both ways; env files as provisioned; "
+                f"burn {burned.summary}")

@@ -6,8 +6,8 @@ once, and those import lines dropped; importing the same files here (`sparkrack.
 is how the unit tests run them locally. Nothing secret ever goes in argv: a transfer's
 token is the first line of the script's stdin.
 
-- gather.py     provisioning's facts round trip: files, units, HCAs, guards, images, netdevs
-- handshake.py  the one token handshake of every node-to-node stream (listen / connect)
+- handshake.py  the one token handshake of every node-to-node connection: streams
+                (listen / connect) and probes (greet / greeted)
 - stagefiles.py the model directory on a node: partial files, the hash cache, the lock
 - relay.py      one hop of the pipelined chain: read a stream (docker save, model files,
                 a listening socket or stdin), load or write it here, forward it to the next
@@ -18,6 +18,7 @@ token is the first line of the script's stdin.
 - node.py       its node facts: hostname, kernel, OS, GPU (nvidia-smi), memory
 - dockerd.py    its docker questions, over dockerd's socket: images, version, runtimes, hook
 - links.py      its links: MTU, operstate, IPv4 of netdevs and of HCAs' netdevs
+- probe.py      onboarding's port probe: listen (greeting with the token) / connect
 """
 
 from __future__ import annotations

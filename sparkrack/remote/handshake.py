@@ -1,8 +1,11 @@
-"""The token handshake of every node-to-node stream (written once; stdlib only).
+"""The token handshake of every node-to-node connection (written once; stdlib only).
 
-The receiving side listens on its fabric address on a port picked for this transfer and
-keeps only connections whose first line is `TOKEN INDEX`; anything else is closed unread.
-The token comes in on the script's stdin, never in argv (which `ps` shows every user).
+Streams (relay.py): the receiving side listens on its fabric address on a port picked for
+this transfer and keeps only connections whose first line is `TOKEN INDEX`; anything else
+is closed unread. Probes (probe.py): the listener speaks first, greeting each connection
+with `sparkrack-probe TOKEN`, so a probe that reaches a running engine's port instead sends
+it nothing and still knows it was not ours. The token comes in on the script's stdin, never
+in argv (which `ps` shows every user).
 """
 
 import socket
@@ -24,16 +27,7 @@ def listen(addr, port, token, count=1, wait=WAIT, stall=300.0):
             srv.settimeout(max(0.1, end - time.monotonic()))
             conn, _ = srv.accept()
             conn.settimeout(wait)
-            line = b""
-            try:
-                while not line.endswith(b"\n") and len(line) < 200:
-                    got = conn.recv(1)
-                    if not got:
-                        break
-                    line += got
-            except OSError:
-                line = b""
-            parts = line.decode(errors="replace").split()
+            parts = read_line(conn).decode(errors="replace").split()
             if (len(parts) == 2 and parts[0] == token and parts[1].isdigit()
                     and int(parts[1]) < count and int(parts[1]) not in conns):
                 conn.settimeout(stall)
@@ -59,3 +53,36 @@ def connect(addr, port, token, index=0, wait=WAIT, stall=300.0):
     s.settimeout(stall)
     s.sendall(("%s %d\n" % (token, index)).encode())
     return s
+
+
+def read_line(conn, limit=200):
+    """The first line conn sends, byte by byte so nothing after it is consumed (b"" when
+    the peer fails first)."""
+    line = b""
+    try:
+        while not line.endswith(b"\n") and len(line) < limit:
+            got = conn.recv(1)
+            if not got:
+                break
+            line += got
+    except OSError:
+        return b""
+    return line
+
+
+def greeting(token):
+    """A probe listener's first line: it tells the prober the port is ours."""
+    return ("sparkrack-probe %s\n" % token).encode()
+
+
+def greet(conn, token):
+    """Greet a probe's connection (a prober that left already is no error)."""
+    try:
+        conn.sendall(greeting(token))
+    except OSError:
+        pass
+
+
+def greeted(conn, token):
+    """Whether conn's peer greeted with token: our probe listener, not a service."""
+    return read_line(conn).strip() == greeting(token).strip()

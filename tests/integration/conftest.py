@@ -6,7 +6,7 @@ import pytest
 
 from sparkrack.engines import LABEL_ENGINE
 from sparkrack.fleet import Fleet
-from sparkrack.lifecycle import dockerfit
+from sparkrack.lifecycle import nodelimits
 from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.rehearsal.stubimage import build_stub_images, load_stub_image
 
@@ -30,4 +30,4 @@ def stub(inventory):
             client = fleet.docker_client(node.name)
             for engine, (_, image_id) in images.items():
                 assert client.images.get(inventory.vars.images[engine]).id == image_id
-        yield fleet, dockerfit.probe(fleet)
+        yield fleet, nodelimits.probe(fleet)

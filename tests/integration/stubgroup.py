@@ -17,7 +17,7 @@ import docker.errors
 from sparkrack.burn import burn
 from sparkrack.engines import build_specs, docker_sdk_kwargs
 from sparkrack.fleet import Fleet
-from sparkrack.lifecycle import dockerfit
+from sparkrack.lifecycle import nodelimits
 from sparkrack.lifecycle.containers import engine_containers
 
 
@@ -66,7 +66,7 @@ class Group:
                                      {**kwargs["environment"], **self._env,
                                       **self._rank_env.get(spec.rank, {})}.items()
                                      if value is not None}
-            kwargs, _ = dockerfit.fit_kwargs(kwargs, self._limits[spec.node])
+            kwargs, _ = nodelimits.fit_kwargs(kwargs, self._limits[spec.node])
             try:
                 self.client(spec).containers.get(spec.container_name).remove(force=True)
             except docker.errors.NotFound:

@@ -18,7 +18,7 @@ from sparkrack.errors import UsageError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
 from sparkrack.onboard import baseline, onboard
-from sparkrack.onboard.run import known_bad_kernels
+from sparkrack.onboard.baseline import known_bad_kernels
 from sparkrack.transfer.manifest import MANIFEST_NAME
 from sparkrack.rehearsal import nodeproc
 from sparkrack.rehearsal.layout import KNOWN_HOSTS

@@ -2,7 +2,7 @@
 
 The images are built here and `docker load`ed on every node (same ID everywhere); each
 rank is `containers.create(**docker_sdk_kwargs(spec))`, fitted to what a rehearsal node
-can give (sparkrack/lifecycle/dockerfit.py), started workers first and head last. Every container is
+can give (sparkrack/lifecycle/nodelimits.py), started workers first and head last. Every container is
 removed in a finally. HTTP goes from this machine to the head at 10.77.1.11.
 """
 

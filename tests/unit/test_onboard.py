@@ -19,9 +19,10 @@ import pytest
 from sparkrack.errors import InventoryError, UsageError
 from sparkrack.facts.onboard import NetdevFacts
 from sparkrack.fleet import hostkeys
+from sparkrack import remote
 from sparkrack.inventory import load_inventory
 from sparkrack.onboard import baseline, join, trust, verify
-from sparkrack.onboard.run import known_bad_kernels
+from sparkrack.onboard.baseline import known_bad_kernels
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parent / "data" / "inventory"
@@ -499,11 +500,11 @@ def test_probe_tells_our_listener_a_service_and_a_closed_port_apart():
     busy = service.getsockname()[1]
     out = {}
     listener = threading.Thread(target=lambda: out.setdefault("l", subprocess.run(
-        [sys.executable, "-c", verify.PROBE, "listen", "127.0.0.1", "1", "5", str(ours),
+        [*remote.argv(sys.executable, "probe"), "listen", "127.0.0.1", "1", "5", str(ours),
          str(busy)], input="tok\n", capture_output=True, text=True)))  # the token: stdin
     listener.start()
     probe = subprocess.run(
-        [sys.executable, "-c", verify.PROBE, "connect", "2", f"127.0.0.1:{ours}",
+        [*remote.argv(sys.executable, "probe"), "connect", "2", f"127.0.0.1:{ours}",
          f"127.0.0.1:{busy}", f"127.0.0.1:{closed}"],
         input="tok\n", capture_output=True, text=True)
     listener.join()
@@ -513,6 +514,21 @@ def test_probe_tells_our_listener_a_service_and_a_closed_port_apart():
     heard = json.loads(out["l"].stdout)
     assert heard["bound"] == [str(ours)] and str(busy) in heard["busy"]
     assert probe.returncode == 1
+
+
+def test_probe_greeting_is_the_handshakes_and_only_its_token_counts():
+    from sparkrack.remote import handshake
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        handshake.greet(ours, "tok")
+        ours.sendall(b"after the line")
+        assert handshake.greeted(theirs, "tok")
+        assert theirs.recv(100) == b"after the line"  # nothing past the line was read
+        handshake.greet(ours, "other")
+        assert not handshake.greeted(theirs, "tok")
+    assert "def greeted" in remote.script("probe") and "from .handshake" not in \
+        remote.script("probe")
 
 
 def test_engine_ports_from_the_profiles():

@@ -1,9 +1,12 @@
-"""Fit a launch spec's docker options to what a node's dockerd can give (rehearsal only).
+"""What a start may ask of each node's dockerd: the limits adapter, chosen by the inventory.
 
-`docker_sdk_kwargs(spec)` asks for what a real Spark has, and on the real rack a node that
-cannot give it must fail the start. Only for a rehearsal inventory (`rehearsal: true`) does
-`up` fit the options and report each deviation. On the rehearsal nodes three things could
-not be given as asked, and dockerd refused to start the container:
+`for_rack` picks it once per start (start.prepare). A real rack gets `EXACT`: nothing is
+probed and every docker option goes as `docker_sdk_kwargs(spec)` asks for what a real
+Spark has; a node that cannot give it must fail the start. Only a rehearsal inventory
+(`rehearsal: true`, `inventory.is_rehearsal`) gets `RehearsalLimits`: one probe per node
+of what its dockerd can give, the options fitted to it and every deviation reported in
+`up`'s output. On the rehearsal nodes three things could not be given as asked, and
+dockerd refused to start the container:
 
 - `--gpus all` (device_requests): dockerd 20.10 registers its NVIDIA driver only when
   `nvidia-container-runtime-hook` is on its PATH when it starts ("could not select device
@@ -17,13 +20,17 @@ not be given as asked, and dockerd refused to start the container:
   20000): runc fails with "error setting rlimit type 8: operation not permitted". Each
   limit is lowered to the node dockerd's own hard limit. This one cannot be fixed here.
 
-`fit_kwargs` returns the adapted kwargs and the list of deviations (for the logs and the
-`up` report); with a node that can give everything it returns the kwargs unchanged.
+Why here and chosen by the inventory, not in sparkrack/rehearsal and injected by the
+callers: the core never imports the rehearsal package, and every way into a start (`up`,
+`roll`, `restart-rack`, the watchdog's restart) goes through start.prepare. Choosing by
+`is_rehearsal` in that one place means no caller can forget the fitting on the rehearsal
+rack, and none can hand it to a real one.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import docker.types
@@ -61,6 +68,38 @@ def parse_probe(text: str) -> NodeLimits:
         elif key == "gpu-hook":
             gpu = True
     return NodeLimits(limits, frozenset(devices), gpu)
+
+
+@dataclass(frozen=True)
+class Exact:
+    """A real rack: the docker options as asked, nothing probed."""
+
+    def fit(self, node: str, kwargs: dict) -> tuple[dict, list[str]]:
+        """kwargs unchanged, no deviation."""
+        return kwargs, []
+
+
+EXACT = Exact()
+
+
+@dataclass(frozen=True)
+class RehearsalLimits:
+    """A rehearsal rack: each node's probed limits, the options fitted to them."""
+
+    nodes: Mapping[str, NodeLimits]
+
+    def fit(self, node: str, kwargs: dict) -> tuple[dict, list[str]]:
+        """(kwargs node's dockerd can start, the deviations) (fit_kwargs)."""
+        return fit_kwargs(kwargs, self.nodes[node])
+
+
+Limits = Exact | RehearsalLimits
+
+
+def for_rack(fleet, inventory, nodes: Sequence[str]) -> Limits:
+    """The adapter for inventory's rack: RehearsalLimits (nodes probed) on a rehearsal
+    inventory, else EXACT."""
+    return RehearsalLimits(probe(fleet, nodes)) if inventory.is_rehearsal else EXACT
 
 
 def probe(fleet, nodes=None) -> dict[str, NodeLimits]:

@@ -1,0 +1,197 @@
+"""Onboarding's steps, each policy alone on a context (no node contacted), and the sequence
+with the steps replaced (what a stop skips, the exit code)."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from sparkrack.errors import SparkrackError
+from sparkrack.facts.onboard import NetdevFacts
+from sparkrack.inventory import load_inventory
+from sparkrack.onboard import baseline, join, provision, run, scratch, stage, trust, verify
+from sparkrack.onboard.context import Context, OnboardReport, Options, Stop
+
+REPO = Path(__file__).resolve().parents[2]
+REHEARSAL = load_inventory(REPO / "inventory" / "rehearsal")
+
+
+def context(tmp_path, *, check=False, replace=None, events=None, **options) -> Context:
+    """A context as scratch.build leaves it, without a fleet: spark-09 as a spare (or in
+    replace's place), the rehearsal rack's nodes as the members."""
+    new = dataclasses.replace(REHEARSAL.nodes[-1], name="spark-09", address="10.77.1.19",
+                              roce_addr="10.77.1.19", rank=-1)
+    old = REHEARSAL.node(replace) if replace else None
+    ctx = Context(REHEARSAL, OnboardReport("spark-09", "10.77.1.19", replace, check),
+                  Options(**options),
+                  (lambda kind, step, text: events.append((kind, step.name, text)))
+                  if events is not None else (lambda kind, step, text: None),
+                  tmp_path, old=old)
+    ctx.work, ctx.new = REHEARSAL, new
+    ctx.members = tuple(n for n in REHEARSAL.nodes if n.name != replace)
+    return ctx
+
+
+def stopped(call, ctx, *args):
+    with pytest.raises(Stop):
+        call(ctx, *args)
+
+
+# --- the sequence -----------------------------------------------------------------------
+
+
+def test_the_sequence_runs_the_steps_in_order_and_a_stop_skips_the_rest(monkeypatch):
+    calls = []
+    monkeypatch.setattr(scratch, "build", lambda ctx: calls.append("build"))
+    for module, name in ((trust, "run"), (provision, "confirm"), (provision, "run"),
+                         (stage, "run"), (verify, "run"), (join, "run")):
+        label = f"{module.__name__.rsplit('.', 1)[1]}.{name}"
+        monkeypatch.setattr(module, name, lambda ctx, label=label: calls.append(label))
+
+    def refuse(ctx):
+        calls.append("baseline.run")
+        with ctx.step("baseline") as step:
+            ctx.stop(step, "refused", "refused: mtu")
+
+    monkeypatch.setattr(baseline, "run", refuse)
+    report = run.onboard(REHEARSAL, "spark-09", "10.77.1.19")
+    assert calls == ["build", "trust.run", "baseline.run"]
+    assert [s.verdict for s in report.steps] == [  # trust was replaced: it set nothing
+        "skipped", "refused", "skipped", "skipped", "skipped", "skipped"]
+    assert report.exit_code == 1
+
+    calls.clear()
+    monkeypatch.setattr(baseline, "run", lambda ctx: calls.append("baseline.run"))
+    report = run.onboard(REHEARSAL, "spark-09", "10.77.1.19")
+    assert calls == ["build", "trust.run", "baseline.run", "provision.confirm", "build",
+                     "provision.run", "stage.run", "verify.run", "join.run"]
+    assert report.exit_code == 0
+
+
+def test_a_sparkrack_error_in_a_step_fails_it_with_its_line_and_stops(tmp_path):
+    events = []
+    ctx = context(tmp_path, events=events)
+    with pytest.raises(Stop):
+        with ctx.step("stage"):
+            raise SparkrackError("no peer answered", fix="check the members")
+    step = ctx.report.step("stage")
+    assert step.verdict == "failed" and "no peer answered" in step.summary
+    assert [e[0] for e in events] == ["start", "end"]
+
+
+# --- trust ------------------------------------------------------------------------------
+
+
+def _decision():
+    return trust.Decision(trust.NEW, "spark-09: ssh-ed25519 SHA256:abc (not recorded yet)")
+
+
+class _Key:
+    def get_name(self):
+        return "ssh-ed25519"
+
+
+def test_trust_needs_a_matching_fingerprint_or_the_operator(tmp_path):
+    ctx = context(tmp_path, fingerprint="SHA256:other")
+    ctx.report.fingerprint = "SHA256:abc"
+    stopped(trust.confirm_key, ctx, ctx.report.step("trust"), _Key(), _decision())
+    assert "does not match the key spark-09 offers" in ctx.report.step("trust").summary
+
+    ctx = context(tmp_path, fingerprint="abc")
+    ctx.report.fingerprint = "SHA256:abc"
+    trust.confirm_key(ctx, ctx.report.step("trust"), _Key(), _decision())
+    assert ctx.report.step("trust").details == ["--fingerprint matches SHA256:abc"]
+
+    ctx = context(tmp_path)
+    stopped(trust.confirm_key, ctx, ctx.report.step("trust"), _Key(), _decision())
+    assert "not confirmed (non-interactive)" in ctx.report.step("trust").summary
+
+    ctx = context(tmp_path, check=True)
+    trust.confirm_key(ctx, ctx.report.step("trust"), _Key(), _decision())
+    assert ctx.report.step("trust").details[0].startswith("UNCONFIRMED")
+
+    asked = []
+    ctx = context(tmp_path, confirm=lambda q: asked.append(q) or False)
+    stopped(trust.confirm_key, ctx, ctx.report.step("trust"), _Key(), _decision())
+    assert asked and ctx.report.step("trust").summary == "host key not confirmed by the operator"
+
+
+# --- baseline: the new node's fabric address ------------------------------------------
+
+
+def test_roce_addr_is_given_or_the_management_address_or_found_on_the_socket_netdev(tmp_path):
+    facts = baseline.Facts("spark-09", netdevs={
+        "enp1s0f0np0": NetdevFacts(9000, "up", "192.168.50.19/24")})
+    ctx = context(tmp_path)
+    baseline.resolve_roce_addr(ctx, ctx.report.step("baseline"), facts)
+    assert ctx.report.roce_addr == "10.77.1.19"  # the members have no separate one
+
+    ctx = context(tmp_path)
+    ctx.members = tuple(dataclasses.replace(m, roce_addr=f"192.168.50.{m.rank + 11}")
+                        for m in ctx.members)
+    baseline.resolve_roce_addr(ctx, ctx.report.step("baseline"), facts)
+    assert ctx.roce_addr == ctx.report.roce_addr == "192.168.50.19"
+    assert ctx.report.step("baseline").details == [
+        "roce_addr 192.168.50.19 (the IPv4 address of enp1s0f0np0)"]
+
+    ctx.roce_addr = None
+    stopped(baseline.resolve_roce_addr, ctx, ctx.report.step("baseline"),
+            baseline.Facts("spark-09"))
+    assert ctx.report.step("baseline").summary.endswith("has no IPv4 address: pass --roce-addr")
+
+
+# --- provision: the go-ahead ------------------------------------------------------------
+
+
+def test_the_node_is_changed_only_with_the_operators_go_ahead(tmp_path):
+    provision.confirm(context(tmp_path, check=True))
+    provision.confirm(context(tmp_path, assume_yes=True))
+    ctx = context(tmp_path)
+    stopped(provision.confirm, ctx)
+    assert ctx.report.step("provision").verdict == "refused"
+    assert "pass --yes" in ctx.report.step("provision").summary
+    asked = []
+    ctx = context(tmp_path, replace="spark-05", confirm=lambda q: asked.append(q) or False)
+    stopped(provision.confirm, ctx)
+    assert asked == ["Provision spark-09, stage images and weights on it, verify it and "
+                     "replace spark-05 (rank 4)?"]
+    assert ctx.report.step("provision").summary == "not confirmed by the operator"
+
+
+# --- stage: where the data comes from ---------------------------------------------------
+
+
+def test_peers_are_the_given_one_then_from_the_last_rank_the_head_last(tmp_path):
+    ctx = context(tmp_path)
+    names = [n.name for n in REHEARSAL.nodes]
+    assert stage.peers(ctx) == names[:0:-1] + [names[0]]
+    ctx = context(tmp_path, peer=names[3])
+    assert stage.peers(ctx)[:2] == [names[3], names[-1]] and names[0] == stage.peers(ctx)[-1]
+
+
+# --- verify: a check says what it would probe --------------------------------------------
+
+
+def test_verify_in_a_check_names_the_ports_and_the_burn(tmp_path):
+    events = []
+    ctx = context(tmp_path, check=True, events=events, burn_seconds=2.0)
+    verify.run(ctx)
+    step = ctx.report.step("verify")
+    assert step.verdict == "would" and step.summary.startswith("would probe ports 8000 (")
+    assert step.summary.endswith(f"between spark-09 and {len(REHEARSAL.nodes)} members both "
+                                 "ways, and burn spark-09's GPU for 2 s")
+    assert [e[0] for e in events] == ["start", "end"]
+
+
+# --- join: what comes next ----------------------------------------------------------------
+
+
+def test_next_steps_name_the_rank_or_the_spare_and_a_check_says_so(tmp_path):
+    member = join.JoinPlan("", "", rank=4)
+    spare = join.JoinPlan("", "")
+    assert join.next_steps(context(tmp_path, replace="spark-05"), member).startswith(
+        "spark-09 takes rank 4 (was spark-05). The running engine was not touched")
+    assert "`invoke onboard spark-09 --address 10.77.1.19 --replace NODE`" in \
+        join.next_steps(context(tmp_path), spare)
+    assert join.next_steps(context(tmp_path, check=True), spare).startswith(
+        "Check only. After a real run: spark-09 is a spare")

@@ -7,4 +7,5 @@ parser; one node script (sparkrack/remote/gather.py) answers them all at once.
 - provision.py provisioning's: files, units, HCAs, guards, images, netdevs
 - onboard.py   onboarding's: the docker daemon and the RoCE / NCCL links
 - records.py   the deployment records on the head
+- watchdog.py  the watchdog service's node: its Python, what is installed, the unit
 """

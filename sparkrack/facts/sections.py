@@ -2,6 +2,7 @@
 
     @@base            the node's boot id, then its clock (seconds.nanoseconds)
     @@<index> <kind>  the answer to the index-th query of the round trip, one line each
+                      (provisioning's command sequence: the index-th command, failed)
 
 A section names its query by index, never by a value the script was given (a path, a unit
 name), so no value can forge a section; a line of a body that looks like a header but is

@@ -169,14 +169,12 @@ def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeo
 
 def down(inventory: Inventory, *, timeout: int | None = None,
          on_event: Callable[[str], None] = lambda e: None) -> StopReport:
-    """Stop the running engine in order and wait for memory (see stop.stop_engine)."""
+    """Stop the running engine in order and wait for memory (see stop.stop_engine; the head's
+    current record, whose memory figures the wait wants back, comes in its round trip)."""
     with Fleet(inventory) as fleet:
-        try:
-            current = record.read(fleet, inventory)["current"]
-        except SparkrackError:
-            current = None
-        report = stop_engine(fleet, mem_before=current.mem_available_kb_before if current else None,
-                             timeout=timeout, on_event=on_event)
+        report = stop_engine(fleet, records_on=inventory.head.name, timeout=timeout,
+                             on_event=on_event)
+        current = report.current
         note(containers=[f"{r.name}@{r.node}" for r in report.stopped],
              nodes=[r.node for r in report.stopped],
              **({"stopped": current.deployment_id} if current and report.stopped else {}))
@@ -191,7 +189,6 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
     """Switch lanes; on failure restore the last known-good deployment and raise RollFailed."""
     phases = Phases()
     with Fleet(inventory) as fleet:
-        records = record.read(fleet, inventory)
         replacing = running(fleet).deployment
         pre = preflight(fleet, inventory, engine, profile,
                         deployment_id=new_deployment_id(engine, profile), burn=burn,
@@ -199,7 +196,7 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
                         phases=phases)
         refuse_on(pre, f"roll to {engine} {profile}", on_event)
         specs = pre.specs
-        current = records["current"]
+        current = pre.records.get("current")
         with phases.timed("stop_old"):
             stopped = stop_engine(fleet, mem_before=current.mem_available_kb_before
                                   if current else None, on_event=on_event)
@@ -210,7 +207,7 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
             return launch(fleet, inventory, specs, pre, timeout=timeout, on_progress=on_progress,
                           on_event=on_event, phases=phases)
         except (StartFailed, Refused) as failure:
-            last = records["last-good"]
+            last = pre.records.get("last-good")
             if last is None:
                 raise RollFailed(f"roll to {engine} {profile} failed: {failure.line()}; "
                                  "no last known-good deployment to bring back") from None

@@ -12,7 +12,8 @@ proves nothing after an `nvidia-smi -rgc`); the power projection against the str
 keep_verified (roll) a node whose cap a burn verified this boot (same boot id, the cap unit
 still active and successful) counts as verified and is not burned again: its GPU may be
 serving the old lane. One round trip per node gathers the facts and the env files
-together; the launch specs are built from what it read. `up` and `roll` refuse on any
+together (the head's deployment records in its trip too, for roll); the launch specs are
+built from what it read. `up` and `roll` refuse on any
 blocking gate; `--override-power REASON` lets only the power gate pass, and is recorded.
 """
 
@@ -23,6 +24,7 @@ from typing import TypeVar
 
 from ..engines import LaunchSpec, build_specs, load_engine
 from ..facts import node as node_facts
+from ..facts import records as record_facts
 from ..facts.node import NodeFacts, burn_this_boot
 from ..facts.provision import facts_of
 from ..facts.queries import answer, argv
@@ -34,6 +36,7 @@ from ..rules import check_profile
 from ..transfer.models import gate_problems
 from .containers import parallel
 from .phases import Phases
+from .record import Deployment, records_of
 from .running import running
 
 T = TypeVar("T")
@@ -59,6 +62,7 @@ class Preflight:
     gates: list[Gate] = field(default_factory=list)
     facts: dict[str, NodeFacts] = field(default_factory=dict)
     env: dict[str, NodeEnv] = field(default_factory=dict)
+    records: dict[str, Deployment | None] = field(default_factory=dict)  # the head's, by kind
     specs: tuple[LaunchSpec, ...] = ()
     image_id: str = ""
     model_path: str = ""
@@ -171,10 +175,13 @@ def lock_gate(report: Preflight) -> None:
 
 
 def gather_facts_and_env(fleet: Fleet, env_files: EnvFiles, report: Preflight) -> None:
-    """One round trip per node: its facts and its env files, into report (the reachable
-    gate names every node that did not answer)."""
+    """One round trip per node: its facts and its env files, and the head's deployment
+    records in its trip, into report (the reachable gate names every node that did not
+    answer)."""
     nodes = {n.name: n for n in fleet.nodes}
-    asked = {name: node_facts.queries() + env_files.queries(n) for name, n in nodes.items()}
+    head = fleet.inventory.head.name
+    asked = {name: node_facts.queries() + env_files.queries(n)
+             + (record_facts.queries() if name == head else []) for name, n in nodes.items()}
     results = fleet.run({name: argv(asked[name]) for name in nodes}, timeout=20)
     lost = [f"{r.node}: {r.error}" for r in results if r.status != "ok"]
     for result in results:
@@ -183,6 +190,8 @@ def gather_facts_and_env(fleet: Fleet, env_files: EnvFiles, report: Preflight) -
         answers = answer(result.stdout, asked[result.node])
         report.facts[result.node] = node_facts.facts_of(answers)
         report.env[result.node] = env_files.read(nodes[result.node], facts_of(answers))
+        if result.node == head:
+            report.records = records_of(answers)
     report.add("reachable", lost, f"all {len(results)} nodes answer")
 
 

@@ -20,13 +20,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import SparkrackError
+from ..facts import node as node_facts
+from ..facts import records as record_facts
 from ..facts.node import CLOCK_CAP_UNIT, facts_argv, parse_facts
+from ..facts.queries import answer, argv
 from ..fleet import Fleet
 from ..inventory import Inventory, Node
 from ..oplock.audit import note
 from ..oplock.lock import lease_while_down
-from . import record
 from .engine import Refused, down, up
+from .record import Deployment, records_of
 from .running import running
 
 # reboot after the SSH command returned, so the caller sees a clean exit
@@ -50,6 +53,7 @@ class RebootReport:
     """Every node's reboot, batch by batch."""
 
     batches: list[list[NodeReboot]] = field(default_factory=list)
+    records: dict[str, Deployment | None] = field(default_factory=dict)  # the head's, by kind
 
 
 class RebootStopped(SparkrackError):
@@ -62,13 +66,20 @@ def batches_of(nodes: Sequence[Node], size: int) -> list[list[Node]]:
     return [ordered[i:i + size] for i in range(0, len(ordered), size)]
 
 
-def boot_ids(fleet: Fleet, nodes: Sequence[Node]) -> dict[str, str]:
-    """Current boot id per node (a node that does not answer is an error)."""
-    result = fleet.run({n.name: ["cat", "/proc/sys/kernel/random/boot_id"] for n in nodes}, timeout=10)
+def boot_ids(fleet: Fleet, nodes: Sequence[Node], head: str
+             ) -> tuple[dict[str, str], dict[str, Deployment | None]]:
+    """Current boot id per node (a node that does not answer is an error), from the node
+    facts; and the head's deployment records when it is among nodes ({} otherwise), in its
+    same round trip."""
+    asked = {n.name: node_facts.queries() + (record_facts.queries() if n.name == head else [])
+             for n in nodes}
+    result = fleet.run({name: argv(queries) for name, queries in asked.items()}, timeout=10)
     lost = [f"{r.node}: {r.error}" for r in result if r.status != "ok"]
     if lost:
         raise RebootStopped("cannot reboot a node that does not answer: " + "; ".join(lost))
-    return {r.node: r.stdout.strip() for r in result}
+    answers = {r.node: answer(r.stdout, asked[r.node]) for r in result}
+    ids = {name: node_facts.facts_of(found).boot_id for name, found in answers.items()}
+    return ids, records_of(answers[head]) if head in answers else {}
 
 
 def wait_back(fleet: Fleet, nodes: Sequence[Node], before: dict[str, str], timeout: float,
@@ -118,7 +129,8 @@ def reboot_nodes(inventory: Inventory, nodes: Sequence[Node], *, batch_size: int
     with Fleet(inventory, nodes) as fleet:
         for number, batch in enumerate(batches_of(nodes, batch_size), 1):
             names = ", ".join(n.name for n in batch)
-            before = boot_ids(fleet, batch)
+            before, records = boot_ids(fleet, batch, inventory.head.name)
+            report.records.update(records)
             on_event(f"batch {number}: rebooting {names}")
             with lease_while_down([n.name for n in batch], timeout + 60):
                 requested = time.time()
@@ -143,9 +155,8 @@ def restart_rack(inventory: Inventory, *, burn: Callable, batch_size: int | None
                  bring_back: bool = False,
                  on_event: Callable[[str], None] = lambda e: None) -> RebootReport:
     """Stop the engine in order, reboot every node in verified batches, and optionally bring
-    the last known-good deployment back. Returns the RebootReport."""
-    with Fleet(inventory) as fleet:
-        last = record.read(fleet, inventory)["last-good"]
+    the last known-good deployment back (its record read in the head's boot-id round trip,
+    before the head reboots). Returns the RebootReport."""
     stopped = down(inventory, on_event=on_event)
     if stopped.errors:
         raise SparkrackError("could not stop the engine cleanly: " + "; ".join(
@@ -153,6 +164,7 @@ def restart_rack(inventory: Inventory, *, burn: Callable, batch_size: int | None
     report = reboot_nodes(inventory, inventory.nodes, burn=burn, on_event=on_event,
                           batch_size=batch_size or inventory.vars.restart_batch_size)
     if bring_back:
+        last = report.records.get("last-good")
         if last is None:
             on_event("no last known-good deployment to bring back")
         else:

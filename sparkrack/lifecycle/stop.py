@@ -9,9 +9,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..facts.node import facts_argv, parse_facts
+from ..facts import node as node_facts
+from ..facts import records as record_facts
+from ..facts.queries import answer, argv
 from ..fleet import Fleet
 from .containers import Rank, engine_containers, stop_ranks
+from .record import Deployment, records_of
 
 RECOVERED_FRACTION = 0.85
 RECOVERY_SLACK_KB = 1 << 20  # 1 GiB below the recorded value still counts as recovered
@@ -26,12 +29,17 @@ class StopReport:
     errors: dict[str, str] = field(default_factory=dict)  # container@node or node -> error
     not_recovered: dict[str, str] = field(default_factory=dict)  # node -> why
     seconds: float = 0.0
+    current: Deployment | None = None  # the current record, when the memory wait read it
 
 
 def stop_engine(fleet: Fleet, *, mem_before: dict[str, int] | None = None,
-                timeout: int | None = None, on_event: Callable[[str], None] = lambda e: None,
+                records_on: str | None = None, timeout: int | None = None,
+                on_event: Callable[[str], None] = lambda e: None,
                 recovery_timeout: float = RECOVERY_TIMEOUT) -> StopReport:
-    """Stop every sparkrack engine container (rank 0 first), remove them, wait for memory."""
+    """Stop every sparkrack engine container (rank 0 first), remove them, wait for memory.
+    records_on (`down`: the head) is asked for its deployment records in the memory wait's
+    round trip: the current record's MemAvailable figures are then mem_before, and
+    report.current that record."""
     started = time.monotonic()
     report = StopReport()
     ranks, errors = engine_containers(fleet)
@@ -41,21 +49,32 @@ def stop_engine(fleet: Fleet, *, mem_before: dict[str, int] | None = None,
         report.errors.update(stop_ranks(fleet, ranks, timeout=timeout,
                                         on_stop=lambda r: on_event(f"stopped rank {r.rank} on {r.node}")))
         report.stopped = ranks
-        report.not_recovered = wait_memory(fleet, mem_before or {}, recovery_timeout)
+        report.not_recovered, report.current = wait_memory(fleet, mem_before or {},
+                                                           recovery_timeout, records_on)
     report.seconds = time.monotonic() - started
     return report
 
 
-def wait_memory(fleet: Fleet, mem_before: dict[str, int], timeout: float) -> dict[str, str]:
-    """Poll MemAvailable until every node recovered; {node: why} for those that did not."""
+def wait_memory(fleet: Fleet, mem_before: dict[str, int], timeout: float,
+                records_on: str | None = None) -> tuple[dict[str, str], Deployment | None]:
+    """Poll MemAvailable until every node recovered: ({node: why} for those that did not,
+    the current record). records_on is asked for its deployment records in the same round
+    trip until it answers; the current record's figures then replace mem_before."""
     deadline = time.monotonic() + timeout
+    current = None
     while True:
         pending = {}
-        for result in fleet.run(facts_argv(), timeout=15):
+        asked = {n.name: node_facts.queries() + (record_facts.queries() if n.name == records_on
+                                                  else []) for n in fleet.nodes}
+        results = fleet.run({name: argv(queries) for name, queries in asked.items()}, timeout=15)
+        if records_on in results and results[records_on].status == "ok":
+            current = records_of(answer(results[records_on].stdout, asked[records_on]))["current"]
+            mem_before, records_on = current.mem_available_kb_before if current else {}, None
+        for result in results:
             if result.status != "ok":
                 pending[result.node] = f"{result.status}: {result.error}"
                 continue
-            facts = parse_facts(result.stdout)
+            facts = node_facts.facts_of(answer(result.stdout, asked[result.node]))
             want = (mem_before.get(result.node, 0) - RECOVERY_SLACK_KB if result.node in mem_before
                     else RECOVERED_FRACTION * (facts.mem_total_kb or 0))
             have = facts.mem_available_kb or 0
@@ -63,5 +82,5 @@ def wait_memory(fleet: Fleet, mem_before: dict[str, int], timeout: float) -> dic
                 pending[result.node] = (f"MemAvailable {have / 2**20:.1f} GiB, expected "
                                         f"{want / 2**20:.1f} GiB")
         if not pending or time.monotonic() > deadline:
-            return pending
+            return pending, current
         time.sleep(0.5)

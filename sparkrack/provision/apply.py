@@ -2,7 +2,9 @@
 
 Consecutive file writes go in one SFTP session (each file written beside its target and
 renamed over it); consecutive commands go in one bash run that stops at the first failure
-and says which command failed. Image transfers are not done here (see images.py): they
+and says which command failed: a `@@<position> failed` section (the one section format,
+sparkrack/facts/sections.py) with its exit code and its output, each line indented so
+that none can forge a header. Image transfers are not done here (see images.py): they
 involve several nodes at once. The first failure stops that node's apply.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sparkrack.facts.sections import split
 from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.provision.changes import Change, Put, Run
 
@@ -21,7 +24,7 @@ while [ $# -gt 0 ]; do
   out=$("${@:1:c}" 2>&1 </dev/null)
   rc=$?
   if [ "$rc" -ne 0 ]; then
-    printf '@@failed %d %d\n%s\n' "$i" "$rc" "$out"
+    printf '@@%d failed\nrc %d\n %s\n' "$i" "$rc" "${out//$'\n'/$'\n' }"
     exit 1
   fi
   shift "$c"
@@ -104,14 +107,11 @@ def _put_culprit(batch, outcome: NodeResult) -> tuple[int, str] | None:
 
 
 def _run_culprit(batch, outcome: NodeResult) -> tuple[int, str] | None:
-    if outcome.status != "failed":
+    failed = split(outcome.stdout).answers if outcome.status == "failed" else {}
+    if not failed:
         return None
-    lines = outcome.stdout.splitlines()
-    for number, line in enumerate(lines):
-        if line.startswith("@@failed "):
-            _, position, rc = line.split()[:3]
-            index, action = batch[int(position)]
-            detail = " ".join(l.strip() for l in lines[number + 1:] if l.strip())[-300:]
-            return index, f"`{' '.join(action.argv)}` exited {rc}" + (
-                f": {detail}" if detail else "")
-    return None
+    position, lines = next(iter(failed.items()))  # the script stops at its first failure
+    rc = lines[0].removeprefix("rc ") if lines else "?"
+    index, action = batch[position]
+    detail = " ".join(l.strip() for l in lines[1:] if l.strip())[-300:]
+    return index, f"`{' '.join(action.argv)}` exited {rc}" + (f": {detail}" if detail else "")

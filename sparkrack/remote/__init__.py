@@ -18,6 +18,7 @@ token is the first line of the script's stdin.
 - node.py       its node facts: hostname, kernel, OS, GPU (nvidia-smi), memory
 - dockerd.py    its docker questions, over dockerd's socket: images, version, runtimes, hook
 - links.py      its links: MTU, operstate, IPv4 of netdevs and of HCAs' netdevs
+- watchdog.py   its watchdog node: the service's Python, install directory, key, unit, state
 - probe.py      onboarding's port probe: listen (greeting with the token) / connect
 """
 

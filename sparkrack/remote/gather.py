@@ -1,15 +1,18 @@
 """The one node script: every question of a round trip answered in one process.
 
     python3 -I -S -c TEXT  f PATH LIMIT | u UNIT PROPS | r HCA | x N ARGV... | i | n
-                           | s GPU_FIELDS | d | l N HCA... M DEV...  ...
+                           | s GPU_FIELDS | d | l N HCA... M DEV...
+                           | w PYTHON DIR KEY UNITFILE STATEDIR STATEFILE SYSTEMCTL UNIT PROPS
+                               N ADDRESS PORT...  ...
 
 What to look at arrives as positional arguments, never as script text. The output is a
 `@@base` section (boot id, the node's clock) and one `@@<index> <kind>` section per query
 in order (sparkrack/facts/sections.py reads it; each kind's parser is in sparkrack/facts/).
 Paths, unit names and HCA names are never echoed back: a section names its query by index,
-so no value can forge a section. Only `systemctl show`, nvidia-smi, `ip` and the guard
-commands start processes; files and sysfs are read here, and docker is asked over its
-socket (dockerd.py). The node facts are in node.py, the links in links.py.
+so no value can forge a section. Only `systemctl show`, nvidia-smi, `ip`, the guard
+commands and the watchdog's interpreter start processes; files and sysfs are read here,
+and docker is asked over its socket (dockerd.py). The node facts are in node.py, the links
+in links.py, the watchdog's node in watchdog.py.
 """
 
 import base64
@@ -25,6 +28,7 @@ import time
 from .dockerd import daemon_section, images_section
 from .links import links_section
 from .node import node_section
+from .watchdog import watchdog_section
 
 INFINIBAND = "/sys/class/infiniband"
 EMPTY_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
@@ -192,6 +196,11 @@ def sections(args):
             count = int(args.pop(0))
             devs, args = args[:count], args[count:]
             yield kind, links_section(hcas, devs)
+        elif kind == "w":
+            values, args = args[:9], args[9:]
+            count = 2 * int(args.pop(0))
+            peers, args = args[:count], args[count:]
+            yield kind, watchdog_section(*values, list(zip(peers[::2], peers[1::2])))
         else:
             yield "?", []
 

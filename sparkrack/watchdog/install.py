@@ -2,10 +2,11 @@
 service on one rack node (default: the head).
 
 Layers, each testable on its own:
-- probe: ONE round trip to the watchdog's node (a constant bash script, values as
-  positional arguments) reports its Python, what is installed (lib manifest and its
-  check, the inventory copy's hashes, the key, the unit file), the unit's state, the
-  state file, and the address it reaches each node from; `parse_probe` (pure) reads it;
+- probe: ONE round trip to the watchdog's node (its query and parser in
+  sparkrack/facts/watchdog.py, the node side in sparkrack/remote/watchdog.py) reports its
+  Python, what is installed (lib manifest and its check, the inventory copy's hashes, the
+  key, the unit file), the unit's state, the state file, and the address it reaches each
+  node from, as a NodeState;
 - plan_install / plan_uninstall (pure): what is there and what is wanted in, the steps out;
 - install / uninstall (apply) over the fleet, in that order, then a second probe that must
   find nothing left to do (a second install with nothing changed changes nothing).
@@ -27,7 +28,6 @@ Settings, so the tests can put a fake systemctl and temporary paths on a loopbac
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import posixpath
@@ -36,6 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SparkrackError, UsageError
+from ..facts import watchdog as watchdog_facts
+from ..facts.queries import Query
+from ..facts.queries import argv as gather_argv
+from ..facts.watchdog import NodeState
 from . import payload
 from .keyrecord import (
     MARKER, WatchdogKey, check_public_key, check_sources, read_record, record_path)
@@ -47,8 +51,6 @@ DEFAULT_PYTHON = "/usr/bin/python3"
 STATE_DIR = "/var/lib/sparkrack/watchdog"  # the unit's StateDirectory=sparkrack/watchdog
 SHIP_TIMEOUT_S = 600.0  # unpacking and byte-compiling ~35 MB on a small node
 METRICS_WAIT_S = 20.0
-UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState",
-                   "ActiveEnterTimestamp", "NRestarts", "MainPID", "Result")
 Say = Callable[[str], None]
 
 
@@ -89,164 +91,24 @@ def check_settings(settings: Settings) -> None:
 
 # --- The probe ---------------------------------------------------------------------------
 
-PROBE_SCRIPT = r"""
-cd / || exit 1
-d=$1; unitfile=$2; py=$3; unit=$4; sc=$5; statefile=$6; props=$7; pyplat=$8; pysrc=$9
-shift 9
-b64() { if [ -f "$1" ]; then base64 -w0 < "$1"; fi; printf '\n'; }
-printf '@@platform\n'; "$py" -c "$pyplat" 2>&1; printf '\nrc %d\n' "$?"
-printf '@@sources\n'; "$py" -c "$pysrc" "$@" 2>&1; printf '\n'
-printf '@@dirs\n'
-for x in "$d" "$d/lib" "$statefile" "${statefile%/*}"; do [ -e "$x" ] && printf '%s\n' "$x"; done
-printf '@@manifest\n'
-if [ -f "$d/lib/.sparkrack-manifest" ]; then
-  sha256sum < "$d/lib/.sparkrack-manifest"
-  (cd "$d/lib" && sha256sum -c --quiet --status .sparkrack-manifest) 2>/dev/null
-  printf 'check %d\n' "$?"
-fi
-printf '@@files\n'
-(cd "$d" 2>/dev/null && find inventory README.md -type f -print0 2>/dev/null | sort -z |
-  xargs -0 -r sha256sum)
-printf '@@key\n'
-[ -s "$d/ssh/id_ed25519" ] && printf 'private\n'
-b64 "$d/ssh/id_ed25519.pub"
-printf '@@unitfile\n'; b64 "$unitfile"
-printf '@@state\n'; b64 "$statefile"
-printf '@@systemd\n'; "$sc" show -p "$props" -- "$unit" 2>&1
-printf '@@end\n'
-"""
 
-# The address this node reaches each peer from (a UDP socket's source address after
-# connect(): nothing is sent). argv: ADDRESS PORT pairs. One JSON line: {address: source}.
-SOURCES_SCRIPT = r"""
-import json, socket, sys
-found = {}
-args = sys.argv[1:]
-for address, port in zip(args[::2], args[1::2]):
-    try:
-        family, kind, proto, _, target = socket.getaddrinfo(address, int(port), type=socket.SOCK_DGRAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.connect(target)
-            found[address] = probe.getsockname()[0]
-    except OSError as error:
-        found[address] = "error: " + str(error)
-print(json.dumps(found))
-"""
-
-
-@dataclass(frozen=True)
-class NodeState:
-    """What the probe found on the watchdog's node."""
-
-    platform: payload.Platform | None = None
-    platform_error: str = ""
-    sources: Mapping[str, str] = field(default_factory=dict)  # peer address -> source
-    install_dir: bool = False
-    lib: bool = False
-    state_dir: bool = False
-    manifest_sha256: str = ""  # of lib/.sparkrack-manifest
-    lib_checks: bool = False  # sha256sum -c of that manifest passed
-    files: Mapping[str, str] = field(default_factory=dict)  # inventory/..., README.md -> sha256
-    private_key: bool = False
-    public_key: str = ""
-    unit_file: bytes | None = None
-    state: bytes | None = None  # the service's state.json
-    unit: Mapping[str, str] = field(default_factory=dict)  # systemctl show properties
-
-    @property
-    def active(self) -> bool:
-        return self.unit.get("ActiveState") in ("active", "activating", "reloading")
-
-    @property
-    def enabled(self) -> bool:
-        return self.unit.get("UnitFileState") in ("enabled", "enabled-runtime")
-
-    @property
-    def installed(self) -> bool:
-        """Anything of the watchdog on the node."""
-        return bool(self.install_dir or self.unit_file is not None or self.state is not None
-                    or self.state_dir or self.active or self.enabled)
-
-
-def probe_argv(settings: Settings, peers) -> list[str]:
-    """The probe's argv; peers: (address, port) of every node."""
-    args = [settings.install_dir, settings.unit_path, settings.python, UNIT,
-            settings.systemctl, settings.state_file, ",".join(UNIT_PROPERTIES),
-            payload.PLATFORM_SCRIPT, SOURCES_SCRIPT]
-    for address, port in peers:
-        args += [str(address), str(port)]
-    return ["bash", "-c", PROBE_SCRIPT, "sparkrack-watchdog-probe", *args]
-
-
-def _sections(text: str) -> dict[str, list[str]]:
-    sections: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in text.splitlines():
-        if line.startswith("@@") and line[2:].isidentifier():
-            current = sections.setdefault(line[2:], [])
-        elif current is not None:
-            current.append(line)
-    return sections
-
-
-def _b64(lines: list[str]) -> bytes | None:
-    text = "".join(line.strip() for line in lines)
-    return base64.b64decode(text) if text else None
-
-
-def parse_probe(text: str, settings: Settings) -> NodeState:
-    """The probe's output -> NodeState (pure)."""
-    sections = _sections(text)
-    if "end" not in sections:
-        raise SparkrackError("the watchdog probe's output is cut short",
-                             fix="run the command again")
-    lines = [line for line in sections.get("platform", []) if line.strip()]
-    rc = next((line[3:] for line in lines if line.startswith("rc ")), "1")
-    output = [line for line in lines if not line.startswith("rc ")]
-    platform, error = None, ""
-    if rc == "0":
-        try:
-            platform = payload.Platform.parse("\n".join(output))
-        except (ValueError, KeyError, IndexError):
-            error = f"{settings.python} printed {(' '.join(output))[:120]!r}"
-    else:
-        error = (f"{settings.python} did not run (exit {rc}): "
-                 f"{(output[-1] if output else '')[:160]}")
-    try:
-        sources = json.loads(next((l for l in sections.get("sources", []) if l.strip()), "{}"))
-    except ValueError:
-        sources = {}
-    dirs = set(sections.get("dirs", []))
-    manifest = sections.get("manifest", [])
-    files = {}
-    for line in sections.get("files", []):
-        digest, _, path = line.partition("  ")
-        if path:
-            files[path] = digest
-    key = sections.get("key", [])
-    public = _b64([line for line in key if line != "private"])
-    unit = dict(line.split("=", 1) for line in sections.get("systemd", []) if "=" in line)
-    return NodeState(
-        platform=platform, platform_error=error,
-        sources=sources if isinstance(sources, dict) else {},
-        install_dir=settings.install_dir in dirs, lib=f"{settings.install_dir}/lib" in dirs,
-        state_dir=settings.state_dir in dirs,
-        manifest_sha256=manifest[0].split()[0] if manifest and manifest[0].split() else "",
-        lib_checks="check 0" in manifest,
-        files=files, private_key="private" in key,
-        public_key=public.decode(errors="replace").strip() if public else "",
-        unit_file=_b64(sections.get("unitfile", [])), state=_b64(sections.get("state", [])),
-        unit=unit)
+def probe_query(settings: Settings, peers) -> Query:
+    """The probe of the watchdog's node (sparkrack/facts/watchdog.py); peers: (address,
+    port) of every node."""
+    return watchdog_facts.probe_query(
+        python=settings.python, install_dir=settings.install_dir, key_path=settings.key_path,
+        unit_path=settings.unit_path, state_dir=settings.state_dir,
+        state_file=settings.state_file, systemctl=settings.systemctl, unit=UNIT, peers=peers)
 
 
 def probe(fleet, node, settings: Settings, inventory) -> NodeState:
     """Run the probe on node (one round trip)."""
-    peers = [(n.address, n.port) for n in inventory.nodes]
-    result = fleet.run({node.name: probe_argv(settings, peers)}, timeout=60)[node.name]
+    query = probe_query(settings, [(n.address, n.port) for n in inventory.nodes])
+    result = fleet.run({node.name: gather_argv([query])}, timeout=60)[node.name]
     if not result.ok:
         raise SparkrackError(f"probing the watchdog's node: {result.error}",
                              fix="check that the node answers (`invoke status`)")
-    return parse_probe(result.stdout, settings)
+    return watchdog_facts.parse_probe(result.stdout, query)
 
 
 # --- What is wanted -----------------------------------------------------------------------

@@ -51,13 +51,6 @@ COPY_HEADER = ("# Written by `invoke watch.install` from the inventory's {source
                "# then run watch.install again.\n")
 CONNECTION_KEYS = ("ansible_ssh_private_key_file", "known_hosts_file")
 
-# What the node's interpreter reports, one JSON line (run there with the node's python).
-PLATFORM_SCRIPT = ("import json,platform,sys,sysconfig;print(json.dumps({'version':list("
-                   "sys.version_info[:3]),'machine':platform.machine(),'soabi':"
-                   "sysconfig.get_config_var('SOABI'),'libc':list(platform.libc_ver()),"
-                   "'executable':sys.executable}))")
-
-
 @dataclass(frozen=True)
 class Platform:
     """An interpreter as far as compiled extension modules care."""
@@ -76,7 +69,7 @@ class Platform:
 
     @classmethod
     def parse(cls, text: str) -> Platform:
-        """PLATFORM_SCRIPT's output; ValueError when it is not that."""
+        """The output of remote/watchdog.py's PLATFORM_SCRIPT; ValueError when it is not that."""
         data = json.loads(text.strip().splitlines()[-1])
         return cls(tuple(int(v) for v in data["version"]), str(data["machine"]),
                    str(data["soabi"] or ""), tuple(str(v) for v in data["libc"]),

@@ -3,6 +3,7 @@ records included) and for onboarding's baseline."""
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -55,3 +56,86 @@ def test_onboarding_baseline_is_one_round_trip_per_node(sshd: Sshd, monkeypatch)
         assert facts.ok and facts.hostname == socket.gethostname()
         assert facts.netdevs["lo"].mtu == 65536 and facts.skew_s is not None
         assert set(facts.hcas) == set(rack.vars.nccl_ib_hca)
+
+
+def with_records(monkeypatch, folder: Path, **found: dict) -> None:
+    """The head's deployment records in folder ({kind: record}) instead of /var/lib."""
+    import json
+
+    from sparkrack.facts import records
+    from sparkrack.lifecycle import record
+
+    monkeypatch.setattr(records, "RECORD_DIR", str(folder))
+    monkeypatch.setattr(record, "RECORD_DIR", str(folder))
+    for kind, data in found.items():
+        (folder / f"{kind.replace('_', '-')}.json").write_text(json.dumps(data))
+
+
+def deployment(name: str, **fields) -> dict:
+    return {"engine": "sglang", "profile": "512k", "deployment_id": name, "spec_hash": "s",
+            "image": "i", "image_id": "sha256:x", **fields}
+
+
+def test_the_gates_ask_each_node_once_and_the_head_for_its_records(sshd: Sshd, monkeypatch,
+                                                                      tmp_path):
+    from sparkrack.lifecycle.gates import Preflight, gather_facts_and_env
+    from sparkrack.provision.envfiles import EnvFiles
+
+    with_records(monkeypatch, tmp_path, current=deployment("old"),
+                 last_good=deployment("good"))
+    rack = inventory(sshd, ("spark-01", "spark-02"))
+    report = Preflight()
+    with Fleet(rack) as fleet:
+        calls = counting(monkeypatch)
+        gather_facts_and_env(fleet, EnvFiles(rack, "sglang"), report)
+    assert len(calls) == 1 and set(calls[0]) == {"spark-01", "spark-02"}
+    assert len(calls[0]["spark-01"]) > len(calls[0]["spark-02"])  # the head: + its records
+    assert report.facts["spark-02"].boot_id == BOOT_ID and set(report.env) == set(report.facts)
+    assert report.records["current"].deployment_id == "old"
+    assert report.records["last-good"].deployment_id == "good" and report.records["failed"] is None
+
+
+def test_down_reads_the_current_record_in_its_memory_round_trip(sshd: Sshd, monkeypatch,
+                                                                  tmp_path):
+    from sparkrack.lifecycle import engine, stop
+    from sparkrack.lifecycle.containers import Rank
+
+    huge = 1 << 40  # kB: MemAvailable never comes back to that
+    with_records(monkeypatch, tmp_path, current=deployment(
+        "d1", mem_available_kb_before={"spark-01": huge}))
+    rank = Rank("spark-01", 0, "sparkrack-rank0", "sglang", "512k", "d1", "running", None, 10)
+    monkeypatch.setattr(stop, "engine_containers", lambda fleet: ([rank], {}))
+    monkeypatch.setattr(stop, "stop_ranks", lambda fleet, ranks, timeout, on_stop: {})
+    rack = inventory(sshd, ("spark-01", "spark-02"))
+    calls = counting(monkeypatch)
+    with Fleet(rack) as fleet:
+        report = stop.stop_engine(fleet, records_on="spark-01", recovery_timeout=0)
+    assert len(calls) == 1 and len(calls[0]["spark-01"]) > len(calls[0]["spark-02"])
+    assert report.current.deployment_id == "d1"
+    assert list(report.not_recovered) == ["spark-01"]  # held to the record's figure
+    assert report.not_recovered["spark-01"].endswith(f"expected {(huge - (1 << 20)) / 2**20:.1f} GiB")
+
+    (tmp_path / "current.json").write_text(json.dumps(deployment(
+        "d1", mem_available_kb_before={"spark-01": 0, "spark-02": 0})))
+    noted = []
+    monkeypatch.setattr(engine, "note", lambda **changed: noted.append(changed))
+    calls.clear()
+    stopped = engine.down(rack)
+    assert [sorted(c) for c in calls] == [["spark-01", "spark-02"], ["spark-01"]]  # + clear
+    assert calls[1]["spark-01"][:2] == ["rm", "-f"] and not (tmp_path / "current.json").exists()
+    assert stopped.current.deployment_id == "d1" and noted[0]["stopped"] == "d1"
+
+
+def test_restart_reads_boot_ids_from_the_node_facts_and_the_heads_records_with_them(
+        sshd: Sshd, monkeypatch, tmp_path):
+    from sparkrack.lifecycle.restart import boot_ids
+
+    with_records(monkeypatch, tmp_path, last_good=deployment("good"))
+    rack = inventory(sshd, ("spark-01", "spark-02", "spark-03"))
+    calls = counting(monkeypatch)
+    with Fleet(rack) as fleet:
+        workers, none = boot_ids(fleet, rack.nodes[1:], "spark-01")
+        everyone, records = boot_ids(fleet, rack.nodes, "spark-01")
+    assert workers == {"spark-02": BOOT_ID, "spark-03": BOOT_ID} and none == {}
+    assert everyone["spark-01"] == BOOT_ID and records["last-good"].deployment_id == "good"
+    assert len(calls) == 2 and len(calls[1]["spark-01"]) > len(calls[1]["spark-02"])

@@ -134,3 +134,47 @@ def test_a_failed_start_is_recorded_failed_and_current_removed(rehearsal_invento
     assert written == [("current", "starting", me, ""),
                        ("failed", "failed", me, "rank 3 on spark-04 exited (exit code 1)")]
     assert cleared == ["current"]
+
+
+def test_roll_takes_the_records_from_the_gates_round_trip(rehearsal_inventory, monkeypatch):
+    current = record.Deployment("sglang", "512k", "old", "h", "img", "sha256:x",
+                                mem_available_kb_before={"spark-01": 7})
+    good = record.Deployment("vllm", "512k", "good", "h", "img", "sha256:y")
+    seen = {}
+
+    class NoFleet:
+        def __init__(self, inventory):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    def gate(fleet, inventory, engine_name, profile, **options):
+        return gates.Preflight(specs=("spec",), records={"current": current, "last-good": good,
+                                                           "failed": None})
+
+    def stop(fleet, mem_before=None, on_event=None):
+        seen["mem_before"] = mem_before
+        return SimpleNamespace(seconds=0.1)
+
+    def fails(*args, **kwargs):
+        raise StartFailed("rank 3 exited")
+
+    def restore(fleet, inventory, last, *args):
+        seen["restored"] = last.deployment_id
+        return last
+
+    monkeypatch.setattr(record, "read", lambda *a: pytest.fail("a separate records trip"))
+    monkeypatch.setattr(engine, "Fleet", NoFleet)
+    monkeypatch.setattr(engine, "running", lambda fleet: SimpleNamespace(deployment="old"))
+    monkeypatch.setattr(engine, "preflight", gate)
+    monkeypatch.setattr(engine, "stop_engine", stop)
+    monkeypatch.setattr(engine, "refresh_memory", fails)
+    monkeypatch.setattr(engine, "restore", restore)
+    monkeypatch.setattr(engine, "note", lambda **changed: None)
+    with pytest.raises(engine.RollFailed, match="rolled back to the last known-good"):
+        engine.roll(rehearsal_inventory, "vllm", "512k", burn=None)
+    assert seen == {"mem_before": {"spark-01": 7}, "restored": "good"}

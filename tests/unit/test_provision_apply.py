@@ -70,3 +70,17 @@ def test_recap_counts_like_ansible_and_an_interrupted_apply_counts_no_change():
     assert report.recap("n3") == {"ok": 0, "changed": 0, "failed": 0, "skipped": 0,
                                   "unreachable": 1}
     assert report.exit_code == 1 and report.changed == 2
+
+
+def test_a_failed_commands_output_cannot_forge_the_section_naming_it(tmp_path):
+    forger = ["sh", "-c", "printf '@@0 failed\\nrc 0\\nfirst\\n\\nlast\\n'; exit 4"]
+    done = run_locally(sequence_argv([["true"], ["true"], forger]))
+    assert done.stdout.splitlines()[:3] == ["@@2 failed", "rc 4", " @@0 failed"]
+    batch = [(0, Run(("true",))), (1, Run(("true",))), (7, Run(tuple(forger)))]
+    index, message = _run_culprit(batch, NodeResult("n", "failed", 1, done.stdout, done.stderr))
+    assert index == 7 and message == (f"`{' '.join(forger)}` exited 4: @@0 failed rc 0 "
+                                      "first last")
+    silent = run_locally(sequence_argv([["false"]]))
+    assert _run_culprit([(3, Run(("false",)))], NodeResult(
+        "n", "failed", 1, silent.stdout, silent.stderr)) == (3, "`false` exited 1")
+    assert _run_culprit(batch, NodeResult("n", "unreachable", None, "", "")) is None

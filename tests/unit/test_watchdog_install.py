@@ -28,9 +28,11 @@ from sparkrack.data import shipped
 from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.inventory import load_inventory
 from sparkrack.facts.provision import FileFacts, NodeFacts
+from sparkrack.facts.watchdog import NodeState, parse_probe
 from sparkrack.provision.changes import Put, Run
 from sparkrack.provision.plan import plan_node
 from sparkrack.provision.roles import Renderer, load_roles, node_vars, render_tasks
+from sparkrack.remote.watchdog import PLATFORM_SCRIPT
 from sparkrack.watchdog import install as wi
 from sparkrack.watchdog import keyrecord, payload
 
@@ -194,7 +196,7 @@ def fresh_want(tmp_path) -> wi.Wanted:
     return wi.wanted(inventory, wi.Settings(install_dir="/opt/sr"), library)
 
 
-def state_with(want: wi.Wanted, **changes) -> wi.NodeState:
+def state_with(want: wi.Wanted, **changes) -> NodeState:
     """A node on which want is installed, enabled and active; then changes."""
     values = dict(
         platform=HERE, install_dir=True, lib=True, manifest_sha256=want.manifest_sha256,
@@ -202,7 +204,7 @@ def state_with(want: wi.Wanted, **changes) -> wi.NodeState:
         private_key=True, public_key=PUB, unit_file=want.unit.encode(),
         unit={"ActiveState": "active", "UnitFileState": "enabled"})
     values.update(changes)
-    return wi.NodeState(**values)
+    return NodeState(**values)
 
 
 def test_refusal_on_a_python_mismatch_is_one_line_naming_the_difference(tmp_path):
@@ -223,7 +225,7 @@ def test_refusal_on_a_python_mismatch_is_one_line_naming_the_difference(tmp_path
 
 def test_install_plan_on_a_fresh_node_does_everything(tmp_path):
     want = fresh_want(tmp_path)
-    fresh = wi.NodeState(platform=HERE)
+    fresh = NodeState(platform=HERE)
     plan = wi.plan_install("spark-01", fresh, want, HERE, wi.Settings(install_dir="/opt/sr"))
     assert plan.refusal is None and plan.ship_lib and plan.make_key and plan.write_unit
     assert set(plan.write) == set(want.files) and "inventory/known_hosts" in plan.write
@@ -278,9 +280,9 @@ def test_uninstall_plan_removes_everything_there_is(tmp_path):
         "stop sparkrack-watchdog.service", "disable sparkrack-watchdog.service",
         "remove /etc/systemd/system/sparkrack-watchdog.service; daemon-reload",
         "remove /opt/sr", "remove /var/lib/sparkrack/watchdog"]
-    only_state = wi.plan_uninstall("spark-01", wi.NodeState(state_dir=True), settings)
+    only_state = wi.plan_uninstall("spark-01", NodeState(state_dir=True), settings)
     assert only_state.remove_dirs == ["/var/lib/sparkrack/watchdog"]  # no state.json in it
-    nothing = wi.plan_uninstall("spark-01", wi.NodeState(platform=HERE), settings)
+    nothing = wi.plan_uninstall("spark-01", NodeState(platform=HERE), settings)
     assert not nothing.changes_node and nothing.steps(settings) == []
 
 
@@ -300,30 +302,34 @@ STATE_JSON = json.dumps({
                  {"time": 1700000200.0, "verdict": "stopped", "detail": "rank 3 exited"}]})
 
 
-def probe_output(settings: wi.Settings, unit_text: str) -> str:
+PEERS = [("10.77.1.11", 22), ("10.77.1.12", 22)]
+
+
+def probe_output(unit_text: str) -> str:
     b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
-    d = settings.install_dir
     return "\n".join([
-        "@@platform", json.dumps({"version": [3, 11, 2], "machine": "x86_64",
+        "@@base", "093d830e-9634-4f95-b9b8-ba9aa4b10d41", "1796036605.596217102",
+        "@@0 w",
+        "platform " + json.dumps({"version": [3, 11, 2], "machine": "x86_64",
                                   "soabi": "cpython-311-x86_64-linux-gnu",
                                   "libc": ["glibc", "2.36"], "executable": "/usr/bin/python3"}),
-        "", "rc 0",
-        "@@sources", json.dumps({"10.77.1.11": "10.77.1.11", "10.77.1.12": "10.77.1.11"}),
-        "@@dirs", d, f"{d}/lib", settings.state_file, settings.state_dir,
-        "@@manifest", "ab" * 32 + "  -", "check 0",
-        "@@files", "cd" * 32 + "  inventory/hosts.yml", "ef" * 32 + "  README.md",
-        "@@key", "private", b64(f"{PUB} sparkrack-watchdog@spark-01\n".encode()),
-        "@@unitfile", b64(unit_text.encode()),
-        "@@state", b64(STATE_JSON.encode()),
-        "@@systemd", "LoadState=loaded", "ActiveState=active", "SubState=running",
-        "UnitFileState=enabled", "ActiveEnterTimestamp=Mon 2026-05-11 10:00:00 UTC",
-        "NRestarts=2", "MainPID=4242", "Result=success",
-        "@@end", ""])
+        "platform-rc 0",
+        "sources " + json.dumps({"10.77.1.11": "10.77.1.11", "10.77.1.12": "10.77.1.11"}),
+        "exists install-dir", "exists lib", "exists state-dir",
+        "manifest " + "ab" * 32, "manifest-check 0",
+        "file " + "cd" * 32 + ' "inventory/hosts.yml"', "file " + "ef" * 32 + ' "README.md"',
+        "private-key", "public-key " + b64(f"{PUB} sparkrack-watchdog@spark-01\n".encode()),
+        "unit-file " + b64(unit_text.encode()),
+        "state " + b64(STATE_JSON.encode()),
+        "unit LoadState=loaded", "unit ActiveState=active", "unit SubState=running",
+        "unit UnitFileState=enabled", "unit ActiveEnterTimestamp=Mon 2026-05-11 10:00:00 UTC",
+        "unit NRestarts=2", "unit MainPID=4242", "unit Result=success",
+        "end", ""])
 
 
 def test_probe_output_is_parsed_and_status_shows_it(tmp_path):
     settings = wi.Settings(install_dir="/opt/sr")
-    state = wi.parse_probe(probe_output(settings, "[Unit]\n"), settings)
+    state = parse_probe(probe_output("[Unit]\n"), wi.probe_query(settings, PEERS))
     assert state.platform.version == (3, 11, 2) and state.platform.machine == "x86_64"
     assert state.sources == {"10.77.1.11": "10.77.1.11", "10.77.1.12": "10.77.1.11"}
     assert state.install_dir and state.lib and state.lib_checks and state.state_dir
@@ -362,7 +368,7 @@ def test_status_names_what_differs_from_what_install_would_ship(tmp_path):
 def test_a_cut_probe_and_a_broken_state_file_are_said(tmp_path):
     settings = wi.Settings()
     with pytest.raises(Exception, match="cut short"):
-        wi.parse_probe("@@platform\n", settings)
+        parse_probe("@@base\nboot\n1.0\n@@0 w\nplatform-rc 0\n", wi.probe_query(settings, PEERS))
     assert wi.parse_state(b"{not json")[3].startswith("state file unreadable")
     assert wi.parse_state(None) == ((), {}, {}, "")
 
@@ -501,7 +507,7 @@ def node_python() -> str:
     if debian.exists():
         import subprocess
 
-        out = subprocess.run([str(debian), "-c", payload.PLATFORM_SCRIPT], capture_output=True,
+        out = subprocess.run([str(debian), "-c", PLATFORM_SCRIPT], capture_output=True,
                              text=True).stdout
         try:
             if payload.platform_problem(payload.Platform.local(), payload.Platform.parse(out),

@@ -1,0 +1,125 @@
+"""The watchdog service's node as `watch.install / uninstall / status` see it: the node's
+Python, what is installed (lib's manifest and its check, the inventory copy's hashes, the
+key, the unit file, the state file), the unit's state, and the address the node reaches
+each node from. `probe_query` asks it (sparkrack/remote/watchdog.py answers), `state_of`
+parses the answer into `NodeState`."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ..errors import SparkrackError
+from ..watchdog.payload import Platform
+from .queries import Answers, Query, answer
+
+UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState",
+                   "ActiveEnterTimestamp", "NRestarts", "MainPID", "Result")
+
+
+def probe_query(*, python: str, install_dir: str, key_path: str, unit_path: str,
+                state_dir: str, state_file: str, systemctl: str, unit: str,
+                peers: Iterable[tuple[str, int]]) -> Query:
+    """Everything about the watchdog on its node; python runs it there, systemctl is asked
+    about unit; peers: (address, port) of every node."""
+    pairs = [str(v) for address, port in peers for v in (address, port)]
+    value = (python, install_dir, key_path, unit_path, state_dir, state_file, systemctl, unit,
+             *pairs)
+    return Query("watchdog", value, ("w", *value[:8], ",".join(UNIT_PROPERTIES),
+                                     str(len(pairs) // 2), *pairs))
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What the probe found on the watchdog's node."""
+
+    platform: Platform | None = None
+    platform_error: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)  # peer address -> source
+    install_dir: bool = False
+    lib: bool = False
+    state_dir: bool = False
+    manifest_sha256: str = ""  # of lib/.sparkrack-manifest
+    lib_checks: bool = False  # every file that manifest lists matched
+    files: Mapping[str, str] = field(default_factory=dict)  # inventory/..., README.md -> sha256
+    private_key: bool = False
+    public_key: str = ""
+    unit_file: bytes | None = None
+    state: bytes | None = None  # the service's state.json
+    unit: Mapping[str, str] = field(default_factory=dict)  # systemctl show properties
+
+    @property
+    def active(self) -> bool:
+        return self.unit.get("ActiveState") in ("active", "activating", "reloading")
+
+    @property
+    def enabled(self) -> bool:
+        return self.unit.get("UnitFileState") in ("enabled", "enabled-runtime")
+
+    @property
+    def installed(self) -> bool:
+        """Anything of the watchdog on the node."""
+        return bool(self.install_dir or self.unit_file is not None or self.state is not None
+                    or self.state_dir or self.active or self.enabled)
+
+
+def _b64(text: str | None) -> bytes | None:
+    return base64.b64decode(text) if text else None
+
+
+def _platform(python: str, lines: list[str], rc: str) -> tuple[Platform | None, str]:
+    """The interpreter's Platform, or why there is none."""
+    output = [line for line in lines if line.strip()]
+    if rc != "0":
+        return None, (f"{python} did not run (exit {rc}): "
+                      f"{(output[-1] if output else '')[:160]}")
+    try:
+        return Platform.parse("\n".join(output)), ""
+    except (ValueError, KeyError, IndexError):
+        return None, f"{python} printed {(' '.join(output))[:120]!r}"
+
+
+def state_of(answers: Answers, query: Query) -> NodeState:
+    """The NodeState of a round trip that asked query (SparkrackError when its answer was
+    cut short)."""
+    lines = answers.lines(query)
+    if not lines or lines[-1] != "end":
+        raise SparkrackError("the watchdog probe's output is cut short",
+                             fix="run the command again")
+    printed: list[str] = []
+    values: dict[str, str] = {}
+    exists, files, unit = set(), {}, {}
+    for line in lines:
+        key, _, rest = line.partition(" ")
+        if key == "platform":
+            printed.append(rest)
+        elif key == "exists":
+            exists.add(rest)
+        elif key == "file":
+            digest, _, path = rest.partition(" ")
+            files[json.loads(path)] = digest
+        elif key == "unit" and "=" in rest:
+            unit.update([rest.split("=", 1)])
+        else:
+            values[key] = rest
+    platform, error = _platform(query.value[0], printed, values.get("platform-rc", "1"))
+    try:
+        sources = json.loads(values.get("sources") or "{}")
+    except ValueError:
+        sources = {}
+    public = _b64(values.get("public-key"))
+    return NodeState(
+        platform=platform, platform_error=error,
+        sources=sources if isinstance(sources, dict) else {},
+        install_dir="install-dir" in exists, lib="lib" in exists, state_dir="state-dir" in exists,
+        manifest_sha256=values.get("manifest", ""), lib_checks=values.get("manifest-check") == "0",
+        files=files, private_key="private-key" in values,
+        public_key=public.decode(errors="replace").strip() if public else "",
+        unit_file=_b64(values.get("unit-file")), state=_b64(values.get("state")), unit=unit)
+
+
+def parse_probe(text: str, query: Query) -> NodeState:
+    """The node script's output for query alone -> NodeState."""
+    return state_of(answer(text, [query]), query)

@@ -1,0 +1,148 @@
+"""The watchdog service's node, for `invoke watch.install / uninstall / status` (gather.py's
+`w` query: install directory, key, unit and state file, the node's interpreter, systemctl,
+the unit's name and properties, then the peers' address and port pairs).
+
+    platform LINE         each line the interpreter printed for PLATFORM_SCRIPT (stderr too)
+    platform-rc N         its exit code
+    sources JSON          {peer address: the address this node reaches it from}
+    exists WHAT           install-dir, lib, state-dir: those that exist
+    manifest SHA256       of lib/.sparkrack-manifest; manifest-check 0: every file it lists matches
+    file SHA256 JSON      each regular file of inventory/ and README.md, relative to the install dir
+    private-key           the private key is there and not empty
+    public-key / unit-file / state BASE64    the public key, the unit file, the state file
+    unit KEY=VALUE        `SYSTEMCTL show -p PROPS -- UNIT`
+    end                   the last line: an answer without it was cut short
+"""
+
+import base64
+import hashlib
+import json
+import os
+import socket
+import stat
+import subprocess
+
+# What the service's interpreter reports, one JSON line (run by that interpreter).
+PLATFORM_SCRIPT = ("import json,platform,sys,sysconfig;print(json.dumps({'version':list("
+                   "sys.version_info[:3]),'machine':platform.machine(),'soabi':"
+                   "sysconfig.get_config_var('SOABI'),'libc':list(platform.libc_ver()),"
+                   "'executable':sys.executable}))")
+LIB_MANIFEST = ".sparkrack-manifest"  # in lib/: `sha256  path` lines (watchdog/payload.py MANIFEST)
+
+
+def output_of(argv):
+    """(exit code, output lines, stderr included) of argv run from / (127: not found)."""
+    try:
+        done = subprocess.run(argv, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, check=False)
+    except OSError as error:
+        return 127 if isinstance(error, FileNotFoundError) else 126, [
+            "%s: %s" % (argv[0], error.strerror or error)]
+    return done.returncode, done.stdout.decode(errors="replace").splitlines()
+
+
+def source_addresses(pairs):
+    """{address: the source address this node reaches it from} (a UDP socket's after
+    connect(): nothing is sent)."""
+    found = {}
+    for address, port in pairs:
+        try:
+            family, kind, proto, _, target = socket.getaddrinfo(
+                address, int(port), type=socket.SOCK_DGRAM)[0]
+            with socket.socket(family, kind, proto) as probe:
+                probe.connect(target)
+                found[address] = probe.getsockname()[0]
+        except (OSError, ValueError) as error:
+            found[address] = "error: " + str(error)
+    return found
+
+
+def sha256_of(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_regular(path):
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def manifest_checks(lib, text):
+    """Whether every `sha256  path` line of the manifest names a file of lib with that hash."""
+    lines = text.splitlines()
+    for line in lines:
+        digest, sep, name = line.partition("  ")
+        try:
+            if not sep or sha256_of(os.path.join(lib, name)) != digest.lower():
+                return False
+        except OSError:
+            return False
+    return bool(lines)
+
+
+def manifest_lines(lib):
+    try:
+        with open(os.path.join(lib, LIB_MANIFEST), "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return []
+    checks = manifest_checks(lib, data.decode(errors="surrogateescape"))
+    return ["manifest " + hashlib.sha256(data).hexdigest(), "manifest-check %d" % (0 if checks else 1)]
+
+
+def copied_files(install_dir):
+    """The regular files of inventory/ (not through a link) and README.md, sorted."""
+    found = []
+    top = os.path.join(install_dir, "inventory")
+    if not os.path.islink(top):
+        for folder, folders, names in os.walk(top):
+            folders.sort()
+            found += [os.path.join(folder, name) for name in sorted(names)]
+    found.append(os.path.join(install_dir, "README.md"))
+    lines = []
+    for path in found:
+        try:
+            if is_regular(path):
+                lines.append("file %s %s" % (sha256_of(path),
+                                             json.dumps(os.path.relpath(path, install_dir))))
+        except OSError:
+            pass  # unreadable: left out
+    return lines
+
+
+def encoded(key, path):
+    """`KEY BASE64` of a regular file (links followed), nothing when there is none."""
+    try:
+        if os.path.isfile(path):
+            with open(path, "rb") as handle:
+                return ["%s %s" % (key, base64.b64encode(handle.read()).decode())]
+    except OSError:
+        pass
+    return []
+
+
+def watchdog_section(python, install_dir, key_path, unit_path, state_dir, state_file,
+                     systemctl, unit, properties, pairs):
+    rc, printed = output_of([python, "-c", PLATFORM_SCRIPT])
+    lines = ["platform " + line for line in printed] + ["platform-rc %d" % rc]
+    lines.append("sources " + json.dumps(source_addresses(pairs)))
+    lib = os.path.join(install_dir, "lib")
+    lines += ["exists " + what for what, path in (("install-dir", install_dir), ("lib", lib),
+                                                  ("state-dir", state_dir))
+              if os.path.exists(path)]
+    lines += manifest_lines(lib) + copied_files(install_dir)
+    try:
+        if os.stat(key_path).st_size > 0:
+            lines.append("private-key")
+    except OSError:
+        pass
+    lines += encoded("public-key", key_path + ".pub") + encoded("unit-file", unit_path)
+    lines += encoded("state", state_file)
+    _, shown = output_of([systemctl, "show", "-p", properties, "--", unit])
+    lines += ["unit " + line for line in shown] + ["end"]
+    return lines

@@ -1,8 +1,11 @@
-"""Scripts that run on the nodes, as real files shipped with the package (stdlib only).
+"""Scripts that run on the nodes, as real files shipped with the package (stdlib only;
+keygen.py runs with the watchdog's lib/, where cryptography is).
 
-A node has no sparkrack: a script goes to it as `python3 -c TEXT`. `script(name)` is the
-text of `NAME.py` with the parts it imports (`from .PART import ...`) put before it, each
-once, and those import lines dropped; importing the same files here (`sparkrack.remote.X`)
+A node has no sparkrack: a script goes to it as `python3 -c TEXT`, a shell one
+(`text(name)`: NAME.sh as it is) as `sh -c TEXT NAME args...` or `bash -c ...`, values
+only as arguments or stdin, never formatted into the text. `script(name)` is the text of
+`NAME.py` with the parts it imports (`from .PART import ...`) put before it, each once,
+and those import lines dropped; importing the same files here (`sparkrack.remote.X`)
 is how the unit tests run them locally. Nothing secret ever goes in argv: a transfer's
 token is the first line of the script's stdin.
 
@@ -20,6 +23,15 @@ token is the first line of the script's stdin.
 - links.py      its links: MTU, operstate, IPv4 of netdevs and of HCAs' netdevs
 - watchdog.py   its watchdog node: the service's Python, install directory, key, unit, state
 - probe.py      onboarding's port probe: listen (greeting with the token) / connect
+- keygen.py     the watchdog's key on its node (run with its lib/, where cryptography is)
+- metrics.py    waits for the watchdog's first poll on its metrics endpoint
+- burn.sh       the burn gate's load and nvidia-smi sampler (sparkrack/burn.py; sh)
+- lock.sh       the rack lock's node side (sparkrack/oplock/remote.py; sh)
+- dockerlimits.sh  what a rehearsal node's dockerd can give (lifecycle/nodelimits.py; sh)
+- sequence.sh   a node's commands in order, the failed one as an @@<position> failed
+                section (provision/apply.py; bash)
+- ship.sh       unpacks the watchdog's lib/ from stdin (watchdog/install.py; bash)
+- remove.sh     removes the watchdog's directories (watchdog/install.py; sh)
 """
 
 from __future__ import annotations
@@ -53,3 +65,9 @@ def script(name: str) -> str:
 def argv(python: str, name: str, *args: str) -> list[str]:
     """The argv that runs remote/NAME.py with args by the node's python."""
     return [python, "-c", script(name), *args]
+
+
+@cache
+def text(name: str) -> str:
+    """The text of remote/NAME.sh as it is (a shell script: `sh -c TEXT NAME args...`)."""
+    return resources.files(__package__).joinpath(f"{name}.sh").read_text()

@@ -88,3 +88,17 @@ def test_plan_and_check_run_against_the_operators_inventory(venv, site):
     assert "vllm 512k: may start" in shipped.stderr
     listed = run([venv / "bin/sparkrack", "--list"], cwd=site, timeout=60).stdout
     assert "  plan " in listed and "  watch.install " in listed
+
+
+def test_the_wheel_ships_every_node_script(venv, site):
+    """sparkrack/remote's files (NAME.py and NAME.sh) load from the wheel, as in the checkout."""
+    names = sorted(p.name for p in (REPO / "sparkrack" / "remote").iterdir()
+                   if p.suffix in (".py", ".sh") and p.name != "__init__.py")
+    probe = ("import sys, sparkrack.remote as r; "
+             "[print(n, len(r.script(n[:-3]) if n.endswith('.py') else r.text(n[:-3]))) "
+             "for n in sys.argv[1:]]; print(r.__file__)")
+    lines = run([venv / "bin/python", "-c", probe, *names], cwd=site).stdout.splitlines()
+    assert Path(lines[-1]).is_relative_to(venv)
+    for line, name in zip(lines, names):
+        assert line.split()[0] == name and int(line.split()[1]) > 0
+    assert len(lines) == len(names) + 1

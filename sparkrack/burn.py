@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from sparkrack.facts.node import BURN_RECORD
 from sparkrack.fleet import Fleet, sh
 from sparkrack.inventory import Inventory, Node
+from sparkrack.remote import text
 
 LATCH_MHZ = 1000  # a GB10 latched in its low-clock state runs ~500-850 MHz under load
 BUSY_PERCENT = 50  # a sample counts as "under load" at this utilization or more
@@ -35,31 +36,6 @@ LOAD_RUNS = 3  # were taken while the GPU was busy: a slow sampler on a busy hos
 SAMPLE_FIELDS = "clocks.sm,power.draw,utilization.gpu"
 OK, UNCAPPED, LATCHED, NO_LOAD, UNREACHABLE = "ok", "UNCAPPED", "LATCHED", "NO LOAD", \
     "UNREACHABLE"
-
-BURN_SCRIPT = r"""
-interval=$1; record=$2; fields=$3; want=$4; runs=$5; busy_pct=$6; shift 6
-mkdir -p "${record%/*}" || exit 3
-cat /proc/sys/kernel/random/boot_id
-log=$(mktemp) || exit 3
-busy=0; run=0
-while :; do
-  "$@" >"$log" 2>&1 &
-  pid=$!
-  while kill -0 "$pid" 2>/dev/null; do
-    line=$(nvidia-smi --query-gpu="$fields" --format=csv,noheader,nounits 2>&1 | head -n 1)
-    printf 'S %s %s\n' "$(date +%s.%N)" "$line"
-    util=${line##*, }
-    case $util in ''|*[!0-9]*) ;; *) [ "$util" -ge "$busy_pct" ] && busy=$((busy + 1)) ;; esac
-    sleep "$interval"
-  done
-  wait "$pid"; rc=$?
-  run=$((run + 1))
-  if [ "$rc" -ne 0 ] || [ "$busy" -ge "$want" ] || [ "$run" -ge "$runs" ]; then break; fi
-done
-printf 'RC %d\n' "$rc"
-tail -c 400 "$log" | sed 's/^/L /'
-rm -f "$log"
-"""
 
 
 @dataclass(frozen=True)
@@ -122,7 +98,7 @@ def load_argv(node: Node, seconds: float, image: str) -> list[str]:
 
 def burn_argv(node: Node, seconds: float, image: str) -> list[str]:
     """The whole burn command for node: load plus sampling (inventory values as args)."""
-    return sh(BURN_SCRIPT, str(SAMPLE_SECONDS), BURN_RECORD, SAMPLE_FIELDS, str(BUSY_SAMPLES),
+    return sh(text("burn"), str(SAMPLE_SECONDS), BURN_RECORD, SAMPLE_FIELDS, str(BUSY_SAMPLES),
               str(LOAD_RUNS), str(BUSY_PERCENT), *load_argv(node, seconds, image))
 
 

@@ -4,7 +4,6 @@ import subprocess
 from pathlib import Path
 
 from sparkrack.burn import (
-    BURN_SCRIPT,
     LATCHED,
     NO_LOAD,
     OK,
@@ -18,6 +17,7 @@ from sparkrack.burn import (
 )
 from sparkrack.fleet import quote_argv
 from sparkrack.inventory import load_inventory
+from sparkrack.remote import text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -83,7 +83,7 @@ def test_script_samples_while_the_load_runs(tmp_path):
     fake.write_text("#!/bin/sh\necho '2190, 44.50, 100'\n")
     fake.chmod(0o755)
     record = tmp_path / "rec" / "burn.json"
-    argv = ["sh", "-c", BURN_SCRIPT, "sh", "0.2", str(record), "clocks.sm", "2", "3", "50",
+    argv = ["sh", "-c", text("burn"), "sh", "0.2", str(record), "clocks.sm", "2", "3", "50",
             "sleep", "0.7"]
     done = subprocess.run(["sh", "-c", quote_argv(argv)], capture_output=True, text=True, check=False,
                           env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=20)
@@ -100,7 +100,7 @@ def test_a_load_that_ends_before_the_sampler_saw_it_busy_runs_again(tmp_path):
     fake.chmod(0o755)
     runs = tmp_path / "runs"
     load = ["sh", "-c", 'echo x >> "$0"; sleep 0.1', str(runs)]
-    argv = ["sh", "-c", BURN_SCRIPT, "sh", "0.05", str(tmp_path / "burn.json"), "f", "2", "3",
+    argv = ["sh", "-c", text("burn"), "sh", "0.05", str(tmp_path / "burn.json"), "f", "2", "3",
             "50", *load]
     done = subprocess.run(["sh", "-c", quote_argv(argv)], capture_output=True, text=True,
                           check=False, env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=20)
@@ -118,7 +118,7 @@ def test_the_load_runs_at_most_load_runs_times_and_a_failed_load_stops_it(tmp_pa
     for code, expected in (("0", 3), ("4", 1)):
         runs.write_text("")
         load = ["sh", "-c", f'echo x >> "$0"; sleep 0.1; exit {code}', str(runs)]
-        argv = ["sh", "-c", BURN_SCRIPT, "sh", "0.05", str(tmp_path / "b.json"), "f", "2", "3",
+        argv = ["sh", "-c", text("burn"), "sh", "0.05", str(tmp_path / "b.json"), "f", "2", "3",
                 "50", *load]
         done = subprocess.run(["sh", "-c", quote_argv(argv)], capture_output=True, text=True,
                               check=False, env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=20)
@@ -129,4 +129,4 @@ def test_the_load_runs_at_most_load_runs_times_and_a_failed_load_stops_it(tmp_pa
 def test_burn_argv_keeps_inventory_values_as_arguments():
     rehearsal = load_inventory(REPO / "inventory" / "rehearsal")
     argv = burn_argv(rehearsal.head, 3, "x; reboot")
-    assert argv[:3] == ["sh", "-c", BURN_SCRIPT]
+    assert argv[:3] == ["sh", "-c", text("burn")]

@@ -1,0 +1,24 @@
+# The burn gate's sampler (sparkrack/burn.py): argv INTERVAL RECORD FIELDS WANT RUNS
+# BUSY_PCT LOAD...
+interval=$1; record=$2; fields=$3; want=$4; runs=$5; busy_pct=$6; shift 6
+mkdir -p "${record%/*}" || exit 3
+cat /proc/sys/kernel/random/boot_id
+log=$(mktemp) || exit 3
+busy=0; run=0
+while :; do
+  "$@" >"$log" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    line=$(nvidia-smi --query-gpu="$fields" --format=csv,noheader,nounits 2>&1 | head -n 1)
+    printf 'S %s %s\n' "$(date +%s.%N)" "$line"
+    util=${line##*, }
+    case $util in ''|*[!0-9]*) ;; *) [ "$util" -ge "$busy_pct" ] && busy=$((busy + 1)) ;; esac
+    sleep "$interval"
+  done
+  wait "$pid"; rc=$?
+  run=$((run + 1))
+  if [ "$rc" -ne 0 ] || [ "$busy" -ge "$want" ] || [ "$run" -ge "$runs" ]; then break; fi
+done
+printf 'RC %d\n' "$rc"
+tail -c 400 "$log" | sed 's/^/L /'
+rm -f "$log"

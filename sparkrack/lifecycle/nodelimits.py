@@ -35,16 +35,7 @@ from dataclasses import dataclass
 
 import docker.types
 
-PROBE = r"""
-pid=$(pidof dockerd | cut -d' ' -f1)
-echo "memlock $(awk '/^Max locked memory/ {print $5}' /proc/$pid/limits)"
-echo "nofile $(awk '/^Max open files/ {print $5}' /proc/$pid/limits)"
-for d in /dev/infiniband; do [ -d "$d" ] && [ -n "$(ls -A "$d")" ] && echo "device $d"; done
-tr '\0' '\n' < /proc/$pid/environ | sed -n 's/^PATH=//p' | tr ':' '\n' | while read -r dir; do
-  [ -x "$dir/nvidia-container-runtime-hook" ] && echo "gpu-hook $dir" && break
-done
-true
-"""
+from sparkrack.remote import text
 
 
 @dataclass(frozen=True)
@@ -57,7 +48,7 @@ class NodeLimits:
 
 
 def parse_probe(text: str) -> NodeLimits:
-    """NodeLimits from PROBE's output."""
+    """NodeLimits from remote/dockerlimits.sh's output."""
     limits, devices, gpu = {}, set(), False
     for line in text.splitlines():
         key, _, value = line.strip().partition(" ")
@@ -105,7 +96,7 @@ def for_rack(fleet, inventory, nodes: Sequence[str]) -> Limits:
 def probe(fleet, nodes=None) -> dict[str, NodeLimits]:
     """{node: NodeLimits} of the fleet's nodes (or the named ones), one SSH round trip."""
     names = [n.name for n in fleet.nodes] if nodes is None else list(nodes)
-    result = fleet.run({name: ["sh", "-c", PROBE] for name in names}, timeout=20)
+    result = fleet.run({name: ["sh", "-c", text("dockerlimits")] for name in names}, timeout=20)
     result.raise_for_failures()
     return {r.node: parse_probe(r.stdout) for r in result}
 

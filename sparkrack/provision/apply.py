@@ -16,21 +16,7 @@ from dataclasses import dataclass, field
 from sparkrack.facts.sections import split
 from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.provision.changes import Change, Put, Run
-
-SEQUENCE_SCRIPT = r"""
-i=0
-while [ $# -gt 0 ]; do
-  c=$1; shift
-  out=$("${@:1:c}" 2>&1 </dev/null)
-  rc=$?
-  if [ "$rc" -ne 0 ]; then
-    printf '@@%d failed\nrc %d\n %s\n' "$i" "$rc" "${out//$'\n'/$'\n' }"
-    exit 1
-  fi
-  shift "$c"
-  i=$((i+1))
-done
-"""
+from sparkrack.remote import text
 
 
 @dataclass
@@ -49,7 +35,7 @@ def sequence_argv(commands: Sequence[Sequence[str]]) -> list[str]:
     args: list[str] = []
     for argv in commands:
         args += [str(len(argv)), *argv]
-    return ["bash", "-c", SEQUENCE_SCRIPT, "sparkrack-apply", *args]
+    return ["bash", "-c", text("sequence"), "sparkrack-apply", *args]
 
 
 def _steps(changes: Sequence[Change]) -> list[tuple[str, list[tuple[int, Put | Run]]]]:

@@ -40,6 +40,7 @@ from ..facts import watchdog as watchdog_facts
 from ..facts.queries import Query
 from ..facts.queries import argv as gather_argv
 from ..facts.watchdog import NodeState
+from ..remote import script, text
 from . import payload
 from .keyrecord import (
     MARKER, WatchdogKey, check_public_key, check_sources, read_record, record_path)
@@ -227,69 +228,6 @@ def plan_install(node: str, state: NodeState, want: Wanted,
 
 # --- Install -----------------------------------------------------------------------------
 
-SHIP_SCRIPT = r"""
-set -e
-cd /
-d=$1; py=$2
-umask 022
-mkdir -p "$d"
-rm -rf "$d/lib.new" "$d/lib.old"
-mkdir "$d/lib.new"
-tar -xzf - -C "$d/lib.new" --no-same-owner
-"$py" -m compileall -q -j 0 -d "$d/lib" "$d/lib.new" >/dev/null 2>&1 || true
-if [ -d "$d/lib" ]; then mv "$d/lib" "$d/lib.old"; fi
-mv "$d/lib.new" "$d/lib"
-rm -rf "$d/lib.old"
-"""
-
-KEYGEN_SCRIPT = r"""
-import os, sys
-from cryptography.hazmat.primitives import serialization as s
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-path = sys.argv[1]
-os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-os.chmod(os.path.dirname(path), 0o700)
-
-def write(target, data, mode):
-    fd = os.open(target + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(target + ".tmp", target)
-
-if os.path.isfile(path) and os.path.getsize(path) > 0:
-    with open(path, "rb") as handle:
-        key = s.load_ssh_private_key(handle.read(), password=None)
-else:
-    key = Ed25519PrivateKey.generate()
-    write(path, key.private_bytes(s.Encoding.PEM, s.PrivateFormat.OpenSSH, s.NoEncryption()), 0o600)
-public = key.public_key().public_bytes(s.Encoding.OpenSSH, s.PublicFormat.OpenSSH)
-write(path + ".pub", public + b" " + sys.argv[2].encode() + b"\n", 0o644)
-print(public.decode())
-"""
-
-METRICS_SCRIPT = r"""
-import sys, time, urllib.request
-url, deadline = sys.argv[1], time.monotonic() + float(sys.argv[2])
-last = "nothing listens yet"
-while time.monotonic() < deadline:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            lines = answer.read().decode().splitlines()
-        if any(l.startswith("sparkrack_watchdog_last_poll_timestamp_seconds ") for l in lines):
-            print("ok")
-            sys.exit(0)
-        last = "serving, but no poll has ended yet"
-    except OSError as error:
-        last = str(error)
-    time.sleep(0.5)
-print("no poll seen at " + url + ": " + last)
-sys.exit(1)
-"""
-
 
 @dataclass
 class InstallReport:
@@ -425,7 +363,7 @@ def _apply(fleet, node, plan: InstallPlan, want: Wanted, settings: Settings, say
         say(f"watch.install: shipping {d}/lib ({len(want.library.files)} files, "
             f"{len(tar) / 1e6:.1f} MB compressed: sparkrack and "
             f"{len(want.library.distributions)} libraries)")
-        _run(fleet, node.name, ["bash", "-c", SHIP_SCRIPT, "sparkrack-ship", d,
+        _run(fleet, node.name, ["bash", "-c", text("ship"), "sparkrack-ship", d,
                                 settings.python], stdin=tar, timeout=SHIP_TIMEOUT_S,
              what="unpacking lib/")
     if plan.write or plan.delete:
@@ -456,7 +394,7 @@ def _key(fleet, node, settings: Settings, plan: InstallPlan, state: NodeState,
     if not plan.make_key:
         return check_public_key(state.public_key)
     out = _run(fleet, node.name, from_root(["env", f"PYTHONPATH={settings.install_dir}/lib",
-                                            settings.python, "-c", KEYGEN_SCRIPT,
+                                            settings.python, "-c", script("keygen"),
                                             settings.key_path, f"{MARKER}@{node.name}"]),
                what="making the watchdog's key")
     public = check_public_key(out.strip().splitlines()[-1])
@@ -537,7 +475,7 @@ def _start(fleet, node, plan: InstallPlan, settings: Settings, say: Say) -> None
 def _wait_metrics(fleet, node, settings: Settings, inventory) -> str:
     port = inventory.vars.watchdog_metrics_port
     local = "127.0.0.1" if settings.listen in ("0.0.0.0", "") else settings.listen
-    _run(fleet, node.name, from_root([settings.python, "-c", METRICS_SCRIPT,
+    _run(fleet, node.name, from_root([settings.python, "-c", script("metrics"),
                                       f"http://{local}:{port}/metrics", str(METRICS_WAIT_S)]),
          timeout=METRICS_WAIT_S + 30, what="waiting for the watchdog's metrics")
     return metrics_url(node, inventory)
@@ -592,12 +530,6 @@ def plan_uninstall(node: str, state: NodeState, settings: Settings) -> Uninstall
     if state.state_dir or state.state is not None:
         plan.remove_dirs.append(settings.state_dir)
     return plan
-
-
-REMOVE_SCRIPT = r"""
-set -e
-while [ $# -gt 0 ]; do rm -rf -- "$1"; shift; done
-"""
 
 
 @dataclass
@@ -687,7 +619,7 @@ def _uninstall_node(inventory, node, settings: Settings, report: UninstallReport
             _run(fleet, node.name, ["rm", "-f", "--", settings.unit_path], what="removing the unit")
             _run(fleet, node.name, [sc, "daemon-reload"], what="daemon-reload")
         if plan.remove_dirs:
-            _run(fleet, node.name, ["sh", "-c", REMOVE_SCRIPT, "sh", *plan.remove_dirs],
+            _run(fleet, node.name, ["sh", "-c", text("remove"), "sh", *plan.remove_dirs],
                  what="removing the install and state directories")
         note(nodes=[node.name] if plan.changes_node else [],
              files=[*([settings.unit_path] if plan.remove_unit else []), *plan.remove_dirs])

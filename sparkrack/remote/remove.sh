@@ -1,0 +1,3 @@
+# Remove directories (sparkrack/watchdog/install.py watch.uninstall): argv DIR...
+set -e
+while [ $# -gt 0 ]; do rm -rf -- "$1"; shift; done

@@ -122,30 +122,34 @@ def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overrid
        json=False):
     """Start a TP8 engine: gates, workers then rank 0, readiness, smoke request.
 
-    Gates: reachable, no other engine, rules, image ID, memory, clock cap under load, power.
-    The containers are created while the burn runs. Any failure or Ctrl-C stops every rank
-    it started."""
-    from ..engines import build_specs
+    Gates: reachable, env files, no other engine, rules, image ID, weights, memory, clock cap
+    under load, power (leftovers are cleared while the burn runs). Any failure or Ctrl-C
+    stops every rank it started."""
     from ..lifecycle import engine as lifecycle
+
+    start_lane(lifecycle.up, "up: {deployment} serving at {url}", engine, profile, inventory,
+               timeout, override_power, json)
+
+
+def start_lane(start, said: str, engine, profile, inventory, timeout, override_power,
+               as_json: bool) -> None:
+    """up or roll (start: lifecycle.up or .roll) with a progress display; then the record
+    as JSON on stdout, or said (with {deployment} and {url}) and the phase times."""
+    from dataclasses import asdict
+
+    from ..engines import build_specs
 
     rack = inventory_from(inventory)
     with console.Waiting(f"{engine} {profile}") as waiting:
-        deployment = lifecycle.up(rack, engine, profile, burn=run_burn,
-                                  timeout=float(timeout) if timeout else None,
-                                  override_power=override_power, on_progress=_progress(waiting),
-                                  on_event=console.say)
+        deployment = start(rack, engine, profile, burn=run_burn,
+                           timeout=float(timeout) if timeout else None,
+                           override_power=override_power, on_progress=_progress(waiting),
+                           on_event=console.say)
     url = f"http://{rack.head.address}:{build_specs(rack, engine, profile)[0].ports['http']}/v1"
-    show_deployment(deployment, f"up: {deployment.describe()} serving at {url}", url, json)
-
-
-def show_deployment(deployment, line: str, url: str, as_json: bool) -> None:
-    """The outcome of up/roll: the record as JSON on stdout, or one line and the phases."""
-    from dataclasses import asdict
-
     if as_json:
         console.print_json({**asdict(deployment), "url": url})
         return
-    console.say(line)
+    console.say(said.format(deployment=deployment.describe(), url=url))
     console.say("phases: " + ", ".join(f"{name} {seconds:.2f} s"
                                         for name, seconds in deployment.phases.items()))
 
@@ -184,16 +188,8 @@ def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overr
     new starts and answers a smoke request."""
     from ..lifecycle import engine as lifecycle
 
-    from ..engines import build_specs
-
-    rack = inventory_from(inventory)
-    with console.Waiting(f"{engine} {profile}") as waiting:
-        deployment = lifecycle.roll(rack, engine, profile, burn=run_burn,
-                                    timeout=float(timeout) if timeout else None,
-                                    override_power=override_power, on_progress=_progress(waiting),
-                                    on_event=console.say)
-    url = f"http://{rack.head.address}:{build_specs(rack, engine, profile)[0].ports['http']}/v1"
-    show_deployment(deployment, f"rolled to {deployment.describe()}", url, json)
+    start_lane(lifecycle.roll, "rolled to {deployment}", engine, profile, inventory, timeout,
+               override_power, json)
 
 
 @task(help={"inventory": INVENTORY_HELP, "duration": "stop watching after this many seconds",

@@ -14,7 +14,8 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..errors import SparkrackError
@@ -206,29 +207,19 @@ class Endpoint:
     def chat(self, messages: list[dict], max_tokens: int, *, timeout: float = 120.0,
              cancel: Cancel | None = None) -> dict:
         """One whole (non-streamed) chat completion; its parsed body."""
-        connection = self._connect(timeout, cancel)
-        try:
+        with self._exchange(timeout, cancel, "chat completion") as connection:
             response = self._post(connection, self.body(messages, max_tokens, stream=False))
             data = response.read()
             if response.status != 200:
                 raise HeadError(self._refused(response.status, data))
             return json.loads(data)
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            if cancel is not None and cancel.stopped.is_set():
-                raise Cancelled() from None
-            raise HeadError(f"rank 0 at {self.where}: chat completion: {_short(exc)}") from None
-        finally:
-            if cancel is not None:
-                cancel.discard(connection)
-            connection.close()
 
     def stream_chat(self, messages: list[dict], max_tokens: int, *, ignore_eos: bool = True,
                     timeout: float = 120.0, cancel: Cancel | None = None,
                     on_piece: Callable[[Streamed], None] | None = None) -> Streamed:
         """One streamed chat completion, every piece timestamped on arrival. timeout bounds
         each wait for data (a long prefill needs a long one). Cancelled if cancel stopped it."""
-        connection = self._connect(timeout, cancel)
-        try:
+        with self._exchange(timeout, cancel, "streamed chat completion") as connection:
             result = Streamed(sent=time.monotonic())
             response = self._post(connection, self.body(messages, max_tokens, stream=True,
                                                         ignore_eos=ignore_eos))
@@ -263,10 +254,19 @@ class Endpoint:
                 raise HeadError(f"rank 0 at {self.where}: the stream carried no usage "
                                  "(stream_options.include_usage): token counts unknown")
             return result
-        except (OSError, http.client.HTTPException) as exc:
+
+    @contextmanager
+    def _exchange(self, timeout: float, cancel: Cancel | None,
+                  what: str) -> Iterator[http.client.HTTPConnection]:
+        """A connection to rank 0 for one request: a broken one is a HeadError naming what
+        was asked (Cancelled when cancel stopped it); closed (and forgotten by cancel) after."""
+        connection = self._connect(timeout, cancel)
+        try:
+            yield connection
+        except (OSError, http.client.HTTPException, ValueError) as exc:
             if cancel is not None and cancel.stopped.is_set():
                 raise Cancelled() from None
-            raise HeadError(f"rank 0 at {self.where}: streamed chat completion: {_short(exc)}") from None
+            raise HeadError(f"rank 0 at {self.where}: {what}: {_short(exc)}") from None
         finally:
             if cancel is not None:
                 cancel.discard(connection)

@@ -160,6 +160,9 @@ def wait_ready(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
             if probe.status != "ok":
                 raise NodeLost(probe.node, probe.error or probe.status)
         states = refresh(fleet, ranks)
+        gone = next((r for r in states if r.status == "unreachable"), None)
+        if gone is not None:  # lost since the probe above: its rank cannot be stopped either
+            raise NodeLost(gone.node, gone.error or "docker did not answer")
         dead = [r for r in states if not r.alive]
         if dead:
             first = dead[0]

@@ -1,0 +1,57 @@
+"""The readiness wait (lifecycle/start.wait_ready) with stand-ins for the fleet and docker:
+a node lost between the liveness probe and the container poll is a NodeLost (its rank
+cannot be stopped from here), not a rank that died."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sparkrack.engines import build_specs
+from sparkrack.inventory import load_inventory
+from sparkrack.lifecycle import start
+from sparkrack.lifecycle.start import NodeLost, StartFailed, as_rank, wait_ready
+
+REHEARSAL = Path(__file__).resolve().parents[2] / "inventory" / "rehearsal"
+
+
+class AllAnswer:
+    """A fleet whose every node answers the liveness probe."""
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+
+    def run(self, argv, timeout=None):
+        return [SimpleNamespace(node=n.name, status="ok", error=None) for n in self.nodes]
+
+
+@pytest.fixture
+def group():
+    inventory = load_inventory(REHEARSAL)
+    specs = build_specs(inventory, "sglang", "512k")
+    return inventory, specs, [as_rank(s, "running") for s in specs]
+
+
+def test_a_node_lost_after_the_probe_is_node_lost(group, monkeypatch):
+    inventory, specs, ranks = group
+    lost = [replace(r, status="unreachable", error="Connection aborted.") if r.node == "spark-07"
+            else r for r in ranks]
+    monkeypatch.setattr(start, "refresh", lambda fleet, ranks: lost)
+    with pytest.raises(NodeLost) as raised:
+        wait_ready(AllAnswer(inventory.nodes), inventory, specs, ranks, 5, lambda p: None)
+    assert raised.value.node == "spark-07"
+    assert "node spark-07 lost during the start (Connection aborted.)" in raised.value.line()
+
+
+def test_a_rank_that_exited_is_a_failed_start_naming_it(group, monkeypatch):
+    inventory, specs, ranks = group
+    exited = [replace(r, status="exited", exit_code=2) if r.rank == 3 else r for r in ranks]
+    monkeypatch.setattr(start, "refresh", lambda fleet, ranks: exited)
+    monkeypatch.setattr(start, "logs_tail", lambda fleet, rank: ["bad flag"])
+    with pytest.raises(StartFailed) as raised:
+        wait_ready(AllAnswer(inventory.nodes), inventory, specs, ranks, 5, lambda p: None)
+    assert not isinstance(raised.value, NodeLost)
+    assert "rank 3 on spark-04 exited (exit code 2)" in raised.value.line()

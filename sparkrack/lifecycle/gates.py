@@ -7,7 +7,8 @@ running; the SM121 rules; the same image ID on every node; the lane's model dire
 complete on every node (its manifest, the same digest everywhere, every listed file there
 at the rack's size: transfer/models.py); enough MemAvailable for the profile's memory
 fraction. A refusal there returns at once: the burn is not run. Then the
-costly ones: a fresh under-load check that every GPU is capped (a unit that ran at boot
+costly ones (while the burn runs, preflight's `meanwhile` lets `up` clear leftovers and
+probe docker limits, which touch no GPU): a fresh under-load check that every GPU is capped (a unit that ran at boot
 proves nothing after an `nvidia-smi -rgc`); the power projection against the strip. With
 keep_verified (roll) a node whose cap a burn verified this boot (same boot id, the cap unit
 still active and successful) counts as verified and is not burned again: its GPU may be

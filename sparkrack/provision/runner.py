@@ -19,18 +19,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from sparkrack.facts.provision import IMAGES, NodeFacts, normalize_ref, parse_facts
+from sparkrack.facts.queries import Query
+from sparkrack.facts.queries import argv as gather_argv
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
 from sparkrack.provision.apply import ApplyResult, apply_node
 from sparkrack.provision.changes import Change, ImageTarget, Transfer
-from sparkrack.facts.provision import IMAGES, NodeFacts, normalize_ref, parse_facts
-from sparkrack.facts.queries import Query
-from sparkrack.facts.queries import argv as gather_argv
 from sparkrack.provision.images import resolve_images
 from sparkrack.provision.modules import docker_image
 from sparkrack.provision.plan import plan_node, queries
-from sparkrack.transfer.chain import DEFAULT_PYTHON
-from sparkrack.transfer.images import TransferReport, distribute
 from sparkrack.provision.roles import (
     Renderer,
     Role,
@@ -40,6 +38,8 @@ from sparkrack.provision.roles import (
     render_tasks,
     roles_path,
 )
+from sparkrack.transfer.chain import DEFAULT_PYTHON
+from sparkrack.transfer.images import TransferReport, distribute
 
 Event = Callable[[str, "ProvisionReport"], None]
 

@@ -53,23 +53,22 @@ def test_importing_tasks_imports_nothing_heavy():
     _assert_light(seen["modules"])
 
 
-def test_list_and_help_import_nothing_heavy():
-    body = ("import tasks\nfrom invoke import Program\n"
-            "for argv in (['--list'], ['-h', 'up'], ['-h', 'provision'], ['-h', 'bench']):\n"
-            "    Program(namespace=tasks.ns).run(['invoke', *argv], exit=False)")
-    seen, printed = _fresh(body)
-    _assert_light(seen["modules"])
-    for name in ("up", "provision", "onboard", "bench.compare", "rehearsal.stub-images"):
-        assert f"  {name} " in printed
+INVOKE_LIST_AND_HELP = ("import tasks\nfrom invoke import Program\n"
+                        "for argv in (['--list'], ['-h', 'up'], ['-h', 'provision'], ['-h', 'bench']):\n"
+                        "    Program(namespace=tasks.ns).run(['invoke', *argv], exit=False)")
+SPARKRACK_LIST = ("import sys, tasks\nfrom sparkrack.cli import main\n"
+                  "sys.argv = ['sparkrack', '--list']\n"
+                  "try:\n    main()\nexcept SystemExit as done:\n    assert not done.code, done.code")
 
 
-def test_the_sparkrack_command_lists_the_same_tasks_and_imports_nothing_heavy():
-    body = ("import sys, tasks\nfrom sparkrack.cli import main\n"
-            "sys.argv = ['sparkrack', '--list']\n"
-            "try:\n    main()\nexcept SystemExit as done:\n    assert not done.code, done.code")
+@pytest.mark.parametrize("body, names", [
+    (INVOKE_LIST_AND_HELP, ("up", "provision", "onboard", "bench.compare", "rehearsal.stub-images")),
+    (SPARKRACK_LIST, ("up", "provision", "watch.install", "bench.compare", "rehearsal.stub-images")),
+], ids=["invoke --list and -h", "the sparkrack command"])
+def test_listing_and_help_import_nothing_heavy(body, names):
     seen, printed = _fresh(body)
     _assert_light(seen["modules"])
-    for name in ("up", "provision", "watch.install", "bench.compare", "rehearsal.stub-images"):
+    for name in names:
         assert f"  {name} " in printed
 
 

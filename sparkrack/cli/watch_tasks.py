@@ -103,6 +103,10 @@ def status(c, on=None, inventory=None, json=False, verdicts=5):
                   f"({', '.join(found.stale[:5])}{' ...' if len(found.stale) > 5 else ''}): "
                   "run `invoke watch.install` (after an upgrade, onboarding or any inventory "
                   "change)")
+        if found.edited:
+            print(f"note: the node changed data files of lib/ in place ({', '.join(found.edited)}):"
+                  " kept, as no code hashes them (a site's security agent may append its CA "
+                  "to a bundle)")
         shown = list(found.verdicts)[-int(verdicts):] if int(verdicts) > 0 else []
         if shown:
             console.print_table(f"last {len(shown)} verdict(s)", ["time", "verdict", "detail"], [

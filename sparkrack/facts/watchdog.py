@@ -42,7 +42,9 @@ class NodeState:
     lib: bool = False
     state_dir: bool = False
     manifest_sha256: str = ""  # of lib/.sparkrack-manifest
-    lib_checks: bool = False  # every file that manifest lists matched
+    lib_checks: bool = False  # every file Python runs matched that manifest, none is missing
+    lib_differs: tuple[str, ...] = ()  # the first files that did not (manifest-differs)
+    lib_edited: tuple[str, ...] = ()  # data files changed on the node, kept (manifest-edited)
     files: Mapping[str, str] = field(default_factory=dict)  # inventory/..., README.md -> sha256
     private_key: bool = False
     public_key: str = ""
@@ -81,6 +83,14 @@ def _platform(python: str, lines: list[str], rc: str) -> tuple[Platform | None, 
         return None, f"{python} printed {(' '.join(output))[:120]!r}"
 
 
+def _names(text: str | None) -> tuple[str, ...]:
+    try:
+        names = json.loads(text or "[]")
+    except ValueError:
+        return ()
+    return tuple(str(n) for n in names) if isinstance(names, list) else ()
+
+
 def state_of(answers: Answers, query: Query) -> NodeState:
     """The NodeState of a round trip that asked query (SparkrackError when its answer was
     cut short)."""
@@ -111,6 +121,8 @@ def state_of(answers: Answers, query: Query) -> NodeState:
         sources = {}
     public = _b64(values.get("public-key"))
     return NodeState(
+        lib_differs=_names(values.get("manifest-differs")),
+        lib_edited=_names(values.get("manifest-edited")),
         platform=platform, platform_error=error,
         sources=sources if isinstance(sources, dict) else {},
         install_dir="install-dir" in exists, lib="lib" in exists, state_dir="state-dir" in exists,

@@ -6,7 +6,12 @@ the unit's name and properties, then the peers' address and port pairs).
     platform-rc N         its exit code
     sources JSON          {peer address: the address this node reaches it from}
     exists WHAT           install-dir, lib, state-dir: those that exist
-    manifest SHA256       of lib/.sparkrack-manifest; manifest-check 0: every file it lists matches
+    manifest SHA256       of lib/.sparkrack-manifest; manifest-check 0: every file Python
+                          runs matches it and every data file is there
+    manifest-differs JSON the first files Python runs that differ or are missing (and data
+                          files that are missing)
+    manifest-edited JSON  the first data files whose content was changed on the node (kept:
+                          a site's security agent may append its CA to a bundle)
     file SHA256 JSON      each regular file of inventory/ and README.md, relative to the install dir
     private-key           the private key is there and not empty
     public-key / unit-file / state BASE64    the public key, the unit file, the state file
@@ -72,17 +77,35 @@ def is_regular(path):
         return False
 
 
-def manifest_checks(lib, text):
-    """Whether every `sha256  path` line of the manifest names a file of lib with that hash."""
+CODE_SUFFIXES = (".py", ".so", ".pyd")
+SHOWN = 10  # names reported per kind
+
+
+def is_code(name):
+    """Whether Python runs the file: the sparkrack package whole (its data included: the
+    roles and profiles the restart renders), and every other module or extension. The rest
+    (CA bundles, type stubs, dist-info) is data no code hashes at import."""
+    return name.startswith("sparkrack/") or name.endswith(CODE_SUFFIXES)
+
+
+def manifest_problems(lib, text):
+    """(differs, edited) of the manifest's `sha256  path` lines against lib: files Python
+    runs that differ or are missing, and any missing file; data files edited in place.
+    None when the manifest is empty or malformed."""
     lines = text.splitlines()
+    differs, edited = [], []
     for line in lines:
         digest, sep, name = line.partition("  ")
+        if not sep:
+            return None
         try:
-            if not sep or sha256_of(os.path.join(lib, name)) != digest.lower():
-                return False
+            same = sha256_of(os.path.join(lib, name)) == digest.lower()
         except OSError:
-            return False
-    return bool(lines)
+            differs.append(name)
+            continue
+        if not same:
+            (differs if is_code(name) else edited).append(name)
+    return (differs, edited) if lines else None
 
 
 def manifest_lines(lib):
@@ -91,8 +114,12 @@ def manifest_lines(lib):
             data = handle.read()
     except OSError:
         return []
-    checks = manifest_checks(lib, data.decode(errors="surrogateescape"))
-    return ["manifest " + hashlib.sha256(data).hexdigest(), "manifest-check %d" % (0 if checks else 1)]
+    found = manifest_problems(lib, data.decode(errors="surrogateescape"))
+    differs, edited = found if found is not None else (["(the manifest itself)"], [])
+    return ["manifest " + hashlib.sha256(data).hexdigest(),
+            "manifest-check %d" % (1 if differs else 0),
+            "manifest-differs " + json.dumps(differs[:SHOWN]),
+            "manifest-edited " + json.dumps(edited[:SHOWN])]
 
 
 def copied_files(install_dir):

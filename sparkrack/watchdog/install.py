@@ -320,12 +320,18 @@ def install(inventory, on: str | None = None, *, settings: Settings = Settings()
         if settings.wait_metrics:
             report.serving = _wait_metrics(fleet, node, settings, inventory)
             say(f"watch.install: serving {report.serving}")
-        again = plan_install(node.name, probe(fleet, node, settings, inventory), want,
-                             payload.Platform.local(), settings)
+        after = probe(fleet, node, settings, inventory)
+        again = plan_install(node.name, after, want, payload.Platform.local(), settings)
         if again.changes_node:
+            differ = (f" (lib files that differ from what was shipped: "
+                      f"{', '.join(after.lib_differs)}: something on the node rewrites them)"
+                      if again.ship_lib and after.lib_differs else "")
             raise SparkrackError(f"watch.install did not converge on {node.name}: still to do: "
-                                 + "; ".join(again.steps(settings)),
+                                 + "; ".join(again.steps(settings)) + differ,
                                  fix="see `journalctl -u sparkrack-watchdog` on the node")
+        if after.lib_edited:
+            say(f"watch.install: note: {node.name} changed data files of lib/ in place "
+                f"({', '.join(after.lib_edited)}); kept, as no code hashes them")
     return report
 
 
@@ -655,6 +661,7 @@ class WatchdogStatus:
     stopped: Mapping = field(default_factory=dict)
     state_error: str = ""
     stale: tuple[str, ...] = ()  # what differs from what watch.install would ship now
+    edited: tuple[str, ...] = ()  # lib/'s data files the node changed in place (kept)
 
     @property
     def running(self) -> bool:
@@ -668,7 +675,7 @@ class WatchdogStatus:
                 "recorded": self.recorded, "public_key": self.public_key,
                 "verdicts": list(self.verdicts), "restart_budget": dict(self.budget),
                 "stopped": dict(self.stopped), "state_error": self.state_error,
-                "stale": list(self.stale)}
+                "stale": list(self.stale), "edited": list(self.edited)}
 
 
 def parse_state(data: bytes | None) -> tuple[tuple[dict, ...], dict, dict, str]:
@@ -695,7 +702,8 @@ def stale_parts(state: NodeState, inventory_files: Mapping[str, bytes],
     stale = []
     if manifest_sha256 is not None and not (
             state.lib and state.lib_checks and state.manifest_sha256 == manifest_sha256):
-        stale.append("lib")
+        stale += [f"lib/{name}" for name in state.lib_differs
+                  if state.manifest_sha256 == manifest_sha256] or ["lib"]
     wanted = {f"inventory/{p}": hashlib.sha256(c).hexdigest() for p, c in inventory_files.items()}
     there = {p: h for p, h in state.files.items() if p.startswith("inventory/")}
     stale += sorted(p for p in wanted.keys() | there.keys() if wanted.get(p) != there.get(p))
@@ -721,7 +729,8 @@ def status_of(node, inventory, state: NodeState, record: WatchdogKey | None,
         enabled=unit.get("UnitFileState", ""), metrics_url=metrics_url(node, inventory),
         recorded=record is not None and record.node == node.name,
         public_key=state.public_key, verdicts=verdicts, budget=budget, stopped=stopped,
-        state_error=error, stale=stale if state.installed else ())
+        state_error=error, stale=stale if state.installed else (),
+        edited=tuple(f"lib/{name}" for name in state.lib_edited))
 
 
 def status(inventory, on: str | None = None, *, settings: Settings = Settings()) -> WatchdogStatus:

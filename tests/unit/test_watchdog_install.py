@@ -32,6 +32,7 @@ from sparkrack.facts.watchdog import NodeState, parse_probe
 from sparkrack.provision.changes import Put, Run
 from sparkrack.provision.plan import plan_node
 from sparkrack.provision.roles import Renderer, load_roles, node_vars, render_tasks
+from sparkrack.remote import watchdog as remote_watchdog
 from sparkrack.remote.watchdog import PLATFORM_SCRIPT
 from sparkrack.watchdog import install as wi
 from sparkrack.watchdog import keyrecord, payload
@@ -364,6 +365,39 @@ def test_status_names_what_differs_from_what_install_would_ship(tmp_path):
         "lib", "inventory/host_vars/spark-09.yml", "inventory/hosts.yml",
         "inventory/known_hosts")
 
+    differs = state_with(want, lib_checks=False, lib_differs=("certifi/core.py",))
+    assert wi.stale_parts(differs, inventory_files, want.manifest_sha256) == (
+        "lib/certifi/core.py",)  # the files, when what was shipped is what would be
+
+
+def test_the_node_check_holds_code_to_the_manifest_and_lets_data_be_edited(tmp_path):
+    lib = tmp_path / "lib"
+    files = {"sparkrack/data/rules.yml": b"rules\n", "certifi/core.py": b"def where(): ...\n",
+             "certifi/cacert.pem": b"-----BEGIN CERTIFICATE-----\n", "pkg/_ext.so": b"ELF",
+             "pkg-1.0.dist-info/METADATA": b"Name: pkg\n"}
+    for name, data in files.items():
+        (lib / name).parent.mkdir(parents=True, exist_ok=True)
+        (lib / name).write_bytes(data)
+    manifest = "".join(f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in files.items())
+    (lib / ".sparkrack-manifest").write_text(manifest)
+
+    def lines():
+        return dict(line.split(" ", 1) for line in remote_watchdog.manifest_lines(str(lib)))
+
+    assert lines()["manifest-check"] == "0" and lines()["manifest-differs"] == "[]"
+    with open(lib / "certifi/cacert.pem", "ab") as out:  # a site's agent appends its CA
+        out.write(b"-----BEGIN CERTIFICATE-----\nsite CA\n")
+    (lib / "pkg-1.0.dist-info/METADATA").write_bytes(b"Name: pkg\nedited\n")
+    assert lines()["manifest-check"] == "0"
+    assert json.loads(lines()["manifest-edited"]) == ["certifi/cacert.pem",
+                                                      "pkg-1.0.dist-info/METADATA"]
+    for name in ("sparkrack/data/rules.yml", "certifi/core.py", "pkg/_ext.so"):
+        (lib / name).write_bytes(b"changed")
+    (lib / "certifi/cacert.pem").unlink()  # a missing file is never fine
+    assert lines()["manifest-check"] == "1"
+    assert json.loads(lines()["manifest-differs"]) == [
+        "sparkrack/data/rules.yml", "certifi/core.py", "certifi/cacert.pem", "pkg/_ext.so"]
+
 
 def test_a_cut_probe_and_a_broken_state_file_are_said(tmp_path):
     settings = wi.Settings()
@@ -593,6 +627,20 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     assert found.public_key.startswith(public) and found.verdicts[-1]["verdict"] == "stopped"
     assert found.metrics_url == f"http://127.0.0.1:{inventory.vars.watchdog_metrics_port}/metrics"
     assert found.stale == ()
+
+    bundle = d / "lib" / "certifi" / "cacert.pem"  # a site's agent appends its CA there
+    bundle.write_bytes(bundle.read_bytes() + b"\n# site CA\n")
+    edited = wi.install(inventory, settings=settings, say=said.append)
+    assert not edited.changed and said[-1] == (
+        "watch.install: note: spark-01 changed data files of lib/ in place "
+        "(certifi/cacert.pem); kept, as no code hashes them")
+    found = wi.status(inventory, settings=settings)
+    assert found.stale == () and found.edited == ("lib/certifi/cacert.pem",)
+    core = d / "lib" / "certifi" / "core.py"  # code edited on the node is shipped again
+    core.write_bytes(core.read_bytes() + b"\n# edited\n")
+    assert wi.status(inventory, settings=settings).stale == ("lib/certifi/core.py",)
+    reshipped = wi.install(inventory, settings=settings, say=said.append)
+    assert reshipped.plan.ship_lib and not core.read_bytes().endswith(b"# edited\n")
 
     with open(inventory.path / "group_vars" / "all.yml", "a") as out:  # the operator edits
         out.write("watchdog_restart_budget: 5\n")

@@ -2,9 +2,11 @@
 directory outside the repository against an inventory of its own.
 
 The wheel is built from a copy of the sources (pip wheel, isolated build: pip fetches
-setuptools), installed with --no-deps into a venv that sees this machine's site-packages
-(the dependencies are there already) and --ignore-installed (a checkout installed in
-editable mode there must not stand in for the wheel). `sparkrack plan --offline` and
+setuptools) and installed with --no-deps into a fresh venv that sees the dependencies
+where the interpreter running the tests has them (its own venv, the system Python, or
+both): their site-packages directories are appended to the new venv's path by a .pth file,
+after the venv's own, so the wheel's sparkrack is the one imported and an editable
+checkout there (whose finder a plain path entry does not run) never stands in for it. `sparkrack plan --offline` and
 `sparkrack check` then run against the operator's directory: the shipped roles, profiles,
 model data and rules come from the wheel, the operator's profile from the inventory.
 Neither contacts a node.
@@ -46,10 +48,20 @@ def venv(tmp_path_factory) -> Path:
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", root / "dist", source],
         cwd=root)
     wheel, = (root / "dist").glob("sparkrack-*.whl")
-    run([sys.executable, "-m", "venv", "--system-site-packages", root / "venv"], cwd=root)
+    run([sys.executable, "-m", "venv", root / "venv"], cwd=root)
+    purelib = run([root / "venv/bin/python", "-c", "import sysconfig; "
+                   "print(sysconfig.get_paths()['purelib'])"], cwd=root).stdout.strip()
+    Path(purelib, "sparkrack-test-dependencies.pth").write_text(
+        "".join(f"{path}\n" for path in dependency_dirs()))
     run([root / "venv/bin/python", "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-         "--ignore-installed", wheel], cwd=root)
+         wheel], cwd=root)
     return root / "venv"
+
+
+def dependency_dirs() -> list[str]:
+    """The site-packages directories this interpreter imports from, in its order."""
+    return [path for path in sys.path if Path(path).name in ("site-packages", "dist-packages")
+            and Path(path).is_dir() and not Path(path).resolve().is_relative_to(REPO)]
 
 
 @pytest.fixture

@@ -17,14 +17,20 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+import rackhealth  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
 
 
+_SESSION: dict = {}  # the session's rack once booted; "dirty" after a rack test failed
+
+
 @pytest.fixture(scope="session")
 def rack():
-    """The rehearsal rack, booted once per test run; torn down at the end unless it was
-    already up before the run (a developer's rack is left as it was found)."""
+    """The rehearsal rack, booted once per test run and put back to healthy (a rack used
+    before the run: faults, engines, a lock); torn down at the end unless it was already up
+    before the run (a developer's rack is left as it was found)."""
     from sparkrack.inventory import load_inventory
     from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE
     from sparkrack.rehearsal.rack import RehearsalRack
@@ -34,9 +40,32 @@ def rack():
     was_up = REHEARSAL_STATE_FILE.exists()
     rack = RehearsalRack(load_inventory(REHEARSAL_INVENTORY), say=lambda msg: None)
     rack.up()
+    rackhealth.repair_faults(rack)
+    rackhealth.repair_engines(rack.inventory)
+    _SESSION["rack"] = rack
     yield rack
+    _SESSION.pop("rack")
     if not was_up:
         rack.down()
+
+
+def pytest_runtest_setup(item):
+    """Before a rack test (and before its module's fixtures): the rack's faults undone, and
+    after a rack test that failed, its engines and lock too. One failure never cascades."""
+    rack = _SESSION.get("rack")
+    if rack is None or "rack" not in item.fixturenames:
+        return
+    rackhealth.repair_faults(rack)
+    if _SESSION.pop("dirty", False):
+        rackhealth.repair_engines(rack.inventory)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed and "rack" in item.fixturenames:
+        _SESSION["dirty"] = True
+    return report
 
 
 @pytest.fixture(scope="session")

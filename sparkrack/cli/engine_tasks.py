@@ -199,7 +199,7 @@ def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overr
 def watch(c, inventory=None, duration=None, restart=False, interval=1.0):
     """Rank watchdog: stop (or --restart) the group when a rank or node is lost.
 
-    Also warns when a node's MemAvailable ratchets down request after request."""
+    A lost node's rank is stopped as soon as the node answers again. Also warns when a node's MemAvailable ratchets down request after request."""
     from ..lifecycle import engine as lifecycle
 
     rack = inventory_from(inventory)
@@ -208,4 +208,6 @@ def watch(c, inventory=None, duration=None, restart=False, interval=1.0):
     if report.failure:
         from invoke.exceptions import Exit
 
-        raise Exit(f"watch: {report.failure} ({report.acted or 'nothing to do'})", code=1)
+        left = (f"; still running on nodes that did not answer: {', '.join(report.left_running)}"
+                " (`invoke down` once they answer)" if report.left_running else "")
+        raise Exit(f"watch: {report.failure} ({report.acted or 'nothing to do'}){left}", code=1)

@@ -1,7 +1,8 @@
 """The rank watchdog: notice within seconds when a rank's container exits, a node is lost or
 the head turns unhealthy, and stop the whole group (or restart it in order) instead of
-leaving a half-dead TP group for the engine's own 300 s watchdog. While the group serves,
-each node's MemAvailable is watched for the indexer-leak ratchet.
+leaving a half-dead TP group for the engine's own 300 s watchdog. A rank on a node that was
+lost is stopped as soon as that node answers again. While the group serves, each node's
+MemAvailable is watched for the indexer-leak ratchet.
 """
 
 import time
@@ -30,6 +31,7 @@ class WatchReport:
     failure: str | None = None
     warnings: list[str] = field(default_factory=list)
     acted: str | None = None  # "stopped" / "restarted"
+    left_running: list[str] = field(default_factory=list)  # ranks on nodes still lost at the end
 
 
 def sample_memory(fleet: Fleet) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
@@ -105,6 +107,10 @@ class GroupWatch:
         reachable = [r for r in self.ranks if r.node not in (lost or {})]
         return stop_ranks(self.fleet, reachable, timeout=BROKEN_STOP_TIMEOUT, remove=remove)
 
+    def left_behind(self, lost: dict[str, str]) -> list[Rank]:
+        """The group's ranks on nodes that did not answer when it was stopped."""
+        return [r for r in self.ranks if r.node in lost]
+
     def _check_ranks(self) -> tuple[str | None, list[Rank], int | None]:
         """(why the group is broken or None, the ranks' states, rank 0's health answer)."""
         states = refresh(self.fleet, self.ranks)
@@ -123,6 +129,43 @@ class GroupWatch:
             return (f"rank 0 on {head.node} unhealthy ({status or 'no answer'}) for "
                     f"{self.health_failures} polls"), states, status
         return None, states, status
+
+
+def stop_left_behind(inventory: Inventory, ranks: list[Rank], *,
+                     remove: bool = True) -> tuple[list[Rank], dict[str, str]]:
+    """Stop the ranks a lost node kept running once the node answers again, over fresh
+    connections (the group's may have died with the link): a rank cut off from its group
+    keeps its process and its unified memory until the engine's own NCCL or scheduler
+    watchdog fires, minutes later. (the ranks stopped, {node: why not yet})."""
+    names = sorted({r.node for r in ranks})
+    with Fleet(inventory, [inventory.node(name) for name in names]) as fleet:
+        pending = {r.node: r.error or r.status
+                   for r in fleet.run(["true"], timeout=HEALTH_TIMEOUT_S) if r.status != "ok"}
+        answering = [r for r in ranks if r.node not in pending]
+        errors = stop_ranks(fleet, answering, timeout=BROKEN_STOP_TIMEOUT, remove=remove)
+    for rank in answering:
+        if f"{rank.name}@{rank.node}" in errors:
+            pending[rank.node] = errors[f"{rank.name}@{rank.node}"]
+    return [r for r in answering if r.node not in pending], pending
+
+
+def _stop_when_back(inventory: Inventory, left: list[Rank], until: float | None,
+                    interval: float, on_event: Callable[[str], None]) -> list[Rank]:
+    """Stop left's ranks as their nodes answer again, until none is left or `until`
+    (time.monotonic()) passes; the ranks still running then."""
+    on_event(f"{', '.join(sorted({r.node for r in left}))} did not answer: rank(s) "
+             f"{', '.join(str(r.rank) for r in left)} still run there, holding memory; "
+             "stopping them as soon as the node answers")
+    while left:
+        polled = time.monotonic()
+        stopped, _ = stop_left_behind(inventory, left, remove=True)
+        for rank in stopped:
+            on_event(f"{rank.node} answers again: rank {rank.rank} ({rank.name}) stopped")
+        left = [r for r in left if r not in stopped]
+        if not left or (until is not None and time.monotonic() >= until):
+            break
+        time.sleep(max(0.0, interval - (time.monotonic() - polled)))
+    return left
 
 
 def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: float | None = None,
@@ -146,6 +189,12 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
                 on_event(f"group broken: {poll.failure}; stopping every rank")
                 group.stop(poll.lost)
                 report.acted = "stopped"
+                left = group.left_behind(poll.lost)
+                if left:
+                    until = None if duration is None else started + duration
+                    report.left_running = [f"rank {r.rank} on {r.node}" for r in
+                                           _stop_when_back(inventory, left, until, interval,
+                                                           on_event)]
                 if on_failure == "restart" and restart is not None:
                     on_event("restarting the group in order")
                     restart()

@@ -10,7 +10,7 @@ from ..fleet import Fleet
 from ..inventory import Inventory
 from ..lifecycle import record
 from ..lifecycle.containers import engine_containers
-from ..lifecycle.watch import GroupWatch
+from ..lifecycle.watch import GroupWatch, stop_left_behind
 
 FACTS_TIMEOUT_S = 15.0  # as `invoke status`: a stuck node must not hold up the others
 RESTART_BURN_S = 1.5  # the clock-cap gate's under-load check when the watchdog restarts
@@ -60,6 +60,11 @@ class FleetRack:
         head = build_specs(self.inventory, deployment.engine, deployment.profile)[0]
         return GroupWatch(self.fleet, self.inventory, list(ranks), http_port=head.ports["http"],
                           health_path=head.health_path)
+
+    def stop_left_behind(self, ranks) -> tuple[list, dict[str, str]]:
+        """Stop ranks on nodes that answer again (kept for `invoke logs`); see
+        lifecycle.watch.stop_left_behind."""
+        return stop_left_behind(self.inventory, ranks, remove=False)
 
     def facts(self) -> dict:
         """{node: NodeFacts, or None when it did not answer} from one round trip each."""

@@ -13,7 +13,9 @@ Each step (one poll, every second):
   restart budget (policy.RestartBudget);
 - refreshes every node's facts (SM clock, power, memory, clock cap) every few seconds for
   the metrics and the power projection.
-A group the watchdog stopped stays stopped: the `current` record is left for the operator
+A rank on a node that did not answer when its group was stopped keeps running there (as a
+real one does, holding its memory until the engine's own watchdog fires): it is stopped as
+soon as the node answers again. A group the watchdog stopped stays stopped: the `current` record is left for the operator
 (`invoke logs`, then `invoke up` or `invoke down`), and the GroupDown alert fires until then.
 
 The rack is reached through a `Rack` (rack.FleetRack on a real one; fakes in the tests).
@@ -47,6 +49,7 @@ class Group(Protocol):
     def poll(self) -> Any: ...
     def stop(self, lost: dict[str, str] | None = None, remove: bool = True) -> dict[str, str]: ...
     def ratcheting(self) -> set[str]: ...
+    def left_behind(self, lost: dict[str, str]) -> list[Any]: ...
 
 
 class Rack(Protocol):
@@ -57,6 +60,7 @@ class Rack(Protocol):
     def group_watch(self, ranks: list[Any], deployment: Any) -> Group: ...
     def facts(self) -> dict[str, Any]: ...
     def restart(self, deployment: Any) -> Any: ...
+    def stop_left_behind(self, ranks: list[Any]) -> tuple[list[Any], dict[str, str]]: ...
     def lock_holder(self) -> str | None: ...
 
 
@@ -95,6 +99,7 @@ class Watchdog:
         self.last: Step | None = None
         self.verdicts: list[dict] = []
         self.detection_to_stopped: float | None = None
+        self.left_behind: list[Any] = []  # ranks on nodes lost when their group was stopped
         self._load_state()
 
     # --- One step ----------------------------------------------------------------------
@@ -103,6 +108,8 @@ class Watchdog:
         """One poll of the rack: decide, act if needed, update the metrics."""
         started = self.monotonic()
         self._refresh_facts(started)
+        if self.left_behind:
+            self._stop_left_behind()
         poll = None
         try:
             records = self.rack.records()
@@ -185,6 +192,10 @@ class Watchdog:
         group = self.group if ranks is None else self.rack.group_watch(ranks, deployment)
         errors = group.stop(lost, remove=False)  # their logs stay for `invoke logs`
         self.detection_to_stopped = self.monotonic() - detected
+        self.left_behind += group.left_behind(lost)
+        if lost:
+            log.warning("%s did not answer: its rank(s) still run there; stopped as soon as it "
+                        "answers", ", ".join(sorted(lost)))
         for where, why in errors.items():
             log.error("could not stop %s: %s", where, why)
         self._forget_group()
@@ -209,6 +220,15 @@ class Watchdog:
         self.metrics.count_action("restart")
         return Step("restarted", f"{failure}; stopped in {self.detection_to_stopped:.1f} s and "
                     f"restarted ({decision.reason})", acted=True)
+
+    def _stop_left_behind(self) -> None:
+        """Stop the ranks whose nodes answer again (their logs stay for `invoke logs`)."""
+        stopped, _ = self.rack.stop_left_behind(self.left_behind)
+        for rank in stopped:
+            log.warning("%s answers again: rank %s (%s) stopped", rank.node, rank.rank, rank.name)
+        self.left_behind = [r for r in self.left_behind if r not in stopped]
+        if stopped:
+            self.facts_at = None  # list the containers again: they just changed
 
     def _forget_group(self) -> None:
         self.group = None

@@ -1,5 +1,6 @@
 """Helpers of the rack tests: `quick_burn` (the cap gate's check, 1 s), `nothing_runs`
-(every engine container on the rack), and `Group`: one stub deployment's eight containers,
+(every engine container on the rack), `Lines` (a command's output as it comes, to act on
+an event it reports rather than after a sleep), and `Group`: one stub deployment's eight containers,
 created from the real launch specs (with per-rank env overrides), started workers first
 and head last, removed after. The `stub` fixture (tests/integration/conftest.py) gives
 the fleet and the nodes' limits."""
@@ -10,6 +11,7 @@ import http.client
 import io
 import json
 import tarfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -32,6 +34,39 @@ def nothing_runs(inventory) -> list:
         ranks, errors = engine_containers(fleet)
     assert not errors
     return ranks
+
+
+class Lines:
+    """A subprocess's text stream read line by line in a thread, as it comes."""
+
+    def __init__(self, stream):
+        self.lines: list[str] = []
+        self.ended = False
+        self._changed = threading.Condition()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self.ended = True
+            self._changed.notify_all()
+
+    def wait_for(self, prefix: str, timeout: float) -> bool:
+        """Whether a line starting with prefix came within timeout (False at once when the
+        stream ended without one)."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: self.ended or any(line.startswith(prefix) for line in self.lines),
+                timeout) and any(line.startswith(prefix) for line in self.lines)
+
+    def text(self, timeout: float = 30) -> str:
+        """Everything read, once the stream ended (or timeout passed)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.ended, timeout)
+            return "".join(self.lines)
 
 
 class Group:

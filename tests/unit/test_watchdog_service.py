@@ -66,6 +66,7 @@ def healthy(deployment_id: str) -> Poll:
 class FakeGroup:
     polls: list[Poll]
     stops: list[tuple[dict, bool]] = field(default_factory=list)
+    ranks: list[Rank] = field(default_factory=list)
 
     def poll(self) -> Poll:
         return self.polls.pop(0) if len(self.polls) > 1 else self.polls[0]
@@ -76,6 +77,9 @@ class FakeGroup:
 
     def ratcheting(self) -> set[str]:
         return set()
+
+    def left_behind(self, lost) -> list[Rank]:
+        return [r for r in self.ranks if r.node in (lost or {})]
 
 
 @dataclass
@@ -89,6 +93,8 @@ class FakeRack:
     restart_error: Exception | None = None
     groups: list[FakeGroup] = field(default_factory=list)
     restarts: list[str] = field(default_factory=list)
+    still_lost: set[str] = field(default_factory=set)  # nodes stop_left_behind cannot reach
+    stopped_left: list[Rank] = field(default_factory=list)
 
     def records(self):
         if self.records_error:
@@ -99,7 +105,8 @@ class FakeRack:
         return list(self.containers), {}
 
     def group_watch(self, ranks, deployment):
-        self.groups.append(FakeGroup(list(self.polls) or [healthy(deployment.deployment_id)]))
+        self.groups.append(FakeGroup(list(self.polls) or [healthy(deployment.deployment_id)],
+                                     ranks=list(ranks)))
         return self.groups[-1]
 
     def facts(self):
@@ -108,6 +115,11 @@ class FakeRack:
                                 clock_cap=UnitFacts("loaded", "active", "exited", "success"),
                                 burn={"boot_id": "b", "ok": True, "time": 1.7e9})
                 for name in NAMES}
+
+    def stop_left_behind(self, ranks):
+        back = [r for r in ranks if r.node not in self.still_lost]
+        self.stopped_left.extend(back)
+        return back, {r.node: "no answer" for r in ranks if r.node in self.still_lost}
 
     def restart(self, deployment):
         self.restarts.append(deployment.deployment_id)
@@ -264,6 +276,27 @@ def test_head_records_unreadable_while_guarding_keeps_polling_the_group():
     step = watchdog.step()
     assert step.verdict == "stopped" and rack.groups[0].stops == [({"spark-01": "no answer"},
                                                                     False)]
+
+
+def test_a_lost_nodes_rank_is_stopped_once_the_node_answers_again():
+    """A rank cut off from its group keeps its process and memory (until the engine's own
+    watchdog, minutes later): the service stops it as soon as its node answers."""
+    current = deployment("d1")
+    rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"),
+                    still_lost={"spark-03"})
+    watchdog = make(rack)
+    assert watchdog.step().verdict == "guarding"
+    rack.groups[0].polls = [Poll(failure="node spark-03 lost (no answer within 5 s)",
+                                 lost={"spark-03": "no answer"}, detected=time.monotonic())]
+    assert watchdog.step().verdict == "stopped"
+    assert [r.node for r in watchdog.left_behind] == ["spark-03"]
+    assert watchdog.step().verdict == "down" and rack.stopped_left == []  # still lost
+    rack.still_lost = set()
+    assert watchdog.step().verdict == "down"
+    assert [(r.node, r.rank) for r in rack.stopped_left] == [("spark-03", 2)]
+    assert watchdog.left_behind == []
+    watchdog.step()
+    assert len(rack.stopped_left) == 1  # once
 
 
 def test_node_snapshot_reads_cap_state_of_this_boot():

@@ -1,0 +1,89 @@
+"""The rehearsal rack put back to healthy before a rack test, checked rather than trusted.
+
+`repair_faults` reads the rack from this machine (no SSH: cheap enough before every rack
+test) and undoes what a test may have left: a node powered off or cut, a latched GPU, a
+renumbered GID table, an HCA port down. `repair_engines` asks the nodes (one round trip
+each) and stops any engine container and a held rack lock; the suite runs it at the start
+(a rack used before the run) and after a rack test that failed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from sparkrack.rehearsal.rack import RehearsalRack
+from sparkrack.rehearsal.nodeproc import init_pid
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_GID_INDEX = 3
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def repair_faults(rack: RehearsalRack) -> list[str]:
+    """Undo the faults left on the rack's nodes; what was repaired (empty: it was healthy)."""
+    repaired = []
+    for state in rack.status():
+        if state.extra:
+            continue
+        node = rack.node(state.name)
+        if not state.running:
+            rack.poweron(state.name)
+            repaired.append(f"{state.name} powered on")
+        elif not state.link_up:
+            rack.heal(state.name)
+            repaired.append(f"{state.name} link healed")
+        if state.latched:
+            rack.latch(state.name, on=False)
+            repaired.append(f"{state.name} GPU latch cleared")
+        hardware = _read_json(node.upper / "etc/gpu-sim/hardware.json")
+        if hardware.get("gid_index", DEFAULT_GID_INDEX) != DEFAULT_GID_INDEX:
+            rack.renumber_gid(state.name, None)
+            repaired.append(f"{state.name} GID index back to {DEFAULT_GID_INDEX}")
+        pid = init_pid(node)
+        down = _read_json(Path(f"/proc/{pid}/root/run/gpu-sim/roce-faults.json")).get(
+            "down", []) if pid else []
+        for hca in down:
+            rack.hca_down(state.name, hca, down=False)
+            repaired.append(f"{state.name} {hca} port up")
+    if repaired:
+        rack.wait_booted(rack.nodes)
+    return repaired
+
+
+def repair_engines(inventory) -> list[str]:
+    """Stop every engine container and break a held rack lock; what was done."""
+    from sparkrack.fleet import Fleet
+    from sparkrack.lifecycle import engine as lifecycle
+    from sparkrack.lifecycle.containers import engine_containers, stop_ranks
+    from sparkrack.oplock.lock import call
+
+    repaired = []
+    with Fleet(inventory) as fleet:
+        holder = call(fleet, inventory.head.name, "show").holder
+    if holder is not None:
+        done = subprocess.run([sys.executable, "-m", "invoke", "-r", str(REPO), "unlock",
+                               "--force", "test suite: the rack put back to healthy", "-i",
+                               str(inventory.path)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        repaired.append(f"rack lock of {holder.operator} broken")
+    with Fleet(inventory) as fleet:
+        ranks, errors = engine_containers(fleet)
+        assert not errors, errors
+        if ranks:
+            lifecycle.down(inventory)
+            left, errors = engine_containers(fleet)
+            assert not errors, errors
+            problems = stop_ranks(fleet, left, timeout=3)
+            assert not problems, problems
+            repaired.append(f"{len(ranks)} engine container(s) stopped and removed")
+    return repaired

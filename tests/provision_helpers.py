@@ -137,3 +137,15 @@ def inventory_copy(source: str | Path, dest: str | Path, **overrides) -> Invento
     data.update(overrides)
     all_vars.write_text(yaml.safe_dump(data, sort_keys=False))
     return load_inventory(dest)
+
+
+def failures(report) -> list[str]:
+    """A provision report's failures, one line each (node, error or role/task and why): the
+    message of an assertion on its exit code."""
+    lines = []
+    for run in report.nodes:
+        if run.error:
+            lines.append(f"{run.node} {run.status}: {run.error}")
+        lines += [f"{run.node}: {c.role}/{c.task}: {c.summary}" for c in run.outcomes()
+                  if c.status == "failed"]
+    return lines

@@ -141,7 +141,7 @@ def test_bench_without_an_engine_fails_with_one_line(bench_rack):
     _, _, state, wiring = bench_rack
     proc = invoke_bench(wiring, state, "bench", "-i", "inventory/rehearsal")
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1
+    assert proc.returncode == 1, out + err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("error: no engine is running on rehearsal") and "invoke up" in lines[0]

@@ -18,6 +18,7 @@ from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.provision import provision
 from sparkrack.provision.envfiles import parse_env, rack_view
 
+from provision_helpers import failures
 from stubgroup import Group, nothing_runs, quick_burn
 
 pytestmark = pytest.mark.rack
@@ -71,7 +72,7 @@ def test_a_renumbered_gid_is_refused_then_provisioned_on_its_node_only(clean, ra
     assert engines_running(inventory) == []
 
     report = provision(inventory, roles="nccl_env,engine_env")
-    assert report.exit_code == 0
+    assert report.exit_code == 0, failures(report)
     assert {n.name: report.recap(n.name)["changed"] for n in inventory.nodes} == {
         n.name: 1 if n.name == "spark-05" else 0 for n in inventory.nodes}
 

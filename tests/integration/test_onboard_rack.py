@@ -155,7 +155,7 @@ def test_check_mode_writes_nothing(extras, tmp_path):
     before = files_of(inv_dir)
     report = onboard(load_inventory(inv_dir), NEW, NEW_ADDR, check=True,
                      fingerprint=console_fingerprint(extras, NEW))
-    assert report.exit_code == 0
+    assert report.exit_code == 0, report.steps
     verdicts = [s.verdict for s in report.steps]
     assert verdicts[0] == "would" and verdicts[1] == "ok" and verdicts[5] == "would"
     assert "would write" in report.step("join").summary
@@ -167,7 +167,7 @@ def test_different_driver_and_missing_hca_are_refused(extras, tmp_path):
     hosts_before = (inv_dir / "hosts.yml").read_bytes()
     report = onboard(load_inventory(inv_dir), ODD, ODD_ADDR,
                      fingerprint=console_fingerprint(extras, ODD), assume_yes=True)
-    assert report.exit_code == 1
+    assert report.exit_code == 1, report.steps
     step = report.step("baseline")
     assert step.verdict == "refused"
     assert "driver-major (NVIDIA driver: 575.51.03, rack 580.126.09)" in step.summary
@@ -189,7 +189,7 @@ def test_a_changed_host_key_is_refused(extras, tmp_path):
     inv_dir = copy_inventory(tmp_path)
     first = onboard(load_inventory(inv_dir), NEW, NEW_ADDR, check=True,
                     fingerprint=console_fingerprint(extras, NEW))
-    assert first.exit_code == 0
+    assert first.exit_code == 0, first.steps
     # record the key as an earlier onboarding would have, then reinstall the node
     (inv_dir / "known_hosts").write_text(
         (inv_dir / "known_hosts").read_text() + f"{NEW_ADDR} ssh-ed25519 " +

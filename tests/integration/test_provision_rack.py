@@ -10,7 +10,7 @@ import os
 from contextlib import contextmanager
 
 import pytest
-from provision_helpers import inventory_copy, snapshot
+from provision_helpers import failures, inventory_copy, snapshot
 
 from sparkrack.cli import provision_tasks
 from sparkrack.facts.node import CLOCK_CAP_UNIT
@@ -62,7 +62,7 @@ def test_check_on_fresh_nodes_shows_changes_and_changes_nothing(inventory):
     fresh(inventory)
     before = snapshot(inventory)
     report = provision(inventory, roles=FILE_ROLES, check=True)
-    assert report.exit_code == 0
+    assert report.exit_code == 0, failures(report)
     assert all(report.recap(name)["changed"] >= 10 for name in names(inventory))
     assert all(run.final is None and run.applied is None for run in report.nodes)
     assert snapshot(inventory) == before
@@ -146,7 +146,7 @@ def test_gid_table_renumbered_to_5_gives_index_5(inventory):
 def test_missing_hca_fails_the_role_with_a_clear_error(inventory):
     with hardware(inventory, "spark-06", missing=["roceP2p1s0f0"]):
         report = provision(inventory, "spark-06", roles="nccl_env,engine_env")
-    assert report.exit_code == 1
+    assert report.exit_code == 1, failures(report)
     failed = [c for c in report.node("spark-06").outcomes() if c.status == "failed"]
     assert len(failed) == 1 and failed[0].role == "nccl_env"
     assert failed[0].summary.startswith("HCA roceP2p1s0f0 missing under /sys/class/infiniband")
@@ -164,7 +164,7 @@ def test_node_cut_mid_run_is_unreachable_the_others_converge(rack, inventory):
         report = provision(inventory, roles=FILE_ROLES, on_event=cut_after_plan)
     finally:
         rack.heal("spark-08")
-    assert report.exit_code == 1
+    assert report.exit_code == 1, failures(report)
     assert report.recap("spark-08")["unreachable"] == 1
     for name in names(inventory)[:7]:
         recap = report.recap(name)

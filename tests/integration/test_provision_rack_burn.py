@@ -9,6 +9,8 @@ from sparkrack.facts.node import BURN_RECORD, CLOCK_CAP_UNIT
 from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision, unprovision
 
+from provision_helpers import failures
+
 pytestmark = pytest.mark.rack
 
 
@@ -41,7 +43,7 @@ def records_kept(inventory):
 def capped(inventory):
     """The clock cap provisioned and applied on every node (as it was, or now)."""
     report = provision(inventory, roles="clock_cap")
-    assert report.exit_code == 0
+    assert report.exit_code == 0, failures(report)
     return report
 
 

@@ -3,7 +3,7 @@ so the stub engine images of the real refs are never touched. Test images are re
 from every node before and after."""
 
 import pytest
-from provision_helpers import inventory_copy, write_image_tar
+from provision_helpers import failures, inventory_copy, write_image_tar
 
 from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision
@@ -86,7 +86,7 @@ def test_no_source_anywhere_fails_clearly(inventory, images):
     test_inventory = images[0]
     remove_test_images(inventory)
     report = provision(test_inventory, "spark-02", roles="engine_images", check=True)
-    assert report.exit_code == 1
+    assert report.exit_code == 1, failures(report)
     failed = [c for c in report.node("spark-02").plan if c.status == "failed"]
     assert failed[0].summary.startswith(
         f"{REFS['vllm']}: no node has {REFS['vllm']} and no source tar is set")

@@ -108,7 +108,7 @@ def test_up_is_refused_while_restart_rack_holds_the_lock(operator):
         assert time.monotonic() < deadline and restart.poll() is None, shown.stdout
         time.sleep(0.3)
     refused = run("up", "--engine", "sglang")
-    assert refused.returncode == 3
+    assert refused.returncode == 3, refused.stdout + refused.stderr
     assert "`restart-rack --batch-size 4`" in refused.stderr, refused.stderr
     assert restart.wait(timeout=300) == 0, restart.communicate()
     entries = log_entries(run, began)

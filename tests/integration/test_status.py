@@ -53,7 +53,7 @@ def test_cut_node_shows_unreachable_within_seconds_and_exit_1(rack):
     finally:
         rack.heal("spark-05")
     assert elapsed < 6  # the TCP probe names a cut node in 1.5 s; the rest is start-up
-    assert done.returncode == 1
+    assert done.returncode == 1, done.stdout + done.stderr
     rows = {r["node"]: r for r in json.loads(done.stdout)["nodes"]}
     assert rows["spark-05"]["reachable"] == "unreachable"
     assert sum(r["reachable"] == "ok" for r in rows.values()) == 7
@@ -95,7 +95,7 @@ def test_bad_inventory_is_one_line_exit_2(tmp_path):
     (tmp_path / "hosts.yml").write_text("all:\n  children:\n    sparks:\n      hosts:\n"
                                         "        spark-01: {ansible_host: 127.0.0.1, rank: one}\n")
     done = invoke("status", "-i", str(tmp_path))
-    assert done.returncode == 2
+    assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().startswith(f"error: {tmp_path}/hosts.yml:5:")
 

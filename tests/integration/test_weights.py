@@ -133,7 +133,7 @@ def test_a_truncated_file_is_found_refused_by_up_and_repaired_alone(weights, inv
     with Fleet(inventory, inventory.select("spark-06")) as fleet:
         fleet.run(["truncate", "-s", "1000000", f"{MODEL}/{shard}"]).raise_for_failures()
     checked = run("weights.verify", "--model", MODEL, "--json")
-    assert checked.returncode == 1
+    assert checked.returncode == 1, checked.stdout + checked.stderr
     rows = {r["node"]: r for r in json.loads(checked.stdout)["nodes"]}
     assert [n for n, r in rows.items() if r["problems"]] == ["spark-06"]
     assert rows["spark-06"]["problems"] == [f"{shard}: 1000000 bytes, the rack's {SHARDS[shard]}"]
@@ -143,7 +143,8 @@ def test_a_truncated_file_is_found_refused_by_up_and_repaired_alone(weights, inv
     assert (f"weights: spark-06: {MODEL}: {shard}: 1000000 bytes, the rack's "
             f"{SHARDS[shard]} (run `invoke weights.stage --model {MODEL}`)") in str(refused.value)
     done = run("up", "--engine", "sglang", "--profile", "weights-test")
-    assert done.returncode == 1 and "spark-06" in done.stderr and "weights" in done.stderr
+    assert done.returncode == 1 and "spark-06" in done.stderr and "weights" in done.stderr, \
+        done.stdout + done.stderr
     # the re-stage sends that one file to that one node (from a node this time)
     repaired, report = stage_json(run, "--from", "spark-01")
     assert repaired.returncode == 0, repaired.stderr
@@ -162,7 +163,8 @@ def test_a_truncated_file_is_found_refused_by_up_and_repaired_alone(weights, inv
         status = run("status")
         assert f"weights {MODEL} {digest[:12]}" in status.stdout
         busy = run("weights.remove", "--model", MODEL)
-        assert busy.returncode == 2 and f"{MODEL} is in use" in busy.stderr
+        assert busy.returncode == 2 and f"{MODEL} is in use" in busy.stderr, \
+            busy.stdout + busy.stderr
         listed = run("weights.list", "--json")
         models = {m["path"]: m for m in json.loads(listed.stdout)["models"]}
         assert list(models[MODEL]["digests"]) == [digest]
@@ -171,7 +173,8 @@ def test_a_truncated_file_is_found_refused_by_up_and_repaired_alone(weights, inv
         lifecycle.down(test_inventory)
         records_on_head(inventory, kept)  # last-good must not name a profile of this test
     checked = run("weights.remove", "--model", MODEL, "--check", "--json")
-    assert checked.returncode == 0 and set(sha256sum_c(inventory).values()) == {0}
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert set(sha256sum_c(inventory).values()) == {0}
 
 
 def bytes_on(inventory, node):

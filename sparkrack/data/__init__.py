@@ -1,6 +1,7 @@
 """The data sparkrack ships inside the package, and where an operator's copies override it.
 
-    sparkrack/data/roles/     provisioning roles: site.yml and one folder per role
+    roles/                    provisioning roles: site.yml and one folder per role (at the
+                              checkout's top, shipped as the package sparkrack.roles)
     sparkrack/data/engines/   engine profiles, <engine>.yml
     sparkrack/data/models/    model data for the memory rules, <name>.yml
     sparkrack/data/rules.yml  the SM121 rules (not overridable)
@@ -15,7 +16,10 @@ real rack's known_hosts). A bare `engines/`, `models/` or `roles/` folder in the
 inventory (the earlier layout) is refused, naming the folder to move.
 
 The package is found with importlib.resources; sparkrack runs from files on disk (a
-wheel installed by pip, a checkout, the watchdog's shipped copy), never from a zip.
+wheel installed by pip, a checkout installed with `pip install -e .`, the watchdog's
+shipped copy), never from a zip. The roles are the package sparkrack.roles: the top-level
+roles/ folder, which pyproject.toml maps into the wheel as sparkrack/roles/ and the
+editable install's finder maps to the checkout's roles/.
 """
 
 from __future__ import annotations
@@ -23,19 +27,25 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-from sparkrack.errors import InventoryError
+from sparkrack.errors import InventoryError, UsageError
 
 OWN_FOLDER = ".sparkrack"  # sparkrack's folder inside an inventory directory
 KINDS = ("engines", "models", "roles")
+OWN_PACKAGE = {"roles": "sparkrack.roles"}  # a kind shipped as a package of its own
 
 
 def shipped(name: str) -> Path:
     """The package's own data entry `name` (a folder of KINDS, or rules.yml)."""
-    root = files(__name__)
+    try:
+        root = files(OWN_PACKAGE.get(name, __name__))
+    except ModuleNotFoundError:  # a copy of sparkrack/ run without installing it
+        raise UsageError(f"sparkrack's {name} are not installed: {OWN_PACKAGE[name]} is "
+                         "missing", fix="pip install -e . in the checkout, or install the "
+                         "wheel") from None
     if not isinstance(root, Path):
         raise RuntimeError(f"sparkrack's data is in {root}, not a folder: install sparkrack "
                            "as files (pip install), not as a zip")
-    return root / name
+    return root if name in OWN_PACKAGE else root / name
 
 
 def search_dirs(inventory_dir: Path | None, kind: str) -> tuple[Path, ...]:

@@ -1,4 +1,4 @@
-"""Provisioning: Ansible-style roles (sparkrack/data/roles/) applied by plan, apply and re-plan.
+"""Provisioning: Ansible-style roles (the top-level roles/) applied by plan, apply and re-plan.
 
     from sparkrack.provision import provision, unprovision
     report = provision(inventory, "spark-03", roles="clock_cap", check=True)

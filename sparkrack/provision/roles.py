@@ -6,7 +6,8 @@
     roles/<role>/handlers/main.yml   tasks that run once, at the end, when notified
     roles/<role>/templates/*.j2      Jinja2 templates (StrictUndefined)
 
-The roles ship in sparkrack/data/roles/ (ROLES_DIR). An inventory's `.sparkrack/roles/`
+The roles are the checkout's top-level roles/, shipped in the wheel as the package
+sparkrack.roles (ROLES_DIR; sparkrack.data.shipped). An inventory's `.sparkrack/roles/`
 comes first (`roles_path`): a `site.yml` there replaces the shipped list, a role folder
 there replaces the shipped role of that name whole, like a role earlier on Ansible's
 roles_path.

@@ -5,7 +5,7 @@ the latest snapshot whole (a custom collector: a scrape never sees half of one p
 the action counters, which only ever go up. A value the watchdog does not know (a node
 that did not answer has no SM clock) is left out rather than reported as 0. Names follow
 Prometheus conventions: `sparkrack_` prefix, base units in the name (hertz, watts, bytes,
-seconds), `_total` for counters. README.md "Watching the rack" lists them.
+seconds), `_total` for counters. docs/watchdog.md ("Metrics") lists them.
 """
 
 from __future__ import annotations

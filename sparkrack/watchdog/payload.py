@@ -34,7 +34,7 @@ import yaml
 
 import sparkrack
 
-from ..data import KINDS, OWN_FOLDER, search_dirs
+from ..data import KINDS, OWN_FOLDER, search_dirs, shipped
 from ..errors import UsageError
 
 PACKAGE_DIR = Path(sparkrack.__file__).resolve().parent
@@ -158,10 +158,19 @@ def _skipped(parts: tuple[str, ...]) -> bool:
 def package_files(package_dir: Path = PACKAGE_DIR) -> dict[str, Path]:
     """The sparkrack package as it is here, every file but bytecode: its data too (the
     roles, which the launch specs render the nodes' env files from, since the watchdog's
-    restart is an `up`; the engine profiles, model data and rules)."""
+    restart is an `up`; the engine profiles, model data and rules). The roles go to
+    sparkrack/roles/ as in the wheel, also from a checkout, where they are the top-level
+    roles/."""
+    files = _tree(package_dir, Path(package_dir.name))
+    files.update(_tree(shipped("roles"), Path(package_dir.name, "roles")))
+    return files
+
+
+def _tree(folder: Path, prefix: Path) -> dict[str, Path]:
+    """{prefix/relative path: file} for every file under folder but bytecode."""
     files = {}
-    for path in sorted(package_dir.rglob("*")):
-        relative = path.relative_to(package_dir.parent)
+    for path in sorted(folder.rglob("*")):
+        relative = prefix / path.relative_to(folder)
         if path.is_file() and not _skipped(relative.parts):
             files[relative.as_posix()] = path
     return files
@@ -335,4 +344,4 @@ def readme() -> bytes:
     if path.is_file():
         return path.read_bytes()
     return (b"# sparkrack watchdog\n\nInstalled by `invoke watch.install`; see sparkrack's "
-            b"README, \"Watching the rack\".\n")
+            b"docs/watchdog.md.\n")

@@ -67,7 +67,8 @@ def env_of(text: str) -> dict:
 
 
 def test_site_lists_every_role_folder():
-    folders = sorted(p.name for p in ROLES_DIR.iterdir() if p.is_dir())
+    folders = sorted(p.name for p in ROLES_DIR.iterdir()
+                     if p.is_dir() and p.name != "__pycache__")  # roles/ is a package
     assert sorted(site_roles()) == folders
     assert site_roles()[0] == "clock_cap"
     assert [r.name for r in load_roles()] == list(site_roles())
@@ -259,3 +260,31 @@ def test_lone_expression_keeps_its_type():
     assert renderer.value("{{ hcas }}", {"hcas": ["a", "b"]}) == ["a", "b"]
     assert renderer.value("x-{{ n }}", {"n": 3}) == "x-3"
     assert renderer.value({"k": ["{{ n + 1 }}"]}, {"n": 3}) == {"k": [4]}
+
+
+def test_the_roles_are_the_top_level_folder():
+    """roles/ at the checkout's top, found as the package sparkrack.roles (editable here)."""
+    assert ROLES_DIR == REPO / "roles"
+    assert (ROLES_DIR / "site.yml").is_file() and not (REPO / "sparkrack" / "data" / "roles").exists()
+
+
+def test_a_copy_run_without_installing_names_the_fix(tmp_path):
+    """sparkrack/ copied and run as files, without pip: the roles package is not there; one
+    line names the fix (python -S: not even this venv's editable install is seen)."""
+    import shutil
+    import subprocess
+    import sys
+    shutil.copytree(REPO / "sparkrack", tmp_path / "sparkrack",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from sparkrack.data import shipped\n"
+             "from sparkrack.errors import UsageError\n"
+             "print(shipped('engines').relative_to(sys.argv[1]))\n"
+             "try: shipped('roles')\n"
+             "except UsageError as error: print(error.line()); sys.exit(error.exit_code)\n")
+    done = subprocess.run([sys.executable, "-S", "-c", probe, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout.splitlines() == [
+        "sparkrack/data/engines",
+        "sparkrack's roles are not installed: sparkrack.roles is missing (pip install -e . in "
+        "the checkout, or install the wheel)"]

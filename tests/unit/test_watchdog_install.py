@@ -81,8 +81,8 @@ def test_the_library_is_sparkrack_and_every_runtime_distribution():
             "bcrypt", "pynacl", "cffi"} <= names
     files = library.files
     for path in ("sparkrack/watchdog/__main__.py", "sparkrack/watchdog/sparkrack-watchdog.service.j2",
-                 "sparkrack/data/rules.yml", "sparkrack/data/roles/site.yml",
-                 "sparkrack/data/roles/engine_env/templates/sglang.env.j2",
+                 "sparkrack/data/rules.yml", "sparkrack/roles/site.yml",
+                 "sparkrack/roles/engine_env/templates/sglang.env.j2",
                  "sparkrack/data/engines/sglang.yml", "sparkrack/data/models/glm-5.3.yml",
                  "paramiko/__init__.py", "yaml/__init__.py",
                  "prometheus_client/__init__.py", "docker/__init__.py"):

@@ -6,23 +6,26 @@ setuptools) and installed with --no-deps into a fresh venv that sees the depende
 where the interpreter running the tests has them (its own venv, the system Python, or
 both): their site-packages directories are appended to the new venv's path by a .pth file,
 after the venv's own, so the wheel's sparkrack is the one imported and an editable
-checkout there (whose finder a plain path entry does not run) never stands in for it. `sparkrack plan --offline` and
-`sparkrack check` then run against the operator's directory: the shipped roles, profiles,
+checkout there (whose finder a plain path entry does not run) never stands in for it.
+`sparkrack plan --offline` and `sparkrack check` then run against the operator's directory: the shipped roles, profiles,
 model data and rules come from the wheel, the operator's profile from the inventory.
-Neither contacts a node.
+Neither contacts a node. The roles live at the checkout's top (roles/) and ship in the wheel
+as sparkrack/roles/ (pyproject's package-dir).
 """
 
 import os
 import shutil
 import subprocess
 import sys
+import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "sparkrack")
+SOURCES = ("pyproject.toml", "README.md", "sparkrack", "roles")
 
 
 def run(argv, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -34,8 +37,8 @@ def run(argv, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory) -> Path:
-    """A fresh venv with the wheel built from this checkout installed in it."""
+def wheel(tmp_path_factory) -> Path:
+    """The wheel built from a copy of this checkout's sources."""
     root = tmp_path_factory.mktemp("wheel")
     source = root / "src"
     for name in SOURCES:
@@ -48,6 +51,13 @@ def venv(tmp_path_factory) -> Path:
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", root / "dist", source],
         cwd=root)
     wheel, = (root / "dist").glob("sparkrack-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def venv(wheel) -> Path:
+    """A fresh venv with the wheel installed in it."""
+    root = wheel.parent.parent
     run([sys.executable, "-m", "venv", root / "venv"], cwd=root)
     purelib = run([root / "venv/bin/python", "-c", "import sysconfig; "
                    "print(sysconfig.get_paths()['purelib'])"], cwd=root).stdout.strip()
@@ -76,6 +86,28 @@ def site(tmp_path) -> Path:
     own.parent.mkdir(parents=True)
     own.write_text(yaml.safe_dump(data, sort_keys=False))
     return tmp_path / "site"
+
+
+def test_the_wheel_ships_the_top_level_roles_as_sparkrack_roles(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    roles = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "roles").rglob("*")
+                   if p.is_file() and "__pycache__" not in p.parts)
+    assert "roles/site.yml" in roles and "roles/engine_env/templates/sglang.env.j2" in roles
+    missing = [path for path in roles if f"sparkrack/{path}" not in names]
+    assert not missing, f"the wheel lacks {missing}"
+    assert not any(name.startswith("roles/") for name in names)  # not a top-level package
+
+
+def test_pyproject_lists_every_package():
+    """pyproject.toml lists the packages (find cannot map roles/): each folder of sparkrack/
+    with an __init__.py is one, and roles/ ships as sparkrack.roles."""
+    tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {".".join(p.parent.relative_to(REPO).parts)
+             for p in (REPO / "sparkrack").rglob("__init__.py")}
+    assert set(tool["packages"]) == found | {"sparkrack.roles"}, \
+        "add the package to [tool.setuptools] packages in pyproject.toml"
+    assert tool["package-dir"] == {"sparkrack.roles": "roles"}
+    assert (REPO / "roles" / "__init__.py").is_file()
 
 
 def test_the_wheel_holds_the_data_and_runs_from_its_venv(venv, site):

@@ -49,6 +49,15 @@ def rack():
         rack.down()
 
 
+def pytest_collection_modifyitems(items):
+    """The rack tests run in one process, one after another (pytest-xdist's loadgroup): one
+    rack, booted once. Every other module's tests stay together (its module fixtures are
+    made once)."""
+    for item in items:
+        group = "rack" if "rack" in item.fixturenames else item.module.__name__
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def pytest_runtest_setup(item):
     """Before a rack test (and before its module's fixtures): the rack's faults undone, and
     after a rack test that failed, its engines and lock too. One failure never cascades."""

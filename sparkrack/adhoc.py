@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .errors import UsageError
 from .fleet.results import FleetResult, NodeResult
+from .terminal import escape_controls
 
 RULE = "-" * 16
 
@@ -131,19 +132,21 @@ def _spans(numbers: list[int]) -> list[tuple[int, int]]:
     return spans
 
 
-def render(groups: Sequence[Group]) -> list[str]:
+def render(groups: Sequence[Group], raw: bool = False) -> list[str]:
     """The text `invoke run` prints: per group a header naming its nodes and outcome, then
-    its output once (stderr after a `(stderr)` line), then each node's own error."""
+    its output once (stderr after a `(stderr)` line), then each node's own error; what the
+    nodes said with its control characters escaped (terminal.escape_controls) unless raw."""
+    shown = (lambda text: text) if raw else escape_controls
     lines: list[str] = []
     for group in groups:
         count = len(group.nodes)
         lines += [RULE, f"{group.label} ({count} node{'s' if count != 1 else ''}): "
                   f"{group.outcome}", RULE]
-        lines += group.stdout.splitlines()
+        lines += shown(group.stdout).splitlines()
         if group.stderr:
             lines.append("(stderr)")
-            lines += group.stderr.splitlines()
-        lines += [error for _, error in group.errors]
+            lines += shown(group.stderr).splitlines()
+        lines += [shown(error) for _, error in group.errors]
     return lines
 
 

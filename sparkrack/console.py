@@ -32,8 +32,11 @@ def _stream(name: str):
 
 
 def say(message: str) -> None:
-    """One line of progress for the operator (stderr, so stdout stays data)."""
-    _stream("err").print(message, markup=False)
+    """One line of progress for the operator (stderr, so stdout stays data); what a node
+    said in it shows escaped (terminal.escape_controls)."""
+    from .terminal import escape_controls
+
+    _stream("err").print(escape_controls(message), markup=False)
 
 
 def print_json(data: Any) -> None:

@@ -32,6 +32,9 @@ from sparkrack.inventory_schema import (
 INVENTORY_ENV = "SPARKRACK_INVENTORY"
 DEFAULT_INVENTORY = Path("inventory", "rack")  # the real rack's, in a checkout of the repo
 MAX_FILE_BYTES = 1 << 20  # an inventory, profile or model file is a few KiB: 1 MiB is plenty
+# values of one file with its aliases expanded (each one counted where it is used): a
+# few hundred in a real file; nested aliases of aliases can stand for billions
+MAX_YAML_VALUES = 100_000
 
 _WHERE_FIX = f"pass -i/--inventory DIR or set {INVENTORY_ENV} to a directory holding hosts.yml"
 _SHAPE_FIX = "shape: all: {children: {sparks: {hosts: {spark-01: {ansible_host: ADDR, rank: 0}}}}}"
@@ -180,7 +183,9 @@ def _read_yaml(file: Path) -> Any:
     """The content of a YAML file as plain values, with _Mapping for every mapping.
 
     A directory or anything but a regular file where the file belongs is refused, and so
-    is a file over MAX_FILE_BYTES (read no further than that)."""
+    is a file over MAX_FILE_BYTES (read no further than that) or one that stands for over
+    MAX_YAML_VALUES values with its aliases expanded (an "alias bomb", refused before
+    anything walks it)."""
     limit = f"{MAX_FILE_BYTES // (1 << 20)} MiB"
     try:
         info = file.stat()
@@ -233,6 +238,7 @@ class _Converter:
         self.file = file
         self.done: dict[int, Any] = {}  # node id -> value, so aliases convert once
         self.active: set[int] = set()  # nodes being converted, to catch recursive aliases
+        self.sizes: dict[int, int] = {}  # collection node id -> its values, aliases expanded
 
     def value(self, node: yaml.Node, parent_key: Any) -> Any:
         """The value of node; parent_key names what holds it, for messages."""
@@ -248,10 +254,21 @@ class _Converter:
             self.active.add(id(node))
             if isinstance(node, yaml.SequenceNode):
                 self.done[id(node)] = [self.value(item, parent_key) for item in node.value]
+                self._count(node, node.value)
             else:
                 self.done[id(node)] = self._mapping(node, parent_key)
+                self._count(node, [value for _, value in node.value])
             self.active.discard(id(node))
         return self.done[id(node)]
+
+    def _count(self, node: yaml.Node, children: list[yaml.Node]) -> None:
+        """Record how many values node stands for, refusing over MAX_YAML_VALUES."""
+        size = 1 + sum(self.sizes.get(id(child), 1) for child in children)
+        if size > MAX_YAML_VALUES:
+            raise InventoryError(self.file, _line(node),
+                                 f"YAML aliases expand to over {MAX_YAML_VALUES:,} values",
+                                 fix="write the values out; do not nest aliases of aliases")
+        self.sizes[id(node)] = size
 
     def _mapping(self, node: yaml.MappingNode, parent_key: Any) -> _Mapping:
         """A mapping node as a _Mapping; merge keys (<<) apply, duplicate keys are errors."""

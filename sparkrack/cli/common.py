@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from ..inventory import Inventory
 
 INVENTORY_HELP = "inventory directory (default: $SPARKRACK_INVENTORY, else ./inventory/rack)"
+RAW_HELP = ("show what the nodes printed as it is: control characters (escape sequences) "
+            "go to the terminal unescaped; default: shown as \\x1b, tab and newline kept")
 WAIT_HELP = {"wait": "if another operator holds the rack lock, wait up to SECONDS for it "
                      "(default: refuse at once with exit code 3)"}
 
@@ -36,12 +38,13 @@ def operator_task(body):
     def run(*args, **kwargs):
         from ..events import on_node_lost
         from ..console import say
+        from ..terminal import escape_controls
 
         on_node_lost(say)  # a node lost mid-command is named at once
         try:
             return body(*args, **kwargs)
-        except SparkrackError as exc:
-            raise Exit(f"error: {exc.line()}", code=exc.exit_code) from None
+        except SparkrackError as exc:  # its line may quote a node: escaped
+            raise Exit(f"error: {escape_controls(exc.line())}", code=exc.exit_code) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
         except Exit:
@@ -49,7 +52,7 @@ def operator_task(body):
         except Exception as exc:
             if os.environ.get("SPARKRACK_DEBUG"):
                 raise
-            first = (str(exc).splitlines() or [""])[0][:300]
+            first = escape_controls((str(exc).splitlines() or [""])[0][:300])
             raise Exit(f"error: unexpected {type(exc).__name__}: {first} (SPARKRACK_DEBUG=1 "
                        "shows the traceback)", code=1) from None
 

@@ -6,7 +6,7 @@ import sys
 from invoke import task
 
 from .. import console
-from .common import INVENTORY_HELP, inventory_from, operator_task
+from .common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
 
 
 @task(help={"rank": "only these ranks, e.g. 0 or 0,3 (default: every rank)",
@@ -15,10 +15,10 @@ from .common import INVENTORY_HELP, inventory_from, operator_task
             "since": "from this time on: 10m, 1h30m, 2d, 2026-03-01T14:05:00 (local), unix s",
             "tail": "the last N lines of each rank (default: all)",
             "timestamps": "show docker's timestamp on every line",
-            "inventory": INVENTORY_HELP})
+            "raw": RAW_HELP, "inventory": INVENTORY_HELP})
 @operator_task
 def logs(c, rank=None, nodes=None, follow=False, since=None, tail=None, inventory=None,
-         timestamps=False):
+         timestamps=False, raw=False):
     """The running deployment's engine logs, every rank merged by time: `[rank R NODE] ...`.
 
     As `docker compose logs` / `kubectl logs`. Without a running deployment: what the last
@@ -29,7 +29,7 @@ def logs(c, rank=None, nodes=None, follow=False, since=None, tail=None, inventor
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
     def emit(line) -> None:
-        print(format_line(line, timestamps=timestamps,
+        print(format_line(line, timestamps=timestamps, raw=raw,
                           color=COLORS[line.rank % len(COLORS)] if color else None), flush=follow)
 
     problems = show_logs(inventory_from(inventory), ranks=rank, nodes=nodes, follow=follow,

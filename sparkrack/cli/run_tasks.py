@@ -5,7 +5,7 @@ import sys
 from invoke import task
 
 from .. import console
-from .common import INVENTORY_HELP, inventory_from, operator_task
+from .common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
 
 
 @task(name="run", help={
@@ -13,9 +13,9 @@ from .common import INVENTORY_HELP, inventory_from, operator_task
     "shell": "one shell line instead of an argv, run as `sh -c LINE`, e.g. 'dmesg | tail -3'",
     "json": "print JSON for scripts (every node's exit code, output and the groups)",
     "timeout": "seconds the command may run on a node (default: ssh_command_timeout)",
-    "inventory": INVENTORY_HELP})
+    "raw": RAW_HELP, "inventory": INVENTORY_HELP})
 @operator_task
-def run_command(c, nodes=None, shell=None, json=False, timeout=None, inventory=None):
+def run_command(c, nodes=None, shell=None, json=False, timeout=None, inventory=None, raw=False):
     """Run one command on every node: `invoke run [--nodes ...] -- CMD ARGS...`.
 
     The words after `--` are the argv (or --shell 'pipeline'); nodes that printed the same
@@ -37,7 +37,7 @@ def run_command(c, nodes=None, shell=None, json=False, timeout=None, inventory=N
     if json:
         console.print_json(as_json(argv, result))
     else:
-        for line in render(group_results(result)):
+        for line in render(group_results(result), raw=raw):
             print(line)
         console.say(result.summary())
     if not result.all_ok:

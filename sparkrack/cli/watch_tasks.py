@@ -10,13 +10,19 @@ from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, ra
 
 ON_HELP = "the node the watchdog runs on (default: where it is recorded, else the head)"
 PLACE_HELP = {
-    "install_dir": "where it is installed on the node (default /opt/sparkrack-watchdog)",
+    "install_dir": "where it is installed on the node (default /opt/sparkrack-watchdog): a "
+                   "directory of its own, absent or empty (or one it made); never a system "
+                   "directory",
     "python": "the node's Python that runs it (default /usr/bin/python3); it must match "
               "this machine's (version, architecture): the libraries are copied from here",
 }
 
 
-def _settings(rack, install_dir=None, python=None):
+LISTEN_HELP = ("the address on the node its Prometheus metrics listen on (default: the "
+               "node's ansible_host, its management address); 0.0.0.0: every interface")
+
+
+def _settings(rack, install_dir=None, python=None, listen=None):
     """The install settings: the flags given, else where it is recorded, else defaults."""
     from ..watchdog.install import Settings
     from ..watchdog.keyrecord import read_record
@@ -25,24 +31,27 @@ def _settings(rack, install_dir=None, python=None):
     record = read_record(rack.path)
     recorded = record.install_dir if record is not None else None
     return Settings(install_dir=install_dir or recorded or defaults.install_dir,
-                    python=python or defaults.python)
+                    python=python or defaults.python, listen=listen or defaults.listen)
 
 
 @task(help={"on": ON_HELP, "inventory": INVENTORY_HELP,
             "check": "probe the node and say what would be done; change nothing",
-            **PLACE_HELP, **WAIT_HELP})
+            "listen": LISTEN_HELP, **PLACE_HELP, **WAIT_HELP})
 @rack_task(changing=lambda a: not a["check"], name="watch.install")
-def install(c, on=None, inventory=None, check=False, install_dir=None, python=None):
+def install(c, on=None, inventory=None, check=False, install_dir=None, python=None,
+            listen=None):
     """Install the watchdog as a systemd service on a rack node (default: the head).
 
     Ships sparkrack, its libraries and the inventory (the node needs no network), makes the
-    watchdog's own SSH key on the node, authorizes it on every node (role watchdog_key),
-    starts the unit (Restart=always, at boot, journal). Again: changes only what differs."""
+    watchdog's own SSH key on the node, authorizes it on every node (role watchdog_key) from
+    the node's address only, starts the unit (Restart=always, at boot, journal). Refuses a
+    system directory or one it did not make, and a node that cannot tell the address it
+    reaches the others from. Again: changes only what differs."""
     from ..watchdog.install import install as run_install
 
     rack = inventory_from(inventory)
-    report = run_install(rack, on, settings=_settings(rack, install_dir, python), check=check,
-                         say=console.say)
+    report = run_install(rack, on, settings=_settings(rack, install_dir, python, listen),
+                         check=check, say=console.say)
     if check:
         return
     if report.changed:

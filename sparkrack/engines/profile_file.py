@@ -45,7 +45,9 @@ written. Rank R runs: entrypoint + args.model + profile flags + args.every_rank 
 For an engine with a pinned option list (sglang, vllm: option_names.py) every flag of the
 profiles, `args` and `flag_roles` must be one of its options written in full by its first
 name (no prefix, alias or underscore spelling the engine would also take), a switch gets
-`true` and an option that takes a value gets one. Values are one line each.
+`true` and an option that takes a value gets one. Values are one line each. An option that
+makes the engine read further options from a file on the node (`--config`, in profiles and
+`args`) is refused: the rules compare the profile's flags and would not see those.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ _URL_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RULE_ID = re.compile(r"[A-Z0-9][A-Z0-9-]*")
 _VALUE_HELP = "a string or an integer ('quote' other numbers so the text stays exact)"
+# Options by which the pinned engines read more options from a file (vLLM and SGLang
+# `--config FILE`, YAML): what it sets would pass `invoke check` unseen.
+SETTINGS_FILE_OPTIONS = frozenset({"--config"})
 
 
 @dataclass(frozen=True)
@@ -207,6 +212,7 @@ def _args(section: Section, fields: tuple[str, ...], options: OptionSet | None) 
                 wrong = options.problem(word)
                 if wrong:
                     raise section.error(group, f"args.{group}: {wrong[0]}", fix=wrong[1])
+                _refuse_settings_file(section, group, word, options, f"args.{group}: ")
         groups[group] = tuple(words)
     return RankArgs(**groups)
 
@@ -224,6 +230,16 @@ def _flag_roles(section: Section, options: OptionSet | None) -> FrozenMapping:
         if wrong:
             raise section.error(role, f"flag_roles.{role}: {wrong[0]}", fix=wrong[1])
     return FrozenMapping(roles)
+
+
+def _refuse_settings_file(section: Section, key: Any, flag: str, options: OptionSet | None,
+                          label: str = "") -> None:
+    """InventoryError at key when flag is an option that reads more options from a file."""
+    name = flag.split("=", 1)[0]
+    if options is not None and options.canonical(name) in SETTINGS_FILE_OPTIONS:
+        raise section.error(key, f"{label}{name}: {options.engine} would read further options "
+                            "from that file, where the rules (invoke check) cannot see them",
+                            fix=f"write those settings as flags of the profile in {section.file}")
 
 
 def _refuse_env_from_inventory(top: Section) -> None:
@@ -329,6 +345,8 @@ class _Resolver:
                 flag, str) and flag.startswith("--") else None
             if wrong:
                 raise flags.error(flag, wrong[0], fix=wrong[1])
+            if isinstance(flag, str):
+                _refuse_settings_file(flags, flag, flag, self.options)
             if not (isinstance(flag, str) and _FLAG.fullmatch(flag)):
                 raise flags.error(flag, f"invalid flag '{flag}'",
                                   fix="write the flag in full, e.g. --context-length: 524288")

@@ -39,6 +39,7 @@ class NodeState:
     platform_error: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)  # peer address -> source
     install_dir: bool = False
+    install_dir_kind: str = "absent"  # remote/watchdog.py install_dir_kind
     lib: bool = False
     state_dir: bool = False
     manifest_sha256: str = ""  # of lib/.sparkrack-manifest
@@ -126,6 +127,7 @@ def state_of(answers: Answers, query: Query) -> NodeState:
         platform=platform, platform_error=error,
         sources=sources if isinstance(sources, dict) else {},
         install_dir="install-dir" in exists, lib="lib" in exists, state_dir="state-dir" in exists,
+        install_dir_kind=values.get("install-dir-kind", "absent"),
         manifest_sha256=values.get("manifest", ""), lib_checks=values.get("manifest-check") == "0",
         files=files, private_key="private-key" in values,
         public_key=public.decode(errors="replace").strip() if public else "",

@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from ..errors import SparkrackError, UsageError
+from ..terminal import escape_controls
 
 if TYPE_CHECKING:
     from .running import Running
@@ -163,14 +164,16 @@ def prefix(rank: int, node: str) -> str:
     return f"[rank {rank} {node}]"
 
 
-def format_line(line: LogLine, *, timestamps: bool = False, color: str | None = None) -> str:
-    """One merged line for the terminal: prefix, optionally docker's timestamp, the text.
-    color is an ANSI SGR code for the prefix (a terminal), or None."""
+def format_line(line: LogLine, *, timestamps: bool = False, color: str | None = None,
+                raw: bool = False) -> str:
+    """One merged line for the terminal: prefix, optionally docker's timestamp, the text
+    with its control characters escaped (terminal.escape_controls) unless raw. color is an
+    ANSI SGR code for the prefix (a terminal), or None."""
     head = prefix(line.rank, line.node)
     if color:
         head = f"\x1b[{color}m{head}\x1b[0m"
     stamp = f"{format_timestamp(line.ns)} " if timestamps else ""
-    return f"{head} {stamp}{line.text}"
+    return f"{head} {stamp}{line.text if raw else escape_controls(line.text)}"
 
 
 COLORS = ("36", "33", "32", "35", "34", "31", "96", "93")  # per rank, as compose colours services

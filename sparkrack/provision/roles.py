@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-import yaml
 
 from sparkrack.data import search_dirs, shipped
-from sparkrack.errors import UsageError
+from sparkrack.errors import InventoryError, UsageError
 from sparkrack.inventory import Inventory, Node
+from sparkrack.inventory import _read_yaml as read_bounded_yaml  # the inventory's YAML reader
 from sparkrack.provision.modules import REGISTRY
 
 ROLES_DIR = shipped("roles")
@@ -168,15 +168,11 @@ def load_role(path: Path) -> Role:
 
 
 def _read_yaml(file: Path) -> Any:
+    """A role file, read with the inventory's limits (size, aliases, duplicate keys)."""
     try:
-        return yaml.safe_load(file.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise RoleError(f"{file}: cannot read: {error.strerror}", fix="restore the file") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{file}:{mark.line + 1}" if mark else str(file)
-        raise RoleError(f"{where}: YAML error: {getattr(error, 'problem', error)}",
-                        fix="correct the YAML there") from None
+        return read_bounded_yaml(file)
+    except InventoryError as error:
+        raise RoleError(error.message, fix=error.fix) from None
 
 
 def _task_list(file: Path, role: str, *, handler: bool) -> tuple[TaskDef, ...]:

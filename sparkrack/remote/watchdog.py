@@ -6,6 +6,8 @@ the unit's name and properties, then the peers' address and port pairs).
     platform-rc N         its exit code
     sources JSON          {peer address: the address this node reaches it from}
     exists WHAT           install-dir, lib, state-dir: those that exist
+    install-dir-kind KIND absent, empty, marked (holds MARKER), legacy (holds lib/LIB_MANIFEST
+                          and no MARKER: installed before the marker), link, file, foreign
     manifest SHA256       of lib/.sparkrack-manifest; manifest-check 0: every file Python
                           runs matches it and every data file is there
     manifest-differs JSON the first files Python runs that differ or are missing (and data
@@ -33,6 +35,7 @@ PLATFORM_SCRIPT = ("import json,platform,sys,sysconfig;print(json.dumps({'versio
                    "sysconfig.get_config_var('SOABI'),'libc':list(platform.libc_ver()),"
                    "'executable':sys.executable}))")
 LIB_MANIFEST = ".sparkrack-manifest"  # in lib/: `sha256  path` lines (watchdog/payload.py MANIFEST)
+MARKER = ".sparkrack-watchdog"  # watch.install's mark on its directory (watchdog/installdir.py)
 
 
 def output_of(argv):
@@ -122,6 +125,25 @@ def manifest_lines(lib):
             "manifest-edited " + json.dumps(edited[:SHOWN])]
 
 
+def install_dir_kind(path):
+    """What the install directory is: absent, empty, marked, legacy, link, file or foreign
+    (a directory holding anything else: never the watchdog's to write into or remove)."""
+    if os.path.islink(path):
+        return "link"
+    if not os.path.lexists(path):
+        return "absent"
+    if not os.path.isdir(path):
+        return "file"
+    if is_regular(os.path.join(path, MARKER)):
+        return "marked"
+    if is_regular(os.path.join(path, "lib", LIB_MANIFEST)):
+        return "legacy"
+    try:
+        return "foreign" if os.listdir(path) else "empty"
+    except OSError:
+        return "foreign"
+
+
 def copied_files(install_dir):
     """The regular files of inventory/ (not through a link) and README.md, sorted."""
     found = []
@@ -162,6 +184,7 @@ def watchdog_section(python, install_dir, key_path, unit_path, state_dir, state_
     lines += ["exists " + what for what, path in (("install-dir", install_dir), ("lib", lib),
                                                   ("state-dir", state_dir))
               if os.path.exists(path)]
+    lines.append("install-dir-kind " + install_dir_kind(install_dir))
     lines += manifest_lines(lib) + copied_files(install_dir)
     try:
         if os.stat(key_path).st_size > 0:

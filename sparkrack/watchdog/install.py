@@ -12,7 +12,10 @@ Layers, each testable on its own:
   find nothing left to do (a second install with nothing changed changes nothing).
 
 What install does, in order: refuse a node whose Python cannot run this machine's
-libraries (payload.platform_problem); ship lib/ (one gzip'd tar on the command's stdin,
+libraries (payload.platform_problem), an install directory that is not one sparkrack made
+(installdir.py: absent, empty or carrying its marker; never a system directory) and a node
+that cannot tell the address it reaches the nodes from (the key's from=); mark the
+directory as sparkrack's; ship lib/ (one gzip'd tar on the command's stdin,
 unpacked beside the old one and swapped in, byte-compiled there) when its manifest differs
 or does not check; write the inventory copy and README; make the watchdog's ed25519 key
 on the node with the shipped cryptography (the private key never leaves it) and read its
@@ -20,7 +23,8 @@ public key back; record it beside the inventory (keyrecord) and run role watchdo
 every node (provision); prove the key from the node (`python -m sparkrack.watchdog
 --check-reach`: every node answers the watchdog's own key and pinned host keys); write the
 unit, daemon-reload, enable and start it (restart when something it runs changed); wait
-until /metrics answers.
+until /metrics answers. The metrics listen on --listen ADDR, by default the watchdog
+node's management address (its ansible_host), not on every interface.
 
 systemd is reached only through `Settings.systemctl` and the unit and state paths in
 Settings, so the tests can put a fake systemctl and temporary paths on a loopback "node".
@@ -40,8 +44,12 @@ from ..facts import watchdog as watchdog_facts
 from ..facts.queries import Query
 from ..facts.queries import argv as gather_argv
 from ..facts.watchdog import NodeState
+from ..inventory_schema import address_problem
 from ..remote import script, text
 from . import payload
+from .installdir import (
+    FIX as INSTALL_DIR_FIX, MARKER_FILE, MARKER_TEXT, install_dir_problem, kind_problem,
+    plain_path_problem)
 from .keyrecord import (
     MARKER, WatchdogKey, check_public_key, check_sources, read_record, record_path)
 
@@ -61,7 +69,7 @@ class Settings:
 
     install_dir: str = DEFAULT_INSTALL_DIR
     python: str = DEFAULT_PYTHON  # the node's interpreter (ExecStart)
-    listen: str = "0.0.0.0"  # metrics address; the port is the inventory's
+    listen: str = ""  # metrics address ('': the watchdog node's address); port: the inventory's
     unit_dir: str = "/etc/systemd/system"
     state_dir: str = STATE_DIR
     systemctl: str = "systemctl"
@@ -81,13 +89,39 @@ class Settings:
 
 
 def check_settings(settings: Settings) -> None:
-    """UsageError for paths that cannot be what they say (they go into rm -rf and a unit)."""
+    """UsageError for paths that cannot be what they say (they go into rm -rf and a unit),
+    an install directory that is a system one, a listen address that is none."""
     for name in ("install_dir", "python", "unit_dir", "state_dir"):
         value = getattr(settings, name)
-        if (not value.startswith("/") or posixpath.normpath(value) != value or value == "/"
-                or any(c.isspace() or c in "\"'\\$%;" for c in value)):
+        if plain_path_problem(value):
             raise UsageError(f"--{name.replace('_', '-')} {value!r}: not a plain absolute path",
                              fix="give an absolute path without spaces, quotes or '..'")
+    problem = install_dir_problem(settings.install_dir)
+    if problem:
+        raise UsageError(f"--install-dir {settings.install_dir}: {problem}", fix=INSTALL_DIR_FIX)
+    inside = (settings.install_dir + "/").startswith(settings.state_dir + "/") or (
+        settings.state_dir + "/").startswith(settings.install_dir + "/")
+    if inside:
+        raise UsageError(f"--install-dir {settings.install_dir}: shares its place with the "
+                         f"state directory {settings.state_dir}", fix=INSTALL_DIR_FIX)
+    if settings.listen and address_problem(settings.listen):
+        raise UsageError(f"--listen {settings.listen} {address_problem(settings.listen)}",
+                         fix="give the IP address (or host name) of the watchdog's node the "
+                         "metrics listen on, e.g. its management address; 0.0.0.0: every "
+                         "interface")
+
+
+def with_listen(settings: Settings, node) -> Settings:
+    """settings with the metrics address filled in: the node's management address
+    (ansible_host) unless --listen named one."""
+    import dataclasses
+
+    return settings if settings.listen else dataclasses.replace(settings, listen=node.address)
+
+
+def listen_argument(address: str, port: int) -> str:
+    """ADDR:PORT as `python -m sparkrack.watchdog --listen` reads it ([v6]:PORT)."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 # --- The probe ---------------------------------------------------------------------------
@@ -116,15 +150,19 @@ def probe(fleet, node, settings: Settings, inventory) -> NodeState:
 
 
 def render_unit(inventory, settings: Settings) -> str:
-    """The systemd unit from sparkrack-watchdog.service.j2."""
+    """The systemd unit from sparkrack-watchdog.service.j2 (settings.listen filled in:
+    with_listen)."""
     import jinja2
 
+    if not settings.listen:
+        raise ValueError("the unit's metrics address is not set (with_listen)")
     template = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                                   autoescape=False).from_string(UNIT_TEMPLATE.read_text())
     return template.render(rack_name=inventory.vars.rack_name,
                            port=inventory.vars.watchdog_metrics_port,
                            install_dir=settings.install_dir, python=settings.python,
-                           listen=settings.listen)
+                           listen=listen_argument(settings.listen,
+                                                  inventory.vars.watchdog_metrics_port))
 
 
 @dataclass(frozen=True)
@@ -157,6 +195,8 @@ class InstallPlan:
 
     node: str
     refusal: str | None = None
+    fix: str = payload.PLATFORM_FIX  # how to get past the refusal
+    mark: bool = False  # write the marker into the install directory (first of all)
     ship_lib: bool = False
     write: dict[str, bytes] = field(default_factory=dict)
     delete: list[str] = field(default_factory=list)
@@ -168,13 +208,15 @@ class InstallPlan:
 
     @property
     def changes_node(self) -> bool:
-        return bool(self.ship_lib or self.write or self.delete or self.make_key or
-                    self.write_unit or self.enable or self.start or self.reset_failed)
+        return bool(self.mark or self.ship_lib or self.write or self.delete or self.make_key
+                    or self.write_unit or self.enable or self.start or self.reset_failed)
 
     def steps(self, settings: Settings) -> list[str]:
         """What the plan does, one line each (the check mode's output)."""
         d = settings.install_dir
         lines = []
+        if self.mark:
+            lines.append(f"mark {d} as the watchdog's ({MARKER_FILE})")
         if self.ship_lib:
             lines.append(f"ship {d}/lib (sparkrack and its libraries)")
         if self.write:
@@ -208,6 +250,19 @@ def plan_install(node: str, state: NodeState, want: Wanted,
     if problem:
         plan.refusal = f"{node}: {problem}"
         return plan
+    problem = kind_problem(settings.install_dir, state.install_dir_kind)
+    if problem:
+        plan.refusal, plan.fix = f"{node}: --install-dir {problem}", INSTALL_DIR_FIX
+        return plan
+    if not sources_of(state):
+        plan.refusal = (f"{node}: cannot tell the address it reaches the nodes from ("
+                        + ("; ".join(f"{peer}: {why}" for peer, why in state.sources.items())
+                           or "no answer") + "): the watchdog's key would be authorized from "
+                        "anywhere")
+        plan.fix = ("make every node's ansible_host routable from it (the probe connects a UDP "
+                    "socket to each, sending nothing), then run watch.install again")
+        return plan
+    plan.mark = state.install_dir_kind != "marked"
     plan.ship_lib = not (state.lib and state.lib_checks
                          and state.manifest_sha256 == want.manifest_sha256)
     for path, content in want.files.items():
@@ -283,6 +338,7 @@ def install(inventory, on: str | None = None, *, settings: Settings = Settings()
     check_settings(settings)
     record = read_record(inventory.path)
     node = _watchdog_node(inventory, on, record)
+    settings = with_listen(settings, node)
     if record is not None and record.node != node.name:
         raise UsageError(f"the watchdog is installed on {record.node} (recorded in "
                          f"{record_path(inventory.path)}), not {node.name}: one watchdog "
@@ -298,14 +354,14 @@ def install(inventory, on: str | None = None, *, settings: Settings = Settings()
         plan = plan_install(node.name, state, want, payload.Platform.local(), settings)
         report.plan = plan
         if plan.refusal:
-            raise UsageError(plan.refusal, fix=payload.PLATFORM_FIX)
-        sources = _sources(state, node)
+            raise UsageError(plan.refusal, fix=plan.fix)
+        sources = sources_of(state)
         if check:
             for line in plan.steps(settings):
                 say(f"watch.install: would {line}")
             say(f"watch.install: would record the key in {record_path(inventory.path)}, "
                 "authorize it on every node (role watchdog_key, from "
-                f"{', '.join(sources) or 'anywhere'}) and check it from {node.name}")
+                f"{', '.join(sources)}) and check it from {node.name}")
             return report
         _apply(fleet, node, plan, want, settings, say)
         public = _key(fleet, node, settings, plan, state, say)
@@ -340,7 +396,8 @@ def _note_node(node, plan: InstallPlan, settings: Settings) -> None:
     from ..oplock.audit import note
 
     d = settings.install_dir
-    files = [*([f"{d}/lib"] if plan.ship_lib else []),
+    files = [*([f"{d}/{MARKER_FILE}"] if plan.mark else []),
+             *([f"{d}/lib"] if plan.ship_lib else []),
              *(f"{d}/{path}" for path in sorted(plan.write)),
              *(f"{d}/{path}" for path in plan.delete),
              *([settings.key_path] if plan.make_key else []),
@@ -349,9 +406,9 @@ def _note_node(node, plan: InstallPlan, settings: Settings) -> None:
         note(nodes=[node.name], files=files)
 
 
-def _sources(state: NodeState, node) -> tuple[str, ...]:
+def sources_of(state: NodeState) -> tuple[str, ...]:
     """The addresses the watchdog's node connects to the nodes from (for from=); none when
-    the node could not tell (the key is then authorized from anywhere, restrict only)."""
+    the node could not tell (plan_install then refuses)."""
     good = [v for v in state.sources.values() if isinstance(v, str) and not v.startswith("error")]
     try:
         return check_sources(good)
@@ -361,6 +418,11 @@ def _sources(state: NodeState, node) -> tuple[str, ...]:
 
 def _apply(fleet, node, plan: InstallPlan, want: Wanted, settings: Settings, say: Say) -> None:
     d = settings.install_dir
+    if plan.mark:  # before anything goes in: a directory without it is never ours
+        _run(fleet, node.name, ["sh", "-c", 'umask 022; mkdir -p -- "$1" && printf %s "$3" '
+                                '> "$1/$2"', "sh", d, MARKER_FILE, MARKER_TEXT],
+             what="marking the install directory")
+        say(f"watch.install: mark {d} as the watchdog's ({MARKER_FILE})")
     if plan.ship_lib:
         if plan.start == "restart":  # never run half old, half new modules: restarted below
             _run(fleet, node.name, [settings.systemctl, "stop", UNIT], what="stopping the watchdog")
@@ -479,17 +541,42 @@ def _start(fleet, node, plan: InstallPlan, settings: Settings, say: Say) -> None
 
 
 def _wait_metrics(fleet, node, settings: Settings, inventory) -> str:
-    port = inventory.vars.watchdog_metrics_port
-    local = "127.0.0.1" if settings.listen in ("0.0.0.0", "") else settings.listen
-    _run(fleet, node.name, from_root([settings.python, "-c", script("metrics"),
-                                      f"http://{local}:{port}/metrics", str(METRICS_WAIT_S)]),
+    """Wait on the node until its /metrics answers; the URL to reach it at."""
+    local = metrics_url(node, inventory, settings.listen, on_node=True)
+    _run(fleet, node.name, from_root([settings.python, "-c", script("metrics"), local,
+                                      str(METRICS_WAIT_S)]),
          timeout=METRICS_WAIT_S + 30, what="waiting for the watchdog's metrics")
-    return metrics_url(node, inventory)
+    return metrics_url(node, inventory, settings.listen)
 
 
-def metrics_url(node, inventory) -> str:
-    host = f"[{node.address}]" if ":" in node.address else node.address
+EVERY_INTERFACE = ("", "0.0.0.0", "::")
+
+
+def metrics_url(node, inventory, listen: str, on_node: bool = False) -> str:
+    """Where the metrics listening on `listen` are reached (from the node itself: on_node;
+    every interface: at the node's address, or loopback on the node)."""
+    host = listen
+    if listen in EVERY_INTERFACE:
+        host = "127.0.0.1" if on_node else node.address
+    host = f"[{host}]" if ":" in host else host
     return f"http://{host}:{inventory.vars.watchdog_metrics_port}/metrics"
+
+
+def listen_of(unit: bytes | None) -> str:
+    """The metrics address an installed unit's ExecStart gives --listen ('' if none)."""
+    import shlex
+
+    from .__main__ import parse_listen
+
+    for line in (unit or b"").decode(errors="replace").splitlines():
+        if line.startswith("ExecStart="):
+            argv = shlex.split(line.removeprefix("ExecStart="))
+            if "--listen" in argv[:-1]:
+                try:
+                    return parse_listen(argv[argv.index("--listen") + 1], 1)[0]
+                except ValueError:
+                    return ""
+    return ""
 
 
 # --- Uninstall -----------------------------------------------------------------------------
@@ -498,6 +585,7 @@ def metrics_url(node, inventory) -> str:
 @dataclass
 class UninstallPlan:
     node: str
+    refusal: str | None = None  # the install directory is not the watchdog's: nothing is done
     stop: bool = False
     disable: bool = False
     reset_failed: bool = False
@@ -525,13 +613,18 @@ class UninstallPlan:
 
 
 def plan_uninstall(node: str, state: NodeState, settings: Settings) -> UninstallPlan:
-    """What uninstall must do on node so that nothing of the watchdog is left there."""
+    """What uninstall must do on node so that nothing of the watchdog is left there; a
+    refusal when the install directory is not one watch.install made."""
     plan = UninstallPlan(node)
+    problem = kind_problem(settings.install_dir, state.install_dir_kind)
+    if problem:
+        plan.refusal = f"{node}: --install-dir {problem}"
+        return plan
     plan.stop = state.active
     plan.disable = state.enabled
     plan.reset_failed = state.unit.get("ActiveState") == "failed"
     plan.remove_unit = state.unit_file is not None
-    if state.install_dir:
+    if state.install_dir_kind in ("marked", "legacy"):
         plan.remove_dirs.append(settings.install_dir)
     if state.state_dir or state.state is not None:
         plan.remove_dirs.append(settings.state_dir)
@@ -607,6 +700,9 @@ def _uninstall_node(inventory, node, settings: Settings, report: UninstallReport
         state = probe(fleet, node, settings, inventory)
         plan = plan_uninstall(node.name, state, settings)
         report.plan = plan
+        if plan.refusal:
+            raise UsageError(plan.refusal, fix="uninstall with the --install-dir it was installed "
+                             f"in, or correct install_dir in {record_path(inventory.path)}")
         for line in plan.steps(settings):
             say(f"watch.uninstall: {'would ' if check else ''}{line}")
         if check:
@@ -625,7 +721,9 @@ def _uninstall_node(inventory, node, settings: Settings, report: UninstallReport
             _run(fleet, node.name, ["rm", "-f", "--", settings.unit_path], what="removing the unit")
             _run(fleet, node.name, [sc, "daemon-reload"], what="daemon-reload")
         if plan.remove_dirs:
-            _run(fleet, node.name, ["sh", "-c", text("remove"), "sh", *plan.remove_dirs],
+            install_dir = settings.install_dir if settings.install_dir in plan.remove_dirs else ""
+            _run(fleet, node.name, ["sh", "-c", text("remove"), "sh", MARKER_FILE, install_dir,
+                                    *(d for d in plan.remove_dirs if d != install_dir)],
                  what="removing the install and state directories")
         note(nodes=[node.name] if plan.changes_node else [],
              files=[*([settings.unit_path] if plan.remove_unit else []), *plan.remove_dirs])
@@ -726,7 +824,8 @@ def status_of(node, inventory, state: NodeState, record: WatchdogKey | None,
         active_state=unit.get("ActiveState", "unknown") or "unknown",
         sub_state=unit.get("SubState", ""), since=since if since not in ("", "n/a") else "",
         restarts=number("NRestarts"), main_pid=number("MainPID") or None,
-        enabled=unit.get("UnitFileState", ""), metrics_url=metrics_url(node, inventory),
+        enabled=unit.get("UnitFileState", ""),
+        metrics_url=metrics_url(node, inventory, listen_of(state.unit_file)),
         recorded=record is not None and record.node == node.name,
         public_key=state.public_key, verdicts=verdicts, budget=budget, stopped=stopped,
         state_error=error, stale=stale if state.installed else (),

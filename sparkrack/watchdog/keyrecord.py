@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..data import OWN_FOLDER
 from ..errors import UsageError
+from .installdir import install_dir_problem
 
 RECORD_FILE = "watchdog.json"
 MARKER = "sparkrack-watchdog"  # the comment ending the authorized_keys line (role default)
@@ -95,13 +96,19 @@ def read_record(inventory_dir: Path) -> WatchdogKey | None:
                          fix="make it readable, or run `invoke watch.install` again") from None
     try:
         data = json.loads(text)
-        return WatchdogKey(node=str(data["node"]), install_dir=str(data["install_dir"]),
-                           public_key=check_public_key(str(data["public_key"])),
-                           sources=check_sources(data.get("from") or ()))
+        record = WatchdogKey(node=str(data["node"]), install_dir=str(data["install_dir"]),
+                             public_key=check_public_key(str(data["public_key"])),
+                             sources=check_sources(data.get("from") or ()))
     except (ValueError, KeyError, TypeError) as error:
         raise UsageError(f"{path}: not a watchdog key record ({error})",
                          fix="run `invoke watch.install` again (it rewrites it), or "
                          "`invoke watch.uninstall`") from None
+    problem = install_dir_problem(record.install_dir)
+    if problem:  # uninstall removes it whole: never a system directory
+        raise UsageError(f"{path}: install_dir {record.install_dir!r} is {problem}: never "
+                         "the watchdog's directory", fix="write there the directory watch.install "
+                         "put it in (e.g. /opt/sparkrack-watchdog)")
+    return record
 
 
 def write_record(inventory_dir: Path, record: WatchdogKey) -> bool:

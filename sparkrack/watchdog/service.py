@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..atomic import write_atomically
 from ..errors import SparkrackError
 from ..power import cap_state_of, project_power
 from .metrics import DeploymentInfo, NodeSnapshot, Snapshot, WatchdogMetrics, update
@@ -319,16 +320,15 @@ class Watchdog:
 
     def _save_state(self) -> None:
         """The restart budget, the groups it stopped and its last verdicts, for a restart of
-        the service and for `watch.status` (written atomically)."""
+        the service and for `watch.status` (written atomically and durably: a restart
+        counts against the budget even across a power cut)."""
         if self.state_file is None:
             return
         data = {"budget": self.budget.as_dict(), "stopped": self.stopped,
                 "verdicts": self.verdicts, "pid": os.getpid()}
-        temporary = self.state_file.with_name(f".{self.state_file.name}.tmp")
         try:
-            self.state_file.parent.mkdir(parents=True, exist_ok=True)
-            temporary.write_text(json.dumps(data, indent=1, sort_keys=True))
-            temporary.replace(self.state_file)
+            write_atomically(self.state_file, json.dumps(data, indent=1, sort_keys=True),
+                             0o644)
         except OSError as error:
             log.warning("could not write %s: %s", self.state_file, error)
 

@@ -35,6 +35,7 @@ from sparkrack.fleet import Fleet, sh
 from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.lifecycle.record import read as read_records
 from sparkrack.watchdog.install import DEFAULT_INSTALL_DIR, STATE_DIR, UNIT
+from sparkrack.watchdog.installdir import MARKER_FILE, MARKER_TEXT
 from sparkrack.watchdog.keyrecord import MARKER, read_record
 
 pytestmark = pytest.mark.rack
@@ -175,6 +176,10 @@ def installed(inventory):
     """`invoke watch.install --on spark-01`, proved running, idempotent; uninstalled at the
     end whatever happened (uninstall is idempotent: after the last test it finds nothing)."""
     try:
+        system = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE,
+                        "--install-dir", "/usr")  # issue 23 item 2: refused before any change
+        assert system.returncode == 2 and "--install-dir /usr: a top-level directory" in \
+            system.stderr, system.stdout + system.stderr
         done = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "serving http://10.77.1.11:9478/metrics" in done.stderr, done.stderr
@@ -194,7 +199,10 @@ def installed(inventory):
         assert "up to date; nothing changed" in again.stderr, again.stderr
         journal = on_watchdog_node(inventory, ["journalctl", "-u", UNIT, "-b", "--no-pager",
                                                "-o", "cat"])
-        assert "metrics on http://0.0.0.0:9478/metrics" in journal.stdout, journal.stdout[-2000:]
+        # on the node's management address only (issue 23 item 7), not every interface
+        assert "metrics on http://10.77.1.11:9478/metrics" in journal.stdout, journal.stdout[-2000:]
+        marker = on_watchdog_node(inventory, ["cat", f"{DEFAULT_INSTALL_DIR}/{MARKER_FILE}"])
+        assert marker.ok and marker.stdout == MARKER_TEXT  # issue 23 item 2
         yield inventory
     finally:
         gone = invoke("watch.uninstall", "-i", "inventory/rehearsal")

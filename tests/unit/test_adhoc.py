@@ -130,3 +130,19 @@ def test_run_task_end_to_end_json_text_and_exit_codes(sshd: Sshd, tmp_path: Path
     assert [(r["task"], r["outcome"], r["exit_code"]) for r in logged] == [
         ("run", "failed", 1), ("run", "ok", 0)]  # read-only, but in the audit log all the same
     assert logged[1]["changed"]["nodes"] == ["spark-01", "spark-03"]
+
+
+@needs_sshd
+def test_run_task_shows_escape_sequences_escaped_unless_raw(sshd: Sshd, tmp_path: Path):
+    """A node printing OSC 52 (set the operator's clipboard) and a screen clear."""
+    rack = write_inventory(sshd, tmp_path / "inv", ("spark-01",))
+    env = {**os.environ, "SPARKRACK_SANDBOX": "1", "SPARKRACK_LOCK_DIR": str(tmp_path / "head")}
+    argv = [sys.executable, "-m", "invoke", "run", "-i", str(rack)]
+    payload = ["--", "printf", "%b", "a\\033]52;c;aGk=\\007b\\033[2J\\tc\\n"]
+    done = subprocess.run([*argv, *payload], cwd=REPO, capture_output=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == b"a\\x1b]52;c;aGk=\\x07b\\x1b[2J\tc"
+    raw = subprocess.run([*argv, "--raw", *payload], cwd=REPO, capture_output=True, timeout=60,
+                         env=env)
+    assert raw.returncode == 0, raw.stderr
+    assert raw.stdout.splitlines()[-1] == b"a\x1b]52;c;aGk=\x07b\x1b[2J\tc"

@@ -144,6 +144,23 @@ def test_a_flag_that_is_not_an_exact_option_is_refused(rack_dir, engine, old, ne
     assert message in refused(rack_dir, engine, old, new)
 
 
+@pytest.mark.parametrize("engine, old, new, where", [
+    ("vllm", "--kv-cache-dtype: fp8\n", "--config: /models/serve.yaml\n      --kv-cache-dtype: fp8\n",
+     "--config"),
+    ("sglang", "--chunked-prefill-size: 4096", "--config: /models/serve.yaml", "--config"),
+    ("vllm", "every_rank: [--tensor-parallel-size,",
+     "every_rank: [--config, /models/serve.yaml, --tensor-parallel-size,", "args.every_rank: --config"),
+])
+def test_a_config_file_option_is_refused_naming_the_file(rack_dir, engine, old, new, where):
+    """A settings file read by the engine on the node hides its settings from the rules
+    (`check` would say "may start" whatever it sets): refused at the line that gives it."""
+    file, _ = own_engine_file(rack_dir, engine, old, new)
+    said = refused(rack_dir, engine, old, new)
+    assert said.startswith(f"{where}: {engine} would read further options from that file, "
+                           "where the rules (invoke check) cannot see them"), said
+    assert said.endswith(f"(write those settings as flags of the profile in {file})"), said
+
+
 def test_the_reserved_flag_guard_sees_through_abbreviations_without_a_list(tmp_path):
     from sparkrack.engines.profile_file import read_engine_file
     text = """\

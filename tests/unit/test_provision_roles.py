@@ -1,6 +1,7 @@
 """The shipped roles and the role-file checks, planned against facts (no network)."""
 
 import configparser
+import time
 from pathlib import Path
 
 import pytest
@@ -240,11 +241,60 @@ def write(tmp_path, text):
     ("- file: {path: /a}\n", "every task needs a name"),
     ("- name: x\n  file: {path: /a}\n  notify: nope\n", "notifies unknown handler 'nope'"),
     ("- name: x\n  file: {path: /a}\n  assert: {that: x}\n", "needs exactly one module"),
-    ("[oops\n", "YAML error"),
+    ("[oops\n", "YAML syntax error"),
 ])
 def test_role_file_mistakes_name_the_task(tmp_path, text, message):
     with pytest.raises(RoleError, match=message.replace("(", r"\(")):
         load_role(write(tmp_path, text))
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """A few hundred bytes of YAML whose aliases expand to 9**levels values."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_role_file_of_nested_aliases_is_refused_at_once(tmp_path):
+    role = write(tmp_path, "- name: x\n  file: {path: /a}\n")
+    (role / "defaults").mkdir()
+    (role / "defaults" / "main.yml").write_text(alias_bomb())
+    began = time.monotonic()
+    with pytest.raises(RoleError) as refused:
+        load_role(role)
+    assert time.monotonic() - began < 3.0
+    assert refused.value.line().startswith(
+        f"{role}/defaults/main.yml:6: YAML aliases expand to over 100,000 values")
+    assert "\n" not in refused.value.line()
+
+
+def test_plan_with_an_alias_bomb_in_an_inventory_role_fails_fast(tmp_path):
+    """The review's reproduction: an inventory's override of role engine_env whose
+    defaults are 592 bytes of nested aliases made `plan --offline` take 67 s and 585 MB."""
+    import resource
+    import shutil
+    import subprocess
+    import sys
+
+    inv = tmp_path / "inv"
+    shutil.copytree(REPO / "inventory" / "rehearsal", inv)
+    role = inv / ".sparkrack" / "roles" / "engine_env"
+    shutil.copytree(ROLES_DIR / "engine_env", role)
+    defaults = role / "defaults" / "main.yml"
+    defaults.write_text(defaults.read_text() + alias_bomb())
+
+    def limit_memory() -> None:  # a run that expands the aliases dies here, not the machine
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "invoke", "-r", str(REPO), "plan", "sglang",
+                           "--offline", "-i", str(inv)], capture_output=True, text=True,
+                          timeout=60, preexec_fn=limit_memory)
+    assert time.monotonic() - began < 20
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: {defaults}:")
+    assert "YAML aliases expand to over 100,000 values" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_template_outside_the_role_is_refused(tmp_path):

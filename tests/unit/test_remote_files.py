@@ -97,10 +97,15 @@ def test_a_value_is_never_run_by_the_lock_script(tmp_path):
 
 
 def test_the_remove_script_removes_each_directory(tmp_path):
+    """argv MARKER INSTALL_DIR STATE_DIR...: odd names stay one argument each (the install
+    directory's check itself: test_watchdog_install.py)."""
+    from sparkrack.watchdog.installdir import MARKER_FILE
+
     keep, a, b = tmp_path / "keep", tmp_path / "a b", tmp_path / "-b"
     for d in (keep, a / "x", b):
         d.mkdir(parents=True)
-    done = subprocess.run(["sh", "-c", text("remove"), "sh", str(a), str(b),
+    (b / MARKER_FILE).write_text("")
+    done = subprocess.run(["sh", "-c", text("remove"), "sh", MARKER_FILE, str(b), str(a),
                            str(tmp_path / "absent")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert keep.is_dir() and not a.exists() and not b.exists()

@@ -151,14 +151,15 @@ def unit_of(tmp_path, **settings) -> tuple[configparser.ConfigParser, str]:
 
 
 def test_the_unit_restarts_always_starts_at_boot_and_runs_the_shipped_copy(tmp_path):
-    unit, text = unit_of(tmp_path, install_dir="/opt/sr", python="/usr/bin/python3.11")
+    unit, text = unit_of(tmp_path, install_dir="/opt/sr", python="/usr/bin/python3.11",
+                         listen="10.77.1.11")
     service = unit["Service"]
     assert service["Restart"] == "always"
     assert unit["Install"]["WantedBy"] == "multi-user.target"
     assert unit["Unit"]["StartLimitIntervalSec"] == "0"
     assert service["ExecStart"] == (
         "/usr/bin/python3.11 -m sparkrack.watchdog --inventory /opt/sr/inventory --listen "
-        "0.0.0.0:9478 --state /var/lib/sparkrack/watchdog/state.json")
+        "10.77.1.11:9478 --state /var/lib/sparkrack/watchdog/state.json")
     assert service["StandardOutput"] == "journal"
     assert "\nEnvironment=PYTHONPATH=/opt/sr/lib\n" in text
     assert "\nDocumentation=file:///opt/sr/README.md\n" in text
@@ -190,17 +191,20 @@ def test_a_node_python_that_cannot_run_these_libraries_is_named(node, says):
     assert problem.endswith(says) and "\n" not in problem
 
 
+SOURCES = {"10.77.1.11": "10.77.1.11", "10.77.1.12": "10.77.1.11"}  # peer: from
+
+
 def fresh_want(tmp_path) -> wi.Wanted:
     inventory = load_inventory(rehearsal_copy(tmp_path))
     library = payload.Library({"sparkrack/__init__.py": REPO / "sparkrack/__init__.py"},
                               ("paramiko 5",))
-    return wi.wanted(inventory, wi.Settings(install_dir="/opt/sr"), library)
+    return wi.wanted(inventory, wi.Settings(install_dir="/opt/sr", listen="10.77.1.11"), library)
 
 
 def state_with(want: wi.Wanted, **changes) -> NodeState:
     """A node on which want is installed, enabled and active; then changes."""
     values = dict(
-        platform=HERE, install_dir=True, lib=True, manifest_sha256=want.manifest_sha256,
+        platform=HERE, sources=SOURCES, install_dir=True, install_dir_kind="marked", lib=True, manifest_sha256=want.manifest_sha256,
         lib_checks=True, files={p: hashlib.sha256(c).hexdigest() for p, c in want.files.items()},
         private_key=True, public_key=PUB, unit_file=want.unit.encode(),
         unit={"ActiveState": "active", "UnitFileState": "enabled"})
@@ -226,13 +230,15 @@ def test_refusal_on_a_python_mismatch_is_one_line_naming_the_difference(tmp_path
 
 def test_install_plan_on_a_fresh_node_does_everything(tmp_path):
     want = fresh_want(tmp_path)
-    fresh = NodeState(platform=HERE)
+    fresh = NodeState(platform=HERE, sources=SOURCES)
     plan = wi.plan_install("spark-01", fresh, want, HERE, wi.Settings(install_dir="/opt/sr"))
-    assert plan.refusal is None and plan.ship_lib and plan.make_key and plan.write_unit
+    assert plan.refusal is None and plan.mark and plan.ship_lib and plan.make_key
+    assert plan.write_unit
     assert set(plan.write) == set(want.files) and "inventory/known_hosts" in plan.write
     assert plan.enable and plan.start == "start" and not plan.delete
     steps = plan.steps(wi.Settings(install_dir="/opt/sr"))
-    assert steps[0] == "ship /opt/sr/lib (sparkrack and its libraries)"
+    assert steps[:2] == ["mark /opt/sr as the watchdog's (.sparkrack-watchdog)",
+                         "ship /opt/sr/lib (sparkrack and its libraries)"]
     assert steps[-3:] == ["write /etc/systemd/system/sparkrack-watchdog.service; daemon-reload",
                           "enable sparkrack-watchdog.service (started at boot)",
                           "start sparkrack-watchdog.service"]
@@ -292,6 +298,171 @@ def test_uninstall_plan_removes_everything_there_is(tmp_path):
 def test_settings_paths_must_be_plain_absolute_paths(value):
     with pytest.raises(UsageError):
         wi.check_settings(wi.Settings(install_dir=value))
+
+
+# --- The install directory: one sparkrack made, never a system directory -------------------
+
+
+@pytest.mark.parametrize("value, says", [
+    ("/usr", "a top-level directory of the node"), ("/etc", "a top-level directory of the node"),
+    ("/root", "a top-level directory of the node"), ("/opt", "a top-level directory of the node"),
+    ("/usr/lib", "a system directory"), ("/var/lib", "a system directory"),
+    ("/usr/local", "a system directory"), ("/etc/sparkrack-watchdog", "a system directory (under /etc)"),
+    ("/home/op/watchdog", "a system directory (under /home)"),
+    ("/boot/efi/wd", "a system directory (under /boot)"),
+])
+def test_a_system_directory_is_refused_as_the_install_directory(value, says):
+    with pytest.raises(UsageError) as refused:
+        wi.check_settings(wi.Settings(install_dir=value))
+    assert refused.value.line() == (f"--install-dir {value}: {says} (give a directory of its "
+                                    "own, absent or empty, e.g. /opt/sparkrack-watchdog)")
+
+
+@pytest.mark.parametrize("value", ["/opt/sparkrack-watchdog", "/usr/local/sparkrack-watchdog",
+                                   "/var/lib/sparkrack-watchdog", "/srv/watchdog"])
+def test_a_directory_of_its_own_is_accepted(value):
+    wi.check_settings(wi.Settings(install_dir=value))
+
+
+def test_the_install_directory_and_the_state_directory_stay_apart():
+    with pytest.raises(UsageError, match="shares its place with the state directory"):
+        wi.check_settings(wi.Settings(install_dir="/var/lib/sparkrack"))
+
+
+def test_the_node_side_tells_what_the_install_directory_is(tmp_path):
+    from sparkrack.remote import watchdog as node_side
+    from sparkrack.watchdog import installdir
+
+    assert node_side.MARKER == installdir.MARKER_FILE
+    assert node_side.LIB_MANIFEST == payload.MANIFEST
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "marked").mkdir()
+    (tmp_path / "marked" / installdir.MARKER_FILE).write_text(installdir.MARKER_TEXT)
+    (tmp_path / "legacy" / "lib").mkdir(parents=True)
+    (tmp_path / "legacy" / "lib" / payload.MANIFEST).write_text("")
+    (tmp_path / "foreign" / "lib").mkdir(parents=True)  # /usr: lib/ and more, no marker
+    (tmp_path / "link").symlink_to(tmp_path / "marked")
+    (tmp_path / "file").write_text("")
+    kinds = {name: node_side.install_dir_kind(str(tmp_path / name)) for name in (
+        "absent", "empty", "marked", "legacy", "foreign", "link", "file")}
+    assert kinds == {name: name for name in kinds}
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("foreign", "is a directory holding other files and no .sparkrack-watchdog"),
+    ("link", "is a symbolic link"), ("file", "is not a directory")])
+def test_plans_refuse_a_directory_sparkrack_did_not_make(tmp_path, kind, says):
+    want = fresh_want(tmp_path)
+    settings = wi.Settings(install_dir="/opt/sr")
+    state = state_with(want, install_dir_kind=kind, state=b"{}")
+    plan = wi.plan_install("spark-01", state, want, HERE, settings)
+    assert plan.refusal == (f"spark-01: --install-dir /opt/sr {says}: not a directory "
+                            "watch.install made, and nothing is written into or removed from it")
+    assert plan.fix.startswith("give a directory of its own") and not plan.changes_node
+    gone = wi.plan_uninstall("spark-01", state, settings)
+    assert gone.refusal == plan.refusal and not gone.changes_node and gone.remove_dirs == []
+
+
+def test_an_install_older_than_the_marker_is_marked_and_removed(tmp_path):
+    want = fresh_want(tmp_path)
+    settings = wi.Settings(install_dir="/opt/sr")
+    legacy = state_with(want, install_dir_kind="legacy")
+    plan = wi.plan_install("spark-01", legacy, want, HERE, settings)
+    assert plan.refusal is None and plan.mark and plan.start is None  # no restart for it
+    assert plan.steps(settings) == ["mark /opt/sr as the watchdog's (.sparkrack-watchdog)"]
+    assert wi.plan_uninstall("spark-01", legacy, settings).remove_dirs == ["/opt/sr"]
+
+
+def test_the_remove_script_removes_only_a_marked_install_directory(tmp_path):
+    import subprocess
+
+    from sparkrack.remote import text
+    from sparkrack.watchdog.installdir import MARKER_FILE
+
+    def remove(*argv: Path | str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", "-c", text("remove"), "sh", MARKER_FILE, *map(str, argv)],
+                              capture_output=True, text=True, timeout=30)
+
+    system, state = tmp_path / "usr", tmp_path / "state"
+    (system / "lib").mkdir(parents=True)
+    state.mkdir()
+    done = remove(system, state)
+    assert done.returncode == 3
+    assert done.stderr == (f"{system}: no {MARKER_FILE} in it: not a directory watch.install "
+                           "made; not removed\n")
+    assert (system / "lib").is_dir() and state.is_dir()  # nothing removed
+    (tmp_path / "link").symlink_to(system)
+    (system / MARKER_FILE).write_text("")
+    assert remove(tmp_path / "link", state).returncode == 3 and system.is_dir()
+    ours = tmp_path / "opt" / "sparkrack-watchdog"
+    (ours / "lib").mkdir(parents=True)
+    (ours / MARKER_FILE).write_text("")
+    assert remove(ours, state).returncode == 0
+    assert not ours.exists() and not state.exists() and (system / "lib").is_dir()
+    state.mkdir()
+    assert remove("", state).returncode == 0 and not state.exists()
+
+
+@pytest.mark.parametrize("install_dir, says", [
+    ("/usr", "'/usr' is a top-level directory of the node"),
+    ("/etc/ssh", "'/etc/ssh' is a system directory (under /etc)"),
+    ("/opt/x/../../usr", "'/opt/x/../../usr' is not a plain absolute path")])
+def test_a_recorded_install_directory_is_checked_when_the_record_is_read(tmp_path, install_dir,
+                                                                        says):
+    path = keyrecord.record_path(tmp_path)
+    path.parent.mkdir()
+    path.write_text(json.dumps({"node": "spark-01", "install_dir": install_dir,
+                                "public_key": PUB, "from": ["10.77.1.11"]}))
+    with pytest.raises(UsageError) as refused:
+        keyrecord.read_record(tmp_path)
+    assert refused.value.line().startswith(f"{path}: install_dir {says}: never the watchdog's "
+                                           "directory (write there the directory")
+
+
+# --- The key's from=: refused when the node cannot tell its source address -------------------
+
+
+@pytest.mark.parametrize("sources, says", [
+    ({}, "no answer"),
+    ({"10.77.1.11": "error: [Errno 101] Network is unreachable", "10.77.1.12": "nonsense"},
+     "10.77.1.11: error: [Errno 101] Network is unreachable; 10.77.1.12: nonsense")])
+def test_a_node_that_cannot_tell_its_source_address_is_refused(tmp_path, sources, says):
+    want = fresh_want(tmp_path)
+    plan = wi.plan_install("spark-01", state_with(want, sources=sources), want, HERE,
+                           wi.Settings())
+    assert plan.refusal == (f"spark-01: cannot tell the address it reaches the nodes from "
+                            f"({says}): the watchdog's key would be authorized from anywhere")
+    assert "ansible_host routable" in plan.fix and not plan.changes_node
+
+
+# --- The metrics address: the node's management address unless --listen --------------------
+
+
+def test_the_metrics_listen_on_the_nodes_address_unless_told(tmp_path):
+    inventory = load_inventory(rehearsal_copy(tmp_path))
+    head = inventory.head
+    default = wi.with_listen(wi.Settings(), head)
+    assert default.listen == head.address == "10.77.1.11"
+    assert wi.with_listen(wi.Settings(listen="0.0.0.0"), head).listen == "0.0.0.0"
+    unit = wi.render_unit(inventory, default)
+    assert " --listen 10.77.1.11:9478 " in unit
+    assert wi.listen_of(unit.encode()) == "10.77.1.11"
+    assert " --listen [fd00:77::11]:9478 " in wi.render_unit(
+        inventory, wi.Settings(listen="fd00:77::11"))
+    assert wi.metrics_url(head, inventory, "10.77.1.11") == "http://10.77.1.11:9478/metrics"
+    assert wi.metrics_url(head, inventory, "0.0.0.0") == "http://10.77.1.11:9478/metrics"
+    assert wi.metrics_url(head, inventory, "0.0.0.0", on_node=True) == (
+        "http://127.0.0.1:9478/metrics")
+    assert wi.metrics_url(head, inventory, "fd00:77::11") == "http://[fd00:77::11]:9478/metrics"
+    state = NodeState(unit_file=wi.render_unit(inventory, wi.Settings(listen="10.77.2.11")).encode())
+    assert wi.status_of(head, inventory, state, None).metrics_url == (
+        "http://10.77.2.11:9478/metrics")
+
+
+@pytest.mark.parametrize("value", ["10.0.0.1 --x", "10.0.0.1;reboot", "fe80::1%eth0", "a_b"])
+def test_a_listen_address_that_is_none_is_refused(value):
+    with pytest.raises(UsageError, match=r"^--listen "):
+        wi.check_settings(wi.Settings(listen=value))
 
 
 # --- The probe and status --------------------------------------------------------------------
@@ -605,7 +776,14 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     assert (d / "lib" / "sparkrack" / "watchdog" / "install.py").is_file()
     unit = (systemd / wi.UNIT).read_text()
     assert f"ExecStart={settings.python} -m sparkrack.watchdog --inventory {d}/inventory" in unit
+    port = inventory.vars.watchdog_metrics_port
+    assert f" --listen 127.0.0.1:{port} " in unit  # spark-01's ansible_host, not 0.0.0.0
     assert "Restart=always" in unit
+    from sparkrack.watchdog.installdir import MARKER_FILE, MARKER_TEXT
+
+    assert (d / MARKER_FILE).read_text() == MARKER_TEXT
+    assert said.index(f"watch.install: mark {d} as the watchdog's ({MARKER_FILE})") < next(
+        i for i, line in enumerate(said) if line.startswith("watch.install: shipping "))
     calls = (systemd / "systemctl.log").read_text().splitlines()
     assert [c for c in calls if not c.startswith("show")] == [
         "daemon-reload", f"enable {wi.UNIT}", f"start {wi.UNIT}"]
@@ -672,11 +850,10 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
 
 
 def run_the_shipped_service(inventory, settings: wi.Settings, tmp_path: Path) -> None:
-    """The unit's ExecStart as systemd would run it (its Environment=, cwd /), only with
-    the metrics on loopback and the state and lock in tmp_path (this machine is the
-    loopback head: nothing may go to its /var/lib/sparkrack); install's own wait for
-    /metrics must see a poll end."""
-    import dataclasses
+    """The unit's ExecStart as systemd would run it (its Environment=, cwd /; the metrics
+    on the loopback node's address), only with the state and lock in tmp_path (this
+    machine is the loopback head: nothing may go to its /var/lib/sparkrack); install's own
+    wait for /metrics must see a poll end."""
     import shlex
     import subprocess
 
@@ -689,8 +866,7 @@ def run_the_shipped_service(inventory, settings: wi.Settings, tmp_path: Path) ->
     argv = shlex.split(next(l for l in unit.splitlines() if l.startswith("ExecStart=")
                             ).removeprefix("ExecStart="))
     port = inventory.vars.watchdog_metrics_port
-    assert argv[argv.index("--listen") + 1] == f"0.0.0.0:{port}"
-    argv[argv.index("--listen") + 1] = f"127.0.0.1:{port}"
+    assert argv[argv.index("--listen") + 1] == f"127.0.0.1:{port}"  # the node's address
     argv[argv.index("--state") + 1] = str(tmp_path / "service" / "state.json")
     environment = dict(line.removeprefix("Environment=").split("=", 1)
                        for line in unit.splitlines() if line.startswith("Environment="))
@@ -701,7 +877,7 @@ def run_the_shipped_service(inventory, settings: wi.Settings, tmp_path: Path) ->
     try:
         with Fleet(inventory) as fleet:
             url = wi._wait_metrics(fleet, inventory.head,
-                                   dataclasses.replace(settings, listen="127.0.0.1"), inventory)
+                                   wi.with_listen(settings, inventory.head), inventory)
         assert url == f"http://127.0.0.1:{port}/metrics"
     finally:
         process.terminate()
@@ -730,6 +906,39 @@ def test_a_node_python_that_differs_is_refused_before_anything_is_written(loopba
     assert "run watch.install from a machine whose Python matches the node's" in line
     assert not Path(settings.install_dir).exists() and not (systemd / wi.UNIT).exists()
     assert keyrecord.read_record(inventory.path) is None
+
+
+@needs_sshd
+def test_a_directory_sparkrack_did_not_make_is_never_written_into_or_removed(loopback):
+    """The review's reproduction, at a directory standing for /usr: install refuses it
+    before anything is written; uninstall (the record naming it) removes nothing there."""
+    from sparkrack.cli import watch_tasks
+
+    inventory, settings, systemd = loopback
+    system = Path(settings.install_dir)
+    (system / "lib").mkdir(parents=True)
+    (system / "lib" / "libc.so.6").write_text("the node's own\n")
+    before = tree(system)
+    with pytest.raises(UsageError) as refused:
+        wi.install(inventory, settings=settings, say=lambda line: None)
+    assert refused.value.line() == (
+        f"spark-01: --install-dir {system} is a directory holding other files and no "
+        ".sparkrack-watchdog: not a directory watch.install made, and nothing is written into "
+        "or removed from it (give a directory of its own, absent or empty, e.g. "
+        "/opt/sparkrack-watchdog)")
+    assert tree(system) == before and not (systemd / wi.UNIT).exists()
+    assert keyrecord.read_record(inventory.path) is None
+    keyrecord.write_record(inventory.path, keyrecord.WatchdogKey(
+        "spark-01", settings.install_dir, PUB, ("127.0.0.1",)))
+    with pytest.raises(SparkrackError) as failed:
+        wi.uninstall(inventory, settings=settings, say=lambda line: None)
+    assert "not a directory watch.install made" in failed.value.line()
+    assert tree(system) == before and keyrecord.read_record(inventory.path) is not None
+    with pytest.raises(Exit) as exited:  # the flag, through the task: before any probe
+        watch_tasks.install(Context(), inventory=str(inventory.path), check=True,
+                            install_dir="/usr")
+    assert exited.value.code == 2
+    assert exited.value.message.startswith("error: --install-dir /usr: a top-level directory")
 
 
 @needs_sshd
@@ -798,7 +1007,8 @@ def test_watch_tasks_keep_invoke_watch_and_add_the_service_tasks():
     import subprocess
 
     for argv, words in ((["-h", "watch"], ("--duration", "--restart", "--interval", "--wait")),
-                        (["-h", "watch.install"], ("--on", "--check", "--python", "--wait")),
+                        (["-h", "watch.install"], ("--on", "--check", "--python", "--listen",
+                                                   "--wait")),
                         (["-h", "watch.uninstall"], ("--on", "--check", "--wait")),
                         (["-h", "watch.status"], ("--on", "--json"))):
         done = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=REPO,

@@ -252,6 +252,41 @@ def test_restart_policy_restarts_within_the_budget_then_stops_and_says_why(tmp_p
     assert json.loads((tmp_path / "state.json").read_text())["budget"]["restarts"]
 
 
+def test_the_restart_budget_is_on_disk_before_the_restart(tmp_path, monkeypatch):
+    """state.json is written as the project writes what must survive a power cut
+    (sparkrack/atomic.py): the file and its directory are fsynced before the restart runs,
+    and the old state stays whole until the rename."""
+    synced: list[tuple[int, int]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        info = os.fstat(fd)
+        synced.append((info.st_dev, info.st_ino))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    current = deployment("d1")
+    rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"),
+                    polls=[broken("d1")])
+    watchdog = make(rack, tmp_path, watchdog_action="restart", watchdog_restart_budget=1)
+    restarted_with: list[dict] = []
+    restart = rack.restart
+
+    def restart_after_reading_the_state(deployment) -> None:
+        state = tmp_path / "state.json"
+        restarted_with.append(json.loads(state.read_text()))
+        info = state.stat()
+        assert (info.st_dev, info.st_ino) in synced  # the file's data
+        directory = tmp_path.stat()
+        assert (directory.st_dev, directory.st_ino) in synced  # and its name
+        restart(deployment)
+
+    rack.restart = restart_after_reading_the_state
+    assert watchdog.step().verdict == "restarted"
+    assert len(restarted_with[0]["budget"]["restarts"]) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]  # no temporary left
+
+
 def test_a_failed_restart_leaves_the_group_down():
     current = deployment("d1")
     rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"),
@@ -328,13 +363,13 @@ def test_unit_template_restarts_always_starts_at_boot_and_logs_to_the_journal():
     template = (REPO / "sparkrack" / "watchdog" / "sparkrack-watchdog.service.j2").read_text()
     text = Environment(undefined=StrictUndefined, keep_trailing_newline=True).from_string(
         template).render(rack_name="rehearsal", install_dir="/opt/sparkrack-watchdog",
-                         python="/usr/bin/python3", listen="0.0.0.0", port=9478)
+                         python="/usr/bin/python3", listen="10.77.1.11:9478", port=9478)
     lines = text.splitlines()
     for line in ("Restart=always", "WantedBy=multi-user.target", "StandardOutput=journal",
                  "StandardError=journal", "StartLimitIntervalSec=0",
                  "StateDirectory=sparkrack/watchdog",
                  "ExecStart=/usr/bin/python3 -m sparkrack.watchdog --inventory "
-                 "/opt/sparkrack-watchdog/inventory --listen 0.0.0.0:9478 --state "
+                 "/opt/sparkrack-watchdog/inventory --listen 10.77.1.11:9478 --state "
                  "/var/lib/sparkrack/watchdog/state.json"):
         assert line in lines
 

@@ -1,0 +1,66 @@
+"""Where the watchdog may be installed on its node: a directory of its own that sparkrack
+made, never a system directory (ship.sh replaces DIR/lib there; watch.uninstall removes
+the directory whole).
+
+Checked in three places:
+- the path (`install_dir_problem`): watch.install's --install-dir and the directory
+  recorded in the inventory's .sparkrack/watchdog.json, before anything runs: a plain
+  absolute path, not a top-level directory (/opt, /usr), not under a system tree (/etc,
+  /usr/lib, /var/lib itself, /root, /home: ProtectHome hides those from the service);
+- the node (the probe, sparkrack/remote/watchdog.py `install_dir_kind`): the directory is
+  absent, empty, or carries MARKER_FILE, which watch.install writes into it before
+  anything else (an install older than the marker is known by its lib/ manifest); a link,
+  a file, or a directory holding anything else is refused;
+- the removal itself (remote/remove.sh): it removes the install directory only when that
+  still carries the marker.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+MARKER_FILE = ".sparkrack-watchdog"  # remote/watchdog.py and remote/remove.sh name it too
+MARKER_TEXT = ("This directory was made by sparkrack (`invoke watch.install`): the watchdog "
+               "service.\n`invoke watch.uninstall` removes it whole.\n")
+# directory kinds the probe reports (remote/watchdog.py install_dir_kind)
+OURS = ("absent", "empty", "marked", "legacy")  # legacy: our lib/ manifest, no marker yet
+KIND_WORDS = {"link": "a symbolic link", "file": "not a directory",
+              "foreign": f"a directory holding other files and no {MARKER_FILE}"}
+# never the install directory, nor anything under them
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32",
+                "/proc", "/root", "/run", "/sbin", "/snap", "/sys")
+# never these, nor their direct subdirectories (/usr/lib, /var/lib, /usr/local, ...)
+SYSTEM_ROOTS = ("/usr", "/var")
+FIX = "give a directory of its own, absent or empty, e.g. /opt/sparkrack-watchdog"
+
+
+def plain_path_problem(value: str) -> str | None:
+    """What makes value no plain absolute path (it goes into rm -rf and a unit), or None."""
+    if (not value.startswith("/") or posixpath.normpath(value) != value or value == "/"
+            or any(c.isspace() or c in "\"'\\$%;" for c in value)):
+        return "not a plain absolute path"
+    return None
+
+
+def install_dir_problem(path: str) -> str | None:
+    """Why path cannot be the watchdog's install directory, or None."""
+    plain = plain_path_problem(path)
+    if plain:
+        return plain
+    parts = path.strip("/").split("/")
+    if len(parts) == 1:
+        return "a top-level directory of the node"
+    top = "/" + parts[0]
+    if top in SYSTEM_TREES:
+        return f"a system directory (under {top})"
+    if top in SYSTEM_ROOTS and len(parts) == 2:
+        return "a system directory"
+    return None
+
+
+def kind_problem(path: str, kind: str) -> str | None:
+    """Why the node's directory of that kind (the probe's) is not the watchdog's, or None."""
+    if kind in OURS:
+        return None
+    return (f"{path} is {KIND_WORDS.get(kind, kind)}: not a directory watch.install made, "
+            "and nothing is written into or removed from it")

@@ -49,13 +49,19 @@ def rack():
         rack.down()
 
 
-def pytest_collection_modifyitems(items):
-    """The rack tests run in one process, one after another (pytest-xdist's loadgroup): one
-    rack, booted once. Every other module's tests stay together (its module fixtures are
-    made once)."""
-    for item in items:
-        group = "rack" if "rack" in item.fixturenames else item.module.__name__
-        item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (`-n 2`, pyproject's addopts): every rack test (tests/integration)
+    in one process, one after another, on one rack booted once; each unit module kept in
+    one process (its module fixtures made once), spread over the processes beside it."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RackTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/integration" if path.startswith("tests/integration/") else path
+
+    return RackTogether(config, log)
 
 
 def pytest_runtest_setup(item):

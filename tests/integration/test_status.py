@@ -19,7 +19,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def invoke(*args, timeout=60):
     """Run the invoke CLI from the repo as an operator would; returns CompletedProcess."""
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "SPARKRACK_SANDBOX": "1"})
+                          text=True, timeout=timeout, env={**os.environ, "SPARKRACK_SANDBOX": "1"},
+                          stdin=subprocess.DEVNULL)
 
 
 def test_status_json_has_eight_rows_with_the_simulated_gpu(rack):
@@ -56,7 +57,7 @@ def test_cut_node_shows_unreachable_within_seconds_and_exit_1(rack):
     assert done.returncode == 1, done.stdout + done.stderr
     rows = {r["node"]: r for r in json.loads(done.stdout)["nodes"]}
     assert rows["spark-05"]["reachable"] == "unreachable"
-    assert sum(r["reachable"] == "ok" for r in rows.values()) == 7
+    assert sum(r["reachable"] == "ok" for r in rows.values()) == 7, done.stdout + done.stderr
     assert "spark-05" in done.stderr and "Traceback" not in done.stderr
 
 

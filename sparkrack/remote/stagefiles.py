@@ -20,6 +20,41 @@ PARTIAL = ".sparkrack-partial"
 MANIFEST = "sparkrack-manifest.sha256"
 
 
+def within(path, top):
+    """Whether path, every link resolved, is top or lies under it (top resolved too)."""
+    real, top = os.path.realpath(path), os.path.realpath(top)
+    return real == top or real.startswith(top.rstrip("/") + "/")
+
+
+def blob_store(root):
+    """The Hugging Face blob store a snapshot directory's links point into
+    (REPO/snapshots/REV -> REPO/blobs), or None when root is not such a snapshot."""
+    parent = os.path.dirname(os.path.abspath(root).rstrip("/"))
+    if os.path.basename(parent) != "snapshots":
+        return None
+    return os.path.join(os.path.dirname(parent), "blobs")
+
+
+def escape(root, name):
+    """Why name (a path relative to root) must not be touched: absolute, has `..`, or
+    resolves (through a link) outside root, or outside root's blob store for a Hugging
+    Face snapshot; None when it stays inside."""
+    if not name or os.path.isabs(name) or ".." in name.split("/"):
+        return "%r is not a path inside %s" % (name, root)
+    path = os.path.join(root, name)
+    store = blob_store(root)
+    if within(path, root) or (store is not None and os.path.islink(path)
+                              and within(os.path.dirname(path), root) and within(path, store)):
+        return None
+    return "%s leads outside %s (to %s)" % (path, root, os.path.realpath(path))
+
+
+def open_nofollow(path, flags, mode=0o644):
+    """os.open with O_NOFOLLOW: a symlink in path's last place fails (ELOOP), never written
+    through."""
+    return os.open(path, flags | os.O_NOFOLLOW, mode)
+
+
 def partial_path(root, name):
     head, tail = os.path.split(os.path.join(root, name))
     return os.path.join(head, "." + tail + PARTIAL)

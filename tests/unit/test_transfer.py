@@ -277,3 +277,23 @@ def test_a_snapshot_of_symlinks_is_manifested_as_its_files(tmp_path):
     code, made = stager("manifest", snapshot, tmp_path / "c", 0)
     assert made["sizes"] == {"model.safetensors": 7}
     assert made["text"] == f"{hashlib.sha256(b'weights').hexdigest()}  model.safetensors\n"
+
+
+@pytest.mark.parametrize("name", ["../victim.txt", "{victim}", "link/victim.txt",
+                                  "sub/../../victim.txt"])
+def test_remove_refuses_a_manifest_name_leaving_the_model_directory(tmp_path, name):
+    """Issue 23 item 1: a node's manifest naming a file outside its directory (`..`, an
+    absolute path, a directory link leading out) removes nothing, there or inside."""
+    src, data, manifest = model(tmp_path / "models")
+    victim = tmp_path / "models" / "victim.txt"
+    victim.write_text("not the model's")
+    (src / "link").symlink_to(victim.parent)
+    lines = [f"{sha}  {n}\n" for n, (sha, _) in sorted(manifest.items())]
+    lines.append(f"{'0' * 64}  {name.format(victim=victim)}\n")
+    (src / MANIFEST).write_text("".join(lines))
+    for check in (1, 0):
+        code, refused = stager("remove", src, check, tmp_path / "c")
+        assert code == 1 and refused["removed"] == []
+        assert f"{src / MANIFEST} lists " in refused["error"] and "nothing removed" in refused["error"]
+    assert victim.read_text() == "not the model's"
+    assert all((src / n).exists() for n in data) and (src / MANIFEST).exists()

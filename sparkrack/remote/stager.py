@@ -25,7 +25,7 @@ import json
 import os
 import sys
 
-from .stagefiles import (LOCK, MANIFEST, PARTIAL, busy, escape, load_cache,
+from .stagefiles import (LOCK, MANIFEST, PARTIAL, busy, escape, load_cache, open_nofollow,
                          parse_manifest_text, partial_path, save_cache, sha_of, stamp, walk_files, within)
 
 
@@ -33,7 +33,7 @@ def sizes(root):
     out = {}
     for name in json.load(sys.stdin):
         path = os.path.join(root, name)
-        out[name] = os.path.getsize(path) if os.path.isfile(path) else None
+        out[name] = os.path.getsize(path) if os.path.isfile(path) and not escape(root, name) else None
     print(json.dumps(out))
     return 0
 
@@ -83,7 +83,11 @@ def manifest(root, cache_path, write):
     if not os.path.isdir(root):
         print(json.dumps({"error": "%s is not a directory" % root}))
         return 1
-    names = walk_files(root)
+    try:
+        names = walk_files(root)
+    except ValueError as error:
+        print(json.dumps({"error": "%s: refused (a model file must be inside it)" % error}))
+        return 1
     if not names:
         print(json.dumps({"error": "%s holds no file" % root}))
         return 1
@@ -113,7 +117,7 @@ def manifest(root, cache_path, write):
         save_cache(cache_path, cache)
         if write == "1":
             tmp = os.path.join(root, "." + MANIFEST + ".tmp")
-            with open(tmp, "w") as f:
+            with os.fdopen(open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())

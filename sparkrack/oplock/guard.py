@@ -76,7 +76,7 @@ class Guard:
     def _refused(self, held: LockHeld) -> None:
         line = self.record.refused_line(held.line())
         try:
-            call(self.lock._fleet, self.lock.home.name, "append", line,
+            call(self.lock._fleet, self.lock.home.name, "append", lines=[line],
                  directory=self.lock.directory)
         except Exception as error:  # noqa: BLE001 - the refusal stands; say what was lost
             self.on_event(f"audit: the refusal could not be logged on the head: {error}")

@@ -133,7 +133,8 @@ class RackLock:
             said = ""
             while True:
                 reply = self._call("take", self.token, str(self.stale_after),
-                                   holder_json(self.holder), start_line, timeout=TAKE_TIMEOUT)
+                                   lines=[holder_json(self.holder), start_line],
+                                   timeout=TAKE_TIMEOUT)
                 if reply.status == "TAKEN":
                     break
                 if reply.status != "HELD" or reply.holder is None:
@@ -257,7 +258,7 @@ class RackLock:
         if self in _held:
             _held.remove(self)
         try:
-            reply = self._call("release", self.token, *lines, timeout=TAKE_TIMEOUT)
+            reply = self._call("release", self.token, lines=lines, timeout=TAKE_TIMEOUT)
             if reply.status == "NOTOURS":
                 return "the rack lock was no longer ours at the end"
             if reply.status != "RELEASED":
@@ -277,17 +278,20 @@ class RackLock:
 
     # --- One operation --------------------------------------------------------------------
 
-    def _call(self, op: str, *args: str, timeout: float) -> Reply:
+    def _call(self, op: str, *args: str, lines: Sequence[str] = (), timeout: float) -> Reply:
         """One lock operation on the head; LockError if the head cannot be asked."""
-        return call(self._fleet, self.home.name, op, *args, timeout=timeout,
+        return call(self._fleet, self.home.name, op, *args, lines=lines, timeout=timeout,
                     directory=self.directory)
 
 
-def call(fleet: Fleet, head: str, op: str, *args: str, timeout: float = TAKE_TIMEOUT,
-         directory: str | None = None) -> Reply:
-    """One lock operation on head through fleet (in remote.LOCK_DIR unless directory);
-    LockError if it could not run."""
-    result = fleet.run({head: lock_argv(op, *args, directory=directory)}, timeout=timeout)[head]
+def call(fleet: Fleet, head: str, op: str, *args: str, lines: Sequence[str] = (),
+         timeout: float = TAKE_TIMEOUT, directory: str | None = None) -> Reply:
+    """One lock operation on head through fleet (in remote.LOCK_DIR unless directory),
+    lines (audit lines; take's holder JSON first) on its stdin; LockError if it could not
+    run."""
+    stdin = "".join(line + "\n" for line in lines if line).encode() if lines else None
+    result = fleet.run({head: lock_argv(op, *args, directory=directory)}, timeout=timeout,
+                       stdin=stdin)[head]
     reply = parse_reply(result.stdout)
     if result.status == "ok" and reply.status != "ERROR":
         return reply

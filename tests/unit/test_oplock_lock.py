@@ -156,9 +156,9 @@ def test_a_broken_lock_stops_its_holder(loopback_rack, lock_dir):
     holder_lock.acquire()
     try:
         with Fleet(loopback_rack, [loopback_rack.head]) as fleet:
-            assert call(fleet, "spark-01", "break", "f" * 32, "",
+            assert call(fleet, "spark-01", "break", "f" * 32,
                         directory=lock_dir).status == "MISMATCH"  # another token: kept
-            assert call(fleet, "spark-01", "break", "a" * 32, "",
+            assert call(fleet, "spark-01", "break", "a" * 32,
                         directory=lock_dir).status == "BROKEN"
         assert stopped.wait(5)
         assert holder_lock.lost.startswith("the lock was broken or taken over on spark-01")
@@ -224,6 +224,8 @@ def test_guard_writes_start_and_end_records_on_the_head_and_locally(loopback_rac
     assert start["inventory_digest"].startswith("sha256:")
     assert start["args"] == {"engine": "sglang", "hf_token": "***", "note": "***"}
     assert "hf_abc" not in Path(lock_dir, "audit.jsonl").read_text()
+    assert audit.verify_chain(Path(lock_dir, "audit.jsonl").read_text()) == audit.ChainCheck(2, 0)
+    assert audit.verify_chain(audit.local_path().read_text()) == audit.ChainCheck(2, 0)
     assert end["outcome"] == "ok" and end["changed"]["deployment"] == "sglang-512k-1"
     assert end["overrides"] == ["power: override"] and end["duration_s"] >= 0
     assert not Path(lock_dir, "lock.json").exists()

@@ -58,15 +58,22 @@ class LockHeld(SparkrackError):
     exit_code = 3
     outcome = "refused"
 
-    def __init__(self, who: str, *, waited: float | None = None):
+    def __init__(self, who: str, *, waited: float | None = None,
+                 fix: str = "wait for it with --wait SECONDS; `invoke lock` shows it"):
         self.who = who
         after = f" after waiting {waited:.0f} s" if waited else ""
-        super().__init__(f"the rack lock is held by {who}{after}",
-                         fix="wait for it with --wait SECONDS; `invoke lock` shows it")
+        super().__init__(f"the rack lock is held by {who}{after}", fix=fix)
 
 
 class LockError(SparkrackError):
     """The lock could not be taken or kept (head unreachable, script error)."""
+
+
+def live_holder(fleet: Fleet, head: str, *, timeout: float = TAKE_TIMEOUT) -> Holder | None:
+    """Who holds the rack lock on head now, or None when it is free or stale (its holder
+    stopped beating: the next task takes it over). LockError if the head cannot be asked."""
+    holder = call(fleet, head, "show", timeout=timeout).holder
+    return holder if holder is not None and holder.age <= STALE_AFTER else None
 
 
 def held() -> RackLock | None:
@@ -300,4 +307,4 @@ def call(fleet: Fleet, head: str, op: str, *args: str, lines: Sequence[str] = ()
 
 
 __all__ = ["BEAT_TIMEOUT", "GIVE_UP_AFTER", "HEARTBEAT", "STALE_AFTER", "LockError", "LockHeld",
-           "RackLock", "call", "held", "lease_while_down"]
+           "RackLock", "call", "held", "lease_while_down", "live_holder"]

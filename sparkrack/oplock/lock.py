@@ -18,7 +18,9 @@ Timeouts (seconds). The holder refreshes the heartbeat every HEARTBEAT. The head
 the lock stale after STALE_AFTER without one (its own clock), and the next taker takes it
 over, saying from whom. The holder that could not refresh for GIVE_UP_AFTER (< STALE_AFTER,
 so before anyone may take over) stops its task as Ctrl-C would (the task's own cleanup
-runs) and says that it lost the lock: a task never goes on without the lock. A dropped SSH
+runs) and says that it lost the lock: a task never goes on without the lock. The heartbeat
+beats (or keeps trying) until release(), which a task calls after its cleanup: the lock
+never lapses while an interrupted task still stops its containers. A dropped SSH
 connection is reconnected by the next heartbeat. `away(seconds)` leases the lock for a
 reboot of the head: the heartbeat is put `seconds` ahead first, so neither side gives up
 while the head is down.
@@ -204,15 +206,19 @@ class RackLock:
     # --- Keeping --------------------------------------------------------------------------
 
     def _beat(self) -> None:
-        """Refresh the heartbeat every HEARTBEAT s; give up (on_lost) when the lock was
-        taken from us or no refresh reached the head for GIVE_UP_AFTER s."""
+        """Refresh the heartbeat every HEARTBEAT s until release(); give up (on_lost, once)
+        when the lock was taken from us (then stop beating: it is not ours) or no refresh
+        reached the head for GIVE_UP_AFTER s. After giving up it goes on trying: the task's
+        cleanup (stopping containers, up to minutes) runs before release(), and a head
+        that answers again keeps the lock ours until then, never stale mid-cleanup."""
         while not self._stop.wait(self.heartbeat):
             sent = time.monotonic()
             extra = self._extra
             try:
                 reply = self._call("refresh", self.token, str(int(extra)), timeout=BEAT_TIMEOUT)
-            except LockError as error:
-                reply = Reply("ERROR", error=error.message)
+            except Exception as error:  # noqa: BLE001 - any failure is a missed beat, never the end
+                reply = Reply("ERROR", error=getattr(error, "message", None) or
+                              f"{type(error).__name__}: {error}")
             if reply.status == "OK":
                 self._good_until = sent + extra + self.give_up_after
                 continue
@@ -221,16 +227,15 @@ class RackLock:
                 self._lose(f"the lock was broken or taken over on {self.home.name} (now held "
                            f"by {now})")
                 return
-            if time.monotonic() >= self._good_until:
+            if time.monotonic() >= self._good_until and self.lost is None:
                 self._lose(f"no heartbeat reached {self.home.name} for "
                            f"{time.monotonic() - self._good_until + self.give_up_after:.0f} s "
                            f"({reply.error or reply.status}); it goes stale there after "
                            f"{self.stale_after} s")
-                return
 
     def _lose(self, why: str) -> None:
         with self._state:
-            if self._ending or self._stop.is_set():
+            if self._ending or self._stop.is_set() or self.lost is not None:
                 return
             self.lost = why
         self.on_event(f"lock: LOST: {why}; stopping this task")

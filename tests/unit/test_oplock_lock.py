@@ -183,6 +183,70 @@ def test_a_holder_that_cannot_reach_the_head_stops_its_task(loopback_rack, lock_
         holder_lock.release()
 
 
+def test_the_heartbeat_outlives_giving_up_until_the_cleanup_ends(loopback_rack, lock_dir, sshd,
+                                                                 machine):
+    """Issue 23 item 10: a holder that gave up (the head silent) stops its task once, and
+    its heartbeat goes on trying: the head back, the lock stays fresh through the task's
+    cleanup (no other operator can take it as stale) until release."""
+    lost: list[float] = []
+    holder_lock = new_lock(loopback_rack, lock_dir, "a" * 32, lost=lambda: lost.append(1),
+                           heartbeat=0.3, give_up_after=1.0)
+    holder_lock.acquire()
+    frozen = [sshd.pid, *session_pids(sshd)]
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 15
+        while not lost and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    try:
+        assert lost, "the holder never gave up"
+        machine("b")
+        for _ in range(10):  # the interrupted task's cleanup: longer than stale_after
+            time.sleep(1)
+            with pytest.raises(LockHeld):
+                new_lock(loopback_rack, lock_dir, "b" * 32, stale_after=6).acquire()
+        assert lost == [1]  # stopped once, not again at every missed beat
+    finally:
+        assert holder_lock.release() is None
+    assert show(loopback_rack, lock_dir).status == "FREE"
+
+
+def test_an_interrupted_task_keeps_the_lock_fresh_through_its_cleanup(loopback_rack, lock_dir,
+                                                                       machine, monkeypatch):
+    """Ctrl-C: the task's cleanup runs holding the lock (heartbeat fresh) and the end record
+    follows it."""
+    from functools import partial
+
+    from sparkrack.cli import common
+    from sparkrack.oplock import guard as guard_module
+
+    monkeypatch.setattr(common, "inventory_from", lambda path: loopback_rack)
+    monkeypatch.setattr(guard_module, "Guard", partial(guard_module.Guard, directory=lock_dir,
+                                                       heartbeat=0.3))
+    ages: list[float] = []
+
+    def task():
+        try:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            time.sleep(10)
+        except KeyboardInterrupt:
+            for _ in range(6):  # stopping containers
+                time.sleep(1)
+                ages.append(show(loopback_rack, lock_dir).holder.age)
+            raise
+
+    with pytest.raises(KeyboardInterrupt):
+        common._guarded("down", {"inventory": None}, None, task)
+    assert len(ages) == 6 and max(ages) <= 2, ages
+    [entry] = audit.merge(audit.parse_lines(Path(lock_dir, "audit.jsonl").read_text()))
+    assert (entry["task"], entry["outcome"], entry["exit_code"]) == ("down", "interrupted", 130)
+    assert entry["duration_s"] >= 6
+
+
 def test_lease_keeps_the_lock_while_the_head_reboots(loopback_rack, lock_dir, machine):
     holder_lock = new_lock(loopback_rack, lock_dir, "a" * 32)
     holder_lock.acquire()

@@ -86,7 +86,8 @@ def manifest(root, cache_path, write):
     try:
         names = walk_files(root)
     except ValueError as error:
-        print(json.dumps({"error": "%s: refused (a model file must be inside it)" % error}))
+        print(json.dumps({"error": "refused: %s (a model file must be inside the model "
+                                   "directory)" % error}))
         return 1
     if not names:
         print(json.dumps({"error": "%s holds no file" % root}))
@@ -200,7 +201,8 @@ def remove(root, check, cache_path):
     for name in names:  # a name leaving root: nothing is removed (never unlinked there)
         why = escape(root, name)
         if why:
-            out["error"] = "%s lists %s: nothing removed (fix or delete the manifest)" % (path, why)
+            out["error"] = ("%s names a file outside the model directory: %s; nothing removed "
+                            "(fix or delete the manifest)" % (path, why))
             print(json.dumps(out))
             return 1
     doomed = [os.path.join(root, n) for n in names] + [partial_path(root, n) for n in names]

@@ -75,7 +75,7 @@ def _respect_lock(fleet, rack, record, force: bool) -> None:
         console.say(f"lock: held by {who}; running anyway (--force, recorded)")
         return
     refused = LockHeld(who, fix="wait until `invoke lock` shows it free, or run anyway with "
-                                "--force (recorded in the audit log)")
+                                "--force, which the audit log records")
     for problem in audit.log_unlocked(fleet, record, "refused", error=refused.line(),
                                       exit_code=refused.exit_code):
         console.say(problem)

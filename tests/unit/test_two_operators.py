@@ -126,7 +126,8 @@ def test_run_is_refused_while_another_operator_holds_the_lock_unless_forced(oper
     assert refused.returncode == 3, refused.stderr
     [line] = refused.stderr.strip().splitlines()
     assert line.startswith("error: the rack lock is held by bob@ci (pid 99) running `down`")
-    assert line.endswith("or run anyway with --force (recorded in the audit log))")
+    assert line.endswith("(wait until `invoke lock` shows it free, or run anyway with --force, "
+                         "which the audit log records)")
     assert not marker.exists()
     forced = run("run", "--force", "--", "touch", str(marker))
     assert forced.returncode == 0, forced.stderr

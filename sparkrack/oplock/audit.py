@@ -296,8 +296,9 @@ class ChainCheck:
         if self.lines and self.unchained == self.lines:
             return (f"audit log ({source}): none of its {self.lines} lines is chained "
                     "(written before sparkrack chained the log): nothing could be verified")
-        before = (f"; lines 1-{self.unchained} were written before the chain and are not "
-                  "verified" if self.unchained else "")
+        first = "line 1 was" if self.unchained == 1 else f"lines 1-{self.unchained} were"
+        before = (f"; {first} written before the chain and not verified" if self.unchained
+                  else "")
         verified = self.lines - self.unchained
         return f"audit log ({source}): the chain holds: {verified} line(s) verified{before}"
 

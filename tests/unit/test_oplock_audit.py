@@ -135,7 +135,7 @@ def test_verify_starts_at_the_first_chained_line_of_an_older_log():
     chained = [audit.chain(legacy[-1], '{"id":"new"}')]
     checked = audit.verify_chain("\n".join(legacy + chained) + "\n")
     assert checked.ok and (checked.lines, checked.unchained) == (3, 2)
-    assert "lines 1-2 were written before the chain and are not verified" in checked.describe("x")
+    assert "lines 1-2 were written before the chain and not verified" in checked.describe("x")
     only_old = audit.verify_chain("\n".join(legacy) + "\n")
     assert not only_old.ok and only_old.broken is None
     assert "none of its 2 lines is chained" in only_old.describe("x")

@@ -167,8 +167,8 @@ def test_log_verify_names_the_first_broken_line(tmp_path, monkeypatch, capsys):
                        '{"id":"b","phase":"start"}')
     lock_tasks.log_(Context(), local=True, verify=True, inventory=REHEARSAL)
     said = capsys.readouterr().out
-    assert said.strip() == ("audit log (local): the chain holds: 3 line(s) verified; lines 1-1 "
-                            "were written before the chain and are not verified")
+    assert said.strip() == ("audit log (local): the chain holds: 3 line(s) verified; line 1 "
+                            "was written before the chain and not verified")
     lines = (tmp_path / "audit.jsonl").read_text().splitlines()
     lines[2] = lines[2].replace('"phase":"end"', '"phase":"end","outcome":"ok"')
     (tmp_path / "audit.jsonl").write_text("\n".join(lines) + "\n")

@@ -108,7 +108,8 @@ class FileSink:
         try:
             self.lock = locked(root) if wanted else None
         except OSError as e:  # ELOOP: the lock file is a symlink
-            self.lock, self.error = None, "cannot open the stage lock in %s: %s" % (root, e.strerror or e)
+            self.lock = None
+            self.error = "cannot open the stage lock in %s: %s" % (root, e.strerror or e)
         if self.lock is not None:
             note_progress(self.lock, {"bytes": 0})
         elif wanted and self.error is None:

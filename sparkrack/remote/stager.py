@@ -26,14 +26,16 @@ import os
 import sys
 
 from .stagefiles import (LOCK, MANIFEST, PARTIAL, busy, escape, load_cache, open_nofollow,
-                         parse_manifest_text, partial_path, save_cache, sha_of, stamp, walk_files, within)
+                         parse_manifest_text, partial_path, save_cache, sha_of, stamp, walk_files,
+                         within)
 
 
 def sizes(root):
     out = {}
     for name in json.load(sys.stdin):
         path = os.path.join(root, name)
-        out[name] = os.path.getsize(path) if os.path.isfile(path) and not escape(root, name) else None
+        inside = os.path.isfile(path) and not escape(root, name)
+        out[name] = os.path.getsize(path) if inside else None
     print(json.dumps(out))
     return 0
 

@@ -247,6 +247,42 @@ def test_an_interrupted_task_keeps_the_lock_fresh_through_its_cleanup(loopback_r
     assert entry["duration_s"] >= 6
 
 
+def test_the_lock_is_kept_until_an_interrupted_tasks_threads_end(loopback_rack, lock_dir,
+                                                                 machine):
+    """Issue 23 item 10: Ctrl-C twice while `with ThreadPoolExecutor` waits for a docker stop
+    leaves the worker stopping containers after the task's main thread gave up; the lock
+    stays held, its heartbeat fresh, until that worker ended, and only then is released."""
+    said: list[str] = []
+    guard = Guard(loopback_rack, "down", {}, directory=lock_dir, on_lost=lambda: None,
+                  on_event=said.append, heartbeat=0.3)
+    guard.begin()
+    stopped = threading.Event()
+
+    def stop_containers():  # a worker the interrupted main thread left running
+        time.sleep(6)
+        stopped.set()
+
+    threading.Thread(target=stop_containers, name="ThreadPoolExecutor-0_0").start()
+    seen: list = []
+
+    def watch():  # another operator's view while the worker runs
+        while not stopped.is_set():
+            holder = show(loopback_rack, lock_dir).holder
+            seen.append(holder and holder.age)
+            time.sleep(1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    guard.end("interrupted", error="interrupted (Ctrl-C or a signal)", exit_code=130)
+    assert stopped.is_set()  # end() returned only after the worker ended
+    watcher.join(5)
+    assert len(seen) >= 4 and all(age is not None and age <= 2 for age in seen), seen
+    assert show(loopback_rack, lock_dir).status == "FREE"
+    assert any("kept while 1 thread(s) of this task finish" in line for line in said), said
+    [entry] = audit.merge(audit.parse_lines(Path(lock_dir, "audit.jsonl").read_text()))
+    assert entry["outcome"] == "interrupted" and entry["duration_s"] >= 5
+
+
 def test_lease_keeps_the_lock_while_the_head_reboots(loopback_rack, lock_dir, machine):
     holder_lock = new_lock(loopback_rack, lock_dir, "a" * 32)
     holder_lock.acquire()

@@ -69,7 +69,7 @@ def unlock(c, force=None, inventory=None):
                           "command": old.command, "held_for_s": old.held_for})
         record.overrides.append(f"unlock --force: {force}")
         line = audit._line({**record.start, **record.end("ok")})
-        reply = call(fleet, rack.head.name, "break", old.token, line)
+        reply = call(fleet, rack.head.name, "break", old.token, lines=[line])
     if reply.status == "MISMATCH":
         raise UsageError("the lock changed hands while breaking it; nothing was broken",
                          fix="run `invoke lock`, then unlock again if still needed")
@@ -81,13 +81,17 @@ def unlock(c, force=None, inventory=None):
     "since": "only tasks started since WHEN: 30m, 2h, 3d, 1w, 2026-05-01, 2026-05-01T14:00",
     "task": "only this task (up, provision, ...)", "json": "print JSON for scripts",
     "local": "read this machine's copy instead of the head's",
+    "verify": "check the log's hash chain instead of showing it: name the first line that "
+              "was edited, inserted or removed (exit 1); lines written before the chain "
+              "existed are counted, not verified",
     "inventory": INVENTORY_HELP})
 @operator_task
-def log_(c, since=None, task=None, json=False, local=False, inventory=None):
+def log_(c, since=None, task=None, json=False, local=False, verify=False, inventory=None):
     """The audit log: every changing task, who ran it, its arguments and outcome, what changed.
 
     Read from the head node (this machine's copy with --local, or when the head does not
-    answer). One row per task: start and end records paired."""
+    answer). One row per task: start and end records paired. --verify checks that each
+    line carries the hash of the line before it (exit 1 at the first that does not)."""
     from ..oplock import audit
     from ..oplock.lock import LockError, call
 
@@ -110,6 +114,17 @@ def log_(c, since=None, task=None, json=False, local=False, inventory=None):
     if source == "local":
         path = audit.local_path()
         text = path.read_text() if path.exists() else ""
+    if verify:
+        checked = audit.verify_chain(text)
+        if json:
+            console.print_json({"source": source, "ok": checked.ok, "lines": checked.lines,
+                                "unchained": checked.unchained, "broken_line": checked.broken,
+                                "why": checked.why})
+        if not checked.ok:
+            raise Exit(checked.describe(source), code=1)
+        if not json:
+            print(checked.describe(source))
+        return
     records = audit.parse_lines(text)
     if source == "local":
         records = [r for r in records if r.get("rack") in (None, rack.vars.rack_name)

@@ -6,7 +6,7 @@
 - lock.py      RackLock: a local file lock (filelock) then the lock file on the head node,
                kept alive by a heartbeat thread; stale after STALE_AFTER s without one
 - audit.py     the audit records (JSON lines, start then end), masking, `note()` for what
-               changed, reading and pairing them back
+               changed, the hash chain and its check, reading and pairing them back
 - guard.py     the lock and the audit record of one changing task, together
 
 A task that changes the rack runs inside `Guard` (the CLI's `rack_task` does it): the lock

@@ -12,10 +12,21 @@ end record. Lines go to the head node (remote.AUDIT_FILE) and to a local copy
 
 Tasks and the lifecycle say what they changed with `note(...)` while a record is active
 (a no-op otherwise).
+
+Secrets are masked (`***`) before a line is made (mask_text, the one place): values under a
+secret-looking name, tokens in text, `-p`/`--password`/`--*token`... VALUE flags,
+`Authorization: Bearer ...`, `*_KEY=`/`*_TOKEN=`/`*_SECRET=` values and URL passwords.
+
+The log is tamper-evident: each line carries `"prev"`, the SHA-256 of the line before it
+(of "" for a log's first line), put there by whoever appends (the head's lock script, or
+append_local here); verify_chain finds the first line that does not follow its
+predecessor. Lines written before the chain (no "prev") are a prefix it cannot vouch for.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import re
@@ -38,12 +49,30 @@ SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 OUTCOMES = ("ok", "failed", "refused", "interrupted")
 
 
+_WORD = r"""(?:'[^']*'|"[^"]*"|[^\s'";&|]+)"""  # a value: quoted, or up to a space or ;&|
+SECRET_FLAG = re.compile(  # -p X, --password X, --password=X, --hf-token X, --api-key=X ...
+    r"(?<!\S)(-p|--[\w-]*(?:passw|token|secret|api[-_]?key|credential)[\w-]*)(\s+|=)"
+    + _WORD, re.I)
+SECRET_ASSIGN = re.compile(  # HF_TOKEN=x, AWS_SECRET_ACCESS_KEY=x, PASSWORD=x
+    r"\b((?:\w+_)?(?:key|token|secret|password|passwd))=" + _WORD, re.I)
+SECRET_AUTH = re.compile(  # Authorization: Bearer x, Authorization: Basic x, Bearer x
+    r"\b((?:authorization:\s*(?:bearer|basic|token)?|bearer)\s*)[^\s'\";&|]+", re.I)
+SECRET_URL = re.compile(r"\b([a-z][a-z0-9+.-]*://[^/\s:@'\"]*:)[^@\s/'\"]+@", re.I)
+
+
 def mask_text(text: str) -> str:
-    """text with token-looking values and the environment's tokens replaced by ***."""
+    """text with secrets replaced by ***: the environment's tokens, token-looking values,
+    the values of secret flags (-p, --password, --*-token, ...), of secret assignments
+    (*_KEY=, *_TOKEN=, *_SECRET=, PASSWORD=), of Authorization headers and bearer tokens,
+    and passwords in URLs (scheme://user:***@host)."""
     for name in SECRET_ENV:
         value = os.environ.get(name)
         if value and len(value) >= 4:
             text = text.replace(value, MASK)
+    text = SECRET_FLAG.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+    text = SECRET_ASSIGN.sub(lambda m: m.group(1) + "=" + MASK, text)
+    text = SECRET_AUTH.sub(lambda m: m.group(1) + MASK, text)
+    text = SECRET_URL.sub(lambda m: m.group(1) + MASK + "@", text)
     return SECRET_VALUE.sub(MASK, text)
 
 
@@ -199,19 +228,109 @@ def local_path() -> Path:
 
 
 def append_local(*lines: str) -> str | None:
-    """Append lines to the local copy, one O_APPEND write each; the problem, or None."""
+    """Append lines to the local copy (0600), chained, one O_APPEND write each, under a
+    flock (tasks on this machine append in turn); the problem, or None."""
     path = local_path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            previous = _last_line(fd)
             for line in lines:
-                os.write(fd, line.encode() + b"\n")
+                previous = chain(previous, line)
+                os.write(fd, previous.encode() + b"\n")
         finally:
             os.close(fd)
     except OSError as error:
         return f"cannot append to {path}: {error.strerror or error}"
     return None
+
+
+def _last_line(fd: int) -> str:
+    """The last line of the open file fd (without its newline; "" if empty)."""
+    size, block = os.fstat(fd).st_size, 1 << 16
+    while True:
+        start = max(0, size - block)
+        data = os.pread(fd, size - start, start)
+        body = data[:-1] if data.endswith(b"\n") else data
+        cut = body.rfind(b"\n")
+        if cut >= 0 or start == 0:
+            return body[cut + 1:].decode(errors="replace")
+        block *= 4
+
+
+# --- The chain ------------------------------------------------------------------------------
+
+CHAIN = "prev"
+
+
+def line_hash(line: str) -> str:
+    """SHA-256 of a line's text (without its newline), as `sha256sum` prints it."""
+    return hashlib.sha256(line.encode()).hexdigest()
+
+
+def chain(previous: str, line: str) -> str:
+    """line (a JSON object) with `"prev":SHA-256 of previous` put first, as lock.sh does."""
+    return '{"%s":"%s",%s' % (CHAIN, line_hash(previous), line[1:])
+
+
+@dataclass(frozen=True)
+class ChainCheck:
+    """What verify_chain found in a log."""
+
+    lines: int  # lines in the log
+    unchained: int  # lines before the first chained one (written before the chain)
+    broken: int | None = None  # the first line (1-based) that does not follow its predecessor
+    why: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Intact, and something was verified (an empty log is intact too)."""
+        return self.broken is None and (self.unchained < self.lines or not self.lines)
+
+    def describe(self, source: str) -> str:
+        """One line saying the verdict."""
+        if self.broken is not None:
+            return f"audit log ({source}): line {self.broken} {self.why}"
+        if self.lines and self.unchained == self.lines:
+            return (f"audit log ({source}): none of its {self.lines} lines is chained "
+                    "(written before sparkrack chained the log): nothing could be verified")
+        first = "line 1 was" if self.unchained == 1 else f"lines 1-{self.unchained} were"
+        before = (f"; {first} written before the chain and not verified" if self.unchained
+                  else "")
+        verified = self.lines - self.unchained
+        return f"audit log ({source}): the chain holds: {verified} line(s) verified{before}"
+
+
+def verify_chain(text: str) -> ChainCheck:
+    """Check that every line from the first chained one on carries the hash of the line
+    before it. A line without "prev" after the chain began, or whose "prev" is not its
+    predecessor's hash, is where the log was edited (that line or the one before it),
+    added to by hand, or had a line removed. The last line can be edited, or lines cut off
+    the end, without breaking the chain: compare with another copy for those."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    previous, unchained = "", 0
+    for number, line in enumerate(lines, 1):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            data = None
+        prev = data.get(CHAIN) if isinstance(data, dict) else None
+        if prev is None and unchained == number - 1:
+            unchained += 1  # still in the prefix written before the chain
+        elif prev is None:
+            return ChainCheck(len(lines), unchained, number, "carries no chain field: added or "
+                              "rewritten by hand after the chain began")
+        elif prev != line_hash(previous):
+            why = (f"does not follow line {number - 1}: one of them was edited, or lines were "
+                   "removed or inserted between them" if number > 1 else
+                   "does not start the log: lines before it were removed")
+            return ChainCheck(len(lines), unchained, number, why)
+        previous = line
+    return ChainCheck(len(lines), unchained)
 
 
 def log_unlocked(fleet, record: Record, outcome: str, **kwargs) -> list[str]:
@@ -222,7 +341,7 @@ def log_unlocked(fleet, record: Record, outcome: str, **kwargs) -> list[str]:
     line = record.done_line(outcome, **kwargs)
     problems = []
     try:
-        call(fleet, record.start["head"], "append", line)
+        call(fleet, record.start["head"], "append", lines=[line])
     except LockError as error:
         problems.append(f"audit: not logged on the head: {error.line()}")
     local = append_local(line)
@@ -241,6 +360,7 @@ def parse_lines(text: str) -> list[dict]:
         except ValueError:
             continue
         if isinstance(data, dict) and data.get("id"):
+            data.pop(CHAIN, None)  # the chain's, not the record's
             records.append(data)
     return records
 

@@ -6,10 +6,17 @@
     with audit.active(guard.record):
         ...                      # the task; note() adds what changed
     guard.end("ok")              # end record, lock released (one round trip)
+
+An interrupted task can leave threads still at work when its main thread reaches end():
+a second Ctrl-C while `with ThreadPoolExecutor` waits for its workers (docker stops of up
+to 120 s) leaves them running, and the process cannot exit before they end anyway. end()
+waits for them (up to SETTLE_LIMIT s) with the lock held and its heartbeat beating, so the
+lock is never free while the task still changes the rack.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 
@@ -18,6 +25,9 @@ from ..inventory import Inventory
 from . import audit
 from .lock import LockError, LockHeld, RackLock, call, interrupt_main
 from .remote import Holder
+
+
+SETTLE_LIMIT = 180.0  # longest wait for an interrupted task's threads (a stop: up to 120 s)
 
 
 class Guard:
@@ -36,6 +46,7 @@ class Guard:
             on_event=on_event, on_lost=on_lost, **lock_options)
         self.took_over: Holder | None = None
         self._closing: list[str] = []
+        self._threads = set(threading.enumerate())  # those not the task's
 
     @property
     def lost(self) -> str | None:
@@ -76,7 +87,7 @@ class Guard:
     def _refused(self, held: LockHeld) -> None:
         line = self.record.refused_line(held.line())
         try:
-            call(self.lock._fleet, self.lock.home.name, "append", line,
+            call(self.lock._fleet, self.lock.home.name, "append", lines=[line],
                  directory=self.lock.directory)
         except Exception as error:  # noqa: BLE001 - the refusal stands; say what was lost
             self.on_event(f"audit: the refusal could not be logged on the head: {error}")
@@ -85,8 +96,10 @@ class Guard:
         audit.append_local(line)
 
     def end(self, outcome: str, *, error: str | None = None, exit_code: int = 0) -> None:
-        """Write the end record and release the lock (one round trip), and the local copy."""
+        """Once the task's own threads ended (see the module doc), write the end record and
+        release the lock (one round trip), and the local copy."""
         discard()  # connections the task did not use
+        self._settle(SETTLE_LIMIT)
         line = self.record.end_line(outcome, error=error, exit_code=exit_code)
         problem = self.lock.release([*self._closing, line])
         if problem:
@@ -94,3 +107,24 @@ class Guard:
         local = audit.append_local(*self._closing, line)
         if local:
             self.on_event(f"audit: {local}")
+
+    def _settle(self, limit: float) -> None:
+        """Wait up to limit s for the threads the task started that still work (not daemon
+        threads: SSH transports, the heartbeat), the lock kept meanwhile. A Ctrl-C here
+        does not end the wait: the process could not exit before those threads anyway."""
+        deadline = time.monotonic() + limit
+        said = False
+        while time.monotonic() < deadline:
+            busy = [t for t in threading.enumerate() if t not in self._threads and not t.daemon
+                    and t is not threading.current_thread() and t.is_alive()]
+            if not busy:
+                return
+            if not said:
+                said = True
+                self.on_event(f"lock: kept while {len(busy)} thread(s) of this task finish "
+                              f"(stopping containers?), up to {limit:.0f} s")
+            try:
+                busy[0].join(min(1.0, max(0.0, deadline - time.monotonic())))
+            except KeyboardInterrupt:
+                self.on_event("lock: the task's threads are still at work; the lock is "
+                              "released when they end")

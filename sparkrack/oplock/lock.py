@@ -18,7 +18,9 @@ Timeouts (seconds). The holder refreshes the heartbeat every HEARTBEAT. The head
 the lock stale after STALE_AFTER without one (its own clock), and the next taker takes it
 over, saying from whom. The holder that could not refresh for GIVE_UP_AFTER (< STALE_AFTER,
 so before anyone may take over) stops its task as Ctrl-C would (the task's own cleanup
-runs) and says that it lost the lock: a task never goes on without the lock. A dropped SSH
+runs) and says that it lost the lock: a task never goes on without the lock. The heartbeat
+beats (or keeps trying) until release(), which a task calls after its cleanup: the lock
+never lapses while an interrupted task still stops its containers. A dropped SSH
 connection is reconnected by the next heartbeat. `away(seconds)` leases the lock for a
 reboot of the head: the heartbeat is put `seconds` ahead first, so neither side gives up
 while the head is down.
@@ -58,15 +60,22 @@ class LockHeld(SparkrackError):
     exit_code = 3
     outcome = "refused"
 
-    def __init__(self, who: str, *, waited: float | None = None):
+    def __init__(self, who: str, *, waited: float | None = None,
+                 fix: str = "wait for it with --wait SECONDS; `invoke lock` shows it"):
         self.who = who
         after = f" after waiting {waited:.0f} s" if waited else ""
-        super().__init__(f"the rack lock is held by {who}{after}",
-                         fix="wait for it with --wait SECONDS; `invoke lock` shows it")
+        super().__init__(f"the rack lock is held by {who}{after}", fix=fix)
 
 
 class LockError(SparkrackError):
     """The lock could not be taken or kept (head unreachable, script error)."""
+
+
+def live_holder(fleet: Fleet, head: str, *, timeout: float = TAKE_TIMEOUT) -> Holder | None:
+    """Who holds the rack lock on head now, or None when it is free or stale (its holder
+    stopped beating: the next task takes it over). LockError if the head cannot be asked."""
+    holder = call(fleet, head, "show", timeout=timeout).holder
+    return holder if holder is not None and holder.age <= STALE_AFTER else None
 
 
 def held() -> RackLock | None:
@@ -133,7 +142,8 @@ class RackLock:
             said = ""
             while True:
                 reply = self._call("take", self.token, str(self.stale_after),
-                                   holder_json(self.holder), start_line, timeout=TAKE_TIMEOUT)
+                                   lines=[holder_json(self.holder), start_line],
+                                   timeout=TAKE_TIMEOUT)
                 if reply.status == "TAKEN":
                     break
                 if reply.status != "HELD" or reply.holder is None:
@@ -196,15 +206,19 @@ class RackLock:
     # --- Keeping --------------------------------------------------------------------------
 
     def _beat(self) -> None:
-        """Refresh the heartbeat every HEARTBEAT s; give up (on_lost) when the lock was
-        taken from us or no refresh reached the head for GIVE_UP_AFTER s."""
+        """Refresh the heartbeat every HEARTBEAT s until release(); give up (on_lost, once)
+        when the lock was taken from us (then stop beating: it is not ours) or no refresh
+        reached the head for GIVE_UP_AFTER s. After giving up it goes on trying: the task's
+        cleanup (stopping containers, up to minutes) runs before release(), and a head
+        that answers again keeps the lock ours until then, never stale mid-cleanup."""
         while not self._stop.wait(self.heartbeat):
             sent = time.monotonic()
             extra = self._extra
             try:
                 reply = self._call("refresh", self.token, str(int(extra)), timeout=BEAT_TIMEOUT)
-            except LockError as error:
-                reply = Reply("ERROR", error=error.message)
+            except Exception as error:  # noqa: BLE001 - any failure is a missed beat, never the end
+                reply = Reply("ERROR", error=getattr(error, "message", None) or
+                              f"{type(error).__name__}: {error}")
             if reply.status == "OK":
                 self._good_until = sent + extra + self.give_up_after
                 continue
@@ -213,16 +227,15 @@ class RackLock:
                 self._lose(f"the lock was broken or taken over on {self.home.name} (now held "
                            f"by {now})")
                 return
-            if time.monotonic() >= self._good_until:
+            if time.monotonic() >= self._good_until and self.lost is None:
                 self._lose(f"no heartbeat reached {self.home.name} for "
                            f"{time.monotonic() - self._good_until + self.give_up_after:.0f} s "
                            f"({reply.error or reply.status}); it goes stale there after "
                            f"{self.stale_after} s")
-                return
 
     def _lose(self, why: str) -> None:
         with self._state:
-            if self._ending or self._stop.is_set():
+            if self._ending or self._stop.is_set() or self.lost is not None:
                 return
             self.lost = why
         self.on_event(f"lock: LOST: {why}; stopping this task")
@@ -257,7 +270,7 @@ class RackLock:
         if self in _held:
             _held.remove(self)
         try:
-            reply = self._call("release", self.token, *lines, timeout=TAKE_TIMEOUT)
+            reply = self._call("release", self.token, lines=lines, timeout=TAKE_TIMEOUT)
             if reply.status == "NOTOURS":
                 return "the rack lock was no longer ours at the end"
             if reply.status != "RELEASED":
@@ -277,17 +290,20 @@ class RackLock:
 
     # --- One operation --------------------------------------------------------------------
 
-    def _call(self, op: str, *args: str, timeout: float) -> Reply:
+    def _call(self, op: str, *args: str, lines: Sequence[str] = (), timeout: float) -> Reply:
         """One lock operation on the head; LockError if the head cannot be asked."""
-        return call(self._fleet, self.home.name, op, *args, timeout=timeout,
+        return call(self._fleet, self.home.name, op, *args, lines=lines, timeout=timeout,
                     directory=self.directory)
 
 
-def call(fleet: Fleet, head: str, op: str, *args: str, timeout: float = TAKE_TIMEOUT,
-         directory: str | None = None) -> Reply:
-    """One lock operation on head through fleet (in remote.LOCK_DIR unless directory);
-    LockError if it could not run."""
-    result = fleet.run({head: lock_argv(op, *args, directory=directory)}, timeout=timeout)[head]
+def call(fleet: Fleet, head: str, op: str, *args: str, lines: Sequence[str] = (),
+         timeout: float = TAKE_TIMEOUT, directory: str | None = None) -> Reply:
+    """One lock operation on head through fleet (in remote.LOCK_DIR unless directory),
+    lines (audit lines; take's holder JSON first) on its stdin; LockError if it could not
+    run."""
+    stdin = "".join(line + "\n" for line in lines if line).encode() if lines else None
+    result = fleet.run({head: lock_argv(op, *args, directory=directory)}, timeout=timeout,
+                       stdin=stdin)[head]
     reply = parse_reply(result.stdout)
     if result.status == "ok" and reply.status != "ERROR":
         return reply
@@ -296,4 +312,4 @@ def call(fleet: Fleet, head: str, op: str, *args: str, timeout: float = TAKE_TIM
 
 
 __all__ = ["BEAT_TIMEOUT", "GIVE_UP_AFTER", "HEARTBEAT", "STALE_AFTER", "LockError", "LockHeld",
-           "RackLock", "call", "held", "lease_while_down"]
+           "RackLock", "call", "held", "lease_while_down", "live_holder"]

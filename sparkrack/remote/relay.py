@@ -31,8 +31,8 @@ import threading
 import time
 
 from .handshake import connect, listen
-from .stagefiles import (CHUNK, load_cache, locked, note_progress, partial_path, save_cache,
-                         sha_of, stamp)
+from .stagefiles import (CHUNK, escape, load_cache, locked, note_progress, open_nofollow,
+                         partial_path, save_cache, sha_of, stamp, within)
 
 STALL = 30.0  # a data socket with no progress this long is given up (a cut link)
 CLOSE_WAIT = 600.0  # after the last byte: how long the next hop may take to finish
@@ -104,11 +104,15 @@ class FileSink:
         self.root, self.cache_path, self.wanted = root, cache_path, wanted
         self.files = {name: {"state": "not received", "received": 0} for name in wanted}
         self.buf, self.cur, self.bytes, self.noted = b"", None, 0, 0.0
-        self.lock = locked(root) if wanted else None
         self.error = None
+        try:
+            self.lock = locked(root) if wanted else None
+        except OSError as e:  # ELOOP: the lock file is a symlink
+            self.lock = None
+            self.error = "cannot open the stage lock in %s: %s" % (root, e.strerror or e)
         if self.lock is not None:
             note_progress(self.lock, {"bytes": 0})
-        elif wanted:
+        elif wanted and self.error is None:
             self.error = "another transfer is writing into %s (an interrupted run still going?)" % root
         self.cache = load_cache(cache_path)
 
@@ -158,14 +162,26 @@ class FileSink:
             res.update(state="failed", error="the stream's size %d is not the manifest's %d" % (size, want[1]))
             return
         part = partial_path(self.root, name)
-        os.makedirs(os.path.dirname(part), exist_ok=True)
-        have = os.path.getsize(part) if os.path.isfile(part) else 0
+        why = escape(self.root, name)
+        if why is None:
+            os.makedirs(os.path.dirname(part), exist_ok=True)
+            why = None if within(os.path.dirname(part), self.root) else "%s leads outside %s" % (
+                os.path.dirname(part), self.root)
+        if why:
+            res.update(state="failed", error="refused: " + why)
+            return
+        try:  # never through a symlink put in the partial file's place
+            f = os.fdopen(open_nofollow(part, os.O_RDWR | os.O_CREAT), "r+b", buffering=0)
+        except OSError as e:
+            res.update(state="failed", error="cannot open %s: %s" % (part, e.strerror or e))
+            return
+        have = os.fstat(f.fileno()).st_size
         if have < offset:
+            f.close()
             res.update(state="failed", error="partial file has %d bytes, the stream starts at %d" % (have, offset))
             return
-        f = open(part, "r+b" if have else "w+b", buffering=0)
         f.truncate(offset)
-        self.cur["h"] = sha_of(part, offset) if offset else hashlib.sha256()
+        self.cur["h"] = sha_of(f, offset) if offset else hashlib.sha256()
         f.seek(offset)
         self.cur["f"] = f
         res.update(state="receiving", resumed_from=offset)
@@ -207,6 +223,9 @@ def file_stream(root, plan, bytes_per_s=0):
     started, sent = time.monotonic(), 0
     step = max(4096, min(CHUNK, int(bytes_per_s / 10))) if bytes_per_s > 0 else CHUNK
     for name, size, offset in plan:
+        why = escape(root, name)
+        if why:
+            raise ValueError("refused: " + why)
         yield (json.dumps({"name": name, "size": size, "offset": offset}) + "\n").encode()
         with open(os.path.join(root, name), "rb") as f:
             f.seek(offset)

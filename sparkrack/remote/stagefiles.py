@@ -7,6 +7,11 @@ path -> [size, mtime_ns, inode, sha256]) spares re-reading a file that did not c
 since it was hashed. `.sparkrack-stage.lock` in the directory is flock'ed by whoever
 writes into it (one transfer at a time); while held it holds that transfer's progress
 (`{"bytes": N}`), which the control machine reads.
+
+Links: a file name leading outside the model directory (absolute, `..`, or through a
+symlink; a Hugging Face snapshot's links into its own REPO/blobs excepted) is never read,
+written or removed (escape), and the partial files, the stage lock and the manifest's
+temporary file are opened with O_NOFOLLOW: never written through a symlink.
 """
 
 import fcntl
@@ -18,6 +23,41 @@ CHUNK = 1 << 20
 LOCK = ".sparkrack-stage.lock"
 PARTIAL = ".sparkrack-partial"
 MANIFEST = "sparkrack-manifest.sha256"
+
+
+def within(path, top):
+    """Whether path, every link resolved, is top or lies under it (top resolved too)."""
+    real, top = os.path.realpath(path), os.path.realpath(top)
+    return real == top or real.startswith(top.rstrip("/") + "/")
+
+
+def blob_store(root):
+    """The Hugging Face blob store a snapshot directory's links point into
+    (REPO/snapshots/REV -> REPO/blobs), or None when root is not such a snapshot."""
+    parent = os.path.dirname(os.path.abspath(root).rstrip("/"))
+    if os.path.basename(parent) != "snapshots":
+        return None
+    return os.path.join(os.path.dirname(parent), "blobs")
+
+
+def escape(root, name):
+    """Why name (a path relative to root) must not be touched: absolute, has `..`, or
+    resolves (through a link) outside root, or outside root's blob store for a Hugging
+    Face snapshot; None when it stays inside."""
+    if not name or os.path.isabs(name) or ".." in name.split("/"):
+        return "%r is not a path inside %s" % (name, root)
+    path = os.path.join(root, name)
+    store = blob_store(root)
+    if within(path, root) or (store is not None and os.path.islink(path)
+                              and within(os.path.dirname(path), root) and within(path, store)):
+        return None
+    return "%s leads outside %s (to %s)" % (path, root, os.path.realpath(path))
+
+
+def open_nofollow(path, flags, mode=0o644):
+    """os.open with O_NOFOLLOW: a symlink in path's last place fails (ELOOP), never written
+    through."""
+    return os.open(path, flags | os.O_NOFOLLOW, mode)
 
 
 def partial_path(root, name):
@@ -51,22 +91,32 @@ def stamp(path):
 
 
 def sha_of(path, limit=None):
-    h, left = hashlib.sha256(), limit
+    """The SHA-256 object of a file's first limit bytes (all without limit); path may be an
+    open binary file (read from its start)."""
+    if not isinstance(path, str):
+        path.seek(0)
+        return _digest(path, limit)
     with open(path, "rb", buffering=0) as f:
-        while left is None or left > 0:
-            chunk = f.read(CHUNK if left is None else min(CHUNK, left))
-            if not chunk:
-                break
-            h.update(chunk)
-            if left is not None:
-                left -= len(chunk)
+        return _digest(f, limit)
+
+
+def _digest(f, limit):
+    h, left = hashlib.sha256(), limit
+    while left is None or left > 0:
+        chunk = f.read(CHUNK if left is None else min(CHUNK, left))
+        if not chunk:
+            break
+        h.update(chunk)
+        if left is not None:
+            left -= len(chunk)
     return h
 
 
 def locked(root):
-    """An fd holding the exclusive lock on root's staging (None: another transfer has it)."""
+    """An fd holding the exclusive lock on root's staging (None: another transfer has it).
+    OSError (ELOOP) when the lock file is a symlink: never opened through one."""
     os.makedirs(root, exist_ok=True)
-    fd = os.open(os.path.join(root, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_nofollow(os.path.join(root, LOCK), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -76,11 +126,15 @@ def locked(root):
 
 
 def busy(root):
-    """Whether a transfer holds root's lock (checked without creating anything)."""
+    """Whether a transfer holds root's lock (checked without creating anything); a lock
+    file that is a symlink counts as held (nobody may write there)."""
     path = os.path.join(root, LOCK)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return False
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except OSError:
+        return True
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         return False
@@ -100,7 +154,8 @@ def note_progress(fd, data):
 def walk_files(root):
     """Every file under root (relative paths, sorted; a symlink to a file, as in a Hugging
     Face snapshot, counts as that file), leaving out hidden folders, the manifest and
-    staging's own files."""
+    staging's own files. ValueError naming a symlink that leads outside root (or outside a
+    snapshot's own blob store, see escape): its file is never read."""
     found = []
     for top, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -110,6 +165,9 @@ def walk_files(root):
             path = os.path.join(top, name)
             rel = os.path.relpath(path, root)
             if rel != MANIFEST and os.path.isfile(path):  # a symlink counts as its file's bytes
+                why = escape(root, rel)
+                if why:
+                    raise ValueError(why)
                 found.append(rel)
     return sorted(found)
 

@@ -13,7 +13,11 @@
                                       digest, files, bytes, partial files
     stager remove ROOT CHECK CACHE    the manifest's files, partial files, lock and the
                                       manifest itself, then empty directories (nothing
-                                      else), and their entries in the hash cache
+                                      else), and their entries in the hash cache; a
+                                      manifest naming a path outside ROOT (absolute, `..`,
+                                      through a link) removes nothing
+
+A name leading outside ROOT is never read, written or removed (stagefiles.escape).
 """
 
 import hashlib
@@ -21,15 +25,17 @@ import json
 import os
 import sys
 
-from .stagefiles import (MANIFEST, PARTIAL, busy, load_cache, parse_manifest_text, partial_path,
-                         save_cache, sha_of, stamp, walk_files, LOCK)
+from .stagefiles import (LOCK, MANIFEST, PARTIAL, busy, escape, load_cache, open_nofollow,
+                         parse_manifest_text, partial_path, save_cache, sha_of, stamp, walk_files,
+                         within)
 
 
 def sizes(root):
     out = {}
     for name in json.load(sys.stdin):
         path = os.path.join(root, name)
-        out[name] = os.path.getsize(path) if os.path.isfile(path) else None
+        inside = os.path.isfile(path) and not escape(root, name)
+        out[name] = os.path.getsize(path) if inside else None
     print(json.dumps(out))
     return 0
 
@@ -79,7 +85,12 @@ def manifest(root, cache_path, write):
     if not os.path.isdir(root):
         print(json.dumps({"error": "%s is not a directory" % root}))
         return 1
-    names = walk_files(root)
+    try:
+        names = walk_files(root)
+    except ValueError as error:
+        print(json.dumps({"error": "refused: %s (a model file must be inside the model "
+                                   "directory)" % error}))
+        return 1
     if not names:
         print(json.dumps({"error": "%s holds no file" % root}))
         return 1
@@ -109,7 +120,7 @@ def manifest(root, cache_path, write):
         save_cache(cache_path, cache)
         if write == "1":
             tmp = os.path.join(root, "." + MANIFEST + ".tmp")
-            with open(tmp, "w") as f:
+            with os.fdopen(open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
@@ -136,6 +147,9 @@ def verify(root, full):
             entries = []
         for name, sha in entries:
             file = os.path.join(root, name)
+            if escape(root, name):
+                out["sizes"][name], out["bad"][name] = None, escape(root, name)
+                continue
             out["sizes"][name] = os.path.getsize(file) if os.path.isfile(file) else None
             if full == "1" and out["sizes"][name] is not None and sha_of(file).hexdigest() != sha:
                 out["bad"][name] = "sha256 differs from the manifest"
@@ -186,6 +200,13 @@ def remove(root, check, cache_path):
     if os.path.isfile(path):
         with open(path) as f:
             names = [n for n, _ in parse_manifest_text(f.read()) or []]
+    for name in names:  # a name leaving root: nothing is removed (never unlinked there)
+        why = escape(root, name)
+        if why:
+            out["error"] = ("%s names a file outside the model directory: %s; nothing removed "
+                            "(fix or delete the manifest)" % (path, why))
+            print(json.dumps(out))
+            return 1
     doomed = [os.path.join(root, n) for n in names] + [partial_path(root, n) for n in names]
     for top, _, files in os.walk(root):
         doomed += [os.path.join(top, n) for n in files if n.endswith(PARTIAL)]
@@ -195,7 +216,7 @@ def remove(root, check, cache_path):
         print(json.dumps(out))
         return 1
     for file in dict.fromkeys(doomed):
-        if os.path.isfile(file) and not os.path.islink(file):
+        if os.path.isfile(file) and not os.path.islink(file) and within(file, root):
             out["bytes"] += os.path.getsize(file)
             out["removed"].append(os.path.relpath(file, root))
             if check == "0":

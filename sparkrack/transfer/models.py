@@ -165,7 +165,9 @@ def remove_model(fleet: Fleet, nodes: Sequence[Node], model_path: str, *, check:
                  python: str = DEFAULT_PYTHON) -> dict[str, dict]:
     """{node: what was (or with check, would be) removed, or its error}: the manifest's
     files, partial files and the manifest, and their hash cache entries; nothing the
-    manifest does not list."""
+    manifest does not list. The node checks the names itself (its manifest may not be the
+    rack's): one leading outside model_path is that node's error, and nothing is removed
+    there."""
     results = fleet.run({n.name: stager(python, "remove", model_path.rstrip("/"),
                                         "1" if check else "0", STAGE_CACHE) for n in nodes},
                         timeout=600)

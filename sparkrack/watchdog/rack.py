@@ -26,16 +26,14 @@ def lock_holder(fleet: Fleet, inventory: Inventory) -> str | None:
     as it stands (its rank 0 lives there)."""
     import time
 
-    from ..oplock.lock import STALE_AFTER, LockError, call
+    from ..oplock.lock import LockError, live_holder
 
     try:
-        holder = call(fleet, inventory.head.name, "show", timeout=FACTS_TIMEOUT_S).holder
+        holder = live_holder(fleet, inventory.head.name, timeout=FACTS_TIMEOUT_S)
     except LockError as error:
         log.warning("rack lock not readable: %s", error.line())
         return None
-    if holder is None or holder.age > STALE_AFTER:
-        return None
-    return holder.describe(time.time())
+    return holder.describe(time.time()) if holder else None
 
 
 class FleetRack:

@@ -186,3 +186,33 @@ def test_a_node_cut_during_the_burn_gate_is_named_within_10_s(operator, engine_r
     assert engines_on_rack(engine_rack) == set()
     print(f"spark-05 cut 2 s into a 20 s burn gate: named after {named:.1f} s ({said[0]}); "
           f"the gate refused after {when['burned'] - when['cut']:.1f} s:\n{refused.value}")
+
+
+def test_run_respects_the_lock_and_the_head_keeps_the_log_to_itself(operator):
+    """Issue 23 items 3, 5 and 11 on the rehearsal rack: `invoke run` is refused (exit 3,
+    naming the holder) while a burn holds the lock, runs with --force (recorded); the
+    head's lock directory is 0700 and its audit log 0600, a password on a recorded command
+    line is masked, and `invoke log --verify` finds the chain intact."""
+    start, run = operator
+    began = time.time()
+    holder = start("burn", "--seconds", "30")
+    deadline = time.monotonic() + 60
+    while "burn --seconds 30" not in run("lock").stdout:
+        assert time.monotonic() < deadline and holder.poll() is None
+        time.sleep(0.3)
+    refused = run("run", "--nodes", "spark-01", "--", "true")
+    assert refused.returncode == 3, refused.stderr
+    assert "held by " in refused.stderr and "burn --seconds 30" in refused.stderr
+    forced = run("run", "--force", "--nodes", "spark-01", "--", "stat", "-c", "%a %n",
+                 "/var/lib/sparkrack", "/var/lib/sparkrack/audit.jsonl")
+    assert forced.returncode == 0, forced.stderr
+    assert "700 /var/lib/sparkrack\n" in forced.stdout
+    assert "600 /var/lib/sparkrack/audit.jsonl\n" in forced.stdout
+    assert holder.wait(timeout=120) == 0, holder.communicate()
+    assert run("run", "--nodes", "spark-01", "--shell", "true -p S3cret-x").returncode == 0
+    entries = [e for e in log_entries(run, began) if e["task"] == "run"]
+    assert [e["outcome"] for e in entries] == ["refused", "ok", "ok"]
+    assert entries[1]["overrides"][0].startswith("run --force: the rack lock was held by ")
+    assert "S3cret" not in json.dumps(entries) and "-p ***" in entries[2]["command"]
+    verified = run("log", "--verify")
+    assert verified.returncode == 0 and "the chain holds" in verified.stdout, verified

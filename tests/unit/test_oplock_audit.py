@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from datetime import datetime
@@ -25,6 +26,25 @@ def test_secrets_are_masked_by_name_and_by_value(monkeypatch):
     assert audit.command_line("onboard", {"name": "spark-09", "check": False, "yes": True,
                                           "waive": ["mtu=a b"], "hf_token": "abc"}) == \
         "onboard --name spark-09 --yes --waive 'mtu=a b' --hf-token '***'"
+
+
+@pytest.mark.parametrize("typed, recorded", [
+    ("docker login -u bot -p S3cret reg", "docker login -u bot -p *** reg"),
+    ("mysql --password S3cret", "mysql --password ***"),
+    ("tool --password=S3cret --client-secret 'a b' --api-key=k1",
+     "tool --password=*** --client-secret *** --api-key=***"),
+    ("curl -H 'Authorization: Bearer eyJ.x.y' http://h", "curl -H 'Authorization: Bearer ***' http://h"),
+    ("curl -H 'Authorization: Basic dXNlcjpw'", "curl -H 'Authorization: Basic ***'"),
+    ("HF_TOKEN=abc AWS_SECRET_ACCESS_KEY=k MY_SECRET='x y' API_KEY=z FOO=bar cmd",
+     "HF_TOKEN=*** AWS_SECRET_ACCESS_KEY=*** MY_SECRET=*** API_KEY=*** FOO=bar cmd"),
+    ("git clone https://bot:S3cret@git.example/x.git; ssh://root@h",
+     "git clone https://bot:***@git.example/x.git; ssh://root@h"),
+])
+def test_secrets_in_command_lines_are_masked(typed, recorded):
+    """Issue 23 item 3: what `invoke run --shell` records never holds the secret."""
+    assert audit.mask_text(typed) == recorded
+    line = audit.command_line("run", {"argv": f"sh -c {typed}"})
+    assert "S3cret" not in line and "eyJ" not in line and "dXNlcjpw" not in line
 
 
 def test_merge_pairs_start_and_end_and_flags_the_unfinished():
@@ -71,11 +91,84 @@ def test_note_merges_lists_and_keeps_the_rest():
         "deployment d1; nodes spark-01, spark-02; rebooted spark-01"
 
 
-def test_local_copy_appends_one_line_per_record(tmp_path, monkeypatch):
+def test_local_copy_appends_one_chained_line_per_record(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARKRACK_STATE_DIR", str(tmp_path / "state"))
     assert audit.append_local('{"id":"a"}') is None
     assert audit.append_local('{"id":"b"}', '{"id":"c"}') is None
-    assert (tmp_path / "state" / "audit.jsonl").read_text() == '{"id":"a"}\n{"id":"b"}\n{"id":"c"}\n'
+    path = tmp_path / "state" / "audit.jsonl"
+    text = path.read_text()
+    assert [r["id"] for r in audit.parse_lines(text)] == ["a", "b", "c"]
+    first, second, third = text.splitlines()
+    assert first == '{"prev":"%s","id":"a"}' % hashlib.sha256(b"").hexdigest()
+    assert json.loads(third)["prev"] == hashlib.sha256(second.encode()).hexdigest()
+    assert audit.verify_chain(text).ok
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def _log(*ids: str) -> list[str]:
+    lines, previous = [], ""
+    for token in ids:
+        previous = audit.chain(previous, json.dumps({"id": token}))
+        lines.append(previous)
+    return lines
+
+
+def test_verify_names_the_first_line_edited_inserted_or_removed():
+    """Issue 23 item 11: any change to a line but the last breaks the chain at a line
+    --verify names."""
+    lines = _log("a", "b", "c", "d")
+    assert audit.verify_chain("\n".join(lines) + "\n") == audit.ChainCheck(4, 0)
+    edited = [*lines]
+    edited[1] = edited[1].replace('"b"', '"B"')
+    removed = [lines[0], *lines[2:]]
+    inserted = [*lines[:2], '{"id":"forged","phase":"end"}', *lines[2:]]
+    forged = [*lines[:2], audit.chain("not the line before", '{"id":"x"}'), *lines[2:]]
+    cut_head = lines[1:]
+    for changed, line in ((edited, 3), (removed, 2), (inserted, 3), (forged, 3), (cut_head, 1)):
+        checked = audit.verify_chain("\n".join(changed) + "\n")
+        assert not checked.ok and checked.broken == line, (changed, checked)
+        assert checked.describe("spark-01").startswith(f"audit log (spark-01): line {line} ")
+
+
+def test_verify_starts_at_the_first_chained_line_of_an_older_log():
+    legacy = ['{"id":"old1"}', '{"id":"old2"}']
+    chained = [audit.chain(legacy[-1], '{"id":"new"}')]
+    checked = audit.verify_chain("\n".join(legacy + chained) + "\n")
+    assert checked.ok and (checked.lines, checked.unchained) == (3, 2)
+    assert "lines 1-2 were written before the chain and not verified" in checked.describe("x")
+    only_old = audit.verify_chain("\n".join(legacy) + "\n")
+    assert not only_old.ok and only_old.broken is None
+    assert "none of its 2 lines is chained" in only_old.describe("x")
+    assert audit.verify_chain("").ok
+    edited_old = audit.verify_chain("\n".join(['{"id":"OLD1"}', legacy[1]] + chained) + "\n")
+    assert edited_old.ok  # before the chain: not verifiable (said by describe)
+    edited_last_old = audit.verify_chain("\n".join([legacy[0], '{"id":"x"}'] + chained))
+    assert edited_last_old.broken == 3
+
+
+class _Fleet:
+    """Records what one lock operation sends: its argv and its stdin."""
+
+    def __init__(self):
+        self.sent = []
+
+    def run(self, commands, timeout=None, stdin=None):
+        from sparkrack.fleet.results import NodeResult
+
+        self.sent += [(argv, stdin) for argv in commands.values()]
+        return {node: NodeResult(node, "ok", 0, "NOW 1\nAPPENDED\n", "") for node in commands}
+
+
+def test_audit_lines_travel_on_stdin_never_in_argv():
+    """Issue 23 item 3: `ps` on the head shows argv to every user: no audit line there."""
+    from sparkrack.oplock.lock import call
+
+    fleet = _Fleet()
+    line = json.dumps({"id": "a", "command": "run --argv 'docker login -p ***'"})
+    assert call(fleet, "spark-01", "append", lines=[line]).status == "APPENDED"
+    [(argv, stdin)] = fleet.sent
+    assert not any("docker login" in word for word in argv)
+    assert stdin == (line + "\n").encode()
 
 
 def test_inventory_digest_covers_the_files_and_skips_nested_inventories(tmp_path: Path):

@@ -156,9 +156,9 @@ def test_a_broken_lock_stops_its_holder(loopback_rack, lock_dir):
     holder_lock.acquire()
     try:
         with Fleet(loopback_rack, [loopback_rack.head]) as fleet:
-            assert call(fleet, "spark-01", "break", "f" * 32, "",
+            assert call(fleet, "spark-01", "break", "f" * 32,
                         directory=lock_dir).status == "MISMATCH"  # another token: kept
-            assert call(fleet, "spark-01", "break", "a" * 32, "",
+            assert call(fleet, "spark-01", "break", "a" * 32,
                         directory=lock_dir).status == "BROKEN"
         assert stopped.wait(5)
         assert holder_lock.lost.startswith("the lock was broken or taken over on spark-01")
@@ -181,6 +181,106 @@ def test_a_holder_that_cannot_reach_the_head_stops_its_task(loopback_rack, lock_
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)
         holder_lock.release()
+
+
+def test_the_heartbeat_outlives_giving_up_until_the_cleanup_ends(loopback_rack, lock_dir, sshd,
+                                                                 machine):
+    """Issue 23 item 10: a holder that gave up (the head silent) stops its task once, and
+    its heartbeat goes on trying: the head back, the lock stays fresh through the task's
+    cleanup (no other operator can take it as stale) until release."""
+    lost: list[float] = []
+    holder_lock = new_lock(loopback_rack, lock_dir, "a" * 32, lost=lambda: lost.append(1),
+                           heartbeat=0.3, give_up_after=1.0)
+    holder_lock.acquire()
+    frozen = [sshd.pid, *session_pids(sshd)]
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 15
+        while not lost and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    try:
+        assert lost, "the holder never gave up"
+        machine("b")
+        for _ in range(10):  # the interrupted task's cleanup: longer than stale_after
+            time.sleep(1)
+            with pytest.raises(LockHeld):
+                new_lock(loopback_rack, lock_dir, "b" * 32, stale_after=6).acquire()
+        assert lost == [1]  # stopped once, not again at every missed beat
+    finally:
+        assert holder_lock.release() is None
+    assert show(loopback_rack, lock_dir).status == "FREE"
+
+
+def test_an_interrupted_task_keeps_the_lock_fresh_through_its_cleanup(loopback_rack, lock_dir,
+                                                                       machine, monkeypatch):
+    """Ctrl-C: the task's cleanup runs holding the lock (heartbeat fresh) and the end record
+    follows it."""
+    from functools import partial
+
+    from sparkrack.cli import common
+    from sparkrack.oplock import guard as guard_module
+
+    monkeypatch.setattr(common, "inventory_from", lambda path: loopback_rack)
+    monkeypatch.setattr(guard_module, "Guard", partial(guard_module.Guard, directory=lock_dir,
+                                                       heartbeat=0.3))
+    ages: list[float] = []
+
+    def task():
+        try:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            time.sleep(10)
+        except KeyboardInterrupt:
+            for _ in range(6):  # stopping containers
+                time.sleep(1)
+                ages.append(show(loopback_rack, lock_dir).holder.age)
+            raise
+
+    with pytest.raises(KeyboardInterrupt):
+        common._guarded("down", {"inventory": None}, None, task)
+    assert len(ages) == 6 and max(ages) <= 2, ages
+    [entry] = audit.merge(audit.parse_lines(Path(lock_dir, "audit.jsonl").read_text()))
+    assert (entry["task"], entry["outcome"], entry["exit_code"]) == ("down", "interrupted", 130)
+    assert entry["duration_s"] >= 6
+
+
+def test_the_lock_is_kept_until_an_interrupted_tasks_threads_end(loopback_rack, lock_dir,
+                                                                 machine):
+    """Issue 23 item 10: Ctrl-C twice while `with ThreadPoolExecutor` waits for a docker stop
+    leaves the worker stopping containers after the task's main thread gave up; the lock
+    stays held, its heartbeat fresh, until that worker ended, and only then is released."""
+    said: list[str] = []
+    guard = Guard(loopback_rack, "down", {}, directory=lock_dir, on_lost=lambda: None,
+                  on_event=said.append, heartbeat=0.3)
+    guard.begin()
+    stopped = threading.Event()
+
+    def stop_containers():  # a worker the interrupted main thread left running
+        time.sleep(6)
+        stopped.set()
+
+    threading.Thread(target=stop_containers, name="ThreadPoolExecutor-0_0").start()
+    seen: list = []
+
+    def watch():  # another operator's view while the worker runs
+        while not stopped.is_set():
+            holder = show(loopback_rack, lock_dir).holder
+            seen.append(holder and holder.age)
+            time.sleep(1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    guard.end("interrupted", error="interrupted (Ctrl-C or a signal)", exit_code=130)
+    assert stopped.is_set()  # end() returned only after the worker ended
+    watcher.join(5)
+    assert len(seen) >= 4 and all(age is not None and age <= 2 for age in seen), seen
+    assert show(loopback_rack, lock_dir).status == "FREE"
+    assert any("kept while 1 thread(s) of this task finish" in line for line in said), said
+    [entry] = audit.merge(audit.parse_lines(Path(lock_dir, "audit.jsonl").read_text()))
+    assert entry["outcome"] == "interrupted" and entry["duration_s"] >= 5
 
 
 def test_lease_keeps_the_lock_while_the_head_reboots(loopback_rack, lock_dir, machine):
@@ -224,6 +324,8 @@ def test_guard_writes_start_and_end_records_on_the_head_and_locally(loopback_rac
     assert start["inventory_digest"].startswith("sha256:")
     assert start["args"] == {"engine": "sglang", "hf_token": "***", "note": "***"}
     assert "hf_abc" not in Path(lock_dir, "audit.jsonl").read_text()
+    assert audit.verify_chain(Path(lock_dir, "audit.jsonl").read_text()) == audit.ChainCheck(2, 0)
+    assert audit.verify_chain(audit.local_path().read_text()) == audit.ChainCheck(2, 0)
     assert end["outcome"] == "ok" and end["changed"]["deployment"] == "sglang-512k-1"
     assert end["overrides"] == ["power: override"] and end["duration_s"] >= 0
     assert not Path(lock_dir, "lock.json").exists()

@@ -157,6 +157,27 @@ def test_log_reads_the_local_copy_with_filters(tmp_path, monkeypatch, capsys):
     assert raised.value.code == 2
 
 
+def test_log_verify_names_the_first_broken_line(tmp_path, monkeypatch, capsys):
+    """Issue 23 item 11: `invoke log --verify` exits 1 naming the line; 0 when intact."""
+    from sparkrack.oplock import audit
+
+    monkeypatch.setenv("SPARKRACK_STATE_DIR", str(tmp_path))
+    (tmp_path / "audit.jsonl").write_text('{"id":"legacy","phase":"end"}\n')
+    audit.append_local('{"id":"a","phase":"start"}', '{"id":"a","phase":"end"}',
+                       '{"id":"b","phase":"start"}')
+    lock_tasks.log_(Context(), local=True, verify=True, inventory=REHEARSAL)
+    said = capsys.readouterr().out
+    assert said.strip() == ("audit log (local): the chain holds: 3 line(s) verified; line 1 "
+                            "was written before the chain and not verified")
+    lines = (tmp_path / "audit.jsonl").read_text().splitlines()
+    lines[2] = lines[2].replace('"phase":"end"', '"phase":"end","outcome":"ok"')
+    (tmp_path / "audit.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(Exit) as raised:
+        lock_tasks.log_(Context(), local=True, verify=True, inventory=REHEARSAL)
+    assert raised.value.code == 1
+    assert raised.value.message.startswith("audit log (local): line 4 does not follow line 3")
+
+
 def test_unlock_needs_a_reason():
     with pytest.raises(Exit) as raised:
         lock_tasks.unlock(Context(), force=None, inventory=REHEARSAL)

@@ -60,40 +60,71 @@ def test_text_is_cached_and_read_as_shipped():
     assert text("lock") == (Path(remote.__file__).parent / "lock.sh").read_text()
 
 
-def lock(tmp_path, op, *args):
+def lock(tmp_path, op, *args, stdin=()):
     done = subprocess.run(lock_argv(op, *args, directory=str(tmp_path / "lock")),
-                          capture_output=True, text=True, timeout=30)
+                          input="".join(line + "\n" for line in stdin), capture_output=True,
+                          text=True, timeout=30)
     return done.returncode, done.stdout.splitlines()
 
 
 def test_the_lock_script_runs_against_a_directory(tmp_path):
     holder = holder_json({"token": "t1", "operator": "ann", "pid": 1})
-    rc, out = lock(tmp_path, "take", "t1", "60", holder, '{"event":"take"}')
+    rc, out = lock(tmp_path, "take", "t1", "60", stdin=[holder, '{"event":"take"}'])
     assert rc == 0 and out[0].startswith("NOW ") and out[-1] == "TAKEN"
     written = json.loads((tmp_path / "lock" / "lock.json").read_text())
     assert written["token"] == "t1" and written["operator"] == "ann" and "since" in written
-    rc, out = lock(tmp_path, "take", "t2", "60", holder_json({"token": "t2"}))
+    rc, out = lock(tmp_path, "take", "t2", "60", stdin=[holder_json({"token": "t2"})])
     assert out[-1] == "HELD" and out[1].startswith("HOLDER ")
     assert lock(tmp_path, "refresh", "t1", "5")[1][-1] == "OK"
     assert lock(tmp_path, "refresh", "t2", "5")[1][-1] == "LOST"
     assert lock(tmp_path, "show")[1][-1] == "HELD"
     assert lock(tmp_path, "release", "t2")[1][-1] == "NOTOURS"
-    assert lock(tmp_path, "release", "t1", '{"event":"release"}')[1][-1] == "RELEASED"
+    assert lock(tmp_path, "release", "t1", stdin=['{"event":"release"}'])[1][-1] == "RELEASED"
     assert lock(tmp_path, "show")[1][-1] == "FREE"
     assert lock(tmp_path, "break", "")[1][-1] == "FREE"
-    assert lock(tmp_path, "append", '{"event":"x"}')[1][-1] == "APPENDED"
+    assert lock(tmp_path, "append", stdin=['{"event":"x"}', '{"event":"y"}'])[1][-1] == "APPENDED"
     rc, out = lock(tmp_path, "log")
-    assert out[out.index("AUDIT") + 1:] == ['{"event":"take"}', '{"event":"release"}',
-                                            '{"event":"x"}']
+    logged = out[out.index("AUDIT") + 1:]
+    assert [{k: v for k, v in json.loads(line).items() if k != "prev"} for line in logged] == [
+        {"event": "take"}, {"event": "release"}, {"event": "x"}, {"event": "y"}]
+    assert lock(tmp_path, "append", stdin=["not json"])[1][-1].startswith("ERROR not an audit")
     rc, out = lock(tmp_path, "nonsense")
     assert rc == 5 and out[-1].startswith("ERROR unknown operation")
 
 
 def test_a_value_is_never_run_by_the_lock_script(tmp_path):
     token = "$(touch pwned)"
-    rc, out = lock(tmp_path, "take", token, "60", holder_json({"token": token}))
+    rc, out = lock(tmp_path, "take", token, "60", stdin=[holder_json({"token": token}),
+                                                         '{"x":"$(touch pwned2)"}'])
     assert out[-1] == "TAKEN" and not (tmp_path / "pwned").exists()
-    assert not Path("pwned").exists()
+    assert not Path("pwned").exists() and not Path("pwned2").exists()
+
+
+def test_the_lock_scripts_files_are_the_heads_alone_and_its_log_is_chained(tmp_path):
+    """Issue 23 items 3 and 11: lock.json and audit.jsonl 0600 in a 0700 directory, even
+    under umask 022 and where an older version left them 0644; each line chained to the
+    one before (the hash this package checks), from an older unchained log on."""
+    from sparkrack.oplock.audit import verify_chain
+
+    d = tmp_path / "lock"
+    d.mkdir(mode=0o755)
+    (d / "audit.jsonl").write_text('{"id":"old","phase":"end"}\n')  # before the chain
+    (d / "audit.jsonl").chmod(0o644)
+    old = os.umask(0o022)
+    try:
+        lock(tmp_path, "take", "t1", "60", stdin=[holder_json({"token": "t1"}), '{"id":"a"}'])
+        lock(tmp_path, "append", stdin=['{"id":"b"}', '{"id":"c"}'])
+    finally:
+        os.umask(old)
+    assert d.stat().st_mode & 0o777 == 0o700
+    for name in ("lock.json", "audit.jsonl", "lock.guard"):
+        assert (d / name).stat().st_mode & 0o777 == 0o600, name
+    text = (d / "audit.jsonl").read_text()
+    checked = verify_chain(text)
+    assert (checked.ok, checked.lines, checked.unchained, checked.broken) == (True, 4, 1, None)
+    lines = text.splitlines()
+    lines[2] = lines[2].replace('"id":"b"', '"id":"B"')  # edited by hand
+    assert verify_chain("\n".join(lines) + "\n").broken == 4
 
 
 def test_the_remove_script_removes_each_directory(tmp_path):

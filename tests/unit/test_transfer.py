@@ -267,13 +267,87 @@ def test_manifest_parsing_and_the_rack_majority():
 
 
 def test_a_snapshot_of_symlinks_is_manifested_as_its_files(tmp_path):
-    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshot"
-    blobs.mkdir()
-    snapshot.mkdir()
+    """A Hugging Face cache: REPO/snapshots/REV/FILE -> ../../blobs/SHA (relative links)."""
+    repo = tmp_path / "models--org--name"
+    blobs, snapshot = repo / "blobs", repo / "snapshots" / "rev1"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
     (blobs / "abc").write_bytes(b"weights")
-    (snapshot / "model.safetensors").symlink_to(blobs / "abc")
+    (snapshot / "model.safetensors").symlink_to("../../blobs/abc")
     (snapshot / ".cache").mkdir()
     (snapshot / ".cache" / "lock").write_text("")
     code, made = stager("manifest", snapshot, tmp_path / "c", 0)
     assert made["sizes"] == {"model.safetensors": 7}
     assert made["text"] == f"{hashlib.sha256(b'weights').hexdigest()}  model.safetensors\n"
+
+
+@pytest.mark.parametrize("name", ["../victim.txt", "{victim}", "link/victim.txt",
+                                  "sub/../../victim.txt"])
+def test_remove_refuses_a_manifest_name_leaving_the_model_directory(tmp_path, name):
+    """Issue 23 item 1: a node's manifest naming a file outside its directory (`..`, an
+    absolute path, a directory link leading out) removes nothing, there or inside."""
+    src, data, manifest = model(tmp_path / "models")
+    victim = tmp_path / "models" / "victim.txt"
+    victim.write_text("not the model's")
+    (src / "link").symlink_to(victim.parent)
+    lines = [f"{sha}  {n}\n" for n, (sha, _) in sorted(manifest.items())]
+    lines.append(f"{'0' * 64}  {name.format(victim=victim)}\n")
+    (src / MANIFEST).write_text("".join(lines))
+    for check in (1, 0):
+        code, refused = stager("remove", src, check, tmp_path / "c")
+        assert code == 1 and refused["removed"] == []
+        assert refused["error"].startswith(f"{src / MANIFEST} names a file outside the model "
+                                           "directory: ")
+        assert refused["error"].endswith("; nothing removed (fix or delete the manifest)")
+    assert victim.read_text() == "not the model's"
+    assert all((src / n).exists() for n in data) and (src / MANIFEST).exists()
+
+
+def test_staging_never_follows_a_link_out_of_the_model_directory(tmp_path):
+    """Issue 23 item 8: the source refuses a file linked from outside (its bytes would go to
+    every node); a snapshot's links into its own blob store stay fine (test above)."""
+    src, data, manifest = model(tmp_path)
+    secret = tmp_path / "secret.key"
+    secret.write_bytes(b"private")
+    (src / "stolen.bin").symlink_to(secret)
+    code, made = stager("manifest", src, tmp_path / "c", 1)
+    assert code == 1 and "stolen.bin leads outside" in made["error"]
+    assert not (src / MANIFEST).exists()
+    code, sizes = stager("sizes", src, stdin=["stolen.bin", "w2.bin"])
+    assert sizes == {"stolen.bin": None, "w2.bin": 200_000}
+    with pytest.raises(ValueError, match="stolen.bin leads outside"):
+        b"".join(_local_stream(src, [["stolen.bin", 7, 0]]))
+    blobs = tmp_path / "elsewhere" / "blobs"  # a blob store that is not the snapshot's own
+    blobs.mkdir(parents=True)
+    (blobs / "abc").write_bytes(b"x")
+    (src / "stolen.bin").unlink()
+    (src / "stolen.bin").symlink_to(blobs / "abc")
+    assert stager("manifest", src, tmp_path / "c", 0)[0] == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("planted", [".w2.bin.sparkrack-partial", ".sparkrack-stage.lock",
+                                     "sub"])
+def test_a_receiving_node_never_writes_through_a_link(tmp_path, planted):
+    """Issue 23 item 8: a symlink planted where the relay writes (the partial file, the
+    stage lock, a directory) is never written through: the file it points at stays."""
+    src, data, manifest = model(tmp_path)
+    dst, victim = tmp_path / "dst", tmp_path / "victim"
+    dst.mkdir()
+    victim.mkdir()
+    (victim / "file").write_bytes(b"keep")
+    (victim / ".w1.bin.sparkrack-partial").write_bytes(b"keep")
+    target = victim if planted == "sub" else victim / "file"
+    (dst / planted).symlink_to(target)
+    name = "sub/w1.bin" if planted == "sub" else "w2.bin"
+    done = finish(relay({"from": ["stdin"], "sink": ["files", str(dst), str(tmp_path / "c"),
+                                                     {name: manifest[name]}], "next": None},
+                        data=b"".join(_local_stream(src, [[name, manifest[name][1], 0]]))))
+    code, report, _ = done[0]
+    assert code == 1, report
+    result = report["sink"]["result"]
+    said = result["error"] or result["files"][name]["error"]
+    assert "symbolic links" in said or "leads outside" in said, said
+    assert (victim / "file").read_bytes() == b"keep"
+    assert (victim / ".w1.bin.sparkrack-partial").read_bytes() == b"keep"
+    assert sorted(p.name for p in victim.iterdir()) == [".w1.bin.sparkrack-partial", "file"]

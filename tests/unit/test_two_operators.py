@@ -44,7 +44,9 @@ known_hosts_file: {sshd.known_hosts}
            "SPARKRACK_STATE_DIR": str(tmp_path / "state"), "NO_COLOR": "1"}
 
     def start(*argv: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "invoke", *argv, "-i", str(inventory)],
+        at = argv.index("--") if "--" in argv else len(argv)  # `run -- CMD`: -i before `--`
+        argv = (*argv[:at], "-i", str(inventory), *argv[at:])
+        return subprocess.Popen([sys.executable, "-m", "invoke", *argv],
                                 cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
@@ -108,3 +110,33 @@ def test_unlock_force_breaks_and_logs(operators):
                                                              ("unlock", "ok")]
     assert entries[1]["overrides"] == ["unlock --force: bob's laptop died"]
     assert entries[1]["changed"]["lock"]["operator"] == "bob@ci"
+
+
+def test_run_is_refused_while_another_operator_holds_the_lock_unless_forced(operators):
+    """Issue 23 item 5: `invoke run` names the holder and exits 3; --force runs and the
+    override is in the audit log."""
+    start, run, where = operators
+    head = where / "head"
+    head.mkdir()
+    (head / "lock.json").write_text(json.dumps({
+        "since": 1, "token": "ab" * 16, "operator": "bob@ci", "pid": 99, "task": "down",
+        "command": "down"}, separators=(",", ":")) + "\n")
+    marker = where / "ran"
+    refused = run("run", "--", "touch", str(marker))
+    assert refused.returncode == 3, refused.stderr
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("error: the rack lock is held by bob@ci (pid 99) running `down`")
+    assert line.endswith("(wait until `invoke lock` shows it free, or run anyway with --force, "
+                         "which the audit log records)")
+    assert not marker.exists()
+    forced = run("run", "--force", "--", "touch", str(marker))
+    assert forced.returncode == 0, forced.stderr
+    assert marker.exists() and "running anyway (--force, recorded)" in forced.stderr
+    entries = audit.merge(audit.parse_lines((head / "audit.jsonl").read_text()))
+    assert [(e["task"], e["outcome"]) for e in entries] == [("run", "refused"), ("run", "ok")]
+    assert "held by bob@ci" in entries[0]["error"] and entries[0]["exit_code"] == 3
+    assert entries[1]["overrides"][0].startswith("run --force: the rack lock was held by bob@ci")
+    assert entries[1]["command"].startswith("run --argv 'touch ") and "--force" in entries[1]["command"]
+    (head / "lock.json").unlink()
+    marker.unlink()
+    assert run("run", "--", "touch", str(marker)).returncode == 0 and marker.exists()

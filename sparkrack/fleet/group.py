@@ -61,8 +61,12 @@ _TAIL = 200  # characters of stderr quoted in a failure message
 class Fleet:
     """The selected nodes of an inventory, with one warm SSH connection per node."""
 
-    def __init__(self, inventory: Inventory, nodes: Iterable[Node] | None = None):
+    def __init__(self, inventory: Inventory, nodes: Iterable[Node] | None = None, *,
+                 borrow: bool = True):
+        """borrow: use a connection another fleet lends (the rack lock's, for the task it
+        guards); a fleet whose connection must be its own alone (the lock's) says False."""
         self.inventory = inventory
+        self._may_borrow = borrow
         self.nodes: tuple[Node, ...] = tuple(inventory.nodes if nodes is None else nodes)
         self._by_name = {node.name: node for node in self.nodes}
         self._locks = {node.name: threading.Lock() for node in self.nodes}
@@ -250,7 +254,7 @@ class Fleet:
             if connection is not None and node.name not in self._borrowed:
                 connection.close()
             self._borrowed.discard(node.name)
-            lent = borrow(node, self.known_hosts)
+            lent = borrow(node, self.known_hosts) if self._may_borrow else None
             if lent is not None:
                 self._connections[node.name] = lent
                 self._borrowed.add(node.name)

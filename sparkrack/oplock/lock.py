@@ -118,7 +118,8 @@ class RackLock:
         self.directory = directory
         self.lost: str | None = None
         self.waited = 0.0
-        self._fleet = Fleet(inventory, [self.home])
+        # its own connection: one borrowed from another lock could close under it
+        self._fleet = Fleet(inventory, [self.home], borrow=False)
         key = f"{inventory.vars.rack_name}-{self.home.address}-{self.home.port}"
         self._local_path = state_dir() / "locks" / f"{key.replace('/', '_')}.lock"
         self._local = FileLock(self._local_path, thread_local=False)  # the process holds it

@@ -72,6 +72,9 @@ def test_a_lent_connection_is_borrowed_and_left_open(sshd: Sshd):
                 assert borrower.run(["echo", "hi"])["spark-01"].stdout == "hi\n"
                 assert borrower._connections["spark-01"] is lent
             assert lent.is_connected  # the borrower left it open
+            with Fleet(rack, borrow=False) as own:  # a second lock's: never the lent one,
+                own.run(["true"])  # which closes when its owner releases
+                assert own._connections["spark-01"] is not lent
             assert owner.run(["true"])["spark-01"].status == "ok"
         finally:
             fleet_warm.unlend(rack.nodes[0], rack.known_hosts_path)

@@ -16,6 +16,7 @@ from loopback import Sshd, inventory, needs_sshd, session_pids
 
 from sparkrack.fleet import Fleet
 from sparkrack.oplock import audit
+from sparkrack.oplock import lock as lock_module
 from sparkrack.oplock.guard import Guard
 from sparkrack.oplock.lock import LockHeld, RackLock, call, held, lease_while_down
 
@@ -28,6 +29,15 @@ def loopback_rack(sshd: Sshd, tmp_path: Path):
     inv.mkdir()
     (inv / "hosts.yml").write_text("sparks: {}\n")
     return inventory(sshd, ("spark-01",), connect_timeout=1.0, path=inv)
+
+
+@pytest.fixture(autouse=True)
+def no_lock_left_held():
+    """A lock a test leaves held (a holder "killed" without release) is this process's no
+    more once the test ends: the next test, of any module, runs as a process holding none."""
+    before = list(lock_module._held)
+    yield
+    lock_module._held[:] = before
 
 
 @pytest.fixture

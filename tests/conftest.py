@@ -6,6 +6,7 @@ the local rack lock and audit copy at a fresh temporary folder.
 """
 
 import os
+import signal
 import tempfile
 
 os.environ["SPARKRACK_SANDBOX"] = "1"
@@ -24,6 +25,16 @@ REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
 
 
 _SESSION: dict = {}  # the session's rack once booted; "dirty" after a rack test failed
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_as_a_terminal_sends_it():
+    """Every test starts with Ctrl-C's default handling (KeyboardInterrupt here, and not
+    ignored in the commands it starts: an ignored SIGINT is inherited through exec). A
+    library or test that changed it earlier in this process must not decide how a later
+    test's commands take Ctrl-C (under xdist a process runs many modules)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
 
 
 @pytest.fixture(scope="session")

@@ -280,6 +280,17 @@ class RehearsalRack:
         if done.returncode != 0:
             raise SparkrackError(f"{name}: could not change the latch: {done.stderr.strip()}")
 
+    def load_startup(self, name: str, seconds: float | None) -> None:
+        """Set how long the node's simulated burn load takes to start (None: the real
+        load's 4.4 s). Kept across reboots; the test suite shortens it to save time."""
+        node = self.node(name)
+        path = "/etc/gpu-sim/load-startup"
+        argv = ["rm", "-f", path] if seconds is None else \
+            ["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "sh", f"{seconds:g}", path]
+        done = nodeproc.in_node(node, argv)
+        if done.returncode != 0:
+            raise SparkrackError(f"{name}: could not set the load start-up: "
+                                 f"{done.stderr.strip()}")
 
     def renumber_gid(self, name: str, index: int | None) -> None:
         """Firmware renumbering of the node's GID tables: the IPv4-mapped RoCE v2 entry moves

@@ -186,7 +186,21 @@ def test_burn_check_load_command_drives_the_clock_after_its_start_up(node):
 def test_the_load_start_up_is_the_real_loads_by_default():
     done = subprocess.run([str(SIM_DIR / "gpu-sim"), "load", "-h"], capture_output=True,
                           text=True, check=True)
-    assert "default 4.4" in " ".join(done.stdout.split())
+    assert "else 4.4, the real load's" in " ".join(done.stdout.split())
+
+
+def test_a_node_sets_its_own_load_start_up_beside_its_config(node, tmp_path):
+    (tmp_path / "load-startup").write_text("1.5\n")
+    started = time.monotonic()
+    burn = subprocess.Popen([str(SIM_DIR / "gpu-sim"), "load", "--seconds", "5"],
+                            env={**node.env, "GPU_SIM_CONFIG": str(tmp_path / "node.json")})
+    try:
+        while node.query("utilization.gpu") != ["100"]:
+            assert time.monotonic() < started + 10, "gpu-sim load never showed"
+        busy = time.monotonic() - started
+        assert 1.5 <= busy < 4.4, f"the GPU was busy {busy:.2f} s after the load started"
+    finally:
+        assert burn.wait(timeout=20) == 0
 
 
 def test_no_query_reveals_the_locked_range(node):

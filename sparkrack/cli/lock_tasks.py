@@ -5,6 +5,7 @@ from invoke.exceptions import Exit
 
 from .. import console
 from ..errors import UsageError
+from ..since import HELP as SINCE_HELP, parse_since
 from .common import INVENTORY_HELP, inventory_from, operator_task
 
 
@@ -78,7 +79,7 @@ def unlock(c, force=None, inventory=None):
 
 
 @task(name="log", help={
-    "since": "only tasks started since WHEN: 30m, 2h, 3d, 1w, 2026-05-01, 2026-05-01T14:00",
+    "since": SINCE_HELP,
     "task": "only this task (up, provision, ...)", "json": "print JSON for scripts",
     "local": "read this machine's copy instead of the head's",
     "verify": "check the log's hash chain instead of showing it: name the first line that "
@@ -95,10 +96,7 @@ def log_(c, since=None, task=None, json=False, local=False, verify=False, invent
     from ..oplock import audit
     from ..oplock.lock import LockError, call
 
-    try:
-        cutoff = audit.parse_since(since) if since else None
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    cutoff = parse_since(since) if since else None
     rack = inventory_from(inventory)
     running, source = [], "local"
     text = ""

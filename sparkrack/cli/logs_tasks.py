@@ -6,13 +6,14 @@ import sys
 from invoke import task
 
 from .. import console
+from ..since import HELP as SINCE_HELP
 from .common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
 
 
 @task(help={"rank": "only these ranks, e.g. 0 or 0,3 (default: every rank)",
             "nodes": "only the ranks on these nodes or groups, e.g. spark-01,spark-03",
             "follow": "keep streaming until Ctrl-C; a restarted rank is followed again",
-            "since": "from this time on: 10m, 1h30m, 2d, 2026-03-01T14:05:00 (local), unix s",
+            "since": SINCE_HELP,
             "tail": "the last N lines of each rank (default: all)",
             "timestamps": "show docker's timestamp on every line",
             "raw": RAW_HELP, "inventory": INVENTORY_HELP})

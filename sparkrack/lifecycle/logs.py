@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from ..errors import SparkrackError, UsageError
+from ..since import parse_since
 from ..terminal import escape_controls
 
 if TYPE_CHECKING:
@@ -41,28 +42,6 @@ NS = 1_000_000_000
 
 
 # --- Times -------------------------------------------------------------------------------
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_since(text: str, now: float | None = None) -> float:
-    """--since as unix seconds: a duration back from now (`90s`, `10m`, `1h30m`, `2d`), an
-    ISO 8601 time (`2026-03-01T14:05:00`, `...Z`, `...+02:00`; no zone: this machine's
-    local time, as docker takes it) or unix seconds. UsageError for anything else."""
-    text = text.strip()
-    now = time.time() if now is None else now
-    if text and _DURATION.sub("", text) == "" and _DURATION.match(text):
-        return now - sum(float(n) * _UNIT_S[u] for n, u in _DURATION.findall(text))
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"--since {text!r}: not a duration, an ISO 8601 time or unix seconds",
-                         fix="e.g. --since 10m, --since 1h30m, --since 2026-03-01T14:05:00") from None
-    return moment.timestamp()  # a naive time is local time
-
 
 def parse_timestamp(text: str) -> int | None:
     """Docker's RFC 3339 time with up to nine fraction digits -> unix nanoseconds (exact:

@@ -388,25 +388,6 @@ def merge(records: Iterable[dict], running: Iterable[str] = ()) -> list[dict]:
     return sorted(tasks.values(), key=lambda e: e.get("ts") or 0)
 
 
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_since(text: str, now: float | None = None) -> float:
-    """An epoch from `--since`: 30m, 2h, 3d, 1w (ago), or a date / date and time
-    (2026-05-01, 2026-05-01T14:00, '2026-05-01 14:00'; local time). ValueError if none."""
-    now = time.time() if now is None else now
-    text = text.strip()
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", text)
-    if match:
-        return now - float(match.group(1)) * UNITS[match.group(2)]
-    try:
-        when = datetime.fromisoformat(text.replace(" ", "T", 1))
-    except ValueError:
-        raise ValueError(f"--since {text!r}: give 30m, 2h, 3d, 1w or a date such as "
-                         "2026-05-01 or 2026-05-01T14:00") from None
-    return (when if when.tzinfo else when.astimezone()).timestamp()
-
-
 def select(entries: Iterable[dict], *, since: float | None = None,
            task: str | None = None) -> list[dict]:
     """Entries started at or after since, of task (a name, `-` and `_` alike)."""

@@ -8,7 +8,6 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 
 import pytest
 
@@ -18,7 +17,7 @@ from sparkrack.lifecycle.running import Running
 from sparkrack.lifecycle.logs import (
     END, Attached, ContainerGone, Dedup, DockerRankLogs, LineSplitter, Liveness, LogLine, Notice,
     RankReader, ReorderBuffer, choose_deployment, followed_lines, format_line, format_timestamp,
-    merge, merged_lines, parse_ranks, parse_since, parse_timestamp, select_ranks, split_timestamp)
+    merge, merged_lines, parse_ranks, parse_timestamp, select_ranks, split_timestamp)
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 T0 = "2026-01-01T00:00:00"
@@ -31,22 +30,6 @@ def stamp(seconds: float, text: str) -> bytes:
 
 
 # --- Times -------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("text, seconds_ago", [("90s", 90), ("10m", 600), ("1h", 3600),
-                                               ("1h30m", 5400), ("2d", 172800), ("1.5h", 5400)])
-def test_since_durations(text, seconds_ago):
-    assert parse_since(text, now=NOW) == NOW - seconds_ago
-
-
-def test_since_times():
-    assert parse_since(f"{T0}Z", now=0) == NOW
-    assert parse_since("2026-01-01T02:00:00+02:00", now=0) == NOW
-    assert parse_since(T0, now=0) == datetime(2026, 1, 1).timestamp()  # local, as docker
-    assert parse_since("1767225600", now=0) == NOW
-    for bad in ("yesterday", "10x", "", "m10"):
-        with pytest.raises(UsageError):
-            parse_since(bad, now=NOW)
 
 
 def test_docker_timestamps_keep_nanoseconds():

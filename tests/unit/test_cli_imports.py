@@ -1,5 +1,5 @@
 """The CLI's module boundary (issue 17): `invoke --list` and `invoke -h TASK` import invoke
-and the small sparkrack.cli modules only; a task imports what it uses when it runs.
+and the small sparkrack.cli modules only (with the --since grammar for its help text); a task imports what it uses when it runs.
 
 Each check runs in a fresh interpreter from the repo root, so the modules seen are the ones
 `tasks.py` pulls in, not what other tests imported. No timing here: benchmarks/fastpaths.py.
@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("docker", "paramiko", "fabric", "jinja2", "rich", "requests", "urllib3")
 # The sparkrack modules building the namespace may import; everything else waits for a task.
-LIGHT = {"sparkrack", "sparkrack.errors", "sparkrack.console"}
+LIGHT = {"sparkrack", "sparkrack.errors", "sparkrack.console", "sparkrack.since"}
 
 PROBE = """
 import json, sys

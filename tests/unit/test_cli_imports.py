@@ -1,5 +1,6 @@
 """The CLI's module boundary (issue 17): `invoke --list` and `invoke -h TASK` import invoke
-and the small sparkrack.cli modules only (with the --since grammar for its help text); a task imports what it uses when it runs.
+and the small sparkrack.cli modules only (and the --since grammar, for its help text); a
+task imports what it uses when it runs.
 
 Each check runs in a fresh interpreter from the repo root, so the modules seen are the ones
 `tasks.py` pulls in, not what other tests imported. No timing here: benchmarks/fastpaths.py.

@@ -10,10 +10,9 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+from prometheus_client.parser import text_string_to_metric_families
 
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -21,20 +20,16 @@ SGLANG_ACCEPT = "sglang:spec_accept_length"
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
-    """{metric name: value} of a Prometheus text exposition, label sets summed."""
+    """{sample name: value} of a Prometheus text exposition (prometheus_client's parser),
+    label sets summed; a counter keeps its `_total`. Text the parser rejects gives {}: an
+    endpoint that serves no readable metrics exposes nothing."""
     values: dict[str, float] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if not match:
-            continue
-        try:
-            value = float(match.group(3))
-        except ValueError:
-            continue
-        values[match.group(1)] = values.get(match.group(1), 0.0) + value
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    except ValueError:
+        return {}
     return values
 
 

@@ -197,6 +197,9 @@ def test_prometheus_and_accept_length():
             'vllm:request_success_total{finished_reason="length",model_name="m"} 3\n')
     values = metrics.parse_prometheus(text)
     assert values["vllm:request_success_total"] == 5
+    assert (values["vllm:spec_decode_num_drafts_total"],
+            values["vllm:spec_decode_num_accepted_tokens_total"]) == (100, 189)
+    assert metrics.parse_prometheus("<html>502 Bad Gateway</html>\n") == {}
     before = metrics.SpecSnapshot("vllm", drafts=100, accepted=189, source="s")
     after = metrics.SpecSnapshot("vllm", drafts=200, accepted=378, source="s")
     assert metrics.accept_length(before, after)[0] == pytest.approx(2.89)

@@ -14,15 +14,14 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import SparkrackError, UsageError
+from ..errors import UsageError
 from ..fleet import Fleet, sh
 from ..inventory import Inventory
-from ..lifecycle.record import RECORD_DIR
+from ..lifecycle.record import RECORD_DIR, store_on_head
 from .result import BenchResult
 
 REMOTE_DIR = f"{RECORD_DIR}/bench"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")
-_WRITE = 'mkdir -p "$1" && cat > "$1/.$2.tmp" && mv "$1/.$2.tmp" "$1/$2.json"'
 _LIST = 'cd "$1" 2>/dev/null && ls -1 -- *.json 2>/dev/null || true'
 
 
@@ -52,13 +51,8 @@ def save_local(inventory: Inventory, result: BenchResult) -> Path:
 
 def save_remote(fleet: Fleet, inventory: Inventory, result: BenchResult) -> str:
     """Write the result beside the deployment record on the head; its path there."""
-    head = inventory.head.name
-    name = check_name(result.name)
-    outcome = fleet.run({head: sh(_WRITE, REMOTE_DIR, name)}, stdin=result.to_json().encode(),
-                        timeout=30)[head]
-    if outcome.status != "ok":
-        raise SparkrackError(f"could not save the result on {head}: {outcome.error}")
-    return f"{REMOTE_DIR}/{name}.json"
+    return store_on_head(fleet, inventory, REMOTE_DIR, check_name(result.name),
+                         result.to_json().encode(), "the bench result")
 
 
 def load(inventory: Inventory, name: str, fleet: Fleet | None = None) -> tuple[BenchResult, str]:

@@ -52,13 +52,22 @@ class Deployment:
                 f"{weights}, {when}{by})")
 
 
-def write(fleet: Fleet, inventory: Inventory, kind: str, deployment: Deployment) -> None:
-    """Store a record on the head node (atomic rename)."""
+def store_on_head(fleet: Fleet, inventory: Inventory, folder: str, name: str, data: bytes,
+                  what: str) -> str:
+    """Write folder/name.json on the head node (made if missing; atomic rename: no reader
+    sees half a file), the one writer of the head's record files; its path there."""
     head = inventory.head.name
-    data = json.dumps(asdict(deployment), sort_keys=True).encode()
-    result = fleet.run({head: sh(_WRITE, RECORD_DIR, kind)}, stdin=data)[head]
+    result = fleet.run({head: sh(_WRITE, folder, name)}, stdin=data, timeout=30)[head]
     if result.status != "ok":
-        raise SparkrackError(f"could not write the {kind} deployment record on {head}: {result.error}")
+        raise SparkrackError(f"could not write {what} on {head}: {result.error}")
+    return f"{folder}/{name}.json"
+
+
+def write(fleet: Fleet, inventory: Inventory, kind: str, deployment: Deployment) -> None:
+    """Store a record on the head node."""
+    store_on_head(fleet, inventory, RECORD_DIR, kind,
+                  json.dumps(asdict(deployment), sort_keys=True).encode(),
+                  f"the {kind} deployment record")
 
 
 def clear(fleet: Fleet, inventory: Inventory, kind: str) -> None:

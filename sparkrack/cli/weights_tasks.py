@@ -144,18 +144,6 @@ def verify(c, model=None, full=False, nodes=None, json=False, python=None, inven
                    + f" (run `invoke weights.stage --model {path}`)", code=1)
 
 
-def _used_by(rack) -> dict[str, list[str]]:
-    """{model path: the profiles that run from it}."""
-    from ..engines import engine_names, load_engine, model_path_of
-
-    used: dict[str, list[str]] = {}
-    for engine in engine_names(rack.path):
-        for profile in load_engine(rack.path, engine).profiles.values():
-            used.setdefault(model_path_of(rack, profile).rstrip("/"), []).append(
-                f"{engine} {profile.name}")
-    return used
-
-
 @task(name="list", help={"json": "print JSON", "python": PYTHON_HELP,
                          "inventory": INVENTORY_HELP})
 @operator_task
@@ -165,12 +153,13 @@ def list_(c, json=False, python=None, inventory=None):
     import posixpath
 
     from ..fleet import Fleet
+    from ..lifecycle.modeluse import used_by
     from ..transfer.chain import DEFAULT_PYTHON
     from ..transfer.models import list_models
     from ..transfer.show import print_list
 
     rack = inventory_from(inventory)
-    used = _used_by(rack)
+    used = used_by(rack)
     parents = sorted({posixpath.dirname(p) for p in (*used, rack.vars.model_path.rstrip("/"))})
     with Fleet(rack) as fleet:
         models, errors = list_models(fleet, rack.nodes, parents, python=python or DEFAULT_PYTHON)
@@ -195,7 +184,7 @@ def remove(c, model=None, nodes=None, check=False, json=False, python=None, inve
     and the manifest (anything else in the directory stays). Refused while the current
     deployment runs from it."""
     from ..fleet import Fleet
-    from ..lifecycle import record
+    from ..lifecycle.modeluse import refuse_removal_in_use
     from ..oplock.audit import note
     from ..transfer.chain import DEFAULT_PYTHON
     from ..transfer.models import describe_removal, remove_model
@@ -208,11 +197,7 @@ def remove(c, model=None, nodes=None, check=False, json=False, python=None, inve
     path = _model(rack, model)
     selected = _nodes(rack, nodes)
     with Fleet(rack, list({n.name: n for n in (*selected, rack.head)}.values())) as fleet:
-        current = record.read(fleet, rack)["current"]
-        if current is not None and _runs_from(rack, current) == path:
-            raise UsageError(f"{path} is in use: the current deployment "
-                             f"{current.describe()} runs from it",
-                             fix="`invoke down` or `invoke roll` to another lane first")
+        refuse_removal_in_use(fleet, rack, path)
         removed = remove_model(fleet, selected, path, check=check,
                                python=python or DEFAULT_PYTHON)
     if not check:
@@ -228,16 +213,3 @@ def remove(c, model=None, nodes=None, check=False, json=False, python=None, inve
     failed = [n for n, d in removed.items() if d.get("error")]
     if failed:
         raise Exit(f"not removed on {', '.join(failed)}", code=1)
-
-
-def _runs_from(rack, deployment) -> str:
-    """The model directory a recorded deployment runs from (older records: its profile's)."""
-    from ..engines import load_engine, model_path_of
-
-    if deployment.model_path:
-        return deployment.model_path.rstrip("/")
-    try:
-        profile = load_engine(rack.path, deployment.engine).profile(deployment.profile)
-    except UsageError:
-        profile = None
-    return model_path_of(rack, profile).rstrip("/")

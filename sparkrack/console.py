@@ -1,6 +1,7 @@
 """Operator output: rich tables and progress on a terminal, plain text otherwise, JSON on request."""
 
 import json
+import re
 import sys
 import threading
 from typing import Any, Iterable, Sequence
@@ -9,6 +10,16 @@ from typing import Any, Iterable, Sequence
 # table (tests/unit/test_cli_imports.py). `console.out` and `console.err` are its Consoles.
 _STREAMS = {"out": False, "err": True}  # name: stderr?
 _made = threading.Lock()
+
+
+COMMAND = {"name": "invoke"}  # the command the operator typed: `sparkrack` sets its own
+_TASK_COMMAND = re.compile(r"`invoke (?=[a-z])")
+
+
+def as_typed(text: str) -> str:
+    """text with every "`invoke TASK" naming the command the operator typed instead."""
+    name = COMMAND["name"]
+    return text if name == "invoke" else _TASK_COMMAND.sub(f"`{name} ", text)
 
 
 def __getattr__(name: str):

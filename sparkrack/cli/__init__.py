@@ -5,8 +5,11 @@ build_namespace), and `sparkrack TASK` anywhere (`main`, the console script an i
 sparkrack brings: invoke's Program with this namespace, so no tasks.py is needed).
 """
 
+import sys
+
 from invoke import Collection, Program
 
+from .. import console
 from . import (bench_tasks, check_tasks, engine_tasks, export_tasks, lock_tasks, logs_tasks,
                onboard_tasks, power_tasks, provision_tasks, rack_tasks, rehearsal_stub_tasks,
                rehearsal_tasks, run_tasks, watch_tasks, weights_tasks)
@@ -54,5 +57,34 @@ def main() -> None:
         release = version("sparkrack")
     except PackageNotFoundError:  # a checkout that was never installed
         release = "unknown"
-    Program(name="sparkrack", binary="sparkrack", namespace=build_namespace(),
-            version=release).run()
+    Sparkrack(name="sparkrack", binary="sparkrack", namespace=build_namespace(),
+              version=release).run()
+
+
+class Sparkrack(Program):
+    """invoke's Program whose help, task list and error lines name `sparkrack TASK`, the
+    command the operator typed, where the texts say `invoke TASK`."""
+
+    def run(self, argv=None, exit: bool = True) -> None:
+        console.COMMAND["name"] = self.binary
+        super().run(argv, exit)
+
+    def print_task_help(self, name: str) -> None:
+        _typed(lambda: super(Sparkrack, self).print_task_help(name))
+
+    def print_help(self) -> None:
+        _typed(super().print_help)
+
+    def list_tasks(self) -> None:
+        _typed(super().list_tasks)
+
+
+def _typed(show) -> None:
+    """Run show() (it prints), then print its text as typed (console.as_typed)."""
+    import contextlib
+    import io
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        show()
+    sys.stdout.write(console.as_typed(text.getvalue()))

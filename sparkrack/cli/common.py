@@ -37,14 +37,15 @@ def operator_task(body):
     @functools.wraps(body)
     def run(*args, **kwargs):
         from ..events import on_node_lost
-        from ..console import say
+        from ..console import as_typed, say
         from ..terminal import escape_controls
 
         on_node_lost(say)  # a node lost mid-command is named at once
         try:
             return body(*args, **kwargs)
         except SparkrackError as exc:  # its line may quote a node: escaped
-            raise Exit(f"error: {escape_controls(exc.line())}", code=exc.exit_code) from None
+            raise Exit(f"error: {escape_controls(as_typed(exc.line()))}",
+                       code=exc.exit_code) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
         except Exit:

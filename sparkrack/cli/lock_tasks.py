@@ -57,7 +57,7 @@ def unlock(c, force=None, inventory=None):
 
     if not force or not str(force).strip():
         raise UsageError("unlock breaks another operator's lock: it needs a reason",
-                         fix="invoke unlock --force 'REASON'")
+                         fix="`invoke unlock --force 'REASON'`")
     rack = inventory_from(inventory)
     record = audit.new_record(rack, "unlock", {"force": force})
     with _head_fleet(rack) as fleet:

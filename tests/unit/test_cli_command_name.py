@@ -1,0 +1,54 @@
+"""Under the `sparkrack` command, help and error lines name `sparkrack TASK`, as typed."""
+
+import contextlib
+import io
+
+import pytest
+
+from sparkrack import console
+from sparkrack.cli import Sparkrack, build_namespace
+
+
+@pytest.fixture
+def typed():
+    """(argv -> stdout) of the sparkrack command run in this process."""
+    namespace = build_namespace()
+
+    def run(*argv: str) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            Sparkrack(name="sparkrack", binary="sparkrack", namespace=namespace).run(
+                ["sparkrack", *argv], exit=False)
+        return out.getvalue()
+
+    yield run
+    console.COMMAND["name"] = "invoke"
+
+
+@pytest.mark.parametrize("task", ["burn", "export", "run", "unlock"])
+def test_task_help_names_the_sparkrack_command(typed, task):
+    text = typed("-h", task)
+    assert text.startswith(f"Usage: sparkrack [--core-opts] {task} ")
+    assert "`sparkrack " in text and "`invoke " not in text
+
+
+def test_error_lines_too_and_invoke_keeps_its_own_name(typed):
+    typed("--list")
+    assert console.as_typed("run `invoke provision` first") == "run `sparkrack provision` first"
+    console.COMMAND["name"] = "invoke"
+    assert console.as_typed("run `invoke provision` first") == "run `invoke provision` first"
+
+
+def test_an_error_line_names_the_command_typed():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-c", "import sys; from sparkrack.cli import main; "
+                           "sys.argv[0] = 'sparkrack'; main()", "unlock"],
+                          capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: unlock breaks another operator's lock: it needs a reason "
+        "(`sparkrack unlock --force 'REASON'`)"]

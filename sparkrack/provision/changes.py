@@ -1,14 +1,16 @@
 """What a plan is made of: one `Change` per task, carrying the actions that would make it so.
 
 `Put` a file (atomic), `Run` an argv (both applied on the node by apply.py), `Transfer` an
-image (applied across nodes by the image distribution). `ImageTarget` is where the one
-right image for a ref comes from, resolved for the whole rack before planning.
+image (applied across nodes by the image distribution, sparkrack/transfer/images.py, where
+`ImageTarget`, the one right image for a ref resolved for the whole rack, is defined).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
+
+from sparkrack.transfer.images import short_id
 
 Status = Literal["ok", "changed", "failed", "skipped", "pending"]
 
@@ -71,18 +73,3 @@ class Change:
     @property
     def changed(self) -> bool:
         return self.status == "changed"
-
-
-@dataclass(frozen=True)
-class ImageTarget:
-    """Where the one right image for a ref comes from (resolved for the whole rack)."""
-
-    ref: str
-    image_id: str | None
-    source: str = ""  # "tar:PATH" | "node:NAME"
-    error: str | None = None
-
-
-def short_id(image_id: str) -> str:
-    """An image ID as docker shows it: 12 hex digits, no sha256: prefix."""
-    return image_id.removeprefix("sha256:")[:12]

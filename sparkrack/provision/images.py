@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkrack.facts.provision import NodeFacts, normalize_ref
-from sparkrack.provision.changes import ImageTarget, short_id
+from sparkrack.transfer.images import ImageTarget, short_id
 
 @dataclass(frozen=True)
 class TarImage:

@@ -25,7 +25,7 @@ from sparkrack.facts.queries import argv as gather_argv
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
 from sparkrack.provision.apply import ApplyResult, apply_node
-from sparkrack.provision.changes import Change, ImageTarget, Transfer
+from sparkrack.provision.changes import Change, Transfer
 from sparkrack.provision.images import resolve_images
 from sparkrack.provision.modules import docker_image
 from sparkrack.provision.plan import plan_node, queries
@@ -39,7 +39,7 @@ from sparkrack.provision.roles import (
     roles_path,
 )
 from sparkrack.transfer.chain import DEFAULT_PYTHON
-from sparkrack.transfer.images import TransferReport, distribute
+from sparkrack.transfer.images import ImageTarget, TransferReport, distribute
 
 Event = Callable[[str, "ProvisionReport"], None]
 

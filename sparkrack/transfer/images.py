@@ -17,11 +17,25 @@ from pathlib import Path
 
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
-from sparkrack.provision.changes import ImageTarget, short_id
 from sparkrack.transfer.chain import (
     DEFAULT_PYTHON, Hop, LocalSource, NodeSource, relay_error, run_chain)
 
 CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ImageTarget:
+    """Where the one right image for a ref comes from (resolved for the whole rack)."""
+
+    ref: str
+    image_id: str | None
+    source: str = ""  # "tar:PATH" | "node:NAME"
+    error: str | None = None
+
+
+def short_id(image_id: str) -> str:
+    """An image ID as docker shows it: 12 hex digits, no sha256: prefix."""
+    return image_id.removeprefix("sha256:")[:12]
 
 
 @dataclass

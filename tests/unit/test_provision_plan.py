@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from sparkrack.facts.provision import FileFacts, NodeFacts, UnitFacts
-from sparkrack.provision.changes import ImageTarget, Put, Run, Transfer
+from sparkrack.provision.changes import Put, Run, Transfer
+from sparkrack.transfer.images import ImageTarget
 from sparkrack.provision.plan import plan_node, queries
 from sparkrack.provision.roles import Renderer, load_role, render_tasks
 

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sparkrack.provision.changes import Change, ImageTarget
+from sparkrack.provision.changes import Change
+from sparkrack.transfer.images import ImageTarget
 from sparkrack.facts.provision import NodeFacts
 from sparkrack.facts.queries import Query
 

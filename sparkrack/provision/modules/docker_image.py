@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sparkrack.provision.changes import Change, Run, Transfer, short_id
+from sparkrack.provision.changes import Change, Run, Transfer
+from sparkrack.transfer.images import short_id
 from sparkrack.facts.provision import IMAGES, normalize_ref
 from sparkrack.provision.modules.base import Module, Step
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import SparkrackError
-from ..watchdog.payload import Platform
+from .platform import Platform
 from .queries import Answers, Query, answer
 
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState",

@@ -23,9 +23,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import platform
-import sys
-import sysconfig
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +33,7 @@ import sparkrack
 
 from ..data import KINDS, OWN_FOLDER, search_dirs, shipped
 from ..errors import UsageError
+from ..facts.platform import Platform
 
 PACKAGE_DIR = Path(sparkrack.__file__).resolve().parent
 # pyproject.toml's [project].dependencies (tests/unit/test_watchdog_install.py checks this;
@@ -51,36 +49,6 @@ COPY_HEADER = ("# Written by `invoke watch.install` from the inventory's {source
                "# copy, which reaches every node with the watchdog's own key. Edit the original,\n"
                "# then run watch.install again.\n")
 CONNECTION_KEYS = ("ansible_ssh_private_key_file", "known_hosts_file")
-
-@dataclass(frozen=True)
-class Platform:
-    """An interpreter as far as compiled extension modules care."""
-
-    version: tuple[int, ...]  # (3, 11, 2)
-    machine: str  # x86_64, aarch64
-    soabi: str  # cpython-311-x86_64-linux-gnu
-    libc: tuple[str, str]  # ("glibc", "2.36")
-    executable: str = ""
-
-    @classmethod
-    def local(cls) -> Platform:
-        return cls(tuple(sys.version_info[:3]), platform.machine(),
-                   sysconfig.get_config_var("SOABI") or "", tuple(platform.libc_ver()),
-                   sys.executable)
-
-    @classmethod
-    def parse(cls, text: str) -> Platform:
-        """The output of remote/watchdog.py's PLATFORM_SCRIPT; ValueError when it is not that."""
-        data = json.loads(text.strip().splitlines()[-1])
-        return cls(tuple(int(v) for v in data["version"]), str(data["machine"]),
-                   str(data["soabi"] or ""), tuple(str(v) for v in data["libc"]),
-                   str(data.get("executable", "")))
-
-    def describe(self) -> str:
-        libc = " ".join(v for v in self.libc if v) or "unknown libc"
-        return (f"Python {'.'.join(map(str, self.version))} {self.machine} "
-                f"({self.soabi or 'no SOABI'}, {libc})")
-
 
 def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit())

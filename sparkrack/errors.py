@@ -34,3 +34,11 @@ class InventoryError(UsageError):
 
 class UnsafeAddressError(UsageError):
     """The fleet layer refused to contact an address (network safety rule)."""
+
+
+def did_you_mean(word: str, choices) -> str:
+    """' (did you mean 'x'?)' for the closest of choices, or '' (for an error's message)."""
+    import difflib
+
+    close = difflib.get_close_matches(word, [str(choice) for choice in choices], n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""

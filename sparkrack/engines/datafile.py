@@ -6,15 +6,14 @@ The YAML itself is read by the inventory's reader (duplicate keys refused, a lin
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sparkrack.errors import InventoryError
-from sparkrack.inventory import _Mapping, _read_yaml  # the inventory's YAML-with-lines reader
-from sparkrack.inventory_schema import describe, has_control
+from sparkrack.errors import InventoryError, did_you_mean
+from sparkrack.inventory import YamlMapping, read_yaml
+from sparkrack.inventory.schema import describe, has_control
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _REQUIRED = object()
@@ -22,7 +21,7 @@ _REQUIRED = object()
 
 def read_section(file: Path, allowed: tuple[str, ...]) -> Section:
     """The top-level mapping of a data file, its keys limited to allowed."""
-    return Section(_read_yaml(file), file, None, "", allowed)
+    return Section(read_yaml(file), file, None, "", allowed)
 
 
 class Section:
@@ -34,8 +33,8 @@ class Section:
         self.line = line
         self.label = label
         if value is None:
-            value = _Mapping(file)
-        if not isinstance(value, _Mapping):
+            value = YamlMapping(file)
+        if not isinstance(value, YamlMapping):
             raise InventoryError(file, line, f"{label or 'file'}: expected a mapping, got "
                                  f"{describe(value)}", fix="write key: value lines")
         self.mapping = value
@@ -122,7 +121,3 @@ def is_text_list(value: Any) -> bool:
     return isinstance(value, list) and all(is_text(item) for item in value)
 
 
-def did_you_mean(word: str, choices: Any) -> str:
-    """' (did you mean 'x'?)' for the closest of choices, or ''."""
-    close = difflib.get_close_matches(word, [str(choice) for choice in choices], n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""

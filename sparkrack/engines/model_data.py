@@ -26,9 +26,9 @@ from pathlib import Path
 from sparkrack.data import OWN_FOLDER
 from sparkrack.engines.catalog import model_files
 from sparkrack.engines.datafile import (
-    Section, did_you_mean, is_count, is_name, is_number, is_text, read_section)
-from sparkrack.errors import InventoryError, UsageError
-from sparkrack.inventory_schema import FrozenMapping
+    Section, is_count, is_name, is_number, is_text, read_section)
+from sparkrack.errors import InventoryError, UsageError, did_you_mean
+from sparkrack.inventory.schema import FrozenMapping
 
 GIB = 1 << 30
 _KEYS = ("model_name", "params_billion", "quantization", "dsa",

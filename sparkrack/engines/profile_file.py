@@ -59,11 +59,11 @@ from typing import Any
 
 from sparkrack.engines.catalog import engine_file
 from sparkrack.engines.datafile import (
-    Section, did_you_mean, is_count, is_line, is_name, is_word_list, read_section)
+    Section, is_count, is_line, is_name, is_word_list, read_section)
 from sparkrack.engines.option_names import OptionSet, options_for
 from sparkrack.engines.templates import allowed_fields, check_template
-from sparkrack.errors import UsageError
-from sparkrack.inventory_schema import FrozenMapping, abs_path_problem, describe, has_control
+from sparkrack.errors import UsageError, did_you_mean
+from sparkrack.inventory.schema import FrozenMapping, abs_path_problem, describe, has_control
 
 FLAG_ROLES = ("context_length", "kv_cache_dtype")
 ARG_GROUPS = ("model", "every_rank", "head", "workers")

@@ -21,7 +21,7 @@ from sparkrack.engines.profile_file import EngineDef, Profile, load_engine
 from sparkrack.engines.templates import fill
 from sparkrack.errors import UsageError
 from sparkrack.inventory import Inventory, Node
-from sparkrack.inventory_schema import FrozenMapping
+from sparkrack.inventory.schema import FrozenMapping
 from sparkrack.provision.envfiles import EnvFiles, NodeEnv, secret_names
 
 REDACTED = "***"

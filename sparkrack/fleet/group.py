@@ -39,7 +39,7 @@ from sparkrack.fleet.ssh import (
     UnreachableError, answers, explain, lost_reason, open_connection, who)
 from sparkrack.fleet.warm import borrow, claim, lend
 from sparkrack.inventory import Inventory, Node
-from sparkrack.inventory_schema import FrozenMapping
+from sparkrack.inventory.schema import FrozenMapping
 from sparkrack.fleet.netguard import check_node
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sparkrack.errors import SparkrackError
-from sparkrack.inventory_schema import FrozenMapping
+from sparkrack.inventory.schema import FrozenMapping
 
 Status = Literal["ok", "failed", "unreachable"]
 

@@ -28,7 +28,7 @@ from sparkrack.facts.provision import IMAGES, NETDEVS, roce_query
 from sparkrack.facts.queries import Answers, Query, answer, argv
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
-from sparkrack.inventory_schema import address_problem
+from sparkrack.inventory.schema import address_problem
 from sparkrack.onboard.context import Context, Step
 from sparkrack.rules.ruleset import all_rules
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from sparkrack.errors import SparkrackError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
-from sparkrack.inventory_schema import FrozenMapping
+from sparkrack.inventory.schema import FrozenMapping
 from sparkrack.facts.provision import NodeFacts, parse_facts
 from sparkrack.facts.queries import Query, argv
 from sparkrack.provision.changes import Put

@@ -34,7 +34,7 @@ import jinja2
 from sparkrack.data import search_dirs, shipped
 from sparkrack.errors import InventoryError, UsageError
 from sparkrack.inventory import Inventory, Node
-from sparkrack.inventory import _read_yaml as read_bounded_yaml  # the inventory's YAML reader
+from sparkrack.inventory import read_yaml as read_bounded_yaml
 from sparkrack.provision.modules import REGISTRY
 
 ROLES_DIR = shipped("roles")

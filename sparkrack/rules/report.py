@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sparkrack.inventory_schema import FrozenMapping
+from sparkrack.inventory.schema import FrozenMapping
 
 ERROR = "error"  # blocks a start unless the profile waives the rule
 WARNING = "warning"  # shown, never blocks

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sparkrack.engines import ModelData
-from sparkrack.inventory_schema import FrozenMapping, yaml_text
+from sparkrack.inventory.schema import FrozenMapping, yaml_text
 
 RANK_KINDS = ("flag_present", "flag_at_most", "flag_in", "flag_not_in", "env_at_most")
 NODE_KINDS = ("kernel_not_in",)

@@ -47,7 +47,7 @@ from sparkrack import data
 from sparkrack.engines.datafile import (
     Section, did_you_mean, is_number, is_text, is_text_list, read_section)
 from sparkrack.errors import UsageError
-from sparkrack.inventory_schema import ENGINES, FrozenMapping
+from sparkrack.inventory.schema import ENGINES, FrozenMapping
 from sparkrack.rules.code_checks import CODE_CHECKS
 from sparkrack.rules.report import SEVERITIES
 from sparkrack.rules.rule import (

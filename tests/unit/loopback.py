@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sparkrack.inventory import Inventory, Node
-from sparkrack.inventory_schema import FrozenMapping, RackVars
+from sparkrack.inventory.schema import FrozenMapping, RackVars
 
 SSHD = Path("/usr/sbin/sshd")
 KNOWN = ("spark-01", "spark-02", "spark-03")

@@ -18,7 +18,7 @@ from sparkrack.engines import (
     LABEL_STOP_TIMEOUT, build_specs, docker_run_argv, docker_sdk_kwargs)
 from sparkrack.errors import UsageError
 from sparkrack.inventory import load_inventory
-from sparkrack.inventory_schema import FrozenMapping
+from sparkrack.inventory.schema import FrozenMapping
 from sparkrack.provision.envfiles import VIEW_NODE, EnvFiles, EnvVar, RackView
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from loopback import KNOWN, Sshd, free_port, inventory, needs_sshd, session_pids
 from sparkrack.fleet import Fleet, Secret, sh
 from sparkrack.fleet.ssh import UnreachableError
 from sparkrack.inventory import Inventory
-from sparkrack.inventory_schema import RackVars
+from sparkrack.inventory.schema import RackVars
 
 pytestmark = needs_sshd
 

@@ -8,7 +8,7 @@ import pytest
 
 from sparkrack.errors import InventoryError, UsageError
 from sparkrack.inventory import load_inventory
-from sparkrack.inventory_schema import RACK_SPECS, RackVars
+from sparkrack.inventory.schema import RACK_SPECS, RackVars
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parent / "data" / "inventory"

@@ -13,7 +13,7 @@ import pytest
 
 from sparkrack.data import shipped
 from sparkrack.inventory import Inventory, Node, load_inventory
-from sparkrack.inventory_schema import RACK_SPECS, SPECS
+from sparkrack.inventory.schema import RACK_SPECS, SPECS
 from sparkrack.watchdog import keyrecord
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 from sparkrack.fleet import netguard
 from sparkrack.errors import UnsafeAddressError
 from sparkrack.inventory import Node
-from sparkrack.inventory_schema import RackVars
+from sparkrack.inventory.schema import RackVars
 
 ROUTES_UP = """\
 Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT

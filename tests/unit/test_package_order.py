@@ -21,7 +21,7 @@ LAYERS = (  # the top first
     ("facts", "oplock", "rehearsal", "adhoc"),
     ("fleet",),
     ("inventory",),
-    ("inventory_schema", "data", "console", "since"),
+    ("data", "console", "since"),
     ("errors", "terminal", "events", "atomic", "remote", "sparkrack"),
 )
 # provision's node vars read the watchdog's key record (watchdog/keyrecord.py); it goes

@@ -12,7 +12,7 @@ from sparkrack.data import shipped
 from sparkrack.engines import build_specs, load_engine
 from sparkrack.errors import InventoryError, UsageError
 from sparkrack.inventory import load_inventory
-from sparkrack.inventory_schema import FrozenMapping
+from sparkrack.inventory.schema import FrozenMapping
 from sparkrack.rules import ERROR, WARNING, all_rules, check_profile
 
 REPO = Path(__file__).resolve().parents[2]

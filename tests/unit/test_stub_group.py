@@ -446,7 +446,7 @@ def test_the_needle_is_found_within_reach_and_not_beyond(groups):
     from sparkrack.bench.run import SUITES, Bench
     from sparkrack.bench.target import Target
     from sparkrack.inventory import Node
-    from sparkrack.inventory_schema import RackVars
+    from sparkrack.inventory.schema import RackVars
     from sparkrack.lifecycle.headapi import Endpoint
     from sparkrack.lifecycle.record import Deployment
 

@@ -1,6 +1,6 @@
 """The watchdog's policy: stop by default, restart within a budget, then stop and say why."""
 
-from sparkrack.inventory_schema import RackVars
+from sparkrack.inventory.schema import RackVars
 from sparkrack.watchdog.policy import RESTART, STOP, RestartBudget
 
 

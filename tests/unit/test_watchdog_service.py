@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sparkrack.errors import SparkrackError
 from sparkrack.facts.node import GpuFacts, NodeFacts, UnitFacts
 from sparkrack.inventory import Inventory, Node
-from sparkrack.inventory_schema import FrozenMapping, RackVars
+from sparkrack.inventory.schema import FrozenMapping, RackVars
 from sparkrack.lifecycle.containers import Rank
 from sparkrack.lifecycle.record import RECORD_DIR, Deployment
 from sparkrack.lifecycle.watch import Poll

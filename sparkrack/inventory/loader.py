@@ -1,40 +1,23 @@
-"""Load and validate an Ansible-style inventory directory into typed, frozen nodes.
-
-An inventory is a directory with `hosts.yml`, `group_vars/<group>.yml` and
-`host_vars/<node>.yml`. Vars merge in Ansible's order (what `ansible-inventory --list`
-shows): `all: vars:` in hosts.yml < the group's `vars:` there < group_vars/all.yml <
-group_vars/<group>.yml < the host's own entry in hosts.yml < host_vars/<node>.yml. Every
-mistake raises InventoryError naming file:line and the fix.
-
-A host with `spare: true` (and no rank) is a staged node outside the TP group, written by
-`invoke onboard` without --replace: it is in `Inventory.spares`, not in `nodes`, groups,
-ranks or tp_size, so nothing that operates the rack touches it.
-"""
+"""Read and check an inventory directory (hosts.yml, group_vars/, host_vars/) into an
+`Inventory`: every mistake an InventoryError naming file:line and the fix."""
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import os
 import re
-import stat
-from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from sparkrack.errors import InventoryError, UsageError
-from sparkrack.inventory_schema import (
+from sparkrack.errors import InventoryError, did_you_mean
+from sparkrack.inventory.model import Inventory, Node, resolve_path
+from sparkrack.inventory.yamlfile import YamlMapping, read_yaml
+from sparkrack.inventory.schema import (
     CONNECTION, HOST, NODE, RACK, SPECS, FrozenMapping, RackVars, describe, is_address)
 
 INVENTORY_ENV = "SPARKRACK_INVENTORY"
 DEFAULT_INVENTORY = Path("inventory", "rack")  # the real rack's, in a checkout of the repo
-MAX_FILE_BYTES = 1 << 20  # an inventory, profile or model file is a few KiB: 1 MiB is plenty
-# values of one file with its aliases expanded (each one counted where it is used): a
-# few hundred in a real file; nested aliases of aliases can stand for billions
-MAX_YAML_VALUES = 100_000
 
 _WHERE_FIX = f"pass -i/--inventory DIR or set {INVENTORY_ENV} to a directory holding hosts.yml"
 _SHAPE_FIX = "shape: all: {children: {sparks: {hosts: {spark-01: {ansible_host: ADDR, rank: 0}}}}}"
@@ -51,92 +34,6 @@ _MISPLACED = {
            "set it on each host in hosts.yml or host_vars/<node>.yml"),
 }
 _WHERE = {"group": "in group vars", "subgroup": "for one group of several", "host": "per host"}
-_MAP_TAG = "tag:yaml.org,2002:map"
-_SEQ_TAG = "tag:yaml.org,2002:seq"
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-@dataclass(frozen=True)
-class Node:
-    """One node of the rack: how to reach it, its rank and its merged vars."""
-
-    name: str
-    address: str
-    port: int
-    user: str
-    key_file: Path | None
-    rank: int  # -1 for a spare
-    roce_addr: str
-    vars: RackVars
-
-    @property
-    def is_head(self) -> bool:
-        """Whether this node is rank 0: it serves HTTP and hosts dist-init."""
-        return self.rank == 0
-
-
-@dataclass(frozen=True)
-class Inventory:
-    """A validated inventory: nodes sorted by rank, rack vars and group membership."""
-
-    path: Path
-    nodes: tuple[Node, ...]
-    vars: RackVars
-    groups: Mapping[str, tuple[str, ...]]
-    spares: tuple[Node, ...] = ()  # hosts with `spare: true`: staged, outside the TP group
-
-    @property
-    def head(self) -> Node:
-        """The rank-0 node."""
-        return self.nodes[0]
-
-    @property
-    def known_hosts_path(self) -> Path:
-        """The known_hosts file, relative paths resolved against the inventory directory."""
-        return _resolve(self.path, self.vars.known_hosts_file)
-
-    @property
-    def is_rehearsal(self) -> bool:
-        """Whether this inventory describes the local rehearsal rack."""
-        return self.vars.rehearsal
-
-    def node(self, name: str) -> Node:
-        """The node called name; UsageError naming the known nodes if there is none."""
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        names = [node.name for node in self.nodes]
-        raise UsageError(f"unknown node '{name}'{_did_you_mean(name, names)}",
-                         fix="known nodes: " + ", ".join(names))
-
-    def select(self, limit: str | None) -> tuple[Node, ...]:
-        """The nodes named by a --limit value (comma-separated nodes or groups), by rank."""
-        if limit is None:
-            return self.nodes
-        wanted: set[str] = set()
-        for entry in filter(None, (part.strip() for part in limit.split(","))):
-            wanted.update(self._expand(entry))
-        if not wanted:
-            raise UsageError("--limit names no node", fix=self._limit_fix())
-        return tuple(node for node in self.nodes if node.name in wanted)
-
-    def _expand(self, entry: str) -> tuple[str, ...]:
-        """The node names that one --limit entry stands for."""
-        names = tuple(node.name for node in self.nodes)
-        if entry == "all":
-            return names
-        if entry in self.groups:
-            return self.groups[entry]
-        if entry in names:
-            return (entry,)
-        choices = [*names, *self.groups, "all"]
-        raise UsageError(f"unknown node '{entry}' in --limit{_did_you_mean(entry, choices)}",
-                         fix=self._limit_fix())
-
-    def _limit_fix(self) -> str:
-        """The fix listing what --limit accepts."""
-        return (f"valid: {', '.join(node.name for node in self.nodes)} "
-                f"(or a group: {', '.join([*self.groups, 'all'])})")
 
 
 def load_inventory(path: str | Path | None = None) -> Inventory:
@@ -165,144 +62,6 @@ def _locate(path: str | Path | None) -> Path:
         raise InventoryError(directory, None, f"no hosts.yml in this directory{origin}",
                              fix=_WHERE_FIX)
     return directory
-
-
-# --- YAML with line numbers ------------------------------------------------------------
-
-
-class _Mapping(dict):
-    """A YAML mapping that remembers its file and the line of each key."""
-
-    def __init__(self, file: Path):
-        super().__init__()
-        self.file = file
-        self.lines: dict[Hashable, int] = {}
-
-
-def _read_yaml(file: Path) -> Any:
-    """The content of a YAML file as plain values, with _Mapping for every mapping.
-
-    A directory or anything but a regular file where the file belongs is refused, and so
-    is a file over MAX_FILE_BYTES (read no further than that) or one that stands for over
-    MAX_YAML_VALUES values with its aliases expanded (an "alias bomb", refused before
-    anything walks it)."""
-    limit = f"{MAX_FILE_BYTES // (1 << 20)} MiB"
-    try:
-        info = file.stat()
-        if stat.S_ISDIR(info.st_mode):
-            raise InventoryError(file, None, "a directory where a file belongs",
-                                 fix=f"put the {file.name} file there instead")
-        if not stat.S_ISREG(info.st_mode):
-            raise InventoryError(file, None, "not a regular file",
-                                 fix=f"make {file.name} a plain file")
-        if info.st_size > MAX_FILE_BYTES:
-            raise InventoryError(file, None, f"{info.st_size:,} bytes, over the {limit} "
-                                 "limit of an inventory file", fix="is it the right file? "
-                                 "inventory and profile files are a few KiB")
-        with open(file, "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
-            raise InventoryError(file, None, f"over the {limit} limit of an inventory file",
-                                 fix="is it the right file?")
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InventoryError(file, None, "not UTF-8 text", fix="save it as UTF-8") from None
-    except OSError as error:
-        raise InventoryError(file, None, f"cannot read: {error.strerror}",
-                             fix="make it a readable file") from None
-    try:
-        loader = yaml.SafeLoader(text)  # checks for unprintable characters
-        try:
-            root = loader.get_single_node()
-            return None if root is None else _Converter(loader, file).value(root, None)
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        raise InventoryError(file, mark.line + 1 if mark else None,
-                             f"YAML syntax error: {error.problem or error.context}",
-                             fix="correct the YAML at that line") from None
-    except yaml.YAMLError as error:
-        raise InventoryError(file, None, f"YAML error: {str(error).splitlines()[0]}",
-                             fix="remove control characters from the file") from None
-    except RecursionError:
-        raise InventoryError(file, None, "YAML nested too deeply",
-                             fix="flatten the structure") from None
-
-
-class _Converter:
-    """Turns composed YAML nodes into values, refusing duplicate keys and odd tags."""
-
-    def __init__(self, loader: yaml.SafeLoader, file: Path):
-        self.loader = loader
-        self.file = file
-        self.done: dict[int, Any] = {}  # node id -> value, so aliases convert once
-        self.active: set[int] = set()  # nodes being converted, to catch recursive aliases
-        self.sizes: dict[int, int] = {}  # collection node id -> its values, aliases expanded
-
-    def value(self, node: yaml.Node, parent_key: Any) -> Any:
-        """The value of node; parent_key names what holds it, for messages."""
-        if isinstance(node, yaml.ScalarNode):
-            return self.loader.construct_object(node)
-        if id(node) in self.active:
-            raise InventoryError(self.file, _line(node), "recursive YAML alias",
-                                 fix="do not nest an anchor inside itself")
-        if node.tag not in (_MAP_TAG, _SEQ_TAG):
-            raise InventoryError(self.file, _line(node), f"unsupported YAML tag '{node.tag}'",
-                                 fix="use plain mappings and lists")
-        if id(node) not in self.done:
-            self.active.add(id(node))
-            if isinstance(node, yaml.SequenceNode):
-                self.done[id(node)] = [self.value(item, parent_key) for item in node.value]
-                self._count(node, node.value)
-            else:
-                self.done[id(node)] = self._mapping(node, parent_key)
-                self._count(node, [value for _, value in node.value])
-            self.active.discard(id(node))
-        return self.done[id(node)]
-
-    def _count(self, node: yaml.Node, children: list[yaml.Node]) -> None:
-        """Record how many values node stands for, refusing over MAX_YAML_VALUES."""
-        size = 1 + sum(self.sizes.get(id(child), 1) for child in children)
-        if size > MAX_YAML_VALUES:
-            raise InventoryError(self.file, _line(node),
-                                 f"YAML aliases expand to over {MAX_YAML_VALUES:,} values",
-                                 fix="write the values out; do not nest aliases of aliases")
-        self.sizes[id(node)] = size
-
-    def _mapping(self, node: yaml.MappingNode, parent_key: Any) -> _Mapping:
-        """A mapping node as a _Mapping; merge keys (<<) apply, duplicate keys are errors."""
-        first_lines: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == _MERGE_TAG:
-                continue
-            key = self._key(key_node)
-            if key in first_lines:
-                what = "host" if parent_key == "hosts" else "key"
-                raise InventoryError(
-                    self.file, _line(key_node),
-                    f"duplicate {what} '{key}' (first at line {first_lines[key]})",
-                    fix="keep one entry per node" if what == "host" else "keep one of them")
-            first_lines[key] = _line(key_node)
-        self.loader.flatten_mapping(node)
-        result = _Mapping(self.file)
-        for key_node, value_node in node.value:
-            key = self._key(key_node)
-            result[key] = self.value(value_node, key)
-            result.lines[key] = _line(key_node)
-        return result
-
-    def _key(self, node: yaml.Node) -> Any:
-        """A mapping key; only scalars are keys."""
-        if not isinstance(node, yaml.ScalarNode):
-            raise InventoryError(self.file, _line(node), "a key must be a plain name",
-                                 fix="do not use a list or mapping as a key")
-        return self.loader.construct_object(node)
-
-
-def _line(node: yaml.Node) -> int:
-    """The 1-based line where node starts."""
-    return node.start_mark.line + 1
 
 
 # --- Reading and checking an inventory -------------------------------------------------
@@ -412,7 +171,7 @@ class _Loader:
     def _read_hosts(self) -> tuple[_Settings, list[_Group]]:
         """The inline vars of `all` and the groups of hosts.yml."""
         file = self.hosts_file
-        top = _mapping(_read_yaml(file), file, None, "", _SHAPE_FIX)
+        top = _mapping(read_yaml(file), file, None, "", _SHAPE_FIX)
         _check_keys(top, ("all",))
         everything = _mapping(top.get("all"), file, top.lines.get("all"), "all", _SHAPE_FIX)
         _check_keys(everything, ("children", "vars"))
@@ -432,7 +191,7 @@ class _Loader:
                                  self._settings(self._vars(group), level)))
         return self._settings(self._vars(everything), "group"), groups
 
-    def _read_host(self, hosts: _Mapping, name: Any, group: str,
+    def _read_host(self, hosts: YamlMapping, name: Any, group: str,
                    seen: dict[str, tuple[str, int]]) -> _Host:
         """One host entry; a host already listed in another group is an error."""
         file, line = self.hosts_file, hosts.lines[name]
@@ -446,13 +205,13 @@ class _Loader:
         body = _mapping(hosts[name], file, line, name, _VARS_FIX)
         return _Host(name, line, self._settings(body, "host"))
 
-    def _vars(self, owner: _Mapping) -> _Mapping | None:
+    def _vars(self, owner: YamlMapping) -> YamlMapping | None:
         """The `vars` mapping of a hosts.yml entry, if it has one."""
         if "vars" not in owner:
             return None
         return _mapping(owner["vars"], self.hosts_file, owner.lines["vars"], "vars", _VARS_FIX)
 
-    def _var_files(self, folder: str, kind: str, known: list[str]) -> dict[str, _Mapping]:
+    def _var_files(self, folder: str, kind: str, known: list[str]) -> dict[str, YamlMapping]:
         """The mappings in group_vars/ or host_vars/ by name; stray files are errors."""
         directory = self.dir / folder
         if not directory.exists():
@@ -478,11 +237,11 @@ class _Loader:
                        f"rename it after one of: {', '.join(known)}; or delete it")
                 raise InventoryError(
                     entry, None, f"{folder} file for {kind} '{entry.stem}', which is not in "
-                    f"hosts.yml{_did_you_mean(entry.stem, known)}", fix=fix)
-            found[entry.stem] = _mapping(_read_yaml(entry), entry, None, "", _VARS_FIX)
+                    f"hosts.yml{did_you_mean(entry.stem, known)}", fix=fix)
+            found[entry.stem] = _mapping(read_yaml(entry), entry, None, "", _VARS_FIX)
         return found
 
-    def _settings(self, mapping: _Mapping | None, level: str) -> _Settings:
+    def _settings(self, mapping: YamlMapping | None, level: str) -> _Settings:
         """The checked vars of one mapping set at level (group, subgroup or host)."""
         if mapping is None:
             return {}
@@ -573,7 +332,7 @@ class _Loader:
             name=draft.host.name, address=draft.addresses["ansible_host"].value,
             port=draft.value("ansible_port"),
             user=draft.value("ansible_user"),
-            key_file=_resolve(self.dir, key_file) if key_file else None,
+            key_file=resolve_path(self.dir, key_file) if key_file else None,
             rank=-1 if draft.value("spare") else draft.value("rank"),
             roce_addr=draft.addresses["roce_addr"].value,
             vars=_rack_vars(draft.settings))
@@ -583,18 +342,18 @@ class _Loader:
         return f"{setting.file.relative_to(self.dir)}:{setting.line}"
 
 
-def _mapping(value: Any, file: Path, line: int | None, label: str, fix: str) -> _Mapping:
-    """value as a _Mapping (null counts as empty); InventoryError if it is something else."""
+def _mapping(value: Any, file: Path, line: int | None, label: str, fix: str) -> YamlMapping:
+    """value as a YamlMapping (null counts as empty); InventoryError if it is something else."""
     if value is None:
-        return _Mapping(file)
-    if not isinstance(value, _Mapping):
+        return YamlMapping(file)
+    if not isinstance(value, YamlMapping):
         prefix = f"{label}: " if label else ""
         raise InventoryError(file, line, f"{prefix}expected a mapping, got {describe(value)}",
                              fix=fix)
     return value
 
 
-def _check_keys(mapping: _Mapping, allowed: tuple[str, ...]) -> None:
+def _check_keys(mapping: YamlMapping, allowed: tuple[str, ...]) -> None:
     """InventoryError for the first key of mapping that is not in allowed."""
     for key in mapping:
         if key not in allowed:
@@ -603,7 +362,7 @@ def _check_keys(mapping: _Mapping, allowed: tuple[str, ...]) -> None:
 
 def _unknown_key(file: Path, line: int, key: Any, allowed: list[str]) -> InventoryError:
     """The error for a key that is not allowed here, with a did-you-mean suggestion."""
-    return InventoryError(file, line, f"unknown key '{key}'{_did_you_mean(str(key), allowed)}",
+    return InventoryError(file, line, f"unknown key '{key}'{did_you_mean(str(key), allowed)}",
                           fix="allowed keys: " + ", ".join(allowed))
 
 
@@ -613,12 +372,6 @@ def _check_name(name: Any, file: Path, line: int, kind: str) -> None:
         raise InventoryError(file, line, f"invalid {kind} name '{name}'",
                              fix="use letters, digits, '.', '_' and '-', e.g. spark-01; "
                              "'all' is taken")
-
-
-def _did_you_mean(word: str, choices: list[str]) -> str:
-    """' (did you mean 'x'?)' for the closest choice, or ''."""
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _group_level(group_count: int) -> str:
@@ -638,9 +391,3 @@ def _rack_vars(settings: _Settings) -> RackVars:
     """The RackVars of merged settings; connection and host keys are left out."""
     return RackVars(**{key: setting.value for key, setting in settings.items()
                        if SPECS[key].scope in (RACK, NODE)})
-
-
-def _resolve(directory: Path, path: str) -> Path:
-    """path with ~ expanded; a relative path is taken relative to directory."""
-    expanded = Path(path).expanduser()
-    return expanded if expanded.is_absolute() else directory / expanded

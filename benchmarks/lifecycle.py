@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sparkrack.burn import burn  # noqa: E402
+from sparkrack.safety.burn import burn  # noqa: E402
 from sparkrack.engines import build_specs, docker_sdk_kwargs  # noqa: E402
 from sparkrack.fleet import Fleet  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402

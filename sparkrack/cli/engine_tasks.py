@@ -94,8 +94,8 @@ BURN_SECONDS = 1.5
 
 
 def run_burn(inventory, nodes, fleet=None):
-    """The clock-cap gate's fresh under-load check (sparkrack.burn), all nodes at once."""
-    from ..burn import burn
+    """The clock-cap gate's fresh under-load check (sparkrack.safety.burn), all nodes at once."""
+    from ..safety.burn import burn
 
     return burn(inventory, nodes, seconds=BURN_SECONDS, fleet=fleet)
 

@@ -17,7 +17,7 @@ def power(c, inventory=None, json=False):
     """Live GPU power per node, each cap state, and the worst-case rack draw vs the strip.
 
     A node counts at its uncapped watts unless a burn this boot verified its cap."""
-    from ..power import cap_state_of, project_power
+    from ..safety.power import cap_state_of, project_power
     from ..status import gather_status
 
     rack = inventory_from(inventory)

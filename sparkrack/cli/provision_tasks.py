@@ -103,7 +103,7 @@ def burn(c, inventory=None, limit=None, seconds=5.0, json=False):
     """Load every GPU at once, sample SM clock and power: ok, UNCAPPED or LATCHED per node.
 
     Records the verdict on each node (`invoke status` shows it). Exit 1 if any node is not ok."""
-    from ..burn import burn as burn_check
+    from ..safety.burn import burn as burn_check
 
     rack = inventory_from(inventory)
     seconds = float(seconds)

@@ -32,7 +32,7 @@ from ..facts.queries import answer, argv
 from ..fleet import Fleet
 from ..provision.envfiles import EnvFiles, NodeEnv
 from ..inventory import Inventory
-from ..power import CapState, project_power
+from ..safety.power import CapState, project_power
 from ..rules import check_profile
 from ..transfer.models import gate_problems
 from .containers import parallel

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sparkrack.burn import BurnResult, burn
+from sparkrack.safety.burn import BurnResult, burn
 from sparkrack.engines.catalog import engine_names
 from sparkrack.engines.profile_file import load_engine
 from sparkrack.errors import SparkrackError

@@ -25,7 +25,7 @@ token is the first line of the script's stdin.
 - probe.py      onboarding's port probe: listen (greeting with the token) / connect
 - keygen.py     the watchdog's key on its node (run with its lib/, where cryptography is)
 - metrics.py    waits for the watchdog's first poll on its metrics endpoint
-- burn.sh       the burn gate's load and nvidia-smi sampler (sparkrack/burn.py; sh)
+- burn.sh       the burn gate's load and nvidia-smi sampler (sparkrack/safety/burn.py; sh)
 - lock.sh       the rack lock's node side (sparkrack/oplock/remote.py; sh)
 - dockerlimits.sh  what a rehearsal node's dockerd can give (lifecycle/nodelimits.py; sh)
 - sequence.sh   a node's commands in order, the failed one as an @@<position> failed

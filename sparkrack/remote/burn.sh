@@ -1,4 +1,4 @@
-# The burn gate's sampler (sparkrack/burn.py): argv INTERVAL RECORD FIELDS WANT RUNS
+# The burn gate's sampler (sparkrack/safety/burn.py): argv INTERVAL RECORD FIELDS WANT RUNS
 # BUSY_PCT LOAD...
 interval=$1; record=$2; fields=$3; want=$4; runs=$5; busy_pct=$6; shift 6
 mkdir -p "${record%/*}" || exit 3

@@ -72,7 +72,7 @@ class FleetRack:
     def restart(self, deployment) -> None:
         """Start deployment's engine profile again in order: the same `up` as the operator's,
         gates included (a fresh burn, the power projection, the env files)."""
-        from ..burn import burn
+        from ..safety.burn import burn
         from ..lifecycle.engine import up
 
         def quick_burn(inventory, nodes, fleet=None):

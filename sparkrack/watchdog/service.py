@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from ..atomic import write_atomically
 from ..errors import SparkrackError
-from ..power import cap_state_of, project_power
+from ..safety.power import cap_state_of, project_power
 from .metrics import DeploymentInfo, NodeSnapshot, Snapshot, WatchdogMetrics, update
 from .policy import RESTART, RestartBudget
 

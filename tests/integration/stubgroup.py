@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import docker.errors
-from sparkrack.burn import burn
+from sparkrack.safety.burn import burn
 from sparkrack.engines import build_specs, docker_sdk_kwargs
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import nodelimits

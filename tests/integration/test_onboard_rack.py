@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkrack.burn import burn
+from sparkrack.safety.burn import burn
 from sparkrack.errors import UsageError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory

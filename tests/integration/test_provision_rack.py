@@ -92,7 +92,7 @@ def test_clock_cap_unit_verifies_is_enabled_and_active(inventory):
 
 
 def test_after_a_reboot_the_cap_is_back_without_provision(rack, inventory):
-    from sparkrack.burn import burn
+    from sparkrack.safety.burn import burn
     provisioned(inventory, "spark-07", roles="clock_cap")
     with Fleet(inventory, inventory.select("spark-07")) as fleet:
         boot_before = fleet.run(["cat", "/proc/sys/kernel/random/boot_id"])["spark-07"].stdout

@@ -4,7 +4,7 @@ and each node's burn record as they were."""
 
 import pytest
 
-from sparkrack.burn import LATCHED, OK, UNCAPPED, burn
+from sparkrack.safety.burn import LATCHED, OK, UNCAPPED, burn
 from sparkrack.facts.node import BURN_RECORD, CLOCK_CAP_UNIT
 from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision, unprovision

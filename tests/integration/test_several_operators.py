@@ -148,7 +148,7 @@ def test_a_node_cut_during_the_burn_gate_is_named_within_10_s(operator, engine_r
     import threading
 
     from sparkrack import events
-    from sparkrack.burn import burn
+    from sparkrack.safety.burn import burn
 
     when: dict[str, float] = {}
     said: list[str] = []

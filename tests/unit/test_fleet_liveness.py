@@ -11,7 +11,7 @@ import time
 from loopback import Sshd, inventory, needs_sshd, new_session_pid
 
 from sparkrack import events
-from sparkrack.burn import burn
+from sparkrack.safety.burn import burn
 from sparkrack.fleet import Fleet
 
 pytestmark = needs_sshd

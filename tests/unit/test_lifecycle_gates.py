@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sparkrack.burn import BurnResult
+from sparkrack.safety.burn import BurnResult
 from sparkrack.facts.node import NodeFacts, UnitFacts
 from sparkrack.inventory import load_inventory
 from sparkrack.lifecycle import engine, gates, record

@@ -17,7 +17,7 @@ LAYERS = (  # the top first
     ("rules",),
     ("engines",),
     ("provision",),
-    ("burn", "power", "transfer"),
+    ("safety", "transfer"),
     ("facts", "oplock", "rehearsal", "adhoc"),
     ("fleet",),
     ("inventory",),

@@ -8,7 +8,7 @@ import pytest
 
 from sparkrack.errors import UsageError
 from sparkrack.inventory import load_inventory
-from sparkrack.power import MARGIN, OK, REFUSE, CapState, project_power
+from sparkrack.safety.power import MARGIN, OK, REFUSE, CapState, project_power
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -3,7 +3,7 @@
 import subprocess
 from pathlib import Path
 
-from sparkrack.burn import (
+from sparkrack.safety.burn import (
     LATCHED,
     NO_LOAD,
     OK,

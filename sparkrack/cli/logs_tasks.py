@@ -25,7 +25,8 @@ def logs(c, rank=None, nodes=None, follow=False, since=None, tail=None, inventor
     As `docker compose logs` / `kubectl logs`. Without a running deployment: what the last
     one's containers printed. A node that stops answering is named; the others go on.
     Exit 1 when some rank could not be read."""
-    from ..lifecycle.logs import COLORS, format_line, show_logs
+    from ..lifecycle.loglines import COLORS, format_line
+    from ..lifecycle.logs import show_logs
 
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 

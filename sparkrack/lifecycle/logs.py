@@ -19,181 +19,24 @@ from __future__ import annotations
 
 import heapq
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import SparkrackError, UsageError
 from ..since import parse_since
-from ..terminal import escape_controls
+from .loglines import (
+    END, REORDER_WINDOW_S, Dedup, LineSplitter, LogLine, Notice, ReorderBuffer, prefix,
+    split_timestamp)
 
 if TYPE_CHECKING:
     from .running import Running
 
-REORDER_WINDOW_S = 0.5  # --follow: a line waits this long for earlier lines of other ranks
 PROBE_EVERY_S = 5.0  # between liveness round trips to the nodes being read
 RETRY_S = 1.0  # --follow: between attempts to attach to a rank's container again
 QUEUE_LINES = 10000  # lines buffered per rank before its reader waits
-NS = 1_000_000_000
-
-
-# --- Times -------------------------------------------------------------------------------
-
-def parse_timestamp(text: str) -> int | None:
-    """Docker's RFC 3339 time with up to nine fraction digits -> unix nanoseconds (exact:
-    a float would lose the order of lines written in the same microsecond), or None."""
-    match = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)",
-                         text)
-    if not match:
-        return None
-    whole, fraction, zone = match.groups()
-    try:
-        moment = datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone))
-    except ValueError:
-        return None
-    seconds = int(moment.astimezone(timezone.utc).timestamp())
-    return seconds * NS + int((fraction or "0").ljust(9, "0"))
-
-
-def format_timestamp(ns: int) -> str:
-    """Unix nanoseconds as docker writes them: 2026-03-01T14:05:00.123456789Z."""
-    seconds, fraction = divmod(ns, NS)
-    moment = datetime.fromtimestamp(seconds, timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{fraction:09d}Z"
-
-
-# --- Lines -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, order=True)
-class LogLine:
-    """One line of one rank's log; ordered by time, then rank."""
-
-    ns: int
-    rank: int
-    node: str = field(compare=False)
-    text: str = field(compare=False)
-
-
-@dataclass(frozen=True)
-class Notice:
-    """Something to tell the operator about a rank's stream (stderr, not a log line)."""
-
-    text: str
-
-
-END = object()  # a reader's last item
-
-
-def split_timestamp(line: str) -> tuple[int | None, str]:
-    """`TIMESTAMP text` as docker writes it with timestamps=True -> (ns or None, text)."""
-    stamp, _, text = line.partition(" ")
-    ns = parse_timestamp(stamp)
-    return (ns, text) if ns is not None else (None, line)
-
-
-class LineSplitter:
-    """Whole lines out of the chunks a docker stream yields (a frame may hold several lines
-    or half of one; a TTY container's stream is cut anywhere)."""
-
-    def __init__(self) -> None:
-        self._partial = b""
-
-    def feed(self, chunk: bytes) -> list[str]:
-        """The lines completed by chunk (without their newline)."""
-        data = self._partial + chunk
-        *lines, self._partial = data.split(b"\n")
-        return [line.rstrip(b"\r").decode(errors="replace") for line in lines]
-
-    def flush(self) -> list[str]:
-        """The last line if it had no newline."""
-        rest, self._partial = self._partial, b""
-        return [rest.rstrip(b"\r").decode(errors="replace")] if rest else []
-
-
-class Dedup:
-    """Drop what was already shown when a stream is attached again `since` the last line
-    (docker's since is inclusive and lines of one instant can come twice)."""
-
-    def __init__(self) -> None:
-        self.last_ns: int | None = None
-        self._at_last: set[str] = set()
-
-    def since(self) -> float | None:
-        """Where to attach again (unix seconds), or None if nothing was seen."""
-        return None if self.last_ns is None else self.last_ns / NS
-
-    def fresh(self, ns: int, text: str) -> bool:
-        """Whether (ns, text) is new; remembers it if so."""
-        if self.last_ns is not None and (ns < self.last_ns or (
-                ns == self.last_ns and text in self._at_last)):
-            return False
-        if ns != self.last_ns:
-            self.last_ns, self._at_last = ns, set()
-        self._at_last.add(text)
-        return True
-
-
-def prefix(rank: int, node: str) -> str:
-    """`[rank R NODE]`, as every line of a rank is shown."""
-    return f"[rank {rank} {node}]"
-
-
-def format_line(line: LogLine, *, timestamps: bool = False, color: str | None = None,
-                raw: bool = False) -> str:
-    """One merged line for the terminal: prefix, optionally docker's timestamp, the text
-    with its control characters escaped (terminal.escape_controls) unless raw. color is an
-    ANSI SGR code for the prefix (a terminal), or None."""
-    head = prefix(line.rank, line.node)
-    if color:
-        head = f"\x1b[{color}m{head}\x1b[0m"
-    stamp = f"{format_timestamp(line.ns)} " if timestamps else ""
-    return f"{head} {stamp}{line.text if raw else escape_controls(line.text)}"
-
-
-COLORS = ("36", "33", "32", "35", "34", "31", "96", "93")  # per rank, as compose colours services
-
-
-def merge(sources: Iterable[Iterable[LogLine]]) -> Iterator[LogLine]:
-    """Lines of several time-ordered sources in time order (ties: by rank)."""
-    return heapq.merge(*sources)
-
-
-class ReorderBuffer:
-    """--follow: hold each line `window` seconds after it arrived, releasing the held lines
-    in time order, so lines that ranks wrote at the same moment are shown in order even
-    when they arrive a little apart."""
-
-    def __init__(self, window: float = REORDER_WINDOW_S):
-        self.window = window
-        self._held: list[tuple[LogLine, int, float]] = []  # heap of (line, seq, arrived)
-        self._seq = 0
-
-    def push(self, line: LogLine, now: float) -> None:
-        heapq.heappush(self._held, (line, self._seq, now))
-        self._seq += 1
-
-    def ready(self, now: float) -> list[LogLine]:
-        """The lines whose time has come, in time order: once a held line has waited the
-        window, it goes with every held line written before it (so no line waits more
-        than the window, and lines arriving within it are put in order)."""
-        out: list[LogLine] = []
-        while True:
-            expired = [line for line, _, arrived in self._held if arrived + self.window <= now]
-            if not expired:
-                return out
-            cutoff = max(expired)
-            while self._held and self._held[0][0] <= cutoff:
-                out.append(heapq.heappop(self._held)[0])
-
-    def drain(self) -> list[LogLine]:
-        """Everything held, in time order (at the end)."""
-        out = [heapq.heappop(self._held)[0] for _ in range(len(self._held))]
-        return out
 
 
 # --- Choosing the ranks ------------------------------------------------------------------

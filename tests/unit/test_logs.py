@@ -14,10 +14,12 @@ import pytest
 from sparkrack.errors import UsageError
 from sparkrack.lifecycle.containers import Rank
 from sparkrack.lifecycle.running import Running
+from sparkrack.lifecycle.loglines import (
+    END, Dedup, LineSplitter, LogLine, Notice, ReorderBuffer, format_line, format_timestamp, merge,
+    parse_timestamp, split_timestamp)
 from sparkrack.lifecycle.logs import (
-    END, Attached, ContainerGone, Dedup, DockerRankLogs, LineSplitter, Liveness, LogLine, Notice,
-    RankReader, ReorderBuffer, choose_deployment, followed_lines, format_line, format_timestamp,
-    merge, merged_lines, parse_ranks, parse_timestamp, select_ranks, split_timestamp)
+    Attached, ContainerGone, DockerRankLogs, Liveness, RankReader, choose_deployment,
+    followed_lines, merged_lines, parse_ranks, select_ranks)
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 T0 = "2026-01-01T00:00:00"

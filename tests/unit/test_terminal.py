@@ -10,7 +10,7 @@ from invoke.exceptions import Exit
 
 from sparkrack.adhoc import Group, render
 from sparkrack.errors import SparkrackError
-from sparkrack.lifecycle.logs import LogLine, format_line
+from sparkrack.lifecycle.loglines import LogLine, format_line
 from sparkrack.terminal import escape_controls
 
 CLIPBOARD = "\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07"  # OSC 52: set the clipboard

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from .provision import FileFacts, UnitFacts, file_query, parse_file, parse_unit, unit_query
+from .files import FileFacts, file_query, parse_file
 from .queries import Answers, Query, answer, argv
+from .systemd import UnitFacts, parse_unit, unit_query
 
 CLOCK_CAP_UNIT = "sparkrack-clock-cap.service"
 BURN_RECORD = "/var/lib/sparkrack/burn.json"

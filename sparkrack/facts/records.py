@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .provision import file_query, parse_file
+from .files import file_query, parse_file
 from .queries import Answers, Query
 
 RECORD_DIR = "/var/lib/sparkrack/deployments"

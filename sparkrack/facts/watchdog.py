@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from ..errors import SparkrackError
 from .platform import Platform
 from .queries import Answers, Query, answer
-
-UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState",
-                   "ActiveEnterTimestamp", "NRestarts", "MainPID", "Result")
+from .systemd import UNIT_PROPERTIES
 
 
 def probe_query(*, python: str, install_dir: str, key_path: str, unit_path: str,

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from sparkrack.facts import node as node_facts
 from sparkrack.facts import provision
 from sparkrack.facts.onboard import DOCKER, NetdevFacts, links_query, parse_docker, parse_links
-from sparkrack.facts.provision import IMAGES, NETDEVS, roce_query
+from sparkrack.facts.docker import IMAGES
+from sparkrack.facts.roce import NETDEVS, roce_query
 from sparkrack.facts.queries import Answers, Query, answer, argv
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node

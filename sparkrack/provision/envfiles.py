@@ -30,7 +30,7 @@ from sparkrack.errors import SparkrackError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.schema import FrozenMapping
-from sparkrack.facts.provision import NodeFacts, parse_facts
+from sparkrack.facts.provision import ProvisionFacts, parse_facts
 from sparkrack.facts.queries import Query, argv
 from sparkrack.provision.changes import Put
 from sparkrack.provision.modules import assert_, template
@@ -120,7 +120,7 @@ class EnvFiles:
         _, tasks = self._tasks(node)
         return queries([t for group in tasks.values() for t in group])
 
-    def read(self, node: Node, facts: NodeFacts) -> NodeEnv:
+    def read(self, node: Node, facts: ProvisionFacts) -> NodeEnv:
         """The node's environment from the facts of a round trip that asked queries(node),
         with its problems."""
         _, tasks = self._tasks(node)
@@ -152,7 +152,7 @@ class EnvFiles:
     def inventory_view(self, node: Node) -> NodeEnv:
         """The environment provision would write on node, rendered here (no node contacted)."""
         context, tasks = self._tasks(node)
-        offline = {**context, "facts": NodeFacts(), "offline_view": True}
+        offline = {**context, "facts": ProvisionFacts(), "offline_view": True}
         found: dict[str, EnvVar] = {}
         problems = []
         for role in self.roles:

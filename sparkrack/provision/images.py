@@ -15,7 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkrack.facts.provision import NodeFacts, normalize_ref
+from sparkrack.facts.docker import normalize_ref
+
+from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.transfer.images import ImageTarget, short_id
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def tar_image(path: str | Path, ref: str) -> TarImage:
     return image
 
 
-def resolve_images(wanted: Mapping[str, str], facts: Mapping[str, NodeFacts],
+def resolve_images(wanted: Mapping[str, str], facts: Mapping[str, ProvisionFacts],
                    order: Sequence[str], head: str, *, read_tar=tar_image
                    ) -> dict[str, ImageTarget]:
     """{normalized ref: ImageTarget} for wanted {ref: source tar path or ''}.

@@ -24,7 +24,7 @@ from typing import Any
 
 from sparkrack.provision.changes import Change
 from sparkrack.provision.diffs import REDACTED
-from sparkrack.facts.provision import NodeFacts
+from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.facts.queries import Query
 from sparkrack.provision.modules import REGISTRY
 from sparkrack.provision.modules.base import PlanState, Step
@@ -43,7 +43,7 @@ def queries(tasks: Sequence[Task]) -> list[Query]:
 
 def plan_node(roles: Sequence[Role], tasks: Mapping[str, Sequence[Task]],
               handlers: Mapping[str, Sequence[Task]], context: Mapping[str, Any],
-              facts: NodeFacts, *, renderer: Renderer, absent: bool = False,
+              facts: ProvisionFacts, *, renderer: Renderer, absent: bool = False,
               images: Mapping[str, ImageTarget] | None = None, user: str = "root",
               secrets: Sequence[str] = ()) -> list[Change]:
     """One Change per task of roles (by role, in order), then the handlers that run.
@@ -93,7 +93,7 @@ def _skip(task: Task, why: str) -> Change:
     return Change(task.role, task.name, task.module, "skipped", why, handler=task.handler)
 
 
-def _plan_task(role: Role, task: Task, context: Mapping[str, Any], facts: NodeFacts,
+def _plan_task(role: Role, task: Task, context: Mapping[str, Any], facts: ProvisionFacts,
                state: PlanState, renderer: Renderer,
                images: Mapping[str, ImageTarget]) -> Change:
     base = Change(task.role, task.name, task.module, "ok", handler=task.handler)

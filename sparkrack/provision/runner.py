@@ -19,7 +19,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sparkrack.facts.provision import IMAGES, NodeFacts, normalize_ref, parse_facts
+from sparkrack.facts.docker import IMAGES, normalize_ref
+
+from sparkrack.facts.provision import ProvisionFacts, parse_facts
 from sparkrack.facts.queries import Query
 from sparkrack.facts.queries import argv as gather_argv
 from sparkrack.fleet import Fleet
@@ -55,7 +57,7 @@ class NodeRun:
     plan: list[Change] = field(default_factory=list)
     final: list[Change] | None = None  # the re-plan after an apply
     applied: ApplyResult | None = None
-    facts: NodeFacts | None = None
+    facts: ProvisionFacts | None = None
 
     @property
     def changes(self) -> list[Change]:
@@ -209,7 +211,7 @@ def _prepare(inventory: Inventory, node: Node, roles: tuple[Role, ...], renderer
 
 
 def _gather(fleet: Fleet, prepared: Mapping[str, _Prepared], report: ProvisionReport,
-            head: Node | None) -> dict[str, NodeFacts]:
+            head: Node | None) -> dict[str, ProvisionFacts]:
     """One round trip per node; unreachable and failed nodes are marked in the report."""
     commands = {name: gather_argv(p.queries) for name, p in prepared.items()}
     plans = {name: p.queries for name, p in prepared.items()}
@@ -217,7 +219,7 @@ def _gather(fleet: Fleet, prepared: Mapping[str, _Prepared], report: ProvisionRe
         commands[head.name] = gather_argv([IMAGES])
         plans[head.name] = [IMAGES]
     results = fleet.run(commands)
-    facts: dict[str, NodeFacts] = {}
+    facts: dict[str, ProvisionFacts] = {}
     for result in results:
         if result.ok:
             facts[result.node] = parse_facts(result.stdout, plans[result.node])
@@ -233,7 +235,7 @@ def _gather(fleet: Fleet, prepared: Mapping[str, _Prepared], report: ProvisionRe
     return facts
 
 
-def _resolve(wanted: Mapping[str, str], facts: Mapping[str, NodeFacts], inventory: Inventory,
+def _resolve(wanted: Mapping[str, str], facts: Mapping[str, ProvisionFacts], inventory: Inventory,
              absent: bool) -> dict[str, ImageTarget]:
     if absent or not wanted:
         return {}
@@ -241,7 +243,7 @@ def _resolve(wanted: Mapping[str, str], facts: Mapping[str, NodeFacts], inventor
 
 
 def _plan_all(roles: tuple[Role, ...], prepared: Mapping[str, _Prepared],
-              facts: Mapping[str, NodeFacts], targets: Mapping[str, ImageTarget],
+              facts: Mapping[str, ProvisionFacts], targets: Mapping[str, ImageTarget],
               report: ProvisionReport, renderer: Renderer, absent: bool, *,
               first: bool) -> None:
     for run in report.nodes:

@@ -4,6 +4,7 @@ import base64
 import hashlib
 import subprocess
 
+from sparkrack.facts import docker, files, roce, systemd
 from sparkrack.facts import provision as g
 from sparkrack.facts.queries import PYTHON
 from sparkrack.facts.queries import argv as gather_argv
@@ -71,10 +72,10 @@ Inter-|   Receive                                                |  Transmit
 enp1s0f0np0: 3610428    2784    0    0    0     0          0         0  3626572    2393
 enP2p1s0f0np0:    1076      14    0    0    0     0          0         0     1076      14
 """
-QUERIES = [g.file_query("/etc/sparkrack/nccl.env"), g.file_query("/etc/sparkrack"),
-           g.file_query("/nope"), g.unit_query("sparkrack-clock-cap.service"),
-           g.roce_query("rocep1s0f0"), g.roce_query("mlx5_9"),
-           g.guard_query(["test", "-e", "/nope"]), g.IMAGES, g.NETDEVS]
+QUERIES = [files.file_query("/etc/sparkrack/nccl.env"), files.file_query("/etc/sparkrack"),
+           files.file_query("/nope"), systemd.unit_query("sparkrack-clock-cap.service"),
+           roce.roce_query("rocep1s0f0"), roce.roce_query("mlx5_9"),
+           g.guard_query(["test", "-e", "/nope"]), docker.IMAGES, roce.NETDEVS]
 
 
 def test_recorded_output_parses():
@@ -117,7 +118,7 @@ V4 = "0000:0000:0000:0000:0000:ffff:0a4d:010b"
 
 def test_gid_index_5_after_renumbering():
     # the firmware put IPv6 pairs first: the IPv4-mapped RoCE v2 entry moves to 5
-    hca = g.parse_hca(_hca({0: "IB/RoCE v1", 1: "RoCE v2", 2: "IB/RoCE v1", 3: "RoCE v2",
+    hca = roce.parse_hca(_hca({0: "IB/RoCE v1", 1: "RoCE v2", 2: "IB/RoCE v1", 3: "RoCE v2",
                             4: "IB/RoCE v1", 5: "RoCE v2"},
                            {0: LL, 1: LL, 2: ULA, 3: ULA, 4: V4, 5: V4}).splitlines())
     assert hca.ipv4_gid_index == 5
@@ -125,43 +126,43 @@ def test_gid_index_5_after_renumbering():
 
 def test_unreadable_type_entries_are_skipped():
     # real kernels raise EINVAL reading types/<n> of empty entries: grep -s leaves them out
-    hca = g.parse_hca(_hca({0: "IB/RoCE v1", 1: "RoCE v2", 3: "RoCE v2"},
+    hca = roce.parse_hca(_hca({0: "IB/RoCE v1", 1: "RoCE v2", 3: "RoCE v2"},
                            {0: LL, 1: LL, 2: V4, 3: V4}).splitlines())
     assert hca.ipv4_gid_index == 3
 
 
 def test_roce_v1_only_or_no_ipv4_gives_no_index():
-    v1 = g.parse_hca(_hca({0: "IB/RoCE v1", 2: "IB/RoCE v1"}, {0: LL, 2: V4}).splitlines())
-    no_v4 = g.parse_hca(_hca({0: "IB/RoCE v1", 1: "RoCE v2"}, {0: LL, 1: LL}).splitlines())
+    v1 = roce.parse_hca(_hca({0: "IB/RoCE v1", 2: "IB/RoCE v1"}, {0: LL, 2: V4}).splitlines())
+    no_v4 = roce.parse_hca(_hca({0: "IB/RoCE v1", 1: "RoCE v2"}, {0: LL, 1: LL}).splitlines())
     assert v1.ipv4_gid_index is None and no_v4.ipv4_gid_index is None
-    assert g.RoceFacts({"a": no_v4}).gid_index is None
+    assert roce.RoceFacts({"a": no_v4}).gid_index is None
 
 
 def test_hcas_that_disagree_have_no_common_index():
-    three = g.parse_hca(_hca({3: "RoCE v2"}, {3: V4}).splitlines())
-    five = g.parse_hca(_hca({5: "RoCE v2"}, {5: V4}).splitlines())
-    roce = g.RoceFacts({"a": three, "b": five})
-    assert roce.gid_conflict and roce.gid_index is None
-    assert roce.gid_indexes == {"a": 3, "b": 5}
+    three = roce.parse_hca(_hca({3: "RoCE v2"}, {3: V4}).splitlines())
+    five = roce.parse_hca(_hca({5: "RoCE v2"}, {5: V4}).splitlines())
+    facts = roce.RoceFacts({"a": three, "b": five})
+    assert facts.gid_conflict and facts.gid_index is None
+    assert facts.gid_indexes == {"a": 3, "b": 5}
 
 
 def test_docker_down_is_an_error_not_an_empty_list():
     message = ("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
                "Is the docker daemon running?")
-    images, error = g.parse_images(["rc 1", message])
+    images, error = docker.parse_images(["rc 1", message])
     assert images is None and error.startswith("Cannot connect")
 
 
 def test_large_files_come_back_as_hash_only():
     digest = "ab" * 32
-    facts = g.parse_file(["stat regular file|644|root|root|999999|1.0", f"sha256 {digest}"])
+    facts = files.parse_file(["stat regular file|644|root|root|999999|1.0", f"sha256 {digest}"])
     assert facts.content is None and facts.sha256 == digest and facts.size == 999999
 
 
 def test_values_are_positional_arguments_never_script_text():
     evil = "/etc/x; touch /tmp/pwned $(reboot) `id`"
-    argv = gather_argv([g.file_query(evil), g.unit_query("a;b.service"),
-                          g.roce_query("$(x)"), g.guard_query(["test", "-e", evil])])
+    argv = gather_argv([files.file_query(evil), systemd.unit_query("a;b.service"),
+                          roce.roce_query("$(x)"), g.guard_query(["test", "-e", evil])])
     script = argv[len(PYTHON)]
     assert tuple(argv[:len(PYTHON)]) == PYTHON
     assert evil in argv[5:] and "$(x)" in argv[5:]
@@ -169,8 +170,8 @@ def test_values_are_positional_arguments_never_script_text():
 
 
 def test_queries_are_deduplicated():
-    argv = gather_argv([g.file_query("/a"), g.file_query("/a"), g.IMAGES, g.IMAGES])
-    assert argv[5:] == ["f", "/a", str(g.CONTENT_LIMIT), "i"]
+    argv = gather_argv([files.file_query("/a"), files.file_query("/a"), docker.IMAGES, docker.IMAGES])
+    assert argv[5:] == ["f", "/a", str(files.CONTENT_LIMIT), "i"]
 
 
 def test_script_runs_locally_on_odd_paths(tmp_path):
@@ -180,8 +181,8 @@ def test_script_runs_locally_on_odd_paths(tmp_path):
     folder.mkdir()
     (folder / "@@0 f").write_text("forged header")
     (folder / "line\nbreak").write_text("")
-    queries = [g.file_query(str(odd)), g.file_query(str(folder)),
-               g.guard_query(["test", "-e", str(odd)]), g.file_query(str(tmp_path / "none"))]
+    queries = [files.file_query(str(odd)), files.file_query(str(folder)),
+               g.guard_query(["test", "-e", str(odd)]), files.file_query(str(tmp_path / "none"))]
     done = subprocess.run(["sh", "-c", quote_argv(gather_argv(queries))], cwd=tmp_path,
                           capture_output=True, text=True, check=False, timeout=30)
     facts = g.parse_facts(done.stdout, queries)
@@ -193,10 +194,10 @@ def test_script_runs_locally_on_odd_paths(tmp_path):
 
 
 def test_normalize_ref():
-    assert g.normalize_ref("docker.io/library/busybox") == "busybox:latest"
-    assert g.normalize_ref("lmsysorg/sglang:v0.5.22-cu130") == "lmsysorg/sglang:v0.5.22-cu130"
-    assert g.normalize_ref("docker.io/vllm/vllm-openai:v0.33.0") == "vllm/vllm-openai:v0.33.0"
-    assert g.normalize_ref("registry:5000/x") == "registry:5000/x:latest"
+    assert docker.normalize_ref("docker.io/library/busybox") == "busybox:latest"
+    assert docker.normalize_ref("lmsysorg/sglang:v0.5.22-cu130") == "lmsysorg/sglang:v0.5.22-cu130"
+    assert docker.normalize_ref("docker.io/vllm/vllm-openai:v0.33.0") == "vllm/vllm-openai:v0.33.0"
+    assert docker.normalize_ref("registry:5000/x") == "registry:5000/x:latest"
 
 
 def test_node_script_reads_files_hcas_and_guards(tmp_path, monkeypatch):
@@ -213,11 +214,11 @@ def test_node_script_reads_files_hcas_and_guards(tmp_path, monkeypatch):
     (port / "gid_attrs" / "types" / "3").write_text("RoCE v2\n")
     (port / "gid_attrs" / "types" / "4").mkdir()  # unreadable, as sysfs gives EINVAL
     (port / "gids" / "3").write_text("0000:0000:0000:0000:0000:ffff:0a4d:010b\n")
-    (port / "gids" / "4").write_text(g.EMPTY_GID + "\n")
+    (port / "gids" / "4").write_text(roce.EMPTY_GID + "\n")
     (tmp_path / "ib" / "mlx5_0" / "device" / "net" / "enp1s0f0np0").mkdir(parents=True)
     monkeypatch.setattr(node, "INFINIBAND", str(tmp_path / "ib"))
-    queries = [g.file_query(str(empty)), g.file_query(str(big)), g.file_query(str(link)),
-               g.roce_query("mlx5_0"), g.roce_query("mlx5_9"),
+    queries = [files.file_query(str(empty)), files.file_query(str(big)), files.file_query(str(link)),
+               roce.roce_query("mlx5_0"), roce.roce_query("mlx5_9"),
                g.guard_query(["no-such-command-here"]), g.guard_query(["false"])]
     args = gather_argv(queries)[len(PYTHON) + 1:]
     args[args.index(str(big)) + 1] = "10"  # over the content limit: a hash
@@ -264,9 +265,9 @@ def test_node_script_lists_images_from_the_docker_socket(tmp_path, monkeypatch):
     thread.join(5)
     server.close()
     assert asked[0].startswith(b"GET /images/json HTTP/1.0\r\n")
-    images, error = g.parse_images(lines)
+    images, error = docker.parse_images(lines)
     assert error is None and images == {"x/y:1": "sha256:" + "a" * 64,
                                         "x/y:latest": "sha256:" + "a" * 64}
     monkeypatch.setattr(dockerd, "DOCKER_SOCKET", str(tmp_path / "none.sock"))
-    images, error = g.parse_images(dockerd.images_section())
+    images, error = docker.parse_images(dockerd.images_section())
     assert images is None and error.startswith("Cannot connect to the Docker daemon")

@@ -4,14 +4,14 @@ test_transfer.py)."""
 import pytest
 from provision_helpers import write_image_tar
 
-from sparkrack.facts.provision import NodeFacts
+from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.provision.images import resolve_images, tar_image
 
 ORDER = ["spark-01", "spark-02", "spark-03"]
 
 
 def facts(**images) -> dict:
-    return {name: NodeFacts(images=value) for name, value in images.items()}
+    return {name: ProvisionFacts(images=value) for name, value in images.items()}
 
 
 def test_tar_source_wins(tmp_path):

@@ -8,7 +8,8 @@ import pytest
 
 from sparkrack.provision import modules
 from sparkrack.provision.changes import Run
-from sparkrack.facts.provision import NodeFacts, file_query
+from sparkrack.facts.files import file_query
+from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.provision.modules import REGISTRY, Module
 from sparkrack.provision.plan import plan_node, queries
 from sparkrack.provision.roles import Renderer, RoleError, load_role, load_roles, render_tasks
@@ -72,6 +73,6 @@ def test_a_registered_module_is_checked_gathered_and_planned(tmp_path, monkeypat
     renderer = Renderer()
     tasks = render_tasks(role, role.tasks, {"x": "a"}, renderer)
     assert queries(tasks) == [file_query("/a")]
-    change, = plan_node([role], {"r": tasks}, {}, {"x": "a"}, NodeFacts(), renderer=renderer)
+    change, = plan_node([role], {"r": tasks}, {}, {"x": "a"}, ProvisionFacts(), renderer=renderer)
     assert (change.module, change.status, change.actions) == (
         "touch", "changed", (Run(("touch", "--", "/a")),))

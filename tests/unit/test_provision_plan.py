@@ -5,7 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkrack.facts.provision import FileFacts, NodeFacts, UnitFacts
+from sparkrack.facts.files import FileFacts
+
+from sparkrack.facts.provision import ProvisionFacts
+
+from sparkrack.facts.systemd import UnitFacts
 from sparkrack.provision.changes import Put, Run, Transfer
 from sparkrack.transfer.images import ImageTarget
 from sparkrack.provision.plan import plan_node, queries
@@ -63,7 +67,7 @@ def unit_role(tmp_path):
 
 
 def test_fresh_node_creates_reloads_once_enables_starts(unit_role):
-    changes = plan([unit_role], NodeFacts())
+    changes = plan([unit_role], ProvisionFacts())
     assert [(c.task, c.status) for c in changes] == [
         ("unit", "changed"), ("running", "changed"), ("ran", "pending"),
         ("restart x", "ok")]
@@ -78,7 +82,7 @@ def test_fresh_node_creates_reloads_once_enables_starts(unit_role):
 
 
 def converged_facts(text=b"[Service]\nExecStart=/bin/true test\n"):
-    return NodeFacts(files={"/etc/systemd/system/x.service": file_facts(text)},
+    return ProvisionFacts(files={"/etc/systemd/system/x.service": file_facts(text)},
                      units={"x.service": UnitFacts(load="loaded", active="active",
                                                    sub="exited", result="success",
                                                    enabled="enabled")})
@@ -103,13 +107,13 @@ def test_changed_unit_reloads_then_handler_restarts_once(unit_role, tmp_path):
 
 def test_failed_assert_fails_with_its_message(unit_role):
     facts = converged_facts()
-    facts = NodeFacts(files=facts.files, units={"x.service": UnitFacts(
+    facts = ProvisionFacts(files=facts.files, units={"x.service": UnitFacts(
         load="loaded", active="failed", result="exit-code", enabled="enabled")})
     changes = plan([unit_role], facts)
     assert changes[1].actions == (Run(("systemctl", "reset-failed", "x.service")),
                                   Run(("systemctl", "start", "x.service")))
     assert changes[2].status == "pending"  # the start may fix it: the re-plan checks
-    facts_after = NodeFacts(files=facts.files, units=facts.units)
+    facts_after = ProvisionFacts(files=facts.files, units=facts.units)
     only_assert = plan([unit_role], facts_after)
     assert only_assert[2].status == "pending"
 
@@ -124,8 +128,8 @@ def test_assert_fails_when_nothing_before_it_changes(tmp_path):
 - name: after
   file: {path: /etc/x, state: directory}
 """)
-    from sparkrack.facts.provision import HcaFacts, RoceFacts
-    facts = NodeFacts(roce=RoceFacts({"a": HcaFacts(present=True), "b": HcaFacts()}))
+    from sparkrack.facts.roce import HcaFacts, RoceFacts
+    facts = ProvisionFacts(roce=RoceFacts({"a": HcaFacts(present=True), "b": HcaFacts()}))
     changes = plan([role], facts)
     assert changes[0].status == "failed" and changes[0].summary == "HCA b missing"
     assert changes[1].status == "skipped"  # the rest of the role does not run
@@ -144,7 +148,7 @@ def test_mode_and_owner_fixed_without_rewriting(tmp_path):
 - name: env
   template: {src: e.j2, dest: /etc/e.env, mode: "0600", owner: root, group: root}
 """, templates={"e.j2": "A=1\n"})
-    changes = plan([role], NodeFacts(files={"/etc/e.env": file_facts(b"A=1\n", mode="644",
+    changes = plan([role], ProvisionFacts(files={"/etc/e.env": file_facts(b"A=1\n", mode="644",
                                                                      group="adm")}))
     assert changes[0].actions == (Run(("chmod", "0600", "--", "/etc/e.env")),
                                   Run(("chown", "root:root", "--", "/etc/e.env")))
@@ -156,7 +160,7 @@ def test_new_file_owned_by_another_user_is_chowned(tmp_path):
 - name: env
   template: {src: e.j2, dest: /etc/e.env, owner: nobody, group: nogroup}
 """, templates={"e.j2": "A=1\n"})
-    actions = plan([role], NodeFacts())[0].actions
+    actions = plan([role], ProvisionFacts())[0].actions
     assert actions[1] == Run(("chown", "nobody:nogroup", "--", "/etc/e.env"))
 
 
@@ -168,7 +172,7 @@ def test_metacharacters_stay_literal_in_content_and_arguments(tmp_path):
 - name: env
   template: {src: e.j2, dest: "/etc/{{ rack_name }}/e.env"}
 """, templates={"e.j2": "# {{ rack_name | oneline }}\nV={{ rack_name | envvalue }}\n"})
-    changes = plan([role], NodeFacts(), {"rack_name": evil})
+    changes = plan([role], ProvisionFacts(), {"rack_name": evil})
     assert changes[0].actions == (Run(("mkdir", "-p", "-m", "0755", "--", f"/etc/{evil}")),)
     put = changes[1].actions[0]
     assert put.path == f"/etc/{evil}/e.env"
@@ -178,7 +182,7 @@ def test_metacharacters_stay_literal_in_content_and_arguments(tmp_path):
 def test_line_breaks_in_values_fail_the_task(tmp_path):
     role = make_role(tmp_path, "- name: env\n  template: {src: e.j2, dest: /etc/e.env}\n",
                      templates={"e.j2": "V={{ v | envvalue }}\n"})
-    change = plan([role], NodeFacts(), {"v": "a\nLD_PRELOAD=/x.so"})[0]
+    change = plan([role], ProvisionFacts(), {"v": "a\nLD_PRELOAD=/x.so"})[0]
     assert change.status == "failed" and "line break" in change.summary
 
 
@@ -188,7 +192,7 @@ def test_secrets_never_in_summaries_or_diffs(tmp_path):
   template: {src: e.j2, dest: /etc/e.env, mode: "0600", secret_keys: [HF_TOKEN]}
 """, templates={"e.j2": "A=1\nHF_TOKEN={{ hf_token }}\n"})
     old = b"A=0\nHF_TOKEN=hf_oldsecretvalue\n"
-    changes = plan([role], NodeFacts(files={"/etc/e.env": file_facts(old, mode="600")}),
+    changes = plan([role], ProvisionFacts(files={"/etc/e.env": file_facts(old, mode="600")}),
                    {"hf_token": "hf_newsecretvalue"}, secrets=["hf_newsecretvalue"])
     text = changes[0].summary + changes[0].diff + repr(changes[0])
     assert "secretvalue" not in text
@@ -203,7 +207,7 @@ def test_every_line_of_a_secret_file_that_could_hold_a_secret_is_masked(tmp_path
 """, templates={"e.j2": "A=1\n"})
     old = (b"# hand edits\nA=0\n  HF_TOKEN = hf_spaced_secret\nexport HF_TOKEN=hf_exported_secret\n"
            b"HUGGING_FACE_HUB_TOKEN=hf_other_secret\nhf_bare_secret\nMY_API_KEY=k_secret\n")
-    change = plan([role], NodeFacts(files={"/etc/e.env": file_facts(old, mode="600")}), {})[0]
+    change = plan([role], ProvisionFacts(files={"/etc/e.env": file_facts(old, mode="600")}), {})[0]
     assert "secret" not in change.diff.replace("secret file", "")
     assert "-A=0\n" in change.diff and "+A=1\n" in change.diff and "-# hand edits" in change.diff
     assert "-*** (a line that is not KEY=VALUE)" in change.diff
@@ -217,7 +221,7 @@ def test_directory_made_by_an_earlier_task_is_not_made_twice(tmp_path):
 - name: b
   file: {path: /etc/s, state: directory}
 """)
-    changes = plan([role], NodeFacts())
+    changes = plan([role], ProvisionFacts())
     assert [c.status for c in changes] == ["changed", "ok"]
 
 
@@ -228,10 +232,10 @@ def test_command_guards(tmp_path):
 - name: unless
   command: {argv: [modprobe, x], unless: [grep, -q, x, /proc/modules]}
 """)
-    fresh = plan([role], NodeFacts(guards={("grep", "-q", "x", "/proc/modules"): 1}))
+    fresh = plan([role], ProvisionFacts(guards={("grep", "-q", "x", "/proc/modules"): 1}))
     assert [c.actions for c in fresh] == [(Run(("touch", "/etc/done")),),
                                           (Run(("modprobe", "x")),)]
-    done = plan([role], NodeFacts(files={"/etc/done": file_facts(b"")},
+    done = plan([role], ProvisionFacts(files={"/etc/done": file_facts(b"")},
                                   guards={("grep", "-q", "x", "/proc/modules"): 0}))
     assert [c.status for c in done] == ["ok", "ok"]
 
@@ -242,8 +246,8 @@ def test_when_skips(tmp_path):
   file: {path: /etc/s, state: directory}
   when: "'sglang' in images"
 """)
-    assert plan([role], NodeFacts(), {"images": {"vllm": "x"}})[0].status == "skipped"
-    assert plan([role], NodeFacts(), {"images": {"sglang": "x"}})[0].status == "changed"
+    assert plan([role], ProvisionFacts(), {"images": {"vllm": "x"}})[0].status == "skipped"
+    assert plan([role], ProvisionFacts(), {"images": {"sglang": "x"}})[0].status == "changed"
 
 
 IMAGE_TASKS = """
@@ -258,15 +262,15 @@ def test_docker_image_present_missing_or_other_id(tmp_path):
     context = {"images": {"sglang": "s:1", "vllm": "v:1"}}
     targets = {"s:1": ImageTarget("s:1", "sha256:aa", "node:spark-01"),
                "v:1": ImageTarget("v:1", "sha256:bb", "tar:/x.tar")}
-    changes = plan([role], NodeFacts(images={"s:1": "sha256:aa", "v:1": "sha256:cc"}),
+    changes = plan([role], ProvisionFacts(images={"s:1": "sha256:aa", "v:1": "sha256:cc"}),
                    context, images=targets)
     assert [c.status for c in changes] == ["ok", "changed"]
     assert changes[1].actions == (Transfer("v:1", "sha256:bb", "tar:/x.tar"),)
-    none = plan([role], NodeFacts(images=None, images_error="docker down"), context,
+    none = plan([role], ProvisionFacts(images=None, images_error="docker down"), context,
                 images=targets)
     assert [c.status for c in none] == ["failed", "skipped"]
     assert none[0].summary == "docker did not list images: docker down"
-    unresolved = plan([role], NodeFacts(images={}), context,
+    unresolved = plan([role], ProvisionFacts(images={}), context,
                       images={"s:1": ImageTarget("s:1", None, error="no node has s:1")})
     assert unresolved[0].summary == "s:1: no node has s:1"
 
@@ -274,9 +278,9 @@ def test_docker_image_present_missing_or_other_id(tmp_path):
 def test_docker_image_pinned_id_must_match_the_source(tmp_path):
     role = make_role(tmp_path, "- name: s\n  docker_image: {name: 's:1', id: 'sha256:aa'}\n")
     good = {"s:1": ImageTarget("s:1", "sha256:aa", "node:spark-01")}
-    assert plan([role], NodeFacts(images={}), images=good)[0].status == "changed"
+    assert plan([role], ProvisionFacts(images={}), images=good)[0].status == "changed"
     other = {"s:1": ImageTarget("s:1", "sha256:bb", "node:spark-01")}
-    change = plan([role], NodeFacts(images={}), images=other)[0]
+    change = plan([role], ProvisionFacts(images={}), images=other)[0]
     assert change.status == "failed" and "not the pinned aa" in change.summary
 
 
@@ -288,7 +292,7 @@ def test_absent_mode_walks_back_and_removes(unit_role):
     assert changes[1].actions == (Run(("systemctl", "stop", "x.service")),
                                   Run(("systemctl", "disable", "x.service")))
     assert changes[2].actions == (Run(("rm", "-f", "--", "/etc/systemd/system/x.service")),)
-    assert plan([unit_role], NodeFacts(), absent=True)[1].status == "ok"
+    assert plan([unit_role], ProvisionFacts(), absent=True)[1].status == "ok"
 
 
 def test_absent_mode_keeps_directories_with_other_entries(tmp_path):
@@ -298,11 +302,11 @@ def test_absent_mode_keeps_directories_with_other_entries(tmp_path):
 - name: env
   template: {src: e.j2, dest: /etc/s/a.env}
 """, templates={"e.j2": "A=1\n"})
-    theirs = NodeFacts(files={"/etc/s": FileFacts(exists=True, type="directory",
+    theirs = ProvisionFacts(files={"/etc/s": FileFacts(exists=True, type="directory",
                                                   entries=("a.env", "theirs")),
                               "/etc/s/a.env": file_facts(b"A=1\n")})
     assert [c.status for c in plan([role], theirs, absent=True)] == ["changed", "ok"]
-    ours = NodeFacts(files={"/etc/s": FileFacts(exists=True, type="directory",
+    ours = ProvisionFacts(files={"/etc/s": FileFacts(exists=True, type="directory",
                                                 entries=("a.env",)),
                             "/etc/s/a.env": file_facts(b"A=1\n")})
     changes = plan([role], ours, absent=True)

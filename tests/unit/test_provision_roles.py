@@ -9,7 +9,8 @@ import pytest
 from sparkrack.errors import UsageError
 from sparkrack.facts.node import CLOCK_CAP_UNIT
 from sparkrack.inventory import load_inventory
-from sparkrack.facts.provision import HcaFacts, NodeFacts, RoceFacts
+from sparkrack.facts.provision import ProvisionFacts
+from sparkrack.facts.roce import HcaFacts, RoceFacts
 from sparkrack.provision.changes import Put
 from sparkrack.provision.plan import plan_node
 from sparkrack.provision.roles import (
@@ -36,8 +37,8 @@ def hca(index: int) -> HcaFacts:
                     gids={0: LL, 1: LL, index - 1: V4, index: V4})
 
 
-def good_facts(gid_a=3, gid_b=3) -> NodeFacts:
-    return NodeFacts(roce=RoceFacts({"rocep1s0f0": hca(gid_a), "roceP2p1s0f0": hca(gid_b)}),
+def good_facts(gid_a=3, gid_b=3) -> ProvisionFacts:
+    return ProvisionFacts(roce=RoceFacts({"rocep1s0f0": hca(gid_a), "roceP2p1s0f0": hca(gid_b)}),
                      netdevs=("lo", "enp1s0f0np0", "enP2p1s0f0np0"), images={})
 
 
@@ -132,7 +133,7 @@ def test_nccl_env_probed_index_and_the_field_settings():
 
 def test_nccl_env_falls_back_to_the_inventory_index():
     no_v4 = HcaFacts(present=True, state="4: ACTIVE", types={1: "RoCE v2"}, gids={1: LL})
-    facts = NodeFacts(roce=RoceFacts({"rocep1s0f0": no_v4, "roceP2p1s0f0": no_v4}),
+    facts = ProvisionFacts(roce=RoceFacts({"rocep1s0f0": no_v4, "roceP2p1s0f0": no_v4}),
                       netdevs=("enp1s0f0np0",))
     text = put(planned(facts=facts), "/etc/sparkrack/nccl.env")
     assert env_of(text)["NCCL_IB_GID_INDEX"] == "3" and "fallback: no RoCE v2" in text
@@ -153,7 +154,7 @@ def test_a_nodes_own_index_overrides_the_probe(tmp_path):
 
 
 def test_missing_hca_fails_the_role_clearly():
-    facts = NodeFacts(roce=RoceFacts({"rocep1s0f0": hca(3), "roceP2p1s0f0": HcaFacts()}),
+    facts = ProvisionFacts(roce=RoceFacts({"rocep1s0f0": hca(3), "roceP2p1s0f0": HcaFacts()}),
                       netdevs=("enp1s0f0np0",))
     changes = planned(facts=facts)
     assert changes[0].status == "failed"
@@ -164,7 +165,7 @@ def test_missing_hca_fails_the_role_clearly():
 def test_a_down_hca_fails_the_role_naming_it():
     down = HcaFacts(present=True, state="1: DOWN", netdevs=("enP2p1s0f0np0",),
                     types=hca(3).types, gids=hca(3).gids)
-    facts = NodeFacts(roce=RoceFacts({"rocep1s0f0": hca(3), "roceP2p1s0f0": down}),
+    facts = ProvisionFacts(roce=RoceFacts({"rocep1s0f0": hca(3), "roceP2p1s0f0": down}),
                       netdevs=("enp1s0f0np0",))
     by_name = {c.task: c for c in planned(facts=facts)}
     change = by_name["RoCE HCA ports active"]
@@ -180,7 +181,7 @@ def test_hcas_with_different_indexes_fail():
 
 
 def test_missing_socket_interface_fails():
-    facts = NodeFacts(roce=good_facts().roce, netdevs=("lo", "eth0"))
+    facts = ProvisionFacts(roce=good_facts().roce, netdevs=("lo", "eth0"))
     change = {c.task: c for c in planned(facts=facts)}["socket interface present"]
     assert change.status == "failed"
     assert "enp1s0f0np0 is not an interface of this node (it has lo, eth0)" in change.summary
@@ -302,7 +303,7 @@ def test_template_outside_the_role_is_refused(tmp_path):
     renderer = Renderer()
     tasks = render_tasks(role, role.tasks, {}, renderer)
     with pytest.raises(RoleError, match="outside templates"):
-        plan_node([role], {"r": tasks}, {}, {}, NodeFacts(), renderer=renderer)
+        plan_node([role], {"r": tasks}, {}, {}, ProvisionFacts(), renderer=renderer)
 
 
 def test_lone_expression_keeps_its_type():

@@ -27,7 +27,8 @@ from loopback import Sshd, free_port, needs_sshd, write_inventory
 from sparkrack.data import shipped
 from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.inventory import load_inventory
-from sparkrack.facts.provision import FileFacts, NodeFacts
+from sparkrack.facts.files import FileFacts
+from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.facts.watchdog import NodeState, parse_probe
 from sparkrack.provision.changes import Put, Run
 from sparkrack.provision.plan import plan_node
@@ -616,7 +617,7 @@ def test_a_key_record_where_ansible_reads_it_is_refused_naming_where_it_goes(tmp
         f"would read it as inventory) (move it to {tmp_path}/.sparkrack/watchdog.json)")
 
 
-def role_plan(inv: Path, facts: NodeFacts, absent=False, node="spark-02"):
+def role_plan(inv: Path, facts: ProvisionFacts, absent=False, node="spark-02"):
     inventory = load_inventory(inv)
     roles = load_roles("watchdog_key")
     renderer = Renderer()
@@ -625,12 +626,12 @@ def role_plan(inv: Path, facts: NodeFacts, absent=False, node="spark-02"):
     return plan_node(roles, tasks, {}, context, facts, renderer=renderer, absent=absent)
 
 
-def keys_file(text: str | None) -> NodeFacts:
+def keys_file(text: str | None) -> ProvisionFacts:
     path = "/etc/ssh/sparkrack_authorized_keys"
     if text is None:
-        return NodeFacts(files={path: FileFacts()})
+        return ProvisionFacts(files={path: FileFacts()})
     data = text.encode()
-    return NodeFacts(files={path: FileFacts(exists=True, type="file", mode="600", owner="root",
+    return ProvisionFacts(files={path: FileFacts(exists=True, type="file", mode="600", owner="root",
                                             group="root", size=len(data),
                                             sha256=hashlib.sha256(data).hexdigest(),
                                             content=data)})
@@ -677,7 +678,7 @@ def test_role_watchdog_key_on_a_real_node_uses_the_users_authorized_keys(tmp_pat
     shutil.copytree(REPO / "inventory" / "rack", inv)
     keyrecord.write_record(inv, keyrecord.WatchdogKey("spark-01", "/opt/sr", PUB,
                                                       ("192.0.2.11",)))
-    [change] = role_plan(inv, NodeFacts(files={".ssh/authorized_keys": FileFacts()}))
+    [change] = role_plan(inv, ProvisionFacts(files={".ssh/authorized_keys": FileFacts()}))
     [put] = change.actions
     assert put.path == ".ssh/authorized_keys" and put.mode == 0o600  # relative to the home
     assert put.content.decode() == f'restrict,from="192.0.2.11" {PUB} sparkrack-watchdog\n'

@@ -13,7 +13,9 @@ from dataclasses import replace
 from typing import Any
 
 from sparkrack.provision.changes import Change
-from sparkrack.facts.provision import IMAGES, NETDEVS, file_query, roce_query
+from sparkrack.facts.docker import IMAGES
+from sparkrack.facts.files import file_query
+from sparkrack.facts.roce import NETDEVS, roce_query
 from sparkrack.facts.queries import Query
 from sparkrack.provision.modules.base import Module, Step
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from sparkrack.provision.changes import Change, Put, Run
 from sparkrack.provision.diffs import file_diff
-from sparkrack.facts.provision import file_query
+from sparkrack.facts.files import file_query
 from sparkrack.provision.modules.base import Module, Step
 from sparkrack.provision.modules.files import octal
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkrack.provision.changes import Change
 from sparkrack.transfer.images import ImageTarget
-from sparkrack.facts.provision import NodeFacts
+from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.facts.queries import Query
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class Step:
     role: Role
     params: Mapping[str, Any]
     context: Mapping[str, Any]  # the node's vars, and `facts`
-    facts: NodeFacts
+    facts: ProvisionFacts
     state: PlanState
     renderer: Renderer
     images: Mapping[str, ImageTarget]  # normalized ref -> the rack-wide target

@@ -12,7 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 from sparkrack.provision.changes import Change, Run
-from sparkrack.facts.provision import file_query, guard_query
+from sparkrack.facts.files import file_query
+from sparkrack.facts.provision import guard_query
 from sparkrack.facts.queries import Query
 from sparkrack.provision.modules.base import Module, Step
 

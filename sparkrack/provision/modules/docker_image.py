@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from sparkrack.provision.changes import Change, Run, Transfer
 from sparkrack.transfer.images import short_id
-from sparkrack.facts.provision import IMAGES, normalize_ref
+from sparkrack.facts.docker import IMAGES, normalize_ref
 from sparkrack.provision.modules.base import Module, Step
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import PurePosixPath
 
 from sparkrack.provision.changes import Action, Change, Run
-from sparkrack.facts.provision import file_query
+from sparkrack.facts.files import file_query
 from sparkrack.provision.modules.base import Module, Step
 from sparkrack.provision.modules.files import fix_attributes, octal, remove_file
 

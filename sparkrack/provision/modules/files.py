@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from sparkrack.provision.changes import Action, Change, Run
-from sparkrack.facts.provision import FileFacts
+from sparkrack.facts.files import FileFacts
 from sparkrack.provision.modules.base import PlanState
 
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",

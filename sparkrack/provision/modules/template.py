@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from sparkrack.provision.changes import Action, Change, Put, Run
 from sparkrack.provision.diffs import file_diff, line_counts
-from sparkrack.facts.provision import file_query
+from sparkrack.facts.files import file_query
 from sparkrack.provision.modules.base import Module, Step
 from sparkrack.provision.modules.files import fix_attributes, is_unit_file, octal, remove_file
 

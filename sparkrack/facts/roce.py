@@ -1,0 +1,116 @@
+"""A node's RoCE side: each HCA (present, port state, netdevs, GID table; the probed
+RoCE v2 IPv4-mapped GID index) and the node's network interfaces."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .queries import Query
+
+ROCE_V2 = "RoCE v2"
+
+
+ACTIVE = "4: ACTIVE"  # ports/1/state of a port whose link is up
+
+
+EMPTY_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+
+def roce_query(hca: str) -> Query:
+    """An RDMA device: present, port state, netdevs, GID table."""
+    return Query("roce", (hca,), ("r", hca))
+
+
+NETDEVS = Query("netdevs", (), ("n",))
+
+
+@dataclass(frozen=True)
+class HcaFacts:
+    """One RDMA device under /sys/class/infiniband."""
+
+    present: bool = False
+    state: str = ""
+    netdevs: tuple[str, ...] = ()
+    types: Mapping[int, str] = field(default_factory=dict)
+    gids: Mapping[int, str] = field(default_factory=dict)
+
+    @property
+    def ipv4_gid_index(self) -> int | None:
+        """The lowest GID index whose type is RoCE v2 and whose GID is IPv4-mapped."""
+        for index in sorted(self.gids):
+            if self.types.get(index) == ROCE_V2 and is_ipv4_mapped(self.gids[index]):
+                return index
+        return None
+
+
+@dataclass(frozen=True)
+class RoceFacts:
+    """The node's HCAs and the NCCL GID index they agree on."""
+
+    hcas: Mapping[str, HcaFacts] = field(default_factory=dict)
+
+    @property
+    def missing(self) -> list[str]:
+        return [name for name, hca in self.hcas.items() if not hca.present]
+
+    @property
+    def down(self) -> list[str]:
+        """Present HCAs whose port 1 is not ACTIVE (a cable out, the switch port down)."""
+        return [name for name, hca in self.hcas.items() if hca.present and hca.state != ACTIVE]
+
+    @property
+    def gid_indexes(self) -> dict[str, int | None]:
+        return {name: hca.ipv4_gid_index for name, hca in self.hcas.items() if hca.present}
+
+    @property
+    def gid_conflict(self) -> bool:
+        """Whether the HCAs put their RoCE v2 IPv4 GID at different indexes (NCCL takes one)."""
+        return len({i for i in self.gid_indexes.values() if i is not None}) > 1
+
+    @property
+    def gid_index(self) -> int | None:
+        """The probed GID index common to every present HCA that has one, else None."""
+        found = {i for i in self.gid_indexes.values() if i is not None}
+        return found.pop() if len(found) == 1 else None
+
+
+def is_ipv4_mapped(gid: str) -> bool:
+    """Whether a GID as sysfs prints it is an IPv4-mapped IPv6 address (::ffff:a.b.c.d)."""
+    try:
+        return ipaddress.IPv6Address(gid.strip()).ipv4_mapped is not None
+    except ValueError:
+        return False
+
+
+def parse_hca(lines: list[str]) -> HcaFacts:
+    """One `r` section: presence, port state, netdevs and the GID table's filled entries."""
+    if not lines or lines[0] != "present":
+        return HcaFacts()
+    state, netdevs = "", []
+    types: dict[int, str] = {}
+    gids: dict[int, str] = {}
+    target: dict[int, str] | None = None
+    for line in lines[1:]:
+        if line == "types":
+            target = types
+        elif line == "gids":
+            target = gids
+        elif target is None:
+            key, _, rest = line.partition(" ")
+            if key == "state":
+                state = rest
+            elif key == "netdev":
+                netdevs.append(rest)
+        else:
+            index, sep, value = line.partition(":")
+            if sep and index.isdigit():
+                target[int(index)] = value.strip()
+    return HcaFacts(present=True, state=state, netdevs=tuple(netdevs), types=types, gids=gids)
+
+
+def parse_netdevs(lines: list[str]) -> tuple[str, ...]:
+    """The interface names of /proc/net/dev (the node's own network namespace)."""
+    return tuple(line.split(":", 1)[0].strip() for line in lines if ":" in line
+                 and "|" not in line)

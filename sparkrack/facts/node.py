@@ -20,6 +20,7 @@ BURN_RECORD = "/var/lib/sparkrack/burn.json"
 GPU_FIELDS = ("name", "clocks.sm", "clocks.max.sm", "power.draw", "temperature.gpu",
               "utilization.gpu", "pstate", "persistence_mode", "driver_version")
 NODE = Query("node", (), ("s", ",".join(GPU_FIELDS)))
+MEMORY = Query("memory", (), ("m",))  # MemTotal and MemAvailable alone (watch's sample)
 CAP_UNIT = unit_query(CLOCK_CAP_UNIT)
 BURN = file_query(BURN_RECORD)
 
@@ -128,6 +129,13 @@ def facts_of(answers: Answers) -> NodeFacts:
         mem_available_kb=_number(node.get("MemAvailable", "")),
         clock_cap=parse_unit(answers.lines(CAP_UNIT)),
         burn=parse_burn(parse_file(answers.lines(BURN))))
+
+
+def memory_of(answers: Answers) -> tuple[int, int] | None:
+    """(MemTotal kB, MemAvailable kB) of a MEMORY answer, or None if the node did not say."""
+    node = parse_node(answers.lines(MEMORY))
+    total, available = _number(node.get("MemTotal", "")), _number(node.get("MemAvailable", ""))
+    return None if total is None or available is None else (total, available)
 
 
 def parse_facts(text: str) -> NodeFacts:

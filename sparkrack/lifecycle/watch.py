@@ -9,7 +9,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..fleet import Fleet, sh
+from ..facts.node import MEMORY, memory_of
+from ..facts.queries import answer, argv
+from ..fleet import Fleet
 from ..inventory import Inventory
 from .containers import Rank, refresh, stop_ranks
 from .headapi import Endpoint
@@ -21,7 +23,6 @@ HEALTH_TIMEOUT_S = 2  # rank 0's health answer within this, or the poll counts a
 HEALTH_FAILURES_TO_ACT = 3  # consecutive unhealthy polls of rank 0 before acting
 BROKEN_STOP_TIMEOUT = 3  # seconds: a broken TP group has nothing left to drain
 FLOOR_FRACTION = 0.05  # warn about a ratchet heading for 5 % of MemTotal
-_MEMINFO = "grep -E '^(MemTotal|MemAvailable):' /proc/meminfo"
 
 
 @dataclass
@@ -39,13 +40,15 @@ def sample_memory(fleet: Fleet) -> tuple[dict[str, tuple[int, int]], dict[str, s
     node that doubles as the liveness probe (a dead node fails it within the connect timeout,
     where a docker API call would wait for the command timeout)."""
     samples, lost = {}, {}
-    for result in fleet.run(sh(_MEMINFO), timeout=5):
-        if result.status == "ok":
-            values = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
-            samples[result.node] = (int(values["MemTotal"].split()[0]),
-                                    int(values["MemAvailable"].split()[0]))
-        else:
+    for result in fleet.run(argv([MEMORY]), timeout=5):
+        if result.status != "ok":
             lost[result.node] = result.error or result.status
+            continue
+        memory = memory_of(answer(result.stdout, [MEMORY]))
+        if memory is None:
+            lost[result.node] = "no MemTotal/MemAvailable in its answer"
+        else:
+            samples[result.node] = memory
     return samples, lost
 
 

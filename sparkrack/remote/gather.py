@@ -27,7 +27,7 @@ import time
 
 from .dockerd import daemon_section, images_section
 from .links import links_section
-from .node import node_section
+from .node import memory_section, node_section
 from .watchdog import watchdog_section
 
 INFINIBAND = "/sys/class/infiniband"
@@ -188,6 +188,8 @@ def sections(args):
             yield kind, net_section()
         elif kind == "s":
             yield kind, node_section(args.pop(0))
+        elif kind == "m":
+            yield kind, memory_section()
         elif kind == "d":
             yield kind, daemon_section()
         elif kind == "l":

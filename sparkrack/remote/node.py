@@ -1,8 +1,9 @@
-"""The node itself, for `invoke status`, the gates and onboarding (gather.py's `s` query).
+"""The node itself, for `invoke status`, the gates and onboarding (gather.py's `s` query),
+and its memory alone for `watch` (the `m` query).
 
     hostname NAME / kernel RELEASE / os PRETTY_NAME
     gpu RC FIRST-LINE     nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits
-    MemTotal KB / MemAvailable KB
+    MemTotal KB / MemAvailable KB          (the `m` section holds these two lines only)
 """
 
 import os
@@ -68,5 +69,8 @@ def node_section(fields):
     rc, line = gpu_line(fields)
     lines = ["hostname " + socket.gethostname(), "kernel " + kernel_release(),
              "os " + os_name(), "gpu %d %s" % (rc, line)]
-    lines += ["%s %s" % item for item in sorted(memory().items())]
-    return lines
+    return lines + memory_section()
+
+
+def memory_section():
+    return ["%s %s" % item for item in sorted(memory().items())]

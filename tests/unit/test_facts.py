@@ -109,6 +109,16 @@ def test_node_script_runs_here():
     assert f.gpu.name is not None or f.gpu.error  # no GPU here: nvidia-smi's failure, said
 
 
+def test_the_memory_query_alone_runs_here_and_parses():
+    done = subprocess.run(argv([node.MEMORY]), capture_output=True, text=True, timeout=30)
+    total, available = node.memory_of(answer(done.stdout, [node.MEMORY]))
+    with open("/proc/meminfo") as meminfo:
+        assert meminfo.readline().split() == ["MemTotal:", str(total), "kB"]
+    assert 0 < available <= total
+    assert node.memory_of(answer("@@base\nb\n1.0\n\n@@0 m\nMemTotal 5\n",
+                                 [node.MEMORY])) is None  # MemAvailable missing: said, not 0
+
+
 def test_the_kernel_is_the_one_uname_on_path_reports(tmp_path, monkeypatch):
     """As `uname -r` says it (the rehearsal rack simulates a node's kernel there)."""
     fake = tmp_path / "uname"

@@ -2,7 +2,6 @@
 containers; the head's deployment records come in its same round trip."""
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from .facts import node as node_facts
@@ -10,9 +9,8 @@ from .facts import records as record_facts
 from .facts.node import NodeFacts, burn_this_boot
 from .facts.queries import answer, argv
 from .fleet import Fleet
-from .inventory import Inventory, Node
+from .inventory import Inventory
 
-ENGINE_LABEL = "sparkrack.engine"
 STATUS_TIMEOUT = 15.0  # seconds for the facts command: status must answer even when a node is stuck
 
 
@@ -54,16 +52,10 @@ def cap_state(facts: NodeFacts) -> str:
     return f"{unit_word}, {verdict} {when}"
 
 
-def engine_summary(fleet: Fleet, node: Node) -> str | None:
-    """The node's sparkrack engine container(s): name, status and health (docker API)."""
-    containers = fleet.docker_client(node).containers.list(all=True, filters={"label": ENGINE_LABEL})
-    if not containers:
-        return None
-    parts = []
-    for c in containers:
-        health = c.attrs.get("State", {}).get("Health", {}).get("Status")
-        parts.append(f"{c.name} {c.status}" + (f" ({health})" if health else ""))
-    return ", ".join(parts)
+def engine_summary(ranks) -> str | None:
+    """A node's sparkrack engine container(s) (lifecycle Ranks): name, status and health."""
+    return ", ".join(f"{r.name} {r.status}" + (f" ({r.health})" if r.health else "")
+                     for r in ranks) or None
 
 
 def gather_status(inventory: Inventory, limit: str | None = None) -> list[StatusRow]:
@@ -77,6 +69,7 @@ def rack_status(inventory: Inventory, limit: str | None = None
     data): the head, when selected, is asked for its records in its one round trip ({} when
     it did not answer or was not selected)."""
     from .lifecycle.record import records_of
+    from .lifecycle.running import running
 
     nodes = inventory.select(limit)
     asked = {node.name: node_facts.queries() + (record_facts.queries()
@@ -89,14 +82,11 @@ def rack_status(inventory: Inventory, limit: str | None = None
                             timeout=STATUS_TIMEOUT)
         reachable = [inventory.node(r.node) for r in results if r.status == "ok"]
 
-        def engines(node: Node) -> tuple[str, str | None]:
-            try:
-                return node.name, engine_summary(fleet, node)
-            except Exception as exc:  # docker down on that node: show it, keep the row
-                return node.name, f"docker: {(str(exc).splitlines() or [type(exc).__name__])[0][:80]}"
-
-        with ThreadPoolExecutor(max_workers=len(reachable) or 1) as pool:
-            engine_by_node = dict(pool.map(engines, reachable))
+        found = running(fleet, reachable)  # docker down on a node: shown, the row kept
+        engine_by_node = {node.name: f"docker: {found.errors[node.name][:80]}"
+                          if node.name in found.errors else
+                          engine_summary(r for r in found.ranks if r.node == node.name)
+                          for node in reachable}
         for result in results:
             node = inventory.node(result.node)
             answers = answer(result.stdout, asked[node.name]) if result.status == "ok" else None

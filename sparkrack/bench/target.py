@@ -17,7 +17,6 @@ from ..errors import SparkrackError
 from ..fleet import Fleet
 from ..inventory import Inventory, Node
 from ..lifecycle import record
-from ..lifecycle.containers import container
 from ..lifecycle.headapi import Endpoint, HeadError
 from ..lifecycle.record import Deployment
 from ..lifecycle.running import running
@@ -95,18 +94,15 @@ def find_target(fleet: Fleet, inventory: Inventory) -> tuple[Target, Endpoint]:
     if head is None:
         raise NoEngine(f"rank 0 of {deployments[0]} is not running ({len(alive)} rank(s) are)",
                        fix="`invoke down`, then `invoke up` again")
-    attrs = container(fleet, head.node, head.name).attrs
-    config = attrs.get("Config") or {}
-    labels = config.get("Labels") or {}
-    argv = list(config.get("Entrypoint") or []) + list(config.get("Cmd") or [])
-    port = argv_port(argv)
+    rank0 = fleet.docker(head.node).container(head.name)
+    port = argv_port(list(rank0.argv))
     if port is None:  # fall back to what the profile says
         port = build_specs(inventory, head.engine, head.profile)[0].ports["http"]
     node: Node = inventory.node(head.node)
     labelled = Deployment(engine=head.engine, profile=head.profile,
                           deployment_id=head.deployment,
-                          spec_hash=labels.get(LABEL_SPEC_HASH, ""),
-                          image=config.get("Image", ""), image_id=attrs.get("Image", ""))
+                          spec_hash=rank0.labels.get(LABEL_SPEC_HASH, ""),
+                          image=rank0.image, image_id=rank0.image_id)
     target = Target(labelled, node=node.name, address=node.address, port=port,
                     model=inventory.vars.model_name, context_length=None)
     try:

@@ -45,6 +45,8 @@ from sparkrack.fleet.netguard import check_node
 if TYPE_CHECKING:
     import docker
 
+    from sparkrack.fleet.containers import NodeDocker
+
 log = logging.getLogger(__name__)
 # paramiko logs a dropped connection ("Socket exception: Connection reset by peer") through
 # logging's last-resort stderr handler; the fleet reports every node's failure itself.
@@ -165,6 +167,14 @@ class Fleet:
                 except _SESSION_ERRORS as error:
                     raise UnreachableError(explain(target, self.known_hosts, error)) from None
             return self._docker[target.name]
+
+    def docker(self, node: str | Node) -> NodeDocker:
+        """node's dockerd (fleet/containers.py): its containers as views, what sparkrack
+        does to them, image IDs. UnreachableError as docker_client."""
+        from sparkrack.fleet.containers import NodeDocker
+
+        target = node if isinstance(node, str) else node.name
+        return NodeDocker(self.docker_client(target), target)
 
     # --- Per-node machinery ---------------------------------------------------------------
 

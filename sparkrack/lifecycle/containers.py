@@ -1,4 +1,5 @@
-"""The engine containers on the nodes, through each node's docker API (never parsed CLI).
+"""The engine containers on the nodes, through each node's docker API (fleet.docker; never
+parsed CLI).
 
 Containers are found by label (`sparkrack.engine`), so `down` and `watch` work from what
 runs on the rack, not from what this machine remembers.
@@ -8,11 +9,9 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-import docker
-import docker.errors
-
 from ..engines import LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_STOP_TIMEOUT
 from ..fleet import Fleet
+from ..fleet.containers import Container, ContainerNotFound
 from .order import stop_order
 
 DEFAULT_STOP_TIMEOUT = 120
@@ -32,6 +31,7 @@ class Rank:
     exit_code: int | None
     stop_timeout: int
     error: str | None = None
+    health: str | None = None  # the image's HEALTHCHECK status, if it has one
 
     @property
     def alive(self) -> bool:
@@ -47,45 +47,41 @@ def parallel(items: Iterable, work: Callable) -> list:
         return list(pool.map(work, items))
 
 
-def _rank_of(node: str, container) -> Rank:
+def _rank_of(node: str, container: Container) -> Rank:
     labels = container.labels
-    state = container.attrs.get("State", {})
     return Rank(node=node, rank=int(labels.get(LABEL_RANK, -1)), name=container.name,
                 engine=labels.get(LABEL_ENGINE, "?"), profile=labels.get(LABEL_PROFILE, "?"),
                 deployment=labels.get(LABEL_DEPLOYMENT, "?"), status=container.status,
-                exit_code=state.get("ExitCode") if container.status != "running" else None,
+                exit_code=container.exit_code, health=container.health,
                 stop_timeout=int(labels.get(LABEL_STOP_TIMEOUT, DEFAULT_STOP_TIMEOUT)))
 
 
-def engine_containers(fleet: Fleet) -> tuple[list[Rank], dict[str, str]]:
-    """Every sparkrack engine container on the fleet's nodes, and {node: error} for nodes
-    whose docker could not be asked."""
+def engine_containers(fleet: Fleet, nodes: Sequence | None = None
+                      ) -> tuple[list[Rank], dict[str, str]]:
+    """Every sparkrack engine container on the fleet's nodes (or these of them), and
+    {node: error} for nodes whose docker could not be asked."""
     def on(node) -> tuple[list[Rank], str | None]:
         try:
-            found = fleet.docker_client(node).containers.list(all=True, filters={"label": LABEL_ENGINE})
+            found = fleet.docker(node).containers(labels=[LABEL_ENGINE])
             return [_rank_of(node.name, c) for c in found], None
         except Exception as exc:  # unreachable node, dockerd down: reported per node
             return [], _first_line(exc)
 
     ranks, errors = [], {}
-    for node, (found, error) in zip(fleet.nodes, parallel(fleet.nodes, on)):
+    nodes = list(fleet.nodes if nodes is None else nodes)
+    for node, (found, error) in zip(nodes, parallel(nodes, on)):
         ranks += found
         if error:
             errors[node.name] = error
     return sorted(ranks, key=lambda r: (r.rank, r.node)), errors
 
 
-def container(fleet: Fleet, node: str, name: str):
-    """The docker container object by name on a node (docker.errors.NotFound if none)."""
-    return fleet.docker_client(node).containers.get(name)
-
-
 def refresh(fleet: Fleet, ranks: Sequence[Rank]) -> list[Rank]:
     """Re-read each rank's container state; a lost node or container shows in .status."""
     def one(rank: Rank) -> Rank:
         try:
-            return _rank_of(rank.node, container(fleet, rank.node, rank.name))
-        except docker.errors.NotFound:
+            return _rank_of(rank.node, fleet.docker(rank.node).container(rank.name))
+        except ContainerNotFound:
             return replace(rank, status="missing", error="container is gone")
         except Exception as exc:
             return replace(rank, status="unreachable", error=_first_line(exc))
@@ -96,7 +92,7 @@ def refresh(fleet: Fleet, ranks: Sequence[Rank]) -> list[Rank]:
 def logs_tail(fleet: Fleet, rank: Rank, lines: int = 20) -> list[str]:
     """The last lines a rank's container printed (empty when it cannot be read)."""
     try:
-        text = container(fleet, rank.node, rank.name).logs(tail=lines).decode(errors="replace")
+        text = fleet.docker(rank.node).logs(rank.name, tail=lines).decode(errors="replace")
     except Exception:
         return []
     return text.rstrip("\n").splitlines()
@@ -110,13 +106,12 @@ def stop_ranks(fleet: Fleet, ranks: Sequence[Rank], *, timeout: int | None = Non
 
     def one(rank: Rank) -> None:
         try:
-            c = container(fleet, rank.node, rank.name)
-            if c.status in ("running", "restarting", "paused"):
-                c.stop(timeout=timeout if timeout is not None else rank.stop_timeout)
+            node = fleet.docker(rank.node)
+            node.stop(rank.name, timeout=timeout if timeout is not None else rank.stop_timeout)
             on_stop(rank)
             if remove:
-                c.remove(force=True)
-        except docker.errors.NotFound:
+                node.remove(rank.name)
+        except ContainerNotFound:
             on_stop(rank)
         except Exception as exc:
             errors[f"{rank.name}@{rank.node}"] = _first_line(exc)

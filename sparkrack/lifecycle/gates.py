@@ -233,8 +233,8 @@ def image_problems(fleet: Fleet, specs: tuple[LaunchSpec, ...], report: Prefligh
     """Nodes where the image is missing or has another ID than the head's."""
     def image_id(spec: LaunchSpec) -> str | None:
         try:
-            return fleet.docker_client(spec.node).images.get(spec.image).id
-        except Exception:
+            return fleet.docker(spec.node).image_id(spec.image)
+        except Exception:  # a node lost since the facts: named by the reachable gate
             return None
 
     ids = dict(zip((s.node for s in specs), parallel(specs, image_id)))

@@ -338,54 +338,36 @@ class DockerRankLogs:
         self._stream = None
 
     def attach(self, *, since: float | None, tail: int | None, follow: bool) -> Attached:
-        import docker.errors
+        from ..fleet.containers import ContainerNotFound
 
-        client = self.fleet.docker_client(self.node)
+        node = self.fleet.docker(self.node)
         container = None
         if self.container_id is not None:
             try:
-                container = client.containers.get(self.container_id)
-            except docker.errors.NotFound:
+                container = node.container(self.container_id)
+            except ContainerNotFound:
                 container = None
             self.container_id = None  # from now on: by label
         if container is None:
-            container = self._find(client)
-        options = {"stream": True, "follow": follow, "timestamps": True,
-                   "tail": "all" if tail is None else int(tail)}
-        if since is not None and since > 0:
-            options["since"] = float(since)
-        self._stream = container.logs(**options)
-        state = container.attrs.get("State", {})
-        exit_code = state.get("ExitCode") if isinstance(state, dict) else None
-        return Attached(container.id, container.status,
-                        exit_code if container.status != "running" else None, self._stream)
+            container = self._find(node)
+        self._stream = node.log_stream(container.id, follow=follow, since=since,
+                                       tail="all" if tail is None else int(tail))
+        return Attached(container.id, container.status, container.exit_code, self._stream)
 
-    def _find(self, client):
+    def _find(self, node):
         from ..engines import LABEL_ENGINE, LABEL_RANK
 
-        found = client.containers.list(all=True, filters={
-            "label": [LABEL_ENGINE, f"{LABEL_RANK}={self.rank}"]})
+        found = node.containers(labels=[LABEL_ENGINE, f"{LABEL_RANK}={self.rank}"])
         if not found:
             raise ContainerGone(f"no engine container for rank {self.rank} on {self.node}")
         running = [c for c in found if c.status == "running"]
-        return max(running or found, key=lambda c: str(c.attrs.get("Created", "")))
+        return max(running or found, key=lambda c: c.created)
 
     def cancel(self) -> None:
-        """Close the current stream from another thread. docker-py refuses to cancel a
-        stream over SSH (CancellableStream.close), so the SSH channel is closed instead."""
+        """Close the current stream from another thread."""
         stream, self._stream = self._stream, None
-        if stream is None:
-            return
-        try:
+        if stream is not None:
             stream.close()
-            return
-        except Exception:
-            pass
-        response = getattr(stream, "_response", None)
-        channel = getattr(getattr(getattr(getattr(response, "raw", None), "_fp", None),
-                                  "fp", None), "channel", None)
-        if channel is not None:
-            channel.close()
 
 
 def show_logs(inventory, *, ranks: str | None = None, nodes: str | None = None,

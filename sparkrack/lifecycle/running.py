@@ -44,7 +44,7 @@ class Running:
         return next((r for r in self.alive if r.rank == 0), None)
 
 
-def running(fleet: Fleet) -> Running:
-    """What runs on the fleet's nodes now (through each node's docker API)."""
-    ranks, errors = engine_containers(fleet)
+def running(fleet: Fleet, nodes: Sequence | None = None) -> Running:
+    """What runs on the fleet's nodes (or these of them) now, through each node's docker."""
+    ranks, errors = engine_containers(fleet, nodes)
     return Running(tuple(ranks), errors)

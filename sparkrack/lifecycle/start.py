@@ -60,18 +60,17 @@ def remove_leftovers(fleet: Fleet, specs: tuple[LaunchSpec, ...]) -> None:
     A running one is another deployment: StartFailed, and it is left alone."""
     def one(spec: LaunchSpec) -> None:
         try:
-            client = fleet.docker_client(spec.node)
-            found = client.containers.list(all=True,
-                                           filters={"name": f"^/{spec.container_name}$"})
+            node = fleet.docker(spec.node)
+            found = node.containers(name=spec.container_name)
         except Exception as exc:  # a node lost since the gates: nothing was created yet
             raise NodeLost(spec.node, str(exc).splitlines()[0] if str(exc) else
                            type(exc).__name__) from None
         for c in found:
-            if c.status in ("running", "restarting", "paused") or LABEL_ENGINE not in c.labels:
+            if c.alive or LABEL_ENGINE not in c.labels:
                 raise StartFailed(f"{spec.node} already has a container {spec.container_name} "
                                   f"({c.status}) that this start did not create",
                                   fix="`invoke down` stops a sparkrack engine; remove anything else by hand")
-            c.remove(force=True)
+            node.remove(c.id)
 
     parallel(specs, one)
 
@@ -100,7 +99,7 @@ def create_all(fleet: Fleet, specs: tuple[LaunchSpec, ...], limits: nodelimits.L
         kwargs, changes = limits.fit(spec.node, kwargs)
         deviations.update(changes)
         try:
-            fleet.docker_client(spec.node).containers.create(**kwargs)
+            fleet.docker(spec.node).create(**kwargs)
             created.append(spec)
         except Exception as exc:
             errors.append(f"rank {spec.rank} on {spec.node}: {str(exc).splitlines()[0][:200]}")
@@ -131,8 +130,7 @@ def start_group(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...
     try:
         with phases.timed("start"):
             for wave in start_order(list(specs), lambda s: s.rank):
-                parallel(wave, lambda spec: fleet.docker_client(spec.node).containers.get(
-                    spec.container_name).start())
+                parallel(wave, lambda spec: fleet.docker(spec.node).start(spec.container_name))
                 on_event(f"started rank(s) {', '.join(str(s.rank) for s in wave)}")
         with phases.timed("ready"):
             return wait_ready(fleet, inventory, specs, ranks,

@@ -14,6 +14,7 @@ import pytest
 from sparkrack.errors import UsageError
 from sparkrack.lifecycle.containers import Rank
 from sparkrack.lifecycle.running import Running
+from sparkrack.fleet.containers import NodeDocker
 from sparkrack.lifecycle.loglines import (
     END, Dedup, LineSplitter, LogLine, Notice, ReorderBuffer, format_line, format_timestamp, merge,
     parse_timestamp, split_timestamp)
@@ -283,13 +284,14 @@ class FakeStream:
 
 class FakeContainer:
     def __init__(self, cid, status, created, code=0):
-        self.id, self.status = cid, status
+        self.id, self.name, self.status, self.labels = cid, f"rank-{cid}", status, {}
         self.attrs = {"Created": created, "State": {"ExitCode": code}}
-        self.log_calls = []
+        self.log_calls, self.streams = [], []
 
     def logs(self, **options):
         self.log_calls.append(options)
-        return FakeStream([stamp(0, self.id)])
+        self.streams.append(FakeStream([stamp(0, self.id)]))
+        return self.streams[-1]
 
 
 class FakeContainers:
@@ -300,6 +302,9 @@ class FakeContainers:
     def get(self, name):
         import docker.errors
 
+        for container in self.found:
+            if name == container.id:
+                return container
         raise docker.errors.NotFound("gone")
 
     def list(self, all, filters):
@@ -312,16 +317,15 @@ def test_docker_rank_logs_finds_the_rank_by_label_and_closes_the_ssh_channel():
     new = FakeContainer("new", "running", "2026-01-01T00:05:00Z")
     containers = FakeContainers([old, new])
     client = type("Client", (), {"containers": containers})()
-    fleet = type("Fleet", (), {"docker_client": lambda self, node: client})()
+    fleet = type("Fleet", (), {"docker": lambda self, node: NodeDocker(client, node)})()
     logs = DockerRankLogs(fleet, "spark-02", 1, "sparkrack-sglang-rank1")
     attached = logs.attach(since=NOW - 600, tail=50, follow=True)
     assert (attached.container_id, attached.status, attached.exit_code) == ("new", "running", None)
     assert containers.filters == [{"label": ["sparkrack.engine", "sparkrack.rank=1"]}]
     assert new.log_calls == [{"stream": True, "follow": True, "timestamps": True, "tail": 50,
                               "since": NOW - 600}]
-    stream = attached.chunks
     logs.cancel()
-    assert stream.closed
+    assert new.streams[-1].closed  # the SSH channel under the stream
     containers.found = [old]
     attached = logs.attach(since=None, tail=None, follow=False)
     assert (attached.container_id, attached.exit_code) == ("old", 137)

@@ -1,0 +1,150 @@
+"""Each node's dockerd through the fleet: the one door to docker's API.
+
+`fleet.docker(node)` gives a `NodeDocker`: the containers (found by label or by name) as
+plain `Container` views, and the few things sparkrack does to them (create, start, stop,
+remove, read logs) and to images (an image's ID). The docker SDK, its objects and its
+errors stay inside sparkrack/fleet/: a container that does not exist is
+`ContainerNotFound`; anything else docker or the connection says is raised as it came
+(callers report it per node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker.errors
+
+
+class ContainerNotFound(LookupError):
+    """No container of that name or ID on the node."""
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container as docker reports it."""
+
+    id: str
+    name: str
+    status: str  # created | running | paused | restarting | exited | dead
+    labels: dict[str, str] = field(default_factory=dict)
+    exit_code: int | None = None  # None while it runs
+    health: str | None = None  # the HEALTHCHECK's status, when the image has one
+    created: str = ""  # docker's RFC 3339 creation time
+    image: str = ""  # the ref it was created from
+    image_id: str = ""
+    argv: tuple[str, ...] = ()  # entrypoint then command
+
+    @property
+    def alive(self) -> bool:
+        return self.status in ("running", "restarting", "paused")
+
+
+def view(container: Any) -> Container:
+    """The Container view of a docker SDK container object."""
+    state = container.attrs.get("State", {})
+    state = state if isinstance(state, dict) else {}
+    health = state.get("Health")
+    config = container.attrs.get("Config") or {}
+    return Container(
+        id=container.id, name=container.name, status=container.status,
+        labels=dict(container.labels or {}),
+        exit_code=state.get("ExitCode") if container.status != "running" else None,
+        health=health.get("Status") if isinstance(health, dict) else None,
+        created=str(container.attrs.get("Created", "")), image=str(config.get("Image") or ""),
+        image_id=str(container.attrs.get("Image") or ""),
+        argv=tuple(str(a) for a in [*(config.get("Entrypoint") or []),
+                                     *(config.get("Cmd") or [])]))
+
+
+class LogStream:
+    """A container's log as chunks of bytes; close() ends it from another thread."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._stream)
+
+    def close(self) -> None:
+        """docker-py refuses to cancel a stream over SSH (CancellableStream.close), so the
+        SSH channel under it is closed instead."""
+        try:
+            self._stream.close()
+            return
+        except Exception:
+            pass
+        response = getattr(self._stream, "_response", None)
+        channel = getattr(getattr(getattr(getattr(response, "raw", None), "_fp", None),
+                                  "fp", None), "channel", None)
+        if channel is not None:
+            channel.close()
+
+
+class NodeDocker:
+    """One node's dockerd, over the fleet's SSH (Fleet.docker)."""
+
+    def __init__(self, client: Any, node: str):
+        self._client = client
+        self.node = node
+
+    def containers(self, *, labels: Sequence[str] = (), name: str | None = None
+                   ) -> list[Container]:
+        """Every container (running or not) carrying all labels (KEY or KEY=VALUE), or the
+        one named exactly name."""
+        filters: dict[str, Any] = {}
+        if labels:
+            filters["label"] = list(labels)
+        if name is not None:
+            filters["name"] = f"^/{name}$"
+        return [view(c) for c in self._client.containers.list(all=True, filters=filters)]
+
+    def container(self, name: str) -> Container:
+        """The container called name (or with that ID)."""
+        return view(self._get(name))
+
+    def create(self, **kwargs: Any) -> None:
+        """Create (not start) a container from docker SDK keyword arguments
+        (engines.docker_sdk_kwargs)."""
+        self._client.containers.create(**kwargs)
+
+    def start(self, name: str) -> None:
+        self._get(name).start()
+
+    def stop(self, name: str, timeout: int) -> None:
+        """Stop it (SIGTERM, then SIGKILL after timeout seconds); a stopped one is left."""
+        container = self._get(name)
+        if view(container).alive:
+            container.stop(timeout=timeout)
+
+    def remove(self, name: str) -> None:
+        """Remove it, running or not."""
+        self._get(name).remove(force=True)
+
+    def logs(self, name: str, *, tail: int | str = "all") -> bytes:
+        """The last tail lines the container printed."""
+        return self._get(name).logs(tail=tail)
+
+    def log_stream(self, name: str, *, tail: int | str = "all", since: float | None = None,
+                   follow: bool = False) -> LogStream:
+        """What the container printed, as timestamped chunks while they come (follow: until
+        the container stops or the stream is closed)."""
+        options: dict[str, Any] = {"tail": tail, "follow": follow, "stream": True,
+                                   "timestamps": True}
+        if since is not None and since > 0:
+            options["since"] = float(since)
+        return LogStream(self._get(name).logs(**options))
+
+    def image_id(self, ref: str) -> str | None:
+        """The ID of the image ref names on the node, or None when it has no such image."""
+        try:
+            return self._client.images.get(ref).id
+        except docker.errors.ImageNotFound:
+            return None
+
+    def _get(self, name: str) -> Any:
+        try:
+            return self._client.containers.get(name)
+        except docker.errors.NotFound:
+            raise ContainerNotFound(f"no container {name} on {self.node}") from None

@@ -52,10 +52,10 @@ def status(c, inventory=None, json=False):
         console.print_json(state_as_dict(states))
         return
     console.print_table(
-        "rehearsal rack", ["node", "address", "running", "link", "sshd", "boots", "last boot",
-                           "gpu latched"],
-        [[f"{s.name} (extra)" if s.extra else s.name, s.address, s.running,
-          "up" if s.link_up else "CUT", s.ssh_open, s.boots,
+        "rehearsal rack", ["node", "address", "fabric", "cable", "running", "link", "sshd",
+                           "boots", "last boot", "gpu latched"],
+        [[f"{s.name} (extra)" if s.extra else s.name, s.address, s.roce_addr, s.cabling,
+          s.running, "up" if s.link_up else "CUT", s.ssh_open, s.boots,
           time.strftime("%H:%M:%S", time.localtime(s.last_boot)) if s.last_boot else None,
           s.latched] for s in states])
 
@@ -63,7 +63,7 @@ def status(c, inventory=None, json=False):
 @task(help=NODE_HELP)
 @operator_task
 def cut(c, node, inventory=None):
-    """Pull a node's network cable (fault injection)."""
+    """Pull every cable of a node, management and fabric (fault injection)."""
     _rack(inventory).cut(node)
     console.say(f"{node}: link cut")
 
@@ -71,7 +71,7 @@ def cut(c, node, inventory=None):
 @task(help=NODE_HELP)
 @operator_task
 def heal(c, node, inventory=None):
-    """Plug a node's network cable back in."""
+    """Plug a node's cables back in, as it is cabled."""
     _rack(inventory).heal(node)
     console.say(f"{node}: link healed")
 
@@ -126,6 +126,27 @@ def hca_down(c, node, hca, clear=False, inventory=None):
     """Take one HCA's port down (cable out) until --clear, a reboot or a power cycle."""
     _rack(inventory).hca_down(node, hca, down=not clear)
     console.say(f"{node}: {hca} port {'up' if clear else 'down'}")
+
+
+@task(help={**NODE_HELP, "port": "the ConnectX-7 port the cable sits in: 0 or 1 (default 0)",
+            "paths": "both: an approved QSFP112 cable (default); one: only one PCIe path "
+            "comes up; none: no cable"})
+@operator_task
+def cable(c, node, port=0, paths="both", inventory=None):
+    """Recable a node's fabric port (kept across reboots and power cycles, as a cable is)."""
+    from ..rehearsal.cabling import Cabling
+
+    cabling = Cabling(_integer(port, "--port"), str(paths))
+    _rack(inventory).cable(node, cabling)
+    console.say(f"{node}: cabled {cabling.describe()}: "
+                f"{', '.join(cabling.functions_up()) or 'no RoCE function'} up")
+
+
+def _integer(text, flag: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"{flag} {text}: not an integer", fix=f"e.g. {flag} 1") from None
 
 
 def _index(text: str) -> int:

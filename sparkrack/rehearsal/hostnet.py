@@ -1,4 +1,5 @@
-"""The rehearsal network on this machine: blackhole guard, bridge, one namespace per node.
+"""The rehearsal network on this machine: blackhole guard, the management bridge and the
+fabric bridge, one namespace per node.
 
 Order matters for network safety: the blackhole route for the whole rehearsal subnet is
 installed before any bridge or node exists, so a packet for a node whose link is down is
@@ -8,9 +9,11 @@ dropped here instead of following the default route off the machine.
 import subprocess
 from ipaddress import ip_address
 
-from .layout import BRIDGE, BRIDGE_ADDR, MTU, NODE_NETDEV, SUBNET, TWIN_NETDEV, NodeLayout
+from .cabling import Cabling
+from .layout import (
+    BRIDGE, BRIDGE_ADDR, FABRIC_BRIDGE, FUNCTIONS, MGMT_NETDEV, MTU, SUBNET, NodeLayout)
 
-TWIN_PEER = "p2-peer"
+LEGACY_TWIN_PEER = "p2-peer"  # the one-network layout's twin, removed on the next `up`
 
 
 def ip(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -44,9 +47,10 @@ def ensure_bridge() -> None:
 
 
 def remove_bridge() -> None:
-    """Delete the bridge (its ports go with the namespaces)."""
-    if link_exists(BRIDGE):
-        ip("link", "del", BRIDGE)
+    """Delete the bridges (their ports go with the namespaces)."""
+    for bridge in (BRIDGE, FABRIC_BRIDGE):
+        if link_exists(bridge):
+            ip("link", "del", bridge)
 
 
 def netns_exists(node: NodeLayout) -> bool:
@@ -55,29 +59,61 @@ def netns_exists(node: NodeLayout) -> bool:
                           capture_output=True).returncode == 0
 
 
-def ensure_node_net(node: NodeLayout) -> None:
-    """Namespace, veth to the bridge (named like a Spark's CX7 port) and the twin netdev."""
+def ensure_fabric_bridge() -> None:
+    """The fabric's switch: a bridge with jumbo frames and no address of this machine's, so
+    nothing on the management side (this machine included) reaches the fabric."""
+    if not link_exists(FABRIC_BRIDGE):
+        ip("link", "add", FABRIC_BRIDGE, "type", "bridge")
+    ip("link", "set", FABRIC_BRIDGE, "mtu", str(MTU))
+    ip("addr", "flush", "dev", FABRIC_BRIDGE)
+    ip("link", "set", FABRIC_BRIDGE, "up")
+
+
+def ensure_node_net(node: NodeLayout, cabling: Cabling, powered: bool = True) -> None:
+    """Namespace; the management port (enP7s7) on the rack bridge; the four ConnectX-7
+    functions on the fabric bridge, those without a cable (or all, unpowered) dark."""
     if not netns_exists(node):
         ip("netns", "del", node.netns, check=False)
         ip("netns", "add", node.netns)
-    if not link_exists(node.host_veth):
-        ip("link", "add", node.host_veth, "mtu", str(MTU), "type", "veth",
-           "peer", "name", NODE_NETDEV, "mtu", str(MTU), "netns", node.netns)
-    ip("link", "set", node.host_veth, "master", BRIDGE, "up")
     ns = ("-n", node.netns)
+    if link_exists(LEGACY_TWIN_PEER, node.netns):  # a rack of the one-network layout
+        ip(*ns, "link", "del", LEGACY_TWIN_PEER, check=False)
+        ip("link", "del", node.host_veth, check=False)
+    _plug(node.host_veth, MGMT_NETDEV, node.netns, BRIDGE)
     # A fixed MAC per node keeps this machine's ARP cache right across re-created links
     # (a stale entry would black out the node for ~45 s until the kernel re-probes).
-    ip(*ns, "link", "set", NODE_NETDEV, "address", node_mac(node))
+    ip(*ns, "link", "set", MGMT_NETDEV, "address", node_mac(node))
     ip("neigh", "flush", "to", node.address, "dev", BRIDGE, check=False)
-    ip(*ns, "addr", "replace", f"{node.address}/24", "dev", NODE_NETDEV)
+    ip(*ns, "addr", "replace", f"{node.address}/24", "dev", MGMT_NETDEV)
     ip(*ns, "link", "set", "lo", "up")
-    ip(*ns, "link", "set", NODE_NETDEV, "up")
-    if not link_exists(TWIN_NETDEV, node.netns):
-        ip(*ns, "link", "add", TWIN_NETDEV, "mtu", str(MTU), "type", "veth",
-           "peer", "name", TWIN_PEER, "mtu", str(MTU))
-    ip(*ns, "addr", "replace", f"{node.twin_address}/24", "dev", TWIN_NETDEV)
-    ip(*ns, "link", "set", TWIN_PEER, "up")
-    ip(*ns, "link", "set", TWIN_NETDEV, "up")
+    ip(*ns, "link", "set", MGMT_NETDEV, "up")
+    for (port, path), (_, netdev) in FUNCTIONS.items():
+        host_end = node.fabric_veth(port, path)
+        _plug(host_end, netdev, node.netns, FABRIC_BRIDGE)
+        if cabling.up(port, path):
+            address = node.roce_addr if path == "a" else node.twin_address
+            ip(*ns, "addr", "replace", f"{address}/24", "dev", netdev)
+        else:
+            ip(*ns, "addr", "flush", "dev", netdev)
+        ip(*ns, "link", "set", netdev, "up")  # administratively up, as netplan leaves it
+        ip("link", "set", host_end, "up" if powered and cabling.up(port, path) else "down")
+    ip("link", "set", node.host_veth, "up" if powered else "down")
+
+
+def _plug(host_end: str, node_end: str, netns: str, bridge: str) -> None:
+    """A veth from bridge (this machine's end) into the node (named like the node's port)."""
+    if not link_exists(host_end):
+        ip("link", "add", host_end, "mtu", str(MTU), "type", "veth",
+           "peer", "name", node_end, "mtu", str(MTU), "netns", netns)
+    ip("link", "set", host_end, "master", bridge)
+
+
+def unplug(node: NodeLayout) -> None:
+    """Every cable of the node dark at this machine's end: nothing answers its addresses,
+    not even a reset or an ICMP error (a powered-off or cut node)."""
+    for (port, path) in FUNCTIONS:
+        ip("link", "set", node.fabric_veth(port, path), "down", check=False)
+    ip("link", "set", node.host_veth, "down", check=False)
 
 
 def node_mac(node: NodeLayout) -> str:
@@ -86,21 +122,22 @@ def node_mac(node: NodeLayout) -> str:
 
 
 def remove_node_net(node: NodeLayout) -> None:
-    """Delete the node's namespace and its host-side veth."""
-    if link_exists(node.host_veth):
-        ip("link", "del", node.host_veth, check=False)
+    """Delete the node's namespace and this machine's ends of its cables."""
+    for name in host_ends(node):
+        if link_exists(name):
+            ip("link", "del", name, check=False)
     ip("netns", "del", node.netns, check=False)
 
 
-def set_link(node: NodeLayout, up: bool) -> None:
-    """Cut or heal the node's cable (node side, so the host route stays)."""
-    ip("-n", node.netns, "link", "set", NODE_NETDEV, "up" if up else "down")
+def host_ends(node: NodeLayout) -> list[str]:
+    """This machine's ends of the node's management and fabric cables."""
+    return [node.host_veth, *(node.fabric_veth(port, path) for port, path in FUNCTIONS)]
 
 
 def link_is_up(node: NodeLayout) -> bool:
-    """Whether the node's cable is connected."""
-    out = ip("-n", node.netns, "-o", "link", "show", NODE_NETDEV, check=False).stdout
-    return "state UP" in out or ",UP" in out.split(">")[0]
+    """Whether the node's management cable is connected (this machine's end up)."""
+    out = ip("-o", "link", "show", node.host_veth, check=False).stdout
+    return ",UP" in out.split(">")[0]
 
 
 def stale_namespaces() -> list[str]:

@@ -1,7 +1,7 @@
 """Where the rehearsal rack keeps things, and how each node's pieces are named."""
 
 from dataclasses import dataclass
-from ipaddress import ip_address
+from ipaddress import ip_address, ip_network
 from pathlib import Path
 
 from ..fleet.netguard import REHEARSAL_BRIDGE, REHEARSAL_STATE_FILE, REHEARSAL_SUBNET
@@ -18,9 +18,20 @@ BRIDGE = REHEARSAL_BRIDGE
 BRIDGE_ADDR = "10.77.1.254/24"
 SUBNET = REHEARSAL_SUBNET
 MTU = 9000
-NODE_NETDEV = "enp1s0f0np0"
-TWIN_NETDEV = "enP2p1s0f0np0"
-HCAS = {"rocep1s0f0": NODE_NETDEV, "roceP2p1s0f0": TWIN_NETDEV}
+# The management network (SSH, docker API, the engines' HTTP API): a Spark's 10 GbE port.
+MGMT_NETDEV = "enP7s7"
+# The fabric: a Spark's ConnectX-7 has two QSFP ports, each reached over two PCIe x4 paths;
+# each (port, path) is one RoCE function with its own netdev (as `ibdev2netdev` lists them).
+FUNCTIONS = {  # (port, path) -> (HCA, netdev)
+    (0, "a"): ("rocep1s0f0", "enp1s0f0np0"),
+    (0, "b"): ("roceP2p1s0f0", "enP2p1s0f0np0"),
+    (1, "a"): ("rocep1s0f1", "enp1s0f1np1"),
+    (1, "b"): ("roceP2p1s0f1", "enP2p1s0f1np1"),
+}
+HCAS = dict(FUNCTIONS.values())  # HCA -> netdev
+FABRIC_BRIDGE = "srfab0"  # the fabric's switch: no address of this machine's on it
+FABRIC_SUBNET = ip_network("10.77.3.0/24")  # path a of the cabled port: the node's roce_addr
+TWIN_SUBNET = ip_network("10.77.4.0/24")  # path b: the same host number
 
 
 @dataclass(frozen=True)
@@ -29,11 +40,17 @@ class NodeLayout:
 
     name: str
     address: str
+    roce: str = ""  # its fabric address (roce_addr); '' : 10.77.3.<index>
 
     @property
     def index(self) -> int:
         """The node's number from its address (10.77.1.11 -> 11), unique on the bridge."""
         return ip_address(self.address).packed[-1]
+
+    @property
+    def roce_addr(self) -> str:
+        """Its address on the fabric (path a of the cabled port)."""
+        return self.roce or str(FABRIC_SUBNET.network_address + self.index)
 
     @property
     def netns(self) -> str:
@@ -45,8 +62,17 @@ class NodeLayout:
 
     @property
     def twin_address(self) -> str:
-        """The second twin's address: the same host number on 10.77.2.0/24."""
-        return f"10.77.2.{self.index}"
+        """Path b's address: roce_addr's host number on 10.77.4.0/24."""
+        return str(TWIN_SUBNET.network_address + ip_address(self.roce_addr).packed[-1])
+
+    def fabric_veth(self, port: int, path: str) -> str:
+        """This machine's end of one RoCE function's cable (srf11-0a)."""
+        return f"srf{self.index}-{port}{path}"
+
+    @property
+    def cabling_file(self) -> Path:
+        """How the node is cabled (rehearsal.cable): outside its disk, kept as a cable is."""
+        return self.state / "cabling.json"
 
     @property
     def state(self) -> Path:

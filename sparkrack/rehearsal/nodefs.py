@@ -92,13 +92,14 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
     }
     for dest, name in files.items():
         write_if_changed(up / dest, _package_file("files", name).read_bytes())
-    write_if_changed(up / "etc/ssh/sparkrack_authorized_keys", f"{client_pubkey}\n".encode(), 0o600)
+    authorize(up / "etc/ssh/sparkrack_authorized_keys", client_pubkey)
     install_sim(node)
-    hardware = {"hcas": HCAS, "ipv4": [node.address, node.twin_address], "gid_index": gid_index,
-                "missing": [], "down": []}
     hw_path = up / "etc/gpu-sim/hardware.json"
-    if not hw_path.exists():  # kept across `up`: tests and onboarding change the hardware
-        write_if_changed(hw_path, json.dumps(hardware, indent=1).encode())
+    if hw_path.exists():  # kept across `up` (tests and onboarding change the hardware), but
+        kept = json.loads(hw_path.read_text())  # always the four functions of today's layout
+        write_hardware(node, kept.get("missing", ()), kept.get("gid_index", gid_index))
+    else:
+        write_hardware(node, gid_index=gid_index)
     write_if_changed(up / "etc/gpu-sim/node.json",
                      json.dumps({"node": node.name, **(gpu or {})}).encode())
     for unit in MASKED_UNITS:
@@ -106,6 +107,15 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
     for unit in ENABLED_UNITS:
         unit_dir = "/etc/systemd/system" if unit in SHIPPED_UNITS else "/lib/systemd/system"
         symlink(up / "etc/systemd/system/multi-user.target.wants" / unit, f"{unit_dir}/{unit}")
+
+
+def authorize(path: Path, pubkey: str) -> None:
+    """This machine's key in the node's authorized-keys file, keeping every other line
+    there (the watchdog's key survives a power cycle, as it would on a real disk)."""
+    lines = path.read_text().splitlines() if path.is_file() else []
+    if pubkey not in lines:
+        lines.insert(0, pubkey)
+    write_if_changed(path, ("\n".join(lines) + "\n").encode(), 0o600)
 
 
 def install_stub_model(node: NodeLayout, model_path: str) -> None:
@@ -135,12 +145,12 @@ def install_sim(node: NodeLayout) -> None:
 
 def write_hardware(node: NodeLayout, missing: list[str] | tuple[str, ...] = (),
                    gid_index: int = 3) -> None:
-    """The node's simulated HCAs (/etc/gpu-sim/hardware.json), some of them missing."""
+    """The node's simulated HCAs (/etc/gpu-sim/hardware.json), some of them missing; their
+    links and addresses are the netdevs' (roce-mount reads them at boot)."""
     unknown = sorted(set(missing) - set(HCAS))
     if unknown:
         raise ValueError(f"unknown HCA {', '.join(unknown)} (the node has {', '.join(HCAS)})")
-    hardware = {"hcas": HCAS, "ipv4": [node.address, node.twin_address], "gid_index": gid_index,
-                "missing": sorted(missing), "down": []}
+    hardware = {"hcas": HCAS, "gid_index": gid_index, "missing": sorted(missing), "down": []}
     write_if_changed(node.upper / "etc/gpu-sim/hardware.json",
                      json.dumps(hardware, indent=1).encode())
 

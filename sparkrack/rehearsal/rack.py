@@ -22,7 +22,9 @@ from ..inventory import Inventory
 from . import hostnet, hostprep, nodefs, nodeproc
 from .extras import ExtraNode, check_extra, read_extras, write_extras
 from .stubimage import build_stub_images
-from .layout import CGROUP_GROUP, CGROUP_ROOTS, HCAS, KNOWN_HOSTS, RUN_DIR, SUBNET, NodeLayout
+from .cabling import Cabling, read_cabling, write_cabling
+from .layout import (
+    CGROUP_GROUP, CGROUP_ROOTS, FABRIC_SUBNET, HCAS, KNOWN_HOSTS, RUN_DIR, SUBNET, NodeLayout)
 from ..fleet.netguard import REHEARSAL_STATE_FILE
 
 BOOT_TIMEOUT = 90.0
@@ -41,6 +43,8 @@ class NodeState:
     boots: int
     last_boot: int | None
     latched: bool
+    cabling: str = ""  # its fabric cable (rehearsal.cable), e.g. "port 0, both paths"
+    roce_addr: str = ""
     extra: bool = False  # an extra node (rehearsal.add-node), outside the inventory
 
 
@@ -53,11 +57,15 @@ class RehearsalRack:
                              fix="pass -i inventory/rehearsal")
         self.inventory = inventory
         self.say = say
-        self.nodes = [NodeLayout(n.name, n.address) for n in inventory.nodes]
+        self.nodes = [NodeLayout(n.name, n.address, n.roce_addr) for n in inventory.nodes]
         for node in self.nodes:
             if ip_address(node.address) not in SUBNET:
                 raise UsageError(f"{inventory.path}: {node.name} address {node.address} is outside "
                                  f"the rehearsal subnet {SUBNET}", fix="use 10.77.1.x addresses")
+            if ip_address(node.roce_addr) not in FABRIC_SUBNET:
+                raise UsageError(f"{inventory.path}: {node.name} roce_addr {node.roce_addr} is "
+                                 f"not on the rehearsal fabric {FABRIC_SUBNET}",
+                                 fix=f"give it roce_addr: 10.77.3.{node.index}")
         self.extras: dict[str, ExtraNode] = {}
         self._load_extras()
 
@@ -113,6 +121,7 @@ class RehearsalRack:
         self._clear_stale()
         hostnet.install_blackhole()
         hostnet.ensure_bridge()
+        hostnet.ensure_fabric_bridge()
         client_pub = hostprep.client_key()
         to_boot = [n for n in self.all_nodes if nodeproc.init_pid(n) is None]
         for node in self.all_nodes:
@@ -120,7 +129,7 @@ class RehearsalRack:
                 self._write_files(node, client_pub)
                 if node.name not in self.extras:  # a bare extra node has no weights
                     nodefs.install_stub_model(node, self.inventory.vars.model_path)
-            hostnet.ensure_node_net(node)
+            hostnet.ensure_node_net(node, read_cabling(node))
         self._write_known_hosts()
         self._write_state()
         for node in to_boot:
@@ -188,8 +197,10 @@ class RehearsalRack:
             if netns not in running:
                 hostnet.ip("netns", "del", netns, check=False)
         for node in self.all_nodes:
-            if node.netns not in running and hostnet.link_exists(node.host_veth):
-                hostnet.ip("link", "del", node.host_veth, check=False)
+            if node.netns not in running:
+                for name in hostnet.host_ends(node):
+                    if hostnet.link_exists(name):
+                        hostnet.ip("link", "del", name, check=False)
 
     def _all_cgroup_nodes(self) -> list[NodeLayout]:
         """Our nodes plus any node left in the rack's cgroups by an earlier rack."""
@@ -229,29 +240,47 @@ class RehearsalRack:
                 boots=len(boots), last_boot=boots[-1] if boots else None,
                 latched=node.latch_file.exists() if pid is None else
                 nodeproc.in_node(node, ["test", "-e", "/var/lib/gpu-sim/latched"]).returncode == 0,
+                cabling=read_cabling(node).describe(), roce_addr=node.roce_addr,
                 extra=node.name in self.extras))
         return states
 
     def cut(self, name: str) -> None:
-        """Pull the node's network cable."""
-        hostnet.set_link(self.node(name), up=False)
+        """Pull every cable of the node (management and fabric): it answers nothing."""
+        hostnet.unplug(self.node(name))
 
     def heal(self, name: str) -> None:
-        """Plug the node's network cable back in."""
-        hostnet.set_link(self.node(name), up=True)
+        """Plug the node's cables back in, as it is cabled."""
+        node = self.node(name)
+        hostnet.ensure_node_net(node, read_cabling(node), powered=nodeproc.init_pid(node) is not None)
 
     def poweroff(self, name: str) -> None:
-        """Pull the node's power cord: every process dies at once; a latched GPU clears."""
+        """Pull the node's power cord: every process dies at once, its ports go dark (no
+        reply of any kind to its addresses, as from a real powered-off Spark); a latched
+        GPU clears."""
         node = self.node(name)
         nodeproc.power_cut(node)
+        hostnet.unplug(node)
         node.latch_file.unlink(missing_ok=True)
+
+    def cable(self, name: str, cabling: Cabling) -> None:
+        """Recable the node's ConnectX-7 (port, paths). Kept across reboots and power
+        cycles, as a cable is; the node's driver sees it at once."""
+        node = self.node(name)
+        write_cabling(node, cabling.check())
+        running = nodeproc.init_pid(node) is not None
+        hostnet.ensure_node_net(node, cabling, powered=running)
+        if running:
+            done = nodeproc.in_node(node, [f"/{nodefs.SIM_LIB}/roce-mount"])
+            if done.returncode != 0:
+                raise SparkrackError(f"{name}: the driver did not take the new cabling: "
+                                     f"{done.stderr.strip() or done.stdout.strip()}")
 
     def poweron(self, name: str) -> None:
         """Boot a powered-off node and wait for it."""
         node = self.node(name)
         if nodeproc.init_pid(node) is None:
             nodeproc.power_cut(node)
-            hostnet.ensure_node_net(node)
+            hostnet.ensure_node_net(node, read_cabling(node))
             self._write_files(node, hostprep.client_key())
             nodeproc.launch(node)
         self.wait_booted([node])
@@ -386,7 +415,7 @@ class RehearsalRack:
         """Lay down a bare node's files (fresh host key), plug it in, boot it, wait."""
         node = extra.layout
         self._write_files(node, hostprep.client_key())
-        hostnet.ensure_node_net(node)
+        hostnet.ensure_node_net(node, read_cabling(node))
         self._write_state()
         nodeproc.launch(node)
         self.wait_booted([node])

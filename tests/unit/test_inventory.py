@@ -67,7 +67,7 @@ def test_rehearsal_rack_loads():
     assert [node.rank for node in inventory.nodes] == list(range(8))
     assert inventory.head.name == "spark-01"
     assert [node.address for node in inventory.nodes] == [f"10.77.1.{i}" for i in range(11, 19)]
-    assert all(node.roce_addr == node.address for node in inventory.nodes)
+    assert [node.roce_addr for node in inventory.nodes] == [f"10.77.3.{i}" for i in range(11, 19)]
     key = Path("/var/lib/sparkrack/rehearsal/ssh/id_ed25519")
     assert all(node.user == "root" and node.key_file == key for node in inventory.nodes)
     assert inventory.known_hosts_path == Path("/var/lib/sparkrack/rehearsal/ssh/known_hosts")

@@ -128,6 +128,7 @@ def test_nccl_env_probed_index_and_the_field_settings():
     assert env == {"NCCL_IB_HCA": "rocep1s0f0,roceP2p1s0f0", "NCCL_IB_GID_INDEX": "5",
                    "NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "enp1s0f0np0",
                    "TP_SOCKET_IFNAME": "enp1s0f0np0", "NCCL_IB_DISABLE": "0",
+                   "SGLANG_HOST_IP": "10.77.3.11", "VLLM_HOST_IP": "10.77.3.11",
                    "NCCL_CROSS_NIC": "1", "NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "0"}
 
 

@@ -47,8 +47,9 @@ def test_bare_node_files(tmp_path, monkeypatch):
     node = NodeLayout("spark-10", "10.77.1.20")
     nodefs.write_hardware(node, ["roceP2p1s0f0"])
     hardware = json.loads((tmp_path / "spark-10/etc/gpu-sim/hardware.json").read_text())
-    assert hardware["missing"] == ["roceP2p1s0f0"] and hardware["ipv4"] == [
-        "10.77.1.20", "10.77.2.20"]
+    assert hardware["missing"] == ["roceP2p1s0f0"] and "ipv4" not in hardware  # the netdevs'
+    assert hardware["hcas"] == {"rocep1s0f0": "enp1s0f0np0", "roceP2p1s0f0": "enP2p1s0f0np0",
+                                "rocep1s0f1": "enp1s0f1np1", "roceP2p1s0f1": "enP2p1s0f1np1"}
     nodefs.write_kernel(node, "7.0.0-1019-nvidia")
     uname = tmp_path / "spark-10/usr/local/bin/uname"
     assert "-r) echo 7.0.0-1019-nvidia ;;" in uname.read_text()

@@ -81,3 +81,26 @@ def test_the_gid_index_must_be_the_ipv4_mapped_roce_v2_entry_on_every_hca():
 def test_gloo_is_judged_before_nccl():
     fault = check({"GLOO_SOCKET_IFNAME": "eth9", "NCCL_IB_GID_INDEX": "9"})
     assert fault.library == "gloo"
+
+
+TWO_NETWORKS = {"lo": ["127.0.0.1/8"], "enP7s7": ["10.77.1.15/24"],
+                "enp1s0f0np0": ["10.77.3.15/24"], "enP2p1s0f0np0": ["10.77.4.15/24"]}
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_rank_that_advertises_its_management_address_is_left_waiting(engine):
+    """Without *_HOST_IP a rank advertises the default route's address (the management
+    network's on a Spark): nothing on the fabric reaches it, and the group hangs."""
+    env = {**GOOD}
+    fault = transport.advertised_fault(engine, env, TWO_NETWORKS, "10.77.1.15")
+    name = transport.HOST_IP[engine]
+    assert fault.library == "advertise" and f"{name} unset: 10.77.1.15" in fault.warning
+    env[name] = "10.77.3.15"
+    assert transport.advertised_fault(engine, env, TWO_NETWORKS, "10.77.1.15") is None
+    env[name] = "10.77.1.15"  # set, but to the wrong network: the same hang
+    fault = transport.advertised_fault(engine, env, TWO_NETWORKS, "10.77.1.15")
+    assert f"{name}=10.77.1.15" in fault.warning and "NCCL_SOCKET_IFNAME=enp1s0f0np0" in fault.warning
+
+
+def test_the_advertised_address_is_the_libraries_choice_without_a_socket_interface():
+    assert transport.advertised_fault("vllm", {}, TWO_NETWORKS, "10.77.1.15") is None

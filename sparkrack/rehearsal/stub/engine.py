@@ -184,6 +184,11 @@ class Rank:
         fault = self.transport_fault
         if fault is None:
             return
+        if fault.library == "advertise":  # no error anywhere: the group just never forms
+            self.log(f"NCCL version {transport.NCCL_VERSION}+cuda13.0 init done; waiting for "
+                     "peers")
+            self.stop.wait()
+            die(0, log=self.log)
         pid = os.getpid()
         print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL WARN {fault.warning}", flush=True)
         die(1, f"[rank{self.args.rank}]: {fault.error}", self.log)
@@ -802,6 +807,15 @@ class _Events:
 
 # --- Entry point ----------------------------------------------------------------------------
 
+def _management_address() -> str:
+    """What an engine without *_HOST_IP advertises on a Spark: the default route's address,
+    the management network's (the node's name resolves to it; '' if it does not)."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return ""
+
+
 def _model_info(model_path: str, log: Log) -> dict:
     """The model directory's config.json; exit 1 as the engines do when there is none."""
     if not os.path.isdir(model_path):
@@ -859,8 +873,10 @@ def main(engine: str, argv: list[str] | None = None) -> None:
             f"{'kept between requests (ratchets)' if scratch.ratchets else 'bounded'}, "
             f"block cap {scratch.cap / (1 << 20):.0f} MiB")
     try:
-        fault = transport.check(os.environ, gpu.rdma(), transport.local_interfaces(),
-                                args.head_host)
+        interfaces = transport.local_interfaces()
+        fault = transport.check(os.environ, gpu.rdma(), interfaces, args.head_host) or \
+            (transport.advertised_fault(engine, os.environ, interfaces, _management_address())
+             if args.nnodes > 1 else None)
     except NoDevice as error:
         die(1, f"RuntimeError: cannot read the node's RDMA devices (gpusimd: {error})", log)
     if fault is not None and fault.library == "gloo":  # init_process_group creates Gloo first

@@ -43,6 +43,32 @@ class Fault:
     error: str  # the exception line torch raises
 
 
+HOST_IP = {"sglang": "SGLANG_HOST_IP", "vllm": "VLLM_HOST_IP"}
+
+
+def advertised_fault(engine: str, env: Mapping[str, str], interfaces: Mapping[str, list[str]],
+                     default: str) -> Fault | None:
+    """A rank advertises one address to its peers for its cross-node channels: the
+    engine's *_HOST_IP, else the default route's (on a Spark: the management network's;
+    default: this node's management address). When that address is on none of the
+    networks of the interfaces NCCL_SOCKET_IFNAME names, the peers' connections never
+    arrive: the group hangs after NCCL init (the public multi-Spark reports), no error."""
+    name = HOST_IP.get(engine, "")
+    address = env.get(name) or default
+    value = env.get("NCCL_SOCKET_IFNAME")
+    if not value or not address:
+        return None
+    exclude, exact, entries = _nccl_list(value)
+    networks = [a for iface, addresses in interfaces.items()
+                if any(_matches(e, iface, exact) for e in entries) != exclude for a in addresses]
+    if _on_network(networks, address):
+        return None
+    source = f"{name}={address}" if env.get(name) else f"{name} unset: {address}, the default route's"
+    return Fault("advertise", f"this rank advertises {address} ({source}), which no "
+                 f"interface of NCCL_SOCKET_IFNAME={value} reaches: its peers wait for it",
+                 "")
+
+
 def local_interfaces() -> dict[str, list[str]]:
     """{interface: ["10.77.1.15/24", ...]} of this network namespace (IPv4 only)."""
     found: dict[str, list[str]] = {}

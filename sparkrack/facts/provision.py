@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from .docker import parse_images
 from .files import FileFacts, parse_file
 from .queries import Answers, Query, answer
-from .roce import HcaFacts, RoceFacts, parse_hca, parse_netdevs
+from .roce import (
+    Function, HcaFacts, RoceFacts, cabling_hint, netdev_down, parse_functions, parse_hca,
+    parse_netdevs)
 from .systemd import UnitFacts, parse_unit
 
 def guard_query(argv: Iterable[str]) -> Query:
@@ -32,12 +34,21 @@ class ProvisionFacts:
     images: Mapping[str, str] | None = None  # ref -> image ID; None if not gathered
     images_error: str | None = None
     netdevs: tuple[str, ...] = ()
+    functions: Mapping[str, Function] = field(default_factory=dict)  # every RDMA device
 
     def file(self, path: str) -> FileFacts:
         return self.files.get(path, FileFacts())
 
     def unit(self, name: str) -> UnitFacts:
         return self.units.get(name, UnitFacts())
+
+    def cabling(self, node: str) -> str:
+        """What is up on the node and the inventory values that would use it."""
+        return cabling_hint(node, self.functions)
+
+    def netdev_down(self, netdev: str) -> bool:
+        """Whether netdev is a RoCE function's and that function's port is down."""
+        return netdev_down(netdev, self.functions)
 
 
 def parse_facts(text: str, queries: Iterable[Query]) -> ProvisionFacts:
@@ -52,6 +63,7 @@ def facts_of(answers: Answers) -> ProvisionFacts:
     hcas: dict[str, HcaFacts] = {}
     guards: dict[tuple[str, ...], int] = {}
     images, images_error, netdevs = None, None, ()
+    functions: dict[str, Function] = {}
     for query in answers.index:
         lines = answers.lines(query)
         if query.kind == "file":
@@ -67,7 +79,9 @@ def facts_of(answers: Answers) -> ProvisionFacts:
             images, images_error = parse_images(lines)
         elif query.kind == "netdevs":
             netdevs = parse_netdevs(lines)
+        elif query.kind == "functions":
+            functions = parse_functions(lines)
     return ProvisionFacts(
         boot_id=answers.boot_id, now=answers.now, files=files, units=units,
         roce=RoceFacts(hcas), guards=guards, images=images, images_error=images_error,
-        netdevs=netdevs)
+        netdevs=netdevs, functions=functions)

@@ -24,6 +24,50 @@ def roce_query(hca: str) -> Query:
 
 
 NETDEVS = Query("netdevs", (), ("n",))
+FUNCTIONS = Query("functions", (), ("a",))  # every RDMA device: how the node is cabled
+
+
+@dataclass(frozen=True)
+class Function:
+    """One RDMA device as the cabling shows it: its netdevs and whether its port is up."""
+
+    name: str
+    netdevs: tuple[str, ...]
+    state: str
+
+    @property
+    def up(self) -> bool:
+        return self.state == ACTIVE
+
+
+def parse_functions(lines: list[str]) -> dict[str, Function]:
+    """The `a` section: {HCA: Function} for every RDMA device of the node."""
+    found = {}
+    for line in lines:
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[0]:
+            found[parts[0]] = Function(parts[0], tuple(n for n in parts[1].split(",") if n),
+                                       parts[2])
+    return found
+
+
+def cabling_hint(node: str, functions: Mapping[str, Function]) -> str:
+    """What is up on the node and the inventory values that would use it, for a message
+    about HCAs or a socket interface that are down."""
+    up = [f for f in functions.values() if f.up]
+    if not up:
+        seen = ", ".join(f"{f.name} {f.state or 'no state'}" for f in functions.values())
+        return f"no RoCE function is up on {node} ({seen or 'no RDMA device'}): check its cable"
+    shown = "; ".join(f"{f.name} ({', '.join(f.netdevs)})" for f in up)
+    netdev = next((n for f in up for n in f.netdevs), "")
+    return (f"up on {node}: {shown}; if it is cabled there, set in host_vars/{node}.yml: "
+            f"nccl_ib_hca: [{', '.join(f.name for f in up)}]"
+            + (f", nccl_socket_ifname: {netdev}" if netdev else ""))
+
+
+def netdev_down(netdev: str, functions: Mapping[str, Function]) -> bool:
+    """Whether netdev belongs to an RDMA device whose port is down (no cable there)."""
+    return any(netdev in f.netdevs and not f.up for f in functions.values())
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The one node script: every question of a round trip answered in one process.
 
-    python3 -I -S -c TEXT  f PATH LIMIT | u UNIT PROPS | r HCA | x N ARGV... | i | n
+    python3 -I -S -c TEXT  f PATH LIMIT | u UNIT PROPS | r HCA | a | x N ARGV... | i | n
                            | s GPU_FIELDS | d | l N HCA... M DEV...
                            | w PYTHON DIR KEY UNITFILE STATEDIR STATEFILE SYSTEMCTL UNIT PROPS
                                N ADDRESS PORT...  ...
@@ -120,6 +120,25 @@ def table(folder, keep):
     return rows
 
 
+def functions_section():
+    """Every RDMA device of the node, one line each: `NAME<TAB>NETDEVS<TAB>PORT STATE`
+    (how it is cabled: which functions are up)."""
+    try:
+        names = sorted(os.listdir(INFINIBAND))
+    except OSError:
+        return []
+    lines = []
+    for name in names:
+        device = os.path.join(INFINIBAND, name)
+        try:
+            netdevs = sorted(os.listdir(os.path.join(device, "device/net")))
+        except OSError:
+            netdevs = []
+        state = first_line(os.path.join(device, "ports/1/state")) or ""
+        lines.append("%s\t%s\t%s" % (name, ",".join(netdevs), state))
+    return lines
+
+
 def hca_section(name):
     device = os.path.join(INFINIBAND, name)
     if not os.path.isdir(device):
@@ -178,6 +197,8 @@ def sections(args):
             yield kind, unit_section(unit, properties)
         elif kind == "r":
             yield kind, hca_section(args.pop(0))
+        elif kind == "a":
+            yield kind, functions_section()
         elif kind == "x":
             count = int(args.pop(0))
             argv, args = args[:count], args[count:]

@@ -218,7 +218,7 @@ def test_node_script_reads_files_hcas_and_guards(tmp_path, monkeypatch):
     (tmp_path / "ib" / "mlx5_0" / "device" / "net" / "enp1s0f0np0").mkdir(parents=True)
     monkeypatch.setattr(node, "INFINIBAND", str(tmp_path / "ib"))
     queries = [files.file_query(str(empty)), files.file_query(str(big)), files.file_query(str(link)),
-               roce.roce_query("mlx5_0"), roce.roce_query("mlx5_9"),
+               roce.roce_query("mlx5_0"), roce.roce_query("mlx5_9"), roce.FUNCTIONS,
                g.guard_query(["no-such-command-here"]), g.guard_query(["false"])]
     args = gather_argv(queries)[len(PYTHON) + 1:]
     args[args.index(str(big)) + 1] = "10"  # over the content limit: a hash
@@ -234,6 +234,8 @@ def test_node_script_reads_files_hcas_and_guards(tmp_path, monkeypatch):
     assert (hca.state, hca.netdevs, hca.types) == ("4: ACTIVE", ("enp1s0f0np0",), {3: "RoCE v2"})
     assert hca.gids == {3: "0000:0000:0000:0000:0000:ffff:0a4d:010b"} and hca.ipv4_gid_index == 3
     assert facts.roce.missing == ["mlx5_9"]
+    assert facts.functions == {"mlx5_0": roce.Function("mlx5_0", ("enp1s0f0np0",), "4: ACTIVE")}
+    assert not facts.netdev_down("enp1s0f0np0") and facts.functions["mlx5_0"].up
     assert facts.guards[("no-such-command-here",)] == 127 and facts.guards[("false",)] == 1
 
 

@@ -1,6 +1,7 @@
 """The shipped roles and the role-file checks, planned against facts (no network)."""
 
 import configparser
+import dataclasses
 import time
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from sparkrack.errors import UsageError
 from sparkrack.facts.node import CLOCK_CAP_UNIT
 from sparkrack.inventory import load_inventory
 from sparkrack.facts.provision import ProvisionFacts
-from sparkrack.facts.roce import HcaFacts, RoceFacts
+from sparkrack.facts.roce import Function, HcaFacts, RoceFacts
 from sparkrack.provision.changes import Put
 from sparkrack.provision.plan import plan_node
 from sparkrack.provision.roles import (
@@ -173,6 +174,40 @@ def test_a_down_hca_fails_the_role_naming_it():
     assert change.status == "failed"
     assert change.summary.startswith("HCA roceP2p1s0f0 port is not ACTIVE")
     assert by_name["NCCL environment for the engines"].status == "skipped"
+
+
+def port_1_cabling() -> dict[str, Function]:
+    """spark-04 recabled to port 1: its port-0 functions down, port 1's both up."""
+    return {name: Function(name, (netdev,), "4: ACTIVE" if name.endswith("f1") else "1: DOWN")
+            for name, netdev in (("rocep1s0f0", "enp1s0f0np0"), ("roceP2p1s0f0", "enP2p1s0f0np0"),
+                                 ("rocep1s0f1", "enp1s0f1np1"), ("roceP2p1s0f1", "enP2p1s0f1np1"))}
+
+
+def test_a_node_cabled_on_the_other_port_is_named_with_the_values_to_set():
+    down = [HcaFacts(present=True, state="1: DOWN", netdevs=(n,), types={}, gids={})
+            for n in ("enp1s0f0np0", "enP2p1s0f0np0")]
+    facts = ProvisionFacts(roce=RoceFacts(dict(zip(("rocep1s0f0", "roceP2p1s0f0"), down))),
+                           netdevs=("enP7s7", "enp1s0f0np0", "enp1s0f1np1"),
+                           functions=port_1_cabling())
+    by_name = {c.task: c for c in planned(facts=facts, node="spark-04")}
+    change = by_name["RoCE HCA ports active"]
+    assert change.status == "failed"
+    assert change.summary == (
+        "HCA rocep1s0f0, roceP2p1s0f0 port is not ACTIVE (NCCL_IB_HCA lists "
+        "rocep1s0f0,roceP2p1s0f0; NCCL would fail on it): up on spark-04: rocep1s0f1 "
+        "(enp1s0f1np1); roceP2p1s0f1 (enP2p1s0f1np1); if it is cabled there, set in "
+        "host_vars/spark-04.yml: nccl_ib_hca: [rocep1s0f1, roceP2p1s0f1], nccl_socket_ifname: "
+        "enp1s0f1np1 (`ibdev2netdev` shows the link states)")
+
+
+def test_a_socket_interface_without_a_cable_is_named():
+    """nccl_ib_hca moved to port 1 in host_vars, nccl_socket_ifname left on port 0."""
+    facts = dataclasses.replace(good_facts(), functions=port_1_cabling())
+    change = {c.task: c for c in planned(facts=facts)}["socket interface cabled"]
+    assert change.status == "failed"
+    assert change.summary.startswith("nccl_socket_ifname enp1s0f0np0 is a RoCE function whose "
+                                     "port is down")
+    assert "up on spark-01: rocep1s0f1 (enp1s0f1np1)" in change.summary
 
 
 def test_hcas_with_different_indexes_fail():

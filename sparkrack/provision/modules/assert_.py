@@ -1,7 +1,8 @@
 """assert: conditions on the facts, each a Jinja2 expression, with a message on failure.
 
 `that` and `fail_msg` are evaluated with `facts` at plan time (late). `gather` asks for
-facts no other task needs: `roce` (HCA names), `paths`, `netdevs`, `images`. After an
+facts no other task needs: `roce` (HCA names), `paths`, `netdevs`, `functions` (every RDMA
+device and its port state: the cabling), `images`. After an
 earlier change in the same role the assert is "pending", checked by the re-plan that
 follows the apply. Absent mode skips it.
 """
@@ -15,7 +16,7 @@ from typing import Any
 from sparkrack.provision.changes import Change
 from sparkrack.facts.docker import IMAGES
 from sparkrack.facts.files import file_query
-from sparkrack.facts.roce import NETDEVS, roce_query
+from sparkrack.facts.roce import FUNCTIONS, NETDEVS, roce_query
 from sparkrack.facts.queries import Query
 from sparkrack.provision.modules.base import Module, Step
 
@@ -30,6 +31,8 @@ def queries(p: Mapping[str, Any]) -> Iterable[Query]:
         yield file_query(str(path))
     if gather.get("netdevs"):
         yield NETDEVS
+    if gather.get("functions"):
+        yield FUNCTIONS
     if gather.get("images"):
         yield IMAGES
 

@@ -6,6 +6,11 @@ from the inventory, plus the profile's own variables; secrets are the engine fil
 `secret_env`, referenced from a Kubernetes Secret. The GID index is the inventory's: a
 Kubernetes pod template cannot carry a per-node probed value (set nccl_ib_gid_index for
 the cluster's nodes, or give nodes with another index their own LeaderWorkerSet).
+
+The address a rank advertises to its peers (SGLANG_HOST_IP, VLLM_HOST_IP: its node's
+roce_addr on the rack) is per node, so a pod takes its node's IP from the downward API
+(`status.hostIP`): the Sparks' kubelets must register their fabric address as the node IP
+(`--node-ip`), or the ranks advertise the management address and the group hangs.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from typing import Any
 
 from sparkrack.engines import LaunchSpec
 from sparkrack.export.command import kubernetes_literal
+
+
+ADVERTISED = ("SGLANG_HOST_IP", "VLLM_HOST_IP")  # each rank's own fabric address
 
 
 def export_env(spec: LaunchSpec, secret_env: Iterable[str],
@@ -27,7 +35,8 @@ def export_env(spec: LaunchSpec, secret_env: Iterable[str],
     A secret value is never written into the manifest.
     """
     secrets = tuple(secret_env)
-    plain = [{"name": name, "value": kubernetes_literal(value)}
+    plain = [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
+             if name in ADVERTISED else {"name": name, "value": kubernetes_literal(value)}
              for name, value in spec.env.items() if name not in secrets]
     references = [{"name": name, "valueFrom": {"secretKeyRef": {
         "name": secret_name, "key": name, "optional": True}}} for name in secrets]

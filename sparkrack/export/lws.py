@@ -19,7 +19,7 @@ from sparkrack.engines import (
     load_engine, template_values)
 from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.export.command import group_argv
-from sparkrack.export.env import export_env
+from sparkrack.export.env import ADVERTISED, export_env
 from sparkrack.export.pods import DEFAULT_RDMA_RESOURCE, pod_template
 from sparkrack.inventory import Inventory
 from sparkrack.rules import CheckReport, check_profile
@@ -145,7 +145,7 @@ def _check_one_template(specs: tuple[LaunchSpec, ...], argvs: list[tuple[str, ..
     argv once the rank-dependent words are LWS variables: one template serves them all."""
     head = specs[0]
     for spec, argv in zip(specs[1:], argvs[1:]):
-        differing = sorted(key for key in {*head.env, *spec.env}
+        differing = sorted(key for key in {*head.env, *spec.env} - set(ADVERTISED)
                            if head.env.get(key) != spec.env.get(key))
         if differing:
             raise UsageError(

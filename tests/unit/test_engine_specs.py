@@ -381,8 +381,10 @@ def test_plan_shows_what_differs_per_rank_under_its_rank_and_masks_secrets(real_
     header = "\n".join(engine_tasks.env_lines(all_specs, view))
     assert header.startswith("# environment: read from each node's env files\n# every rank:")
     assert "NCCL_IB_GID_INDEX" not in header and "NCCL_IB_HCA=rocep1s0f0" in header
-    assert engine_tasks.own_vars(all_specs, all_specs[4]) == ["NCCL_IB_GID_INDEX", "HF_TOKEN"]
-    assert engine_tasks.own_vars(all_specs, all_specs[3]) == ["NCCL_IB_GID_INDEX"]
+    own = ["SGLANG_HOST_IP", "VLLM_HOST_IP"]  # each rank advertises its own fabric address
+    assert engine_tasks.own_vars(all_specs, all_specs[4]) == [
+        "NCCL_IB_GID_INDEX", *own, "HF_TOKEN"]
+    assert engine_tasks.own_vars(all_specs, all_specs[3]) == ["NCCL_IB_GID_INDEX", *own]
     assert all_specs[4].shown_env()["HF_TOKEN"] == "***"
 
 

@@ -189,10 +189,14 @@ def test_the_env_is_the_launch_specs_and_secrets_come_from_a_secret(real_invento
     spec = build_specs(real_inventory, engine, profile)[0]
     for container in containers(lws):
         env = container["env"]
-        assert {e["name"]: expand(e["value"], {}) for e in env if "value" in e} == dict(spec.env)
-        assert [e for e in env if "valueFrom" in e] == [{"name": "HF_TOKEN", "valueFrom": {
-            "secretKeyRef": {"name": f"sparkrack-{engine}", "key": "HF_TOKEN",
-                             "optional": True}}}]
+        advertised = {"SGLANG_HOST_IP", "VLLM_HOST_IP"}  # each pod's own node: downward API
+        assert {e["name"]: expand(e["value"], {}) for e in env if "value" in e} == {
+            k: v for k, v in spec.env.items() if k not in advertised}
+        assert [e for e in env if "valueFrom" in e] == [
+            {"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
+            for name in sorted(advertised)] + [{"name": "HF_TOKEN", "valueFrom": {
+                "secretKeyRef": {"name": f"sparkrack-{engine}", "key": "HF_TOKEN",
+                                 "optional": True}}}]
     assert "hf_never_in_a_manifest" not in json.dumps([lws, service])
 
 

@@ -64,6 +64,7 @@ def rack():
     if not was_up:
         rack.down()
         return
+    rackhealth.repair_faults(rack)  # the last test's faults too: the rack as it was found
     for node in rack.nodes:  # a developer's rack back to the real load's start-up
         rack.load_startup(node.name, None)
 

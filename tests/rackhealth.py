@@ -1,8 +1,8 @@
 """The rehearsal rack put back to healthy before a rack test, checked rather than trusted.
 
 `repair_faults` reads the rack from this machine (no SSH: cheap enough before every rack
-test) and undoes what a test may have left: a node powered off or cut, a latched GPU, a
-renumbered GID table, an HCA port down. `repair_engines` asks the nodes (one round trip
+test) and undoes what a test may have left: a node powered off or cut, a node recabled, a
+latched GPU, a renumbered GID table, an HCA port down. `repair_engines` asks the nodes (one round trip
 each) and stops any engine container and a held rack lock; the suite runs it at the start
 (a rack used before the run) and after a rack test that failed.
 """
@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sparkrack.rehearsal.cabling import Cabling, read_cabling
 from sparkrack.rehearsal.rack import RehearsalRack
 from sparkrack.rehearsal.nodeproc import init_pid
 
@@ -42,6 +43,9 @@ def repair_faults(rack: RehearsalRack) -> list[str]:
         elif not state.link_up:
             rack.heal(state.name)
             repaired.append(f"{state.name} link healed")
+        if read_cabling(node) != Cabling():
+            rack.cable(state.name, Cabling())
+            repaired.append(f"{state.name} recabled on port 0, both paths")
         if state.latched:
             rack.latch(state.name, on=False)
             repaired.append(f"{state.name} GPU latch cleared")

@@ -54,7 +54,9 @@ def parse_functions(lines: list[str]) -> dict[str, Function]:
 def cabling_hint(node: str, functions: Mapping[str, Function]) -> str:
     """What is up on the node and the inventory values that would use it, for a message
     about HCAs or a socket interface that are down."""
-    up = [f for f in functions.values() if f.up]
+    # a PCIe domain-0 function (rocep1s0f1) before its twin on the second path (roceP2...)
+    up = sorted((f for f in functions.values() if f.up),
+                key=lambda f: (f.name.startswith("roceP"), f.name))
     if not up:
         seen = ", ".join(f"{f.name} {f.state or 'no state'}" for f in functions.values())
         return f"no RoCE function is up on {node} ({seen or 'no RDMA device'}): check its cable"

@@ -10,13 +10,17 @@ the env files and the engines back as it found them.
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet
+from sparkrack.inventory import load_inventory
 from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.provision import provision
 from sparkrack.provision.envfiles import parse_env, rack_view
+from sparkrack.rehearsal.cabling import Cabling
 
 from provision_helpers import failures
 from stubgroup import Group, nothing_runs, quick_burn
@@ -36,6 +40,7 @@ def clean(engine_rack, rack):
     yield engine_rack
     lifecycle.down(engine_rack)
     rack.renumber_gid("spark-05", None)
+    rack.cable("spark-04", Cabling())
     for node in ("spark-03", "spark-05"):
         rack.hca_down(node, "roceP2p1s0f0", down=False)
     assert provision(engine_rack, roles="nccl_env,engine_env").exit_code == 0
@@ -135,3 +140,41 @@ def test_a_down_hca_is_refused_by_the_gate_and_fails_a_rank_started_by_hand(clea
     assert "NCCL WARN NET/IB : roceP2p1s0f0:1 port is not active (state 1: DOWN)" in log
     rack.hca_down("spark-03", "roceP2p1s0f0", down=False)
     lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)  # the port back: it starts
+
+
+def test_a_node_cabled_on_the_other_port_is_refused_until_its_host_vars_say_so(clean, rack,
+                                                                              tmp_path):
+    """The report's rack uses port 0; NVIDIA's two-Spark playbook cables port 1. spark-04
+    recabled to port 1: `up` names it, what is up there and the values to set; with them in
+    host_vars/spark-04.yml and provisioned there, its rank runs on port 1."""
+    rack.cable("spark-04", Cabling(port=1))
+    with pytest.raises(lifecycle.Refused) as refused:
+        lifecycle.up(clean, "sglang", "512k", burn=quick_burn)
+    message = str(refused.value)
+    assert ("env files: spark-04: nccl_env: HCA rocep1s0f0, roceP2p1s0f0 port is not ACTIVE"
+            in message), message
+    assert ("up on spark-04: rocep1s0f1 (enp1s0f1np1); roceP2p1s0f1 (enP2p1s0f1np1); if it is "
+            "cabled there, set in host_vars/spark-04.yml: nccl_ib_hca: [rocep1s0f1, "
+            "roceP2p1s0f1], nccl_socket_ifname: enp1s0f1np1") in message, message
+    assert engines_running(clean) == []
+
+    copy = tmp_path / "inventory"
+    shutil.copytree(clean.path, copy)
+    (copy / "host_vars").mkdir(exist_ok=True)
+    (copy / "host_vars" / "spark-04.yml").write_text(
+        "nccl_ib_hca: [rocep1s0f1, roceP2p1s0f1]\nnccl_socket_ifname: enp1s0f1np1\n")
+    recabled = load_inventory(copy)
+    report = provision(recabled, "spark-04", roles="nccl_env")
+    assert report.exit_code == 0, failures(report)
+    lifecycle.up(recabled, "sglang", "512k", burn=quick_burn)
+    try:
+        plan = build_specs(recabled, "sglang", "512k",
+                           node_env=rack_view(recabled, "sglang").envs)
+        with Fleet(recabled) as fleet:
+            envs = {spec.node: container_env(fleet, spec) for spec in plan}
+    finally:
+        lifecycle.down(recabled)
+    assert [envs["spark-04"][k] for k in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "SGLANG_HOST_IP")
+            ] == ["rocep1s0f1,roceP2p1s0f1", "enp1s0f1np1", "10.77.3.14"]
+    assert [envs["spark-05"][k] for k in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "SGLANG_HOST_IP")
+            ] == ["rocep1s0f0,roceP2p1s0f0", "enp1s0f0np0", "10.77.3.15"]

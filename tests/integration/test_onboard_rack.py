@@ -25,7 +25,7 @@ from sparkrack.rehearsal.layout import KNOWN_HOSTS
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
-NEW, NEW_ADDR = "spark-09", "10.77.1.19"
+NEW, NEW_ADDR, NEW_ROCE = "spark-09", "10.77.1.19", "10.77.3.19"
 ODD, ODD_ADDR = "spark-10", "10.77.1.20"
 MODEL = "/models/GLM-5.3-NVFP4"
 
@@ -93,7 +93,8 @@ def test_extra_nodes_are_bare_and_persist_in_rack_state(extras):
     assert bare.stdout.split()[-3:] == ["active", "active", "9000"]
     odd = in_node(extras, ODD, "sh", "-c", "nvidia-smi --query-gpu=driver_version "
                   "--format=csv,noheader; ls /sys/class/infiniband; uname -r")
-    assert odd.stdout.split() == ["575.51.03", "rocep1s0f0", "7.0.0-1019-nvidia"]
+    assert odd.stdout.split() == ["575.51.03", "roceP2p1s0f1", "rocep1s0f0", "rocep1s0f1",
+                                  "7.0.0-1019-nvidia"]
     # a fresh rack object sees them; a powered-off extra node comes back with `up`, as it was
     again = RehearsalRack(extras.inventory, say=lambda message: None)
     assert sorted(again.extras) == [NEW, ODD]
@@ -122,7 +123,8 @@ def test_bare_ninth_node_is_onboarded_end_to_end(extras, tmp_path):
     # the inventory: the new entry, every previous line (comments too) intact and in order
     hosts_after = (inv_dir / "hosts.yml").read_text().splitlines()
     assert [l for l in hosts_after if NEW not in l] == hosts_before.splitlines()
-    assert f"        {NEW}: {{ansible_host: {NEW_ADDR}, spare: true}}" in hosts_after
+    assert (f"        {NEW}: {{ansible_host: {NEW_ADDR}, roce_addr: {NEW_ROCE}, spare: true}}"
+            in hosts_after)  # its fabric address, found on its nccl_socket_ifname
     edited = load_inventory(inv_dir)
     assert [n.name for n in edited.spares] == [NEW] and len(edited.nodes) == 8
     assert NEW_ADDR in (inv_dir / "known_hosts").read_text()
@@ -220,8 +222,10 @@ def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path)
     assert report.exit_code == 0, [(s.name, s.verdict, s.summary) for s in report.steps]
     assert report.rank == 4 and "joins the TP group at the next" in report.message
     hosts_after = (inv_dir / "hosts.yml").read_text().splitlines()
-    swapped = hosts_before.index("        spark-05: {ansible_host: 10.77.1.15, rank: 4}")
-    assert hosts_after[swapped] == f"        {NEW}: {{ansible_host: {NEW_ADDR}, rank: 4}}"
+    swapped = hosts_before.index(
+        "        spark-05: {ansible_host: 10.77.1.15, roce_addr: 10.77.3.15, rank: 4}")
+    assert hosts_after[swapped] == \
+        f"        {NEW}: {{ansible_host: {NEW_ADDR}, roce_addr: {NEW_ROCE}, rank: 4}}"
     assert hosts_after[:swapped] + hosts_after[swapped + 1:] == \
         hosts_before[:swapped] + hosts_before[swapped + 1:]
     copy = load_inventory(inv_dir)

@@ -209,4 +209,4 @@ def test_cli_prints_the_plan_and_a_recap_line_per_node(inventory, capsys):
                                    check=True, limit="spark-01,spark-02")
     out = capsys.readouterr().out
     assert "spark-01, spark-02: no changes" in out
-    assert "spark-01 : ok=6   changed=0   failed=0   skipped=0   unreachable=0" in out
+    assert "spark-01 : ok=7   changed=0   failed=0   skipped=0   unreachable=0" in out

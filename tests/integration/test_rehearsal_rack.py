@@ -48,8 +48,9 @@ def test_each_node_has_its_own_unified_memory_and_hcas(inventory):
         ib = fleet.run(["ibdev2netdev"])
     for r in meminfo:
         assert "MemTotal:       127600748 kB" in r.stdout  # the 121.7 GB GB10 pool, not this host
-    assert ib["spark-03"].stdout.splitlines() == [
-        "roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Up)", "rocep1s0f0 port 1 ==> enp1s0f0np0 (Up)"]
+    assert ib["spark-03"].stdout.splitlines() == [  # cabled on port 0, both paths
+        "roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Up)", "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Down)",
+        "rocep1s0f0 port 1 ==> enp1s0f0np0 (Up)", "rocep1s0f1 port 1 ==> enp1s0f1np1 (Down)"]
 
 
 def test_reboot_brings_the_node_back(rack, inventory):

@@ -1,0 +1,104 @@
+"""The rehearsal rack shaped like a real Spark rack: a management network and a fabric,
+four RoCE functions, cabling, a silent power-off."""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sparkrack.fleet import Fleet
+from sparkrack.rehearsal.cabling import Cabling
+
+pytestmark = pytest.mark.rack
+
+CONNECT = ("import socket, sys\n"
+           "s = socket.socket()\n"
+           "s.settimeout(2)\n"
+           "if sys.argv[1]: s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, "
+           "sys.argv[1].encode())\n"
+           "try:\n"
+           "    s.connect((sys.argv[2], 22)); print('reached')\n"
+           "except OSError as e:\n"
+           "    print('refused' if isinstance(e, ConnectionRefusedError) else 'unreachable')\n")
+
+
+def on(inventory, node, argv):
+    with Fleet(inventory, inventory.select(node)) as fleet:
+        result = fleet.run(argv)[node]
+    assert result.status == "ok", result.stderr
+    return result.stdout
+
+
+def test_a_node_has_a_management_port_and_four_roce_functions(inventory):
+    addresses = {line.split()[0].split("@")[0]: line.split()[1:] for line in
+                 on(inventory, "spark-03", ["ip", "-br", "addr"]).splitlines()}
+    assert addresses["enP7s7"][:2] == ["UP", "10.77.1.13/24"]
+    assert addresses["enp1s0f0np0"][:2] == ["UP", "10.77.3.13/24"]
+    assert addresses["enP2p1s0f0np0"][:2] == ["UP", "10.77.4.13/24"]
+    for netdev in ("enp1s0f1np1", "enP2p1s0f1np1"):  # port 1 has no cable
+        assert addresses[netdev] == ["DOWN"]
+    assert on(inventory, "spark-03", ["ibdev2netdev"]).splitlines() == [
+        "roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Up)", "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Down)",
+        "rocep1s0f0 port 1 ==> enp1s0f0np0 (Up)", "rocep1s0f1 port 1 ==> enp1s0f1np1 (Down)"]
+    mtus = on(inventory, "spark-03", ["cat", "/sys/class/net/enp1s0f0np0/mtu",
+                                      "/sys/class/net/enP2p1s0f1np1/mtu"]).split()
+    assert mtus == ["9000", "9000"]
+    state = on(inventory, "spark-03", ["cat", "/sys/class/infiniband/rocep1s0f1/ports/1/state",
+                                       "/sys/class/infiniband/rocep1s0f0/ports/1/gids/3"])
+    assert state.split("\n")[:2] == ["1: DOWN", "0000:0000:0000:0000:0000:ffff:0a4d:030d"]
+
+
+def test_the_fabric_is_not_reachable_from_the_management_network(inventory):
+    python = ["python3", "-c", CONNECT]
+    assert on(inventory, "spark-01", [*python, "", "10.77.3.12"]).strip() == "reached"
+    assert on(inventory, "spark-01", [*python, "enP7s7", "10.77.3.12"]).strip() == "unreachable"
+    assert on(inventory, "spark-01", [*python, "enp1s0f0np0", "10.77.1.12"]).strip() == "unreachable"
+    with socket.socket() as sock:  # this machine sits on the management network only
+        sock.settimeout(2)
+        with pytest.raises(OSError):
+            sock.connect(("10.77.3.12", 22))
+
+
+def test_recabling_to_port_1_moves_the_links_and_is_kept_across_a_power_cycle(rack, inventory):
+    rack.cable("spark-04", Cabling(port=1, paths="one"))
+    try:
+        lines = on(inventory, "spark-04", ["ibdev2netdev"]).splitlines()
+        rack.poweroff("spark-04")
+        rack.poweron("spark-04")
+        again = on(inventory, "spark-04", ["ibdev2netdev"]).splitlines()
+        cabling = next(s for s in rack.status() if s.name == "spark-04").cabling
+    finally:
+        rack.cable("spark-04", Cabling())
+    assert lines == again == [
+        "roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Down)", "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Down)",
+        "rocep1s0f0 port 1 ==> enp1s0f0np0 (Down)", "rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)"]
+    assert cabling == "port 1, one path"
+    done = subprocess.run([sys.executable, "-m", "invoke", "rehearsal.cable", "spark-04",
+                           "--port", "2"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "--port 2: a Spark's ConnectX-7 has ports 0 and 1" in done.stdout + done.stderr
+
+
+def test_a_powered_off_node_answers_nothing_and_status_names_it_within_3_s(rack, inventory):
+    rack.poweroff("spark-07")
+    try:
+        with socket.socket() as sock:
+            sock.settimeout(1.0)
+            with pytest.raises(OSError) as raised:
+                sock.connect(("10.77.1.17", 22))
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "invoke", "status", "--json", "-i",
+                               str(inventory.path)], capture_output=True, text=True, timeout=60)
+        seconds = time.monotonic() - started
+    finally:
+        rack.poweron("spark-07")
+    assert not isinstance(raised.value, ConnectionRefusedError)  # no RST: silence
+    nodes = {n["node"]: n for n in json.loads(done.stdout)["nodes"]}
+    assert nodes["spark-07"]["reachable"] == "unreachable", nodes["spark-07"]
+    assert "spark-07 (10.77.1.17): no answer within" in nodes["spark-07"]["error"]
+    assert all(n["reachable"] == "ok" for name, n in nodes.items() if name != "spark-07")
+    assert nodes["spark-07"]["seconds"] <= 3.0, nodes["spark-07"]  # the node's own deadline
+    assert seconds <= 8.0, seconds  # the whole command, Python's start-up included

@@ -120,6 +120,19 @@ def renumber_gid(c, node, index=None, clear=False, inventory=None):
     console.say(f"{node}: RoCE v2 IPv4 GID at index {3 if clear else index}")
 
 
+@task(help={**NODE_HELP, "release": "the kernel release `uname -r` reports, e.g. "
+            "7.0.0-1019-nvidia", "clear": "back to DGX OS's release, 6.17.0-1008-nvidia"})
+@operator_task
+def kernel(c, node, release=None, clear=False, inventory=None):
+    """Set the host kernel release a node reports (kept on its disk), to rehearse the
+    kernel rules."""
+    if clear == (release is not None):
+        raise UsageError("give --release RELEASE or --clear",
+                         fix=f"e.g. invoke rehearsal.kernel {node} --release 7.0.0-1019-nvidia")
+    _rack(inventory).kernel(node, None if clear else release)
+    console.say(f"{node}: uname -r reports {release or 'the DGX OS kernel'}")
+
+
 @task(help={**NODE_HELP, "hca": "the HCA, e.g. roceP2p1s0f0", "clear": "bring the port back up"})
 @operator_task
 def hca_down(c, node, hca, clear=False, inventory=None):

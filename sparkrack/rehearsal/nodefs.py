@@ -94,6 +94,8 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
         write_if_changed(up / dest, _package_file("files", name).read_bytes())
     authorize(up / "etc/ssh/sparkrack_authorized_keys", client_pubkey)
     install_sim(node)
+    if not (up / UNAME_PATH).exists():  # kept once set (rehearsal.kernel), like a boot entry
+        write_kernel(node, None)
     hw_path = up / "etc/gpu-sim/hardware.json"
     if hw_path.exists():  # kept across `up` (tests and onboarding change the hardware), but
         kept = json.loads(hw_path.read_text())  # always the four functions of today's layout
@@ -155,27 +157,30 @@ def write_hardware(node: NodeLayout, missing: list[str] | tuple[str, ...] = (),
                      json.dumps(hardware, indent=1).encode())
 
 
+DGX_OS_KERNEL = "6.17.0-1008-nvidia"  # what `uname -r` reads on a DGX OS Spark
 UNAME_WRAPPER = """#!/bin/sh
-# Rehearsal node: a simulated host kernel release for `uname -r` (rehearsal.add-node --kernel).
+# Rehearsal node: the simulated host kernel release `uname -r` reports (rehearsal.kernel).
 case "$1" in
   -r) echo "$SPARKRACK_SIM_KERNEL" ;;
   *) exec /usr/bin/uname "$@" ;;
 esac
 """
+UNAME_PATH = "usr/local/bin/uname"
+
+
+def uname_script(kernel: str | None) -> bytes:
+    """A `uname` for PATH that answers -r with kernel (None: DGX OS's) and passes the rest
+    to the real one. ValueError for a release that is not one."""
+    release = kernel or DGX_OS_KERNEL
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+~-]*", release):
+        raise ValueError(f"kernel release {release!r}: letters, digits and . _ + ~ - only")
+    return UNAME_WRAPPER.replace('"$SPARKRACK_SIM_KERNEL"', release).encode()
 
 
 def write_kernel(node: NodeLayout, kernel: str | None) -> None:
-    """Simulate a host kernel release: a `uname` on PATH that answers -r with it (None: the
-    real one). Only `uname -r` through PATH sees it; /proc and the real kernel do not."""
-    path = node.upper / "usr/local/bin/uname"
-    if kernel is None:
-        if path.is_file() and b"rehearsal.add-node --kernel" in path.read_bytes():
-            path.unlink()
-        return
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+~-]*", kernel):
-        raise ValueError(f"kernel release {kernel!r}: letters, digits and . _ + ~ - only")
-    script = UNAME_WRAPPER.replace('"$SPARKRACK_SIM_KERNEL"', kernel)
-    write_if_changed(path, script.encode(), 0o755)
+    """The node's simulated host kernel release (None: DGX OS's), on its disk while it is
+    down. Only `uname -r` through PATH sees it; /proc and the real kernel do not."""
+    write_if_changed(node.upper / UNAME_PATH, uname_script(kernel), 0o755)
 
 
 def wipe(node: NodeLayout) -> None:

@@ -321,6 +321,25 @@ class RehearsalRack:
             raise SparkrackError(f"{name}: could not set the load start-up: "
                                  f"{done.stderr.strip()}")
 
+    def kernel(self, name: str, release: str | None) -> None:
+        """The host kernel release the node's `uname -r` reports (None: DGX OS's), so the
+        kernel rules can be rehearsed on an inventory node. Kept on its disk."""
+        node = self.node(name)
+        try:
+            script = nodefs.uname_script(release)
+        except ValueError as error:
+            raise UsageError(f"--release: {error}", fix="e.g. --release 6.17.0-1008-nvidia") \
+                from None
+        if nodeproc.init_pid(node) is None:
+            nodefs.write_kernel(node, release)
+            return
+        done = nodeproc.in_node(node, ["sh", "-c", 'printf "%s" "$1" > "$2.new" && chmod 755 '
+                                       '"$2.new" && mv "$2.new" "$2"', "sh", script.decode(),
+                                       f"/{nodefs.UNAME_PATH}"])
+        if done.returncode != 0:
+            raise SparkrackError(f"{name}: could not set the kernel release: "
+                                 f"{done.stderr.strip()}")
+
     def renumber_gid(self, name: str, index: int | None) -> None:
         """Firmware renumbering of the node's GID tables: the IPv4-mapped RoCE v2 entry moves
         to index (None: back to 3). Kept across reboots and power cycles, as firmware is."""

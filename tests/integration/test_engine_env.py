@@ -178,3 +178,17 @@ def test_a_node_cabled_on_the_other_port_is_refused_until_its_host_vars_say_so(c
             ] == ["rocep1s0f1,roceP2p1s0f1", "enp1s0f1np1", "10.77.3.14"]
     assert [envs["spark-05"][k] for k in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "SGLANG_HOST_IP")
             ] == ["rocep1s0f0,roceP2p1s0f0", "enp1s0f0np0", "10.77.3.15"]
+
+
+def test_a_node_booted_on_a_known_bad_kernel_is_refused_by_the_rules(clean, rack):
+    """The kernel rules rehearsed on an inventory node: spark-06 reports 7.0.0-1019-nvidia."""
+    rack.kernel("spark-06", "7.0.0-1019-nvidia")
+    try:
+        with pytest.raises(lifecycle.Refused) as refused:
+            lifecycle.up(clean, "sglang", "512k", burn=quick_burn)
+    finally:
+        rack.kernel("spark-06", None)
+    message = str(refused.value)
+    assert "HOST-KERNEL: a node runs a host kernel known to be bad for this workload" in message
+    assert "spark-06" in message.split("HOST-KERNEL")[1].split("\n")[0], message
+    assert engines_running(clean) == []

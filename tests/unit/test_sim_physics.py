@@ -39,3 +39,22 @@ def test_idle_gpu_reports_idle_reason_and_a_few_watts():
     idle = readings(GB10_DEFAULTS, 0, None, False)
     assert idle["event_reasons"] == 0x1 and idle["pstate"] == "P8"
     assert idle["power_w"] < 5
+
+
+def test_the_loaded_clock_wanders_uncapped_and_sits_under_the_locks_bin():
+    uncapped = {readings(GB10_DEFAULTS, 100, None, False, phase=p / 10)["sm_mhz"]
+                for p in range(11)}
+    assert min(uncapped) == 2420 and max(uncapped) == 2520 and len(uncapped) > 5
+    capped = {readings(GB10_DEFAULTS, 100, (0, 2200), False, phase=p / 10)["sm_mhz"]
+              for p in range(11)}
+    assert min(capped) == 2184 and max(capped) == 2190
+
+
+def test_an_engine_resident_keeps_an_idle_gpu_at_the_locked_clock():
+    """The field figure: a GB10 under -lgc 0,2200 with an engine loaded idles at 2,184-2,190
+    MHz, at idle power; without an engine it drops to 208 MHz."""
+    resident = readings(GB10_DEFAULTS, 0, (0, 2200), False, resident=True, phase=0.3)
+    assert 2184 <= resident["sm_mhz"] <= 2190 and resident["power_w"] < 5
+    assert readings(GB10_DEFAULTS, 0, (0, 2200), False, phase=0.3)["sm_mhz"] == 208
+    latched = readings(GB10_DEFAULTS, 0, (0, 2200), True, resident=True)
+    assert latched["sm_mhz"] == 208

@@ -35,7 +35,9 @@ GB10_DEFAULTS = {
     "page_cache_kb": 4194304,
     "swap_total_kb": 16777212,
     "idle_sm_mhz": 208,
-    "load_sm_mhz": 2450,
+    "load_sm_mhz": 2470,  # the middle of the loaded clock's wander (the power reference)
+    "load_sm_spread_mhz": 100,  # uncapped under load: 2,420-2,520 MHz, never one value
+    "lock_wander_mhz": 6,  # under a lock: its bin and up to 6 MHz below (2,184-2,190)
     "max_sm_mhz": 3003,
     "app_sm_mhz": 2418,
     "clock_bin_mhz": 15,

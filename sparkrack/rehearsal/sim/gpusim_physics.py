@@ -1,7 +1,8 @@
 """What the simulated GB10 reads for a given load, clock lock and latch state (pure).
 
-A clock lock only caps: under load the SM clock is the sustained boost clock, at most the
-lock's max snapped DOWN to the driver's clock bin (2200 -> 2190 with 15 MHz bins). A lock
+A clock lock only caps: under load the SM clock is the sustained boost clock (wandering),
+at most the lock's max snapped DOWN to the driver's clock bin (2200 -> 2190 with 15 MHz
+bins). A lock
 min raises the idle clock, never the load clock. A latched board (low-clock state) runs
 at the latched clock and power whatever the lock says. Power above idle scales with
 utilization and with (clock / boost clock) ** exponent, for the GPU and the whole node.
@@ -16,15 +17,26 @@ def snap_down(mhz: int, bin_mhz: int) -> int:
     return (mhz // bin_mhz) * bin_mhz
 
 
-def sm_clock(config: dict, util: int, lock: tuple[int, int] | None, latched: bool) -> int:
-    """SM clock in MHz for this utilization (0-100), lock (min, max) and latch state."""
+def sm_clock(config: dict, util: int, lock: tuple[int, int] | None, latched: bool,
+             resident: bool = False, phase: float = 0.5) -> int:
+    """SM clock in MHz for this utilization (0-100), lock (min, max), latch state, whether
+    an engine holds memory on the GPU (resident), and where in its wander the clock is
+    (phase, 0-1). Under load the clock wanders over load_sm_spread_mhz around the boost
+    clock (2,420-2,520 MHz uncapped); a lock holds it within lock_wander_mhz under the
+    lock's bin (2,184-2,190 MHz under 2200). With an engine resident an idle GPU stays
+    there too; an empty one drops to its idle clock (the lock's min raises that floor)."""
     boost = config["load_sm_mhz"]
-    cap = snap_down(lock[1], config["clock_bin_mhz"]) if lock else boost
-    if util > 0:
-        natural = config["latched_sm_mhz"] if latched else boost
-        return min(natural, cap)
+    spread = config["load_sm_spread_mhz"]
+    natural = boost + round(spread * (0.5 - phase))
+    cap = snap_down(lock[1], config["clock_bin_mhz"]) if lock else None
+    if cap is not None:
+        cap -= round(config["lock_wander_mhz"] * phase)
+    if util > 0 or (resident and not latched):
+        if latched:
+            natural = config["latched_sm_mhz"]
+        return natural if cap is None else min(natural, cap)
     floor = snap_down(lock[0], config["clock_bin_mhz"]) if lock else 0
-    return min(max(config["idle_sm_mhz"], floor), cap, boost)
+    return min(max(config["idle_sm_mhz"], floor), cap if cap is not None else boost, boost)
 
 
 def dynamic_share(config: dict, util: int, clock: int, latched: bool) -> float:
@@ -39,9 +51,10 @@ def dynamic_share(config: dict, util: int, clock: int, latched: bool) -> float:
     return util / 100 * per_util
 
 
-def readings(config: dict, util: int, lock: tuple[int, int] | None, latched: bool) -> dict:
+def readings(config: dict, util: int, lock: tuple[int, int] | None, latched: bool,
+             resident: bool = False, phase: float = 0.5) -> dict:
     """Clocks, power, temperature, pstate and event reasons, as the driver would report."""
-    clock = sm_clock(config, util, lock, latched)
+    clock = sm_clock(config, util, lock, latched, resident, phase)
     share = dynamic_share(config, util, clock, latched)
     gpu_w = config["gpu_idle_w"] + (config["gpu_load_w"] - config["gpu_idle_w"]) * share
     node_w = config["node_idle_w"] + (config["node_load_w"] - config["node_idle_w"]) * share

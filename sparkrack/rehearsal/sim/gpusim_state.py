@@ -7,6 +7,7 @@ belong to client connections and end with them. The latch is a file the rack own
 
 import json
 import os
+import random
 import threading
 
 from gpusim_meminfo import meminfo_values, render_meminfo, write_in_place
@@ -131,7 +132,8 @@ class GpuState:
                 "cuda_version", "compute_cap", "max_sm_mhz", "app_sm_mhz")},
             "index": config["gpu_index"],
             "persistence_mode": self.persistence_mode(),
-            **readings(config, util, lock, latched),
+            **readings(config, util, lock, latched, resident=bool(allocations),
+                       phase=random.random()),
             "processes": _processes(allocations),
             "memory": {"total_kb": memory["MemTotal"], "available_kb": memory["MemAvailable"],
                        "allocated_kb": allocated_kb},

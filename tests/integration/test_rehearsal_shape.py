@@ -1,5 +1,6 @@
 """The rehearsal rack shaped like a real Spark rack: a management network and a fabric,
-four RoCE functions, cabling, a silent power-off."""
+four RoCE functions, cabling, DGX OS's kernel string and a GB10's clocks, a silent
+power-off."""
 
 import json
 import socket
@@ -102,3 +103,22 @@ def test_a_powered_off_node_answers_nothing_and_status_names_it_within_3_s(rack,
     assert all(n["reachable"] == "ok" for name, n in nodes.items() if name != "spark-07")
     assert nodes["spark-07"]["seconds"] <= 3.0, nodes["spark-07"]  # the node's own deadline
     assert seconds <= 8.0, seconds  # the whole command, Python's start-up included
+
+
+def test_a_node_reads_as_a_dgx_os_spark_with_a_gb10s_clocks(engine_rack):
+    """`uname -r` as on DGX OS; under the clock cap an idle GPU with an engine's memory
+    resident sits at 2,184-2,190 MHz (not the 208 MHz of an empty one)."""
+    assert on(engine_rack, "spark-02", ["uname", "-r"]).strip() == "6.17.0-1008-nvidia"
+    sample = ("import subprocess, sys\n"
+              "sys.path.insert(0, '/usr/local/lib/sparkrack-sim')\n"
+              "from gpusim_client import GpuSimClient\n"
+              "def clock():\n"
+              "    return subprocess.run(['nvidia-smi', '--query-gpu=clocks.sm', "
+              "'--format=csv,noheader,nounits'], capture_output=True, text=True).stdout.strip()\n"
+              "empty = clock()\n"
+              "with GpuSimClient() as gpu:\n"
+              "    gpu.allocate(1 << 30, 1, 'engine')\n"
+              "    print(empty, *(clock() for _ in range(5)))\n")
+    empty, *resident = [int(c) for c in on(engine_rack, "spark-02",
+                                           ["python3", "-c", sample]).split()]
+    assert empty == 208 and all(2184 <= c <= 2190 for c in resident), (empty, resident)

@@ -47,6 +47,8 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline
     print(f"# deployment {head.deployment_id}, spec hash {head.spec_hash}")
     print(f"# health http://{rack.head.address}:{head.ports['http']}{head.health_path}, "
           f"ready timeout {head.ready_timeout_s} s, stop timeout {head.docker.stop_timeout_s} s")
+    for line in network_lines(rack):
+        print(line)
     for line in env_lines(specs, view):
         print(line)
     for spec in specs:
@@ -55,6 +57,16 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline
         for key in own_vars(specs, spec):
             print(f"#   {key}={spec.shown_env()[key]}  <- {spec.env_sources[key]}")
         print(shlex.join(docker_run_argv(spec)))
+
+
+def network_lines(rack) -> list[str]:
+    """Which network each part of a deployment uses: management for what this machine
+    does (SSH, docker, the health check), the fabric for what the ranks do together."""
+    head = rack.head
+    return [f"# management network (ansible_host, {head.name} {head.address}): SSH, docker, "
+            "the health check and the API",
+            f"# fabric (roce_addr, {head.name} {head.roce_addr}): the rendezvous, NCCL, each "
+            "rank's advertised address, image and weight transfers"]
 
 
 def env_lines(specs, view) -> list[str]:

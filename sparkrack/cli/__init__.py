@@ -10,9 +10,9 @@ import sys
 from invoke import Collection, Program
 
 from .. import console
-from . import (bench_tasks, check_tasks, engine_tasks, export_tasks, lock_tasks, logs_tasks,
-               onboard_tasks, power_tasks, provision_tasks, rack_tasks, rehearsal_stub_tasks,
-               rehearsal_tasks, run_tasks, watch_tasks, weights_tasks)
+from . import (bench_tasks, check_tasks, engine_tasks, export_tasks, fabric_tasks, lock_tasks,
+               logs_tasks, onboard_tasks, power_tasks, provision_tasks, rack_tasks,
+               rehearsal_stub_tasks, rehearsal_tasks, run_tasks, watch_tasks, weights_tasks)
 
 TOP_LEVEL = (
     engine_tasks.plan, engine_tasks.up, engine_tasks.down, engine_tasks.roll,
@@ -41,6 +41,7 @@ def build_namespace() -> Collection:
     rehearsal.add_task(rehearsal_stub_tasks.stub_model)
     ns.add_collection(rehearsal, name="rehearsal")
     ns.add_collection(Collection.from_module(bench_tasks, name="bench"))
+    ns.add_collection(Collection.from_module(fabric_tasks, name="fabric"))
     weights = Collection("weights")
     for weights_task in (weights_tasks.stage, weights_tasks.verify, weights_tasks.list_,
                          weights_tasks.remove):

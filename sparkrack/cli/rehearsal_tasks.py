@@ -143,13 +143,15 @@ def hca_down(c, node, hca, clear=False, inventory=None):
 
 @task(help={**NODE_HELP, "port": "the ConnectX-7 port the cable sits in: 0 or 1 (default 0)",
             "paths": "both: an approved QSFP112 cable (default); one: only one PCIe path "
-            "comes up; none: no cable"})
+            "comes up; none: no cable",
+            "rate": "limit the node's rails to this many Mbit/s (a link trained low)"})
 @operator_task
-def cable(c, node, port=0, paths="both", inventory=None):
+def cable(c, node, port=0, paths="both", rate=None, inventory=None):
     """Recable a node's fabric port (kept across reboots and power cycles, as a cable is)."""
     from ..rehearsal.cabling import Cabling
 
-    cabling = Cabling(_integer(port, "--port"), str(paths))
+    cabling = Cabling(_integer(port, "--port"), str(paths),
+                      _integer(rate, "--rate") if rate is not None else None)
     _rack(inventory).cable(node, cabling)
     console.say(f"{node}: cabled {cabling.describe()}: "
                 f"{', '.join(cabling.functions_up()) or 'no RoCE function'} up")

@@ -3,7 +3,7 @@
 A Spark's two QSFP ports are each reached over two PCIe x4 paths, so a port shows up as two
 RoCE functions (`rocep1s0f0` and `roceP2p1s0f0` for port 0). A cable in a port brings both
 of its functions up; a cable that is not an approved QSFP112 brings up only one path (about
-100 Gbit/s). The record lives beside the node's disk, not on it: a cable outlives reboots,
+100 Gbit/s); a link can also train far below its rate (a rate limit on the node's rails). The record lives beside the node's disk, not on it: a cable outlives reboots,
 power cycles and reinstalls. The default is the field report's rack: port 0, both paths.
 """
 
@@ -25,6 +25,7 @@ class Cabling:
 
     port: int = 0
     paths: str = "both"  # both | one (path a only) | none (no cable)
+    rate_mbit: int | None = None  # a rail limited to this rate (a link trained low)
 
     def check(self) -> Cabling:
         """UsageError naming the flag when the cabling cannot exist."""
@@ -35,6 +36,9 @@ class Cabling:
             raise UsageError(f"--paths {self.paths!r} is not one of {', '.join(PATHS)}",
                              fix="both: an approved QSFP112 cable; one: a cable that trains "
                              "one PCIe path only; none: no cable")
+        if self.rate_mbit is not None and self.rate_mbit < 1:
+            raise UsageError(f"--rate {self.rate_mbit}: not a rate in Mbit/s",
+                             fix="give a positive number of Mbit/s, e.g. --rate 500")
         return self
 
     def up(self, port: int, path: str) -> bool:
@@ -50,14 +54,17 @@ class Cabling:
     def describe(self) -> str:
         if self.paths == "none":
             return "no cable"
-        return f"port {self.port}, {'both paths' if self.paths == 'both' else 'one path'}"
+        rate = f", {self.rate_mbit} Mbit/s" if self.rate_mbit else ""
+        return f"port {self.port}, {'both paths' if self.paths == 'both' else 'one path'}{rate}"
 
 
 def read_cabling(node: NodeLayout) -> Cabling:
     """The node's cabling on record (the default when none is)."""
     try:
         data = json.loads(node.cabling_file.read_text())
-        return Cabling(int(data.get("port", 0)), str(data.get("paths", "both")))
+        rate = data.get("rate_mbit")
+        return Cabling(int(data.get("port", 0)), str(data.get("paths", "both")),
+                       int(rate) if rate else None)
     except (OSError, ValueError, TypeError, AttributeError):
         return Cabling()
 

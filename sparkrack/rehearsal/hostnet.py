@@ -97,7 +97,20 @@ def ensure_node_net(node: NodeLayout, cabling: Cabling, powered: bool = True) ->
             ip(*ns, "addr", "flush", "dev", netdev)
         ip(*ns, "link", "set", netdev, "up")  # administratively up, as netplan leaves it
         ip("link", "set", host_end, "up" if powered and cabling.up(port, path) else "down")
+        limit_rate(host_end, None, cabling.rate_mbit)  # towards the node
+        limit_rate(netdev, node.netns, cabling.rate_mbit)  # from it
     ip("link", "set", node.host_veth, "up" if powered else "down")
+
+
+def limit_rate(dev: str, netns: str | None, mbit: int | None) -> None:
+    """Shape dev's egress to mbit Mbit/s (token bucket), or take the limit off (None)."""
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    if mbit is None:
+        subprocess.run([*prefix, "tc", "qdisc", "del", "dev", dev, "root"], capture_output=True)
+        return
+    subprocess.run([*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
+                    f"{mbit}mbit", "burst", "256kb", "latency", "50ms"], check=True,
+                   capture_output=True)
 
 
 def _plug(host_end: str, node_end: str, netns: str, bridge: str) -> None:

@@ -122,3 +122,23 @@ def test_a_node_reads_as_a_dgx_os_spark_with_a_gb10s_clocks(engine_rack):
     empty, *resident = [int(c) for c in on(engine_rack, "spark-02",
                                            ["python3", "-c", sample]).split()]
     assert empty == 208 and all(2184 <= c <= 2190 for c in resident), (empty, resident)
+
+
+def test_the_fabric_check_passes_jumbo_frames_and_names_a_rail_trained_low(rack, inventory):
+    from sparkrack.fabric import check_fabric
+
+    clean = check_fabric(inventory, seconds=0.5)
+    assert len(clean.measured) == 16 and all(m.jumbo == "ok" for m in clean.measured)
+    assert [p for p in clean.problems if "far below" not in p] == []  # rates: judged below
+    rack.cable("spark-02", Cabling(rate_mbit=50))
+    try:
+        slow = check_fabric(inventory, seconds=0.5)
+        done = subprocess.run([sys.executable, "-m", "invoke", "fabric.check", "--seconds",
+                               "0.5", "-i", str(inventory.path)], capture_output=True,
+                              text=True, timeout=120)
+    finally:
+        rack.cable("spark-02", Cabling())
+    named = [p for p in slow.problems if "far below the rack's median" in p]
+    assert any(p.startswith("spark-01 -> spark-02 on enp1s0f0np0 (rocep1s0f0)") for p in named)
+    assert all("probably spark-02's" in p for p in named), named
+    assert done.returncode == 1 and "PROBLEM: spark-01 -> spark-02 on" in done.stdout

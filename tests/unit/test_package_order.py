@@ -17,7 +17,7 @@ LAYERS = (  # the top first
     ("rules",),
     ("engines",),
     ("provision",),
-    ("safety", "transfer"),
+    ("safety", "transfer", "fabric"),
     ("facts", "oplock", "rehearsal", "adhoc"),
     ("fleet",),
     ("inventory",),

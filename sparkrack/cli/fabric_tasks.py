@@ -1,0 +1,35 @@
+"""`invoke fabric.check`: a jumbo frame and a short burst on every cabled rail."""
+
+from __future__ import annotations
+
+from invoke import task
+
+from .. import console
+from .common import INVENTORY_HELP, inventory_from, operator_task
+
+
+@task(help={"inventory": INVENTORY_HELP, "seconds": "length of each burst (default 1)",
+            "json": "print JSON for scripts"})
+@operator_task
+def check(c, inventory=None, seconds=1.0, json=False):
+    """Each node to its neighbour on every cabled RoCE function: a 9000-byte frame, then a
+    short burst; names a rail that drops jumbo frames or runs far below the rack's median.
+    Exits 1 when one does."""
+    from ..fabric import check_fabric
+
+    report = check_fabric(inventory_from(inventory), seconds=float(seconds))
+    if json:
+        console.print_json(report.as_dict())
+    else:
+        console.print_table("fabric", ["from", "to", "rail", "9000-byte frame", "Gbit/s"],
+                            [[m.pair.src.node, m.pair.dst.node,
+                              f"{m.pair.src.netdev} ({m.pair.src.hca})",
+                              m.error or m.jumbo, f"{m.gbit_s:.2f}"] for m in report.measured])
+        for problem in report.problems:
+            print(f"PROBLEM: {problem}")
+        print("fabric: every rail passes" if report.ok else
+              f"fabric: {len(report.problems)} problem(s)")
+    if not report.ok:
+        from invoke.exceptions import Exit
+
+        raise Exit(code=1)

@@ -1,0 +1,127 @@
+"""`invoke fabric.check`: every cabled rail, a jumbo frame and a short burst each way.
+
+Two round trips learn each node's rails (which RoCE functions are up, and their netdevs'
+addresses and MTU, through the facts queries); then every node listens on the addresses
+its upstream neighbour sends to (remote/rails.py `serve`) while every node sends to its
+downstream neighbour on each rail (`send`): all links carry a stream each way at once, as
+a TP ring does. The token that marks our datagrams and streams goes on stdin. What the
+figures say is rails.py's.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from dataclasses import dataclass, field
+
+from sparkrack import remote
+from sparkrack.facts.onboard import links_query, parse_links
+from sparkrack.facts.queries import answer
+from sparkrack.facts.queries import argv as gather_argv
+from sparkrack.facts.roce import FUNCTIONS, parse_functions
+from sparkrack.fabric.rails import Measured, Pair, Rail, judge, pairs, rails_of
+from sparkrack.fleet import Fleet
+from sparkrack.fleet.results import last_json_object
+from sparkrack.inventory import Inventory
+
+RAIL_PORT = 29471  # UDP echo and TCP sink of the check, on each rail's address
+PYTHON = "/usr/bin/python3"
+
+
+@dataclass
+class FabricReport:
+    """The rails found, what each burst gave, and the problems (empty: the fabric is fit)."""
+
+    rails: dict[str, list[Rail]] = field(default_factory=dict)
+    measured: list[Measured] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict:
+        return {"ok": self.ok, "problems": self.problems,
+                "rails": [{"src": m.pair.src.node, "dst": m.pair.dst.node,
+                           "netdev": m.pair.src.netdev, "hca": m.pair.src.hca,
+                           "jumbo": m.jumbo, "gbit_s": round(m.gbit_s, 3),
+                           "error": m.error} for m in self.measured]}
+
+
+def check_fabric(inventory: Inventory, *, seconds: float = 1.0,
+                 port: int = RAIL_PORT) -> FabricReport:
+    """Measure every rail of the inventory's nodes (see the module doc)."""
+    report = FabricReport()
+    nodes = list(inventory.nodes)
+    with Fleet(inventory, nodes) as fleet:
+        report.rails = _rails(fleet, nodes, report.problems)
+        found, unmeasured = pairs([n.name for n in nodes], report.rails)
+        report.problems += unmeasured
+        if found:
+            report.measured = _bursts(fleet, found, seconds, port, report.problems)
+    report.problems += judge(report.measured)
+    return report
+
+
+def _rails(fleet: Fleet, nodes, problems: list[str]) -> dict[str, list[Rail]]:
+    """Each answering node's rails (two round trips: its functions, then their links)."""
+    functions = {}
+    for result in fleet.run({n.name: gather_argv([FUNCTIONS]) for n in nodes}, timeout=20):
+        if not result.ok:
+            problems.append(f"{result.node}: {result.error}")
+            continue
+        functions[result.node] = parse_functions(
+            answer(result.stdout, [FUNCTIONS]).lines(FUNCTIONS))
+    queries = {name: links_query([f for f in found if found[f].up], [])
+               for name, found in functions.items()}
+    rails = {}
+    for result in fleet.run({name: gather_argv([q]) for name, q in queries.items()}, timeout=20):
+        if not result.ok:
+            problems.append(f"{result.node}: {result.error}")
+            continue
+        links = parse_links(answer(result.stdout, [queries[result.node]]).lines(
+            queries[result.node]))
+        rails[result.node] = rails_of(result.node, functions[result.node], links)
+    return rails
+
+
+def _bursts(fleet: Fleet, found: list[Pair], seconds: float, port: int,
+            problems: list[str]) -> list[Measured]:
+    """Listen on every receiving address, send on every rail at once; what each gave."""
+    token = secrets.token_hex(16).encode() + b"\n"
+    hold = seconds * len(found) + 20
+    receivers: dict[str, list[str]] = {}
+    senders: dict[str, list[str]] = {}
+    for pair in found:
+        receivers.setdefault(pair.dst.node, []).append(pair.dst.ipv4)
+        senders.setdefault(pair.src.node, []).extend([pair.src.ipv4, pair.dst.ipv4])
+    heard = {}
+
+    def serve() -> None:
+        for result in fleet.run({node: remote.argv(PYTHON, "rails", "serve", f"{hold:g}",
+                                                   str(port), *addrs)
+                                 for node, addrs in receivers.items()},
+                                timeout=hold + 30, stdin=token):
+            heard[result.node] = result
+
+    thread = threading.Thread(target=serve, name="rails-serve", daemon=True)
+    thread.start()
+    sent = {result.node: result for result in fleet.run(
+        {node: remote.argv(PYTHON, "rails", "send", f"{seconds:g}", str(port), *addrs)
+         for node, addrs in senders.items()}, timeout=hold + 30, stdin=token)}
+    thread.join(timeout=hold + 40)
+    for node, result in heard.items():
+        for addr, entry in (last_json_object(result.stdout) or {}).items():
+            if entry.get("error"):
+                problems.append(f"{node}: listening on {addr}: {entry['error']}")
+    measured = []
+    for pair in found:
+        result = sent.get(pair.src.node)
+        entry = (last_json_object(result.stdout) or {}).get(pair.src.ipv4) if result else None
+        if entry is None:
+            why = result.error if result is not None else "no answer"
+            measured.append(Measured(pair, error=f"the burst did not run: {why}"))
+            continue
+        measured.append(Measured(pair, entry.get("jumbo", ""), int(entry.get("bytes", 0)),
+                                 float(entry.get("seconds", 0.0)), entry.get("error", "")))
+    return measured

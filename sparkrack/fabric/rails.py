@@ -1,0 +1,135 @@
+"""Which rails a fabric check measures, and what it makes of the figures (pure).
+
+A rail is one RoCE function that is up on a node, with its netdev's IPv4 address. Each
+node sends to its neighbour in rank order (the last to the first), from each rail to the
+neighbour's rail on the same subnet, so every link carries one stream each way, as a TP
+ring does. A rail is named
+when a full-size jumbo frame does not pass, when the burst fails, or when its rate is far
+below the rack's median (a one-path cable, a link trained low, a bad port): peers measured
+in the same run are the yardstick, as a link's nominal rate says little of what a host
+gets through it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from ipaddress import ip_interface
+
+from sparkrack.facts.onboard import NetdevFacts
+from sparkrack.facts.roce import Function
+
+FAR_BELOW = 0.5  # a rail under half the rack's median rate is named
+
+
+@dataclass(frozen=True)
+class Rail:
+    """One cabled RoCE function of a node, with its netdev's address."""
+
+    node: str
+    hca: str
+    netdev: str
+    ipv4: str  # without its prefix ('' when the netdev has none)
+    mtu: int | None
+    network: str = ""  # its subnet, e.g. 10.77.3.0/24 ('' without an address)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One burst: from src's rail to the same rail of its neighbour dst."""
+
+    src: Rail
+    dst: Rail
+
+    @property
+    def name(self) -> str:
+        return f"{self.src.node} -> {self.dst.node} on {self.src.netdev} ({self.src.hca})"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one burst gave."""
+
+    pair: Pair
+    jumbo: str = ""  # "ok" or why not
+    bytes: int = 0
+    seconds: float = 0.0
+    error: str = ""
+
+    @property
+    def gbit_s(self) -> float:
+        return self.bytes * 8 / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+
+def rails_of(node: str, functions: Mapping[str, Function],
+             links: Mapping[str, NetdevFacts]) -> list[Rail]:
+    """The node's rails: its functions that are up, each netdev with its address."""
+    rails = []
+    for function in functions.values():
+        if not function.up:
+            continue
+        for netdev in function.netdevs:
+            link = links.get(netdev, NetdevFacts())
+            network = str(ip_interface(link.ipv4).network) if link.ipv4 else ""
+            rails.append(Rail(node, function.name, netdev, link.ipv4.split("/")[0], link.mtu,
+                              network))
+    return sorted(rails, key=lambda r: (r.hca.startswith("roceP"), r.hca))
+
+
+def pairs(order: Sequence[str], rails: Mapping[str, list[Rail]]) -> tuple[list[Pair], list[str]]:
+    """Each node to its neighbour in order, rail to the neighbour's rail on the same subnet
+    (a node cabled on the other port still reaches its peers through the switch); and what
+    cannot be measured (a node with no rail up, a rail without an address or without a
+    peer on its subnet)."""
+    found, problems = [], []
+    for index, node in enumerate(order):
+        mine = rails.get(node, [])
+        if not mine:
+            problems.append(f"{node}: no RoCE function is up (no cable?)")
+            continue
+        if len(order) < 2:
+            continue
+        neighbour = order[(index + 1) % len(order)]
+        theirs = {r.network: r for r in rails.get(neighbour, []) if r.network}
+        for rail in mine:
+            other = theirs.get(rail.network)
+            if not rail.ipv4:
+                problems.append(f"{node}: {rail.netdev} ({rail.hca}) is up without an IPv4 "
+                                "address")
+            elif other is None:
+                problems.append(f"{node}: {rail.netdev} ({rail.hca}, {rail.ipv4}) has no peer "
+                                f"on {neighbour} in {rail.network}")
+            else:
+                found.append(Pair(rail, other))
+    return found, problems
+
+
+def judge(measured: Sequence[Measured]) -> list[str]:
+    """One line per rail that failed its jumbo frame or burst or ran far below the median."""
+    problems = []
+    for m in measured:
+        if m.error:
+            problems.append(f"{m.pair.name}: {m.error}")
+        elif m.jumbo != "ok":
+            problems.append(f"{m.pair.name}: a 9000-byte frame did not pass: {m.jumbo}")
+    rates = [m.gbit_s for m in measured if not m.error and m.seconds > 0]
+    if len(rates) < 2:
+        return problems
+    median = statistics.median(rates)
+    slow = [m for m in measured if not m.error and m.seconds > 0 and m.gbit_s < FAR_BELOW * median]
+    for m in slow:
+        problems.append(f"{m.pair.name}: {m.gbit_s:.2f} Gbit/s, far below the rack's median "
+                        f"{median:.2f} Gbit/s{_common(m, slow)}")
+    return problems
+
+
+def _common(m: Measured, slow: Sequence[Measured]) -> str:
+    """', probably NODE's RAIL' when the slow bursts of this rail share one node."""
+    same = [s for s in slow if s.pair.src.netdev == m.pair.src.netdev]
+    if len(same) < 2:
+        return ""
+    nodes = set.intersection(*({s.pair.src.node, s.pair.dst.node} for s in same))
+    if len(nodes) != 1:
+        return ""
+    return f" (probably {nodes.pop()}'s {m.pair.src.netdev}: every slow burst on it touches it)"

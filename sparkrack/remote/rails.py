@@ -1,0 +1,180 @@
+"""The fabric check's node side (sparkrack/fabric/): a full-size jumbo frame and a short
+burst between neighbours on each rail. stdin: the run's token (line 1), never argv.
+
+    rails serve HOLD PORT ADDR...    on each ADDR: a UDP echo (datagrams that start with
+        the token come back whole) and a TCP sink that counts what one token-greeted
+        stream sends; prints {addr: {"bytes": n, "seconds": s}} after HOLD s or once
+        every sink has had its stream
+    rails send SECONDS PORT SRC DST...  for each SRC DST pair: one full-size jumbo frame
+        (8972 bytes of UDP payload, don't fragment) from SRC to DST and back, then a TCP
+        stream from SRC to DST for SECONDS; prints {src: {"jumbo": "ok" | why,
+        "bytes": n, "seconds": s, "error": ""}}
+"""
+
+import json
+import selectors
+import socket
+import sys
+import time
+
+JUMBO_PAYLOAD = 8972  # a 9000-byte IP packet: 20 bytes of IPv4 header, 8 of UDP
+CHUNK = 1 << 18
+WAIT = 5.0  # how long a sender waits for its neighbour's listener
+_IP_MTU_DISCOVER, _IP_PMTUDISC_DO = 10, 2
+
+
+def serve(token, hold, port, *addrs):
+    end = time.monotonic() + float(hold)
+    sel = selectors.DefaultSelector()
+    report = {addr: {"bytes": 0, "seconds": 0.0, "error": ""} for addr in addrs}
+    done = set()
+    for addr in addrs:
+        try:
+            udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            udp.setsockopt(socket.IPPROTO_IP, _IP_MTU_DISCOVER, _IP_PMTUDISC_DO)
+            udp.bind((addr, int(port)))
+            tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            tcp.bind((addr, int(port)))
+            tcp.listen(4)
+        except OSError as error:
+            report[addr]["error"] = "%s:%s: %s" % (addr, port, error.strerror or error)
+            done.add(addr)
+            continue
+        udp.setblocking(False)
+        tcp.setblocking(False)
+        sel.register(udp, selectors.EVENT_READ, ("udp", addr))
+        sel.register(tcp, selectors.EVENT_READ, ("tcp", addr))
+    streams = {}
+    while len(done) < len(addrs) and time.monotonic() < end:
+        for key, _ in sel.select(timeout=max(0.05, end - time.monotonic())):
+            kind, addr = key.data
+            if kind == "udp":
+                try:
+                    data, peer = key.fileobj.recvfrom(65536)
+                except OSError:
+                    continue
+                if data.startswith(token):
+                    try:
+                        key.fileobj.sendto(data, peer)
+                    except OSError as error:
+                        report[addr]["error"] = "echo: %s" % (error.strerror or error)
+            elif kind == "tcp":
+                try:
+                    conn, _ = key.fileobj.accept()
+                except OSError:
+                    continue
+                conn.settimeout(2)
+                try:
+                    greeting = conn.recv(len(token))
+                except OSError:
+                    greeting = b""
+                if greeting != token:
+                    conn.close()
+                    continue
+                conn.setblocking(False)
+                streams[conn] = [addr, 0, time.monotonic()]
+                sel.register(conn, selectors.EVENT_READ, ("stream", addr))
+            else:
+                entry = streams[key.fileobj]
+                try:
+                    data = key.fileobj.recv(CHUNK)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if data:
+                    entry[1] += len(data)
+                    continue
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+                report[addr]["bytes"] = entry[1]
+                report[addr]["seconds"] = round(time.monotonic() - entry[2], 3)
+                done.add(addr)
+    return report
+
+
+def _jumbo(token, src, dst, port):
+    payload = token + b"j" * (JUMBO_PAYLOAD - len(token))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.IPPROTO_IP, _IP_MTU_DISCOVER, _IP_PMTUDISC_DO)
+        sock.bind((src, 0))
+        sock.settimeout(0.5)
+        why = "no echo of a %d-byte datagram within %g s (a smaller MTU on the way?)" % (
+            JUMBO_PAYLOAD, WAIT)
+        end = time.monotonic() + WAIT  # the listener may still be starting
+        while time.monotonic() < end:
+            try:
+                sock.sendto(payload, (dst, int(port)))
+                data, _ = sock.recvfrom(65536)
+            except socket.timeout:
+                continue
+            except OSError as error:
+                return "%s sending %d bytes (the path's MTU is below 9000)" % (
+                    error.strerror or error, JUMBO_PAYLOAD)
+            if data == payload:
+                return "ok"
+        return why
+
+
+def _connect(src, dst, port):
+    """A TCP connection from src to dst:port, retried while the listener is starting."""
+    end = time.monotonic() + WAIT
+    while True:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.settimeout(WAIT)
+        try:
+            sock.bind((src, 0))
+            sock.connect((dst, int(port)))
+            return sock
+        except ConnectionRefusedError:
+            sock.close()
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.1)
+        except OSError:
+            sock.close()
+            raise
+
+
+def _stream(token, src, dst, port, seconds):
+    """Send zeros from src to dst for seconds; (bytes, seconds) once the sink has them."""
+    block = b"\0" * CHUNK
+    with _connect(src, dst, port) as sock:
+        sock.sendall(token)
+        sent, started = 0, time.monotonic()
+        end = started + float(seconds)
+        while time.monotonic() < end:
+            sock.sendall(block)
+            sent += len(block)
+        sock.shutdown(socket.SHUT_WR)
+        sock.recv(1)  # the sink closes once it has counted everything
+    return sent, round(time.monotonic() - started, 3)
+
+
+def send(token, seconds, port, *pairs):
+    report = {}
+    for src, dst in zip(pairs[0::2], pairs[1::2]):
+        entry = {"dst": dst, "jumbo": "", "bytes": 0, "seconds": 0.0, "error": ""}
+        report[src] = entry
+        try:
+            entry["jumbo"] = _jumbo(token, src, dst, port)
+            entry["bytes"], entry["seconds"] = _stream(token, src, dst, port, seconds)
+        except OSError as error:
+            entry["error"] = "%s -> %s: %s" % (src, dst, error.strerror or error)
+    return report
+
+
+def main(argv):
+    verb, args = argv[0], argv[1:]
+    token = sys.stdin.readline().strip().encode()
+    if verb == "serve":
+        print(json.dumps(serve(token, *args)))
+        return 0
+    report = send(token, *args)
+    print(json.dumps(report))
+    return 1 if any(entry["error"] for entry in report.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,103 @@
+"""The fabric check's pairs and verdicts (pure)."""
+
+from sparkrack.fabric.rails import Measured, Pair, Rail, judge, pairs, rails_of
+from sparkrack.facts.onboard import NetdevFacts
+from sparkrack.facts.roce import Function
+
+NODES = [f"spark-0{i}" for i in range(1, 5)]
+
+
+def rails(node: str, index: int, port: int = 0) -> list[Rail]:
+    """A node cabled on port (both paths): path a on 10.77.3.0/24, path b on 10.77.4.0/24."""
+    functions = {
+        f"rocep1s0f{port}": Function(f"rocep1s0f{port}", (f"enp1s0f{port}np{port}",), "4: ACTIVE"),
+        f"roceP2p1s0f{port}": Function(f"roceP2p1s0f{port}", (f"enP2p1s0f{port}np{port}",),
+                                       "4: ACTIVE"),
+        f"rocep1s0f{1 - port}": Function(f"rocep1s0f{1 - port}", (f"enp1s0f{1 - port}np{1 - port}",),
+                                         "1: DOWN")}
+    links = {f"enp1s0f{port}np{port}": NetdevFacts(9000, "up", f"10.77.3.{index}/24"),
+             f"enP2p1s0f{port}np{port}": NetdevFacts(9000, "up", f"10.77.4.{index}/24")}
+    return rails_of(node, functions, links)
+
+
+def test_each_node_sends_to_its_neighbour_on_every_rail_the_last_to_the_first():
+    found, problems = pairs(NODES, {n: rails(n, 11 + i) for i, n in enumerate(NODES)})
+    assert problems == []
+    assert [(p.src.node, p.dst.node, p.src.netdev) for p in found[:2]] == [
+        ("spark-01", "spark-02", "enp1s0f0np0"), ("spark-01", "spark-02", "enP2p1s0f0np0")]
+    assert (found[-1].src.node, found[-1].dst.node) == ("spark-04", "spark-01")
+    assert len(found) == 8 and found[0].dst.ipv4 == "10.77.3.12"
+
+
+def test_a_node_on_the_other_port_pairs_by_subnet_and_a_missing_peer_is_named():
+    by_node = {n: rails(n, 11 + i) for i, n in enumerate(NODES)}
+    by_node["spark-03"] = rails("spark-03", 13, port=1)
+    found, problems = pairs(NODES, by_node)
+    assert problems == [] and any(
+        (p.src.netdev, p.dst.netdev) == ("enp1s0f0np0", "enp1s0f1np1") for p in found)
+    by_node["spark-03"] = rails("spark-03", 13)[:1]  # one path only
+    _, problems = pairs(NODES, by_node)
+    assert problems == ["spark-02: enP2p1s0f0np0 (roceP2p1s0f0, 10.77.4.12) has no peer on "
+                        "spark-03 in 10.77.4.0/24"]
+    by_node["spark-03"] = []
+    _, problems = pairs(NODES, by_node)
+    assert "spark-03: no RoCE function is up (no cable?)" in problems
+
+
+def measured(found, slow=(), jumbo=None):
+    return [Measured(p, (jumbo or {}).get(p.src.node, "ok"),
+                     (100_000_000 if (p.src.node, p.dst.node) in slow else 1_000_000_000), 1.0)
+            for p in found]
+
+
+def test_a_rail_far_below_the_racks_median_is_named_with_the_node_it_shares():
+    found, _ = pairs(NODES, {n: rails(n, 11 + i) for i, n in enumerate(NODES)})
+    path_b = [p for p in found if p.src.netdev == "enP2p1s0f0np0"]
+    results = measured(path_b, slow={("spark-01", "spark-02"), ("spark-02", "spark-03")})
+    results += measured([p for p in found if p not in path_b])
+    problems = judge(results)
+    assert len(problems) == 2
+    assert problems[0] == (
+        "spark-01 -> spark-02 on enP2p1s0f0np0 (roceP2p1s0f0): 0.80 Gbit/s, far below the "
+        "rack's median 8.00 Gbit/s (probably spark-02's enP2p1s0f0np0: every slow burst on "
+        "it touches it)")
+    assert judge(measured(found)) == []
+
+
+def test_a_dropped_jumbo_frame_and_a_failed_burst_are_named():
+    found, _ = pairs(NODES, {n: rails(n, 11 + i) for i, n in enumerate(NODES)})
+    results = measured(found, jumbo={"spark-03": "Message too long sending 8972 bytes"})
+    results[0] = Measured(found[0], error="10.77.3.11 -> 10.77.3.12: Connection refused")
+    problems = judge(results)
+    assert problems[0] == ("spark-01 -> spark-02 on enp1s0f0np0 (rocep1s0f0): 10.77.3.11 -> "
+                           "10.77.3.12: Connection refused")
+    assert ("spark-03 -> spark-04 on enp1s0f0np0 (rocep1s0f0): a 9000-byte frame did not "
+            "pass: Message too long sending 8972 bytes") in problems
+    assert isinstance(found[0], Pair)
+
+
+def test_the_node_script_echoes_a_jumbo_frame_and_counts_a_burst_on_loopback():
+    """remote/rails.py as the nodes run it: serve on one address, send to it."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from sparkrack import remote
+
+    with socket.socket() as probe:  # a free port on loopback
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    token = b"t0ken\n"
+    server = subprocess.Popen(remote.argv(sys.executable, "rails", "serve", "20", port,
+                                          "127.0.0.1"), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=False)
+    server.stdin.write(token)
+    server.stdin.flush()
+    sent = subprocess.run(remote.argv(sys.executable, "rails", "send", "0.3", port,
+                                      "127.0.0.1", "127.0.0.1"), input=token,
+                          capture_output=True, timeout=30)
+    heard = json.loads(server.communicate(timeout=30)[0])  # closes its stdin
+    report = json.loads(sent.stdout)["127.0.0.1"]
+    assert sent.returncode == 0 and report["jumbo"] == "ok" and report["error"] == ""
+    assert report["bytes"] > 0 and heard["127.0.0.1"]["bytes"] == report["bytes"]

@@ -172,12 +172,15 @@ def test_a_node_cabled_on_the_other_port_is_refused_until_its_host_vars_say_so(c
                            node_env=rack_view(recabled, "sglang").envs)
         with Fleet(recabled) as fleet:
             envs = {spec.node: container_env(fleet, spec) for spec in plan}
+            args = fleet.docker_client("spark-04").containers.get(
+                plan[3].container_name).attrs["Args"]
     finally:
         lifecycle.down(recabled)
     assert [envs["spark-04"][k] for k in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "SGLANG_HOST_IP")
             ] == ["rocep1s0f1,roceP2p1s0f1", "enp1s0f1np1", "10.77.3.14"]
     assert [envs["spark-05"][k] for k in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "SGLANG_HOST_IP")
             ] == ["rocep1s0f0,roceP2p1s0f0", "enp1s0f0np0", "10.77.3.15"]
+    assert args[args.index("--dist-init-addr") + 1] == "10.77.3.11:20000"  # the fabric
 
 
 def test_a_node_booted_on_a_known_bad_kernel_is_refused_by_the_rules(clean, rack):

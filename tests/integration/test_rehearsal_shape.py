@@ -63,13 +63,15 @@ def test_the_fabric_is_not_reachable_from_the_management_network(inventory):
             sock.connect(("10.77.3.12", 22))
 
 
-def test_recabling_to_port_1_moves_the_links_and_is_kept_across_a_power_cycle(rack, inventory):
+def test_recabling_to_port_1_moves_the_links_and_is_kept_across_a_power_cycle(rack, inventory,
+                                                                            extra_key_line):
     rack.cable("spark-04", Cabling(port=1, paths="one"))
     try:
         lines = on(inventory, "spark-04", ["ibdev2netdev"]).splitlines()
         rack.poweroff("spark-04")
         rack.poweron("spark-04")
         again = on(inventory, "spark-04", ["ibdev2netdev"]).splitlines()
+        keys = on(inventory, "spark-04", ["cat", "/etc/ssh/sparkrack_authorized_keys"])
         cabling = next(s for s in rack.status() if s.name == "spark-04").cabling
     finally:
         rack.cable("spark-04", Cabling())
@@ -77,6 +79,21 @@ def test_recabling_to_port_1_moves_the_links_and_is_kept_across_a_power_cycle(ra
         "roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Down)", "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Down)",
         "rocep1s0f0 port 1 ==> enp1s0f0np0 (Down)", "rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)"]
     assert cabling == "port 1, one path"
+    assert MARK in keys  # what the disk held before the power cycle is still there
+
+
+MARK = "sparkrack-rehearsal-test-disk-keeps-this"
+
+
+@pytest.fixture
+def extra_key_line(inventory):
+    """A line added to spark-04's authorized-keys file (as the watchdog's key is), taken
+    out again afterwards."""
+    path = "/etc/ssh/sparkrack_authorized_keys"
+    line = f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeFakeFakeFakeFakeFakeFakeFakeFakeFakeFa {MARK}"
+    on(inventory, "spark-04", ["sh", "-c", 'printf "%s\\n" "$1" >> "$2"', "sh", line, path])
+    yield
+    on(inventory, "spark-04", ["sed", "-i", f"/{MARK}/d", path])
     done = subprocess.run([sys.executable, "-m", "invoke", "rehearsal.cable", "spark-04",
                            "--port", "2"], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "Traceback" not in done.stderr
@@ -142,3 +159,10 @@ def test_the_fabric_check_passes_jumbo_frames_and_names_a_rail_trained_low(rack,
     assert any(p.startswith("spark-01 -> spark-02 on enp1s0f0np0 (rocep1s0f0)") for p in named)
     assert all("probably spark-02's" in p for p in named), named
     assert done.returncode == 1 and "PROBLEM: spark-01 -> spark-02 on" in done.stdout
+    rack.cable("spark-02", Cabling(paths="one"))  # not an approved QSFP112: one path up
+    try:
+        one_path = check_fabric(inventory, seconds=0.2)
+    finally:
+        rack.cable("spark-02", Cabling())
+    assert ("spark-01: enP2p1s0f0np0 (roceP2p1s0f0, 10.77.4.11) has no peer on spark-02 in "
+            "10.77.4.0/24") in one_path.problems, one_path.problems

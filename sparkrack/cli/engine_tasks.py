@@ -118,6 +118,8 @@ ENGINE_HELP = {"engine": "sglang or vllm", "profile": f"profile name (default: {
                "override_power": "start even if the power projection exceeds the strip; "
                                  "give the reason (it is recorded with the deployment)",
                "json": "print the deployment record (with its phase times) as JSON",
+               "fabric_check": "also gate on `fabric.check`: a 9000-byte frame and a burst on "
+                               "every rail",
                **WAIT_HELP}
 
 
@@ -131,7 +133,7 @@ def _progress(waiting):
 @task(help=ENGINE_HELP)
 @rack_task()
 def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None,
-       json=False):
+       json=False, fabric_check=False):
     """Start a TP8 engine: gates, workers then rank 0, readiness, smoke request.
 
     Gates: reachable, env files, no other engine, rules, image ID, weights, memory, clock cap
@@ -140,11 +142,11 @@ def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overrid
     from ..lifecycle import engine as lifecycle
 
     start_lane(lifecycle.up, "up: {deployment} serving at {url}", engine, profile, inventory,
-               timeout, override_power, json)
+               timeout, override_power, json, fabric_check)
 
 
 def start_lane(start, said: str, engine, profile, inventory, timeout, override_power,
-               as_json: bool) -> None:
+               as_json: bool, fabric_check: bool = False) -> None:
     """up or roll (start: lifecycle.up or .roll) with a progress display; then the record
     as JSON on stdout, or said (with {deployment} and {url}) and the phase times."""
     from dataclasses import asdict
@@ -156,7 +158,7 @@ def start_lane(start, said: str, engine, profile, inventory, timeout, override_p
         deployment = start(rack, engine, profile, burn=run_burn,
                            timeout=float(timeout) if timeout else None,
                            override_power=override_power, on_progress=_progress(waiting),
-                           on_event=console.say)
+                           on_event=console.say, fabric_check=bool(fabric_check))
     url = f"http://{rack.head.address}:{build_specs(rack, engine, profile)[0].ports['http']}/v1"
     if as_json:
         console.print_json({**asdict(deployment), "url": url})
@@ -193,7 +195,7 @@ def down(c, inventory=None, timeout=None):
 @task(help=ENGINE_HELP)
 @rack_task()
 def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None,
-         json=False):
+         json=False, fabric_check=False):
     """Switch lanes safely; on failure bring the last known-good deployment back.
 
     The new deployment is gated while the old one serves; then the old stops in order, the
@@ -201,7 +203,7 @@ def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overr
     from ..lifecycle import engine as lifecycle
 
     start_lane(lifecycle.roll, "rolled to {deployment}", engine, profile, inventory, timeout,
-               override_power, json)
+               override_power, json, fabric_check)
 
 
 @task(help={"inventory": INVENTORY_HELP, "duration": "stop watching after this many seconds",

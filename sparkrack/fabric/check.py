@@ -48,17 +48,20 @@ class FabricReport:
                            "error": m.error} for m in self.measured]}
 
 
-def check_fabric(inventory: Inventory, *, seconds: float = 1.0,
-                 port: int = RAIL_PORT) -> FabricReport:
-    """Measure every rail of the inventory's nodes (see the module doc)."""
+def check_fabric(inventory: Inventory, *, seconds: float = 1.0, port: int = RAIL_PORT,
+                 fleet: Fleet | None = None) -> FabricReport:
+    """Measure every rail of the inventory's nodes (see the module doc); over fleet when
+    given (the gates' own), else over a fleet of its own."""
+    if fleet is None:
+        with Fleet(inventory) as own:
+            return check_fabric(inventory, seconds=seconds, port=port, fleet=own)
     report = FabricReport()
     nodes = list(inventory.nodes)
-    with Fleet(inventory, nodes) as fleet:
-        report.rails = _rails(fleet, nodes, report.problems)
-        found, unmeasured = pairs([n.name for n in nodes], report.rails)
-        report.problems += unmeasured
-        if found:
-            report.measured = _bursts(fleet, found, seconds, port, report.problems)
+    report.rails = _rails(fleet, nodes, report.problems)
+    found, unmeasured = pairs([n.name for n in nodes], report.rails)
+    report.problems += unmeasured
+    if found:
+        report.measured = _bursts(fleet, found, seconds, port, report.problems)
     report.problems += judge(report.measured)
     return report
 

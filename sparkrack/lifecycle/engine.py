@@ -138,7 +138,8 @@ def mark_failed(fleet: Fleet, inventory: Inventory, deployment: Deployment, why:
 
 def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeout=None,
        override_power: str | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
-       on_event: Callable[[str], None] = lambda e: None) -> Deployment:
+       on_event: Callable[[str], None] = lambda e: None, fabric_check: bool = False
+       ) -> Deployment:
     """Gate, start, wait, smoke-test. Refused or StartFailed on failure (nothing left running).
 
     While the burn gate runs, an earlier failed start's leftovers are removed and the
@@ -157,7 +158,7 @@ def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeo
 
         pre = gated(fleet, inventory, engine, profile, burn, what=f"{engine} {profile}",
                     on_event=on_event, override_power=override_power, phases=phases,
-                    meanwhile=get_ready)
+                    fabric_check=fabric_check, meanwhile=get_ready)
         if failed:
             mark_failed(fleet, inventory, deployment_of(pre.specs, pre), failed[0].line(),
                         on_event)
@@ -185,7 +186,8 @@ def down(inventory: Inventory, *, timeout: int | None = None,
 
 def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeout=None,
          override_power: str | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
-         on_event: Callable[[str], None] = lambda e: None) -> Deployment:
+         on_event: Callable[[str], None] = lambda e: None, fabric_check: bool = False
+         ) -> Deployment:
     """Switch lanes; on failure restore the last known-good deployment and raise RollFailed."""
     phases = Phases()
     with Fleet(inventory) as fleet:
@@ -193,7 +195,7 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
         pre = preflight(fleet, inventory, engine, profile,
                         deployment_id=new_deployment_id(engine, profile), burn=burn,
                         replacing=replacing, override_power=override_power, keep_verified=True,
-                        phases=phases)
+                        phases=phases, fabric_check=fabric_check)
         refuse_on(pre, f"roll to {engine} {profile}", on_event)
         specs = pre.specs
         current = pre.records.get("current")

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from ..fabric import check_fabric
 from ..engines import LaunchSpec, build_specs, load_engine
 from ..facts import node as node_facts
 from ..facts import records as record_facts
@@ -89,7 +90,7 @@ def flag_value(spec: LaunchSpec, flag: str) -> str | None:
 def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
               deployment_id: str, burn: Callable, replacing: str | None = None,
               override_power: str | None = None, keep_verified: bool = False,
-              phases: Phases | None = None,
+              phases: Phases | None = None, fabric_check: bool = False,
               meanwhile: Callable[[Preflight], None] | None = None) -> Preflight:
     """Run every gate for starting engine's profile; report.specs are the launch specs,
     built from the env files each node has (the inventory's view if they are not right:
@@ -97,12 +98,20 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
     (its containers do not count as "another engine", and memory is judged after it
     stopped). The burn runs only when every cheap gate passed; with keep_verified, only on
     the nodes not verified this boot. meanwhile(report), if given, runs while the burn does
-    (it must not touch a GPU: `up` creates its containers there). Phases: "gates", "burn"."""
+    (it must not touch a GPU: `up` creates its containers there). fabric_check: measure
+    every rail first (sparkrack/fabric). Phases: "gates", "fabric", "burn"."""
     phases = phases or Phases()
     with phases.timed("gates"):
         report = cheap_gates(fleet, inventory, engine, profile, deployment_id, replacing)
     if report.blocking:
         return report  # refused on a cheap gate: no burn
+    if fabric_check:
+        with phases.timed("fabric"):
+            fabric = check_fabric(inventory, fleet=fleet)
+        report.add("fabric", fabric.problems, f"{len(fabric.measured)} rails pass a 9000-byte "
+                   "frame and a burst")
+        if report.blocking:
+            return report
 
     verified = verified_this_boot(report.facts) if keep_verified else []
     to_burn = [node for node in fleet.nodes if node.name not in verified]

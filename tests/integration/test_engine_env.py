@@ -40,7 +40,8 @@ def clean(engine_rack, rack):
     yield engine_rack
     lifecycle.down(engine_rack)
     rack.renumber_gid("spark-05", None)
-    rack.cable("spark-04", Cabling())
+    for node in ("spark-02", "spark-04"):
+        rack.cable(node, Cabling())
     for node in ("spark-03", "spark-05"):
         rack.hca_down(node, "roceP2p1s0f0", down=False)
     assert provision(engine_rack, roles="nccl_env,engine_env").exit_code == 0
@@ -195,3 +196,17 @@ def test_a_node_booted_on_a_known_bad_kernel_is_refused_by_the_rules(clean, rack
     assert "HOST-KERNEL: a node runs a host kernel known to be bad for this workload" in message
     assert "spark-06" in message.split("HOST-KERNEL")[1].split("\n")[0], message
     assert engines_running(clean) == []
+
+
+def test_up_with_the_fabric_check_refuses_a_rail_trained_low_and_starts_on_a_fit_fabric(clean,
+                                                                                       rack):
+    rack.cable("spark-02", Cabling(rate_mbit=50))
+    with pytest.raises(lifecycle.Refused) as refused:
+        lifecycle.up(clean, "vllm", "512k", burn=quick_burn, fabric_check=True)
+    message = str(refused.value)
+    assert "fabric: spark-01 -> spark-02 on enp1s0f0np0 (rocep1s0f0): " in message, message
+    assert "probably spark-02's enp1s0f0np0" in message
+    assert engines_running(clean) == []
+    rack.cable("spark-02", Cabling())
+    deployment = lifecycle.up(clean, "vllm", "512k", burn=quick_burn, fabric_check=True)
+    assert deployment.phases["fabric"] > 0

@@ -13,7 +13,10 @@ In the same run:
 2. one copy over one link: the same stage to spark-02 alone, and `scp -r` to spark-02;
 3. seven `scp -r` at once from this machine (one per node), then `sha256sum -c` on every
    node (staging verifies as it writes; scp does not);
-4. the stage again with everything present (the nodes' hash cache: nothing read back).
+4. the stage again with everything present (the nodes' hash cache: nothing read back);
+5. over the fabric alone (roce_addr, node to node): from spark-02's copy, the chain to
+   spark-03..08 against one direct copy to spark-03 (the goal on a real rack: the chain
+   within 1.5x of one link).
 
 On this machine every "node" shares the same CPUs, page cache and disk, and the "links"
 are veths of one bridge: the figures compare what the methods cost this machine (bytes
@@ -48,6 +51,7 @@ from sparkrack.transfer.weights import Source, stage
 
 STAGE_DIR = "/models/sparkrack-bench-weights"
 SCP_DIR = "/models/sparkrack-bench-scp"
+FABRIC_DIR = "/models/sparkrack-bench-fabric"
 
 
 def make_model(root: Path, files: int, size: int) -> None:
@@ -96,12 +100,12 @@ def main() -> None:
         return f"{mib * copies / seconds:.0f} MiB/s delivered"
 
     with Fleet(inventory, targets) as fleet:
-        def clean() -> None:
-            fleet.run(["sh", "-c", 'rm -rf "$0" "$1" /var/lib/sparkrack/stage-verified.json',
-                       STAGE_DIR, SCP_DIR], timeout=600).raise_for_failures()
+        def clean(*dirs: str) -> None:
+            fleet.run(["sh", "-c", 'rm -rf "$@" /var/lib/sparkrack/stage-verified.json', "sh",
+                       *(dirs or (STAGE_DIR, SCP_DIR))], timeout=600).raise_for_failures()
 
-        def staged(nodes):
-            report = stage(fleet, Source(str(source)), nodes, STAGE_DIR)
+        def staged(nodes, origin=None, into=STAGE_DIR):
+            report = stage(fleet, origin or Source(str(source)), nodes, into)
             if not report.verified:
                 raise SystemExit(f"stage failed: {report.errors}")
             return report
@@ -119,6 +123,12 @@ def main() -> None:
             figures["chain7"], seven = timed(lambda: staged(targets))
             figures["rerun"], again = timed(lambda: staged(targets))
             assert again.bytes_sent == 0 and not again.copied
+            on_node = Source(STAGE_DIR, targets[0])  # spark-02's copy: node to node only
+            clean(FABRIC_DIR)
+            figures["fabric6"], _ = timed(lambda: staged(targets[1:], on_node, FABRIC_DIR))
+            clean(FABRIC_DIR)
+            figures["fabric1"], _ = timed(lambda: staged(targets[1:2], on_node, FABRIC_DIR))
+            clean(FABRIC_DIR)
             clean()
             figures["chain1"], _ = timed(lambda: staged(one))
             clean()
@@ -139,7 +149,7 @@ def main() -> None:
                 timeout=3600))
             checked.raise_for_failures()
         finally:
-            clean()
+            clean(STAGE_DIR, SCP_DIR, FABRIC_DIR)
             shutil.rmtree(work, ignore_errors=True)
     sent7 = seven.bytes_sent / 2**20
     print(f"to {len(targets)} nodes ({', '.join(n.name for n in targets)}):")
@@ -156,6 +166,13 @@ def main() -> None:
     print(f"  scp                      {figures['scp1']:6.2f} s  ({rate(figures['scp1'])})")
     print(f"  chain to 7 / stage to 1 = {figures['chain7'] / figures['chain1']:.2f} "
           "(1.0 would be the pipelining's ideal)")
+    hops = ", ".join(n.name for n in targets[1:])
+    print(f"over the fabric (roce_addr), from {targets[0].name}'s copy:")
+    print(f"  chain to {hops}  {figures['fabric6']:6.2f} s  ({rate(figures['fabric6'], 6)})")
+    print(f"  one direct copy to {targets[1].name}  {figures['fabric1']:6.2f} s  "
+          f"({rate(figures['fabric1'])})")
+    print(f"  chain to 6 / one copy = {figures['fabric6'] / figures['fabric1']:.2f} "
+          "(goal on a real rack: within 1.5)")
     print(f"everything present on the 7: stage again {figures['rerun']:.2f} s "
           f"(hash cache: {sum(n.hashed_bytes for n in again.nodes.values())} bytes read back)")
 

@@ -207,7 +207,7 @@ def test_a_copy_cut_mid_way_resumes(weights, inventory, rack):
     # the nodes after the cut got a second chain; the others finished the first
     assert report["chains"] == 2
     assert {n for n, s in report["nodes"].items() if s["state"] == "copied"} == {
-        n.name for n in inventory.nodes} - {"spark-05"}
+        n.name for n in inventory.nodes} - {"spark-05"}, report["nodes"]
     assert time.monotonic() - cut < 200
     assert bytes_on(inventory, "spark-05") >= 60 << 20  # what it received stays
     deadline = time.monotonic() + 120

@@ -3,6 +3,12 @@
 paramiko waits without limit in places (the reply to an exec request, a read from a peer
 that stopped answering). A watchdog timer closes the channel at the deadline, which wakes
 every one of those waits; the caller then learns that the deadline passed.
+
+paramiko can send a channel's EOF after its CLOSE when the command ends while our thread
+shuts its stdin (paramiko issues #1115, #1705): OpenSSH's sshd then drops the whole
+connection ("ieof packet referred to nonexistent channel"), and with it every command
+running beside on that node. So a command without stdin reads /dev/null and we never send
+its EOF; with stdin, the EOF is not sent once the command has ended.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ def execute(channel: paramiko.Channel, command: str, stdin: bytes | Iterable[byt
     try:
         with deadline(timeout, partial(close_quietly, channel)) as fired:
             try:
-                channel.exec_command(command)
+                channel.exec_command(command if stdin is not None else f"{command} </dev/null")
             except paramiko.SSHException:
                 if not fired.is_set():
                     raise  # the node refused the exec request
@@ -77,10 +83,12 @@ def close_quietly(channel: paramiko.Channel) -> None:
 
 def _exchange(channel: paramiko.Channel,
               stdin: bytes | Iterable[bytes] | None) -> tuple[bytes, bytes]:
-    """Send stdin (then EOF) while reading stdout and stderr until the remote ends them."""
+    """Send stdin, if any, then EOF while reading stdout and stderr until the remote ends
+    them."""
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="fleet-io") as pool:
         stderr = pool.submit(_read_all, channel.recv_stderr)
-        pool.submit(_feed, channel, stdin)
+        if stdin is not None:
+            pool.submit(_feed, channel, stdin)
         stdout = _read_all(channel.recv)
         return stdout, stderr.result()
 
@@ -93,13 +101,14 @@ def _read_all(recv: Callable[[int], bytes]) -> bytes:
     return b"".join(chunks)
 
 
-def _feed(channel: paramiko.Channel, data: bytes | Iterable[bytes] | None) -> None:
+def _feed(channel: paramiko.Channel, data: bytes | Iterable[bytes]) -> None:
     """Write data (or each chunk of it) to the command's stdin and close it; a command may
-    exit without reading."""
+    exit without reading (then no EOF follows: see the module doc)."""
     try:
-        for chunk in [data] if isinstance(data, bytes) else data or ():
+        for chunk in [data] if isinstance(data, bytes) else data:
             if chunk:
                 channel.sendall(chunk)
-        channel.shutdown_write()
+        if not (channel.closed or channel.exit_status_ready()):
+            channel.shutdown_write()
     except OSError:
         pass  # the channel closed first (the command exited or the deadline passed)

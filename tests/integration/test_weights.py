@@ -110,7 +110,7 @@ def test_stage_to_eight_nodes_then_a_rerun_skips_everything(weights, inventory):
     run, _, _, source = weights
     total = sum(p.stat().st_size for p in source.rglob("*") if p.is_file())
     done, report = stage_json(run, "--source", str(source))
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, (report["nodes"], done.stderr)
     assert {n: s["state"] for n, s in report["nodes"].items()} == {
         n.name: "copied" for n in inventory.nodes}
     assert report["manifest_made"] and report["chains"] == 1 and report["files"] == 10

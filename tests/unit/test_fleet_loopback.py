@@ -12,6 +12,7 @@ import signal
 import socket
 import time
 from pathlib import Path
+from threading import Thread
 
 import paramiko
 import pytest
@@ -52,6 +53,23 @@ def test_stdin_reaches_the_command_and_connections_stay_warm(sshd: Sshd):
         assert fleet._connections["spark-01"] is connection
     assert first["spark-01"].stdout == "\x00binary\ufffddata"
     assert second.all_ok
+
+
+def test_a_command_without_stdin_reads_dev_null_and_short_ones_keep_the_connection(sshd: Sshd):
+    """No EOF is sent for a command without stdin (it reads /dev/null): paramiko can send an
+    EOF after the CLOSE of a command that just ended, and sshd then drops the connection
+    with every command on it. Short commands end beside a long one; the long one lives."""
+    with Fleet(inventory(sshd, ("spark-01",))) as fleet:
+        assert fleet.run(["readlink", "/proc/self/fd/0"])["spark-01"].stdout == "/dev/null\n"
+        assert fleet.run(["cat"], timeout=5)["spark-01"].stdout == ""
+        outcome: list = []
+        long = Thread(target=lambda: outcome.append(fleet.run(
+            ["sh", "-c", "for i in $(seq 40); do echo $i; sleep 0.05; done"], timeout=30)))
+        long.start()
+        while long.is_alive():
+            assert fleet.run(["true"], timeout=10).all_ok
+        long.join()
+    assert outcome[0]["spark-01"].stdout.split() == [str(i) for i in range(1, 41)]
 
 
 def test_secret_arguments_are_starred_in_messages(sshd: Sshd):

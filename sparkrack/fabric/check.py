@@ -22,6 +22,7 @@ from sparkrack.facts.roce import FUNCTIONS, parse_functions
 from sparkrack.fabric.rails import Measured, Pair, Rail, judge, pairs, rails_of
 from sparkrack.fleet import Fleet
 from sparkrack.fleet.results import last_json_object
+from sparkrack.remote.rails import JUMBO_WAIT, LISTENER
 from sparkrack.inventory import Inventory
 
 RAIL_PORT = 29471  # UDP echo and TCP sink of the check, on each rail's address
@@ -92,7 +93,7 @@ def _bursts(fleet: Fleet, found: list[Pair], seconds: float, port: int,
             problems: list[str]) -> list[Measured]:
     """Listen on every receiving address, send on every rail at once; what each gave."""
     token = secrets.token_hex(16).encode() + b"\n"
-    hold = seconds * len(found) + 20
+    hold = LISTENER + (seconds + JUMBO_WAIT) * len(found) + 20  # ends early once all sent
     receivers: dict[str, list[str]] = {}
     senders: dict[str, list[str]] = {}
     for pair in found:

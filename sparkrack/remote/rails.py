@@ -19,7 +19,10 @@ import time
 
 JUMBO_PAYLOAD = 8972  # a 9000-byte IP packet: 20 bytes of IPv4 header, 8 of UDP
 CHUNK = 1 << 18
-WAIT = 5.0  # how long a sender waits for its neighbour's listener
+WAIT = 5.0  # how long a stream waits for its neighbour's sink (up by then: the echo was)
+LISTENER = 30.0  # how long a sender waits for its neighbour's listener to start (its SSH
+# session opens beside ours: seconds on a busy node)
+JUMBO_WAIT = 3.0  # how long a full-size datagram may take once a small one came back
 _IP_MTU_DISCOVER, _IP_PMTUDISC_DO = 10, 2
 
 
@@ -95,26 +98,40 @@ def serve(token, hold, port, *addrs):
 
 
 def _jumbo(token, src, dst, port):
-    payload = token + b"j" * (JUMBO_PAYLOAD - len(token))
+    """"ok" once a full-size datagram came back whole, else why not. A small datagram first
+    waits (up to LISTENER) for the neighbour's listener, which starts beside us; then the
+    full-size one has JUMBO_WAIT: dropped on the way, a smaller MTU is the likely cause."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.setsockopt(socket.IPPROTO_IP, _IP_MTU_DISCOVER, _IP_PMTUDISC_DO)
         sock.bind((src, 0))
         sock.settimeout(0.5)
-        why = "no echo of a %d-byte datagram within %g s (a smaller MTU on the way?)" % (
-            JUMBO_PAYLOAD, WAIT)
-        end = time.monotonic() + WAIT  # the listener may still be starting
-        while time.monotonic() < end:
-            try:
-                sock.sendto(payload, (dst, int(port)))
-                data, _ = sock.recvfrom(65536)
-            except socket.timeout:
-                continue
-            except OSError as error:
-                return "%s sending %d bytes (the path's MTU is below 9000)" % (
-                    error.strerror or error, JUMBO_PAYLOAD)
-            if data == payload:
+        try:
+            if not _echoed(sock, token + b"s" * 36, dst, port, LISTENER):
+                return "no echo at all from %s within %g s (its listener did not start, or " \
+                    "the address is not reachable on this rail)" % (dst, LISTENER)
+        except OSError as error:
+            return "%s sending to %s" % (error.strerror or error, dst)
+        try:
+            if _echoed(sock, token + b"j" * (JUMBO_PAYLOAD - len(token)), dst, port, JUMBO_WAIT):
                 return "ok"
-        return why
+        except OSError as error:
+            return "%s sending %d bytes (the path's MTU is below 9000)" % (
+                error.strerror or error, JUMBO_PAYLOAD)
+        return "a small datagram came back, a %d-byte one did not within %g s (a smaller " \
+            "MTU on the way?)" % (JUMBO_PAYLOAD, JUMBO_WAIT)
+
+
+def _echoed(sock, payload, dst, port, seconds):
+    """Whether payload, sent to dst every 0.5 s, came back whole within seconds."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sock.sendto(payload, (dst, int(port)))
+        try:
+            if sock.recvfrom(65536)[0] == payload:
+                return True
+        except socket.timeout:
+            continue
+    return False
 
 
 def _connect(src, dst, port):

@@ -166,3 +166,22 @@ def test_the_fabric_check_passes_jumbo_frames_and_names_a_rail_trained_low(rack,
         rack.cable("spark-02", Cabling())
     assert ("spark-01: enP2p1s0f0np0 (roceP2p1s0f0, 10.77.4.11) has no peer on spark-02 in "
             "10.77.4.0/24") in one_path.problems, one_path.problems
+
+
+def test_the_fabric_check_names_a_port_left_at_mtu_1500(inventory):
+    """spark-05's port 0 path a at the default MTU: what it sends is too long at once; what
+    it should receive is dropped on the way (the small datagram before it passes)."""
+    from sparkrack.fabric import check_fabric
+
+    on(inventory, "spark-05", ["ip", "link", "set", "enp1s0f0np0", "mtu", "1500"])
+    try:
+        report = check_fabric(inventory, seconds=0.2)
+    finally:
+        on(inventory, "spark-05", ["ip", "link", "set", "enp1s0f0np0", "mtu", "9000"])
+    frames = sorted(p for p in report.problems if "9000-byte frame" in p)
+    assert frames == [
+        "spark-04 -> spark-05 on enp1s0f0np0 (rocep1s0f0): a 9000-byte frame did not pass: a "
+        "small datagram came back, a 8972-byte one did not within 3 s (a smaller MTU on the "
+        "way?)",
+        "spark-05 -> spark-06 on enp1s0f0np0 (rocep1s0f0): a 9000-byte frame did not pass: "
+        "Message too long sending 8972 bytes (the path's MTU is below 9000)"], report.problems

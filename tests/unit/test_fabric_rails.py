@@ -101,3 +101,38 @@ def test_the_node_script_echoes_a_jumbo_frame_and_counts_a_burst_on_loopback():
     report = json.loads(sent.stdout)["127.0.0.1"]
     assert sent.returncode == 0 and report["jumbo"] == "ok" and report["error"] == ""
     assert report["bytes"] > 0 and heard["127.0.0.1"]["bytes"] == report["bytes"]
+
+
+def test_a_path_that_drops_full_size_frames_is_told_from_a_missing_listener(monkeypatch):
+    """The sender's first datagram is small: it waits for the neighbour's listener. A path
+    that passes it but drops the full-size one is named as an MTU problem, and nothing
+    listening as a listener that did not start."""
+    import socket
+    import threading
+
+    from sparkrack.remote import rails as node_script
+
+    monkeypatch.setattr(node_script, "LISTENER", 1.0)
+    monkeypatch.setattr(node_script, "JUMBO_WAIT", 1.0)
+    token = b"t0ken\n"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as switch:  # echoes up to 1500 bytes
+        switch.bind(("127.0.0.1", 0))
+        switch.settimeout(3)
+        port = switch.getsockname()[1]
+
+        def echo_small() -> None:
+            try:
+                while True:
+                    data, peer = switch.recvfrom(65536)
+                    if len(data) <= 1500:
+                        switch.sendto(data, peer)
+            except OSError:
+                pass
+
+        threading.Thread(target=echo_small, daemon=True).start()
+        assert node_script._jumbo(token, "127.0.0.1", "127.0.0.1", port) == (
+            "a small datagram came back, a 8972-byte one did not within 1 s (a smaller MTU on "
+            "the way?)")
+    assert node_script._jumbo(token, "127.0.0.1", "127.0.0.1", port) == (
+        "no echo at all from 127.0.0.1 within 1 s (its listener did not start, or the address "
+        "is not reachable on this rail)")

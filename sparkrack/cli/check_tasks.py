@@ -33,7 +33,8 @@ def check(c, engine=None, profile=DEFAULT_PROFILE, inventory=None, explain=None,
           json=False):
     """Check an engine profile against the SM121 rules; exit 1 on a blocking finding.
 
-    Host kernels are not checked here (no node facts); `up` and `roll` check them."""
+    Host kernels and cabling are not checked here (no node facts); `up` and `roll` check
+    them (cabling: `provision` too)."""
     from ..rules import check_profile, explain as explain_rule
 
     if explain:

@@ -4,12 +4,22 @@ RoCE v2 IPv4-mapped GID index) and the node's network interfaces."""
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .queries import Query
 
 ROCE_V2 = "RoCE v2"
+_SPARK_HCA = re.compile(r"roce((?:P\d+)?p\d+s\d+f(\d+))")
+
+
+def netdev_of(hca: str) -> str | None:
+    """The netdev of one of a Spark's ConnectX-7 RDMA functions, as `ibdev2netdev` pairs
+    them (mlx5 names both from the PCI address): rocep1s0f1 -> enp1s0f1np1, roceP2p1s0f0 ->
+    enP2p1s0f0np0; None for a name of another shape."""
+    match = _SPARK_HCA.fullmatch(hca)
+    return f"en{match[1]}np{match[2]}" if match else None
 
 
 ACTIVE = "4: ACTIVE"  # ports/1/state of a port whose link is up

@@ -335,7 +335,8 @@ class _Loader:
             key_file=resolve_path(self.dir, key_file) if key_file else None,
             rank=-1 if draft.value("spare") else draft.value("rank"),
             roce_addr=draft.addresses["roce_addr"].value,
-            vars=_rack_vars(draft.settings))
+            vars=_rack_vars(draft.settings),
+            roce_twin_addr=draft.value("roce_twin_addr"))
 
     def _where(self, setting: _Setting) -> str:
         """file:line of a setting, the file relative to the inventory directory."""

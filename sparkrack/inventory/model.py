@@ -22,6 +22,7 @@ class Node:
     rank: int  # -1 for a spare
     roce_addr: str
     vars: RackVars
+    roce_twin_addr: str | None = None  # the cabled port's second path (role fabric)
 
     @property
     def is_head(self) -> bool:

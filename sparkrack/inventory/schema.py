@@ -116,6 +116,11 @@ class RackVars:
     nccl_socket_ifname: str = _var(
         "enp1s0f0np0", "NCCL/GLOO/TP_SOCKET_IFNAME: the node's CX7 netdev", scope=NODE,
         kind=IFNAME)
+    fabric_prefix: int = _var(
+        24, "prefix length of the fabric subnets (role fabric: roce_addr/N on "
+        "nccl_socket_ifname, roce_twin_addr/N on its twin)", at_least=1, at_most=32)
+    fabric_mtu: int = _var(9000, "MTU of the cabled ConnectX-7 netdevs (the fabric switch's "
+                           "jumbo frames)", at_least=1500, at_most=9978)
     images: Mapping[str, str] = _var(
         {"sglang": "lmsysorg/sglang:v0.5.22-cu130", "vllm": "vllm/vllm-openai:v0.33.0"},
         "container image ref per engine (sglang, vllm)", kind=IMAGE_REF)
@@ -438,6 +443,9 @@ HOST_SPECS = (
          at_least=0, sample=0),
     Spec("roce_addr", ADDRESS, None, "address on the RoCE fabric; default: ansible_host", HOST,
          sample="198.51.100.11"),
+    Spec("roce_twin_addr", ADDRESS, None, "address on the second PCIe path's netdev of the "
+         "cabled port (the twin of nccl_socket_ifname); default: none (MTU only)", HOST,
+         sample="198.51.101.11"),
     Spec("spare", bool, False, "a staged node outside the TP group (no rank); `invoke "
          "onboard NAME --replace OLD` makes it a member", HOST, sample=True),
 )

@@ -42,7 +42,7 @@ KINDS = {
     "known-bad-kernel": "a host kernel known to be bad (rules.yml HOST-KERNEL)",
     "missing-hca": "an HCA of NCCL_IB_HCA is missing",
     "hca-down": "an HCA's port or netdev is down",
-    "mtu": "a RoCE netdev's MTU differs from the rack's",
+    "mtu": "a RoCE netdev's MTU differs from the rack's (provision's role fabric sets it)",
     "docker": "docker does not answer (no images, no engine)",
     "nvidia-runtime": "no NVIDIA container runtime hook: `--gpus all` cannot start",
     "driver": "another driver minor version",
@@ -54,7 +54,7 @@ KINDS = {
     "clock-cap": "the clock cap unit is not active (provision installs it)",
     "time": "the node's clock is off from this machine's",
 }
-BLOCKING = ("not-gb10", "driver-major", "known-bad-kernel", "missing-hca", "hca-down", "mtu",
+BLOCKING = ("not-gb10", "driver-major", "known-bad-kernel", "missing-hca", "hca-down",
             "docker", "nvidia-runtime")
 TIME_SKEW_S = 2.0
 

@@ -33,6 +33,7 @@ import jinja2
 
 from sparkrack.data import search_dirs, shipped
 from sparkrack.errors import InventoryError, UsageError
+from sparkrack.facts.roce import netdev_of
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory import read_yaml as read_bounded_yaml
 from sparkrack.provision.modules import REGISTRY
@@ -258,7 +259,7 @@ def _environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True, autoescape=False,
                              loader=loader)
-    env.filters.update(envvalue=envvalue, oneline=oneline,
+    env.filters.update(envvalue=envvalue, oneline=oneline, netdev_of=netdev_of,
                        to_json=lambda v: json.dumps(v, sort_keys=True))
     return env
 
@@ -357,7 +358,8 @@ def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],
     result.update({f.name: plain(getattr(node.vars, f.name)) for f in fields(node.vars)})
     result.update(watchdog_vars(inventory.path))
     result.update(node=node.name, rank=node.rank, address=node.address,
-                  roce_addr=node.roce_addr, head=inventory.head.name,
+                  roce_addr=node.roce_addr, roce_twin_addr=node.roce_twin_addr or "",
+                  head=inventory.head.name,
                   rack_nccl_ib_gid_index=inventory.vars.nccl_ib_gid_index,
                   hf_token=environ.get("HF_TOKEN", ""))
     return result

@@ -89,13 +89,10 @@ def ensure_node_net(node: NodeLayout, cabling: Cabling, powered: bool = True) ->
     ip(*ns, "link", "set", MGMT_NETDEV, "up")
     for (port, path), (_, netdev) in FUNCTIONS.items():
         host_end = node.fabric_veth(port, path)
-        _plug(host_end, netdev, node.netns, FABRIC_BRIDGE)
-        if cabling.up(port, path):
-            address = node.roce_addr if path == "a" else node.twin_address
-            ip(*ns, "addr", "replace", f"{address}/24", "dev", netdev)
-        else:
-            ip(*ns, "addr", "flush", "dev", netdev)
-        ip(*ns, "link", "set", netdev, "up")  # administratively up, as netplan leaves it
+        # a ConnectX-7 netdev as DGX OS first brings it up: MTU 1500, no address; role
+        # fabric's netplan drop-in gives it both (the node's systemd-networkd applies it)
+        _plug(host_end, netdev, node.netns, FABRIC_BRIDGE, node_mtu=None)
+        ip(*ns, "link", "set", netdev, "up")
         ip("link", "set", host_end, "up" if powered and cabling.up(port, path) else "down")
         limit_rate(host_end, None, cabling.rate_mbit)  # towards the node
         limit_rate(netdev, node.netns, cabling.rate_mbit)  # from it
@@ -113,11 +110,14 @@ def limit_rate(dev: str, netns: str | None, mbit: int | None) -> None:
                    capture_output=True)
 
 
-def _plug(host_end: str, node_end: str, netns: str, bridge: str) -> None:
-    """A veth from bridge (this machine's end) into the node (named like the node's port)."""
+def _plug(host_end: str, node_end: str, netns: str, bridge: str,
+          node_mtu: int | None = MTU) -> None:
+    """A veth from bridge (this machine's end, a switch port at MTU) into the node (named
+    like the node's port; node_mtu None: the kernel's default, 1500)."""
     if not link_exists(host_end):
+        mtu = ["mtu", str(node_mtu)] if node_mtu else []
         ip("link", "add", host_end, "mtu", str(MTU), "type", "veth",
-           "peer", "name", node_end, "mtu", str(MTU), "netns", netns)
+           "peer", "name", node_end, *mtu, "netns", netns)
     ip("link", "set", host_end, "master", bridge)
 
 

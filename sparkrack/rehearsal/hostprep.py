@@ -16,6 +16,8 @@ REQUIRED_COMMANDS = {
     "busybox": "busybox-static",
     "ip": "iproute2",
     "nsenter": "util-linux",
+    "netplan": "netplan.io",  # the nodes apply their fabric config with it, as DGX OS does
+    "udevadm": "udev",  # which `netplan apply` calls
 }
 SBIN_DIRS = ("/usr/sbin", "/sbin")
 

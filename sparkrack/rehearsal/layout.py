@@ -31,7 +31,7 @@ FUNCTIONS = {  # (port, path) -> (HCA, netdev)
 HCAS = dict(FUNCTIONS.values())  # HCA -> netdev
 FABRIC_BRIDGE = "srfab0"  # the fabric's switch: no address of this machine's on it
 FABRIC_SUBNET = ip_network("10.77.3.0/24")  # path a of the cabled port: the node's roce_addr
-TWIN_SUBNET = ip_network("10.77.4.0/24")  # path b: the same host number
+TWIN_SUBNET = ip_network("10.77.4.0/24")  # path b (the twin netdev): the same host number
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,8 @@ class NodeLayout:
         return f"srv{self.index}"
 
     @property
-    def twin_address(self) -> str:
-        """Path b's address: roce_addr's host number on 10.77.4.0/24."""
+    def twin_addr(self) -> str:
+        """Path b's address (roce_twin_addr): roce_addr's host number on TWIN_SUBNET."""
         return str(TWIN_SUBNET.network_address + ip_address(self.roce_addr).packed[-1])
 
     def fabric_veth(self, port: int, path: str) -> str:

@@ -23,12 +23,21 @@ MASKED_UNITS = (
     "postgresql.service", "apt-daily.timer", "apt-daily-upgrade.timer", "man-db.timer",
     "e2scrub_all.timer", "e2scrub_reap.service", "fstrim.timer", "dpkg-db-backup.timer",
     "systemd-timesyncd.service", "apparmor.service", "getty@tty1.service",
-    "console-getty.service", "systemd-networkd.service", "networking.service",
+    "console-getty.service", "systemd-networkd-wait-online.service", "networking.service",
     "ModemManager.service", "unattended-upgrades.service", "cron.service",
     "prometheus.service",  # CI installs Debian's prometheus on this machine (for its tests)
+    # udev is this machine's (netplan apply calls udevadm); no node runs a udevd of its own
+    "systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
+    "systemd-udev-trigger.service", "systemd-udev-settle.service",
 )
-SHIPPED_UNITS = ("nvidia-persistenced.service", "rehearsal-roce.service")  # ours, in /etc
-ENABLED_UNITS = (*SHIPPED_UNITS, "ssh.service", "docker.service", "containerd.service")
+SHIPPED_UNITS = ("nvidia-persistenced.service", "rehearsal-roce.service",
+                 "rehearsal-roce-follow.service")  # ours, in /etc
+# systemd-networkd applies /etc/netplan (role fabric's drop-in), as on DGX OS; the node's
+# management port is this machine's to set (no netplan file names it).
+ENABLED_UNITS = (*SHIPPED_UNITS, "ssh.service", "docker.service", "containerd.service",
+                 "systemd-networkd.service")
+# The node's own network config: this machine's (if it has any) must not show through.
+OWN_CONFIG_DIRS = ("etc/netplan", "etc/systemd/network")
 
 
 def _package_file(*parts: str) -> Path:
@@ -87,12 +96,15 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
         "etc/systemd/system/docker.service.d/cgroup-rw.conf": "docker-cgroup-rw.conf",
         "etc/systemd/system/nvidia-persistenced.service": "nvidia-persistenced.service",
         "etc/systemd/system/rehearsal-roce.service": "rehearsal-roce.service",
+        "etc/systemd/system/rehearsal-roce-follow.service": "rehearsal-roce-follow.service",
+        "etc/systemd/system/systemd-networkd.service.d/rehearsal.conf": "networkd-no-udevd.conf",
         "root/.bashrc": "root-bashrc",
         "root/.profile": "root-profile",
     }
     for dest, name in files.items():
         write_if_changed(up / dest, _package_file("files", name).read_bytes())
     authorize(up / "etc/ssh/sparkrack_authorized_keys", client_pubkey)
+    install_fabric_config(node)
     install_sim(node)
     if not (up / UNAME_PATH).exists():  # kept once set (rehearsal.kernel), like a boot entry
         write_kernel(node, None)
@@ -104,11 +116,37 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
         write_hardware(node, gid_index=gid_index)
     write_if_changed(up / "etc/gpu-sim/node.json",
                      json.dumps({"node": node.name, **(gpu or {})}).encode())
+    for folder in OWN_CONFIG_DIRS:
+        own = up / folder
+        own.mkdir(parents=True, exist_ok=True)
+        os.setxattr(own, "trusted.overlay.opaque", b"y")  # the lower (this machine's) hidden
     for unit in MASKED_UNITS:
         symlink(up / "etc/systemd/system" / unit, "/dev/null")
+    for unit in ENABLED_UNITS:  # a disk from an older rack may hold a mask of it
+        mask = up / "etc/systemd/system" / unit
+        if mask.is_symlink() and os.readlink(mask) == "/dev/null":
+            mask.unlink()
     for unit in ENABLED_UNITS:
         unit_dir = "/etc/systemd/system" if unit in SHIPPED_UNITS else "/lib/systemd/system"
         symlink(up / "etc/systemd/system/multi-user.target.wants" / unit, f"{unit_dir}/{unit}")
+
+
+INSTALLER_NETPLAN = "etc/netplan/40-cx7.yaml"  # where NVIDIA's two-Spark playbook puts it
+
+
+def install_fabric_config(node: NodeLayout) -> None:
+    """A new node's fabric config as the site's install left it (once: then it is the
+    node's own file): port 0's two netdevs with their addresses, at the default MTU. Role
+    fabric's drop-in adds the jumbo MTU and follows the inventory (another port, prefix)."""
+    config = node.upper / INSTALLER_NETPLAN
+    if config.exists():
+        return
+    write_if_changed(config, (
+        "# The ConnectX-7 fabric as this Spark was installed (the site's addresses; no MTU:\n"
+        "# 1500 until `invoke provision` role fabric sets the rack's).\n"
+        "network:\n  version: 2\n  ethernets:\n"
+        f"    enp1s0f0np0:\n      addresses: [{node.roce_addr}/24]\n"
+        f"    enP2p1s0f0np0:\n      addresses: [{node.twin_addr}/24]\n").encode(), 0o600)
 
 
 def authorize(path: Path, pubkey: str) -> None:

@@ -28,6 +28,24 @@ from .layout import (
 from ..fleet.netguard import REHEARSAL_STATE_FILE
 
 BOOT_TIMEOUT = 90.0
+# In the node: until $1 s have passed, wait for every address netplan gave a netdev that has
+# a carrier (10-netplan-DEV.network, Address=) to be on it.
+FABRIC_SETTLED = r"""
+end=$(( $(date +%s) + $1 ))
+for file in /run/systemd/network/10-netplan-*.network; do
+  [ -e "$file" ] || continue
+  dev=${file#/run/systemd/network/10-netplan-}; dev=${dev%.network}
+  ip -o link show dev "$dev" 2>/dev/null | grep -q LOWER_UP || continue
+  for address in $(sed -n 's/^Address=//p' "$file"); do
+    until ip -o -4 addr show dev "$dev" | grep -q " inet $address "; do
+      [ "$(date +%s)" -lt "$end" ] || {
+        echo "systemd-networkd did not put $address on $dev (netplan: /etc/netplan)" >&2
+        exit 1; }
+      sleep 0.1
+    done
+  done
+done
+"""
 
 
 @dataclass
@@ -178,10 +196,21 @@ class RehearsalRack:
                 except (RuntimeError, OSError, subprocess.TimeoutExpired):
                     state = "not booted"
                 if state in ("running", "degraded") and ssh_open(node.address):
-                    return None
+                    return self._fabric_settled(node, deadline - time.monotonic())
             time.sleep(0.2)
         return f"{node.name} did not come up within {timeout:.0f} s (systemd: {state or 'no answer'}; " \
                f"console: {node.console_log})"
+
+    @staticmethod
+    def _fabric_settled(node: NodeLayout, timeout: float) -> str | None:
+        """Wait until the node's systemd-networkd holds the fabric addresses its netplan
+        config gives each cabled netdev (None), or say which one it does not hold."""
+        try:
+            done = nodeproc.in_node(node, ["sh", "-c", FABRIC_SETTLED, "sh",
+                                           str(max(1, int(timeout)))], timeout + 5)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
+            return f"{node.name}: fabric addresses not checked: {error}"
+        return None if done.returncode == 0 else f"{node.name}: {done.stderr.strip()}"
 
     def _clear_stale(self) -> None:
         """Power-cut half-dead nodes and drop namespaces/cgroups no running node owns."""
@@ -251,7 +280,10 @@ class RehearsalRack:
     def heal(self, name: str) -> None:
         """Plug the node's cables back in, as it is cabled."""
         node = self.node(name)
-        hostnet.ensure_node_net(node, read_cabling(node), powered=nodeproc.init_pid(node) is not None)
+        powered = nodeproc.init_pid(node) is not None
+        hostnet.ensure_node_net(node, read_cabling(node), powered=powered)
+        if powered and (settled := self._fabric_settled(node, 15)):
+            raise SparkrackError(settled)
 
     def poweroff(self, name: str) -> None:
         """Pull the node's power cord: every process dies at once, its ports go dark (no
@@ -270,6 +302,9 @@ class RehearsalRack:
         running = nodeproc.init_pid(node) is not None
         hostnet.ensure_node_net(node, cabling, powered=running)
         if running:
+            settled = self._fabric_settled(node, 15)
+            if settled:
+                raise SparkrackError(settled)
             done = nodeproc.in_node(node, [f"/{nodefs.SIM_LIB}/roce-mount"])
             if done.returncode != 0:
                 raise SparkrackError(f"{name}: the driver did not take the new cabling: "

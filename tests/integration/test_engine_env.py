@@ -165,7 +165,7 @@ def test_a_node_cabled_on_the_other_port_is_refused_until_its_host_vars_say_so(c
     (copy / "host_vars" / "spark-04.yml").write_text(
         "nccl_ib_hca: [rocep1s0f1, roceP2p1s0f1]\nnccl_socket_ifname: enp1s0f1np1\n")
     recabled = load_inventory(copy)
-    report = provision(recabled, "spark-04", roles="nccl_env")
+    report = provision(recabled, "spark-04", roles="fabric,nccl_env")
     assert report.exit_code == 0, failures(report)
     lifecycle.up(recabled, "sglang", "512k", burn=quick_burn)
     try:

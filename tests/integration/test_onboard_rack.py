@@ -223,7 +223,8 @@ def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path)
     assert report.rank == 4 and "joins the TP group at the next" in report.message
     hosts_after = (inv_dir / "hosts.yml").read_text().splitlines()
     swapped = hosts_before.index(
-        "        spark-05: {ansible_host: 10.77.1.15, roce_addr: 10.77.3.15, rank: 4}")
+        "        spark-05: {ansible_host: 10.77.1.15, roce_addr: 10.77.3.15, "
+        "roce_twin_addr: 10.77.4.15, rank: 4}")
     assert hosts_after[swapped] == \
         f"        {NEW}: {{ansible_host: {NEW_ADDR}, roce_addr: {NEW_ROCE}, rank: 4}}"
     assert hosts_after[:swapped] + hosts_after[swapped + 1:] == \

@@ -141,9 +141,10 @@ def test_a_node_reads_as_a_dgx_os_spark_with_a_gb10s_clocks(engine_rack):
     assert empty == 208 and all(2184 <= c <= 2190 for c in resident), (empty, resident)
 
 
-def test_the_fabric_check_passes_jumbo_frames_and_names_a_rail_trained_low(rack, inventory):
+def test_the_fabric_check_passes_jumbo_frames_and_names_a_rail_trained_low(rack, engine_rack):
     from sparkrack.fabric import check_fabric
 
+    inventory = engine_rack
     clean = check_fabric(inventory, seconds=0.5)
     assert len(clean.measured) == 16 and all(m.jumbo == "ok" for m in clean.measured)
     assert [p for p in clean.problems if "far below" not in p] == []  # rates: judged below
@@ -168,11 +169,12 @@ def test_the_fabric_check_passes_jumbo_frames_and_names_a_rail_trained_low(rack,
             "10.77.4.0/24") in one_path.problems, one_path.problems
 
 
-def test_the_fabric_check_names_a_port_left_at_mtu_1500(inventory):
+def test_the_fabric_check_names_a_port_left_at_mtu_1500(engine_rack):
     """spark-05's port 0 path a at the default MTU: what it sends is too long at once; what
     it should receive is dropped on the way (the small datagram before it passes)."""
     from sparkrack.fabric import check_fabric
 
+    inventory = engine_rack
     on(inventory, "spark-05", ["ip", "link", "set", "enp1s0f0np0", "mtu", "1500"])
     try:
         report = check_fabric(inventory, seconds=0.2)
@@ -185,3 +187,46 @@ def test_the_fabric_check_names_a_port_left_at_mtu_1500(inventory):
         "way?)",
         "spark-05 -> spark-06 on enp1s0f0np0 (rocep1s0f0): a 9000-byte frame did not pass: "
         "Message too long sending 8972 bytes (the path's MTU is below 9000)"], report.problems
+
+
+BARE_FABRIC = """rm -f /etc/netplan/40-cx7.yaml /etc/netplan/60-sparkrack-fabric.yaml
+netplan apply
+for dev in enp1s0f0np0 enP2p1s0f0np0 enp1s0f1np1 enP2p1s0f1np1; do
+  ip addr flush dev "$dev" scope global && ip link set "$dev" mtu 1500
+done"""
+
+
+def test_provisioning_gives_a_bare_fabric_its_addresses_and_jumbo_mtu(engine_rack):
+    """spark-06 with no fabric config at all (no install-time file, no drop-in): `provision
+    --check` shows role fabric's netplan drop-in and changes nothing; `provision` writes and
+    applies it: addresses and MTU 9000 on both paths, full-size frames to the neighbours,
+    and a second run changes nothing."""
+    from sparkrack.fabric import check_fabric
+    from sparkrack.provision import provision
+
+    inventory = engine_rack
+    installed = on(inventory, "spark-06", ["cat", "/etc/netplan/40-cx7.yaml"])
+    on(inventory, "spark-06", ["sh", "-c", BARE_FABRIC])
+    try:
+        check = provision(inventory, "spark-06", roles="fabric", check=True)
+        planned = [c.summary for c in check.node("spark-06").plan if c.actions]
+        bare = on(inventory, "spark-06", ["ip", "-o", "-4", "addr", "show", "dev", "enp1s0f0np0"])
+        done = provision(inventory, "spark-06", roles="fabric")
+        links = {dev: on(inventory, "spark-06", ["ip", "-o", "-4", "addr", "show", "dev", dev])
+                 for dev in ("enp1s0f0np0", "enP2p1s0f0np0")}
+        mtu = on(inventory, "spark-06", ["cat", "/sys/class/net/enp1s0f0np0/mtu"]).strip()
+        fabric = check_fabric(inventory, seconds=0.2)
+        again = provision(inventory, "spark-06", roles="fabric")
+    finally:
+        with Fleet(inventory, inventory.select("spark-06")) as fleet:
+            fleet.put({"spark-06": [(installed.encode(), "/etc/netplan/40-cx7.yaml", 0o600)]}
+                      ).raise_for_failures()
+    assert check.exit_code == 0 and bare == ""
+    assert any("60-sparkrack-fabric.yaml" in s for s in planned), planned
+    assert any("netplan apply" in s for s in planned), planned
+    assert done.exit_code == 0 and again.recap("spark-06")["changed"] == 0
+    assert " inet 10.77.3.16/24 " in links["enp1s0f0np0"], links
+    assert " inet 10.77.4.16/24 " in links["enP2p1s0f0np0"], links
+    assert mtu == "9000"
+    assert [p for p in fabric.problems if "far below" not in p] == [], fabric.problems
+    assert {m.jumbo for m in fabric.measured if "spark-06" in m.pair.name} == {"ok"}

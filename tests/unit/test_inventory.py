@@ -256,7 +256,7 @@ def test_unknown_key_in_host_vars(inv_dir):
     assert error(inv_dir).line() == (
         f"{file}:3: unknown key 'colour' (allowed keys: nccl_ib_hca, nccl_ib_gid_index, "
         "nccl_socket_ifname, ssh_authorized_keys_file, ansible_host, ansible_port, ansible_user, "
-        "ansible_ssh_private_key_file, rank, roce_addr, spare)")
+        "ansible_ssh_private_key_file, rank, roce_addr, roce_twin_addr, spare)")
 
 
 def test_unknown_key_in_hosts_structure(inv_dir):

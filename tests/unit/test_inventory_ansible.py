@@ -45,7 +45,8 @@ def sparkrack_value(inventory: Inventory, node: Node, key: str):
     """The value sparkrack's loader gives node for an inventory key."""
     own = {"ansible_host": node.address, "ansible_port": node.port, "ansible_user": node.user,
            "ansible_ssh_private_key_file": node.key_file, "rank": node.rank,
-           "roce_addr": node.roce_addr, "spare": node in inventory.spares}
+           "roce_addr": node.roce_addr, "roce_twin_addr": node.roce_twin_addr,
+           "spare": node in inventory.spares}
     return own[key] if key in own else getattr(node.vars, key)
 
 

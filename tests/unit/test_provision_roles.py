@@ -375,3 +375,57 @@ def test_a_copy_run_without_installing_names_the_fix(tmp_path):
         "sparkrack/data/engines",
         "sparkrack's roles are not installed: sparkrack.roles is missing (pip install -e . in "
         "the checkout, or install the wheel)"]
+
+
+NETPLAN = "/etc/netplan/60-sparkrack-fabric.yaml"
+
+
+def fabric_dropin(**kwargs) -> tuple[dict, int]:
+    import yaml
+
+    for change in planned(roles="fabric", **kwargs):
+        for action in change.actions:
+            if isinstance(action, Put) and action.path == NETPLAN:
+                return yaml.safe_load(action.content)["network"]["ethernets"], action.mode
+    raise AssertionError(f"no write of {NETPLAN}")
+
+
+def test_fabric_writes_the_cabled_ports_addresses_and_mtu_as_a_netplan_drop_in():
+    ethernets, mode = fabric_dropin(node="spark-03")
+    assert ethernets == {"enp1s0f0np0": {"mtu": 9000, "addresses": ["10.77.3.13/24"]},
+                         "enP2p1s0f0np0": {"mtu": 9000, "addresses": ["10.77.4.13/24"]}}
+    assert mode == 0o600  # netplan warns about a drop-in others can read
+
+
+def test_fabric_follows_a_node_cabled_on_the_other_port(tmp_path):
+    import shutil
+    inv = tmp_path / "inv"
+    shutil.copytree(REPO / "inventory" / "rehearsal", inv)
+    (inv / "host_vars").mkdir()
+    (inv / "host_vars" / "spark-04.yml").write_text(
+        "nccl_ib_hca: [rocep1s0f1, roceP2p1s0f1]\nnccl_socket_ifname: enp1s0f1np1\n")
+    all_vars = inv / "group_vars" / "all.yml"
+    all_vars.write_text(all_vars.read_text() + "fabric_prefix: 16\n")
+    ethernets, _ = fabric_dropin(inventory=inv, node="spark-04")
+    assert ethernets == {"enp1s0f1np1": {"mtu": 9000, "addresses": ["10.77.3.14/16"]},
+                         "enP2p1s0f1np1": {"mtu": 9000, "addresses": ["10.77.4.14/16"]}}
+
+
+def test_fabric_without_fabric_addresses_sets_only_the_mtu(tmp_path):
+    """roce_addr left at the management address, no twin address: the netdevs get the
+    jumbo MTU and no address (the management address stays where it is)."""
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text(
+        "all:\n  children:\n    sparks:\n      hosts:\n"
+        "        spark-01: {ansible_host: 192.0.2.11, rank: 0}\n  vars: {tp_size: 1}\n")
+    ethernets, _ = fabric_dropin(inventory=inv)
+    assert ethernets == {"enp1s0f0np0": {"mtu": 9000}, "enP2p1s0f0np0": {"mtu": 9000}}
+
+
+def test_a_sparks_rdma_functions_name_their_netdevs():
+    from sparkrack.facts.roce import netdev_of
+
+    assert [netdev_of(h) for h in ("rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0",
+                                   "roceP2p1s0f1", "mlx5_0")] == [
+        "enp1s0f0np0", "enp1s0f1np1", "enP2p1s0f0np0", "enP2p1s0f1np1", None]

@@ -21,8 +21,8 @@ def test_launcher_quotes_and_loops_on_reboot():
 
 def test_node_names_derive_from_the_address():
     node = NodeLayout("spark-08", "10.77.1.18")
-    assert (node.netns, node.host_veth, node.roce_addr, node.twin_address) == (
+    assert (node.netns, node.host_veth, node.roce_addr, node.twin_addr) == (
         "sr-spark-08", "srv18", "10.77.3.18", "10.77.4.18")
     assert node.fabric_veth(1, "b") == "srf18-1b"
     moved = NodeLayout("spark-08", "10.77.1.18", "10.77.3.40")
-    assert (moved.roce_addr, moved.twin_address) == ("10.77.3.40", "10.77.4.40")
+    assert (moved.roce_addr, moved.twin_addr) == ("10.77.3.40", "10.77.4.40")

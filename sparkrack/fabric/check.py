@@ -1,17 +1,19 @@
 """`invoke fabric.check`: every cabled rail, a jumbo frame and a short burst each way.
 
 Two round trips learn each node's rails (which RoCE functions are up, and their netdevs'
-addresses and MTU, through the facts queries); then every node listens on the addresses
-its upstream neighbour sends to (remote/rails.py `serve`) while every node sends to its
-downstream neighbour on each rail (`send`): all links carry a stream each way at once, as
-a TP ring does. The token that marks our datagrams and streams goes on stdin. What the
-figures say is rails.py's.
+addresses and MTU, through the facts queries); then every node listens on its rails'
+addresses (remote/rails.py `serve`, until the check closes its stdin) while every node
+sends (`send`) a full-size frame to every other node's rail on the subnet, then a burst to
+its downstream neighbour on each rail: all links carry a stream each way at once, as a TP
+ring does. The token that marks our datagrams and streams goes on stdin. What the figures
+say is rails.py's.
 """
 
 from __future__ import annotations
 
 import secrets
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from sparkrack import remote
@@ -20,7 +22,7 @@ from sparkrack.facts.queries import answer
 from sparkrack.facts.queries import argv as gather_argv
 from sparkrack.facts.roce import FUNCTIONS, parse_functions
 from sparkrack.fabric.rails import Measured, Pair, Rail, judge, pairs, rails_of
-from sparkrack.fleet import Fleet
+from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.fleet.results import last_json_object
 from sparkrack.remote.rails import JUMBO_WAIT, LISTENER
 from sparkrack.inventory import Inventory
@@ -91,29 +93,42 @@ def _rails(fleet: Fleet, nodes, problems: list[str]) -> dict[str, list[Rail]]:
 
 def _bursts(fleet: Fleet, found: list[Pair], seconds: float, port: int,
             problems: list[str]) -> list[Measured]:
-    """Listen on every receiving address, send on every rail at once; what each gave."""
+    """Listen on every receiving address until every sender is done; send on every rail at
+    once; what each gave."""
     token = secrets.token_hex(16).encode() + b"\n"
-    hold = LISTENER + (seconds + JUMBO_WAIT) * len(found) + 20  # ends early once all sent
-    receivers: dict[str, list[str]] = {}
+    reach_wait = LISTENER + JUMBO_WAIT * (1 + max(len(p.others) for p in found))
+    hold = reach_wait + (seconds + JUMBO_WAIT) * len(found) + 20  # the listeners' bound
+    receivers: dict[str, set[str]] = {}
     senders: dict[str, list[str]] = {}
     for pair in found:
-        receivers.setdefault(pair.dst.node, []).append(pair.dst.ipv4)
-        senders.setdefault(pair.src.node, []).extend([pair.src.ipv4, pair.dst.ipv4])
-    heard = {}
+        for rail in (pair.dst, *pair.others):
+            receivers.setdefault(rail.node, set()).add(rail.ipv4)
+        senders.setdefault(pair.src.node, []).extend(
+            [pair.src.ipv4, pair.dst.ipv4, ",".join(r.ipv4 for r in pair.others) or "-"])
+    heard: dict[str, NodeResult] = {}
+    senders_done = threading.Event()
 
-    def serve() -> None:
-        for result in fleet.run({node: remote.argv(PYTHON, "rails", "serve", f"{hold:g}",
-                                                   str(port), *addrs)
-                                 for node, addrs in receivers.items()},
-                                timeout=hold + 30, stdin=token):
-            heard[result.node] = result
+    def until_done() -> Iterator[bytes]:
+        yield token  # then stdin stays open: the listener ends when it closes
+        senders_done.wait(hold)
 
-    thread = threading.Thread(target=serve, name="rails-serve", daemon=True)
-    thread.start()
-    sent = {result.node: result for result in fleet.run(
-        {node: remote.argv(PYTHON, "rails", "send", f"{seconds:g}", str(port), *addrs)
-         for node, addrs in senders.items()}, timeout=hold + 30, stdin=token)}
-    thread.join(timeout=hold + 40)
+    def serve(node: str, addrs: set[str]) -> None:
+        heard[node] = fleet.stream(node, remote.argv(
+            PYTHON, "rails", "serve", f"{hold:g}", str(port), *sorted(addrs)),
+            until_done(), timeout=hold + 30)
+
+    listeners = [threading.Thread(target=serve, args=item, name=f"rails-serve-{item[0]}",
+                                  daemon=True) for item in receivers.items()]
+    for listener in listeners:
+        listener.start()
+    try:
+        sent = {result.node: result for result in fleet.run(
+            {node: remote.argv(PYTHON, "rails", "send", f"{seconds:g}", str(port), *args)
+             for node, args in senders.items()}, timeout=hold + 30, stdin=token)}
+    finally:
+        senders_done.set()
+    for listener in listeners:
+        listener.join(timeout=hold + 40)
     for node, result in heard.items():
         for addr, entry in (last_json_object(result.stdout) or {}).items():
             if entry.get("error"):
@@ -127,5 +142,6 @@ def _bursts(fleet: Fleet, found: list[Pair], seconds: float, port: int,
             measured.append(Measured(pair, error=f"the burst did not run: {why}"))
             continue
         measured.append(Measured(pair, entry.get("jumbo", ""), int(entry.get("bytes", 0)),
-                                 float(entry.get("seconds", 0.0)), entry.get("error", "")))
+                                 float(entry.get("seconds", 0.0)), entry.get("error", ""),
+                                 entry.get("reach", {})))
     return measured

@@ -1,9 +1,9 @@
 """Which rails a fabric check measures, and what it makes of the figures (pure).
 
 A rail is one RoCE function that is up on a node, with its netdev's IPv4 address. Each
-node sends to its neighbour in rank order (the last to the first), from each rail to the
-neighbour's rail on the same subnet, so every link carries one stream each way, as a TP
-ring does. A rail is named
+node sends a full-size frame from each rail to every other node's rail on the same subnet
+(every node reaches every other), and a burst to its neighbour in rank order (the last to
+the first), so every link carries one stream each way, as a TP ring does. A rail is named
 when a full-size jumbo frame does not pass, when the burst fails, or when its rate is far
 below the rack's median (a one-path cable, a link trained low, a bad port): peers measured
 in the same run are the yardstick, as a link's nominal rate says little of what a host
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import ip_interface
 
 from sparkrack.facts.onboard import NetdevFacts
@@ -37,10 +37,12 @@ class Rail:
 
 @dataclass(frozen=True)
 class Pair:
-    """One burst: from src's rail to the same rail of its neighbour dst."""
+    """One burst: from src's rail to the same rail of its neighbour dst; before it, a
+    full-size frame to each of the others (the other nodes' rails on the subnet)."""
 
     src: Rail
     dst: Rail
+    others: tuple[Rail, ...] = ()
 
     @property
     def name(self) -> str:
@@ -56,6 +58,7 @@ class Measured:
     bytes: int = 0
     seconds: float = 0.0
     error: str = ""
+    reach: Mapping[str, str] = field(default_factory=dict)  # other's ipv4: "ok" or why not
 
     @property
     def gbit_s(self) -> float:
@@ -101,7 +104,9 @@ def pairs(order: Sequence[str], rails: Mapping[str, list[Rail]]) -> tuple[list[P
                 problems.append(f"{node}: {rail.netdev} ({rail.hca}, {rail.ipv4}) has no peer "
                                 f"on {neighbour} in {rail.network}")
             else:
-                found.append(Pair(rail, other))
+                found.append(Pair(rail, other, tuple(
+                    r for peer in order if peer not in (node, neighbour)
+                    for r in rails.get(peer, []) if r.network == rail.network)))
     return found, problems
 
 
@@ -109,6 +114,11 @@ def judge(measured: Sequence[Measured]) -> list[str]:
     """One line per rail that failed its jumbo frame or burst or ran far below the median."""
     problems = []
     for m in measured:
+        for other in m.pair.others:
+            why = m.reach.get(other.ipv4, "not tried (the burst did not run)")
+            if why != "ok" and not m.error:
+                problems.append(f"{m.pair.src.node} -> {other.node} on {m.pair.src.netdev} "
+                                f"({m.pair.src.hca}): a 9000-byte frame did not pass: {why}")
         if m.error:
             problems.append(f"{m.pair.name}: {m.error}")
         elif m.jumbo != "ok":

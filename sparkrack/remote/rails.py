@@ -1,17 +1,19 @@
-"""The fabric check's node side (sparkrack/fabric/): a full-size jumbo frame and a short
-burst between neighbours on each rail. stdin: the run's token (line 1), never argv.
+"""The fabric check's node side (sparkrack/fabric/): full-size frames to every peer and a
+short burst to the neighbour on each rail. stdin: the run's token (line 1), never argv.
 
     rails serve HOLD PORT ADDR...    on each ADDR: a UDP echo (datagrams that start with
-        the token come back whole) and a TCP sink that counts what one token-greeted
-        stream sends; prints {addr: {"bytes": n, "seconds": s}} after HOLD s or once
-        every sink has had its stream
-    rails send SECONDS PORT SRC DST...  for each SRC DST pair: one full-size jumbo frame
-        (8972 bytes of UDP payload, don't fragment) from SRC to DST and back, then a TCP
-        stream from SRC to DST for SECONDS; prints {src: {"jumbo": "ok" | why,
+        the token come back whole) and a TCP sink that counts what each token-greeted
+        stream sends; prints {addr: {"bytes": n, "seconds": s, "error": ""}} when stdin
+        ends (the check closes it once every sender is done) or after HOLD s
+    rails send SECONDS PORT SRC DST OTHERS...  for each SRC DST OTHERS triple: one
+        full-size datagram (8972 bytes of UDP payload, don't fragment) from SRC to each of
+        OTHERS (comma-separated, or -) and back, then to DST, then a TCP stream from SRC to
+        DST for SECONDS; prints {src: {"reach": {other: "ok" | why}, "jumbo": "ok" | why,
         "bytes": n, "seconds": s, "error": ""}}
 """
 
 import json
+import os
 import selectors
 import socket
 import sys
@@ -30,7 +32,6 @@ def serve(token, hold, port, *addrs):
     end = time.monotonic() + float(hold)
     sel = selectors.DefaultSelector()
     report = {addr: {"bytes": 0, "seconds": 0.0, "error": ""} for addr in addrs}
-    done = set()
     for addr in addrs:
         try:
             udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -42,17 +43,21 @@ def serve(token, hold, port, *addrs):
             tcp.listen(4)
         except OSError as error:
             report[addr]["error"] = "%s:%s: %s" % (addr, port, error.strerror or error)
-            done.add(addr)
             continue
         udp.setblocking(False)
         tcp.setblocking(False)
         sel.register(udp, selectors.EVENT_READ, ("udp", addr))
         sel.register(tcp, selectors.EVENT_READ, ("tcp", addr))
     streams = {}
-    while len(done) < len(addrs) and time.monotonic() < end:
+    stdin = sys.stdin.fileno()
+    sel.register(stdin, selectors.EVENT_READ, ("stdin", None))
+    while time.monotonic() < end:
         for key, _ in sel.select(timeout=max(0.05, end - time.monotonic())):
             kind, addr = key.data
-            if kind == "udp":
+            if kind == "stdin":
+                if not os.read(stdin, 4096):
+                    return _report(report, streams)
+            elif kind == "udp":
                 try:
                     data, peer = key.fileobj.recvfrom(65536)
                 except OSError:
@@ -91,9 +96,15 @@ def serve(token, hold, port, *addrs):
                     continue
                 sel.unregister(key.fileobj)
                 key.fileobj.close()
-                report[addr]["bytes"] = entry[1]
-                report[addr]["seconds"] = round(time.monotonic() - entry[2], 3)
-                done.add(addr)
+                entry.append(round(time.monotonic() - entry[2], 3))
+    return _report(report, streams)
+
+
+def _report(report, streams):
+    """Each address's report with the stream it sank (the last one, if several)."""
+    for addr, count, _, *seconds in streams.values():
+        if seconds:
+            report[addr]["bytes"], report[addr]["seconds"] = count, seconds[0]
     return report
 
 
@@ -169,12 +180,14 @@ def _stream(token, src, dst, port, seconds):
     return sent, round(time.monotonic() - started, 3)
 
 
-def send(token, seconds, port, *pairs):
+def send(token, seconds, port, *triples):
     report = {}
-    for src, dst in zip(pairs[0::2], pairs[1::2]):
-        entry = {"dst": dst, "jumbo": "", "bytes": 0, "seconds": 0.0, "error": ""}
+    for src, dst, others in zip(triples[0::3], triples[1::3], triples[2::3]):
+        entry = {"dst": dst, "reach": {}, "jumbo": "", "bytes": 0, "seconds": 0.0, "error": ""}
         report[src] = entry
         try:
+            for other in [] if others == "-" else others.split(","):
+                entry["reach"][other] = _jumbo(token, src, other, port)
             entry["jumbo"] = _jumbo(token, src, dst, port)
             entry["bytes"], entry["seconds"] = _stream(token, src, dst, port, seconds)
         except OSError as error:

@@ -46,7 +46,8 @@ def test_a_node_on_the_other_port_pairs_by_subnet_and_a_missing_peer_is_named():
 
 def measured(found, slow=(), jumbo=None):
     return [Measured(p, (jumbo or {}).get(p.src.node, "ok"),
-                     (100_000_000 if (p.src.node, p.dst.node) in slow else 1_000_000_000), 1.0)
+                     (100_000_000 if (p.src.node, p.dst.node) in slow else 1_000_000_000), 1.0,
+                     reach={r.ipv4: "ok" for r in p.others})
             for p in found]
 
 
@@ -95,11 +96,12 @@ def test_the_node_script_echoes_a_jumbo_frame_and_counts_a_burst_on_loopback():
     server.stdin.write(token)
     server.stdin.flush()
     sent = subprocess.run(remote.argv(sys.executable, "rails", "send", "0.3", port,
-                                      "127.0.0.1", "127.0.0.1"), input=token,
+                                      "127.0.0.1", "127.0.0.1", "127.0.0.1"), input=token,
                           capture_output=True, timeout=30)
     heard = json.loads(server.communicate(timeout=30)[0])  # closes its stdin
     report = json.loads(sent.stdout)["127.0.0.1"]
     assert sent.returncode == 0 and report["jumbo"] == "ok" and report["error"] == ""
+    assert report["reach"] == {"127.0.0.1": "ok"}
     assert report["bytes"] > 0 and heard["127.0.0.1"]["bytes"] == report["bytes"]
 
 
@@ -136,3 +138,19 @@ def test_a_path_that_drops_full_size_frames_is_told_from_a_missing_listener(monk
     assert node_script._jumbo(token, "127.0.0.1", "127.0.0.1", port) == (
         "no echo at all from 127.0.0.1 within 1 s (its listener did not start, or the address "
         "is not reachable on this rail)")
+
+
+def test_every_node_sends_a_full_size_frame_to_every_other_and_a_dropped_one_is_named():
+    found, _ = pairs(NODES, {n: rails(n, 11 + i) for i, n in enumerate(NODES)})
+    first = found[0]
+    assert (first.src.node, first.dst.node) == ("spark-01", "spark-02")
+    assert [r.node for r in first.others] == ["spark-03", "spark-04"]
+    assert {r.network for r in first.others} == {first.src.network}
+    results = [Measured(p, "ok", 1_000_000_000, 1.0, reach={
+        r.ipv4: ("no echo at all from %s within 30 s" % r.ipv4 if r.node == "spark-04"
+                 and p.src.node == "spark-01" else "ok") for r in p.others}) for p in found]
+    assert [p for p in judge(results)] == [
+        "spark-01 -> spark-04 on enp1s0f0np0 (rocep1s0f0): a 9000-byte frame did not pass: "
+        "no echo at all from 10.77.3.14 within 30 s",
+        "spark-01 -> spark-04 on enP2p1s0f0np0 (roceP2p1s0f0): a 9000-byte frame did not "
+        "pass: no echo at all from 10.77.4.14 within 30 s"]

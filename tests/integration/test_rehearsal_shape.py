@@ -171,8 +171,9 @@ def test_the_fabric_check_passes_jumbo_frames_and_names_a_rail_trained_low(rack,
 
 
 def test_the_fabric_check_names_a_port_left_at_mtu_1500(engine_rack):
-    """spark-05's port 0 path a at the default MTU: what it sends is too long at once; what
-    it should receive is dropped on the way (the small datagram before it passes)."""
+    """spark-05's port 0 path a at the default MTU: what it sends to any peer is too long at
+    once; what any peer sends it is dropped on the way (the small datagram before it
+    passes). Every pair is named, not only the ring's neighbours: TP all-to-all needs them."""
     from sparkrack.fabric import check_fabric
 
     inventory = engine_rack
@@ -182,13 +183,14 @@ def test_the_fabric_check_names_a_port_left_at_mtu_1500(engine_rack):
     finally:
         on(inventory, "spark-05", ["ip", "link", "set", "enp1s0f0np0", "mtu", "9000"])
     frames = sorted(p for p in report.problems if "9000-byte frame" in p)
-    assert frames == [
-        "spark-04 -> spark-05 on enp1s0f0np0 (rocep1s0f0): a 9000-byte frame did not pass: a "
-        "small datagram came back, a 8972-byte one did not within 3 s (a smaller MTU on the "
-        "way?)",
-        "spark-05 -> spark-06 on enp1s0f0np0 (rocep1s0f0): a 9000-byte frame did not pass: "
-        "Message too long sending 8972 bytes (the path's MTU is below 9000)"], report.problems
-
+    others = [f"spark-0{n}" for n in (1, 2, 3, 4, 6, 7, 8)]
+    assert frames == sorted(
+        [f"{node} -> spark-05 on enp1s0f0np0 (rocep1s0f0): a 9000-byte frame did not pass: a "
+         "small datagram came back, a 8972-byte one did not within 3 s (a smaller MTU on the "
+         "way?)" for node in others]
+        + [f"spark-05 -> {node} on enp1s0f0np0 (rocep1s0f0): a 9000-byte frame did not pass: "
+           "Message too long sending 8972 bytes (the path's MTU is below 9000)"
+           for node in others]), report.problems
 
 BARE_FABRIC = """rm -f /etc/netplan/40-cx7.yaml /etc/netplan/60-sparkrack-fabric.yaml
 netplan apply

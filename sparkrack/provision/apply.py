@@ -100,4 +100,4 @@ def _run_culprit(batch, outcome: NodeResult) -> tuple[int, str] | None:
     rc = lines[0].removeprefix("rc ") if lines else "?"
     index, action = batch[position]
     detail = " ".join(l.strip() for l in lines[1:] if l.strip())[-300:]
-    return index, f"`{' '.join(action.argv)}` exited {rc}" + (f": {detail}" if detail else "")
+    return index, f"`{action.describe()}` exited {rc}" + (f": {detail}" if detail else "")

@@ -29,12 +29,13 @@ class Put:
 
 @dataclass(frozen=True)
 class Run:
-    """Run one argv on the node."""
+    """Run one argv on the node (shown as `shown` when the argv is a wrapper script)."""
 
     argv: tuple[str, ...]
+    shown: str = ""
 
     def describe(self) -> str:
-        return " ".join(self.argv)
+        return self.shown or " ".join(self.argv)
 
 
 @dataclass(frozen=True)

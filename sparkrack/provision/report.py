@@ -102,6 +102,10 @@ def print_outcome(report: ProvisionReport, out: Console) -> None:
         out.print(text)
     for run in report.nodes:
         bad = [c for c in run.outcomes() if c.status == "failed"]
+        for change in run.second or []:
+            if change.changed:
+                out.print(Text(f"{run.node}: second pass (an earlier change made it stale): ",
+                               style="yellow") + _line(change, diff=False)[0])
         if run.status == "unreachable" and run.plan:
             out.print(Text(f"{run.node}: UNREACHABLE during the run: {run.error}",
                            style="bold red"))

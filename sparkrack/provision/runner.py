@@ -5,8 +5,11 @@
 
 Every selected node gets one NodeRun whatever happens to the others: unreachable at
 gather, failed in the plan, cut during the apply. After an apply the facts are gathered
-again and the plan recomputed: anything still planned is "did not converge" (failed).
-A run with nothing to change makes no second round trip and touches no file.
+again and the plan recomputed. What an apply changed can change a fact a later task read
+(the fabric's addresses make the RoCE GID that nccl_env probes): a node whose re-plan
+still has changes gets one second pass, then a last re-plan; anything still planned
+then is "did not converge" (failed). A run with nothing to change makes no second round
+trip and touches no file.
 """
 
 from __future__ import annotations
@@ -55,8 +58,10 @@ class NodeRun:
     status: str = "ok"  # ok | failed | unreachable
     error: str | None = None
     plan: list[Change] = field(default_factory=list)
-    final: list[Change] | None = None  # the re-plan after an apply
+    final: list[Change] | None = None  # the re-plan after the last apply
     applied: ApplyResult | None = None
+    second: list[Change] | None = None  # the re-plan a second pass applied
+    applied_second: ApplyResult | None = None
     facts: ProvisionFacts | None = None
 
     @property
@@ -67,7 +72,17 @@ class NodeRun:
         """Each task's final word: the plan, with apply failures and the re-plan folded in."""
         result = []
         final = {(c.role, c.task, c.handler): c for c in self.final or []}
+        second = {(c.role, c.task, c.handler): (i, c) for i, c in enumerate(self.second or [])}
         for index, change in enumerate(self.plan):
+            key = (change.role, change.task, change.handler)
+            position, redone = second.get(key, (None, None))
+            if redone is not None and redone.changed:
+                if position in self.applied_second.errors:
+                    change = replace(redone, status="failed", summary=(
+                        f"{redone.summary}: {self.applied_second.errors[position]}"))
+                    result.append(change)
+                    continue
+                change = replace(redone, summary=f"{redone.summary} (second pass)")
             if self.applied and index in self.applied.errors:
                 lost = self.status == "unreachable"  # counted as unreachable, like Ansible
                 change = replace(change, status="skipped" if lost else "failed", summary=(
@@ -77,7 +92,7 @@ class NodeRun:
                                  summary=f"not applied (the node {self.status} earlier): "
                                  f"{change.summary}")
             elif self.final is not None:
-                again = final.get((change.role, change.task, change.handler))
+                again = final.get(key)
                 if again is not None and again.changed and not change.handler and \
                         not change.deferred:
                     change = replace(change, status="failed",
@@ -189,11 +204,18 @@ def provision(inventory: Inventory, limit: str | Sequence[Node] | None = None, *
         if not check and any(run.changes for run in report.nodes if run.status == "ok"):
             _apply_all(fleet, prepared, report, targets, transfer_timeout)
             emit("applied", report)
-            again = [run for run in report.nodes if run.status != "unreachable"]
-            facts = _gather(fleet, {r.node: prepared[r.node] for r in again}, report,
-                            head if needs_head else None)
-            targets = _resolve(wanted, facts, inventory, absent)
-            _plan_all(loaded, prepared, facts, targets, report, renderer, absent, first=False)
+            _replan(fleet, loaded, prepared, report, renderer, absent, wanted, inventory,
+                    head if needs_head else None)
+            stale = [run for run in report.nodes if run.status == "ok"
+                     and any(c.changed for c in run.final or [])]
+            if stale:
+                _apply_second(fleet, stale)
+                _replan(fleet, loaded, prepared, report, renderer, absent, wanted, inventory,
+                        head if needs_head else None)
+            for run in report.nodes:
+                if run.status == "ok" and any(c.changed or c.status == "failed"
+                                              for c in run.final or []):
+                    run.status = "failed"
     report.seconds = time.monotonic() - started
     emit("done", report)
     return report
@@ -261,8 +283,30 @@ def _plan_all(roles: tuple[Role, ...], prepared: Mapping[str, _Prepared],
                 run.status = "failed"
         else:
             run.final = changes
-            if any(c.changed or c.status == "failed" for c in changes) and run.status == "ok":
-                run.status = "failed"
+
+
+def _replan(fleet: Fleet, roles: tuple[Role, ...], prepared: Mapping[str, _Prepared],
+            report: ProvisionReport, renderer: Renderer, absent: bool,
+            wanted: Mapping[str, str], inventory: Inventory, head: Node | None) -> None:
+    """Gather the reachable nodes' facts again and plan again: each run's `final`."""
+    again = [run for run in report.nodes if run.status != "unreachable"]
+    facts = _gather(fleet, {r.node: prepared[r.node] for r in again}, report, head)
+    targets = _resolve(wanted, facts, inventory, absent)
+    _plan_all(roles, prepared, facts, targets, report, renderer, absent, first=False)
+
+
+def _apply_second(fleet: Fleet, runs: Sequence[NodeRun]) -> None:
+    """Apply each run's re-plan once more (files and commands; an image still missing is
+    left to the verdict)."""
+    def one(run: NodeRun) -> None:
+        run.second = run.final
+        run.applied_second = apply_node(fleet, run.node, run.second)
+        if run.applied_second.status != "ok":
+            run.status = run.applied_second.status
+            run.error = run.applied_second.error
+
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        list(pool.map(one, runs))
 
 
 def _apply_all(fleet: Fleet, prepared: Mapping[str, _Prepared], report: ProvisionReport,

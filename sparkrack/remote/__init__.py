@@ -31,6 +31,7 @@ token is the first line of the script's stdin.
 - dockerlimits.sh  what a rehearsal node's dockerd can give (lifecycle/nodelimits.py; sh)
 - sequence.sh   a node's commands in order, the failed one as an @@<position> failed
                 section (provision/apply.py; bash)
+- settle.sh     waits until a command's guard holds (provision's command `settle`; sh)
 - ship.sh       unpacks the watchdog's lib/ from stdin (watchdog/install.py; bash)
 - remove.sh     removes the watchdog's directories (watchdog/install.py; sh)
 """

@@ -90,7 +90,8 @@ def test_extra_nodes_are_bare_and_persist_in_rack_state(extras):
     assert bare.stdout.split("\n")[:2] == [
         "ls: cannot access '/etc/sparkrack': No such file or directory",
         "ls: cannot access '/models': No such file or directory"]
-    assert bare.stdout.split()[-3:] == ["active", "active", "9000"]
+    # the installer's fabric config (MTU 1500): onboarding's provisioning gives it the rack's
+    assert bare.stdout.split()[-3:] == ["active", "active", "1500"]
     odd = in_node(extras, ODD, "sh", "-c", "nvidia-smi --query-gpu=driver_version "
                   "--format=csv,noheader; ls /sys/class/infiniband; uname -r")
     assert odd.stdout.split() == ["575.51.03", "roceP2p1s0f1", "rocep1s0f0", "rocep1s0f1",

@@ -76,3 +76,49 @@ def test_a_registered_module_is_checked_gathered_and_planned(tmp_path, monkeypat
     change, = plan_node([role], {"r": tasks}, {}, {"x": "a"}, ProvisionFacts(), renderer=renderer)
     assert (change.module, change.status, change.actions) == (
         "touch", "changed", (Run(("touch", "--", "/a")),))
+
+
+def _settling_command(tmp_path, settle):
+    """A command whose effect lands 0.5 s after it returns, planned with settle."""
+    flag = tmp_path / "flag"
+    role = load_role(write(tmp_path, (
+        "- name: late\n  command:\n"
+        f"    argv: [sh, -c, '(sleep 0.5; touch {flag}) >/dev/null 2>&1 &']\n"
+        f"    unless: [test, -e, '{flag}']\n    settle: {settle}\n")))
+    renderer = Renderer()
+    tasks = render_tasks(role, role.tasks, {}, renderer)
+    guard = ("test", "-e", str(flag))
+    change, = plan_node([role], {"r": tasks}, {}, {}, ProvisionFacts(guards={guard: 1}),
+                        renderer=renderer)
+    return change, flag
+
+
+def _run_locally(change):
+    from sparkrack.provision.apply import sequence_argv
+    import subprocess
+
+    return subprocess.run(sequence_argv([a.argv for a in change.actions]),
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_a_settling_command_waits_for_its_guard_and_fails_when_it_never_holds(tmp_path):
+    """`netplan apply` returns before the addresses are set: with settle, the apply waits
+    for the guard; a guard that never holds fails the command, saying so."""
+    change, flag = _settling_command(tmp_path, 5)
+    assert [a.describe() for a in change.actions][1] == "wait up to 5 s for the guard to hold"
+    done = _run_locally(change)
+    assert done.returncode == 0 and flag.exists(), done.stdout
+    flag.unlink()
+
+    change, flag = _settling_command(tmp_path, 1)
+    never = replace(change, actions=(Run(("true",)), change.actions[1]))
+    done = _run_locally(never)
+    assert done.returncode == 1 and "still not in force after the wait" in done.stdout
+    assert not flag.exists()
+
+
+def test_settle_needs_an_unless_guard_and_a_sane_number(tmp_path):
+    with pytest.raises(RoleError, match="settle waits for the unless guard"):
+        load_role(write(tmp_path, "- name: t\n  command: {argv: [a], creates: /b, settle: 5}\n"))
+    with pytest.raises(RoleError, match="settle must be a number of seconds"):
+        load_role(write(tmp_path, "- name: t\n  command: {argv: [a], unless: [b], settle: 0}\n"))

@@ -429,3 +429,16 @@ def test_a_sparks_rdma_functions_name_their_netdevs():
     assert [netdev_of(h) for h in ("rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0",
                                    "roceP2p1s0f1", "mlx5_0")] == [
         "enp1s0f0np0", "enp1s0f1np1", "enP2p1s0f0np0", "enP2p1s0f1np1", None]
+
+
+def test_a_changed_fabric_drop_in_is_applied_by_its_handler_though_the_old_one_was_in_force():
+    """Recabled to the other port, the old drop-in's check passes (its port has no cable):
+    only the handler, notified by the new drop-in, applies it, and waits until it holds."""
+    from sparkrack.facts.provision import ProvisionFacts
+
+    guard = ("/usr/local/sbin/sparkrack-fabric-in-force", NETPLAN)
+    changes = planned(roles="fabric", facts=ProvisionFacts(guards={guard: 0}))
+    runs = [(c.task, c.handler, [a.describe() for a in c.actions])
+            for c in changes if c.changed and "netplan apply" in c.summary]
+    assert runs == [("apply the fabric config", True,
+                     ["netplan apply", "wait up to 20 s for the guard to hold"])], runs

@@ -2,7 +2,10 @@
 
 Every command has a guard (checked when the role is loaded): `creates` (a path that exists
 once it ran) or `unless` (an argv that exits 0 once it ran). Absent mode skips it: a
-command has no inverse.
+command has no inverse. `settle: SECONDS` is for a command whose effect lands after it
+returns (`netplan apply` hands the config to the network daemon): the `unless` guard must
+then hold within that many seconds, or the command fails. A notified handler runs
+whatever its guard said: the guard was gathered before the change that notified it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from sparkrack.facts.files import file_query
 from sparkrack.facts.provision import guard_query
 from sparkrack.facts.queries import Query
 from sparkrack.provision.modules.base import Module, Step
+from sparkrack.remote import text
 
 
 def queries(p: Mapping[str, Any]) -> Iterable[Query]:
@@ -30,6 +34,10 @@ def check(p: Mapping[str, Any]) -> tuple[str, str] | None:
     """A command without a guard would run on every provision."""
     if not ({"creates", "unless"} & set(p)):
         return "a command needs a guard to be idempotent", "add creates: PATH or unless: [ARGV]"
+    if "settle" in p and not p.get("unless"):
+        return "settle waits for the unless guard, and there is none", "add unless: [ARGV]"
+    if "settle" in p and not (isinstance(p["settle"], (int, float)) and 0 < p["settle"] <= 300):
+        return "settle must be a number of seconds (1-300)", "set settle: 10, say"
     return None
 
 
@@ -43,16 +51,22 @@ def plan(step: Step) -> Change:
     if creates and facts.file(str(creates)).exists:
         return replace(base, summary=f"{creates} exists")
     unless = p.get("unless")
-    if unless and facts.guards.get(tuple(str(a) for a in unless)) == 0:
+    stale = base.handler  # its guard was gathered before the change that notified it
+    if unless and not stale and facts.guards.get(tuple(str(a) for a in unless)) == 0:
         return replace(base, summary="guard holds: " + " ".join(str(a) for a in unless))
+    actions = [Run(argv)]
+    if p.get("settle"):
+        guard = [str(a) for a in unless]
+        actions.append(Run(("sh", "-c", text("settle"), "settle", f"{p['settle']:g}", *guard),
+                           shown=f"wait up to {p['settle']:g} s for the guard to hold"))
     return replace(base, status="changed", summary="run " + " ".join(argv),
-                   actions=(Run(argv),))
+                   actions=tuple(actions))
 
 
 MODULE = Module(
     name="command",
     required=frozenset({"argv"}),
-    optional=frozenset({"creates", "unless"}),
+    optional=frozenset({"creates", "unless", "settle"}),
     queries=queries,
     check=check,
     plan=plan,

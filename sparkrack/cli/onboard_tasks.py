@@ -58,6 +58,8 @@ def _printer(json: bool):
     "yes": "do not ask before changing the node (the host key still needs confirming)",
     "waive": "KIND=REASON: accept a refusing difference (driver-major, mtu, ...); repeatable",
     "roce_addr": "its RoCE fabric address (default: the members' convention)",
+    "roce_twin_addr": "its twin netdev's fabric address (default: the IPv4 there, when the "
+                      "members have one)",
     "peer": "the member to copy images and weights from (default: the last rank's)",
     "bwlimit": "MiB/s cap for the weight copy (spares the fabric of a serving rack)",
     "burn_seconds": "burn check length (default 5)",
@@ -65,7 +67,7 @@ def _printer(json: bool):
     "inventory": INVENTORY_HELP, "json": "print the report as JSON", **WAIT_HELP})
 @rack_task(changing=lambda a: not a["check"])
 def onboard(c, name, address, replace=None, check=False, fingerprint=None, yes=False,
-            waive=None, roce_addr=None, peer=None, bwlimit=None, burn_seconds=5.0,
+            waive=None, roce_addr=None, roce_twin_addr=None, peer=None, bwlimit=None, burn_seconds=5.0,
             full_verify=False, inventory=None, json=False):
     """Make a bare Spark a member (--replace OLD: under OLD's rank) or a staged spare:
     trust, baseline, provision, stage, verify, join. Exit 1 if a step refused or failed."""
@@ -78,7 +80,7 @@ def onboard(c, name, address, replace=None, check=False, fingerprint=None, yes=F
     report = run_onboard(
         rack, name, address, replace=replace, check=check, fingerprint=fingerprint,
         confirm=_ask if interactive else None, assume_yes=yes, waivers=_parse_waivers(waive),
-        roce_addr=roce_addr, peer=peer, burn_seconds=float(burn_seconds),
+        roce_addr=roce_addr, roce_twin_addr=roce_twin_addr, peer=peer, burn_seconds=float(burn_seconds),
         bwlimit=float(bwlimit) * 2**20 if bwlimit else None,
         full_verify=full_verify, on_event=_printer(json))
     from ..oplock.audit import note

@@ -10,8 +10,8 @@ IPv4 of the NCCL socket netdevs and of the HCAs' netdevs): `sparkrack.facts`.
 value the members agree on; where they do not, the majority's). Kinds in BLOCKING break a
 TP group and refuse the onboarding unless waived (`--waive KIND=REASON`); the others are
 reported. `run` is the step: it fails when the new node does not answer (naming
-ssh-copy-id when its key is refused) or no member does, finds the new node's roce_addr,
-and refuses on a blocking difference.
+ssh-copy-id when its key is refused) or no member does, finds the new node's roce_addr
+(and roce_twin_addr), and refuses on a blocking difference.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from sparkrack.facts import node as node_facts
 from sparkrack.facts import provision
 from sparkrack.facts.onboard import DOCKER, NetdevFacts, links_query, parse_docker, parse_links
 from sparkrack.facts.docker import IMAGES
-from sparkrack.facts.roce import NETDEVS, roce_query
+from sparkrack.facts.roce import NETDEVS, netdev_of, roce_query
 from sparkrack.facts.queries import Answers, Query, answer, argv
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
@@ -365,6 +365,7 @@ def run(ctx: Context) -> None:
             ctx.stop(step, "refused", "refused: " + "; ".join(
                 f"{d.kind} ({d.what}: {d.node_value}, rack {d.rack_value})" for d in refusing)
                 + " (waive with --waive KIND=REASON only if you know it is safe)")
+        resolve_roce_twin_addr(ctx, step, mine)  # after: a missing twin HCA refuses above
         notes = len(report.differences)
         compared = len(members) - len(down)
         ctx.set(step, "ok", f"{mine.gpu_name}, driver {mine.driver}, kernel "
@@ -390,3 +391,30 @@ def resolve_roce_addr(ctx: Context, step: Step, mine: Facts) -> None:
                  f"{ctx.new.name} has no IPv4 address: pass --roce-addr")
     ctx.line(step, f"roce_addr {found} (the IPv4 address of {dev})")
     ctx.roce_addr = ctx.report.roce_addr = found
+
+
+def resolve_roce_twin_addr(ctx: Context, step: Step, mine: Facts) -> None:
+    """The new node's twin address (the port's other PCIe path, nccl_ib_hca's other
+    function): --roce-twin-addr, else none when no member has one, else the IPv4 on the
+    twin's netdev (the site's install gives a Spark both)."""
+    if ctx.roce_twin_addr is not None:
+        ctx.report.roce_twin_addr = ctx.roce_twin_addr
+        return
+    if not any(m.roce_twin_addr for m in ctx.members):
+        return
+    socket = ctx.new.vars.nccl_socket_ifname
+    named = [dev for dev in map(netdev_of, ctx.new.vars.nccl_ib_hca) if dev and dev != socket]
+    twins = [dev for dev in named if dev in mine.netdevs and mine.netdevs[dev].mtu is not None]
+    if named and not twins:  # its HCA is missing (a waived difference): nothing to address
+        ctx.line(step, f"no roce_twin_addr: {', '.join(named)} absent on {ctx.new.name}")
+        return
+    held = {dev: (mine.netdevs[dev].ipv4 if dev in mine.netdevs else "").split("/")[0]
+            for dev in twins}
+    found = next(((dev, ip) for dev, ip in held.items() if ip and not address_problem(ip)),
+                 None)
+    if found is None:
+        ctx.stop(step, "failed", f"the members have a roce_twin_addr, and {ctx.new.name} "
+                 f"has no IPv4 address on {', '.join(twins) or 'a twin netdev'}: pass "
+                 "--roce-twin-addr")
+    ctx.line(step, f"roce_twin_addr {found[1]} (the IPv4 address of {found[0]})")
+    ctx.roce_twin_addr = ctx.report.roce_twin_addr = found[1]

@@ -59,6 +59,7 @@ class OnboardReport:
     steps: list[Step] = field(default_factory=lambda: [Step(i + 1, n) for i, n in enumerate(STEPS)])
     fingerprint: str = ""
     roce_addr: str | None = None
+    roce_twin_addr: str | None = None
     differences: list[Difference] = field(default_factory=list)
     facts: dict[str, Facts] = field(default_factory=dict)
     provision: object | None = None
@@ -110,6 +111,7 @@ class Context:
     scratch: Path
     old: Node | None = None  # the member --replace retires
     roce_addr: str | None = None  # --roce-addr, or what step 2 found
+    roce_twin_addr: str | None = None  # --roce-twin-addr, or what step 2 found
     work: Inventory | None = None
     new: Node | None = None
     members: tuple[Node, ...] = ()

@@ -37,7 +37,7 @@ from sparkrack.inventory import Inventory, load_inventory
 from sparkrack.onboard import trust
 from sparkrack.onboard.context import Context, Step
 
-_ORDER = ("ansible_host", "rank", "roce_addr", "spare")
+_ORDER = ("ansible_host", "rank", "roce_addr", "roce_twin_addr", "spare")
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,8 @@ class JoinPlan:
 
 
 def plan_join(inventory: Inventory, name: str, address: str, roce_addr: str | None, *,
-              replace: str | None = None, stamp: str | None = None) -> JoinPlan:
+              roce_twin_addr: str | None = None, replace: str | None = None,
+              stamp: str | None = None) -> JoinPlan:
     """The hosts.yml edit (and host_vars move) that puts name into the inventory."""
     hosts_file = inventory.path / "hosts.yml"
     before = hosts_file.read_text(encoding="utf-8")
@@ -208,6 +209,8 @@ def plan_join(inventory: Inventory, name: str, address: str, roce_addr: str | No
         values["spare"] = True
     if roce_addr and roce_addr != address:
         values["roce_addr"] = roce_addr
+    if roce_twin_addr:
+        values["roce_twin_addr"] = roce_twin_addr
     after = edit_hosts(before, name, values, replace=replace)
     moved = {}
     if replace is not None and replace != name:
@@ -278,7 +281,7 @@ def run(ctx: Context) -> None:
     hosts = inventory.path / "hosts.yml"
     with ctx.step("join") as step:
         plan = plan_join(inventory, report.name, report.address, ctx.roce_addr,
-                         replace=report.replace)
+                         roce_twin_addr=ctx.roce_twin_addr, replace=report.replace)
         check_plan(inventory, plan, report.name)
         report.join, report.rank = plan, plan.rank
         for line in plan.diff().splitlines():

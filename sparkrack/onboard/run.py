@@ -50,6 +50,7 @@ def onboard(inventory: Inventory, name: str, address: str, *, replace: str | Non
             check: bool = False, fingerprint: str | None = None,
             confirm: Callable[[str], bool] | None = None, assume_yes: bool = False,
             waivers: Mapping[str, str] | None = None, roce_addr: str | None = None,
+            roce_twin_addr: str | None = None,
             peer: str | None = None, burn_seconds: float = 5.0, bwlimit: float | None = None,
             full_verify: bool = False, python: str = DEFAULT_PYTHON,
             on_event: Event | None = None) -> OnboardReport:
@@ -60,7 +61,7 @@ def onboard(inventory: Inventory, name: str, address: str, *, replace: str | Non
     the question before the node is changed (step 3); it never stands in for the host key
     confirmation, which needs confirm() or a matching fingerprint."""
     waivers = baseline.check_waivers(waivers or {})
-    old = _check_arguments(inventory, name, address, replace, roce_addr, peer)
+    old = _check_arguments(inventory, name, address, replace, roce_addr, roce_twin_addr, peer)
     report = OnboardReport(name, address, replace, check)
     options = Options(fingerprint=fingerprint, confirm=confirm, assume_yes=assume_yes,
                       waivers=waivers, peer=peer, burn_seconds=burn_seconds, bwlimit=bwlimit,
@@ -68,7 +69,7 @@ def onboard(inventory: Inventory, name: str, address: str, *, replace: str | Non
     emit = on_event or (lambda kind, step, text: None)
     with tempfile.TemporaryDirectory(prefix="sparkrack-onboard-") as scratch_dir:
         ctx = Context(inventory, report, options, emit, Path(scratch_dir), old=old,
-                      roce_addr=roce_addr)
+                      roce_addr=roce_addr, roce_twin_addr=roce_twin_addr)
         try:
             _sequence(ctx)
         except Stop:
@@ -83,7 +84,7 @@ def onboard(inventory: Inventory, name: str, address: str, *, replace: str | Non
 
 def _sequence(ctx: Context) -> None:
     """The steps in order; the first that stops (Stop) ends it. The scratch inventory is
-    built again after step 2, which may have found the new node's roce_addr."""
+    built again after step 2, which may have found the new node's fabric addresses."""
     scratch.build(ctx)
     trust.run(ctx)
     baseline.run(ctx)
@@ -96,11 +97,13 @@ def _sequence(ctx: Context) -> None:
 
 
 def _check_arguments(inventory: Inventory, name: str, address: str, replace: str | None,
-                     roce_addr: str | None, peer: str | None) -> Node | None:
+                     roce_addr: str | None, roce_twin_addr: str | None,
+                     peer: str | None) -> Node | None:
     """UsageError for arguments that cannot work; the node being replaced, if any."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or name == "all":
         raise UsageError(f"invalid node name {name!r}", fix="e.g. spark-09")
-    for value, flag in ((address, "--address"), (roce_addr, "--roce-addr")):
+    for value, flag in ((address, "--address"), (roce_addr, "--roce-addr"),
+                        (roce_twin_addr, "--roce-twin-addr")):
         problem = address_problem(value) if value is not None else None
         if problem:
             raise UsageError(f"{flag} {value!r} {problem}",
@@ -121,8 +124,9 @@ def _check_arguments(inventory: Inventory, name: str, address: str, replace: str
         if node.address == address:
             raise UsageError(f"address {address} belongs to {node.name}",
                              fix="give the new node's own address")
-        if roce_addr and node.roce_addr == roce_addr:
-            raise UsageError(f"--roce-addr {roce_addr} belongs to {node.name}")
+        for flag, value in (("--roce-addr", roce_addr), ("--roce-twin-addr", roce_twin_addr)):
+            if value and value in (node.roce_addr, node.roce_twin_addr):
+                raise UsageError(f"{flag} {value} belongs to {node.name}")
     if peer is not None and (peer not in members or peer == replace):
         raise UsageError(f"--peer {peer}: not a member that stays in the rack",
                          fix="members: " + ", ".join(n for n in members if n != replace))
@@ -140,6 +144,7 @@ def as_json(report: OnboardReport) -> dict:
     return {
         "name": report.name, "address": report.address, "replace": report.replace,
         "check": report.check, "fingerprint": report.fingerprint, "roce_addr": report.roce_addr,
+        "roce_twin_addr": report.roce_twin_addr,
         "rank": report.rank, "joined": report.joined, "message": report.message,
         "exit_code": report.exit_code,
         "steps": [dataclasses.asdict(s) for s in report.steps],

@@ -13,10 +13,12 @@ from sparkrack.onboard.context import Context
 
 
 def build(ctx: Context) -> None:
-    """Set ctx.work, ctx.new, ctx.members and a fresh ctx.fleet (for ctx.roce_addr)."""
+    """Set ctx.work, ctx.new, ctx.members and a fresh ctx.fleet (for the fabric addresses
+    ctx holds)."""
     ctx.close()
     report, inventory = ctx.report, ctx.inventory
     plan = join.plan_join(inventory, report.name, report.address, ctx.roce_addr,
+                          roce_twin_addr=ctx.roce_twin_addr,
                           replace=report.replace, stamp="scratch")
     copy = ctx.scratch / f"inventory-{len(list(ctx.scratch.glob('inventory-*')))}"
     join.materialize_light(inventory.path, copy, plan)

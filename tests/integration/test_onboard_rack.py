@@ -25,7 +25,7 @@ from sparkrack.rehearsal.layout import KNOWN_HOSTS
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
-NEW, NEW_ADDR, NEW_ROCE = "spark-09", "10.77.1.19", "10.77.3.19"
+NEW, NEW_ADDR, NEW_ROCE, NEW_TWIN = "spark-09", "10.77.1.19", "10.77.3.19", "10.77.4.19"
 ODD, ODD_ADDR = "spark-10", "10.77.1.20"
 MODEL = "/models/GLM-5.3-NVFP4"
 
@@ -124,8 +124,9 @@ def test_bare_ninth_node_is_onboarded_end_to_end(extras, tmp_path):
     # the inventory: the new entry, every previous line (comments too) intact and in order
     hosts_after = (inv_dir / "hosts.yml").read_text().splitlines()
     assert [l for l in hosts_after if NEW not in l] == hosts_before.splitlines()
-    assert (f"        {NEW}: {{ansible_host: {NEW_ADDR}, roce_addr: {NEW_ROCE}, spare: true}}"
-            in hosts_after)  # its fabric address, found on its nccl_socket_ifname
+    assert (f"        {NEW}: {{ansible_host: {NEW_ADDR}, roce_addr: {NEW_ROCE}, "
+            f"roce_twin_addr: {NEW_TWIN}, spare: true}}" in hosts_after), hosts_after
+    # its fabric addresses, found on its nccl_socket_ifname and that port's twin netdev
     edited = load_inventory(inv_dir)
     assert [n.name for n in edited.spares] == [NEW] and len(edited.nodes) == 8
     assert NEW_ADDR in (inv_dir / "known_hosts").read_text()
@@ -227,7 +228,8 @@ def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path)
         "        spark-05: {ansible_host: 10.77.1.15, roce_addr: 10.77.3.15, "
         "roce_twin_addr: 10.77.4.15, rank: 4}")
     assert hosts_after[swapped] == \
-        f"        {NEW}: {{ansible_host: {NEW_ADDR}, roce_addr: {NEW_ROCE}, rank: 4}}"
+        f"        {NEW}: {{ansible_host: {NEW_ADDR}, roce_addr: {NEW_ROCE}, " \
+        f"roce_twin_addr: {NEW_TWIN}, rank: 4}}"
     assert hosts_after[:swapped] + hosts_after[swapped + 1:] == \
         hosts_before[:swapped] + hosts_before[swapped + 1:]
     copy = load_inventory(inv_dir)

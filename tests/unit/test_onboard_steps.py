@@ -139,6 +139,35 @@ def test_roce_addr_is_given_or_the_management_address_or_found_on_the_socket_net
     assert ctx.report.step("baseline").summary.endswith("has no IPv4 address: pass --roce-addr")
 
 
+def test_roce_twin_addr_is_given_or_none_or_found_on_the_twin_netdev(tmp_path):
+    """The twin (the port's second PCIe path) needs its own address for its RoCE GID."""
+    facts = baseline.Facts("spark-09", netdevs={
+        "enp1s0f0np0": NetdevFacts(1500, "up", "10.77.3.19/24"),
+        "enP2p1s0f0np0": NetdevFacts(1500, "up", "10.77.4.19/24")})
+    ctx = context(tmp_path)
+    ctx.members = tuple(dataclasses.replace(m, roce_twin_addr=None) for m in ctx.members)
+    baseline.resolve_roce_twin_addr(ctx, ctx.report.step("baseline"), facts)
+    assert ctx.report.roce_twin_addr is None  # the members have none
+
+    ctx = context(tmp_path)  # the rehearsal rack's members: twins with addresses
+    baseline.resolve_roce_twin_addr(ctx, ctx.report.step("baseline"), facts)
+    assert ctx.roce_twin_addr == ctx.report.roce_twin_addr == "10.77.4.19"
+    assert ctx.report.step("baseline").details == [
+        "roce_twin_addr 10.77.4.19 (the IPv4 address of enP2p1s0f0np0)"]
+
+    ctx = context(tmp_path)  # its twin HCA missing (a waived difference): no address
+    baseline.resolve_roce_twin_addr(ctx, ctx.report.step("baseline"), baseline.Facts("spark-09"))
+    assert ctx.roce_twin_addr is None and ctx.report.step("baseline").details == [
+        "no roce_twin_addr: enP2p1s0f0np0 absent on spark-09"]
+
+    ctx = context(tmp_path)
+    stopped(baseline.resolve_roce_twin_addr, ctx, ctx.report.step("baseline"),
+            baseline.Facts("spark-09", netdevs={"enP2p1s0f0np0": NetdevFacts(1500, "up", "")}))
+    assert ctx.report.step("baseline").summary == (
+        "the members have a roce_twin_addr, and spark-09 has no IPv4 address on "
+        "enP2p1s0f0np0: pass --roce-twin-addr")
+
+
 # --- provision: the go-ahead ------------------------------------------------------------
 
 

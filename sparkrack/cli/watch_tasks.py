@@ -1,6 +1,6 @@
 """The `watch` collection: `invoke watch` (the rank watchdog in a shell, its default task)
 and the watchdog as a service on a rack node: `watch.install`, `watch.uninstall`,
-`watch.status` (sparkrack/watchdog/install.py)."""
+`watch.status` (sparkrack/watchdog/: install.py, uninstall.py, status.py)."""
 
 from invoke import task
 from invoke.exceptions import Exit
@@ -68,7 +68,7 @@ def install(c, on=None, inventory=None, check=False, install_dir=None, python=No
 @rack_task(changing=lambda a: not a["check"], name="watch.uninstall")
 def uninstall(c, on=None, inventory=None, check=False, install_dir=None):
     """Remove the watchdog service: unit, files, state, its key on every node, its record."""
-    from ..watchdog.install import uninstall as run_uninstall
+    from ..watchdog.uninstall import uninstall as run_uninstall
 
     rack = inventory_from(inventory)
     report = run_uninstall(rack, on, settings=_settings(rack, install_dir), check=check,
@@ -86,7 +86,7 @@ def status(c, on=None, inventory=None, json=False, verdicts=5):
     Read-only. Exit 0 when the service is active, 1 otherwise."""
     import time
 
-    from ..watchdog.install import status as read_status
+    from ..watchdog.status import status as read_status
 
     rack = inventory_from(inventory)
     found = read_status(rack, on)

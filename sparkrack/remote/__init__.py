@@ -33,7 +33,7 @@ token is the first line of the script's stdin.
                 section (provision/apply.py; bash)
 - settle.sh     waits until a command's guard holds (provision's command `settle`; sh)
 - ship.sh       unpacks the watchdog's lib/ from stdin (watchdog/install.py; bash)
-- remove.sh     removes the watchdog's directories (watchdog/install.py; sh)
+- remove.sh     removes the watchdog's directories (watchdog/uninstall.py; sh)
 """
 
 from __future__ import annotations

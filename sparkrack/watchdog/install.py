@@ -1,5 +1,5 @@
-"""`invoke watch.install / watch.uninstall / watch.status`: the watchdog as a systemd
-service on one rack node (default: the head).
+"""`invoke watch.install`: the watchdog as a systemd service on one rack node (default:
+the head); what uninstall.py and status.py share (Settings, the probe, the node).
 
 Layers, each testable on its own:
 - probe: ONE round trip to the watchdog's node (its query and parser in
@@ -7,8 +7,8 @@ Layers, each testable on its own:
   Python, what is installed (lib manifest and its check, the inventory copy's hashes, the
   key, the unit file), the unit's state, the state file, and the address it reaches each
   node from, as a NodeState;
-- plan_install / plan_uninstall (pure): what is there and what is wanted in, the steps out;
-- install / uninstall (apply) over the fleet, in that order, then a second probe that must
+- plan_install (pure): what is there and what is wanted in, the steps out;
+- install (apply) over the fleet, in that order, then a second probe that must
   find nothing left to do (a second install with nothing changed changes nothing).
 
 What install does, in order: refuse a node whose Python cannot run this machine's
@@ -33,7 +33,6 @@ Settings, so the tests can put a fake systemctl and temporary paths on a loopbac
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -309,7 +308,7 @@ def from_root(argv) -> list[str]:
     return ["sh", "-c", 'cd / && exec "$@"', "sh", *argv]
 
 
-def _run(fleet, node: str, argv, *, stdin: bytes | None = None, timeout: float = 120,
+def run_step(fleet, node: str, argv, *, stdin: bytes | None = None, timeout: float = 120,
          what: str) -> str:
     result = fleet.run({node: argv}, stdin=stdin, timeout=timeout)[node]
     if not result.ok:
@@ -320,7 +319,7 @@ def _run(fleet, node: str, argv, *, stdin: bytes | None = None, timeout: float =
     return result.stdout
 
 
-def _watchdog_node(inventory, on: str | None, record: WatchdogKey | None):
+def watchdog_node(inventory, on: str | None, record: WatchdogKey | None):
     if on:
         return inventory.node(on)
     if record is not None:
@@ -337,7 +336,7 @@ def install(inventory, on: str | None = None, *, settings: Settings = Settings()
 
     check_settings(settings)
     record = read_record(inventory.path)
-    node = _watchdog_node(inventory, on, record)
+    node = watchdog_node(inventory, on, record)
     settings = with_listen(settings, node)
     if record is not None and record.node != node.name:
         raise UsageError(f"the watchdog is installed on {record.node} (recorded in "
@@ -419,25 +418,25 @@ def sources_of(state: NodeState) -> tuple[str, ...]:
 def _apply(fleet, node, plan: InstallPlan, want: Wanted, settings: Settings, say: Say) -> None:
     d = settings.install_dir
     if plan.mark:  # before anything goes in: a directory without it is never ours
-        _run(fleet, node.name, ["sh", "-c", 'umask 022; mkdir -p -- "$1" && printf %s "$3" '
+        run_step(fleet, node.name, ["sh", "-c", 'umask 022; mkdir -p -- "$1" && printf %s "$3" '
                                 '> "$1/$2"', "sh", d, MARKER_FILE, MARKER_TEXT],
              what="marking the install directory")
         say(f"watch.install: mark {d} as the watchdog's ({MARKER_FILE})")
     if plan.ship_lib:
         if plan.start == "restart":  # never run half old, half new modules: restarted below
-            _run(fleet, node.name, [settings.systemctl, "stop", UNIT], what="stopping the watchdog")
+            run_step(fleet, node.name, [settings.systemctl, "stop", UNIT], what="stopping the watchdog")
             say(f"watch.install: stop {UNIT} (its libraries change)")
         tar = want.library.tar(want.manifest)
         say(f"watch.install: shipping {d}/lib ({len(want.library.files)} files, "
             f"{len(tar) / 1e6:.1f} MB compressed: sparkrack and "
             f"{len(want.library.distributions)} libraries)")
-        _run(fleet, node.name, ["bash", "-c", text("ship"), "sparkrack-ship", d,
+        run_step(fleet, node.name, ["bash", "-c", text("ship"), "sparkrack-ship", d,
                                 settings.python], stdin=tar, timeout=SHIP_TIMEOUT_S,
              what="unpacking lib/")
     if plan.write or plan.delete:
         folders = sorted({posixpath.dirname(f"{d}/{p}") for p in plan.write})
         removals = [f"{d}/{p}" for p in plan.delete]
-        _run(fleet, node.name, ["sh", "-c", 'umask 022; d=$1; shift; mkdir -p "$d"; '
+        run_step(fleet, node.name, ["sh", "-c", 'umask 022; d=$1; shift; mkdir -p "$d"; '
                                 'while [ "$1" != -- ]; do mkdir -p "$1"; shift; done; shift; '
                                 'rm -f -- "$@"', "sh", d, *folders, "--", *removals],
              what="preparing the install directory")
@@ -452,7 +451,7 @@ def _apply(fleet, node, plan: InstallPlan, want: Wanted, settings: Settings, say
     if plan.write_unit:
         result = fleet.put({node.name: [(want.unit.encode(), settings.unit_path, 0o644)]})
         result.raise_for_failures()
-        _run(fleet, node.name, [settings.systemctl, "daemon-reload"], what="daemon-reload")
+        run_step(fleet, node.name, [settings.systemctl, "daemon-reload"], what="daemon-reload")
         say(f"watch.install: write {settings.unit_path}; daemon-reload")
 
 
@@ -461,7 +460,7 @@ def _key(fleet, node, settings: Settings, plan: InstallPlan, state: NodeState,
     """The watchdog's public key, made on the node first if it has none."""
     if not plan.make_key:
         return check_public_key(state.public_key)
-    out = _run(fleet, node.name, from_root(["env", f"PYTHONPATH={settings.install_dir}/lib",
+    out = run_step(fleet, node.name, from_root(["env", f"PYTHONPATH={settings.install_dir}/lib",
                                             settings.python, "-c", script("keygen"),
                                             settings.key_path, f"{MARKER}@{node.name}"]),
                what="making the watchdog's key")
@@ -491,13 +490,13 @@ def _authorize(inventory, key: WatchdogKey, report: InstallReport, say: Say,
     note(nodes=report.authorized, files=files)
     if bad:
         raise SparkrackError("authorizing the watchdog's key failed on " + "; ".join(
-            f"{run.node}: {run.error or _failure(run)}" for run in bad),
+            f"{run.node}: {run.error or provision_failure(run)}" for run in bad),
             fix="fix those nodes, then run watch.install again")
     say(f"watch.install: the watchdog's key is authorized on every node (role watchdog_key; "
         f"{len(report.authorized)} changed)")
 
 
-def _failure(run) -> str:
+def provision_failure(run) -> str:
     return next((c.summary for c in run.outcomes() if c.status == "failed"), run.status)
 
 
@@ -536,14 +535,14 @@ def _start(fleet, node, plan: InstallPlan, settings: Settings, say: Say) -> None
     if plan.start:
         commands.append([sc, plan.start, UNIT])
     for argv in commands:
-        _run(fleet, node.name, argv, what=" ".join(argv))
+        run_step(fleet, node.name, argv, what=" ".join(argv))
         say(f"watch.install: {' '.join(argv[1:])}")
 
 
 def _wait_metrics(fleet, node, settings: Settings, inventory) -> str:
     """Wait on the node until its /metrics answers; the URL to reach it at."""
     local = metrics_url(node, inventory, settings.listen, on_node=True)
-    _run(fleet, node.name, from_root([settings.python, "-c", script("metrics"), local,
+    run_step(fleet, node.name, from_root([settings.python, "-c", script("metrics"), local,
                                       str(METRICS_WAIT_S)]),
          timeout=METRICS_WAIT_S + 30, what="waiting for the watchdog's metrics")
     return metrics_url(node, inventory, settings.listen)
@@ -579,273 +578,8 @@ def listen_of(unit: bytes | None) -> str:
     return ""
 
 
-# --- Uninstall -----------------------------------------------------------------------------
-
-
-@dataclass
-class UninstallPlan:
-    node: str
-    refusal: str | None = None  # the install directory is not the watchdog's: nothing is done
-    stop: bool = False
-    disable: bool = False
-    reset_failed: bool = False
-    remove_unit: bool = False
-    remove_dirs: list[str] = field(default_factory=list)
-
-    @property
-    def changes_node(self) -> bool:
-        return bool(self.stop or self.disable or self.reset_failed or self.remove_unit
-                    or self.remove_dirs)
-
-    def steps(self, settings: Settings) -> list[str]:
-        lines = []
-        if self.stop:
-            lines.append(f"stop {UNIT}")
-        if self.disable:
-            lines.append(f"disable {UNIT}")
-        if self.reset_failed:
-            lines.append(f"reset-failed {UNIT}")
-        if self.remove_unit:
-            lines.append(f"remove {settings.unit_path}; daemon-reload")
-        for directory in self.remove_dirs:
-            lines.append(f"remove {directory}")
-        return lines
-
-
-def plan_uninstall(node: str, state: NodeState, settings: Settings) -> UninstallPlan:
-    """What uninstall must do on node so that nothing of the watchdog is left there; a
-    refusal when the install directory is not one watch.install made."""
-    plan = UninstallPlan(node)
-    problem = kind_problem(settings.install_dir, state.install_dir_kind)
-    if problem:
-        plan.refusal = f"{node}: --install-dir {problem}"
-        return plan
-    plan.stop = state.active
-    plan.disable = state.enabled
-    plan.reset_failed = state.unit.get("ActiveState") == "failed"
-    plan.remove_unit = state.unit_file is not None
-    if state.install_dir_kind in ("marked", "legacy"):
-        plan.remove_dirs.append(settings.install_dir)
-    if state.state_dir or state.state is not None:
-        plan.remove_dirs.append(settings.state_dir)
-    return plan
-
-
-@dataclass
-class UninstallReport:
-    node: str
-    plan: UninstallPlan | None = None
-    deauthorized: list[str] = field(default_factory=list)
-    unrecorded: bool = False
-    check: bool = False
-    node_error: str = ""  # the watchdog's node could not be cleaned up: why
-
-
-def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings(),
-              check: bool = False, say: Say = print, provision_fn=None) -> UninstallReport:
-    """Remove the watchdog: the service (stopped, disabled, unit file gone), its install
-    directory (key included) and state on its node, the key's line on every node, and the
-    record beside the inventory. A watchdog node that does not answer keeps its files, but
-    the key is still taken away from every other node; the record stays until a run
-    completes."""
-    from ..oplock.audit import note
-    from .keyrecord import remove_record
-
-    record = read_record(inventory.path)
-    node = _watchdog_node(inventory, on, record)
-    if record is not None and record.node == node.name:
-        settings = _with_install_dir(settings, record.install_dir)
-    check_settings(settings)
-    report = UninstallReport(node.name, check=check)
-    try:
-        _uninstall_node(inventory, node, settings, report, check, say)
-    except SparkrackError as error:
-        if check:
-            raise
-        # its node is dead or refuses: still take the key away from every other node
-        report.node_error = error.line()
-        say(f"watch.uninstall: {node.name}: {report.node_error}; its files stay there")
-    if check:
-        return report
-    if provision_fn is None:
-        from ..provision import provision as provision_fn
-    result = provision_fn(inventory, roles="watchdog_key", absent=True)
-    report.deauthorized = [run.node for run in result.nodes if result.recap(run.node)["changed"]]
-    bad = [run for run in result.nodes if result.recap(run.node)["failed"]
-           or result.recap(run.node)["unreachable"]]
-    note(nodes=report.deauthorized)
-    problems = [f"{run.node}: {run.error or _failure(run)}" for run in bad]
-    if report.node_error:
-        problems.insert(0, f"{node.name}: {report.node_error}")
-    if problems:
-        raise SparkrackError("watch.uninstall is not complete: " + "; ".join(problems),
-                             fix="run `invoke watch.uninstall` again once they answer (the key "
-                             "record is kept until then)")
-    say(f"watch.uninstall: the watchdog's key is on no node ({len(report.deauthorized)} "
-        "changed)")
-    report.unrecorded = remove_record(inventory.path)
-    if report.unrecorded:
-        say(f"watch.uninstall: removed {record_path(inventory.path)}")
-    return report
-
-
-def _uninstall_node(inventory, node, settings: Settings, report: UninstallReport, check: bool,
-                    say: Say) -> None:
-    """Stop, disable and remove the service and its files on its node."""
-    from ..fleet import Fleet
-    from ..oplock.audit import note
-
-    record = read_record(inventory.path)
-    with Fleet(inventory, [node]) as fleet:
-        state = probe(fleet, node, settings, inventory)
-        plan = plan_uninstall(node.name, state, settings)
-        report.plan = plan
-        if plan.refusal:
-            raise UsageError(plan.refusal, fix="uninstall with the --install-dir it was installed "
-                             f"in, or correct install_dir in {record_path(inventory.path)}")
-        for line in plan.steps(settings):
-            say(f"watch.uninstall: {'would ' if check else ''}{line}")
-        if check:
-            say("watch.uninstall: would remove the watchdog's key from every node "
-                "(role watchdog_key, absent)" + (f" and {record_path(inventory.path)}"
-                                                  if record else ""))
-            return
-        sc = settings.systemctl
-        if plan.stop:
-            _run(fleet, node.name, [sc, "stop", UNIT], what="stopping the watchdog")
-        if plan.disable:
-            _run(fleet, node.name, [sc, "disable", UNIT], what="disabling the watchdog")
-        if plan.reset_failed:
-            _run(fleet, node.name, [sc, "reset-failed", UNIT], what="reset-failed")
-        if plan.remove_unit:
-            _run(fleet, node.name, ["rm", "-f", "--", settings.unit_path], what="removing the unit")
-            _run(fleet, node.name, [sc, "daemon-reload"], what="daemon-reload")
-        if plan.remove_dirs:
-            install_dir = settings.install_dir if settings.install_dir in plan.remove_dirs else ""
-            _run(fleet, node.name, ["sh", "-c", text("remove"), "sh", MARKER_FILE, install_dir,
-                                    *(d for d in plan.remove_dirs if d != install_dir)],
-                 what="removing the install and state directories")
-        note(nodes=[node.name] if plan.changes_node else [],
-             files=[*([settings.unit_path] if plan.remove_unit else []), *plan.remove_dirs])
-
-
-def _with_install_dir(settings: Settings, install_dir: str) -> Settings:
+def with_install_dir(settings: Settings, install_dir: str) -> Settings:
+    """settings with the install directory the key record names."""
     import dataclasses
 
     return dataclasses.replace(settings, install_dir=install_dir)
-
-
-# --- Status ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WatchdogStatus:
-    """Where the watchdog runs, since when, and what it last decided."""
-
-    node: str
-    address: str
-    installed: bool
-    active_state: str
-    sub_state: str
-    since: str  # systemd's ActiveEnterTimestamp, as it prints it
-    restarts: int | None
-    main_pid: int | None
-    enabled: str
-    metrics_url: str
-    recorded: bool  # the key record beside the inventory names this node
-    public_key: str
-    verdicts: tuple[dict, ...] = ()
-    budget: Mapping = field(default_factory=dict)
-    stopped: Mapping = field(default_factory=dict)
-    state_error: str = ""
-    stale: tuple[str, ...] = ()  # what differs from what watch.install would ship now
-    edited: tuple[str, ...] = ()  # lib/'s data files the node changed in place (kept)
-
-    @property
-    def running(self) -> bool:
-        return self.active_state == "active"
-
-    def as_dict(self) -> dict:
-        return {"node": self.node, "address": self.address, "installed": self.installed,
-                "active_state": self.active_state, "sub_state": self.sub_state,
-                "since": self.since, "restarts": self.restarts, "main_pid": self.main_pid,
-                "enabled": self.enabled, "metrics_url": self.metrics_url,
-                "recorded": self.recorded, "public_key": self.public_key,
-                "verdicts": list(self.verdicts), "restart_budget": dict(self.budget),
-                "stopped": dict(self.stopped), "state_error": self.state_error,
-                "stale": list(self.stale), "edited": list(self.edited)}
-
-
-def parse_state(data: bytes | None) -> tuple[tuple[dict, ...], dict, dict, str]:
-    """The service's state.json (service.Watchdog._save_state): its verdicts (oldest
-    first), budget and stopped groups; and what was wrong with it ('' if nothing)."""
-    if data is None:
-        return (), {}, {}, ""
-    try:
-        state = json.loads(data)
-    except ValueError as error:
-        return (), {}, {}, f"state file unreadable: {error}"
-    if not isinstance(state, dict):
-        return (), {}, {}, "state file is not a JSON object"
-    verdicts = tuple(v for v in state.get("verdicts") or [] if isinstance(v, dict))
-    budget = state.get("budget") if isinstance(state.get("budget"), dict) else {}
-    stopped = state.get("stopped") if isinstance(state.get("stopped"), dict) else {}
-    return verdicts, budget, stopped, ""
-
-
-def stale_parts(state: NodeState, inventory_files: Mapping[str, bytes],
-                manifest_sha256: str | None) -> tuple[str, ...]:
-    """What the node's copy lacks against what watch.install would ship now: the inventory
-    copy's files that differ or are missing or extra there, and lib/ (pure)."""
-    stale = []
-    if manifest_sha256 is not None and not (
-            state.lib and state.lib_checks and state.manifest_sha256 == manifest_sha256):
-        stale += [f"lib/{name}" for name in state.lib_differs
-                  if state.manifest_sha256 == manifest_sha256] or ["lib"]
-    wanted = {f"inventory/{p}": hashlib.sha256(c).hexdigest() for p, c in inventory_files.items()}
-    there = {p: h for p, h in state.files.items() if p.startswith("inventory/")}
-    stale += sorted(p for p in wanted.keys() | there.keys() if wanted.get(p) != there.get(p))
-    return tuple(stale)
-
-
-def status_of(node, inventory, state: NodeState, record: WatchdogKey | None,
-              stale: tuple[str, ...] = ()) -> WatchdogStatus:
-    """The status from a probe (pure)."""
-    verdicts, budget, stopped, error = parse_state(state.state)
-    unit = state.unit
-
-    def number(key):
-        value = unit.get(key, "")
-        return int(value) if value.isdigit() else None
-
-    since = unit.get("ActiveEnterTimestamp", "")
-    return WatchdogStatus(
-        node=node.name, address=node.address, installed=state.installed,
-        active_state=unit.get("ActiveState", "unknown") or "unknown",
-        sub_state=unit.get("SubState", ""), since=since if since not in ("", "n/a") else "",
-        restarts=number("NRestarts"), main_pid=number("MainPID") or None,
-        enabled=unit.get("UnitFileState", ""),
-        metrics_url=metrics_url(node, inventory, listen_of(state.unit_file)),
-        recorded=record is not None and record.node == node.name,
-        public_key=state.public_key, verdicts=verdicts, budget=budget, stopped=stopped,
-        state_error=error, stale=stale if state.installed else (),
-        edited=tuple(f"lib/{name}" for name in state.lib_edited))
-
-
-def status(inventory, on: str | None = None, *, settings: Settings = Settings()) -> WatchdogStatus:
-    """Probe the watchdog's node (read-only) and say how the service is."""
-    from ..fleet import Fleet
-
-    record = read_record(inventory.path)
-    node = _watchdog_node(inventory, on, record)
-    if record is not None and record.node == node.name:
-        settings = _with_install_dir(settings, record.install_dir)
-    check_settings(settings)
-    with Fleet(inventory, [node]) as fleet:
-        state = probe(fleet, node, settings, inventory)
-    stale: tuple[str, ...] = ()
-    if state.installed:
-        manifest = payload.build_library().manifest()
-        stale = stale_parts(state, payload.inventory_copy(inventory, settings.install_dir),
-                            hashlib.sha256(manifest.encode()).hexdigest())
-    return status_of(node, inventory, state, record, stale)

@@ -36,6 +36,8 @@ from sparkrack.provision.roles import Renderer, load_roles, node_vars, render_ta
 from sparkrack.remote import watchdog as remote_watchdog
 from sparkrack.remote.watchdog import PLATFORM_SCRIPT
 from sparkrack.watchdog import install as wi
+from sparkrack.watchdog import status as ws
+from sparkrack.watchdog import uninstall as wu
 from sparkrack.watchdog import keyrecord, payload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -283,14 +285,14 @@ def test_a_changed_inventory_file_is_written_and_a_stale_one_deleted(tmp_path):
 def test_uninstall_plan_removes_everything_there_is(tmp_path):
     want = fresh_want(tmp_path)
     settings = wi.Settings(install_dir="/opt/sr")
-    plan = wi.plan_uninstall("spark-01", state_with(want, state=b"{}"), settings)
+    plan = wu.plan_uninstall("spark-01", state_with(want, state=b"{}"), settings)
     assert plan.steps(settings) == [
         "stop sparkrack-watchdog.service", "disable sparkrack-watchdog.service",
         "remove /etc/systemd/system/sparkrack-watchdog.service; daemon-reload",
         "remove /opt/sr", "remove /var/lib/sparkrack/watchdog"]
-    only_state = wi.plan_uninstall("spark-01", NodeState(state_dir=True), settings)
+    only_state = wu.plan_uninstall("spark-01", NodeState(state_dir=True), settings)
     assert only_state.remove_dirs == ["/var/lib/sparkrack/watchdog"]  # no state.json in it
-    nothing = wi.plan_uninstall("spark-01", NodeState(platform=HERE), settings)
+    nothing = wu.plan_uninstall("spark-01", NodeState(platform=HERE), settings)
     assert not nothing.changes_node and nothing.steps(settings) == []
 
 
@@ -360,7 +362,7 @@ def test_plans_refuse_a_directory_sparkrack_did_not_make(tmp_path, kind, says):
     assert plan.refusal == (f"spark-01: --install-dir /opt/sr {says}: not a directory "
                             "watch.install made, and nothing is written into or removed from it")
     assert plan.fix.startswith("give a directory of its own") and not plan.changes_node
-    gone = wi.plan_uninstall("spark-01", state, settings)
+    gone = wu.plan_uninstall("spark-01", state, settings)
     assert gone.refusal == plan.refusal and not gone.changes_node and gone.remove_dirs == []
 
 
@@ -371,7 +373,7 @@ def test_an_install_older_than_the_marker_is_marked_and_removed(tmp_path):
     plan = wi.plan_install("spark-01", legacy, want, HERE, settings)
     assert plan.refusal is None and plan.mark and plan.start is None  # no restart for it
     assert plan.steps(settings) == ["mark /opt/sr as the watchdog's (.sparkrack-watchdog)"]
-    assert wi.plan_uninstall("spark-01", legacy, settings).remove_dirs == ["/opt/sr"]
+    assert wu.plan_uninstall("spark-01", legacy, settings).remove_dirs == ["/opt/sr"]
 
 
 def test_the_remove_script_removes_only_a_marked_install_directory(tmp_path):
@@ -456,7 +458,7 @@ def test_the_metrics_listen_on_the_nodes_address_unless_told(tmp_path):
         "http://127.0.0.1:9478/metrics")
     assert wi.metrics_url(head, inventory, "fd00:77::11") == "http://[fd00:77::11]:9478/metrics"
     state = NodeState(unit_file=wi.render_unit(inventory, wi.Settings(listen="10.77.2.11")).encode())
-    assert wi.status_of(head, inventory, state, None).metrics_url == (
+    assert ws.status_of(head, inventory, state, None).metrics_url == (
         "http://10.77.2.11:9478/metrics")
 
 
@@ -512,7 +514,7 @@ def test_probe_output_is_parsed_and_status_shows_it(tmp_path):
     assert state.unit_file == b"[Unit]\n" and state.active and state.enabled
     inventory = load_inventory(rehearsal_copy(tmp_path))
     record = keyrecord.WatchdogKey("spark-01", "/opt/sr", PUB, ("10.77.1.11",))
-    found = wi.status_of(inventory.head, inventory, state, record)
+    found = ws.status_of(inventory.head, inventory, state, record)
     assert (found.node, found.active_state, found.sub_state, found.restarts, found.main_pid,
             found.since) == ("spark-01", "active", "running", 2, 4242,
                              "Mon 2026-05-11 10:00:00 UTC")
@@ -527,18 +529,18 @@ def test_status_names_what_differs_from_what_install_would_ship(tmp_path):
     inventory_files = {p.removeprefix("inventory/"): c for p, c in want.files.items()
                        if p.startswith("inventory/")}
     state = state_with(want)
-    assert wi.stale_parts(state, inventory_files, want.manifest_sha256) == ()
+    assert ws.stale_parts(state, inventory_files, want.manifest_sha256) == ()
     files = dict(state.files)
     files["inventory/hosts.yml"] = "0" * 64
     files["inventory/host_vars/spark-09.yml"] = "1" * 64
     del files["inventory/known_hosts"]
     changed = state_with(want, files=files, lib_checks=False)
-    assert wi.stale_parts(changed, inventory_files, want.manifest_sha256) == (
+    assert ws.stale_parts(changed, inventory_files, want.manifest_sha256) == (
         "lib", "inventory/host_vars/spark-09.yml", "inventory/hosts.yml",
         "inventory/known_hosts")
 
     differs = state_with(want, lib_checks=False, lib_differs=("certifi/core.py",))
-    assert wi.stale_parts(differs, inventory_files, want.manifest_sha256) == (
+    assert ws.stale_parts(differs, inventory_files, want.manifest_sha256) == (
         "lib/certifi/core.py",)  # the files, when what was shipped is what would be
 
 
@@ -575,8 +577,8 @@ def test_a_cut_probe_and_a_broken_state_file_are_said(tmp_path):
     settings = wi.Settings()
     with pytest.raises(Exception, match="cut short"):
         parse_probe("@@base\nboot\n1.0\n@@0 w\nplatform-rc 0\n", wi.probe_query(settings, PEERS))
-    assert wi.parse_state(b"{not json")[3].startswith("state file unreadable")
-    assert wi.parse_state(None) == ((), {}, {}, "")
+    assert ws.parse_state(b"{not json")[3].startswith("state file unreadable")
+    assert ws.parse_state(None) == ((), {}, {}, "")
 
 
 # --- The key record and role watchdog_key -----------------------------------------------------
@@ -801,7 +803,7 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
 
     Path(settings.state_dir).mkdir()
     Path(settings.state_file).write_text(STATE_JSON)
-    found = wi.status(inventory, settings=settings)
+    found = ws.status(inventory, settings=settings)
     assert found.installed and found.running and found.recorded
     assert found.public_key.startswith(public) and found.verdicts[-1]["verdict"] == "stopped"
     assert found.metrics_url == f"http://127.0.0.1:{inventory.vars.watchdog_metrics_port}/metrics"
@@ -813,18 +815,18 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     assert not edited.changed and said[-1] == (
         "watch.install: note: spark-01 changed data files of lib/ in place "
         "(certifi/cacert.pem); kept, as no code hashes them")
-    found = wi.status(inventory, settings=settings)
+    found = ws.status(inventory, settings=settings)
     assert found.stale == () and found.edited == ("lib/certifi/cacert.pem",)
     core = d / "lib" / "certifi" / "core.py"  # code edited on the node is shipped again
     core.write_bytes(core.read_bytes() + b"\n# edited\n")
-    assert wi.status(inventory, settings=settings).stale == ("lib/certifi/core.py",)
+    assert ws.status(inventory, settings=settings).stale == ("lib/certifi/core.py",)
     reshipped = wi.install(inventory, settings=settings, say=said.append)
     assert reshipped.plan.ship_lib and not core.read_bytes().endswith(b"# edited\n")
 
     with open(inventory.path / "group_vars" / "all.yml", "a") as out:  # the operator edits
         out.write("watchdog_restart_budget: 5\n")
     inventory = load_inventory(inventory.path)
-    assert wi.status(inventory, settings=settings).stale == ("inventory/group_vars/all.yml",)
+    assert ws.status(inventory, settings=settings).stale == ("inventory/group_vars/all.yml",)
     calls_before = len((systemd / "systemctl.log").read_text().splitlines())
     updated = wi.install(inventory, settings=settings, say=said.append)
     assert list(updated.plan.write) == ["inventory/group_vars/all.yml"]
@@ -832,11 +834,11 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     calls = (systemd / "systemctl.log").read_text().splitlines()[calls_before:]
     assert [c for c in calls if not c.startswith("show")] == [f"restart {wi.UNIT}"]
     assert "watchdog_restart_budget: 5" in (d / "inventory/group_vars/all.yml").read_text()
-    assert wi.status(inventory, settings=settings).stale == ()
+    assert ws.status(inventory, settings=settings).stale == ()
 
     run_the_shipped_service(inventory, settings, tmp_path=Path(settings.state_dir).parent)
 
-    gone = wi.uninstall(inventory, settings=settings, say=said.append)
+    gone = wu.uninstall(inventory, settings=settings, say=said.append)
     assert gone.plan.stop and gone.plan.remove_unit and gone.deauthorized == ["spark-01"]
     assert gone.unrecorded and keyrecord.read_record(inventory.path) is None
     assert not d.exists() and not Path(settings.state_dir).exists()
@@ -845,8 +847,8 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     calls = (systemd / "systemctl.log").read_text().splitlines()
     assert [c for c in calls if not c.startswith("show")][-3:] == [
         f"stop {wi.UNIT}", f"disable {wi.UNIT}", "daemon-reload"]
-    assert not wi.status(inventory, settings=settings).installed
-    nothing = wi.uninstall(inventory, settings=settings, say=said.append)
+    assert not ws.status(inventory, settings=settings).installed
+    nothing = wu.uninstall(inventory, settings=settings, say=said.append)
     assert not nothing.plan.changes_node and not nothing.deauthorized
 
 
@@ -932,7 +934,7 @@ def test_a_directory_sparkrack_did_not_make_is_never_written_into_or_removed(loo
     keyrecord.write_record(inventory.path, keyrecord.WatchdogKey(
         "spark-01", settings.install_dir, PUB, ("127.0.0.1",)))
     with pytest.raises(SparkrackError) as failed:
-        wi.uninstall(inventory, settings=settings, say=lambda line: None)
+        wu.uninstall(inventory, settings=settings, say=lambda line: None)
     assert "not a directory watch.install made" in failed.value.line()
     assert tree(system) == before and keyrecord.read_record(inventory.path) is not None
     with pytest.raises(Exit) as exited:  # the flag, through the task: before any probe
@@ -957,7 +959,7 @@ def test_uninstall_with_the_watchdogs_node_dead_still_takes_the_key_away(sshd, t
     said = []
     try:
         with pytest.raises(SparkrackError) as failed:
-            wi.uninstall(inventory, settings=wi.Settings(install_dir=str(tmp_path / "opt")),
+            wu.uninstall(inventory, settings=wi.Settings(install_dir=str(tmp_path / "opt")),
                          say=said.append)
         assert failed.value.line().startswith("watch.uninstall is not complete: spark-01: ")
         assert keys.read_text() == operator  # spark-02 (the same file here) lost the line

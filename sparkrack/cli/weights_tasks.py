@@ -18,7 +18,7 @@ PYTHON_HELP = "the nodes' Python for the node scripts (default /usr/bin/python3)
 
 def _model(rack, model):
     """The --model path, checked (default: the inventory's model_path)."""
-    from ..inventory.schema import abs_path_problem
+    from ..inventory.values import abs_path_problem
 
     if model is None:
         return rack.vars.model_path.rstrip("/")

@@ -13,7 +13,8 @@ from typing import Any
 
 from sparkrack.errors import InventoryError, did_you_mean
 from sparkrack.inventory import YamlMapping, read_yaml
-from sparkrack.inventory.schema import describe, has_control
+from sparkrack.inventory.schema import describe
+from sparkrack.inventory.values import has_control
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _REQUIRED = object()

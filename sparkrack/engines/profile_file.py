@@ -63,7 +63,8 @@ from sparkrack.engines.datafile import (
 from sparkrack.engines.option_names import OptionSet, options_for
 from sparkrack.engines.templates import allowed_fields, check_template
 from sparkrack.errors import UsageError, did_you_mean
-from sparkrack.inventory.schema import FrozenMapping, abs_path_problem, describe, has_control
+from sparkrack.inventory.schema import FrozenMapping, describe
+from sparkrack.inventory.values import abs_path_problem, has_control
 
 FLAG_ROLES = ("context_length", "kv_cache_dtype")
 ARG_GROUPS = ("model", "every_rank", "head", "workers")

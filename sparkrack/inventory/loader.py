@@ -14,7 +14,8 @@ from sparkrack.errors import InventoryError, did_you_mean
 from sparkrack.inventory.model import Inventory, Node, resolve_path
 from sparkrack.inventory.yamlfile import YamlMapping, read_yaml
 from sparkrack.inventory.schema import (
-    CONNECTION, HOST, NODE, RACK, SPECS, FrozenMapping, RackVars, describe, is_address)
+    CONNECTION, HOST, NODE, RACK, SPECS, FrozenMapping, RackVars, describe)
+from sparkrack.inventory.values import is_address
 
 INVENTORY_ENV = "SPARKRACK_INVENTORY"
 DEFAULT_INVENTORY = Path("inventory", "rack")  # the real rack's, in a checkout of the repo

@@ -29,7 +29,7 @@ from sparkrack.facts.roce import NETDEVS, netdev_of, roce_query
 from sparkrack.facts.queries import Answers, Query, answer, argv
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
-from sparkrack.inventory.schema import address_problem
+from sparkrack.inventory.values import address_problem
 from sparkrack.onboard.context import Context, Step
 from sparkrack.rules.ruleset import all_rules
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from sparkrack.errors import UsageError
 from sparkrack.inventory import Inventory, Node
-from sparkrack.inventory.schema import address_problem
+from sparkrack.inventory.values import address_problem
 from sparkrack.onboard import baseline, join, provision, scratch, stage, trust, verify
 from sparkrack.onboard.context import Context, Event, OnboardReport, Options, Stop
 from sparkrack.transfer.chain import DEFAULT_PYTHON

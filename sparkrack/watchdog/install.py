@@ -43,7 +43,7 @@ from ..facts import watchdog as watchdog_facts
 from ..facts.queries import Query
 from ..facts.queries import argv as gather_argv
 from ..facts.watchdog import NodeState
-from ..inventory.schema import address_problem
+from ..inventory.values import address_problem
 from ..remote import script, text
 from . import payload
 from .installdir import (

@@ -16,7 +16,8 @@ from sparkrack.data import shipped
 from sparkrack.engines import build_specs, load_engine
 from sparkrack.errors import InventoryError, UsageError
 from sparkrack.inventory import MAX_FILE_BYTES, load_inventory
-from sparkrack.inventory.schema import ADDRESS, SPECS, is_address
+from sparkrack.inventory.schema import ADDRESS, SPECS
+from sparkrack.inventory.values import is_address
 from sparkrack.onboard import join
 from sparkrack.onboard.run import onboard
 

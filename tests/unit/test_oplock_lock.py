@@ -271,7 +271,7 @@ def test_the_lock_is_kept_until_an_interrupted_tasks_threads_end(loopback_rack, 
     stopped = threading.Event()
 
     def stop_containers():  # a worker the interrupted main thread left running
-        time.sleep(6)
+        time.sleep(8)
         stopped.set()
 
     threading.Thread(target=stop_containers, name="ThreadPoolExecutor-0_0").start()
@@ -288,11 +288,13 @@ def test_the_lock_is_kept_until_an_interrupted_tasks_threads_end(loopback_rack, 
     guard.end("interrupted", error="interrupted (Ctrl-C or a signal)", exit_code=130)
     assert stopped.is_set()  # end() returned only after the worker ended
     watcher.join(5)
-    assert len(seen) >= 4 and all(age is not None and age <= 2 for age in seen), seen
+    # refreshed all along (every 0.3 s): without it the age would reach 8 s; the margin is
+    # for a busy machine, where a refresh or a look over SSH can take seconds
+    assert len(seen) >= 3 and all(age is not None and age <= 4 for age in seen), seen
     assert show(loopback_rack, lock_dir).status == "FREE"
     assert any("kept while 1 thread(s) of this task finish" in line for line in said), said
     [entry] = audit.merge(audit.parse_lines(Path(lock_dir, "audit.jsonl").read_text()))
-    assert entry["outcome"] == "interrupted" and entry["duration_s"] >= 5
+    assert entry["outcome"] == "interrupted" and entry["duration_s"] >= 7
 
 
 def test_lease_keeps_the_lock_while_the_head_reboots(loopback_rack, lock_dir, machine):

@@ -1,8 +1,9 @@
 """The rehearsal rack put back to healthy before a rack test, checked rather than trusted.
 
 `repair_faults` reads the rack from this machine (no SSH: cheap enough before every rack
-test) and undoes what a test may have left: a node powered off or cut, a node recabled, a
-latched GPU, a renumbered GID table, an HCA port down. `repair_engines` asks the nodes (one round trip
+test) and undoes what a test may have left: a node powered off or cut, a node hung (running
+but not answering SSH: power-cycled), a node recabled, a latched GPU, a renumbered GID
+table, an HCA port down. `repair_engines` asks the nodes (one round trip
 each) and stops any engine container and a held rack lock; the suite runs it at the start
 (a rack used before the run) and after a rack test that failed.
 """
@@ -14,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sparkrack.errors import SparkrackError
 from sparkrack.rehearsal.cabling import Cabling, read_cabling
 from sparkrack.rehearsal.rack import RehearsalRack
 from sparkrack.rehearsal.nodeproc import init_pid
@@ -43,6 +45,10 @@ def repair_faults(rack: RehearsalRack) -> list[str]:
         elif not state.link_up:
             rack.heal(state.name)
             repaired.append(f"{state.name} link healed")
+        elif not state.ssh_open and _hung(rack, node):  # a boot or shutdown that hangs
+            rack.poweroff(state.name)
+            rack.poweron(state.name)
+            repaired.append(f"{state.name} power-cycled (running, but sshd did not answer)")
         if read_cabling(node) != Cabling():
             rack.cable(state.name, Cabling())
             repaired.append(f"{state.name} recabled on port 0, both paths")
@@ -62,6 +68,16 @@ def repair_faults(rack: RehearsalRack) -> list[str]:
     if repaired:
         rack.wait_booted(rack.nodes)
     return repaired
+
+
+def _hung(rack: RehearsalRack, node, grace: float = 30) -> bool:
+    """Whether a running node still does not answer SSH after grace seconds (a node a
+    test just rebooted is given the time to finish booting)."""
+    try:
+        rack.wait_booted([node], timeout=grace)
+    except SparkrackError:
+        return True
+    return False
 
 
 def repair_engines(inventory) -> list[str]:

@@ -21,9 +21,13 @@ def launcher_script(node: NodeLayout) -> str:
     """The shell launcher of one node; every path is quoted."""
     q = shlex.quote
     cgroups = " ".join(q(str(c)) for c in node.cgroups())
+    # --console=read-only: the node's console output is read, into its console log. A
+    # console nobody reads (passive) fills its pty, and then the node's systemd blocks on
+    # its next console line: seen as a reboot that never ended, PID 1 stuck in
+    # systemd-shutdown writing to /dev/console.
     nspawn = [
         "systemd-nspawn", "-D", str(node.root), "-b", "--register=no", "--keep-unit",
-        "--console=passive", "--capability=all", "--system-call-filter=@keyring bpf",
+        "--console=read-only", "--capability=all", "--system-call-filter=@keyring bpf",
         f"--network-namespace-path=/run/netns/{node.netns}", f"--hostname={node.name}",
         f"--machine={node.name}",
         f"--bind={node.state}/docker:/var/lib/docker",

@@ -408,8 +408,7 @@ def resolve_roce_twin_addr(ctx: Context, step: Step, mine: Facts) -> None:
     if named and not twins:  # its HCA is missing (a waived difference): nothing to address
         ctx.line(step, f"no roce_twin_addr: {', '.join(named)} absent on {ctx.new.name}")
         return
-    held = {dev: (mine.netdevs[dev].ipv4 if dev in mine.netdevs else "").split("/")[0]
-            for dev in twins}
+    held = {dev: mine.netdevs[dev].ipv4.split("/")[0] for dev in twins}
     found = next(((dev, ip) for dev, ip in held.items() if ip and not address_problem(ip)),
                  None)
     if found is None:

@@ -1,5 +1,5 @@
 # Wait until a guard argv exits 0 (sparkrack/provision/modules/command.py `settle`):
-# settle SECONDS GUARD...; says how long it waited, or that it never held.
+# settle SECONDS GUARD...; exit 1, saying so, when it did not hold within SECONDS.
 deadline=$(( $(date +%s) + $1 )); shift
 until "$@" >/dev/null 2>&1 </dev/null; do
   if [ "$(date +%s)" -ge "$deadline" ]; then

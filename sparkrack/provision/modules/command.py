@@ -37,7 +37,7 @@ def check(p: Mapping[str, Any]) -> tuple[str, str] | None:
     if "settle" in p and not p.get("unless"):
         return "settle waits for the unless guard, and there is none", "add unless: [ARGV]"
     if "settle" in p and not (isinstance(p["settle"], (int, float)) and 0 < p["settle"] <= 300):
-        return "settle must be a number of seconds (1-300)", "set settle: 10, say"
+        return "settle must be a number of seconds (above 0, at most 300)", "set settle: 10, say"
     return None
 
 

@@ -120,6 +120,9 @@ class RackVars:
     ssh_connect_timeout: float = _var(5.0, "seconds to wait for an SSH connection", above=0)
     ssh_command_timeout: float = _var(60.0, "seconds a remote command may run by default",
                                       above=0)
+    transfer_stall_timeout: float = _var(
+        30.0, "seconds a hop of an image or weights copy waits on a silent neighbour (a cut "
+        "link) before giving it up; the nodes after it get a new chain", above=0)
     known_hosts_file: str = _var(
         "known_hosts", "SSH known_hosts file; relative paths resolve against the inventory",
         kind=LOCAL_PATH)

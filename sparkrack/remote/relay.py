@@ -9,11 +9,12 @@ stdin: the transfer's token (line 1), then its settings as one JSON line:
      "sink": ["load"]                            pipe into `docker load`
            | ["files", ROOT, CACHE, {NAME: [SHA256, SIZE]}]   write the files this node needs
            | ["none"],
-     "next": [ADDR, PORT] or null}               forward every byte to the next hop
+     "next": [ADDR, PORT] or null,               forward every byte to the next hop
+     "stall": SECONDS}                           give up a data socket silent this long
 
 Each output runs in its own thread behind a small queue, so a slow or dead next hop never
 corrupts what this node keeps: its forward errors out (a stalled socket gives up after
-STALL seconds) and the node goes on writing. A stream of model files is, per file, one
+"stall" seconds, STALL by default) and the node goes on writing. A stream of model files is, per file, one
 JSON header line {"name", "size", "offset"} and then bytes offset..size of the file. The
 files sink writes a needed file into its partial file from the stream's offset (the
 partial's earlier bytes are kept and hashed first), and renames it into place only when
@@ -34,7 +35,7 @@ from .handshake import connect, listen
 from .stagefiles import (CHUNK, escape, load_cache, locked, note_progress, open_nofollow,
                          partial_path, save_cache, sha_of, stamp, within)
 
-STALL = 30.0  # a data socket with no progress this long is given up (a cut link)
+STALL = 30.0  # a data socket with no progress this long is given up (a cut link); "stall" overrides
 CLOSE_WAIT = 600.0  # after the last byte: how long the next hop may take to finish
 
 
@@ -82,9 +83,9 @@ def docker_load():
     return p.stdin.write, close
 
 
-def forward(addr, port, token):
+def forward(addr, port, token, stall):
     def opener():
-        s = connect(addr, port, token, 0, stall=STALL)
+        s = connect(addr, port, token, 0, stall=stall)
 
         def close(failed):
             if not failed:  # a dead next hop would never answer: no wait for it
@@ -243,7 +244,7 @@ def file_stream(root, plan, bytes_per_s=0):
                         time.sleep(ahead)
 
 
-def reader(source, token, report):
+def reader(source, token, report, stall):
     """(read(n) -> bytes, cleanup) for the configured source."""
     kind = source[0]
     if kind == "save":
@@ -259,7 +260,7 @@ def reader(source, token, report):
         chunks = file_stream(source[1], source[2], float(source[3] or 0))
         return (lambda n: next(chunks, b"")), (lambda: True)
     if kind == "recv":
-        conn = listen(source[1], source[2], token, 1, stall=STALL)[0]
+        conn = listen(source[1], source[2], token, 1, stall=stall)[0]
 
         def closed():
             conn.close()
@@ -272,6 +273,7 @@ def main():
     token = sys.stdin.buffer.readline().strip().decode()  # never in argv: `ps` shows argv
     settings = json.loads(sys.stdin.buffer.readline())
     source, sink, nxt = settings["from"], settings["sink"], settings.get("next")
+    stall = float(settings.get("stall") or STALL)
     report = {"bytes": 0}
     outs = {}
     if sink[0] == "load":
@@ -279,12 +281,12 @@ def main():
     elif sink[0] == "files":
         outs["sink"] = Out(FileSink(sink[1], sink[2], sink[3]).opener)
     if nxt:
-        outs["forward"] = Out(forward(nxt[0], nxt[1], token))
+        outs["forward"] = Out(forward(nxt[0], nxt[1], token, stall))
     for out in outs.values():
         out.start()
     source_ok, done = False, None
     try:
-        read, done = reader(source, token, report)
+        read, done = reader(source, token, report, stall)
         while True:
             chunk = read(CHUNK)
             if not chunk:

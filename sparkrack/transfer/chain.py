@@ -8,7 +8,8 @@ first hop, or this machine, which feeds the first hop over its SSH session. So t
 approaches one single-link send rather than n of them, and the source's uplink carries the
 data once. Every relay runs as its own fleet command: a node that stops answering is
 reported unreachable within the fleet's liveness window, and the hops around it give up
-after relay.STALL seconds without progress instead of waiting for their timeout.
+after the inventory's transfer_stall_timeout without progress instead of waiting for their
+timeout.
 """
 
 from __future__ import annotations
@@ -75,11 +76,12 @@ def run_chain(fleet: Fleet, source: NodeSource | LocalSource, hops: Sequence[Hop
     port = PORT_RANGE[0] + token_source.randbelow(PORT_RANGE[1] - PORT_RANGE[0])
     token = token_source.token_hex(16)
     run = ChainRun()
+    stall = min(h.node.vars.transfer_stall_timeout for h in hops)
 
     def settings(origin: list, sink: list, index: int) -> bytes:
         after = [hops[index + 1].node.roce_addr, port] if index + 1 < len(hops) else None
-        return (token + "\n" + json.dumps({"from": origin, "sink": sink, "next": after})
-                + "\n").encode()
+        return (token + "\n" + json.dumps({"from": origin, "sink": sink, "next": after,
+                                           "stall": stall}) + "\n").encode()
 
     def hop(index: int) -> NodeResult:
         node, sink = hops[index].node, hops[index].sink
@@ -93,7 +95,7 @@ def run_chain(fleet: Fleet, source: NodeSource | LocalSource, hops: Sequence[Hop
 
     def sender() -> NodeResult:
         stdin = (token + "\n" + json.dumps({"from": source.spec, "sink": ["none"], "next": [
-            hops[0].node.roce_addr, port]}) + "\n").encode()
+            hops[0].node.roce_addr, port], "stall": stall}) + "\n").encode()
         return fleet.run({source.node.name: relay_argv(python)}, stdin=stdin,
                          timeout=timeout)[source.node.name]
 

@@ -24,9 +24,6 @@ REPO = Path(__file__).resolve().parent.parent
 REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
 
 
-# the simulated burn load's start-up during the suite (the real one's 4.4 s would add 4 s
-# to every burn gate: some forty of them)
-LOAD_STARTUP_S = 0.5
 _SESSION: dict = {}  # the session's rack once booted; "dirty" after a rack test failed
 
 
@@ -57,7 +54,7 @@ def rack():
     rackhealth.repair_faults(rack)
     rackhealth.repair_engines(rack.inventory)
     for node in rack.nodes:  # as the stub engines load in 1 s, not minutes
-        rack.load_startup(node.name, LOAD_STARTUP_S)
+        rack.load_startup(node.name, rackhealth.LOAD_STARTUP_S)
     _SESSION["rack"] = rack
     yield rack
     _SESSION.pop("rack")

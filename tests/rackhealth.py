@@ -22,6 +22,10 @@ from sparkrack.rehearsal.nodeproc import init_pid
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_GID_INDEX = 3
+# the simulated burn load's start-up during the suite, on every node a test boots (the
+# real one's 4.4 s would add 4 s to every burn gate: some forty of them)
+LOAD_STARTUP_S = 0.5
+HANG_GRACE_S = 30.0  # a running node silent on SSH this long is hung (a boot takes ~5 s)
 
 
 def _read_json(path: Path) -> dict:
@@ -45,7 +49,7 @@ def repair_faults(rack: RehearsalRack) -> list[str]:
         elif not state.link_up:
             rack.heal(state.name)
             repaired.append(f"{state.name} link healed")
-        elif not state.ssh_open and _hung(rack, node):  # a boot or shutdown that hangs
+        elif not state.ssh_open and _hung(rack, node, HANG_GRACE_S):  # a hung boot or shutdown
             rack.poweroff(state.name)
             rack.poweron(state.name)
             repaired.append(f"{state.name} power-cycled (running, but sshd did not answer)")
@@ -70,7 +74,7 @@ def repair_faults(rack: RehearsalRack) -> list[str]:
     return repaired
 
 
-def _hung(rack: RehearsalRack, node, grace: float = 30) -> bool:
+def _hung(rack: RehearsalRack, node, grace: float) -> bool:
     """Whether a running node still does not answer SSH after grace seconds (a node a
     test just rebooted is given the time to finish booting)."""
     try:

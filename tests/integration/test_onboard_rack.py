@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rackhealth import LOAD_STARTUP_S
 
 from sparkrack.safety.burn import burn
 from sparkrack.errors import UsageError
@@ -39,6 +40,8 @@ def extras(rack):
     rack.add_node(NEW, NEW_ADDR)
     rack.add_node(ODD, ODD_ADDR, driver_version="575.51.03", missing_hcas=("roceP2p1s0f0",),
                   kernel="7.0.0-1019-nvidia")
+    for name in (NEW, ODD):
+        rack.load_startup(name, LOAD_STARTUP_S)
     yield rack
     for name in (NEW, ODD):
         if name in rack.extras:
@@ -55,6 +58,13 @@ def copy_inventory(tmp_path: Path) -> Path:
     line = next(l for l in text.splitlines() if l.startswith("known_hosts_file:"))
     rack_vars.write_text(text.replace(line, "known_hosts_file: known_hosts"))
     return target
+
+
+def wipe(rack, name: str) -> None:
+    """The extra node bare again (a new disk, a new host key), its burn load quick to start
+    as on the rack's nodes during the suite."""
+    rack.wipe(name)
+    rack.load_startup(name, LOAD_STARTUP_S)
 
 
 def console_fingerprint(rack, name: str) -> str:
@@ -200,7 +210,7 @@ def test_a_changed_host_key_is_refused(extras, tmp_path):
         in_node(extras, NEW, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1]
         + "\n")
     before = files_of(inv_dir)
-    extras.wipe(NEW)
+    wipe(extras, NEW)
     report = onboard(load_inventory(inv_dir), NEW, NEW_ADDR,
                      fingerprint=console_fingerprint(extras, NEW), assume_yes=True)
     assert report.exit_code == 1 and report.step("trust").verdict == "refused"
@@ -215,7 +225,7 @@ def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path)
     from sparkrack.lifecycle.containers import engine_containers
     from sparkrack.rehearsal.stub.config import CONFIG_NAME
 
-    extras.wipe(NEW)  # a bare node again, new host key
+    wipe(extras, NEW)  # a bare node again, new host key
     inv_dir = copy_inventory(tmp_path)
     hosts_before = (inv_dir / "hosts.yml").read_text().splitlines()
     report = onboard(load_inventory(inv_dir), NEW, NEW_ADDR, replace="spark-05",
@@ -238,7 +248,7 @@ def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path)
 
     # the box under spark-09's name and address is swapped again (new host key): --replace
     # spark-09 takes the new key in place of the recorded one
-    extras.wipe(NEW)
+    wipe(extras, NEW)
     fingerprint = console_fingerprint(extras, NEW)
     with pytest.raises(UsageError, match="already a member of the rack"):
         onboard(load_inventory(inv_dir), NEW, NEW_ADDR, fingerprint=fingerprint)

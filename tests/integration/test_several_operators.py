@@ -99,7 +99,7 @@ def test_two_ups_started_together_exactly_one_starts(operator, engine_rack):
 def test_up_is_refused_while_restart_rack_holds_the_lock(operator):
     start, run = operator
     began = time.time()
-    restart = start("restart-rack", "--batch-size", "4")
+    restart = start("restart-rack", "--batch-size", "8")
     deadline = time.monotonic() + 60
     while True:
         shown = run("lock")
@@ -109,7 +109,7 @@ def test_up_is_refused_while_restart_rack_holds_the_lock(operator):
         time.sleep(0.3)
     refused = run("up", "--engine", "sglang")
     assert refused.returncode == 3, refused.stdout + refused.stderr
-    assert "`restart-rack --batch-size 4`" in refused.stderr, refused.stderr
+    assert "`restart-rack --batch-size 8`" in refused.stderr, refused.stderr
     assert restart.wait(timeout=300) == 0, restart.communicate()
     entries = log_entries(run, began)
     outcomes = [(e["task"], e["outcome"]) for e in entries if e["task"] in ("up", "restart-rack")]
@@ -142,7 +142,7 @@ def test_a_killed_holder_loses_the_lock_after_the_heartbeat_timeout(operator):
 
 def test_a_node_cut_during_the_burn_gate_is_named_within_10_s(operator, engine_rack, rack,
                                                                monkeypatch):
-    """The burn gate runs a 20 s burn; spark-05's cable is pulled 2 s into it. spark-05 must
+    """The burn gate runs a 10 s burn; spark-05's cable is pulled 2 s into it. spark-05 must
     be named lost within 10 s of the cut (the operator reads it at once: events.node_lost),
     and the gate then refuses it as unreachable while the other nodes finish their burn."""
     import threading
@@ -168,7 +168,7 @@ def test_a_node_cut_during_the_burn_gate_is_named_within_10_s(operator, engine_r
         timer = threading.Timer(2.0, cut)
         timer.start()
         try:
-            return burn(inventory, nodes, seconds=20, fleet=fleet)
+            return burn(inventory, nodes, seconds=10, fleet=fleet)
         finally:
             when["burned"] = time.monotonic()
             timer.cancel()
@@ -184,7 +184,7 @@ def test_a_node_cut_during_the_burn_gate_is_named_within_10_s(operator, engine_r
     assert named < 10, (named, said, events)
     assert "spark-05" in str(refused.value), str(refused.value)
     assert engines_on_rack(engine_rack) == set()
-    print(f"spark-05 cut 2 s into a 20 s burn gate: named after {named:.1f} s ({said[0]}); "
+    print(f"spark-05 cut 2 s into a 10 s burn gate: named after {named:.1f} s ({said[0]}); "
           f"the gate refused after {when['burned'] - when['cut']:.1f} s:\n{refused.value}")
 
 
@@ -195,14 +195,14 @@ def test_run_respects_the_lock_and_the_head_keeps_the_log_to_itself(operator):
     line is masked, and `invoke log --verify` finds the chain intact."""
     start, run = operator
     began = time.time()
-    holder = start("burn", "--seconds", "30")
+    holder = start("burn", "--seconds", "15")
     deadline = time.monotonic() + 60
-    while "burn --seconds 30" not in run("lock").stdout:
+    while "burn --seconds 15" not in run("lock").stdout:
         assert time.monotonic() < deadline and holder.poll() is None
         time.sleep(0.3)
     refused = run("run", "--nodes", "spark-01", "--", "true")
     assert refused.returncode == 3, refused.stderr
-    assert "held by " in refused.stderr and "burn --seconds 30" in refused.stderr
+    assert "held by " in refused.stderr and "burn --seconds 15" in refused.stderr
     forced = run("run", "--force", "--nodes", "spark-01", "--", "stat", "-c", "%a %n",
                  "/var/lib/sparkrack", "/var/lib/sparkrack/audit.jsonl")
     assert forced.returncode == 0, forced.stderr

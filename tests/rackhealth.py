@@ -23,7 +23,8 @@ from sparkrack.rehearsal.nodeproc import init_pid
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_GID_INDEX = 3
 # the simulated burn load's start-up during the suite, on every node a test boots (the
-# real one's 4.4 s would add 4 s to every burn gate: some forty of them)
+# real one's 4.4 s would add 4 s to every burn gate: some forty of them; under 0.5 s a
+# 1 s burn's first run often sees one busy sample, not two, and runs again)
 LOAD_STARTUP_S = 0.5
 HANG_GRACE_S = 30.0  # a running node silent on SSH this long is hung (a boot takes ~5 s)
 

@@ -156,16 +156,15 @@ def broken_inventory(tmp_path) -> Path:
 def test_roll_vllm_to_sglang_and_a_broken_roll_falls_back(clean, tmp_path):
     inventory = load_inventory(broken_inventory(tmp_path))
     lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
-    rolled = lifecycle.roll(inventory, "sglang", "512k", burn=quick_burn)
-    assert rolled.engine == "sglang"
-    running = nothing_runs(inventory)
-    assert {r.engine for r in running} == {"sglang"} and len(running) == 8
-    lifecycle.roll(inventory, "vllm", "512k", burn=quick_burn)
-    with pytest.raises(lifecycle.RollFailed) as failure:
+    with pytest.raises(lifecycle.RollFailed) as failure:  # across engines, back to the old one
         lifecycle.roll(inventory, "sglang", "broken", burn=quick_burn)
     assert "rolled back to the last known-good deployment: vllm 512k" in failure.value.line()
     running = nothing_runs(inventory)
     assert {(r.engine, r.profile) for r in running} == {("vllm", "512k")} and all(r.alive for r in running)
+    rolled = lifecycle.roll(inventory, "sglang", "512k", burn=quick_burn)
+    assert rolled.engine == "sglang"
+    running = nothing_runs(inventory)
+    assert {r.engine for r in running} == {"sglang"} and len(running) == 8 and all(r.alive for r in running)
 
 
 def test_watch_stops_the_group_when_a_node_is_cut(clean, rack):

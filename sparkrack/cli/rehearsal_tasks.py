@@ -60,36 +60,28 @@ def status(c, inventory=None, json=False):
           s.latched] for s in states])
 
 
-@task(help=NODE_HELP)
-@operator_task
-def cut(c, node, inventory=None):
-    """Pull every cable of a node, management and fabric (fault injection)."""
-    _rack(inventory).cut(node)
-    console.say(f"{node}: link cut")
+def _node_task(method: str, done: str, doc: str):
+    """The task `rehearsal.METHOD NODE`: the rack's method(node), then `NODE: done`."""
+    def body(c, node, inventory=None):
+        getattr(_rack(inventory), method)(node)
+        console.say(f"{node}: {done}")
+
+    body.__name__ = body.__qualname__ = method
+    body.__doc__ = doc
+    return task(help=NODE_HELP)(operator_task(body))
 
 
-@task(help=NODE_HELP)
-@operator_task
-def heal(c, node, inventory=None):
-    """Plug a node's cables back in, as it is cabled."""
-    _rack(inventory).heal(node)
-    console.say(f"{node}: link healed")
-
-
-@task(help=NODE_HELP)
-@operator_task
-def poweroff(c, node, inventory=None):
-    """Pull a node's power cord (every process dies; a latched GPU clears)."""
-    _rack(inventory).poweroff(node)
-    console.say(f"{node}: powered off")
-
-
-@task(help=NODE_HELP)
-@operator_task
-def poweron(c, node, inventory=None):
-    """Power a node back on and wait until it boots."""
-    _rack(inventory).poweron(node)
-    console.say(f"{node}: powered on")
+cut = _node_task("cut", "link cut",
+                 "Pull every cable of a node, management and fabric (fault injection).")
+heal = _node_task("heal", "link healed", "Plug a node's cables back in, as it is cabled.")
+poweroff = _node_task("poweroff", "powered off",
+                      "Pull a node's power cord (every process dies; a latched GPU clears).")
+poweron = _node_task("poweron", "powered on", "Power a node back on and wait until it boots.")
+wipe = _node_task("wipe", "wiped and booted bare (new host key)",
+                  "Wipe an extra node back to bare: power off, delete its disk, boot it (new "
+                  "host key).")
+remove_node = _node_task("remove_node", "removed",
+                         "Power an extra node off and delete it (disk, network, record).")
 
 
 @task(help={**NODE_HELP, "no_wait": "return as soon as the reboot starts"})
@@ -116,7 +108,7 @@ def renumber_gid(c, node, index=None, clear=False, inventory=None):
     if clear == (index is not None):
         raise UsageError("give --index N or --clear", fix="e.g. invoke rehearsal.renumber-gid "
                          f"{node} --index 5")
-    _rack(inventory).renumber_gid(node, None if clear else _index(index))
+    _rack(inventory).renumber_gid(node, None if clear else _integer(index, "--index", 5))
     console.say(f"{node}: RoCE v2 IPv4 GID at index {3 if clear else index}")
 
 
@@ -157,18 +149,12 @@ def cable(c, node, port=0, paths="both", rate=None, inventory=None):
                 f"{', '.join(cabling.functions_up()) or 'no RoCE function'} up")
 
 
-def _integer(text, flag: str) -> int:
+def _integer(text, flag: str, example: int = 1) -> int:
     try:
         return int(text)
     except ValueError:
-        raise UsageError(f"{flag} {text}: not an integer", fix=f"e.g. {flag} 1") from None
-
-
-def _index(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise UsageError(f"--index {text}: not an integer", fix="e.g. --index 5") from None
+        raise UsageError(f"{flag} {text}: not an integer", fix=f"e.g. {flag} {example}") \
+            from None
 
 
 @task(iterable=["missing_hca"],
@@ -184,19 +170,3 @@ def add_node(c, name, address, driver_version=None, missing_hca=None, kernel=Non
     sparkrack files, images or weights; its host key in no known_hosts) and boot it."""
     _rack(inventory).add_node(name, address, driver_version=driver_version,
                               missing_hcas=tuple(missing_hca or ()), kernel=kernel)
-
-
-@task(help=NODE_HELP)
-@operator_task
-def wipe(c, node, inventory=None):
-    """Wipe an extra node back to bare: power off, delete its disk, boot it (new host key)."""
-    _rack(inventory).wipe(node)
-    console.say(f"{node}: wiped and booted bare (new host key)")
-
-
-@task(help=NODE_HELP)
-@operator_task
-def remove_node(c, node, inventory=None):
-    """Power an extra node off and delete it (disk, network, record)."""
-    _rack(inventory).remove_node(node)
-    console.say(f"{node}: removed")

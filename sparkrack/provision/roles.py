@@ -84,18 +84,17 @@ class Role:
 
 
 @dataclass(frozen=True)
-class Task:
-    """A task rendered for one node: params filled from the node's vars, loop expanded."""
+class Task(TaskDef):
+    """A task rendered for one node: name and params filled from the node's vars, one per
+    item of its loop."""
 
-    role: str
-    name: str
-    module: str
-    params: Mapping[str, Any]
-    notify: tuple[str, ...] = ()
-    when: str | None = None
-    handler: bool = False
     item: Any = None
     error: str | None = None  # rendering failed: the task fails with this message
+
+
+def rendered(task: TaskDef, **changes: Any) -> Task:
+    """task as rendered for one node, with changes (name, params, item, error)."""
+    return Task(**{**{f.name: getattr(task, f.name) for f in fields(TaskDef)}, **changes})
 
 
 # --- Loading ---------------------------------------------------------------------------
@@ -376,8 +375,7 @@ def render_tasks(role: Role, defs: tuple[TaskDef, ...], context: Mapping[str, An
         try:
             items = renderer.value(task.loop, context)
         except RenderError as error:
-            tasks.append(Task(role.name, task.name, task.module, {}, task.notify, task.when,
-                              task.handler, error=f"loop: {error}"))
+            tasks.append(rendered(task, params={}, error=f"loop: {error}"))
             continue
         if isinstance(items, Mapping):
             items = [{"key": k, "value": v} for k, v in items.items()]
@@ -397,7 +395,5 @@ def _render(task: TaskDef, context: Mapping[str, Any], renderer: Renderer,
         params = {key: value if key in late else renderer.value(value, context)
                   for key, value in task.params.items()}
     except RenderError as error:
-        return Task(task.role, name, task.module, {}, task.notify, task.when, task.handler,
-                    item, error=str(error))
-    return Task(task.role, name, task.module, params, task.notify, task.when, task.handler,
-                item)
+        return rendered(task, name=name, params={}, item=item, error=str(error))
+    return rendered(task, name=name, params=params, item=item)

@@ -57,14 +57,11 @@ class ExtraNode:
         return data
 
     def describe(self) -> str:
-        parts = [self.address]
-        if self.driver_version:
-            parts.append(f"driver {self.driver_version}")
-        if self.missing_hcas:
-            parts.append(f"missing {','.join(self.missing_hcas)}")
-        if self.kernel:
-            parts.append(f"kernel {self.kernel}")
-        return ", ".join(parts)
+        """Its address and what it has of its own, e.g. "10.77.1.20, driver 575.51.03"."""
+        return ", ".join([self.address] + [part for value, part in (
+            (self.driver_version, f"driver {self.driver_version}"),
+            (self.missing_hcas, f"missing {','.join(self.missing_hcas)}"),
+            (self.kernel, f"kernel {self.kernel}")) if value])
 
 
 def check_extra(extra: ExtraNode, taken_names: set[str], taken_addresses: set[str]) -> None:

@@ -212,29 +212,18 @@ class InstallPlan:
 
     def steps(self, settings: Settings) -> list[str]:
         """What the plan does, one line each (the check mode's output)."""
-        d = settings.install_dir
-        lines = []
-        if self.mark:
-            lines.append(f"mark {d} as the watchdog's ({MARKER_FILE})")
-        if self.ship_lib:
-            lines.append(f"ship {d}/lib (sparkrack and its libraries)")
-        if self.write:
-            lines.append(f"write {len(self.write)} file(s) under {d}: "
-                         + ", ".join(sorted(self.write)[:4])
-                         + (" ..." if len(self.write) > 4 else ""))
-        if self.delete:
-            lines.append(f"delete {', '.join(self.delete)} under {d}")
-        if self.make_key:
-            lines.append(f"make the watchdog's ed25519 key {settings.key_path} on {self.node}")
-        if self.write_unit:
-            lines.append(f"write {settings.unit_path}; daemon-reload")
-        if self.reset_failed:
-            lines.append(f"reset-failed {UNIT}")
-        if self.enable:
-            lines.append(f"enable {UNIT} (started at boot)")
-        if self.start:
-            lines.append(f"{self.start} {UNIT}")
-        return lines
+        d, written = settings.install_dir, sorted(self.write)
+        return [line for wanted, line in (
+            (self.mark, f"mark {d} as the watchdog's ({MARKER_FILE})"),
+            (self.ship_lib, f"ship {d}/lib (sparkrack and its libraries)"),
+            (written, f"write {len(written)} file(s) under {d}: " + ", ".join(written[:4])
+             + (" ..." if len(written) > 4 else "")),
+            (self.delete, f"delete {', '.join(self.delete)} under {d}"),
+            (self.make_key, f"make the watchdog's ed25519 key {settings.key_path} on {self.node}"),
+            (self.write_unit, f"write {settings.unit_path}; daemon-reload"),
+            (self.reset_failed, f"reset-failed {UNIT}"),
+            (self.enable, f"enable {UNIT} (started at boot)"),
+            (self.start, f"{self.start} {UNIT}")) if wanted]
 
 
 def plan_install(node: str, state: NodeState, want: Wanted,

@@ -35,18 +35,12 @@ class UninstallPlan:
                     or self.remove_dirs)
 
     def steps(self, settings: Settings) -> list[str]:
-        lines = []
-        if self.stop:
-            lines.append(f"stop {UNIT}")
-        if self.disable:
-            lines.append(f"disable {UNIT}")
-        if self.reset_failed:
-            lines.append(f"reset-failed {UNIT}")
-        if self.remove_unit:
-            lines.append(f"remove {settings.unit_path}; daemon-reload")
-        for directory in self.remove_dirs:
-            lines.append(f"remove {directory}")
-        return lines
+        """What the plan does, one line each (the check mode's output)."""
+        return [line for wanted, line in (
+            (self.stop, f"stop {UNIT}"), (self.disable, f"disable {UNIT}"),
+            (self.reset_failed, f"reset-failed {UNIT}"),
+            (self.remove_unit, f"remove {settings.unit_path}; daemon-reload")) if wanted] \
+            + [f"remove {directory}" for directory in self.remove_dirs]
 
 
 def plan_uninstall(node: str, state: NodeState, settings: Settings) -> UninstallPlan:

@@ -99,7 +99,7 @@ def test_two_ups_started_together_exactly_one_starts(operator, engine_rack):
 def test_up_is_refused_while_restart_rack_holds_the_lock(operator):
     start, run = operator
     began = time.time()
-    restart = start("restart-rack", "--batch-size", "8")
+    restart = start("restart-rack", "--batch-size", "4")  # the head (rank 0) in batch 2
     deadline = time.monotonic() + 60
     while True:
         shown = run("lock")
@@ -109,7 +109,7 @@ def test_up_is_refused_while_restart_rack_holds_the_lock(operator):
         time.sleep(0.3)
     refused = run("up", "--engine", "sglang")
     assert refused.returncode == 3, refused.stdout + refused.stderr
-    assert "`restart-rack --batch-size 8`" in refused.stderr, refused.stderr
+    assert "`restart-rack --batch-size 4`" in refused.stderr, refused.stderr
     assert restart.wait(timeout=300) == 0, restart.communicate()
     entries = log_entries(run, began)
     outcomes = [(e["task"], e["outcome"]) for e in entries if e["task"] in ("up", "restart-rack")]

@@ -14,11 +14,12 @@ stdin: the transfer's token (line 1), then its settings as one JSON line:
 
 Each output runs in its own thread behind a small queue, so a slow or dead next hop never
 corrupts what this node keeps: its forward errors out (a stalled socket gives up after
-"stall" seconds, STALL by default) and the node goes on writing. A stream of model files is, per file, one
-JSON header line {"name", "size", "offset"} and then bytes offset..size of the file. The
-files sink writes a needed file into its partial file from the stream's offset (the
-partial's earlier bytes are kept and hashed first), and renames it into place only when
-the whole file's SHA-256 matches; a file this node already has is passed on untouched.
+"stall" seconds, STALL by default) and the node goes on writing. A stream of model files
+is, per file, one JSON header line {"name", "size", "offset"} and then bytes offset..size
+of the file. The files sink writes a needed file into its partial file from the stream's
+offset (the partial's earlier bytes are kept and hashed first), and renames it into place
+only when the whole file's SHA-256 matches; a file this node already has is passed on
+untouched.
 Prints a JSON report; exit 0 when this node got what it needed (and a source sent it all).
 """
 
@@ -35,7 +36,7 @@ from .handshake import connect, listen
 from .stagefiles import (CHUNK, escape, load_cache, locked, note_progress, open_nofollow,
                          partial_path, save_cache, sha_of, stamp, within)
 
-STALL = 30.0  # a data socket with no progress this long is given up (a cut link); "stall" overrides
+STALL = 30.0  # no progress this long on a data socket: given up (a cut link); "stall" overrides
 CLOSE_WAIT = 600.0  # after the last byte: how long the next hop may take to finish
 
 

@@ -28,6 +28,8 @@ File format (every key is checked; a mistake is an InventoryError naming file:li
         env: {VAR: value}              # this lane's own variables; null drops as above
         ready_timeout_s: 900           # load to healthy (744B TP8 loads in 7-9 min)
         stop_timeout_s: 120            # SIGTERM to SIGKILL: the drain on rank 0
+        stall_budget_s: 60             # optional: work pending, no token progress, GPUs not
+                                       # all busy for this long is a stall (the watchdog)
         model_path: /models/OTHER      # optional: this lane's checkpoint on every node
                                        # (default: the inventory's model_path)
         experimental: true             # optional; then `note` says why
@@ -71,7 +73,13 @@ ARG_GROUPS = ("model", "every_rank", "head", "workers")
 _TOP_KEYS = ("engine", "image_key", "entrypoint", "ports", "health_path", "flag_roles", "args",
              "env_from_inventory", "secret_env", "profiles")
 _PROFILE_KEYS = ("description", "extends", "flags", "env", "ready_timeout_s", "stop_timeout_s",
-                 "experimental", "note", "waivers", "model_path")
+                 "stall_budget_s", "experimental", "note", "waivers", "model_path")
+# A group with requests pending whose token counters stand still while its GPUs do not all
+# compute alike is stalled after this long (lifecycle/progress.py). Legitimate pauses of that
+# shape last seconds: tokenizing a 512K prompt, scheduling, a first request's warm-up; the
+# engines' own watchdogs end a hung group after 300 s (SGLang --watchdog-timeout, vLLM's
+# execute-model timeout) or 600 s (NCCL). 60 s finds a wedge five times sooner.
+STALL_BUDGET_S = 60
 _FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
 _OPTION_WORD = re.compile(r"--?[A-Za-z]")  # an argv word naming an option (-tp, --x, --x=1)
 _NUMBER = re.compile(r"-[0-9.]")  # a negative number is a value, not an option
@@ -106,6 +114,7 @@ class Profile:
     stop_timeout_s: int
     experimental: bool
     note: str | None
+    stall_budget_s: int = STALL_BUDGET_S
     waivers: FrozenMapping = field(default_factory=lambda: FrozenMapping({}))  # rule id -> reason
     model_path: str | None = None  # this lane's model directory (None: the inventory's)
 
@@ -298,7 +307,8 @@ class _Resolver:
             flags=FrozenMapping(merged["flags"]), env=FrozenMapping(merged["env"]),
             ready_timeout_s=merged["ready_timeout_s"], stop_timeout_s=merged["stop_timeout_s"],
             experimental=experimental, note=merged.get("note"), waivers=_waivers(section),
-            model_path=merged.get("model_path"))
+            model_path=merged.get("model_path"),
+            stall_budget_s=merged.get("stall_budget_s", STALL_BUDGET_S))
 
     def _merge(self, name: str, chain: tuple[str, ...]) -> dict[str, Any]:
         """The settings, flags and env of name over those of the profile it extends."""
@@ -328,6 +338,7 @@ class _Resolver:
         """The scalar settings a profile sets itself (inherited ones are not included)."""
         checks = {"ready_timeout_s": (is_count, "whole seconds >= 1"),
                   "stop_timeout_s": (is_count, "whole seconds >= 1"),
+                  "stall_budget_s": (is_count, "whole seconds >= 1"),
                   "experimental": (lambda v: isinstance(v, bool), "true or false"),
                   "note": (is_line, "one line of text"),
                   "model_path": (lambda v: isinstance(v, str) and abs_path_problem(v) is None,

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sparkrack.engines.profile_file import EngineDef, Profile, load_engine
+from sparkrack.engines.profile_file import STALL_BUDGET_S, EngineDef, Profile, load_engine
 from sparkrack.engines.templates import fill
 from sparkrack.errors import UsageError
 from sparkrack.inventory import Inventory, Node
@@ -95,6 +95,7 @@ class LaunchSpec:
     deployment_id: str = ""
     spec_hash: str = ""
     labels: FrozenMapping = field(default_factory=lambda: FrozenMapping({}))
+    stall_budget_s: int = STALL_BUDGET_S  # the watchdog's, not what runs: not in the hash
 
     @property
     def is_head(self) -> bool:
@@ -118,6 +119,7 @@ class LaunchSpec:
             "secret_names": sorted(self.secret_names), "ports": dict(self.ports),
             "health_path": self.health_path, "ready_timeout_s": self.ready_timeout_s,
             "experimental": self.experimental, "note": self.note, "labels": dict(self.labels),
+            "stall_budget_s": self.stall_budget_s,
             "docker": {
                 "stop_timeout_s": docker.stop_timeout_s, "network_mode": docker.network_mode,
                 "ipc_mode": docker.ipc_mode, "gpus": "all", "devices": list(docker.devices),
@@ -159,14 +161,14 @@ def build_specs(inventory: Inventory, engine: str, profile_name: str, *,
 def deployment_hash(specs: tuple[LaunchSpec, ...]) -> str:
     """sha256 of what the deployment runs: every rank's node, image, argv, env and options.
 
-    Leaves out the deployment id, the labels and secret values and names (an operator's
-    HF_TOKEN does not change what runs), so equal plans hash equal.
+    Leaves out the deployment id, the labels, the watchdog's stall budget and secret values
+    and names (an operator's HF_TOKEN does not change what runs), so equal plans hash equal.
     """
     content = []
     for spec in specs:
         data = spec.as_dict()
         for key in ("deployment_id", "spec_hash", "labels", "secret_names", "env_sources",
-                    "env_view"):
+                    "env_view", "stall_budget_s"):
             del data[key]
         data["env"] = {key: value for key, value in spec.env.items()
                        if key not in spec.secret_names}
@@ -240,6 +242,7 @@ def _rank_spec(inventory: Inventory, node: Node, definition: EngineDef, profile:
         ports=definition.ports, health_path=definition.health_path,
         ready_timeout_s=profile.ready_timeout_s, experimental=profile.experimental,
         note=profile.note,
+        stall_budget_s=inventory.vars.watchdog_stall_budget_s or profile.stall_budget_s,
         docker=DockerOptions(stop_timeout_s=profile.stop_timeout_s,
                              mounts=(Mount(model_path, model_path),)))
 

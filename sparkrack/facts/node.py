@@ -117,23 +117,28 @@ def parse_node(lines: list[str]) -> dict[str, str]:
     return {key: rest for key, _, rest in (line.partition(" ") for line in lines)}
 
 
+def gpu_of(answers: Answers) -> GpuFacts:
+    """The GPU of a round trip's NODE answer."""
+    rc, _, line = parse_node(answers.lines(NODE)).get("gpu", "1 ").partition(" ")
+    return parse_gpu(int(rc) if rc.lstrip("-").isdigit() else 1, line.strip())
+
+
 def facts_of(answers: Answers) -> NodeFacts:
     """The node facts of a round trip's answers."""
     node = parse_node(answers.lines(NODE))
-    rc, _, line = node.get("gpu", "1 ").partition(" ")
     return NodeFacts(
         hostname=node.get("hostname", ""), kernel=node.get("kernel", ""),
-        os=node.get("os", ""), boot_id=answers.boot_id,
-        gpu=parse_gpu(int(rc) if rc.lstrip("-").isdigit() else 1, line.strip()),
+        os=node.get("os", ""), boot_id=answers.boot_id, gpu=gpu_of(answers),
         mem_total_kb=_number(node.get("MemTotal", "")),
         mem_available_kb=_number(node.get("MemAvailable", "")),
         clock_cap=parse_unit(answers.lines(CAP_UNIT)),
         burn=parse_burn(parse_file(answers.lines(BURN))))
 
 
-def memory_of(answers: Answers) -> tuple[int, int] | None:
-    """(MemTotal kB, MemAvailable kB) of a MEMORY answer, or None if the node did not say."""
-    node = parse_node(answers.lines(MEMORY))
+def memory_of(answers: Answers, query: Query = MEMORY) -> tuple[int, int] | None:
+    """(MemTotal kB, MemAvailable kB) of a MEMORY (or NODE) answer, or None if the node did
+    not say."""
+    node = parse_node(answers.lines(query))
     total, available = _number(node.get("MemTotal", "")), _number(node.get("MemAvailable", ""))
     return None if total is None or available is None else (total, available)
 

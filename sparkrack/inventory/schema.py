@@ -165,6 +165,10 @@ class RackVars:
         "the group is stopped and the watchdog says why (0: never restart)", at_least=0)
     watchdog_restart_window_minutes: float = _var(
         30.0, "the sliding window of the restart budget, in minutes", above=0)
+    watchdog_stall_budget_s: int = _var(
+        0, "seconds a TP group may have work pending without token progress while its GPUs "
+        "do not all compute alike before the watchdog stops it as stalled (0: each engine "
+        "profile's stall_budget_s)", at_least=0)
     watchdog_metrics_port: int = _var(
         9478, "TCP port of the watchdog's Prometheus metrics (/metrics)", at_least=1,
         at_most=65535)

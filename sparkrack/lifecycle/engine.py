@@ -264,4 +264,4 @@ def watch_group(inventory: Inventory, *, burn: Callable, duration: float | None 
 
     return watch(inventory, http_port=head.ports["http"], health_path=head.health_path,
                  duration=duration, interval=interval, on_failure="restart" if restart else "stop",
-                 restart=again, on_event=on_event)
+                 restart=again, on_event=on_event, stall_budget_s=head.stall_budget_s)

@@ -1,21 +1,31 @@
-"""The rank watchdog: notice within seconds when a rank's container exits, a node is lost or
-the head turns unhealthy, and stop the whole group (or restart it in order) instead of
-leaving a half-dead TP group for the engine's own 300 s watchdog. A rank on a node that was
-lost is stopped as soon as that node answers again. While the group serves, each node's
-MemAvailable is watched for the indexer-leak ratchet.
+"""The rank watchdog: notice within seconds when a rank's container exits, a node is lost,
+the head turns unhealthy or the group stops making progress, and stop the whole group (or
+restart it in order) instead of leaving a half-dead or wedged TP group for the engine's own
+300 s watchdog. A rank on a node that was lost is stopped as soon as that node answers
+again. While the group serves, each node's MemAvailable is watched for the indexer-leak
+ratchet.
+
+Progress (progress.py, culprit.py): each poll reads rank 0's /metrics. Once work has been
+pending without progress for a third of the profile's stall budget, each poll's SSH round
+trip also reads every GPU; past the whole budget, a group whose GPUs do not all compute
+alike is stalled, and the rank whose GPU stands out is named. A rank 0 found unhealthy is
+reported with the GPUs' culprit too, when one stands out.
 """
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..facts.node import MEMORY, memory_of
+from ..facts.node import MEMORY, NODE, gpu_of, memory_of
 from ..facts.queries import answer, argv
 from ..fleet import Fleet
 from ..inventory import Inventory
 from .containers import Rank, refresh, stop_ranks
-from .headapi import Endpoint
+from .culprit import GpuSample, Verdict, read_gpus
+from .headapi import Endpoint, HeadError
 from .leak import LeakWatch
+from .progress import Reading, StallWatch, reading
 from .running import running
 
 POLL_INTERVAL_S = 1.0  # between polls of the group
@@ -23,6 +33,8 @@ HEALTH_TIMEOUT_S = 2  # rank 0's health answer within this, or the poll counts a
 HEALTH_FAILURES_TO_ACT = 3  # consecutive unhealthy polls of rank 0 before acting
 BROKEN_STOP_TIMEOUT = 3  # seconds: a broken TP group has nothing left to drain
 FLOOR_FRACTION = 0.05  # warn about a ratchet heading for 5 % of MemTotal
+SUSPECT_SHARE = 1 / 3  # of the stall budget without progress: read the GPUs every poll
+GPU_SAMPLES_KEPT = 3  # per node: the culprit is read from their median
 
 
 @dataclass
@@ -35,21 +47,60 @@ class WatchReport:
     left_running: list[str] = field(default_factory=list)  # ranks on nodes still lost at the end
 
 
-def sample_memory(fleet: Fleet) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
-    """({node: (MemTotal kB, MemAvailable kB)}, {node: error}): one short SSH round trip per
-    node that doubles as the liveness probe (a dead node fails it within the connect timeout,
-    where a docker API call would wait for the command timeout)."""
-    samples, lost = {}, {}
-    for result in fleet.run(argv([MEMORY]), timeout=5):
+@dataclass
+class NodeSamples:
+    """One SSH round trip to every node: the liveness probe (a dead node fails it within the
+    connect timeout, where a docker API call would wait for the command timeout), memory,
+    and the GPU when asked."""
+
+    memory: dict[str, tuple[int, int]] = field(default_factory=dict)  # (MemTotal, MemAvailable) kB
+    gpus: dict[str, GpuSample] = field(default_factory=dict)
+    lost: dict[str, str] = field(default_factory=dict)  # node: why it did not answer
+
+
+def sample_nodes(fleet: Fleet, gpu: bool = False) -> NodeSamples:
+    """Every node's memory (and GPU: nvidia-smi, when gpu), in one round trip each."""
+    query = NODE if gpu else MEMORY
+    found = NodeSamples()
+    for result in fleet.run(argv([query]), timeout=5):
         if result.status != "ok":
-            lost[result.node] = result.error or result.status
+            found.lost[result.node] = result.error or result.status
             continue
-        memory = memory_of(answer(result.stdout, [MEMORY]))
+        answers = answer(result.stdout, [query])
+        memory = memory_of(answers, query)
         if memory is None:
-            lost[result.node] = "no MemTotal/MemAvailable in its answer"
-        else:
-            samples[result.node] = memory
-    return samples, lost
+            found.lost[result.node] = "no MemTotal/MemAvailable in its answer"
+            continue
+        found.memory[result.node] = memory
+        if gpu:
+            facts = gpu_of(answers)
+            found.gpus[result.node] = GpuSample(facts.utilization_pct, facts.power_w)
+    return found
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A group found stalled, and the evidence that decided."""
+
+    seconds: float  # work pending without progress
+    budget_s: float
+    reading: Reading  # rank 0's metrics then
+    verdict: Verdict  # the GPUs read together
+    culprit: Rank | None
+
+    def describe(self) -> str:
+        who = (f"rank {self.culprit.rank} on {self.culprit.node} wedged"
+               if self.culprit else "group stalled, no rank stands out")
+        return (f"{who}: {self.reading.describe()}, no token progress for {self.seconds:.0f} s "
+                f"(stall budget {self.budget_s:g} s); {self.verdict.evidence}")
+
+    def evidence(self) -> dict:
+        """What decided, for the audit record."""
+        return {"no_progress_s": round(self.seconds, 1), "stall_budget_s": self.budget_s,
+                "running": self.reading.running, "waiting": self.reading.waiting,
+                "gpus": dict(self.verdict.classes), "evidence": self.verdict.evidence,
+                "culprit": None if self.culprit is None else {
+                    "node": self.culprit.node, "rank": self.culprit.rank}}
 
 
 @dataclass
@@ -63,6 +114,9 @@ class Poll:
     head_status: int | None = None  # rank 0's health answer (None: no answer or not asked)
     warnings: list[tuple[str, str]] = field(default_factory=list)  # (node, new ratchet warning)
     detected: float | None = None  # time.monotonic() when the failure was known
+    no_progress_s: float = 0.0  # work pending on rank 0 without progress (0: none or unknown)
+    stall: Stall | None = None  # the failure is a stall: its evidence
+    culprit: Rank | None = None  # the rank whose GPU stood out when the group failed
 
 
 class GroupWatch:
@@ -70,25 +124,51 @@ class GroupWatch:
     each node's ratchet detector. `invoke watch` and the watchdog service both poll with it."""
 
     def __init__(self, fleet: Fleet, inventory: Inventory, ranks: list[Rank], *, http_port: int,
-                 health_path: str):
+                 health_path: str, stall_budget_s: float | None = None):
         self.fleet = fleet
         self.inventory = inventory
         self.ranks = ranks
         self.http_port = http_port
         self.health_path = health_path
+        self.stall_budget_s = stall_budget_s  # None: progress is not judged
         self.health_failures = 0
         self.leaks: dict[str, LeakWatch] = {}
+        self.progress = StallWatch()
+        self.no_progress_s = 0.0
+        self.gpus: dict[str, deque[GpuSample]] = {}
+
+    @property
+    def head(self) -> Endpoint:
+        rank0 = next(r for r in self.ranks if r.rank == 0)
+        return Endpoint(self.inventory.node(rank0.node), self.http_port)
 
     def poll(self) -> Poll:
-        """One poll: the nodes' liveness and memory, each rank's container, rank 0's health.
-        Memory feeds the ratchet detectors only while the group is whole."""
+        """One poll: the nodes' liveness and memory (and GPUs while progress is in doubt),
+        each rank's container, rank 0's health and progress. Memory feeds the ratchet
+        detectors only while the group is whole."""
         poll = Poll()
-        poll.memory, poll.lost = sample_memory(self.fleet)
+        suspect = (self.stall_budget_s is not None
+                   and self.no_progress_s >= self.stall_budget_s * SUSPECT_SHARE)
+        nodes = sample_nodes(self.fleet, gpu=suspect)
+        poll.memory, poll.lost = nodes.memory, nodes.lost
+        for node, sample in nodes.gpus.items():
+            self.gpus.setdefault(node, deque(maxlen=GPU_SAMPLES_KEPT)).append(sample)
         if poll.lost:
             node, why = next(iter(poll.lost.items()))
             poll.failure = f"node {node} lost ({why})"
         else:
             poll.failure, poll.states, poll.head_status = self._check_ranks()
+            if poll.failure and poll.head_status != 200 and not any(
+                    not r.alive for r in poll.states):
+                poll.culprit = self._culprit(fresh=not nodes.gpus)
+                if poll.culprit is not None:
+                    poll.failure += (f"; likely culprit: rank {poll.culprit.rank} on "
+                                     f"{poll.culprit.node} ({self._verdict().evidence})")
+            elif not poll.failure:
+                poll.stall = self._check_progress(nodes)
+                poll.no_progress_s = self.no_progress_s
+                if poll.stall is not None:
+                    poll.failure, poll.culprit = poll.stall.describe(), poll.stall.culprit
         if poll.failure:
             poll.detected = time.monotonic()
             return poll
@@ -114,6 +194,44 @@ class GroupWatch:
         """The group's ranks on nodes that did not answer when it was stopped."""
         return [r for r in self.ranks if r.node in lost]
 
+    def _check_progress(self, nodes: NodeSamples) -> Stall | None:
+        """Feed rank 0's metrics to the stall watch; the stall, once past the budget with
+        GPUs that do not all compute alike."""
+        if self.stall_budget_s is None:
+            return None
+        try:
+            status, body = self.head.get("/metrics", timeout=HEALTH_TIMEOUT_S)
+        except HeadError:
+            status, body = None, b""
+        engine = self.ranks[0].engine
+        seen = reading(engine, body.decode(errors="replace")) if status == 200 else None
+        self.no_progress_s = self.progress.feed(time.monotonic(), seen)
+        if self.no_progress_s == 0.0:
+            self.gpus.clear()
+            return None
+        if self.no_progress_s < self.stall_budget_s:
+            return None
+        if not self.gpus:
+            self._culprit(fresh=True)
+        verdict = self._verdict()
+        if verdict.working:  # a long prefill (or SGLang decode) moves no counter
+            return None
+        return Stall(self.no_progress_s, self.stall_budget_s, seen, verdict,
+                     self._rank_on(verdict.culprit))
+
+    def _verdict(self) -> Verdict:
+        return read_gpus({node: list(samples) for node, samples in self.gpus.items()})
+
+    def _culprit(self, fresh: bool) -> Rank | None:
+        """The rank whose GPU stands out (reading every GPU now first when fresh)."""
+        if fresh:
+            for node, sample in sample_nodes(self.fleet, gpu=True).gpus.items():
+                self.gpus.setdefault(node, deque(maxlen=GPU_SAMPLES_KEPT)).append(sample)
+        return self._rank_on(self._verdict().culprit)
+
+    def _rank_on(self, node: str | None) -> Rank | None:
+        return next((r for r in self.ranks if r.node == node), None)
+
     def _check_ranks(self) -> tuple[str | None, list[Rank], int | None]:
         """(why the group is broken or None, the ranks' states, rank 0's health answer)."""
         states = refresh(self.fleet, self.ranks)
@@ -125,8 +243,7 @@ class GroupWatch:
                 r.status, f"rank {r.rank} on {r.node} {r.status} (exit code {r.exit_code})")
             return what, states, None
         head = next(r for r in states if r.rank == 0)
-        status = Endpoint(self.inventory.node(head.node), self.http_port).status(
-            self.health_path, timeout=HEALTH_TIMEOUT_S)
+        status = self.head.status(self.health_path, timeout=HEALTH_TIMEOUT_S)
         self.health_failures = 0 if status == 200 else self.health_failures + 1
         if self.health_failures >= HEALTH_FAILURES_TO_ACT:
             return (f"rank 0 on {head.node} unhealthy ({status or 'no answer'}) for "
@@ -173,8 +290,10 @@ def _stop_when_back(inventory: Inventory, left: list[Rank], until: float | None,
 
 def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: float | None = None,
           interval: float = POLL_INTERVAL_S, on_failure: str = "stop", restart: Callable[[], None] | None = None,
-          on_event: Callable[[str], None] = lambda e: None) -> WatchReport:
-    """Watch the running group until it fails (then act) or duration passes."""
+          on_event: Callable[[str], None] = lambda e: None,
+          stall_budget_s: float | None = None) -> WatchReport:
+    """Watch the running group until it fails (then act) or duration passes; an action is
+    written to the audit log with what decided it."""
     report = WatchReport()
     with Fleet(inventory) as fleet:
         ranks = running(fleet).alive
@@ -182,7 +301,8 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
             report.failure = "no engine is running"
             return report
         on_event(f"watching {ranks[0].engine} {ranks[0].profile}: {len(ranks)} ranks")
-        group = GroupWatch(fleet, inventory, ranks, http_port=http_port, health_path=health_path)
+        group = GroupWatch(fleet, inventory, ranks, http_port=http_port, health_path=health_path,
+                           stall_budget_s=stall_budget_s)
         started = time.monotonic()
         while duration is None or time.monotonic() - started < duration:
             poll_started = time.monotonic()
@@ -202,9 +322,27 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
                     on_event("restarting the group in order")
                     restart()
                     report.acted = "restarted"
+                for problem in record_action(fleet, inventory, "watch", ranks[0].deployment,
+                                             poll, report.acted):
+                    on_event(problem)
                 return report
             for node, warning in poll.warnings:
                 report.warnings.append(f"{node}: {warning}")
                 on_event(f"warning: {node}: {warning}")
             time.sleep(max(0.0, interval - (time.monotonic() - poll_started)))
     return report
+
+
+def record_action(fleet: Fleet, inventory: Inventory, by: str, deployment: str, poll: Poll,
+                  acted: str) -> list[str]:
+    """Write the watchdog's action on a broken group to the audit log (the head's and the
+    local copy), with the evidence: the failure, and a stall's counters and GPU samples.
+    The problems met writing it (the action stands)."""
+    from ..oplock import audit
+
+    record = audit.new_record(inventory, f"{by}:{acted}", {"deployment": deployment})
+    record.note(deployment=deployment, failure=poll.failure,
+                culprit=None if poll.culprit is None else {
+                    "node": poll.culprit.node, "rank": poll.culprit.rank},
+                stall=None if poll.stall is None else poll.stall.evidence())
+    return audit.log_unlocked(fleet, record, "ok")

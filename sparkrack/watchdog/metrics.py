@@ -73,6 +73,9 @@ class Snapshot:
     poll_time: float | None = None  # unix seconds
     poll_seconds: float | None = None
     detection_to_stopped_seconds: float | None = None  # of the last stop or restart
+    no_progress_seconds: float | None = None  # work pending on rank 0 without progress
+    stalled: tuple[str, int] | None = None  # the current group was stopped stalled: (node, rank)
+    blind: bool = False  # the deployment records cannot be read: nothing is judged
 
 
 @dataclass
@@ -90,6 +93,9 @@ class WatchdogMetrics:
                                registry=self.registry)
         for action in ACTIONS:
             self.actions.labels(action=action)  # every series exists from the start, at 0
+        self.stalls = Counter("sparkrack_watchdog_stalls", "TP groups the watchdog found "
+                              "stalled: work pending, no token progress for the stall budget, "
+                              "GPUs not all computing alike", registry=self.registry)
         self.ratchet_warnings = Counter(
             "sparkrack_watchdog_memory_ratchet_warnings", "Memory-ratchet warnings raised, "
             "per node", ["node"], registry=self.registry)
@@ -100,6 +106,10 @@ class WatchdogMetrics:
         if action not in ACTIONS:
             raise ValueError(f"unknown watchdog action {action!r}")
         self.actions.labels(action=action).inc()
+
+    def count_stall(self) -> None:
+        """One more group found stalled."""
+        self.stalls.inc()
 
     def count_ratchet_warning(self, node: str) -> None:
         """One more memory-ratchet warning on node."""
@@ -219,9 +229,21 @@ def _rack_families(snap: Snapshot) -> Iterator:
          snap.poll_seconds),
         ("sparkrack_watchdog_detection_to_stopped_seconds", "From noticing the last broken "
          "group to every reachable rank stopped", snap.detection_to_stopped_seconds),
+        ("sparkrack_group_no_progress_seconds", "While guarding: how long rank 0 has had "
+         "requests running or waiting without a token counter moving (0: progress or idle)",
+         snap.no_progress_seconds),
+        ("sparkrack_watchdog_blind", "1 while the watchdog cannot read the deployment "
+         "records (the head does not answer, or refuses its key): it judges nothing",
+         float(snap.blind)),
     )
     for name, help_text, value in scalars:
         family = _gauge(name, help_text)
         if value is not None:
             family.add_metric([], float(value))
         yield family
+    stalled = _gauge("sparkrack_group_stalled", "1 while the current deployment is down "
+                     "because the watchdog found it stalled; node and rank name the rank "
+                     "whose GPU stood out (empty and -1: none did)", NODE_LABELS)
+    if snap.stalled is not None:
+        stalled.add_metric([snap.stalled[0], str(snap.stalled[1])], 1.0)
+    yield stalled

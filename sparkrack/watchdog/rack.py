@@ -57,7 +57,7 @@ class FleetRack:
 
         head = build_specs(self.inventory, deployment.engine, deployment.profile)[0]
         return GroupWatch(self.fleet, self.inventory, list(ranks), http_port=head.ports["http"],
-                          health_path=head.health_path)
+                          health_path=head.health_path, stall_budget_s=head.stall_budget_s)
 
     def stop_left_behind(self, ranks) -> tuple[list, dict[str, str]]:
         """Stop ranks on nodes that answer again (kept for `invoke logs`); see
@@ -95,6 +95,14 @@ class FleetRack:
                       type(error).__name__, exit_code=1)
             raise
         guard.end("ok")
+
+    def record_action(self, deployment, poll, acted: str) -> list[str]:
+        """Write the action on deployment's broken group, and the poll's evidence, to the
+        audit log (lifecycle.watch.record_action); the problems met."""
+        from ..lifecycle.watch import record_action
+
+        return record_action(self.fleet, self.inventory, "watchdog", deployment.deployment_id,
+                             poll, acted)
 
     def lock_holder(self) -> str | None:
         """See lock_holder()."""

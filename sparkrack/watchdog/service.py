@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from ..atomic import write_atomically
 from ..errors import SparkrackError
 from ..safety.power import cap_state_of, project_power
+from ..lifecycle.watch import Poll
 from .metrics import DeploymentInfo, NodeSnapshot, Snapshot, WatchdogMetrics, update
 from .policy import RESTART, RestartBudget
 
@@ -63,13 +64,15 @@ class Rack(Protocol):
     def restart(self, deployment: Any) -> Any: ...
     def stop_left_behind(self, ranks: list[Any]) -> tuple[list[Any], dict[str, str]]: ...
     def lock_holder(self) -> str | None: ...
+    def record_action(self, deployment: Any, poll: Any, acted: str) -> list[str]: ...
 
 
 @dataclass
 class Step:
     """What one step decided, for the journal, the state file and the tests."""
 
-    verdict: str  # idle | starting | stepped-aside | guarding | stopped | restarted | restart-failed | down
+    verdict: str  # idle | blind | starting | stepped-aside | guarding | stopped | restarted
+    #               | restart-failed | down
     detail: str = ""
     acted: bool = False
 
@@ -93,6 +96,7 @@ class Watchdog:
         self.group: Group | None = None
         self.guarded: str | None = None  # deployment id of the group being guarded
         self.stopped: dict[str, str] = {}  # deployment id: why the watchdog took it down
+        self.stalls: dict[str, tuple[str, int]] = {}  # deployment id: (culprit node, rank) of its stall
         self.facts: dict[str, Any] = {}
         self.containers: tuple[list[Any], dict[str, str]] = ([], {})
         self.facts_at: float | None = None
@@ -122,9 +126,12 @@ class Watchdog:
         if records is not None:  # forget the groups stopped before this deployment
             self.stopped = {k: v for k, v in self.stopped.items()
                             if current is not None and k == current.deployment_id}
+            self.stalls = {k: v for k, v in self.stalls.items()
+                           if current is not None and k == current.deployment_id}
         holder = self.rack.lock_holder()
-        if records is None and self.group is None:
-            step = Step("idle", f"deployment records unreadable: {records_error}")
+        if records is None and self.group is None:  # not idle: it cannot tell what runs
+            step = Step("blind", f"deployment records unreadable: {records_error}; "
+                        "retrying every poll")
         elif records is not None and current is None:
             self._forget_group()
             step = Step("idle", "no engine deployment is current")
@@ -157,7 +164,8 @@ class Watchdog:
             mine = [r for r in ranks if r.deployment == deployment.deployment_id]
             broken = self._incomplete(mine, unreachable)
             if broken:
-                return self._act(deployment, broken, self.monotonic(), {}, mine), None
+                return self._act(deployment, broken, self.monotonic(), {}, mine,
+                                 Poll(failure=broken)), None
             self.group = self.rack.group_watch(mine, deployment)
             self.guarded = deployment.deployment_id
             self._guarded_deployment = deployment
@@ -169,7 +177,7 @@ class Watchdog:
             log.warning("%s: %s", node, warning)
         if poll.failure:
             return self._act(deployment, poll.failure, poll.detected or self.monotonic(),
-                             poll.lost, None), poll
+                             poll.lost, None, poll), poll
         return Step("guarding", f"{deployment.engine} {deployment.profile} "
                     f"({deployment.deployment_id}): {len(poll.states)} ranks running"), poll
 
@@ -186,8 +194,21 @@ class Watchdog:
         return None
 
     def _act(self, deployment, failure: str, detected: float, lost: dict[str, str],
-             ranks: list | None) -> Step:
-        """Stop the broken group at once; then restart it if the policy and budget allow."""
+             ranks: list | None, poll: Poll) -> Step:
+        """Stop the broken group at once; then restart it if the policy and budget allow;
+        write what was done and why to the audit log."""
+        step = self._stop_or_restart(deployment, failure, detected, lost, ranks)
+        if poll.stall is not None:
+            self.metrics.count_stall()
+            culprit = poll.stall.culprit
+            self.stalls[deployment.deployment_id] = (
+                (culprit.node, culprit.rank) if culprit is not None else ("", -1))
+        for problem in self.rack.record_action(deployment, poll, step.verdict):
+            log.warning("%s", problem)
+        return step
+
+    def _stop_or_restart(self, deployment, failure: str, detected: float,
+                         lost: dict[str, str], ranks: list | None) -> Step:
         decision = self.budget.decide(self.clock())
         log.error("group broken: %s; stopping every rank (%s)", failure, decision.reason)
         group = self.group if ranks is None else self.rack.group_watch(ranks, deployment)
@@ -286,7 +307,10 @@ class Watchdog:
             rank0_healthy=(poll.head_status == 200) if guarding else None,
             projected_watts=budget.projected_watts, strip_watts=budget.strip_watts,
             margin_watts=budget.margin_watts, poll_time=self.clock(), poll_seconds=seconds,
-            detection_to_stopped_seconds=self.detection_to_stopped))
+            detection_to_stopped_seconds=self.detection_to_stopped,
+            no_progress_seconds=poll.no_progress_s if guarding else None,
+            stalled=self.stalls.get(current.deployment_id) if current is not None else None,
+            blind=step.verdict == "blind"))
 
     # --- Journal and state -------------------------------------------------------------
 
@@ -315,6 +339,9 @@ class Watchdog:
         self.budget.load(data.get("budget", {}), self.clock())
         stopped = data.get("stopped", {})
         self.stopped = dict(stopped) if isinstance(stopped, dict) else {}
+        stalls = data.get("stalls", {})
+        self.stalls = {k: (str(v[0]), int(v[1])) for k, v in stalls.items()
+                       if isinstance(v, list) and len(v) == 2} if isinstance(stalls, dict) else {}
         verdicts = data.get("verdicts", [])
         self.verdicts = list(verdicts)[-VERDICTS_KEPT:] if isinstance(verdicts, list) else []
 
@@ -324,7 +351,7 @@ class Watchdog:
         counts against the budget even across a power cut)."""
         if self.state_file is None:
             return
-        data = {"budget": self.budget.as_dict(), "stopped": self.stopped,
+        data = {"budget": self.budget.as_dict(), "stopped": self.stopped, "stalls": self.stalls,
                 "verdicts": self.verdicts, "pid": os.getpid()}
         try:
             write_atomically(self.state_file, json.dumps(data, indent=1, sort_keys=True),

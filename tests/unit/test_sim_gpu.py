@@ -221,6 +221,18 @@ def test_latched_node_runs_at_715_mhz_and_18_w_whatever_the_lock(node):
     assert int(clock) == 715 and float(power) == 18.0
 
 
+def test_a_spinning_kernel_reads_busy_at_low_power_until_a_real_load_joins(node):
+    node.smi("-lgc", "0,2200")
+    with node.client() as spin:
+        spin.hold_load(96, spin=True)
+        util, power = node.query("utilization.gpu,power.draw")
+        assert util == "96" and 19.0 <= float(power) <= 21.0, (util, power)
+        with node.client() as load:
+            load.hold_load(100)
+            util, power = node.query("utilization.gpu,power.draw")
+            assert util == "100" and float(power) > 35.0, (util, power)
+
+
 def test_power_limit_is_refused_as_on_gb10(node):
     out = node.smi("-pl", "150")
     assert out.stdout == ("Changing power management limit is not supported for GPU: "

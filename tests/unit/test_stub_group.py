@@ -257,7 +257,7 @@ def chat_tokens(events) -> list[tuple[float, str]]:
 
 def test_the_group_forms_serves_and_drains(groups, gpu):
     idle = gpu.available()
-    group = groups(extra=EAGLE)
+    group = groups(extra=[*EAGLE, "--enable-metrics"])
     group.start_all()
     group.wait_healthy()
     assert idle - gpu.available() == 3 * GiB  # each rank's share, held while loaded
@@ -437,6 +437,56 @@ def test_the_ratchet_ends_in_no_memory_a_stuck_rank_and_the_watchdog(groups):
     logs = "".join(group.log(rank) for rank in range(3))
     assert "NV_ERR_NO_MEMORY" in logs
     assert "Watchdog timeout (self.watchdog_timeout=5)" in group.log(0)
+
+
+def metrics_of(group) -> dict[str, float]:
+    from sparkrack.lifecycle.progress import parse_prometheus
+
+    return parse_prometheus(group.get("/metrics").decode())
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_wedged_rank_stops_the_tokens_while_its_process_lives(groups, gpu, engine):
+    """wedge_at_request: rank 2 hangs in the second forward, spinning on its GPU: no token
+    moves, the counters stand, every process lives; vLLM's /health stays 200 (it answers
+    503 only once the engine has errored), SGLang's (a generation) fails; the engine's own
+    watchdog ends the group."""
+    group = groups(engine=engine, config={"ranks": {"2": {"wedge_at_request": 2}},
+                                          "health_timeout_s": 0.5},
+                   extra=["--enable-metrics", "--watchdog-timeout", "6"] if engine == "sglang"
+                   else [])
+    group.start_all()
+    group.wait_healthy()
+    assert group.chat(5, max_tokens=3)["usage"]["completion_tokens"] == 3
+    prefix = "sglang:" if engine == "sglang" else "vllm:"
+    running = "sglang:num_running_reqs" if engine == "sglang" else "vllm:num_requests_running"
+    before = metrics_of(group)
+    request = threading.Thread(target=lambda: pytest.raises(OSError, group.chat, 5, 3))
+    request.start()
+    assert eventually(lambda: metrics_of(group)[running] == 1, 4)
+    time.sleep(1.5)
+    after = metrics_of(group)
+    assert after[running] == 1
+    for counter in ("prompt_tokens_total", "generation_tokens_total"):
+        assert after[prefix + counter] == before[prefix + counter]
+    assert all(proc.poll() is None for proc in group.procs.values())
+    assert "wedged in forward 2" in group.log(2)
+    if engine == "vllm":
+        assert group.status() == 200
+        for proc in group.procs.values():
+            proc.kill()
+    else:
+        assert eventually(lambda: group.status() == 503, 4)
+        assert set(group.wait_exit(15).values()) == {1}
+        assert "Watchdog timeout (self.watchdog_timeout=6)" in group.log(0)
+    request.join(10)
+
+
+def test_sglang_serves_metrics_only_with_enable_metrics(groups):
+    group = groups()
+    group.start_all()
+    group.wait_healthy()
+    assert group.status("/metrics") == 404
 
 
 def test_the_needle_is_found_within_reach_and_not_beyond(groups):

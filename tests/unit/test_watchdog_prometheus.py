@@ -45,7 +45,8 @@ FULL = Snapshot(
                               "sglang-512k-20260101-000000-beef"),
     deployment_ready=True, guarding=True, ranks_expected=3, ranks_running=1,
     rank0_healthy=True, projected_watts=1471, strip_watts=1440, margin_watts=100,
-    poll_time=1.7e9 + 5, poll_seconds=0.25, detection_to_stopped_seconds=1.5)
+    poll_time=1.7e9 + 5, poll_seconds=0.25, detection_to_stopped_seconds=1.5,
+    no_progress_seconds=12.0, stalled=("spark-02", 1))
 
 
 def test_a_scrape_shows_the_snapshot_with_units_in_base_units():
@@ -81,7 +82,10 @@ def test_a_scrape_shows_the_snapshot_with_units_in_base_units():
         "sparkrack_watchdog_guarding": 1, "sparkrack_watchdog_stepped_aside": 0,
         "sparkrack_watchdog_last_poll_timestamp_seconds": 1.7e9 + 5,
         "sparkrack_watchdog_poll_duration_seconds": 0.25,
-        "sparkrack_watchdog_detection_to_stopped_seconds": 1.5}
+        "sparkrack_watchdog_detection_to_stopped_seconds": 1.5,
+        "sparkrack_group_no_progress_seconds": 12.0, "sparkrack_watchdog_blind": 0,
+        "sparkrack_watchdog_stalls_total": 0}
+    assert got["sparkrack_group_stalled", two] == 1
 
 
 def test_counters_start_at_zero_and_count_actions():
@@ -91,7 +95,9 @@ def test_counters_start_at_zero_and_count_actions():
     metrics.count_action("stop")
     metrics.count_action("stop")
     metrics.count_ratchet_warning("spark-02")
+    metrics.count_stall()
     got = samples(metrics)
+    assert got["sparkrack_watchdog_stalls_total", ()] == 1
     assert got["sparkrack_watchdog_actions_total", (("action", "stop"),)] == 2
     assert got["sparkrack_watchdog_memory_ratchet_warnings_total", (("node", "spark-02"),)] == 1
     with pytest.raises(ValueError):
@@ -105,6 +111,7 @@ def test_no_deployment_shows_no_info_and_no_rank_states():
     assert "sparkrack_deployment_info" not in names
     assert "sparkrack_rank_container_state" not in names
     assert samples(metrics)["sparkrack_deployment_current", ()] == 0
+    assert "sparkrack_group_stalled" not in names  # no stall: no series
 
 
 def exported_names() -> set[str]:
@@ -146,7 +153,7 @@ def test_promtool_accepts_the_example_scrape_config():
 def test_promtool_accepts_the_alert_rules():
     done = promtool("check", "rules", "sparkrack-alerts.yml")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 7 rules found" in done.stdout
+    assert "SUCCESS: 10 rules found" in done.stdout
 
 
 def test_alerts_fire_on_synthetic_series():

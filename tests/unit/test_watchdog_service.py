@@ -95,6 +95,11 @@ class FakeRack:
     restarts: list[str] = field(default_factory=list)
     still_lost: set[str] = field(default_factory=set)  # nodes stop_left_behind cannot reach
     stopped_left: list[Rank] = field(default_factory=list)
+    actions: list[tuple[str, str, str]] = field(default_factory=list)  # (deployment, verdict, failure)
+
+    def record_action(self, deployment, poll, acted):
+        self.actions.append((deployment.deployment_id, acted, poll.failure))
+        return []
 
     def records(self):
         if self.records_error:
@@ -311,6 +316,69 @@ def test_head_records_unreadable_while_guarding_keeps_polling_the_group():
     step = watchdog.step()
     assert step.verdict == "stopped" and rack.groups[0].stops == [({"spark-01": "no answer"},
                                                                     False)]
+
+
+def stalled(deployment_id: str, culprit: int | None = 2) -> Poll:
+    from sparkrack.lifecycle.culprit import Verdict
+    from sparkrack.lifecycle.progress import Reading
+    from sparkrack.lifecycle.watch import Stall
+
+    ranks = ranks_of(deployment_id)
+    verdict = Verdict({"spark-01": "busy", "spark-02": "busy", "spark-03": "spinning"},
+                      None if culprit is None else NAMES[culprit],
+                      "GPUs spinning 96 % at 20.1 W: spark-03; busy 100 % at 43.0 W: ...")
+    stall = Stall(31.0, 30, Reading(1, 0, (5.0, 9.0)), verdict,
+                  None if culprit is None else ranks[culprit])
+    return Poll(failure=stall.describe(), states=ranks, head_status=200,
+                detected=time.monotonic(), stall=stall, culprit=stall.culprit,
+                no_progress_s=31.0)
+
+
+def test_a_stalled_group_is_stopped_with_its_evidence_in_the_audit_and_metrics(tmp_path):
+    current = deployment("d1")
+    rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"),
+                    polls=[healthy("d1"), stalled("d1")])
+    watchdog = make(rack, tmp_path)
+    assert watchdog.step().verdict == "guarding"
+    assert metric(watchdog, "sparkrack_group_no_progress_seconds") == 0
+    assert metric(watchdog, "sparkrack_group_stalled") is None
+    step = watchdog.step()
+    assert (step.verdict, step.acted) == ("stopped", True)
+    assert step.detail.startswith("rank 2 on spark-03 wedged: 1 running, 0 waiting, no token "
+                                  "progress for 31 s (stall budget 30 s); GPUs spinning")
+    assert rack.actions == [("d1", "stopped", rack.actions[0][2])]
+    assert rack.actions[0][2].startswith("rank 2 on spark-03 wedged")
+    assert metric(watchdog, "sparkrack_watchdog_stalls_total") == 1
+    assert metric(watchdog, "sparkrack_group_stalled", node="spark-03", rank="2") == 1
+    # the service restarts: the stall is remembered while the group is down
+    restarted = make(rack, tmp_path)
+    assert restarted.step().verdict == "down"
+    assert metric(restarted, "sparkrack_group_stalled", node="spark-03", rank="2") == 1
+    rack.current = None  # `invoke down`: the alert's series ends
+    restarted.step()
+    assert metric(restarted, "sparkrack_group_stalled") is None
+
+
+def test_a_stall_without_a_standing_out_gpu_is_still_a_stall():
+    current = deployment("d1")
+    rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"),
+                    polls=[stalled("d1", culprit=None)])
+    watchdog = make(rack)
+    assert watchdog.step().detail.startswith("group stalled, no rank stands out: ")
+    assert metric(watchdog, "sparkrack_group_stalled", node="", rank="-1") == 1
+
+
+def test_a_watchdog_that_cannot_read_the_records_says_it_is_blind():
+    rack = FakeRack(records_error=True)
+    watchdog = make(rack)
+    step = watchdog.step()
+    assert step.verdict == "blind"
+    assert step.detail == ("deployment records unreadable: could not read the deployment "
+                           "records on spark-01: lost; retrying every poll")
+    assert metric(watchdog, "sparkrack_watchdog_blind") == 1
+    rack.records_error = False
+    assert watchdog.step().verdict == "idle"
+    assert metric(watchdog, "sparkrack_watchdog_blind") == 0
 
 
 def test_a_lost_nodes_rank_is_stopped_once_the_node_answers_again():

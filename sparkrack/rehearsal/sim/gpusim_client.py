@@ -84,9 +84,13 @@ class GpuSimClient:
         """Set persistence mode; returns whether it changed."""
         return self.request("persistence", enabled=enabled)["changed"]
 
-    def hold_load(self, util: int = 100) -> None:
-        """Keep the GPU busy at util % while this client is open (0 releases)."""
-        self.request("load", util=util)
+    def hold_load(self, util: int = 100, spin: bool = False) -> None:
+        """Keep the GPU busy at util % while this client is open (0 releases); spin: a
+        kernel waiting on a flag (busy at low power)."""
+        if spin:
+            self.request("load", util=util, spin=True)
+        else:
+            self.request("load", util=util)
 
     def allocate(self, size: int, pid: int | None = None, name: str | None = None) -> int:
         """Take size bytes of unified memory until freed or closed; returns its id."""

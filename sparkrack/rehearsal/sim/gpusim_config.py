@@ -45,6 +45,9 @@ GB10_DEFAULTS = {
     "gpu_idle_w": 3.9,
     "gpu_load_w": 58.2,
     "latched_gpu_w": 18.0,
+    # a rank wedged in a kernel that spins on a flag its peers never set: the SMs read busy
+    # (~96 %) while the GPU draws ~20 W, a fraction of the load span (vllm#42354's pattern)
+    "spin_power_share": 0.3,
     "node_idle_w": 45.0,
     "node_load_w": 217.0,
     "power_clock_exponent": 2.6,

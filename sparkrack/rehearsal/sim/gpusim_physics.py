@@ -39,10 +39,14 @@ def sm_clock(config: dict, util: int, lock: tuple[int, int] | None, latched: boo
     return min(max(config["idle_sm_mhz"], floor), cap if cap is not None else boost, boost)
 
 
-def dynamic_share(config: dict, util: int, clock: int, latched: bool) -> float:
-    """Fraction (0-1) of the idle-to-full-load power span drawn right now."""
+def dynamic_share(config: dict, util: int, clock: int, latched: bool,
+                  spinning: bool = False) -> float:
+    """Fraction (0-1) of the idle-to-full-load power span drawn right now (a spinning
+    kernel: at most spin_power_share, whatever the utilization reads)."""
     if util <= 0:
         return 0.0
+    if spinning:
+        return min(config["spin_power_share"], util / 100)
     if latched:
         span = config["gpu_load_w"] - config["gpu_idle_w"]
         per_util = (config["latched_gpu_w"] - config["gpu_idle_w"]) / span
@@ -52,10 +56,11 @@ def dynamic_share(config: dict, util: int, clock: int, latched: bool) -> float:
 
 
 def readings(config: dict, util: int, lock: tuple[int, int] | None, latched: bool,
-             resident: bool = False, phase: float = 0.5) -> dict:
-    """Clocks, power, temperature, pstate and event reasons, as the driver would report."""
+             resident: bool = False, phase: float = 0.5, spinning: bool = False) -> dict:
+    """Clocks, power, temperature, pstate and event reasons, as the driver would report
+    (spinning: the load that sets util is a spin, busy at low power)."""
     clock = sm_clock(config, util, lock, latched, resident, phase)
-    share = dynamic_share(config, util, clock, latched)
+    share = dynamic_share(config, util, clock, latched, spinning)
     gpu_w = config["gpu_idle_w"] + (config["gpu_load_w"] - config["gpu_idle_w"]) * share
     node_w = config["node_idle_w"] + (config["node_load_w"] - config["node_idle_w"]) * share
     return {

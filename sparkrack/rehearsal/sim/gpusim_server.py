@@ -6,6 +6,7 @@ Each request is one JSON object on one line, answered by one line:
   {"op": "reset"}                              -> {"ok": true}
   {"op": "persistence", "enabled": true}       -> {"ok": true, "changed": true}
   {"op": "load", "util": 100}                  -> {"ok": true}   (held until 0 or disconnect)
+  {"op": "load", "util": 96, "spin": true}     -> {"ok": true}   (busy at low power: a wedge)
   {"op": "alloc", "bytes": N, "pid": P, "name": "python3"}
                                                -> {"ok": true, "id": 1}  (freed at disconnect)
   {"op": "free", "id": 1}                      -> {"ok": true}
@@ -69,7 +70,10 @@ def _op_persistence(state: GpuState, client: int, request: dict) -> dict:
 
 
 def _op_load(state: GpuState, client: int, request: dict) -> dict:
-    state.hold_load(client, _int_field(request, "util", 0, 100))
+    spin = request.get("spin", False)
+    if not isinstance(spin, bool):
+        raise RequestError("'spin' must be true or false")
+    state.hold_load(client, _int_field(request, "util", 0, 100), spin)
     return {}
 
 

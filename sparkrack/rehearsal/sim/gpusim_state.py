@@ -27,7 +27,7 @@ class GpuState:
     def __init__(self, config: dict):
         self.config = config
         self._mutex = threading.Lock()
-        self._loads: dict[int, int] = {}
+        self._loads: dict[int, tuple[int, bool]] = {}  # client: (util %, spinning)
         self._allocations: dict[int, dict] = {}
         self._next_alloc_id = 1
         os.makedirs(config["state_dir"], exist_ok=True)
@@ -76,11 +76,12 @@ class GpuState:
         """Whether the board is in the low-clock state (the latch file exists)."""
         return os.path.exists(self.config["latch_file"])
 
-    def hold_load(self, client: int, util: int) -> None:
-        """Keep `util` % utilization for this client (0 releases it)."""
+    def hold_load(self, client: int, util: int, spin: bool = False) -> None:
+        """Keep `util` % utilization for this client (0 releases it); spin: a kernel that
+        waits on a flag, busy at low power."""
         with self._mutex:
             if util > 0:
-                self._loads[client] = util
+                self._loads[client] = (util, spin)
             else:
                 self._loads.pop(client, None)
 
@@ -120,7 +121,9 @@ class GpuState:
     def snapshot(self) -> dict:
         """Everything a query can read right now (the lock only under 'sim')."""
         with self._mutex:
-            util = max(self._loads.values(), default=0)
+            util, spinning = max(self._loads.values(), default=(0, False))
+            spinning = spinning and not any(  # a real load beside a spin draws full power
+                not spin and load >= util for load, spin in self._loads.values())
             allocations = list(self._allocations.values())
             allocated_kb = self._allocated_kb()
         lock, latched = self.clock_lock(), self.latched()
@@ -133,7 +136,7 @@ class GpuState:
             "index": config["gpu_index"],
             "persistence_mode": self.persistence_mode(),
             **readings(config, util, lock, latched, resident=bool(allocations),
-                       phase=random.random()),
+                       phase=random.random(), spinning=spinning),
             "processes": _processes(allocations),
             "memory": {"total_kb": memory["MemTotal"], "available_kb": memory["MemAvailable"],
                        "allocated_kb": allocated_kb},

@@ -23,6 +23,8 @@ unknown key is an error (the rank exits 1 naming it), so a typo never passes sil
       "ranks": {                    # per rank (keys are rank numbers as strings)
         "3": {"exit_at_start": true, "exit_code": 1},
         "5": {"die_after_s": 30},   # seconds after the process started
+        "4": {"wedge_at_request": 2},       # wedged: see below
+        "6": {"wedge_above_tokens": 100000},
         "2": {"load_delay_s": 10}
       },
       "engines": {"vllm": {"tokens_per_s": 45}},  # per engine: any key above
@@ -33,6 +35,11 @@ unknown key is an error (the rank exits 1 naming it), so a typo never passes sil
 
 Precedence: defaults < top level < engines[engine] < each matching override, in order;
 "ranks" entries merge key by key.
+
+A wedged rank (wedge_at_request: its Nth forward; wedge_above_tokens: the first forward
+whose prompt is longer) stops progressing while its process and the API live on: it never
+answers that forward nor a health ping again and its GPU reads busy at low power (a kernel
+spinning on a flag), until the engine's own watchdog ends the group minutes later.
 """
 
 from __future__ import annotations
@@ -56,7 +63,8 @@ DEFAULTS = {
     "recall_tokens": None,
 }
 RANK_KEYS = {"load_delay_s": (int, float), "exit_at_start": (bool,),
-             "die_after_s": (int, float), "exit_code": (int,)}
+             "die_after_s": (int, float), "exit_code": (int,), "wedge_at_request": (int,),
+             "wedge_above_tokens": (int,)}
 _NUMBERS = (int, float)
 _TYPES = {"load_delay_s": _NUMBERS, "tokens_per_s": _NUMBERS, "prefill_tokens_per_s": _NUMBERS,
           "answer_tokens": (int,), "accept_length": _NUMBERS + (type(None),),
@@ -88,6 +96,8 @@ class RankConfig:
     die_after_s: float | None = None
     exit_code: int = 1
     recall_tokens: int | None = None  # None: the whole context
+    wedge_at_request: int | None = None  # this rank wedges on its Nth forward
+    wedge_above_tokens: int | None = None  # ... or on a forward with a longer prompt
 
 
 def accept_length(steps: int, rate: float = ACCEPT_RATE) -> float:
@@ -190,7 +200,9 @@ def resolve(data: dict, engine: str, rank: int, argv: list[str],
         exit_at_start=bool(mine.get("exit_at_start", False)),
         die_after_s=None if mine.get("die_after_s") is None else float(mine["die_after_s"]),
         exit_code=int(mine.get("exit_code", 1)),
-        recall_tokens=merged["recall_tokens"])
+        recall_tokens=merged["recall_tokens"],
+        wedge_at_request=mine.get("wedge_at_request"),
+        wedge_above_tokens=mine.get("wedge_above_tokens"))
 
 
 def load(model_path: str) -> dict:

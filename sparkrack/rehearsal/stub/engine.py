@@ -176,6 +176,7 @@ class Rank:
         self.stop = threading.Event()  # SIGTERM / SIGINT received
         self.kept: list[int | None] = []  # allocations held for the process lifetime
         self.stuck = False  # an allocation failed mid-forward: this rank no longer answers
+        self.forwards = 0  # forwards this rank has begun (the wedge_at_request fault)
         self.transport_fault: transport.Fault | None = None  # NCCL fails it after the rendezvous
 
     def init_nccl(self) -> None:
@@ -235,6 +236,22 @@ class Rank:
             self.log(f"NVRM: NV_ERR_NO_MEMORY: allocating MoE workspace after a "
                      f"{prompt_tokens}-token prefill ({error}); this rank is stuck", "ERROR")
             return None
+
+    def wedges(self, prompt_tokens: int) -> bool:
+        """Count a forward; whether it wedges this rank (the wedge_* faults): the rank then
+        answers nothing more and spins on its GPU while its process lives on."""
+        self.forwards += 1
+        s = self.settings
+        if self.stuck or not ((s.wedge_at_request is not None
+                               and self.forwards >= s.wedge_at_request)
+                              or (s.wedge_above_tokens is not None
+                                  and prompt_tokens > s.wedge_above_tokens)):
+            return self.stuck
+        self.stuck = True
+        self.gpu.spin()
+        self.log(f"sparkrack stub fault: wedged in forward {self.forwards} "
+                 f"({prompt_tokens}-token prompt)", "WARNING")
+        return True
 
     def check_die_after(self) -> None:
         """Arm the die_after_s fault (seconds after the process started)."""
@@ -329,8 +346,9 @@ class Worker(Rank):
                 self._head_lost("rank 0 closed the connection")
             op = message.get("op")
             if op == "begin" and not self.stuck:
-                transient = self.scratch_begin(int(message.get("prompt_tokens", 0)))
-                if self.stuck:
+                prompt_tokens = int(message.get("prompt_tokens", 0))
+                transient = self.scratch_begin(prompt_tokens)
+                if self.stuck or self.wedges(prompt_tokens):
                     continue  # no ack: rank 0's forward waits until its watchdog
                 transients[message.get("fid")] = transient
                 self.gpu.busy(+1)
@@ -364,8 +382,10 @@ class Head(Rank):
         self._fids = iter(range(1, 1 << 62))
         self.inflight = 0  # accepted requests not yet finished (queued or running)
         self.running = 0
+        # vLLM counts tokens every engine step; SGLang when a request finishes
         self.metrics = {"prompt_tokens": 0, "generation_tokens": 0, "requests": 0,
-                        "finished_stop": 0, "finished_length": 0, "last_tps": 0.0}
+                        "finished_stop": 0, "finished_length": 0, "last_tps": 0.0,
+                        "finished_prompt_tokens": 0, "finished_generation_tokens": 0}
 
     def on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -474,10 +494,12 @@ class Head(Rank):
         with self._lock:
             self.running += 1
         fid = next(self._fids)
-        transient, busy = None, False
+        transient = None
+        self.gpu.busy(+1)  # rank 0 runs its part, then waits in the collective for its peers
         try:
             began = time.monotonic()
             transient = self.scratch_begin(prompt_tokens)
+            self.wedges(prompt_tokens)
             _, missing = self.group.ask("begin", self.args.watchdog_timeout_s, fid=fid,
                                         prompt_tokens=prompt_tokens)
             if self.stuck:
@@ -485,8 +507,6 @@ class Head(Rank):
                 time.sleep(max(0.0, began + self.args.watchdog_timeout_s - time.monotonic()))
             if missing:
                 self._watchdog(f"a {prompt_tokens}-token forward", missing)
-            self.gpu.busy(+1)
-            busy = True
             prefill = prompt_tokens / self.settings.prefill_tokens_per_s \
                 if self.settings.prefill_tokens_per_s else 0.0
             time.sleep(prefill)
@@ -494,8 +514,7 @@ class Head(Rank):
         finally:
             self.group.broadcast("end", fid=fid)
             self.gpu.free(transient)
-            if busy:
-                self.gpu.busy(-1)
+            self.gpu.busy(-1)
             with self._lock:
                 self.running -= 1
             self._slots.release()
@@ -504,9 +523,10 @@ class Head(Rank):
 
     def routes(self) -> dict:
         table = {("GET", "/health"): self.health, ("GET", "/v1/models"): self.models,
-                 ("GET", "/metrics"): self.prometheus,
                  ("POST", "/v1/chat/completions"): self.chat,
                  ("POST", "/v1/completions"): self.completions}
+        if self.args.engine == "vllm" or self.args.namespace.get("enable_metrics"):
+            table[("GET", "/metrics")] = self.prometheus  # SGLang: only with --enable-metrics
         if self.args.engine == "sglang":
             table.update({("GET", "/health_generate"): self.health,
                           ("GET", "/model_info"): self.info_model,
@@ -562,9 +582,10 @@ class Head(Rank):
                     ("num_running_reqs", "gauge", "Running requests.", running),
                     ("num_queue_reqs", "gauge", "Queued requests.", waiting),
                     ("gen_throughput", "gauge", "Generation throughput (token/s).", m["last_tps"]),
-                    ("prompt_tokens_total", "counter", "Prefill tokens.", m["prompt_tokens"]),
+                    ("prompt_tokens_total", "counter", "Prefill tokens.",
+                     m["finished_prompt_tokens"]),
                     ("generation_tokens_total", "counter", "Generated tokens.",
-                     m["generation_tokens"]),
+                     m["finished_generation_tokens"]),
                     ("num_requests_total", "counter", "Finished requests.", m["requests"])]
             lines = []
             for metric, kind, text, value in rows:
@@ -676,6 +697,8 @@ class Head(Rank):
             self.inflight -= 1
             self.metrics["requests"] += 1
             self.metrics["finished_" + reason] += 1
+            self.metrics["finished_prompt_tokens"] += prompt_tokens
+            self.metrics["finished_generation_tokens"] += generated
             if seconds > 0 and generated > 1:
                 self.metrics["last_tps"] = round((generated - 1) / seconds, 2)
 

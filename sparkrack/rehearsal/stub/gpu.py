@@ -42,6 +42,7 @@ class Gpu:
         self._name = process_name
         self._lock = threading.Lock()
         self._busy = 0
+        self._spinning = False
 
     def total_bytes(self) -> int:
         """The unified pool's size (MemTotal)."""
@@ -87,5 +88,12 @@ class Gpu:
         with self._lock:
             before = self._busy
             self._busy = max(0, self._busy + delta)
-            if (before == 0) != (self._busy == 0):
+            if (before == 0) != (self._busy == 0) and not self._spinning:
                 self._client.hold_load(100 if self._busy else 0)
+
+    def spin(self) -> None:
+        """Spin from now until the process ends: a kernel waiting on a flag its peers never
+        set reads ~96 % busy at a fraction of the load power (a wedged rank)."""
+        with self._lock:
+            self._spinning = True
+            self._client.hold_load(96, spin=True)

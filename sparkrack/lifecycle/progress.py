@@ -1,0 +1,92 @@
+"""Progress, not liveness: whether a serving TP group still moves tokens (pure).
+
+A group can hang with every process alive and its health endpoint green (vLLM's `/health`
+answers 200 until the engine has errored), until the engine's own watchdog ends it minutes
+later (SGLang `--watchdog-timeout` 300 s, vLLM's execute-model timeout 300 s, NCCL 600 s).
+Rank 0's own Prometheus metrics say whether it still works:
+
+- vLLM: `vllm:num_requests_running` / `_waiting` (set every engine step),
+  `vllm:generation_tokens_total` (every step), `vllm:prompt_tokens_total` (a prompt's length
+  once its prefill ends);
+- SGLang (served with `--enable-metrics`): `sglang:num_running_reqs` / `num_queue_reqs`,
+  `sglang:prompt_tokens_total` and `generation_tokens_total` (each finished request),
+  `sglang:gen_throughput` (set at each decode log).
+
+Work is pending while a request runs or waits. A counter that moves (or SGLang's throughput
+gauge changing) is progress. `StallWatch` measures how long work has been pending without
+progress; whether that is a stall is for the GPUs to say (culprit.py): a long prefill or a
+long SGLang decode moves no counter but keeps every GPU busy alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+NAMES = {  # engine: (running, waiting, progress series...)
+    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting",
+             ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")),
+    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs",
+               ("sglang:prompt_tokens_total", "sglang:generation_tokens_total",
+                "sglang:num_requests_total", "sglang:gen_throughput")),
+}
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """{sample name: value} of a Prometheus text exposition (prometheus_client's parser),
+    label sets summed; a counter keeps its `_total`. Text the parser rejects gives {}: an
+    endpoint that serves no readable metrics exposes nothing."""
+    values: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    except ValueError:
+        return {}
+    return values
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What rank 0's metrics said at one moment."""
+
+    running: float
+    waiting: float
+    marks: tuple[float, ...]  # the progress series, in NAMES order (absent: -1)
+
+    @property
+    def pending(self) -> bool:
+        return self.running > 0 or self.waiting > 0
+
+    def describe(self) -> str:
+        return f"{self.running:g} running, {self.waiting:g} waiting"
+
+
+def reading(engine: str, text: str) -> Reading | None:
+    """The Reading of engine's /metrics text; None when it does not expose the gauges."""
+    running, waiting, progress = NAMES[engine]
+    values = parse_prometheus(text)
+    if running not in values:
+        return None
+    return Reading(values[running], values.get(waiting, 0.0),
+                   tuple(values.get(name, -1.0) for name in progress))
+
+
+class StallWatch:
+    """How long work has been pending on rank 0 without progress, across readings."""
+
+    def __init__(self) -> None:
+        self.last: Reading | None = None
+        self.since: float | None = None  # when work was last seen pending with these marks
+
+    def feed(self, now: float, seen: Reading | None) -> float:
+        """Seconds without progress while work is pending (0: progress, idle or unknown)."""
+        previous, self.last = self.last, seen
+        if seen is None or not seen.pending:
+            self.since = None
+            return 0.0
+        if previous is None or previous.marks != seen.marks or self.since is None:
+            self.since = now
+            return 0.0
+        return now - self.since

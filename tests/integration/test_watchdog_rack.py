@@ -121,8 +121,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def prometheus(inventory, tmp_path_factory):
-    """Debian's prometheus on 127.0.0.1, scraping the watchdog on spark-01 every second
-    (temporary config and storage); stopped at the end."""
+    """Debian's prometheus on 127.0.0.1, scraping the watchdog on spark-01 every second and
+    evaluating the shipped alert rules (temporary config and storage); stopped at the end."""
     if not PROMETHEUS.exists():
         message = (f"{PROMETHEUS} is missing: these tests need a real Prometheus server "
                    "(apt-get install prometheus; .ci/run installs it)")
@@ -135,6 +135,8 @@ def prometheus(inventory, tmp_path_factory):
   scrape_interval: 1s
   scrape_timeout: 1s
   evaluation_interval: 1s
+rule_files:
+  - {REPO / "deploy" / "prometheus" / "sparkrack-alerts.yml"}
 scrape_configs:
   - job_name: sparkrack-watchdog
     static_configs:
@@ -258,6 +260,71 @@ def test_a_killed_rank_is_stopped_by_the_service_within_5_s(engine_rack, install
         assert "stopped" in verdicts and verdicts[-1] in ("stopped", "down"), verdicts
     finally:
         lifecycle.down(inventory)
+
+
+def test_a_wedged_rank_is_found_by_the_service_its_evidence_audited(engine_rack, installed,
+                                                                     prometheus):
+    """Issue 25: vLLM's /health stays green while rank 3 hangs in a long prompt's forward;
+    the service (stall budget 12 s, set in its inventory copy) stops the group within the
+    budget and 10 s, names the rank, audits the evidence; the metric and alert fire."""
+    from sparkrack.lifecycle.headapi import Endpoint
+    from sparkrack.oplock.audit import parse_lines
+    from sparkrack.oplock.remote import AUDIT_FILE
+    from sparkrack.rehearsal.stub.modeldir import write_stub_model
+
+    inventory, budget = engine_rack, 12
+    lifecycle.down(inventory)
+    copy = f"{DEFAULT_INSTALL_DIR}/inventory/group_vars/all.yml"
+    original = on_watchdog_node(inventory, ["cat", copy]).stdout
+    assert original
+    set_budget = sh('printf "%s\nwatchdog_stall_budget_s: %s\n" "$(cat "$1")" "$2" > "$1.new" '
+                    '&& mv "$1.new" "$1" && systemctl restart "$3"', copy, str(budget), UNIT)
+    try:
+        assert on_watchdog_node(inventory, set_budget).ok
+        with Fleet(inventory) as fleet:
+            write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50,
+                                     "ranks": {"3": {"wedge_above_tokens": 400}}})
+        lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+        prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
+        specs = build_specs(inventory, "vllm", "512k")
+
+        def ask():
+            try:
+                Endpoint(inventory.head, 8000, "GLM-5.3").chat(
+                    [{"role": "user", "content": "word " * 600}], 8, timeout=120)
+            except Exception:  # noqa: BLE001 - the wedged group is stopped under it
+                pass
+        import threading
+        threading.Thread(target=ask, daemon=True).start()
+        wedged = time.monotonic()
+        with Fleet(inventory) as fleet:
+            clients = {spec.node: fleet.docker_client(spec.node) for spec in specs}
+            wait_for("every rank stopped", lambda: not any(
+                clients[spec.node].api.inspect_container(spec.container_name)["State"]["Running"]
+                for spec in specs), budget + 30, interval=0.2)
+        found = time.monotonic() - wedged
+        stalled = prometheus.wait('sparkrack_group_stalled{node="spark-04",rank="3"}',
+                                  lambda v: v == 1, timeout=15)
+        alert = prometheus.wait('ALERTS{alertname="SparkrackGroupStalled",alertstate="firing"}',
+                                lambda v: v == 1, timeout=15)
+        print(f"\nthe service stopped the wedged group {found:.1f} s after the long prompt "
+              f"(stall budget {budget} s); sparkrack_group_stalled {stalled:g}, alert {alert:g}")
+        assert found < budget + 10, found
+        detail = next(v["detail"] for v in reversed(watch_status()["verdicts"])
+                      if v["verdict"] == "stopped")
+        assert detail.startswith("rank 3 on spark-04 wedged: 1 running, 0 waiting, no token "
+                                 f"progress for "), detail
+        with Fleet(inventory, [inventory.head]) as fleet:
+            log = parse_lines(fleet.run(["cat", AUDIT_FILE])[inventory.head.name].stdout)
+        record = [r for r in log if r.get("task") == "watchdog:stopped"][-1]
+        assert record["changed"]["culprit"] == {"node": "spark-04", "rank": 3}
+        assert record["changed"]["stall"]["gpus"]["spark-04"] == "spinning"
+        assert record["changed"]["stall"]["stall_budget_s"] == budget
+    finally:
+        lifecycle.down(inventory)
+        restore = sh('printf "%s" "$2" > "$1.new" && mv "$1.new" "$1" && systemctl restart "$3"',
+                     copy, original, UNIT)
+        assert on_watchdog_node(inventory, restore).ok
 
 
 def clients_exist(fleet, specs) -> bool:

@@ -211,9 +211,9 @@ def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overr
             "interval": "seconds between polls (default 1)", **WAIT_HELP})
 @rack_task(changing=lambda a: a["restart"])
 def watch(c, inventory=None, duration=None, restart=False, interval=1.0):
-    """Rank watchdog: stop (or --restart) the group when a rank or node is lost.
+    """Rank watchdog: stop (or --restart) the group when a rank or node is lost, or it stalls.
 
-    A lost node's rank is stopped as soon as the node answers again. Also warns when a node's MemAvailable ratchets down request after request."""
+    Stalled: requests pending, no token moving for the stall budget, one GPU unlike its peers (the rank is named). A lost node's rank is stopped as soon as the node answers again. Also warns when a node's MemAvailable ratchets down request after request."""
     from ..lifecycle import engine as lifecycle
 
     rack = inventory_from(inventory)

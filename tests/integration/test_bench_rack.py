@@ -95,7 +95,9 @@ def bench_rack(inventory, tmp_path_factory):
 
 @contextmanager
 def deployed(fleet, images, engine: str):
-    """A stub deployment of engine's 512k profile, recorded as current; stopped after."""
+    """A stub deployment of engine's 512k profile, recorded as current, polled as the
+    watchdog polls it with a 1 s stall budget (no request of the bench may look like a
+    stall: issue 25); stopped after."""
     inventory = fleet.inventory
     specs = build_specs(inventory, engine, "512k",
                         deployment_id=f"{PREFIX}{engine}-{uuid.uuid4().hex[:6]}")
@@ -105,10 +107,43 @@ def deployed(fleet, images, engine: str):
         record.write(fleet, inventory, "current", Deployment(
             engine=engine, profile=head.profile, deployment_id=head.deployment_id,
             spec_hash=head.spec_hash, image=head.image, image_id=images[engine][1]))
-        yield specs
+        with no_stall(inventory, specs):
+            yield specs
     finally:
         errors = stop_ranks(fleet, [as_rank(s) for s in specs], timeout=5)
         assert not errors, errors
+
+
+@contextmanager
+def no_stall(inventory, specs, budget: float = 1.0):
+    """Poll the group (lifecycle.watch.GroupWatch, its own fleet) every 0.5 s while the
+    block runs; assert at the end that no poll found a stall."""
+    import threading
+
+    from sparkrack.lifecycle.watch import GroupWatch
+
+    done, stalls, longest = threading.Event(), [], [0.0]
+
+    def poll():
+        with Fleet(inventory) as own:
+            group = GroupWatch(own, inventory, [as_rank(s, "running") for s in specs],
+                               http_port=specs[0].ports["http"],
+                               health_path=specs[0].health_path, stall_budget_s=budget)
+            while not done.wait(0.5):
+                seen = group.poll()
+                longest[0] = max(longest[0], seen.no_progress_s)
+                if seen.stall is not None:
+                    stalls.append(seen.stall.describe())
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        yield
+    finally:
+        done.set()
+        poller.join(30)
+    print(f"\nlongest time without progress while work was pending: {longest[0]:.1f} s "
+          f"(stall budget {budget:g} s)")
+    assert not stalls, stalls
 
 
 def invoke_bench(wiring: Path, state: Path, *args: str, **popen) -> subprocess.Popen:

@@ -12,7 +12,7 @@ against the engine's own watchdog in the same run, and what the check costs each
   GPU reading (taken only while progress is in doubt). Target: the check adds under 50 ms.
 Needs root, `invoke rehearsal.up` and `invoke provision -i inventory/rehearsal`.
 
-    python benchmarks/stall.py [--budget 30] [--polls 15] [--no-peer]
+    python benchmarks/stall.py [--budget 30] [--polls 40] [--no-peer]
 """
 
 import argparse
@@ -78,26 +78,26 @@ def poll_cost(inventory, polls: int) -> dict[str, float]:
     trip without and with the GPU reading."""
     lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
     head = build_specs(inventory, "vllm", "512k")[0]
-    figures = {}
     with Fleet(inventory) as fleet:
         ranks = running(fleet).alive
-        for label, budget in (("poll, no progress check", None), ("poll, progress check", 60)):
-            group = GroupWatch(fleet, inventory, ranks, http_port=head.ports["http"],
-                               health_path=head.health_path, stall_budget_s=budget)
+        groups = {label: GroupWatch(fleet, inventory, ranks, http_port=head.ports["http"],
+                                    health_path=head.health_path, stall_budget_s=budget)
+                  for label, budget in (("poll, no progress check", None),
+                                        ("poll, progress check", 60))}
+        trips = {"nodes round trip, memory": False, "nodes round trip, + GPUs": True}
+        times: dict[str, list[float]] = {label: [] for label in (*groups, *trips)}
+        for group in groups.values():
             group.poll()  # warm
-            times = []
-            for _ in range(polls):
+        for _ in range(polls):  # interleaved: a busy moment hits both sides alike
+            for label, group in groups.items():
                 began = time.monotonic()
                 assert group.poll().failure is None
-                times.append(time.monotonic() - began)
-            figures[label] = median_ms(times)
-        for label, gpu in (("nodes round trip, memory", False), ("nodes round trip, + GPUs", True)):
-            times = []
-            for _ in range(polls):
+                times[label].append(time.monotonic() - began)
+            for label, gpu in trips.items():
                 began = time.monotonic()
                 sample_nodes(fleet, gpu=gpu)
-                times.append(time.monotonic() - began)
-            figures[label] = median_ms(times)
+                times[label].append(time.monotonic() - began)
+        figures = {label: median_ms(values) for label, values in times.items()}
     lifecycle.down(inventory)
     return figures
 
@@ -145,7 +145,7 @@ def engine_watchdog(inventory) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=30, help="stall budget, seconds")
-    parser.add_argument("--polls", type=int, default=15, help="polls per poll-cost figure")
+    parser.add_argument("--polls", type=int, default=40, help="polls per poll-cost figure")
     parser.add_argument("--no-peer", action="store_true",
                         help="skip the engine's own watchdog (it takes 300 s)")
     args = parser.parse_args()

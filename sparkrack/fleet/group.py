@@ -206,7 +206,9 @@ class Fleet:
         """work_for(node) on every named node, each in its own thread; results by rank.
 
         Every address is checked first, so an unsafe inventory stops the whole operation
-        (UnsafeAddressError) before any packet leaves.
+        (UnsafeAddressError) before any packet leaves. Interrupted (Ctrl-C) while it waits,
+        it closes the operation's channels, so that it returns at once rather than when the
+        remote commands end; a remote command then meets a closed pipe at its next write.
         """
         wanted = set(names)
         targets = [node for node in self.nodes if node.name in wanted]
@@ -214,13 +216,23 @@ class Fleet:
             check_node(node)
         if not targets:
             return FleetResult(())
-        with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="fleet") as pool:
-            return FleetResult(tuple(pool.map(
-                lambda node: self._on_node(node, timeout, work_for(node)), targets)))
+        opened: list[paramiko.Channel] = []
+        pool = ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="fleet")
+        try:
+            futures = [pool.submit(self._on_node, node, timeout, work_for(node), opened)
+                       for node in targets]
+            return FleetResult(tuple(future.result() for future in futures))
+        except BaseException:
+            for channel in list(opened):
+                close_quietly(channel)
+            raise
+        finally:
+            pool.shutdown(wait=True)
 
-    def _on_node(self, node: Node, timeout: float | None, work: Work) -> NodeResult:
-        """work(channel, timeout) on a fresh session channel of node's warm connection;
-        "unreachable" if no channel can be had."""
+    def _on_node(self, node: Node, timeout: float | None, work: Work,
+                 opened: list[paramiko.Channel]) -> NodeResult:
+        """work(channel, timeout) on a fresh session channel of node's warm connection (kept
+        in opened); "unreachable" if no channel can be had."""
         started = time.monotonic()
         seconds = node.vars.ssh_command_timeout if timeout is None else timeout
         try:
@@ -229,6 +241,7 @@ class Fleet:
             result = NodeResult(node.name, "unreachable",
                                 error=explain(node, self.known_hosts, error))
         else:
+            opened.append(channel)
             result = work(channel, seconds)
         duration = time.monotonic() - started
         log.debug("%s: %s in %.2f s", node.name, result.status, duration)

@@ -4,7 +4,10 @@ interval=$1; record=$2; fields=$3; want=$4; runs=$5; busy_pct=$6; shift 6
 mkdir -p "${record%/*}" || exit 3
 cat /proc/sys/kernel/random/boot_id
 log=$(mktemp) || exit 3
-busy=0; run=0
+busy=0; run=0; pid=
+# Ctrl-C on the operator's side closes the SSH channel: the next sample meets a closed
+# pipe (SIGPIPE). The load must not outlive the check.
+trap 'if [ -n "$pid" ]; then kill "$pid" 2>/dev/null; fi; rm -f "$log"; exit 130' HUP INT TERM PIPE
 while :; do
   "$@" >"$log" 2>&1 &
   pid=$!

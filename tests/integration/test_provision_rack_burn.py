@@ -101,3 +101,42 @@ def test_cli_exit_code(inventory, capsys):
         finally:
             fleet.run(["systemctl", "restart", CLOCK_CAP_UNIT])
     assert failed.value.code == 1
+
+
+def test_ctrl_c_ends_the_burn_at_once_and_its_load_with_it(inventory, capped):
+    """SIGINT to `invoke burn --seconds 30`: exit 130 within seconds, not when the 30 s
+    burn would end, and no GPU stays loaded (the node's sampler stops its load when the
+    channel closes under it)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    def loaded() -> set[str]:
+        with Fleet(inventory) as fleet:
+            found = fleet.run(["nvidia-smi", "--query-gpu=utilization.gpu",
+                               "--format=csv,noheader,nounits"])
+        return {r.node for r in found if r.ok and r.stdout.strip() != "0"}
+
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "burn", "--seconds", "30", "-i",
+                             str(inventory.path)], cwd=Path(__file__).resolve().parents[2],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "SPARKRACK_SANDBOX": "1"})
+    try:
+        deadline = time.monotonic() + 30
+        while len(loaded()) < len(inventory.nodes):  # every GPU under the burn's load
+            assert time.monotonic() < deadline and proc.poll() is None, "the burn never loaded"
+        interrupted = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=20)
+        took = time.monotonic() - interrupted
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 130 and took < 5, (code, took, proc.stderr.read())
+    deadline = time.monotonic() + 5
+    while (still := loaded()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not still, f"GPUs still loaded after Ctrl-C: {sorted(still)}"

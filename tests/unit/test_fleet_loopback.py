@@ -293,3 +293,25 @@ def test_docker_client_goes_through_the_pinned_connection(sshd: Sshd,
         fleet.docker_client("spark-01")
     assert caught.value.line().startswith(
         f"spark-01 (127.0.0.1:{sshd.port}): dockerd did not answer over SSH")
+
+
+def test_ctrl_c_returns_at_once_and_the_remote_command_meets_a_closed_pipe(sshd: Sshd, tmp_path):
+    """Interrupted while it waits (SIGINT: Ctrl-C), a run closes its channels and raises at
+    once, not when the remote commands end; a command that writes then gets SIGPIPE (the
+    burn check's sampler stops its load on it)."""
+    marker = tmp_path / "piped"
+    script = ('trap \'touch "$1"; exit 130\' PIPE; '
+              'i=0; while [ $i -lt 100 ]; do echo tick; sleep 0.1; i=$((i+1)); done')
+    with Fleet(inventory(sshd, ("spark-01", "spark-02"))) as fleet:
+        timer = Thread(target=lambda: (time.sleep(1.0), os.kill(os.getpid(), signal.SIGINT)))
+        timer.start()
+        began = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            fleet.run(sh(script, str(marker)), timeout=60)
+        returned = time.monotonic() - began
+        timer.join()
+    assert returned < 3.0, f"the run returned {returned:.1f} s after it began (remote: 10 s)"
+    deadline = time.monotonic() + 5
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), "the remote command never met the closed pipe"

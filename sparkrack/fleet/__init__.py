@@ -8,6 +8,7 @@
                   (commands, SFTP put/get, streams, docker clients)
 - argv.py         argv lists quoted in one place; secrets shown as ***; chained scripts
 - channel.py      one command on an SSH channel, bounded by a deadline
+- sftp.py         put and get over SFTP: each write private, fsync-ed and renamed into place
 - ssh.py          opening a connection: the netguard check, a fast TCP probe, host keys
                   from the inventory's known_hosts only, keepalives and a liveness probe
 - hostkeys.py     a node's host key read before it is trusted (onboarding), fingerprints
@@ -21,8 +22,9 @@ Nothing outside this package imports paramiko (tests/unit/test_fleet_boundary.py
 """
 
 from sparkrack.fleet.argv import Arg, Argv, Secret, quote_argv, redact_argv, sh
-from sparkrack.fleet.group import Fleet, Upload
+from sparkrack.fleet.group import Fleet
 from sparkrack.fleet.results import FleetError, FleetResult, NodeResult
+from sparkrack.fleet.sftp import Upload
 
 __all__ = ["Arg", "Argv", "Fleet", "FleetError", "FleetResult", "NodeResult", "Secret",
            "Upload", "quote_argv", "redact_argv", "sh"]

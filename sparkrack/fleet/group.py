@@ -15,16 +15,14 @@ argument wrapped in Secret shows as *** in every message.
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -35,6 +33,7 @@ from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.fleet.argv import Argv, quote_argv, redact_argv, redact_text, secret_values
 from sparkrack.fleet.channel import close_quietly, deadline, execute
 from sparkrack.fleet.results import FleetResult, NodeResult
+from sparkrack.fleet.sftp import FileError, Upload, download, upload
 from sparkrack.fleet.ssh import (
     UnreachableError, answers, explain, lost_reason, open_connection, who)
 from sparkrack.fleet.warm import borrow, claim, lend
@@ -51,9 +50,6 @@ log = logging.getLogger(__name__)
 # paramiko logs a dropped connection ("Socket exception: Connection reset by peer") through
 # logging's last-resort stderr handler; the fleet reports every node's failure itself.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-Upload = tuple[bytes | Path, str, int]
-"""One file to put: (content, or a local file's Path; remote path; mode such as 0o644)."""
 
 Work = Callable[[paramiko.Channel, float], NodeResult]  # (session channel, timeout) -> result
 _SESSION_ERRORS = (SparkrackError, paramiko.SSHException, OSError, EOFError)
@@ -143,14 +139,14 @@ class Fleet:
         """
         self._check_names(node_files)
         return self._parallel(node_files, timeout, lambda node: partial(
-            self._sftp, node, partial(_upload, files=node_files[node.name])))
+            self._sftp, node, partial(upload, files=node_files[node.name])))
 
     def get(self, node_paths: Mapping[str, Sequence[str]], *,
             timeout: float | None = None) -> FleetResult:
         """Read files from nodes over SFTP: {node: [remote path]}; contents in result.files."""
         self._check_names(node_paths)
         return self._parallel(node_paths, timeout, lambda node: partial(
-            self._sftp, node, partial(_download, paths=node_paths[node.name])))
+            self._sftp, node, partial(download, paths=node_paths[node.name])))
 
     def docker_client(self, node: str | Node) -> docker.DockerClient:
         """A docker SDK client to node's dockerd over SSH: same address check, known_hosts,
@@ -348,7 +344,7 @@ class Fleet:
                 try:
                     channel.invoke_subsystem("sftp")
                     files = transfer(paramiko.SFTPClient(channel))
-                except _FileError as error:
+                except FileError as error:
                     return NodeResult(node.name, "failed", error=f"{who(node)}: {error}")
                 except _SESSION_ERRORS as error:
                     why = f"timed out after {seconds:g} s" if fired.is_set() else f"failed: {error}"
@@ -356,92 +352,6 @@ class Fleet:
         finally:
             close_quietly(channel)
         return NodeResult(node.name, "ok", files=FrozenMapping(files))
-
-
-class _FileError(Exception):
-    """The node refused one file operation (no such file, permission denied, ...)."""
-
-
-@contextmanager
-def _about(remote: str) -> Iterator[None]:
-    """Turn the node's refusal of an operation on remote into a _FileError naming it.
-
-    Such refusals carry an errno; errors without one (a dropped connection) pass through.
-    """
-    try:
-        yield
-    except OSError as error:
-        if error.errno is None:
-            raise
-        raise _FileError(f"{remote}: {error.strerror}") from None
-
-
-def _upload(sftp: paramiko.SFTPClient, files: Sequence[Upload]) -> Mapping[str, bytes]:
-    """Write each file beside its target, private from its first byte, then give it its
-    mode and rename it over the target.
-
-    The temporary name is fixed per target: one that a cut connection left (it may hold a
-    secret) is removed first, and the new one is created exclusively with mode 0600 in the
-    open request itself, so no other user can open it while it is written.
-    """
-    for source, remote, mode in files:
-        target = PurePosixPath(remote)
-        temporary = str(target.with_name(f".{target.name}.sparkrack-tmp"))
-        content = source.read_bytes() if isinstance(source, Path) else source
-        with _about(remote):
-            _remove_if_there(sftp, temporary)
-            with _create_private(sftp, temporary) as handle:
-                handle.write(content)
-                handle.flush()
-                _fsync(sftp, handle)
-            sftp.chmod(temporary, mode)
-            sftp.posix_rename(temporary, remote)
-    return {}
-
-
-def _remove_if_there(sftp: paramiko.SFTPClient, path: str) -> None:
-    try:
-        sftp.remove(path)
-    except FileNotFoundError:
-        pass
-
-
-def _fsync(sftp: paramiko.SFTPClient, handle: paramiko.SFTPFile) -> None:
-    """fsync the remote file before it is renamed into place (OpenSSH's fsync@openssh.com
-    extension; a server without it gets the rename alone)."""
-    try:
-        sftp._request(paramiko.sftp.CMD_EXTENDED, "fsync@openssh.com", handle.handle)
-    except OSError as error:
-        if error.errno is not None:
-            raise
-        logging.getLogger(__name__).debug("no fsync@openssh.com: %s", error)
-
-
-def _create_private(sftp: paramiko.SFTPClient, path: str) -> paramiko.SFTPFile:
-    """Open a new file for writing, created with mode 0600 by the server (O_EXCL).
-
-    paramiko's `open` sends no attributes, so the file would be created 0666 & umask and
-    chmod-ed only later; this is its request with the permissions attribute set (SFTP v3
-    OPEN carries initial attributes; OpenSSH's sftp-server passes them to open(2))."""
-    attributes = paramiko.SFTPAttributes()
-    attributes.st_mode = 0o600
-    flags = paramiko.sftp.SFTP_FLAG_WRITE | paramiko.sftp.SFTP_FLAG_CREATE | \
-        paramiko.sftp.SFTP_FLAG_EXCL
-    kind, message = sftp._request(paramiko.sftp.CMD_OPEN, path, flags, attributes)
-    if kind != paramiko.sftp.CMD_HANDLE:
-        raise paramiko.SFTPError("expected a handle")
-    return paramiko.SFTPFile(sftp, message.get_binary(), "wb", -1)
-
-
-def _download(sftp: paramiko.SFTPClient, paths: Sequence[str]) -> Mapping[str, bytes]:
-    """The content of each remote file, by path."""
-    contents = {}
-    for remote in paths:
-        buffer = io.BytesIO()
-        with _about(remote):
-            sftp.getfo(remote, buffer)
-        contents[remote] = buffer.getvalue()
-    return contents
 
 
 def _last_line(text: str) -> str:

@@ -135,6 +135,7 @@ class GroupWatch:
         self.leaks: dict[str, LeakWatch] = {}
         self.progress = StallWatch()
         self.no_progress_s = 0.0
+        self.unwatched: str | None = None  # why progress cannot be read, once it could not
         self.gpus: dict[str, deque[GpuSample]] = {}
 
     @property
@@ -205,6 +206,11 @@ class GroupWatch:
             status, body = None, b""
         engine = self.ranks[0].engine
         seen = reading(engine, body.decode(errors="replace")) if status == 200 else None
+        if seen is None and self.unwatched is None:  # said once: stalls go unseen
+            self.unwatched = (f"rank 0 serves no {engine} metrics at /metrics ("
+                              f"{status or 'no answer'}): a stalled group is not seen"
+                              + ("; SGLang serves them with --enable-metrics in the profile"
+                                 if engine == "sglang" else ""))
         self.no_progress_s = self.progress.feed(time.monotonic(), seen)
         if self.no_progress_s == 0.0:
             self.gpus.clear()
@@ -329,6 +335,9 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
             for node, warning in poll.warnings:
                 report.warnings.append(f"{node}: {warning}")
                 on_event(f"warning: {node}: {warning}")
+            if group.unwatched and group.unwatched not in report.warnings:
+                report.warnings.append(group.unwatched)
+                on_event(f"warning: {group.unwatched}")
             time.sleep(max(0.0, interval - (time.monotonic() - poll_started)))
     return report
 

@@ -48,6 +48,8 @@ VERDICTS_KEPT = 20  # verdict changes kept in the state file for `watch.status`
 class Group(Protocol):
     """What the loop needs of a guarded group (lifecycle.watch.GroupWatch)."""
 
+    unwatched: str | None  # why progress cannot be read (GroupWatch.unwatched)
+
     def poll(self) -> Any: ...
     def stop(self, lost: dict[str, str] | None = None, remove: bool = True) -> dict[str, str]: ...
     def ratcheting(self) -> set[str]: ...
@@ -105,6 +107,7 @@ class Watchdog:
         self.verdicts: list[dict] = []
         self.detection_to_stopped: float | None = None
         self.left_behind: list[Any] = []  # ranks on nodes lost when their group was stopped
+        self._unwatched_said: str | None = None  # the last "progress not readable" logged
         self._load_state()
 
     # --- One step ----------------------------------------------------------------------
@@ -172,6 +175,10 @@ class Watchdog:
             log.info("guarding %s %s (%s): %d ranks", deployment.engine, deployment.profile,
                      deployment.deployment_id, len(mine))
         poll = self.group.poll()
+        unwatched = self.group.unwatched
+        if unwatched and unwatched != self._unwatched_said:
+            log.warning("%s", unwatched)
+            self._unwatched_said = unwatched
         for node, warning in poll.warnings:
             self.metrics.count_ratchet_warning(node)
             log.warning("%s: %s", node, warning)

@@ -105,3 +105,38 @@ def test_a_node_without_a_reading_is_said_and_not_blamed():
     verdict = read_gpus({"a": [GpuSample(100, 43)], "b": [GpuSample(None, None)],
                          "c": [GpuSample(100, 44)], "d": [GpuSample(96, 20)]})
     assert verdict.culprit == "d" and verdict.evidence.endswith("no reading: b")
+
+
+class FakeHead:
+    def __init__(self, status, body=b""):
+        self.status, self.body = status, body
+
+    def get(self, path, timeout):
+        assert path == "/metrics"
+        return self.status, self.body
+
+
+def group_reading(engine: str, head: FakeHead):
+    """A GroupWatch whose rank 0 answers as head does (no fleet: progress alone)."""
+    from sparkrack.lifecycle.containers import Rank
+    from sparkrack.lifecycle.watch import GroupWatch
+
+    class Probe(GroupWatch):
+        head = None
+
+    ranks = [Rank("spark-01", 0, "r0", engine, "512k", "d", "running", None, 120)]
+    group = Probe(None, None, ranks, http_port=1, health_path="/health", stall_budget_s=30)
+    group.head = head
+    return group
+
+
+def test_a_rank_0_without_metrics_is_said_once_stalls_go_unseen():
+    group = group_reading("sglang", FakeHead(404))
+    assert group._check_progress(None) is None
+    assert group.unwatched == ("rank 0 serves no sglang metrics at /metrics (404): a stalled "
+                               "group is not seen; SGLang serves them with --enable-metrics "
+                               "in the profile")
+    served = group_reading("vllm", FakeHead(200, VLLM.format(
+        running=0, waiting=0, prompt=1, generated=1).encode()))
+    served._check_progress(None)
+    assert served.unwatched is None

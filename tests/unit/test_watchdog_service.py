@@ -67,6 +67,7 @@ class FakeGroup:
     polls: list[Poll]
     stops: list[tuple[dict, bool]] = field(default_factory=list)
     ranks: list[Rank] = field(default_factory=list)
+    unwatched: str | None = None
 
     def poll(self) -> Poll:
         return self.polls.pop(0) if len(self.polls) > 1 else self.polls[0]

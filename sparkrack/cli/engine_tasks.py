@@ -151,7 +151,7 @@ def start_lane(start, said: str, engine, profile, inventory, timeout, override_p
     as JSON on stdout, or said (with {deployment} and {url}) and the phase times."""
     from dataclasses import asdict
 
-    from ..engines import build_specs
+    from ..engines import api_url
 
     rack = inventory_from(inventory)
     with console.Waiting(f"{engine} {profile}") as waiting:
@@ -159,7 +159,7 @@ def start_lane(start, said: str, engine, profile, inventory, timeout, override_p
                            timeout=float(timeout) if timeout else None,
                            override_power=override_power, on_progress=_progress(waiting),
                            on_event=console.say, fabric_check=bool(fabric_check))
-    url = f"http://{rack.head.address}:{build_specs(rack, engine, profile)[0].ports['http']}/v1"
+    url = api_url(rack, engine)
     if as_json:
         console.print_json({**asdict(deployment), "url": url})
         return

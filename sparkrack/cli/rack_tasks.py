@@ -16,12 +16,16 @@ def _gib(kb: int | None) -> str | None:
 @operator_task
 def status(c, inventory=None, limit=None, json=False):
     """One row per node: reachability, GPU, clocks, power, memory, clock cap, engine."""
+    from ..engines import api_url
     from ..status import rack_status
 
     rack = inventory_from(inventory)
     rows, records = rack_status(rack, limit)
+    current = records.get("current")
+    api = api_url(rack, current["engine"]) if current else None
     if json:
-        console.print_json({"nodes": [r.as_dict() for r in rows], "deployments": records})
+        console.print_json({"nodes": [r.as_dict() for r in rows], "deployments": records,
+                            "api": api})
     else:
         console.print_table(
             "rack status",
@@ -39,6 +43,9 @@ def status(c, inventory=None, limit=None, json=False):
                 print(f"{kind}{state}: {dep['engine']} {dep['profile']} image {dep['image_id'][:19]} "
                       f"spec {dep['spec_hash'][:12]}{weights} deployment {dep['deployment_id']}"
                       f"{by}{error}")
+        if api:
+            print(f"api: {api} ({current['engine']}"
+                  + (", the rack's api_port" if rack.vars.api_port else "") + ")")
     down = [r for r in rows if r.reachable != "ok"]
     for r in down:
         console.say(f"{r.node}: {r.reachable}: {r.error}")

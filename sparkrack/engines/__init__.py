@@ -16,13 +16,13 @@ from sparkrack.engines.model_data import ModelData, load_model
 from sparkrack.engines.profile_file import EngineDef, Profile, load_engine
 from sparkrack.engines.spec import (
     LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_SPEC_HASH,
-    LABEL_STOP_TIMEOUT, REDACTED, DockerOptions, LaunchSpec, Mount, Ulimit, build_specs,
-    container_name, model_path_of, template_values)
+    LABEL_STOP_TIMEOUT, REDACTED, DockerOptions, LaunchSpec, Mount, Ulimit, api_url,
+    build_specs, container_name, model_path_of, template_values)
 
 __all__ = [
     "LABEL_DEPLOYMENT", "LABEL_ENGINE", "LABEL_PROFILE", "LABEL_RANK", "LABEL_SPEC_HASH",
     "LABEL_STOP_TIMEOUT", "REDACTED", "DockerOptions", "EngineDef", "LaunchSpec", "ModelData",
-    "Mount", "Profile", "Ulimit", "build_specs", "container_name", "docker_run_argv",
+    "Mount", "Profile", "Ulimit", "api_url", "build_specs", "container_name", "docker_run_argv",
     "docker_sdk_kwargs", "engine_names", "load_engine", "load_model", "model_path_of",
     "template_values",
 ]

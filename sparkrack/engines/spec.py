@@ -212,6 +212,27 @@ def model_path_of(inventory: Inventory, profile: Profile | None) -> str:
             else inventory.vars.model_path)
 
 
+def lane_ports(inventory: Inventory, definition: EngineDef) -> FrozenMapping:
+    """definition's ports, its `http` one the inventory's api_port when set (one address for
+    the rack's clients whichever lane runs); UsageError if that takes another port's."""
+    port = inventory.vars.api_port
+    if not port:
+        return definition.ports
+    taken = [name for name, number in definition.ports.items()
+             if number == port and name != "http"]
+    if taken:
+        raise UsageError(f"api_port {port} is {definition.name}'s {taken[0]} port too",
+                         fix=f"set api_port in {inventory.path}/group_vars/all.yml to a free "
+                         f"port, not one of {', '.join(map(str, definition.ports.values()))}")
+    return FrozenMapping({**definition.ports, "http": port})
+
+
+def api_url(inventory: Inventory, engine: str) -> str:
+    """Where the rack's clients reach engine's API: rank 0's address and http port."""
+    port = lane_ports(inventory, load_engine(inventory.path, engine))["http"]
+    return f"http://{inventory.head.address}:{port}/v1"
+
+
 def template_values(inventory: Inventory, definition: EngineDef, node: Node,
                     profile: Profile | None = None) -> dict[str, Any]:
     """What definition's per-rank argv templates are filled with on node for profile
@@ -220,7 +241,8 @@ def template_values(inventory: Inventory, definition: EngineDef, node: Node,
     return {"model_path": model_path_of(inventory, profile), "model_name": rack.model_name,
             "tp_size": rack.tp_size, "nnodes": len(inventory.nodes), "rank": node.rank,
             "head_roce_addr": inventory.head.roce_addr,
-            **{f"{name}_port": port for name, port in definition.ports.items()}}
+            **{f"{name}_port": port
+               for name, port in lane_ports(inventory, definition).items()}}
 
 
 def _rank_spec(inventory: Inventory, node: Node, definition: EngineDef, profile: Profile,
@@ -239,7 +261,7 @@ def _rank_spec(inventory: Inventory, node: Node, definition: EngineDef, profile:
         argv=argv, env=FrozenMapping(env),
         secret_names=secret_names(node_env.vars, definition.secret_env),
         env_sources=FrozenMapping(sources), env_view=node_env.view,
-        ports=definition.ports, health_path=definition.health_path,
+        ports=lane_ports(inventory, definition), health_path=definition.health_path,
         ready_timeout_s=profile.ready_timeout_s, experimental=profile.experimental,
         note=profile.note,
         stall_budget_s=inventory.vars.watchdog_stall_budget_s or profile.stall_budget_s,

@@ -157,6 +157,10 @@ class RackVars:
         ("gpu-sim", "load", "--seconds", "{seconds}"),
         "burn_command used instead when rehearsal is true (the simulated GPU)",
         kind=ARGV_WORD)
+    api_port: int = _var(
+        0, "TCP port rank 0 serves the OpenAI-compatible API on, whichever engine runs, so "
+        "that a roll between lanes keeps the rack's address for its clients (0: each engine "
+        "file's own http port: SGLang 30000, vLLM 8000)", at_least=0, at_most=65535)
     watchdog_action: str = _var(
         "stop", "what the watchdog service does with a broken TP group: stop it, or restart "
         "it in order within the restart budget", choices=("stop", "restart"))

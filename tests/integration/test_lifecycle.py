@@ -1,5 +1,6 @@
 """`invoke up / down / roll / watch` on the rehearsal rack with the stub engines."""
 
+import json
 import os
 import shutil
 import signal
@@ -165,6 +166,32 @@ def test_roll_vllm_to_sglang_and_a_broken_roll_falls_back(clean, tmp_path):
     assert rolled.engine == "sglang"
     running = nothing_runs(inventory)
     assert {r.engine for r in running} == {"sglang"} and len(running) == 8 and all(r.alive for r in running)
+
+
+def test_a_roll_between_lanes_keeps_the_racks_api_port(clean, tmp_path):
+    """api_port 9000: SGLang and vLLM both serve there (not 30000 / 8000), `status` says
+    so, and a roll from one to the other keeps the address for the rack's clients."""
+    from provision_helpers import inventory_copy
+
+    from sparkrack.lifecycle.headapi import Endpoint
+
+    inventory = inventory_copy(REPO / "inventory" / "rehearsal", tmp_path / "rack", api_port=9000)
+    api = Endpoint(inventory.head, 9000, "GLM-5.3")
+
+    def serving() -> str:
+        status = subprocess.run([sys.executable, "-m", "invoke", "status", "--json", "-i",
+                                 str(inventory.path)], cwd=REPO, capture_output=True,
+                                text=True, timeout=60, env={**os.environ, "SPARKRACK_SANDBOX": "1"})
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["api"] == f"http://{inventory.head.address}:9000/v1"
+        return api.get_json("/v1/models")["data"][0]["owned_by"]
+
+    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    assert serving() == "sglang"
+    assert Endpoint(inventory.head, 30000).status("/health") is None  # not the engine's own
+    lifecycle.roll(inventory, "vllm", "512k", burn=quick_burn)
+    assert serving() == "vllm"
+    assert api.chat([{"role": "user", "content": "one two"}], 3)["choices"]
 
 
 def test_watch_stops_the_group_when_a_node_is_cut(clean, rack):

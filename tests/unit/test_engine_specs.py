@@ -15,7 +15,7 @@ from sparkrack.cli import engine_tasks
 from sparkrack.data import shipped
 from sparkrack.engines import (
     LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_SPEC_HASH,
-    LABEL_STOP_TIMEOUT, build_specs, docker_run_argv, docker_sdk_kwargs)
+    LABEL_STOP_TIMEOUT, api_url, build_specs, docker_run_argv, docker_sdk_kwargs)
 from sparkrack.errors import UsageError
 from sparkrack.inventory import load_inventory
 from sparkrack.inventory.schema import FrozenMapping
@@ -395,3 +395,22 @@ def test_plan_json_and_experimental_warning(capsys):
     assert plan["experimental"] and len(plan["ranks"]) == 8
     assert plan["ranks"][1]["docker_run"].endswith("--headless")
     assert "experimental" in captured.err
+
+
+def test_api_port_gives_every_lane_one_address(own_rack):
+    vars_file = own_rack / "group_vars" / "all.yml"
+    vars_file.write_text(vars_file.read_text() + "\napi_port: 9000\n")
+    rack = load_inventory(own_rack)
+    for engine in ("sglang", "vllm"):
+        head = specs(rack, engine)[0]
+        assert head.ports["http"] == 9000
+        assert head.argv[head.argv.index("--port") + 1] == "9000"
+        assert api_url(rack, engine) == f"http://{rack.head.address}:9000/v1"
+
+
+def test_api_port_may_not_take_another_port_of_a_lane(own_rack):
+    vars_file = own_rack / "group_vars" / "all.yml"
+    vars_file.write_text(vars_file.read_text() + "\napi_port: 20000\n")
+    with pytest.raises(UsageError) as caught:
+        specs(load_inventory(own_rack), "sglang")
+    assert caught.value.message == "api_port 20000 is sglang's dist_init port too"

@@ -417,3 +417,17 @@ def test_export_refusals_and_usage_errors_exit_like_check(capsys, tmp_path):
 
 def test_export_is_a_top_level_task():
     assert "export" in build_namespace().task_names
+
+
+def test_the_racks_api_port_is_the_exported_one_on_both_lanes(tmp_path):
+    own = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
+    vars_file = own / "group_vars" / "all.yml"
+    vars_file.write_text(vars_file.read_text() + "\napi_port: 9000\n")
+    for engine in ("sglang", "vllm"):
+        lws, service = exported(load_inventory(own), engine, "512k")
+        leader, _ = containers(lws)
+        assert {p["name"]: p["containerPort"] for p in leader["ports"]}["http"] == 9000
+        assert leader["args"][leader["args"].index("--port") + 1] == "9000"
+        assert service["spec"]["ports"] == [{"name": "http", "port": 9000, "targetPort": 9000,
+                                             "protocol": "TCP"}]
+        validate(lws)

@@ -19,6 +19,7 @@ import pytest
 from provision_helpers import inventory_copy
 from stubgroup import nothing_runs, quick_burn
 
+from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.lifecycle.headapi import Endpoint
@@ -121,6 +122,35 @@ def test_a_wedged_rank_is_named_and_its_group_stopped(stall_rack, engine, budget
         assert stall["gpus"]["spark-04"] == "spinning" and stall["running"] == 1
         assert {kind for node, kind in stall["gpus"].items() if node != "spark-04"} == {"busy"}
         assert stall["no_progress_s"] >= budget
+
+
+def test_a_frozen_rank_on_vllm_is_found_by_progress(stall_rack):
+    """The issue's own try: rank 3's process frozen (SIGSTOP) on the vLLM lane, then a
+    request. Every process lives and /health stays 200; the request never progresses;
+    rank 3's GPU stays idle while its peers wait busy in the collective: named."""
+    budget = 10
+    inventory = stall_rack(budget)
+    lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+    spec = next(s for s in build_specs(inventory, "vllm", "512k") if s.rank == 3)
+    with Fleet(inventory) as fleet:
+        container = fleet.docker_client(spec.node).containers.get(spec.container_name)
+        container.kill(signal="SIGSTOP")
+        try:
+            thread, result, events, broken = watching(inventory, duration=budget + 50)
+            frozen = time.monotonic()
+            send(inventory, 20)
+            assert broken.wait(budget + 30), events
+            found = next(t for t, line in events if line.startswith("group broken")) - frozen
+            thread.join(60)
+        finally:
+            try:
+                container.kill(signal="SIGCONT")
+            except Exception:  # noqa: BLE001 - already stopped by the watch
+                pass
+    report = result["report"]
+    print(f"\nvllm, rank 3 frozen: found {found:.1f} s after the request: {report.failure}")
+    assert report.failure.startswith("rank 3 on spark-04 wedged: 1 running"), report.failure
+    assert "GPUs idle 0 % at " in report.failure and budget <= found < budget + 10
 
 
 def test_a_long_prefill_and_an_idle_engine_are_not_stalls(stall_rack):

@@ -184,12 +184,18 @@ def test_a_deployment_still_starting_is_left_alone():
                   state="created") == 1
 
 
-def test_broken_ready_group_is_stopped_once_and_kept_for_logs(tmp_path):
+def guarded(polls: list[Poll], tmp_path: Path | None = None) -> tuple[FakeRack, Watchdog]:
+    """A ready deployment d1 polled as polls say: the rack, and its watchdog after the first
+    step (guarding)."""
     current = deployment("d1")
-    rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"),
-                    polls=[healthy("d1"), broken("d1")])
+    rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"), polls=polls)
     watchdog = make(rack, tmp_path)
     assert watchdog.step().verdict == "guarding"
+    return rack, watchdog
+
+
+def test_broken_ready_group_is_stopped_once_and_kept_for_logs(tmp_path):
+    rack, watchdog = guarded([healthy("d1"), broken("d1")], tmp_path)
     assert metric(watchdog, "sparkrack_watchdog_guarding") == 1
     assert metric(watchdog, "sparkrack_group_ranks_running") == 3
     assert metric(watchdog, "sparkrack_rank0_healthy") == 1
@@ -336,11 +342,7 @@ def stalled(deployment_id: str, culprit: int | None = 2) -> Poll:
 
 
 def test_a_stalled_group_is_stopped_with_its_evidence_in_the_audit_and_metrics(tmp_path):
-    current = deployment("d1")
-    rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"),
-                    polls=[healthy("d1"), stalled("d1")])
-    watchdog = make(rack, tmp_path)
-    assert watchdog.step().verdict == "guarding"
+    rack, watchdog = guarded([healthy("d1"), stalled("d1")], tmp_path)
     assert metric(watchdog, "sparkrack_group_no_progress_seconds") == 0
     assert metric(watchdog, "sparkrack_group_stalled") is None
     step = watchdog.step()

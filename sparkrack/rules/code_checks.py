@@ -1,5 +1,6 @@
 """The checks that are code because they need arithmetic or cross-references: KV fit, the
-TP group, the head's API address, the rendezvous address, experimental profiles.
+TP group, the head's API address, the rendezvous address, the engine version of the image,
+experimental profiles.
 
 Each takes the Target and yields Hits (problems) and Skips (could not check);
 rules.yml names them as `check: {code: NAME}` with NAME a key of CODE_CHECKS.
@@ -7,10 +8,12 @@ rules.yml names them as `check: {code: NAME}` with NAME a key of CODE_CHECKS.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 from sparkrack.engines import LaunchSpec
+from sparkrack.engines.option_names import options_for
 from sparkrack.rules.argv import address_part, number
 from sparkrack.rules.report import WARNING
 from sparkrack.rules.target import Hit, Skip, Target
@@ -119,6 +122,27 @@ def rendezvous_addr(target: Target) -> Iterator[Hit | Skip]:
             yield Hit.on(spec, f"{flag} {value} is not the head's RoCE address {head}")
 
 
+IMAGE_VERSION = re.compile(r":v?(\d+\.\d+\.\d+)(?:[-_.+][A-Za-z0-9._-]*)?$")
+
+
+def engine_version(target: Target) -> Iterator[Hit | Skip]:
+    """The image runs the engine version whose option table checked the profile (read from
+    the image tag: `lmsysorg/sglang:v0.5.22-cu130` is 0.5.22)."""
+    options = options_for(target.engine.name)
+    if options is None or not target.specs:
+        return
+    image = target.specs[0].image
+    found = IMAGE_VERSION.search(image.split("@", 1)[0])
+    if found is None:
+        yield Skip(f"the image ref {image} names no version: the profile was checked against "
+                   f"the {options.label} option table")
+    elif found.group(1) != options.version:
+        yield Hit(f"{image} runs {target.engine.name} {found.group(1)}, the option table is "
+                  f"{options.label} (a flag {found.group(1)} renamed or dropped ends every rank "
+                  f"at start): add that version's table, or set images.{target.engine.name} "
+                  f"back to {options.version}")
+
+
 def experimental(target: Target) -> Iterator[Hit]:
     """An experimental profile runs, with its note as the warning."""
     profile = target.profile
@@ -143,4 +167,5 @@ def _no_launch_flags(target: Target) -> str:
 CODE_CHECKS: dict[str, CodeCheckFunction] = {
     "kv_fit": kv_fit, "tp_group": tp_group, "head_host": head_host,
     "rendezvous_addr": rendezvous_addr, "experimental": experimental,
+    "engine_version": engine_version,
 }

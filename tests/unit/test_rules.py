@@ -78,7 +78,7 @@ def test_every_rule_applies_to_a_shipped_engine():
     assert {rule.id for rule in all_rules()} >= {
         "SM121-AUTOTUNE", "DSA-EAGLE-TOPK", "NVFP4-MOE-BACKEND", "DSA-KV-DTYPE",
         "DSA-INDEXER-BUDGET", "KV-FIT", "NVFP4-KV-CONTEXT", "TP-GROUP", "HEAD-HOST",
-        "RENDEZVOUS-ADDR", "HOST-KERNEL", "EXPERIMENTAL"}
+        "RENDEZVOUS-ADDR", "HOST-KERNEL", "ENGINE-VERSION", "EXPERIMENTAL"}
 
 
 # --- Data rules on the SGLang profile -------------------------------------------------
@@ -170,6 +170,40 @@ def test_indexer_budget_from_the_inventory(rack_dir):
     assert only(report, "DSA-INDEXER-BUDGET").message.endswith("=0.2 is above 0.05")
     rack_vars.write_text(rack_vars.read_text().replace("0.2", "0.05"))
     assert check_profile(load_inventory(rack_dir), "sglang", "512k").findings == ()
+
+
+# --- The engine version of the image --------------------------------------------------
+
+
+def with_image(rack_dir, engine: str, ref: str):
+    rack_vars = rack_dir / "group_vars" / "all.yml"
+    data = yaml.safe_load(rack_vars.read_text())
+    data["images"] = {**data.get("images", {}), engine: ref}
+    rack_vars.write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_inventory(rack_dir)
+
+
+@pytest.mark.parametrize("engine,ref,version", [
+    ("sglang", "lmsysorg/sglang:v0.5.23-cu130", "0.5.23"),
+    ("vllm", "vllm/vllm-openai:v0.34.1", "0.34.1")])
+def test_an_image_of_another_version_than_the_option_table_is_refused(rack_dir, engine, ref,
+                                                                       version):
+    report = check_profile(with_image(rack_dir, engine, ref), engine, "512k")
+    pinned = {"sglang": "0.5.22", "vllm": "0.33.0"}[engine]
+    assert only(report, "ENGINE-VERSION").message == (
+        "the profile was checked against another engine version than the image runs: "
+        f"{ref} runs {engine} {version}, the option table is {engine} {pinned} (a flag "
+        f"{version} renamed or dropped ends every rank at start): add that version's table, "
+        f"or set images.{engine} back to {pinned}")
+    assert report.blocking
+
+
+def test_an_image_ref_without_a_version_is_noted_not_refused(rack_dir):
+    ref = "registry.example/sglang@sha256:" + "a" * 64
+    report = check_profile(with_image(rack_dir, "sglang", ref), "sglang", "512k")
+    assert report.findings == () and (
+        f"ENGINE-VERSION not checked: the image ref {ref} names no version: the profile was "
+        "checked against the sglang 0.5.22 option table") in report.notes
 
 
 # --- KV fit and the vLLM 4-bit ceiling ------------------------------------------------

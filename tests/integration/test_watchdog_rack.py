@@ -265,14 +265,14 @@ def test_a_killed_rank_is_stopped_by_the_service_within_5_s(engine_rack, install
 def test_a_wedged_rank_is_found_by_the_service_its_evidence_audited(engine_rack, installed,
                                                                      prometheus):
     """Issue 25: vLLM's /health stays green while rank 3 hangs in a long prompt's forward;
-    the service (stall budget 12 s, set in its inventory copy) stops the group within the
+    the service (stall budget 8 s, set in its inventory copy) stops the group within the
     budget and 10 s, names the rank, audits the evidence; the metric and alert fire."""
     from sparkrack.lifecycle.headapi import Endpoint
     from sparkrack.oplock.audit import parse_lines
     from sparkrack.oplock.remote import AUDIT_FILE
     from sparkrack.rehearsal.stub.modeldir import write_stub_model
 
-    inventory, budget = engine_rack, 12
+    inventory, budget = engine_rack, 8
     lifecycle.down(inventory)
     copy = f"{DEFAULT_INSTALL_DIR}/inventory/group_vars/all.yml"
     original = on_watchdog_node(inventory, ["cat", copy]).stdout

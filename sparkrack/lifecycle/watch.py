@@ -152,8 +152,7 @@ class GroupWatch:
                    and self.no_progress_s >= self.stall_budget_s * SUSPECT_SHARE)
         nodes = sample_nodes(self.fleet, gpu=suspect)
         poll.memory, poll.lost = nodes.memory, nodes.lost
-        for node, sample in nodes.gpus.items():
-            self.gpus.setdefault(node, deque(maxlen=GPU_SAMPLES_KEPT)).append(sample)
+        self._keep(nodes.gpus)
         if poll.lost:
             node, why = next(iter(poll.lost.items()))
             poll.failure = f"node {node} lost ({why})"
@@ -218,7 +217,7 @@ class GroupWatch:
         if self.no_progress_s < self.stall_budget_s:
             return None
         if not self.gpus:
-            self._culprit(fresh=True)
+            self._keep(sample_nodes(self.fleet, gpu=True).gpus)
         verdict = self._verdict()
         if verdict.working:  # a long prefill (or SGLang decode) moves no counter
             return None
@@ -231,9 +230,13 @@ class GroupWatch:
     def _culprit(self, fresh: bool) -> Rank | None:
         """The rank whose GPU stands out (reading every GPU now first when fresh)."""
         if fresh:
-            for node, sample in sample_nodes(self.fleet, gpu=True).gpus.items():
-                self.gpus.setdefault(node, deque(maxlen=GPU_SAMPLES_KEPT)).append(sample)
+            self._keep(sample_nodes(self.fleet, gpu=True).gpus)
         return self._rank_on(self._verdict().culprit)
+
+    def _keep(self, samples: dict[str, GpuSample]) -> None:
+        """Add one GPU reading per node to the last GPU_SAMPLES_KEPT."""
+        for node, sample in samples.items():
+            self.gpus.setdefault(node, deque(maxlen=GPU_SAMPLES_KEPT)).append(sample)
 
     def _rank_on(self, node: str | None) -> Rank | None:
         return next((r for r in self.ranks if r.node == node), None)

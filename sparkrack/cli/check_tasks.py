@@ -56,6 +56,7 @@ def check(c, engine=None, profile=DEFAULT_PROFILE, inventory=None, explain=None,
               f.message + (f" [waived: {f.waiver_reason}]" if f.waived else "")]
              for f in report.findings],
             styles=[None, "bold"])
+        console.say(f"flags checked against {report.checked_against}")
         for note in report.notes:
             console.say(f"note: {note}")
     if report.blocking:

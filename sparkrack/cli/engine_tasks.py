@@ -24,12 +24,12 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline
     from ..engines import build_specs, docker_run_argv, load_engine
     from ..provision.envfiles import rack_view
 
-    from ..engines.option_names import options_for
+    from ..engines.option_names import checked_against
 
     rack = inventory_from(inventory)
-    key = load_engine(rack.path, engine).image_key
-    options = options_for(engine)
-    checked = f"the {options.label} option table" if options else "no pinned option table"
+    definition = load_engine(rack.path, engine, rack.vars.images)
+    key = definition.image_key
+    checked = checked_against(definition.version, definition.options)
     view = rack_view(rack, key, offline=offline)
     specs = build_specs(rack, engine, profile, node_env=view.envs)
     head = specs[0]
@@ -39,18 +39,16 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline
         console.print_json({
             "engine": engine, "profile": profile, "deployment_id": head.deployment_id,
             "spec_hash": head.spec_hash, "experimental": head.experimental, "note": head.note,
-            "options": checked,
+            "options": checked, "engine_version": definition.version.version,
             "unreachable": view.unreachable, "env_problems": view.problems,
             "ranks": [{**spec.as_dict(), "docker_run": shlex.join(docker_run_argv(spec))}
                       for spec in specs]})
         return
-    definition = load_engine(rack.path, engine)
     chosen = definition.profile(profile)
     print(f"# {engine} {profile}: {chosen.description}")
     print(f"# image {head.image}, context {definition.setting(chosen, 'context_length')}, "
           f"KV {definition.setting(chosen, 'kv_cache_dtype')}, {len(specs)} ranks")
-    print(f"# flags checked against {checked} (rule ENGINE-VERSION: the image's tag must "
-          "name that version)")
+    print(f"# flags checked against {checked}")
     print(f"# deployment {head.deployment_id}, spec hash {head.spec_hash}")
     print(f"# health http://{rack.head.address}:{head.ports['http']}{head.health_path}, "
           f"ready timeout {head.ready_timeout_s} s, stop timeout {head.docker.stop_timeout_s} s")

@@ -1,29 +1,59 @@
-"""The exact option names of the pinned engine versions (data in engines/options/).
+"""The exact option names of each engine version, and which version a lane's image runs.
 
 `engines/options/<engine>-<version>.txt` lists every option string the engine's command
-line accepts (tools/engine_options.py reads them from the engine's wheel; the header of
-each file says how to regenerate it). Both engines' argparse parsers also accept a unique
-prefix of an option (`--speculative-eagle-top` is `--speculative-eagle-topk`) and other
-names for it (SGLang `--model` for `--model-path`, vLLM `-tp`, `--max_model_len`): a
-profile must spell each option in full, by its first name, so that the reserved-flag guard
-and the safety rules, which compare names exactly, see what the engine will do.
+line accepts (engines/option_extract.py reads them from the engine's wheel or, run by
+`invoke engines.learn`, from the image itself; the header of each file says how it was
+made). An inventory's `.sparkrack/engines/options/` holds the tables it learned; they are
+searched first. Both engines' argparse parsers also accept a unique prefix of an option
+(`--speculative-eagle-top` is `--speculative-eagle-topk`) and other names for it (SGLang
+`--model` for `--model-path`, vLLM `-tp`, `--max_model_len`): a profile must spell each
+option in full, by its first name, so that the reserved-flag guard and the safety rules,
+which compare names exactly, see what the engine will do.
 
-`options_for(engine)` is None for an engine without a pinned list (profile files of such
-engines get the syntax checks only). `OptionSet.problem(flag)` says what is wrong with a
-flag as written; `OptionSet.canonical(flag)` is the option the engine reads it as.
+Which table checks a lane: the version of its image. `image_version` reads it from what
+the image itself carries when the inventory learned that image (a table whose header
+names the ref), else from the ref's tag (`lmsysorg/sglang:v0.5.22-cu130` is 0.5.22). A
+version without a table, or an image without a version, gets no table: the profile then
+gets the syntax checks only and rule ENGINE-VERSION refuses the lane, naming how to add one.
+`OptionSet.problem(flag)` says what is wrong with a flag as written;
+`OptionSet.canonical(flag)` is the option the engine reads it as.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-PINNED = {"sglang": "0.5.22", "vllm": "0.33.0"}  # the versions the shipped images run
+PINNED = {"sglang": "0.5.22", "vllm": "0.33.0"}  # the versions the shipped profiles run
 OPTIONS_DIR = Path(__file__).with_name("options")
+LEARNED_DIR = Path(".sparkrack") / "engines" / "options"  # in an inventory directory
 VALUE, NONE, OPTIONAL = "value", "none", "optional"
+TAG_VERSION = re.compile(r":v?(\d+\.\d+\.\d+(?:(?:rc|a|b|\.post|\.dev)\d+)?)"
+                         r"(?:[-_+][A-Za-z0-9._-]*)?$")
+
+
+@dataclass(frozen=True)
+class EngineVersion:
+    """The engine version a lane's image runs, and where that was read."""
+
+    engine: str
+    image: str
+    version: str | None  # None: the image names none and was not learned
+    source: str  # "image" (learned from the image itself), "tag", or "none"
+
+    @property
+    def label(self) -> str:
+        return f"{self.engine} {self.version}" if self.version else f"{self.engine} (no version)"
+
+    def describe(self) -> str:
+        """'sglang 0.5.22 (the tag of lmsysorg/sglang:v0.5.22-cu130)' and the like."""
+        where = {"image": "read from the image by engines.learn", "tag": "the image's tag",
+                 "none": "no version in the tag, not learned"}[self.source]
+        return f"{self.label} ({where}: {self.image})"
 
 
 @dataclass(frozen=True)
@@ -37,6 +67,7 @@ class OptionSet:
     primary: dict[str, str]  # option string -> the first option string of its argument
     allow_abbrev: bool  # the engine's parser takes a unique prefix for the option
     underscores: bool  # and `--max_model_len` for `--max-model-len` (vLLM)
+    image: str | None = None  # the image ref the table was learned from (engines.learn)
 
     @property
     def label(self) -> str:
@@ -117,17 +148,72 @@ class OptionSet:
             return str(self.file)
 
 
-@functools.cache
-def options_for(engine: str) -> OptionSet | None:
-    """The pinned option set of engine, or None when sparkrack pins no version of it."""
-    version = PINNED.get(engine)
+def tag_version(image: str) -> str | None:
+    """The engine version an image ref's tag names (`:v0.5.22-cu130` is 0.5.22), if any."""
+    found = TAG_VERSION.search(image.split("@", 1)[0])
+    return found.group(1) if found else None
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """A sort key for versions: the numbers of the release part (0.5.22 -> (0, 5, 22))."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+", 1)[0])[:4])
+
+
+def table_dirs(inventory_dir: Path | None) -> tuple[Path, ...]:
+    """The folders searched for option tables: the inventory's learned ones, then the
+    shipped ones."""
+    learned = Path(inventory_dir) / LEARNED_DIR if inventory_dir is not None else None
+    return ((learned,) if learned is not None and learned.is_dir() else ()) + (OPTIONS_DIR,)
+
+
+def tables(engine: str, inventory_dir: Path | None = None) -> dict[str, OptionSet]:
+    """{version: OptionSet} of every table of engine, the inventory's winning over the
+    shipped one of the same version; sorted by version."""
+    found: dict[str, OptionSet] = {}
+    for folder in reversed(table_dirs(inventory_dir)):
+        for file in sorted(folder.glob(f"{engine}-*.txt")):
+            options = read_options(file)
+            if options.engine == engine:
+                found[options.version] = options
+    return dict(sorted(found.items(), key=lambda item: version_key(item[0])))
+
+
+def image_version(engine: str, image: str, inventory_dir: Path | None = None) -> EngineVersion:
+    """The version image runs: a learned table's (its header names this ref), else the tag's."""
+    for version, options in reversed(tables(engine, inventory_dir).items()):
+        if options.image == image:
+            return EngineVersion(engine, image, version, "image")
+    version = tag_version(image)
+    return EngineVersion(engine, image, version, "tag" if version else "none")
+
+
+def options_for(engine: str, version: str | None = None,
+                inventory_dir: Path | None = None) -> OptionSet | None:
+    """The option table of engine's version (default: the pinned one), or None when there
+    is none (an engine sparkrack pins no version of, or a version nobody added)."""
+    version = version or PINNED.get(engine)
     if version is None:
         return None
-    return read_options(OPTIONS_DIR / f"{engine}-{version}.txt")
+    return tables(engine, inventory_dir).get(version)
+
+
+def lane_options(engine: str, image: str,
+                 inventory_dir: Path | None = None) -> tuple[EngineVersion, OptionSet | None]:
+    """(the version image runs, its option table or None)."""
+    version = image_version(engine, image, inventory_dir)
+    if engine not in PINNED or version.version is None:
+        return version, None
+    return version, options_for(engine, version.version, inventory_dir)
 
 
 def read_options(file: Path) -> OptionSet:
-    """One option list file (format: tools/engine_options.py)."""
+    """One option list file (format: engines/option_extract.py), cached per file state."""
+    stat = Path(file).stat()
+    return _read_options(Path(file), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _read_options(file: Path, _mtime_ns: int, _size: int) -> OptionSet:
     header: dict[str, str] = {}
     takes: dict[str, str] = {}
     primary: dict[str, str] = {}
@@ -143,14 +229,26 @@ def read_options(file: Path) -> OptionSet:
             raise ValueError(f"{file}:{number}: expected OPTION TAKES [PRIMARY]")
         takes[words[0]] = words[1]
         primary[words[0]] = words[2] if len(words) == 3 else words[0]
+    missing = [key for key in ("engine", "version") if key not in header]
+    if missing:
+        raise ValueError(f"{file}: no '#: {missing[0]} ...' header line")
     return OptionSet(engine=header["engine"], version=header["version"], file=file,
                      takes=takes, primary=primary,
                      allow_abbrev=header.get("allow_abbrev") == "true",
-                     underscores=header.get("underscores") == "true")
+                     underscores=header.get("underscores") == "true",
+                     image=header.get("image"))
 
 
-def canonical_names(engine: str) -> Callable[[str], str] | None:
+def checked_against(version: EngineVersion | None, options: OptionSet | None) -> str:
+    """One line: the table a profile's flags were checked against, and why that one."""
+    if options is None:
+        what = version.label if version else "this engine"
+        return f"no option table for {what} (rule ENGINE-VERSION refuses the lane)"
+    why = f"; {version.describe()}" if version else ""
+    return f"the {options.label} option table ({options.shown_file()}{why})"
+
+
+def canonical_names(options: OptionSet | None) -> Callable[[str], str] | None:
     """The function naming a flag as the engine reads it (OptionSet.canonical), or None
-    for an engine without a pinned list."""
-    options = options_for(engine)
+    without a table."""
     return None if options is None else options.canonical

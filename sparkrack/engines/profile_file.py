@@ -44,17 +44,18 @@ not set a variable those files set: each variable has one definition (engines/no
 Non-integer numbers must be quoted ('0.80') so that the engine gets the text exactly as
 written. Rank R runs: entrypoint + args.model + profile flags + args.every_rank + args.head
 (R = 0) or args.workers (R >= 1). A profile may not set a flag that `args` sets per rank.
-For an engine with a pinned option list (sglang, vllm: option_names.py) every flag of the
-profiles, `args` and `flag_roles` must be one of its options written in full by its first
-name (no prefix, alias or underscore spelling the engine would also take), a switch gets
-`true` and an option that takes a value gets one. Values are one line each. An option that
-makes the engine read further options from a file on the node (`--config`, in profiles and
-`args`) is refused: the rules compare the profile's flags and would not see those.
+For an engine with an option table for the version its image runs (sglang, vllm:
+option_names.py) every flag of the profiles, `args` and `flag_roles` must be one of its
+options written in full by its first name (no prefix, alias or underscore spelling the
+engine would also take), a switch gets `true` and an option that takes a value gets one.
+Values are one line each. An option that makes the engine read further options from a file
+on the node (`--config`, in profiles and `args`) is refused: the rules compare the profile's flags and would not see those.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ from typing import Any
 from sparkrack.engines.catalog import engine_file
 from sparkrack.engines.datafile import (
     Section, is_count, is_line, is_name, is_word_list, read_section)
-from sparkrack.engines.option_names import OptionSet, options_for
+from sparkrack.engines.option_names import EngineVersion, OptionSet, lane_options, options_for
 from sparkrack.engines.templates import allowed_fields, check_template
 from sparkrack.errors import UsageError, did_you_mean
 from sparkrack.inventory.schema import FrozenMapping, describe
@@ -138,6 +139,8 @@ class EngineDef:
     args: RankArgs
     secret_env: tuple[str, ...]
     profiles: FrozenMapping  # name -> Profile
+    options: OptionSet | None = None  # the option table the flags were checked against
+    version: EngineVersion | None = None  # the version of the image (None: not asked)
 
     def profile(self, name: str) -> Profile:
         """The profile called name; UsageError naming the valid profiles if there is none."""
@@ -153,17 +156,24 @@ class EngineDef:
         return value if isinstance(value, str) else None
 
 
-def load_engine(inventory_dir: Path, engine: str) -> EngineDef:
-    """The engine's profile file for this inventory (see catalog.py), read and checked."""
-    return read_engine_file(engine_file(inventory_dir, engine))
+def load_engine(inventory_dir: Path, engine: str, images: Mapping[str, str] | None = None, *,
+                image: str | None = None) -> EngineDef:
+    """The engine's profile file for this inventory (see catalog.py), read and checked
+    against the option table of the version its image runs: `image`, else the inventory's
+    `images` entry for the file's image_key (neither: the pinned version's table)."""
+    return read_engine_file(engine_file(inventory_dir, engine), images, image=image,
+                            inventory_dir=inventory_dir)
 
 
-def read_engine_file(file: Path) -> EngineDef:
+def read_engine_file(file: Path, images: Mapping[str, str] | None = None, *,
+                     image: str | None = None, inventory_dir: Path | None = None) -> EngineDef:
     """One profile file, read and checked; InventoryError at file:line for any mistake.
 
-    For an engine with a pinned option list (option_names), every flag of the profiles,
-    of `args` and of `flag_roles` must be one of its options, spelled in full by its first
-    name: a prefix or another name that the engine would take is refused, naming the option.
+    For an engine with an option table (option_names) for the version its image runs,
+    every flag of the profiles, of `args` and of `flag_roles` must be one of its options,
+    spelled in full by its first name: a prefix or another name that the engine would
+    take is refused, naming the option. Without a table for that version only the syntax
+    is checked here (rule ENGINE-VERSION refuses the lane).
     """
     top = read_section(file, _TOP_KEYS)
     _refuse_env_from_inventory(top)
@@ -171,7 +181,12 @@ def read_engine_file(file: Path) -> EngineDef:
     if name != file.stem:
         raise top.error("engine", f"engine '{name}' in a file named {file.name}",
                         fix=f"write engine: {file.stem}, or rename the file to {name}.yml")
-    options = options_for(name)
+    image_key = top.value("image_key", is_name, "a key of the inventory's images")
+    image = image or (images or {}).get(image_key)
+    if image is None:
+        version, options = None, options_for(name)
+    else:
+        version, options = lane_options(name, image, inventory_dir)
     ports = _ports(top.section("ports"))
     args = _args(top.section("args", ARG_GROUPS), allowed_fields(ports), options)
     secret_env = tuple(top.value(
@@ -181,8 +196,7 @@ def read_engine_file(file: Path) -> EngineDef:
     reserved = {token.split("=", 1)[0] for group in ARG_GROUPS for token in getattr(args, group)
                 if _OPTION_WORD.match(token)}
     return EngineDef(
-        name=name, file=file,
-        image_key=top.value("image_key", is_name, "a key of the inventory's images"),
+        name=name, file=file, image_key=image_key, options=options, version=version,
         entrypoint=tuple(top.value("entrypoint", lambda v: is_word_list(v) and bool(v),
                                    "a non-empty list of argv words")),
         ports=FrozenMapping(ports),

@@ -135,19 +135,21 @@ class LaunchSpec:
 
 def build_specs(inventory: Inventory, engine: str, profile_name: str, *,
                 deployment_id: str | None = None,
-                node_env: Mapping[str, NodeEnv] | None = None) -> tuple[LaunchSpec, ...]:
+                node_env: Mapping[str, NodeEnv] | None = None,
+                image: str | None = None) -> tuple[LaunchSpec, ...]:
     """One LaunchSpec per node of inventory, by rank, for engine's profile profile_name.
 
     deployment_id labels the containers (default: `<engine>-<profile>-<hash prefix>`, so a
     plan is deterministic). node_env is each node's environment as read from its env files
-    (default: the inventory's view, rendered from the inventory and the roles). UsageError
+    (default: the inventory's view, rendered from the inventory and the roles). image runs
+    instead of the inventory's (a roll back to the last good deployment's image). UsageError
     for an unknown engine or profile, a node without an environment, or a profile variable
     that an env file defines too; InventoryError for a bad profile file.
     """
-    definition = load_engine(inventory.path, engine)
+    definition = load_engine(inventory.path, engine, inventory.vars.images, image=image)
     profile = definition.profile(profile_name)
     _check_tp_size(inventory)
-    image = _image(inventory, definition)
+    image = image or _image(inventory, definition)
     envs = node_env if node_env is not None else \
         EnvFiles(inventory, definition.image_key).inventory_views()
     drafts = tuple(_rank_spec(inventory, node, definition, profile, image, _env_of(envs, node))
@@ -229,7 +231,8 @@ def lane_ports(inventory: Inventory, definition: EngineDef) -> FrozenMapping:
 
 def api_url(inventory: Inventory, engine: str) -> str:
     """Where the rack's clients reach engine's API: rank 0's address and http port."""
-    port = lane_ports(inventory, load_engine(inventory.path, engine))["http"]
+    definition = load_engine(inventory.path, engine, inventory.vars.images)
+    port = lane_ports(inventory, definition)["http"]
     return f"http://{inventory.head.address}:{port}/v1"
 
 

@@ -77,7 +77,7 @@ def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | N
         raise ProfileRefused(report)
     name = _checked_name(name or default_name(engine, profile), "--name")
     secret_name = _checked_name(secret_name or default_secret_name(engine), "--secret")
-    definition = load_engine(inventory.path, engine)
+    definition = load_engine(inventory.path, engine, inventory.vars.images)
     specs = build_specs(inventory, engine, profile)
     if len(specs) < 2:
         raise UsageError(f"a LeaderWorkerSet needs a leader and a worker, and the inventory "

@@ -234,14 +234,18 @@ def refresh_memory(fleet: Fleet, specs: tuple[LaunchSpec, ...], pre: Preflight) 
 
 def restore(fleet: Fleet, inventory: Inventory, last: Deployment, burn, timeout, on_progress,
             on_event) -> Deployment:
-    """Start the last known-good deployment again (rebuilt from the inventory and the
-    nodes' env files)."""
+    """Start the last known-good deployment again: its image (a roll that upgraded the
+    engine falls back to the version that served), rebuilt from the inventory and the
+    nodes' env files."""
     phases = Phases()
-    pre = gated(fleet, inventory, last.engine, last.profile, burn,
+    pre = gated(fleet, inventory, last.engine, last.profile, burn, image=last.image,
                 what=f"restoring {last.engine} {last.profile}", on_event=on_event, phases=phases)
     if pre.specs[0].spec_hash != last.spec_hash:
         on_event(f"note: {last.engine} {last.profile} spec changed since it was last good "
                  f"({last.spec_hash[:12]} -> {pre.specs[0].spec_hash[:12]})")
+    if last.image_id and pre.image_id != last.image_id:
+        on_event(f"note: {last.image} is {pre.image_id[:19]} now, {last.image_id[:19]} when it "
+                 "was last good")
     return launch(fleet, inventory, pre.specs, pre, timeout=timeout, on_progress=on_progress,
                   on_event=on_event, phases=phases)
 

@@ -91,7 +91,8 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
               deployment_id: str, burn: Callable, replacing: str | None = None,
               override_power: str | None = None, keep_verified: bool = False,
               phases: Phases | None = None, fabric_check: bool = False,
-              meanwhile: Callable[[Preflight], None] | None = None) -> Preflight:
+              meanwhile: Callable[[Preflight], None] | None = None,
+              image: str | None = None) -> Preflight:
     """Run every gate for starting engine's profile; report.specs are the launch specs,
     built from the env files each node has (the inventory's view if they are not right:
     the env gate then refuses). `replacing` is the deployment id a roll is about to stop
@@ -99,10 +100,12 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
     stopped). The burn runs only when every cheap gate passed; with keep_verified, only on
     the nodes not verified this boot. meanwhile(report), if given, runs while the burn does
     (it must not touch a GPU: `up` creates its containers there). fabric_check: measure
-    every rail first (sparkrack/fabric). Phases: "gates", "fabric", "burn"."""
+    every rail first (sparkrack/fabric). image: run it instead of the inventory's (the last
+    good deployment's, brought back). Phases: "gates", "fabric", "burn"."""
     phases = phases or Phases()
     with phases.timed("gates"):
-        report = cheap_gates(fleet, inventory, engine, profile, deployment_id, replacing)
+        report = cheap_gates(fleet, inventory, engine, profile, deployment_id, replacing,
+                             image)
     if report.blocking:
         return report  # refused on a cheap gate: no burn
     if fabric_check:
@@ -136,11 +139,13 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
 
 
 def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
-                deployment_id: str, replacing: str | None) -> Preflight:
+                deployment_id: str, replacing: str | None, image: str | None = None
+                ) -> Preflight:
     """The gates that cost nothing but a round trip or two: reachable, lock, env files,
     other engines, rules, image IDs, memory; report.specs built from the env files read."""
     report = Preflight()
-    env_files = EnvFiles(inventory, load_engine(inventory.path, engine).image_key)
+    key = load_engine(inventory.path, engine, inventory.vars.images).image_key
+    env_files = EnvFiles(inventory, key)
     gather_facts_and_env(fleet, env_files, report)
     if report.blocking:
         return report  # nothing else can be judged on a partial rack
@@ -150,7 +155,7 @@ def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
     report.add("env files", problems,
                f"every rank gets its node's env files ({', '.join(env_files.files(inventory.head))})")
     report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
-                               node_env=None if problems else report.env)
+                               node_env=None if problems else report.env, image=image)
     judge_rack(fleet, inventory, report.specs, report, replacing)
     return report
 

@@ -14,7 +14,8 @@ def used_by(inventory: Inventory) -> dict[str, list[str]]:
     """{model path: the profiles ("engine profile") that run from it}."""
     used: dict[str, list[str]] = {}
     for engine in engine_names(inventory.path):
-        for profile in load_engine(inventory.path, engine).profiles.values():
+        definition = load_engine(inventory.path, engine, inventory.vars.images)
+        for profile in definition.profiles.values():
             used.setdefault(model_path_of(inventory, profile).rstrip("/"), []).append(
                 f"{engine} {profile.name}")
     return used
@@ -25,7 +26,8 @@ def runs_from(inventory: Inventory, deployment: record.Deployment) -> str:
     if deployment.model_path:
         return deployment.model_path.rstrip("/")
     try:
-        profile = load_engine(inventory.path, deployment.engine).profile(deployment.profile)
+        definition = load_engine(inventory.path, deployment.engine, inventory.vars.images)
+        profile = definition.profile(deployment.profile)
     except UsageError:
         profile = None
     return model_path_of(inventory, profile).rstrip("/")

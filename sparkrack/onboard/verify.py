@@ -54,7 +54,7 @@ def engine_ports(inventory: Inventory) -> PortPlan:
     every, head, names = set(), set(), {}
     for engine in engine_names(inventory.path):
         try:
-            definition = load_engine(inventory.path, engine)
+            definition = load_engine(inventory.path, engine, inventory.vars.images)
         except SparkrackError:
             continue
         for name, port in definition.ports.items():
@@ -168,7 +168,8 @@ def env_problems(fleet: Fleet, inventory: Inventory, new: Node) -> list[str]:
     """What would make the `up` env gate refuse the new node, for every engine."""
     problems = []
     for engine in engine_names(inventory.path):
-        files = EnvFiles(inventory, load_engine(inventory.path, engine).image_key)
+        key = load_engine(inventory.path, engine, inventory.vars.images).image_key
+        files = EnvFiles(inventory, key)
         envs, errors = files.read_all(fleet, [new])
         problems += [f"{engine} env files: {why}" for why in errors.values()]
         problems += [f"{engine} env files: {p}" for env in envs.values() for p in env.problems]

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from sparkrack.engines import EngineDef, LaunchSpec, Profile, build_specs, load_engine, load_model
 from sparkrack.engines.datafile import did_you_mean
+from sparkrack.engines.option_names import checked_against
 from sparkrack.errors import InventoryError, UsageError
 from sparkrack.inventory import Inventory
 from sparkrack.rules.code_checks import CODE_CHECKS
@@ -27,7 +28,8 @@ def check_profile(inventory: Inventory, engine: str, profile: str, *,
     UsageError for an unknown engine, profile or node, InventoryError for a bad file or
     a waiver of an unknown rule.
     """
-    definition = load_engine(inventory.path, engine)
+    definition = load_engine(inventory.path, engine, inventory.vars.images,
+                             image=specs[0].image if specs else None)
     chosen = definition.profile(profile)
     rules = all_rules()
     _check_waivers(definition, chosen, rules)
@@ -40,19 +42,29 @@ def check_profile(inventory: Inventory, engine: str, profile: str, *,
                     model=load_model(inventory.path, inventory.vars.model_name), specs=specs,
                     node_kernels=node_kernels, launch=launch_flags(engine))
     findings: list[Finding] = []
+    version = definition.version.version if definition.version else None
+    unverified = []
     for rule in rules:
         if engine not in rule.engines or not rule.when.matches_model(target.model):
             continue
+        if version and not rule.verified(engine, version):
+            unverified.append(f"{rule.id} ({rule.verified_text(engine)})")
         outcomes = list(_run(rule, target))
         notes += [f"{rule.id} not checked: {o.reason}" for o in outcomes if isinstance(o, Skip)]
         findings += _findings(rule, [o for o in outcomes if isinstance(o, Hit)],
                               chosen.waivers.get(rule.id))
+    if unverified:
+        notes.append(f"not verified on {engine} {version}, run as written for the versions "
+                     f"named: {', '.join(unverified)} (verified_on in sparkrack/data/rules.yml)")
     fired = {finding.rule for finding in findings}
     notes += [f"waiver of {rule_id} unused: the rule found nothing" for rule_id in chosen.waivers
               if rule_id not in fired]
     findings.sort(key=lambda finding: (not finding.blocking, finding.severity != ERROR))
     return CheckReport(engine=engine, profile=profile, node_count=len(inventory.nodes),
-                       findings=tuple(findings), notes=tuple(notes), waivers=chosen.waivers)
+                       findings=tuple(findings), notes=tuple(notes), waivers=chosen.waivers,
+                       checked_against=checked_against(definition.version, definition.options),
+                       engine_version=version,
+                       unverified=tuple(rule.split(" ", 1)[0] for rule in unverified))
 
 
 def _run(rule: Rule, target: Target) -> Iterable[Hit | Skip]:

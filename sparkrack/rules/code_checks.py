@@ -8,12 +8,11 @@ rules.yml names them as `check: {code: NAME}` with NAME a key of CODE_CHECKS.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 from sparkrack.engines import LaunchSpec
-from sparkrack.engines.option_names import options_for
+from sparkrack.engines.option_names import LEARNED_DIR, PINNED, tables
 from sparkrack.rules.argv import address_part, number
 from sparkrack.rules.report import WARNING
 from sparkrack.rules.target import Hit, Skip, Target
@@ -122,25 +121,22 @@ def rendezvous_addr(target: Target) -> Iterator[Hit | Skip]:
             yield Hit.on(spec, f"{flag} {value} is not the head's RoCE address {head}")
 
 
-IMAGE_VERSION = re.compile(r":v?(\d+\.\d+\.\d+)(?:[-_.+][A-Za-z0-9._-]*)?$")
-
-
 def engine_version(target: Target) -> Iterator[Hit | Skip]:
-    """The image runs the engine version whose option table checked the profile (read from
-    the image tag: `lmsysorg/sglang:v0.5.22-cu130` is 0.5.22)."""
-    options = options_for(target.engine.name)
-    if options is None or not target.specs:
+    """The image runs an engine version that has an option table, so that the profile was
+    checked against the options that version takes."""
+    version, options = target.engine.version, target.engine.options
+    if version is None or version.engine not in PINNED:
         return
-    image = target.specs[0].image
-    found = IMAGE_VERSION.search(image.split("@", 1)[0])
-    if found is None:
-        yield Skip(f"the image ref {image} names no version: the profile was checked against "
-                   f"the {options.label} option table")
-    elif found.group(1) != options.version:
-        yield Hit(f"{image} runs {target.engine.name} {found.group(1)}, the option table is "
-                  f"{options.label} (a flag {found.group(1)} renamed or dropped ends every rank "
-                  f"at start): add that version's table, or set images.{target.engine.name} "
-                  f"back to {options.version}")
+    engine, image = version.engine, version.image
+    learn = f"invoke engines.learn --engine {engine} --image {image}"
+    if version.version is None:
+        yield Hit(f"{image} names no {engine} version in its tag and was not learned: run "
+                  f"`{learn}` (reads the version and the options from the image on the head)")
+    elif options is None:
+        known = ", ".join(tables(engine, target.inventory.path)) or "none"
+        yield Hit(f"{image} runs {engine} {version.version}, which has no option table (known: "
+                  f"{known}): run `{learn}`, or from its wheel `python tools/engine_options.py "
+                  f"WHEEL > {target.inventory.path / LEARNED_DIR}/{engine}-{version.version}.txt`")
 
 
 def experimental(target: Target) -> Iterator[Hit]:

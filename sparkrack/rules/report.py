@@ -53,6 +53,9 @@ class CheckReport:
     findings: tuple[Finding, ...]
     notes: tuple[str, ...]  # rules skipped and why, unused waivers
     waivers: FrozenMapping  # rule id -> reason, as the profile records them
+    checked_against: str = ""  # the option table the flags were checked against (a line)
+    engine_version: str | None = None  # the version the image runs, when known
+    unverified: tuple[str, ...] = ()  # rules whose verified_on does not cover that version
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -88,4 +91,5 @@ class CheckReport:
         return {"engine": self.engine, "profile": self.profile,
                 "blocking": bool(self.blocking), "summary": self.summary(),
                 "findings": [f.as_dict() for f in self.findings], "notes": list(self.notes),
-                "waivers": dict(self.waivers)}
+                "waivers": dict(self.waivers), "checked_against": self.checked_against,
+                "engine_version": self.engine_version, "unverified_rules": list(self.unverified)}

@@ -4,9 +4,10 @@ and the explanation with the evidence behind it. ruleset.py reads them from rule
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sparkrack.engines import ModelData
+from sparkrack.engines.option_names import version_key
 from sparkrack.inventory.schema import FrozenMapping, yaml_text
 
 RANK_KINDS = ("flag_present", "flag_at_most", "flag_in", "flag_not_in", "env_at_most")
@@ -104,3 +105,17 @@ class Rule:
     evidence: tuple[Evidence, ...]
     when: Condition
     check: DataCheck | CodeCheck
+    verified_on: FrozenMapping = field(default_factory=lambda: FrozenMapping({}))
+    # engine -> ((low, high), ...): the engine versions the rule was read from and proven on
+
+    def verified(self, engine: str, version: str) -> bool:
+        """Whether version of engine lies in one of the rule's verified ranges."""
+        key = version_key(version)
+        return any(version_key(low) <= key <= version_key(high)
+                   for low, high in self.verified_on.get(engine, ()))
+
+    def verified_text(self, engine: str) -> str:
+        """'0.5.18 - 0.5.22, 0.5.24' (the ranges as written), or 'none'."""
+        ranges = self.verified_on.get(engine, ())
+        return ", ".join(low if low == high else f"{low} - {high}"
+                         for low, high in ranges) or "none"

@@ -5,6 +5,7 @@ look it up.
 File format:
 
     sources: {field-notes: docs/field-notes.md}  # source -> path from the repo root
+    verified_on: {sglang: 0.5.22, vllm: 0.33.0}  # versions every rule was proven on
     launch_flags:                              # per engine, for the TP/address rules
       sglang: {tp_size: --tp-size, nnodes: --nnodes, node_rank: --node-rank,
                rendezvous: --dist-init-addr, rendezvous_port: true,
@@ -18,6 +19,7 @@ File format:
         message: one line
         explanation: a paragraph
         evidence: [{source: field-notes, section: heading, quote: verbatim text}]
+        verified_on: {sglang: 0.5.18 - 0.5.22}  # optional: this rule's own versions
 
 Checks (data_checks.py evaluates them per rank, kernel_not_in per node):
 
@@ -58,7 +60,9 @@ RULES_FILE = data.shipped("rules.yml")
 _RULE_ID = re.compile(r"[A-Z0-9][A-Z0-9-]*")
 _FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RULE_KEYS = ("severity", "engines", "when", "check", "message", "explanation", "evidence")
+_RULE_KEYS = ("severity", "engines", "when", "check", "message", "explanation", "evidence",
+              "verified_on")
+_VERSION = re.compile(r"\d+(\.\d+)*([a-z0-9.+]*)")
 _CHECK_KEYS = (*RANK_KINDS, *NODE_KINDS, "code", "max", "values")
 _LAUNCH_KEYS = tuple(f.name for f in fields(LaunchFlags))
 
@@ -98,7 +102,8 @@ def shipped() -> RuleSet:
 
 def read_rules_file(file: Path) -> RuleSet:
     """One rules file, read and checked."""
-    top = read_section(file, ("sources", "launch_flags", "rules"))
+    top = read_section(file, ("sources", "launch_flags", "verified_on", "rules"))
+    default = _verified_on(top.section("verified_on", required=False))
     sources = top.section("sources")
     paths = {name: sources.value(name, is_text, "a path from the repo root") for name in sources}
     flags = top.section("launch_flags")
@@ -108,7 +113,7 @@ def read_rules_file(file: Path) -> RuleSet:
         if not (isinstance(rule_id, str) and _RULE_ID.fullmatch(rule_id)):
             raise rules_section.error(rule_id, f"invalid rule id '{rule_id}'",
                                       fix="use capitals, digits and '-', e.g. SM121-AUTOTUNE")
-        rules.append(_rule(rule_id, rules_section.section(rule_id, _RULE_KEYS), paths))
+        rules.append(_rule(rule_id, rules_section.section(rule_id, _RULE_KEYS), paths, default))
     return RuleSet(tuple(rules), FrozenMapping(
         {engine: _launch_flags(flags.section(engine, _LAUNCH_KEYS)) for engine in flags}))
 
@@ -125,8 +130,38 @@ def _launch_flags(section: Section) -> LaunchFlags:
         http_host_default=section.value("http_host_default", is_text, "an address"))
 
 
-def _rule(rule_id: str, section: Section, sources: dict[str, str]) -> Rule:
-    """One rule entry."""
+def _verified_on(section: Section) -> FrozenMapping:
+    """{engine: ((low, high), ...)} of a verified_on mapping: per engine a version, a range
+    'LOW - HIGH' (both included), or a list of those."""
+    found = {}
+    for engine in section:
+        if engine not in ENGINES:
+            raise section.error(engine, f"unknown engine '{engine}'{did_you_mean(engine, ENGINES)}",
+                                fix="engines: " + ", ".join(ENGINES))
+        value = section.value(engine, lambda v: _ranges(v) is not None,
+                              "a version, 'LOW - HIGH', or a list of those")
+        found[engine] = _ranges(value)
+    return FrozenMapping(found)
+
+
+def _ranges(value: object) -> tuple[tuple[str, str], ...] | None:
+    """The ranges a verified_on value names, or None when it is not one."""
+    items = value if isinstance(value, list) and value else [value]
+    ranges = []
+    for item in items:
+        if not isinstance(item, str):
+            return None
+        low, _, high = (part.strip() for part in item.partition(" - "))
+        high = high or low
+        if not (_VERSION.fullmatch(low) and _VERSION.fullmatch(high)):
+            return None
+        ranges.append((low, high))
+    return tuple(ranges)
+
+
+def _rule(rule_id: str, section: Section, sources: dict[str, str],
+          default: FrozenMapping) -> Rule:
+    """One rule entry (verified_on: its own, else the file's)."""
     check = _check(section.section("check", _CHECK_KEYS))
     when = _condition(section.section("when", ("model", "flags"), required=False))
     if when.flags and not (isinstance(check, DataCheck) and check.kind in RANK_KINDS):
@@ -141,7 +176,9 @@ def _rule(rule_id: str, section: Section, sources: dict[str, str]) -> Rule:
         message=section.value("message", is_text, "one line"),
         explanation=section.value("explanation", is_text, "a paragraph"),
         evidence=_evidence(section, sources),
-        when=when, check=check)
+        when=when, check=check,
+        verified_on=_verified_on(section.section("verified_on")) if "verified_on" in section
+        else default)
 
 
 def _check(section: Section) -> DataCheck | CodeCheck:

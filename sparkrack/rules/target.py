@@ -25,10 +25,10 @@ class Target:
     node_kernels: Mapping[str, str] | None  # node -> `uname -r`; None: no facts gathered
     launch: LaunchFlags | None  # None: the rule set knows no launch flags for this engine
 
-    @staticmethod
-    def flags(spec: LaunchSpec) -> dict[str, str | bool]:
-        """The flags of one rank's argv (argv.flag_values), named as the engine reads them."""
-        return flag_values(spec.argv, canonical_names(spec.engine))
+    def flags(self, spec: LaunchSpec) -> dict[str, str | bool]:
+        """The flags of one rank's argv (argv.flag_values), named as the engine version the
+        image runs reads them."""
+        return flag_values(spec.argv, canonical_names(self.engine.options))
 
 
 @dataclass(frozen=True)

@@ -186,24 +186,60 @@ def with_image(rack_dir, engine: str, ref: str):
 @pytest.mark.parametrize("engine,ref,version", [
     ("sglang", "lmsysorg/sglang:v0.5.23-cu130", "0.5.23"),
     ("vllm", "vllm/vllm-openai:v0.34.1", "0.34.1")])
-def test_an_image_of_another_version_than_the_option_table_is_refused(rack_dir, engine, ref,
-                                                                       version):
+def test_an_image_of_a_version_without_an_option_table_is_refused(rack_dir, engine, ref,
+                                                                   version):
     report = check_profile(with_image(rack_dir, engine, ref), engine, "512k")
     pinned = {"sglang": "0.5.22", "vllm": "0.33.0"}[engine]
     assert only(report, "ENGINE-VERSION").message == (
-        "the profile was checked against another engine version than the image runs: "
-        f"{ref} runs {engine} {version}, the option table is {engine} {pinned} (a flag "
-        f"{version} renamed or dropped ends every rank at start): add that version's table, "
-        f"or set images.{engine} back to {pinned}")
-    assert report.blocking
+        "the image's engine version has no option table to check the profile against: "
+        f"{ref} runs {engine} {version}, which has no option table (known: {pinned}): run "
+        f"`invoke engines.learn --engine {engine} --image {ref}`, or from its wheel "
+        f"`python tools/engine_options.py WHEEL > {rack_dir}/.sparkrack/engines/options/"
+        f"{engine}-{version}.txt`")
+    assert report.blocking and report.engine_version == version
+    assert report.checked_against == (f"no option table for {engine} {version} (rule "
+                                      "ENGINE-VERSION refuses the lane)")
+    assert f"not verified on {engine} {version}" in " ".join(report.notes)
 
 
-def test_an_image_ref_without_a_version_is_noted_not_refused(rack_dir):
+def test_an_image_ref_without_a_version_is_refused_until_learned(rack_dir):
     ref = "registry.example/sglang@sha256:" + "a" * 64
     report = check_profile(with_image(rack_dir, "sglang", ref), "sglang", "512k")
-    assert report.findings == () and (
-        f"ENGINE-VERSION not checked: the image ref {ref} names no version: the profile was "
-        "checked against the sglang 0.5.22 option table") in report.notes
+    assert only(report, "ENGINE-VERSION").message.endswith(
+        f"{ref} names no sglang version in its tag and was not learned: run `invoke "
+        f"engines.learn --engine sglang --image {ref}` (reads the version and the options "
+        "from the image on the head)")
+    assert report.engine_version is None
+
+
+def test_a_learned_table_names_the_version_of_its_image_and_checks_the_profile(rack_dir):
+    """A table whose header names the ref wins over the tag: the image said its version."""
+    ref = "registry.example/sglang:nightly"
+    learned = rack_dir / ".sparkrack" / "engines" / "options"
+    learned.mkdir(parents=True)
+    shipped = (REPO / "sparkrack" / "engines" / "options" / "sglang-0.5.22.txt").read_text()
+    table = shipped.replace("#: version 0.5.22", f"#: version 0.5.24\n#: image {ref}")
+    (learned / "sglang-0.5.24.txt").write_text(table.replace("--cuda-graph-max-bs-decode value\n", ""))
+    with pytest.raises(InventoryError, match=r"unknown sglang 0\.5\.24 option "
+                       r"--cuda-graph-max-bs-decode"):
+        check_profile(with_image(rack_dir, "sglang", ref), "sglang", "512k")
+    (learned / "sglang-0.5.24.txt").write_text(table)
+    report = check_profile(with_image(rack_dir, "sglang", ref), "sglang", "512k")
+    assert not report.blocking and report.engine_version == "0.5.24"
+    assert report.checked_against == (
+        f"the sglang 0.5.24 option table ({learned / 'sglang-0.5.24.txt'}; sglang 0.5.24 (read "
+        f"from the image by engines.learn: {ref}))")
+    assert report.unverified and "SM121-AUTOTUNE" in report.unverified
+    assert ("not verified on sglang 0.5.24, run as written for the versions named: "
+            "SM121-AUTOTUNE (0.5.22)") in " ".join(report.notes)
+
+
+def test_the_pinned_versions_are_checked_and_every_rule_verified_on_them(rack_dir):
+    for engine, version in (("sglang", "0.5.22"), ("vllm", "0.33.0")):
+        report = check_profile(load_inventory(rack_dir), engine, "512k")
+        assert report.engine_version == version and report.unverified == ()
+        assert report.checked_against.startswith(f"the {engine} {version} option table "
+                                                 f"(sparkrack/engines/options/{engine}-{version}.txt")
 
 
 # --- KV fit and the vLLM 4-bit ceiling ------------------------------------------------

@@ -10,8 +10,8 @@ import sys
 from invoke import Collection, Program
 
 from .. import console
-from . import (bench_tasks, check_tasks, engine_tasks, export_tasks, fabric_tasks, lock_tasks,
-               logs_tasks, onboard_tasks, power_tasks, provision_tasks, rack_tasks,
+from . import (bench_tasks, check_tasks, engine_tasks, export_tasks, fabric_tasks, learn_tasks,
+               lock_tasks, logs_tasks, onboard_tasks, power_tasks, provision_tasks, rack_tasks,
                rehearsal_stub_tasks, rehearsal_tasks, run_tasks, watch_tasks, weights_tasks)
 
 TOP_LEVEL = (
@@ -25,7 +25,7 @@ TOP_LEVEL = (
 
 def build_namespace() -> Collection:
     """The root collection: rack tasks at the top, `watch` (and `watch.*`), `rehearsal.*`,
-    `bench.*` and `weights.*` below."""
+    `bench.*`, `weights.*` and `engines.*` below."""
     ns = Collection.from_module(rack_tasks)
     for top in TOP_LEVEL:
         ns.add_task(top)
@@ -47,6 +47,9 @@ def build_namespace() -> Collection:
                          weights_tasks.remove):
         weights.add_task(weights_task)
     ns.add_collection(weights)
+    engines = Collection("engines")
+    engines.add_task(learn_tasks.learn)
+    ns.add_collection(engines)
     return ns
 
 

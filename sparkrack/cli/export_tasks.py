@@ -44,6 +44,7 @@ def export(c, engine, profile=DEFAULT_PROFILE, format_="lws", out=None, name=Non
     for finding in report.findings:
         waived = f" [waived: {finding.waiver_reason}]" if finding.waived else ""
         console.say(f"{finding.severity}: {finding.rule}: {finding.message}{waived}")
+    console.say(f"flags checked against {report.checked_against}")
     for note in report.notes:
         console.say(f"note: {note}")
     if out:

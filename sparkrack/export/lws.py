@@ -25,6 +25,7 @@ from sparkrack.inventory import Inventory
 from sparkrack.rules import CheckReport, check_profile
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+ANNOTATION_ENGINE_VERSION = "sparkrack.engine-version"  # the option table the flags passed
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"  # LWS sets both on every pod of a group
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"  # "0": the leader
 RESTART_POLICY = "RecreateGroupOnPodRestart"
@@ -93,12 +94,12 @@ def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | N
         spec = specs[rank]
         return pod_template(spec, argvs[rank], export_env(spec, definition.secret_env,
                                                           secret_name),
-                            metadata=_metadata(head), rdma_resource=rdma_resource,
+                            metadata=_metadata(head, report), rdma_resource=rdma_resource,
                             serves_api=spec.is_head)
 
     leader_worker_set = {
         "apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, **_metadata(head)},
+        "metadata": {"name": name, **_metadata(head, report)},
         "spec": {
             "replicas": 1,
             "startupPolicy": "LeaderCreated",  # workers wait at the rendezvous on their own
@@ -113,7 +114,8 @@ def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | N
     http = head.ports["http"]
     service = {
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name + SERVICE_SUFFIX, "labels": _metadata(head)["labels"]},
+        "metadata": {"name": name + SERVICE_SUFFIX,
+                     "labels": _metadata(head, report)["labels"]},
         "spec": {"type": "ClusterIP",
                  "selector": {LWS_NAME_LABEL: name, LWS_WORKER_INDEX_LABEL: "0"},
                  "ports": [{"name": "http", "port": http, "targetPort": http,
@@ -123,12 +125,14 @@ def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | N
                      secret_name=secret_name, secret_keys=tuple(definition.secret_env))
 
 
-def _metadata(head: LaunchSpec) -> dict[str, Any]:
+def _metadata(head: LaunchSpec, report: CheckReport) -> dict[str, Any]:
     """Labels naming the lane and its deployment; the spec hash (too long for a label
-    value) as an annotation. A new dict each time: no two objects share one."""
+    value) and the engine version the flags were checked against as annotations. A new
+    dict each time: no two objects share one."""
     return {"labels": {LABEL_ENGINE: head.engine, LABEL_PROFILE: head.profile,
                        LABEL_DEPLOYMENT: head.deployment_id},
-            "annotations": {LABEL_SPEC_HASH: head.spec_hash}}
+            "annotations": {LABEL_SPEC_HASH: head.spec_hash,
+                            ANNOTATION_ENGINE_VERSION: report.engine_version or "unknown"}}
 
 
 def _checked_name(name: str, flag: str) -> str:

@@ -2,7 +2,7 @@
 
 `fleet.docker(node)` gives a `NodeDocker`: the containers (found by label or by name) as
 plain `Container` views, and the few things sparkrack does to them (create, start, stop,
-remove, read logs) and to images (an image's ID). The docker SDK, its objects and its
+remove, read logs, run a program once to its end) and to images (an image's ID). The docker SDK, its objects and its
 errors stay inside sparkrack/fleet/: a container that does not exist is
 `ContainerNotFound`; anything else docker or the connection says is raised as it came
 (callers report it per node).
@@ -10,11 +10,14 @@ errors stay inside sparkrack/fleet/: a container that does not exist is
 
 from __future__ import annotations
 
+import io
+import tarfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import docker.errors
+import requests.exceptions
 
 
 class ContainerNotFound(LookupError):
@@ -82,6 +85,16 @@ class LogStream:
             channel.close()
 
 
+def _tar_of(name: str, data: bytes) -> bytes:
+    """A tar holding one file, for put_archive."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
 class NodeDocker:
     """One node's dockerd, over the fleet's SSH (Fleet.docker)."""
 
@@ -135,6 +148,29 @@ class NodeDocker:
         if since is not None and since > 0:
             options["since"] = float(since)
         return LogStream(self._get(name).logs(**options))
+
+    def run_to_end(self, image: str, argv: Sequence[str], *, name: str, files: dict[str, bytes],
+                   timeout: float, labels: dict[str, str]) -> tuple[int, bytes, bytes]:
+        """(exit code, stdout, stderr) of argv run once in a fresh container of image, without
+        a network or a GPU, with files (absolute path -> content, mode 0644) put in first;
+        the container is removed whatever happens. TimeoutError past timeout seconds."""
+        container = self._client.containers.create(
+            image, entrypoint=list(argv[:1]), command=list(argv[1:]), name=name,
+            network_disabled=True, labels=labels, detach=True)
+        try:
+            for path, data in files.items():
+                folder, _, base = path.rpartition("/")
+                container.put_archive(folder or "/", _tar_of(base, data))
+            container.start()
+            try:
+                code = container.wait(timeout=timeout)["StatusCode"]
+            except requests.exceptions.RequestException:
+                raise TimeoutError(f"{' '.join(argv)} in {image} on {self.node} did not end "
+                                   f"within {timeout:.0f} s") from None
+            return (code, container.logs(stdout=True, stderr=False),
+                    container.logs(stdout=False, stderr=True))
+        finally:
+            container.remove(force=True)
 
     def image_id(self, ref: str) -> str | None:
         """The ID of the image ref names on the node, or None when it has no such image."""

@@ -14,10 +14,16 @@ minimal Python runtime copied from this machine's Debian python3.11:
     lib -> usr/lib, lib64 -> usr/lib64, bin -> usr/bin
     usr/local/lib/python3.11/dist-packages/
         sparkrack_stub/           sparkrack/rehearsal/stub (the runtime modules)
-        sparkrack_stub/options/   sparkrack/engines/options/*.txt (the engines' option names)
+        sparkrack_stub/options/   the option list of the image's engine version
         gpusim_client.py, gpusim_config.py   from sparkrack/rehearsal/sim
         sglang/launch_server.py   (sglang image) `python3 -m sglang.launch_server`
+        <engine>-<version>.dist-info/, the parser's sources in the engine's layout
+                                  (stubversions.py: what `invoke engines.learn` reads)
     usr/local/bin/vllm            (vllm image) `vllm serve ...`
+
+The engine version is the one the ref's tag names (stubversions.py: the pinned versions and
+a made-up next one of each engine, to rehearse an upgrade); the image's config carries it
+as the label org.opencontainers.image.version.
     tmp/ (1777)
 
 Every .py comes with an unchecked-hash .pyc compiled by that same python3.11 (no compile
@@ -25,8 +31,9 @@ at container start, no dependence on mtimes). Byte-for-byte deterministic: entri
 mtime 2024-01-01T00:00:00Z, uid/gid 0, no user names, GNU tar headers, canonical JSON;
 so the image ID (sha256 of the config JSON) is the same on every build and every node.
 
-`build_stub_images()` writes /var/lib/sparkrack/rehearsal/images/<engine>.tar and a
-<engine>.json beside it ({inputs, image_id, ref, size}); it rebuilds only when the inputs
+`build_stub_images()` writes each engine's tar where the inventory's
+rehearsal_image_sources says (default /var/lib/sparkrack/rehearsal/images/<engine>.tar),
+which is where provisioning loads it from, and a <name>.json beside it ({inputs, image_id, ref, size}); it rebuilds only when the inputs
 (every source file's content, the refs, this builder's version) changed.
 """
 
@@ -46,8 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .layout import STATE_DIR
+from .stubversions import StubVersion, known, parser_sources, stub_version
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 IMAGES_DIR = STATE_DIR / "images"
 ENGINES = ("sglang", "vllm")
 EPOCH = 1704067200  # 2024-01-01T00:00:00Z
@@ -63,7 +71,6 @@ STUB_DIR = HERE / "stub"
 SIM_DIR = HERE / "sim"
 REPO = HERE.parents[1]
 REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
-OPTIONS_DIR = REPO / "sparkrack" / "engines" / "options"  # read by stub/cli.py
 
 STUB_MODULES = ("__init__.py", "cli.py", "config.py", "engine.py", "gpu.py", "group.py",
                 "leak.py", "server.py", "transport.py")  # modeldir.py is control side
@@ -78,7 +85,7 @@ DYNLOAD_SKIP = re.compile(r"^(_test|_ctypes_test|xxlimited|_xx|_ssl|_hashlib|_sq
                           r"_gdbm|_curses|readline|nis|ossaudiodev|_tkinter|_crypt)")
 
 SGLANG_INIT = '"""SGLang stand-in of the sparkrack rehearsal rack (sparkrack_stub)."""\n\n' \
-              '__version__ = "0.5.22"\n'
+              '__version__ = "{version}"\n'
 SGLANG_LAUNCH = '"""`python3 -m sglang.launch_server ...`: one stub SGLang rank."""\n\n' \
                 'from sparkrack_stub.engine import main\n\n' \
                 'if __name__ == "__main__":\n    main("sglang")\n'
@@ -143,8 +150,8 @@ def _shared_libraries(binaries: Iterable[Path]) -> dict[str, Path]:
     return libraries
 
 
-def _source_entries(refs_engine: str) -> list[Entry]:
-    """Every entry of one engine's layer except the .pyc files."""
+def _source_entries(refs_engine: str, stub: StubVersion) -> list[Entry]:
+    """Every entry of one engine's layer, as stub's version, except the .pyc files."""
     if not PYTHON.is_file() or not (STDLIB / "os.py").is_file():
         raise StubImageError(f"{PYTHON} and {STDLIB} are needed (Debian's python3.11: "
                              "apt-get install python3.11-minimal libpython3.11-stdlib)")
@@ -185,10 +192,11 @@ def _source_entries(refs_engine: str) -> list[Entry]:
         file(f"{SITE}/sparkrack_stub/{name}", (STUB_DIR / name).read_bytes())
     for name in SIM_MODULES:
         file(f"{SITE}/{name}", (SIM_DIR / name).read_bytes())
-    for option_list in sorted(OPTIONS_DIR.glob("*.txt")):
-        file(f"{SITE}/sparkrack_stub/options/{option_list.name}", option_list.read_bytes())
+    file(f"{SITE}/sparkrack_stub/options/{stub.engine}-{stub.version}.txt", stub.table().encode())
+    for path, text in parser_sources(stub).items():
+        file(f"{SITE}/{path}", text.encode())
     if refs_engine == "sglang":
-        file(f"{SITE}/sglang/__init__.py", SGLANG_INIT.encode())
+        file(f"{SITE}/sglang/__init__.py", SGLANG_INIT.format(version=stub.version).encode())
         file(f"{SITE}/sglang/launch_server.py", SGLANG_LAUNCH.encode())
     else:
         file("usr/local/bin/vllm", VLLM_SCRIPT.encode(), 0o755)
@@ -227,8 +235,8 @@ def _compiled(entries: list[Entry]) -> list[Entry]:
     return compiled
 
 
-def _layer_entries(engine: str, sources: list[Entry] | None = None) -> list[Entry]:
-    entries = {e.path: e for e in (sources or _source_entries(engine))}
+def _layer_entries(engine: str, sources: list[Entry]) -> list[Entry]:
+    entries = {e.path: e for e in sources}
     for entry in _compiled(list(entries.values())):
         folder = entry.path.rpartition("/")[0]
         entries.setdefault(folder, Entry(folder, "dir", 0o755))
@@ -262,15 +270,16 @@ def _canonical(data: object) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
-def image_tar(engine: str, ref: str, layer: bytes) -> tuple[bytes, str]:
-    """(the `docker save` tar, its image ID) of one engine's image around layer."""
+def image_tar(engine: str, ref: str, layer: bytes, version: str) -> tuple[bytes, str]:
+    """(the `docker save` tar, its image ID) of one engine version's image around layer."""
     diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
     config = _canonical({
         "architecture": "amd64", "os": "linux", "created": CREATED,
         "author": "sparkrack rehearsal (stub engine)",
         "config": {"Env": [PATH_ENV, "LANG=C.UTF-8"], "Entrypoint": ENTRYPOINTS[engine],
                    "Cmd": None, "WorkingDir": "/",
-                   "Labels": {"org.sparkrack.stub": engine, "org.sparkrack.stub.ref": ref}},
+                   "Labels": {"org.sparkrack.stub": engine, "org.sparkrack.stub.ref": ref,
+                              "org.opencontainers.image.version": version}},
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created": CREATED, "created_by": f"sparkrack stubimage v"
                      f"{BUILDER_VERSION}: python3.11 runtime + stub {engine}"}]})
@@ -297,7 +306,18 @@ def image_tar(engine: str, ref: str, layer: bytes) -> tuple[bytes, str]:
 
 def build_image(engine: str, ref: str) -> tuple[bytes, str]:
     """(tar bytes, image ID) of one engine's stub image, built from scratch (no cache)."""
-    return image_tar(engine, ref, _tar(_layer_entries(engine)))
+    stub = _stub(engine, ref)
+    return image_tar(engine, ref, _tar(_layer_entries(engine, _source_entries(engine, stub))),
+                     stub.version)
+
+
+def _stub(engine: str, ref: str) -> StubVersion:
+    """The stub version ref names; StubImageError when the rehearsal has none."""
+    stub = stub_version(engine, ref)
+    if stub is None:
+        raise StubImageError(f"the rehearsal has no stub {engine} image of the version {ref} "
+                             f"names (it has {', '.join(known(engine))})")
+    return stub
 
 
 # --- Cached builds --------------------------------------------------------------------------
@@ -324,38 +344,50 @@ def image_refs(inventory=None) -> dict[str, str]:
     return {engine: images[engine] for engine in ENGINES}
 
 
-def build_stub_images(inventory=None, *, out_dir: Path | str = IMAGES_DIR,
+def build_stub_images(inventory=None, *, out_dir: Path | str | None = None,
                       engines: Iterable[str] = ENGINES, force: bool = False,
                       refs: Mapping[str, str] | None = None) -> dict[str, tuple[Path, str]]:
-    """Build each engine's stub image tar into out_dir; {engine: (tar path, image ID)}.
+    """Build each engine's stub image tar; {engine: (tar path, image ID)}.
 
-    Idempotent: a tar whose recorded inputs digest still matches is kept as it is (force:
-    rebuild anyway). Refs come from refs, else from the inventory's `images`.
+    The tar goes where the inventory's rehearsal_image_sources names it (out_dir given:
+    out_dir/<engine>.tar; no inventory: IMAGES_DIR). Idempotent: a tar whose recorded
+    inputs digest still matches is kept as it is (force: rebuild anyway). Refs come from
+    refs, else from the inventory's `images`; each ref's tag picks the stub version.
     """
     refs = dict(refs) if refs is not None else image_refs(inventory)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     built: dict[str, tuple[Path, str]] = {}
     for engine in engines:
         if engine not in ENGINES:
             raise StubImageError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
         ref = refs[engine]
-        sources = _source_entries(engine)
+        stub = _stub(engine, ref)
+        sources = _source_entries(engine, stub)
         digest = _inputs_digest(engine, ref, sources)
-        path, record_path = out / f"{engine}.tar", out / f"{engine}.json"
+        path = _tar_path(inventory, out_dir, engine)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record_path = path.with_suffix(".json")
         record = _read_json(record_path)
         if (not force and record.get("inputs") == digest and path.is_file()
                 and path.stat().st_size == record.get("size")):
             built[engine] = (path, record["image_id"])
             continue
-        data, image_id = image_tar(engine, ref, _tar(_layer_entries(engine, sources)))
+        data, image_id = image_tar(engine, ref, _tar(_layer_entries(engine, sources)),
+                                   stub.version)
         _write_atomic(path, data)
         _write_atomic(record_path, json.dumps(
             {"engine": engine, "ref": ref, "image_id": image_id, "size": len(data),
-             "sha256": hashlib.sha256(data).hexdigest(), "inputs": digest},
-            indent=1, sort_keys=True).encode() + b"\n")
+             "version": stub.version, "sha256": hashlib.sha256(data).hexdigest(),
+             "inputs": digest}, indent=1, sort_keys=True).encode() + b"\n")
         built[engine] = (path, image_id)
     return built
+
+
+def _tar_path(inventory, out_dir: Path | str | None, engine: str) -> Path:
+    """Where engine's tar goes: out_dir, else the inventory's rehearsal_image_sources."""
+    if out_dir is not None:
+        return Path(out_dir) / f"{engine}.tar"
+    sources = inventory.vars.rehearsal_image_sources if inventory is not None else {}
+    return Path(sources[engine]) if engine in sources else IMAGES_DIR / f"{engine}.tar"
 
 
 def _read_json(path: Path) -> dict:

@@ -194,7 +194,7 @@ def test_an_image_of_a_version_without_an_option_table_is_refused(rack_dir, engi
         "the image's engine version has no option table to check the profile against: "
         f"{ref} runs {engine} {version}, which has no option table (known: {pinned}): run "
         f"`invoke engines.learn --engine {engine} --image {ref}`, or from its wheel "
-        f"`python tools/engine_options.py WHEEL > {rack_dir}/.sparkrack/engines/options/"
+        f"`python -m sparkrack.engines.option_extract WHEEL > {rack_dir}/.sparkrack/engines/options/"
         f"{engine}-{version}.txt`")
     assert report.blocking and report.engine_version == version
     assert report.checked_against == (f"no option table for {engine} {version} (rule "

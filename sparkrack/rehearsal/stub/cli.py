@@ -78,10 +78,43 @@ class EngineArgs:
 
 # --- SGLang ---------------------------------------------------------------------------------
 
-def sglang_parser() -> argparse.ArgumentParser:
-    """`python3 -m sglang.launch_server`'s parser (the flags the stub knows)."""
+def installed_version(engine: str) -> str:
+    """The engine version this image carries (its package's installed metadata, as the
+    real images have), else the pinned one (the stub run from a checkout)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(engine)
+    except importlib.metadata.PackageNotFoundError:
+        return {"sglang": SGLANG_VERSION, "vllm": VLLM_VERSION}[engine]
+
+
+def _declarer(parser: argparse.ArgumentParser, engine: str, version: str):
+    """parser.add_argument for the options this version has: an option the version's list
+    does not have is not declared (the engine refuses it, exit 2), its dest keeps its
+    default so that the stub reads the same namespace."""
+    listed = {option for option, _, _ in option_list(engine, version)}
+
+    def add(*names: str, **kwargs):
+        if not names[0].startswith("-"):
+            return parser.add_argument(*names, **kwargs)
+        kept = [name for name in names if name in listed]
+        if not kept:
+            dest = kwargs.get("dest") or names[0].lstrip("-").replace("-", "_")
+            action = kwargs.get("action")
+            parser.set_defaults(**{dest: kwargs.get("default", False if action == "store_true"
+                                                    else None)})
+            return None
+        return parser.add_argument(*kept, **kwargs)
+    return add
+
+
+def sglang_parser(version: str | None = None) -> argparse.ArgumentParser:
+    """`python3 -m sglang.launch_server`'s parser (the flags the stub knows) for version
+    (default: the installed one)."""
+    version = version or installed_version("sglang")
     p = argparse.ArgumentParser(prog="launch_server.py")
-    add = p.add_argument
+    add = _declarer(p, "sglang", version)
     # Model and tokenizer
     add("--model-path", "--model", type=str, required=True,
         help="The path of the model weights (a local folder or a Hugging Face repo ID).")
@@ -133,7 +166,7 @@ def sglang_parser() -> argparse.ArgumentParser:
     add("--dist-timeout", type=int)
     add("--watchdog-timeout", type=float, default=300)
     add("--enable-dp-attention", action="store_true")
-    return _complete(p, "sglang", SGLANG_VERSION)
+    return _complete(p, "sglang", version)
 
 
 def _sglang_args(ns: argparse.Namespace) -> EngineArgs:
@@ -201,14 +234,16 @@ def _json_object(text: str) -> dict:
     return value
 
 
-def vllm_parser() -> argparse.ArgumentParser:
-    """`vllm`'s parser with its `serve` subcommand (the flags the stub knows)."""
+def vllm_parser(version: str | None = None) -> argparse.ArgumentParser:
+    """`vllm`'s parser with its `serve` subcommand (the flags the stub knows) for version
+    (default: the installed one)."""
+    version = version or installed_version("vllm")
     top = argparse.ArgumentParser(prog="vllm")
-    top.add_argument("-v", "--version", action="version", version=VLLM_VERSION)
+    top.add_argument("-v", "--version", action="version", version=version)
     commands = top.add_subparsers(dest="subcommand", required=True)
     p = commands.add_parser("serve", prog="vllm serve",
                             usage="vllm serve [model_tag] [options]")
-    add = p.add_argument
+    add = _declarer(p, "vllm", version)
     add("model_tag", nargs="?", help="The model tag to serve (optional if in --model).")
     add("--model", type=str)
     add("--served-model-name", type=str, nargs="+")
@@ -241,7 +276,7 @@ def vllm_parser() -> argparse.ArgumentParser:
     add("--master-addr", type=str, default="127.0.0.1")
     add("--master-port", type=int, default=29501)
     add("--headless", action="store_true")
-    _complete(p, "vllm", VLLM_VERSION)
+    _complete(p, "vllm", version)
     return top
 
 

@@ -27,13 +27,16 @@ unknown key is an error (the rank exits 1 naming it), so a typo never passes sil
         "6": {"wedge_above_tokens": 100000},
         "2": {"load_delay_s": 10}
       },
-      "engines": {"vllm": {"tokens_per_s": 45}},  # per engine: any key above
+      "engines": {"vllm": {"tokens_per_s": 45},  # per engine: any key above, and per
+                  "sglang": {"versions": {"0.5.23": {"ranks": {"3": {"exit_at_start": true}}}}}},
+                                    #   version of the engine (the image's), any key above
       "overrides": [                # per profile: applied in order when every flag of
         {"when": {"--context-length": "131072"}, "tokens_per_s": 60}   # `when` is in argv
       ]                             #   with that value (true: a bare switch)
     }
 
-Precedence: defaults < top level < engines[engine] < each matching override, in order;
+Precedence: defaults < top level < engines[engine] < engines[engine].versions[version] <
+each matching override, in order;
 "ranks" entries merge key by key.
 
 A wedged rank (wedge_at_request: its Nth forward; wedge_above_tokens: the first forward
@@ -114,7 +117,14 @@ def check(data: object, where: str = CONFIG_NAME) -> dict:
         if engine not in ENGINES:
             raise StubConfigError(f"{where}: engines.{engine}: unknown engine "
                                   f"(known: {', '.join(ENGINES)})")
-        _check_settings(settings, f"{where}: engines.{engine}")
+        _check_settings({k: v for k, v in settings.items() if k != "versions"}
+                        if isinstance(settings, dict) else settings, f"{where}: engines.{engine}")
+        versions = settings.get("versions", {})
+        if not isinstance(versions, dict):
+            raise StubConfigError(f"{where}: engines.{engine}.versions must be an object "
+                                  "keyed by version")
+        for version, per_version in versions.items():
+            _check_settings(per_version, f"{where}: engines.{engine}.versions.{version}")
     for index, entry in enumerate(data.get("overrides", [])):
         if not isinstance(entry, dict) or not isinstance(entry.get("when"), dict):
             raise StubConfigError(f"{where}: overrides[{index}] needs a 'when' object")
@@ -174,15 +184,17 @@ def _matches(when: dict, argv: list[str]) -> bool:
 
 
 def resolve(data: dict, engine: str, rank: int, argv: list[str],
-            speculative_steps: int) -> RankConfig:
-    """The settings of one rank of one engine from a checked config (data may be {})."""
-    layers = [DEFAULTS, data, data.get("engines", {}).get(engine, {})]
+            speculative_steps: int, version: str = "") -> RankConfig:
+    """The settings of one rank of one engine version from a checked config (data may be
+    {})."""
+    own = data.get("engines", {}).get(engine, {})
+    layers = [DEFAULTS, data, own, own.get("versions", {}).get(version, {})]
     layers += [entry for entry in data.get("overrides", []) if _matches(entry["when"], argv)]
     merged: dict = {}
     ranks: dict = {}
     for layer in layers:
         merged.update({k: v for k, v in layer.items()
-                       if k not in ("ranks", "engines", "overrides", "when")})
+                       if k not in ("ranks", "engines", "overrides", "when", "versions")})
         for key, settings in layer.get("ranks", {}).items():
             ranks.setdefault(str(int(key)), {}).update(settings)
     mine = ranks.get(str(rank), {})

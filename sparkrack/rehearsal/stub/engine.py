@@ -56,7 +56,7 @@ RECORD_NAME = "sparkrack-stub-rank{rank}.json"  # in /tmp ($SPARKRACK_STUB_RECOR
 LOAD_STEPS = 8
 SECRET_MARKS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY")
 ENTRY = {"sglang": ["python3", "-m", "sglang.launch_server"], "vllm": ["vllm"]}
-VERSIONS = {"sglang": cli.SGLANG_VERSION, "vllm": cli.VLLM_VERSION}
+VERSIONS = {engine: cli.installed_version(engine) for engine in ("sglang", "vllm")}
 NEEDLE = re.compile(r"secret passphrase of the rack is ([A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?)")
 WORDS = ("the", "rack", "serves", "one", "model", "across", "eight", "nodes", "and", "every",
          "rank", "holds", "its", "share", "of", "unified", "memory", "while", "tokens", "flow",
@@ -535,7 +535,7 @@ class Head(Rank):
                           ("GET", "/get_server_info"): self.info_server})
         else:
             table.update({("GET", "/version"): lambda body: Reply(
-                200, {"version": cli.VLLM_VERSION}), ("GET", "/ping"): self.health})
+                200, {"version": VERSIONS["vllm"]}), ("GET", "/ping"): self.health})
         return table
 
     def health(self, body) -> Reply:
@@ -566,7 +566,7 @@ class Head(Rank):
 
     def info_server(self, body) -> Reply:
         return Reply(200, {**{k: v for k, v in self.args.namespace.items()},
-                           "version": cli.SGLANG_VERSION,
+                           "version": VERSIONS["sglang"],
                            "internal_states": [{
                                "avg_spec_accept_length": self.settings.accept_length,
                                "last_gen_throughput": self.metrics["last_tps"]}]})
@@ -867,7 +867,8 @@ def main(engine: str, argv: list[str] | None = None) -> None:
     model_info = _model_info(args.model_path, log)
     try:
         data = stubconfig.load(args.model_path)
-        settings = stubconfig.resolve(data, engine, args.rank, argv, args.speculative_steps)
+        settings = stubconfig.resolve(data, engine, args.rank, argv, args.speculative_steps,
+                                        VERSIONS[engine])
     except stubconfig.StubConfigError as error:
         die(1, f"sparkrack stub: bad {stubconfig.CONFIG_NAME}: {error}", log)
     if settings.exit_at_start:

@@ -1,0 +1,184 @@
+"""`invoke engines.learn`: an engine version's option table, read from its image.
+
+The extractor (option_extract.py, the same file `tools/engine_options.py` runs on a wheel)
+is put into a container of the image on the head node and run there once, with the
+image's own Python, no network and no GPU: it reads the installed package's sources and
+its version from the package metadata. The table is kept in the inventory's
+`.sparkrack/engines/options/<engine>-<version>.txt`, its header naming the image ref and
+ID, so that from then on the lane's version is what the image says (option_names) and
+its flags are checked against what that version takes.
+
+`compare` tells the operator what changed from the nearest known version: options added,
+removed, renamed (a removed and an added option that take the same kind of value and
+whose names are close: a guess, said as one) and options that now take another kind of
+value. Defaults are not in the tables, so a changed default is not seen.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..atomic import write_atomically
+from ..errors import SparkrackError, UsageError
+from ..fleet import Fleet
+from ..inventory import Inventory
+from .option_names import LEARNED_DIR, OptionSet, read_options, tables, version_key
+from .profile_file import load_engine
+
+EXTRACTOR = Path(__file__).with_name("option_extract.py")
+IN_CONTAINER = "/tmp/sparkrack_option_extract.py"
+TIMEOUT_S = 180  # reading a real engine's sources takes seconds; the image start is the rest
+LABEL = "sparkrack.learn"
+
+
+class LearnFailed(SparkrackError):
+    """The image could not be read: no such image on the head, no engine package in it,
+    or the extractor failed; the message has its own words."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What changed between two option tables of one engine."""
+
+    old: str  # its label, "sglang 0.5.22"
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    renamed: tuple[tuple[str, str], ...]  # (old name, new name): likely, not proven
+    changed: tuple[tuple[str, str, str], ...]  # (option, old takes, new takes)
+
+    @property
+    def same(self) -> bool:
+        return not (self.added or self.removed or self.renamed or self.changed)
+
+    def lines(self) -> list[str]:
+        """One line per change, for the operator."""
+        if self.same:
+            return [f"the same options as {self.old}"]
+        out = [f"compared with {self.old}:"]
+        out += [f"  removed  {name}" for name in self.removed]
+        out += [f"  renamed  {old} -> {new} (likely: a removed and an added option, close "
+                "names, same kind of value)" for old, new in self.renamed]
+        out += [f"  added    {name}" for name in self.added]
+        out += [f"  changed  {name}: takes {old} -> {new}" for name, old, new in self.changed]
+        return out
+
+    def as_dict(self) -> dict:
+        return {"compared_with": self.old, "added": list(self.added),
+                "removed": list(self.removed), "renamed": [list(p) for p in self.renamed],
+                "changed": [list(c) for c in self.changed]}
+
+
+@dataclass
+class Learned:
+    """One engines.learn: the table kept, where, and what changed."""
+
+    engine: str
+    image: str
+    image_id: str
+    node: str
+    version: str
+    file: Path
+    options: OptionSet
+    comparison: Comparison | None  # None: no other table of the engine is known
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"engine": self.engine, "image": self.image, "image_id": self.image_id,
+                "node": self.node, "version": self.version, "file": str(self.file),
+                "options": len(self.options.takes), "seconds": round(self.seconds, 2),
+                "comparison": self.comparison.as_dict() if self.comparison else None,
+                "notes": self.notes}
+
+
+def learn(inventory: Inventory, engine: str, image: str | None = None, *,
+          timeout: float = TIMEOUT_S) -> Learned:
+    """Read engine's option table from image (default: the inventory's image for engine)
+    on the head node; keep it in the inventory; compare it with the nearest known table."""
+    definition = load_engine(inventory.path, engine, inventory.vars.images)
+    image = image or inventory.vars.images.get(definition.image_key)
+    if not image:
+        raise UsageError(f"the inventory has no image for '{definition.image_key}'",
+                         fix="pass --image REF")
+    head = inventory.head
+    started = time.monotonic()
+    with Fleet(inventory) as fleet:
+        docker = fleet.docker(head)
+        image_id = docker.image_id(image)
+        if image_id is None:
+            raise LearnFailed(f"{head.name} has no image {image}",
+                              fix="load it there first (`invoke provision --role "
+                              "engine_images` for the inventory's images, or docker pull)")
+        code, out, err = docker.run_to_end(
+            image, ["python3", IN_CONTAINER, "--installed", engine],
+            name=f"sparkrack-learn-{engine}-{int(time.time())}",
+            files={IN_CONTAINER: EXTRACTOR.read_bytes()}, timeout=timeout,
+            labels={LABEL: engine})
+    stderr = err.decode("utf-8", "replace").strip()
+    if code not in (0, 1) or not out.strip():
+        last = stderr.splitlines()[-1] if stderr else f"exit code {code}, no output"
+        raise LearnFailed(f"reading the {engine} options in {image} on {head.name} failed: "
+                          f"{last}", fix="the image must carry the engine's package and a "
+                          "python3 (3.9 or later)")
+    text = out.decode("utf-8")
+    return keep(inventory, engine, image, image_id, head.name, text,
+                notes=[line for line in stderr.splitlines() if line.strip()],
+                seconds=time.monotonic() - started)
+
+
+def keep(inventory: Inventory, engine: str, image: str, image_id: str, node: str, text: str,
+         *, notes: list[str], seconds: float) -> Learned:
+    """Write the extractor's table with the image's ref and ID in its header; compare."""
+    header = [f"#: image {image}", f"#: image_id {image_id}", f"#: learned_on {node}",
+              f"#: learned_at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"]
+    lines = text.rstrip("\n").splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith("#: underscores")), None)
+    if at is None or not any(line.startswith(f"#: engine {engine}") for line in lines):
+        raise LearnFailed(f"the {engine} table read from {image} has no header",
+                          fix="run the extractor by hand to see what it printed")
+    version = next(line.split(None, 2)[2] for line in lines if line.startswith("#: version "))
+    folder = inventory.path / LEARNED_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    file = folder / f"{engine}-{version}.txt"
+    known = {v: t for v, t in tables(engine, inventory.path).items() if t.file != file}
+    write_atomically(file, "\n".join(lines[:at + 1] + header + lines[at + 1:]) + "\n")
+    options = read_options(file)
+    nearest = nearest_table(known, version)
+    return Learned(engine=engine, image=image, image_id=image_id, node=node, version=version,
+                   file=file, options=options, seconds=seconds, notes=notes,
+                   comparison=compare(nearest, options) if nearest else None)
+
+
+def nearest_table(known: dict[str, OptionSet], version: str) -> OptionSet | None:
+    """The table of the same version, else of the closest version below, else above."""
+    if version in known:
+        return known[version]
+    key = version_key(version)
+    below = [v for v in known if version_key(v) < key]
+    above = [v for v in known if version_key(v) > key]
+    if below:
+        return known[max(below, key=version_key)]
+    return known[min(above, key=version_key)] if above else None
+
+
+def compare(old: OptionSet, new: OptionSet) -> Comparison:
+    """What changed from old to new (first names only: aliases follow their option)."""
+    old_names = {name for name, first in old.primary.items() if name == first}
+    new_names = {name for name, first in new.primary.items() if name == first}
+    removed = sorted(old_names - new_names)
+    added = sorted(new_names - old_names)
+    renamed = []
+    for name in list(removed):
+        same_kind = [a for a in added if new.takes[a] == old.takes[name]]
+        close = difflib.get_close_matches(name, same_kind, n=1, cutoff=0.75)
+        if close:
+            renamed.append((name, close[0]))
+            removed.remove(name)
+            added.remove(close[0])
+    changed = [(name, old.takes[name], new.takes[name]) for name in sorted(old_names & new_names)
+               if old.takes[name] != new.takes[name]]
+    return Comparison(old=old.label, added=tuple(added), removed=tuple(removed),
+                      renamed=tuple(renamed), changed=tuple(changed))

@@ -12,7 +12,7 @@ from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
             "inventory": INVENTORY_HELP, "json": "print JSON for scripts", **WAIT_HELP},
       positional=[])
 @rack_task(name="engines.learn")
-def learn(c, engine=None, image=None, inventory=None, json=False):
+def learn(c, engine=None, inventory=None, image=None, json=False):
     """Read the options an engine image takes (its own Python reads its installed sources on
     the head; no network, no GPU) and keep them as the inventory's table for its version.
 

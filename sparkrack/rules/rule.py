@@ -111,7 +111,7 @@ class Rule:
     def verified(self, engine: str, version: str) -> bool:
         """Whether version of engine lies in one of the rule's verified ranges."""
         key = version_key(version)
-        return any(version_key(low) <= key <= version_key(high)
+        return any(low == "any" or version_key(low) <= key <= version_key(high)
                    for low, high in self.verified_on.get(engine, ()))
 
     def verified_text(self, engine: str) -> str:

@@ -62,6 +62,7 @@ _FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RULE_KEYS = ("severity", "engines", "when", "check", "message", "explanation", "evidence",
               "verified_on")
+ANY = "any"  # verified_on value of a rule that does not depend on the engine's version
 _VERSION = re.compile(r"\d+(\.\d+)*([a-z0-9.+]*)")
 _CHECK_KEYS = (*RANK_KINDS, *NODE_KINDS, "code", "max", "values")
 _LAUNCH_KEYS = tuple(f.name for f in fields(LaunchFlags))
@@ -132,20 +133,23 @@ def _launch_flags(section: Section) -> LaunchFlags:
 
 def _verified_on(section: Section) -> FrozenMapping:
     """{engine: ((low, high), ...)} of a verified_on mapping: per engine a version, a range
-    'LOW - HIGH' (both included), or a list of those."""
+    'LOW - HIGH' (both included), a list of those, or `any` (the rule does not depend on
+    the engine's version)."""
     found = {}
     for engine in section:
         if engine not in ENGINES:
             raise section.error(engine, f"unknown engine '{engine}'{did_you_mean(engine, ENGINES)}",
                                 fix="engines: " + ", ".join(ENGINES))
         value = section.value(engine, lambda v: _ranges(v) is not None,
-                              "a version, 'LOW - HIGH', or a list of those")
+                              "a version, 'LOW - HIGH', a list of those, or any")
         found[engine] = _ranges(value)
     return FrozenMapping(found)
 
 
 def _ranges(value: object) -> tuple[tuple[str, str], ...] | None:
     """The ranges a verified_on value names, or None when it is not one."""
+    if value == ANY:
+        return ((ANY, ANY),)
     items = value if isinstance(value, list) and value else [value]
     ranges = []
     for item in items:

@@ -103,7 +103,7 @@ def latch(c, node, inventory=None, clear=False):
 @task(help={**NODE_HELP, "index": "the GID index the IPv4-mapped RoCE v2 entry moves to "
             "(odd, >= 3)", "clear": "back to index 3"})
 @operator_task
-def renumber_gid(c, node, index=None, clear=False, inventory=None):
+def renumber_gid(c, node, inventory=None, index=None, clear=False):
     """Renumber a node's GID tables as a firmware update can (kept across power cycles)."""
     if clear == (index is not None):
         raise UsageError("give --index N or --clear", fix="e.g. invoke rehearsal.renumber-gid "

@@ -49,7 +49,8 @@ option_names.py) every flag of the profiles, `args` and `flag_roles` must be one
 options written in full by its first name (no prefix, alias or underscore spelling the
 engine would also take), a switch gets `true` and an option that takes a value gets one.
 Values are one line each. An option that makes the engine read further options from a file
-on the node (`--config`, in profiles and `args`) is refused: the rules compare the profile's flags and would not see those.
+on the node (`--config`, in profiles and `args`) is refused: the rules compare the
+profile's flags and would not see those.
 """
 
 from __future__ import annotations

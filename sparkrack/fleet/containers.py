@@ -2,10 +2,10 @@
 
 `fleet.docker(node)` gives a `NodeDocker`: the containers (found by label or by name) as
 plain `Container` views, and the few things sparkrack does to them (create, start, stop,
-remove, read logs, run a program once to its end) and to images (an image's ID). The docker SDK, its objects and its
-errors stay inside sparkrack/fleet/: a container that does not exist is
-`ContainerNotFound`; anything else docker or the connection says is raised as it came
-(callers report it per node).
+remove, read logs, run a program once to its end) and to images (an image's ID). The
+docker SDK, its objects and its errors stay inside sparkrack/fleet/: a container that does
+not exist is `ContainerNotFound`; anything else docker or the connection says is raised as
+it came (callers report it per node).
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ so the image ID (sha256 of the config JSON) is the same on every build and every
 
 `build_stub_images()` writes each engine's tar where the inventory's
 rehearsal_image_sources says (default /var/lib/sparkrack/rehearsal/images/<engine>.tar),
-which is where provisioning loads it from, and a <name>.json beside it ({inputs, image_id, ref, size}); it rebuilds only when the inputs
+which is where provisioning loads it from, and a <name>.json beside it ({inputs, image_id,
+ref, size, version}); it rebuilds only when the inputs
 (every source file's content, the refs, this builder's version) changed.
 """
 

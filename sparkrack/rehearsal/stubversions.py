@@ -17,10 +17,14 @@ the version's option list, which the stub engine's own parser (stub/cli.py) take
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engines.option_names import OPTIONS_DIR, PINNED, tag_version
+from .stub.cli import SGLANG_VERSION, VLLM_VERSION
+
+OPTIONS_DIR = Path(__file__).resolve().parents[1] / "engines" / "options"  # the shipped tables
+PINNED = {"sglang": SGLANG_VERSION, "vllm": VLLM_VERSION}
 
 
 @dataclass(frozen=True)
@@ -68,9 +72,13 @@ VERSIONS = {
 
 
 def stub_version(engine: str, ref: str) -> StubVersion | None:
-    """The stub version ref's tag names (the pinned one without a version), or None when the
-    rehearsal has no stub of that version."""
-    return VERSIONS.get((engine, tag_version(ref) or PINNED[engine]))
+    """The stub version ref's tag names (the pinned one when the tag names none), or None
+    when the rehearsal has no stub of the version it names."""
+    tag = ref.split("@", 1)[0].rpartition(":")[2]
+    for (name, version), stub in VERSIONS.items():
+        if name == engine and re.match(rf"v?{re.escape(version)}(?![0-9.])", tag):
+            return stub
+    return None if re.match(r"v?\d+\.\d+", tag) else VERSIONS[(engine, PINNED[engine])]
 
 
 def known(engine: str) -> list[str]:

@@ -135,7 +135,8 @@ def engine_version(target: Target) -> Iterator[Hit | Skip]:
     elif options is None:
         known = ", ".join(tables(engine, target.inventory.path)) or "none"
         yield Hit(f"{image} runs {engine} {version.version}, which has no option table (known: "
-                  f"{known}): run `{learn}`, or from its wheel `python -m sparkrack.engines.option_extract "
+                  f"{known}): run `{learn}`, or from its wheel `python -m "
+                  "sparkrack.engines.option_extract "
                   f"WHEEL > {target.inventory.path / LEARNED_DIR}/{engine}-{version.version}.txt`")
 
 

@@ -63,7 +63,7 @@ _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RULE_KEYS = ("severity", "engines", "when", "check", "message", "explanation", "evidence",
               "verified_on")
 ANY = "any"  # verified_on value of a rule that does not depend on the engine's version
-_VERSION = re.compile(r"\d+(\.\d+)*([a-z0-9.+]*)")
+_VERSION = re.compile(r"\d+(\.\d+)*((rc|a|b|\.post|\.dev)\d+)?(\+[a-z0-9.]+)?")
 _CHECK_KEYS = (*RANK_KINDS, *NODE_KINDS, "code", "max", "values")
 _LAUNCH_KEYS = tuple(f.name for f in fields(LaunchFlags))
 
@@ -138,7 +138,8 @@ def _verified_on(section: Section) -> FrozenMapping:
     found = {}
     for engine in section:
         if engine not in ENGINES:
-            raise section.error(engine, f"unknown engine '{engine}'{did_you_mean(engine, ENGINES)}",
+            raise section.error(engine, f"unknown engine '{engine}'"
+                                f"{did_you_mean(engine, ENGINES)}",
                                 fix="engines: " + ", ".join(ENGINES))
         value = section.value(engine, lambda v: _ranges(v) is not None,
                               "a version, 'LOW - HIGH', a list of those, or any")

@@ -52,3 +52,20 @@ def test_an_error_line_names_the_command_typed():
     assert done.stderr.strip().splitlines() == [
         "error: unlock breaks another operator's lock: it needs a reason "
         "(`sparkrack unlock --force 'REASON'`)"]
+
+
+def test_every_task_takes_its_inventory_as_dash_i():
+    """`-i DIR` is the inventory on every task that has one: no other argument (an --image,
+    say) may take the short flag first."""
+    def tasks(collection, prefix=""):
+        for name, task in collection.tasks.items():
+            yield prefix + name, task
+        for name, sub in collection.collections.items():
+            yield from tasks(sub, f"{prefix}{name}.")
+
+    wrong = {}
+    for name, task in tasks(build_namespace()):
+        arguments = {arg.name: arg for arg in task.get_arguments()}
+        if "inventory" in arguments and "i" not in arguments["inventory"].nicknames:
+            wrong[name] = arguments["inventory"].nicknames
+    assert wrong == {}

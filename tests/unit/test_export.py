@@ -234,6 +234,8 @@ def test_the_group_runs_as_the_rack_does(real_inventory):
     assert service["spec"]["ports"] == [{"name": "http", "port": 30000, "targetPort": 30000,
                                          "protocol": "TCP"}]
     assert service["metadata"]["name"] == "sparkrack-sglang-512k-api"
+    for metadata in (lws["metadata"], group["leaderTemplate"]["metadata"]):  # flags checked on
+        assert metadata["annotations"]["sparkrack.engine-version"] == "0.5.22"
 
 
 @pytest.mark.parametrize("engine,profile", LANES)

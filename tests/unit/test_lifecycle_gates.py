@@ -53,7 +53,8 @@ def stand_ins(rehearsal_inventory, monkeypatch):
 
     monkeypatch.setattr(gates, "gather_facts_and_env", gather)
     monkeypatch.setattr(gates, "judge_rack", judge)
-    monkeypatch.setattr(gates, "load_engine", lambda path, name, images: SimpleNamespace(image_key=name))
+    monkeypatch.setattr(gates, "load_engine",
+                        lambda path, name, images: SimpleNamespace(image_key=name))
     monkeypatch.setattr(gates, "EnvFiles", lambda inventory, key: SimpleNamespace(
         files=lambda node: ["/etc/sparkrack/nccl.env"]))
     monkeypatch.setattr(gates, "build_specs", lambda *a, **k: tuple(

@@ -194,7 +194,8 @@ def test_an_image_of_a_version_without_an_option_table_is_refused(rack_dir, engi
         "the image's engine version has no option table to check the profile against: "
         f"{ref} runs {engine} {version}, which has no option table (known: {pinned}): run "
         f"`invoke engines.learn --engine {engine} --image {ref}`, or from its wheel "
-        f"`python -m sparkrack.engines.option_extract WHEEL > {rack_dir}/.sparkrack/engines/options/"
+        "`python -m sparkrack.engines.option_extract WHEEL > "
+        f"{rack_dir}/.sparkrack/engines/options/"
         f"{engine}-{version}.txt`")
     assert report.blocking and report.engine_version == version
     assert report.checked_against == (f"no option table for {engine} {version} (rule "
@@ -219,7 +220,8 @@ def test_a_learned_table_names_the_version_of_its_image_and_checks_the_profile(r
     learned.mkdir(parents=True)
     shipped = (REPO / "sparkrack" / "engines" / "options" / "sglang-0.5.22.txt").read_text()
     table = shipped.replace("#: version 0.5.22", f"#: version 0.5.24\n#: image {ref}")
-    (learned / "sglang-0.5.24.txt").write_text(table.replace("--cuda-graph-max-bs-decode value\n", ""))
+    without = table.replace("--cuda-graph-max-bs-decode value\n", "")
+    (learned / "sglang-0.5.24.txt").write_text(without)
     with pytest.raises(InventoryError, match=r"unknown sglang 0\.5\.24 option "
                        r"--cuda-graph-max-bs-decode"):
         check_profile(with_image(rack_dir, "sglang", ref), "sglang", "512k")
@@ -238,8 +240,8 @@ def test_the_pinned_versions_are_checked_and_every_rule_verified_on_them(rack_di
     for engine, version in (("sglang", "0.5.22"), ("vllm", "0.33.0")):
         report = check_profile(load_inventory(rack_dir), engine, "512k")
         assert report.engine_version == version and report.unverified == ()
-        assert report.checked_against.startswith(f"the {engine} {version} option table "
-                                                 f"(sparkrack/engines/options/{engine}-{version}.txt")
+        assert report.checked_against.startswith(
+            f"the {engine} {version} option table (sparkrack/engines/options/{engine}-{version}")
 
 
 # --- KV fit and the vLLM 4-bit ceiling ------------------------------------------------

@@ -171,6 +171,9 @@ rules:
     ("check: {code: kv_fit}\n    when: {flags: {--x: [a]}}",
      "DEMO: when.flags applies to per-rank data checks only"),
     ("check: {flag_present: --x}\n    when: {model: {colour: red}}", "unknown key 'colour'"),
+    ("check: {flag_present: --x}\n    verified_on: {sglang: 0.5.x}",
+     "sglang: expected a version, 'LOW - HIGH', a list of those, or any"),
+    ("check: {flag_present: --x}\n    verified_on: {tgi: 1.0}", "unknown engine 'tgi'"),
 ])
 def test_rules_file_mistakes_name_the_line(tmp_path, check, error):
     file = tmp_path / "rules.yml"
@@ -212,3 +215,22 @@ def test_number(text, value):
     ("198.51.100.11", False, "198.51.100.11"), ("head", True, "head")])
 def test_address_part(value, with_port, host):
     assert address_part(value, with_port) == host
+
+
+def test_a_rule_says_the_versions_it_was_verified_on(tmp_path):
+    file = tmp_path / "rules.yml"
+    head = RULES_HEAD.replace("launch_flags: {}",
+                              "launch_flags: {}\nverified_on: {sglang: 0.5.22}")
+    file.write_text(head + "    check: {flag_present: --x}\n"
+                    "  OWN:\n    severity: error\n    engines: [sglang, vllm]\n"
+                    "    message: m\n    explanation: e\n"
+                    "    evidence: [{source: seed, section: s, quote: q}]\n"
+                    "    check: {flag_present: --x}\n"
+                    "    verified_on: {sglang: [0.5.18 - 0.5.21, 0.5.23], vllm: any}\n")
+    demo, own = read_rules_file(file).rules
+    assert demo.verified("sglang", "0.5.22") and not demo.verified("sglang", "0.5.23")
+    assert not demo.verified("vllm", "0.33.0") and demo.verified_text("vllm") == "none"
+    assert [own.verified("sglang", v) for v in ("0.5.17", "0.5.18", "0.5.20", "0.5.22",
+                                                 "0.5.23")] == [False, True, True, False, True]
+    assert own.verified_text("sglang") == "0.5.18 - 0.5.21, 0.5.23"
+    assert own.verified("vllm", "9.9.9") and own.verified_text("vllm") == "any"

@@ -207,3 +207,35 @@ def test_model_dir_files_are_deterministic_and_listed_in_the_manifest():
     assert config.CONFIG_NAME not in modeldir.model_files(None)
     with pytest.raises(config.StubConfigError):
         modeldir.model_files({"bogus": 1})
+
+
+def test_a_stub_of_the_next_version_takes_its_own_options(tmp_path, monkeypatch):
+    """The 0.5.23 stub refuses the option 0.5.23 removed (exit 2, as the engine would) and
+    takes the renamed one; the option the stub reads keeps its default."""
+    from sparkrack.rehearsal.stubversions import VERSIONS
+
+    (tmp_path / "sglang-0.5.23.txt").write_text(VERSIONS[("sglang", "0.5.23")].table())
+    monkeypatch.setattr(cli, "OPTIONS_DIRS", (str(tmp_path),))
+    parser = cli.sglang_parser("0.5.23")
+    assert "--cuda-graph-max-bs-decode" not in _option_strings(parser)
+    assert _option_strings(parser) == {
+        line.split()[0] for line in VERSIONS[("sglang", "0.5.23")].table().splitlines()
+        if line and not line.startswith("#")}
+    namespace = parser.parse_args(["--model-path", "/m", "--schedule-conservativeness-factor",
+                                   "1.3"])
+    assert namespace.cuda_graph_max_bs_decode is None
+    with pytest.raises(SystemExit) as stopped:
+        parser.parse_args(["--model-path", "/m", "--cuda-graph-max-bs-decode", "4"])
+    assert stopped.value.code == 2
+
+
+def test_a_stub_fault_can_belong_to_one_engine_version():
+    data = config.check({"engines": {"sglang": {"versions": {
+        "0.5.23": {"ranks": {"3": {"exit_at_start": True}}, "tokens_per_s": 10}}}}})
+    new = config.resolve(data, "sglang", 3, [], 0, "0.5.23")
+    old = config.resolve(data, "sglang", 3, [], 0, "0.5.22")
+    assert new.exit_at_start and new.tokens_per_s == 10
+    assert not old.exit_at_start and old.tokens_per_s == config.DEFAULTS["tokens_per_s"]
+    with pytest.raises(config.StubConfigError, match=r"engines\.sglang\.versions\.0\.5\.23: "
+                       r"unknown key 'wedge'"):
+        config.check({"engines": {"sglang": {"versions": {"0.5.23": {"wedge": 1}}}}})

@@ -115,3 +115,31 @@ def test_the_runtime_runs_the_entry_points(built, tmp_path):
         assert record["argv"] == [*argv, "--bogus-flag"] and record["sparkrack_stub"] == engine
         assert (root / "tmp" / "sparkrack-stub-rank0.json").exists()
         assert not list(root.rglob("*.pyc.*"))  # nothing was compiled at run time
+
+
+def test_the_ref_s_tag_picks_the_stub_version(tmp_path):
+    """A 0.5.23 ref gets the made-up next version: its metadata, its parser sources and
+    its option list inside, its version as the image's label; an unknown one is refused."""
+    ref = "lmsysorg/sglang:v0.5.23-cu130"
+    stub = stubimage._stub("sglang", ref)
+    entries = {entry.path: entry for entry in stubimage._source_entries("sglang", stub)}
+    site = stubimage.SITE
+    assert b"Version: 0.5.23" in entries[f"{site}/sglang-0.5.23.dist-info/METADATA"].data
+    assert b"__version__ = \"0.5.23\"" in entries[f"{site}/sglang/__init__.py"].data
+    assert b"'--schedule-conservativeness-factor'" in \
+        entries[f"{site}/sglang/srt/server_args.py"].data
+    assert [p for p in entries if "/sparkrack_stub/options/" in p] == \
+        [f"{site}/sparkrack_stub/options/sglang-0.5.23.txt"]
+    data, _ = stubimage.image_tar("sglang", ref, b"", stub.version)
+    config = json.loads(next(v for k, v in _files(data).items() if k.endswith(".json")
+                             and k != "manifest.json" and "/" not in k))
+    assert config["config"]["Labels"]["org.opencontainers.image.version"] == "0.5.23"
+    with pytest.raises(stubimage.StubImageError, match=r"no stub sglang image of the version "
+                       r"lmsysorg/sglang:v0\.6\.0 names \(it has 0\.5\.22, 0\.5\.23\)"):
+        stubimage.build_stub_images(out_dir=tmp_path, refs={"sglang": "lmsysorg/sglang:v0.6.0"},
+                                    engines=["sglang"])
+
+
+def _files(data: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}

@@ -1,0 +1,94 @@
+"""engines.learn without a rack: the table kept in the inventory with its image's ref and
+ID, the version the image then runs, and what changed from the nearest known version."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sparkrack.engines.learn import LearnFailed, compare, keep, nearest_table
+from sparkrack.engines.option_names import (
+    LEARNED_DIR, image_version, lane_options, options_for, read_options, tables)
+from sparkrack.inventory import load_inventory
+from sparkrack.rehearsal.stubversions import VERSIONS
+
+REPO = Path(__file__).resolve().parents[2]
+REF = "lmsysorg/sglang:v0.5.23-cu130"
+IMAGE_ID = "sha256:" + "3" * 64
+
+
+@pytest.fixture
+def rack(tmp_path):
+    return load_inventory(shutil.copytree(REPO / "inventory" / "rehearsal", tmp_path / "rack"))
+
+
+def learned(rack, key=("sglang", "0.5.23"), ref=REF):
+    return keep(rack, key[0], ref, IMAGE_ID, "spark-01", VERSIONS[key].table(), notes=[],
+                seconds=0.5)
+
+
+def test_a_learned_table_is_kept_with_its_image_and_compared(rack):
+    found = learned(rack)
+    assert found.file == rack.path / LEARNED_DIR / "sglang-0.5.23.txt"
+    header = [line for line in found.file.read_text().splitlines() if line.startswith("#: ")]
+    assert header[:4] == ["#: engine sglang", "#: version 0.5.23", "#: allow_abbrev true",
+                          "#: underscores false"]
+    assert header[4:7] == [f"#: image {REF}", f"#: image_id {IMAGE_ID}", "#: learned_on spark-01"]
+    assert found.options.image == REF and found.version == "0.5.23"
+    assert found.comparison.lines() == [
+        "compared with sglang 0.5.22:",
+        "  removed  --cuda-graph-max-bs-decode",
+        "  renamed  --schedule-conservativeness -> --schedule-conservativeness-factor "
+        "(likely: a removed and an added option, close names, same kind of value)"]
+    assert list(tables("sglang", rack.path)) == ["0.5.22", "0.5.23"]
+
+
+def test_the_image_says_its_version_once_learned(rack):
+    """A ref whose tag names no version runs what the image said when it was learned."""
+    ref = "registry.example/sglang:nightly"
+    assert image_version("sglang", ref, rack.path).source == "none"
+    learned(rack, ref=ref)
+    version, options = lane_options("sglang", ref, rack.path)
+    assert (version.version, version.source) == ("0.5.23", "image")
+    assert version.describe() == f"sglang 0.5.23 (read from the image by engines.learn: {ref})"
+    assert options.label == "sglang 0.5.23" and "--cuda-graph-max-bs-decode" not in options.takes
+    assert lane_options("sglang", REF, rack.path)[0].source == "tag"  # another ref: its tag
+
+
+def test_learning_the_pinned_version_again_compares_with_the_shipped_table(rack):
+    found = learned(rack, ("sglang", "0.5.22"), "lmsysorg/sglang:v0.5.22-cu130")
+    assert found.comparison.same and found.comparison.lines() == ["the same options as sglang 0.5.22"]
+    assert options_for("sglang", "0.5.22", rack.path).file == found.file  # the inventory's wins
+
+
+def test_a_vllm_version_compares_with_its_own_engine_only(rack):
+    found = learned(rack, ("vllm", "0.34.0"), "vllm/vllm-openai:v0.34.0")
+    assert found.comparison.old == "vllm 0.33.0"
+    assert found.comparison.renamed == (("--block-size", "--kv-block-size"),)
+    assert found.comparison.removed == ("--disable-log-stats",)
+
+
+def test_output_without_a_table_header_is_refused(rack):
+    with pytest.raises(LearnFailed, match="has no header"):
+        keep(rack, "sglang", REF, IMAGE_ID, "spark-01", "Traceback (most recent call last)\n",
+             notes=[], seconds=0.1)
+    assert not (rack.path / LEARNED_DIR).exists() or not any((rack.path / LEARNED_DIR).iterdir())
+
+
+def test_the_nearest_table_is_the_same_version_else_below_else_above():
+    shipped = read_options(REPO / "sparkrack" / "engines" / "options" / "sglang-0.5.22.txt")
+    known = {"0.5.22": shipped, "0.5.30": shipped}
+    assert nearest_table(known, "0.5.22") is shipped
+    assert nearest_table({"0.5.30": "above", "0.5.20": "below"}, "0.5.25") == "below"
+    assert nearest_table({"0.5.30": "above"}, "0.5.25") == "above"
+    assert nearest_table({}, "0.5.25") is None
+
+
+def test_a_switch_that_takes_a_value_now_is_a_change():
+    shipped = read_options(REPO / "sparkrack" / "engines" / "options" / "sglang-0.5.22.txt")
+    takes = dict(shipped.takes, **{"--enable-metrics": "value"})
+    changed = compare(shipped, type(shipped)(**{**shipped.__dict__, "takes": takes}))
+    assert changed.changed == (("--enable-metrics", "none", "value"),)
+    assert "  changed  --enable-metrics: takes none -> value" in changed.lines()

@@ -26,7 +26,7 @@ from ..errors import SparkrackError, UsageError
 from ..fleet import Fleet
 from ..inventory import Inventory
 from .option_names import LEARNED_DIR, OptionSet, read_options, tables, version_key
-from .profile_file import load_engine
+from .profile_file import image_key_of
 
 EXTRACTOR = Path(__file__).with_name("option_extract.py")
 IN_CONTAINER = "/tmp/sparkrack_option_extract.py"
@@ -98,11 +98,10 @@ def learn(inventory: Inventory, engine: str, image: str | None = None, *,
           timeout: float = TIMEOUT_S) -> Learned:
     """Read engine's option table from image (default: the inventory's image for engine)
     on the head node; keep it in the inventory; compare it with the nearest known table."""
-    definition = load_engine(inventory.path, engine, inventory.vars.images)
-    image = image or inventory.vars.images.get(definition.image_key)
+    key = image_key_of(inventory.path, engine)
+    image = image or inventory.vars.images.get(key)
     if not image:
-        raise UsageError(f"the inventory has no image for '{definition.image_key}'",
-                         fix="pass --image REF")
+        raise UsageError(f"the inventory has no image for '{key}'", fix="pass --image REF")
     head = inventory.head
     started = time.monotonic()
     with Fleet(inventory) as fleet:

@@ -166,6 +166,13 @@ def load_engine(inventory_dir: Path, engine: str, images: Mapping[str, str] | No
                             inventory_dir=inventory_dir)
 
 
+def image_key_of(inventory_dir: Path, engine: str) -> str:
+    """The key into the inventory's images of engine's profile file, read without checking
+    the profiles (a profile that the image's version refuses still names its image)."""
+    top = read_section(engine_file(inventory_dir, engine), _TOP_KEYS)
+    return top.value("image_key", is_name, "a key of the inventory's images")
+
+
 def read_engine_file(file: Path, images: Mapping[str, str] | None = None, *,
                      image: str | None = None, inventory_dir: Path | None = None) -> EngineDef:
     """One profile file, read and checked; InventoryError at file:line for any mistake.

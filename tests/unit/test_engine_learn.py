@@ -92,3 +92,23 @@ def test_a_switch_that_takes_a_value_now_is_a_change():
     changed = compare(shipped, type(shipped)(**{**shipped.__dict__, "takes": takes}))
     assert changed.changed == (("--enable-metrics", "none", "value"),)
     assert "  changed  --enable-metrics: takes none -> value" in changed.lines()
+
+
+def test_learning_again_does_not_need_a_profile_the_version_takes(rack, monkeypatch):
+    """Once 0.5.23 is learned the shipped profile is refused on it; learning the image
+    again (a re-pushed tag) still works: only the profile file's image key is read."""
+    import sparkrack.engines.learn as learn_module
+
+    rack_vars = rack.path / "group_vars" / "all.yml"
+    rack_vars.write_text(rack_vars.read_text().replace("lmsysorg/sglang:v0.5.22-cu130", REF))
+    rack = load_inventory(rack.path)
+    learned(rack)
+
+    class Stop(Exception):
+        pass
+
+    def fleet(inventory):
+        raise Stop(inventory.vars.images["sglang"])
+    monkeypatch.setattr(learn_module, "Fleet", fleet)
+    with pytest.raises(Stop, match=REF):
+        learn_module.learn(rack, "sglang")

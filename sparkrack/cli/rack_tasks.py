@@ -40,7 +40,9 @@ def status(c, inventory=None, limit=None, json=False):
                 error = f": {dep['error']}" if kind == "failed" and dep.get("error") else ""
                 weights = (f" weights {dep['model_path']} {dep['weights_digest'][:12]}"
                            if dep.get("weights_digest") else "")
-                print(f"{kind}{state}: {dep['engine']} {dep['profile']} image {dep['image_id'][:19]} "
+                image = f"{dep['image']} ({dep['image_id'][:19]})" if dep.get("image") \
+                    else dep["image_id"][:19]
+                print(f"{kind}{state}: {dep['engine']} {dep['profile']} image {image} "
                       f"spec {dep['spec_hash'][:12]}{weights} deployment {dep['deployment_id']}"
                       f"{by}{error}")
         if api:

@@ -139,6 +139,8 @@ def test_an_upgrade_is_refused_learned_fixed_fallen_back_and_rolled(upgrade, eng
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"rolled to sglang 512k ({new_id[:19]}" in done.stderr, done.stderr
     assert serving(engine_rack) == (new_id, "0.5.23")
+    done = invoke(inventory, "status")
+    assert f"current (serving): sglang 512k image {NEW} ({new_id[:19]}) spec " in done.stdout
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])

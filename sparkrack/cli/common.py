@@ -42,6 +42,7 @@ def operator_task(body):
 
         on_node_lost(say)  # a node lost mid-command is named at once
         try:
+            _refuse_help_as_a_value(body, args, kwargs)
             return body(*args, **kwargs)
         except SparkrackError as exc:  # its line may quote a node: escaped
             raise Exit(f"error: {escape_controls(as_typed(exc.line()))}",
@@ -58,6 +59,16 @@ def operator_task(body):
                        "shows the traceback)", code=1) from None
 
     return run
+
+
+def _refuse_help_as_a_value(body, args: tuple, kwargs: dict) -> None:
+    """invoke reads `invoke up --help` as up's ENGINE being `--help` (a positional argument
+    takes the next word): say so and how to get the help, before anything runs."""
+    for value in (*args[1:], *kwargs.values()):
+        if value in ("--help", "-h"):
+            task = body.__name__.replace("_", "-")
+            raise UsageError(f"{value} was read as an argument's value, not as a request for "
+                             "help", fix=f"invoke -h {task} shows the task's help")
 
 
 def rack_task(changing=True, name: str | None = None):

@@ -69,3 +69,20 @@ def test_every_task_takes_its_inventory_as_dash_i():
         if "inventory" in arguments and "i" not in arguments["inventory"].nicknames:
             wrong[name] = arguments["inventory"].nicknames
     assert wrong == {}
+
+
+@pytest.mark.parametrize("argv", [["up", "--help"], ["plan", "-h"], ["roll", "--help"]])
+def test_help_after_a_task_with_a_positional_is_refused_before_anything_runs(argv):
+    """invoke reads `up --help` as up's ENGINE: one line saying how to get the help, exit 2,
+    and no lock taken, no node contacted (the example inventory's nodes are refused)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=repo, text=True,
+                          capture_output=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "SPARKRACK_INVENTORY": "inventory/rack"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (f"error: {argv[1]} was read as an argument's value, not as "
+                                   f"a request for help (invoke -h {argv[0]} shows the task's help)")

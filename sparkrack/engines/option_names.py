@@ -68,6 +68,7 @@ class OptionSet:
     allow_abbrev: bool  # the engine's parser takes a unique prefix for the option
     underscores: bool  # and `--max_model_len` for `--max-model-len` (vLLM)
     image: str | None = None  # the image ref the table was learned from (engines.learn)
+    image_id: str | None = None  # and that image's ID then
 
     @property
     def label(self) -> str:
@@ -236,7 +237,7 @@ def _read_options(file: Path, _mtime_ns: int, _size: int) -> OptionSet:
                      takes=takes, primary=primary,
                      allow_abbrev=header.get("allow_abbrev") == "true",
                      underscores=header.get("underscores") == "true",
-                     image=header.get("image"))
+                     image=header.get("image"), image_id=header.get("image_id"))
 
 
 def checked_against(version: EngineVersion | None, options: OptionSet | None) -> str:

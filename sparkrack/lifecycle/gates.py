@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from ..fabric import check_fabric
 from ..engines import LaunchSpec, build_specs, load_engine
+from ..engines.option_names import lane_options
 from ..facts import node as node_facts
 from ..facts import records as record_facts
 from ..facts.node import NodeFacts, burn_this_boot
@@ -226,7 +227,9 @@ def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
     report.add("rules", [f"{f.rule}: {f.message} ({f.where(rules.node_count)})" for f in rules.blocking],
                f"{len(rules.warnings)} warning(s), {len(rules.waived)} waived")
 
-    report.add("image", image_problems(fleet, specs, report), f"{head.image} is {report.image_id[:19]} everywhere")
+    report.add("image", image_problems(fleet, specs, report) + relearn_problems(inventory, head,
+                                                                                 report.image_id),
+               f"{head.image} is {report.image_id[:19]} everywhere")
     report.model_path = head.docker.mounts[0].source
     report.weights_digest, problems = gate_problems(fleet, fleet.nodes, report.model_path)
     report.add("weights", problems, f"{report.model_path} complete everywhere (manifest "
@@ -259,6 +262,18 @@ def image_problems(fleet: Fleet, specs: tuple[LaunchSpec, ...], report: Prefligh
     problems += [f"{node}: image ID {found[:19]} differs from {specs[0].node}'s {reference[:19]}"
                  for node, found in ids.items() if found and reference and found != reference]
     return problems
+
+
+def relearn_problems(inventory: Inventory, head: LaunchSpec, image_id: str) -> list[str]:
+    """The image's options were learned from another image under the same ref (a tag pushed
+    again): its flags were checked against what an older image takes."""
+    options = lane_options(head.engine, head.image, inventory.path)[1]
+    if options is None or options.image != head.image or not options.image_id or not image_id \
+            or options.image_id == image_id:
+        return []
+    return [f"{head.image} is {image_id[:19]} on {head.node}, its options were learned from "
+            f"{options.image_id[:19]} (the tag was pushed again): run `invoke engines.learn "
+            f"--engine {head.engine}`"]
 
 
 def memory_problems(specs: tuple[LaunchSpec, ...], facts: dict[str, NodeFacts]) -> list[str]:

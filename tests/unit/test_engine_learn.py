@@ -112,3 +112,20 @@ def test_learning_again_does_not_need_a_profile_the_version_takes(rack, monkeypa
     monkeypatch.setattr(learn_module, "Fleet", fleet)
     with pytest.raises(Stop, match=REF):
         learn_module.learn(rack, "sglang")
+
+
+def test_a_tag_pushed_again_since_it_was_learned_is_refused_at_the_image_gate(rack):
+    from types import SimpleNamespace
+
+    from sparkrack.lifecycle.gates import relearn_problems
+
+    learned(rack)
+    head = SimpleNamespace(engine="sglang", image=REF, node="spark-01")
+    assert relearn_problems(rack, head, IMAGE_ID) == []
+    assert relearn_problems(rack, head, "sha256:" + "4" * 64) == [
+        f"{REF} is sha256:444444444444 on spark-01, its options were learned from "
+        "sha256:333333333333 (the tag was pushed again): run `invoke engines.learn --engine "
+        "sglang`"]
+    other = SimpleNamespace(engine="sglang", image="lmsysorg/sglang:v0.5.22-cu130",
+                            node="spark-01")
+    assert relearn_problems(rack, other, "sha256:" + "5" * 64) == []  # a shipped table

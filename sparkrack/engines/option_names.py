@@ -21,6 +21,7 @@ gets the syntax checks only and rule ENGINE-VERSION refuses the lane, naming how
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import re
@@ -69,6 +70,7 @@ class OptionSet:
     underscores: bool  # and `--max_model_len` for `--max-model-len` (vLLM)
     image: str | None = None  # the image ref the table was learned from (engines.learn)
     image_id: str | None = None  # and that image's ID then
+    previous: OptionSet | None = None  # the version before it, to name what a release dropped
 
     @property
     def label(self) -> str:
@@ -126,10 +128,24 @@ class OptionSet:
             whole = self.primary[self.resolve(base)[0]]
             return (f"{name}: give {whole} as one JSON value, not key by key",
                     f"write {whole}: '{{\"{name.split('.', 1)[1]}\": ...}}'")
+        dropped = self.previous.resolve(name)[0] if self.previous is not None else None
+        if dropped is not None:
+            return self._dropped(name, self.previous.primary[dropped])
         close = difflib.get_close_matches(name, sorted(set(self.primary.values())), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         return (f"unknown {self.label} option {name}{hint}",
                 f"the options of {self.label} are listed in {self.shown_file()}")
+
+    def _dropped(self, name: str, old: str) -> tuple[str, str]:
+        """(what is wrong, the fix) for an option the previous version had and this lacks."""
+        kind = self.previous.takes[old]
+        new = sorted({first for first in self.primary.values()
+                      if first not in self.previous.takes and self.takes[first] == kind})
+        renamed = difflib.get_close_matches(old, new, n=1, cutoff=0.75)
+        return (f"{self.label} has no option {name}: {self.previous.label} had it, "
+                + (f"{self.version} likely renamed it {renamed[0]}" if renamed
+                   else f"{self.version} removed it"),
+                f"write {renamed[0]}" if renamed else f"drop {name} from the profile")
 
     def value_problem(self, flag: str, value: object) -> tuple[str, str] | None:
         """(what is wrong, the fix) when a profile gives a switch a value or a valued
@@ -204,7 +220,12 @@ def lane_options(engine: str, image: str,
     version = image_version(engine, image, inventory_dir)
     if engine not in PINNED or version.version is None:
         return version, None
-    return version, options_for(engine, version.version, inventory_dir)
+    known = tables(engine, inventory_dir)
+    options = known.get(version.version)
+    below = [v for v in known if version_key(v) < version_key(version.version)]
+    if options is None or not below:
+        return version, options
+    return version, dataclasses.replace(options, previous=known[max(below, key=version_key)])
 
 
 def read_options(file: Path) -> OptionSet:

@@ -64,7 +64,7 @@ VERSIONS = {
     ("vllm", "0.33.0"): StubVersion("vllm", "0.33.0", "0.33.0"),
     ("sglang", "0.5.23"): StubVersion(
         "sglang", "0.5.23", "0.5.22", removed=("--cuda-graph-max-bs-decode",),
-        renamed={"--schedule-conservativeness": "--schedule-conservativeness-factor"}),
+        renamed={"--schedule-conservativeness": "--schedule-conservative-factor"}),
     ("vllm", "0.34.0"): StubVersion(
         "vllm", "0.34.0", "0.33.0", removed=("--disable-log-stats",),
         renamed={"--block-size": "--kv-block-size"}),

@@ -40,7 +40,7 @@ def test_a_learned_table_is_kept_with_its_image_and_compared(rack):
     assert found.comparison.lines() == [
         "compared with sglang 0.5.22:",
         "  removed  --cuda-graph-max-bs-decode",
-        "  renamed  --schedule-conservativeness -> --schedule-conservativeness-factor "
+        "  renamed  --schedule-conservativeness -> --schedule-conservative-factor "
         "(likely: a removed and an added option, close names, same kind of value)"]
     assert list(tables("sglang", rack.path)) == ["0.5.22", "0.5.23"]
 
@@ -129,3 +129,19 @@ def test_a_tag_pushed_again_since_it_was_learned_is_refused_at_the_image_gate(ra
     other = SimpleNamespace(engine="sglang", image="lmsysorg/sglang:v0.5.22-cu130",
                             node="spark-01")
     assert relearn_problems(rack, other, "sha256:" + "5" * 64) == []  # a shipped table
+
+
+def test_a_profile_flag_the_new_version_dropped_or_renamed_is_named_so(rack):
+    """On the learned 0.5.23 table, a flag 0.5.22 had is not just unknown: the error says
+    the release removed it, or likely renamed it and to what."""
+    learned(rack)
+    options = lane_options("sglang", REF, rack.path)[1]
+    assert options.previous.label == "sglang 0.5.22"
+    assert options.problem("--cuda-graph-max-bs-decode") == (
+        "sglang 0.5.23 has no option --cuda-graph-max-bs-decode: sglang 0.5.22 had it, 0.5.23 "
+        "removed it", "drop --cuda-graph-max-bs-decode from the profile")
+    assert options.problem("--schedule-conservativeness") == (
+        "sglang 0.5.23 has no option --schedule-conservativeness: sglang 0.5.22 had it, 0.5.23 "
+        "likely renamed it --schedule-conservative-factor",
+        "write --schedule-conservative-factor")
+    assert options.problem("--no-such-option")[0].startswith("unknown sglang 0.5.23 option")

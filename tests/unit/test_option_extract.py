@@ -59,7 +59,7 @@ def test_a_wheel_and_the_installed_package_give_the_same_table(tmp_path):
 def test_the_renamed_and_removed_options_of_the_next_stub_versions():
     sglang = rows(VERSIONS[("sglang", "0.5.23")].table())
     assert "#: version 0.5.23" in sglang and "--cuda-graph-max-bs-decode value" not in sglang
-    assert "--schedule-conservativeness-factor value" in sglang
+    assert "--schedule-conservative-factor value" in sglang
     assert "--schedule-conservativeness value" not in sglang
     vllm = rows(VERSIONS[("vllm", "0.34.0")].table())
     assert "--kv-block-size value" in vllm and "--disable-log-stats none" not in vllm

@@ -221,7 +221,7 @@ def test_a_stub_of_the_next_version_takes_its_own_options(tmp_path, monkeypatch)
     assert _option_strings(parser) == {
         line.split()[0] for line in VERSIONS[("sglang", "0.5.23")].table().splitlines()
         if line and not line.startswith("#")}
-    namespace = parser.parse_args(["--model-path", "/m", "--schedule-conservativeness-factor",
+    namespace = parser.parse_args(["--model-path", "/m", "--schedule-conservative-factor",
                                    "1.3"])
     assert namespace.cuda_graph_max_bs_decode is None
     with pytest.raises(SystemExit) as stopped:

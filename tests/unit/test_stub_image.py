@@ -126,7 +126,7 @@ def test_the_ref_s_tag_picks_the_stub_version(tmp_path):
     site = stubimage.SITE
     assert b"Version: 0.5.23" in entries[f"{site}/sglang-0.5.23.dist-info/METADATA"].data
     assert b"__version__ = \"0.5.23\"" in entries[f"{site}/sglang/__init__.py"].data
-    assert b"'--schedule-conservativeness-factor'" in \
+    assert b"'--schedule-conservative-factor'" in \
         entries[f"{site}/sglang/srt/server_args.py"].data
     assert [p for p in entries if "/sparkrack_stub/options/" in p] == \
         [f"{site}/sparkrack_stub/options/sglang-0.5.23.txt"]

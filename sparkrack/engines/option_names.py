@@ -32,6 +32,7 @@ from pathlib import Path
 PINNED = {"sglang": "0.5.22", "vllm": "0.33.0"}  # the versions the shipped profiles run
 OPTIONS_DIR = Path(__file__).with_name("options")
 LEARNED_DIR = Path(".sparkrack") / "engines" / "options"  # in an inventory directory
+VERSION_LABEL = "org.opencontainers.image.version"  # an image's own word for its version
 VALUE, NONE, OPTIONAL = "value", "none", "optional"
 TAG_VERSION = re.compile(r":v?(\d+\.\d+\.\d+(?:(?:rc|a|b|\.post|\.dev)\d+)?)"
                          r"(?:[-_+][A-Za-z0-9._-]*)?$")

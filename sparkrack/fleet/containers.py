@@ -172,6 +172,13 @@ class NodeDocker:
         finally:
             container.remove(force=True)
 
+    def image_labels(self, ref: str) -> dict[str, str] | None:
+        """The labels of the image ref names on the node, or None when it has no such image."""
+        try:
+            return dict(self._client.images.get(ref).labels or {})
+        except docker.errors.ImageNotFound:
+            return None
+
     def image_id(self, ref: str) -> str | None:
         """The ID of the image ref names on the node, or None when it has no such image."""
         try:

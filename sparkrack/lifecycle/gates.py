@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from ..fabric import check_fabric
 from ..engines import LaunchSpec, build_specs, load_engine
-from ..engines.option_names import lane_options
+from ..engines.option_names import VERSION_LABEL, lane_options
 from ..facts import node as node_facts
 from ..facts import records as record_facts
 from ..facts.node import NodeFacts, burn_this_boot
@@ -227,8 +227,8 @@ def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
     report.add("rules", [f"{f.rule}: {f.message} ({f.where(rules.node_count)})" for f in rules.blocking],
                f"{len(rules.warnings)} warning(s), {len(rules.waived)} waived")
 
-    report.add("image", image_problems(fleet, specs, report) + relearn_problems(inventory, head,
-                                                                                 report.image_id),
+    report.add("image", image_problems(fleet, specs, report)
+               + version_problems(fleet, inventory, head, report.image_id),
                f"{head.image} is {report.image_id[:19]} everywhere")
     report.model_path = head.docker.mounts[0].source
     report.weights_digest, problems = gate_problems(fleet, fleet.nodes, report.model_path)
@@ -264,16 +264,28 @@ def image_problems(fleet: Fleet, specs: tuple[LaunchSpec, ...], report: Prefligh
     return problems
 
 
-def relearn_problems(inventory: Inventory, head: LaunchSpec, image_id: str) -> list[str]:
-    """The image's options were learned from another image under the same ref (a tag pushed
-    again): its flags were checked against what an older image takes."""
-    options = lane_options(head.engine, head.image, inventory.path)[1]
-    if options is None or options.image != head.image or not options.image_id or not image_id \
-            or options.image_id == image_id:
+def version_problems(fleet: Fleet, inventory: Inventory, head: LaunchSpec,
+                     image_id: str) -> list[str]:
+    """The lane's flags were checked against another version than the image on the head
+    runs: its options were learned from an older image under the same ref (a tag pushed
+    again), or, read from its tag, the image's own version label says otherwise."""
+    version, options = lane_options(head.engine, head.image, inventory.path)
+    learn = f"run `invoke engines.learn --engine {head.engine}`"
+    if version.source == "image":
+        if options is None or not options.image_id or not image_id \
+                or options.image_id == image_id:
+            return []
+        return [f"{head.image} is {image_id[:19]} on {head.node}, its options were learned "
+                f"from {options.image_id[:19]} (the tag was pushed again): {learn}"]
+    try:
+        said = (fleet.docker(head.node).image_labels(head.image) or {}).get(VERSION_LABEL)
+    except Exception:  # noqa: BLE001 - a node lost since the facts: the image gate names it
         return []
-    return [f"{head.image} is {image_id[:19]} on {head.node}, its options were learned from "
-            f"{options.image_id[:19]} (the tag was pushed again): run `invoke engines.learn "
-            f"--engine {head.engine}`"]
+    if not said or version.version is None or said.lstrip("v") == version.version:
+        return []
+    return [f"{head.image} on {head.node} says it runs {head.engine} {said} (label "
+            f"{VERSION_LABEL}), its tag {version.version}: {learn} (reads the options of "
+            "the version it runs)"]
 
 
 def memory_problems(specs: tuple[LaunchSpec, ...], facts: dict[str, NodeFacts]) -> list[str]:

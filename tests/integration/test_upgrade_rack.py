@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import docker.errors
 import pytest
 import yaml
 from provision_helpers import inventory_copy
@@ -29,6 +30,7 @@ from sparkrack.rehearsal.stubimage import build_stub_images
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
 NEW = "lmsysorg/sglang:v0.5.23-cu130"
+MISLABELED = "lmsysorg/sglang:v0.5.22-mislabeled"  # the 0.5.23 image under a 0.5.22 tag
 REMOVED = "--cuda-graph-max-bs-decode"
 STUB = {"load_delay_s": 0.3, "tokens_per_s": 50}
 
@@ -71,7 +73,11 @@ def upgrade(engine_rack, tmp_path):
         with Fleet(engine_rack) as fleet:
             write_stub_model(fleet, STUB)
             for node in fleet.nodes:
-                fleet.docker_client(node).images.remove(NEW)
+                for ref in (MISLABELED, NEW):
+                    try:
+                        fleet.docker_client(node).images.remove(ref)
+                    except docker.errors.ImageNotFound:
+                        pass
 
 
 def test_an_upgrade_is_refused_learned_fixed_fallen_back_and_rolled(upgrade, engine_rack):
@@ -85,6 +91,20 @@ def test_an_upgrade_is_refused_learned_fixed_fallen_back_and_rolled(upgrade, eng
     assert done.returncode == 1, done.stdout + done.stderr
     assert (f"{NEW} runs sglang 0.5.23, which has no option table (known: 0.5.22): run "
             f"`invoke engines.learn --engine sglang --image {NEW}`") in done.stdout, done.stdout
+
+    # 1b. The same image under a 0.5.22 tag: its tag would check it as 0.5.22, its own
+    #     version label says 0.5.23; the roll's image gate refuses it, nothing stops.
+    with Fleet(inventory) as fleet:
+        for node in fleet.nodes:
+            fleet.docker_client(node).images.get(NEW).tag(MISLABELED)
+    mislabeled = inventory_copy(engine_rack.path, inventory.path.parent / "mislabeled",
+                                images={**engine_rack.vars.images, "sglang": MISLABELED})
+    done = invoke(mislabeled, "roll", "--engine", "sglang")
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert (f"{MISLABELED} on spark-01 says it runs sglang 0.5.23 (label "
+            "org.opencontainers.image.version), its tag 0.5.22: run `invoke engines.learn "
+            "--engine sglang`") in done.stderr, done.stderr
+    assert {(c.node, c.deployment, c.status) for c in nothing_runs(engine_rack)} == running
 
     # 2. Learned from the image on the head: the removed and the renamed option named.
     done = invoke(inventory, "engines.learn", "--engine", "sglang")

@@ -236,10 +236,12 @@ def restore(fleet: Fleet, inventory: Inventory, last: Deployment, burn, timeout,
             on_event) -> Deployment:
     """Start the last known-good deployment again: its image (a roll that upgraded the
     engine falls back to the version that served), rebuilt from the inventory and the
-    nodes' env files."""
+    nodes' env files. Nodes whose cap a burn verified this boot are not burned again: the
+    rack is not serving while this runs."""
     phases = Phases()
     pre = gated(fleet, inventory, last.engine, last.profile, burn, image=last.image,
-                what=f"restoring {last.engine} {last.profile}", on_event=on_event, phases=phases)
+                keep_verified=True, what=f"restoring {last.engine} {last.profile}",
+                on_event=on_event, phases=phases)
     if pre.specs[0].spec_hash != last.spec_hash:
         on_event(f"note: {last.engine} {last.profile} spec changed since it was last good "
                  f"({last.spec_hash[:12]} -> {pre.specs[0].spec_hash[:12]})")

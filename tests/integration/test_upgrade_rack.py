@@ -153,6 +153,8 @@ def test_an_upgrade_is_refused_learned_fixed_fallen_back_and_rolled(upgrade, eng
     assert "rolled back to the last known-good deployment: sglang 512k (" + old_id[:19] \
         in done.stderr, done.stderr
     assert serving(engine_rack) == (old_id, "0.5.22")
+    # the roll's gates and the restore's: no node burned again (each was verified this boot)
+    assert done.stderr.count("verified this boot, not burned again") == 2, done.stderr
 
     # 6. Without the fault the roll goes through: 0.5.23 serves.
     with Fleet(inventory) as fleet:

@@ -184,20 +184,21 @@ def test_roll_takes_the_records_from_the_gates_round_trip(rehearsal_inventory, m
 def test_restore_brings_back_the_last_good_image_not_the_inventory_s(rehearsal_inventory,
                                                                       monkeypatch):
     """After an upgrade's roll fails, the version that served comes back: restore gates and
-    launches the last good deployment's own image."""
+    launches the last good deployment's own image, without burning again the nodes a burn
+    verified this boot (the rack serves nothing meanwhile)."""
     last = record.Deployment("sglang", "512k", "good", "h", "lmsysorg/sglang:v0.5.22-cu130",
                              "sha256:old")
     seen, events = {}, []
     spec = SimpleNamespace(spec_hash="h2")
 
     def gate(fleet, inventory, engine_name, profile, burn, **options):
-        seen["image"] = options["image"]
+        seen["image"], seen["keep_verified"] = options["image"], options["keep_verified"]
         return gates.Preflight(specs=(spec,), image_id="sha256:new")
 
     monkeypatch.setattr(engine, "gated", gate)
     monkeypatch.setattr(engine, "launch", lambda fleet, inventory, specs, pre, **kw: specs)
     assert engine.restore(None, rehearsal_inventory, last, None, 1, None, events.append) == (spec,)
-    assert seen == {"image": "lmsysorg/sglang:v0.5.22-cu130"}
+    assert seen == {"image": "lmsysorg/sglang:v0.5.22-cu130", "keep_verified": True}
     assert events == ["note: sglang 512k spec changed since it was last good (h -> h2)",
                       "note: lmsysorg/sglang:v0.5.22-cu130 is sha256:new now, sha256:old when it "
                       "was last good"]

@@ -22,9 +22,8 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline
     The environment is read from each node's env files (one round trip, read-only); a node
     that does not answer shows the inventory's view. Secrets show as ***."""
     from ..engines import build_specs, docker_run_argv, load_engine
-    from ..provision.envfiles import rack_view
-
     from ..engines.option_names import checked_against
+    from ..provision.envfiles import rack_view
 
     rack = inventory_from(inventory)
     definition = load_engine(rack.path, engine, rack.vars.images)

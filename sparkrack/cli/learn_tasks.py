@@ -31,8 +31,8 @@ def learn(c, engine=None, inventory=None, image=None, json=False):
                 f"{learned.version}: {len(learned.options.takes)} option strings, read in "
                 f"{learned.seconds:.1f} s")
     console.say(f"kept in {learned.file}")
-    for line in learned.comparison.lines() if learned.comparison else ["no other table of "
-                                                                         f"{engine} to compare"]:
+    compared = learned.comparison
+    for line in compared.lines() if compared else [f"no other table of {engine} to compare"]:
         console.say(line)
     for note in learned.notes:
         console.say(f"note: {note}")

@@ -25,7 +25,8 @@ from ..atomic import write_atomically
 from ..errors import SparkrackError, UsageError
 from ..fleet import Fleet
 from ..inventory import Inventory
-from .option_names import LEARNED_DIR, OptionSet, read_options, tables, version_key
+from .option_names import (
+    LEARNED_DIR, OptionSet, read_options, tables, version_below, version_key)
 from .profile_file import image_key_of
 
 EXTRACTOR = Path(__file__).with_name("option_extract.py")
@@ -104,18 +105,23 @@ def learn(inventory: Inventory, engine: str, image: str | None = None, *,
         raise UsageError(f"the inventory has no image for '{key}'", fix="pass --image REF")
     head = inventory.head
     started = time.monotonic()
-    with Fleet(inventory) as fleet:
+    with Fleet(inventory, [head]) as fleet:
         docker = fleet.docker(head)
-        image_id = docker.image_id(image)
-        if image_id is None:
+        found = docker.image_info(image)
+        if found is None:
             raise LearnFailed(f"{head.name} has no image {image}",
                               fix="load it there first (`invoke provision --role "
                               "engine_images` for the inventory's images, or docker pull)")
-        code, out, err = docker.run_to_end(
-            image, ["python3", IN_CONTAINER, "--installed", engine],
-            name=f"sparkrack-learn-{engine}-{int(time.time())}",
-            files={IN_CONTAINER: EXTRACTOR.read_bytes()}, timeout=timeout,
-            labels={LABEL: engine})
+        image_id = found[0]
+        try:
+            code, out, err = docker.run_to_end(
+                image, ["python3", IN_CONTAINER, "--installed", engine],
+                name=f"sparkrack-learn-{engine}-{int(time.time())}",
+                files={IN_CONTAINER: EXTRACTOR.read_bytes()}, timeout=timeout,
+                labels={LABEL: engine})
+        except TimeoutError as error:
+            raise LearnFailed(str(error), fix="see the image's python3 (`docker run --rm "
+                              f"--entrypoint python3 {image} -V` on {head.name})") from None
     stderr = err.decode("utf-8", "replace").strip()
     if code not in (0, 1) or not out.strip():
         last = stderr.splitlines()[-1] if stderr else f"exit code {code}, no output"
@@ -155,11 +161,10 @@ def nearest_table(known: dict[str, OptionSet], version: str) -> OptionSet | None
     """The table of the same version, else of the closest version below, else above."""
     if version in known:
         return known[version]
-    key = version_key(version)
-    below = [v for v in known if version_key(v) < key]
-    above = [v for v in known if version_key(v) > key]
+    below = version_below(known, version)
+    above = [v for v in known if version_key(v) > version_key(version)]
     if below:
-        return known[max(below, key=version_key)]
+        return known[below]
     return known[min(above, key=version_key)] if above else None
 
 

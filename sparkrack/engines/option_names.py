@@ -177,6 +177,12 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version.split("+", 1)[0])[:4])
 
 
+def version_below(versions, version: str) -> str | None:
+    """The highest of versions below version, or None."""
+    below = [v for v in versions if version_key(v) < version_key(version)]
+    return max(below, key=version_key) if below else None
+
+
 def table_dirs(inventory_dir: Path | None) -> tuple[Path, ...]:
     """The folders searched for option tables: the inventory's learned ones, then the
     shipped ones."""
@@ -223,10 +229,10 @@ def lane_options(engine: str, image: str,
         return version, None
     known = tables(engine, inventory_dir)
     options = known.get(version.version)
-    below = [v for v in known if version_key(v) < version_key(version.version)]
-    if options is None or not below:
+    below = version_below(known, version.version)
+    if options is None or below is None:
         return version, options
-    return version, dataclasses.replace(options, previous=known[max(below, key=version_key)])
+    return version, dataclasses.replace(options, previous=known[below])
 
 
 def read_options(file: Path) -> OptionSet:

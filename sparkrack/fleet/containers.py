@@ -2,10 +2,10 @@
 
 `fleet.docker(node)` gives a `NodeDocker`: the containers (found by label or by name) as
 plain `Container` views, and the few things sparkrack does to them (create, start, stop,
-remove, read logs, run a program once to its end) and to images (an image's ID). The
-docker SDK, its objects and its errors stay inside sparkrack/fleet/: a container that does
-not exist is `ContainerNotFound`; anything else docker or the connection says is raised as
-it came (callers report it per node).
+remove, read logs, run a program once to its end) and to images (an image's ID and
+labels). The docker SDK, its objects and its errors stay inside sparkrack/fleet/: a
+container that does not exist is `ContainerNotFound`; anything else docker or the
+connection says is raised as it came (callers report it per node).
 """
 
 from __future__ import annotations
@@ -172,19 +172,14 @@ class NodeDocker:
         finally:
             container.remove(force=True)
 
-    def image_labels(self, ref: str) -> dict[str, str] | None:
-        """The labels of the image ref names on the node, or None when it has no such image."""
+    def image_info(self, ref: str) -> tuple[str, dict[str, str]] | None:
+        """(ID, labels) of the image ref names on the node, or None when it has no such
+        image."""
         try:
-            return dict(self._client.images.get(ref).labels or {})
+            image = self._client.images.get(ref)
         except docker.errors.ImageNotFound:
             return None
-
-    def image_id(self, ref: str) -> str | None:
-        """The ID of the image ref names on the node, or None when it has no such image."""
-        try:
-            return self._client.images.get(ref).id
-        except docker.errors.ImageNotFound:
-            return None
+        return image.id, dict(image.labels or {})
 
     def _get(self, name: str) -> Any:
         try:

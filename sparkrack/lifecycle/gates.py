@@ -18,7 +18,7 @@ built from what it read. `up` and `roll` refuse on any
 blocking gate; `--override-power REASON` lets only the power gate pass, and is recorded.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -68,6 +68,7 @@ class Preflight:
     records: dict[str, Deployment | None] = field(default_factory=dict)  # the head's, by kind
     specs: tuple[LaunchSpec, ...] = ()
     image_id: str = ""
+    image_labels: dict = field(default_factory=dict)  # the head's image's
     model_path: str = ""
     weights_digest: str = ""  # the manifest's digest every node holds
     waivers: dict = field(default_factory=dict)
@@ -228,7 +229,7 @@ def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
                f"{len(rules.warnings)} warning(s), {len(rules.waived)} waived")
 
     report.add("image", image_problems(fleet, specs, report)
-               + version_problems(fleet, inventory, head, report.image_id),
+               + version_problems(inventory, head, report.image_id, report.image_labels),
                f"{head.image} is {report.image_id[:19]} everywhere")
     report.model_path = head.docker.mounts[0].source
     report.weights_digest, problems = gate_problems(fleet, fleet.nodes, report.model_path)
@@ -247,16 +248,19 @@ def grouped(problems: list[tuple[str, str]]) -> list[str]:
 
 
 def image_problems(fleet: Fleet, specs: tuple[LaunchSpec, ...], report: Preflight) -> list[str]:
-    """Nodes where the image is missing or has another ID than the head's."""
-    def image_id(spec: LaunchSpec) -> str | None:
+    """Nodes where the image is missing or has another ID than the head's; the head's ID
+    and labels kept in report."""
+    def image_info(spec: LaunchSpec) -> tuple[str, dict[str, str]] | None:
         try:
-            return fleet.docker(spec.node).image_id(spec.image)
+            return fleet.docker(spec.node).image_info(spec.image)
         except Exception:  # a node lost since the facts: named by the reachable gate
             return None
 
-    ids = dict(zip((s.node for s in specs), parallel(specs, image_id)))
+    infos = dict(zip((s.node for s in specs), parallel(specs, image_info)))
+    ids = {node: info[0] if info else None for node, info in infos.items()}
     reference = ids.get(specs[0].node)
     report.image_id = reference or ""
+    report.image_labels = (infos.get(specs[0].node) or ("", {}))[1]
     problems = [f"{node}: {specs[0].image} missing (run `invoke provision --role engine_images`)"
                 for node, found in ids.items() if found is None]
     problems += [f"{node}: image ID {found[:19]} differs from {specs[0].node}'s {reference[:19]}"
@@ -264,11 +268,12 @@ def image_problems(fleet: Fleet, specs: tuple[LaunchSpec, ...], report: Prefligh
     return problems
 
 
-def version_problems(fleet: Fleet, inventory: Inventory, head: LaunchSpec,
-                     image_id: str) -> list[str]:
+def version_problems(inventory: Inventory, head: LaunchSpec, image_id: str,
+                     labels: Mapping[str, str]) -> list[str]:
     """The lane's flags were checked against another version than the image on the head
-    runs: its options were learned from an older image under the same ref (a tag pushed
-    again), or, read from its tag, the image's own version label says otherwise."""
+    (image_id, labels) runs: its options were learned from an older image under the same
+    ref (a tag pushed again), or, read from its tag, the image's own version label says
+    otherwise."""
     version, options = lane_options(head.engine, head.image, inventory.path)
     learn = f"run `invoke engines.learn --engine {head.engine}`"
     if version.source == "image":
@@ -277,10 +282,7 @@ def version_problems(fleet: Fleet, inventory: Inventory, head: LaunchSpec,
             return []
         return [f"{head.image} is {image_id[:19]} on {head.node}, its options were learned "
                 f"from {options.image_id[:19]} (the tag was pushed again): {learn}"]
-    try:
-        said = (fleet.docker(head.node).image_labels(head.image) or {}).get(VERSION_LABEL)
-    except Exception:  # noqa: BLE001 - a node lost since the facts: the image gate names it
-        return []
+    said = labels.get(VERSION_LABEL)
     if not said or version.version is None or said.lstrip("v") == version.version:
         return []
     return [f"{head.image} on {head.node} says it runs {head.engine} {said} (label "

@@ -21,10 +21,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .stub.cli import SGLANG_VERSION, VLLM_VERSION
+from .stub.cli import PINNED, SHIPPED_OPTIONS
 
-OPTIONS_DIR = Path(__file__).resolve().parents[1] / "engines" / "options"  # the shipped tables
-PINNED = {"sglang": SGLANG_VERSION, "vllm": VLLM_VERSION}
+OPTIONS_DIR = Path(SHIPPED_OPTIONS)
 
 
 @dataclass(frozen=True)

@@ -43,19 +43,20 @@ def check_profile(inventory: Inventory, engine: str, profile: str, *,
                     node_kernels=node_kernels, launch=launch_flags(engine))
     findings: list[Finding] = []
     version = definition.version.version if definition.version else None
-    unverified = []
+    unverified: list[Rule] = []
     for rule in rules:
         if engine not in rule.engines or not rule.when.matches_model(target.model):
             continue
         if version and not rule.verified(engine, version):
-            unverified.append(f"{rule.id} ({rule.verified_text(engine)})")
+            unverified.append(rule)
         outcomes = list(_run(rule, target))
         notes += [f"{rule.id} not checked: {o.reason}" for o in outcomes if isinstance(o, Skip)]
         findings += _findings(rule, [o for o in outcomes if isinstance(o, Hit)],
                               chosen.waivers.get(rule.id))
     if unverified:
+        named = ", ".join(f"{rule.id} ({rule.verified_text(engine)})" for rule in unverified)
         notes.append(f"not verified on {engine} {version}, run as written for the versions "
-                     f"named: {', '.join(unverified)} (verified_on in sparkrack/data/rules.yml)")
+                     f"named: {named} (verified_on in sparkrack/data/rules.yml)")
     fired = {finding.rule for finding in findings}
     notes += [f"waiver of {rule_id} unused: the rule found nothing" for rule_id in chosen.waivers
               if rule_id not in fired]
@@ -64,7 +65,7 @@ def check_profile(inventory: Inventory, engine: str, profile: str, *,
                        findings=tuple(findings), notes=tuple(notes), waivers=chosen.waivers,
                        checked_against=checked_against(definition.version, definition.options),
                        engine_version=version,
-                       unverified=tuple(rule.split(" ", 1)[0] for rule in unverified))
+                       unverified=tuple(rule.id for rule in unverified))
 
 
 def _run(rule: Rule, target: Target) -> Iterable[Hit | Skip]:

@@ -107,24 +107,12 @@ def test_learning_again_does_not_need_a_profile_the_version_takes(rack, monkeypa
     class Stop(Exception):
         pass
 
-    def fleet(inventory):
+    def fleet(inventory, nodes):
+        assert [node.name for node in nodes] == ["spark-01"]  # the head alone
         raise Stop(inventory.vars.images["sglang"])
     monkeypatch.setattr(learn_module, "Fleet", fleet)
     with pytest.raises(Stop, match=REF):
         learn_module.learn(rack, "sglang")
-
-
-class Labels:
-    """A fleet whose head's image carries the given labels."""
-
-    def __init__(self, labels):
-        self.labels = labels
-
-    def docker(self, node):
-        return self
-
-    def image_labels(self, ref):
-        return self.labels
 
 
 def test_a_tag_pushed_again_since_it_was_learned_is_refused_at_the_image_gate(rack):
@@ -134,8 +122,8 @@ def test_a_tag_pushed_again_since_it_was_learned_is_refused_at_the_image_gate(ra
 
     learned(rack)
     head = SimpleNamespace(engine="sglang", image=REF, node="spark-01")
-    assert version_problems(Labels({}), rack, head, IMAGE_ID) == []
-    assert version_problems(Labels({}), rack, head, "sha256:" + "4" * 64) == [
+    assert version_problems(rack, head, IMAGE_ID, {}) == []
+    assert version_problems(rack, head, "sha256:" + "4" * 64, {}) == [
         f"{REF} is sha256:444444444444 on spark-01, its options were learned from "
         "sha256:333333333333 (the tag was pushed again): run `invoke engines.learn --engine "
         "sglang`"]
@@ -150,13 +138,12 @@ def test_an_image_whose_label_names_another_version_than_its_tag_is_refused(rack
     ref = "lmsysorg/sglang:v0.5.22-cu130"
     head = SimpleNamespace(engine="sglang", image=ref, node="spark-01")
     label = "org.opencontainers.image.version"
-    assert version_problems(Labels({label: "0.5.22"}), rack, head, IMAGE_ID) == []
-    assert version_problems(Labels(None), rack, head, IMAGE_ID) == []  # no such image: named
-    assert version_problems(Labels({label: "0.5.23"}), rack, head, IMAGE_ID) == [
+    assert version_problems(rack, head, IMAGE_ID, {label: "0.5.22"}) == []
+    assert version_problems(rack, head, IMAGE_ID, {label: "0.5.23"}) == [
         f"{ref} on spark-01 says it runs sglang 0.5.23 (label {label}), its tag 0.5.22: run "
         "`invoke engines.learn --engine sglang` (reads the options of the version it runs)"]
     learned(rack, ref=ref)  # learned: the image's own version checks the lane; no label read
-    assert version_problems(Labels({label: "0.5.99"}), rack, head, IMAGE_ID) == []
+    assert version_problems(rack, head, IMAGE_ID, {label: "0.5.99"}) == []
 
 
 def test_a_profile_flag_the_new_version_dropped_or_renamed_is_named_so(rack):

@@ -38,7 +38,8 @@ class SdkImages:
     def get(self, ref):
         if ref not in self.ids:
             raise docker.errors.ImageNotFound(ref)
-        return type("Image", (), {"id": self.ids[ref]})()
+        return type("Image", (), {"id": self.ids[ref],
+                                  "labels": {"org.opencontainers.image.version": "0.5.22"}})()
 
 
 class SdkClient:
@@ -105,6 +106,7 @@ def test_a_missing_container_or_image_is_said_without_the_sdk():
         node.container("rank5")
     with pytest.raises(ContainerNotFound):
         node.stop("rank5", timeout=1)
-    assert node.image_id("lmsysorg/sglang:v1") is None
+    assert node.image_info("lmsysorg/sglang:v1") is None
     has = NodeDocker(SdkClient(images={"lmsysorg/sglang:v1": "sha256:fb90"}), "spark-01")
-    assert has.image_id("lmsysorg/sglang:v1") == "sha256:fb90"
+    assert has.image_info("lmsysorg/sglang:v1") == (
+        "sha256:fb90", {"org.opencontainers.image.version": "0.5.22"})

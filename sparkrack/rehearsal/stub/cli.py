@@ -38,8 +38,9 @@ VLLM_KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", 
                   "nvfp4_ds_mla")
 VLLM_BACKENDS = ("ray", "mp", "uni", "external_launcher")
 _HERE = os.path.dirname(os.path.abspath(__file__))
-OPTIONS_DIRS = (os.path.join(_HERE, "options"),  # in the stub image
-                os.path.join(os.path.dirname(os.path.dirname(_HERE)), "engines", "options"))
+PINNED = {"sglang": SGLANG_VERSION, "vllm": VLLM_VERSION}
+SHIPPED_OPTIONS = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "engines", "options")
+OPTIONS_DIRS = (os.path.join(_HERE, "options"), SHIPPED_OPTIONS)  # in the image; the checkout's
 
 
 class ConfigError(Exception):
@@ -86,7 +87,7 @@ def installed_version(engine: str) -> str:
     try:
         return importlib.metadata.version(engine)
     except importlib.metadata.PackageNotFoundError:
-        return {"sglang": SGLANG_VERSION, "vllm": VLLM_VERSION}[engine]
+        return PINNED[engine]
 
 
 def _declarer(parser: argparse.ArgumentParser, engine: str, version: str):

@@ -14,9 +14,9 @@ UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "UnitFileSt
                    "MainPID")
 
 
-def unit_query(name: str) -> Query:
-    """`systemctl show` of a unit."""
-    return Query("unit", (name,), ("u", name, ",".join(UNIT_PROPERTIES)))
+def unit_query(name: str, systemctl: str = "systemctl") -> Query:
+    """`systemctl show` of a unit (systemctl: the node's systemctl, if not on its PATH)."""
+    return Query("unit", (name,), ("u", name, ",".join(UNIT_PROPERTIES), systemctl))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """Roles as folders of data, the way Ansible lays them out, and their rendering per node.
 
     roles/site.yml               the roles `invoke provision` runs, in order
+    roles/<play>.yml             another list of roles, run by the command that owns it
+                                 (watchdog.yml: `invoke watch.install`)
     roles/<role>/defaults/main.yml   the role's own variables (inventory vars win)
     roles/<role>/tasks/main.yml      a list of tasks, each using one module (modules/)
     roles/<role>/handlers/main.yml   tasks that run once, at the end, when notified
@@ -36,6 +38,7 @@ from sparkrack.errors import InventoryError, UsageError
 from sparkrack.facts.roce import netdev_of
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory import read_yaml as read_bounded_yaml
+from sparkrack.inventory.watchdog_record import node_vars as watchdog_vars
 from sparkrack.provision.modules import REGISTRY
 
 ROLES_DIR = shipped("roles")
@@ -115,9 +118,10 @@ def _find(search: tuple[Path, ...], name: str) -> Path:
                     fix="restore it, or take it out of site.yml")
 
 
-def site_roles(search: tuple[Path, ...] = (ROLES_DIR,)) -> tuple[str, ...]:
-    """The role names of site.yml, in order."""
-    file = _find(search, SITE_FILE)
+def site_roles(search: tuple[Path, ...] = (ROLES_DIR,), play: str = SITE_FILE
+               ) -> tuple[str, ...]:
+    """The role names of a play file (site.yml: what `invoke provision` runs), in order."""
+    file = _find(search, play)
     data = _read_yaml(file)
     names = data.get("roles") if isinstance(data, Mapping) else None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -126,10 +130,11 @@ def site_roles(search: tuple[Path, ...] = (ROLES_DIR,)) -> tuple[str, ...]:
 
 
 def load_roles(names: str | list[str] | tuple[str, ...] | None = None,
-               search: tuple[Path, ...] = (ROLES_DIR,)) -> tuple[Role, ...]:
-    """The named roles (comma-separated or a list; default: site.yml's), read and checked,
-    each from the first folder of search that has it."""
-    every = site_roles(search)
+               search: tuple[Path, ...] = (ROLES_DIR,), play: str = SITE_FILE
+               ) -> tuple[Role, ...]:
+    """The named roles of play (comma-separated or a list; default: all of them), read and
+    checked, each from the first folder of search that has it."""
+    every = site_roles(search, play)
     if names is None:
         wanted = list(every)
     else:
@@ -342,20 +347,21 @@ def plain(value: Any) -> Any:
 
 
 def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],
-              environ: Mapping[str, str]) -> dict[str, Any]:
-    """The vars a node's tasks see: role defaults < inventory vars < the node's identity.
+              environ: Mapping[str, str], extra: Mapping[str, Any] | None = None
+              ) -> dict[str, Any]:
+    """The vars a node's tasks see: role defaults < inventory vars < the caller's extra
+    vars < the node's identity.
 
     `hf_token` comes from the operator's environment (HF_TOKEN), never from a file;
     `watchdog_pubkey` / `watchdog_from` from the watchdog key record beside the inventory
-    (sparkrack/watchdog/keyrecord.py; '' and [] when none).
+    (sparkrack/inventory/watchdog_record.py; '' and [] when none).
     """
-    from sparkrack.watchdog.keyrecord import node_vars as watchdog_vars
-
     result: dict[str, Any] = {}
     for role in roles:
         result.update(plain(role.defaults))
     result.update({f.name: plain(getattr(node.vars, f.name)) for f in fields(node.vars)})
     result.update(watchdog_vars(inventory.path))
+    result.update(extra or {})
     result.update(node=node.name, rank=node.rank, address=node.address,
                   roce_addr=node.roce_addr, roce_twin_addr=node.roce_twin_addr or "",
                   head=inventory.head.name,

@@ -35,6 +35,7 @@ from sparkrack.provision.images import resolve_images
 from sparkrack.provision.modules import docker_image
 from sparkrack.provision.plan import plan_node, queries
 from sparkrack.provision.roles import (
+    SITE_FILE,
     Renderer,
     Role,
     Task,
@@ -173,23 +174,27 @@ def provision(inventory: Inventory, limit: str | Sequence[Node] | None = None, *
               roles: str | Sequence[str] | None = None, check: bool = False,
               absent: bool = False, environ: Mapping[str, str] | None = None,
               on_event: Event | None = None, roles_dirs: tuple[Path, ...] | None = None,
-              transfer_timeout: float = 3600.0) -> ProvisionReport:
-    """Run roles (default: site.yml's) on the selected nodes; see the module doc.
+              transfer_timeout: float = 3600.0, play: str = SITE_FILE,
+              extra_vars: Mapping[str, Any] | None = None) -> ProvisionReport:
+    """Run roles (default: all of play's, site.yml's) on the selected nodes; see the
+    module doc.
 
     roles_dirs: where the roles are looked up (default: the inventory's, then the shipped).
+    extra_vars: vars the caller computed (above the inventory's, below the node's identity).
 
     check: plan only, change nothing. absent: remove what the roles write (unprovision).
     environ: where HF_TOKEN comes from (default os.environ). on_event(name, report) is
     called at "planned" (before any change), "applied" and "done".
     """
     started = time.monotonic()
-    loaded = load_roles(roles, roles_dirs or roles_path(inventory.path))
+    loaded = load_roles(roles, roles_dirs or roles_path(inventory.path), play)
     nodes = inventory.select(limit) if limit is None or isinstance(limit, str) else tuple(limit)
     report = ProvisionReport(check=check, absent=absent, roles=tuple(r.name for r in loaded),
                              nodes=[NodeRun(n.name, n.rank) for n in nodes])
     renderer = Renderer()
     source = os.environ if environ is None else environ
-    prepared = {n.name: _prepare(inventory, n, loaded, renderer, source, absent) for n in nodes}
+    prepared = {n.name: _prepare(inventory, n, loaded, renderer, source, extra_vars)
+                for n in nodes}
     wanted = {ref: tar for p in prepared.values() for ref, tar in p.images.items()}
     head = inventory.head
     needs_head = (not absent and any(not tar for tar in wanted.values())
@@ -222,8 +227,8 @@ def provision(inventory: Inventory, limit: str | Sequence[Node] | None = None, *
 
 
 def _prepare(inventory: Inventory, node: Node, roles: tuple[Role, ...], renderer: Renderer,
-             environ: Mapping[str, str], absent: bool) -> _Prepared:
-    context = node_vars(inventory, node, roles, environ)
+             environ: Mapping[str, str], extra: Mapping[str, Any] | None) -> _Prepared:
+    context = node_vars(inventory, node, roles, environ, extra)
     tasks = {role.name: render_tasks(role, role.tasks, context, renderer) for role in roles}
     handlers = {role.name: render_tasks(role, role.handlers, context, renderer)
                 for role in roles}

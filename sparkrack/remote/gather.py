@@ -158,10 +158,10 @@ def hca_section(name):
     return lines
 
 
-def unit_section(unit, properties):
+def unit_section(unit, properties, systemctl):
     """`systemctl show` of the unit (nothing when there is no systemctl: not found)."""
     try:
-        done = subprocess.run(["systemctl", "show", "-p", properties, "--", unit],
+        done = subprocess.run([systemctl, "show", "-p", properties, "--", unit],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, check=False)
     except OSError:
@@ -193,8 +193,8 @@ def sections(args):
             path, limit = args.pop(0), int(args.pop(0))
             yield kind, file_section(path, limit)
         elif kind == "u":
-            unit, properties = args.pop(0), args.pop(0)
-            yield kind, unit_section(unit, properties)
+            unit, properties, systemctl = args.pop(0), args.pop(0), args.pop(0)
+            yield kind, unit_section(unit, properties, systemctl)
         elif kind == "r":
             yield kind, hca_section(args.pop(0))
         elif kind == "a":

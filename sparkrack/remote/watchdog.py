@@ -35,7 +35,7 @@ PLATFORM_SCRIPT = ("import json,platform,sys,sysconfig;print(json.dumps({'versio
                    "sysconfig.get_config_var('SOABI'),'libc':list(platform.libc_ver()),"
                    "'executable':sys.executable}))")
 LIB_MANIFEST = ".sparkrack-manifest"  # in lib/: `sha256  path` lines (watchdog/payload.py MANIFEST)
-MARKER = ".sparkrack-watchdog"  # watch.install's mark on its directory (watchdog/installdir.py)
+MARKER = ".sparkrack-watchdog"  # watch.install's mark on its directory (inventory/watchdog_dir.py)
 
 
 def output_of(argv):

@@ -46,10 +46,10 @@ from ..facts.watchdog import NodeState
 from ..inventory.values import address_problem
 from ..remote import script, text
 from . import payload
-from .installdir import (
+from ..inventory.watchdog_dir import (
     FIX as INSTALL_DIR_FIX, MARKER_FILE, MARKER_TEXT, install_dir_problem, kind_problem,
     plain_path_problem)
-from .keyrecord import (
+from ..inventory.watchdog_record import (
     MARKER, WatchdogKey, check_public_key, check_sources, read_record, record_path)
 
 UNIT = "sparkrack-watchdog.service"
@@ -463,7 +463,7 @@ def _authorize(inventory, key: WatchdogKey, report: InstallReport, say: Say,
                provision_fn) -> None:
     """Record the key beside the inventory and authorize it on every node."""
     from ..oplock.audit import note
-    from .keyrecord import write_record
+    from ..inventory.watchdog_record import write_record
 
     report.recorded = write_record(inventory.path, key)
     if report.recorded:

@@ -13,7 +13,7 @@ from ..facts.watchdog import NodeState
 from . import payload
 from .install import (
     Settings, check_settings, listen_of, metrics_url, probe, watchdog_node, with_install_dir)
-from .keyrecord import WatchdogKey, read_record
+from ..inventory.watchdog_record import WatchdogKey, read_record
 
 @dataclass(frozen=True)
 class WatchdogStatus:

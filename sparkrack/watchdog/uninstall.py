@@ -16,8 +16,8 @@ from ..remote import text
 from .install import (
     UNIT, Say, Settings, check_settings, probe, provision_failure, run_step, watchdog_node,
     with_install_dir)
-from .installdir import MARKER_FILE, kind_problem
-from .keyrecord import read_record, record_path
+from ..inventory.watchdog_dir import MARKER_FILE, kind_problem
+from ..inventory.watchdog_record import read_record, record_path
 
 @dataclass
 class UninstallPlan:
@@ -80,7 +80,7 @@ def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings
     the key is still taken away from every other node; the record stays until a run
     completes."""
     from ..oplock.audit import note
-    from .keyrecord import remove_record
+    from ..inventory.watchdog_record import remove_record
 
     record = read_record(inventory.path)
     node = watchdog_node(inventory, on, record)

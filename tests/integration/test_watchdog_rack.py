@@ -35,8 +35,8 @@ from sparkrack.fleet import Fleet, sh
 from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.lifecycle.record import read as read_records
 from sparkrack.watchdog.install import DEFAULT_INSTALL_DIR, STATE_DIR, UNIT
-from sparkrack.watchdog.installdir import MARKER_FILE, MARKER_TEXT
-from sparkrack.watchdog.keyrecord import MARKER, read_record
+from sparkrack.inventory.watchdog_dir import MARKER_FILE, MARKER_TEXT
+from sparkrack.inventory.watchdog_record import MARKER, read_record
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]

@@ -91,7 +91,8 @@ def test_script_takes_values_as_arguments_only():
     command = facts_argv()
     assert tuple(command[:len(PYTHON)]) == PYTHON
     assert command[len(PYTHON) + 1:] == ["s", ",".join(GPU_FIELDS), "u", node.CLOCK_CAP_UNIT,
-                                         command[-4], "f", node.BURN_RECORD, command[-1]]
+                                         command[-5], "systemctl", "f", node.BURN_RECORD,
+                                         command[-1]]
     assert node.CLOCK_CAP_UNIT not in command[len(PYTHON)]  # the unit name is an argument
 
 

@@ -14,7 +14,7 @@ import pytest
 from sparkrack.data import shipped
 from sparkrack.inventory import Inventory, Node, load_inventory
 from sparkrack.inventory.schema import RACK_SPECS, SPECS
-from sparkrack.watchdog import keyrecord
+from sparkrack.inventory import watchdog_record as keyrecord
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORIES = [REPO / "inventory" / "rack", REPO / "inventory" / "rehearsal",

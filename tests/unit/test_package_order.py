@@ -24,9 +24,6 @@ LAYERS = (  # the top first
     ("data", "console", "since"),
     ("errors", "terminal", "events", "atomic", "remote", "sparkrack"),
 )
-# provision's node vars read the watchdog's key record (watchdog/keyrecord.py); it goes
-# when the watchdog's install becomes a role
-KNOWN_UPWARD = {("provision", "watchdog")}
 DEPTH = {part: depth for depth, layer in enumerate(LAYERS) for part in layer}
 
 
@@ -77,14 +74,10 @@ def test_every_part_of_the_package_has_a_layer():
 def test_every_import_goes_down():
     upward = {f"{a} -> {b} ({', '.join(sorted(files))})"
               for (a, b), files in edges().items()
-              if DEPTH[a] >= DEPTH[b] and (a, b) not in KNOWN_UPWARD}
+              if DEPTH[a] >= DEPTH[b]}
     assert upward == set()
-
-
-def test_the_known_upward_imports_still_exist():
-    assert KNOWN_UPWARD <= set(edges())  # gone: remove it from KNOWN_UPWARD
 
 
 def test_the_check_sees_relative_and_function_level_imports():
     assert ("lifecycle", "engines") in edges()  # `from ..engines import ...`
-    assert ("provision", "watchdog") in edges()  # inside node_vars
+    assert ("cli", "bench") in edges()  # inside bench_tasks.py's functions only

@@ -48,12 +48,12 @@ def write(tmp_path, text):
 
 
 def test_an_unknown_module_is_one_line_naming_the_role_file_and_task(tmp_path):
-    role = write(tmp_path, "- name: copy it\n  copy: {src: a, dest: /b}\n")
+    role = write(tmp_path, "- name: fetch it\n  fetch: {src: a, dest: /b}\n")
     with pytest.raises(RoleError) as caught:
         load_role(role)
     line = caught.value.line()
     assert "\n" not in line
-    assert line == (f"{role}/tasks/main.yml: task 'copy it': unknown key 'copy' (modules: "
+    assert line == (f"{role}/tasks/main.yml: task 'fetch it': unknown key 'fetch' (modules: "
                     f"{', '.join(REGISTRY)}; task keys: loop, name, notify, when)")
 
 

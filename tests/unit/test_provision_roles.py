@@ -271,7 +271,7 @@ def write(tmp_path, text):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("- name: x\n  copy: {src: a}\n", "unknown key 'copy'"),
+    ("- name: x\n  fetch: {src: a}\n", "unknown key 'fetch'"),
     ("- name: x\n  file: {path: /a, colour: red}\n", "file: unknown parameter 'colour'"),
     ("- name: x\n  template: {src: a}\n", "template: missing dest"),
     ("- name: x\n  command: {argv: [rm, -rf, /]}\n", "needs a guard"),

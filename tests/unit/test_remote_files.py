@@ -130,7 +130,7 @@ def test_the_lock_scripts_files_are_the_heads_alone_and_its_log_is_chained(tmp_p
 def test_the_remove_script_removes_each_directory(tmp_path):
     """argv MARKER INSTALL_DIR STATE_DIR...: odd names stay one argument each (the install
     directory's check itself: test_watchdog_install.py)."""
-    from sparkrack.watchdog.installdir import MARKER_FILE
+    from sparkrack.inventory.watchdog_dir import MARKER_FILE
 
     keep, a, b = tmp_path / "keep", tmp_path / "a b", tmp_path / "-b"
     for d in (keep, a / "x", b):

@@ -38,7 +38,8 @@ from sparkrack.remote.watchdog import PLATFORM_SCRIPT
 from sparkrack.watchdog import install as wi
 from sparkrack.watchdog import status as ws
 from sparkrack.watchdog import uninstall as wu
-from sparkrack.watchdog import keyrecord, payload
+from sparkrack.inventory import watchdog_record as keyrecord
+from sparkrack.watchdog import payload
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -334,7 +335,7 @@ def test_the_install_directory_and_the_state_directory_stay_apart():
 
 def test_the_node_side_tells_what_the_install_directory_is(tmp_path):
     from sparkrack.remote import watchdog as node_side
-    from sparkrack.watchdog import installdir
+    from sparkrack.inventory import watchdog_dir as installdir
 
     assert node_side.MARKER == installdir.MARKER_FILE
     assert node_side.LIB_MANIFEST == payload.MANIFEST
@@ -380,7 +381,7 @@ def test_the_remove_script_removes_only_a_marked_install_directory(tmp_path):
     import subprocess
 
     from sparkrack.remote import text
-    from sparkrack.watchdog.installdir import MARKER_FILE
+    from sparkrack.inventory.watchdog_dir import MARKER_FILE
 
     def remove(*argv: Path | str) -> subprocess.CompletedProcess:
         return subprocess.run(["sh", "-c", text("remove"), "sh", MARKER_FILE, *map(str, argv)],
@@ -782,7 +783,7 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     port = inventory.vars.watchdog_metrics_port
     assert f" --listen 127.0.0.1:{port} " in unit  # spark-01's ansible_host, not 0.0.0.0
     assert "Restart=always" in unit
-    from sparkrack.watchdog.installdir import MARKER_FILE, MARKER_TEXT
+    from sparkrack.inventory.watchdog_dir import MARKER_FILE, MARKER_TEXT
 
     assert (d / MARKER_FILE).read_text() == MARKER_TEXT
     assert said.index(f"watch.install: mark {d} as the watchdog's ({MARKER_FILE})") < next(

@@ -12,6 +12,7 @@ from sparkrack.provision.modules import (
     assert_,
     authorized_key,
     command,
+    copy,
     docker_image,
     file,
     systemd,
@@ -21,6 +22,6 @@ from sparkrack.provision.modules.base import Module
 
 REGISTRY: dict[str, Module] = {module.name: module for module in (
     template.MODULE, file.MODULE, systemd.MODULE, command.MODULE, docker_image.MODULE,
-    assert_.MODULE, authorized_key.MODULE)}
+    assert_.MODULE, authorized_key.MODULE, copy.MODULE)}
 
 __all__ = ["REGISTRY", "Module"]

@@ -1,13 +1,16 @@
-"""What the modules that write files share: modes, owners, removal, unit-file paths."""
+"""What the modules that write files share: the write itself, modes, owners, removal,
+unit-file paths."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from typing import Any
 
-from sparkrack.provision.changes import Action, Change, Run
+from sparkrack.provision.changes import Action, Change, Put, Run
+from sparkrack.provision.diffs import file_diff, line_counts
 from sparkrack.facts.files import FileFacts
-from sparkrack.provision.modules.base import PlanState
+from sparkrack.provision.modules.base import PlanState, Step
 
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",
              "/usr/lib/systemd/system")
@@ -47,3 +50,40 @@ def remove_file(base: Change, path: str, current: FileFacts, state: PlanState) -
         state.reload_pending = True
     return replace(base, status="changed", summary=f"{path}: remove",
                    actions=(Run(("rm", "-f", "--", path)),))
+
+
+def write_content(step: Step, dest: str, content: bytes) -> Change:
+    """The write (or chmod/chown) that makes dest hold content with the task's mode, owner
+    and group. Writes only when the content differs (else fixes mode and owner in place);
+    a changed unit file or drop-in makes systemd's daemon-reload pending. The diff masks
+    `secret_keys`' values."""
+    base, p, state = step.base, step.params, step.state
+    current = step.facts.file(dest)
+    if current.type == "directory":
+        return replace(base, status="failed", summary=f"{dest} is a directory")
+    mode = octal(p.get("mode", "0644"))
+    owner, group = str(p.get("owner", "root")), str(p.get("group", "root"))
+    same_content = current.type == "file" and current.sha256 == hashlib.sha256(content).hexdigest()
+    actions: list[Action] = []
+    what: list[str] = []
+    if not same_content:
+        actions.append(Put(dest, content, mode))
+        if (owner, group) != (state.user, state.user):
+            actions.append(Run(("chown", f"{owner}:{group}", "--", dest)))
+        if not current.exists:
+            what.append(f"create ({mode:04o})")
+        else:
+            added, removed = line_counts(current.content, content)
+            what.append(f"update (+{added} -{removed})" if current.content is not None
+                        else "update")
+    else:
+        fix_attributes(current, dest, mode, owner, group, actions, what)
+    if not actions:
+        return replace(base, summary=dest)
+    if is_unit_file(dest) and not same_content:
+        state.reload_pending = True
+    diff = "" if same_content else file_diff(
+        dest, current.content if current.exists else b"", content, p.get("secret_keys") or (),
+        known=current.content is not None or not current.exists)
+    return replace(base, status="changed", summary=f"{dest}: {', '.join(what)}", diff=diff,
+                   actions=tuple(actions))

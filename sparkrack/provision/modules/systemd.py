@@ -3,7 +3,8 @@
 `daemon-reload` is planned once, only after a unit file or drop-in changed (or systemd
 says it needs one), before the next systemd action or, at the latest (`finish`), before
 the handlers. A `restarted` handler skips a unit this run started or stopped. Absent mode
-stops, resets and disables the unit (a handler is planned as written).
+stops, resets and disables the unit (a handler is planned as written). `systemctl` names
+the node's systemctl when it is not the one on its PATH.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ NAME = "systemd"
 def plan(step: Step) -> Change:
     """The systemctl commands that put the unit in the state the task says."""
     base, p, state = step.base, step.params, step.state
-    name = str(p["name"])
+    name, sc = str(p["name"]), str(p.get("systemctl", "systemctl"))
     unit = step.facts.unit(name)
     actions: list[Action] = []
     what: list[str] = []
@@ -28,13 +29,13 @@ def plan(step: Step) -> Change:
         if unit.load == "not-found" and not unit.is_enabled:
             return replace(base, summary=f"{name} absent")
         if unit.active in ("active", "activating", "reloading"):
-            actions.append(Run(("systemctl", "stop", name)))
+            actions.append(Run((sc, "stop", name)))
             what.append("stop")
         if unit.active == "failed":
-            actions.append(Run(("systemctl", "reset-failed", name)))
+            actions.append(Run((sc, "reset-failed", name)))
             what.append("reset-failed")
         if unit.enabled in ("enabled", "enabled-runtime"):
-            actions.append(Run(("systemctl", "disable", name)))
+            actions.append(Run((sc, "disable", name)))
             what.append("disable")
         state.stopped.add(name)
         if not actions:
@@ -42,32 +43,32 @@ def plan(step: Step) -> Change:
         return replace(base, status="changed", summary=f"{name}: {', '.join(what)}",
                        actions=tuple(actions))
     if state.reload_pending or (unit.need_reload and not state.reloaded):
-        actions.append(Run(("systemctl", "daemon-reload")))
+        actions.append(Run((sc, "daemon-reload")))
         what.append("daemon-reload")
         state.reload_pending, state.reloaded = False, True
     enabled = p.get("enabled")
     if enabled is True and not unit.is_enabled:
-        actions.append(Run(("systemctl", "enable", name)))
+        actions.append(Run((sc, "enable", name)))
         what.append("enable")
     elif enabled is False and unit.enabled in ("enabled", "enabled-runtime"):
-        actions.append(Run(("systemctl", "disable", name)))
+        actions.append(Run((sc, "disable", name)))
         what.append("disable")
     wanted = p.get("state")
     if wanted == "started" and unit.active != "active":
         if unit.active == "failed":
-            actions.append(Run(("systemctl", "reset-failed", name)))
-        actions.append(Run(("systemctl", "start", name)))
+            actions.append(Run((sc, "reset-failed", name)))
+        actions.append(Run((sc, "start", name)))
         what.append("start" if unit.active != "failed" else "start (was failed)")
         state.started.add(name)
     elif wanted == "stopped" and unit.active in ("active", "activating", "failed"):
-        actions.append(Run(("systemctl", "stop", name)))
+        actions.append(Run((sc, "stop", name)))
         what.append("stop")
         state.stopped.add(name)
     elif wanted == "restarted":
         if name in state.started or name in state.stopped:
             verb = "started" if name in state.started else "stopped"
             return replace(base, summary=f"{name}: not restarted ({verb} in this run)")
-        actions.append(Run(("systemctl", "restart", name)))
+        actions.append(Run((sc, "restart", name)))
         what.append("restart")
     elif wanted not in (None, "started", "stopped", "restarted"):
         return replace(base, status="failed", summary=f"systemd: unknown state '{wanted}'")
@@ -90,8 +91,8 @@ def finish(state: PlanState) -> Change | None:
 MODULE = Module(
     name=NAME,
     required=frozenset({"name"}),
-    optional=frozenset({"enabled", "state"}),
-    queries=lambda p: [unit_query(str(p["name"]))],
+    optional=frozenset({"enabled", "state", "systemctl"}),
+    queries=lambda p: [unit_query(str(p["name"]), str(p.get("systemctl", "systemctl")))],
     plan=plan,
     finish=finish,
 )

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..data import OWN_FOLDER
 from ..errors import UsageError
-from .installdir import install_dir_problem
+from .watchdog_dir import install_dir_problem
 
 RECORD_FILE = "watchdog.json"
 MARKER = "sparkrack-watchdog"  # the comment ending the authorized_keys line (role default)

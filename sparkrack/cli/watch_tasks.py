@@ -24,7 +24,7 @@ LISTEN_HELP = ("the address on the node its Prometheus metrics listen on (defaul
 
 def _settings(rack, install_dir=None, python=None, listen=None):
     """The install settings: the flags given, else where it is recorded, else defaults."""
-    from ..watchdog.install import Settings
+    from ..watchdog.settings import Settings
     from ..inventory.watchdog_record import read_record
 
     defaults = Settings()

@@ -32,7 +32,7 @@ token is the first line of the script's stdin.
 - sequence.sh   a node's commands in order, the failed one as an @@<position> failed
                 section (provision/apply.py; bash)
 - settle.sh     waits until a command's guard holds (provision's command `settle`; sh)
-- ship.sh       unpacks the watchdog's lib/ from stdin (watchdog/install.py; bash)
+- ship.sh       unpacks the watchdog's lib/ from stdin (watchdog/ship.py; bash)
 - remove.sh     removes the watchdog's directories (watchdog/uninstall.py; sh)
 """
 

@@ -1,4 +1,4 @@
-"""The watchdog's key on its node (watchdog/install.py): argv PATH COMMENT. Reads the
+"""The watchdog's key on its node (watchdog/ship.py): argv PATH COMMENT. Reads the
 ed25519 key at PATH, or makes one (0600, its directory 0700); writes PATH.pub with COMMENT;
 prints the public key. Runs by the service's Python with its lib/ on PYTHONPATH, where
 cryptography is."""

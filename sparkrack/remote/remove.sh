@@ -1,4 +1,4 @@
-# Remove the watchdog's directories (sparkrack/watchdog/install.py watch.uninstall):
+# Remove the watchdog's directories (sparkrack/watchdog/uninstall.py):
 # argv MARKER INSTALL_DIR STATE_DIR... The install directory ('' for none) goes only while
 # it is a directory, not a link, carrying MARKER (or lib/.sparkrack-manifest: installed
 # before the marker); otherwise nothing is removed and the exit code is 3.

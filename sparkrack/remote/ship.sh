@@ -1,4 +1,4 @@
-# Unpack the watchdog's lib/ from a tar.gz on stdin (sparkrack/watchdog/install.py): argv DIR PYTHON
+# Unpack the watchdog's lib/ from a tar.gz on stdin (sparkrack/watchdog/ship.py): argv DIR PYTHON
 set -e
 cd /
 d=$1; py=$2

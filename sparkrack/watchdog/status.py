@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..facts.watchdog import NodeState
-from . import payload
-from .install import (
-    Settings, check_settings, listen_of, metrics_url, probe, watchdog_node, with_install_dir)
 from ..inventory.watchdog_record import WatchdogKey, read_record
+from . import payload
+from .settings import (
+    Settings, check_settings, listen_of, metrics_url, probe, watchdog_node, with_install_dir)
+
 
 @dataclass(frozen=True)
 class WatchdogStatus:

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 
 from ..errors import SparkrackError, UsageError
 from ..facts.watchdog import NodeState
-from ..remote import text
-from .install import (
-    UNIT, Say, Settings, check_settings, probe, provision_failure, run_step, watchdog_node,
-    with_install_dir)
 from ..inventory.watchdog_dir import MARKER_FILE, kind_problem
 from ..inventory.watchdog_record import read_record, record_path
+from ..remote import text
+from .install import failure
+from .settings import (
+    UNIT, Say, Settings, check_settings, probe, run_step, watchdog_node, with_install_dir)
+
 
 @dataclass
 class UninstallPlan:
@@ -105,7 +106,7 @@ def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings
     bad = [run for run in result.nodes if result.recap(run.node)["failed"]
            or result.recap(run.node)["unreachable"]]
     note(nodes=report.deauthorized)
-    problems = [f"{run.node}: {run.error or provision_failure(run)}" for run in bad]
+    problems = [f"{run.node}: {run.error or failure(run)}" for run in bad]
     if report.node_error:
         problems.insert(0, f"{node.name}: {report.node_error}")
     if problems:

@@ -34,7 +34,7 @@ from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet, sh
 from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.lifecycle.record import read as read_records
-from sparkrack.watchdog.install import DEFAULT_INSTALL_DIR, STATE_DIR, UNIT
+from sparkrack.watchdog.settings import DEFAULT_INSTALL_DIR, STATE_DIR, UNIT
 from sparkrack.inventory.watchdog_dir import MARKER_FILE, MARKER_TEXT
 from sparkrack.inventory.watchdog_record import MARKER, read_record
 

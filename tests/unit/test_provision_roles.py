@@ -69,12 +69,22 @@ def env_of(text: str) -> dict:
                 if line and not line.startswith("#"))
 
 
-def test_site_lists_every_role_folder():
+def test_the_plays_list_every_role_folder_once():
     folders = sorted(p.name for p in ROLES_DIR.iterdir()
                      if p.is_dir() and p.name != "__pycache__")  # roles/ is a package
-    assert sorted(site_roles()) == folders
-    assert site_roles()[0] == "clock_cap"
+    plays = sorted(p.name for p in ROLES_DIR.glob("*.yml"))
+    assert plays == ["site.yml", "watchdog.yml"]
+    listed = [role for play in plays for role in site_roles(play=play)]
+    assert sorted(listed) == folders
+    assert site_roles()[0] == "clock_cap" and site_roles(play="watchdog.yml") == (
+        "watchdog_files", "watchdog")
     assert [r.name for r in load_roles()] == list(site_roles())
+    assert [r.name for r in load_roles(play="watchdog.yml")] == ["watchdog_files", "watchdog"]
+
+
+def test_a_role_of_another_play_is_not_provisions():
+    with pytest.raises(UsageError, match="unknown role 'watchdog'"):
+        load_roles("watchdog")
 
 
 def test_an_inventorys_own_role_replaces_the_shipped_one_whole(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import configparser
+import dataclasses
 import hashlib
 import json
 import os
@@ -35,7 +36,10 @@ from sparkrack.provision.plan import plan_node
 from sparkrack.provision.roles import Renderer, load_roles, node_vars, render_tasks
 from sparkrack.remote import watchdog as remote_watchdog
 from sparkrack.remote.watchdog import PLATFORM_SCRIPT
+from sparkrack.facts.systemd import UnitFacts
 from sparkrack.watchdog import install as wi
+from sparkrack.watchdog import settings as ws_settings
+from sparkrack.watchdog.ship import plan_parts
 from sparkrack.watchdog import status as ws
 from sparkrack.watchdog import uninstall as wu
 from sparkrack.inventory import watchdog_record as keyrecord
@@ -84,7 +88,7 @@ def test_the_library_is_sparkrack_and_every_runtime_distribution():
             "requests", "urllib3", "rich", "filelock", "prometheus_client", "cryptography",
             "bcrypt", "pynacl", "cffi"} <= names
     files = library.files
-    for path in ("sparkrack/watchdog/__main__.py", "sparkrack/watchdog/sparkrack-watchdog.service.j2",
+    for path in ("sparkrack/watchdog/__main__.py", "sparkrack/roles/watchdog.yml",
                  "sparkrack/data/rules.yml", "sparkrack/roles/site.yml",
                  "sparkrack/roles/engine_env/templates/sglang.env.j2",
                  "sparkrack/data/engines/sglang.yml", "sparkrack/data/models/glm-5.3.yml",
@@ -145,9 +149,36 @@ def test_an_inventory_without_known_hosts_is_refused(tmp_path):
     assert "cannot read the inventory's known_hosts" in refused.value.line()
 
 
+def role_plan_for(inventory, settings: ws_settings.Settings, state: NodeState | None = None,
+                  facts: ProvisionFacts | None = None) -> list:
+    """Role watchdog planned for the head with settings (its metrics address filled in)
+    against facts (default: a node holding nothing)."""
+    settings = ws_settings.with_listen(settings, inventory.head)
+    roles = load_roles(play="watchdog.yml")
+    renderer = Renderer()
+    extra = wi.role_vars(inventory, settings, state or NodeState(), WANT)
+    context = node_vars(inventory, inventory.head, roles, {}, extra)
+    tasks = {r.name: render_tasks(r, r.tasks, context, renderer) for r in roles}
+    handlers = {r.name: render_tasks(r, r.handlers, context, renderer) for r in roles}
+    return plan_node(roles, tasks, handlers, context, facts or ProvisionFacts(),
+                     renderer=renderer)
+
+
+def written(changes, path: str) -> str:
+    """The content a plan writes to path."""
+    return next(a.content.decode() for c in changes for a in c.actions
+                if isinstance(a, Put) and a.path == path)
+
+
+def render_unit(inventory, settings: ws_settings.Settings) -> str:
+    """The unit role watchdog writes with settings."""
+    return written(role_plan_for(inventory, settings), ws_settings.with_listen(
+        settings, inventory.head).unit_path)
+
+
 def unit_of(tmp_path, **settings) -> tuple[configparser.ConfigParser, str]:
     inventory = load_inventory(rehearsal_copy(tmp_path))
-    text = wi.render_unit(inventory, wi.Settings(**settings))
+    text = render_unit(inventory, ws_settings.Settings(**settings))
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.optionxform = str
     unit.read_string(text)
@@ -164,7 +195,8 @@ def test_the_unit_restarts_always_starts_at_boot_and_runs_the_shipped_copy(tmp_p
     assert service["ExecStart"] == (
         "/usr/bin/python3.11 -m sparkrack.watchdog --inventory /opt/sr/inventory --listen "
         "10.77.1.11:9478 --state /var/lib/sparkrack/watchdog/state.json")
-    assert service["StandardOutput"] == "journal"
+    assert service["StandardOutput"] == service["StandardError"] == "journal"
+    assert service["StateDirectory"] == "sparkrack/watchdog"
     assert "\nEnvironment=PYTHONPATH=/opt/sr/lib\n" in text
     assert "\nDocumentation=file:///opt/sr/README.md\n" in text
 
@@ -196,97 +228,168 @@ def test_a_node_python_that_cannot_run_these_libraries_is_named(node, says):
 
 
 SOURCES = {"10.77.1.11": "10.77.1.11", "10.77.1.12": "10.77.1.11"}  # peer: from
+SETTINGS = ws_settings.Settings(install_dir="/opt/sr", listen="10.77.1.11")
+LIBRARY = payload.Library({"sparkrack/__init__.py": REPO / "sparkrack/__init__.py"},
+                          ("paramiko 5",))
+WANT = hashlib.sha256(LIBRARY.manifest().encode()).hexdigest()
 
 
-def fresh_want(tmp_path) -> wi.Wanted:
+def copied(tmp_path) -> tuple:
+    """The rehearsal inventory and the files watch.install copies to the node."""
     inventory = load_inventory(rehearsal_copy(tmp_path))
-    library = payload.Library({"sparkrack/__init__.py": REPO / "sparkrack/__init__.py"},
-                              ("paramiko 5",))
-    return wi.wanted(inventory, wi.Settings(install_dir="/opt/sr", listen="10.77.1.11"), library)
+    return inventory, wi.role_vars(inventory, SETTINGS, NodeState())["watchdog_files"]
 
 
-def state_with(want: wi.Wanted, **changes) -> NodeState:
-    """A node on which want is installed, enabled and active; then changes."""
+def state_with(files: dict, **changes) -> NodeState:
+    """A node on which the watchdog is installed (files: path -> text), enabled and
+    active; then changes."""
     values = dict(
-        platform=HERE, sources=SOURCES, install_dir=True, install_dir_kind="marked", lib=True, manifest_sha256=want.manifest_sha256,
-        lib_checks=True, files={p: hashlib.sha256(c).hexdigest() for p, c in want.files.items()},
-        private_key=True, public_key=PUB, unit_file=want.unit.encode(),
+        platform=HERE, sources=SOURCES, install_dir=True, install_dir_kind="marked", lib=True,
+        manifest_sha256=WANT, lib_checks=True, private_key=True, public_key=PUB,
+        files={p: hashlib.sha256(c.encode()).hexdigest() for p, c in files.items()},
         unit={"ActiveState": "active", "UnitFileState": "enabled"})
     values.update(changes)
     return NodeState(**values)
 
 
+def file_facts(content: bytes | str, mode: str = "644") -> FileFacts:
+    data = content.encode() if isinstance(content, str) else content
+    return FileFacts(exists=True, type="file", mode=mode, owner="root", group="root",
+                     size=len(data), sha256=hashlib.sha256(data).hexdigest(), content=data)
+
+
+def installed_facts(inventory, files: dict, **unit) -> ProvisionFacts:
+    """What a node with the watchdog installed answers the role's questions."""
+    d = SETTINGS.install_dir
+    paths = {f"{d}/{p}": file_facts(c) for p, c in files.items()}
+    folders = {f"{d}/{f}": FileFacts(exists=True, type="directory", mode="755", owner="root",
+                                     group="root") for f in ("inventory", "inventory/group_vars")}
+    paths[SETTINGS.unit_path] = file_facts(render_unit(inventory, SETTINGS))
+    paths[f"{d}/.sparkrack-runs"] = file_facts(wi.stamp(WANT, PUB, files))
+    state = {"load": "loaded", "active": "active", "enabled": "enabled", **unit}
+    return ProvisionFacts(files={**paths, **folders},
+                          units={ws_settings.UNIT: UnitFacts(**state)})
+
+
+def changed(changes) -> list[str]:
+    return [f"{c.task}: {c.summary}" for c in changes if c.changed]
+
+
 def test_refusal_on_a_python_mismatch_is_one_line_naming_the_difference(tmp_path):
-    want = fresh_want(tmp_path)
+    _, files = copied(tmp_path)
     arm = payload.Platform((3, 11, 2), "aarch64", "cpython-311-aarch64-linux-gnu", ("glibc", "2.39"))
-    plan = wi.plan_install("spark-01", state_with(want, platform=arm), want, HERE,
-                           wi.Settings())
-    assert plan.refusal.startswith("spark-01: the node's /usr/bin/python3 (Python 3.11.2 "
-                                   "aarch64 (cpython-311-aarch64-linux-gnu, glibc 2.39))")
-    assert plan.refusal.endswith("aarch64 there, x86_64 here")
-    assert not plan.changes_node
-    missing = wi.plan_install("spark-01", state_with(
-        want, platform=None, platform_error="/usr/bin/python3 did not run (exit 127): not found"),
-        want, HERE, wi.Settings())
-    assert missing.refusal == ("spark-01: no usable Python at /usr/bin/python3: /usr/bin/python3 "
-                               "did not run (exit 127): not found")
+    local = payload.Platform.local()
+    why, fix = wi.refusal("spark-01", state_with(files, platform=arm), ws_settings.Settings())
+    assert why.startswith("spark-01: the node's /usr/bin/python3 (Python 3.11.2 "
+                          "aarch64 (cpython-311-aarch64-linux-gnu, glibc 2.39))")
+    if local.machine != "aarch64":
+        assert why.endswith(f"aarch64 there, {local.machine} here")
+    assert fix == payload.PLATFORM_FIX
+    missing, _ = wi.refusal("spark-01", state_with(
+        files, platform=None, platform_error="/usr/bin/python3 did not run (exit 127): not found"),
+        ws_settings.Settings())
+    assert missing == ("spark-01: no usable Python at /usr/bin/python3: /usr/bin/python3 "
+                       "did not run (exit 127): not found")
 
 
-def test_install_plan_on_a_fresh_node_does_everything(tmp_path):
-    want = fresh_want(tmp_path)
+def test_install_on_a_fresh_node_does_everything(tmp_path):
+    inventory, files = copied(tmp_path)
     fresh = NodeState(platform=HERE, sources=SOURCES)
-    plan = wi.plan_install("spark-01", fresh, want, HERE, wi.Settings(install_dir="/opt/sr"))
-    assert plan.refusal is None and plan.mark and plan.ship_lib and plan.make_key
-    assert plan.write_unit
-    assert set(plan.write) == set(want.files) and "inventory/known_hosts" in plan.write
-    assert plan.enable and plan.start == "start" and not plan.delete
-    steps = plan.steps(wi.Settings(install_dir="/opt/sr"))
-    assert steps[:2] == ["mark /opt/sr as the watchdog's (.sparkrack-watchdog)",
-                         "ship /opt/sr/lib (sparkrack and its libraries)"]
-    assert steps[-3:] == ["write /etc/systemd/system/sparkrack-watchdog.service; daemon-reload",
-                          "enable sparkrack-watchdog.service (started at boot)",
-                          "start sparkrack-watchdog.service"]
+    parts = plan_parts(fresh, WANT)
+    assert parts.mark and parts.ship_lib and parts.make_key and not parts.stop
+    assert parts.steps(SETTINGS, "spark-01") == [
+        "mark /opt/sr as the watchdog's (.sparkrack-watchdog)",
+        "ship /opt/sr/lib (sparkrack and its libraries)",
+        "make the watchdog's ed25519 key /opt/sr/ssh/id_ed25519 on spark-01"]
+    plan = role_plan_for(inventory, SETTINGS, fresh)
+    puts = [a.path for c in plan for a in c.actions if isinstance(a, Put)]
+    assert puts == [f"/opt/sr/{p}" for p in files] + [
+        "/opt/sr/.sparkrack-runs", "/etc/systemd/system/sparkrack-watchdog.service"]
+    assert "inventory/known_hosts" in files and "README.md" in files
+    runs = [a.argv for c in plan for a in c.actions if isinstance(a, Run)]
+    assert runs[:2] == [("mkdir", "-p", "-m", "0755", "--", "/opt/sr/inventory"),
+                        ("mkdir", "-p", "-m", "0755", "--", "/opt/sr/inventory/group_vars")]
+    assert runs[-3:] == [("systemctl", "daemon-reload"),
+                         ("systemctl", "enable", "sparkrack-watchdog.service"),
+                         ("systemctl", "start", "sparkrack-watchdog.service")]
+    assert not any(line.startswith("restart watchdog") for line in changed(plan))  # started
 
 
-def test_install_plan_with_nothing_changed_does_nothing(tmp_path):
-    want = fresh_want(tmp_path)
-    plan = wi.plan_install("spark-01", state_with(want), want, HERE, wi.Settings())
-    assert not plan.changes_node and plan.steps(wi.Settings()) == []
+def test_install_with_nothing_changed_does_nothing(tmp_path):
+    inventory, files = copied(tmp_path)
+    state = state_with(files)
+    assert not plan_parts(state, WANT).changes_node
+    plan = role_plan_for(inventory, SETTINGS, state, installed_facts(inventory, files))
+    assert changed(plan) == []
 
 
 @pytest.mark.parametrize("change, expect", [
-    ({"lib_checks": False}, {"ship_lib": True, "start": "restart"}),  # a file edited there
-    ({"manifest_sha256": "0" * 64}, {"ship_lib": True, "start": "restart"}),
-    ({"public_key": ""}, {"make_key": True, "start": "restart"}),
-    ({"unit_file": b"old"}, {"write_unit": True, "start": "restart"}),
-    ({"unit": {"ActiveState": "failed", "UnitFileState": "enabled"}},
-     {"reset_failed": True, "start": "start"}),
-    ({"unit": {"ActiveState": "active", "UnitFileState": "disabled"}}, {"enable": True}),
+    ({"lib_checks": False}, {"ship_lib": True, "stop": True}),  # a file edited there
+    ({"manifest_sha256": "0" * 64}, {"ship_lib": True, "stop": True}),
+    ({"manifest_sha256": "0" * 64, "unit": {"ActiveState": "inactive"}}, {"ship_lib": True}),
+    ({"public_key": ""}, {"make_key": True}),
+    ({"install_dir_kind": "legacy"}, {"mark": True}),  # installed before the marker
 ])
-def test_install_plan_changes_only_what_differs(tmp_path, change, expect):
-    want = fresh_want(tmp_path)
-    plan = wi.plan_install("spark-01", state_with(want, **change), want, HERE, wi.Settings())
-    got = {k: getattr(plan, k) for k in ("ship_lib", "make_key", "write_unit", "reset_failed",
-                                         "enable", "start")}
-    assert got == {"ship_lib": False, "make_key": False, "write_unit": False,
-                   "reset_failed": False, "enable": False, "start": None, **expect}
-    assert not plan.write and not plan.delete
+def test_the_watchdogs_own_parts_change_only_what_differs(tmp_path, change, expect):
+    _, files = copied(tmp_path)
+    parts = plan_parts(state_with(files, **change), WANT)
+    got = {k: getattr(parts, k) for k in ("mark", "ship_lib", "stop", "make_key")}
+    assert got == {"mark": False, "ship_lib": False, "stop": False, "make_key": False, **expect}
+
+
+@pytest.mark.parametrize("unit, facts, expect", [
+    ({}, {"active": "failed"}, ["the watchdog enabled at boot and running: "
+                                "sparkrack-watchdog.service: start (was failed)"]),
+    ({}, {"enabled": "disabled"}, ["the watchdog enabled at boot and running: "
+                                   "sparkrack-watchdog.service: enable"]),
+    ({"python": "/usr/bin/python3.12"}, {}, [
+        "the watchdog's unit: /etc/systemd/system/sparkrack-watchdog.service: update (+1 -1)",
+        "the watchdog enabled at boot and running: sparkrack-watchdog.service: daemon-reload",
+        "restart watchdog: sparkrack-watchdog.service: restart"]),
+])
+def test_the_role_changes_only_what_differs(tmp_path, unit, facts, expect):
+    inventory, files = copied(tmp_path)
+    settings = dataclasses.replace(SETTINGS, **unit)
+    plan = role_plan_for(inventory, settings, state_with(files),
+                         installed_facts(inventory, files, **facts))
+    assert changed(plan) == expect
+
+
+def test_a_changed_stamp_restarts_the_watchdog_onto_what_it_runs(tmp_path):
+    inventory, files = copied(tmp_path)
+    state = state_with(files)
+    facts = installed_facts(inventory, files)
+    assert changed(role_plan_for(inventory, SETTINGS, state, facts)) == []
+    rekeyed = dataclasses.replace(state, public_key=OTHER_PUB)  # a key made while it ran
+    assert changed(role_plan_for(inventory, SETTINGS, rekeyed, facts)) == [
+        "what the service runs, stamped (lib/'s manifest, its key, the inventory copy): "
+        "/opt/sr/.sparkrack-runs: update (+1 -1)",
+        "restart watchdog: sparkrack-watchdog.service: restart"]
 
 
 def test_a_changed_inventory_file_is_written_and_a_stale_one_deleted(tmp_path):
-    want = fresh_want(tmp_path)
-    files = {p: hashlib.sha256(c).hexdigest() for p, c in want.files.items()}
-    files["inventory/hosts.yml"] = "0" * 64
-    files["inventory/host_vars/spark-09.yml"] = "1" * 64  # a node no longer in the inventory
-    plan = wi.plan_install("spark-01", state_with(want, files=files), want, HERE, wi.Settings())
-    assert list(plan.write) == ["inventory/hosts.yml"]
-    assert plan.delete == ["inventory/host_vars/spark-09.yml"] and plan.start == "restart"
+    inventory, files = copied(tmp_path)
+    there = dict(files)
+    there["inventory/hosts.yml"] = "old\n"
+    there["inventory/host_vars/spark-09.yml"] = "x: 1\n"  # a node no longer in the inventory
+    state = state_with(there)
+    facts = installed_facts(inventory, there)
+    plan = role_plan_for(inventory, SETTINGS, state, facts)
+    assert changed(plan) == [
+        "the inventory copy and README the service runs with: /opt/sr/inventory/hosts.yml: "
+        f"update (+{len(files['inventory/hosts.yml'].splitlines())} -1)",
+        "no file left of an older inventory copy: /opt/sr/inventory/host_vars/spark-09.yml: "
+        "remove",
+        "what the service runs, stamped (lib/'s manifest, its key, the inventory copy): "
+        "/opt/sr/.sparkrack-runs: update (+1 -2)",
+        "restart watchdog: sparkrack-watchdog.service: restart"]
 
 
 def test_uninstall_plan_removes_everything_there_is(tmp_path):
-    want = fresh_want(tmp_path)
-    settings = wi.Settings(install_dir="/opt/sr")
-    plan = wu.plan_uninstall("spark-01", state_with(want, state=b"{}"), settings)
+    _, files = copied(tmp_path)
+    settings = ws_settings.Settings(install_dir="/opt/sr")
+    plan = wu.plan_uninstall("spark-01", state_with(files, state=b"{}", unit_file=b"[Unit]\n"),
+                             settings)
     assert plan.steps(settings) == [
         "stop sparkrack-watchdog.service", "disable sparkrack-watchdog.service",
         "remove /etc/systemd/system/sparkrack-watchdog.service; daemon-reload",
@@ -301,7 +404,7 @@ def test_uninstall_plan_removes_everything_there_is(tmp_path):
                                    "/opt/$(reboot)"])
 def test_settings_paths_must_be_plain_absolute_paths(value):
     with pytest.raises(UsageError):
-        wi.check_settings(wi.Settings(install_dir=value))
+        ws_settings.check_settings(ws_settings.Settings(install_dir=value))
 
 
 # --- The install directory: one sparkrack made, never a system directory -------------------
@@ -317,7 +420,7 @@ def test_settings_paths_must_be_plain_absolute_paths(value):
 ])
 def test_a_system_directory_is_refused_as_the_install_directory(value, says):
     with pytest.raises(UsageError) as refused:
-        wi.check_settings(wi.Settings(install_dir=value))
+        ws_settings.check_settings(ws_settings.Settings(install_dir=value))
     assert refused.value.line() == (f"--install-dir {value}: {says} (give a directory of its "
                                     "own, absent or empty, e.g. /opt/sparkrack-watchdog)")
 
@@ -325,12 +428,12 @@ def test_a_system_directory_is_refused_as_the_install_directory(value, says):
 @pytest.mark.parametrize("value", ["/opt/sparkrack-watchdog", "/usr/local/sparkrack-watchdog",
                                    "/var/lib/sparkrack-watchdog", "/srv/watchdog"])
 def test_a_directory_of_its_own_is_accepted(value):
-    wi.check_settings(wi.Settings(install_dir=value))
+    ws_settings.check_settings(ws_settings.Settings(install_dir=value))
 
 
 def test_the_install_directory_and_the_state_directory_stay_apart():
     with pytest.raises(UsageError, match="shares its place with the state directory"):
-        wi.check_settings(wi.Settings(install_dir="/var/lib/sparkrack"))
+        ws_settings.check_settings(ws_settings.Settings(install_dir="/var/lib/sparkrack"))
 
 
 def test_the_node_side_tells_what_the_install_directory_is(tmp_path):
@@ -356,24 +459,24 @@ def test_the_node_side_tells_what_the_install_directory_is(tmp_path):
     ("foreign", "is a directory holding other files and no .sparkrack-watchdog"),
     ("link", "is a symbolic link"), ("file", "is not a directory")])
 def test_plans_refuse_a_directory_sparkrack_did_not_make(tmp_path, kind, says):
-    want = fresh_want(tmp_path)
-    settings = wi.Settings(install_dir="/opt/sr")
-    state = state_with(want, install_dir_kind=kind, state=b"{}")
-    plan = wi.plan_install("spark-01", state, want, HERE, settings)
-    assert plan.refusal == (f"spark-01: --install-dir /opt/sr {says}: not a directory "
-                            "watch.install made, and nothing is written into or removed from it")
-    assert plan.fix.startswith("give a directory of its own") and not plan.changes_node
+    _, files = copied(tmp_path)
+    settings = ws_settings.Settings(install_dir="/opt/sr")
+    state = state_with(files, install_dir_kind=kind, state=b"{}")
+    why, fix = wi.refusal("spark-01", state, settings)
+    assert why == (f"spark-01: --install-dir /opt/sr {says}: not a directory "
+                   "watch.install made, and nothing is written into or removed from it")
+    assert fix.startswith("give a directory of its own")
     gone = wu.plan_uninstall("spark-01", state, settings)
-    assert gone.refusal == plan.refusal and not gone.changes_node and gone.remove_dirs == []
+    assert gone.refusal == why and not gone.changes_node and gone.remove_dirs == []
 
 
 def test_an_install_older_than_the_marker_is_marked_and_removed(tmp_path):
-    want = fresh_want(tmp_path)
-    settings = wi.Settings(install_dir="/opt/sr")
-    legacy = state_with(want, install_dir_kind="legacy")
-    plan = wi.plan_install("spark-01", legacy, want, HERE, settings)
-    assert plan.refusal is None and plan.mark and plan.start is None  # no restart for it
-    assert plan.steps(settings) == ["mark /opt/sr as the watchdog's (.sparkrack-watchdog)"]
+    _, files = copied(tmp_path)
+    settings = ws_settings.Settings(install_dir="/opt/sr")
+    legacy = state_with(files, install_dir_kind="legacy")
+    assert wi.refusal("spark-01", legacy, settings) is None
+    assert plan_parts(legacy, WANT).steps(settings, "spark-01") == [
+        "mark /opt/sr as the watchdog's (.sparkrack-watchdog)"]  # and no restart for it
     assert wu.plan_uninstall("spark-01", legacy, settings).remove_dirs == ["/opt/sr"]
 
 
@@ -431,12 +534,11 @@ def test_a_recorded_install_directory_is_checked_when_the_record_is_read(tmp_pat
     ({"10.77.1.11": "error: [Errno 101] Network is unreachable", "10.77.1.12": "nonsense"},
      "10.77.1.11: error: [Errno 101] Network is unreachable; 10.77.1.12: nonsense")])
 def test_a_node_that_cannot_tell_its_source_address_is_refused(tmp_path, sources, says):
-    want = fresh_want(tmp_path)
-    plan = wi.plan_install("spark-01", state_with(want, sources=sources), want, HERE,
-                           wi.Settings())
-    assert plan.refusal == (f"spark-01: cannot tell the address it reaches the nodes from "
-                            f"({says}): the watchdog's key would be authorized from anywhere")
-    assert "ansible_host routable" in plan.fix and not plan.changes_node
+    _, files = copied(tmp_path)
+    why, fix = wi.refusal("spark-01", state_with(files, sources=sources), ws_settings.Settings())
+    assert why == (f"spark-01: cannot tell the address it reaches the nodes from "
+                   f"({says}): the watchdog's key would be authorized from anywhere")
+    assert "ansible_host routable" in fix
 
 
 # --- The metrics address: the node's management address unless --listen --------------------
@@ -445,20 +547,20 @@ def test_a_node_that_cannot_tell_its_source_address_is_refused(tmp_path, sources
 def test_the_metrics_listen_on_the_nodes_address_unless_told(tmp_path):
     inventory = load_inventory(rehearsal_copy(tmp_path))
     head = inventory.head
-    default = wi.with_listen(wi.Settings(), head)
+    default = ws_settings.with_listen(ws_settings.Settings(), head)
     assert default.listen == head.address == "10.77.1.11"
-    assert wi.with_listen(wi.Settings(listen="0.0.0.0"), head).listen == "0.0.0.0"
-    unit = wi.render_unit(inventory, default)
+    assert ws_settings.with_listen(ws_settings.Settings(listen="0.0.0.0"), head).listen == "0.0.0.0"
+    unit = render_unit(inventory, default)
     assert " --listen 10.77.1.11:9478 " in unit
-    assert wi.listen_of(unit.encode()) == "10.77.1.11"
-    assert " --listen [fd00:77::11]:9478 " in wi.render_unit(
-        inventory, wi.Settings(listen="fd00:77::11"))
-    assert wi.metrics_url(head, inventory, "10.77.1.11") == "http://10.77.1.11:9478/metrics"
-    assert wi.metrics_url(head, inventory, "0.0.0.0") == "http://10.77.1.11:9478/metrics"
-    assert wi.metrics_url(head, inventory, "0.0.0.0", on_node=True) == (
+    assert ws_settings.listen_of(unit.encode()) == "10.77.1.11"
+    assert " --listen [fd00:77::11]:9478 " in render_unit(
+        inventory, ws_settings.Settings(listen="fd00:77::11"))
+    assert ws_settings.metrics_url(head, inventory, "10.77.1.11") == "http://10.77.1.11:9478/metrics"
+    assert ws_settings.metrics_url(head, inventory, "0.0.0.0") == "http://10.77.1.11:9478/metrics"
+    assert ws_settings.metrics_url(head, inventory, "0.0.0.0", on_node=True) == (
         "http://127.0.0.1:9478/metrics")
-    assert wi.metrics_url(head, inventory, "fd00:77::11") == "http://[fd00:77::11]:9478/metrics"
-    state = NodeState(unit_file=wi.render_unit(inventory, wi.Settings(listen="10.77.2.11")).encode())
+    assert ws_settings.metrics_url(head, inventory, "fd00:77::11") == "http://[fd00:77::11]:9478/metrics"
+    state = NodeState(unit_file=render_unit(inventory, ws_settings.Settings(listen="10.77.2.11")).encode())
     assert ws.status_of(head, inventory, state, None).metrics_url == (
         "http://10.77.2.11:9478/metrics")
 
@@ -466,7 +568,7 @@ def test_the_metrics_listen_on_the_nodes_address_unless_told(tmp_path):
 @pytest.mark.parametrize("value", ["10.0.0.1 --x", "10.0.0.1;reboot", "fe80::1%eth0", "a_b"])
 def test_a_listen_address_that_is_none_is_refused(value):
     with pytest.raises(UsageError, match=r"^--listen "):
-        wi.check_settings(wi.Settings(listen=value))
+        ws_settings.check_settings(ws_settings.Settings(listen=value))
 
 
 # --- The probe and status --------------------------------------------------------------------
@@ -504,8 +606,8 @@ def probe_output(unit_text: str) -> str:
 
 
 def test_probe_output_is_parsed_and_status_shows_it(tmp_path):
-    settings = wi.Settings(install_dir="/opt/sr")
-    state = parse_probe(probe_output("[Unit]\n"), wi.probe_query(settings, PEERS))
+    settings = ws_settings.Settings(install_dir="/opt/sr")
+    state = parse_probe(probe_output("[Unit]\n"), ws_settings.probe_query(settings, PEERS))
     assert state.platform.version == (3, 11, 2) and state.platform.machine == "x86_64"
     assert state.sources == {"10.77.1.11": "10.77.1.11", "10.77.1.12": "10.77.1.11"}
     assert state.install_dir and state.lib and state.lib_checks and state.state_dir
@@ -526,22 +628,22 @@ def test_probe_output_is_parsed_and_status_shows_it(tmp_path):
 
 
 def test_status_names_what_differs_from_what_install_would_ship(tmp_path):
-    want = fresh_want(tmp_path)
-    inventory_files = {p.removeprefix("inventory/"): c for p, c in want.files.items()
+    _, copy = copied(tmp_path)
+    inventory_files = {p.removeprefix("inventory/"): c.encode() for p, c in copy.items()
                        if p.startswith("inventory/")}
-    state = state_with(want)
-    assert ws.stale_parts(state, inventory_files, want.manifest_sha256) == ()
+    state = state_with(copy)
+    assert ws.stale_parts(state, inventory_files, WANT) == ()
     files = dict(state.files)
     files["inventory/hosts.yml"] = "0" * 64
     files["inventory/host_vars/spark-09.yml"] = "1" * 64
     del files["inventory/known_hosts"]
-    changed = state_with(want, files=files, lib_checks=False)
-    assert ws.stale_parts(changed, inventory_files, want.manifest_sha256) == (
+    changed = dataclasses.replace(state_with(copy, lib_checks=False), files=files)
+    assert ws.stale_parts(changed, inventory_files, WANT) == (
         "lib", "inventory/host_vars/spark-09.yml", "inventory/hosts.yml",
         "inventory/known_hosts")
 
-    differs = state_with(want, lib_checks=False, lib_differs=("certifi/core.py",))
-    assert ws.stale_parts(differs, inventory_files, want.manifest_sha256) == (
+    differs = state_with(copy, lib_checks=False, lib_differs=("certifi/core.py",))
+    assert ws.stale_parts(differs, inventory_files, WANT) == (
         "lib/certifi/core.py",)  # the files, when what was shipped is what would be
 
 
@@ -575,9 +677,9 @@ def test_the_node_check_holds_code_to_the_manifest_and_lets_data_be_edited(tmp_p
 
 
 def test_a_cut_probe_and_a_broken_state_file_are_said(tmp_path):
-    settings = wi.Settings()
+    settings = ws_settings.Settings()
     with pytest.raises(Exception, match="cut short"):
-        parse_probe("@@base\nboot\n1.0\n@@0 w\nplatform-rc 0\n", wi.probe_query(settings, PEERS))
+        parse_probe("@@base\nboot\n1.0\n@@0 w\nplatform-rc 0\n", ws_settings.probe_query(settings, PEERS))
     assert ws.parse_state(b"{not json")[3].startswith("state file unreadable")
     assert ws.parse_state(None) == ((), {}, {}, "")
 
@@ -742,7 +844,7 @@ def loopback(sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     fake.parent.mkdir()
     fake.write_text(FAKE_SYSTEMCTL)
     fake.chmod(0o755)
-    settings = wi.Settings(install_dir=str(tmp_path / "opt" / "sparkrack-watchdog"),
+    settings = ws_settings.Settings(install_dir=str(tmp_path / "opt" / "sparkrack-watchdog"),
                            python=node_python(), unit_dir=str(tmp_path / "systemd"),
                            state_dir=str(tmp_path / "state"), systemctl=str(fake),
                            wait_metrics=False)
@@ -778,7 +880,7 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     assert {n.key_file for n in copy.nodes} == {key}
     assert (d / "inventory" / "known_hosts").read_bytes() == sshd.known_hosts.read_bytes()
     assert (d / "lib" / "sparkrack" / "watchdog" / "install.py").is_file()
-    unit = (systemd / wi.UNIT).read_text()
+    unit = (systemd / ws_settings.UNIT).read_text()
     assert f"ExecStart={settings.python} -m sparkrack.watchdog --inventory {d}/inventory" in unit
     port = inventory.vars.watchdog_metrics_port
     assert f" --listen 127.0.0.1:{port} " in unit  # spark-01's ansible_host, not 0.0.0.0
@@ -789,14 +891,14 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     assert said.index(f"watch.install: mark {d} as the watchdog's ({MARKER_FILE})") < next(
         i for i, line in enumerate(said) if line.startswith("watch.install: shipping "))
     calls = (systemd / "systemctl.log").read_text().splitlines()
-    assert [c for c in calls if not c.startswith("show")] == [
-        "daemon-reload", f"enable {wi.UNIT}", f"start {wi.UNIT}"]
+    assert [c for c in calls if not c.startswith("show")] == [  # no daemon-reload: the unit
+        f"enable {ws_settings.UNIT}", f"start {ws_settings.UNIT}"]  # is outside systemd's dirs
     assert any(line.startswith("watch.install: shipping ") for line in said)
 
     before, calls_before = tree(d), len(calls)
     keys_before = (sshd.directory / "authorized_keys").read_bytes()
     again = wi.install(inventory, settings=settings, say=said.append)
-    assert not again.changed and not again.plan.changes_node
+    assert not again.changed and not again.parts.changes_node and again.role == []
     assert tree(d) == before  # not a file rewritten
     assert (sshd.directory / "authorized_keys").read_bytes() == keys_before
     calls = (systemd / "systemctl.log").read_text().splitlines()
@@ -822,7 +924,7 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     core.write_bytes(core.read_bytes() + b"\n# edited\n")
     assert ws.status(inventory, settings=settings).stale == ("lib/certifi/core.py",)
     reshipped = wi.install(inventory, settings=settings, say=said.append)
-    assert reshipped.plan.ship_lib and not core.read_bytes().endswith(b"# edited\n")
+    assert reshipped.parts.ship_lib and not core.read_bytes().endswith(b"# edited\n")
 
     with open(inventory.path / "group_vars" / "all.yml", "a") as out:  # the operator edits
         out.write("watchdog_restart_budget: 5\n")
@@ -830,10 +932,14 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     assert ws.status(inventory, settings=settings).stale == ("inventory/group_vars/all.yml",)
     calls_before = len((systemd / "systemctl.log").read_text().splitlines())
     updated = wi.install(inventory, settings=settings, say=said.append)
-    assert list(updated.plan.write) == ["inventory/group_vars/all.yml"]
-    assert not updated.plan.ship_lib and not updated.plan.make_key and updated.changed
+    assert updated.role == [f"the inventory copy and README the service runs with: {d}/"
+                            "inventory/group_vars/all.yml: update (+1 -0)",
+                            "what the service runs, stamped (lib/'s manifest, its key, the "
+                            f"inventory copy): {d}/.sparkrack-runs: update (+1 -1)",
+                            f"restart watchdog: {ws_settings.UNIT}: restart"]
+    assert not updated.parts.changes_node and updated.changed
     calls = (systemd / "systemctl.log").read_text().splitlines()[calls_before:]
-    assert [c for c in calls if not c.startswith("show")] == [f"restart {wi.UNIT}"]
+    assert [c for c in calls if not c.startswith("show")] == [f"restart {ws_settings.UNIT}"]
     assert "watchdog_restart_budget: 5" in (d / "inventory/group_vars/all.yml").read_text()
     assert ws.status(inventory, settings=settings).stale == ()
 
@@ -843,17 +949,17 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     assert gone.plan.stop and gone.plan.remove_unit and gone.deauthorized == ["spark-01"]
     assert gone.unrecorded and keyrecord.read_record(inventory.path) is None
     assert not d.exists() and not Path(settings.state_dir).exists()
-    assert not (systemd / wi.UNIT).exists()
+    assert not (systemd / ws_settings.UNIT).exists()
     assert "sparkrack-watchdog" not in (sshd.directory / "authorized_keys").read_text()
     calls = (systemd / "systemctl.log").read_text().splitlines()
     assert [c for c in calls if not c.startswith("show")][-3:] == [
-        f"stop {wi.UNIT}", f"disable {wi.UNIT}", "daemon-reload"]
+        f"stop {ws_settings.UNIT}", f"disable {ws_settings.UNIT}", "daemon-reload"]
     assert not ws.status(inventory, settings=settings).installed
     nothing = wu.uninstall(inventory, settings=settings, say=said.append)
     assert not nothing.plan.changes_node and not nothing.deauthorized
 
 
-def run_the_shipped_service(inventory, settings: wi.Settings, tmp_path: Path) -> None:
+def run_the_shipped_service(inventory, settings: ws_settings.Settings, tmp_path: Path) -> None:
     """The unit's ExecStart as systemd would run it (its Environment=, cwd /; the metrics
     on the loopback node's address), only with the state and lock in tmp_path (this
     machine is the loopback head: nothing may go to its /var/lib/sparkrack); install's own
@@ -866,7 +972,7 @@ def run_the_shipped_service(inventory, settings: wi.Settings, tmp_path: Path) ->
 
     if Path(RECORD_DIR, "current.json").exists():
         return  # this machine has a deployment record of its own: the service would guard it
-    unit = (Path(settings.unit_dir) / wi.UNIT).read_text()
+    unit = (Path(settings.unit_dir) / ws_settings.UNIT).read_text()
     argv = shlex.split(next(l for l in unit.splitlines() if l.startswith("ExecStart=")
                             ).removeprefix("ExecStart="))
     port = inventory.vars.watchdog_metrics_port
@@ -881,7 +987,7 @@ def run_the_shipped_service(inventory, settings: wi.Settings, tmp_path: Path) ->
     try:
         with Fleet(inventory) as fleet:
             url = wi._wait_metrics(fleet, inventory.head,
-                                   wi.with_listen(settings, inventory.head), inventory)
+                                   ws_settings.with_listen(settings, inventory.head), inventory)
         assert url == f"http://127.0.0.1:{port}/metrics"
     finally:
         process.terminate()
@@ -908,7 +1014,7 @@ def test_a_node_python_that_differs_is_refused_before_anything_is_written(loopba
     assert line.startswith(f"spark-01: the node's {other} (Python 3.9.2 aarch64")
     assert "Python 3.9 there, 3.11 here; aarch64 there" in line
     assert "run watch.install from a machine whose Python matches the node's" in line
-    assert not Path(settings.install_dir).exists() and not (systemd / wi.UNIT).exists()
+    assert not Path(settings.install_dir).exists() and not (systemd / ws_settings.UNIT).exists()
     assert keyrecord.read_record(inventory.path) is None
 
 
@@ -930,7 +1036,7 @@ def test_a_directory_sparkrack_did_not_make_is_never_written_into_or_removed(loo
         ".sparkrack-watchdog: not a directory watch.install made, and nothing is written into "
         "or removed from it (give a directory of its own, absent or empty, e.g. "
         "/opt/sparkrack-watchdog)")
-    assert tree(system) == before and not (systemd / wi.UNIT).exists()
+    assert tree(system) == before and not (systemd / ws_settings.UNIT).exists()
     assert keyrecord.read_record(inventory.path) is None
     keyrecord.write_record(inventory.path, keyrecord.WatchdogKey(
         "spark-01", settings.install_dir, PUB, ("127.0.0.1",)))
@@ -960,7 +1066,7 @@ def test_uninstall_with_the_watchdogs_node_dead_still_takes_the_key_away(sshd, t
     said = []
     try:
         with pytest.raises(SparkrackError) as failed:
-            wu.uninstall(inventory, settings=wi.Settings(install_dir=str(tmp_path / "opt")),
+            wu.uninstall(inventory, settings=ws_settings.Settings(install_dir=str(tmp_path / "opt")),
                          say=said.append)
         assert failed.value.line().startswith("watch.uninstall is not complete: spark-01: ")
         assert keys.read_text() == operator  # spark-02 (the same file here) lost the line
@@ -996,14 +1102,14 @@ def test_watch_install_check_task_probes_and_changes_nothing(loopback, capsys):
     from sparkrack.cli import watch_tasks
 
     inventory, _, _ = loopback
-    if Path(wi.DEFAULT_INSTALL_DIR).exists():
-        pytest.skip(f"this machine has a {wi.DEFAULT_INSTALL_DIR} of its own")
+    if Path(ws_settings.DEFAULT_INSTALL_DIR).exists():
+        pytest.skip(f"this machine has a {ws_settings.DEFAULT_INSTALL_DIR} of its own")
     watch_tasks.install(Context(), inventory=str(inventory.path), check=True,
                         python=node_python())
     said = capsys.readouterr().err
-    assert f"watch.install: would ship {wi.DEFAULT_INSTALL_DIR}/lib" in said
+    assert f"watch.install: would ship {ws_settings.DEFAULT_INSTALL_DIR}/lib" in said
     assert "would record the key in" in said and "from 127.0.0.1)" in said
-    assert not Path(wi.DEFAULT_INSTALL_DIR).exists()
+    assert not Path(ws_settings.DEFAULT_INSTALL_DIR).exists()
     assert keyrecord.read_record(inventory.path) is None
 
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from jinja2 import Environment, StrictUndefined
 from loopback import Sshd, needs_sshd, write_inventory
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -428,21 +427,6 @@ def test_listen_address(text, expected):
 def test_listen_port_out_of_range_is_refused():
     with pytest.raises(ValueError):
         parse_listen("0.0.0.0:70000", 9478)
-
-
-def test_unit_template_restarts_always_starts_at_boot_and_logs_to_the_journal():
-    template = (REPO / "sparkrack" / "watchdog" / "sparkrack-watchdog.service.j2").read_text()
-    text = Environment(undefined=StrictUndefined, keep_trailing_newline=True).from_string(
-        template).render(rack_name="rehearsal", install_dir="/opt/sparkrack-watchdog",
-                         python="/usr/bin/python3", listen="10.77.1.11:9478", port=9478)
-    lines = text.splitlines()
-    for line in ("Restart=always", "WantedBy=multi-user.target", "StandardOutput=journal",
-                 "StandardError=journal", "StartLimitIntervalSec=0",
-                 "StateDirectory=sparkrack/watchdog",
-                 "ExecStart=/usr/bin/python3 -m sparkrack.watchdog --inventory "
-                 "/opt/sparkrack-watchdog/inventory --listen 10.77.1.11:9478 --state "
-                 "/var/lib/sparkrack/watchdog/state.json"):
-        assert line in lines
 
 
 # --- The process, over real SSH on loopback ----------------------------------------------

@@ -205,10 +205,11 @@ def _run_role(provision_fn, inventory, node, role: str | None, wanted: dict,
     result = provision_fn(inventory, [node], play=PLAY, roles=role, check=check,
                           extra_vars=wanted)
     run = result.node(node.name)
-    lines = [f"{c.task}: {c.summary}" for c in run.outcomes() if c.changed]
+    lines = [f"{c.role}: {c.summary}" for c in run.outcomes() if c.changed]
     report.role += lines
     for line in lines:
-        say(f"watch.install: {'would ' if check else ''}{line}")
+        role_name, _, what = line.partition(": ")
+        say(f"watch.install: role {role_name}{' would' if check else ''}: {what}")
     if result.exit_code:
         raise SparkrackError(f"role {role or 'watchdog'} on {node.name} failed: "
                              f"{run.error or failure(run)}",

@@ -932,11 +932,10 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     assert ws.status(inventory, settings=settings).stale == ("inventory/group_vars/all.yml",)
     calls_before = len((systemd / "systemctl.log").read_text().splitlines())
     updated = wi.install(inventory, settings=settings, say=said.append)
-    assert updated.role == [f"the inventory copy and README the service runs with: {d}/"
-                            "inventory/group_vars/all.yml: update (+1 -0)",
-                            "what the service runs, stamped (lib/'s manifest, its key, the "
-                            f"inventory copy): {d}/.sparkrack-runs: update (+1 -1)",
-                            f"restart watchdog: {ws_settings.UNIT}: restart"]
+    assert updated.role == [f"watchdog_files: {d}/inventory/group_vars/all.yml: update (+1 -0)",
+                            f"watchdog: {d}/.sparkrack-runs: update (+1 -1)",
+                            f"watchdog: {ws_settings.UNIT}: restart"]
+    assert f"watch.install: role watchdog: {ws_settings.UNIT}: restart" in said
     assert not updated.parts.changes_node and updated.changed
     calls = (systemd / "systemctl.log").read_text().splitlines()[calls_before:]
     assert [c for c in calls if not c.startswith("show")] == [f"restart {ws_settings.UNIT}"]
@@ -1109,6 +1108,10 @@ def test_watch_install_check_task_probes_and_changes_nothing(loopback, capsys):
     said = capsys.readouterr().err
     assert f"watch.install: would ship {ws_settings.DEFAULT_INSTALL_DIR}/lib" in said
     assert "would record the key in" in said and "from 127.0.0.1)" in said
+    d = ws_settings.DEFAULT_INSTALL_DIR  # the play, planned and not applied
+    assert f"watch.install: role watchdog_files would: {d}/inventory/hosts.yml: create" in said
+    assert ("watch.install: role watchdog would: /etc/systemd/system/sparkrack-watchdog.service"
+            ": create (0644)") in said
     assert not Path(ws_settings.DEFAULT_INSTALL_DIR).exists()
     assert keyrecord.read_record(inventory.path) is None
 

@@ -4,13 +4,14 @@ unit-file paths."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from sparkrack.provision.changes import Action, Change, Put, Run
 from sparkrack.provision.diffs import file_diff, line_counts
-from sparkrack.facts.files import FileFacts
-from sparkrack.provision.modules.base import PlanState, Step
+from sparkrack.facts.files import FileFacts, file_query
+from sparkrack.provision.modules.base import Module, PlanState, Step
 
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",
              "/usr/lib/systemd/system")
@@ -87,3 +88,17 @@ def write_content(step: Step, dest: str, content: bytes) -> Change:
         known=current.content is not None or not current.exists)
     return replace(base, status="changed", summary=f"{dest}: {', '.join(what)}", diff=diff,
                    actions=tuple(actions))
+
+
+def file_writer(name: str, source: str, content: Callable[[Step], bytes]) -> Module:
+    """A module that makes `dest` hold content(step), with mode, owner and group (source:
+    the parameter the content comes from); absent mode removes the file."""
+    def plan(step: Step) -> Change:
+        dest = str(step.params["dest"])
+        if step.state.absent:
+            return remove_file(step.base, dest, step.facts.file(dest), step.state)
+        return write_content(step, dest, content(step))
+
+    return Module(name=name, required=frozenset({source, "dest"}),
+                  optional=frozenset({"mode", "owner", "group", "secret_keys"}),
+                  queries=lambda p: [file_query(str(p["dest"]))], plan=plan)

@@ -6,25 +6,13 @@ the file.
 
 from __future__ import annotations
 
-from sparkrack.provision.changes import Change
-from sparkrack.facts.files import file_query
-from sparkrack.provision.modules.base import Module, Step
-from sparkrack.provision.modules.files import remove_file, write_content
+from sparkrack.provision.modules.base import Step
+from sparkrack.provision.modules.files import file_writer
 
 
-def plan(step: Step) -> Change:
-    """The write (or chmod/chown) that makes dest the rendered template."""
-    dest = str(step.params["dest"])
-    if step.state.absent:
-        return remove_file(step.base, dest, step.facts.file(dest), step.state)
-    text = step.renderer.template(step.role, str(step.params["src"]), step.context)
-    return write_content(step, dest, text.encode())
+def rendered(step: Step) -> bytes:
+    """The role's template `src`, rendered with the node's vars."""
+    return step.renderer.template(step.role, str(step.params["src"]), step.context).encode()
 
 
-MODULE = Module(
-    name="template",
-    required=frozenset({"src", "dest"}),
-    optional=frozenset({"mode", "owner", "group", "secret_keys"}),
-    queries=lambda p: [file_query(str(p["dest"]))],
-    plan=plan,
-)
+MODULE = file_writer("template", "src", rendered)

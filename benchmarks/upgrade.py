@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
-from sparkrack.engines.learn import learn  # noqa: E402
+from sparkrack.engines.learn import extractor_argv, extractor_files, learn  # noqa: E402
 from sparkrack.engines.option_names import LEARNED_DIR  # noqa: E402
 from sparkrack.errors import SparkrackError  # noqa: E402
 from sparkrack.fleet import Fleet  # noqa: E402
@@ -68,12 +68,14 @@ def upgraded(work: Path):
 
 def local_extraction(work: Path) -> float:
     """Seconds for the extractor over the 0.5.23 stub's sources on this machine."""
-    write_parser_sources(VERSIONS[("sglang", "0.5.23")], work / "site")
-    code = (f"import runpy, sys; sys.path.insert(0, {str(work / 'site')!r}); "
-            "sys.argv = ['x', '--installed', 'sglang']; runpy.run_path("
-            f"{str(REPO / 'sparkrack' / 'engines' / 'option_extract.py')!r}, run_name='__main__')")
+    site = work / "site"
+    write_parser_sources(VERSIONS[("sglang", "0.5.23")], site)
+    for path, content in extractor_files(str(site)).items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(content)
+    argv = extractor_argv(str(site), "--installed", "sglang", python=sys.executable)
     started = time.monotonic()
-    subprocess.run([sys.executable, "-I", "-c", code], check=True, capture_output=True)
+    subprocess.run([argv[0], "-I", *argv[1:]], check=True, capture_output=True)
     return time.monotonic() - started
 
 

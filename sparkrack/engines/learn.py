@@ -1,7 +1,7 @@
 """`invoke engines.learn`: an engine version's option table, read from its image.
 
-The extractor (option_extract.py, the same file `tools/engine_options.py` runs on a wheel)
-is put into a container of the image on the head node and run there once, with the
+The extractor (the package option_extract, the same code `tools/engine_options.py` runs on
+a wheel) is put into a container of the image on the head node and run there once, with the
 image's own Python, no network and no GPU: it reads the installed package's sources and
 its version from the package metadata. The table is kept in the inventory's
 `.sparkrack/engines/options/<engine>-<version>.txt`, its header naming the image ref and
@@ -29,10 +29,23 @@ from .option_names import (
     LEARNED_DIR, OptionSet, read_options, tables, version_below, version_key)
 from .profile_file import image_key_of
 
-EXTRACTOR = Path(__file__).with_name("option_extract.py")
-IN_CONTAINER = "/tmp/sparkrack_option_extract.py"
+EXTRACTOR = Path(__file__).with_name("option_extract")  # a package, copied whole
+IN_CONTAINER = "/tmp/sparkrack_learn"  # the folder it goes in, on the container's sys.path
 TIMEOUT_S = 180  # reading a real engine's sources takes seconds; the image start is the rest
 LABEL = "sparkrack.learn"
+
+
+def extractor_files(folder: str) -> dict[str, bytes]:
+    """The extractor package's files as they go into folder (path -> content)."""
+    return {f"{folder}/option_extract/{file.name}": file.read_bytes()
+            for file in sorted(EXTRACTOR.glob("*.py"))}
+
+
+def extractor_argv(folder: str, *args: str, python: str = "python3") -> list[str]:
+    """python running the extractor package from folder (first on its path) with args."""
+    return [python, "-c", "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
+            "runpy.run_module('option_extract', run_name='__main__', alter_sys=True)",
+            folder, *args]
 
 
 class LearnFailed(SparkrackError):
@@ -115,9 +128,9 @@ def learn(inventory: Inventory, engine: str, image: str | None = None, *,
         image_id = found[0]
         try:
             code, out, err = docker.run_to_end(
-                image, ["python3", IN_CONTAINER, "--installed", engine],
+                image, extractor_argv(IN_CONTAINER, "--installed", engine),
                 name=f"sparkrack-learn-{engine}-{int(time.time())}",
-                files={IN_CONTAINER: EXTRACTOR.read_bytes()}, timeout=timeout,
+                files=extractor_files(IN_CONTAINER), timeout=timeout,
                 labels={LABEL: engine})
         except TimeoutError as error:
             raise LearnFailed(str(error), fix="see the image's python3 (`docker run --rm "

@@ -1,7 +1,7 @@
 """The exact option names of each engine version, and which version a lane's image runs.
 
 `engines/options/<engine>-<version>.txt` lists every option string the engine's command
-line accepts (engines/option_extract.py reads them from the engine's wheel or, run by
+line accepts (engines/option_extract/ reads them from the engine's wheel or, run by
 `invoke engines.learn`, from the image itself; the header of each file says how it was
 made). An inventory's `.sparkrack/engines/options/` holds the tables it learned; they are
 searched first. Both engines' argparse parsers also accept a unique prefix of an option
@@ -236,7 +236,7 @@ def lane_options(engine: str, image: str,
 
 
 def read_options(file: Path) -> OptionSet:
-    """One option list file (format: engines/option_extract.py), cached per file state."""
+    """One option list file (format: engines/option_extract/cli.py), cached per file state."""
     stat = Path(file).stat()
     return _read_options(Path(file), stat.st_mtime_ns, stat.st_size)
 

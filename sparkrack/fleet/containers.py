@@ -85,13 +85,21 @@ class LogStream:
             channel.close()
 
 
-def _tar_of(name: str, data: bytes) -> bytes:
-    """A tar holding one file, for put_archive."""
+def _tar_of(files: dict[str, bytes]) -> bytes:
+    """A tar of files (absolute path -> content, mode 0644) and their folders (0755), to
+    put at / with put_archive."""
     buffer = io.BytesIO()
+    folders = sorted({"/".join(parts[:i]) for path in files
+                      for parts in [path.strip("/").split("/")] for i in range(1, len(parts))})
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo(name)
-        info.size, info.mode = len(data), 0o644
-        tar.addfile(info, io.BytesIO(data))
+        for folder in folders:
+            info = tarfile.TarInfo(folder)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for path, data in sorted(files.items()):
+            info = tarfile.TarInfo(path.strip("/"))
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
 
@@ -158,9 +166,8 @@ class NodeDocker:
             image, entrypoint=list(argv[:1]), command=list(argv[1:]), name=name,
             network_disabled=True, labels=labels, detach=True)
         try:
-            for path, data in files.items():
-                folder, _, base = path.rpartition("/")
-                container.put_archive(folder or "/", _tar_of(base, data))
+            if files:
+                container.put_archive("/", _tar_of(files))
             container.start()
             try:
                 code = container.wait(timeout=timeout)["StatusCode"]

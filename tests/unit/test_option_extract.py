@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from sparkrack.engines.learn import extractor_argv, extractor_files
 from sparkrack.rehearsal.stubversions import VERSIONS, parser_sources, write_parser_sources
 
 REPO = Path(__file__).resolve().parents[2]
-EXTRACTOR = REPO / "sparkrack" / "engines" / "option_extract.py"
 
 
 def rows(text: str) -> list[str]:
@@ -25,10 +25,11 @@ def rows(text: str) -> list[str]:
 def installed(root: Path, engine: str) -> subprocess.CompletedProcess:
     """The extractor run as engines.learn runs it: `--installed ENGINE` by a Python whose
     site-packages is root (isolated: nothing of this checkout on its path)."""
-    code = (f"import runpy, sys; sys.path.insert(0, {str(root)!r}); "
-            f"sys.argv = ['x', '--installed', {engine!r}]; "
-            f"runpy.run_path({str(EXTRACTOR)!r}, run_name='__main__')")
-    return subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+    for path, content in extractor_files(str(root)).items():  # beside the engine's package
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(content)
+    argv = extractor_argv(str(root), "--installed", engine, python=sys.executable)
+    return subprocess.run([argv[0], "-I", *argv[1:]], capture_output=True, text=True,
                           timeout=60, cwd=root)
 
 
@@ -81,6 +82,6 @@ def test_an_image_without_the_package_or_its_metadata_is_one_line(tmp_path):
 
 
 def test_the_extractor_wants_a_wheel_or_an_installed_engine():
-    done = subprocess.run([sys.executable, str(EXTRACTOR)], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([sys.executable, "-m", "sparkrack.engines.option_extract"],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 2 and "give a WHEEL or --installed ENGINE" in done.stderr

@@ -1,7 +1,5 @@
-"""Engine profile files (`<engine>.yml`: shipped in sparkrack/data/engines/, or an
-inventory's override, found by catalog.py) read into an EngineDef with its Profiles.
-
-File format (every key is checked; a mistake is an InventoryError naming file:line):
+"""Engine profile files (`<engine>.yml`: sparkrack/data/engines/ or an inventory's
+override, found by catalog.py) read into an EngineDef with its Profiles. File format (every key is checked; a mistake is an InventoryError naming file:line):
 
     engine: sglang                     # must equal the file name
     image_key: sglang                  # key into the inventory's `images`
@@ -28,29 +26,22 @@ File format (every key is checked; a mistake is an InventoryError naming file:li
         env: {VAR: value}              # this lane's own variables; null drops as above
         ready_timeout_s: 900           # load to healthy (744B TP8 loads in 7-9 min)
         stop_timeout_s: 120            # SIGTERM to SIGKILL: the drain on rank 0
-        stall_budget_s: 60             # optional: work pending, no token progress, GPUs not
-                                       # all busy for this long is a stall (the watchdog)
-        model_path: /models/OTHER      # optional: this lane's checkpoint on every node
-                                       # (default: the inventory's model_path)
+        stall_budget_s: 60             # optional: pending work without progress for this long
+                                       # while the GPUs are not all busy is a stall (watchdog)
+        model_path: /models/OTHER      # optional: this lane's checkpoint (else the inventory's)
         experimental: true             # optional; then `note` says why
         note: text
-        waivers:                       # optional, never inherited: rules (sparkrack.rules) this
-          KV-FIT: why it is safe here  # profile runs despite; a waiver needs its reason
+        waivers:                       # optional, never inherited: rules this profile runs
+          KV-FIT: why it is safe here  # despite (sparkrack.rules), each with its reason
 
-A rank's environment is its node's env files as provisioning wrote them (roles nccl_env
-and engine_env: transport, engine variables, secrets) plus the profile's `env`, which may
-not set a variable those files set: each variable has one definition (engines/nodeenv.py).
-
-Non-integer numbers must be quoted ('0.80') so that the engine gets the text exactly as
-written. Rank R runs: entrypoint + args.model + profile flags + args.every_rank + args.head
-(R = 0) or args.workers (R >= 1). A profile may not set a flag that `args` sets per rank.
-For an engine with an option table for the version its image runs (sglang, vllm:
-option_names.py) every flag of the profiles, `args` and `flag_roles` must be one of its
-options written in full by its first name (no prefix, alias or underscore spelling the
-engine would also take), a switch gets `true` and an option that takes a value gets one.
-Values are one line each. An option that makes the engine read further options from a file
-on the node (`--config`, in profiles and `args`) is refused: the rules compare the
-profile's flags and would not see those.
+A rank's environment is its node's env files (roles nccl_env and engine_env) plus the
+profile's `env`, which may not set a variable those files set (engines/nodeenv.py).
+Rank R runs: entrypoint + args.model + profile flags + args.every_rank + args.head (R = 0)
+or args.workers (R >= 1); a profile may not set a flag `args` sets per rank. With an option
+table for the image's version (option_names.py), every flag must be one of its options by
+its full first name, a switch `true`, a value-taking option with a value (one line). An
+option that reads further options from a file on the node (`--config`) is refused: the
+rules would not see those.
 """
 
 from __future__ import annotations

@@ -81,3 +81,10 @@ def test_every_import_goes_down():
 def test_the_check_sees_relative_and_function_level_imports():
     assert ("lifecycle", "engines") in edges()  # `from ..engines import ...`
     assert ("cli", "bench") in edges()  # inside bench_tasks.py's functions only
+
+
+def test_no_module_outside_the_rehearsal_rack_is_over_450_lines():
+    long = {str(path.relative_to(PACKAGE)): n for path in PACKAGE.rglob("*.py")
+            if "rehearsal" not in path.relative_to(PACKAGE).parts
+            and (n := len(path.read_text().splitlines())) > 450}
+    assert long == {}

@@ -38,11 +38,10 @@ from ..inventory.watchdog_record import (
 from ..remote import script
 from . import payload
 from .settings import (
-    UNIT, Say, Settings, check_settings, from_root, listen_argument, metrics_url, probe,
-    run_step, watchdog_node, with_listen)
+    Say, Settings, check_settings, failure, from_root, listen_argument, metrics_url, probe,
+    run_play, run_step, service_vars, watchdog_node, with_listen)
 from .ship import Parts, apply_parts, lib_current, plan_parts
 
-PLAY = "watchdog.yml"
 METRICS_WAIT_S = 20.0
 
 
@@ -106,11 +105,10 @@ def role_vars(inventory, settings: Settings, state: NodeState, manifest_sha256: 
     files = {f"inventory/{path}": content.decode() for path, content in copy.items()}
     files["README.md"] = payload.readme().decode()
     folders = {posixpath.dirname(path) for path in files} - {""}
-    return {"watchdog_install_dir": settings.install_dir, "watchdog_python": settings.python,
+    return {**service_vars(settings), "watchdog_python": settings.python,
             "watchdog_listen": listen_argument(settings.listen,
                                                inventory.vars.watchdog_metrics_port),
-            "watchdog_unit": UNIT, "watchdog_unit_dir": settings.unit_dir,
-            "watchdog_systemctl": settings.systemctl, "watchdog_files": files,
+            "watchdog_files": files,
             "watchdog_dirs": sorted({f for d in folders for f in _parents(d)}),
             "watchdog_stale": sorted(p for p in state.files if p not in files),
             "watchdog_stamp": stamp(manifest_sha256, state.public_key, files)}
@@ -199,31 +197,15 @@ def install(inventory, on: str | None = None, *, settings: Settings = Settings()
 
 
 def _run_role(provision_fn, inventory, node, role: str | None, wanted: dict,
-              report: InstallReport, say: Say, *, check: bool) -> list[str]:
-    """A role of play watchdog.yml on node (None: all of them; check: plan only); its
-    changes, one line each, said and added to report.role."""
-    result = provision_fn(inventory, [node], play=PLAY, roles=role, check=check,
-                          extra_vars=wanted)
-    run = result.node(node.name)
-    lines = [f"{c.role}: {c.summary}" for c in run.outcomes() if c.changed]
+              report: InstallReport, say: Say, *, check: bool) -> None:
+    """A role of the play on node (None: all of them; check: plan only); its changes said,
+    added to report.role and noted in the audit record."""
+    lines, run = run_play(provision_fn, inventory, node, role, wanted, say,
+                          command="watch.install", check=check)
     report.role += lines
-    for line in lines:
-        role_name, _, what = line.partition(": ")
-        say(f"watch.install: role {role_name}{' would' if check else ''}: {what}")
-    if result.exit_code:
-        raise SparkrackError(f"role {role or 'watchdog'} on {node.name} failed: "
-                             f"{run.error or failure(run)}",
-                             fix="fix the node, then run watch.install again")
     if not check:
         _note(node.name, sorted({a.path for c in run.plan if c.changed for a in c.actions
                                  if hasattr(a, "path")}))
-    return lines
-
-
-def failure(run) -> str:
-    """The first failed task of a provisioning run, or its status."""
-    return next((f"{c.task}: {c.summary}" for c in run.outcomes() if c.status == "failed"),
-                run.status)
 
 
 def _note(node: str, files: list[str]) -> None:

@@ -27,6 +27,7 @@ from . import payload
 from .__main__ import parse_listen
 
 UNIT = "sparkrack-watchdog.service"
+PLAY = "watchdog.yml"  # roles/watchdog.yml: the roles watch.install runs on the node
 DEFAULT_INSTALL_DIR = "/opt/sparkrack-watchdog"
 DEFAULT_PYTHON = "/usr/bin/python3"
 STATE_DIR = "/var/lib/sparkrack/watchdog"  # the unit's StateDirectory=sparkrack/watchdog
@@ -56,6 +57,13 @@ class Settings:
     @property
     def key_path(self) -> str:
         return f"{self.install_dir}/{payload.KEY_FILE}"
+
+
+def service_vars(settings: Settings) -> dict:
+    """The vars role watchdog needs to find the service (install and uninstall)."""
+    return {"watchdog_install_dir": settings.install_dir, "watchdog_unit": UNIT,
+            "watchdog_unit_dir": settings.unit_dir, "watchdog_systemctl": settings.systemctl,
+            "watchdog_stamp": ""}
 
 
 def check_settings(settings: Settings) -> None:
@@ -109,6 +117,32 @@ def probe(fleet, node, settings: Settings, inventory) -> NodeState:
         raise SparkrackError(f"probing the watchdog's node: {result.error}",
                              fix="check that the node answers (`invoke status`)")
     return watchdog_facts.parse_probe(result.stdout, query)
+
+
+def run_play(provision_fn, inventory, node, role: str | None, extra_vars: dict, say: Say, *,
+             command: str, check: bool = False, absent: bool = False) -> tuple[list, object]:
+    """A role of play watchdog.yml on node (None: all of them; check: plan only; absent:
+    undo it): its changes, one line each, said as `command: role R: ...`, and the node's
+    run. SparkrackError when it failed."""
+    result = provision_fn(inventory, [node], play=PLAY, roles=role, check=check,
+                          absent=absent, extra_vars=extra_vars)
+    run = result.node(node.name)
+    changes = [c for c in run.outcomes() if c.changed]
+    for c in changes:  # a deferred change (daemon-reload) is no role's own
+        who = "" if c.deferred else f"role {c.role}{' would' if check else ''}: "
+        say(f"{command}: {who}{'would ' if check and c.deferred else ''}{c.summary}")
+    lines = [f"{c.role}: {c.summary}" for c in changes]
+    if result.exit_code:
+        raise SparkrackError(f"role {role or 'watchdog'} on {node.name} failed: "
+                             f"{run.error or failure(run)}",
+                             fix=f"fix the node, then run {command} again")
+    return lines, run
+
+
+def failure(run) -> str:
+    """The first failed task of a provisioning run, or its status."""
+    return next((f"{c.task}: {c.summary}" for c in run.outcomes() if c.status == "failed"),
+                run.status)
 
 
 def from_root(argv) -> list[str]:

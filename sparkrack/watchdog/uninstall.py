@@ -1,9 +1,9 @@
 """`invoke watch.uninstall`: the watchdog service, its files and its key taken off the rack.
 
-plan_uninstall (pure) says what is there to remove; uninstall stops, disables and removes
-the service and its directories on its node (never a directory watch.install did not
-make), then takes the key's line off every node (role watchdog_key, absent) and the record
-beside the inventory.
+plan_uninstall (pure) says which directories to remove; uninstall undoes role watchdog on
+its node (provisioning's absent mode: the service stopped and disabled, its unit and stamp
+removed), removes its directories (never one watch.install did not make), then takes the
+key's line off every node (role watchdog_key, absent) and the record beside the inventory.
 """
 
 from __future__ import annotations
@@ -15,47 +15,28 @@ from ..facts.watchdog import NodeState
 from ..inventory.watchdog_dir import MARKER_FILE, kind_problem
 from ..inventory.watchdog_record import read_record, record_path
 from ..remote import text
-from .install import failure
 from .settings import (
-    UNIT, Say, Settings, check_settings, probe, run_step, watchdog_node, with_install_dir)
+    Say, Settings, check_settings, failure, probe, run_play, run_step, service_vars,
+    watchdog_node, with_install_dir)
 
 
 @dataclass
 class UninstallPlan:
+    """What uninstall removes on the node besides role watchdog's unit and state."""
+
     node: str
     refusal: str | None = None  # the install directory is not the watchdog's: nothing is done
-    stop: bool = False
-    disable: bool = False
-    reset_failed: bool = False
-    remove_unit: bool = False
     remove_dirs: list[str] = field(default_factory=list)
-
-    @property
-    def changes_node(self) -> bool:
-        return bool(self.stop or self.disable or self.reset_failed or self.remove_unit
-                    or self.remove_dirs)
-
-    def steps(self, settings: Settings) -> list[str]:
-        """What the plan does, one line each (the check mode's output)."""
-        return [line for wanted, line in (
-            (self.stop, f"stop {UNIT}"), (self.disable, f"disable {UNIT}"),
-            (self.reset_failed, f"reset-failed {UNIT}"),
-            (self.remove_unit, f"remove {settings.unit_path}; daemon-reload")) if wanted] \
-            + [f"remove {directory}" for directory in self.remove_dirs]
 
 
 def plan_uninstall(node: str, state: NodeState, settings: Settings) -> UninstallPlan:
-    """What uninstall must do on node so that nothing of the watchdog is left there; a
+    """The directories uninstall removes on node (its install and state directories); a
     refusal when the install directory is not one watch.install made."""
     plan = UninstallPlan(node)
     problem = kind_problem(settings.install_dir, state.install_dir_kind)
     if problem:
         plan.refusal = f"{node}: --install-dir {problem}"
         return plan
-    plan.stop = state.active
-    plan.disable = state.enabled
-    plan.reset_failed = state.unit.get("ActiveState") == "failed"
-    plan.remove_unit = state.unit_file is not None
     if state.install_dir_kind in ("marked", "legacy"):
         plan.remove_dirs.append(settings.install_dir)
     if state.state_dir or state.state is not None:
@@ -67,10 +48,15 @@ def plan_uninstall(node: str, state: NodeState, settings: Settings) -> Uninstall
 class UninstallReport:
     node: str
     plan: UninstallPlan | None = None
+    role: list[str] = field(default_factory=list)  # role watchdog undone, one line a change
     deauthorized: list[str] = field(default_factory=list)
     unrecorded: bool = False
     check: bool = False
     node_error: str = ""  # the watchdog's node could not be cleaned up: why
+
+    @property
+    def changed_node(self) -> bool:
+        return bool(self.role or (self.plan and self.plan.remove_dirs))
 
 
 def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings(),
@@ -89,8 +75,10 @@ def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings
         settings = with_install_dir(settings, record.install_dir)
     check_settings(settings)
     report = UninstallReport(node.name, check=check)
+    if provision_fn is None:
+        from ..provision import provision as provision_fn
     try:
-        _uninstall_node(inventory, node, settings, report, check, say)
+        _uninstall_node(inventory, node, settings, report, check, say, provision_fn)
     except SparkrackError as error:
         if check:
             raise
@@ -99,8 +87,6 @@ def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings
         say(f"watch.uninstall: {node.name}: {report.node_error}; its files stay there")
     if check:
         return report
-    if provision_fn is None:
-        from ..provision import provision as provision_fn
     result = provision_fn(inventory, roles="watchdog_key", absent=True)
     report.deauthorized = [run.node for run in result.nodes if result.recap(run.node)["changed"]]
     bad = [run for run in result.nodes if result.recap(run.node)["failed"]
@@ -122,8 +108,9 @@ def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings
 
 
 def _uninstall_node(inventory, node, settings: Settings, report: UninstallReport, check: bool,
-                    say: Say) -> None:
-    """Stop, disable and remove the service and its files on its node."""
+                    say: Say, provision_fn) -> None:
+    """Role watchdog undone on its node (stopped, disabled, the unit gone), then its
+    directories removed."""
     from ..fleet import Fleet
     from ..oplock.audit import note
 
@@ -135,27 +122,22 @@ def _uninstall_node(inventory, node, settings: Settings, report: UninstallReport
         if plan.refusal:
             raise UsageError(plan.refusal, fix="uninstall with the --install-dir it was installed "
                              f"in, or correct install_dir in {record_path(inventory.path)}")
-        for line in plan.steps(settings):
-            say(f"watch.uninstall: {'would ' if check else ''}{line}")
+        report.role, _ = run_play(provision_fn, inventory, node, "watchdog",
+                                  service_vars(settings), say, command="watch.uninstall",
+                                  check=check, absent=True)
+        for directory in plan.remove_dirs:
+            say(f"watch.uninstall: {'would ' if check else ''}remove {directory}")
         if check:
             say("watch.uninstall: would remove the watchdog's key from every node "
                 "(role watchdog_key, absent)" + (f" and {record_path(inventory.path)}"
                                                   if record else ""))
             return
-        sc = settings.systemctl
-        if plan.stop:
-            run_step(fleet, node.name, [sc, "stop", UNIT], what="stopping the watchdog")
-        if plan.disable:
-            run_step(fleet, node.name, [sc, "disable", UNIT], what="disabling the watchdog")
-        if plan.reset_failed:
-            run_step(fleet, node.name, [sc, "reset-failed", UNIT], what="reset-failed")
-        if plan.remove_unit:
-            run_step(fleet, node.name, ["rm", "-f", "--", settings.unit_path], what="removing the unit")
-            run_step(fleet, node.name, [sc, "daemon-reload"], what="daemon-reload")
         if plan.remove_dirs:
             install_dir = settings.install_dir if settings.install_dir in plan.remove_dirs else ""
-            run_step(fleet, node.name, ["sh", "-c", text("remove"), "sh", MARKER_FILE, install_dir,
-                                    *(d for d in plan.remove_dirs if d != install_dir)],
-                 what="removing the install and state directories")
-        note(nodes=[node.name] if plan.changes_node else [],
-             files=[*([settings.unit_path] if plan.remove_unit else []), *plan.remove_dirs])
+            run_step(fleet, node.name, ["sh", "-c", text("remove"), "sh", MARKER_FILE,
+                                        install_dir,
+                                        *(d for d in plan.remove_dirs if d != install_dir)],
+                     what="removing the install and state directories")
+        unit_gone = any(settings.unit_path in line for line in report.role)
+        note(nodes=[node.name] if report.changed_node else [],
+             files=[*([settings.unit_path] if unit_gone else []), *plan.remove_dirs])

@@ -387,17 +387,32 @@ def test_a_changed_inventory_file_is_written_and_a_stale_one_deleted(tmp_path):
 
 def test_uninstall_plan_removes_everything_there_is(tmp_path):
     _, files = copied(tmp_path)
-    settings = ws_settings.Settings(install_dir="/opt/sr")
-    plan = wu.plan_uninstall("spark-01", state_with(files, state=b"{}", unit_file=b"[Unit]\n"),
-                             settings)
-    assert plan.steps(settings) == [
-        "stop sparkrack-watchdog.service", "disable sparkrack-watchdog.service",
-        "remove /etc/systemd/system/sparkrack-watchdog.service; daemon-reload",
-        "remove /opt/sr", "remove /var/lib/sparkrack/watchdog"]
+    settings = wi.Settings(install_dir="/opt/sr")
+    plan = wu.plan_uninstall("spark-01", state_with(files, state=b"{}"), settings)
+    assert plan.refusal is None
+    assert plan.remove_dirs == ["/opt/sr", "/var/lib/sparkrack/watchdog"]
     only_state = wu.plan_uninstall("spark-01", NodeState(state_dir=True), settings)
     assert only_state.remove_dirs == ["/var/lib/sparkrack/watchdog"]  # no state.json in it
     nothing = wu.plan_uninstall("spark-01", NodeState(platform=HERE), settings)
-    assert not nothing.changes_node and nothing.steps(settings) == []
+    assert nothing.remove_dirs == []
+
+
+def test_uninstall_undoes_role_watchdog_in_absent_mode(tmp_path):
+    inventory, files = copied(tmp_path)
+    roles = load_roles("watchdog", play="watchdog.yml")
+    renderer = Renderer()
+    context = node_vars(inventory, inventory.head, roles, {},
+                        ws_settings.service_vars(SETTINGS))
+    tasks = {r.name: render_tasks(r, r.tasks, context, renderer) for r in roles}
+    handlers = {r.name: render_tasks(r, r.handlers, context, renderer) for r in roles}
+    plan = plan_node(roles, tasks, handlers, context, installed_facts(inventory, files),
+                     renderer=renderer, absent=True)
+    assert changed(plan) == [
+        "the watchdog enabled at boot and running: sparkrack-watchdog.service: stop, disable",
+        "the watchdog's unit: /etc/systemd/system/sparkrack-watchdog.service: remove",
+        "what the service runs, stamped (lib/'s manifest, its key, the inventory copy): "
+        "/opt/sr/.sparkrack-runs: remove",
+        "daemon-reload: daemon-reload (unit files changed)"]  # and no restart of what stopped
 
 
 @pytest.mark.parametrize("value", ["relative/dir", "/opt/sr/../etc", "/", "/opt/my dir",
@@ -467,7 +482,7 @@ def test_plans_refuse_a_directory_sparkrack_did_not_make(tmp_path, kind, says):
                    "watch.install made, and nothing is written into or removed from it")
     assert fix.startswith("give a directory of its own")
     gone = wu.plan_uninstall("spark-01", state, settings)
-    assert gone.refusal == why and not gone.changes_node and gone.remove_dirs == []
+    assert gone.refusal == why and gone.remove_dirs == []
 
 
 def test_an_install_older_than_the_marker_is_marked_and_removed(tmp_path):
@@ -945,17 +960,20 @@ def test_install_again_status_and_uninstall_on_a_loopback_node(loopback, sshd, c
     run_the_shipped_service(inventory, settings, tmp_path=Path(settings.state_dir).parent)
 
     gone = wu.uninstall(inventory, settings=settings, say=said.append)
-    assert gone.plan.stop and gone.plan.remove_unit and gone.deauthorized == ["spark-01"]
+    assert gone.role == [f"watchdog: {ws_settings.UNIT}: stop, disable",
+                         f"watchdog: {settings.unit_path}: remove",
+                         f"watchdog: {d}/.sparkrack-runs: remove"]
+    assert gone.deauthorized == ["spark-01"]
     assert gone.unrecorded and keyrecord.read_record(inventory.path) is None
     assert not d.exists() and not Path(settings.state_dir).exists()
     assert not (systemd / ws_settings.UNIT).exists()
     assert "sparkrack-watchdog" not in (sshd.directory / "authorized_keys").read_text()
     calls = (systemd / "systemctl.log").read_text().splitlines()
-    assert [c for c in calls if not c.startswith("show")][-3:] == [
-        f"stop {ws_settings.UNIT}", f"disable {ws_settings.UNIT}", "daemon-reload"]
+    assert [c for c in calls if not c.startswith("show")][-2:] == [  # (no daemon-reload
+        f"stop {ws_settings.UNIT}", f"disable {ws_settings.UNIT}"]  # outside systemd's dirs)
     assert not ws.status(inventory, settings=settings).installed
     nothing = wu.uninstall(inventory, settings=settings, say=said.append)
-    assert not nothing.plan.changes_node and not nothing.deauthorized
+    assert not nothing.changed_node and not nothing.deauthorized
 
 
 def run_the_shipped_service(inventory, settings: ws_settings.Settings, tmp_path: Path) -> None:

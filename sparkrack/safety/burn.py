@@ -10,43 +10,27 @@ Per node, in parallel, one SSH command: start the load (the inventory's burn_com
 rehearsal_burn_command on the rehearsal rack), sample `nvidia-smi` every half second
 while it runs, print the samples. The verdict rests on samples taken while the GPU was
 busy, not on timing: if the load ended before BUSY_SAMPLES of them (a sampler slowed by a
-busy host, a load that starts slowly), it runs again, up to LOAD_RUNS times. `judge` (pure) gives the verdict: ok (max SM clock under
-load <= cap), UNCAPPED (above the cap), LATCHED (under ~1,000 MHz: needs a full power
-removal), NO LOAD (the GPU never got busy). The verdict is written on each node as
-BURN_RECORD (JSON), which `invoke status` shows.
+busy host, a load that starts slowly), it runs again, up to LOAD_RUNS times. `judge`
+(sparkrack/remote/capjudge.py, pure, the one the Kubernetes node agent runs too) gives the
+verdict: ok (max SM clock under load <= cap), UNCAPPED (above the cap), LATCHED (under
+~1,000 MHz: needs a full power removal), NO LOAD (the GPU never got busy). The verdict is
+written on each node as BURN_RECORD (JSON), which `invoke status` shows.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from sparkrack.facts.node import BURN_RECORD
 from sparkrack.fleet import Fleet, sh
 from sparkrack.inventory import Inventory, Node
 from sparkrack.remote import text
-
-LATCH_MHZ = 1000  # a GB10 latched in its low-clock state runs ~500-850 MHz under load
-BUSY_PERCENT = 50  # a sample counts as "under load" at this utilization or more
-SAMPLE_SECONDS = 0.5
-BUSY_SAMPLES = 2  # the load runs again (at most LOAD_RUNS times) until this many samples
-LOAD_RUNS = 3  # were taken while the GPU was busy: a slow sampler on a busy host still sees it
-SAMPLE_FIELDS = "clocks.sm,power.draw,utilization.gpu"
-OK, UNCAPPED, LATCHED, NO_LOAD, UNREACHABLE = "ok", "UNCAPPED", "LATCHED", "NO LOAD", \
-    "UNREACHABLE"
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One nvidia-smi reading during the burn."""
-
-    time: float
-    sm_mhz: int | None
-    power_w: float | None
-    util_pct: int | None
-
+from sparkrack.remote.capjudge import (
+    BUSY_PERCENT, BUSY_SAMPLES, LATCHED, LOAD_RUNS, OK, SAMPLE_FIELDS, SAMPLE_SECONDS,
+    UNCAPPED, UNREACHABLE, Sample, judge, parse_output)
 
 @dataclass
 class BurnResult:
@@ -102,52 +86,6 @@ def burn_argv(node: Node, seconds: float, image: str) -> list[str]:
               str(LOAD_RUNS), str(BUSY_PERCENT), *load_argv(node, seconds, image))
 
 
-def parse_output(text: str) -> tuple[str, list[Sample], int | None, str]:
-    """(boot id, samples, load exit code, load output tail) from the burn script's output."""
-    lines = text.splitlines()
-    boot_id = lines[0].strip() if lines else ""
-    samples, rc, tail = [], None, []
-    for line in lines[1:]:
-        if line.startswith("S "):
-            parts = line[2:].split(" ", 1)
-            values = [v.strip() for v in (parts[1] if len(parts) > 1 else "").split(",")]
-            if len(values) == 3:
-                samples.append(Sample(_float(parts[0]) or 0.0, _int(values[0]),
-                                      _float(values[1]), _int(values[2])))
-        elif line.startswith("RC "):
-            rc = _int(line[3:])
-        elif line.startswith("L "):
-            tail.append(line[2:])
-    return boot_id, samples, rc, "\n".join(tail).strip()
-
-
-def judge(samples: Sequence[Sample], cap_mhz: int, load_rc: int | None = 0,
-          load_output: str = "") -> tuple[str, str, int | None, float | None]:
-    """(verdict, reason, max SM MHz under load, max power W under load) from samples."""
-    busy = [s for s in samples if s.util_pct is not None and s.util_pct >= BUSY_PERCENT
-            and s.sm_mhz is not None]
-    if not busy:
-        why = f"load exited {load_rc}" if load_rc else "no sample showed the GPU busy"
-        detail = f": {load_output.splitlines()[-1]}" if load_output.strip() else ""
-        return NO_LOAD, f"the GPU never went under load ({why}{detail})", None, None
-    max_sm = max(s.sm_mhz for s in busy)
-    powers = [s.power_w for s in busy if s.power_w is not None]
-    max_power = max(powers) if powers else None
-    power = f", {max_power:.0f} W" if max_power is not None else ""
-    if max_sm > cap_mhz:
-        reason = (f"SM clock reached {max_sm} MHz under load, above the {cap_mhz} MHz "
-                  f"cap{power}: the cap does not hold (restart sparkrack-clock-cap.service on "
-                  "the node if something reset the clocks; invoke provision --role clock_cap "
-                  "if the unit is missing or failed)")
-        return UNCAPPED, reason, max_sm, max_power
-    if max_sm < LATCH_MHZ:
-        reason = (f"SM clock at most {max_sm} MHz under load{power}: the GPU is latched in "
-                  "its low-clock state; needs a full power removal (unplug the node, wait, "
-                  "plug it back)")
-        return LATCHED, reason, max_sm, max_power
-    return OK, f"max {max_sm} MHz <= cap {cap_mhz} MHz under load{power}", max_sm, max_power
-
-
 def burn(inventory: Inventory, nodes: Iterable[Node] | str | None = None,
          seconds: float = 5.0, *, record: bool = True,
          fleet: Fleet | None = None) -> list[BurnResult]:
@@ -198,17 +136,3 @@ def _record(fleet: Fleet, results: list[BurnResult]) -> None:
         r.recorded = outcome.ok
         if not outcome.ok:
             r.error = outcome.error
-
-
-def _int(text: str) -> int | None:
-    try:
-        return int(float(text))
-    except ValueError:
-        return None
-
-
-def _float(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None

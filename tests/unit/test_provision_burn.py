@@ -3,18 +3,16 @@
 import subprocess
 from pathlib import Path
 
-from sparkrack.safety.burn import (
+from sparkrack.remote.capjudge import (
     LATCHED,
     NO_LOAD,
     OK,
     UNCAPPED,
-    BurnResult,
     Sample,
-    burn_argv,
     judge,
-    load_argv,
     parse_output,
 )
+from sparkrack.safety.burn import BurnResult, burn_argv, load_argv
 from sparkrack.fleet import quote_argv
 from sparkrack.inventory import load_inventory
 from sparkrack.remote import text

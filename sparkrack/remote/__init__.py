@@ -27,6 +27,9 @@ token is the first line of the script's stdin.
 - keygen.py     the watchdog's key on its node (run with its lib/, where cryptography is)
 - metrics.py    waits for the watchdog's first poll on its metrics endpoint
 - burn.sh       the burn gate's load and nvidia-smi sampler (sparkrack/safety/burn.py; sh)
+- capjudge.py   the burn's verdict from the sampler's output (safety/burn.py, capagent.py)
+- capagent.py   a Kubernetes node's clock-cap agent: lock, burn, judge, label
+                (export/agent.py ships it)
 - lock.sh       the rack lock's node side (sparkrack/oplock/remote.py; sh)
 - dockerlimits.sh  what a rehearsal node's dockerd can give (lifecycle/nodelimits.py; sh)
 - sequence.sh   a node's commands in order, the failed one as an @@<position> failed

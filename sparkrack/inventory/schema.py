@@ -75,6 +75,13 @@ def _var(default: Any, meaning: str, *, scope: str = RACK, at_least: float | Non
     return field(default=default, metadata=metadata)
 
 
+# The burn's load: a bf16 matmul on the GPU for argv[1] seconds (burn_command; the
+# Kubernetes node agent runs it in its pod)
+TORCH_LOAD = ("import collections,sys,time,torch; a=torch.ones(8192,8192,device='cuda',"
+              "dtype=torch.bfloat16); e=time.time()+float(sys.argv[1]); collections.deque(("
+              "a@a for _ in iter(lambda: time.time()<e, False)),0); torch.cuda.synchronize()")
+
+
 @dataclass(frozen=True)
 class RackVars:
     """Rack vars after merging the inventory's files; each field is one row of the schema."""
@@ -147,10 +154,7 @@ class RackVars:
         kind=LOCAL_PATH)
     burn_command: tuple[str, ...] = _var(
         ("docker", "run", "--rm", "--gpus", "all", "--entrypoint", "python3", "{image}", "-c",
-         "import collections,sys,time,torch; a=torch.ones(8192,8192,device='cuda',"
-         "dtype=torch.bfloat16); e=time.time()+float(sys.argv[1]); collections.deque(("
-         "a@a for _ in iter(lambda: time.time()<e, False)),0); torch.cuda.synchronize()",
-         "{seconds}"),
+         TORCH_LOAD, "{seconds}"),
         "load put on each GPU by `invoke burn` ({seconds}: duration, {image}: the first "
         "engine image)", kind=ARGV_WORD)
     rehearsal_burn_command: tuple[str, ...] = _var(
@@ -176,6 +180,13 @@ class RackVars:
     watchdog_metrics_port: int = _var(
         9478, "TCP port of the watchdog's Prometheus metrics (/metrics)", at_least=1,
         at_most=65535)
+    k8s_cpu: int = _var(
+        16, "CPU cores each pod of an exported lane requests and is limited to (invoke "
+        "export: Guaranteed QoS; a GB10 has 20)", at_least=1, at_most=20)
+    k8s_memory_gib: int = _var(
+        100, "GiB of memory each pod of an exported lane requests and is limited to, its "
+        "/dev/shm included (a GB10's pool is 121.7 GiB; CUDA allocations are not counted "
+        "against a cgroup there)", at_least=1, at_most=121)
 
 
 @dataclass(frozen=True)

@@ -17,29 +17,41 @@ FORMATS = ("lws",)
 
 @task(help={"engine": "sglang or vllm (a profile: the inventory's overrides, else shipped)",
             "profile": f"profile name (default: {DEFAULT_PROFILE})",
-            "format": "lws: a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) and a Service",
-            "out": "write one YAML file per object into this directory (default: stdout)",
+            "format": "lws: a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1), a Service and "
+                      "the node agent",
+            "out": "write one YAML file per object and a kustomization.yaml into this "
+                   "directory (default: stdout)",
             "name": "the LeaderWorkerSet's name (default: sparkrack-ENGINE-PROFILE)",
             "secret": "the Secret holding HF_TOKEN (default: sparkrack-ENGINE)",
+            "namespace": "the namespace of every namespaced object (default: kubectl's)",
+            "toleration": "KEY[=VALUE][:EFFECT] of a taint the GB10 nodes carry (repeatable)",
+            "priority_class": "the PriorityClass of the engine pods",
             "rdma_resource": "the RDMA device plugin's resource (default: "
                              "rdma/hca_shared_devices_a)",
-            "inventory": INVENTORY_HELP, "json": "print JSON for scripts"})
+            "runtime_class": "the RuntimeClass of NVIDIA's container runtime, for the node "
+                             "agent (default: nvidia)",
+            "inventory": INVENTORY_HELP, "json": "print JSON for scripts"},
+      iterable=["toleration"])
 @operator_task
 def export(c, engine, profile=DEFAULT_PROFILE, format_="lws", out=None, name=None, secret=None,
-           rdma_resource=None, inventory=None, json=False):
+           namespace=None, toleration=None, priority_class=None, rdma_resource=None,
+           runtime_class=None, inventory=None, json=False):
     """Print (or write) Kubernetes manifests that run an engine lane as `up` would.
 
     Refused when `invoke check` refuses the profile. Pods run only on GB10 nodes labelled
-    sparkrack.io/clock-cap-verified=true; secrets come from a Secret, never inline."""
+    sparkrack.io/clock-cap-verified=true, which the exported node agent keeps only while
+    the node's clock cap is proven; secrets come from a Secret, never inline."""
     if format_ not in FORMATS:
         raise UsageError(f"unknown export format '{format_}'", fix="formats: " + ", ".join(FORMATS))
     from pathlib import Path
 
-    from ..export import (CAP_VERIFIED_LABEL, DEFAULT_RDMA_RESOURCE, GB10_PRODUCT,
-                          GPU_PRODUCT_LABEL, export_lws, manifest_yaml, write_manifests)
+    from ..export import (CAP_VERIFIED_LABEL, GB10_PRODUCT, GPU_PRODUCT_LABEL, cluster_options,
+                          export_lws, manifest_yaml, write_manifests)
 
+    cluster = cluster_options(namespace, toleration or (), priority_class, rdma_resource,
+                              runtime_class)
     lane = export_lws(inventory_from(inventory), engine, profile, name=name, secret_name=secret,
-                      rdma_resource=rdma_resource or DEFAULT_RDMA_RESOURCE)
+                      cluster=cluster)
     report = lane.report
     for finding in report.findings:
         waived = f" [waived: {finding.waiver_reason}]" if finding.waived else ""
@@ -48,19 +60,21 @@ def export(c, engine, profile=DEFAULT_PROFILE, format_="lws", out=None, name=Non
     for note in report.notes:
         console.say(f"note: {note}")
     if out:
-        paths = [str(path) for path in write_manifests(lane.objects, Path(out))]
+        paths = [str(path) for path in write_manifests(lane.manifests, Path(out),
+                                                       lane.namespace)]
         if json:
             console.print_json({"wrote": paths})
         else:
             for path in paths:
                 print(f"wrote {path}")
     elif json:
-        console.print_json({"apiVersion": "v1", "kind": "List", "items": list(lane.objects)})
+        console.print_json({"apiVersion": "v1", "kind": "List", "items": list(lane.manifests)})
     else:
-        print(manifest_yaml(lane.objects), end="")
+        print(manifest_yaml(lane.manifests), end="")
     if lane.secret_keys:
         literals = " ".join(f"--from-literal={key}=..." for key in lane.secret_keys)
         console.say(f"secrets: {', '.join(lane.secret_keys)} from Secret {lane.secret_name} "
                     f"(not exported; kubectl create secret generic {lane.secret_name} {literals})")
     console.say(f"nodes: only those labelled {GPU_PRODUCT_LABEL}={GB10_PRODUCT} and "
-                f"{CAP_VERIFIED_LABEL}=true (set after `invoke burn` says ok)")
+                f"{CAP_VERIFIED_LABEL}=true (the node agent sets it after its burn says ok, "
+                "and removes it on any other verdict)")

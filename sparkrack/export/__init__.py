@@ -6,14 +6,19 @@ Pure: inventory and engine profile in, plain dicts out; nothing is contacted.
 
 - command.py: a rank's argv with the rank-dependent words as LWS `$(VAR)` references;
 - env.py: `export_env`, the container env and the one place that knows its source;
-- pods.py: the leader and worker pod templates, scheduling on cap-verified GB10 nodes;
-- files.py: the objects as YAML, on stdout or one file per object.
+- pods.py: the leader and worker pod templates, Guaranteed, scheduling on cap-verified
+  GB10 nodes;
+- agent.py: the node agent (a DaemonSet) that keeps the cap-verified label true only while
+  the node's cap is proven;
+- cluster.py: the cluster's side (namespace, tolerations, priority class, resources);
+- files.py: the objects as YAML, on stdout or one file per object with a kustomization.
 """
 
+from sparkrack.export.cluster import DEFAULT_RDMA_RESOURCE, ClusterOptions, cluster_options
 from sparkrack.export.files import manifest_yaml, write_manifests
 from sparkrack.export.lws import LwsExport, ProfileRefused, export_lws
-from sparkrack.export.pods import (
-    CAP_VERIFIED_LABEL, DEFAULT_RDMA_RESOURCE, GB10_PRODUCT, GPU_PRODUCT_LABEL)
+from sparkrack.export.pods import CAP_VERIFIED_LABEL, GB10_PRODUCT, GPU_PRODUCT_LABEL
 
 __all__ = ["CAP_VERIFIED_LABEL", "DEFAULT_RDMA_RESOURCE", "GB10_PRODUCT", "GPU_PRODUCT_LABEL",
-           "LwsExport", "ProfileRefused", "export_lws", "manifest_yaml", "write_manifests"]
+           "ClusterOptions", "LwsExport", "ProfileRefused", "cluster_options", "export_lws",
+           "manifest_yaml", "write_manifests"]

@@ -3,9 +3,14 @@
 The env is the launch spec's in the inventory's view: what roles nccl_env and engine_env
 would write on a node (the transport, the indexer budget, the allocator setting), rendered
 from the inventory, plus the profile's own variables; secrets are the engine file's
-`secret_env`, referenced from a Kubernetes Secret. The GID index is the inventory's: a
-Kubernetes pod template cannot carry a per-node probed value (set nccl_ib_gid_index for
-the cluster's nodes, or give nodes with another index their own LeaderWorkerSet).
+`secret_env`, referenced from a Kubernetes Secret.
+
+The RoCE GID index is per node (firmware renumbers it), and one pod template cannot carry
+a value probed per node: the pods leave NCCL_IB_GID_INDEX unset and NCCL picks, on the node
+it runs on, the RoCE v2 GID of an IPv4 address (its own selection since NCCL 2.21, pinned
+here with NCCL_IB_ROCE_VERSION_NUM=2 and NCCL_IB_ADDR_FAMILY=AF_INET; the images' NCCL is
+newer: docs/kubernetes.md says which). Nodes that differ only in their GID index share
+one LeaderWorkerSet.
 
 The address a rank advertises to its peers (SGLANG_HOST_IP, VLLM_HOST_IP: its node's
 roce_addr on the rack) is per node, so a pod takes its node's IP from the downward API
@@ -23,6 +28,9 @@ from sparkrack.export.command import kubernetes_literal
 
 
 ADVERTISED = ("SGLANG_HOST_IP", "VLLM_HOST_IP")  # each rank's own fabric address
+GID_INDEX = "NCCL_IB_GID_INDEX"  # per node: left to NCCL's own selection in a pod
+NCCL_SELECTION = {"NCCL_IB_ROCE_VERSION_NUM": "2", "NCCL_IB_ADDR_FAMILY": "AF_INET"}
+PER_NODE = (*ADVERTISED, GID_INDEX)  # what the pod finds on its node, not in the template
 
 
 def export_env(spec: LaunchSpec, secret_env: Iterable[str],
@@ -30,14 +38,17 @@ def export_env(spec: LaunchSpec, secret_env: Iterable[str],
     """Kubernetes EnvVars for spec's container.
 
     Every variable of spec's env that is not a secret keeps its value (escaped for `$(VAR)`
-    expansion); each name of secret_env refers to the key of that name in Secret
+    expansion), but the advertised address (the node's) and the GID index (NCCL's pick); each name of secret_env refers to the key of that name in Secret
     secret_name, optional as a node's env file carries a secret only when provisioned with it.
     A secret value is never written into the manifest.
     """
     secrets = tuple(secret_env)
+    values = {name: value for name, value in spec.env.items() if name != GID_INDEX}
+    if GID_INDEX in spec.env:
+        values.update(NCCL_SELECTION)
     plain = [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
              if name in ADVERTISED else {"name": name, "value": kubernetes_literal(value)}
-             for name, value in spec.env.items() if name not in secrets]
+             for name, value in values.items() if name not in secrets]
     references = [{"name": name, "valueFrom": {"secretKeyRef": {
         "name": secret_name, "key": name, "optional": True}}} for name in secrets]
     return plain + references

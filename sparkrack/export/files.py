@@ -1,4 +1,5 @@
-"""Exported objects as YAML: one multi-document text, or one file per object.
+"""Exported objects as YAML: one multi-document text, or one file per object and a
+`kustomization.yaml` that lists them (`kubectl apply -k DIR` takes the whole set).
 
 A file is named `<kind>-<name>.yaml` (lower case) and written atomically (a temporary file
 beside it, then renamed), so `kubectl apply -f DIR` never reads half a manifest.
@@ -13,23 +14,33 @@ from typing import Any
 
 import yaml
 
+KUSTOMIZATION = "kustomization.yaml"
+
 
 def manifest_yaml(objects: Iterable[dict[str, Any]]) -> str:
     """The objects as one YAML stream, `---` before each."""
     return "".join("---\n" + _yaml(obj) for obj in objects)
 
 
-def write_manifests(objects: Iterable[dict[str, Any]], folder: Path) -> list[Path]:
-    """Write each object to folder/<kind>-<name>.yaml (folder created if missing); the paths."""
+def write_manifests(objects: Iterable[dict[str, Any]], folder: Path,
+                    namespace: str | None = None) -> list[Path]:
+    """Write each object to folder/<kind>-<name>.yaml and the kustomization.yaml listing
+    them, in namespace if given (folder created if missing); the paths, the
+    kustomization last."""
     folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for obj in objects:
-        path = folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(_yaml(obj))
-        os.replace(tmp, path)
-        paths.append(path)
-    return paths
+    paths = [_write(folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml", obj)
+             for obj in objects]
+    kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                     **({"namespace": namespace} if namespace else {}),
+                     "resources": [path.name for path in paths]}
+    return [*paths, _write(folder / KUSTOMIZATION, kustomization)]
+
+
+def _write(path: Path, obj: dict[str, Any]) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(_yaml(obj))
+    os.replace(tmp, path)
+    return path
 
 
 def _yaml(obj: dict[str, Any]) -> str:

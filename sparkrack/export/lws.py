@@ -18,9 +18,11 @@ from sparkrack.engines import (
     LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_SPEC_HASH, LaunchSpec, build_specs,
     load_engine, template_values)
 from sparkrack.errors import SparkrackError, UsageError
+from sparkrack.export.agent import export_agent
+from sparkrack.export.cluster import ClusterOptions
 from sparkrack.export.command import group_argv
-from sparkrack.export.env import ADVERTISED, export_env
-from sparkrack.export.pods import DEFAULT_RDMA_RESOURCE, pod_template
+from sparkrack.export.env import PER_NODE, export_env
+from sparkrack.export.pods import pod_template
 from sparkrack.inventory import Inventory
 from sparkrack.rules import CheckReport, check_profile
 
@@ -49,9 +51,16 @@ class LwsExport:
 
     name: str  # of the LeaderWorkerSet
     objects: tuple[dict[str, Any], ...]  # the LeaderWorkerSet, then the leader's Service
+    agent: tuple[dict[str, Any], ...]  # the node agent that keeps the cap label (agent.py)
     report: CheckReport  # the rules' findings: none blocking, warnings possible
     secret_name: str  # the Secret the pods read secret_keys from (not exported)
     secret_keys: tuple[str, ...]
+    namespace: str | None = None
+
+    @property
+    def manifests(self) -> tuple[dict[str, Any], ...]:
+        """Every object, the agent's first: what `kubectl apply -k` takes."""
+        return (*self.agent, *self.objects)
 
 
 def default_name(engine: str, profile: str) -> str:
@@ -66,7 +75,7 @@ def default_secret_name(engine: str) -> str:
 
 def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | None = None,
                secret_name: str | None = None,
-               rdma_resource: str = DEFAULT_RDMA_RESOURCE) -> LwsExport:
+               cluster: ClusterOptions = ClusterOptions()) -> LwsExport:
     """The LeaderWorkerSet and leader Service that run engine's profile like `invoke up`.
 
     ProfileRefused when the rules block the profile; UsageError for a bad name, or when the
@@ -94,12 +103,13 @@ def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | N
         spec = specs[rank]
         return pod_template(spec, argvs[rank], export_env(spec, definition.secret_env,
                                                           secret_name),
-                            metadata=_metadata(head, report), rdma_resource=rdma_resource,
-                            serves_api=spec.is_head)
+                            metadata=_metadata(head, report), cluster=cluster,
+                            cpu=inventory.vars.k8s_cpu,
+                            memory_gib=inventory.vars.k8s_memory_gib, serves_api=spec.is_head)
 
     leader_worker_set = {
         "apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, **_metadata(head, report)},
+        "metadata": {"name": name, **cluster.metadata(), **_metadata(head, report)},
         "spec": {
             "replicas": 1,
             "startupPolicy": "LeaderCreated",  # workers wait at the rendezvous on their own
@@ -114,15 +124,17 @@ def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | N
     http = head.ports["http"]
     service = {
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name + SERVICE_SUFFIX,
+        "metadata": {"name": name + SERVICE_SUFFIX, **cluster.metadata(),
                      "labels": _metadata(head, report)["labels"]},
         "spec": {"type": "ClusterIP",
                  "selector": {LWS_NAME_LABEL: name, LWS_WORKER_INDEX_LABEL: "0"},
                  "ports": [{"name": "http", "port": http, "targetPort": http,
                             "protocol": "TCP"}]},
     }
-    return LwsExport(name=name, objects=(leader_worker_set, service), report=report,
-                     secret_name=secret_name, secret_keys=tuple(definition.secret_env))
+    return LwsExport(name=name, objects=(leader_worker_set, service),
+                     agent=export_agent(inventory, head.image, cluster), report=report,
+                     secret_name=secret_name, secret_keys=tuple(definition.secret_env),
+                     namespace=cluster.namespace)
 
 
 def _metadata(head: LaunchSpec, report: CheckReport) -> dict[str, Any]:
@@ -149,7 +161,7 @@ def _check_one_template(specs: tuple[LaunchSpec, ...], argvs: list[tuple[str, ..
     argv once the rank-dependent words are LWS variables: one template serves them all."""
     head = specs[0]
     for spec, argv in zip(specs[1:], argvs[1:]):
-        differing = sorted(key for key in {*head.env, *spec.env} - set(ADVERTISED)
+        differing = sorted(key for key in {*head.env, *spec.env} - set(PER_NODE)
                            if head.env.get(key) != spec.env.get(key))
         if differing:
             raise UsageError(

@@ -4,8 +4,8 @@ What `docker run` says (DockerOptions) and what the pod says instead:
 
 - `--network host` -> hostNetwork, with dnsPolicy ClusterFirstWithHostNet so that the pod
   still resolves LWS_LEADER_ADDRESS, a cluster DNS name;
-- `--ipc host` -> hostIPC: shared memory is the node's, as with docker, where `--shm-size`
-  has no effect under `--ipc host`;
+- `--ipc host` and `--shm-size` -> the pod's own IPC namespace (the engine's processes are
+  all in its one container) with `/dev/shm` a memory-backed volume of the shm size;
 - `--gpus all` -> one `nvidia.com/gpu` (a GB10 node has one GPU);
 - `--device /dev/infiniband` -> one unit of the RDMA device plugin's resource;
 - `--cap-add IPC_LOCK` -> the container's capabilities;
@@ -14,10 +14,15 @@ What `docker run` says (DockerOptions) and what the pod says instead:
 - `--ulimit memlock/nofile` -> none: a pod cannot set them; containers inherit the runtime's
   limits, which provisioning's node_limits role sets on each node.
 
-Pods are placed only on GB10 nodes that carry CAP_VERIFIED_LABEL: no engine on a GPU whose
-clock cap is not verified. The leader serves the API: it declares the engine's ports and
-probes the health path (startup within the profile's ready timeout; liveness as
-`invoke watch` judges rank 0).
+Every container has requests equal to its limits (CPU and memory: the inventory's k8s_cpu
+and k8s_memory_gib for the engine), so the pods are Guaranteed, the last to be evicted.
+Pods are placed only on GB10 nodes that carry CAP_VERIFIED_LABEL (the node agent keeps it:
+agent.py): no engine on a GPU whose clock cap is not verified. The leader serves the API:
+it declares the engine's ports and probes the health path (startup within the profile's
+ready timeout; liveness as `invoke watch` judges rank 0). A worker waits in an init
+container until the leader's address resolves (remote/leader.py), and probes the
+leader's health path the same way: a group whose leader stops answering is restarted
+whole, as `invoke watch` acts on the whole group.
 """
 
 from __future__ import annotations
@@ -28,52 +33,97 @@ from typing import Any
 
 from sparkrack.engines import LaunchSpec
 from sparkrack.errors import UsageError
+from sparkrack.export.cluster import ClusterOptions
 from sparkrack.lifecycle.watch import HEALTH_FAILURES_TO_ACT, HEALTH_TIMEOUT_S, POLL_INTERVAL_S
+from sparkrack.remote import script
 
 CAP_VERIFIED_LABEL = "sparkrack.io/clock-cap-verified"
-"""Node label an operator sets to "true" once `invoke burn` says the node's GPU is capped."""
+"""Node label the node agent (agent.py) keeps "true" while the node's GPU cap is proven."""
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU feature discovery
 GB10_PRODUCT = "NVIDIA-GB10"
 GPU_RESOURCE = "nvidia.com/gpu"
 RDMA_DEVICE = "/dev/infiniband"
-DEFAULT_RDMA_RESOURCE = "rdma/hca_shared_devices_a"  # the RDMA shared device plugin's example
 HEALTH_CHECK_PERIOD_S = 10  # startup and readiness probes
+LEADER_WAIT_S = 600  # a worker's wait for its leader's address to resolve
+SMALL = {"cpu": "100m", "memory": "128Mi"}  # a helper container's requests and limits
 _PORT_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")  # and at most 15 long, with a letter
+_DOCKER_SIZE = re.compile(r"([0-9]+)([bkmg]?)", re.IGNORECASE)
+_SIZE_UNITS = {"": ("", 1), "b": ("", 1), "k": ("Ki", 1 << 10), "m": ("Mi", 1 << 20),
+               "g": ("Gi", 1 << 30)}  # docker's unit -> Kubernetes' suffix, bytes
 
 
 def pod_template(spec: LaunchSpec, argv: tuple[str, ...], env: list[dict[str, Any]], *,
-                 metadata: dict[str, Any], rdma_resource: str,
-                 serves_api: bool) -> dict[str, Any]:
+                 metadata: dict[str, Any], cluster: ClusterOptions, cpu: int,
+                 memory_gib: int, serves_api: bool) -> dict[str, Any]:
     """A PodTemplateSpec that runs argv (argv[0] the entrypoint) with env in spec's image
-    and spec's docker options; with the API's ports and probes when serves_api."""
+    and spec's docker options, Guaranteed (cpu cores, memory_gib GiB); with the API's ports
+    and probes when serves_api, else the wait for the leader and probes of its health."""
     options = spec.docker
+    shm = shm_quantity(options.shm_size, memory_gib)
     container: dict[str, Any] = {
         "name": spec.engine, "image": spec.image, "command": list(argv[:1]),
         "args": list(argv[1:]), "env": env,
-        "resources": {"limits": _limits(spec, rdma_resource)},
+        "resources": guaranteed({"cpu": str(cpu), "memory": f"{memory_gib}Gi",
+                                 **_devices(spec, cluster.rdma_resource)}),
         "securityContext": {"capabilities": {"add": list(options.cap_add)}},
-        "volumeMounts": [{"name": _volume_name(mount.target), "mountPath": mount.target,
-                          "readOnly": mount.read_only} for mount in options.mounts],
+        "volumeMounts": [*({"name": _volume_name(mount.target), "mountPath": mount.target,
+                            "readOnly": mount.read_only} for mount in options.mounts),
+                         {"name": "dshm", "mountPath": "/dev/shm"}],
     }
+    pod: dict[str, Any] = {}
     if serves_api:
         container["ports"] = [{"name": _port_name(name), "containerPort": number,
                                "protocol": "TCP"} for name, number in spec.ports.items()]
-        container.update(_probes(spec))
+        container.update(_probes(spec, {"httpGet": {"path": spec.health_path, "port": "http"},
+                                        "timeoutSeconds": HEALTH_TIMEOUT_S}))
+    else:
+        leader = ["python3", "-c", script("leader")]
+        pod["initContainers"] = [{
+            "name": "wait-for-leader", "image": spec.image,
+            "command": [*leader, "wait", str(LEADER_WAIT_S)], "resources": guaranteed(SMALL)}]
+        container.update(_probes(spec, {"exec": {"command": [
+            *leader, "health", str(spec.ports["http"]), spec.health_path,
+            str(HEALTH_TIMEOUT_S)]}, "timeoutSeconds": HEALTH_TIMEOUT_S + 2}))
     host_network = options.network_mode == "host"
-    return {"metadata": metadata, "spec": {
+    pod.update({
         "hostNetwork": host_network,
         "dnsPolicy": "ClusterFirstWithHostNet" if host_network else "ClusterFirst",
-        "hostIPC": options.ipc_mode == "host",
         "nodeSelector": {GPU_PRODUCT_LABEL: GB10_PRODUCT, CAP_VERIFIED_LABEL: "true"},
+        **({"tolerations": [dict(t) for t in cluster.tolerations]}
+           if cluster.tolerations else {}),
+        **({"priorityClassName": cluster.priority_class} if cluster.priority_class else {}),
         "terminationGracePeriodSeconds": options.stop_timeout_s,
         "containers": [container],
-        "volumes": [{"name": _volume_name(mount.target),
-                     "hostPath": {"path": mount.source, "type": "Directory"}}
-                    for mount in options.mounts],
-    }}
+        "volumes": [*({"name": _volume_name(mount.target),
+                       "hostPath": {"path": mount.source, "type": "Directory"}}
+                      for mount in options.mounts),
+                    {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}}],
+    })
+    return {"metadata": metadata, "spec": pod}
 
 
-def _limits(spec: LaunchSpec, rdma_resource: str) -> dict[str, int]:
+def guaranteed(amounts: dict[str, Any]) -> dict[str, Any]:
+    """Resources with requests equal to limits (Guaranteed QoS, when every container's are)."""
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def shm_quantity(size: str, memory_gib: int) -> str:
+    """docker's --shm-size (32g) as a Kubernetes quantity (32Gi); UsageError when the
+    memory-backed volume would not fit the pod's memory, which it is counted against."""
+    found = _DOCKER_SIZE.fullmatch(size.strip())
+    if not found:
+        raise UsageError(f"shm size {size!r} is not docker's NUMBER[b|k|m|g]",
+                         fix="write it as docker's --shm-size takes it, e.g. 32g")
+    number, unit = int(found.group(1)), found.group(2).lower()
+    suffix, scale = _SIZE_UNITS[unit]
+    quantity = f"{number}{suffix}"
+    if number * scale >= memory_gib << 30:
+        raise UsageError(f"/dev/shm ({quantity}) would take all of the pod's {memory_gib} GiB",
+                         fix="raise k8s_memory_gib in group_vars/all.yml")
+    return quantity
+
+
+def _devices(spec: LaunchSpec, rdma_resource: str) -> dict[str, int]:
     """The node's GPU and, for the RDMA device, one unit of rdma_resource."""
     limits = {GPU_RESOURCE: 1}
     for device in spec.docker.devices:
@@ -84,13 +134,11 @@ def _limits(spec: LaunchSpec, rdma_resource: str) -> dict[str, int]:
     return limits
 
 
-def _probes(spec: LaunchSpec) -> dict[str, Any]:
+def _probes(spec: LaunchSpec, check: dict[str, Any]) -> dict[str, Any]:
     """Startup within the profile's ready timeout, readiness, and liveness as `invoke watch`
     judges rank 0: HEALTH_FAILURES_TO_ACT polls in a row without a timely answer."""
     def probe(period_s: int, failures: int) -> dict[str, Any]:
-        return {"httpGet": {"path": spec.health_path, "port": "http"},
-                "timeoutSeconds": HEALTH_TIMEOUT_S, "periodSeconds": period_s,
-                "failureThreshold": failures}
+        return {**check, "periodSeconds": period_s, "failureThreshold": failures}
 
     return {
         "startupProbe": probe(HEALTH_CHECK_PERIOD_S,

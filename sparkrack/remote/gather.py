@@ -106,14 +106,18 @@ def first_line(path):
         return None
 
 
-def table(folder, keep):
-    """`name:line` for each readable entry of a sysfs table whose line passes keep."""
+def entries(folder):
+    """The sorted names in folder ([] when it cannot be listed)."""
     try:
-        names = sorted(os.listdir(folder))
+        return sorted(os.listdir(folder))
     except OSError:
         return []
+
+
+def table(folder, keep):
+    """`name:line` for each readable entry of a sysfs table whose line passes keep."""
     rows = []
-    for name in names:
+    for name in entries(folder):
         line = first_line(os.path.join(folder, name))
         if line and keep(line):
             rows.append("%s:%s" % (name, line))
@@ -123,17 +127,10 @@ def table(folder, keep):
 def functions_section():
     """Every RDMA device of the node, one line each: `NAME<TAB>NETDEVS<TAB>PORT STATE`
     (how it is cabled: which functions are up)."""
-    try:
-        names = sorted(os.listdir(INFINIBAND))
-    except OSError:
-        return []
     lines = []
-    for name in names:
+    for name in entries(INFINIBAND):
         device = os.path.join(INFINIBAND, name)
-        try:
-            netdevs = sorted(os.listdir(os.path.join(device, "device/net")))
-        except OSError:
-            netdevs = []
+        netdevs = entries(os.path.join(device, "device/net"))
         state = first_line(os.path.join(device, "ports/1/state")) or ""
         lines.append("%s\t%s\t%s" % (name, ",".join(netdevs), state))
     return lines
@@ -147,10 +144,7 @@ def hca_section(name):
     state = first_line(os.path.join(device, "ports/1/state"))
     if state is not None:
         lines.append("state " + state)
-    try:
-        lines += ["netdev " + n for n in sorted(os.listdir(os.path.join(device, "device/net")))]
-    except OSError:
-        pass
+    lines += ["netdev " + n for n in entries(os.path.join(device, "device/net"))]
     lines.append("types")
     lines += table(os.path.join(device, "ports/1/gid_attrs/types"), lambda line: True)
     lines.append("gids")

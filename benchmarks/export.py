@@ -56,6 +56,7 @@ def kustomize(folder: Path) -> None:
 
 
 def agent_pod(folder: Path) -> Path:
+    folder.mkdir()
     (folder / "capagent.py").write_text(script("capagent"))
     (folder / "burn.sh").write_text(text("burn"))
     (folder / "bin").mkdir()

@@ -73,8 +73,10 @@ def export(c, engine, profile=DEFAULT_PROFILE, format_="lws", out=None, name=Non
         print(manifest_yaml(lane.manifests), end="")
     if lane.secret_keys:
         literals = " ".join(f"--from-literal={key}=..." for key in lane.secret_keys)
+        where = f" --namespace {lane.namespace}" if lane.namespace else ""
         console.say(f"secrets: {', '.join(lane.secret_keys)} from Secret {lane.secret_name} "
-                    f"(not exported; kubectl create secret generic {lane.secret_name} {literals})")
+                    f"(not exported; kubectl create secret generic{where} {lane.secret_name} "
+                    f"{literals})")
     console.say(f"nodes: only those labelled {GPU_PRODUCT_LABEL}={GB10_PRODUCT} and "
                 f"{CAP_VERIFIED_LABEL}=true (the node agent sets it after its burn says ok, "
                 "and removes it on any other verdict)")

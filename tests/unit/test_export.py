@@ -455,8 +455,11 @@ def test_export_out_and_json(capsys, tmp_path):
                       "--json") == 0
     assert json.loads(capsys.readouterr().out) == {"wrote": written}
     assert run_export("--engine", "sglang", "-i", str(INVENTORY), "--json",
-                      "--name", "glm-daily", "--secret", "hf") == 0
-    listed = json.loads(capsys.readouterr().out)
+                      "--name", "glm-daily", "--secret", "hf", "--namespace", "llm") == 0
+    captured = capsys.readouterr()
+    assert "kubectl create secret generic --namespace llm hf --from-literal=HF_TOKEN=..." in \
+        captured.err
+    listed = json.loads(captured.out)
     assert listed["kind"] == "List"
     assert [item["metadata"]["name"] for item in listed["items"]][-2:] == ["glm-daily",
                                                                            "glm-daily-api"]

@@ -12,7 +12,8 @@ from invoke import Collection, Program
 from .. import console
 from . import (bench_tasks, check_tasks, engine_tasks, export_tasks, fabric_tasks, learn_tasks,
                lock_tasks, logs_tasks, onboard_tasks, power_tasks, provision_tasks, rack_tasks,
-               rehearsal_stub_tasks, rehearsal_tasks, run_tasks, watch_tasks, weights_tasks)
+               rehearsal_stub_tasks, rehearsal_tasks, run_tasks, twin_tasks, watch_tasks,
+               weights_tasks)
 
 TOP_LEVEL = (
     engine_tasks.plan, engine_tasks.up, engine_tasks.down, engine_tasks.roll,
@@ -29,6 +30,12 @@ def build_namespace() -> Collection:
     ns = Collection.from_module(rack_tasks)
     for top in TOP_LEVEL:
         ns.add_task(top)
+    # as with watch: `invoke facts` is the collection's default task, facts.capture beside it
+    del ns.tasks["facts"]
+    facts = Collection("facts")
+    facts.add_task(rack_tasks.facts, default=True)
+    facts.add_task(twin_tasks.capture)
+    ns.add_collection(facts)
     # invoke cannot have a task and a collection both called watch: `invoke watch` is the
     # collection's default task, the rank watchdog in a shell, with its flags as before
     watch = Collection("watch")

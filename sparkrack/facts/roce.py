@@ -26,6 +26,8 @@ ACTIVE = "4: ACTIVE"  # ports/1/state of a port whose link is up
 
 
 EMPTY_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+# A Spark's ConnectX-7: two QSFP ports, each reached over two PCIe paths (`ibdev2netdev`)
+SPARK_HCAS = ("rocep1s0f0", "roceP2p1s0f0", "rocep1s0f1", "roceP2p1s0f1")
 
 
 def roce_query(hca: str) -> Query:
@@ -88,6 +90,7 @@ class HcaFacts:
 
     present: bool = False
     state: str = ""
+    rate: str = ""  # ports/1/rate: "200 Gb/sec (4X NDR)"
     netdevs: tuple[str, ...] = ()
     types: Mapping[int, str] = field(default_factory=dict)
     gids: Mapping[int, str] = field(default_factory=dict)
@@ -144,7 +147,7 @@ def parse_hca(lines: list[str]) -> HcaFacts:
     """One `r` section: presence, port state, netdevs and the GID table's filled entries."""
     if not lines or lines[0] != "present":
         return HcaFacts()
-    state, netdevs = "", []
+    state, rate, netdevs = "", "", []
     types: dict[int, str] = {}
     gids: dict[int, str] = {}
     target: dict[int, str] | None = None
@@ -157,13 +160,16 @@ def parse_hca(lines: list[str]) -> HcaFacts:
             key, _, rest = line.partition(" ")
             if key == "state":
                 state = rest
+            elif key == "rate":
+                rate = rest
             elif key == "netdev":
                 netdevs.append(rest)
         else:
             index, sep, value = line.partition(":")
             if sep and index.isdigit():
                 target[int(index)] = value.strip()
-    return HcaFacts(present=True, state=state, netdevs=tuple(netdevs), types=types, gids=gids)
+    return HcaFacts(present=True, state=state, rate=rate, netdevs=tuple(netdevs), types=types,
+                    gids=gids)
 
 
 def parse_netdevs(lines: list[str]) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ import time
 
 from .dockerd import daemon_section, images_section
 from .links import links_section
-from .node import memory_section, node_section
+from .node import cuda_section, memory_section, node_section
 from .watchdog import watchdog_section
 
 INFINIBAND = "/sys/class/infiniband"
@@ -144,6 +144,9 @@ def hca_section(name):
     state = first_line(os.path.join(device, "ports/1/state"))
     if state is not None:
         lines.append("state " + state)
+    rate = first_line(os.path.join(device, "ports/1/rate"))
+    if rate is not None:
+        lines.append("rate " + rate)
     lines += ["netdev " + n for n in entries(os.path.join(device, "device/net"))]
     lines.append("types")
     lines += table(os.path.join(device, "ports/1/gid_attrs/types"), lambda line: True)
@@ -205,6 +208,8 @@ def sections(args):
             yield kind, node_section(args.pop(0))
         elif kind == "m":
             yield kind, memory_section()
+        elif kind == "v":
+            yield kind, cuda_section()
         elif kind == "d":
             yield kind, daemon_section()
         elif kind == "l":

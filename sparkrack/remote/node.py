@@ -4,6 +4,7 @@ and its memory alone for `watch` (the `m` query).
     hostname NAME / kernel RELEASE / os PRETTY_NAME
     gpu RC FIRST-LINE     nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits
     MemTotal KB / MemAvailable KB          (the `m` section holds these two lines only)
+    cuda VERSION          the CUDA version nvidia-smi -q reports (the `v` section)
 """
 
 import os
@@ -74,3 +75,17 @@ def node_section(fields):
 
 def memory_section():
     return ["%s %s" % item for item in sorted(memory().items())]
+
+
+def cuda_section():
+    """`cuda VERSION` as `nvidia-smi -q` reports it (nothing when it does not)."""
+    try:
+        done = subprocess.run(["nvidia-smi", "-q"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False)
+    except OSError:
+        return []
+    for line in done.stdout.decode(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "CUDA Version" and value.strip():
+            return ["cuda " + value.strip()]
+    return []

@@ -1,0 +1,45 @@
+"""`invoke facts.capture`: the rack's shape in one file, and what changed since one."""
+
+from invoke import task
+
+from .. import console
+from .common import INVENTORY_HELP, inventory_from, operator_task
+
+
+@task(help={"inventory": INVENTORY_HELP,
+            "out": "write the capture to this file (default: print it)",
+            "diff": "compare the rack now with this earlier capture: one line a change; "
+                    "exit 1 when anything changed",
+            "json": "print JSON for scripts"})
+@operator_task
+def capture(c, inventory=None, out=None, diff=None, json=False):
+    """Record the rack's shape: per node its kernel, driver, CUDA, GPU, memory, docker, the
+    clock-cap unit, every RDMA function's port, rate, MTU and GID layout. Read-only; no
+    address, host key, user or token is recorded."""
+    from pathlib import Path
+
+    from invoke.exceptions import Exit
+
+    from ..twin.capture import capture as take, dump, read, write
+    from ..twin.diff import differences
+
+    earlier = read(Path(diff)) if diff else None
+    document = take(inventory_from(inventory))
+    down = [n["name"] for n in document["nodes"] if not n["reachable"]]
+    if earlier is not None:
+        changes = differences(earlier, document)
+        if json:
+            console.print_json({"since": earlier.get("captured"), "changes": changes})
+        else:
+            for line in changes or [f"no change since {earlier.get('captured')}"]:
+                print(line)
+    elif out:
+        write(document, Path(out))
+        console.say(f"facts.capture: {len(document['nodes'])} node(s) recorded in {out}"
+                    + (f" ({', '.join(down)} did not answer)" if down else ""))
+    elif json:
+        console.print_json(document)
+    else:
+        print(dump(document), end="")
+    if earlier is not None and changes:
+        raise Exit(code=1)

@@ -1,0 +1,115 @@
+"""A rack's shape as one file: what `invoke facts.capture` records of each node in one
+read-only round trip, and what a rehearsal twin is built from.
+
+Per node: its name and rank, kernel, OS, GPU name, driver and CUDA versions, memory,
+docker's version, the clock-cap unit's state, and every RDMA function: port state, link
+rate, netdevs with their MTU and state, and the GID table as its layout (each filled
+index's RoCE version and address family: `3 v2 ipv4`), never the addresses in it. Rack
+wide: the inventory vars that shape the rack. No address, host key, user or token is in
+it, so that a capture can go with a bug report. Nothing about the rack's health is
+refused: a node that does not answer is recorded as such.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from typing import Any
+
+from .node import CAP_UNIT, NODE, gpu_of, parse_node
+from .onboard import DOCKER, links_query, parse_docker, parse_links
+from .queries import Answers, Query
+from .roce import FUNCTIONS, SPARK_HCAS, HcaFacts, parse_functions, parse_hca, roce_query
+from .systemd import parse_unit
+
+VERSION = 1
+CUDA = Query("cuda", (), ("v",))
+RACK_VARS = ("rack_name", "tp_size", "clock_cap_mhz", "nccl_ib_hca", "nccl_socket_ifname",
+             "nccl_ib_gid_index", "fabric_prefix", "fabric_mtu", "images", "model_name",
+             "indexer_mem_fraction", "api_port")
+NODE_VARS = ("nccl_ib_hca", "nccl_socket_ifname", "nccl_ib_gid_index")  # a node may differ
+
+
+def queries() -> list[Query]:
+    """Everything one capture asks a node, in one round trip."""
+    return [NODE, CUDA, DOCKER, CAP_UNIT, FUNCTIONS, *(roce_query(h) for h in SPARK_HCAS),
+            links_query(SPARK_HCAS, ())]
+
+
+def gid_layout(hca: HcaFacts) -> list[str]:
+    """Each filled GID index as `INDEX VERSION FAMILY` (`3 v2 ipv4`), the address left out."""
+    rows = []
+    for index in sorted(hca.gids):
+        version = "v2" if hca.types.get(index, "").endswith("v2") else "v1"
+        rows.append(f"{index} {version} {gid_family(hca.gids[index])}")
+    return rows
+
+
+def gid_family(gid: str) -> str:
+    """ipv4 (IPv4-mapped), link-local (fe80::/10) or ipv6, of a GID as sysfs prints it."""
+    try:
+        address = ipaddress.IPv6Address(gid.strip())
+    except ValueError:
+        return "unknown"
+    if address.ipv4_mapped is not None:
+        return "ipv4"
+    return "link-local" if address.is_link_local else "ipv6"
+
+
+def node_capture(name: str, rank: int, answers: Answers) -> dict[str, Any]:
+    """One node's record from its answers to queries()."""
+    node = parse_node(answers.lines(NODE))
+    gpu = gpu_of(answers)
+    docker = parse_docker(answers.lines(DOCKER))
+    unit = parse_unit(answers.lines(CAP_UNIT))
+    links = parse_links(answers.lines(links_query(SPARK_HCAS, ())))
+    cuda = dict(line.split(" ", 1) for line in answers.lines(CUDA) if " " in line)
+    names = sorted(set(parse_functions(answers.lines(FUNCTIONS))) | set(SPARK_HCAS))
+    functions = {}
+    for hca_name in names:
+        hca = parse_hca(answers.lines(roce_query(hca_name))) if hca_name in SPARK_HCAS \
+            else HcaFacts()
+        if not hca.present:
+            continue
+        netdevs = {dev: {"mtu": links[dev].mtu if dev in links else None,
+                         "state": links[dev].state if dev in links else ""}
+                   for dev in hca.netdevs}
+        functions[hca_name] = {"state": hca.state, "rate": hca.rate, "netdevs": netdevs,
+                               "gids": gid_layout(hca)}
+    memory = node.get("MemTotal", "")
+    return {
+        "name": name, "rank": rank, "reachable": True,
+        "kernel": node.get("kernel", ""), "os": node.get("os", ""),
+        "gpu": gpu.name or "", "driver": gpu.driver or "", "cuda": cuda.get("cuda", ""),
+        "memory_kib": int(memory) if memory.isdigit() else None,
+        "docker": docker.version or "",
+        "clock_cap_unit": {"load": unit.load, "active": unit.active, "result": unit.result,
+                           "enabled": unit.enabled},
+        "functions": functions,
+        "cabled": sorted(n for n, f in functions.items() if f["state"] == "4: ACTIVE"),
+    }
+
+
+def unreachable(name: str, rank: int, error: str) -> dict[str, Any]:
+    """The record of a node that did not answer."""
+    return {"name": name, "rank": rank, "reachable": False, "error": error}
+
+
+def rack_record(inventory) -> dict[str, Any]:
+    """The inventory vars that shape the rack, and each node's own where it differs."""
+    rack = {key: _plain(getattr(inventory.vars, key)) for key in RACK_VARS}
+    own = {}
+    for node in inventory.nodes:
+        differs = {key: _plain(getattr(node.vars, key)) for key in NODE_VARS
+                   if getattr(node.vars, key) != getattr(inventory.vars, key)}
+        if differs:
+            own[node.name] = differs
+    return {**rack, "node_vars": own}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

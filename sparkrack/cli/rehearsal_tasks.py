@@ -25,10 +25,29 @@ def _rack(inventory: str | None) -> RehearsalRack:
     return RehearsalRack(inventory_from(inventory or DEFAULT_INVENTORY), say=console.say)
 
 
-@task(help=HELP)
+@task(help={**HELP, "twin": "boot the twin of this capture (`invoke facts.capture --out "
+                             "FILE` of your rack) in place of the standard rack",
+            "twin_inventory": "where the twin's inventory goes (default: inventory/twin)"})
 @operator_task
-def up(c, inventory=None):
-    """Boot the rehearsal rack (idempotent; installs its apt packages if missing)."""
+def up(c, inventory=None, twin=None, twin_inventory="inventory/twin"):
+    """Boot the rehearsal rack (idempotent; installs its apt packages if missing), or with
+    --twin the twin of your rack: its node names, ranks, kernels, drivers, GID layouts
+    and cabling, with its inventory written for plan, check, up, roll and onboard."""
+    if twin:
+        from pathlib import Path
+
+        from ..twin.build import build_twin
+        from ..twin.capture import read
+
+        capture = read(Path(twin))
+        started = time.monotonic()
+        rack = build_twin(capture, Path(inventory or DEFAULT_INVENTORY), Path(twin_inventory),
+                          say=console.say)
+        console.say(f"the twin of {capture['rack'].get('rack_name', '?')} is up: "
+                    f"{len(rack.nodes)} nodes ({time.monotonic() - started:.1f} s); its "
+                    f"inventory: {twin_inventory} (export SPARKRACK_INVENTORY={twin_inventory}, "
+                    "then `invoke provision`)")
+        return
     seconds = _rack(inventory).up()
     console.say(f"rehearsal rack up ({seconds:.1f} s)")
 

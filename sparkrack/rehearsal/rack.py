@@ -18,11 +18,12 @@ from dataclasses import asdict, dataclass
 from ipaddress import ip_address
 
 from ..errors import SparkrackError, UsageError
-from ..inventory import Inventory
+from ..inventory import Inventory, load_inventory
 from . import hostnet, hostprep, nodefs, nodeproc
 from .extras import ExtraNode, check_extra, read_extras, write_extras
 from .stubimage import build_stub_images
 from .cabling import Cabling, read_cabling, write_cabling
+from .twinfile import TWIN_FILE, is_twin, read_twin
 from .layout import (
     CGROUP_GROUP, CGROUP_ROOTS, FABRIC_SUBNET, HCAS, KNOWN_HOSTS, RUN_DIR, SUBNET, NodeLayout)
 from ..fleet.netguard import REHEARSAL_STATE_FILE
@@ -86,6 +87,7 @@ class RehearsalRack:
                                  fix=f"give it roce_addr: 10.77.3.{node.index}")
         self.extras: dict[str, ExtraNode] = {}
         self._load_extras()
+        self.twin = read_twin()  # the twin on record, this inventory's or another's
 
     def _load_extras(self) -> None:
         """The extra nodes on record; one that clashes with the inventory is left out."""
@@ -121,7 +123,7 @@ class RehearsalRack:
         """A node's files before it boots: an extra node gets its simulated driver version."""
         extra = self.extras.get(node.name)
         if extra is None:
-            nodefs.write_node_files(node, self.nodes, client_pub)
+            nodefs.write_node_files(node, self.nodes, client_pub, gpu=self._twin_gpu(node.name))
         else:
             nodefs.host_key(node)  # its own, never this machine's (the overlay's lower /etc/ssh)
             if not (node.upper / "etc/gpu-sim/hardware.json").exists():
@@ -129,10 +131,47 @@ class RehearsalRack:
             nodefs.write_kernel(node, extra.kernel)
             nodefs.write_node_files(node, self.all_nodes, client_pub, gpu=extra.gpu)
 
+    # --- the twin ------------------------------------------------------------------------
+    def _twin_gpu(self, name: str) -> dict | None:
+        """The simulated GPU's keys of a node of this inventory's twin (None: the default)."""
+        if not is_twin(self.inventory.path, self.twin):
+            return None
+        return self.twin["nodes"].get(name, {}).get("gpu") or None
+
+    def _other_twin_nodes(self) -> list[NodeLayout]:
+        """The nodes of a twin on record that is not this inventory (none when there is none)."""
+        if self.twin is None or is_twin(self.inventory.path, self.twin):
+            return []
+        mine = {n.name for n in self.all_nodes}
+        try:
+            twin = load_inventory(self.twin["inventory"])
+            layouts = [NodeLayout(n.name, n.address, n.roce_addr) for n in twin.nodes]
+        except SparkrackError:  # its inventory is gone: its nodes by name (disk, processes)
+            layouts = [NodeLayout(name, "10.77.1.250") for name in self.twin["nodes"]]
+        return [n for n in layouts if n.name not in mine]
+
+    def _leave_other_twin(self) -> None:
+        """Before this inventory's rack boots: another twin's node disks (they carry its
+        shape) and its record removed; refused while its nodes run."""
+        if self.twin is None or is_twin(self.inventory.path, self.twin):
+            return
+        names = list(self.twin["nodes"])
+        running = [n for n in names if nodeproc.init_pid(NodeLayout(n, "10.77.1.250"))]
+        if running:
+            raise UsageError(f"the twin of {self.twin['inventory']} is up ({', '.join(running)})",
+                             fix="run `invoke rehearsal.down` first")
+        for name in names:
+            nodefs.wipe(NodeLayout(name, "10.77.1.250"))
+        TWIN_FILE.unlink(missing_ok=True)
+        self.twin = None
+        self.say(f"removed the twin's node disks ({', '.join(names)}): the rack boots as "
+                 f"{self.inventory.path} says")
+
     # --- up / down -------------------------------------------------------------------
     def up(self) -> float:
         """Boot every node that is not running and wait until all serve SSH; returns seconds."""
         started = time.monotonic()
+        self._leave_other_twin()
         missing = hostprep.missing_packages()
         if missing:
             hostprep.install_packages(missing, self.say)
@@ -168,10 +207,11 @@ class RehearsalRack:
     def down(self) -> None:
         """Shut every node down cleanly, then remove the network and the guard, in that order."""
         REHEARSAL_STATE_FILE.unlink(missing_ok=True)
-        with ThreadPoolExecutor(max_workers=len(self.all_nodes) or 1) as pool:
-            list(pool.map(nodeproc.shutdown, self.all_nodes))
+        nodes = [*self.all_nodes, *self._other_twin_nodes()]
+        with ThreadPoolExecutor(max_workers=len(nodes) or 1) as pool:
+            list(pool.map(nodeproc.shutdown, nodes))
         self._clear_stale()
-        for node in self.all_nodes:
+        for node in nodes:
             hostnet.remove_node_net(node)
         if not any(nodeproc.is_running(n) for n in self._all_cgroup_nodes()):
             hostnet.remove_bridge()

@@ -1,0 +1,162 @@
+"""`invoke rehearsal.up --twin FILE`: a rehearsal rack with a capture's shape.
+
+From the capture (twin/capture.py), per node: its name and rank; its kernel (`uname -r`);
+its GPU's name, driver, CUDA version and memory (the simulated GPU's node.json); its GID
+table's layout (where the RoCE v2 IPv4 entry sits: firmware renumbering); how it is
+cabled (port 0 or 1, both paths or one) and which functions are missing or down. Rack wide,
+the inventory vars the capture holds (clock cap, NCCL HCAs and socket interface, GID index,
+model name, ...), each node's own in host_vars. The twin's inventory is written to a
+directory: the operator's node names and ranks with rehearsal addresses, the rehearsal's
+SSH files, key and stub engine images, so that `plan`, `check`, `up`, `roll`,
+`restart-rack` and `onboard` run against it as against the real rack. What a twin cannot
+be: a node that did not answer the capture, a GID layout the simulator has no place for
+(its RoCE v2 IPv4 entry at an even index or below 3), a port cabled on its second path
+only; each is refused naming the node. The OS, docker's version and link rates are this
+machine's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..atomic import write_atomically
+from ..errors import UsageError
+from ..facts.capture import RACK_VARS
+from ..inventory import load_inventory
+from ..rehearsal.cabling import Cabling, write_cabling
+from ..rehearsal.layout import FUNCTIONS, NodeLayout
+from ..rehearsal import nodefs, nodeproc
+from ..rehearsal.twinfile import read_twin, write_twin
+
+MAX_NODES = 12  # what this machine (2 cores, 24 GiB) boots as rehearsal nodes
+KEEP = ("images", "model_path", "fabric_prefix")  # the rehearsal's: its stub engines, its nets
+FIX = "capture again once every node answers, or edit the capture file"
+
+
+def node_shapes(capture: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{node: shape} for the twin: gpu keys, kernel, gid_index, cabling, missing, down
+    (pure); UsageError naming a node the simulator cannot be."""
+    nodes = capture["nodes"]
+    if not 2 <= len(nodes) <= MAX_NODES:
+        raise UsageError(f"the capture has {len(nodes)} node(s); a twin on this machine has "
+                         f"2 to {MAX_NODES}", fix="capture a rack of that size")
+    return {node["name"]: _shape(node) for node in sorted(nodes, key=lambda n: n["rank"])}
+
+
+def _shape(node: dict[str, Any]) -> dict[str, Any]:
+    name = node["name"]
+    if not node.get("reachable"):
+        raise UsageError(f"{name} did not answer the capture ({node.get('error', '')})", fix=FIX)
+    functions = node.get("functions") or {}
+    gpu = {key: value for key, value in (
+        ("name", node.get("gpu")), ("driver_version", node.get("driver")),
+        ("cuda_version", node.get("cuda")), ("mem_total_kb", node.get("memory_kib")))
+        if value}
+    return {"gpu": gpu, "kernel": node.get("kernel") or None,
+            "gid_index": _gid_index(name, functions), "cabling": _cabling(name, functions),
+            "missing": sorted(hca for hca, _ in FUNCTIONS.values() if hca not in functions),
+            "down": []}
+
+
+def _gid_index(name: str, functions: dict[str, Any]) -> int:
+    """Where the node's RoCE v2 IPv4 GID sits (3 when none is addressed)."""
+    for hca, _ in FUNCTIONS.values():
+        for row in (functions.get(hca) or {}).get("gids", []):
+            index, version, family = (row.split() + ["", "", ""])[:3]
+            if version == "v2" and family == "ipv4" and index.isdigit():
+                found = int(index)
+                if found < 3 or found % 2 == 0:
+                    raise UsageError(f"{name}: its RoCE v2 IPv4 GID sits at index {found}, "
+                                     "which the simulated GID table has no place for (odd, "
+                                     "3 or above)", fix=FIX)
+                return found
+    return 3
+
+
+def _cabling(name: str, functions: dict[str, Any]) -> dict[str, Any]:
+    """The node's cable as Cabling's fields, from which functions are up."""
+    up = {key for key, (hca, _) in FUNCTIONS.items()
+          if (functions.get(hca) or {}).get("state") == "4: ACTIVE"}
+    ports = {port for port, _ in up}
+    if not up:
+        return {"port": 0, "paths": "none"}
+    if len(ports) > 1:
+        raise UsageError(f"{name}: both QSFP ports are up, and a twin node has one cable",
+                         fix=FIX)
+    port = ports.pop()
+    if (port, "a") not in up:
+        raise UsageError(f"{name}: port {port} is up on its second path only, which the "
+                         "rehearsal's cables cannot be", fix=FIX)
+    return {"port": port, "paths": "both" if (port, "b") in up else "one"}
+
+
+def write_inventory(capture: dict[str, Any], base: Path, out: Path) -> Path:
+    """The twin's inventory in out: hosts.yml (the capture's names and ranks, rehearsal
+    addresses), group_vars/all.yml (the rehearsal's, with the capture's rack vars but
+    KEEP), host_vars for each node's own vars, beside an empty known_hosts of its own."""
+    nodes = sorted(capture["nodes"], key=lambda n: n["rank"])
+    hosts = {name: {"ansible_host": f"10.77.1.{11 + i}", "roce_addr": f"10.77.3.{11 + i}",
+                    "roce_twin_addr": f"10.77.4.{11 + i}", "rank": node["rank"]}
+             for i, node in enumerate(nodes) for name in [node["name"]]}
+    base_hosts = yaml.safe_load((base / "hosts.yml").read_text())
+    group_vars = base_hosts["all"]["children"]["sparks"].get("vars", {})
+    rack_vars = yaml.safe_load((base / "group_vars" / "all.yml").read_text())
+    rack = capture["rack"]
+    rack_vars.update({key: rack[key] for key in RACK_VARS if key in rack and key not in KEEP})
+    rack_vars["tp_size"] = len(nodes)
+    out.mkdir(parents=True, exist_ok=True)
+    header = (f"# The twin of rack {rack.get('rack_name', '?')} (captured "
+              f"{capture.get('captured', '?')}), written by `invoke rehearsal.up --twin`.\n")
+    write_atomically(out / "hosts.yml", header + yaml.safe_dump(
+        {"all": {"children": {"sparks": {"hosts": hosts, "vars": group_vars}}}},
+        sort_keys=False))
+    (out / "group_vars").mkdir(exist_ok=True)
+    write_atomically(out / "group_vars" / "all.yml", header + yaml.safe_dump(
+        rack_vars, sort_keys=False))
+    own = rack.get("node_vars") or {}
+    (out / "host_vars").mkdir(exist_ok=True)
+    for stale in (out / "host_vars").glob("*.yml"):
+        if stale.stem not in own:
+            stale.unlink()
+    for name, values in own.items():
+        write_atomically(out / "host_vars" / f"{name}.yml", yaml.safe_dump(values))
+    return out
+
+
+def prepare_disks(inventory, shapes: dict[str, dict[str, Any]]) -> None:
+    """Each twin node's disk made anew with its shape: kernel, cabling, HCAs and GID table
+    (the simulated GPU's keys are written at boot, from the twin record)."""
+    for node in inventory.nodes:
+        layout = NodeLayout(node.name, node.address, node.roce_addr)
+        if nodeproc.init_pid(layout) is not None:
+            raise UsageError(f"{node.name} is running", fix="run `invoke rehearsal.down` first")
+        shape = shapes[node.name]
+        nodefs.wipe(layout)
+        nodefs.write_kernel(layout, shape["kernel"])
+        nodefs.write_hardware(layout, shape["missing"], shape["gid_index"], shape["down"])
+        write_cabling(layout, Cabling(**shape["cabling"]).check())
+
+
+def build_twin(capture: dict[str, Any], base: Path, out: Path, say=print):
+    """Write the twin's inventory, record the twin, lay its disks down and boot it; the
+    rack (RehearsalRack of the twin's inventory)."""
+    from ..fleet.netguard import REHEARSAL_STATE_FILE
+    from ..rehearsal.rack import RehearsalRack
+
+    if REHEARSAL_STATE_FILE.exists():
+        raise UsageError("the rehearsal rack is up", fix="run `invoke rehearsal.down` first: "
+                         "the twin takes its place")
+    shapes = node_shapes(capture)
+    inventory = load_inventory(write_inventory(capture, base, out))
+    earlier = read_twin()  # a twin built before, of other nodes: their disks go too
+    for name in (earlier or {}).get("nodes", {}):
+        if name not in shapes:
+            nodefs.wipe(NodeLayout(name, "10.77.1.250"))
+    write_twin(out, {name: {"gpu": shape["gpu"]} for name, shape in shapes.items()})
+    prepare_disks(inventory, shapes)
+    rack = RehearsalRack(inventory, say=say)
+    rack.up()
+    return rack

@@ -140,6 +140,7 @@ class RehearsalRack:
 
     def _other_twin_nodes(self) -> list[NodeLayout]:
         """The nodes of a twin on record that is not this inventory (none when there is none)."""
+        self.twin = read_twin()
         if self.twin is None or is_twin(self.inventory.path, self.twin):
             return []
         mine = {n.name for n in self.all_nodes}
@@ -153,6 +154,7 @@ class RehearsalRack:
     def _leave_other_twin(self) -> None:
         """Before this inventory's rack boots: another twin's node disks (they carry its
         shape) and its record removed; refused while its nodes run."""
+        self.twin = read_twin()
         if self.twin is None or is_twin(self.inventory.path, self.twin):
             return
         names = list(self.twin["nodes"])

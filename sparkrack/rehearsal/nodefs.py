@@ -111,8 +111,7 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
     hw_path = up / "etc/gpu-sim/hardware.json"
     if hw_path.exists():  # kept across `up` (tests and onboarding change the hardware), but
         kept = json.loads(hw_path.read_text())  # always the four functions of today's layout
-        write_hardware(node, kept.get("missing", ()), kept.get("gid_index", gid_index),
-                       kept.get("down", ()))
+        write_hardware(node, kept.get("missing", ()), kept.get("gid_index", gid_index))
     else:
         write_hardware(node, gid_index=gid_index)
     write_if_changed(up / "etc/gpu-sim/node.json",
@@ -185,15 +184,13 @@ def install_sim(node: NodeLayout) -> None:
 
 
 def write_hardware(node: NodeLayout, missing: list[str] | tuple[str, ...] = (),
-                   gid_index: int = 3, down: list[str] | tuple[str, ...] = ()) -> None:
-    """The node's simulated HCAs (/etc/gpu-sim/hardware.json), some of them missing, some
-    with their port down at every boot; their links and addresses are the netdevs'
-    (roce-mount reads them at boot)."""
-    unknown = sorted((set(missing) | set(down)) - set(HCAS))
+                   gid_index: int = 3) -> None:
+    """The node's simulated HCAs (/etc/gpu-sim/hardware.json), some of them missing; their
+    links and addresses are the netdevs' (roce-mount reads them at boot)."""
+    unknown = sorted(set(missing) - set(HCAS))
     if unknown:
         raise ValueError(f"unknown HCA {', '.join(unknown)} (the node has {', '.join(HCAS)})")
-    hardware = {"hcas": HCAS, "gid_index": gid_index, "missing": sorted(missing),
-                "down": sorted(down)}
+    hardware = {"hcas": HCAS, "gid_index": gid_index, "missing": sorted(missing), "down": []}
     write_if_changed(node.upper / "etc/gpu-sim/hardware.json",
                      json.dumps(hardware, indent=1).encode())
 

@@ -37,8 +37,9 @@ FIX = "capture again once every node answers, or edit the capture file"
 
 
 def node_shapes(capture: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """{node: shape} for the twin: gpu keys, kernel, gid_index, cabling, missing, down
-    (pure); UsageError naming a node the simulator cannot be."""
+    """{node: shape} for the twin: gpu keys, kernel, gid_index, cabling (a function down
+    while its port is cabled is a path that did not come up), missing (pure); UsageError
+    naming a node the simulator cannot be."""
     nodes = capture["nodes"]
     if not 2 <= len(nodes) <= MAX_NODES:
         raise UsageError(f"the capture has {len(nodes)} node(s); a twin on this machine has "
@@ -57,8 +58,7 @@ def _shape(node: dict[str, Any]) -> dict[str, Any]:
         if value}
     return {"gpu": gpu, "kernel": node.get("kernel") or None,
             "gid_index": _gid_index(name, functions), "cabling": _cabling(name, functions),
-            "missing": sorted(hca for hca, _ in FUNCTIONS.values() if hca not in functions),
-            "down": []}
+            "missing": sorted(hca for hca, _ in FUNCTIONS.values() if hca not in functions)}
 
 
 def _gid_index(name: str, functions: dict[str, Any]) -> int:
@@ -136,7 +136,7 @@ def prepare_disks(inventory, shapes: dict[str, dict[str, Any]]) -> None:
         shape = shapes[node.name]
         nodefs.wipe(layout)
         nodefs.write_kernel(layout, shape["kernel"])
-        nodefs.write_hardware(layout, shape["missing"], shape["gid_index"], shape["down"])
+        nodefs.write_hardware(layout, shape["missing"], shape["gid_index"])
         write_cabling(layout, Cabling(**shape["cabling"]).check())
 
 

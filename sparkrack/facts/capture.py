@@ -13,9 +13,9 @@ refused: a node that does not answer is recorded as such.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
 from typing import Any
 
+from ..inventory.schema import plain
 from .node import CAP_UNIT, NODE, gpu_of, parse_node
 from .onboard import DOCKER, links_query, parse_docker, parse_links
 from .queries import Answers, Query
@@ -97,19 +97,11 @@ def unreachable(name: str, rank: int, error: str) -> dict[str, Any]:
 
 def rack_record(inventory) -> dict[str, Any]:
     """The inventory vars that shape the rack, and each node's own where it differs."""
-    rack = {key: _plain(getattr(inventory.vars, key)) for key in RACK_VARS}
+    rack = {key: plain(getattr(inventory.vars, key)) for key in RACK_VARS}
     own = {}
     for node in inventory.nodes:
-        differs = {key: _plain(getattr(node.vars, key)) for key in NODE_VARS
+        differs = {key: plain(getattr(node.vars, key)) for key in NODE_VARS
                    if getattr(node.vars, key) != getattr(inventory.vars, key)}
         if differs:
             own[node.name] = differs
     return {**rack, "node_vars": own}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value

@@ -62,6 +62,15 @@ class FrozenMapping(Mapping[str, Any]):
 
 
 
+def plain(value: Any) -> Any:
+    """Inventory values as plain YAML-like data: mappings as dicts, tuples as lists."""
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return value
+
+
 def _var(default: Any, meaning: str, *, scope: str = RACK, at_least: float | None = None,
          above: float | None = None, at_most: float | None = None,
          kind: str | None = None, choices: tuple[str, ...] | None = None) -> Any:

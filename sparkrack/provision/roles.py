@@ -38,6 +38,7 @@ from sparkrack.errors import InventoryError, UsageError
 from sparkrack.facts.roce import netdev_of
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory import read_yaml as read_bounded_yaml
+from sparkrack.inventory.schema import plain
 from sparkrack.inventory.watchdog_record import node_vars as watchdog_vars
 from sparkrack.provision.modules import REGISTRY
 
@@ -335,15 +336,6 @@ class Renderer:
         if isinstance(value, jinja2.Undefined):
             raise RenderError(f"{what.strip()}: undefined")
         return value
-
-
-def plain(value: Any) -> Any:
-    """Inventory values as plain YAML-like data: mappings as dicts, tuples as lists."""
-    if isinstance(value, Mapping):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(item) for item in value]
-    return value
 
 
 def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],

@@ -417,6 +417,15 @@ class RehearsalRack:
             raise SparkrackError(f"{name}: could not set the kernel release: "
                                  f"{done.stderr.strip()}")
 
+    def netdev_mtu(self, name: str, netdev: str, mtu: int) -> None:
+        """Set one of the node's netdevs' MTU, as `ip link set` on the node would (kept while
+        the node's network is: across reboots, not a new disk)."""
+        done = nodeproc.in_node(self.node(name), ["ip", "link", "set", "dev", netdev, "mtu",
+                                                  str(mtu)])
+        if done.returncode != 0:
+            raise SparkrackError(f"{name}: could not set {netdev}'s MTU to {mtu}: "
+                                 f"{done.stderr.strip()}")
+
     def renumber_gid(self, name: str, index: int | None) -> None:
         """Firmware renumbering of the node's GID tables: the IPv4-mapped RoCE v2 entry moves
         to index (None: back to 3). Kept across reboots and power cycles, as firmware is."""

@@ -3,7 +3,8 @@
 From the capture (twin/capture.py), per node: its name and rank; its kernel (`uname -r`);
 its GPU's name, driver, CUDA version and memory (the simulated GPU's node.json); its GID
 table's layout (where the RoCE v2 IPv4 entry sits: firmware renumbering); how it is
-cabled (port 0 or 1, both paths or one) and which functions are missing or down. Rack wide,
+cabled (port 0 or 1, both paths or one), which functions are missing, and each fabric
+netdev's MTU. Rack wide,
 the inventory vars the capture holds (clock cap, NCCL HCAs and socket interface, GID index,
 model name, ...), each node's own in host_vars. The twin's inventory is written to a
 directory: the operator's node names and ranks with rehearsal addresses, the rehearsal's
@@ -31,6 +32,7 @@ from ..rehearsal.layout import FUNCTIONS, NodeLayout
 from ..rehearsal import nodefs, nodeproc
 from ..rehearsal.twinfile import read_twin, write_twin
 
+DEFAULT_MTU = 1500  # a fabric netdev's before anything set another
 MAX_NODES = 12  # what this machine (2 cores, 24 GiB) boots as rehearsal nodes
 KEEP = ("images", "model_path", "fabric_prefix")  # the rehearsal's: its stub engines, its nets
 FIX = "capture again once every node answers, or edit the capture file"
@@ -38,8 +40,8 @@ FIX = "capture again once every node answers, or edit the capture file"
 
 def node_shapes(capture: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """{node: shape} for the twin: gpu keys, kernel, gid_index, cabling (a function down
-    while its port is cabled is a path that did not come up), missing (pure); UsageError
-    naming a node the simulator cannot be."""
+    while its port is cabled is a path that did not come up), missing, the netdevs' MTUs
+    that are not the default (pure); UsageError naming a node the simulator cannot be."""
     nodes = capture["nodes"]
     if not 2 <= len(nodes) <= MAX_NODES:
         raise UsageError(f"the capture has {len(nodes)} node(s); a twin on this machine has "
@@ -58,7 +60,10 @@ def _shape(node: dict[str, Any]) -> dict[str, Any]:
         if value}
     return {"gpu": gpu, "kernel": node.get("kernel") or None,
             "gid_index": _gid_index(name, functions), "cabling": _cabling(name, functions),
-            "missing": sorted(hca for hca, _ in FUNCTIONS.values() if hca not in functions)}
+            "missing": sorted(hca for hca, _ in FUNCTIONS.values() if hca not in functions),
+            "mtu": {dev: info["mtu"] for f in functions.values()
+                    for dev, info in (f.get("netdevs") or {}).items()
+                    if info.get("mtu") not in (None, DEFAULT_MTU)}}
 
 
 def _gid_index(name: str, functions: dict[str, Any]) -> int:
@@ -159,4 +164,7 @@ def build_twin(capture: dict[str, Any], base: Path, out: Path, say=print):
     prepare_disks(inventory, shapes)
     rack = RehearsalRack(inventory, say=say)
     rack.up()
+    for name, shape in shapes.items():  # what someone set by hand stays set, as on the rack
+        for netdev, mtu in shape["mtu"].items():
+            rack.netdev_mtu(name, netdev, mtu)
     return rack

@@ -1,6 +1,7 @@
 """`invoke rehearsal.up --twin` on this machine: a capture of the rehearsal rack after two
 field faults (spark-03's GID table renumbered by firmware, spark-06 on another kernel),
-taken down to three of its nodes, becomes a rack of those three with that shape; `up`
+taken down to three of its nodes (one with an MTU left set on its uncabled port), becomes
+a rack of those three with that shape; `up`
 there is refused until `provision` has run, provisioning probes spark-03's GID where the
 firmware put it, a capture of the twin is the capture it was built from, and a plain
 `rehearsal.up` gives the standard rack back."""
@@ -43,8 +44,11 @@ def test_a_twin_has_the_captures_shape_and_the_standard_rack_comes_back(engine_r
     try:
         rack.renumber_gid("spark-03", 5)
         rack.kernel("spark-06", "6.17.0-1014-nvidia")
+        rack.netdev_mtu("spark-04", "enp1s0f1np1", 9000)  # left set on an uncabled port
         assert provision(engine_rack).exit_code == 0
         original = three_of(capture(engine_rack))
+        assert original["nodes"][1]["functions"]["rocep1s0f1"]["netdevs"] == {
+            "enp1s0f1np1": {"mtu": 9000, "state": "down"}}
         rack.down()
         twin_rack = build_twin(original, REHEARSAL_INVENTORY, tmp_path / "twin",
                                say=lambda line: None)

@@ -39,7 +39,8 @@ def test_each_node_gets_its_captured_shape():
         "gpu": {"name": "NVIDIA GB10", "driver_version": "580.126.09", "cuda_version": "13.0",
                 "mem_total_kb": 127600748},
         "kernel": "6.17.0-1008-nvidia", "gid_index": 3,
-        "cabling": {"port": 0, "paths": "both"}, "missing": []}
+        "cabling": {"port": 0, "paths": "both"}, "missing": [],
+        "mtu": {"enp1s0f0np0": 9000, "enP2p1s0f0np0": 9000}}
     assert (shapes["gb10-b"]["kernel"], shapes["gb10-b"]["gid_index"]) == (
         "6.11.0-1016-nvidia", 5)
     assert shapes["gb10-c"]["cabling"] == {"port": 1, "paths": "one"}

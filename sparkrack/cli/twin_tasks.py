@@ -14,7 +14,7 @@ from .common import INVENTORY_HELP, inventory_from, operator_task
 @operator_task
 def capture(c, inventory=None, out=None, diff=None, json=False):
     """Record the rack's shape: per node its kernel, driver, CUDA, GPU, memory, docker, the
-    clock-cap unit, every RDMA function's port, rate, MTU and GID layout. Read-only; no
+    clock-cap unit, each ConnectX-7 RDMA function's port, rate, MTU and GID layout. Read-only; no
     address, host key, user or token is recorded."""
     from pathlib import Path
 

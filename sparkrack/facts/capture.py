@@ -2,9 +2,10 @@
 read-only round trip, and what a rehearsal twin is built from.
 
 Per node: its name and rank, kernel, OS, GPU name, driver and CUDA versions, memory,
-docker's version, the clock-cap unit's state, and every RDMA function: port state, link
-rate, netdevs with their MTU and state, and the GID table as its layout (each filled
-index's RoCE version and address family: `3 v2 ipv4`), never the addresses in it. Rack
+docker's version, the clock-cap unit's state, and each of a Spark's four RDMA functions
+(SPARK_HCAS) it has: port state, link rate, netdevs with their MTU and state, and the GID
+table as its layout (each filled index's RoCE version and address family: `3 v2 ipv4`),
+never the addresses in it. Rack
 wide: the inventory vars that shape the rack. No address, host key, user or token is in
 it, so that a capture can go with a bug report. Nothing about the rack's health is
 refused: a node that does not answer is recorded as such.
@@ -19,7 +20,7 @@ from ..inventory.schema import plain
 from .node import CAP_UNIT, NODE, gpu_of, parse_node
 from .onboard import DOCKER, links_query, parse_docker, parse_links
 from .queries import Answers, Query
-from .roce import FUNCTIONS, SPARK_HCAS, HcaFacts, parse_functions, parse_hca, roce_query
+from .roce import SPARK_HCAS, HcaFacts, parse_hca, roce_query
 from .systemd import parse_unit
 
 VERSION = 1
@@ -32,7 +33,7 @@ NODE_VARS = ("nccl_ib_hca", "nccl_socket_ifname", "nccl_ib_gid_index")  # a node
 
 def queries() -> list[Query]:
     """Everything one capture asks a node, in one round trip."""
-    return [NODE, CUDA, DOCKER, CAP_UNIT, FUNCTIONS, *(roce_query(h) for h in SPARK_HCAS),
+    return [NODE, CUDA, DOCKER, CAP_UNIT, *(roce_query(h) for h in SPARK_HCAS),
             links_query(SPARK_HCAS, ())]
 
 
@@ -64,11 +65,9 @@ def node_capture(name: str, rank: int, answers: Answers) -> dict[str, Any]:
     unit = parse_unit(answers.lines(CAP_UNIT))
     links = parse_links(answers.lines(links_query(SPARK_HCAS, ())))
     cuda = dict(line.split(" ", 1) for line in answers.lines(CUDA) if " " in line)
-    names = sorted(set(parse_functions(answers.lines(FUNCTIONS))) | set(SPARK_HCAS))
     functions = {}
-    for hca_name in names:
-        hca = parse_hca(answers.lines(roce_query(hca_name))) if hca_name in SPARK_HCAS \
-            else HcaFacts()
+    for hca_name in sorted(SPARK_HCAS):
+        hca = parse_hca(answers.lines(roce_query(hca_name)))
         if not hca.present:
             continue
         netdevs = {dev: {"mtu": links[dev].mtu if dev in links else None,

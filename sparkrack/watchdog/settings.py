@@ -10,9 +10,9 @@ Settings, so the tests can put a fake systemctl and temporary paths on a loopbac
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 import shlex
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..errors import SparkrackError, UsageError
 from ..facts import watchdog as watchdog_facts

@@ -38,8 +38,6 @@ def node_output() -> str:
         "d": ["version 28.3.3", "runtimes nvidia runc"],
         "u": ["LoadState=loaded", "ActiveState=active", "Result=success",
               "UnitFileState=enabled"],
-        "a": ["rocep1s0f0\tenp1s0f0np0\t4: ACTIVE", "roceP2p1s0f0\tenP2p1s0f0np0\t4: ACTIVE",
-              "rocep1s0f1\tenp1s0f1np1\t1: DOWN", "roceP2p1s0f1\tenP2p1s0f1np1\t1: DOWN"],
         "r0": hca_lines("4: ACTIVE", "enp1s0f0np0"), "r1": hca_lines("4: ACTIVE", "enP2p1s0f0np0"),
         "r2": hca_lines("1: DOWN", "enp1s0f1np1"), "r3": hca_lines("1: DOWN", "enP2p1s0f1np1"),
         "l": ["netdev enP2p1s0f0np0 mtu=9000 state=up ipv4=10.77.4.11/24",
@@ -47,7 +45,7 @@ def node_output() -> str:
               "netdev enp1s0f0np0 mtu=9000 state=up ipv4=10.77.3.11/24",
               "netdev enp1s0f1np1 mtu=1500 state=down ipv4=-"],
     }
-    kinds = ["s", "v", "d", "u", "a", "r0", "r1", "r2", "r3", "l"]
+    kinds = ["s", "v", "d", "u", "r0", "r1", "r2", "r3", "l"]
     out = ["@@base", "b00t-1d", "1796036605.5"]
     for index, key in enumerate(kinds):
         out += ["", f"@@{index} {key[0]}", *sections[key]]

@@ -84,12 +84,32 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_runtest_setup(item):
     """Before a rack test (and before its module's fixtures): the rack's faults undone, and
     after a rack test that failed, its engines and lock too. One failure never cascades."""
+    _yield_to_the_rack(item)
     rack = _SESSION.get("rack")
     if rack is None or "rack" not in item.fixturenames:
         return
     rackhealth.repair_faults(rack)
     if _SESSION.pop("dirty", False):
         rackhealth.repair_engines(rack.inventory)
+
+
+UNIT_NICE = 10  # the unit tests' CPU priority beside the rack tests (0: the same)
+
+
+def _yield_to_the_rack(item) -> None:
+    """Under xdist the rack tests are the run's critical path (one process, one rack) and
+    the unit modules fill the other process: a unit test runs at nice UNIT_NICE (its
+    loopback sshd and subprocesses too), so on two cores it takes what the rack leaves
+    rather than slowing it. A rack test runs at 0 (lowering nice again needs root, as the
+    rack does)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    want = 0 if "rack" in item.fixturenames else UNIT_NICE
+    try:
+        if os.getpriority(os.PRIO_PROCESS, 0) != want:
+            os.setpriority(os.PRIO_PROCESS, 0, want)
+    except PermissionError:
+        pass
 
 
 @pytest.hookimpl(wrapper=True)
@@ -110,17 +130,26 @@ def inventory(rack):
 def engine_rack(rack, inventory):
     """The rack made ready for engines, before each test that asks: provisioned (clock cap
     unit, env files, limits, the stub images from their tars on every node; a no-change run
-    takes under a second), and the stub model directory with a short load delay."""
+    takes under a second), the stub model directory with a short load delay, and every
+    GPU's clock lock as the cap unit sets it. The model files and clock locks are read from
+    this machine (no SSH); only the nodes where they differ are written or restarted."""
     from sparkrack.fleet import Fleet
     from sparkrack.provision import provision
     from sparkrack.rehearsal.stub.modeldir import write_stub_model
 
     report = provision(inventory)
     assert report.exit_code == 0, [report.recap(n.name) for n in inventory.nodes]
-    with Fleet(inventory) as fleet:
-        write_stub_model(fleet, STUB_CONFIG)
-        # a test or an operator may have reset a cap by hand: the unit puts it back
-        fleet.run(["systemctl", "restart", "sparkrack-clock-cap.service"]).raise_for_failures()
+    stale_model = rackhealth.stub_model_differs(rack, STUB_CONFIG)
+    uncapped = rackhealth.clock_lock_differs(rack)  # a test or an operator reset it by hand
+    if stale_model or uncapped:
+        with Fleet(inventory, [inventory.node(n) for n in sorted({*stale_model, *uncapped})]) \
+                as fleet:
+            if stale_model:
+                write_stub_model(fleet, STUB_CONFIG, nodes=stale_model)
+            if uncapped:
+                fleet.run({name: ["systemctl", "restart", "sparkrack-clock-cap.service"]
+                           for name in uncapped}).raise_for_failures()
+    assert rackhealth.clock_lock_differs(rack) == []
     return inventory
 
 

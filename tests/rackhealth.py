@@ -85,6 +85,45 @@ def _hung(rack: RehearsalRack, node, grace: float) -> bool:
     return False
 
 
+def _in_node(rack: RehearsalRack, name: str, path: str) -> Path | None:
+    """path inside the running node name, as this machine sees it (None: not running)."""
+    pid = init_pid(rack.node(name))
+    return Path(f"/proc/{pid}/root{path}") if pid else None
+
+
+def stub_model_differs(rack: RehearsalRack, config: dict) -> list[str]:
+    """The nodes whose stub model directory is not exactly write_stub_model(config)'s."""
+    from sparkrack.rehearsal.stub.modeldir import model_files
+
+    files = model_files(config)
+    model_path = rack.inventory.vars.model_path.rstrip("/")
+    differs = []
+    for node in rack.nodes:
+        root = _in_node(rack, node.name, model_path)
+        try:
+            same = root is not None and all((root / name).read_bytes() == data
+                                            for name, data in files.items())
+        except OSError:
+            same = False
+        if not same:
+            differs.append(node.name)
+    return differs
+
+
+def clock_lock_differs(rack: RehearsalRack) -> list[str]:
+    """The nodes whose simulated GPU clock lock is not the one the cap unit sets."""
+    want = [0, rack.inventory.vars.clock_cap_mhz]
+    return [node.name for node in rack.nodes
+            if _read_lock(_in_node(rack, node.name, "/run/gpu-sim/clock-lock.json")) != want]
+
+
+def _read_lock(path: Path | None) -> list | None:
+    try:
+        return json.loads(path.read_text()) if path else None
+    except (OSError, ValueError):
+        return None
+
+
 def repair_engines(inventory) -> list[str]:
     """Stop every engine container and break a held rack lock; what was done."""
     from sparkrack.fleet import Fleet

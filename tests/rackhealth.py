@@ -23,9 +23,12 @@ from sparkrack.rehearsal.nodeproc import init_pid
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_GID_INDEX = 3
 # the simulated burn load's start-up during the suite, on every node a test boots (the
-# real one's 4.4 s would add 4 s to every burn gate: some forty of them; under 0.5 s a
-# 1 s burn's first run often sees one busy sample, not two, and runs again)
-LOAD_STARTUP_S = 0.5
+# real one's 4.4 s would add 4 s to every burn gate: well over a hundred of them), and the
+# suite's burn length: the sampler reads the GPU about every 0.6 s (0.5 s and nvidia-smi's
+# own time), so 1.2 s of load gives the two busy samples the judge wants in one run (1 s
+# often gives one, and the load runs again)
+LOAD_STARTUP_S = 0.1
+QUICK_BURN_S = 1.2
 HANG_GRACE_S = 30.0  # a running node silent on SSH this long is hung (a boot takes ~5 s)
 
 

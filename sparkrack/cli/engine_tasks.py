@@ -196,6 +196,46 @@ def down(c, inventory=None, timeout=None):
     console.say(f"down in {report.seconds:.1f} s; memory recovered on every node")
 
 
+@task(name="break-glass", help={
+    "reason": "why (goes into the audit record), e.g. 'spark-01 lost power'",
+    "inventory": INVENTORY_HELP,
+    "timeout": "seconds of SIGTERM per rank before SIGKILL (default: 10)",
+    "yes": "do not ask (needed without a terminal)"})
+@operator_task
+def break_glass(c, reason, inventory=None, timeout=None, yes=False):
+    """The head is gone: stop every engine on the nodes that answer, without the rack lock.
+
+    Only while the head does not answer. No drain (rank 0 is gone): SIGKILL after --timeout.
+    Recorded in the local audit copy and on every node reached; `invoke down` clears the
+    head's deployment record once it answers again (or `onboard --replace` replaces it)."""
+    import sys
+
+    from ..errors import UsageError
+    from ..lifecycle.breakglass import WORKER_STOP_TIMEOUT, break_glass as stop_without_head
+
+    rack = inventory_from(inventory)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError("break-glass stops engines without the rack lock: confirm it",
+                             fix="add --yes (no terminal to ask on)")
+        console.err.print(f"Stop every engine on {rack.vars.rack_name} without the rack lock "
+                          f"({rack.head.name} must not answer)? [y/N] ", end="", markup=False)
+        if input().strip().lower() not in ("y", "yes"):
+            raise UsageError("break-glass not confirmed", fix="answer y, or pass --yes")
+    report = stop_without_head(rack, reason, on_event=console.say,
+                               timeout=int(timeout) if timeout else WORKER_STOP_TIMEOUT)
+    for node, why in sorted(report.unreachable.items()):
+        console.say(f"{node}: not reached ({why})")
+    for where, why in sorted(report.errors.items()):
+        console.say(f"{where}: {why}")
+    if report.errors:
+        from invoke.exceptions import Exit
+
+        raise Exit(f"break-glass finished with {len(report.errors)} problem(s)", code=1)
+    console.say(f"break-glass: {len(report.stopped)} rank(s) stopped in {report.seconds:.1f} s "
+                f"(recorded); once {report.head} answers: invoke down")
+
+
 @task(help=ENGINE_HELP)
 @rack_task()
 def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None,

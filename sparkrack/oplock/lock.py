@@ -309,7 +309,10 @@ def call(fleet: Fleet, head: str, op: str, *args: str, lines: Sequence[str] = ()
     if result.status == "ok" and reply.status != "ERROR":
         return reply
     said = reply.error if reply.status == "ERROR" and result.stdout.strip() else ""
-    raise LockError(f"rack lock on {head}: {said or result.error or result.status}")
+    lost = result.status == "unreachable"
+    raise LockError(f"rack lock on {head}: {said or result.error or result.status}",
+                    fix=f"if {head} is gone for good, `invoke break-glass REASON` stops the "
+                    "engines on the nodes that answer" if lost else None)
 
 
 __all__ = ["BEAT_TIMEOUT", "GIVE_UP_AFTER", "HEARTBEAT", "STALE_AFTER", "LockError", "LockHeld",

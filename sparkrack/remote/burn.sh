@@ -5,6 +5,8 @@ mkdir -p "${record%/*}" || exit 3
 cat /proc/sys/kernel/random/boot_id
 log=$(mktemp) || exit 3
 busy=0; run=0; pid=
+whole=${interval%%.*}; tenths=${interval#"$whole"}; tenths=$(printf '%.1s' "${tenths#.}0")
+ticks=$((${whole:-0} * 10 + tenths)); [ "$ticks" -ge 1 ] || ticks=1  # $interval in 0.1 s
 # Ctrl-C on the operator's side closes the SSH channel: the next sample meets a closed
 # pipe (SIGPIPE). The load must not outlive the check.
 trap 'if [ -n "$pid" ]; then kill "$pid" 2>/dev/null; fi; rm -f "$log"; exit 130' HUP INT TERM PIPE
@@ -16,7 +18,11 @@ while :; do
     printf 'S %s %s\n' "$(date +%s.%N)" "$line"
     util=${line##*, }
     case $util in ''|*[!0-9]*) ;; *) [ "$util" -ge "$busy_pct" ] && busy=$((busy + 1)) ;; esac
-    sleep "$interval"
+    # the next sample after $interval, or at once when the load ends (checked every 0.1 s)
+    tick=0
+    while [ "$tick" -lt "$ticks" ] && kill -0 "$pid" 2>/dev/null; do
+      sleep 0.1; tick=$((tick + 1))
+    done
   done
   wait "$pid"; rc=$?
   run=$((run + 1))

@@ -16,6 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import docker.errors
+from rackhealth import QUICK_BURN_S
 from sparkrack.safety.burn import burn
 from sparkrack.engines import build_specs, docker_sdk_kwargs
 from sparkrack.fleet import Fleet
@@ -24,8 +25,8 @@ from sparkrack.lifecycle.containers import engine_containers
 
 
 def quick_burn(inventory, nodes, fleet=None):
-    """The clock-cap gate's under-load check, 1 s long."""
-    return burn(inventory, nodes, seconds=1, fleet=fleet)
+    """The clock-cap gate's under-load check, QUICK_BURN_S long."""
+    return burn(inventory, nodes, seconds=QUICK_BURN_S, fleet=fleet)
 
 
 def nothing_runs(inventory) -> list:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rackhealth import LOAD_STARTUP_S
+from rackhealth import LOAD_STARTUP_S, QUICK_BURN_S
 
 from sparkrack.safety.burn import burn
 from sparkrack.errors import UsageError
@@ -85,7 +85,7 @@ def files_of(inv_dir: Path) -> dict[str, bytes]:
 
 def quiet_burn(inventory, nodes, **kwargs):
     """The burn gate without writing burn records on the rack's nodes."""
-    return burn(inventory, nodes, seconds=1, **{**kwargs, "record": False})
+    return burn(inventory, nodes, seconds=QUICK_BURN_S, **{**kwargs, "record": False})
 
 
 def test_extra_nodes_are_bare_and_persist_in_rack_state(extras):
@@ -158,7 +158,8 @@ def test_bare_ninth_node_is_onboarded_end_to_end(extras, tmp_path):
     assert len(set(r.stdout for r in ids)) == 1
     assert manifest.ok, manifest.stderr
     # onboarding again changes nothing and copies nothing
-    again = onboard(load_inventory(inv_dir), NEW, NEW_ADDR, assume_yes=True, burn_seconds=1)
+    again = onboard(load_inventory(inv_dir), NEW, NEW_ADDR, assume_yes=True,
+                    burn_seconds=QUICK_BURN_S)
     assert [s.verdict for s in again.steps] == ["ok"] * 6, [s.summary for s in again.steps]
     assert again.weights.bytes_sent == 0 and not again.weights.copied
     assert (inv_dir / "hosts.yml").read_text().splitlines() == hosts_after
@@ -253,7 +254,7 @@ def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path)
     with pytest.raises(UsageError, match="already a member of the rack"):
         onboard(load_inventory(inv_dir), NEW, NEW_ADDR, fingerprint=fingerprint)
     swapped_again = onboard(load_inventory(inv_dir), NEW, NEW_ADDR, replace=NEW,
-                            fingerprint=fingerprint, assume_yes=True, burn_seconds=1)
+                            fingerprint=fingerprint, assume_yes=True, burn_seconds=QUICK_BURN_S)
     assert swapped_again.exit_code == 0, [(s.name, s.verdict, s.summary)
                                           for s in swapped_again.steps]
     assert "replaces the key recorded for 10.77.1.19" in swapped_again.step("trust").details[0]
@@ -312,7 +313,7 @@ if have >= int(sys.argv[1]):
     outcome = {}
     run = threading.Thread(target=lambda: outcome.setdefault("first", onboard(
         load_inventory(inv_dir), NEW, NEW_ADDR, fingerprint=console_fingerprint(extras, NEW),
-        assume_yes=True, bwlimit=16384, burn_seconds=1)))
+        assume_yes=True, bwlimit=16384, burn_seconds=QUICK_BURN_S)))
     run.start()
     killed = False
     deadline = time.monotonic() + 60
@@ -325,7 +326,8 @@ if have >= int(sys.argv[1]):
     assert first.exit_code == 1 and first.step("stage").verdict == "failed"
     assert "ended without a report" in first.step("stage").summary
     assert (inv_dir / "hosts.yml").read_bytes() == hosts_before
-    again = onboard(load_inventory(inv_dir), NEW, NEW_ADDR, assume_yes=True, burn_seconds=1)
+    again = onboard(load_inventory(inv_dir), NEW, NEW_ADDR, assume_yes=True,
+                    burn_seconds=QUICK_BURN_S)
     assert again.exit_code == 0, [(s.name, s.verdict, s.summary) for s in again.steps]
     weights = again.weights
     assert weights.verified and weights.resumed and min(weights.resumed.values()) >= 20000

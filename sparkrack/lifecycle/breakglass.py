@@ -1,0 +1,117 @@
+"""Break-glass: stop every reachable engine when the head is gone for good.
+
+The rack lock, the audit log and the deployment records live on the head. With the head
+powered off, `down` fails closed (it cannot take the lock) and the workers' ranks keep their
+unified memory, waiting on a rank 0 that will never drain them. `break_glass` is the
+recorded way out:
+
+- it runs only while the head does not answer (a head that answers means `invoke down`);
+- it stops every sparkrack engine container on every other node that answers, with a short
+  timeout and then SIGKILL (SGLang workers wait for rank 0 on SIGTERM: no drain is
+  possible without it), and removes them;
+- it records what it did, with the operator's reason, in the local audit copy and in
+  BREAK_GLASS_FILE on each node it reached, so the act is on the rack as well as here.
+
+No lock is taken: there is none to take. The head's `current` record is left as it is; once
+the head answers again, `invoke down` stops its rank 0 (if it still runs) and clears it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import UsageError
+from ..fleet import Fleet
+from ..fleet.ssh import LIVENESS_TIMEOUT
+from ..inventory import Inventory
+from ..oplock import audit
+from ..oplock.remote import LOCK_DIR
+from .containers import Rank, engine_containers, stop_ranks
+
+BREAK_GLASS_FILE = f"{LOCK_DIR}/break-glass.jsonl"
+WORKER_STOP_TIMEOUT = 10  # seconds of SIGTERM before SIGKILL: no rank 0 to drain them
+TASK = "break-glass"
+
+
+@dataclass
+class BreakGlassReport:
+    """What break_glass did: the ranks stopped, the nodes it could not reach, problems."""
+
+    head: str
+    stopped: list[Rank] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)  # node -> why
+    errors: dict[str, str] = field(default_factory=dict)  # container@node or node -> error
+    seconds: float = 0.0
+
+    @property
+    def outcome(self) -> str:
+        return "failed" if self.errors else "ok"
+
+
+def break_glass(inventory: Inventory, reason: str, *, timeout: int = WORKER_STOP_TIMEOUT,
+                on_event: Callable[[str], None] = lambda e: None) -> BreakGlassReport:
+    """Stop every engine container on the nodes that answer, the head being unreachable.
+    UsageError without a reason or while the head answers."""
+    if not reason.strip():
+        raise UsageError("break-glass needs a reason", fix="invoke break-glass 'spark-01 lost "
+                         "power; workers hold memory' (it goes into the audit record)")
+    started = time.monotonic()
+    head = inventory.head.name
+    record = audit.new_record(inventory, TASK, {"reason": reason, "timeout": timeout})
+    report = BreakGlassReport(head=head)
+    with Fleet(inventory) as fleet:
+        probe = fleet.run(["true"], timeout=LIVENESS_TIMEOUT)
+    if probe[head].ok:
+        raise UsageError(f"{head} (the head) answers: the rack lock can be taken",
+                         fix="invoke down (break-glass is for a head that is gone)")
+    report.unreachable = {r.node: r.error or r.status for r in probe if not r.ok}
+    reached = [node for node in inventory.nodes if probe[node.name].ok]
+    on_event(f"{head} (the head) does not answer: {report.unreachable[head]}")
+    if reached:
+        with Fleet(inventory, reached) as fleet:
+            ranks, errors = engine_containers(fleet)
+            report.errors.update({node: f"docker: {e}" for node, e in errors.items()})
+            if ranks:
+                on_event(f"stopping {len(ranks)} rank(s) on {len(reached)} node(s), "
+                         f"SIGKILL after {timeout} s")
+            report.errors.update(stop_ranks(
+                fleet, ranks, timeout=timeout,
+                on_stop=lambda r: on_event(f"stopped rank {r.rank} on {r.node}")))
+            report.stopped = [r for r in ranks if f"{r.name}@{r.node}" not in report.errors]
+            report.seconds = time.monotonic() - started
+            record.note(reason=reason, containers=[f"{r.name}@{r.node}" for r in report.stopped],
+                        nodes=sorted({r.node for r in report.stopped}),
+                        unreachable=sorted(report.unreachable))
+            line = record.done_line(report.outcome, error=_error_text(report))
+            _record_on_nodes(fleet, line, report, on_event)
+    else:
+        record.note(reason=reason, unreachable=sorted(report.unreachable))
+        line = record.done_line("failed", error="no node answered")
+        report.errors["rack"] = "no node answered"
+    local = audit.append_local(line)
+    if local:
+        report.errors["audit"] = local
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _error_text(report: BreakGlassReport) -> str | None:
+    if not report.errors:
+        return None
+    return "; ".join(f"{where}: {why}" for where, why in sorted(report.errors.items()))
+
+
+def _record_on_nodes(fleet: Fleet, line: str, report: BreakGlassReport,
+                     on_event: Callable[[str], None]) -> None:
+    """Append the record's line to BREAK_GLASS_FILE on every reached node."""
+    argv = ["sh", "-c", 'umask 077 && mkdir -p "$1" && cat >> "$2"', "sh", LOCK_DIR,
+            BREAK_GLASS_FILE]
+    for result in fleet.run(argv, stdin=(line + "\n").encode(), timeout=15):
+        if not result.ok:
+            report.errors[f"record@{result.node}"] = result.error or result.status
+            on_event(f"{result.node}: the break-glass record was not written: {result.error}")
+
+
+__all__ = ["BREAK_GLASS_FILE", "BreakGlassReport", "break_glass"]

@@ -1,0 +1,86 @@
+"""Break-glass on the rehearsal rack: the head (spark-01, which holds the rack lock, the
+audit log and the deployment records) loses power while SGLang serves. `down` fails closed;
+`break-glass` stops every worker's rank and records it here and on every worker; it refuses
+while the head answers; once the head is back, `down` clears what is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from stubgroup import nothing_runs, quick_burn
+
+from sparkrack.fleet import Fleet
+from sparkrack.lifecycle import engine as lifecycle
+from sparkrack.lifecycle.breakglass import BREAK_GLASS_FILE
+from sparkrack.oplock.audit import parse_lines, verify_chain
+
+pytestmark = pytest.mark.rack
+REPO = Path(__file__).resolve().parents[2]
+REASON = "spark-01 lost power; the workers hold their memory"
+
+
+def invoke(state: Path, *args: str) -> subprocess.CompletedProcess:
+    """`invoke ARGS -i inventory/rehearsal` as an operator runs it, with its own local state."""
+    env = {**os.environ, "SPARKRACK_SANDBOX": "1", "SPARKRACK_STATE_DIR": str(state),
+           "NO_COLOR": "1"}
+    return subprocess.run([sys.executable, "-m", "invoke", *args, "-i", "inventory/rehearsal"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_break_glass_stops_the_workers_of_a_lost_head_and_records_it(engine_rack, rack,
+                                                                      tmp_path):
+    inventory = engine_rack
+    head = inventory.head.name
+    workers = [n for n in inventory.nodes if n.name != head]
+    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    try:
+        refused = invoke(tmp_path, "break-glass", REASON, "--yes")
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stderr.strip() == (f"error: {head} (the head) answers: the rack lock can "
+                                          "be taken (invoke down (break-glass is for a "
+                                          "head that is gone))"), refused.stderr
+        assert len(nothing_runs(inventory)) == 8  # a refusal touches nothing
+
+        rack.poweroff(head)
+        closed = invoke(tmp_path, "down")
+        assert closed.returncode != 0 and f"rack lock on {head}" in closed.stderr, closed.stderr
+        with Fleet(inventory, workers) as fleet:
+            assert len(fleet.docker(workers[0].name).containers(
+                labels=["sparkrack.engine"])) == 1  # down changed nothing
+
+        done = invoke(tmp_path, "break-glass", REASON, "--yes", "--timeout", "3")
+        assert done.returncode == 0, done.stdout + done.stderr
+        said = done.stdout + done.stderr
+        assert f"{head} (the head) does not answer" in said
+        assert f"{head}: not reached" in said
+        assert "break-glass: 7 rank(s) stopped" in said
+        assert f"once {head} answers: invoke down" in said
+        with Fleet(inventory, workers) as fleet:
+            left = {n.name: fleet.docker(n.name).containers(labels=["sparkrack.engine"])
+                    for n in workers}
+            assert not any(left.values()), left  # stopped and removed on every worker
+            records = fleet.run(["cat", BREAK_GLASS_FILE])
+        local = parse_lines((tmp_path / "audit.jsonl").read_text())
+        assert verify_chain((tmp_path / "audit.jsonl").read_text()).ok
+        mine = [r for r in local if r.get("task") == "break-glass"]
+        assert len(mine) == 1 and mine[0]["outcome"] == "ok"
+        assert mine[0]["changed"]["reason"] == REASON
+        assert mine[0]["changed"]["nodes"] == [n.name for n in workers]
+        assert mine[0]["changed"]["unreachable"] == [head]
+        for result in records:  # the same record on every worker the break-glass reached
+            assert result.ok, result.error
+            assert json.loads(result.stdout.splitlines()[-1])["id"] == mine[0]["id"]
+    finally:
+        rack.poweron(head)
+        rack.wait_booted([rack.node(head)])
+    cleared = invoke(tmp_path, "down")
+    assert cleared.returncode == 0, cleared.stdout + cleared.stderr
+    assert nothing_runs(inventory) == []
+    with Fleet(inventory, workers) as fleet:
+        fleet.run(["rm", "-f", BREAK_GLASS_FILE]).raise_for_failures()

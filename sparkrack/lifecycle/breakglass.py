@@ -13,7 +13,9 @@ recorded way out:
   BREAK_GLASS_FILE on each node it reached, so the act is on the rack as well as here.
 
 No lock is taken: there is none to take. The head's `current` record is left as it is; once
-the head answers again, `invoke down` stops its rank 0 (if it still runs) and clears it.
+the head answers again, `invoke down` stops its rank 0 (if it still runs) and clears it, and
+`fold_records` (called by `down`) moves the nodes' break-glass records into the head's
+audit log, so the head's log tells the whole story again.
 """
 
 from __future__ import annotations
@@ -114,4 +116,32 @@ def _record_on_nodes(fleet: Fleet, line: str, report: BreakGlassReport,
             on_event(f"{result.node}: the break-glass record was not written: {result.error}")
 
 
-__all__ = ["BREAK_GLASS_FILE", "BreakGlassReport", "break_glass"]
+def fold_records(fleet: Fleet, head: str) -> tuple[int, list[str]]:
+    """Append the break-glass records found on the fleet's nodes to head's audit log (each
+    once, oldest first), then remove them from the nodes: (records moved, the problems met;
+    a record not appended stays on its node for the next `down`)."""
+    from ..oplock.lock import LockError, call
+
+    found = fleet.run(["sh", "-c", 'cat "$1" 2>/dev/null || true', "sh", BREAK_GLASS_FILE],
+                      timeout=15)
+    records: dict[str, dict] = {}
+    holders = []
+    for result in found:
+        parsed = audit.parse_lines(result.stdout) if result.ok else []
+        if parsed:
+            holders.append(result.node)
+        for record in parsed:
+            records.setdefault(record.get("id", ""), record)
+    if not records:
+        return 0, []
+    lines = [audit._line(r) for r in sorted(records.values(), key=lambda r: r.get("ts", 0))]
+    try:
+        call(fleet, head, "append", lines=lines)
+    except LockError as error:
+        return 0, [f"break-glass records not moved to {head}'s audit log: {error.line()}"]
+    done = fleet.run({node: ["rm", "-f", BREAK_GLASS_FILE] for node in holders}, timeout=15)
+    return len(lines), [f"{r.node}: break-glass record not removed: {r.error}"
+                        for r in done if not r.ok]
+
+
+__all__ = ["BREAK_GLASS_FILE", "BreakGlassReport", "break_glass", "fold_records"]

@@ -24,6 +24,7 @@ from ..inventory import Inventory
 from ..oplock.audit import note
 from ..oplock.identity import operator
 from . import record
+from .breakglass import fold_records
 from .gates import Preflight, memory_problems, preflight
 from .headapi import Endpoint
 from .nodelimits import Limits
@@ -181,6 +182,13 @@ def down(inventory: Inventory, *, timeout: int | None = None,
              **({"stopped": current.deployment_id} if current and report.stopped else {}))
         if not report.errors:
             record.clear(fleet, inventory, "current")
+        moved, problems = fold_records(fleet, inventory.head.name)
+        if moved:
+            note(break_glass_records=moved)
+            on_event(f"{moved} break-glass record(s) moved into {inventory.head.name}'s "
+                     "audit log")
+        for problem in problems:
+            on_event(problem)
         return report
 
 

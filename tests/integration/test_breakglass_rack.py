@@ -1,7 +1,8 @@
 """Break-glass on the rehearsal rack: the head (spark-01, which holds the rack lock, the
 audit log and the deployment records) loses power while SGLang serves. `down` fails closed;
 `break-glass` stops every worker's rank and records it here and on every worker; it refuses
-while the head answers; once the head is back, `down` clears what is left."""
+while the head answers; once the head is back, `down` clears what is left and moves the
+record into the head's audit log."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.lifecycle.breakglass import BREAK_GLASS_FILE
 from sparkrack.oplock.audit import parse_lines, verify_chain
+from sparkrack.oplock.remote import AUDIT_FILE
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
@@ -81,6 +83,13 @@ def test_break_glass_stops_the_workers_of_a_lost_head_and_records_it(engine_rack
         rack.wait_booted([rack.node(head)])
     cleared = invoke(tmp_path, "down")
     assert cleared.returncode == 0, cleared.stdout + cleared.stderr
+    said = cleared.stdout + cleared.stderr
+    assert f"1 break-glass record(s) moved into {head}'s audit log" in said
     assert nothing_runs(inventory) == []
-    with Fleet(inventory, workers) as fleet:
-        fleet.run(["rm", "-f", BREAK_GLASS_FILE]).raise_for_failures()
+    with Fleet(inventory) as fleet:
+        log = fleet.run(["cat", AUDIT_FILE])[head]
+        left = fleet.run(["test", "-e", BREAK_GLASS_FILE])
+    assert verify_chain(log.stdout).ok
+    on_head = [r for r in parse_lines(log.stdout) if r.get("id") == mine[0]["id"]]
+    assert len(on_head) == 1 and on_head[0]["changed"]["reason"] == REASON  # once, not 7 times
+    assert [r.exit_code for r in left] == [1] * 8  # and gone from every node

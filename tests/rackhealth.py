@@ -1,9 +1,8 @@
 """The rehearsal rack put back to healthy before a rack test, checked rather than trusted.
 
-`repair_faults` reads the rack from this machine (no SSH: cheap enough before every rack
-test) and undoes what a test may have left: a node powered off or cut, a node hung (running
-but not answering SSH: power-cycled), a node recabled, a latched GPU, a renumbered GID
-table, an HCA port down. `repair_engines` asks the nodes (one round trip
+`repair_faults` (sparkrack.rehearsal.repair) reads the rack from this machine and undoes
+what a test may have left: a node powered off, cut, hung or recabled, a latched GPU, a
+renumbered GID table, an HCA port down. `repair_engines` asks the nodes (one round trip
 each) and stops any engine container and a held rack lock; the suite runs it at the start
 (a rack used before the run) and after a rack test that failed.
 """
@@ -15,13 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sparkrack.errors import SparkrackError
-from sparkrack.rehearsal.cabling import Cabling, read_cabling
+from sparkrack.rehearsal import repair
 from sparkrack.rehearsal.rack import RehearsalRack
 from sparkrack.rehearsal.nodeproc import init_pid
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_GID_INDEX = 3
 # the simulated burn load's start-up during the suite, on every node a test boots (the
 # real one's 4.4 s would add 4 s to every burn gate: well over a hundred of them), and the
 # suite's burn length: the sampler reads the GPU about every 0.6 s (0.5 s and nvidia-smi's
@@ -29,63 +26,12 @@ DEFAULT_GID_INDEX = 3
 # often gives one, and the load runs again)
 LOAD_STARTUP_S = 0.1
 QUICK_BURN_S = 1.2
-HANG_GRACE_S = 30.0  # a running node silent on SSH this long is hung (a boot takes ~5 s)
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+HANG_GRACE_S = repair.HANG_GRACE_S  # a test may shorten it
 
 
 def repair_faults(rack: RehearsalRack) -> list[str]:
-    """Undo the faults left on the rack's nodes; what was repaired (empty: it was healthy)."""
-    repaired = []
-    for state in rack.status():
-        if state.extra:
-            continue
-        node = rack.node(state.name)
-        if not state.running:
-            rack.poweron(state.name)
-            repaired.append(f"{state.name} powered on")
-        elif not state.link_up:
-            rack.heal(state.name)
-            repaired.append(f"{state.name} link healed")
-        elif not state.ssh_open and _hung(rack, node, HANG_GRACE_S):  # a hung boot or shutdown
-            rack.poweroff(state.name)
-            rack.poweron(state.name)
-            repaired.append(f"{state.name} power-cycled (running, but sshd did not answer)")
-        if read_cabling(node) != Cabling():
-            rack.cable(state.name, Cabling())
-            repaired.append(f"{state.name} recabled on port 0, both paths")
-        if state.latched:
-            rack.latch(state.name, on=False)
-            repaired.append(f"{state.name} GPU latch cleared")
-        hardware = _read_json(node.upper / "etc/gpu-sim/hardware.json")
-        if hardware.get("gid_index", DEFAULT_GID_INDEX) != DEFAULT_GID_INDEX:
-            rack.renumber_gid(state.name, None)
-            repaired.append(f"{state.name} GID index back to {DEFAULT_GID_INDEX}")
-        pid = init_pid(node)
-        down = _read_json(Path(f"/proc/{pid}/root/run/gpu-sim/roce-faults.json")).get(
-            "down", []) if pid else []
-        for hca in down:
-            rack.hca_down(state.name, hca, down=False)
-            repaired.append(f"{state.name} {hca} port up")
-    if repaired:
-        rack.wait_booted(rack.nodes)
-    return repaired
-
-
-def _hung(rack: RehearsalRack, node, grace: float) -> bool:
-    """Whether a running node still does not answer SSH after grace seconds (a node a
-    test just rebooted is given the time to finish booting)."""
-    try:
-        rack.wait_booted([node], timeout=grace)
-    except SparkrackError:
-        return True
-    return False
+    """The rack's faults undone (sparkrack.rehearsal.repair), with this module's grace."""
+    return repair.repair_faults(rack, HANG_GRACE_S)
 
 
 def _in_node(rack: RehearsalRack, name: str, path: str) -> Path | None:

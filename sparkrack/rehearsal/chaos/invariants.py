@@ -1,0 +1,140 @@
+"""What must hold on the rack after every chaos step, read from the rack itself.
+
+`observe` reads the real state: each node's facts (boot id, burn record, cap unit) and its
+engine containers over SSH and docker, each simulated GPU's clock lock from this machine,
+the head's deployment records, rack lock and audit log. `judge` (pure) compares it with
+the rules:
+
+- capped: no engine container runs on a node whose GPU is not verified capped this boot
+  (a burn record of this boot that passed, and the GPU's clock lock at or below the cap);
+- records: `current` names the deployment that runs, whole (every rank alive), or nothing
+  runs and `current` is unset; no container of another deployment (an orphan). Checked
+  where `whole` is asked for: after a step whose fault hit no node or rank, and after
+  recovery (a fault can break a serving group; putting it back is recovery's job);
+- lock: free once every command of the step ended;
+- audit: every changing command the step ran has a record with its outcome;
+- inventory: it still loads, and no temporary file of an atomic write is left in it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...facts.node import NodeFacts, burn_this_boot, facts_argv, parse_facts
+from ...fleet import Fleet
+from ...inventory import Inventory, load_inventory
+from ...lifecycle import record
+from ...lifecycle.containers import Rank, engine_containers
+from ...oplock import audit
+from ...oplock.lock import LockError, call
+from ..nodeproc import init_pid
+from ..rack import RehearsalRack
+
+CHANGING = ("up", "roll", "down", "provision", "reboot", "restart-rack", "weights.stage")
+
+
+@dataclass
+class Observed:
+    """The rack's state after a step."""
+
+    facts: dict[str, NodeFacts] = field(default_factory=dict)
+    unreachable: dict[str, str] = field(default_factory=dict)
+    ranks: list[Rank] = field(default_factory=list)
+    clock_locks: dict[str, list | None] = field(default_factory=dict)
+    current: str | None = None  # the deployment id of the head's current record
+    lock_holder: str | None = None
+    audit: list[dict] = field(default_factory=list)
+    inventory_problem: str | None = None
+
+
+def observe(rack: RehearsalRack, inventory: Inventory) -> Observed:
+    """The rack's real state (SSH, docker, the simulated GPUs from this machine)."""
+    seen = Observed()
+    with Fleet(inventory) as fleet:
+        for result in fleet.run(facts_argv(), timeout=30):
+            if result.ok:
+                seen.facts[result.node] = parse_facts(result.stdout)
+            else:
+                seen.unreachable[result.node] = result.error or result.status
+        seen.ranks, errors = engine_containers(fleet)
+        seen.unreachable.update({n: f"docker: {e}" for n, e in errors.items()})
+        head = inventory.head.name
+        try:
+            current = record.read(fleet, inventory).get("current")
+            seen.current = current.deployment_id if current else None
+            reply = call(fleet, head, "log")
+            seen.lock_holder = reply.holder.describe(time.time()) if reply.holder else None
+            seen.audit = audit.merge(audit.parse_lines(reply.audit))
+        except (LockError, Exception) as error:  # noqa: BLE001 - the head is part of the state
+            seen.unreachable.setdefault(head, f"records: {error}")
+    for node in rack.nodes:
+        pid = init_pid(node)
+        path = Path(f"/proc/{pid}/root/run/gpu-sim/clock-lock.json") if pid else None
+        try:
+            seen.clock_locks[node.name] = json.loads(path.read_text()) if path else None
+        except (OSError, ValueError):
+            seen.clock_locks[node.name] = None
+    seen.inventory_problem = _inventory_problem(inventory.path)
+    return seen
+
+
+def _inventory_problem(path: Path) -> str | None:
+    leftovers = sorted(p.name for p in Path(path).rglob(".*") if p.is_file()
+                       and p.name.count(".") >= 2 and not p.name.startswith(".sparkrack"))
+    try:
+        load_inventory(path)
+    except Exception as error:  # noqa: BLE001 - any failure to load is the finding
+        return f"the inventory no longer loads: {error}"
+    return f"temporary files left in the inventory: {', '.join(leftovers)}" if leftovers \
+        else None
+
+
+def judge(seen: Observed, *, cap_mhz: int, nodes: list[str], whole: bool,
+          commands: list[tuple[str, float]]) -> list[str]:
+    """The violations in seen. commands: (changing task, started ts) the step ran."""
+    violations = []
+    alive = [r for r in seen.ranks if r.alive]
+    for rank in alive:
+        facts = seen.facts.get(rank.node)
+        burned = burn_this_boot(facts) if facts else None
+        lock = seen.clock_locks.get(rank.node)
+        if not (burned or {}).get("ok"):
+            violations.append(f"capped: rank {rank.rank} runs on {rank.node}, whose GPU no "
+                              "burn verified this boot")
+        elif not lock or lock[1] > cap_mhz:
+            violations.append(f"capped: rank {rank.rank} runs on {rank.node}, whose GPU clock "
+                              f"lock is {lock} (cap {cap_mhz} MHz)")
+    if whole:
+        violations += _records(seen, alive, nodes)
+    if seen.lock_holder:
+        violations.append(f"lock: still held after the step: {seen.lock_holder}")
+    for task, started in commands:
+        ended = [e for e in seen.audit if e.get("task") == task and e.get("ts", 0) >= started - 1
+                 and e.get("complete") and e.get("outcome") in audit.OUTCOMES]
+        if not ended:
+            violations.append(f"audit: no record with an outcome for `{task}` run at "
+                              f"{started:.0f}")
+    if seen.inventory_problem:
+        violations.append(f"inventory: {seen.inventory_problem}")
+    return violations
+
+
+def _records(seen: Observed, alive: list[Rank], nodes: list[str]) -> list[str]:
+    found = []
+    others = sorted({f"{r.deployment} (rank {r.rank} on {r.node})" for r in alive
+                     if r.deployment != seen.current})
+    if others:
+        found.append(f"records: orphan rank(s) outside the current record "
+                     f"({seen.current or 'unset'}): {', '.join(others)}")
+    mine = {r.node for r in alive if r.deployment == seen.current}
+    if seen.current and mine != set(nodes):
+        missing = sorted(set(nodes) - mine)
+        found.append(f"records: current is {seen.current} but its group is not whole "
+                     f"(no live rank on {', '.join(missing)})")
+    return found
+
+
+__all__ = ["CHANGING", "Observed", "judge", "observe"]

@@ -1,0 +1,77 @@
+"""The rehearsal rack put back to healthy, read from this machine rather than trusted.
+
+`repair_faults` reads each node's state here (no SSH: cheap enough before every rack test
+and after every chaos step) and undoes what a test, an operator or a chaos run left: a
+node powered off or cut, a node hung (running but not answering SSH: power-cycled), a
+node recabled, a latched GPU, a renumbered GID table, an HCA port down.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import SparkrackError
+from .cabling import Cabling, read_cabling
+from .nodeproc import init_pid
+from .rack import RehearsalRack
+
+DEFAULT_GID_INDEX = 3
+HANG_GRACE_S = 30.0  # a running node silent on SSH this long is hung (a boot takes ~5 s)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S) -> list[str]:
+    """Undo the faults left on the rack's nodes; what was repaired (empty: it was healthy).
+    A running node silent on SSH for hang_grace seconds is hung: power-cycled."""
+    repaired = []
+    for state in rack.status():
+        if state.extra:
+            continue
+        node = rack.node(state.name)
+        if not state.running:
+            rack.poweron(state.name)
+            repaired.append(f"{state.name} powered on")
+        elif not state.link_up:
+            rack.heal(state.name)
+            repaired.append(f"{state.name} link healed")
+        elif not state.ssh_open and _hung(rack, node, hang_grace):  # a hung boot or shutdown
+            rack.poweroff(state.name)
+            rack.poweron(state.name)
+            repaired.append(f"{state.name} power-cycled (running, but sshd did not answer)")
+        if read_cabling(node) != Cabling():
+            rack.cable(state.name, Cabling())
+            repaired.append(f"{state.name} recabled on port 0, both paths")
+        if state.latched:
+            rack.latch(state.name, on=False)
+            repaired.append(f"{state.name} GPU latch cleared")
+        hardware = _read_json(node.upper / "etc/gpu-sim/hardware.json")
+        if hardware.get("gid_index", DEFAULT_GID_INDEX) != DEFAULT_GID_INDEX:
+            rack.renumber_gid(state.name, None)
+            repaired.append(f"{state.name} GID index back to {DEFAULT_GID_INDEX}")
+        pid = init_pid(node)
+        down = _read_json(Path(f"/proc/{pid}/root/run/gpu-sim/roce-faults.json")).get(
+            "down", []) if pid else []
+        for hca in down:
+            rack.hca_down(state.name, hca, down=False)
+            repaired.append(f"{state.name} {hca} port up")
+    if repaired:
+        rack.wait_booted(rack.nodes)
+    return repaired
+
+
+def _hung(rack: RehearsalRack, node, grace: float) -> bool:
+    """Whether a running node still does not answer SSH after grace seconds (a node a
+    test just rebooted is given the time to finish booting)."""
+    try:
+        rack.wait_booted([node], timeout=grace)
+    except SparkrackError:
+        return True
+    return False

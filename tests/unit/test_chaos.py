@@ -3,8 +3,8 @@ finds each kind of violation in a made-up rack state, and none in a healthy one.
 
 from sparkrack.facts.node import NodeFacts
 from sparkrack.lifecycle.containers import Rank
-from sparkrack.rehearsal.chaos.invariants import Observed, judge
-from sparkrack.rehearsal.chaos.plan import FAULTS, OPS, steps
+from sparkrack.chaos.invariants import Observed, judge
+from sparkrack.chaos.plan import FAULTS, OPS, steps
 
 NODES = [f"spark-0{i}" for i in range(1, 9)]
 

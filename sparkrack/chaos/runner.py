@@ -11,12 +11,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ...fleet import Fleet
-from ...inventory import Inventory
-from ...lifecycle.containers import engine_containers
-from ..layout import HCAS
-from ..rack import RehearsalRack
-from ..repair import repair_faults
+from ..fleet import Fleet
+from ..inventory import Inventory
+from ..lifecycle.containers import engine_containers
+from ..rehearsal.layout import HCAS
+from ..rehearsal.rack import RehearsalRack
+from ..rehearsal.repair import repair_faults
 from .invariants import CHANGING, judge, observe
 from .plan import NODE_FAULTS, Step
 

@@ -13,7 +13,7 @@ gives the same steps: a violation at step K of seed S is replayed with
 Needs root and the rehearsal rack up and provisioned (`invoke rehearsal.up`, `invoke
 provision`). Leaves the rack healthy, nothing running.
 
-    python benchmarks/chaos.py --seed 1 --steps 40 [--until K] [--json FILE] [--plan]
+    python benchmarks/chaos.py --seed 1 --steps 40 [--until K] [--json FILE] [--plan] [--verbose]
 """
 
 import argparse
@@ -42,6 +42,7 @@ def main() -> int:
     parser.add_argument("--until", type=int, help="stop after step K (replay up to it)")
     parser.add_argument("--json", help="write the report here as JSON")
     parser.add_argument("--plan", action="store_true", help="print the steps; run nothing")
+    parser.add_argument("--verbose", action="store_true", help="every command's last lines")
     args = parser.parse_args()
     os.environ["SPARKRACK_SANDBOX"] = "1"  # the rehearsal rack only
     inventory = load_inventory(REPO / "inventory" / "rehearsal")
@@ -70,6 +71,8 @@ def main() -> int:
               flush=True)
         for violation in result.violations:
             print(f"    VIOLATION {violation}", flush=True)
+        if result.violations or args.verbose:
+            print("    | " + result.tail.strip().replace("\n", "\n    | "), flush=True)
     report.seconds = time.monotonic() - started
     runner.invoke(["down"])
     print("\n".join(report.lines()))

@@ -50,9 +50,13 @@ class Observed:
     inventory_problem: str | None = None
 
 
-def observe(rack: RehearsalRack, inventory: Inventory) -> Observed:
-    """The rack's real state (SSH, docker, the simulated GPUs from this machine)."""
+def observe(rack: RehearsalRack, inventory: Inventory, local_audit: Path | None = None
+            ) -> Observed:
+    """The rack's real state (SSH, docker, the simulated GPUs from this machine); the audit
+    log is the head's and the commands' local copy (local_audit) together: a command that
+    could not reach the head recorded itself there."""
     seen = Observed()
+    lines = []
     with Fleet(inventory) as fleet:
         for result in fleet.run(facts_argv(), timeout=30):
             if result.ok:
@@ -67,9 +71,12 @@ def observe(rack: RehearsalRack, inventory: Inventory) -> Observed:
             seen.current = current.deployment_id if current else None
             reply = call(fleet, head, "log")
             seen.lock_holder = reply.holder.describe(time.time()) if reply.holder else None
-            seen.audit = audit.merge(audit.parse_lines(reply.audit))
+            lines += audit.parse_lines(reply.audit)
         except Exception as error:  # noqa: BLE001 - an unreachable head is part of the state
             seen.unreachable.setdefault(head, f"records: {error}")
+    if local_audit is not None and local_audit.exists():
+        lines += audit.parse_lines(local_audit.read_text())
+    seen.audit = audit.merge(lines)
     for node in rack.nodes:
         pid = init_pid(node)
         path = Path(f"/proc/{pid}/root/run/gpu-sim/clock-lock.json") if pid else None

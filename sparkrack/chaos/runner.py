@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..fleet import Fleet
 from ..inventory import Inventory
@@ -124,7 +125,8 @@ class Runner:
         return result
 
     def _judge(self, *, whole: bool, commands: list[tuple[str, float]]) -> list[str]:
-        seen = observe(self.rack, self.inventory)
+        seen = observe(self.rack, self.inventory,
+                       Path(self.env["SPARKRACK_STATE_DIR"]) / "audit.jsonl")
         return judge(seen, cap_mhz=self.inventory.vars.clock_cap_mhz, nodes=self.nodes,
                      whole=whole, commands=commands)
 

@@ -33,7 +33,8 @@ from ..oplock.lock import call
 from ..rehearsal.nodeproc import init_pid
 from ..rehearsal.rack import RehearsalRack
 
-CHANGING = ("up", "roll", "down", "provision", "reboot", "restart-rack", "weights.stage")
+CHANGING = ("up", "roll", "down", "provision", "reboot", "restart-rack", "weights.stage",
+            "break-glass")
 
 
 @dataclass

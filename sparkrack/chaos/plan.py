@@ -17,10 +17,15 @@ OPS = (("up", 4), ("roll", 3), ("down", 3), ("provision", 2), ("reboot", 1),
        ("weights", 1), ("run", 1), ("bench", 1))
 # faults: (name, relative weight). Node faults hit one node; the others hit the command.
 FAULTS = (("cut", 3), ("poweroff", 2), ("latch", 2), ("hca_down", 1), ("renumber_gid", 1),
-          ("kill_rank", 3), ("second_operator", 2), ("sigint", 3))
+          ("kill_rank", 3), ("second_operator", 2), ("sigint", 3), ("head_lost", 1))
 NODE_FAULTS = ("cut", "poweroff", "latch", "hca_down", "renumber_gid")
+# head_lost: the head powered off for good; the run answers with `break-glass`, then puts
+# a head back (powered on) and recovers
 FAULT_P = 0.6
-LATEST_S = 8.0  # a fault lands 0-LATEST_S seconds after its command started
+# a fault lands 0-WINDOW_S[op] seconds after its command started: about the command's own
+# length on the rehearsal rack, so that most faults land inside it
+WINDOW_S = {"up": 8.0, "roll": 6.0, "down": 2.0, "provision": 1.5, "reboot": 20.0,
+            "weights": 2.0, "run": 0.6, "bench": 3.0}
 ENGINES = ("sglang", "vllm")
 
 
@@ -70,7 +75,7 @@ def steps(seed: int, count: int, nodes: Sequence[str]) -> list[Step]:
         if rng.random() < FAULT_P:
             kind = _pick(rng, FAULTS)
             node = rng.choice(list(nodes)) if kind in NODE_FAULTS or kind == "kill_rank" \
-                else None
-            fault = Fault(kind, node, round(rng.uniform(0.0, LATEST_S), 1))
+                else nodes[0] if kind == "head_lost" else None
+            fault = Fault(kind, node, round(rng.uniform(0.0, WINDOW_S[op]), 1))
         made.append(Step(index, op, engine, chosen, fault))
     return made

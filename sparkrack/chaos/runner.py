@@ -115,14 +115,31 @@ class Runner:
         reader.join(10)
         result.seconds = time.monotonic() - started
         result.tail = "".join(output)[-600:]
-        result.repaired = repair_faults(self.rack)
         hit = step.fault is not None and result.injected is not None \
             and not result.injected.startswith("not injected") \
-            and (step.fault.kind in NODE_FAULTS or step.fault.kind == "kill_rank")
+            and step.fault.kind in (*NODE_FAULTS, "kill_rank", "head_lost")
+        if hit and step.fault.kind == "head_lost":
+            result.violations += self._break_glass(commands)
+        result.repaired = repair_faults(self.rack)
         result.violations += self._judge(whole=not hit, commands=commands)
         if hit:
             self._recover(result)
         return result
+
+    def _break_glass(self, commands: list[tuple[str, float]]) -> list[str]:
+        """The head is gone: `break-glass` must stop every rank on the other nodes."""
+        ts = time.time()
+        done = self.invoke(["break-glass", "chaos: the head lost power", "--yes"])
+        commands.append(("break-glass", ts))
+        if done.returncode != 0:
+            return [f"break-glass exited {done.returncode}: "
+                    f"{(done.stderr or done.stdout).strip()[-300:]}"]
+        workers = [n for n in self.inventory.nodes if n.name != self.inventory.head.name]
+        with Fleet(self.inventory, workers) as fleet:
+            ranks, errors = engine_containers(fleet)
+        left = [f"rank {r.rank} on {r.node}" for r in ranks if r.alive]
+        return [f"break-glass: still running: {', '.join(left)}"] if left else \
+            [f"break-glass: docker not asked on {', '.join(errors)}"] if errors else []
 
     def _judge(self, *, whole: bool, commands: list[tuple[str, float]]) -> list[str]:
         seen = observe(self.rack, self.inventory,
@@ -166,6 +183,9 @@ class Runner:
             return f"a second operator's `down` exited {done.returncode}"
         if kind == "kill_rank":
             return self._kill_rank(node)
+        if kind == "head_lost":
+            self.rack.poweroff(node)
+            return f"the head {node} powered off"
         if kind == "cut":
             self.rack.cut(node)
         elif kind == "poweroff":

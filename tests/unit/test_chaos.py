@@ -24,6 +24,8 @@ def test_steps_use_every_operation_and_fault_over_a_long_run():
             assert len(step.nodes) == 2 and "spark-01" not in step.nodes
         if step.fault and step.fault.kind in ("sigint", "second_operator"):
             assert step.fault.node is None
+        if step.fault and step.fault.kind == "head_lost":
+            assert step.fault.node == "spark-01"
 
 
 def _rank(node, rank, deployment="d1", status="running"):

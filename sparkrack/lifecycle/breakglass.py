@@ -30,10 +30,10 @@ from ..fleet.ssh import LIVENESS_TIMEOUT
 from ..inventory import Inventory
 from ..oplock import audit
 from ..oplock.remote import LOCK_DIR
-from .containers import Rank, engine_containers, stop_ranks
+from .containers import HEADLESS_STOP_TIMEOUT, Rank, engine_containers, stop_ranks
 
 BREAK_GLASS_FILE = f"{LOCK_DIR}/break-glass.jsonl"
-WORKER_STOP_TIMEOUT = 10  # seconds of SIGTERM before SIGKILL: no rank 0 to drain them
+WORKER_STOP_TIMEOUT = HEADLESS_STOP_TIMEOUT  # SIGTERM, then SIGKILL: no rank 0 to drain them
 TASK = "break-glass"
 
 

@@ -15,6 +15,7 @@ from ..fleet.containers import Container, ContainerNotFound
 from .order import stop_order
 
 DEFAULT_STOP_TIMEOUT = 120
+HEADLESS_STOP_TIMEOUT = 10  # a worker without a running rank 0: SIGTERM this long, then SIGKILL
 
 
 @dataclass
@@ -101,13 +102,21 @@ def logs_tail(fleet: Fleet, rank: Rank, lines: int = 20) -> list[str]:
 def stop_ranks(fleet: Fleet, ranks: Sequence[Rank], *, timeout: int | None = None,
                remove: bool = True, on_stop: Callable[[Rank], None] = lambda r: None) -> dict[str, str]:
     """Stop (and remove) ranks in stop order: rank 0 first, then the workers in parallel.
-    Returns {container@node: error} for those that could not be stopped or removed."""
+    Returns {container@node: error} for those that could not be stopped or removed.
+
+    Workers exit when their rank 0 tells them (SGLang's only log SIGTERM): when no rank 0
+    runs among ranks (its node lost power, it was stopped before), nothing will, and each
+    gets at most HEADLESS_STOP_TIMEOUT seconds of SIGTERM before SIGKILL."""
     errors: dict[str, str] = {}
+    headless = not any(r.rank == 0 and r.alive for r in ranks)
 
     def one(rank: Rank) -> None:
+        wait = timeout if timeout is not None else rank.stop_timeout
+        if headless:
+            wait = min(wait, HEADLESS_STOP_TIMEOUT)
         try:
             node = fleet.docker(rank.node)
-            node.stop(rank.name, timeout=timeout if timeout is not None else rank.stop_timeout)
+            node.stop(rank.name, timeout=wait)
             on_stop(rank)
             if remove:
                 node.remove(rank.name)

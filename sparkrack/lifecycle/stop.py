@@ -59,20 +59,26 @@ def wait_memory(fleet: Fleet, mem_before: dict[str, int], timeout: float,
                 records_on: str | None = None) -> tuple[dict[str, str], Deployment | None]:
     """Poll MemAvailable until every node recovered: ({node: why} for those that did not,
     the current record). records_on is asked for its deployment records in the same round
-    trip until it answers; the current record's figures then replace mem_before."""
+    trip until it answers; the current record's figures then replace mem_before. A node
+    that does not answer is reported and not asked again: its memory cannot be read, and
+    waiting for it would hold `down` for the whole timeout."""
     deadline = time.monotonic() + timeout
     current = None
+    lost: dict[str, str] = {}
     while True:
-        pending = {}
+        pending = dict(lost)
         asked = {n.name: node_facts.queries() + (record_facts.queries() if n.name == records_on
-                                                  else []) for n in fleet.nodes}
+                                                  else []) for n in fleet.nodes
+                 if n.name not in lost}
         results = fleet.run({name: argv(queries) for name, queries in asked.items()}, timeout=15)
-        if records_on in results and results[records_on].status == "ok":
+        if records_on in asked and results[records_on].status == "ok":
             current = records_of(answer(results[records_on].stdout, asked[records_on]))["current"]
             mem_before, records_on = current.mem_available_kb_before if current else {}, None
         for result in results:
             if result.status != "ok":
                 pending[result.node] = f"{result.status}: {result.error}"
+                if result.status == "unreachable":
+                    lost[result.node] = pending[result.node]
                 continue
             facts = node_facts.facts_of(answer(result.stdout, asked[result.node]))
             want = (mem_before.get(result.node, 0) - RECOVERY_SLACK_KB if result.node in mem_before
@@ -81,6 +87,6 @@ def wait_memory(fleet: Fleet, mem_before: dict[str, int], timeout: float,
             if have < want:
                 pending[result.node] = (f"MemAvailable {have / 2**20:.1f} GiB, expected "
                                         f"{want / 2**20:.1f} GiB")
-        if not pending or time.monotonic() > deadline:
+        if set(pending) <= set(lost) or time.monotonic() > deadline:
             return pending, current
         time.sleep(0.5)

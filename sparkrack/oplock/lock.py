@@ -16,7 +16,9 @@ Two parts:
 
 Timeouts (seconds). The holder refreshes the heartbeat every HEARTBEAT. The head judges
 the lock stale after STALE_AFTER without one (its own clock), and the next taker takes it
-over, saying from whom. The holder that could not refresh for GIVE_UP_AFTER (< STALE_AFTER,
+over, saying from whom. A holder of this machine's operator whose process is gone (its
+task ended while the head did not answer, so it could not release) is taken over at once
+(`ended_here`; broken by its token only). The holder that could not refresh for GIVE_UP_AFTER (< STALE_AFTER,
 so before anyone may take over) stops its task as Ctrl-C would (the task's own cleanup
 runs) and says that it lost the lock: a task never goes on without the lock. The heartbeat
 beats (or keeps trying) until release(), which a task calls after its cleanup: the lock
@@ -29,6 +31,7 @@ while the head is down.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -41,7 +44,7 @@ from ..errors import SparkrackError
 from ..fleet import Fleet
 from ..fleet.warm import unlend
 from ..inventory import Inventory
-from .identity import state_dir
+from .identity import operator, state_dir
 from .remote import Holder, Reply, holder_json, lock_argv, parse_reply
 
 HEARTBEAT = 5.0
@@ -100,6 +103,20 @@ def interrupt_main() -> None:
     signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
 
+def ended_here(holder: Holder) -> bool:
+    """Whether holder was a task of this machine's operator whose process is gone: the
+    lock it names outlived its task (no need to wait STALE_AFTER for its heartbeat)."""
+    if holder.operator != operator() or holder.pid is None:
+        return False
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists (another user's): alive
+        return False
+    return False
+
+
 class RackLock:
     """The rack lock, held by this process for one task."""
 
@@ -140,7 +157,7 @@ class RackLock:
         deadline = started + (wait or 0.0)
         self._take_local(wait, deadline)
         try:
-            said = ""
+            said, ended = "", None
             while True:
                 reply = self._call("take", self.token, str(self.stale_after),
                                    lines=[holder_json(self.holder), start_line],
@@ -150,6 +167,13 @@ class RackLock:
                 if reply.status != "HELD" or reply.holder is None:
                     raise LockError(f"cannot take the rack lock on {self.home.name}: "
                                     f"{reply.error or reply.status}")
+                if ended is None and ended_here(reply.holder):
+                    # its task ended without releasing it (the head did not answer then):
+                    # broken by its token only, so a live holder taking it meanwhile stays
+                    if self._call("break", reply.holder.token,
+                                  timeout=TAKE_TIMEOUT).status in ("BROKEN", "FREE"):
+                        ended = reply.holder
+                        continue
                 who = reply.holder.describe(time.time())
                 if wait is None or time.monotonic() >= deadline:
                     raise LockHeld(who, waited=time.monotonic() - started if wait else None)
@@ -168,7 +192,7 @@ class RackLock:
         self._beats = threading.Thread(target=self._beat, name="rack-lock-heartbeat",
                                        daemon=True)
         self._beats.start()
-        return reply.stale
+        return reply.stale or ended
 
     def _take_local(self, wait: float | None, deadline: float) -> None:
         """The local lock; LockHeld naming the holder if another task here has it."""

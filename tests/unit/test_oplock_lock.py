@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -18,7 +19,10 @@ from sparkrack.fleet import Fleet
 from sparkrack.oplock import audit
 from sparkrack.oplock import lock as lock_module
 from sparkrack.oplock.guard import Guard
-from sparkrack.oplock.lock import LockError, LockHeld, RackLock, call, held, lease_while_down
+from sparkrack.oplock.identity import operator
+from sparkrack.oplock.lock import (
+    LockError, LockHeld, RackLock, call, ended_here, held, lease_while_down)
+from sparkrack.oplock.remote import Holder
 
 pytestmark = needs_sshd
 
@@ -160,6 +164,37 @@ def test_a_dead_holder_loses_the_lock_after_the_timeout(loopback_rack, lock_dir,
         assert show(loopback_rack, lock_dir).holder.token == "c" * 32  # its release took nothing
     finally:
         taker.release()
+
+
+def test_a_holder_of_this_machine_whose_process_ended_is_taken_over_at_once(
+        loopback_rack, lock_dir, machine):
+    """Found by the chaos run (seed 1, step 37): a roll ended while the head was off, so it
+    could not release; once the head answered again, every command of the same operator
+    was refused for 20 s by a holder that no longer existed."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # a pid that has ended
+    mine = {**holder("a" * 32), "operator": operator(), "pid": ended.pid}
+    dead = RackLock(loopback_rack, mine, directory=lock_dir, on_lost=lambda: None)
+    dead.acquire()
+    dead._stop.set()  # it ended without release (its head did not answer)
+    machine("b")
+    taker = new_lock(loopback_rack, lock_dir, "c" * 32)
+    taken = taker.acquire()  # no wait for the heartbeat to go stale
+    try:
+        assert taken is not None and taken.token == "a" * 32 and taken.pid == ended.pid
+        assert show(loopback_rack, lock_dir).holder.token == "c" * 32
+    finally:
+        taker.release()
+    machine("c")
+    alive = RackLock(loopback_rack, {**holder("b" * 32), "operator": operator()},
+                     directory=lock_dir, on_lost=lambda: None)  # os.getpid(): alive
+    alive.acquire()
+    alive._stop.set()
+    machine("d")
+    with pytest.raises(LockHeld):  # a live process of this machine keeps its lock
+        new_lock(loopback_rack, lock_dir, "d" * 32).acquire()
+    # another machine's holder with that pid: its process cannot be judged from here
+    assert not ended_here(Holder("e" * 32, "bob@other", ended.pid, "up", "", 0.0, 0.0, 0.0))
 
 
 def test_a_broken_lock_stops_its_holder(loopback_rack, lock_dir):

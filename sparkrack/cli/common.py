@@ -113,7 +113,7 @@ def _guarded(task: str, arguments: dict, wait: float | None, call):
     rack = inventory_from(path)
     args = {k: v for k, v in arguments.items() if k != "c"}
     guard = Guard(rack, task, args, on_event=say)
-    guard.begin(wait)
+    guard.begin(wait)  # Ctrl-C while it waits for the lock leaves nothing taken
     outcome, error, code = "failed", None, 1
     try:
         with _preloaded(path, rack), audit.active(guard.record), _signals_interrupt():
@@ -141,7 +141,11 @@ def _guarded(task: str, arguments: dict, wait: float | None, call):
         error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        guard.end(outcome, error=error, exit_code=code)
+        with _signals_held() as late:  # the record and the release are never cut short
+            guard.end(outcome, error=error, exit_code=code)
+        if late:
+            say(f"{late[0]} arrived as {task} ended: its outcome ({outcome}) stands, recorded "
+                "and the lock released")
 
 
 @contextmanager
@@ -157,6 +161,27 @@ def _signals_interrupt():
     previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+@contextmanager
+def _signals_held():
+    """SIGINT, SIGTERM and SIGHUP held off for the block (a task's end record and the
+    lock's release): the names of those that arrived, for after it."""
+    caught: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+
+    def hold(signum, frame):
+        caught.append(signal.Signals(signum).name)
+
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, hold) for s in signals}
+    try:
+        yield caught
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

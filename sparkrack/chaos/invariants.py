@@ -11,7 +11,10 @@ the rules:
   runs and `current` is unset; no container of another deployment (an orphan). Checked
   where `whole` is asked for: after a step whose fault hit no node or rank, and after
   recovery (a fault can break a serving group; putting it back is recovery's job);
-- lock: free once every command of the step ended;
+- lock: free once every command of the step ended, or left by a command of this machine
+  that ended while the head did not answer (it could not release; the next command takes
+  it over at once, `oplock.lock.ended_here`): a lock never blocks the rack with nobody
+  behind it;
 - audit: every changing command the step ran has a record with its outcome;
 - inventory: it still loads, and no temporary file of an atomic write is left in it.
 """
@@ -29,7 +32,7 @@ from ..inventory import Inventory, load_inventory
 from ..lifecycle import record
 from ..lifecycle.containers import Rank, engine_containers
 from ..oplock import audit
-from ..oplock.lock import call
+from ..oplock.lock import call, ended_here
 from ..rehearsal.nodeproc import init_pid
 from ..rehearsal.rack import RehearsalRack
 
@@ -71,7 +74,8 @@ def observe(rack: RehearsalRack, inventory: Inventory, local_audit: Path | None 
             current = record.read(fleet, inventory).get("current")
             seen.current = current.deployment_id if current else None
             reply = call(fleet, head, "log")
-            seen.lock_holder = reply.holder.describe(time.time()) if reply.holder else None
+            if reply.holder is not None and not ended_here(reply.holder):
+                seen.lock_holder = reply.holder.describe(time.time())
             lines += audit.parse_lines(reply.audit)
         except Exception as error:  # noqa: BLE001 - an unreachable head is part of the state
             seen.unreachable.setdefault(head, f"records: {error}")

@@ -204,7 +204,7 @@ class Runner:
             alive = [r for r in ranks if r.alive]
             if not alive:
                 return f"not injected: no rank running on {node}"
-            fleet.docker_client(node).containers.get(alive[0].name).kill()
+            fleet.docker(node).kill(alive[0].name)
         return f"rank {alive[0].rank} on {node} killed"
 
 

@@ -139,6 +139,10 @@ class NodeDocker:
         if view(container).alive:
             container.stop(timeout=timeout)
 
+    def kill(self, name: str) -> None:
+        """SIGKILL its main process now, as the kernel's OOM killer would (a chaos fault)."""
+        self._get(name).kill()
+
     def remove(self, name: str) -> None:
         """Remove it, running or not."""
         self._get(name).remove(force=True)

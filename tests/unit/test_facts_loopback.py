@@ -121,7 +121,9 @@ def test_down_reads_the_current_record_in_its_memory_round_trip(sshd: Sshd, monk
     monkeypatch.setattr(engine, "note", lambda **changed: noted.append(changed))
     calls.clear()
     stopped = engine.down(rack)
-    assert [sorted(c) for c in calls] == [["spark-01", "spark-02"], ["spark-01"]]  # + clear
+    # memory (with the records), clear, and break-glass records to move to the head's log
+    assert [sorted(c) for c in calls] == [["spark-01", "spark-02"], ["spark-01"],
+                                          ["spark-01", "spark-02"]]
     assert calls[1]["spark-01"][:2] == ["rm", "-f"] and not (tmp_path / "current.json").exists()
     assert stopped.current.deployment_id == "d1" and noted[0]["stopped"] == "d1"
 

@@ -84,32 +84,12 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_runtest_setup(item):
     """Before a rack test (and before its module's fixtures): the rack's faults undone, and
     after a rack test that failed, its engines and lock too. One failure never cascades."""
-    _yield_to_the_rack(item)
     rack = _SESSION.get("rack")
     if rack is None or "rack" not in item.fixturenames:
         return
     rackhealth.repair_faults(rack)
     if _SESSION.pop("dirty", False):
         rackhealth.repair_engines(rack.inventory)
-
-
-UNIT_NICE = 10  # the unit tests' CPU priority beside the rack tests (0: the same)
-
-
-def _yield_to_the_rack(item) -> None:
-    """Under xdist the rack tests are the run's critical path (one process, one rack) and
-    the unit modules fill the other process: a unit test runs at nice UNIT_NICE (its
-    loopback sshd and subprocesses too), so on two cores it takes what the rack leaves
-    rather than slowing it. A rack test runs at 0 (lowering nice again needs root, as the
-    rack does)."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        return
-    want = 0 if "rack" in item.fixturenames else UNIT_NICE
-    try:
-        if os.getpriority(os.PRIO_PROCESS, 0) != want:
-            os.setpriority(os.PRIO_PROCESS, 0, want)
-    except PermissionError:
-        pass
 
 
 @pytest.hookimpl(wrapper=True)

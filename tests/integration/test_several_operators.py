@@ -116,7 +116,11 @@ def test_up_is_refused_while_restart_rack_holds_the_lock(operator):
     assert ("restart-rack", "ok") in outcomes and ("up", "refused") in outcomes
 
 
-def test_a_killed_holder_loses_the_lock_after_the_heartbeat_timeout(operator):
+def test_a_killed_holder_of_this_machine_loses_the_lock_at_once(operator):
+    """A holder killed outright (SIGKILL: no release, no end record) on this machine: its
+    process is gone, so the next task here takes the lock over at once instead of waiting
+    out the 20 s heartbeat timeout (another machine's holder still gets those 20 s:
+    tests/unit/test_oplock_lock.py)."""
     start, run = operator
     began = time.time()
     holder = start("burn", "--seconds", "90")
@@ -127,12 +131,11 @@ def test_a_killed_holder_loses_the_lock_after_the_heartbeat_timeout(operator):
     holder.send_signal(signal.SIGKILL)
     holder.wait(timeout=10)
     killed = time.monotonic()
-    assert run("up", "--engine", "sglang").returncode == 3  # still held: not stale yet
-    taker = run("provision", "--wait", "90", timeout=240)
+    taker = run("provision", timeout=240)
     took = time.monotonic() - killed
     assert taker.returncode == 0, taker.stderr
     assert "took over a stale lock from" in taker.stderr and "burn --seconds 90" in taker.stderr
-    assert 15 <= took <= 60, took
+    assert took < 15, took  # well inside the 20 s a heartbeat timeout would take
     entries = log_entries(run, began)
     burn = next(e for e in entries if e["task"] == "burn")
     provision = next(e for e in entries if e["task"] == "provision")

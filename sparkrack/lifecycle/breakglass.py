@@ -82,7 +82,6 @@ def break_glass(inventory: Inventory, reason: str, *, timeout: int = WORKER_STOP
                 fleet, ranks, timeout=timeout,
                 on_stop=lambda r: on_event(f"stopped rank {r.rank} on {r.node}")))
             report.stopped = [r for r in ranks if f"{r.name}@{r.node}" not in report.errors]
-            report.seconds = time.monotonic() - started
             record.note(reason=reason, containers=[f"{r.name}@{r.node}" for r in report.stopped],
                         nodes=sorted({r.node for r in report.stopped}),
                         unreachable=sorted(report.unreachable))

@@ -15,6 +15,16 @@ from pathlib import Path
 
 from .layout import HCAS, NodeLayout
 
+def read_json_object(path: Path) -> dict:
+    """The JSON object in path; {} if it is missing, unreadable or not an object (a node's
+    state files are rewritten while nodes run and power off)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 SIM_LIB = "usr/local/lib/sparkrack-sim"
 SIM_COMMANDS = ("nvidia-smi", "gpu-sim", "ibdev2netdev", "nvidia-container-runtime-hook")
 # Host units that must not start inside a node: timers, databases, consoles, and

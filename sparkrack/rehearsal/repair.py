@@ -8,24 +8,16 @@ node recabled, a latched GPU, a renumbered GID table, an HCA port down.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import SparkrackError
 from .cabling import Cabling, read_cabling
+from .nodefs import read_json_object
 from .nodeproc import init_pid
 from .rack import RehearsalRack
 
 DEFAULT_GID_INDEX = 3
 HANG_GRACE_S = 30.0  # a running node silent on SSH this long is hung (a boot takes ~5 s)
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S) -> list[str]:
@@ -52,12 +44,12 @@ def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S) -> list
         if state.latched:
             rack.latch(state.name, on=False)
             repaired.append(f"{state.name} GPU latch cleared")
-        hardware = _read_json(node.upper / "etc/gpu-sim/hardware.json")
+        hardware = read_json_object(node.upper / "etc/gpu-sim/hardware.json")
         if hardware.get("gid_index", DEFAULT_GID_INDEX) != DEFAULT_GID_INDEX:
             rack.renumber_gid(state.name, None)
             repaired.append(f"{state.name} GID index back to {DEFAULT_GID_INDEX}")
         pid = init_pid(node)
-        down = _read_json(Path(f"/proc/{pid}/root/run/gpu-sim/roce-faults.json")).get(
+        down = read_json_object(Path(f"/proc/{pid}/root/run/gpu-sim/roce-faults.json")).get(
             "down", []) if pid else []
         for hca in down:
             rack.hca_down(state.name, hca, down=False)

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .layout import STATE_DIR
+from .nodefs import read_json_object
 from .stubversions import StubVersion, known, parser_sources, stub_version
 
 BUILDER_VERSION = 2
@@ -367,7 +368,7 @@ def build_stub_images(inventory=None, *, out_dir: Path | str | None = None,
         path = _tar_path(inventory, out_dir, engine)
         path.parent.mkdir(parents=True, exist_ok=True)
         record_path = path.with_suffix(".json")
-        record = _read_json(record_path)
+        record = read_json_object(record_path)
         if (not force and record.get("inputs") == digest and path.is_file()
                 and path.stat().st_size == record.get("size")):
             built[engine] = (path, record["image_id"])
@@ -389,14 +390,6 @@ def _tar_path(inventory, out_dir: Path | str | None, engine: str) -> Path:
         return Path(out_dir) / f"{engine}.tar"
     sources = inventory.vars.rehearsal_image_sources if inventory is not None else {}
     return Path(sources[engine]) if engine in sources else IMAGES_DIR / f"{engine}.tar"
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

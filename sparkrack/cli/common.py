@@ -10,13 +10,12 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import signal
-import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from invoke.exceptions import Exit
 
+from .. import signals
 from ..errors import SparkrackError, UsageError
 
 if TYPE_CHECKING:
@@ -116,7 +115,7 @@ def _guarded(task: str, arguments: dict, wait: float | None, call):
     guard.begin(wait)  # Ctrl-C while it waits for the lock leaves nothing taken
     outcome, error, code = "failed", None, 1
     try:
-        with _preloaded(path, rack), audit.active(guard.record), _signals_interrupt():
+        with _preloaded(path, rack), audit.active(guard.record), signals.interrupting():
             result = call()
         outcome, code = "ok", 0
         return result
@@ -141,50 +140,11 @@ def _guarded(task: str, arguments: dict, wait: float | None, call):
         error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        with _signals_held() as late:  # the record and the release are never cut short
+        with signals.held() as late:  # the record and the release are never cut short
             guard.end(outcome, error=error, exit_code=code)
         if late:
             say(f"{late[0]} arrived as {task} ended: its outcome ({outcome}) stands, recorded "
                 "and the lock released")
-
-
-@contextmanager
-def _signals_interrupt():
-    """SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread for the block."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-@contextmanager
-def _signals_held():
-    """SIGINT, SIGTERM and SIGHUP held off for the block (a task's end record and the
-    lock's release): the names of those that arrived, for after it."""
-    caught: list[str] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield caught
-        return
-
-    def hold(signum, frame):
-        caught.append(signal.Signals(signum).name)
-
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, hold) for s in signals}
-    try:
-        yield caught
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 _loaded: dict = {}

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
+from .. import signals
 from ..engines import LaunchSpec, build_specs
 from ..errors import SparkrackError
 from ..facts.node import facts_argv, parse_facts
@@ -32,7 +33,7 @@ from .record import Deployment
 from .phases import Phases
 from .running import running
 from .start import Progress, StartFailed, prepare, start_group
-from .stop import StopReport, stop_engine
+from .stop import RECOVERY_TIMEOUT, StopReport, stop_engine, stop_group, wait_memory
 
 SMOKE_PROMPT = "Reply with one word: ready?"
 
@@ -171,17 +172,22 @@ def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeo
 
 def down(inventory: Inventory, *, timeout: int | None = None,
          on_event: Callable[[str], None] = lambda e: None) -> StopReport:
-    """Stop the running engine in order and wait for memory (see stop.stop_engine; the head's
-    current record, whose memory figures the wait wants back, comes in its round trip)."""
+    """Stop the running engine in order, clear its record, wait for memory to come back (to
+    the figures the current record kept from before its start)."""
+    started = time.monotonic()
     with Fleet(inventory) as fleet:
-        report = stop_engine(fleet, records_on=inventory.head.name, timeout=timeout,
-                             on_event=on_event)
+        report, late = stop_deployment(fleet, inventory, timeout=timeout, on_event=on_event)
         current = report.current
         note(containers=[f"{r.name}@{r.node}" for r in report.stopped],
              nodes=[r.node for r in report.stopped],
              **({"stopped": current.deployment_id} if current and report.stopped else {}))
-        if not report.errors:
-            record.clear(fleet, inventory, "current")
+        if late:
+            on_event(f"{late[0]} arrived while the group stopped: it stopped whole and its "
+                     "record was cleared first; the memory wait is skipped")
+            raise KeyboardInterrupt(late[0])
+        if report.stopped:
+            report.not_recovered = wait_memory(
+                fleet, current.mem_available_kb_before if current else {}, RECOVERY_TIMEOUT)
         moved, problems = fold_records(fleet, inventory.head.name)
         if moved:
             note(break_glass_records=moved)
@@ -189,7 +195,28 @@ def down(inventory: Inventory, *, timeout: int | None = None,
                      "audit log")
         for problem in problems:
             on_event(problem)
+        report.seconds = time.monotonic() - started
         return report
+
+
+def stop_deployment(fleet: Fleet, inventory: Inventory, *, timeout: int | None,
+                    on_event: Callable[[str], None],
+                    records: dict[str, Deployment | None] | None = None
+                    ) -> tuple[StopReport, list[str]]:
+    """Stop the group and clear the head's current record as one act: Ctrl-C (or SIGTERM,
+    SIGHUP) waits for both, so that an interrupted `down` or `roll` never leaves a record
+    of a group that is gone or half stopped. The report (report.current: the record as it
+    was; from records when the caller read them already) and the signals that arrived
+    meanwhile, for the caller to act on."""
+    with signals.held() as late:
+        report = stop_group(fleet, timeout=timeout, on_event=on_event)
+        try:
+            report.current = (records or record.read(fleet, inventory))["current"]
+        except SparkrackError as error:  # the head lost meanwhile: named, the stop stands
+            report.errors[inventory.head.name] = error.line()
+        if not report.errors:
+            record.clear(fleet, inventory, "current")
+    return report, late
 
 
 def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeout=None,
@@ -206,11 +233,18 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
                         phases=phases, fabric_check=fabric_check)
         refuse_on(pre, f"roll to {engine} {profile}", on_event)
         specs = pre.specs
-        current = pre.records.get("current")
         with phases.timed("stop_old"):
-            stopped = stop_engine(fleet, mem_before=current.mem_available_kb_before
-                                  if current else None, on_event=on_event)
-        note(stopped=replacing or (current.deployment_id if current else None))
+            began = time.monotonic()
+            stopped, late = stop_deployment(fleet, inventory, timeout=None, on_event=on_event,
+                                            records=pre.records)
+            current = stopped.current
+            note(stopped=replacing or (current.deployment_id if current else None))
+            if late:
+                raise KeyboardInterrupt(late[0])
+            if stopped.stopped:
+                stopped.not_recovered = wait_memory(
+                    fleet, current.mem_available_kb_before if current else {}, RECOVERY_TIMEOUT)
+            stopped.seconds = time.monotonic() - began
         on_event(f"old deployment stopped in {stopped.seconds:.1f} s")
         try:
             refresh_memory(fleet, specs, pre)

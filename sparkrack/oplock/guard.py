@@ -7,6 +7,10 @@
         ...                      # the task; note() adds what changed
     guard.end("ok")              # end record, lock released (one round trip)
 
+A task allowed to run headless (`onboard --replace` of the head) begins without the lock
+when the head does not answer (none can be taken there): its records go to the local
+copy, and its end record also to the head the inventory names when it ends (the new one).
+
 An interrupted task can leave threads still at work when its main thread reaches end():
 a second Ctrl-C while `with ThreadPoolExecutor` waits for its workers (docker stops of up
 to 120 s) leaves them running, and the process cannot exit before they end anyway. end()
@@ -19,9 +23,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
+from ..errors import SparkrackError
+from ..fleet import Fleet
 from ..fleet.warm import discard, prewarm
-from ..inventory import Inventory
+from ..inventory import Inventory, load_inventory
 from . import audit
 from .lock import LockError, LockHeld, RackLock, call, interrupt_main
 from .remote import Holder
@@ -45,6 +52,8 @@ class Guard:
             "task": task, "command": start["command"], "client_time": start["time"]},
             on_event=on_event, on_lost=on_lost, **lock_options)
         self.took_over: Holder | None = None
+        self.headless: str | None = None  # why it runs without the lock
+        self._hosts_stamp = _stamp(inventory.path / "hosts.yml")  # a head swap rewrites it
         self._closing: list[str] = []
         self._threads = set(threading.enumerate())  # those not the task's
 
@@ -53,9 +62,10 @@ class Guard:
         """Why the lock was lost during the task (None if it was kept)."""
         return self.lock.lost
 
-    def begin(self, wait: float | None = None) -> None:
+    def begin(self, wait: float | None = None, *, headless: bool = False) -> None:
         """Take the lock and write the start record; LockHeld after writing a refused
-        record (LockError, the head not answering: a refused record in the local copy)."""
+        record (LockError, the head not answering: a refused record in the local copy,
+        unless headless: then the task runs without the lock, its start in the local copy)."""
         # the task's connections open meanwhile; the head's is the lock's, lent once taken
         prewarm(self.inventory, [n for n in self.inventory.nodes
                                  if n.name != self.lock.home.name])
@@ -67,6 +77,9 @@ class Guard:
             raise
         except LockError as error:  # the head did not answer: only the local copy can say it
             discard()
+            if headless and error.head_unreachable:
+                self._begin_headless(error)
+                return
             audit.append_local(self.record.refused_line(error.line(), exit_code=error.exit_code))
             raise
         audit.append_local(self.record.start_line())
@@ -83,6 +96,13 @@ class Guard:
                 "ts": self.record.start["ts"], "outcome": "interrupted",
                 "error": f"no heartbeat for {old.age:.0f} s: the lock was taken over as stale "
                          f"by {self.record.start['operator']} ({self.record.command})"}))
+
+    def _begin_headless(self, error: LockError) -> None:
+        self.headless = error.message
+        self.record.lock = {"home": None, "headless": self.headless}
+        audit.append_local(self.record.start_line())
+        self.on_event(f"lock: none taken ({self.headless}): this task runs without it; its "
+                      "record goes to this machine's audit copy and to the head it leaves")
 
     def _refused(self, held: LockHeld) -> None:
         line = self.record.refused_line(held.line())
@@ -101,12 +121,33 @@ class Guard:
         discard()  # connections the task did not use
         self._settle(SETTLE_LIMIT)
         line = self.record.end_line(outcome, error=error, exit_code=exit_code)
-        problem = self.lock.release([*self._closing, line])
+        problem = None if self.headless else self.lock.release([*self._closing, line])
         if problem:
             self.on_event(f"lock: {problem}")
+        problem = self._tell_new_head(line)
+        if problem:
+            self.on_event(f"audit: {problem}")
         local = audit.append_local(*self._closing, line)
         if local:
             self.on_event(f"audit: {local}")
+
+    def _tell_new_head(self, line: str) -> str | None:
+        """The end record also to the head the inventory names now, when the task replaced
+        the head (its start record came with the audit log it moved there)."""
+        if _stamp(self.inventory.path / "hosts.yml") == self._hosts_stamp:
+            return None
+        try:
+            now = load_inventory(self.inventory.path)
+        except SparkrackError:
+            return None
+        if now.head.name == self.inventory.head.name:
+            return None
+        try:
+            with Fleet(now, [now.head]) as fleet:
+                call(fleet, now.head.name, "append", lines=[line])
+        except LockError as error:
+            return f"the end record not logged on the new head: {error.line()}"
+        return None
 
     def _settle(self, limit: float) -> None:
         """Wait up to limit s for the threads the task started that still work (not daemon
@@ -128,3 +169,12 @@ class Guard:
             except KeyboardInterrupt:
                 self.on_event("lock: the task's threads are still at work; the lock is "
                               "released when they end")
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """path's (mtime, size), None if it cannot be read."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return found.st_mtime_ns, found.st_size

@@ -73,6 +73,8 @@ class LockHeld(SparkrackError):
 class LockError(SparkrackError):
     """The lock could not be taken or kept (head unreachable, script error)."""
 
+    head_unreachable = False  # the head did not answer at all (not: its script failed)
+
 
 def live_holder(fleet: Fleet, head: str, *, timeout: float = TAKE_TIMEOUT) -> Holder | None:
     """Who holds the rack lock on head now, or None when it is free or stale (its holder
@@ -334,9 +336,12 @@ def call(fleet: Fleet, head: str, op: str, *args: str, lines: Sequence[str] = ()
         return reply
     said = reply.error if reply.status == "ERROR" and result.stdout.strip() else ""
     lost = result.status == "unreachable"
-    raise LockError(f"rack lock on {head}: {said or result.error or result.status}",
-                    fix=f"if {head} is gone for good, `invoke break-glass REASON` stops the "
-                    "engines on the nodes that answer" if lost else None)
+    error = LockError(f"rack lock on {head}: {said or result.error or result.status}",
+                      fix=f"if {head} is gone for good, `invoke break-glass REASON` stops the "
+                      f"engines on the nodes that answer, and `invoke onboard NEW ADDRESS "
+                      f"--replace {head}` puts a spare in its place" if lost else None)
+    error.head_unreachable = lost
+    raise error
 
 
 __all__ = ["BEAT_TIMEOUT", "GIVE_UP_AFTER", "HEARTBEAT", "STALE_AFTER", "LockError", "LockHeld",

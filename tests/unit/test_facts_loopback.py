@@ -3,9 +3,10 @@ records included) and for onboarding's baseline."""
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
+
+import pytest
 
 from loopback import Sshd, inventory, needs_sshd
 
@@ -95,37 +96,63 @@ def test_the_gates_ask_each_node_once_and_the_head_for_its_records(sshd: Sshd, m
     assert report.records["last-good"].deployment_id == "good" and report.records["failed"] is None
 
 
-def test_down_reads_the_current_record_in_its_memory_round_trip(sshd: Sshd, monkeypatch,
-                                                                  tmp_path):
-    from sparkrack.lifecycle import engine, stop
+def stopping_one_rank(monkeypatch, stop_ranks=lambda fleet, ranks, timeout, on_stop: {}):
+    """stop.engine_containers finds rank 0 of d1 on spark-01; stop.stop_ranks is stop_ranks."""
+    from sparkrack.lifecycle import stop
     from sparkrack.lifecycle.containers import Rank
+
+    rank = Rank("spark-01", 0, "sparkrack-rank0", "sglang", "512k", "d1", "running", None, 10)
+    monkeypatch.setattr(stop, "engine_containers", lambda fleet: ([rank], {}))
+    monkeypatch.setattr(stop, "stop_ranks", stop_ranks)
+
+
+def test_down_clears_the_record_then_waits_for_the_memory_it_recorded(sshd: Sshd, monkeypatch,
+                                                                       tmp_path):
+    from sparkrack.lifecycle import engine
 
     huge = 1 << 40  # kB: MemAvailable never comes back to that
     with_records(monkeypatch, tmp_path, current=deployment(
-        "d1", mem_available_kb_before={"spark-01": huge}))
-    rank = Rank("spark-01", 0, "sparkrack-rank0", "sglang", "512k", "d1", "running", None, 10)
-    monkeypatch.setattr(stop, "engine_containers", lambda fleet: ([rank], {}))
-    monkeypatch.setattr(stop, "stop_ranks", lambda fleet, ranks, timeout, on_stop: {})
-    rack = inventory(sshd, ("spark-01", "spark-02"))
-    calls = counting(monkeypatch)
-    with Fleet(rack) as fleet:
-        report = stop.stop_engine(fleet, records_on="spark-01", recovery_timeout=0)
-    assert len(calls) == 1 and len(calls[0]["spark-01"]) > len(calls[0]["spark-02"])
-    assert report.current.deployment_id == "d1"
-    assert list(report.not_recovered) == ["spark-01"]  # held to the record's figure
-    assert report.not_recovered["spark-01"].endswith(f"expected {(huge - (1 << 20)) / 2**20:.1f} GiB")
-
-    (tmp_path / "current.json").write_text(json.dumps(deployment(
-        "d1", mem_available_kb_before={"spark-01": 0, "spark-02": 0})))
+        "d1", mem_available_kb_before={"spark-01": huge, "spark-02": 0}))
+    stopping_one_rank(monkeypatch)
+    monkeypatch.setattr(engine, "RECOVERY_TIMEOUT", 0)
     noted = []
     monkeypatch.setattr(engine, "note", lambda **changed: noted.append(changed))
-    calls.clear()
+    rack = inventory(sshd, ("spark-01", "spark-02"))
+    calls = counting(monkeypatch)
     stopped = engine.down(rack)
-    # memory (with the records), clear, and break-glass records to move to the head's log
-    assert [sorted(c) for c in calls] == [["spark-01", "spark-02"], ["spark-01"],
+    # the records, their clear, memory, and break-glass records to move to the head's log
+    assert [sorted(c) for c in calls] == [["spark-01"], ["spark-01"], ["spark-01", "spark-02"],
                                           ["spark-01", "spark-02"]]
     assert calls[1]["spark-01"][:2] == ["rm", "-f"] and not (tmp_path / "current.json").exists()
     assert stopped.current.deployment_id == "d1" and noted[0]["stopped"] == "d1"
+    assert list(stopped.not_recovered) == ["spark-01"]  # held to the record's figure
+    assert stopped.not_recovered["spark-01"].endswith(
+        f"expected {(huge - (1 << 20)) / 2**20:.1f} GiB")
+
+
+def test_ctrl_c_during_down_waits_for_the_stop_and_the_record_then_skips_the_memory_wait(
+        sshd: Sshd, monkeypatch, tmp_path):
+    """Chaos seed 2, step 21: Ctrl-C in `down` left `current` naming a group that was gone."""
+    import os
+    import signal
+
+    from sparkrack.lifecycle import engine
+
+    def interrupted_stop(fleet, ranks, timeout, on_stop):
+        os.kill(os.getpid(), signal.SIGINT)  # the operator's Ctrl-C, mid-stop
+        return {}
+
+    with_records(monkeypatch, tmp_path, current=deployment("d1"))
+    stopping_one_rank(monkeypatch, interrupted_stop)
+    rack = inventory(sshd, ("spark-01", "spark-02"))
+    calls = counting(monkeypatch)
+    events: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        engine.down(rack, on_event=events.append)
+    assert not (tmp_path / "current.json").exists()
+    assert [sorted(c) for c in calls] == [["spark-01"], ["spark-01"]]  # read, clear; no wait
+    assert events[-1] == ("SIGINT arrived while the group stopped: it stopped whole and its "
+                          "record was cleared first; the memory wait is skipped")
 
 
 def test_restart_reads_boot_ids_from_the_node_facts_and_the_heads_records_with_them(

@@ -157,9 +157,12 @@ def test_roll_takes_the_records_from_the_gates_round_trip(rehearsal_inventory, m
         return gates.Preflight(specs=("spec",), records={"current": current, "last-good": good,
                                                            "failed": None})
 
-    def stop(fleet, mem_before=None, on_event=None):
+    def stop(fleet, timeout=None, on_event=None):
+        return engine.StopReport(stopped=["rank 0 of old"])
+
+    def wait(fleet, mem_before, timeout):
         seen["mem_before"] = mem_before
-        return SimpleNamespace(seconds=0.1)
+        return {}
 
     def fails(*args, **kwargs):
         raise StartFailed("rank 3 exited")
@@ -172,13 +175,16 @@ def test_roll_takes_the_records_from_the_gates_round_trip(rehearsal_inventory, m
     monkeypatch.setattr(engine, "Fleet", NoFleet)
     monkeypatch.setattr(engine, "running", lambda fleet: SimpleNamespace(deployment="old"))
     monkeypatch.setattr(engine, "preflight", gate)
-    monkeypatch.setattr(engine, "stop_engine", stop)
+    monkeypatch.setattr(engine, "stop_group", stop)
+    monkeypatch.setattr(engine, "wait_memory", wait)
+    monkeypatch.setattr(record, "clear", lambda fleet, inventory, kind: seen.setdefault(
+        "cleared", kind))
     monkeypatch.setattr(engine, "refresh_memory", fails)
     monkeypatch.setattr(engine, "restore", restore)
     monkeypatch.setattr(engine, "note", lambda **changed: None)
     with pytest.raises(engine.RollFailed, match="rolled back to the last known-good"):
         engine.roll(rehearsal_inventory, "vllm", "512k", burn=None)
-    assert seen == {"mem_before": {"spark-01": 7}, "restored": "good"}
+    assert seen == {"mem_before": {"spark-01": 7}, "cleared": "current", "restored": "good"}
 
 
 def test_restore_brings_back_the_last_good_image_not_the_inventory_s(rehearsal_inventory,

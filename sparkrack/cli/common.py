@@ -70,14 +70,17 @@ def _refuse_help_as_a_value(body, args: tuple, kwargs: dict) -> None:
                              "help", fix=f"invoke -h {task} shows the task's help")
 
 
-def rack_task(changing=True, name: str | None = None):
+def rack_task(changing=True, name: str | None = None, headless=None):
     """operator_task for a task that may change the rack: when changing (a bool, or a
     predicate of the task's arguments: `lambda a: not a["check"]`) it runs holding the rack
     lock, inside an audit record (sparkrack.oplock). Adds the `wait` argument (--wait
     SECONDS; give WAIT_HELP to @task). Another holder: one line, exit code 3. SIGTERM and
     SIGHUP stop the task as Ctrl-C does, so its cleanup runs and its record says
     "interrupted". name: the task as the lock and the audit log show it (default: the
-    function's name, `_` as `-`; a task in a collection gives its dotted name)."""
+    function's name, `_` as `-`; a task in a collection gives its dotted name). headless:
+    a predicate of the arguments and the inventory under which the task runs without the
+    lock when the head does not answer (`onboard --replace` of the head: no lock can be
+    taken on a head that is gone; see oplock.guard)."""
 
     def wrap(body):
         task_name = name or body.__name__.replace("_", "-")
@@ -94,7 +97,7 @@ def rack_task(changing=True, name: str | None = None):
             if not (changing(arguments) if callable(changing) else changing):
                 return body(**arguments)
             return _guarded(task_name, arguments, float(wait) if wait not in (None, "") else None,
-                            lambda: body(**arguments))
+                            lambda: body(**arguments), headless)
 
         run.__signature__ = signature
         return operator_task(run)
@@ -102,8 +105,9 @@ def rack_task(changing=True, name: str | None = None):
     return wrap
 
 
-def _guarded(task: str, arguments: dict, wait: float | None, call):
-    """call() holding the rack lock, inside an audit record; the outcome recorded."""
+def _guarded(task: str, arguments: dict, wait: float | None, call, headless=None):
+    """call() holding the rack lock (or headless, see rack_task), inside an audit record;
+    the outcome recorded."""
     from ..console import say
     from ..oplock import audit
     from ..oplock.guard import Guard
@@ -112,7 +116,8 @@ def _guarded(task: str, arguments: dict, wait: float | None, call):
     rack = inventory_from(path)
     args = {k: v for k, v in arguments.items() if k != "c"}
     guard = Guard(rack, task, args, on_event=say)
-    guard.begin(wait)  # Ctrl-C while it waits for the lock leaves nothing taken
+    # Ctrl-C while it waits for the lock leaves nothing taken
+    guard.begin(wait, headless=bool(headless and headless(arguments, rack)))
     outcome, error, code = "failed", None, 1
     try:
         with _preloaded(path, rack), audit.active(guard.record), signals.interrupting():

@@ -65,7 +65,8 @@ def _printer(json: bool):
     "burn_seconds": "burn check length (default 5)",
     "full_verify": "re-hash every weight file already on the node (ignore its hash cache)",
     "inventory": INVENTORY_HELP, "json": "print the report as JSON", **WAIT_HELP})
-@rack_task(changing=lambda a: not a["check"])
+@rack_task(changing=lambda a: not a["check"],
+           headless=lambda a, rack: a["replace"] == rack.head.name)
 def onboard(c, name, address, replace=None, check=False, fingerprint=None, yes=False,
             waive=None, roce_addr=None, roce_twin_addr=None, peer=None, bwlimit=None, burn_seconds=5.0,
             full_verify=False, inventory=None, json=False):

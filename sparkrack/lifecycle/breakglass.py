@@ -21,7 +21,7 @@ audit log, so the head's log tells the whole story again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
@@ -115,10 +115,12 @@ def _record_on_nodes(fleet: Fleet, line: str, report: BreakGlassReport,
             on_event(f"{result.node}: the break-glass record was not written: {result.error}")
 
 
-def fold_records(fleet: Fleet, head: str) -> tuple[int, list[str]]:
+def fold_records(fleet: Fleet, head: str, *, logged: Collection[str] = ()
+                 ) -> tuple[int, list[str]]:
     """Append the break-glass records found on the fleet's nodes to head's audit log (each
-    once, oldest first), then remove them from the nodes: (records moved, the problems met;
-    a record not appended stays on its node for the next `down`)."""
+    once, oldest first; those whose id is in logged are there already), then remove them
+    from the nodes: (records moved, the problems met; a record not appended stays on its
+    node for the next `down`)."""
     from ..oplock.lock import LockError, call
 
     found = fleet.run(["sh", "-c", 'cat "$1" 2>/dev/null || true', "sh", BREAK_GLASS_FILE],
@@ -133,9 +135,11 @@ def fold_records(fleet: Fleet, head: str) -> tuple[int, list[str]]:
             records.setdefault(record.get("id", ""), record)
     if not records:
         return 0, []
-    lines = [audit._line(r) for r in sorted(records.values(), key=lambda r: r.get("ts", 0))]
+    lines = [audit._line(r) for r in sorted(records.values(), key=lambda r: r.get("ts", 0))
+             if r.get("id") not in logged]
     try:
-        call(fleet, head, "append", lines=lines)
+        if lines:
+            call(fleet, head, "append", lines=lines)
     except LockError as error:
         return 0, [f"break-glass records not moved to {head}'s audit log: {error.line()}"]
     done = fleet.run({node: ["rm", "-f", BREAK_GLASS_FILE] for node in holders}, timeout=15)

@@ -6,18 +6,26 @@
 removes `current`; `down` removes `current`; `roll` falls back to `last-good`; `status`
 shows them. Every record names the operator (user@host) who started it. A record holds no
 secrets (specs hash them out).
+
+Each write and clear is mirrored on this machine (mirror_dir: the local state folder's
+deployments/RACK_NAME/): what a head swap (`onboard --replace` of a head that is gone)
+moves to the new head when the old one cannot be read. The mirror is what THIS machine
+last wrote; another operator's later starts are only on the head.
 """
 
 import json
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+from ..atomic import remove, write_atomically
 from ..errors import SparkrackError
 from ..facts import records as record_facts
 from ..facts.queries import Answers, answer, argv
-from ..facts.records import RECORD_DIR
+from ..facts.records import KINDS, RECORD_DIR
 from ..fleet import Fleet, sh
 from ..inventory import Inventory
+from ..oplock.identity import state_dir
 
 _WRITE = 'mkdir -p "$1" && cat > "$1/.$2.tmp" && mv "$1/.$2.tmp" "$1/$2.json"'
 
@@ -64,16 +72,49 @@ def store_on_head(fleet: Fleet, inventory: Inventory, folder: str, name: str, da
 
 
 def write(fleet: Fleet, inventory: Inventory, kind: str, deployment: Deployment) -> None:
-    """Store a record on the head node."""
-    store_on_head(fleet, inventory, RECORD_DIR, kind,
-                  json.dumps(asdict(deployment), sort_keys=True).encode(),
-                  f"the {kind} deployment record")
+    """Store a record on the head node (and in the local mirror)."""
+    data = json.dumps(asdict(deployment), sort_keys=True).encode()
+    store_on_head(fleet, inventory, RECORD_DIR, kind, data, f"the {kind} deployment record")
+    _mirror(inventory, kind, data)
 
 
 def clear(fleet: Fleet, inventory: Inventory, kind: str) -> None:
     """Remove a record (`down` clears "current": nothing runs any more)."""
     head = inventory.head.name
-    fleet.run({head: ["rm", "-f", f"{RECORD_DIR}/{kind}.json"]})
+    result = fleet.run({head: ["rm", "-f", f"{RECORD_DIR}/{kind}.json"]})[head]
+    if result.ok:
+        _mirror(inventory, kind, None)
+
+
+def mirror_dir(inventory: Inventory) -> Path:
+    """This machine's copy of the rack's records (see the module doc)."""
+    return state_dir() / "deployments" / inventory.vars.rack_name
+
+
+def mirrored(inventory: Inventory) -> dict[str, Deployment | None]:
+    """{kind: Deployment or None} as this machine last wrote them."""
+    found: dict[str, Deployment | None] = {}
+    for kind in KINDS:
+        try:
+            found[kind] = Deployment(**json.loads((mirror_dir(inventory) / f"{kind}.json")
+                                                  .read_text()))
+        except (OSError, ValueError, TypeError):  # absent, damaged, another version
+            found[kind] = None
+    return found
+
+
+def _mirror(inventory: Inventory, kind: str, data: bytes | None) -> None:
+    """The local mirror follows the head; a mirror that cannot be written is not worth
+    failing a start or a stop for (the head holds the record)."""
+    path = mirror_dir(inventory) / f"{kind}.json"
+    try:
+        if data is None:
+            remove(path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_atomically(path, data, 0o600)
+    except OSError:
+        pass
 
 
 def read(fleet: Fleet, inventory: Inventory) -> dict[str, Deployment | None]:

@@ -34,7 +34,7 @@ from sparkrack.atomic import copy_atomically, remove, write_atomically
 from sparkrack.errors import InventoryError, SparkrackError, UsageError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, load_inventory
-from sparkrack.onboard import trust
+from sparkrack.onboard import headmove, trust
 from sparkrack.onboard.context import Context, Step
 
 _ORDER = ("ansible_host", "rank", "roce_addr", "roce_twin_addr", "spare")
@@ -292,7 +292,10 @@ def run(ctx: Context) -> None:
         where = (f"rank {plan.rank} in place of {report.replace}" if plan.rank is not None
                  else "a spare (outside the TP group)")
         unchanged = plan.hosts_after == plan.hosts_before and not plan.moved_host_vars
+        head_moves = headmove.replaces_head(ctx) and not unchanged
         if report.check:
+            if head_moves:
+                ctx.line(step, f"would move the head's audit log and records to {report.name}")
             ctx.set(step, "ok" if unchanged else "would",
                     f"{report.name} already in {hosts} as {where}"
                     if unchanged else f"would write {report.name} into {hosts} as {where}")
@@ -303,6 +306,7 @@ def run(ctx: Context) -> None:
             report.message = next_steps(ctx, plan)
             ctx.set(step, "ok", f"{report.name} already in {hosts} as {where}")
             return
+        source = headmove.gather(ctx) if head_moves else None
         apply_join(inventory, plan)
         report.joined = True
         forget_old_key(ctx, step)
@@ -310,7 +314,15 @@ def run(ctx: Context) -> None:
         if warning:
             ctx.line(step, warning)
         report.message = next_steps(ctx, plan)
-        ctx.set(step, "changed", f"{report.name} written into {hosts} as {where}")
+        done = f"{report.name} written into {hosts} as {where}"
+        if source is not None:
+            try:
+                for line in headmove.move(ctx, source):
+                    ctx.line(step, line)
+            except SparkrackError as error:
+                ctx.stop(step, "failed", f"{done}; the head's state did not move: "
+                         f"{error.line()}")
+        ctx.set(step, "changed", done)
 
 
 def forget_old_key(ctx: Context, step: Step) -> None:
@@ -357,6 +369,10 @@ def next_steps(ctx: Context, plan: JoinPlan) -> str:
         text = (f"{name} takes rank {plan.rank} (was {ctx.report.replace}). The running "
                 f"engine was not touched: {name} joins the TP group at the next "
                 "`invoke roll` or `invoke up`.")
+        if headmove.replaces_head(ctx):
+            text += (f" {name} is the head now: the rack lock, the audit log and the "
+                     "deployment records are on it; other operators need this hosts.yml "
+                     "(their tasks still go to the old head).")
     else:
         text = (f"{name} is a spare: provisioned, staged and verified, outside the TP group. "
                 f"`invoke onboard {name} --address {ctx.report.address} --replace NODE` "

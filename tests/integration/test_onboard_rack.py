@@ -6,7 +6,10 @@ weights are only read). Extra nodes: spark-09 (bare, like the rack) and spark-10
 575, one HCA missing, a known-bad kernel); both are removed at the end of the module.
 """
 
+import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -290,6 +293,82 @@ def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path)
                 record.write(fleet, copy, "last-good", before["last-good"])
             else:
                 record.clear(fleet, copy, "last-good")
+
+
+def cli(inv_dir: Path, state: Path, *args: str) -> subprocess.CompletedProcess:
+    """`invoke ARGS -i inv_dir` as an operator runs it, with its own local state."""
+    env = {**os.environ, "SPARKRACK_SANDBOX": "1", "SPARKRACK_STATE_DIR": str(state),
+           "NO_COLOR": "1"}
+    return subprocess.run([sys.executable, "-m", "invoke", *args, "-i", str(inv_dir)],
+                          cwd=REPO, capture_output=True, text=True, timeout=240, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_a_lost_head_is_replaced_by_a_spare_that_takes_the_lock_log_and_records(
+        extras, engine_rack, tmp_path, monkeypatch):
+    """spark-01 (the head) loses power for good while SGLang serves: break-glass stops the
+    workers, then `onboard --replace spark-01` runs without the lock (none can be taken),
+    makes spark-09 rank 0, and moves the audit log and records there from this machine's
+    copies; the next task takes the lock on spark-09."""
+    from sparkrack.lifecycle import engine as lifecycle
+    from sparkrack.lifecycle import record
+    from sparkrack.oplock.audit import parse_lines, verify_chain
+    from sparkrack.oplock.remote import AUDIT_FILE
+
+    wipe(extras, NEW)
+    inv_dir, state = copy_inventory(tmp_path), tmp_path / "state"
+    with Fleet(engine_rack, [engine_rack.head]) as fleet:
+        before = record.read(fleet, engine_rack)
+    try:
+        started = cli(inv_dir, state, "up", "--engine", "sglang")
+        assert started.returncode == 0, started.stdout + started.stderr
+        monkeypatch.setenv("SPARKRACK_STATE_DIR", str(state))  # the operator's machine
+        serving = record.mirrored(load_inventory(inv_dir))["last-good"]
+        assert serving is not None and serving.engine == "sglang"
+        extras.poweroff("spark-01")
+        glass = cli(inv_dir, state, "break-glass", "spark-01 lost its PSU", "--yes",
+                    "--timeout", "3")
+        assert glass.returncode == 0, glass.stdout + glass.stderr
+
+        swap = cli(inv_dir, state, "onboard", NEW, NEW_ADDR, "--replace", "spark-01",
+                   "--fingerprint", console_fingerprint(extras, NEW), "--yes",
+                   "--burn-seconds", str(QUICK_BURN_S))
+        said = swap.stdout + swap.stderr
+        assert swap.returncode == 0, said
+        assert "lock: none taken (rack lock on spark-01: spark-01 (10.77.1.11): " in said, said
+        assert (f"spark-01 was the head: its audit log and records move to {NEW} (from this "
+                "machine's copies") in said, said
+        assert f"record current ({serving.deployment_id}) not moved: none of its ranks runs" \
+            in said, said
+        assert f"record last-good: {serving.describe()}" in said, said
+        assert f"{NEW} is the head now" in said, said
+        joined = load_inventory(inv_dir)
+        assert joined.head.name == NEW and joined.head.rank == 0
+
+        stopped = cli(inv_dir, state, "down")  # the lock is taken on the new head
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        with Fleet(joined, [joined.head]) as fleet:
+            log = fleet.run(["cat", AUDIT_FILE])[NEW]
+            records = record.read(fleet, joined)
+        assert verify_chain(log.stdout).ok, verify_chain(log.stdout).describe(NEW)
+        entries = parse_lines(log.stdout)
+        task_of = {r["id"]: r["task"] for r in entries if r.get("task")}
+        tasks = [(task_of.get(r["id"]), r["phase"]) for r in entries]
+        assert tasks == [("up", "start"), ("up", "end"), ("break-glass", "end"),
+                         ("onboard", "start"), ("onboard", "end"), ("down", "start"),
+                         ("down", "end")], tasks
+        assert records["current"] is None
+        assert records["last-good"].deployment_id == serving.deployment_id
+    finally:
+        extras.poweron("spark-01")
+        extras.wait_booted([extras.node("spark-01")])
+        lifecycle.down(engine_rack)  # spark-01's rank 0, exited with the power cut
+        with Fleet(engine_rack, [engine_rack.head]) as fleet:
+            for kind, found in before.items():  # the head's records as the rack had them
+                if found is None:
+                    record.clear(fleet, engine_rack, kind)
+                else:
+                    record.write(fleet, engine_rack, kind, found)
 
 
 def test_interrupted_weight_copy_resumes(extras, tmp_path):

@@ -338,8 +338,8 @@ def call(fleet: Fleet, head: str, op: str, *args: str, lines: Sequence[str] = ()
     lost = result.status == "unreachable"
     error = LockError(f"rack lock on {head}: {said or result.error or result.status}",
                       fix=f"if {head} is gone for good, `invoke break-glass REASON` stops the "
-                      f"engines on the nodes that answer, and `invoke onboard NEW ADDRESS "
-                      f"--replace {head}` puts a spare in its place" if lost else None)
+                      f"engines on the nodes that answer, and `invoke onboard NEW --address "
+                      f"ADDR --replace {head}` puts a spare in its place" if lost else None)
     error.head_unreachable = lost
     raise error
 

@@ -7,7 +7,6 @@ weights are only read). Extra nodes: spark-09 (bare, like the rack) and spark-10
 """
 
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -26,6 +25,8 @@ from sparkrack.onboard.baseline import known_bad_kernels
 from sparkrack.transfer.manifest import MANIFEST_NAME
 from sparkrack.rehearsal import nodeproc
 from sparkrack.rehearsal.layout import KNOWN_HOSTS
+from sparkrack.rehearsal.privatecopy import copy_inventory as private_copy
+from sparkrack.rehearsal.privatecopy import host_key_fingerprint
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
@@ -53,14 +54,7 @@ def extras(rack):
 
 def copy_inventory(tmp_path: Path) -> Path:
     """A private copy of the rehearsal inventory with its own known_hosts."""
-    target = tmp_path / "inventory"
-    shutil.copytree(REPO / "inventory" / "rehearsal", target)
-    shutil.copy(KNOWN_HOSTS, target / "known_hosts")
-    rack_vars = target / "group_vars" / "all.yml"
-    text = rack_vars.read_text()
-    line = next(l for l in text.splitlines() if l.startswith("known_hosts_file:"))
-    rack_vars.write_text(text.replace(line, "known_hosts_file: known_hosts"))
-    return target
+    return private_copy(REPO / "inventory" / "rehearsal", tmp_path / "inventory")
 
 
 def wipe(rack, name: str) -> None:
@@ -72,9 +66,7 @@ def wipe(rack, name: str) -> None:
 
 def console_fingerprint(rack, name: str) -> str:
     """The host key fingerprint as an operator reads it on the node's console."""
-    out = nodeproc.in_node(rack.node(name), ["ssh-keygen", "-lf",
-                                             "/etc/ssh/ssh_host_ed25519_key.pub"])
-    return out.stdout.split()[1]
+    return host_key_fingerprint(rack, name)
 
 
 def in_node(rack, name: str, *argv: str):

@@ -47,7 +47,7 @@ def test_a_lock_on_a_lost_head_points_at_break_glass_and_the_head_swap():
     assert raised.value.line() == (
         "rack lock on spark-01: spark-01: connection refused (if spark-01 is gone for "
         "good, `invoke break-glass REASON` stops the engines on the nodes that answer, and "
-        "`invoke onboard NEW ADDRESS --replace spark-01` puts a spare in its place)")
+        "`invoke onboard NEW --address ADDR --replace spark-01` puts a spare in its place)")
     assert raised.value.head_unreachable
 
 
@@ -98,5 +98,5 @@ def test_records_stay_on_the_nodes_when_the_head_does_not_take_them():
     assert problems == ["break-glass records not moved to spark-01's audit log: rack lock on "
                         "spark-01: spark-01: timed out (if spark-01 is gone for good, `invoke "
                         "break-glass REASON` stops the engines on the nodes that answer, and "
-                        "`invoke onboard NEW ADDRESS --replace spark-01` puts a spare in its "
+                        "`invoke onboard NEW --address ADDR --replace spark-01` puts a spare in its "
                         "place)"]

@@ -422,3 +422,36 @@ def test_a_head_that_does_not_answer_refuses_and_is_logged_locally(sshd, tmp_pat
     assert refused.value.exit_code == 1 and "connection refused" in refused.value.line()
     [entry] = audit.merge(audit.parse_lines(audit.local_path().read_text()))
     assert (entry["task"], entry["outcome"], entry["exit_code"]) == ("provision", "refused", 1)
+
+
+def test_a_headless_task_runs_without_the_lock_only_while_the_head_does_not_answer(
+        sshd, tmp_path, machine, loopback_rack, lock_dir):
+    """`onboard --replace` of a head that is gone: no lock can be taken there, so the task
+    runs without it, recorded in the local copy; a head that answers still refuses."""
+    from loopback import free_port
+    inv = tmp_path / "inventory-down"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text("x")
+    down = inventory(sshd, ("spark-01",), port=free_port(), path=inv)
+    events: list[str] = []
+    guard = Guard(down, "onboard", {"replace": "spark-01"}, on_event=events.append,
+                  directory=str(tmp_path / "nowhere"))
+    guard.begin(headless=True)
+    assert guard.headless.startswith("rack lock on spark-01: ") and \
+        "connection refused" in guard.headless
+    assert events[-1].startswith("lock: none taken (rack lock on spark-01: ")
+    guard.end("ok")
+    start, end = audit.parse_lines(audit.local_path().read_text())
+    assert (start["phase"], start["task"], end["phase"], end["outcome"]) == \
+        ("start", "onboard", "end", "ok")
+    assert end["lock"] == {"home": None, "headless": guard.headless}
+    assert not (tmp_path / "nowhere").exists()  # nothing was taken or released anywhere
+
+    first = new_lock(loopback_rack, lock_dir, "t-first")
+    first.acquire(None, "")
+    try:
+        held = Guard(loopback_rack, "onboard", {}, directory=lock_dir)
+        with pytest.raises(LockHeld):
+            held.begin(headless=True)
+    finally:
+        first.release()

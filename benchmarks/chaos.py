@@ -31,6 +31,7 @@ from sparkrack.inventory import load_inventory  # noqa: E402
 from sparkrack.chaos.plan import steps  # noqa: E402
 from sparkrack.chaos.report import Report, outcome  # noqa: E402
 from sparkrack.chaos.runner import Runner  # noqa: E402
+from sparkrack.rehearsal.privatecopy import copy_inventory  # noqa: E402
 from sparkrack.rehearsal.rack import RehearsalRack  # noqa: E402
 from sparkrack.rehearsal.repair import repair_faults  # noqa: E402
 
@@ -53,11 +54,13 @@ def main() -> int:
         for step in plan:
             print(f"{step.index:3d} {step.describe()}")
         return 0
-    state = tempfile.mkdtemp(prefix=f"sparkrack-chaos-{args.seed}-")
-    env = {**os.environ, "SPARKRACK_INVENTORY": str(inventory.path), "NO_COLOR": "1",
-           "SPARKRACK_STATE_DIR": state}
+    state = Path(tempfile.mkdtemp(prefix=f"sparkrack-chaos-{args.seed}-"))
+    private = copy_inventory(inventory.path, state / "inventory")  # a head swap rewrites it
+    env = {**os.environ, "SPARKRACK_INVENTORY": str(private), "NO_COLOR": "1",
+           "SPARKRACK_STATE_DIR": str(state)}
     rack = RehearsalRack(inventory, say=lambda msg: None)
-    runner = Runner(rack, inventory, [sys.executable, "-m", "invoke", "-r", str(REPO)], env)
+    runner = Runner(rack, load_inventory(private),
+                    [sys.executable, "-m", "invoke", "-r", str(REPO)], env)
     repair_faults(rack)
     runner.prepare()
     report = Report(args.seed)
@@ -67,6 +70,7 @@ def main() -> int:
         report.results.append(result)
         print(f"{step.index:3d} {step.describe():<48} {outcome(result.exit_code):<15} "
               f"{result.seconds:5.1f} s  {result.injected or ''}"
+              + (f"  head swap {result.head_swap_s:.1f} s" if result.head_swap_s else "")
               + (f"  recovery {result.recovery_s:.1f} s" if result.recovery_s else ""),
               flush=True)
         for violation in result.violations:
@@ -74,7 +78,7 @@ def main() -> int:
         if result.violations or args.verbose:
             print("    | " + result.tail.strip().replace("\n", "\n    | "), flush=True)
     report.seconds = time.monotonic() - started
-    runner.invoke(["down"])
+    report.ending = runner.finish()
     print("\n".join(report.lines()))
     if args.json:
         Path(args.json).write_text(json.dumps(report.as_dict(), indent=1) + "\n")

@@ -37,7 +37,7 @@ from ..rehearsal.nodeproc import init_pid
 from ..rehearsal.rack import RehearsalRack
 
 CHANGING = ("up", "roll", "down", "provision", "reboot", "restart-rack", "weights.stage",
-            "break-glass")
+            "break-glass", "onboard")
 
 
 @dataclass
@@ -82,7 +82,7 @@ def observe(rack: RehearsalRack, inventory: Inventory, local_audit: Path | None 
     if local_audit is not None and local_audit.exists():
         lines += audit.parse_lines(local_audit.read_text())
     seen.audit = audit.merge(lines)
-    for node in rack.nodes:
+    for node in (rack.node(n.name) for n in inventory.nodes):
         pid = init_pid(node)
         path = Path(f"/proc/{pid}/root/run/gpu-sim/clock-lock.json") if pid else None
         try:

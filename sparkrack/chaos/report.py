@@ -23,10 +23,12 @@ class Report:
     seed: int
     results: list[StepResult] = field(default_factory=list)
     seconds: float = 0.0
+    ending: list[str] = field(default_factory=list)  # violations putting the rack back
 
     def violations(self) -> list[str]:
         return [f"seed {self.seed} step {r.step.index} ({r.step.describe()}): {v}"
-                for r in self.results for v in r.violations]
+                for r in self.results for v in r.violations] + \
+            [f"seed {self.seed} at the end (the first head put back): {v}" for v in self.ending]
 
     def as_dict(self) -> dict:
         ops = Counter((r.step.op, outcome(r.exit_code)) for r in self.results)
@@ -45,6 +47,8 @@ class Report:
             "recovery_s": {kind: {"n": len(v), "median": round(statistics.median(v), 1),
                                   "max": round(max(v), 1)}
                            for kind, v in sorted(recovery.items())},
+            "head_swaps_s": [round(r.head_swap_s, 1) for r in self.results
+                             if r.head_swap_s is not None],
             "violations": self.violations(),
         }
 
@@ -60,5 +64,8 @@ class Report:
         for kind, figures in data["recovery_s"].items():
             out.append(f"recovery after {kind}: median {figures['median']} s, max "
                        f"{figures['max']} s ({figures['n']})")
+        if data["head_swaps_s"]:
+            out.append(f"head replaced by the spare: {len(data['head_swaps_s'])} time(s), in "
+                       + ", ".join(f"{s} s" for s in data["head_swaps_s"]))
         out += [f"VIOLATION {v}" for v in data["violations"]]
         return out

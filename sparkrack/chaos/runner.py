@@ -1,6 +1,12 @@
 """One chaos step on the rehearsal rack: the operator's command as a real `invoke` process,
 its fault injected at its moment, the faults healed, the invariants judged, and after a
-fault that hit a node or a rank, recovery (`down`, then `up`) timed and judged again."""
+fault that hit a node or a rank, recovery (`down`, then `up`) timed and judged again.
+
+The run works on a private copy of the rehearsal inventory (privatecopy.py): when the head
+is lost for good (head_lost), `break-glass` stops the workers and `onboard --replace`
+makes the spare (an extra node, SPARE) the head; the lost head, powered on again, is the
+next spare. The plan's node names are ranks: a fault planned on spark-01 hits rank 0,
+whichever node holds it now. `finish` puts the original head back and removes the spare."""
 
 from __future__ import annotations
 
@@ -13,17 +19,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..fleet import Fleet
-from ..inventory import Inventory
+from ..inventory import Inventory, load_inventory
 from ..lifecycle.containers import engine_containers
+from ..oplock import audit
 from ..rehearsal.layout import HCAS
+from ..rehearsal.nodeproc import in_node, init_pid
+from ..rehearsal.privatecopy import host_key_fingerprint
 from ..rehearsal.rack import RehearsalRack
 from ..rehearsal.repair import repair_faults
 from .invariants import CHANGING, judge, observe
 from .plan import NODE_FAULTS, Step
 
 COMMAND_TIMEOUT_S = 600  # a command still running after this is a violation (hung)
+SPARE = ("spark-09", "10.77.1.19")  # the extra node a lost head is replaced with
+SWAP_BURN_S = 1.2  # the spare's burn check during its onboarding
 SMALL_MODEL = "/models/chaos-small"  # weights.stage's model: three 1 MiB files on the head
 RECOVERY_ENGINE = "sglang"
+# on a spare before it becomes the head: the ranks it ran as a head, exited with the power cut
+CLEAR_ENGINES = 'ids=$(docker ps -aq --filter label=sparkrack.engine); [ -z "$ids" ] || ' \
+    'docker rm -f $ids >/dev/null'
+
 TASK_OF = {"weights": "weights.stage"}
 
 
@@ -38,13 +53,15 @@ class StepResult:
     injected: str | None = None  # what the fault did, or why it was not injected
     second_exit: int | None = None
     repaired: list[str] = field(default_factory=list)
+    head_swap_s: float | None = None  # the lost head replaced by the spare in this long
     recovery_s: float | None = None
     violations: list[str] = field(default_factory=list)
 
 
 class Runner:
     """Runs steps on rack through `invoke` (invoke_argv: how to start it, e.g.
-    [python, -m, invoke, -r, REPO]) with env (SPARKRACK_INVENTORY and the state folder)."""
+    [python, -m, invoke, -r, REPO]) with env (SPARKRACK_INVENTORY: inventory's folder, a
+    private copy; and the state folder)."""
 
     def __init__(self, rack: RehearsalRack, inventory: Inventory, invoke_argv: list[str],
                  env: dict[str, str], on_event: Callable[[str], None] = lambda e: None):
@@ -53,7 +70,23 @@ class Runner:
         self.invoke_argv = invoke_argv
         self.env = env
         self.say = on_event
-        self.nodes = [n.name for n in inventory.nodes]
+        self.planned = [n.name for n in inventory.nodes]  # the plan's names, by rank
+        self.first_head = inventory.head
+        self.spare, self.addresses = SPARE[0], {SPARE[0]: SPARE[1]}
+        self.added_spare = False
+
+    @property
+    def nodes(self) -> list[str]:
+        """The members now, by rank."""
+        return [n.name for n in self.inventory.nodes]
+
+    def where(self, planned: str) -> str:
+        """The member that holds the rank a planned node name stands for."""
+        return self.nodes[self.planned.index(planned)]
+
+    def extras(self) -> list[str]:
+        """Members that are extra nodes of the rehearsal rack (the spare as head)."""
+        return [n for n in self.nodes if n not in (x.name for x in self.rack.nodes)]
 
     # --- the command ----------------------------------------------------------------------
 
@@ -64,14 +97,33 @@ class Runner:
             "roll": ["roll", step.engine or RECOVERY_ENGINE],
             "down": ["down"],
             "provision": ["provision"],
-            "reboot": ["reboot", "--nodes", ",".join(step.nodes)],
+            "reboot": ["reboot", "--nodes", ",".join(self.where(n) for n in step.nodes)],
             "weights": ["weights.stage", "--model", SMALL_MODEL],
             "run": ["run", "--", "cat", "/proc/loadavg"],
             "bench": ["bench", "--suite", "quick", "--tokens", "16"],
         }[step.op]
 
     def prepare(self) -> None:
-        """What the steps need on the rack: the small model on the head."""
+        """What the steps need on the rack: the spare booted, the small model on the head."""
+        if self.spare not in (n.name for n in self.rack.all_nodes):
+            self.rack.add_node(*SPARE)
+            self.added_spare = True
+        self._small_model()
+
+    def finish(self) -> list[str]:
+        """The rack as the run found it: the first head back in its place (violations on
+        the way), nothing running, the spare removed if the run added it."""
+        violations = []
+        self.invoke(["down"])  # before a head swap: it would leave rank 0 outside the rack
+        if self.inventory.head.name != self.first_head.name:
+            self.spare = self.first_head.name
+            self.addresses[self.spare] = self.first_head.address
+            violations += self._replace_head([], "the run ends")
+        if self.added_spare:
+            self.rack.remove_node(SPARE[0])
+        return violations
+
+    def _small_model(self) -> None:
         head = self.inventory.head.name
         with Fleet(self.inventory, [self.inventory.head]) as fleet:
             fleet.run({head: ["mkdir", "-p", SMALL_MODEL]}).raise_for_failures()
@@ -114,17 +166,32 @@ class Runner:
                 result.exit_code = proc.wait()
         reader.join(10)
         result.seconds = time.monotonic() - started
+        if result.injected == "SIGINT sent" and commands and not self._began(*commands[0]):
+            commands.clear()  # Ctrl-C as Python or invoke loaded: no task ran, none recorded
+            result.injected = "SIGINT sent before the task began (nothing ran, nothing recorded)"
         result.tail = "".join(output)[-600:]
         hit = step.fault is not None and result.injected is not None \
             and not result.injected.startswith("not injected") \
             and step.fault.kind in (*NODE_FAULTS, "kill_rank", "head_lost")
         if hit and step.fault.kind == "head_lost":
             result.violations += self._break_glass(commands)
-        result.repaired = repair_faults(self.rack)
+            swap_started = time.monotonic()
+            swapped = self._replace_head(commands, "the head lost power")
+            result.violations += swapped
+            if not swapped:
+                result.head_swap_s = time.monotonic() - swap_started
+        result.repaired = repair_faults(self.rack, extras=self.extras())
         result.violations += self._judge(whole=not hit, commands=commands)
         if hit:
             self._recover(result)
         return result
+
+    def _began(self, task: str, ts: float) -> bool:
+        """A record of task, started at ts or later, is in the local audit copy (every task
+        writes its start there first, lock or no lock)."""
+        path = Path(self.env["SPARKRACK_STATE_DIR"]) / "audit.jsonl"
+        lines = audit.parse_lines(path.read_text()) if path.exists() else []
+        return any(r.get("task") == task and r.get("ts", 0) >= ts - 1 for r in lines)
 
     def _break_glass(self, commands: list[tuple[str, float]]) -> list[str]:
         """The head is gone: `break-glass` must stop every rank on the other nodes."""
@@ -140,6 +207,27 @@ class Runner:
         left = [f"rank {r.rank} on {r.node}" for r in ranks if r.alive]
         return [f"break-glass: still running: {', '.join(left)}"] if left else \
             [f"break-glass: docker not asked on {', '.join(errors)}"] if errors else []
+
+    def _replace_head(self, commands: list[tuple[str, float]], why: str) -> list[str]:
+        """`onboard SPARE --replace HEAD`: the spare (booted, an old head's exited ranks
+        removed) becomes the head; the head it replaces is the next spare."""
+        lost, spare = self.inventory.head, self.spare
+        self.addresses.setdefault(lost.name, lost.address)
+        if init_pid(self.rack.node(spare)) is None:
+            self.rack.poweron(spare)
+        in_node(self.rack.node(spare), ["sh", "-c", CLEAR_ENGINES])
+        ts = time.time()
+        done = self.invoke(["onboard", spare, "--address", self.addresses[spare], "--replace",
+                            lost.name, "--fingerprint", host_key_fingerprint(self.rack, spare),
+                            "--yes", "--burn-seconds", str(SWAP_BURN_S)])
+        commands.append(("onboard", ts))
+        if done.returncode != 0:
+            return [f"head swap ({why}): `onboard {spare} --replace {lost.name}` exited "
+                    f"{done.returncode}: {(done.stderr or done.stdout).strip()[-300:]}"]
+        self.inventory = load_inventory(self.inventory.path)
+        self.spare = lost.name
+        self._small_model()
+        return []
 
     def _judge(self, *, whole: bool, commands: list[tuple[str, float]]) -> list[str]:
         seen = observe(self.rack, self.inventory,
@@ -171,7 +259,9 @@ class Runner:
                 return (f"not injected: the command ended first "
                         f"({time.monotonic() - started:.1f} s)")
             time.sleep(0.05)
-        kind, node = fault.kind, fault.node
+        kind = fault.kind
+        node = self.inventory.head.name if kind == "head_lost" else \
+            self.where(fault.node) if fault.node else None
         if kind == "sigint":
             proc.send_signal(signal.SIGINT)
             return "SIGINT sent"

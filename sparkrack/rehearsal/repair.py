@@ -8,6 +8,7 @@ node recabled, a latched GPU, a renumbered GID table, an HCA port down.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 from ..errors import SparkrackError
@@ -20,12 +21,14 @@ DEFAULT_GID_INDEX = 3
 HANG_GRACE_S = 30.0  # a running node silent on SSH this long is hung (a boot takes ~5 s)
 
 
-def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S) -> list[str]:
-    """Undo the faults left on the rack's nodes; what was repaired (empty: it was healthy).
-    A running node silent on SSH for hang_grace seconds is hung: power-cycled."""
+def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S, *,
+                  extras: Collection[str] = ()) -> list[str]:
+    """Undo the faults left on the rack's nodes (and on the extra nodes named in extras:
+    those a run made members); what was repaired (empty: it was healthy). A running node
+    silent on SSH for hang_grace seconds is hung: power-cycled."""
     repaired = []
     for state in rack.status():
-        if state.extra:
+        if state.extra and state.name not in extras:
             continue
         node = rack.node(state.name)
         if not state.running:
@@ -55,7 +58,7 @@ def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S) -> list
             rack.hca_down(state.name, hca, down=False)
             repaired.append(f"{state.name} {hca} port up")
     if repaired:
-        rack.wait_booted(rack.nodes)
+        rack.wait_booted([*rack.nodes, *(rack.node(n) for n in extras)])
     return repaired
 
 

@@ -4,14 +4,18 @@
 Each step runs one operator command as a real `invoke` process (up, roll, down, provision,
 reboot of two nodes, weights.stage of a small model, run, bench) and, often, injects one
 fault at a random moment inside it (cut, power-off, latch, HCA down, renumbered GID, a
-rank's process killed, a second operator's `down`, Ctrl-C). Then the faults are healed, the
-rack's real state is judged (sparkrack/chaos/invariants.py), and after a fault
-that hit a node or a rank, recovery (`down`, `up`) is timed and judged again. The same seed
-gives the same steps: a violation at step K of seed S is replayed with
-`--seed S --until K`.
+rank's process killed, a second operator's `down`, Ctrl-C, the head lost for good). Then
+the faults are healed, the rack's real state is judged (sparkrack/chaos/invariants.py),
+and after a fault that hit a node or a rank, recovery (`down`, `up`) is timed and judged
+again. A lost head is answered as an operator would: `break-glass`, then `onboard
+--replace` with the spare (spark-09, added for the run), then `watch.install` again. The
+watchdog service runs on spark-08 the whole run. The same seed gives the same steps: a
+violation at step K of seed S is replayed with `--seed S --until K`.
 
 Needs root and the rehearsal rack up and provisioned (`invoke rehearsal.up`, `invoke
-provision`). Leaves the rack healthy, nothing running.
+provision`). Works on a private copy of inventory/rehearsal; leaves the rack healthy,
+nothing running, spark-01 the head, the watchdog and the spare removed if the run added
+them.
 
     python benchmarks/chaos.py --seed 1 --steps 40 [--until K] [--json FILE] [--plan] [--verbose]
 """

@@ -16,13 +16,20 @@ the rules:
   it over at once, `oplock.lock.ended_here`): a lock never blocks the rack with nobody
   behind it;
 - audit: every changing command the step ran has a record with its outcome;
-- inventory: it still loads, and no temporary file of an atomic write is left in it.
+- inventory: it still loads, and no temporary file of an atomic write is left in it;
+- watchdog: where the run installed the service, its unit is active and its metrics
+  answer (within WATCHDOG_GRACE_S: its node may have just booted).
+
+A group the watchdog service stopped keeps its `current` record by design (the operator
+sees what was stopped until `up` or `down`): the records rule accepts a `current` whose
+ranks are stopped when the audit log holds the watchdog's record of stopping it.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +44,9 @@ from ..rehearsal.nodeproc import init_pid
 from ..rehearsal.rack import RehearsalRack
 
 CHANGING = ("up", "roll", "down", "provision", "reboot", "restart-rack", "weights.stage",
-            "break-glass", "onboard")
+            "break-glass", "onboard", "watch.install")
+WATCHDOG_GRACE_S = 20.0
+WATCHDOG_UNIT = "sparkrack-watchdog.service"
 
 
 @dataclass
@@ -52,13 +61,15 @@ class Observed:
     lock_holder: str | None = None
     audit: list[dict] = field(default_factory=list)
     inventory_problem: str | None = None
+    watchdog_problem: str | None = None
 
 
-def observe(rack: RehearsalRack, inventory: Inventory, local_audit: Path | None = None
-            ) -> Observed:
+def observe(rack: RehearsalRack, inventory: Inventory, local_audit: Path | None = None,
+            watchdog_on: str | None = None) -> Observed:
     """The rack's real state (SSH, docker, the simulated GPUs from this machine); the audit
     log is the head's and the commands' local copy (local_audit) together: a command that
-    could not reach the head recorded itself there."""
+    could not reach the head recorded itself there. watchdog_on: the node the watchdog
+    service was installed on."""
     seen = Observed()
     lines = []
     with Fleet(inventory) as fleet:
@@ -90,7 +101,33 @@ def observe(rack: RehearsalRack, inventory: Inventory, local_audit: Path | None 
         except (OSError, ValueError):
             seen.clock_locks[node.name] = None
     seen.inventory_problem = _inventory_problem(inventory.path)
+    if watchdog_on is not None:
+        seen.watchdog_problem = _watchdog_problem(inventory, watchdog_on)
     return seen
+
+
+def _watchdog_problem(inventory: Inventory, name: str) -> str | None:
+    """Why the watchdog service on node name is not running and serving metrics (None: it
+    is), after up to WATCHDOG_GRACE_S of trying."""
+    node = inventory.node(name)
+    url = f"http://{node.address}:{inventory.vars.watchdog_metrics_port}/metrics"
+    deadline = time.monotonic() + WATCHDOG_GRACE_S
+    while True:
+        with Fleet(inventory, [node]) as fleet:
+            unit = fleet.run(["systemctl", "is-active", WATCHDOG_UNIT], timeout=15)[name]
+        state = unit.stdout.strip() or unit.error or unit.status
+        problem = f"{WATCHDOG_UNIT} on {name} is {state}" if state != "active" else None
+        if problem is None:
+            try:
+                with urllib.request.urlopen(url, timeout=3) as reply:
+                    body = reply.read().decode(errors="replace")
+                if "sparkrack_watchdog_guarding" not in body:
+                    problem = f"{url} answers without the watchdog's metrics"
+            except OSError as error:
+                problem = f"{url}: {error}"
+        if problem is None or time.monotonic() > deadline:
+            return problem
+        time.sleep(1.0)
 
 
 def _inventory_problem(path: Path) -> str | None:
@@ -131,6 +168,8 @@ def judge(seen: Observed, *, cap_mhz: int, nodes: list[str], whole: bool,
                               f"{started:.0f}")
     if seen.inventory_problem:
         violations.append(f"inventory: {seen.inventory_problem}")
+    if seen.watchdog_problem:
+        violations.append(f"watchdog: {seen.watchdog_problem}")
     return violations
 
 
@@ -142,7 +181,9 @@ def _records(seen: Observed, alive: list[Rank], nodes: list[str]) -> list[str]:
         found.append(f"records: orphan rank(s) outside the current record "
                      f"({seen.current or 'unset'}): {', '.join(others)}")
     mine = {r.node for r in alive if r.deployment == seen.current}
-    if seen.current and mine != set(nodes):
+    stopped_by_watchdog = any(e.get("task") == "watchdog:stopped" and (e.get("args") or {})
+                              .get("deployment") == seen.current for e in seen.audit)
+    if seen.current and mine != set(nodes) and not (stopped_by_watchdog and not mine):
         missing = sorted(set(nodes) - mine)
         found.append(f"records: current is {seen.current} but its group is not whole "
                      f"(no live rank on {', '.join(missing)})")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..fleet import Fleet
+from ..errors import SparkrackError
 from ..inventory import Inventory, load_inventory
 from ..lifecycle.containers import engine_containers
 from ..oplock import audit
@@ -33,6 +34,7 @@ from .plan import NODE_FAULTS, Step
 COMMAND_TIMEOUT_S = 600  # a command still running after this is a violation (hung)
 SPARE = ("spark-09", "10.77.1.19")  # the extra node a lost head is replaced with
 SWAP_BURN_S = 1.2  # the spare's burn check during its onboarding
+WATCHDOG_ON = "spark-08"  # the watchdog service's node: a worker, so a lost head leaves it
 SMALL_MODEL = "/models/chaos-small"  # weights.stage's model: three 1 MiB files on the head
 RECOVERY_ENGINE = "sglang"
 # on a spare before it becomes the head: the ranks it ran as a head, exited with the power cut
@@ -74,6 +76,7 @@ class Runner:
         self.first_head = inventory.head
         self.spare, self.addresses = SPARE[0], {SPARE[0]: SPARE[1]}
         self.added_spare = False
+        self.installed_watchdog = False
 
     @property
     def nodes(self) -> list[str]:
@@ -104,11 +107,17 @@ class Runner:
         }[step.op]
 
     def prepare(self) -> None:
-        """What the steps need on the rack: the spare booted, the small model on the head."""
+        """What the steps need on the rack: the spare booted, the small model on the head,
+        the watchdog service on WATCHDOG_ON (SparkrackError if it cannot be installed)."""
         if self.spare not in (n.name for n in self.rack.all_nodes):
             self.rack.add_node(*SPARE)
             self.added_spare = True
         self._small_model()
+        self.installed_watchdog = self.invoke(["watch.status", "--on", WATCHDOG_ON]
+                                              ).returncode != 0
+        problem = self._install_watchdog([])
+        if problem:
+            raise SparkrackError(problem[0])
 
     def finish(self) -> list[str]:
         """The rack as the run found it: the first head back in its place (violations on
@@ -119,9 +128,21 @@ class Runner:
             self.spare = self.first_head.name
             self.addresses[self.spare] = self.first_head.address
             violations += self._replace_head([], "the run ends")
+        if self.installed_watchdog:
+            self.invoke(["watch.uninstall", "--on", WATCHDOG_ON])
         if self.added_spare:
             self.rack.remove_node(SPARE[0])
         return violations
+
+    def _install_watchdog(self, commands: list[tuple[str, float]]) -> list[str]:
+        """`watch.install` on WATCHDOG_ON (again after a head swap: it ships the inventory
+        that names the new head)."""
+        ts = time.time()
+        done = self.invoke(["watch.install", "--on", WATCHDOG_ON])
+        commands.append(("watch.install", ts))
+        return [] if done.returncode == 0 else [
+            f"watch.install exited {done.returncode}: "
+            f"{(done.stderr or done.stdout).strip()[-300:]}"]
 
     def _small_model(self) -> None:
         head = self.inventory.head.name
@@ -227,11 +248,11 @@ class Runner:
         self.inventory = load_inventory(self.inventory.path)
         self.spare = lost.name
         self._small_model()
-        return []
+        return self._install_watchdog(commands)
 
     def _judge(self, *, whole: bool, commands: list[tuple[str, float]]) -> list[str]:
         seen = observe(self.rack, self.inventory,
-                       Path(self.env["SPARKRACK_STATE_DIR"]) / "audit.jsonl")
+                       Path(self.env["SPARKRACK_STATE_DIR"]) / "audit.jsonl", WATCHDOG_ON)
         return judge(seen, cap_mhz=self.inventory.vars.clock_cap_mhz, nodes=self.nodes,
                      whole=whole, commands=commands)
 

@@ -75,3 +75,20 @@ def test_each_violation_is_named():
     assert _judge(_healthy(inventory_problem="temporary files left in the inventory: "
                            ".hosts.yml.x1")) == [
         "inventory: temporary files left in the inventory: .hosts.yml.x1"]
+
+
+def test_a_group_the_watchdog_stopped_keeps_its_record_and_a_dead_watchdog_is_named():
+    stopped = [_rank(n, i, status="exited") for i, n in enumerate(NODES)]
+    by_watchdog = {"task": "watchdog:stopped", "ts": 150.0, "complete": True, "outcome": "ok",
+                   "args": {"deployment": "d1"}}
+    audit = [*_healthy().audit, by_watchdog]
+    assert _judge(_healthy(ranks=stopped, audit=audit)) == []  # by design: see its doc
+    assert _judge(_healthy(ranks=stopped)) == [  # nobody stopped it: the record lies
+        "records: current is d1 but its group is not whole (no live rank on "
+        + ", ".join(NODES) + ")"]
+    one_left = [*stopped[:-1], _rank(NODES[-1], 7)]  # a rank the watchdog has yet to stop
+    assert _judge(_healthy(ranks=one_left, audit=audit))[0].startswith(
+        "records: current is d1 but its group is not whole")
+    assert _judge(_healthy(watchdog_problem="sparkrack-watchdog.service on spark-08 is "
+                           "activating")) == [
+        "watchdog: sparkrack-watchdog.service on spark-08 is activating"]

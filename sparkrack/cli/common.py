@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from invoke.exceptions import Exit
 
-from .. import signals
 from ..errors import SparkrackError, UsageError
 
 if TYPE_CHECKING:
@@ -108,6 +107,7 @@ def rack_task(changing=True, name: str | None = None, headless=None):
 def _guarded(task: str, arguments: dict, wait: float | None, call, headless=None):
     """call() holding the rack lock (or headless, see rack_task), inside an audit record;
     the outcome recorded."""
+    from .. import signals
     from ..console import say
     from ..oplock import audit
     from ..oplock.guard import Guard

@@ -22,7 +22,7 @@ LAYERS = (  # the top first
     ("fleet",),
     ("inventory",),
     ("data", "console", "since"),
-    ("errors", "terminal", "events", "atomic", "remote", "sparkrack"),
+    ("errors", "terminal", "events", "atomic", "remote", "signals", "sparkrack"),
 )
 DEPTH = {part: depth for depth, layer in enumerate(LAYERS) for part in layer}
 

@@ -32,8 +32,8 @@ class FakeGuard:
         self.record = type("R", (), {"note": lambda *a, **k: None})()
         FakeGuard.made.append(self)
 
-    def begin(self, wait=None):
-        self.begun = wait
+    def begin(self, wait=None, headless=False):
+        self.begun, self.headless = wait, headless
         if FakeGuard.refuse:
             raise LockHeld(FakeGuard.refuse)
 
@@ -65,6 +65,17 @@ def change(c, inventory=REHEARSAL, how="ok", check=False):
     if how == "crash":
         raise RuntimeError("boom")
     return how
+
+
+def test_onboard_may_run_headless_only_when_it_replaces_the_head(monkeypatch):
+    from sparkrack.onboard.context import OnboardReport
+
+    monkeypatch.setattr("sparkrack.onboard.onboard", lambda *a, **k: OnboardReport(
+        "spark-09", "10.77.1.19", k.get("replace"), False))
+    for replace, headless in (("spark-01", True), ("spark-05", False), (None, False)):
+        onboard_tasks.onboard(Context(), "spark-09", "10.77.1.19", replace=replace,
+                              inventory=REHEARSAL, json=True)
+        assert FakeGuard.made[-1].headless is headless, replace
 
 
 @pytest.mark.parametrize("how, outcome, code", [

@@ -19,7 +19,7 @@ class _Guard:
         self.lost = None
         self.record = object()
 
-    def begin(self, wait):
+    def begin(self, wait, headless=False):
         pass
 
     def end(self, outcome, *, error=None, exit_code=0):

@@ -223,3 +223,41 @@ def test_next_steps_name_the_rank_or_the_spare_and_a_check_says_so(tmp_path):
         join.next_steps(context(tmp_path), spare)
     assert join.next_steps(context(tmp_path, check=True), spare).startswith(
         "Check only. After a real run: spark-09 is a spare")
+
+
+def test_a_lost_heads_state_comes_from_this_machines_copies_of_this_rack_only(
+        tmp_path, monkeypatch):
+    import json
+
+    from sparkrack.lifecycle import record
+    from sparkrack.onboard import headmove
+    from sparkrack.oplock import audit
+
+    class LostHead:
+        def __init__(self, inventory, nodes):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    def unreachable(fleet, inventory):
+        raise SparkrackError("could not read the deployment records on spark-01: timed out")
+
+    monkeypatch.setenv("SPARKRACK_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(headmove, "Fleet", LostHead)
+    monkeypatch.setattr(record, "read", unreachable)
+    mine = {"id": "a", "phase": "start", "task": "up", "rack": "rehearsal"}
+    other = {"id": "b", "phase": "start", "task": "up", "rack": "lab"}
+    audit.append_local(*(json.dumps(r) for r in (mine, other, {"id": "a", "phase": "end"},
+                                                 {"id": "b", "phase": "end"})))
+    good = record.Deployment("sglang", "512k", "d1", "h", "img", "sha256:x")
+    record._mirror(REHEARSAL, "last-good", json.dumps(dataclasses.asdict(good)).encode())
+    source = headmove.gather(context(tmp_path, replace="spark-01"))
+    assert source.where.startswith("this machine's copies (")
+    assert [(r["id"], r["phase"]) for r in source.lines] == [("a", "start"), ("a", "end")]
+    assert source.records == {"current": None, "last-good": good, "failed": None}
+    assert headmove.replaces_head(context(tmp_path, replace="spark-01"))
+    assert not headmove.replaces_head(context(tmp_path, replace="spark-05"))

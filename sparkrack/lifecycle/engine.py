@@ -112,13 +112,15 @@ def launch(fleet: Fleet, inventory: Inventory, specs, pre: Preflight, *, timeout
         try:
             with phases.timed("smoke"):
                 reply = smoke_test(inventory, specs)
-        except StartFailed:
-            stop_engine(fleet, timeout=10, recovery_timeout=0)
+        except BaseException:  # failed or interrupted (start_group stops its own on failure)
+            with signals.held():  # nothing of the group is left running
+                stop_engine(fleet, timeout=10, recovery_timeout=0)
             raise
     except BaseException as failure:
         why = failure.line() if isinstance(failure, SparkrackError) else (
             "interrupted" if isinstance(failure, KeyboardInterrupt) else f"{type(failure).__name__}: {failure}")
-        mark_failed(fleet, inventory, deployment, why, on_event)
+        with signals.held():  # the record of a failed start is never cut short
+            mark_failed(fleet, inventory, deployment, why, on_event)
         raise
     on_event(f"smoke request answered: {reply.strip()[:40]!r}")
     deployment.status = "serving"

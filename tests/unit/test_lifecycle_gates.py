@@ -208,3 +208,36 @@ def test_restore_brings_back_the_last_good_image_not_the_inventory_s(rehearsal_i
     assert events == ["note: sglang 512k spec changed since it was last good (h -> h2)",
                       "note: lmsysorg/sglang:v0.5.22-cu130 is sha256:new now, sha256:old when it "
                       "was last good"]
+
+
+def test_ctrl_c_during_the_smoke_request_stops_the_group_and_records_the_failure(
+        rehearsal_inventory, monkeypatch):
+    """Chaos seed 1, step 22: Ctrl-C as a roll's smoke request ran left the new group serving
+    while `current` was cleared (the record said nothing of it ran)."""
+    import os
+    import signal
+
+    from sparkrack.engines import build_specs
+
+    done = []
+    specs = build_specs(rehearsal_inventory, "sglang", "512k", deployment_id="d1")
+
+    def smoke(inventory, specs):
+        raise KeyboardInterrupt
+
+    def stop(fleet, timeout, recovery_timeout):
+        os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C: the stop still ends
+        done.append(("stop", timeout))
+
+    monkeypatch.setattr(engine, "note", lambda **changed: None)
+    monkeypatch.setattr(engine, "start_group", lambda *a, **k: 0.8)
+    monkeypatch.setattr(engine, "smoke_test", smoke)
+    monkeypatch.setattr(engine, "stop_engine", stop)
+    monkeypatch.setattr(record, "write", lambda fleet, inv, kind, d: done.append(
+        ("write", kind, d.status)))
+    monkeypatch.setattr(record, "clear", lambda fleet, inv, kind: done.append(("clear", kind)))
+    with pytest.raises(KeyboardInterrupt):
+        engine.launch(None, rehearsal_inventory, specs, gates.Preflight(specs=specs),
+                      timeout=None, on_progress=None, on_event=lambda e: None)
+    assert done == [("write", "current", "starting"), ("stop", 10),
+                    ("write", "failed", "failed"), ("clear", "current")]

@@ -235,7 +235,9 @@ def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
     report.weights_digest, problems = gate_problems(fleet, fleet.nodes, report.model_path)
     report.add("weights", problems, f"{report.model_path} complete everywhere (manifest "
                                     f"{report.weights_digest[:12]})")
-    if replacing is None:  # a roll's old engine still holds the memory: judged after it stops
+    # a roll's old engine still holds the memory: judged after it stops; another engine holds
+    # it too, and the gate above names that engine as the reason
+    if replacing is None and not others:
         report.add("memory", memory_problems(specs, report.facts), "enough MemAvailable on every node")
 
 

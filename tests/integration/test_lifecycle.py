@@ -84,6 +84,7 @@ def test_up_runs_the_exact_profile_in_order_and_down_leaves_nothing(clean):
     with pytest.raises(lifecycle.Refused) as refused:  # one engine at a time
         lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
     assert "no other engine: sglang 512k rank 0 runs on spark-01" in refused.value.line()
+    assert "MemAvailable" not in refused.value.line()  # held by that engine: not a second reason
     report = lifecycle.down(inventory)
     t1 = time.time()
     assert report.not_recovered == {} and report.errors == {}

@@ -34,6 +34,7 @@ from sparkrack.atomic import copy_atomically, remove, write_atomically
 from sparkrack.errors import InventoryError, SparkrackError, UsageError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, load_inventory
+from sparkrack.inventory.watchdog_record import read_record
 from sparkrack.onboard import headmove, trust
 from sparkrack.onboard.context import Context, Step
 
@@ -362,6 +363,21 @@ def old_still_running(ctx: Context) -> str | None:
     return None
 
 
+def watchdog_after_head_swap(ctx: Context) -> str:
+    """What the watchdog service needs once the head was replaced ('' without one)."""
+    try:
+        found = read_record(ctx.inventory.path)
+    except UsageError:
+        return ""
+    if found is None:
+        return ""
+    if found.node == ctx.report.replace:
+        return (f" The watchdog service ran on {found.node}: install it on a member "
+                "(`invoke watch.install --on NODE`).")
+    return (f" The watchdog service on {found.node} still reads the old head: `invoke "
+            "watch.install` gives it this inventory.")
+
+
 def next_steps(ctx: Context, plan: JoinPlan) -> str:
     """What the operator does after the onboarding (prefixed in a check)."""
     name = ctx.report.name
@@ -372,7 +388,7 @@ def next_steps(ctx: Context, plan: JoinPlan) -> str:
         if headmove.replaces_head(ctx):
             text += (f" {name} is the head now: the rack lock, the audit log and the "
                      "deployment records are on it; other operators need this hosts.yml "
-                     "(their tasks still go to the old head).")
+                     "(their tasks still go to the old head)." + watchdog_after_head_swap(ctx))
     else:
         text = (f"{name} is a spare: provisioned, staged and verified, outside the TP group. "
                 f"`invoke onboard {name} --address {ctx.report.address} --replace NODE` "

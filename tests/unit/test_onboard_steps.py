@@ -225,6 +225,23 @@ def test_next_steps_name_the_rank_or_the_spare_and_a_check_says_so(tmp_path):
         "Check only. After a real run: spark-09 is a spare")
 
 
+def test_after_a_head_swap_the_next_steps_name_the_watchdogs_reinstall(tmp_path, monkeypatch):
+    from sparkrack.inventory.watchdog_record import WatchdogKey
+
+    member = join.JoinPlan("", "", rank=0)
+    said = join.next_steps(context(tmp_path, replace="spark-01"), member)
+    assert "spark-09 is the head now: the rack lock, the audit log and the deployment " \
+        "records are on it" in said and "watchdog" not in said  # none recorded
+    for node, want in (("spark-08", "The watchdog service on spark-08 still reads the old "
+                        "head: `invoke watch.install` gives it this inventory."),
+                       ("spark-01", "The watchdog service ran on spark-01: install it on a "
+                        "member (`invoke watch.install --on NODE`).")):
+        monkeypatch.setattr(join, "read_record", lambda path, node=node: WatchdogKey(
+            node, "/opt/sparkrack-watchdog", "ssh-ed25519 AAAA"))
+        assert join.next_steps(context(tmp_path, replace="spark-01"), member).endswith(want)
+    assert "watchdog" not in join.next_steps(context(tmp_path, replace="spark-05"), member)
+
+
 def test_a_lost_heads_state_comes_from_this_machines_copies_of_this_rack_only(
         tmp_path, monkeypatch):
     import json

@@ -19,8 +19,8 @@ OPS = (("up", 4), ("roll", 3), ("down", 3), ("provision", 2), ("reboot", 1),
 FAULTS = (("cut", 3), ("poweroff", 2), ("latch", 2), ("hca_down", 1), ("renumber_gid", 1),
           ("kill_rank", 3), ("second_operator", 2), ("sigint", 3), ("head_lost", 1))
 NODE_FAULTS = ("cut", "poweroff", "latch", "hca_down", "renumber_gid")
-# head_lost: the head powered off for good; the run answers with `break-glass`, then puts
-# a head back (powered on) and recovers
+# head_lost: the head powered off for good; the run answers with `break-glass`, then
+# replaces the head with the spare (`onboard --replace`) and recovers
 FAULT_P = 0.6
 # a fault lands 0-WINDOW_S[op] seconds after its command started: about the command's own
 # length on the rehearsal rack, so that most faults land inside it

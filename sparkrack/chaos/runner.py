@@ -14,7 +14,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +39,6 @@ RECOVERY_ENGINE = "sglang"
 # on a spare before it becomes the head: the ranks it ran as a head, exited with the power cut
 CLEAR_ENGINES = 'ids=$(docker ps -aq --filter label=sparkrack.engine); [ -z "$ids" ] || ' \
     'docker rm -f $ids >/dev/null'
-
 TASK_OF = {"weights": "weights.stage"}
 
 
@@ -66,12 +64,12 @@ class Runner:
     private copy; and the state folder)."""
 
     def __init__(self, rack: RehearsalRack, inventory: Inventory, invoke_argv: list[str],
-                 env: dict[str, str], on_event: Callable[[str], None] = lambda e: None):
+                 env: dict[str, str]):
         self.rack = rack
         self.inventory = inventory
         self.invoke_argv = invoke_argv
         self.env = env
-        self.say = on_event
+        self.local_audit = Path(env["SPARKRACK_STATE_DIR"]) / "audit.jsonl"
         self.planned = [n.name for n in inventory.nodes]  # the plan's names, by rank
         self.first_head = inventory.head
         self.spare, self.addresses = SPARE[0], {SPARE[0]: SPARE[1]}
@@ -210,8 +208,8 @@ class Runner:
     def _began(self, task: str, ts: float) -> bool:
         """A record of task, started at ts or later, is in the local audit copy (every task
         writes its start there first, lock or no lock)."""
-        path = Path(self.env["SPARKRACK_STATE_DIR"]) / "audit.jsonl"
-        lines = audit.parse_lines(path.read_text()) if path.exists() else []
+        lines = audit.parse_lines(self.local_audit.read_text()) \
+            if self.local_audit.exists() else []
         return any(r.get("task") == task and r.get("ts", 0) >= ts - 1 for r in lines)
 
     def _break_glass(self, commands: list[tuple[str, float]]) -> list[str]:
@@ -251,8 +249,7 @@ class Runner:
         return self._install_watchdog(commands)
 
     def _judge(self, *, whole: bool, commands: list[tuple[str, float]]) -> list[str]:
-        seen = observe(self.rack, self.inventory,
-                       Path(self.env["SPARKRACK_STATE_DIR"]) / "audit.jsonl", WATCHDOG_ON)
+        seen = observe(self.rack, self.inventory, self.local_audit, WATCHDOG_ON)
         return judge(seen, cap_mhz=self.inventory.vars.clock_cap_mhz, nodes=self.nodes,
                      whole=whole, commands=commands)
 
@@ -280,9 +277,7 @@ class Runner:
                 return (f"not injected: the command ended first "
                         f"({time.monotonic() - started:.1f} s)")
             time.sleep(0.05)
-        kind = fault.kind
-        node = self.inventory.head.name if kind == "head_lost" else \
-            self.where(fault.node) if fault.node else None
+        kind, node = fault.kind, self.where(fault.node) if fault.node else None
         if kind == "sigint":
             proc.send_signal(signal.SIGINT)
             return "SIGINT sent"

@@ -184,12 +184,8 @@ def down(inventory: Inventory, *, timeout: int | None = None,
              nodes=[r.node for r in report.stopped],
              **({"stopped": current.deployment_id} if current and report.stopped else {}))
         if late:
-            on_event(f"{late[0]} arrived while the group stopped: it stopped whole and its "
-                     "record was cleared first; the memory wait is skipped")
             raise KeyboardInterrupt(late[0])
-        if report.stopped:
-            report.not_recovered = wait_memory(
-                fleet, current.mem_available_kb_before if current else {}, RECOVERY_TIMEOUT)
+        wait_for_memory(fleet, report)
         moved, problems = fold_records(fleet, inventory.head.name)
         if moved:
             note(break_glass_records=moved)
@@ -218,7 +214,19 @@ def stop_deployment(fleet: Fleet, inventory: Inventory, *, timeout: int | None,
             report.errors[inventory.head.name] = error.line()
         if not report.errors:
             record.clear(fleet, inventory, "current")
+    if late:
+        on_event(f"{late[0]} arrived while the group stopped: it stopped whole and its "
+                 "record was cleared first; the memory wait is skipped")
     return report, late
+
+
+def wait_for_memory(fleet: Fleet, report: StopReport) -> None:
+    """After stop_deployment: wait for the memory its ranks held (back to the figures the
+    current record kept from before its start), into report.not_recovered."""
+    if report.stopped:
+        current = report.current
+        report.not_recovered = wait_memory(
+            fleet, current.mem_available_kb_before if current else {}, RECOVERY_TIMEOUT)
 
 
 def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeout=None,
@@ -243,9 +251,7 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
             note(stopped=replacing or (current.deployment_id if current else None))
             if late:
                 raise KeyboardInterrupt(late[0])
-            if stopped.stopped:
-                stopped.not_recovered = wait_memory(
-                    fleet, current.mem_available_kb_before if current else {}, RECOVERY_TIMEOUT)
+            wait_for_memory(fleet, stopped)
             stopped.seconds = time.monotonic() - began
         on_event(f"old deployment stopped in {stopped.seconds:.1f} s")
         try:

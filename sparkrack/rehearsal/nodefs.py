@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .layout import HCAS, NodeLayout
 
+
 def read_json_object(path: Path) -> dict:
     """The JSON object in path; {} if it is missing, unreadable or not an object (a node's
     state files are rewritten while nodes run and power off)."""

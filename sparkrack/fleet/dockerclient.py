@@ -1,11 +1,12 @@
-"""A docker SDK client per node, over SSH connections made exactly like the fleet's own.
+"""A docker SDK client per node, riding on the fleet's own SSH connection to that node.
 
 docker-py's ssh:// transport (docker/transport/sshconn.py, SSHHTTPAdapter) builds its own
 paramiko client: it reads ~/.ssh/config (which may redirect the host), loads the system
 and user known_hosts, offers any key it finds and sets no channel timeout. Here the
-adapter's two connection hooks are replaced so that its client comes from
-fleet_ssh.open_client: netguard-vetted address, the inventory's known_hosts only with
-unknown keys refused, the inventory's key only, every wait bounded. The adapter is
+adapter's two connection hooks are replaced so that its client is the fleet's connection
+to the node (netguard-vetted address, the inventory's known_hosts only with unknown keys
+refused, the inventory's key only, every wait bounded): each docker request is one more
+channel on it (`docker system dial-stdio`), never a second login. The adapter is
 mounted on an APIClient built with use_ssh_client=True (which routes requests to the
 "ssh" adapter without connecting anywhere) and a fixed API version (no request at
 construction); the server's API version is then read through our adapter, as
@@ -14,7 +15,7 @@ version="auto" would.
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 import docker
 import paramiko
@@ -23,7 +24,7 @@ from docker.constants import MINIMUM_DOCKER_API_VERSION
 from docker.transport import SSHHTTPAdapter
 from urllib3.connectionpool import HTTPConnectionPool
 
-from sparkrack.fleet.ssh import UnreachableError, open_client, who
+from sparkrack.fleet.ssh import UnreachableError, who
 from sparkrack.inventory import Node
 
 _MOUNT = "http+docker://ssh"  # where docker-py's APIClient sends every ssh:// request
@@ -32,25 +33,29 @@ _NO_ANSWER = (docker.errors.DockerException, requests.RequestException, paramiko
 
 
 class PinnedSSHAdapter(SSHHTTPAdapter):
-    """docker-py's SSH adapter whose paramiko client comes from fleet_ssh.open_client."""
+    """docker-py's SSH adapter whose paramiko client is the fleet's connection to node."""
 
-    def __init__(self, node: Node, known_hosts: Path, timeout: float):
+    def __init__(self, node: Node, connection: Callable[[], paramiko.SSHClient],
+                 timeout: float):
+        """connection: the fleet's open client to node (reopened by the fleet if it died)."""
         self.node = node
-        self.known_hosts = known_hosts
+        self._connection = connection
         super().__init__(_base_url(node), timeout=timeout)  # calls _connect
 
     def _create_paramiko_client(self, base_url: str) -> None:
         """Nothing to prepare: docker-py would read ssh_config and system host keys here."""
 
     def _connect(self) -> None:
-        """Open a fresh, fully configured SSH client (closing any previous one)."""
-        if self.ssh_client is not None:
-            self.ssh_client.close()
-        self.ssh_client = open_client(self.node, self.known_hosts)
+        """Take the fleet's current connection to the node."""
+        self.ssh_client = self._connection()
+
+    def close(self) -> None:
+        """Close this adapter's channels; the connection stays the fleet's to close."""
+        self.pools.clear()
 
     def get_connection(self, url: str, proxies: dict | None = None) -> HTTPConnectionPool:
-        """docker-py's connection pool for url, reconnecting first if the SSH transport died
-        (docker-py itself would keep handing out channels of a dead transport)."""
+        """docker-py's connection pool for url, on the fleet's connection again if the one it
+        had died (docker-py itself would keep handing out channels of a dead transport)."""
         with self.pools.lock:
             transport = self.ssh_client.get_transport()
             if transport is None or not transport.is_active():
@@ -77,14 +82,15 @@ class PinnedDockerClient(docker.DockerClient):
         self.api = api
 
 
-def pinned_docker_client(node: Node, known_hosts: Path) -> docker.DockerClient:
-    """A docker client to node's dockerd over SSH, trusting only known_hosts.
+def pinned_docker_client(node: Node, connection: Callable[[], paramiko.SSHClient]
+                         ) -> docker.DockerClient:
+    """A docker client to node's dockerd over connection (the fleet's client to node).
 
-    Connection failures raise what fleet_ssh.open_client raises; a dockerd that does not
-    answer raises UnreachableError.
+    Connection failures raise what connection raises; a dockerd that does not answer
+    raises UnreachableError.
     """
     timeout = node.vars.ssh_command_timeout
-    adapter = PinnedSSHAdapter(node, known_hosts, timeout)
+    adapter = PinnedSSHAdapter(node, connection, timeout)
     try:
         return PinnedDockerClient(PinnedAPIClient(adapter, timeout))
     except BaseException as error:

@@ -67,7 +67,8 @@ class Fleet:
         self._may_borrow = borrow
         self.nodes: tuple[Node, ...] = tuple(inventory.nodes if nodes is None else nodes)
         self._by_name = {node.name: node for node in self.nodes}
-        self._locks = {node.name: threading.Lock() for node in self.nodes}
+        # re-entrant: a docker client takes the node's connection under the node's lock
+        self._locks = {node.name: threading.RLock() for node in self.nodes}
         self._connections: dict[str, Connection] = {}
         self._borrowed: set[str] = set()  # nodes whose connection another owner lent us
         self._docker: dict[str, docker.DockerClient] = {}
@@ -149,9 +150,9 @@ class Fleet:
             self._sftp, node, partial(download, paths=node_paths[node.name])))
 
     def docker_client(self, node: str | Node) -> docker.DockerClient:
-        """A docker SDK client to node's dockerd over SSH: same address check, known_hosts,
-        key and timeouts as the fleet. Cached; closed with the fleet. UnreachableError
-        (naming the node and why) if no session can be had."""
+        """A docker SDK client to node's dockerd over this fleet's connection to node (each
+        request a channel on it: no second login). Cached; closed with the fleet.
+        UnreachableError (naming the node and why) if no session can be had."""
         from sparkrack.fleet.dockerclient import pinned_docker_client  # the SDK only when used
 
         target = self._node(node if isinstance(node, str) else node.name)
@@ -159,7 +160,8 @@ class Fleet:
         with self._locks[target.name]:
             if target.name not in self._docker:
                 try:
-                    self._docker[target.name] = pinned_docker_client(target, self.known_hosts)
+                    self._docker[target.name] = pinned_docker_client(
+                        target, lambda: self._connection(target)[0].client)
                 except _SESSION_ERRORS as error:
                     raise UnreachableError(explain(target, self.known_hosts, error)) from None
             return self._docker[target.name]

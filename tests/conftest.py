@@ -1,11 +1,16 @@
-"""Test-suite guards and the one rehearsal rack a test run boots.
+"""Test-suite guards and the rehearsal racks a test run boots.
 
 SPARKRACK_SANDBOX=1 is set before any sparkrack module runs: under it the fleet layer
 refuses every address outside loopback and the rehearsal subnet. SPARKRACK_STATE_DIR points
 the local rack lock and audit copy at a fresh temporary folder.
+
+Under pytest-xdist (`-n 2`, pyproject's addopts) as root, the first process drives this
+machine's rehearsal rack and the second a private one of its own (tests/rackns.py), each
+booted once: the rack modules are shared out between them like the unit modules.
 """
 
 import os
+import shutil
 import signal
 import tempfile
 
@@ -19,6 +24,10 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 import rackhealth  # noqa: E402
+import rackns  # noqa: E402
+
+if rackns.inside():
+    rackns.enter()  # before any test: this process's rack is its own
 
 REPO = Path(__file__).resolve().parent.parent
 REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
@@ -66,17 +75,38 @@ def rack():
         rack.load_startup(node.name, None)
 
 
+_TWO_RACKS: dict = {}  # set in the controlling process when the second process has a rack
+
+
+def pytest_configure(config):
+    """With two xdist processes, as root: the second runs in namespaces of its own with a
+    private rehearsal rack (tests/rackns.py). SPARKRACK_TEST_ONE_RACK=1 keeps one rack."""
+    tx = getattr(config.option, "tx", None)
+    if (hasattr(config, "workerinput") or not tx or len(tx) != 2 or tx[1] != "popen"
+            or os.environ.get("SPARKRACK_TEST_ONE_RACK") == "1" or not rackns.available()):
+        return
+    folder = Path(tempfile.mkdtemp(prefix="sparkrack-test-wrapper-"))
+    tx[1] = f"popen//python={rackns.wrapper(folder)}"
+    _TWO_RACKS["folder"] = folder
+
+
+def pytest_unconfigure(config):
+    if "folder" in _TWO_RACKS:
+        shutil.rmtree(_TWO_RACKS.pop("folder"), ignore_errors=True)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under pytest-xdist (`-n 2`, pyproject's addopts): every rack test (tests/integration)
-    in one process, one after another, on one rack booted once; each unit module kept in
-    one process (its module fixtures made once), spread over the processes beside it."""
+    """Under pytest-xdist: each module kept in one process (its module fixtures made once),
+    the modules spread over the processes. With one rack, every rack test
+    (tests/integration) in one process, one after another, on the rack booted once."""
     from xdist.scheduler import LoadScopeScheduling
 
     class RackTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "tests/integration" if path.startswith("tests/integration/") else path
+            together = path.startswith("tests/integration/") and not _TWO_RACKS
+            return "tests/integration" if together else path
 
     return RackTogether(config, log)
 

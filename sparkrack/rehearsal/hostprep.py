@@ -1,8 +1,10 @@
-"""What this machine needs before it can host a rehearsal rack: packages and a client key."""
+"""What this machine needs before it can host a rehearsal rack: packages, a client key and
+kernel limits sized for many nodes on one kernel."""
 
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 from ..errors import SparkrackError
 from .layout import CLIENT_KEY, SSH_DIR
@@ -20,6 +22,12 @@ REQUIRED_COMMANDS = {
     "udevadm": "udev",  # which `netplan apply` calls
 }
 SBIN_DIRS = ("/usr/sbin", "/sbin")
+# Every node's systemd, journald, networkd and dockerd hold inotify instances, counted per
+# user across the whole kernel: a real Spark has a kernel of its own, the rehearsal nodes
+# share this machine's, whose default (128) runs out at about two racks' worth of nodes
+# (a node then fails to boot: "Failed to create inotify object: Too many open files").
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_INSTANCES_FLOOR = 8192
 
 
 def missing_packages() -> list[str]:
@@ -52,3 +60,15 @@ def client_key() -> str:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sparkrack-rehearsal",
                         "-f", str(CLIENT_KEY)], check=True)
     return CLIENT_KEY.with_suffix(".pub").read_text().strip()
+
+
+def raise_kernel_limits(say) -> None:
+    """Raise the shared kernel limits the nodes need (never lower one), saying so."""
+    try:
+        have = int(INOTIFY_INSTANCES.read_text())
+    except (OSError, ValueError):
+        return  # not Linux's procfs: nothing to size
+    if have < INOTIFY_INSTANCES_FLOOR:
+        INOTIFY_INSTANCES.write_text(f"{INOTIFY_INSTANCES_FLOOR}\n")
+        say(f"fs.inotify.max_user_instances raised from {have} to {INOTIFY_INSTANCES_FLOOR} "
+            "(the rehearsal nodes share this machine's kernel)")

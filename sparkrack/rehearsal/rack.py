@@ -177,6 +177,7 @@ class RehearsalRack:
         missing = hostprep.missing_packages()
         if missing:
             hostprep.install_packages(missing, self.say)
+        hostprep.raise_kernel_limits(self.say)
         self._clear_stale()
         hostnet.install_blackhole()
         hostnet.ensure_bridge()

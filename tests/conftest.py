@@ -48,9 +48,9 @@ def ctrl_c_as_a_terminal_sends_it():
 
 @pytest.fixture(scope="session")
 def rack():
-    """The rehearsal rack, booted once per test run and put back to healthy (a rack used
-    before the run: faults, engines, a lock); torn down at the end unless it was already up
-    before the run (a developer's rack is left as it was found)."""
+    """This process's rehearsal rack, booted once per test run, put back to healthy (a rack
+    used before the run: faults, engines, a lock) and provisioned; torn down at the end
+    unless it was already up before the run (a developer's rack is left as it was found)."""
     from sparkrack.inventory import load_inventory
     from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE
     from sparkrack.rehearsal.rack import RehearsalRack
@@ -62,6 +62,7 @@ def rack():
     rack.up()
     rackhealth.repair_faults(rack)
     rackhealth.repair_engines(rack.inventory)
+    rackhealth.provisioned(rack.inventory)  # a fresh rack (the second process's) too
     for node in rack.nodes:  # as the stub engines load in 1 s, not minutes
         rack.load_startup(node.name, rackhealth.LOAD_STARTUP_S)
     _SESSION["rack"] = rack
@@ -144,11 +145,9 @@ def engine_rack(rack, inventory):
     GPU's clock lock as the cap unit sets it. The model files and clock locks are read from
     this machine (no SSH); only the nodes where they differ are written or restarted."""
     from sparkrack.fleet import Fleet
-    from sparkrack.provision import provision
     from sparkrack.rehearsal.stub.modeldir import write_stub_model
 
-    report = provision(inventory)
-    assert report.exit_code == 0, [report.recap(n.name) for n in inventory.nodes]
+    rackhealth.provisioned(inventory)
     stale_model = rackhealth.stub_model_differs(rack, STUB_CONFIG)
     uncapped = rackhealth.clock_lock_differs(rack)  # a test or an operator reset it by hand
     if stale_model or uncapped:

@@ -100,3 +100,11 @@ def repair_engines(inventory) -> list[str]:
             assert not problems, problems
             repaired.append(f"{len(ranks)} engine container(s) stopped and removed")
     return repaired
+
+
+def provisioned(inventory) -> None:
+    """Every role provisioned on every node (a no-change run on a provisioned rack)."""
+    from sparkrack.provision import provision
+
+    report = provision(inventory)
+    assert report.exit_code == 0, [report.recap(n.name) for n in inventory.nodes]

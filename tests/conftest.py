@@ -99,9 +99,13 @@ def pytest_unconfigure(config):
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist: each module kept in one process (its module fixtures made once),
-    the modules spread over the processes. With one rack, every rack test
-    (tests/integration) in one process, one after another, on the rack booted once."""
+    the modules handed out in collection order as the processes free up: the rack modules
+    (long, mostly waiting) first, the unit modules (short) after them, filling in. With one
+    rack, every rack test (tests/integration) in one process, one after another, on the
+    rack booted once."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # xdist's order (most tests first) ends in a rack module
 
     class RackTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

@@ -4,9 +4,10 @@ SPARKRACK_SANDBOX=1 is set before any sparkrack module runs: under it the fleet 
 refuses every address outside loopback and the rehearsal subnet. SPARKRACK_STATE_DIR points
 the local rack lock and audit copy at a fresh temporary folder.
 
-Under pytest-xdist (`-n 2`, pyproject's addopts) as root, the first process drives this
-machine's rehearsal rack and the second a private one of its own (tests/rackns.py), each
-booted once: the rack modules are shared out between them like the unit modules.
+Under pytest-xdist (`-n 2`, pyproject's addopts) every rack test runs in one process on
+this machine's rehearsal rack, booted once, the unit modules beside them. With
+SPARKRACK_TEST_RACKS=2 (as root) the second process drives a private rack of its own
+(tests/rackns.py) and the rack modules are shared out between the two.
 """
 
 import os
@@ -80,11 +81,11 @@ _TWO_RACKS: dict = {}  # set in the controlling process when the second process 
 
 
 def pytest_configure(config):
-    """With two xdist processes, as root: the second runs in namespaces of its own with a
-    private rehearsal rack (tests/rackns.py). SPARKRACK_TEST_ONE_RACK=1 keeps one rack."""
+    """SPARKRACK_TEST_RACKS=2, with two xdist processes, as root: the second runs in
+    namespaces of its own with a private rehearsal rack (tests/rackns.py)."""
     tx = getattr(config.option, "tx", None)
     if (hasattr(config, "workerinput") or not tx or len(tx) != 2 or tx[1] != "popen"
-            or os.environ.get("SPARKRACK_TEST_ONE_RACK") == "1" or not rackns.available()):
+            or os.environ.get("SPARKRACK_TEST_RACKS") != "2" or not rackns.available()):
         return
     folder = Path(tempfile.mkdtemp(prefix="sparkrack-test-wrapper-"))
     tx[1] = f"popen//python={rackns.wrapper(folder)}"

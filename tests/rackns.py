@@ -6,8 +6,8 @@ time. The second process runs under `unshare --mount --net` (its xdist python is
 `wrapper()`), and before anything else `enter()` gives it a private view of everything the
 rehearsal rack keeps on this machine: its state and node disks (/var/lib/sparkrack/
 rehearsal, bound from PRIVATE_STATE), its run directory and network-namespace names
-(fresh tmpfs), its cgroups (bound from PRIVATE_CGROUP) and a network namespace with only
-loopback in it. Inside, the second rack has the same names, addresses and inventory as the
+(fresh tmpfs), its cgroups (bound from PRIVATE_CGROUP), a network namespace with only
+loopback in it and /sys/class/net showing that namespace. Inside, the second rack has the same names, addresses and inventory as the
 machine's own, which this process never sees, and no route to anywhere but itself.
 """
 
@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from sparkrack.rehearsal.layout import CGROUP_GROUP, CGROUP_ROOTS, RUN_DIR, STATE_DIR
@@ -54,6 +55,7 @@ def inside() -> bool:
 def enter() -> None:
     """Give this process (already in its own namespaces) its private rack's view."""
     _run("ip", "link", "set", "lo", "up")
+    _own_netdevs()
     for folder in (RUN_DIR, NETNS_DIR):
         folder.mkdir(parents=True, exist_ok=True)
         _run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(folder))
@@ -68,6 +70,18 @@ def enter() -> None:
         shared.mkdir(exist_ok=True)
         _kill_leftovers(private)
         _run("mount", "--bind", str(private), str(shared))
+
+
+def _own_netdevs() -> None:
+    """/sys/class/net (and the devices it links to) as this network namespace has them:
+    sysfs shows the namespace it was mounted in, and /sys is still this machine's (the
+    network guard looks for the rack's bridge there)."""
+    fresh = Path(tempfile.mkdtemp(prefix="sparkrack-sysfs-"))
+    _run("mount", "-t", "sysfs", "sysfs", str(fresh))
+    for part in ("class/net", "devices/virtual/net"):
+        _run("mount", "--bind", str(fresh / part), f"/sys/{part}")
+    _run("umount", "-l", str(fresh))
+    fresh.rmdir()
 
 
 def _kill_leftovers(group: Path) -> None:

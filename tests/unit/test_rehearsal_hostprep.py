@@ -1,24 +1,20 @@
 """The kernel limits a rehearsal rack sizes on this machine (a file stands for procfs)."""
 
+import pytest
+
 from sparkrack.rehearsal import hostprep
 
+FLOOR = hostprep.INOTIFY_INSTANCES_FLOOR
 
-def test_the_inotify_limit_is_raised_to_the_floor_and_said(tmp_path, monkeypatch):
+
+@pytest.mark.parametrize("have, kept", [(128, False), (FLOOR, True), (65536, True)])
+def test_the_inotify_limit_is_raised_to_the_floor_said_and_never_lowered(
+        tmp_path, monkeypatch, have, kept):
     limit = tmp_path / "max_user_instances"
-    limit.write_text("128\n")
+    limit.write_text(f"{have}\n")
     monkeypatch.setattr(hostprep, "INOTIFY_INSTANCES", limit)
     said = []
     hostprep.raise_kernel_limits(said.append)
-    assert limit.read_text() == f"{hostprep.INOTIFY_INSTANCES_FLOOR}\n"
-    assert said == [f"fs.inotify.max_user_instances raised from 128 to "
-                    f"{hostprep.INOTIFY_INSTANCES_FLOOR} (the rehearsal nodes share this "
-                    "machine's kernel)"]
-
-
-def test_a_higher_inotify_limit_is_kept(tmp_path, monkeypatch):
-    limit = tmp_path / "max_user_instances"
-    limit.write_text("65536\n")
-    monkeypatch.setattr(hostprep, "INOTIFY_INSTANCES", limit)
-    said = []
-    hostprep.raise_kernel_limits(said.append)
-    assert limit.read_text() == "65536\n" and said == []
+    assert limit.read_text() == f"{have if kept else FLOOR}\n"
+    assert said == ([] if kept else [f"fs.inotify.max_user_instances raised from {have} to "
+                                     f"{FLOOR} (the rehearsal nodes share this machine's kernel)"])

@@ -27,11 +27,12 @@ import pytest  # noqa: E402
 import rackhealth  # noqa: E402
 import rackns  # noqa: E402
 
-if rackns.inside():
-    rackns.enter()  # before any test: this process's rack is its own
 
 REPO = Path(__file__).resolve().parent.parent
 REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
+
+if rackns.inside():
+    rackns.enter(REHEARSAL_INVENTORY)  # before any test: this process's rack is its own
 
 
 _SESSION: dict = {}  # the session's rack once booted; "dirty" after a rack test failed

@@ -7,7 +7,9 @@ time. The second process runs under `unshare --mount --net` (its xdist python is
 rehearsal rack keeps on this machine: its state and node disks (/var/lib/sparkrack/
 rehearsal, bound from PRIVATE_STATE), its run directory and network-namespace names
 (fresh tmpfs), its cgroups (bound from PRIVATE_CGROUP), a network namespace with only
-loopback in it and /sys/class/net showing that namespace. Inside, the second rack has the same names, addresses and inventory as the
+loopback in it, /sys/class/net showing that namespace, and its own copy of the
+repository's inventory/rehearsal folder (where tasks record, e.g., the watchdog service
+they installed). Inside, the second rack has the same names, addresses and inventory as the
 machine's own, which this process never sees, and no route to anywhere but itself.
 """
 
@@ -21,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sparkrack.data import OWN_FOLDER
 from sparkrack.rehearsal.layout import CGROUP_GROUP, CGROUP_ROOTS, RUN_DIR, STATE_DIR
 
 ENV = "SPARKRACK_TEST_PRIVATE_RACK"  # set in the second process by its wrapper
@@ -52,8 +55,9 @@ def inside() -> bool:
     return os.environ.get(ENV) == "1"
 
 
-def enter() -> None:
-    """Give this process (already in its own namespaces) its private rack's view."""
+def enter(inventory: Path) -> None:
+    """Give this process (already in its own namespaces) its private rack's view, and its
+    own copy of the rehearsal inventory folder (what a task records there stays its own)."""
     _run("ip", "link", "set", "lo", "up")
     _own_netdevs()
     for folder in (RUN_DIR, NETNS_DIR):
@@ -70,6 +74,10 @@ def enter() -> None:
         shared.mkdir(exist_ok=True)
         _kill_leftovers(private)
         _run("mount", "--bind", str(private), str(shared))
+    copy = PRIVATE_STATE / "inventory"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(inventory, copy, ignore=shutil.ignore_patterns(OWN_FOLDER))
+    _run("mount", "--bind", str(copy), str(inventory))
 
 
 def _own_netdevs() -> None:

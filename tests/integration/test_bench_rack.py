@@ -193,9 +193,11 @@ def test_sglang_bench_reports_the_stub_rate_and_ctrl_c_keeps_a_partial_result(be
         assert outcome.error is None and not result.partial, result.notes
         _check_rates(result, RATES["sglang"])
         # --max-running-requests 2: users 3 and 4 wait for a slot, so the aggregate is
-        # about two users' worth and two users' TTFT include one whole answer
+        # about two users' worth and two users' TTFT include one whole answer (the first
+        # two wait for none: well under half of one, however busy this machine is)
         ttfts = sorted(u.ttft_s for u in result.users.per_user)
-        assert ttfts[1] < 0.5 < TOKENS / RATES["sglang"] * 0.9 < ttfts[2]
+        answer = TOKENS / RATES["sglang"]
+        assert ttfts[1] < answer / 2 < answer * 0.9 < ttfts[2], ttfts
         needle = result.needle
         assert needle.context == CONTEXT and needle.found  # within the stub's context
         assert CONTEXT * 0.9 < needle.prompt_tokens <= CONTEXT  # sized from the server's counts
@@ -249,7 +251,8 @@ def test_vllm_bench_and_compare_with_sglang(bench_rack):
     assert outcome.error is None and not result.partial, result.notes
     _check_rates(result, RATES["vllm"])
     assert result.accept_length == pytest.approx(2.83, abs=0.05)  # MTP 3, from the counters
-    assert max(u.ttft_s for u in result.users.per_user) < 0.5  # no slot limit: one wave
+    # no slot limit: one wave, nobody waits for another's answer
+    assert max(u.ttft_s for u in result.users.per_user) < TOKENS / RATES["vllm"] / 2
 
     # the SGLang run only on the head now: compare reads it from beside the record there
     (store.local_dir(inventory) / f"{PREFIX}sglang.json").unlink()

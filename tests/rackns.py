@@ -16,6 +16,7 @@ machine's own, which this process never sees, and no route to anywhere but itsel
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -45,7 +46,7 @@ def wrapper(folder: Path) -> Path:
     path.write_text("#!/bin/sh\n"
                     f"export {ENV}=1\n"
                     "exec unshare --mount --net --propagation private -- "
-                    f"{sys.executable} \"$@\"\n")
+                    f"{shlex.quote(sys.executable)} \"$@\"\n")
     path.chmod(0o755)
     return path
 

@@ -30,7 +30,8 @@ from ..fleet.netguard import REHEARSAL_STATE_FILE
 
 BOOT_TIMEOUT = 90.0
 # In the node: until $1 s have passed, wait for every address netplan gave a netdev that has
-# a carrier (10-netplan-DEV.network, Address=) to be on it.
+# a carrier (10-netplan-DEV.network, Address=) to be on it, and for the first one to be in
+# the GID table of the simulated HCA over that netdev (rehearsal-roce-follow.service).
 FABRIC_SETTLED = r"""
 end=$(( $(date +%s) + $1 ))
 for file in /run/systemd/network/10-netplan-*.network; do
@@ -41,6 +42,18 @@ for file in /run/systemd/network/10-netplan-*.network; do
     until ip -o -4 addr show dev "$dev" | grep -q " inet $address "; do
       [ "$(date +%s)" -lt "$end" ] || {
         echo "systemd-networkd did not put $address on $dev (netplan: /etc/netplan)" >&2
+        exit 1; }
+      sleep 0.1
+    done
+  done
+  first=$(sed -n 's/^Address=//p' "$file" | head -n 1)
+  [ -n "$first" ] || continue
+  gid=$(IFS=./; set -- $first; printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$1" "$2" "$3" "$4")
+  for hca in /run/sparkrack-sim/infiniband/*; do
+    [ -e "$hca/device/net/$dev" ] || continue
+    until grep -qsx "$gid" "$hca"/ports/1/gids/*; do
+      [ "$(date +%s)" -lt "$end" ] || {
+        echo "the simulated HCA ${hca##*/} did not take $first (rehearsal-roce-follow.service)" >&2
         exit 1; }
       sleep 0.1
     done

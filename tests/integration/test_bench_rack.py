@@ -159,8 +159,11 @@ def _check_rates(result, rate: float) -> None:
     medians = {p.prompt: p.median_decode_tok_s for p in result.single}
     assert list(medians) == ["code", "prose", "explanation"]
     assert all(len(p.runs) == 3 for p in result.single)
+    # the stub's rate, within what a busy machine does to a client's clock: medians of three
+    # within 10 %, one user among four within 15 % (43.3 tok/s seen for 40 with two racks);
+    # the engines' rates (40, 30) stay told apart
     for prompt, value in medians.items():
-        assert abs(value - rate) / rate < 0.05, (prompt, value, rate)
+        assert abs(value - rate) / rate < 0.10, (prompt, value, rate)
     for p in result.single:
         for run in p.runs:
             assert run.completion_tokens == TOKENS  # from usage
@@ -168,7 +171,7 @@ def _check_rates(result, rate: float) -> None:
     users = result.users
     assert users.count == 4 and [u.user for u in users.per_user] == [1, 2, 3, 4]
     for u in users.per_user:
-        assert abs(u.decode_tok_s - rate) / rate < 0.05, u
+        assert abs(u.decode_tok_s - rate) / rate < 0.15, u
     assert users.aggregate_tok_s is not None and users.aggregate_tok_s > rate
 
 
@@ -201,7 +204,8 @@ def test_sglang_bench_reports_the_stub_rate_and_ctrl_c_keeps_a_partial_result(be
         needle = result.needle
         assert needle.context == CONTEXT and needle.found  # within the stub's context
         assert CONTEXT * 0.9 < needle.prompt_tokens <= CONTEXT  # sized from the server's counts
-        assert abs(needle.prefill_s - needle.prompt_tokens / 4000) < 0.3
+        # never quicker than the stub's prefill rate; later by what a busy machine adds
+        assert -0.1 < needle.prefill_s - needle.prompt_tokens / 4000 < 0.6, needle
         assert result.accept_length == pytest.approx(2.83, abs=0.01)  # EAGLE 3 steps
         d = result.deployment
         assert (d["engine"], d["profile"], d["deployment_id"]) == ("sglang", "512k", specs[0].deployment_id)
@@ -280,8 +284,9 @@ def test_vllm_bench_and_compare_with_sglang(bench_rack):
         assert rows[f"decode.{prompt}"]["pct"] == pytest.approx(33.3, abs=5)
     assert rows["accept_length"]["verdict"] == "tie"
     # the same stub prefill rate on both: one ~1 s wall-clock reading each, equal within
-    # what a busy machine adds to one of them (a "tie" needs 3 %)
-    assert abs(rows["needle.prefill_s"]["pct"]) < 15, rows["needle.prefill_s"]
+    # what a busy machine adds to one of them (0.35 s seen with two racks; a "tie" needs 3 %)
+    prefill = rows["needle.prefill_s"]
+    assert min(prefill["a"], prefill["b"]) > 0.9 and abs(prefill["delta"]) < 0.6, prefill
 
     proc = invoke_bench(wiring, state, "bench.compare", f"{PREFIX}vllm", f"{PREFIX}sglang",
                         "-i", "inventory/rehearsal")

@@ -45,12 +45,12 @@ def as_found(rack, inventory):
 def fresh(inventory, limit=None):
     """Remove what the file roles write (the state of a node never provisioned)."""
     report = unprovision(inventory, limit, roles=FILE_ROLES)
-    assert report.exit_code == 0, as_json(report)
+    assert report.exit_code == 0, failures(report)
 
 
 def provisioned(inventory, limit=None, roles=FILE_ROLES):
     report = provision(inventory, limit, roles=roles)
-    assert report.exit_code == 0, as_json(report)
+    assert report.exit_code == 0, failures(report)
     return report
 
 
@@ -189,7 +189,7 @@ def test_shell_metacharacters_land_literally_and_never_run(inventory, tmp_path):
     try:
         report = provision(odd, "spark-03", roles="nccl_env,engine_env",
                            environ={"HF_TOKEN": token})
-        assert report.exit_code == 0, as_json(report)
+        assert report.exit_code == 0, failures(report)
         assert token not in json.dumps(as_json(report))
         with Fleet(inventory, inventory.select("spark-03")) as fleet:
             files = fleet.get({"spark-03": [NCCL_ENV, "/etc/sparkrack/sglang.env"]})[

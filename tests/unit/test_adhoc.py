@@ -121,7 +121,7 @@ def test_run_task_end_to_end_json_text_and_exit_codes(sshd: Sshd, tmp_path: Path
     done = invoke("--nodes", "spark-01,spark-03", "--", "echo", "a  b", "--", "c")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["-" * 16, "spark-[01,03] (2 nodes): exit 0", "-" * 16,
-                                        "a  b -- c"]
+                                        "a  b -- c"], done.stdout + done.stderr
     assert done.stderr.strip() == "2 ok"
 
     done = invoke("--nodes", "spark-01")

@@ -82,3 +82,33 @@ def test_even_gid_index_is_rejected(tmp_path):
 def test_ibdev2netdev_prints_nothing_without_rdma_devices(tmp_path):
     out = ibdev2netdev(tmp_path / "absent")
     assert (out.returncode, out.stdout) == (0, "")
+
+
+def test_a_rewrite_never_shows_a_half_written_or_missing_hca(tmp_path):
+    """The follower rewrites the tree on every carrier or address change; a reader (fact
+    gathering, the engines' GID lookup) must see the old device or the new one, whole."""
+    import threading
+
+    tree = tmp_path / "infiniband"
+    assert roce_tree(tree, *TWINS, "--ipv4", "10.77.1.11").returncode == 0
+    seen, stop = [], threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                seen.append(port_file(tree, "rocep1s0f0", "gids/254"))
+            except OSError as error:
+                seen.append(repr(error))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for n in range(12):  # down and up again, as a cable pulled and plugged
+            down = ["--down", "rocep1s0f0"] if n % 2 else []
+            assert roce_tree(tree, *TWINS, "--ipv4", "10.77.1.11", *down).returncode == 0
+    finally:
+        stop.set()
+        reader.join()
+    assert seen and set(seen) == {"0000:0000:0000:0000:0000:0000:0000:0000"}, set(seen)
+    assert sorted(os.listdir(tmp_path)) == ["infiniband", "infiniband.staging"]
+    assert os.listdir(tmp_path / "infiniband.staging") == []  # nothing left behind

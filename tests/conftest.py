@@ -4,10 +4,11 @@ SPARKRACK_SANDBOX=1 is set before any sparkrack module runs: under it the fleet 
 refuses every address outside loopback and the rehearsal subnet. SPARKRACK_STATE_DIR points
 the local rack lock and audit copy at a fresh temporary folder.
 
-Under pytest-xdist (`-n 2`, pyproject's addopts) every rack test runs in one process on
-this machine's rehearsal rack, booted once, the unit modules beside them. With
-SPARKRACK_TEST_RACKS=2 (as root) the second process drives a private rack of its own
-(tests/rackns.py) and the rack modules are shared out between the two.
+Under pytest-xdist (`-n 2`, pyproject's addopts), as root, each process drives a rehearsal
+rack of its own, booted once: the first this machine's, the second a private one
+(tests/rackns.py), and the modules are shared out between the two. SPARKRACK_TEST_RACKS=1
+(or a machine that cannot give a process a private rack) runs every rack test in one
+process on one rack, the unit modules beside them.
 """
 
 import os
@@ -82,11 +83,11 @@ _TWO_RACKS: dict = {}  # set in the controlling process when the second process 
 
 
 def pytest_configure(config):
-    """SPARKRACK_TEST_RACKS=2, with two xdist processes, as root: the second runs in
+    """Two xdist processes, as root, unless SPARKRACK_TEST_RACKS=1: the second runs in
     namespaces of its own with a private rehearsal rack (tests/rackns.py)."""
     tx = getattr(config.option, "tx", None)
     if (hasattr(config, "workerinput") or not tx or len(tx) != 2 or tx[1] != "popen"
-            or os.environ.get("SPARKRACK_TEST_RACKS") != "2" or not rackns.available()):
+            or os.environ.get("SPARKRACK_TEST_RACKS", "2") != "2" or not rackns.available()):
         return
     folder = Path(tempfile.mkdtemp(prefix="sparkrack-test-wrapper-"))
     tx[1] = f"popen//python={rackns.wrapper(folder)}"

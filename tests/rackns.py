@@ -1,8 +1,8 @@
 """A second rehearsal rack for the test suite's second process, in namespaces of its own.
 
-The rack tests wait far more than they compute (engines load, burns run, a cut node times
-out), so two processes each driving a rack of their own finish them in about half the
-time. The second process runs under `unshare --mount --net` (its xdist python is
+The rack tests are the run's critical path: one rack, one process after another. Two
+processes each driving a rack of their own share them out (on two cores the run is then
+CPU-bound: about 14 minutes instead of 16). The second process runs under `unshare --mount --net` (its xdist python is
 `wrapper()`), and before anything else `enter()` gives it a private view of everything the
 rehearsal rack keeps on this machine: its state and node disks (/var/lib/sparkrack/
 rehearsal, bound from PRIVATE_STATE), its run directory and network-namespace names

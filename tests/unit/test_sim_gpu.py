@@ -366,3 +366,37 @@ def test_second_daemon_on_a_taken_port_fails_with_one_line(node, tmp_path):
     out = subprocess.run([str(SIM_DIR / "gpusimd")], capture_output=True, text=True, timeout=10,
                          env={**os.environ, "GPU_SIM_CONFIG": str(config)})
     assert out.returncode == 1 and out.stderr.startswith("gpusimd: cannot serve on 127.0.0.1:")
+
+
+@pytest.mark.parametrize("value", [
+    {"ok": True, "state": {"clocks_sm": 2187, "power_w": 43.47, "name": "NVIDIA GB10",
+                           "lock": None, "allocs": [[1, "python3", 1 << 40]], "note": "é\n\"x\""}},
+    [], "", 0, -1.5e-7, False, {"nan": float("inf")},
+])
+def test_the_clients_json_reads_and_writes_what_the_json_module_does(value):
+    import gpusim_client
+
+    assert gpusim_client.dumps(value) == json.dumps(value)
+    assert gpusim_client.loads(json.dumps(value)) == value
+    assert gpusim_client.loads(f" {json.dumps(value)}\n") == value
+
+
+@pytest.mark.parametrize("text", ["", "{", '{"a": 1} x', "[1,]", "nul", '{"a": 1}{}'])
+def test_the_clients_json_refuses_what_the_json_module_refuses(text):
+    import gpusim_client
+
+    with pytest.raises(ValueError):
+        json.loads(text)
+    with pytest.raises(ValueError):
+        gpusim_client.loads(text)
+
+
+def test_nvidia_smi_starts_on_c_modules_alone(node):
+    """The burn check runs it every half second on every node: no re, enum, socket, json."""
+    out = subprocess.run([sys.executable, "-IS", "-c",
+                          f"import sys; sys.path.insert(0, {str(SIM_DIR)!r}); "
+                          f"import gpusim_client, gpusim_config, nvsmi_fields, nvsmi_report, "
+                          f"nvsmi_table; print(sorted(sys.modules))"],
+                         env=node.env, capture_output=True, text=True, timeout=10)
+    loaded = set(json.loads(out.stdout.replace("'", '"')))
+    assert loaded.isdisjoint({"re", "enum", "socket", "json", "uuid", "selectors"}), loaded

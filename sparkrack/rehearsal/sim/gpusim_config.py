@@ -7,10 +7,7 @@ Node power is tuned to the field report: 8 nodes uncapped ~1,735 W, capped at 2,
 1,350-1,425 W. Memory: one 121.7 GiB unified pool (MemTotal 127600748 kB).
 """
 
-import json
 import os
-import socket
-import uuid
 
 DEFAULT_CONFIG_PATH = "/etc/gpu-sim/node.json"
 DEFAULT_PORT = 47800
@@ -63,6 +60,10 @@ def config_path() -> str:
 
 def load_config(path: str | None = None) -> dict:
     """Read the node config (missing file = all defaults); unknown keys are an error."""
+    import json  # here, not at the top: nvidia-smi's client needs only config_path
+    import socket
+    import uuid
+
     path = path or config_path()
     given = {}
     if os.path.exists(path):

@@ -170,12 +170,14 @@ def _check_rates(result, rate: float) -> None:
     users = result.users
     assert users.count == 4 and [u.user for u in users.per_user] == [1, 2, 3, 4]
     for u in users.per_user:
-        # one user among four: the rate counts from that user's first token (a wait for a
-        # slot is TTFT, not decode), and is the stub's within what a machine short of CPU
-        # does to four streams at once (24.6 and 56.5 tok/s seen for 40 beside a CPU hog:
-        # a starved engine sends late, a starved client reads a burst late)
+        # one user among four: the rate counts from that user's first token to its last (a
+        # wait for a slot is TTFT, not decode), so it is at least the rate from the first
+        # token to the end of the answer (which a busy machine may deliver late: 37.7 tok/s
+        # against 32.6 seen); and it is the stub's within what a machine short of CPU does
+        # to four streams at once (24.6 and 56.5 tok/s seen for 40 beside a CPU hog: a
+        # starved engine sends late, a starved client reads a burst late)
         after_first = (u.completion_tokens - 1) / (u.seconds - u.ttft_s)
-        assert u.decode_tok_s == pytest.approx(after_first, rel=0.1), u
+        assert u.decode_tok_s >= after_first * 0.999, u
         assert rate * 0.5 < u.decode_tok_s < rate * 2, u
     assert users.aggregate_tok_s is not None and users.aggregate_tok_s > rate
 

@@ -22,12 +22,14 @@ import paramiko
 import requests
 from docker.constants import MINIMUM_DOCKER_API_VERSION
 from docker.transport import SSHHTTPAdapter
+from docker.transport.sshconn import SSHConnectionPool
 from urllib3.connectionpool import HTTPConnectionPool
 
 from sparkrack.fleet.ssh import UnreachableError, who
 from sparkrack.inventory import Node
 
 _MOUNT = "http+docker://ssh"  # where docker-py's APIClient sends every ssh:// request
+_POOL = "dial-stdio"  # the key of the adapter's one pool
 _NO_ANSWER = (docker.errors.DockerException, requests.RequestException, paramiko.SSHException,
               EOFError)
 
@@ -54,14 +56,22 @@ class PinnedSSHAdapter(SSHHTTPAdapter):
         self.pools.clear()
 
     def get_connection(self, url: str, proxies: dict | None = None) -> HTTPConnectionPool:
-        """docker-py's connection pool for url, on the fleet's connection again if the one it
-        had died (docker-py itself would keep handing out channels of a dead transport)."""
+        """The adapter's one connection pool, whatever the url, on the fleet's connection
+        again if the one it had died (docker-py itself would keep handing out channels of a
+        dead transport). docker-py keeps a pool per whole URL, so each new path (every
+        container's inspect) started one more `docker system dial-stdio` on the node
+        (docker/docker-py#2966); one pool reuses its open channels for every request."""
         with self.pools.lock:
             transport = self.ssh_client.get_transport()
             if transport is None or not transport.is_active():
                 self.pools.clear()
                 self._connect()
-        return super().get_connection(url, proxies)
+            pool = self.pools.get(_POOL)
+            if pool is None:
+                pool = SSHConnectionPool(ssh_client=self.ssh_client, timeout=self.timeout,
+                                         maxsize=self.max_pool_size, host=self.ssh_host)
+                self.pools[_POOL] = pool
+        return pool
 
 
 class PinnedAPIClient(docker.APIClient):

@@ -124,3 +124,21 @@ def test_settle_needs_an_unless_guard_and_a_sane_number(tmp_path):
         load_role(write(tmp_path, "- name: t\n  command: {argv: [a], creates: /b, settle: 5}\n"))
     with pytest.raises(RoleError, match="settle must be a number of seconds"):
         load_role(write(tmp_path, "- name: t\n  command: {argv: [a], unless: [b], settle: 0}\n"))
+
+
+def test_a_settling_command_waits_until_its_guard_still_holds_a_second_later(tmp_path):
+    """networkd deletes and re-adds an address after `netplan apply` returns: the guard
+    passes on the old state, then fails for a moment. The wait ends on the new state."""
+    flag, back = tmp_path / "flag", tmp_path / "back"
+    role = load_role(write(tmp_path, (
+        "- name: late\n  command:\n"
+        f"    argv: [sh, -c, '(touch {flag}; sleep 0.2; rm {flag}; sleep 0.3; touch {flag} "
+        f"{back}) >/dev/null 2>&1 &']\n"
+        f"    unless: [test, -e, '{flag}']\n    settle: 10\n")))
+    renderer = Renderer()
+    tasks = render_tasks(role, role.tasks, {}, renderer)
+    change, = plan_node([role], {"r": tasks}, {}, {}, ProvisionFacts(
+        guards={("test", "-e", str(flag)): 1}), renderer=renderer)
+    done = _run_locally(change)
+    assert done.returncode == 0, done.stdout
+    assert back.exists(), "the wait ended on the guard's first pass, before the dip"

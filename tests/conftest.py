@@ -83,10 +83,10 @@ _TWO_RACKS: dict = {}  # set in the controlling process when the second process 
 
 
 def pytest_configure(config):
-    """Two xdist processes, as root, unless SPARKRACK_TEST_RACKS=1: the second runs in
+    """Two racks, as root, unless SPARKRACK_TEST_RACKS=1: the second xdist process runs in
     namespaces of its own with a private rehearsal rack (tests/rackns.py)."""
     tx = getattr(config.option, "tx", None)
-    if (hasattr(config, "workerinput") or not tx or len(tx) != 2 or tx[1] != "popen"
+    if (hasattr(config, "workerinput") or not tx or len(tx) < 2 or tx[1] != "popen"
             or os.environ.get("SPARKRACK_TEST_RACKS", "2") != "2" or not rackns.available()):
         return
     folder = Path(tempfile.mkdtemp(prefix="sparkrack-test-wrapper-"))
@@ -99,12 +99,21 @@ def pytest_unconfigure(config):
         shutil.rmtree(_TWO_RACKS.pop("folder"), ignore_errors=True)
 
 
+RACK_PROCESSES = ("gw0", "gw1")  # the xdist processes that may drive a rack
+
+
+def _is_rack_scope(scope: str) -> bool:
+    return scope.startswith("tests/integration")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist: each module kept in one process (its module fixtures made once),
-    the modules handed out in collection order as the processes free up: the rack modules
-    (long, mostly waiting) first, the unit modules (short) after them, filling in. With one
-    rack, every rack test (tests/integration) in one process, one after another, on the
+    the modules handed out in collection order as the processes free up. The first two
+    processes take the rack modules (long, CPU-bound on the rack) first, then unit modules;
+    a third (`-n 3`, pyproject's addopts) takes unit modules only, from the start, so that
+    their waits (lock timeouts, heartbeats, a stopped sshd) overlap the racks' work. With
+    one rack, every rack test (tests/integration) in one process, one after another, on the
     rack booted once."""
     from xdist.scheduler import LoadScopeScheduling
 
@@ -115,6 +124,32 @@ def pytest_xdist_make_scheduler(config, log):
             path = nodeid.split("::", 1)[0]
             together = path.startswith("tests/integration/") and not _TWO_RACKS
             return "tests/integration" if together else path
+
+        def _next_scope(self, node) -> str | None:
+            """The first module in the queue this process may run."""
+            rack_process = node.gateway.id in RACK_PROCESSES
+            return next((scope for scope in self.workqueue
+                         if rack_process or not _is_rack_scope(scope)), None)
+
+        def _assign_work_unit(self, node) -> None:
+            scope = self._next_scope(node)
+            if scope is None:
+                return
+            work_unit = self.workqueue.pop(scope)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(nodeid)
+                                    for nodeid, done in work_unit.items() if not done])
+
+        def _reschedule(self, node) -> None:
+            if node.shutting_down:
+                return
+            if self._next_scope(node) is None:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) > 2:
+                return
+            self._assign_work_unit(node)
 
     return RackTogether(config, log)
 

@@ -4,11 +4,11 @@ SPARKRACK_SANDBOX=1 is set before any sparkrack module runs: under it the fleet 
 refuses every address outside loopback and the rehearsal subnet. SPARKRACK_STATE_DIR points
 the local rack lock and audit copy at a fresh temporary folder.
 
-Under pytest-xdist (`-n 2`, pyproject's addopts), as root, each process drives a rehearsal
-rack of its own, booted once: the first this machine's, the second a private one
-(tests/rackns.py), and the modules are shared out between the two. SPARKRACK_TEST_RACKS=1
-(or a machine that cannot give a process a private rack) runs every rack test in one
-process on one rack, the unit modules beside them.
+Under pytest-xdist (`-n 3`, pyproject's addopts), as root, the first two processes drive a
+rehearsal rack each, booted once: the first this machine's, the second a private one
+(tests/rackns.py), and the rack modules are shared out between the two; the third runs unit
+modules only. SPARKRACK_TEST_RACKS=1 (or a machine that cannot give a process a private
+rack) runs every rack test in one process on one rack, the unit modules beside them.
 """
 
 import os

@@ -2,7 +2,7 @@
 
 The rack tests are the run's critical path: one rack, one process after another. Two
 processes each driving a rack of their own share them out (on two cores the run is then
-CPU-bound: about 14 minutes instead of 16). The second process runs under `unshare --mount --net` (its xdist python is
+CPU-bound: about 14 minutes instead of 16; 11 with a third process for the unit modules). The second process runs under `unshare --mount --net` (its xdist python is
 `wrapper()`), and before anything else `enter()` gives it a private view of everything the
 rehearsal rack keeps on this machine: its state and node disks (/var/lib/sparkrack/
 rehearsal, bound from PRIVATE_STATE), its run directory and network-namespace names

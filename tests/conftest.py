@@ -122,7 +122,7 @@ def pytest_xdist_make_scheduler(config, log):
     class RackTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            together = path.startswith("tests/integration/") and not _TWO_RACKS
+            together = _is_rack_scope(path) and not _TWO_RACKS
             return "tests/integration" if together else path
 
         def _next_scope(self, node) -> str | None:

@@ -4,8 +4,9 @@ Every command has a guard (checked when the role is loaded): `creates` (a path t
 once it ran) or `unless` (an argv that exits 0 once it ran). Absent mode skips it: a
 command has no inverse. `settle: SECONDS` is for a command whose effect lands after it
 returns (`netplan apply` hands the config to the network daemon): the `unless` guard must
-then hold within that many seconds, on two checks a second apart, or the command fails. A notified handler runs
-whatever its guard said: the guard was gathered before the change that notified it.
+then hold within that many seconds, on two checks a second apart, or the command fails. A
+notified handler runs whatever its guard said: the guard was gathered before the change
+that notified it.
 """
 
 from __future__ import annotations

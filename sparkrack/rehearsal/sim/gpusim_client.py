@@ -27,7 +27,6 @@ class _Decoding:
     parse_float = float
     parse_int = int
     parse_constant = _CONSTANTS.__getitem__
-    memo: dict = {}
 
 
 def _unencodable(value):

@@ -120,13 +120,20 @@ def latch(c, node, inventory=None, clear=False):
 
 
 @task(help={**NODE_HELP, "index": "the GID index the IPv4-mapped RoCE v2 entry moves to "
-            "(odd, >= 3)", "clear": "back to index 3"})
+            "(>= 3)", "clear": "back to index 3",
+            "moving": "SEED: from the next boot on, each boot draws the index from 3, 5 "
+            "and 6 (seeded: the same seed, the same sequence)"})
 @operator_task
-def renumber_gid(c, node, inventory=None, index=None, clear=False):
-    """Renumber a node's GID tables as a firmware update can (kept across power cycles)."""
-    if clear == (index is not None):
-        raise UsageError("give --index N or --clear", fix="e.g. invoke rehearsal.renumber-gid "
-                         f"{node} --index 5")
+def renumber_gid(c, node, inventory=None, index=None, clear=False, moving=None):
+    """Renumber a node's GID tables, as firmware can, or let them move at each boot."""
+    if [clear, index is not None, moving is not None].count(True) != 1:
+        raise UsageError("give one of --index N, --moving SEED or --clear",
+                         fix=f"e.g. invoke rehearsal.renumber-gid {node} --index 5")
+    if moving is not None:
+        _rack(inventory).gid_moves(node, _integer(moving, "--moving", 7))
+        console.say(f"{node}: from its next boot on, each boot puts the RoCE v2 IPv4 GID at "
+                    "3, 5 or 6")
+        return
     _rack(inventory).renumber_gid(node, None if clear else _integer(index, "--index", 5))
     console.say(f"{node}: RoCE v2 IPv4 GID at index {3 if clear else index}")
 

@@ -442,11 +442,18 @@ class RehearsalRack:
 
     def renumber_gid(self, name: str, index: int | None) -> None:
         """Firmware renumbering of the node's GID tables: the IPv4-mapped RoCE v2 entry moves
-        to index (None: back to 3). Kept across reboots and power cycles, as firmware is."""
-        if index is not None and (index < 3 or index % 2 == 0):
-            raise UsageError(f"GID index {index}: v2 entries sit at odd indexes >= 3",
-                             fix="give an odd index such as 5")
+        to index (None: back to 3), even or odd. Kept across reboots and power cycles, as
+        firmware is."""
+        if index is not None and index < 3:
+            raise UsageError(f"GID index {index}: 0 and 1 hold the link-local pair and a "
+                             "v1 entry comes before its v2", fix="give an index >= 3, e.g. 5")
         self._roce_fault(name, "renumber", "--clear" if index is None else str(index))
+
+    def gid_moves(self, name: str, seed: int) -> None:
+        """From the node's next boot on, each boot puts the RoCE v2 IPv4 entry at 3, 5 or 6,
+        drawn from seed and the boot's number (as owners see it move across reboots);
+        renumber_gid pins it again."""
+        self._roce_fault(name, "moves", str(seed))
 
     def hca_down(self, name: str, hca: str, down: bool = True) -> None:
         """Take one HCA's port down (or up) until a reboot or power cycle: a cable out."""

@@ -138,6 +138,16 @@ def renumber_gid(c, node, inventory=None, index=None, clear=False, moving=None):
     console.say(f"{node}: RoCE v2 IPv4 GID at index {3 if clear else index}")
 
 
+@task(help={**NODE_HELP, "form": "NVIDIA's /etc/netplan/40-cx7.yaml: link-local (the "
+            "playbook's: link-local IPv4 on both ports' first path), static (the switch "
+            "playbook's: addresses on port 0's two paths) or none"})
+@operator_task
+def cx7_netplan(c, node, form, inventory=None):
+    """Boot a node with NVIDIA's own ConnectX-7 netplan file in one of its public forms."""
+    _rack(inventory).cx7_netplan(node, form)
+    console.say(f"{node}: rebooted with NVIDIA's 40-cx7.yaml: {form}")
+
+
 @task(help={**NODE_HELP, "release": "the kernel release `uname -r` reports, e.g. "
             "7.0.0-1019-nvidia", "clear": "back to DGX OS's release, 6.17.0-1008-nvidia"})
 @operator_task

@@ -19,7 +19,7 @@ from ipaddress import ip_address
 
 from ..errors import SparkrackError, UsageError
 from ..inventory import Inventory, load_inventory
-from . import hostnet, hostprep, nodefs, nodeproc
+from . import cx7netplan, hostnet, hostprep, nodefs, nodeproc
 from .extras import ExtraNode, check_extra, read_extras, write_extras
 from .stubimage import build_stub_images
 from .cabling import Cabling, read_cabling, write_cabling
@@ -411,6 +411,21 @@ class RehearsalRack:
         if done.returncode != 0:
             raise SparkrackError(f"{name}: could not set the load start-up: "
                                  f"{done.stderr.strip()}")
+
+    def cx7_netplan(self, name: str, form: str, boot: bool = True) -> None:
+        """Put NVIDIA's /etc/netplan/40-cx7.yaml on the node in one of its public forms
+        (cx7netplan.FORMS; `none` removes it), then reboot it so that it boots with it."""
+        node = self.node(name)
+        try:
+            argv = cx7netplan.install_argv(form, node)
+        except ValueError as error:
+            raise UsageError(f"--form: {error}", fix="e.g. --form link-local") from None
+        done = nodeproc.in_node(node, argv)
+        if done.returncode != 0:
+            raise SparkrackError(f"{name}: could not write /{cx7netplan.PATH}: "
+                                 f"{done.stderr.strip()}")
+        if boot:
+            self.reboot(name)
 
     def kernel(self, name: str, release: str | None) -> None:
         """The host kernel release the node's `uname -r` reports (None: DGX OS's), so the

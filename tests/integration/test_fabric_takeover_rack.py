@@ -48,34 +48,35 @@ def wait_for(what, check, seconds=40.0):
     return value
 
 
-@pytest.fixture
-def nvidia_netplan(engine_rack, rack):
-    """NODE booted with NVIDIA's link-local 40-cx7.yaml; afterwards none, and provisioned."""
-    rack.cx7_netplan([NODE], "link-local")
-    yield engine_rack, rack.node(NODE)
+@pytest.fixture(params=[("link-local", "169.254."), ("static", "10.77.5.")])
+def nvidia_netplan(request, engine_rack, rack):
+    """NODE booted with NVIDIA's 40-cx7.yaml in one of its forms (and the prefix of the
+    address it adds to enp1s0f0np0); afterwards none, and provisioned."""
+    form, prefix = request.param
+    rack.cx7_netplan([NODE], form)
+    yield engine_rack, prefix
     with Fleet(engine_rack, [engine_rack.node(NODE)]) as fleet:
         fleet.run({NODE: ["rm", "-rf", "/var/lib/sparkrack/netplan-replaced"]})
     rack.cx7_netplan([NODE], "none")
     assert provision(engine_rack, NODE).exit_code == 0
 
 
-def test_nvidia_link_local_netplan_is_taken_over_and_nccl_uses_roce_addr(nvidia_netplan, rack):
-    inventory, _ = nvidia_netplan
+def test_nvidia_netplan_is_taken_over_and_nccl_uses_roce_addr(nvidia_netplan, rack):
+    inventory, prefix = nvidia_netplan
     roce_addr = inventory.node(NODE).roce_addr
     with Fleet(inventory, [inventory.node(NODE)]) as fleet:
-        # netplan merged both files: the link-local address joins roce_addr, and the GID
-        # table holds a pair for each
-        wait_for("a link-local address", lambda: any(
-            a.startswith("169.254.") for a in addresses(fleet)))
+        # netplan merged both files: NVIDIA's address joins roce_addr, and the GID table
+        # holds a pair for each
+        wait_for(f"an address {prefix}*", lambda: any(
+            a.startswith(prefix) for a in addresses(fleet)))
         gids = wait_for("two IPv4 GIDs", lambda: (g := ipv4_gids(fleet)) and len(g) == 2 and g)
-        assert sorted(gids.values())[0].startswith("10.77.3.") and roce_addr in gids.values()
-        assert any(a.startswith("169.254.") for a in gids.values())
+        assert roce_addr in gids.values() and any(a.startswith(prefix) for a in gids.values())
 
         checked = provision(inventory, NODE, roles="fabric", check=True)
         take_over = next(c for c in checked.nodes[0].changes
                          if c.task.startswith("the fabric's netdevs carry exactly"))
         assert "/etc/netplan/40-cx7.yaml names enp1s0f0np0" in take_over.summary, take_over.summary
-        assert "169.254." in take_over.summary and "is not the fabric's" in take_over.summary
+        assert prefix in take_over.summary and "is not the fabric's" in take_over.summary
 
         report = provision(inventory, NODE)
         assert report.exit_code == 0, failures(report)

@@ -40,7 +40,7 @@ def stand_ins(rehearsal_inventory, monkeypatch):
     def gather(fleet, env_files, report):
         knobs.order.append("reachable")
         report.facts.update(knobs.facts)
-        report.env.update({name: SimpleNamespace(problems=[]) for name in knobs.facts})
+        report.env.update({name: SimpleNamespace(problems=[], gid_moved=None) for name in knobs.facts})
         report.add("reachable", [], "all answer")
 
     def judge(fleet, inventory, specs, report, replacing):

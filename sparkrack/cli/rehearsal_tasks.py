@@ -114,7 +114,7 @@ def reboot(c, node, inventory=None, no_wait=False):
 @task(help={**NODE_HELP, "clear": "clear the latch instead (a full power removal also does)"})
 @operator_task
 def latch(c, node, inventory=None, clear=False):
-    """Latch a node's simulated GPU in the low-clock state (~715 MHz under load)."""
+    """Latch a node's simulated GPU in the low-clock state (482-858 MHz under load)."""
     _rack(inventory).latch(node, on=not clear)
     console.say(f"{node}: GPU {'unlatched' if clear else 'latched in the low-clock state'}")
 

@@ -212,13 +212,14 @@ def test_no_query_reveals_the_locked_range(node):
     assert "2200" not in everything and "2190" not in everything
 
 
-def test_latched_node_runs_at_715_mhz_and_18_w_whatever_the_lock(node):
+def test_latched_node_runs_at_481_to_858_mhz_and_6_to_16_w_whatever_the_lock(node):
     node.latch.write_text("")
     node.smi("-lgc", "0,2200")
     with node.client() as load:
         load.hold_load(100)
-        clock, power = node.query("clocks.sm,power.draw")
-    assert int(clock) == 715 and float(power) == 18.0
+        readings = [node.query("clocks.sm,power.draw") for _ in range(5)]
+    assert all(481 <= int(clock) <= 858 and 5.8 <= float(power) <= 15.8
+               for clock, power in readings), readings
 
 
 def test_a_spinning_kernel_reads_busy_at_low_power_until_a_real_load_joins(node):
@@ -235,8 +236,9 @@ def test_a_spinning_kernel_reads_busy_at_low_power_until_a_real_load_joins(node)
 
 def test_power_limit_is_refused_as_on_gb10(node):
     out = node.smi("-pl", "150")
-    assert out.stdout == ("Changing power management limit is not supported for GPU: "
-                          "0000000F:01:00.0.\nTreating as warning and moving on.\nAll done.\n")
+    assert out.stdout == ("Changing power management limit is not supported in current scope "
+                          "for GPU: 0000000F:01:00.0.\nTreating as warning and moving on.\n"
+                          "All done.\n")
     assert out.returncode == 0  # a warning, as the real tool: only -eow makes it fail
     assert node.smi("-pl", "150", "-eow").returncode != 0
     assert node.query("power.limit") == ["[N/A]"]
@@ -266,7 +268,8 @@ def test_meminfo_is_rewritten_in_place_and_tracks_allocations(node):
         return int(re.search(r"^MemAvailable:\s+(\d+) kB$", meminfo.read_text(), re.M).group(1))
 
     inode, before = meminfo.stat().st_ino, available_kb()
-    assert re.search(r"^MemTotal:\s+127600748 kB$", meminfo.read_text(), re.M)
+    total = int(re.search(r"^MemTotal:\s+(\d+) kB$", meminfo.read_text(), re.M).group(1))
+    assert total == 127612452  # spark-01's own: units differ (127,600,524-127,622,144 kB)
     with node.client() as holder:
         holder.allocate(8 * 2**30, name="python3")
         assert available_kb() == before - 8 * 2**20

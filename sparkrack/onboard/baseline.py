@@ -48,7 +48,7 @@ KINDS = {
     "driver": "another driver minor version",
     "kernel": "another host kernel",
     "os": "another OS release",
-    "memory": "another memory size",
+    "memory": "another memory size (beyond the spread of units and releases)",
     "docker-version": "another docker version",
     "gid-index": "another RoCE v2 GID index (provision writes it per node)",
     "clock-cap": "the clock cap unit is not active (provision installs it)",
@@ -57,6 +57,9 @@ KINDS = {
 BLOCKING = ("not-gb10", "driver-major", "known-bad-kernel", "missing-hca", "hca-down",
             "docker", "nvidia-runtime")
 TIME_SKEW_S = 2.0
+# MemTotal differs by some MiB between units and by about 2 GiB between OS releases
+# (docs/field-notes.md): within this fraction of the members' it is the same memory
+MEMORY_SPREAD = 0.03
 
 @dataclass
 class Facts:
@@ -244,7 +247,9 @@ def compare(new: Facts, members: Mapping[str, Facts], *, hcas: Sequence[str],
     else:
         same("kernel", "host kernel", lambda f: f.kernel)
     same("os", "OS", lambda f: f.os)
-    same("memory", "MemTotal", lambda f: f.mem_total_kb)
+    memory = memory_difference(new.mem_total_kb, [f.mem_total_kb for f in peers.values()])
+    if memory:
+        add("memory", "MemTotal", *memory)
     # docker
     if new.docker is None:
         add("docker", "docker", f"not answering ({new.docker_error or 'no dockerd'})",
@@ -286,6 +291,22 @@ def compare(new: Facts, members: Mapping[str, Facts], *, hcas: Sequence[str],
     if new.skew_s is not None and abs(new.skew_s) > TIME_SKEW_S:
         add("time", "system clock", f"{new.skew_s:+.1f} s", "this machine's")
     return found
+
+
+def memory_difference(mine: int | None, members: Sequence[int | None]
+                      ) -> tuple[str, str] | None:
+    """(the node's MemTotal, the members') when the node's is not within MEMORY_SPREAD of
+    the members' median, else None: real units differ a little, and that is no
+    difference."""
+    known = sorted(kb for kb in members if kb)
+    if not known:
+        return None
+    middle = known[len(known) // 2]
+    if mine and abs(mine - middle) <= MEMORY_SPREAD * middle:
+        return None
+    low, high = known[0] / 2**20, known[-1] / 2**20
+    rack = f"{low:.1f} GiB" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f} GiB"
+    return (f"{mine / 2**20:.1f} GiB" if mine else "unknown"), rack
 
 
 def _roce_devices(facts: Facts, hcas: Sequence[str], socket_ifname: str) -> list[str]:

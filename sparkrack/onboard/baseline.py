@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sparkrack.facts import node as node_facts
@@ -31,7 +31,6 @@ from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
 from sparkrack.inventory.values import address_problem
 from sparkrack.onboard.context import Context, Step
-from sparkrack.rules.ruleset import all_rules
 
 GB10 = "NVIDIA GB10"
 
@@ -39,7 +38,7 @@ GB10 = "NVIDIA GB10"
 KINDS = {
     "not-gb10": "the GPU is not a GB10 (or nvidia-smi does not answer)",
     "driver-major": "another NVIDIA driver major version than the rack",
-    "known-bad-kernel": "a host kernel known to be bad (rules.yml HOST-KERNEL)",
+    "known-bad-kernel": "a host kernel that breaks RDMA memory registration (HOST-KERNEL)",
     "missing-hca": "an HCA of NCCL_IB_HCA is missing",
     "hca-down": "an HCA's port or netdev is down",
     "mtu": "a RoCE netdev's MTU differs from the rack's (provision's role fabric sets it)",
@@ -70,6 +69,7 @@ class Facts:
     hostname: str = ""
     os: str = ""
     kernel: str = ""
+    kernel_problem: str | None = None  # why the kernel breaks RDMA (facts.kernel), or None
     gpu_name: str | None = None
     gpu_error: str | None = None
     driver: str | None = None
@@ -161,6 +161,7 @@ def build_facts(node: Node, answers: Answers, now: float | None = None) -> Facts
     unit = status.clock_cap
     return Facts(
         node=node.name, hostname=status.hostname, os=status.os, kernel=status.kernel,
+        kernel_problem=status.kernel_facts().problem(),
         gpu_name=status.gpu.name, gpu_error=status.gpu.error, driver=status.gpu.driver,
         mem_total_kb=status.mem_total_kb, sm_mhz=status.gpu.sm_mhz,
         clock_cap=f"{unit.active}/{unit.result or '-'}" if unit.load != "not-found" else "none",
@@ -212,8 +213,7 @@ def driver_major(version: str | None) -> str | None:
 
 
 def compare(new: Facts, members: Mapping[str, Facts], *, hcas: Sequence[str],
-            socket_ifname: str, known_bad_kernels: Iterable[str] = (),
-            waivers: Mapping[str, str] | None = None) -> list[Difference]:
+            socket_ifname: str, waivers: Mapping[str, str] | None = None) -> list[Difference]:
     """Every difference between new and the members that answered (pure)."""
     waivers = dict(waivers or {})
     peers = {n: f for n, f in members.items() if f.ok}
@@ -239,11 +239,9 @@ def compare(new: Facts, members: Mapping[str, Facts], *, hcas: Sequence[str],
     else:
         same("driver", "NVIDIA driver", lambda f: f.driver)
     # kernel
-    bad = set(known_bad_kernels)
-    if new.kernel in bad:
-        add("known-bad-kernel", "host kernel", new.kernel,
-            f"{rack_value({n: f.kernel for n, f in peers.items()})[1]}; known bad: "
-            f"{', '.join(sorted(bad))}")
+    if new.kernel_problem:
+        add("known-bad-kernel", "host kernel", f"{new.kernel}: {new.kernel_problem}",
+            rack_value({n: f.kernel for n, f in peers.items()})[1])
     else:
         same("kernel", "host kernel", lambda f: f.kernel)
     same("os", "OS", lambda f: f.os)
@@ -329,13 +327,6 @@ def _mtu(facts: Facts, dev: str, hcas: Sequence[str], socket_ifname: str,
     return None
 
 
-def known_bad_kernels() -> tuple[str, ...]:
-    """Host kernels the rules (HOST-KERNEL) name as bad."""
-    return tuple(sorted({value for rule in all_rules()
-                         if getattr(rule.check, "kind", None) == "kernel_not_in"
-                         for value in rule.check.values}))
-
-
 def check_waivers(waivers: Mapping[str, str]) -> dict[str, str]:
     """The waivers, checked: only blocking kinds, each with a reason."""
     from sparkrack.errors import UsageError
@@ -377,8 +368,7 @@ def run(ctx: Context) -> None:
         resolve_roce_addr(ctx, step, mine)
         report.differences = compare(
             mine, members, hcas=new.vars.nccl_ib_hca,
-            socket_ifname=new.vars.nccl_socket_ifname,
-            known_bad_kernels=known_bad_kernels(), waivers=ctx.options.waivers)
+            socket_ifname=new.vars.nccl_socket_ifname, waivers=ctx.options.waivers)
         for difference in report.differences:
             ctx.line(step, difference.line())
         refusing = [d for d in report.differences if d.refuses]

@@ -25,6 +25,8 @@ GB10_DEFAULTS = {
     "port": DEFAULT_PORT,
     "state_dir": "/run/gpu-sim",
     "meminfo_file": None,  # STATE_DIR/meminfo when unset
+    "cmdline_file": None,  # STATE_DIR/cmdline when unset (bound over /proc/cmdline)
+    "kernel_file": "/etc/gpu-sim/kernel.json",  # the kernel the node boots (gpusim_kernel)
     "latch_file": "/var/lib/gpu-sim/latched",
     "persistence_mode": True,  # nvidia-persistenced runs on DGX OS
     "mem_total_kb": 127600748,  # each unit its own within UNIT_MEM_TOTAL_KB (unit_figures)
@@ -99,4 +101,5 @@ def load_config(path: str | None = None) -> dict:
     config["uuid"] = config["uuid"] or f"GPU-{seed}"
     config["serial"] = config["serial"] or str(1650000000000 + seed.int % 10**9)
     config["meminfo_file"] = config["meminfo_file"] or os.path.join(config["state_dir"], "meminfo")
+    config["cmdline_file"] = config["cmdline_file"] or os.path.join(config["state_dir"], "cmdline")
     return config

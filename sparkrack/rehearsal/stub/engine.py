@@ -178,6 +178,7 @@ class Rank:
         self.stuck = False  # an allocation failed mid-forward: this rank no longer answers
         self.forwards = 0  # forwards this rank has begun (the wedge_at_request fault)
         self.transport_fault: transport.Fault | None = None  # NCCL fails it after the rendezvous
+        self.endpoints: dict = {}  # what its peers must reach (transport.endpoints)
 
     def init_nccl(self) -> None:
         """The NCCL communicator's init, right after the rendezvous: a transport environment
@@ -295,7 +296,7 @@ class Worker(Rank):
                    f"({args.head_host}, {args.group_port}).", self.log)
         link = self.link = Link(sock, f"{args.head_host}:{args.group_port}")
         link.send("hello", rank=args.rank, nnodes=args.nnodes, engine=args.engine,
-                  node=socket.gethostname(), pid=os.getpid())
+                  node=socket.gethostname(), pid=os.getpid(), endpoints=self.endpoints)
         while True:
             message = link.recv()
             if message is None:
@@ -428,6 +429,12 @@ class Head(Rank):
                 die(1, f"torch.distributed.DistStoreError: Timed out after "
                        f"{args.dist_timeout_s:g} seconds waiting for clients. "
                        f"{joined}/{args.nnodes} clients joined.", self.log)
+        cut = transport.unreachable({0: self.endpoints, **self.group.endpoints})
+        if cut is not None:  # every rank fails its connections: the group dies at init
+            pid = os.getpid()
+            print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL WARN {cut.warning}", flush=True)
+            self.group.abort(cut.warning)
+            die(1, f"[rank0]: {cut.error}", self.log)
         self.group.broadcast("joined")
         self.log("Init torch distributed ends.")
         self.init_nccl()
@@ -898,7 +905,9 @@ def main(engine: str, argv: list[str] | None = None) -> None:
             f"block cap {scratch.cap / (1 << 20):.0f} MiB")
     try:
         interfaces = transport.local_interfaces()
-        fault = transport.check(os.environ, gpu.rdma(), interfaces, args.head_host) or \
+        rdma = gpu.rdma()
+        reach = transport.endpoints(os.environ, rdma, interfaces)
+        fault = transport.check(os.environ, rdma, interfaces, args.head_host) or \
             (transport.advertised_fault(engine, os.environ, interfaces, _management_address())
              if args.nnodes > 1 else None)
     except NoDevice as error:
@@ -910,6 +919,7 @@ def main(engine: str, argv: list[str] | None = None) -> None:
     extra = {"model_info": model_info} if args.is_head else {}
     rank = cls(args, settings, gpu, scratch, log, started, **extra)
     rank.transport_fault = fault
+    rank.endpoints = reach
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, frame: rank.on_signal(number))
     rank.check_die_after()

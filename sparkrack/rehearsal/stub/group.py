@@ -2,7 +2,8 @@
 
 A star of TCP links carrying JSON lines stands for torch.distributed + NCCL:
 
-    worker -> head: hello {rank, nnodes, engine, node, pid}, loaded, ack {id}, pong {id}
+    worker -> head: hello {rank, nnodes, engine, node, pid, endpoints}, loaded, ack {id},
+                    pong {id}
     head -> worker: joined, reject {reason}, begin {id, prompt_tokens}, end {id},
                     ping {id}, shutdown, abort {reason}
 
@@ -104,6 +105,7 @@ class HeadGroup:
         self.log = log
         self.links: dict[int, Link] = {}
         self.nodes: dict[int, str] = {}
+        self.endpoints: dict[int, dict] = {}  # what each rank's peers must reach (hello)
         self.loaded: set[int] = set()
         self.all_joined = threading.Event()
         self.all_loaded = threading.Event()
@@ -162,6 +164,8 @@ class HeadGroup:
             else:
                 self.links[rank] = link
                 self.nodes[rank] = f"{hello.get('node', '?')} ({address})"
+                endpoints = hello.get("endpoints")
+                self.endpoints[rank] = endpoints if isinstance(endpoints, dict) else {}
                 joined = len(self.links)
         if why:
             self.log(f"rejected a rank from {address}: {why}")

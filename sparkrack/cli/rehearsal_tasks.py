@@ -124,7 +124,7 @@ def reboot(c, node, inventory=None, no_wait=False):
 @task(help={**NODE_HELP, "clear": "clear the latch instead (a full power removal also does)"})
 @operator_task
 def latch(c, node, inventory=None, clear=False):
-    """Latch a node's simulated GPU in the low-clock state (~715 MHz under load)."""
+    """Latch a node's simulated GPU in the low-clock state (482-858 MHz under load)."""
     _rack(inventory).latch(node, on=not clear)
     console.say(f"{node}: GPU {'unlatched' if clear else 'latched in the low-clock state'}")
 
@@ -157,16 +157,24 @@ def cx7_netplan(c, node, form, inventory=None):
 
 
 @task(help={**NODE_HELP, "release": "the kernel release `uname -r` reports, e.g. "
-            "7.0.0-1019-nvidia", "clear": "back to DGX OS's release, 6.17.0-1008-nvidia"})
+            "7.0.0-1019-nvidia", "clear": "back to DGX OS's kernel, 6.17.0-1008-nvidia",
+            "kho_bug": "yes: KHO leaves CmaTotal 0 and ibv_reg_mr fails (ENOMEM); no: it "
+            "does not (default: yes for 7.0.0-1019-nvidia, as public reports say)",
+            "cmdline": "parameters added to the kernel command line, e.g. kho=off"})
 @operator_task
-def kernel(c, node, release=None, clear=False, inventory=None):
-    """Set the host kernel release a node reports (kept on its disk), to rehearse the
-    kernel rules."""
+def kernel(c, node, release=None, clear=False, kho_bug=None, cmdline="", inventory=None):
+    """Set the host kernel a node runs (kept on its disk): its release, its KHO behaviour
+    and command line, so /proc/cmdline and the CMA counters match, to rehearse the kernel
+    rules."""
     if clear == (release is not None):
         raise UsageError("give --release RELEASE or --clear",
                          fix=f"e.g. invoke rehearsal.kernel {node} --release 7.0.0-1019-nvidia")
-    _rack(inventory).kernel(node, None if clear else release)
-    console.say(f"{node}: uname -r reports {release or 'the DGX OS kernel'}")
+    if kho_bug not in (None, "yes", "no"):
+        raise UsageError(f"--kho-bug {kho_bug}: yes or no", fix="e.g. --kho-bug yes")
+    _rack(inventory).kernel(node, None if clear else release,
+                            None if kho_bug is None else kho_bug == "yes", cmdline or "")
+    console.say(f"{node}: runs {release or 'the DGX OS kernel'}"
+                + (f" with {cmdline}" if cmdline else ""))
 
 
 @task(help={**NODE_HELP, "hca": "the HCA, e.g. roceP2p1s0f0", "clear": "bring the port back up"})

@@ -8,7 +8,7 @@ File format (every key required unless marked; mistakes are InventoryErrors at f
     quantization: nvfp4
     dsa: true                              # DeepSeek sparse attention (indexer scratch)
     free_after_weights_gib_per_node: 52.60 # unified memory left once the weights are loaded
-    weights_gib_per_node: 60.74
+    weights_gib_per_node: 69.09
     kv_bytes_per_token_per_node:           # engine -> --kv-cache-dtype -> bytes per token
       sglang: {fp8_e4m3: 53944}
     measured_kv_pool_tokens:               # optional: engine -> profile -> pool the engine reported

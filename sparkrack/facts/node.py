@@ -1,5 +1,6 @@
 """Node facts for `status`, `up`/`roll`'s gates, restarts and the watchdog: hostname,
-kernel, OS, boot id, GPU, memory, the clock cap unit and the last burn record.
+kernel (release, command line, CMA counters), OS, boot id, GPU, memory, the clock cap unit
+and the last burn record.
 
 `queries()` are what a round trip asks for them (the node's own `s` query, the cap unit,
 the burn record); `facts_of(answers)` parses them into `NodeFacts`. Whether the GPU's cap
@@ -12,6 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from .files import FileFacts, file_query, parse_file
+from .kernel import KernelFacts
 from .queries import Answers, Query, answer, argv
 from .systemd import UnitFacts, parse_unit, unit_query
 
@@ -64,10 +66,17 @@ class NodeFacts:
     mem_available_kb: int | None = None
     clock_cap: UnitFacts = field(default_factory=UnitFacts)
     burn: dict | None = None
+    cmdline: str | None = None
+    cma_total_kb: int | None = None
+    cma_free_kb: int | None = None
 
     def as_dict(self) -> dict:
         """Plain data for --json."""
         return asdict(self)
+
+    def kernel_facts(self) -> KernelFacts:
+        """The host kernel as the rules judge it."""
+        return KernelFacts(self.kernel, self.cmdline, self.cma_total_kb, self.cma_free_kb)
 
 
 def burn_this_boot(facts: NodeFacts | None) -> dict | None:
@@ -112,8 +121,8 @@ def parse_burn(record: FileFacts) -> dict | None:
 
 
 def parse_node(lines: list[str]) -> dict[str, str]:
-    """The `s` section: {hostname, kernel, os, gpu, MemTotal, MemAvailable: the rest of
-    the line}."""
+    """The `s` section: {hostname, kernel, os, gpu, MemTotal, MemAvailable, CmaTotal,
+    CmaFree, cmdline: the rest of the line}."""
     return {key: rest for key, _, rest in (line.partition(" ") for line in lines)}
 
 
@@ -132,7 +141,9 @@ def facts_of(answers: Answers) -> NodeFacts:
         mem_total_kb=_number(node.get("MemTotal", "")),
         mem_available_kb=_number(node.get("MemAvailable", "")),
         clock_cap=parse_unit(answers.lines(CAP_UNIT)),
-        burn=parse_burn(parse_file(answers.lines(BURN))))
+        burn=parse_burn(parse_file(answers.lines(BURN))), cmdline=node.get("cmdline"),
+        cma_total_kb=_number(node.get("CmaTotal", "")),
+        cma_free_kb=_number(node.get("CmaFree", "")))
 
 
 def memory_of(answers: Answers, query: Query = MEMORY) -> tuple[int, int] | None:

@@ -227,7 +227,7 @@ def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
                + [f"{node}: docker: {e}" for node, e in found.errors.items()], "no engine running")
 
     rules = check_profile(inventory, head.engine, head.profile, specs=specs,
-                          node_kernels={n: f.kernel for n, f in report.facts.items()})
+                          node_kernels={n: f.kernel_facts() for n, f in report.facts.items()})
     report.waivers = dict(rules.waivers)
     report.add("rules", [f"{f.rule}: {f.message} ({f.where(rules.node_count)})" for f in rules.blocking],
                f"{len(rules.warnings)} warning(s), {len(rules.waived)} waived")

@@ -13,8 +13,7 @@
 Each step module's `run(ctx)` holds that step's policy.
 """
 
-from sparkrack.onboard.baseline import known_bad_kernels
 from sparkrack.onboard.context import OnboardReport, Step
 from sparkrack.onboard.run import as_json, onboard
 
-__all__ = ["OnboardReport", "Step", "as_json", "known_bad_kernels", "onboard"]
+__all__ = ["OnboardReport", "Step", "as_json", "onboard"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sparkrack.facts import node as node_facts
@@ -31,7 +31,6 @@ from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
 from sparkrack.inventory.values import address_problem
 from sparkrack.onboard.context import Context, Step
-from sparkrack.rules.ruleset import all_rules
 
 GB10 = "NVIDIA GB10"
 
@@ -39,7 +38,7 @@ GB10 = "NVIDIA GB10"
 KINDS = {
     "not-gb10": "the GPU is not a GB10 (or nvidia-smi does not answer)",
     "driver-major": "another NVIDIA driver major version than the rack",
-    "known-bad-kernel": "a host kernel known to be bad (rules.yml HOST-KERNEL)",
+    "known-bad-kernel": "a host kernel that breaks RDMA memory registration (HOST-KERNEL)",
     "missing-hca": "an HCA of NCCL_IB_HCA is missing",
     "hca-down": "an HCA's port or netdev is down",
     "mtu": "a RoCE netdev's MTU differs from the rack's (provision's role fabric sets it)",
@@ -48,7 +47,7 @@ KINDS = {
     "driver": "another driver minor version",
     "kernel": "another host kernel",
     "os": "another OS release",
-    "memory": "another memory size",
+    "memory": "another memory size (beyond the spread of units and releases)",
     "docker-version": "another docker version",
     "gid-index": "the HCAs carry the fabric addresses at different GID indexes (one NCCL value)",
     "clock-cap": "the clock cap unit is not active (provision installs it)",
@@ -57,6 +56,9 @@ KINDS = {
 BLOCKING = ("not-gb10", "driver-major", "known-bad-kernel", "missing-hca", "hca-down",
             "docker", "nvidia-runtime")
 TIME_SKEW_S = 2.0
+# MemTotal differs by some MiB between units and by about 2 GiB between OS releases
+# (docs/field-notes.md): within this fraction of the members' it is the same memory
+MEMORY_SPREAD = 0.03
 
 @dataclass
 class Facts:
@@ -67,6 +69,7 @@ class Facts:
     hostname: str = ""
     os: str = ""
     kernel: str = ""
+    kernel_problem: str | None = None  # why the kernel breaks RDMA (facts.kernel), or None
     gpu_name: str | None = None
     gpu_error: str | None = None
     driver: str | None = None
@@ -159,6 +162,7 @@ def build_facts(node: Node, answers: Answers, now: float | None = None) -> Facts
     choice = gathered.roce.choose(wanted_gids(node_fabric(node)))
     return Facts(
         node=node.name, hostname=status.hostname, os=status.os, kernel=status.kernel,
+        kernel_problem=status.kernel_facts().problem(),
         gpu_name=status.gpu.name, gpu_error=status.gpu.error, driver=status.gpu.driver,
         mem_total_kb=status.mem_total_kb, sm_mhz=status.gpu.sm_mhz,
         clock_cap=f"{unit.active}/{unit.result or '-'}" if unit.load != "not-found" else "none",
@@ -210,8 +214,7 @@ def driver_major(version: str | None) -> str | None:
 
 
 def compare(new: Facts, members: Mapping[str, Facts], *, hcas: Sequence[str],
-            socket_ifname: str, known_bad_kernels: Iterable[str] = (),
-            waivers: Mapping[str, str] | None = None) -> list[Difference]:
+            socket_ifname: str, waivers: Mapping[str, str] | None = None) -> list[Difference]:
     """Every difference between new and the members that answered (pure)."""
     waivers = dict(waivers or {})
     peers = {n: f for n, f in members.items() if f.ok}
@@ -237,15 +240,15 @@ def compare(new: Facts, members: Mapping[str, Facts], *, hcas: Sequence[str],
     else:
         same("driver", "NVIDIA driver", lambda f: f.driver)
     # kernel
-    bad = set(known_bad_kernels)
-    if new.kernel in bad:
-        add("known-bad-kernel", "host kernel", new.kernel,
-            f"{rack_value({n: f.kernel for n, f in peers.items()})[1]}; known bad: "
-            f"{', '.join(sorted(bad))}")
+    if new.kernel_problem:
+        add("known-bad-kernel", "host kernel", f"{new.kernel}: {new.kernel_problem}",
+            rack_value({n: f.kernel for n, f in peers.items()})[1])
     else:
         same("kernel", "host kernel", lambda f: f.kernel)
     same("os", "OS", lambda f: f.os)
-    same("memory", "MemTotal", lambda f: f.mem_total_kb)
+    memory = memory_difference(new.mem_total_kb, [f.mem_total_kb for f in peers.values()])
+    if memory:
+        add("memory", "MemTotal", *memory)
     # docker
     if new.docker is None:
         add("docker", "docker", f"not answering ({new.docker_error or 'no dockerd'})",
@@ -287,6 +290,22 @@ def compare(new: Facts, members: Mapping[str, Facts], *, hcas: Sequence[str],
     return found
 
 
+def memory_difference(mine: int | None, members: Sequence[int | None]
+                      ) -> tuple[str, str] | None:
+    """(the node's MemTotal, the members') when the node's is not within MEMORY_SPREAD of
+    the members' median, else None: real units differ a little, and that is no
+    difference."""
+    known = sorted(kb for kb in members if kb)
+    if not known:
+        return None
+    middle = known[len(known) // 2]
+    if mine and abs(mine - middle) <= MEMORY_SPREAD * middle:
+        return None
+    low, high = known[0] / 2**20, known[-1] / 2**20
+    rack = f"{low:.1f} GiB" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f} GiB"
+    return (f"{mine / 2**20:.1f} GiB" if mine else "unknown"), rack
+
+
 def _roce_devices(facts: Facts, hcas: Sequence[str], socket_ifname: str) -> list[str]:
     """The node's netdevs that carry RoCE / NCCL traffic: the socket interface, the HCAs'."""
     devices = [socket_ifname]
@@ -305,13 +324,6 @@ def _mtu(facts: Facts, dev: str, hcas: Sequence[str], socket_ifname: str,
     if position < len(devices) and devices[position] in facts.netdevs:
         return facts.netdevs[devices[position]].mtu
     return None
-
-
-def known_bad_kernels() -> tuple[str, ...]:
-    """Host kernels the rules (HOST-KERNEL) name as bad."""
-    return tuple(sorted({value for rule in all_rules()
-                         if getattr(rule.check, "kind", None) == "kernel_not_in"
-                         for value in rule.check.values}))
 
 
 def check_waivers(waivers: Mapping[str, str]) -> dict[str, str]:
@@ -355,8 +367,7 @@ def run(ctx: Context) -> None:
         resolve_roce_addr(ctx, step, mine)
         report.differences = compare(
             mine, members, hcas=new.vars.nccl_ib_hca,
-            socket_ifname=new.vars.nccl_socket_ifname,
-            known_bad_kernels=known_bad_kernels(), waivers=ctx.options.waivers)
+            socket_ifname=new.vars.nccl_socket_ifname, waivers=ctx.options.waivers)
         for difference in report.differences:
             ctx.line(step, difference.line())
         refusing = [d for d in report.differences if d.refuses]

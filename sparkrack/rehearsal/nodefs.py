@@ -122,7 +122,7 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
     authorize(up / "etc/ssh/sparkrack_authorized_keys", client_pubkey)
     install_fabric_config(node)
     install_sim(node)
-    if not (up / UNAME_PATH).exists():  # kept once set (rehearsal.kernel), like a boot entry
+    if not (up / KERNEL_PATH).exists():  # kept once set (rehearsal.kernel), like a boot entry
         write_kernel(node, None)
     hw_path = up / "etc/gpu-sim/hardware.json"
     if hw_path.exists():  # kept across `up` (tests and onboarding change the hardware), but
@@ -212,6 +212,8 @@ def write_hardware(node: NodeLayout, missing: list[str] | tuple[str, ...] = (),
 
 
 DGX_OS_KERNEL = "6.17.0-1008-nvidia"  # what `uname -r` reads on a DGX OS Spark
+KHO_KERNELS = ("7.0.0-1019-nvidia",)  # KHO leaves CmaTotal 0 and breaks ibv_reg_mr (public)
+KERNEL_PATH = "etc/gpu-sim/kernel.json"  # the kernel the node boots, for gpusimd
 UNAME_WRAPPER = """#!/bin/sh
 # Rehearsal node: the simulated host kernel release `uname -r` reports (rehearsal.kernel).
 case "$1" in
@@ -231,10 +233,28 @@ def uname_script(kernel: str | None) -> bytes:
     return UNAME_WRAPPER.replace('"$SPARKRACK_SIM_KERNEL"', release).encode()
 
 
-def write_kernel(node: NodeLayout, kernel: str | None) -> None:
-    """The node's simulated host kernel release (None: DGX OS's), on its disk while it is
-    down. Only `uname -r` through PATH sees it; /proc and the real kernel do not."""
+def kernel_json(kernel: str | None, kho_bug: bool | None = None, cmdline: str = "") -> bytes:
+    """What the node's kernel.json says: the release (None: DGX OS's), whether KHO breaks
+    its CMA (None: as public reports say of that release, KHO_KERNELS) and the parameters
+    added to its command line (e.g. kho=off). ValueError for a parameter that is not one."""
+    release = kernel or DGX_OS_KERNEL
+    words = cmdline.split()
+    bad = [word for word in words if not re.fullmatch(r"[A-Za-z0-9_.,:/+=-]+", word)]
+    if bad:
+        raise ValueError(f"kernel parameter {bad[0]!r}: letters, digits and _ . , : / + = - only")
+    bug = release in KHO_KERNELS if kho_bug is None else kho_bug
+    return (json.dumps({"release": release, "kho_cma_bug": bug,
+                        "cmdline_extra": " ".join(words)}) + "\n").encode()
+
+
+def write_kernel(node: NodeLayout, kernel: str | None, kho_bug: bool | None = None,
+                 cmdline: str = "") -> None:
+    """The node's simulated host kernel (None: DGX OS's), on its disk while it is down:
+    `uname -r` through PATH reports the release, gpusimd shows its command line and CMA
+    counters (kernel_json); the real kernel is this machine's."""
+    data = kernel_json(kernel, kho_bug, cmdline)
     write_if_changed(node.upper / UNAME_PATH, uname_script(kernel), 0o755)
+    write_if_changed(node.upper / KERNEL_PATH, data)
 
 
 def wipe(node: NodeLayout) -> None:

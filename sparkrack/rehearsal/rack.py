@@ -430,24 +430,31 @@ class RehearsalRack:
         with ThreadPoolExecutor(len(nodes) or 1) as pool:
             list(pool.map(self.reboot, names))
 
-    def kernel(self, name: str, release: str | None) -> None:
-        """The host kernel release the node's `uname -r` reports (None: DGX OS's), so the
-        kernel rules can be rehearsed on an inventory node. Kept on its disk."""
+    def kernel(self, name: str, release: str | None, kho_bug: bool | None = None,
+               cmdline: str = "") -> None:
+        """The host kernel the node runs (None: DGX OS's): the release `uname -r` reports,
+        whether KHO breaks its CMA (None: as public reports say of the release) and the
+        parameters added to its command line, so the kernel rules can be rehearsed on an
+        inventory node. Kept on its disk; a running node shows the new /proc/cmdline and
+        CMA counters at once (its simulated driver reloads)."""
         node = self.node(name)
         try:
             script = nodefs.uname_script(release)
+            data = nodefs.kernel_json(release, kho_bug, cmdline)
         except ValueError as error:
-            raise UsageError(f"--release: {error}", fix="e.g. --release 6.17.0-1008-nvidia") \
-                from None
+            raise UsageError(f"rehearsal.kernel: {error}",
+                             fix="e.g. --release 6.17.0-1008-nvidia --cmdline kho=off") from None
         if nodeproc.init_pid(node) is None:
-            nodefs.write_kernel(node, release)
+            nodefs.write_kernel(node, release, kho_bug, cmdline)
             return
-        done = nodeproc.in_node(node, ["sh", "-c", 'printf "%s" "$1" > "$2.new" && chmod 755 '
-                                       '"$2.new" && mv "$2.new" "$2"', "sh", script.decode(),
-                                       f"/{nodefs.UNAME_PATH}"])
+        write = ('printf "%s" "$1" > "$2.new" && chmod 755 "$2.new" && mv "$2.new" "$2" && '
+                 'printf "%s" "$3" > "$4.new" && mv "$4.new" "$4" && '
+                 'systemctl reload nvidia-persistenced.service')
+        done = nodeproc.in_node(node, ["sh", "-c", write, "sh", script.decode(),
+                                       f"/{nodefs.UNAME_PATH}", data.decode(),
+                                       f"/{nodefs.KERNEL_PATH}"])
         if done.returncode != 0:
-            raise SparkrackError(f"{name}: could not set the kernel release: "
-                                 f"{done.stderr.strip()}")
+            raise SparkrackError(f"{name}: could not set the kernel: {done.stderr.strip()}")
 
     def netdev_mtu(self, name: str, netdev: str, mtu: int) -> None:
         """Set one of the node's netdevs' MTU, as `ip link set` on the node would (kept while

@@ -4,6 +4,7 @@ and its memory alone for `watch` (the `m` query).
     hostname NAME / kernel RELEASE / os PRETTY_NAME
     gpu RC FIRST-LINE     nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits
     MemTotal KB / MemAvailable KB          (the `m` section holds these two lines only)
+    CmaTotal KB / CmaFree KB / cmdline TEXT   the CMA counters and /proc/cmdline (`s` only)
     cuda VERSION          the CUDA version nvidia-smi -q reports (the `v` section)
 """
 
@@ -38,14 +39,14 @@ def gpu_line(fields):
     return done.returncode, lines[0] if lines else ""
 
 
-def memory(path="/proc/meminfo"):
-    """{MemTotal, MemAvailable: kB} as /proc/meminfo says."""
+def memory(path="/proc/meminfo", keys=("MemTotal", "MemAvailable")):
+    """{key: kB} of keys as /proc/meminfo says."""
     found = {}
     try:
         with open(path) as handle:
             for line in handle:
                 key, _, rest = line.partition(":")
-                if key in ("MemTotal", "MemAvailable") and rest.split():
+                if key in keys and rest.split():
                     found[key] = rest.split()[0]
     except OSError:
         pass
@@ -70,7 +71,18 @@ def node_section(fields):
     rc, line = gpu_line(fields)
     lines = ["hostname " + socket.gethostname(), "kernel " + kernel_release(),
              "os " + os_name(), "gpu %d %s" % (rc, line)]
-    return lines + memory_section()
+    cma = memory(keys=("CmaTotal", "CmaFree"))
+    return lines + memory_section() + ["%s %s" % item for item in sorted(cma.items())] + \
+        cmdline_section()
+
+
+def cmdline_section(path="/proc/cmdline"):
+    """`cmdline TEXT`: the booted kernel's command line (nothing when unreadable)."""
+    try:
+        with open(path, errors="replace") as handle:
+            return ["cmdline " + " ".join(handle.read().split())]
+    except OSError:
+        return []
 
 
 def memory_section():

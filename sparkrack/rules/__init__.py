@@ -3,7 +3,7 @@
 Each rule has an id, a severity (error blocks a start, warning does not), a one-line
 message, and an explanation quoting its evidence. Rules are data (sparkrack/data/rules.yml,
 read by ruleset.py) evaluated by a small engine (data_checks.py) where they can be, and named
-code checks (code_checks.py) where they need arithmetic or cross-references. `check_profile`
+code checks (code_checks.py) where they need arithmetic, cross-references or node facts. `check_profile`
 runs them on the launch specs a profile would start; a profile waives a rule only with a
 reason (`waivers:` in its engine file), and a waived finding never blocks.
 

@@ -8,6 +8,7 @@ from sparkrack.engines import EngineDef, LaunchSpec, Profile, build_specs, load_
 from sparkrack.engines.datafile import did_you_mean
 from sparkrack.engines.option_names import checked_against
 from sparkrack.errors import InventoryError, UsageError
+from sparkrack.facts.kernel import KernelFacts
 from sparkrack.inventory import Inventory
 from sparkrack.rules.code_checks import CODE_CHECKS
 from sparkrack.rules.data_checks import run_data_check
@@ -18,13 +19,14 @@ from sparkrack.rules.target import Hit, Skip, Target
 
 
 def check_profile(inventory: Inventory, engine: str, profile: str, *,
-                  node_kernels: Mapping[str, str] | None = None,
+                  node_kernels: Mapping[str, KernelFacts] | None = None,
                   specs: tuple[LaunchSpec, ...] | None = None) -> CheckReport:
     """Run every rule on engine's profile for this inventory and report what they find.
 
     specs are the launch specs to check (default: build_specs for the profile, with no
     secrets); pass the ones about to be started so that exactly they are checked.
-    node_kernels maps node names to `uname -r` for HOST-KERNEL (None: skipped, noted).
+    node_kernels maps node names to their host kernel's facts (release, command line, CMA
+    counters) for HOST-KERNEL (None: skipped, noted).
     UsageError for an unknown engine, profile or node, InventoryError for a bad file or
     a waiver of an unknown rule.
     """
@@ -111,7 +113,8 @@ def _check_waivers(definition: EngineDef, profile: Profile, rules: tuple[Rule, .
                 f"'{rule_id}'{did_you_mean(rule_id, known)}", fix="rules: " + ", ".join(known))
 
 
-def _check_node_names(inventory: Inventory, node_kernels: Mapping[str, str] | None) -> None:
+def _check_node_names(inventory: Inventory,
+                      node_kernels: Mapping[str, KernelFacts] | None) -> None:
     """UsageError when node facts name a node the inventory does not have."""
     names = [node.name for node in inventory.nodes]
     for name in node_kernels or {}:

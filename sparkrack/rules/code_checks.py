@@ -1,6 +1,6 @@
 """The checks that are code because they need arithmetic or cross-references: KV fit, the
 TP group, the head's API address, the rendezvous address, the engine version of the image,
-experimental profiles.
+experimental profiles, each node's host kernel (its facts judged by facts.kernel).
 
 Each takes the Target and yields Hits (problems) and Skips (could not check);
 rules.yml names them as `check: {code: NAME}` with NAME a key of CODE_CHECKS.
@@ -147,6 +147,21 @@ def experimental(target: Target) -> Iterator[Hit]:
         yield Hit(profile.note)
 
 
+def host_kernel(target: Target) -> Iterator[Hit | Skip]:
+    """Every node's host kernel from the node facts: a warning when they are not known, an
+    error when its CMA counters and command line show KHO's breakage (KernelFacts.problem)."""
+    if target.node_kernels is None:
+        yield Skip("no node facts given (host kernel per node)")
+        return
+    for node in target.inventory.nodes:
+        facts = target.node_kernels.get(node.name)
+        problem = facts.problem() if facts is not None else None
+        if facts is None or not facts.known:
+            yield Hit("host kernel unknown, cannot check", node.name, node.rank, WARNING)
+        elif problem:
+            yield Hit(f"host kernel {facts.release}: {problem}", node.name, node.rank)
+
+
 def _shown(flag: str, flags: dict[str, str | bool]) -> str:
     """A flag as a rank gives it: '--flag value', '--flag (without a value)' or
     '--flag is missing'."""
@@ -164,5 +179,5 @@ def _no_launch_flags(target: Target) -> str:
 CODE_CHECKS: dict[str, CodeCheckFunction] = {
     "kv_fit": kv_fit, "tp_group": tp_group, "head_host": head_host,
     "rendezvous_addr": rendezvous_addr, "experimental": experimental,
-    "engine_version": engine_version,
+    "engine_version": engine_version, "host_kernel": host_kernel,
 }

@@ -1,22 +1,17 @@
-"""The small engine that evaluates data checks (rule.DataCheck) on each rank's argv and env,
-or on each node's facts."""
+"""The small engine that evaluates data checks (rule.DataCheck) on each rank's argv and env."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
 from sparkrack.rules.argv import number
-from sparkrack.rules.report import WARNING
-from sparkrack.rules.rule import NODE_KINDS, DataCheck, Rule
-from sparkrack.rules.target import Hit, Skip, Target
+from sparkrack.rules.rule import DataCheck, Rule
+from sparkrack.rules.target import Hit, Target
 
 
-def run_data_check(rule: Rule, target: Target) -> Iterator[Hit | Skip]:
-    """The problems rule's data check finds: per rank whose flags meet rule.when, or per node."""
+def run_data_check(rule: Rule, target: Target) -> Iterator[Hit]:
+    """The problems rule's data check finds, per rank whose flags meet rule.when."""
     check = rule.check
-    if check.kind in NODE_KINDS:
-        yield from _node_kernels(check, target)
-        return
     for spec in target.specs:
         flags = target.flags(spec)
         if rule.when.matches_flags(flags):
@@ -53,15 +48,3 @@ def _above(shown: str, value: str | bool, limit: float) -> str | None:
         return f"{shown} is not a number"
     return f"{shown} is above {limit:,g}" if amount > limit else None
 
-
-def _node_kernels(check: DataCheck, target: Target) -> Iterator[Hit | Skip]:
-    """kernel_not_in: every node's kernel from the node facts, against the known-bad list."""
-    if target.node_kernels is None:
-        yield Skip("no node facts given (host kernel per node)")
-        return
-    for node in target.inventory.nodes:
-        kernel = target.node_kernels.get(node.name)
-        if kernel is None:
-            yield Hit("host kernel unknown, cannot check", node.name, node.rank, WARNING)
-        elif kernel in check.values:
-            yield Hit(f"host kernel {kernel} is known bad", node.name, node.rank)

@@ -11,7 +11,6 @@ from sparkrack.engines.option_names import version_key
 from sparkrack.inventory.schema import FrozenMapping, yaml_text
 
 RANK_KINDS = ("flag_present", "flag_at_most", "flag_in", "flag_not_in", "env_at_most")
-NODE_KINDS = ("kernel_not_in",)
 MODEL_KEYS = ("name", "quantization", "dsa")  # ModelData attributes a condition may name
 
 
@@ -48,10 +47,10 @@ class Condition:
 
 @dataclass(frozen=True)
 class DataCheck:
-    """A check evaluated from data: one of RANK_KINDS (per rank) or NODE_KINDS (per node)."""
+    """A check evaluated from data: one of RANK_KINDS, per rank."""
 
     kind: str
-    subject: str | None  # the flag or env var; None for kernel_not_in
+    subject: str  # the flag or env var
     limit: float | None  # for *_at_most
     values: tuple[str, ...]  # for *_in / *_not_in
 
@@ -65,7 +64,6 @@ class DataCheck:
             "flag_in": f"{self.subject}, when given, is one of {listed}",
             "flag_not_in": f"{self.subject}, when given, is none of {listed}",
             "env_at_most": f"every rank's env sets {self.subject} to at most {limit}",
-            "kernel_not_in": f"no node runs host kernel {listed} (needs node facts)",
         }[self.kind]
 
 

@@ -21,14 +21,13 @@ File format:
         evidence: [{source: field-notes, section: heading, quote: verbatim text}]
         verified_on: {sglang: 0.5.18 - 0.5.22}  # optional: this rule's own versions
 
-Checks (data_checks.py evaluates them per rank, kernel_not_in per node):
+Checks (data_checks.py evaluates them per rank):
 
     {flag_present: --flag}                     # every rank passes the flag
     {flag_at_most: --flag, max: 1}             # when given, its value is <= max
     {flag_in: --flag, values: [a, b]}          # when given, its value is one of values
     {flag_not_in: --flag, values: [a, b]}      # when given, its value is none of values
     {env_at_most: VAR, max: 0.05}              # every rank's env sets VAR to <= max
-    {kernel_not_in: [7.0.0-1019-nvidia]}       # no node runs one of these (node facts)
     {code: kv_fit}                             # a function of code_checks.CODE_CHECKS
 
 Each quote is verbatim in its source, under the heading `section` names (a Markdown heading of
@@ -53,7 +52,7 @@ from sparkrack.inventory.schema import ENGINES, FrozenMapping
 from sparkrack.rules.code_checks import CODE_CHECKS
 from sparkrack.rules.report import SEVERITIES
 from sparkrack.rules.rule import (
-    MODEL_KEYS, NODE_KINDS, RANK_KINDS, CodeCheck, Condition, DataCheck, Evidence, LaunchFlags,
+    MODEL_KEYS, RANK_KINDS, CodeCheck, Condition, DataCheck, Evidence, LaunchFlags,
     Rule)
 
 RULES_FILE = data.shipped("rules.yml")
@@ -64,7 +63,7 @@ _RULE_KEYS = ("severity", "engines", "when", "check", "message", "explanation", 
               "verified_on")
 ANY = "any"  # verified_on value of a rule that does not depend on the engine's version
 _VERSION = re.compile(r"\d+(\.\d+)*((rc|a|b|\.post|\.dev)\d+)?(\+[a-z0-9.]+)?")
-_CHECK_KEYS = (*RANK_KINDS, *NODE_KINDS, "code", "max", "values")
+_CHECK_KEYS = (*RANK_KINDS, "code", "max", "values")
 _LAUNCH_KEYS = tuple(f.name for f in fields(LaunchFlags))
 
 
@@ -191,7 +190,7 @@ def _check(section: Section) -> DataCheck | CodeCheck:
     kinds = [key for key in section if key not in ("max", "values")]
     if len(kinds) != 1:
         raise section.error(None, f"check: expected one kind, got {len(kinds)}",
-                            fix="kinds: " + ", ".join((*RANK_KINDS, *NODE_KINDS, "code")))
+                            fix="kinds: " + ", ".join((*RANK_KINDS, "code")))
     kind = kinds[0]
     if kind == "code":
         return CodeCheck(section.value("code", lambda v: isinstance(v, str) and v in CODE_CHECKS,
@@ -202,9 +201,6 @@ def _check(section: Section) -> DataCheck | CodeCheck:
             raise section.error(key if key in section else kind,
                                 f"check {kind} {'needs' if needed else 'takes no'} {key}",
                                 fix=f"see the check kinds in {__name__}")
-    if kind in NODE_KINDS:
-        values = section.value(kind, lambda v: is_text_list(v) and bool(v), "a list of versions")
-        return DataCheck(kind, None, None, tuple(values))
     subject = section.value(kind, _is_env if kind.startswith("env_") else _is_flag,
                             "a variable name" if kind.startswith("env_") else "a flag")
     limit = section.value("max", is_number, "a number", default=None)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from sparkrack.engines import EngineDef, LaunchSpec, ModelData, Profile
 from sparkrack.engines.option_names import canonical_names
+from sparkrack.facts.kernel import KernelFacts
 from sparkrack.inventory import Inventory
 from sparkrack.rules.argv import flag_values
 from sparkrack.rules.rule import LaunchFlags
@@ -22,7 +23,7 @@ class Target:
     profile: Profile
     model: ModelData
     specs: tuple[LaunchSpec, ...]  # by rank; empty when they could not be built
-    node_kernels: Mapping[str, str] | None  # node -> `uname -r`; None: no facts gathered
+    node_kernels: Mapping[str, KernelFacts] | None  # None: no node facts gathered
     launch: LaunchFlags | None  # None: the rule set knows no launch flags for this engine
 
     def flags(self, spec: LaunchSpec) -> dict[str, str | bool]:

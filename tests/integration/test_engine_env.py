@@ -220,18 +220,65 @@ def test_a_node_cabled_on_the_other_port_is_refused_until_its_host_vars_say_so(c
     assert args[args.index("--dist-init-addr") + 1] == "10.77.3.11:20000"  # the fabric
 
 
-def test_a_node_booted_on_a_known_bad_kernel_is_refused_by_the_rules(clean, rack):
-    """The kernel rules rehearsed on an inventory node: spark-06 reports 7.0.0-1019-nvidia."""
-    rack.kernel("spark-06", "7.0.0-1019-nvidia")
+def node_kernel(inventory, node: str) -> tuple[str, str, str, str]:
+    """(uname -r, CmaTotal kB, CmaFree kB, /proc/cmdline) as the node shows them."""
+    with Fleet(inventory, inventory.select(node)) as fleet:
+        done = fleet.run(["sh", "-c", "uname -r; awk '/^Cma/ {print $2}' /proc/meminfo; "
+                          "cat /proc/cmdline"])[node]
+    release, total, free, cmdline = done.stdout.splitlines()
+    return release, total, free, cmdline
+
+
+def kernel_refusal(inventory) -> str:
+    """The HOST-KERNEL line of `up`'s refusal."""
+    with pytest.raises(lifecycle.Refused) as refused:
+        lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    message = str(refused.value)
+    assert "HOST-KERNEL: a node's host kernel breaks RDMA memory registration" in message
+    return message.split("HOST-KERNEL")[1].split("\n")[0]
+
+
+def test_the_kernel_rule_judges_the_kho_symptom_not_the_release(clean, rack):
+    """spark-06 boots 7.0.0-1019-nvidia: KHO leaves CmaTotal 0 with CmaFree ~9.7 GiB, and
+    `up` is refused naming it; the same breakage under another release too. Booted with
+    kho=off (both counters 0), the same release passes the rules and the group serves."""
     try:
-        with pytest.raises(lifecycle.Refused) as refused:
-            lifecycle.up(clean, "sglang", "512k", burn=quick_burn)
+        rack.kernel("spark-06", "7.0.0-1019-nvidia")
+        release, total, free, cmdline = node_kernel(clean, "spark-06")
+        assert (release, total, free) == ("7.0.0-1019-nvidia", "0", "10171187")
+        assert "kho=" not in cmdline and "vmlinuz-7.0.0-1019-nvidia" in cmdline
+        line = kernel_refusal(clean)
+        assert "spark-06" in line and "host kernel 7.0.0-1019-nvidia: CmaTotal 0 kB with " \
+            "CmaFree 10171187 kB" in line, line
+        rack.kernel("spark-06", "7.0.0-1031-nvidia", kho_bug=True)
+        assert "host kernel 7.0.0-1031-nvidia: CmaTotal 0 kB" in kernel_refusal(clean)
+        assert engines_running(clean) == []
+        rack.kernel("spark-06", "7.0.0-1019-nvidia", cmdline="kho=off")
+        release, total, free, cmdline = node_kernel(clean, "spark-06")
+        assert (release, total, free) == ("7.0.0-1019-nvidia", "0", "0")
+        assert cmdline.endswith(" kho=off")
+        deployment = lifecycle.up(clean, "sglang", "512k", burn=quick_burn)
+        assert deployment.engine == "sglang" and len(engines_running(clean)) == 8
     finally:
         rack.kernel("spark-06", None)
-    message = str(refused.value)
-    assert "HOST-KERNEL: a node runs a host kernel known to be bad for this workload" in message
-    assert "spark-06" in message.split("HOST-KERNEL")[1].split("\n")[0], message
-    assert engines_running(clean) == []
+    assert node_kernel(clean, "spark-06")[:3] == ("6.17.0-1008-nvidia", "0", "0")
+
+
+def test_a_rank_on_a_kho_kernel_fails_memory_registration_with_enomem(stub, rack):
+    """Started by hand past the rules, NCCL on a KHO kernel fails as on real Sparks."""
+    fleet, limits = stub
+    rack.kernel("spark-03", "7.0.0-1019-nvidia")
+    try:
+        with Group(fleet, limits, "sglang") as group:
+            group.start()
+            _, codes = group.wait_exited(60)
+            log = group.containers[2].logs().decode()
+    finally:
+        rack.kernel("spark-03", None)
+    assert codes[2] == 1 and set(codes.values()) == {1}  # the group went down with it
+    assert "spark-03:" in log and "NCCL WARN Call to ibv_reg_mr_iova2 failed with error " \
+        "Cannot allocate memory" in log
+    assert "[rank2]: torch.distributed.DistBackendError: NCCL error in:" in log
 
 
 def test_up_with_the_fabric_check_refuses_a_rail_trained_low_and_starts_on_a_fit_fabric(clean,

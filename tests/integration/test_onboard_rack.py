@@ -21,7 +21,6 @@ from sparkrack.errors import UsageError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
 from sparkrack.onboard import baseline, onboard
-from sparkrack.onboard.baseline import known_bad_kernels
 from sparkrack.transfer.manifest import MANIFEST_NAME
 from sparkrack.rehearsal import nodeproc
 from sparkrack.rehearsal.layout import KNOWN_HOSTS
@@ -146,8 +145,7 @@ def test_bare_ninth_node_is_onboarded_end_to_end(extras, tmp_path):
                                     f"{MANIFEST_NAME}"]}, timeout=60)[NEW]
     members = {n.name: facts[n.name] for n in work.nodes}
     assert baseline.compare(facts[NEW], members, hcas=work.vars.nccl_ib_hca,
-                            socket_ifname=work.vars.nccl_socket_ifname,
-                            known_bad_kernels=known_bad_kernels()) == []
+                            socket_ifname=work.vars.nccl_socket_ifname) == []
     # its images have the rack's IDs, its weights match the manifest
     assert ids[NEW].ok and ids[NEW].stdout == ids["spark-01"].stdout
     assert len(set(r.stdout for r in ids)) == 1

@@ -6,6 +6,7 @@ import pytest
 
 from sparkrack.fleet import Fleet
 from sparkrack.rehearsal import nodeproc
+from simunits import mem_total_kb
 
 pytestmark = pytest.mark.rack
 
@@ -46,8 +47,8 @@ def test_each_node_has_its_own_unified_memory_and_hcas(inventory):
     with Fleet(inventory, inventory.select("spark-03,spark-04")) as fleet:
         meminfo = fleet.run(["head", "-3", "/proc/meminfo"])
         ib = fleet.run(["ibdev2netdev"])
-    for r in meminfo:
-        assert "MemTotal:       127600748 kB" in r.stdout  # the 121.7 GB GB10 pool, not this host
+    for r in meminfo:  # the GB10's 121.7 GiB pool, not this host's, each unit its own
+        assert f"MemTotal:       {mem_total_kb(r.node)} kB" in r.stdout
     assert ib["spark-03"].stdout.splitlines() == [  # cabled on port 0, both paths
         "roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Up)", "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Down)",
         "rocep1s0f0 port 1 ==> enp1s0f0np0 (Up)", "rocep1s0f1 port 1 ==> enp1s0f1np1 (Down)"]

@@ -11,6 +11,7 @@ import pytest
 from sparkrack.facts.node import GPU_FIELDS
 from sparkrack.fleet import Fleet
 from sparkrack.status import gather_status
+from simunits import mem_total_kb
 
 pytestmark = pytest.mark.rack
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -33,7 +34,7 @@ def test_status_json_has_eight_rows_with_the_simulated_gpu(rack):
         assert row["reachable"] == "ok"
         assert row["facts"]["gpu"]["name"] == "NVIDIA GB10"
         assert row["facts"]["gpu"]["max_sm_mhz"] == 3003
-        assert row["facts"]["mem_total_kb"] == 127600748
+        assert row["facts"]["mem_total_kb"] == mem_total_kb(row["node"])  # the unit's own
         assert row["facts"]["hostname"] == row["node"]
 
 

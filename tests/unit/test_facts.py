@@ -28,6 +28,9 @@ os Debian GNU/Linux 12 (bookworm)
 gpu 0 NVIDIA GB10, 208, 3003, 3.90, 38, 0, P8, Enabled, 580.126.09
 MemAvailable 118566368
 MemTotal 127600748
+CmaFree 10171187
+CmaTotal 0
+cmdline BOOT_IMAGE=/boot/vmlinuz-7.0.0-1019-nvidia ro quiet splash
 
 @@1 u
 Result=success
@@ -53,6 +56,9 @@ def test_parse_sample():
     assert (f.gpu.name, f.gpu.sm_mhz, f.gpu.max_sm_mhz, f.gpu.power_w) == ("NVIDIA GB10", 208, 3003, 3.9)
     assert f.gpu.driver == "580.126.09"
     assert (f.mem_total_kb, f.mem_available_kb) == (127600748, 118566368)
+    assert (f.cma_total_kb, f.cma_free_kb) == (0, 10171187)
+    assert f.cmdline == "BOOT_IMAGE=/boot/vmlinuz-7.0.0-1019-nvidia ro quiet splash"
+    assert f.kernel_facts().problem().startswith("CmaTotal 0 kB with CmaFree 10171187 kB")
     assert (f.clock_cap.active, f.clock_cap.result, f.clock_cap.enabled) == ("active", "success", "enabled")
     assert f.clock_cap.active_since_monotonic_us == 1234
     assert f.burn["max_sm_mhz"] == 2190
@@ -108,6 +114,9 @@ def test_node_script_runs_here():
     assert f.hostname and f.kernel and f.boot_id and f.mem_total_kb > 0
     assert f.mem_available_kb is not None
     assert f.gpu.name is not None or f.gpu.error  # no GPU here: nvidia-smi's failure, said
+    with open("/proc/cmdline") as cmdline:
+        assert f.cmdline == " ".join(cmdline.read().split())
+    assert f.cma_total_kb is not None or "CmaTotal" not in open("/proc/meminfo").read()
 
 
 def test_the_memory_query_alone_runs_here_and_parses():

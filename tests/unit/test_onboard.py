@@ -17,12 +17,12 @@ import paramiko
 import pytest
 
 from sparkrack.errors import InventoryError, UsageError
+from sparkrack.facts.kernel import KernelFacts
 from sparkrack.facts.onboard import NetdevFacts
 from sparkrack.fleet import hostkeys
 from sparkrack import remote
 from sparkrack.inventory import load_inventory
 from sparkrack.onboard import baseline, join, trust, verify
-from sparkrack.onboard.baseline import known_bad_kernels
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parent / "data" / "inventory"
@@ -49,11 +49,11 @@ def facts(name="spark-09", **changes) -> baseline.Facts:
 
 
 RACK = {f"spark-0{i}": facts(f"spark-0{i}") for i in range(1, 9)}
+KHO = KernelFacts("7.0.0-1019-nvidia", "ro quiet", 0, 10171187).problem()
 
 
 def compare(new, members=RACK, **kwargs):
-    return baseline.compare(new, members, hcas=HCAS, socket_ifname=IFNAME,
-                            known_bad_kernels=known_bad_kernels(), **kwargs)
+    return baseline.compare(new, members, hcas=HCAS, socket_ifname=IFNAME, **kwargs)
 
 
 def test_a_node_like_the_rack_has_no_difference():
@@ -86,11 +86,23 @@ def test_down_port_not_gb10_and_bad_kernel_refuse_an_mtu_is_provisioned():
     hcas = dict(facts().hcas)
     hcas["rocep1s0f0"] = dict(hcas["rocep1s0f0"], state="1: DOWN")
     found = compare(facts(netdevs=netdevs, hcas=hcas, gpu_name="NVIDIA H200",
-                          kernel="7.0.0-1019-nvidia"))
+                          kernel="7.0.0-1019-nvidia", kernel_problem=KHO))
     kinds = {d.kind: d for d in found}
     assert set(kinds) == {"mtu", "hca-down", "not-gb10", "known-bad-kernel"}
     assert {d.kind for d in found if d.refuses} == {"hca-down", "not-gb10", "known-bad-kernel"}
     assert kinds["mtu"].node_value == "1500" and kinds["mtu"].rack_value == "9000"
+
+
+def test_the_kernel_is_refused_by_its_symptom_not_its_name():
+    """KHO's broken CMA refuses under any release; 7.0.0-1019-nvidia booted with kho=off
+    (both counters 0) is only another kernel."""
+    [found] = compare(facts(kernel="7.0.0-1031-nvidia", kernel_problem=KHO))
+    assert found.refuses and found.line() == (
+        "known-bad-kernel: host kernel is 7.0.0-1031-nvidia: CmaTotal 0 kB with CmaFree "
+        "10171187 kB and no kho=off on its command line (KHO): ibv_reg_mr fails with ENOMEM; "
+        "boot it with kho=off, the rack has 6.18.44-fc-v782 [REFUSED]")
+    [fixed] = compare(facts(kernel="7.0.0-1019-nvidia", kernel_problem=None))
+    assert (fixed.kind, fixed.refuses) == ("kernel", False)
 
 
 def test_no_docker_or_no_gpu_hook_refuse():
@@ -101,9 +113,22 @@ def test_no_docker_or_no_gpu_hook_refuse():
 def test_notes_do_not_refuse():
     # a GID index unlike the rack's is no note: it differs by unit and by boot
     found = compare(facts(kernel="6.8.0-1010-nvidia", clock_cap="none", gid_index=5,
-                          skew_s=7.5, mem_total_kb=127000000))
+                          skew_s=7.5, mem_total_kb=65011712))
     assert {d.kind for d in found} == {"kernel", "clock-cap", "time", "memory"}
     assert not any(d.refuses for d in found)
+
+
+def test_units_that_differ_as_real_ones_do_have_the_same_memory():
+    """MemTotal of real units: 127,600,524-127,622,144 kB on one release, about 119.7 GiB on
+    another (docs/field-notes.md); none of it is another memory size."""
+    members = {name: facts(name, mem_total_kb=127600524 + 3000 * i)
+               for i, name in enumerate(RACK)}
+    for mem_total_kb in (127622144, 127600524, round(119.7 * 2**20)):
+        assert compare(facts(mem_total_kb=mem_total_kb), members) == []
+    [found] = compare(facts(mem_total_kb=65011712), members)
+    assert found.line() == ("memory: MemTotal is 62.0 GiB, the rack has 121.7 GiB [note]")
+    [unknown] = compare(facts(mem_total_kb=None), members)
+    assert unknown.node_value == "unknown"
 
 
 def test_waiver_lets_a_refusing_difference_pass_and_says_so():

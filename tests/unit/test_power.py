@@ -93,3 +93,12 @@ def test_bad_input(real_inventory):
         project_power(real_inventory, {"spark-09": "capped"})
     with pytest.raises(UsageError, match="unknown cap state 'locked'"):
         project_power(real_inventory, {"spark-01": "locked"})
+
+
+@pytest.mark.parametrize("name", ["rack", "rehearsal"])
+def test_the_per_node_figures_stay_conservative_against_public_readings(name):
+    """A unit draws 60-100 W at the wall serving inference (public reviews), its GB10 is a
+    140 W TDP part and its brick gives 240 W: the inventories' figures, from the field
+    report's rack under long prefill, stay above the first two and within the brick."""
+    found = load_inventory(REPO / "inventory" / name).vars
+    assert 140 < found.node_watts_capped <= found.node_watts_uncapped <= 240

@@ -63,3 +63,23 @@ def test_bare_node_files(tmp_path, monkeypatch):
         "6.17.0-1008-nvidia\n"
     with pytest.raises(ValueError):
         nodefs.write_kernel(node, "7.0'; reboot")
+
+
+def test_a_kernel_on_a_node_disk_says_what_the_simulated_driver_shows(tmp_path, monkeypatch):
+    """The release, whether KHO breaks its CMA (public reports: 7.0.0-1019-nvidia) and the
+    added command-line parameters, for gpusimd to show."""
+    monkeypatch.setattr(NodeLayout, "upper", property(lambda self: tmp_path / self.name))
+    node = NodeLayout("spark-06", "10.77.1.16")
+    kernel = tmp_path / "spark-06/etc/gpu-sim/kernel.json"
+    nodefs.write_kernel(node, "7.0.0-1019-nvidia")
+    assert json.loads(kernel.read_text()) == {
+        "release": "7.0.0-1019-nvidia", "kho_cma_bug": True, "cmdline_extra": ""}
+    nodefs.write_kernel(node, "7.0.0-1019-nvidia", cmdline=" kho=off ")
+    assert json.loads(kernel.read_text())["cmdline_extra"] == "kho=off"
+    nodefs.write_kernel(node, "7.0.0-1031-nvidia", kho_bug=True)
+    assert json.loads(kernel.read_text())["kho_cma_bug"] is True
+    nodefs.write_kernel(node, None)
+    assert json.loads(kernel.read_text()) == {
+        "release": "6.17.0-1008-nvidia", "kho_cma_bug": False, "cmdline_extra": ""}
+    with pytest.raises(ValueError, match="kernel parameter"):
+        nodefs.write_kernel(node, None, cmdline="kho=off; reboot")

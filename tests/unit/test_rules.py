@@ -11,18 +11,20 @@ import yaml
 from sparkrack.data import shipped
 from sparkrack.engines import build_specs, load_engine
 from sparkrack.errors import InventoryError, UsageError
+from sparkrack.facts.kernel import KernelFacts
 from sparkrack.inventory import load_inventory
 from sparkrack.inventory.schema import FrozenMapping
 from sparkrack.rules import ERROR, WARNING, all_rules, check_profile
 
 REPO = Path(__file__).resolve().parents[2]
-GOOD = ("7.0.0-1015-nvidia",)  # any kernel not on the known-bad list
+GOOD = KernelFacts("6.17.0-1008-nvidia", "BOOT_IMAGE=/boot/vmlinuz ro quiet", 0, 0)
+KHO = KernelFacts("7.0.0-1019-nvidia", "BOOT_IMAGE=/boot/vmlinuz ro quiet", 0, 10171187)
 WORKING = [("sglang", "512k"), ("sglang", "131k-throughput"), ("vllm", "512k")]
 
 
 def kernels(inventory, bad=None):
     """Node facts: every node on a good kernel, the nodes of bad on their given kernel."""
-    return {node.name: (bad or {}).get(node.name, GOOD[0]) for node in inventory.nodes}
+    return {node.name: (bad or {}).get(node.name, GOOD) for node in inventory.nodes}
 
 
 @pytest.fixture
@@ -393,25 +395,42 @@ def test_vllm_without_master_addr(rack_dir):
 # --- Host kernels (node facts) --------------------------------------------------------
 
 
-def test_known_bad_kernel_on_one_node():
+def test_a_kernel_whose_kho_broke_cma_is_refused_on_its_node():
     inventory = load_inventory(REPO / "inventory" / "rack")
-    facts = kernels(inventory, {"spark-03": "7.0.0-1019-nvidia"})
+    facts = kernels(inventory, {"spark-03": KHO})
     finding = only(check_profile(inventory, "vllm", "512k", node_kernels=facts), "HOST-KERNEL")
-    assert finding.message.endswith("host kernel 7.0.0-1019-nvidia is known bad")
+    assert finding.message == (
+        "a node's host kernel breaks RDMA memory registration: host kernel 7.0.0-1019-nvidia: "
+        "CmaTotal 0 kB with CmaFree 10171187 kB and no kho=off on its command line (KHO): "
+        "ibv_reg_mr fails with ENOMEM; boot it with kho=off")
     assert finding.nodes == ("spark-03",) and finding.where(8) == "spark-03 (rank 2)"
+
+
+def test_the_kernel_rule_judges_the_symptom_not_the_name():
+    """A fixed 7.0.0-1019-nvidia (kho=off: both counters 0) passes; the symptom under any
+    other release is refused."""
+    inventory = load_inventory(REPO / "inventory" / "rack")
+    fixed = dataclasses.replace(KHO, cmdline=KHO.cmdline + " kho=off", cma_free_kb=0)
+    assert check_profile(inventory, "vllm", "512k", node_kernels=kernels(
+        inventory, {"spark-03": fixed})).findings == ()
+    renamed = dataclasses.replace(KHO, release="7.0.0-1031-nvidia")
+    finding = only(check_profile(inventory, "vllm", "512k", node_kernels=kernels(
+        inventory, {"spark-06": renamed})), "HOST-KERNEL")
+    assert "host kernel 7.0.0-1031-nvidia: CmaTotal 0 kB" in finding.message
+    assert finding.nodes == ("spark-06",)
 
 
 def test_kernel_rule_without_facts_is_noted_and_unknown_nodes_warn():
     inventory = load_inventory(REPO / "inventory" / "rack")
     assert check_profile(inventory, "sglang", "512k").notes == (
         "HOST-KERNEL not checked: no node facts given (host kernel per node)",)
-    facts = kernels(inventory)
+    facts = kernels(inventory, {"spark-02": dataclasses.replace(GOOD, cmdline=None)})
     del facts["spark-05"]
     finding = only(check_profile(inventory, "sglang", "512k", node_kernels=facts),
                    "HOST-KERNEL", WARNING)
-    assert finding.nodes == ("spark-05",) and finding.message.endswith("cannot check")
+    assert finding.nodes == ("spark-02", "spark-05") and finding.message.endswith("cannot check")
     with pytest.raises(UsageError, match="kernel given for unknown node 'spark-09'"):
-        check_profile(inventory, "sglang", "512k", node_kernels={"spark-09": GOOD[0]})
+        check_profile(inventory, "sglang", "512k", node_kernels={"spark-09": GOOD})
 
 
 # --- Waivers --------------------------------------------------------------------------

@@ -16,8 +16,11 @@ def test_driver_snaps_a_2200_cap_down_to_the_2190_bin():
 
 
 def test_rack_of_eight_draws_the_field_report_power_uncapped_and_capped():
-    uncapped = 8 * readings(GB10_DEFAULTS, 100, None, False)["node_power_w"]
-    capped = 8 * readings(GB10_DEFAULTS, 100, (0, 2200), False)["node_power_w"]
+    from gpusim_config import unit_figures
+
+    units = [{**GB10_DEFAULTS, **unit_figures(f"spark-{i:02d}")} for i in range(1, 9)]
+    uncapped = sum(readings(unit, 100, None, False)["node_power_w"] for unit in units)
+    capped = sum(readings(unit, 100, (0, 2200), False)["node_power_w"] for unit in units)
     assert 1700 <= uncapped <= 1770
     assert 1350 <= capped <= 1425
 
@@ -30,9 +33,26 @@ def test_lock_min_raises_the_idle_clock_but_never_the_load_clock():
 
 
 def test_latched_board_ignores_the_lock_and_stays_low():
-    latched = readings(GB10_DEFAULTS, 100, (0, 2200), True)
-    assert latched["sm_mhz"] == 715
-    assert latched["power_w"] == 18.0
+    """The public readings of a latched GB10 under load: 481-858 MHz at 5.8-15.8 W."""
+    latched = [readings(GB10_DEFAULTS, 100, (0, 2200), True, phase=p / 10) for p in range(11)]
+    clocks = {r["sm_mhz"] for r in latched}
+    powers = [r["power_w"] for r in latched]
+    assert 481 <= min(clocks) < 500 and 840 < max(clocks) <= 858 and len(clocks) > 5
+    assert 5.8 <= min(powers) < 6.5 and 15 < max(powers) <= 15.8
+
+
+def test_a_loaded_gpu_draws_the_public_84_to_89_w_at_its_clock():
+    loaded = [readings(GB10_DEFAULTS, 100, None, False, phase=p / 10) for p in range(11)]
+    assert all(84 <= r["power_w"] <= 89 for r in loaded), loaded
+    assert all(2424 <= r["sm_mhz"] <= 2483 for r in loaded), loaded
+
+
+def test_each_unit_idles_at_its_own_wall_power_within_the_public_span():
+    from gpusim_config import unit_figures
+
+    idles = {readings({**GB10_DEFAULTS, **unit_figures(f"spark-{i:02d}")}, 0, None, False)
+             ["node_power_w"] for i in range(1, 9)}
+    assert all(25 <= watts <= 37 for watts in idles) and len(idles) > 4, idles
 
 
 def test_idle_gpu_reports_idle_reason_and_a_few_watts():
@@ -44,7 +64,7 @@ def test_idle_gpu_reports_idle_reason_and_a_few_watts():
 def test_the_loaded_clock_wanders_uncapped_and_sits_under_the_locks_bin():
     uncapped = {readings(GB10_DEFAULTS, 100, None, False, phase=p / 10)["sm_mhz"]
                 for p in range(11)}
-    assert min(uncapped) == 2420 and max(uncapped) == 2520 and len(uncapped) > 5
+    assert min(uncapped) == 2425 and max(uncapped) == 2483 and len(uncapped) > 5
     capped = {readings(GB10_DEFAULTS, 100, (0, 2200), False, phase=p / 10)["sm_mhz"]
               for p in range(11)}
     assert min(capped) == 2184 and max(capped) == 2190

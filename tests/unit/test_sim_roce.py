@@ -146,3 +146,21 @@ def test_a_rewrite_never_shows_a_half_written_or_missing_hca(tmp_path):
     assert seen and set(seen) == {"0000:0000:0000:0000:0000:0000:0000:0000"}, set(seen)
     assert sorted(os.listdir(tmp_path)) == ["infiniband", "infiniband.staging"]
     assert os.listdir(tmp_path / "infiniband.staging") == []  # nothing left behind
+
+
+def test_the_four_functions_share_one_sys_image_guid_and_read_the_public_firmware(tmp_path):
+    """As public Spark captures show (NV-Kernels#590): one adapter, one sys_image_guid for
+    its four functions, each with its own node_guid; firmware 28.45.4028, part 4129."""
+    four = [*TWINS, "--hca", "rocep1s0f1=enp1s0f1np1", "--hca", "roceP2p1s0f1=enP2p1s0f1np1"]
+    roce_tree(tmp_path / "a", *four, "--ipv4", "10.77.3.11", "--seed", "spark-01")
+    roce_tree(tmp_path / "b", *four, "--ipv4", "10.77.3.12", "--seed", "spark-02")
+    functions = ["rocep1s0f0", "roceP2p1s0f0", "rocep1s0f1", "roceP2p1s0f1"]
+
+    def read(node: str, name: str) -> list[str]:
+        return [(tmp_path / node / f / name).read_text().strip() for f in functions]
+
+    assert len(set(read("a", "sys_image_guid"))) == 1
+    assert read("a", "sys_image_guid") != read("b", "sys_image_guid")
+    assert len(set(read("a", "node_guid"))) == 4
+    assert set(read("a", "fw_ver")) == {"28.45.4028"}
+    assert set(read("a", "hca_type")) == {"MT4129"}

@@ -123,6 +123,15 @@ def test_the_gid_index_must_be_the_ipv4_mapped_roce_v2_entry_on_every_hca():
     assert "dev=roceP2p1s0f0" in check(hcas=one_off).warning
 
 
+def test_a_kernel_that_fails_memory_registration_fails_nccl_with_enomem():
+    """KHO's CMA on the node (gpusimd marks every HCA): NCCL's registration fails."""
+    broken = {name: {**hca(), "reg_mr_error": "Cannot allocate memory"} for name in HCAS}
+    fault = check(hcas=broken)
+    assert fault.warning == "Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory"
+    assert "ncclSystemError" in fault.error
+    assert check({"NCCL_IB_DISABLE": "1"}, hcas=broken) is None  # sockets register nothing
+
+
 def test_gloo_is_judged_before_nccl():
     fault = check({"GLOO_SOCKET_IFNAME": "eth9", "NCCL_IB_GID_INDEX": "9"})
     assert fault.library == "gloo"

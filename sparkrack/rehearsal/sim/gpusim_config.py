@@ -1,10 +1,10 @@
 """Node configuration of the simulated GB10: /etc/gpu-sim/node.json over GB10 defaults.
 
-Numbers come from public DGX Spark readings: SM clock 208 MHz idle, ~2,385-2,489 MHz
-sustained under load (clocks.max.sm reads 3003, applications clock 2418), ~53-63 W GPU
-draw under load, 3-4 W idle in P8; a latched board runs ~715 MHz / ~18 W under load.
-Node power is tuned to the field report: 8 nodes uncapped ~1,735 W, capped at 2,200 MHz
-1,350-1,425 W. Memory: one 121.7 GiB unified pool (MemTotal 127600748 kB).
+Numbers come from public DGX Spark readings: SM clock 208 MHz idle, 2,424-2,483 MHz at
+84-89 W under cuBLAS load (clocks.max.sm reads 3003, applications clock 2418), 3-4 W idle
+in P8; a latched board runs 481-858 MHz at 5.8-15.8 W under load. Node (wall) power idles
+at 25-37 W and is tuned to the field report under load: 8 nodes uncapped ~1,735 W, capped
+at 2,200 MHz 1,350-1,425 W. Memory: one unified pool of about 121.7 GiB.
 """
 
 import os
@@ -25,32 +25,53 @@ GB10_DEFAULTS = {
     "port": DEFAULT_PORT,
     "state_dir": "/run/gpu-sim",
     "meminfo_file": None,  # STATE_DIR/meminfo when unset
+    "cmdline_file": None,  # STATE_DIR/cmdline when unset (bound over /proc/cmdline)
+    "kernel_file": "/etc/gpu-sim/kernel.json",  # the kernel the node boots (gpusim_kernel)
     "latch_file": "/var/lib/gpu-sim/latched",
     "persistence_mode": True,  # nvidia-persistenced runs on DGX OS
-    "mem_total_kb": 127600748,
+    "mem_total_kb": 127600748,  # each unit its own within UNIT_MEM_TOTAL_KB (unit_figures)
     "os_used_kb": 9034380,
     "page_cache_kb": 4194304,
     "swap_total_kb": 16777212,
     "idle_sm_mhz": 208,
-    "load_sm_mhz": 2470,  # the middle of the loaded clock's wander (the power reference)
-    "load_sm_spread_mhz": 100,  # uncapped under load: 2,420-2,520 MHz, never one value
+    "load_sm_mhz": 2454,  # the middle of the loaded clock's wander (the power reference)
+    "load_sm_spread_mhz": 58,  # uncapped under load: 2,425-2,483 MHz, never one value
     "lock_wander_mhz": 6,  # under a lock: its bin and up to 6 MHz below (2,184-2,190)
     "max_sm_mhz": 3003,
     "app_sm_mhz": 2418,
     "clock_bin_mhz": 15,
-    "latched_sm_mhz": 715,
+    "latched_sm_mhz": 670,  # latched under load: 482-858 MHz, wandering
+    "latched_sm_spread_mhz": 376,
     "gpu_idle_w": 3.9,
-    "gpu_load_w": 58.2,
-    "latched_gpu_w": 18.0,
+    "gpu_load_w": 86.5,  # at load_sm_mhz: 84.3-88.8 W over the loaded clock's wander
+    "latched_gpu_w": 10.8,  # at latched_sm_mhz; 5.8-15.8 W over the latched wander
+    "latched_gpu_spread_w": 10.0,
     # a rank wedged in a kernel that spins on a flag its peers never set: the SMs read busy
     # (~96 %) while the GPU draws ~20 W, a fraction of the load span (vllm#42354's pattern)
-    "spin_power_share": 0.3,
-    "node_idle_w": 45.0,
+    "spin_power_share": 0.2,
+    "node_idle_w": 31.0,  # at the wall; each unit its own within 25-37 W (unit_figures)
     "node_load_w": 217.0,
-    "power_clock_exponent": 2.6,
+    "power_clock_exponent": 2.3,
     "ambient_c": 34.0,
-    "temp_c_per_w": 0.9,
+    "temp_c_per_w": 0.55,
 }
+
+# What differs between units of one release (public readings): MemTotal 127,600,524 to
+# 127,622,144 kB, wall idle 25 to 37 W. A node's own figures are drawn from its name.
+UNIT_MEM_TOTAL_KB = (127600524, 127622144)
+UNIT_IDLE_W = (25.0, 37.0)
+
+
+def unit_figures(node: str) -> dict:
+    """This unit's MemTotal and wall idle power: the same for a node name every time,
+    within the spread real units show."""
+    import hashlib  # here, not at the top: nvidia-smi's client needs only config_path
+
+    seed = int.from_bytes(hashlib.sha256(f"{node}.gpu-sim.unit".encode()).digest()[:8], "big")
+    low, high = UNIT_MEM_TOTAL_KB
+    idle_low, idle_high = UNIT_IDLE_W
+    return {"mem_total_kb": low + seed % (high - low + 1),
+            "node_idle_w": idle_low + (seed >> 32) % round(10 * (idle_high - idle_low) + 1) / 10}
 
 
 def config_path() -> str:
@@ -74,8 +95,11 @@ def load_config(path: str | None = None) -> dict:
         raise ValueError(f"{path}: unknown keys {', '.join(unknown)}")
     config = {**GB10_DEFAULTS, **given}
     config["node"] = config["node"] or socket.gethostname()
+    config.update({key: value for key, value in unit_figures(config["node"]).items()
+                   if key not in given})
     seed = uuid.uuid5(uuid.NAMESPACE_DNS, f"{config['node']}.gpu-sim")
     config["uuid"] = config["uuid"] or f"GPU-{seed}"
     config["serial"] = config["serial"] or str(1650000000000 + seed.int % 10**9)
     config["meminfo_file"] = config["meminfo_file"] or os.path.join(config["state_dir"], "meminfo")
+    config["cmdline_file"] = config["cmdline_file"] or os.path.join(config["state_dir"], "cmdline")
     return config

@@ -8,8 +8,9 @@ through the same inode (never renamed) because it is bind-mounted over /proc/mem
 import os
 
 
-def meminfo_values(config: dict, allocated_kb: int) -> dict:
-    """The kB numbers of every meminfo line for this much allocated GPU memory."""
+def meminfo_values(config: dict, allocated_kb: int, cma: tuple[int, int] = (0, 0)) -> dict:
+    """The kB numbers of every meminfo line for this much allocated GPU memory and the
+    kernel's (CmaTotal, CmaFree)."""
     total = config["mem_total_kb"]
     available = max(0, total - config["os_used_kb"] - allocated_kb)
     cache = min(config["page_cache_kb"], available)
@@ -63,8 +64,8 @@ def meminfo_values(config: dict, allocated_kb: int) -> dict:
         "ShmemPmdMapped": 0,
         "FileHugePages": 0,
         "FilePmdMapped": 0,
-        "CmaTotal": 0,
-        "CmaFree": 0,
+        "CmaTotal": cma[0],
+        "CmaFree": cma[1],
         "Balloon": 0,
         "HugePages_Total": 0,
         "HugePages_Free": 0,

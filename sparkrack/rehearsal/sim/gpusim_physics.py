@@ -4,8 +4,9 @@ A clock lock only caps: under load the SM clock is the sustained boost clock (wa
 at most the lock's max snapped DOWN to the driver's clock bin (2200 -> 2190 with 15 MHz
 bins). A lock
 min raises the idle clock, never the load clock. A latched board (low-clock state) runs
-at the latched clock and power whatever the lock says. Power above idle scales with
-utilization and with (clock / boost clock) ** exponent, for the GPU and the whole node.
+at its latched clock (481-858 MHz, wandering) and power (5.8-15.8 W) whatever the lock
+says. Power above idle scales with utilization and with (clock / boost clock) ** exponent,
+for the GPU and the whole node.
 """
 
 EVENT_GPU_IDLE = 0x1
@@ -22,9 +23,10 @@ def sm_clock(config: dict, util: int, lock: tuple[int, int] | None, latched: boo
     """SM clock in MHz for this utilization (0-100), lock (min, max), latch state, whether
     an engine holds memory on the GPU (resident), and where in its wander the clock is
     (phase, 0-1). Under load the clock wanders over load_sm_spread_mhz around the boost
-    clock (2,420-2,520 MHz uncapped); a lock holds it within lock_wander_mhz under the
-    lock's bin (2,184-2,190 MHz under 2200). With an engine resident an idle GPU stays
-    there too; an empty one drops to its idle clock (the lock's min raises that floor)."""
+    clock (2,425-2,483 MHz uncapped); a lock holds it within lock_wander_mhz under the
+    lock's bin (2,184-2,190 MHz under 2200). A latched board wanders over its latched
+    span instead (482-858 MHz). With an engine resident an idle GPU stays there too; an
+    empty one drops to its idle clock (the lock's min raises that floor)."""
     boost = config["load_sm_mhz"]
     spread = config["load_sm_spread_mhz"]
     natural = boost + round(spread * (0.5 - phase))
@@ -33,7 +35,8 @@ def sm_clock(config: dict, util: int, lock: tuple[int, int] | None, latched: boo
         cap -= round(config["lock_wander_mhz"] * phase)
     if util > 0 or (resident and not latched):
         if latched:
-            natural = config["latched_sm_mhz"]
+            natural = config["latched_sm_mhz"] + round(
+                config["latched_sm_spread_mhz"] * (0.5 - phase))
         return natural if cap is None else min(natural, cap)
     floor = snap_down(lock[0], config["clock_bin_mhz"]) if lock else 0
     return min(max(config["idle_sm_mhz"], floor), cap if cap is not None else boost, boost)
@@ -47,9 +50,11 @@ def dynamic_share(config: dict, util: int, clock: int, latched: bool,
         return 0.0
     if spinning:
         return min(config["spin_power_share"], util / 100)
-    if latched:
+    if latched:  # the latched draw follows the latched clock over its span
         span = config["gpu_load_w"] - config["gpu_idle_w"]
-        per_util = (config["latched_gpu_w"] - config["gpu_idle_w"]) / span
+        offset = (clock - config["latched_sm_mhz"]) / config["latched_sm_spread_mhz"]
+        watts = config["latched_gpu_w"] + config["latched_gpu_spread_w"] * offset
+        per_util = (watts - config["gpu_idle_w"]) / span
     else:
         per_util = (clock / config["load_sm_mhz"]) ** config["power_clock_exponent"]
     return util / 100 * per_util

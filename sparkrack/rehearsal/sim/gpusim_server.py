@@ -10,7 +10,9 @@ Each request is one JSON object on one line, answered by one line:
   {"op": "alloc", "bytes": N, "pid": P, "name": "python3"}
                                                -> {"ok": true, "id": 1}  (freed at disconnect)
   {"op": "free", "id": 1}                      -> {"ok": true}
-  {"op": "rdma"}                               -> {"ok": true, "hcas": {...}}  (gpusim_rdma)
+  {"op": "rdma"}                               -> {"ok": true, "hcas": {...}}  (gpusim_rdma;
+                                                  each with "reg_mr_error" when the kernel
+                                                  fails memory registration)
 Errors answer {"ok": false, "error": "..."} and keep the connection open.
 """
 
@@ -94,7 +96,11 @@ def _op_free(state: GpuState, client: int, request: dict) -> dict:
 
 
 def _op_rdma(state: GpuState, client: int, request: dict) -> dict:
-    return {"hcas": read_rdma()}
+    hcas = read_rdma()
+    if state.kernel["reg_mr_error"]:  # KHO's CMA: ibv_reg_mr fails on every device
+        for hca in hcas.values():
+            hca["reg_mr_error"] = state.kernel["reg_mr_error"]
+    return {"hcas": hcas}
 
 
 OPERATIONS = {

@@ -1,4 +1,5 @@
-"""The live state of one simulated GPU: lock, persistence, loads, allocations, latch.
+"""The live state of one simulated GPU: lock, persistence, loads, allocations, latch, and
+the booted kernel's view (command line, CMA counters: gpusim_kernel).
 
 The clock lock and persistence mode live in STATE_DIR (a tmpfs in the node), so they
 survive a daemon restart and vanish at reboot, like the driver's. Loads and allocations
@@ -10,6 +11,7 @@ import os
 import random
 import threading
 
+from gpusim_kernel import kernel_view, read_kernel
 from gpusim_meminfo import meminfo_values, render_meminfo, write_in_place
 from gpusim_physics import readings
 
@@ -35,7 +37,16 @@ class GpuState:
         self._persistence_file = os.path.join(config["state_dir"], "persistence-mode")
         self.meminfo_path = config["meminfo_file"]
         os.makedirs(os.path.dirname(self.meminfo_path), exist_ok=True)
-        self._write_meminfo()
+        self.kernel: dict = {}
+        self.reload_kernel()
+
+    def reload_kernel(self) -> None:
+        """Read the kernel the node boots again (at start, and on SIGHUP when the rack
+        changed it) and show it: /proc/cmdline's file and the CMA lines of meminfo."""
+        with self._mutex:
+            self.kernel = kernel_view(read_kernel(self.config["kernel_file"]))
+            write_in_place(self.config["cmdline_file"], self.kernel["cmdline"] + "\n")
+            self._write_meminfo()
 
     def clock_lock(self) -> tuple[int, int] | None:
         """The (min, max) lock held by the driver, or None."""
@@ -147,8 +158,9 @@ class GpuState:
         return sum(entry["bytes"] for entry in self._allocations.values()) // KIB
 
     def _write_meminfo(self) -> None:
+        cma = (self.kernel["cma_total_kb"], self.kernel["cma_free_kb"])
         write_in_place(self.meminfo_path,
-                       render_meminfo(meminfo_values(self.config, self._allocated_kb())))
+                       render_meminfo(meminfo_values(self.config, self._allocated_kb(), cma)))
 
 
 def _processes(allocations: list[dict]) -> list[dict]:

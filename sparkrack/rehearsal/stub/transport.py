@@ -14,6 +14,8 @@ seen directly: the container shares the node's network namespace):
 - `NCCL_IB_GID_INDEX` is not, on every HCA NCCL uses, the RoCE v2 entry whose GID is
   IPv4-mapped: the queue pairs never connect (IBV_WC_RETRY_EXC_ERR), or the entry is empty
   (ibv_modify_qp fails);
+- the node's kernel fails memory registration (KHO's CMA, the driver says so per HCA):
+  `Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory`;
 - across ranks (rank 0 judges what every rank sent at the rendezvous, `unreachable`): an
   address a rank uses (its GID's, NCCL taking whatever entry the index names; its Gloo
   address) on a network none of a peer's interfaces is on: the peer's queue pairs or
@@ -257,7 +259,15 @@ def _nccl_ib(env, hcas) -> Fault | None:
         if hca.get("state") != ACTIVE:
             return _system_fault(f"NET/IB : {name}:1 port is not active "
                                  f"(state {hca.get('state') or 'unknown'})")
-    return _gid(env.get("NCCL_IB_GID_INDEX"), used)
+    return _gid(env.get("NCCL_IB_GID_INDEX"), used) or _registration(used)
+
+
+def _registration(used: Mapping[str, dict]) -> Fault | None:
+    for _, hca in sorted(used.items()):
+        if hca.get("reg_mr_error"):
+            return _system_fault(f"Call to ibv_reg_mr_iova2 failed with error "
+                                 f"{hca['reg_mr_error']}")
+    return None
 
 
 def _gid(value: str | None, used: Mapping[str, dict]) -> Fault | None:

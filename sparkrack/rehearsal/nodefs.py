@@ -122,6 +122,7 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
         "etc/systemd/system/rehearsal-roce.service": "rehearsal-roce.service",
         "etc/systemd/system/rehearsal-roce-follow.service": "rehearsal-roce-follow.service",
         "etc/systemd/system/systemd-networkd.service.d/rehearsal.conf": "networkd-no-udevd.conf",
+        "etc/systemd/system/NetworkManager.service.d/rehearsal.conf": "nm-no-udevd.conf",
         "root/.bashrc": "root-bashrc",
         "root/.profile": "root-profile",
     }

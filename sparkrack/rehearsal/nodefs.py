@@ -158,6 +158,11 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
     write_network_daemon(node, network_daemon(node))
 
 
+def has_network_manager() -> bool:
+    """Whether this machine has NetworkManager, which a node's overlay would run."""
+    return Path("/lib/systemd/system/NetworkManager.service").exists()
+
+
 def network_daemon(node: NodeLayout) -> str:
     """The daemon the node's netplan renders with, as its disk says (networkd unless it
     was set to NetworkManager)."""

@@ -473,6 +473,10 @@ class RehearsalRack:
         if daemon not in nodefs.DAEMON_UNITS:
             raise UsageError(f"--daemon {daemon}: not a network daemon netplan renders with",
                              fix=f"choose one of {', '.join(nodefs.DAEMON_UNITS)}")
+        if daemon == nodefs.NETWORK_MANAGER and not nodefs.has_network_manager():
+            raise UsageError("NetworkManager is not installed on this machine (the nodes run "
+                             "its programs)", fix="apt-get install --no-install-recommends "
+                             "network-manager (.ci/run shows how to keep it off this machine)")
         if nodeproc.init_pid(node) is None:
             nodefs.write_network_daemon(node, daemon)
             return

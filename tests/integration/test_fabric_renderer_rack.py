@@ -8,12 +8,15 @@ One node (spark-08) is changed; the module puts it back: networkd, its installer
 40-cx7.yaml as it was, provisioned.
 """
 
+import os
+
 import pytest
 from provision_helpers import failures
 
 from sparkrack.fleet import Fleet
 from sparkrack.provision import provision
 from sparkrack.rehearsal import nodeproc
+from sparkrack.rehearsal.nodefs import has_network_manager
 
 pytestmark = pytest.mark.rack
 
@@ -92,14 +95,19 @@ def test_a_renderer_that_does_not_run_is_refused_in_one_line(rack, inventory, in
 @pytest.mark.parametrize("daemon", ["networkd", "NetworkManager"])
 def test_the_fabric_is_in_force_under_the_renderer_and_after_a_reboot(rack, inventory,
                                                                      installer_cx7, daemon):
+    if daemon == "NetworkManager" and not has_network_manager():
+        if os.environ.get("SPARKRACK_CI"):
+            pytest.fail("network-manager is missing in CI: .ci/run installs it")
+        pytest.skip("network-manager is not installed on this machine")
     node = rack.node(NODE)
     rack.renderer(NODE, daemon)
     put_cx7(inventory, with_renderer(installer_cx7, daemon))
     rack.reboot(NODE)
     running = {"networkd": "systemd-networkd.service", "NetworkManager": "NetworkManager.service"}
     assert in_node(rack, "systemctl", "is-active", running[daemon]).strip() == "active"
+    cleared(rack)  # the role's check fails: it runs `netplan apply` under the daemon
     report = provision(inventory, NODE, roles="fabric")
-    assert report.exit_code == 0, failures(report)
+    assert report.exit_code == 0 and report.recap(NODE)["changed"] >= 1, failures(report)
     want = {PORT: ("9000", [f"{node.roce_addr}/24"]), TWIN: ("9000", [f"{node.twin_addr}/24"])}
     assert in_force(rack) == want
     if daemon == "NetworkManager":  # NetworkManager holds them, from netplan's profiles

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from .docker import parse_images
 from .files import FileFacts, parse_file
-from .netplan import NetplanFile, parse_netplan, problem
+from .netplan import NetplanFile, parse_netplan, problem, renderer_of
 from .queries import Answers, Query, answer
 from .roce import (
     Function, HcaFacts, RoceFacts, cabling_hint, netdev_down, parse_functions, parse_hca,
@@ -54,6 +54,11 @@ class ProvisionFacts:
     def netdev_down(self, netdev: str) -> bool:
         """Whether netdev is a RoCE function's and that function's port is down."""
         return netdev_down(netdev, self.functions)
+
+    def renderer(self, netdev: str) -> str:
+        """The daemon netplan renders netdev with ('' when netplan's files were not
+        gathered)."""
+        return "" if self.netplan is None else renderer_of(self.netplan, netdev).name
 
     def renderer_problem(self, netdevs: Iterable[str]) -> str:
         """Why the daemon netplan renders these netdevs with would not bring their config

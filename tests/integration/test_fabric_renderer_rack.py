@@ -4,8 +4,9 @@ NVIDIA's performance guide sets `renderer: NetworkManager`) get the fabric's add
 and MTU from `invoke provision`, and have them again after a reboot with no provisioning;
 a node whose netplan names a daemon that does not run is refused in one line.
 
-One node (spark-08) is changed; the module puts it back: networkd, its installer's
-40-cx7.yaml as it was, provisioned.
+NVIDIA's 40-cx7.yaml names NetworkManager here: role fabric takes the netdevs over from it
+and its drop-in keeps NetworkManager for them. One node (spark-08) is changed; the module
+puts it back: its netplan files as found, networkd, provisioned.
 """
 
 import os
@@ -13,7 +14,6 @@ import os
 import pytest
 from provision_helpers import failures
 
-from sparkrack.fleet import Fleet
 from sparkrack.provision import provision
 from sparkrack.rehearsal import nodeproc
 from sparkrack.rehearsal.nodefs import has_network_manager
@@ -22,6 +22,8 @@ pytestmark = pytest.mark.rack
 
 NODE = "spark-08"
 CX7 = "/etc/netplan/40-cx7.yaml"
+REPLACED = "/var/lib/sparkrack/netplan-replaced/40-cx7.yaml"  # where the take-over moves it
+DROPIN = "/etc/netplan/60-sparkrack-fabric.yaml"
 PORT, TWIN = "enp1s0f0np0", "enP2p1s0f0np0"
 
 
@@ -31,26 +33,37 @@ def in_node(rack, *argv: str) -> str:
     return done.stdout
 
 
-def put_cx7(inventory, text: bytes) -> None:
-    with Fleet(inventory, inventory.select(NODE)) as fleet:
-        assert fleet.put({NODE: [(text, CX7, 0o600)]})[NODE].ok
+def nvidia_nm(node) -> bytes:
+    """40-cx7.yaml as NVIDIA's performance guide has it: NetworkManager renders the fabric
+    (the rack's own addresses on port 0's two paths)."""
+    return ("# NVIDIA DGX Spark performance guide: NetworkManager (rehearsal stand-in)\n"
+            "network:\n  version: 2\n  renderer: NetworkManager\n  ethernets:\n"
+            f"    {PORT}:\n      addresses: [{node.roce_addr}/24]\n"
+            f"    {TWIN}:\n      addresses: [{node.twin_addr}/24]\n").encode()
 
 
-def with_renderer(text: bytes, daemon: str) -> bytes:
-    """The installer's file with NVIDIA's global renderer line (none for networkd)."""
-    if daemon == "networkd":
-        return text
-    return text.replace(b"  version: 2\n", f"  version: 2\n  renderer: {daemon}\n".encode())
+def put(rack, path: str, text: bytes | None) -> None:
+    """path on the node with text (0600), or no file there (None)."""
+    if text is None:
+        in_node(rack, "rm", "-f", path)
+        return
+    in_node(rack, "sh", "-c", 'mkdir -p "$(dirname "$2")" && umask 077 && '
+            'printf "%s" "$1" > "$2.new" && mv "$2.new" "$2"', "sh", text.decode(), path)
+
+
+def found(rack, path: str) -> bytes | None:
+    done = nodeproc.in_node(rack.node(NODE), ["cat", path])
+    return done.stdout.encode() if done.returncode == 0 else None
 
 
 def in_force(rack) -> dict[str, tuple[str, list[str]]]:
     """{netdev: (MTU, its IPv4 addresses)} as the node's kernel holds them."""
-    found = {}
+    held = {}
     for dev in (PORT, TWIN):
         mtu = in_node(rack, "cat", f"/sys/class/net/{dev}/mtu").strip()
         lines = in_node(rack, "ip", "-o", "-4", "addr", "show", "dev", dev).splitlines()
-        found[dev] = (mtu, sorted(line.split()[3] for line in lines))
-    return found
+        held[dev] = (mtu, sorted(line.split()[3] for line in lines))
+    return held
 
 
 def cleared(rack) -> None:
@@ -64,22 +77,22 @@ def cleared(rack) -> None:
 
 
 @pytest.fixture(scope="module")
-def installer_cx7(rack, inventory):
-    """The node's 40-cx7.yaml as its installer left it; the node put back afterwards."""
-    with Fleet(inventory, inventory.select(NODE)) as fleet:
-        original = fleet.get({NODE: [CX7]})[NODE].files[CX7]
-    yield original
-    put_cx7(inventory, original)
+def as_found(rack, inventory):
+    """The node put back afterwards: its netplan files as found, networkd, provisioned."""
+    files = {path: found(rack, path) for path in (CX7, REPLACED)}
+    yield
+    for path, text in files.items():
+        put(rack, path, text)
     rack.renderer(NODE, "networkd")
     rack.reboot(NODE)
     report = provision(inventory, NODE, roles="fabric")
     assert report.exit_code == 0, failures(report)
 
 
-def test_a_renderer_that_does_not_run_is_refused_in_one_line(rack, inventory, installer_cx7):
+def test_a_renderer_that_does_not_run_is_refused_in_one_line(rack, inventory, as_found):
     rack.renderer(NODE, "networkd")
     rack.reboot(NODE)
-    put_cx7(inventory, with_renderer(installer_cx7, "NetworkManager"))
+    put(rack, CX7, nvidia_nm(rack.node(NODE)))
     report = provision(inventory, NODE, roles="fabric")
     assert report.exit_code == 1
     [failed] = [c for c in report.node(NODE).outcomes() if c.status == "failed"]
@@ -89,27 +102,31 @@ def test_a_renderer_that_does_not_run_is_refused_in_one_line(rack, inventory, in
         "masked, inactive, masked (the addresses would not be there after a reboot): "
         "`systemctl unmask NetworkManager.service && systemctl enable --now "
         f"NetworkManager.service`, or set `renderer: networkd` in {CX7}")
-    put_cx7(inventory, installer_cx7)
+    assert found(rack, CX7) == nvidia_nm(rack.node(NODE))  # refused before the take-over
+    put(rack, CX7, None)
 
 
 @pytest.mark.parametrize("daemon", ["networkd", "NetworkManager"])
 def test_the_fabric_is_in_force_under_the_renderer_and_after_a_reboot(rack, inventory,
-                                                                     installer_cx7, daemon):
+                                                                     as_found, daemon):
     if daemon == "NetworkManager" and not has_network_manager():
         if os.environ.get("SPARKRACK_CI"):
             pytest.fail("network-manager is missing in CI: .ci/run installs it")
         pytest.skip("network-manager is not installed on this machine")
     node = rack.node(NODE)
     rack.renderer(NODE, daemon)
-    put_cx7(inventory, with_renderer(installer_cx7, daemon))
+    put(rack, CX7, nvidia_nm(node) if daemon == "NetworkManager" else None)
     rack.reboot(NODE)
     running = {"networkd": "systemd-networkd.service", "NetworkManager": "NetworkManager.service"}
     assert in_node(rack, "systemctl", "is-active", running[daemon]).strip() == "active"
-    cleared(rack)  # the role's check fails: it runs `netplan apply` under the daemon
+    cleared(rack)  # the role's check fails: it applies the drop-in under the daemon
     report = provision(inventory, NODE, roles="fabric")
     assert report.exit_code == 0 and report.recap(NODE)["changed"] >= 1, failures(report)
     want = {PORT: ("9000", [f"{node.roce_addr}/24"]), TWIN: ("9000", [f"{node.twin_addr}/24"])}
     assert in_force(rack) == want
+    assert found(rack, CX7) is None  # taken over: the drop-in alone names the netdevs
+    dropin = found(rack, DROPIN).decode()
+    assert ("renderer: NetworkManager" in dropin) == (daemon == "NetworkManager"), dropin
     if daemon == "NetworkManager":  # NetworkManager holds them, from netplan's profiles
         devices = in_node(rack, "nmcli", "-t", "-f", "DEVICE,STATE,CONNECTION", "device")
         assert f"{PORT}:connected:netplan-{PORT}" in devices.splitlines(), devices

@@ -434,7 +434,29 @@ def test_fabric_refuses_a_renderer_that_does_not_run_before_it_changes_anything(
     assert not any(c.actions for c in changes)
     running = UnitFacts(load="loaded", active="active", enabled="enabled")
     facts = dataclasses.replace(facts, units={"NetworkManager.service": running})
-    assert not [c for c in planned(roles="fabric", facts=facts) if c.status == "failed"]
+    changes = planned(roles="fabric", facts=facts, node="spark-03")
+    assert not [c for c in changes if c.status == "failed"]
+
+
+def test_fabric_names_networkmanager_for_the_netdevs_it_renders_so_the_take_over_keeps_it():
+    """40-cx7.yaml names NetworkManager and is moved aside by the take-over: the drop-in
+    carries it per netdev; under networkd it names none (netplan's default)."""
+    import yaml
+
+    from sparkrack.facts.netplan import NetplanFile
+    from sparkrack.facts.systemd import UnitFacts
+
+    cx7 = NetplanFile("/etc/netplan/40-cx7.yaml",
+                      "network:\n  version: 2\n  renderer: NetworkManager\n")
+    running = UnitFacts(load="loaded", active="active", enabled="enabled")
+    units = {"NetworkManager.service": running, "systemd-networkd.service": running}
+    for files, want in (((cx7,), {"renderer": "NetworkManager"}), ((), {})):
+        facts = dataclasses.replace(good_facts(), netplan=files, units=units)
+        text = put(planned(roles="fabric", facts=facts, node="spark-03"), NETPLAN)
+        ethernets = yaml.safe_load(text)["network"]["ethernets"]
+        assert ethernets == {"enp1s0f0np0": {"mtu": 9000, "addresses": ["10.77.3.13/24"], **want},
+                             "enP2p1s0f0np0": {"mtu": 9000, "addresses": ["10.77.4.13/24"],
+                                               **want}}
 
 
 def test_fabric_follows_a_node_cabled_on_the_other_port(tmp_path):

@@ -1,6 +1,7 @@
 """Which network daemon renders a node's fabric netdevs: netplan's files as the node holds
 them (the `p` query), netplan's renderer of each netdev (global or per device, later files
-override), and whether that daemon runs (its unit). Pure: the plan asks `problem`."""
+override), the one role fabric's drop-in should leave it with, and whether that daemon
+runs (its unit). Pure: the plan asks `renderer_for` and `problem`."""
 
 from __future__ import annotations
 
@@ -84,8 +85,32 @@ def renderer_of(files: Sequence[NetplanFile], netdev: str) -> Renderer:
     return own.get(netdev, glob)
 
 
+def runs(units: Mapping[str, UnitFacts], renderer: str) -> bool:
+    """Whether the renderer's daemon is active and starts at boot."""
+    unit = units.get(DAEMONS.get(renderer, ""), UnitFacts())
+    return unit.active == "active" and unit.is_enabled
+
+
+def renderer_for(files: Sequence[NetplanFile], units: Mapping[str, UnitFacts], netdev: str,
+                 ours: str = "") -> Renderer:
+    """The renderer the drop-in ours should leave netdev with: the one another file names
+    (global or its own); else the one ours names if that daemon runs (the take-over moved
+    NVIDIA's file aside); else NetworkManager when it is the only daemon that runs; else
+    netplan's default, networkd."""
+    glob, own = renderers([f for f in files if f.path != ours])
+    named = own.get(netdev) or (glob if glob.source != DEFAULT else None)
+    if named is not None:
+        return named
+    mine = renderer_of([f for f in files if f.path == ours], netdev)
+    if mine.source != DEFAULT and runs(units, mine.name):
+        return mine
+    if [name for name in DAEMONS if runs(units, name)] == [NETWORK_MANAGER]:
+        return Renderer(NETWORK_MANAGER, "the daemon this node runs")
+    return Renderer(NETWORKD)
+
+
 def problem(files: Sequence[NetplanFile] | None, units: Mapping[str, UnitFacts],
-            netdevs: Sequence[str]) -> str:
+            netdevs: Sequence[str], ours: str = "") -> str:
     """Why netplan cannot bring these netdevs' config up and keep it across a reboot
     (a daemon it cannot drive, or one that is not running and enabled), with the fix; ''
     when nothing stands in the way."""
@@ -96,15 +121,15 @@ def problem(files: Sequence[NetplanFile] | None, units: Mapping[str, UnitFacts],
         return (f"netplan cannot read {broken[0]}: fix its YAML (`netplan get` names the "
                 f"line)")
     for netdev in netdevs:
-        renderer = renderer_of(files, netdev)
+        renderer = renderer_for(files, units, netdev, ours)
         unit = DAEMONS.get(renderer.name)
         where = f"{renderer.source} renders {netdev} with {renderer.name}"
         if unit is None:
             return (f"{where}, which netplan cannot drive here: set `renderer: networkd` or "
                     f"`renderer: NetworkManager` there")
-        facts = units.get(unit, UnitFacts())
-        if facts.active == "active" and facts.is_enabled:
+        if runs(units, renderer.name):
             continue
+        facts = units.get(unit, UnitFacts())
         state = "not installed" if facts.load == "not-found" else (
             f"{facts.load}, {facts.active}, {facts.enabled or 'not enabled'}")
         other = NETWORKD if renderer.name == NETWORK_MANAGER else NETWORK_MANAGER

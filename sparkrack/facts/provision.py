@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from .docker import parse_images
 from .files import FileFacts, parse_file
-from .netplan import NetplanFile, parse_netplan, problem, renderer_of
+from .netplan import NetplanFile, parse_netplan, problem, renderer_for
 from .queries import Answers, Query, answer
 from .roce import (
     Function, HcaFacts, RoceFacts, cabling_hint, netdev_down, parse_functions, parse_hca,
@@ -55,15 +55,17 @@ class ProvisionFacts:
         """Whether netdev is a RoCE function's and that function's port is down."""
         return netdev_down(netdev, self.functions)
 
-    def renderer(self, netdev: str) -> str:
-        """The daemon netplan renders netdev with ('' when netplan's files were not
-        gathered)."""
-        return "" if self.netplan is None else renderer_of(self.netplan, netdev).name
+    def renderer(self, netdev: str, ours: str) -> str:
+        """The daemon the netplan drop-in ours should leave netdev with ('' when netplan's
+        files were not gathered)."""
+        if self.netplan is None:
+            return ""
+        return renderer_for(self.netplan, self.units, netdev, ours).name
 
-    def renderer_problem(self, netdevs: Iterable[str]) -> str:
-        """Why the daemon netplan renders these netdevs with would not bring their config
-        up, or not after a reboot, with the fix ('' when none)."""
-        return problem(self.netplan, self.units, [n for n in netdevs if n])
+    def renderer_problem(self, netdevs: Iterable[str], ours: str) -> str:
+        """Why that daemon would not bring these netdevs' config up, or not after a
+        reboot, with the fix ('' when none)."""
+        return problem(self.netplan, self.units, [n for n in netdevs if n], ours)
 
 
 def parse_facts(text: str, queries: Iterable[Query]) -> ProvisionFacts:

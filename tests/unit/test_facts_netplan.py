@@ -11,7 +11,8 @@ import yaml
 
 from sparkrack.facts import provision as g
 from sparkrack.facts.netplan import (
-    DAEMON_QUERIES, NETPLAN, NetplanFile, Renderer, parse_netplan, problem, renderer_of)
+    DAEMON_QUERIES, NETPLAN, NetplanFile, Renderer, parse_netplan, problem, renderer_for,
+    renderer_of)
 from sparkrack.facts.queries import PYTHON
 from sparkrack.facts.queries import argv as gather_argv
 from sparkrack.facts.systemd import UnitFacts
@@ -82,6 +83,25 @@ def test_the_source_is_the_file_that_names_the_renderer():
     files = [NetplanFile(CX7, NM_GLOBAL), NetplanFile(OURS, DEVICES)]
     assert renderer_of(files, "e1") == Renderer("NetworkManager", CX7)
     assert renderer_of([NetplanFile(OURS, DEVICES)], "e1") == Renderer("networkd")
+
+
+def test_the_drop_in_keeps_the_nodes_renderer_across_the_take_over():
+    """Another file's renderer first; then the drop-in's own while that daemon runs (NVIDIA's
+    file was moved aside); then NetworkManager when it is the one daemon that runs."""
+    mine = NetplanFile(OURS, "network:\n  version: 2\n  ethernets:\n    e1:\n"
+                             "      renderer: NetworkManager\n")
+    off = UnitFacts(load="masked", enabled="masked")
+    nm_only = {"NetworkManager.service": RUNNING}
+    networkd_only = {"systemd-networkd.service": RUNNING, "NetworkManager.service": off}
+    cx7 = NetplanFile(CX7, NM_GLOBAL)
+    assert renderer_for([cx7, mine], UNITS, "e1", OURS) == Renderer("NetworkManager", CX7)
+    assert renderer_for([mine], UNITS, "e1", OURS) == Renderer("NetworkManager", OURS)
+    assert renderer_for([mine], networkd_only, "e1", OURS) == Renderer("networkd")
+    assert renderer_for([], nm_only, "e1", OURS).name == "NetworkManager"
+    assert renderer_for([], UNITS, "e1", OURS) == Renderer("networkd")  # both run: default
+    networkd = NetplanFile(CX7, "network:\n  version: 2\n  renderer: networkd\n")
+    assert renderer_for([networkd, mine], UNITS, "e1", OURS) == Renderer("networkd", CX7)
+    assert problem([mine], networkd_only, ["e1"], OURS) == ""  # back to networkd, no refusal
 
 
 def test_networkmanager_not_running_is_refused_naming_the_file_and_the_fix():

@@ -83,6 +83,7 @@ def as_found(rack, inventory):
     yield
     for path, text in files.items():
         put(rack, path, text)
+    put(rack, DROPIN, None)  # its NetworkManager lines would give NetworkManager's profiles
     rack.renderer(NODE, "networkd")
     rack.reboot(NODE)
     report = provision(inventory, NODE, roles="fabric")
@@ -116,6 +117,7 @@ def test_the_fabric_is_in_force_under_the_renderer_and_after_a_reboot(rack, inve
     node = rack.node(NODE)
     rack.renderer(NODE, daemon)
     put(rack, CX7, nvidia_nm(node) if daemon == "NetworkManager" else None)
+    put(rack, DROPIN, None)  # the fabric as before role fabric, under this daemon
     rack.reboot(NODE)
     running = {"networkd": "systemd-networkd.service", "NetworkManager": "NetworkManager.service"}
     assert in_node(rack, "systemctl", "is-active", running[daemon]).strip() == "active"

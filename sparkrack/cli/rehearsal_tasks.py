@@ -177,6 +177,16 @@ def kernel(c, node, release=None, clear=False, kho_bug=None, cmdline="", invento
                 + (f" with {cmdline}" if cmdline else ""))
 
 
+@task(help={**NODE_HELP, "daemon": "networkd (the default) or NetworkManager (as NVIDIA's "
+            "performance guide sets it)"})
+@operator_task
+def renderer(c, node, daemon, inventory=None):
+    """Set the network daemon a node's netplan renders with from its next boot on (kept on
+    its disk), to rehearse the fabric under NetworkManager."""
+    _rack(inventory).renderer(node, daemon)
+    console.say(f"{node}: {daemon} from its next boot (invoke rehearsal.reboot {node})")
+
+
 @task(help={**NODE_HELP, "hca": "the HCA, e.g. roceP2p1s0f0", "clear": "bring the port back up"})
 @operator_task
 def hca_down(c, node, hca, clear=False, inventory=None):

@@ -1,6 +1,7 @@
 """Provisioning's questions in one round trip: files, units, HCAs, guard commands, images,
-netdevs (each kind's query and parser lives with its topic: files.py, systemd.py,
-roce.py, docker.py); `parse_facts` turns the answers into `ProvisionFacts` for the plan."""
+netdevs, netplan's files (each kind's query and parser lives with its topic: files.py,
+systemd.py, roce.py, docker.py, netplan.py); `parse_facts` turns the answers into
+`ProvisionFacts` for the plan."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 
 from .docker import parse_images
 from .files import FileFacts, parse_file
+from .netplan import NetplanFile, parse_netplan, problem, renderer_for
 from .queries import Answers, Query, answer
 from .roce import (
     Function, HcaFacts, RoceFacts, cabling_hint, netdev_down, parse_functions, parse_hca,
@@ -37,6 +39,7 @@ class ProvisionFacts:
     images_error: str | None = None
     netdevs: tuple[str, ...] = ()
     functions: Mapping[str, Function] = field(default_factory=dict)  # every RDMA device
+    netplan: tuple[NetplanFile, ...] | None = None  # netplan's files; None if not gathered
 
     def file(self, path: str) -> FileFacts:
         return self.files.get(path, FileFacts())
@@ -52,6 +55,18 @@ class ProvisionFacts:
         """Whether netdev is a RoCE function's and that function's port is down."""
         return netdev_down(netdev, self.functions)
 
+    def renderer(self, netdev: str, ours: str) -> str:
+        """The daemon the netplan drop-in ours should leave netdev with ('' when netplan's
+        files were not gathered)."""
+        if self.netplan is None:
+            return ""
+        return renderer_for(self.netplan, self.units, netdev, ours).name
+
+    def renderer_problem(self, netdevs: Iterable[str], ours: str) -> str:
+        """Why that daemon would not bring these netdevs' config up, or not after a
+        reboot, with the fix ('' when none)."""
+        return problem(self.netplan, self.units, [n for n in netdevs if n], ours)
+
 
 def parse_facts(text: str, queries: Iterable[Query]) -> ProvisionFacts:
     """The gather script's output for these queries -> ProvisionFacts."""
@@ -65,7 +80,7 @@ def facts_of(answers: Answers) -> ProvisionFacts:
     hcas: dict[str, HcaFacts] = {}
     guards: dict[tuple[str, ...], int] = {}
     guard_reasons: dict[tuple[str, ...], str] = {}
-    images, images_error, netdevs = None, None, ()
+    images, images_error, netdevs, netplan = None, None, (), None
     functions: dict[str, Function] = {}
     for query in answers.index:
         lines = answers.lines(query)
@@ -87,7 +102,9 @@ def facts_of(answers: Answers) -> ProvisionFacts:
             netdevs = parse_netdevs(lines)
         elif query.kind == "functions":
             functions = parse_functions(lines)
+        elif query.kind == "netplan":
+            netplan = parse_netplan(lines)
     return ProvisionFacts(
         boot_id=answers.boot_id, now=answers.now, files=files, units=units,
-        roce=RoceFacts(hcas), guards=guards, guard_reasons=guard_reasons, images=images, images_error=images_error,
-        netdevs=netdevs, functions=functions)
+        roce=RoceFacts(hcas), guards=guards, guard_reasons=guard_reasons, images=images,
+        images_error=images_error, netdevs=netdevs, functions=functions, netplan=netplan)

@@ -44,10 +44,18 @@ MASKED_UNITS = (
 )
 SHIPPED_UNITS = ("nvidia-persistenced.service", "rehearsal-roce.service",
                  "rehearsal-roce-follow.service")  # ours, in /etc
-# systemd-networkd applies /etc/netplan (role fabric's drop-in), as on DGX OS; the node's
-# management port is this machine's to set (no netplan file names it).
-ENABLED_UNITS = (*SHIPPED_UNITS, "ssh.service", "docker.service", "containerd.service",
-                 "systemd-networkd.service")
+ENABLED_UNITS = (*SHIPPED_UNITS, "ssh.service", "docker.service", "containerd.service")
+# The daemon netplan renders the fabric with (rehearsal.renderer, kept on the node's disk):
+# systemd-networkd by default, NetworkManager as NVIDIA's performance guide sets it; the
+# other one's units are masked (disabled: netplan apply starts networkd to read its .link
+# files). The management port is this machine's to set (no netplan file names it).
+NETWORKD, NETWORK_MANAGER = "networkd", "NetworkManager"
+DAEMON_UNITS = {
+    NETWORKD: ("systemd-networkd.service",),
+    NETWORK_MANAGER: ("NetworkManager.service", "NetworkManager-wait-online.service",
+                      "NetworkManager-dispatcher.service"),
+}
+NM_CONFIG = "etc/NetworkManager/conf.d/rehearsal.conf"
 # The node's own network config: this machine's (if it has any) must not show through.
 OWN_CONFIG_DIRS = ("etc/netplan", "etc/systemd/network")
 
@@ -114,6 +122,7 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
         "etc/systemd/system/rehearsal-roce.service": "rehearsal-roce.service",
         "etc/systemd/system/rehearsal-roce-follow.service": "rehearsal-roce-follow.service",
         "etc/systemd/system/systemd-networkd.service.d/rehearsal.conf": "networkd-no-udevd.conf",
+        "etc/systemd/system/NetworkManager.service.d/rehearsal.conf": "nm-no-udevd.conf",
         "root/.bashrc": "root-bashrc",
         "root/.profile": "root-profile",
     }
@@ -136,6 +145,7 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
         own = up / folder
         own.mkdir(parents=True, exist_ok=True)
         os.setxattr(own, "trusted.overlay.opaque", b"y")  # the lower (this machine's) hidden
+    write_if_changed(up / NM_CONFIG, _package_file("files", "nm-rehearsal.conf").read_bytes())
     for unit in MASKED_UNITS:
         symlink(up / "etc/systemd/system" / unit, "/dev/null")
     for unit in ENABLED_UNITS:  # a disk from an older rack may hold a mask of it
@@ -145,6 +155,45 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
     for unit in ENABLED_UNITS:
         unit_dir = "/etc/systemd/system" if unit in SHIPPED_UNITS else "/lib/systemd/system"
         symlink(up / "etc/systemd/system/multi-user.target.wants" / unit, f"{unit_dir}/{unit}")
+    write_network_daemon(node, network_daemon(node))
+
+
+def has_network_manager() -> bool:
+    """Whether this machine has NetworkManager, which a node's overlay would run."""
+    return Path("/lib/systemd/system/NetworkManager.service").exists()
+
+
+def network_daemon(node: NodeLayout) -> str:
+    """The daemon the node's netplan renders with, as its disk says (networkd unless it
+    was set to NetworkManager)."""
+    wants = node.upper / "etc/systemd/system/multi-user.target.wants/NetworkManager.service"
+    return NETWORK_MANAGER if wants.is_symlink() else NETWORKD
+
+
+def daemon_links(daemon: str) -> list[tuple[str, str | None]]:
+    """The links that make daemon the node's network daemon: (path under /etc, its target,
+    or None: no link there), relative to /. Its first unit enabled; NetworkManager's units masked when
+    networkd renders (networkd's only disabled: netplan apply starts it for its .link
+    files)."""
+    links: list[tuple[str, str | None]] = []
+    for name, units in DAEMON_UNITS.items():
+        for unit in units:
+            wants = f"etc/systemd/system/multi-user.target.wants/{unit}"
+            mask = f"etc/systemd/system/{unit}"
+            enabled = name == daemon and unit == units[0]
+            links.append((wants, f"/lib/systemd/system/{unit}" if enabled else None))
+            links.append((mask, "/dev/null" if name != daemon and name == NETWORK_MANAGER
+                          else None))
+    return links
+
+
+def write_network_daemon(node: NodeLayout, daemon: str) -> None:
+    """Make daemon the node's network daemon on its disk (while it is down)."""
+    for path, target in daemon_links(daemon):
+        if target:
+            symlink(node.upper / path, target)
+        elif (node.upper / path).is_symlink():
+            (node.upper / path).unlink()
 
 
 INSTALLER_NETPLAN = "etc/netplan/40-cx7.yaml"  # where NVIDIA's two-Spark playbook puts it

@@ -30,23 +30,30 @@ from ..fleet.netguard import REHEARSAL_STATE_FILE
 
 BOOT_TIMEOUT = 90.0
 # In the node: until $1 s have passed, wait for every address netplan gave a netdev that has
-# a carrier (10-netplan-DEV.network, Address=) to be on it, and for the first one to be in
-# the GID table of the simulated HCA over that netdev (rehearsal-roce-follow.service).
+# a carrier (networkd's 10-netplan-DEV.network, Address=; NetworkManager's
+# netplan-DEV.nmconnection, [ipv4] addressN=) to be on it, and for the first one to be in the GID
+# table of the simulated HCA over that netdev (rehearsal-roce-follow.service).
 FABRIC_SETTLED = r"""
 end=$(( $(date +%s) + $1 ))
-for file in /run/systemd/network/10-netplan-*.network; do
+for file in /run/systemd/network/10-netplan-*.network \
+            /run/NetworkManager/system-connections/netplan-*.nmconnection; do
   [ -e "$file" ] || continue
-  dev=${file#/run/systemd/network/10-netplan-}; dev=${dev%.network}
+  case $file in
+    *.network) dev=${file#/run/systemd/network/10-netplan-}; dev=${dev%.network}
+               addresses=$(sed -n 's/^Address=//p' "$file") ;;
+    *) dev=$(sed -n 's/^interface-name=//p' "$file")
+       addresses=$(sed -n '/^\[ipv4\]/,/^\[/s/^address[0-9]*=\([^,]*\).*/\1/p' "$file") ;;
+  esac
   ip -o link show dev "$dev" 2>/dev/null | grep -q LOWER_UP || continue
-  for address in $(sed -n 's/^Address=//p' "$file"); do
+  for address in $addresses; do
     until ip -o -4 addr show dev "$dev" | grep -q " inet $address "; do
       [ "$(date +%s)" -lt "$end" ] || {
-        echo "systemd-networkd did not put $address on $dev (netplan: /etc/netplan)" >&2
+        echo "the network daemon did not put $address on $dev (netplan: /etc/netplan)" >&2
         exit 1; }
       sleep 0.1
     done
   done
-  first=$(sed -n 's/^Address=//p' "$file" | head -n 1)
+  first=$(printf '%s\n' "$addresses" | head -n 1)
   [ -n "$first" ] || continue
   gid=$(IFS=./; set -- $first; printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$1" "$2" "$3" "$4")
   for hca in /run/sparkrack-sim/infiniband/*; do
@@ -58,6 +65,16 @@ for file in /run/systemd/network/10-netplan-*.network; do
       sleep 0.1
     done
   done
+done
+"""
+
+# In the node: make each path ($1, $3, ...) a link to its target ($2, $4, ...), or no link
+# when the target is empty (rehearsal.renderer on a running node; read at its next boot).
+LINKS_SCRIPT = r"""
+while [ $# -ge 2 ]; do
+  if [ -n "$2" ]; then mkdir -p "$(dirname "/$1")" && ln -sfn "$2" "/$1" || exit 1
+  elif [ -L "/$1" ]; then rm -f "/$1" || exit 1; fi
+  shift 2
 done
 """
 
@@ -455,6 +472,26 @@ class RehearsalRack:
                                        f"/{nodefs.KERNEL_PATH}"])
         if done.returncode != 0:
             raise SparkrackError(f"{name}: could not set the kernel: {done.stderr.strip()}")
+
+    def renderer(self, name: str, daemon: str) -> None:
+        """The network daemon the node's netplan renders with from its next boot on
+        (networkd or NetworkManager; the other one's units out). Kept on its disk."""
+        node = self.node(name)
+        if daemon not in nodefs.DAEMON_UNITS:
+            raise UsageError(f"--daemon {daemon}: not a network daemon netplan renders with",
+                             fix=f"choose one of {', '.join(nodefs.DAEMON_UNITS)}")
+        if daemon == nodefs.NETWORK_MANAGER and not nodefs.has_network_manager():
+            raise UsageError("NetworkManager is not installed on this machine (the nodes run "
+                             "its programs)", fix="apt-get install --no-install-recommends "
+                             "network-manager (.ci/run shows how to keep it off this machine)")
+        if nodeproc.init_pid(node) is None:
+            nodefs.write_network_daemon(node, daemon)
+            return
+        args = [item or "" for link in nodefs.daemon_links(daemon) for item in link]
+        done = nodeproc.in_node(node, ["sh", "-c", LINKS_SCRIPT, "sh", *args])
+        if done.returncode != 0:
+            raise SparkrackError(f"{name}: could not set the network daemon: "
+                                 f"{done.stderr.strip()}")
 
     def netdev_mtu(self, name: str, netdev: str, mtu: int) -> None:
         """Set one of the node's netdevs' MTU, as `ip link set` on the node would (kept while

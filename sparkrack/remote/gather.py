@@ -1,7 +1,7 @@
 """The one node script: every question of a round trip answered in one process.
 
     python3 -I -S -c TEXT  f PATH LIMIT | u UNIT PROPS | r HCA | a | x N ARGV... | i | n
-                           | s GPU_FIELDS | d | l N HCA... M DEV...
+                           | s GPU_FIELDS | d | l N HCA... M DEV... | p
                            | w PYTHON DIR KEY UNITFILE STATEDIR STATEFILE SYSTEMCTL UNIT PROPS
                                N ADDRESS PORT...  ...
 
@@ -181,6 +181,28 @@ def guard_section(argv):
     return ["rc %d" % done.returncode] + (["why " + why] if why and done.returncode else [])
 
 
+NETPLAN_DIRS = ("/lib/netplan", "/etc/netplan", "/run/netplan")  # a later one shadows
+
+
+def netplan_section():
+    """The YAML files netplan reads, in its order (by name; /run shadows /etc shadows
+    /lib): `file PATH`, then `content BASE64` when readable."""
+    chosen = {}
+    for folder in NETPLAN_DIRS:
+        for name in entries(folder):
+            if name.endswith(".yaml"):
+                chosen[name] = os.path.join(folder, name)
+    lines = []
+    for name in sorted(chosen):
+        lines.append("file " + quoted(chosen[name]))
+        try:
+            with open(chosen[name], "rb") as handle:
+                lines.append("content " + base64.b64encode(handle.read()).decode())
+        except OSError:
+            pass
+    return lines
+
+
 def net_section():
     with open("/proc/net/dev") as handle:
         return handle.read().splitlines()
@@ -209,6 +231,8 @@ def sections(args):
             yield kind, images_section()
         elif kind == "n":
             yield kind, net_section()
+        elif kind == "p":
+            yield kind, netplan_section()
         elif kind == "s":
             yield kind, node_section(args.pop(0))
         elif kind == "m":

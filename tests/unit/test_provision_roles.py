@@ -415,6 +415,50 @@ def test_fabric_writes_the_cabled_ports_addresses_and_mtu_as_a_netplan_drop_in()
     assert mode == 0o600  # netplan warns about a drop-in others can read
 
 
+def test_fabric_refuses_a_renderer_that_does_not_run_before_it_changes_anything():
+    """NVIDIA's guide names NetworkManager; a node that does not run it would lose the
+    fabric's addresses at its next boot: one line naming the node, the file and the fix."""
+    from sparkrack.facts.netplan import NetplanFile
+    from sparkrack.facts.systemd import UnitFacts
+
+    cx7 = NetplanFile("/etc/netplan/40-cx7.yaml",
+                      "network:\n  version: 2\n  renderer: NetworkManager\n")
+    off = UnitFacts(load="loaded", active="inactive", enabled="disabled")
+    facts = dataclasses.replace(good_facts(), netplan=(cx7,),
+                                units={"NetworkManager.service": off})
+    changes = planned(roles="fabric", facts=facts, node="spark-03")
+    [failed] = [c for c in changes if c.status == "failed"]
+    assert failed.summary.startswith(
+        "spark-03: /etc/netplan/40-cx7.yaml renders enp1s0f0np0 with NetworkManager, whose "
+        "NetworkManager.service is loaded, inactive, disabled")
+    assert not any(c.actions for c in changes)
+    running = UnitFacts(load="loaded", active="active", enabled="enabled")
+    facts = dataclasses.replace(facts, units={"NetworkManager.service": running})
+    changes = planned(roles="fabric", facts=facts, node="spark-03")
+    assert not [c for c in changes if c.status == "failed"]
+
+
+def test_fabric_names_networkmanager_for_the_netdevs_it_renders_so_the_take_over_keeps_it():
+    """40-cx7.yaml names NetworkManager and is moved aside by the take-over: the drop-in
+    carries it per netdev; under networkd it names none (netplan's default)."""
+    import yaml
+
+    from sparkrack.facts.netplan import NetplanFile
+    from sparkrack.facts.systemd import UnitFacts
+
+    cx7 = NetplanFile("/etc/netplan/40-cx7.yaml",
+                      "network:\n  version: 2\n  renderer: NetworkManager\n")
+    running = UnitFacts(load="loaded", active="active", enabled="enabled")
+    units = {"NetworkManager.service": running, "systemd-networkd.service": running}
+    for files, want in (((cx7,), {"renderer": "NetworkManager"}), ((), {})):
+        facts = dataclasses.replace(good_facts(), netplan=files, units=units)
+        text = put(planned(roles="fabric", facts=facts, node="spark-03"), NETPLAN)
+        ethernets = yaml.safe_load(text)["network"]["ethernets"]
+        assert ethernets == {"enp1s0f0np0": {"mtu": 9000, "addresses": ["10.77.3.13/24"], **want},
+                             "enP2p1s0f0np0": {"mtu": 9000, "addresses": ["10.77.4.13/24"],
+                                               **want}}
+
+
 def test_fabric_follows_a_node_cabled_on_the_other_port(tmp_path):
     import shutil
     inv = tmp_path / "inv"

@@ -83,3 +83,35 @@ def test_a_kernel_on_a_node_disk_says_what_the_simulated_driver_shows(tmp_path, 
         "release": "6.17.0-1008-nvidia", "kho_cma_bug": False, "cmdline_extra": ""}
     with pytest.raises(ValueError, match="kernel parameter"):
         nodefs.write_kernel(node, None, cmdline="kho=off; reboot")
+
+
+def test_a_nodes_network_daemon_is_kept_on_its_disk(tmp_path, monkeypatch):
+    """networkd by default with NetworkManager masked (this machine has it installed); set
+    to NetworkManager, that is enabled and networkd only disabled (netplan apply starts it
+    for its .link files); the running node's links (LINKS_SCRIPT) are the same."""
+    import os
+    import subprocess
+
+    from sparkrack.rehearsal.rack import LINKS_SCRIPT
+
+    monkeypatch.setattr(NodeLayout, "upper", property(lambda self: tmp_path / self.name))
+    node = NodeLayout("spark-10", "10.77.1.20")
+    system = tmp_path / "spark-10/etc/systemd/system"
+    assert nodefs.network_daemon(node) == "networkd"
+    nodefs.write_network_daemon(node, "networkd")
+    assert os.readlink(system / "NetworkManager.service") == "/dev/null"
+    assert os.readlink(system / "multi-user.target.wants/systemd-networkd.service") == \
+        "/lib/systemd/system/systemd-networkd.service"
+    nodefs.write_network_daemon(node, "NetworkManager")
+    assert nodefs.network_daemon(node) == "NetworkManager"
+    assert not (system / "NetworkManager.service").is_symlink()
+    assert not (system / "multi-user.target.wants/systemd-networkd.service").is_symlink()
+    assert not (system / "systemd-networkd.service").is_symlink()  # not masked
+    running = tmp_path / "running"  # what the script does on a node's root, here under tmp
+    script = LINKS_SCRIPT.replace('"/$1"', '"$ROOT/$1"')
+    args = [item or "" for link in nodefs.daemon_links("NetworkManager") for item in link]
+    subprocess.run(["sh", "-c", script, "sh", *args], check=True,
+                   env={**os.environ, "ROOT": str(running)})
+    assert os.readlink(running / "etc/systemd/system/multi-user.target.wants/"
+                                 "NetworkManager.service") == \
+        "/lib/systemd/system/NetworkManager.service"

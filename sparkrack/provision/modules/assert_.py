@@ -2,9 +2,9 @@
 
 `that` and `fail_msg` are evaluated with `facts` at plan time (late). `gather` asks for
 facts no other task needs: `roce` (HCA names), `paths`, `netdevs`, `functions` (every RDMA
-device and its port state: the cabling), `images`. After an
-earlier change in the same role the assert is "pending", checked by the re-plan that
-follows the apply. Absent mode skips it.
+device and its port state: the cabling), `images`, `renderer` (netplan's files and the
+units of the daemons it renders with). After an earlier change in the same role the
+assert is "pending", checked by the re-plan that follows the apply. Absent mode skips it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 from sparkrack.provision.changes import Change
 from sparkrack.facts.docker import IMAGES
 from sparkrack.facts.files import file_query
+from sparkrack.facts.netplan import DAEMON_QUERIES, NETPLAN
 from sparkrack.facts.roce import FUNCTIONS, NETDEVS, roce_query
 from sparkrack.facts.queries import Query
 from sparkrack.provision.modules.base import Module, Step
@@ -35,6 +36,9 @@ def queries(p: Mapping[str, Any]) -> Iterable[Query]:
         yield FUNCTIONS
     if gather.get("images"):
         yield IMAGES
+    if gather.get("renderer"):
+        yield NETPLAN
+        yield from DAEMON_QUERIES
 
 
 def plan(step: Step) -> Change:

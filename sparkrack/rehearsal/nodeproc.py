@@ -3,6 +3,8 @@
 A node is a detached launcher that joins the node's own cgroups, enters a private mount
 namespace, mounts the node's overlay root and runs `systemd-nspawn -b` in a loop: exit
 code 133 (a `systemctl reboot` inside) boots it again, anything else ends the launcher.
+Each boot starts with the ConnectX-7 netdevs reset (no address, MTU 1500), as a real
+reboot leaves them for the node's network config.
 """
 
 import os
@@ -12,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .layout import NodeLayout
+from .layout import HCAS, NodeLayout
 
 NSPAWN_EXIT_REBOOT = 133
 
@@ -41,6 +43,11 @@ def launcher_script(node: NodeLayout) -> str:
         f"workdir={q(str(node.work))} {q(str(node.root))}",
         "set +e",
         "while :; do",
+        # a boot resets the ConnectX-7's netdevs as the driver does on real hardware: no
+        # address, the kernel's MTU, until the node's network config sets them again
+        *(f"  ip -n {q(node.netns)} addr flush dev {q(netdev)} 2>/dev/null; "
+          f"ip -n {q(node.netns)} link set dev {q(netdev)} mtu 1500 2>/dev/null"
+          for netdev in HCAS.values()),
         f"  date +%s >> {q(str(node.boots_log))}",
         f"  SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 {shlex.join(nspawn)}",
         "  rc=$?",

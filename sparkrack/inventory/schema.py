@@ -161,6 +161,9 @@ class RackVars:
          "vllm": "/var/lib/sparkrack/rehearsal/images/vllm.tar"},
         "image_sources used instead when rehearsal is true (the stub engine images)",
         kind=LOCAL_PATH)
+    rehearsal_switch_mtu: int = _var(
+        1500, "the rehearsal switch's port MTU as the operator set it up (1500: as a switch "
+        "ships; `invoke rehearsal.switch` changes it)", at_least=1500, at_most=9216)
     burn_command: tuple[str, ...] = _var(
         ("docker", "run", "--rm", "--gpus", "all", "--entrypoint", "python3", "{image}", "-c",
          TORCH_LOAD, "{seconds}"),

@@ -1,5 +1,7 @@
 """The fabric check's pairs and verdicts (pure)."""
 
+import dataclasses
+
 from sparkrack.fabric.rails import Measured, Pair, Rail, judge, pairs, rails_of
 from sparkrack.facts.onboard import NetdevFacts
 from sparkrack.facts.roce import Function
@@ -63,6 +65,26 @@ def test_a_rail_far_below_the_racks_median_is_named_with_the_node_it_shares():
         "rack's median 8.00 Gbit/s (probably spark-02's enP2p1s0f0np0: every slow burst on "
         "it touches it)")
     assert judge(measured(found)) == []
+
+
+def test_a_rack_whose_links_all_came_up_at_100g_is_named_though_the_median_is_even():
+    """Every link negotiated 100G (ports/1/rate as mlx5 prints a breakout leg), every rail
+    alike: the median names nothing; the rack's link rate and the floor do."""
+    found, _ = pairs(NODES, {n: rails(n, 11 + i) for i, n in enumerate(NODES)})
+    at = {"200": "200 Gb/sec (2X NDR)", "100": "100 Gb/sec (2X HDR)"}
+    slow = [Measured(Pair(dataclasses.replace(p.src, rate=at["100"]), p.dst, p.others), "ok",
+                     625_000, 1.0, reach={r.ipv4: "ok" for r in p.others}) for p in found]
+    problems = judge(slow, link_gbit=200, scale=1000)
+    assert ("spark-01: enp1s0f0np0 (rocep1s0f0) negotiated 100 Gb/sec (2X HDR), below the "
+            "rack's 200 Gb/sec (fabric_link_gbit): a breakout leg, a cable or a switch port "
+            "set slower") in problems
+    assert ("spark-01 -> spark-02 on enp1s0f0np0 (rocep1s0f0): 5.0 Gbit/s, below the floor "
+            "of 10 Gbit/s (10% of its negotiated 100)") in problems
+    assert judge(slow, link_gbit=100, scale=1000) == [p for p in problems if "floor" in p]
+    assert not any("median" in p for p in problems)
+    fast = [Measured(Pair(dataclasses.replace(p.src, rate=at["200"]), p.dst, p.others), "ok",
+                     23_750_000, 1.0, reach={r.ipv4: "ok" for r in p.others}) for p in found]
+    assert judge(fast, link_gbit=200, scale=1000) == []  # 190 Mbit/s paced: 190G
 
 
 def test_a_dropped_jumbo_frame_and_a_failed_burst_are_named():

@@ -178,11 +178,14 @@ class Rank:
         self.stuck = False  # an allocation failed mid-forward: this rank no longer answers
         self.forwards = 0  # forwards this rank has begun (the wedge_at_request fault)
         self.transport_fault: transport.Fault | None = None  # NCCL fails it after the rendezvous
+        self.rails: list[tuple[str, str]] = []  # (HCA, IPv4) NCCL uses (echoed on ROCE_PORT)
 
-    def init_nccl(self) -> None:
-        """The NCCL communicator's init, right after the rendezvous: a transport environment
-        that does not fit the node ends this rank (and so the group) as NCCL would."""
-        fault = self.transport_fault
+    def init_nccl(self, peers: dict) -> None:
+        """The NCCL communicator's init, right after the rendezvous, and its first
+        collective: a transport environment that does not fit the node, or a fabric that
+        drops the RDMA writes to the ring neighbour (peers: {rank: its RoCE addresses}),
+        ends this rank (and so the group) as NCCL would."""
+        fault = self.transport_fault or self._first_writes(peers)
         if fault is None:
             return
         if fault.library == "advertise":  # no error anywhere: the group just never forms
@@ -193,6 +196,18 @@ class Rank:
         pid = os.getpid()
         print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL WARN {fault.warning}", flush=True)
         die(1, f"[rank{self.args.rank}]: {fault.error}", self.log)
+
+    def _first_writes(self, peers: dict) -> transport.Fault | None:
+        """Each rail's first RDMA write to the same rail of the next rank, at the path MTU
+        its netdev gives (what goes unacknowledged: NCCL's retry-exceeded)."""
+        nnodes = self.args.nnodes
+        theirs = peers.get(str((self.args.rank + 1) % nnodes), []) if nnodes > 1 else []
+        interfaces = transport.local_interfaces()
+        for (hca, src), dst in zip(self.rails, theirs):
+            mtu = transport.ib_mtu(transport.netdev_mtu(src, interfaces) or 1500)
+            if not transport.first_write(src, dst, mtu + transport.WRITE_OVERHEAD):
+                return transport.write_fault(hca, src, dst, mtu)
+        return None
 
     def load(self) -> None:
         """Take the rank's memory in LOAD_STEPS steps spread over load_delay_s."""
@@ -295,7 +310,8 @@ class Worker(Rank):
                    f"({args.head_host}, {args.group_port}).", self.log)
         link = self.link = Link(sock, f"{args.head_host}:{args.group_port}")
         link.send("hello", rank=args.rank, nnodes=args.nnodes, engine=args.engine,
-                  node=socket.gethostname(), pid=os.getpid())
+                  node=socket.gethostname(), pid=os.getpid(),
+                  rails=[address for _, address in self.rails])
         while True:
             message = link.recv()
             if message is None:
@@ -312,7 +328,7 @@ class Worker(Rank):
                 break
         self.joined = True
         self.log("Init torch distributed ends.")
-        self.init_nccl()
+        self.init_nccl(message.get("rails") or {})
         threading.Thread(target=self._follow, name="follow", daemon=True).start()
         self.load()
         link.send("loaded")
@@ -428,9 +444,11 @@ class Head(Rank):
                 die(1, f"torch.distributed.DistStoreError: Timed out after "
                        f"{args.dist_timeout_s:g} seconds waiting for clients. "
                        f"{joined}/{args.nnodes} clients joined.", self.log)
-        self.group.broadcast("joined")
+        peers = {str(rank): found for rank, found in self.group.rails.items()}
+        peers["0"] = [address for _, address in self.rails]
+        self.group.broadcast("joined", rails=peers)
         self.log("Init torch distributed ends.")
-        self.init_nccl()
+        self.init_nccl(peers)
         self.load()
         while not self.group.all_loaded.wait(0.1):
             if self.stop.is_set():
@@ -898,7 +916,8 @@ def main(engine: str, argv: list[str] | None = None) -> None:
             f"block cap {scratch.cap / (1 << 20):.0f} MiB")
     try:
         interfaces = transport.local_interfaces()
-        fault = transport.check(os.environ, gpu.rdma(), interfaces, args.head_host) or \
+        rdma = gpu.rdma()
+        fault = transport.check(os.environ, rdma, interfaces, args.head_host) or \
             (transport.advertised_fault(engine, os.environ, interfaces, _management_address())
              if args.nnodes > 1 else None)
     except NoDevice as error:
@@ -910,6 +929,9 @@ def main(engine: str, argv: list[str] | None = None) -> None:
     extra = {"model_info": model_info} if args.is_head else {}
     rank = cls(args, settings, gpu, scratch, log, started, **extra)
     rank.transport_fault = fault
+    if args.nnodes > 1 and (fault is None or fault.library == "advertise"):
+        rank.rails = transport.rails(os.environ, rdma)
+        transport.echo_rails([address for _, address in rank.rails])
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, frame: rank.on_signal(number))
     rank.check_die_after()

@@ -2,13 +2,15 @@
 
 A star of TCP links carrying JSON lines stands for torch.distributed + NCCL:
 
-    worker -> head: hello {rank, nnodes, engine, node, pid}, loaded, ack {id}, pong {id}
-    head -> worker: joined, reject {reason}, begin {id, prompt_tokens}, end {id},
+    worker -> head: hello {rank, nnodes, engine, node, pid, rails}, loaded, ack {id},
+                    pong {id}
+    head -> worker: joined {rails}, reject {reason}, begin {id, prompt_tokens}, end {id},
                     ping {id}, shutdown, abort {reason}
 
 A link that closes outside a shutdown is a dead peer: the head aborts the whole group
 (every rank exits non-zero with an NCCL-like line), a worker whose head link closes exits
-the same way. A peer that is alive but silent (a cut cable, a rank stuck allocating) is
+the same way. `rails` are each rank's RoCE addresses (NCCL's connection info, exchanged
+through the bootstrap): `joined` carries every rank's. A peer that is alive but silent (a cut cable, a rank stuck allocating) is
 not noticed by the link; a forward waiting for its ack hangs until the watchdog, as a
 real collective does.
 """
@@ -104,6 +106,7 @@ class HeadGroup:
         self.log = log
         self.links: dict[int, Link] = {}
         self.nodes: dict[int, str] = {}
+        self.rails: dict[int, list[str]] = {}  # each worker's RoCE addresses (its hello's)
         self.loaded: set[int] = set()
         self.all_joined = threading.Event()
         self.all_loaded = threading.Event()
@@ -162,6 +165,7 @@ class HeadGroup:
             else:
                 self.links[rank] = link
                 self.nodes[rank] = f"{hello.get('node', '?')} ({address})"
+                self.rails[rank] = [str(a) for a in hello.get("rails") or []]
                 joined = len(self.links)
         if why:
             self.log(f"rejected a rank from {address}: {why}")

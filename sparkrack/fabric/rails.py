@@ -135,16 +135,16 @@ def judge(measured: Sequence[Measured], *, link_gbit: float | None = None,
     link_gbit, carried less than FLOOR_SHARE of its negotiated rate, or ran far below the
     median. scale: link Gbit/s per measured Gbit/s (1 on a real rack)."""
     problems = _rates(measured, link_gbit, scale)
-    for m in measured:
+    for m in measured:  # a frame that did not pass says why a burst stalled: both named
         for other in m.pair.others:
-            why = m.reach.get(other.ipv4, "not tried (the burst did not run)")
-            if why != "ok" and not m.error:
+            why = m.reach.get(other.ipv4, "" if m.error else "not tried (the burst did not run)")
+            if why not in ("ok", ""):
                 problems.append(f"{m.pair.src.node} -> {other.node} on {m.pair.src.netdev} "
                                 f"({m.pair.src.hca}): a 9000-byte frame did not pass: {why}")
+        if m.jumbo != "ok" and (m.jumbo or not m.error):
+            problems.append(f"{m.pair.name}: a 9000-byte frame did not pass: {m.jumbo}")
         if m.error:
             problems.append(f"{m.pair.name}: {m.error}")
-        elif m.jumbo != "ok":
-            problems.append(f"{m.pair.name}: a 9000-byte frame did not pass: {m.jumbo}")
     rates = [m.gbit_s for m in measured if not m.error and m.seconds > 0]
     if len(rates) < 2:
         return problems

@@ -7,7 +7,7 @@ sends (`send`) a full-size frame to every other node's rail on the subnet, then 
 its downstream neighbour on each rail: all links carry a stream each way at once, as a TP
 ring does. The token that marks our datagrams and streams goes on stdin. What the figures
 say is rails.py's; on the rehearsal rack, whose links run at a thousandth of their rate
-(rehearsal/switch.py), a measured rate is judged as the link rate it stands for.
+(Inventory.link_scale), a measured rate is judged as the link rate it stands for.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.fleet.results import last_json_object
 from sparkrack.remote.rails import JUMBO_WAIT, LISTENER
 from sparkrack.inventory import Inventory
-from sparkrack.rehearsal.switch import PACE_MBIT_PER_GBIT
 
 RAIL_PORT = 29471  # UDP echo and TCP sink of the check, on each rail's address
 PYTHON = "/usr/bin/python3"
@@ -67,7 +66,7 @@ def check_fabric(inventory: Inventory, *, seconds: float = 1.0, port: int = RAIL
     if fleet is None:
         with Fleet(inventory) as own:
             return check_fabric(inventory, seconds=seconds, port=port, fleet=own)
-    report = FabricReport(scale=1000 / PACE_MBIT_PER_GBIT if inventory.is_rehearsal else 1.0)
+    report = FabricReport(scale=inventory.link_scale)
     nodes = list(inventory.nodes)
     report.rails = _rails(fleet, nodes, report.problems)
     found, unmeasured = pairs([n.name for n in nodes], report.rails)

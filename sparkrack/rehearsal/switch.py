@@ -6,8 +6,8 @@ an operator sets jumbo frames on every port, as the community does. The inventor
 `invoke rehearsal.switch` changes it, kept in a record beside the node disks (a switch
 keeps its config across power cycles) until `--reset`. A link negotiates 200G, or 100G on
 a 400G->4x100G breakout; the node's HCA shows it in ports/1/rate as mlx5 prints it. The
-rehearsal paces each link at PACE_MBIT_PER_GBIT of its rate (a veth on this machine is
-neither 200G nor steady), so a measured rate scales back to the link's.
+rehearsal paces each link at a thousandth of its rate (a veth on this machine is neither
+200G nor steady; REHEARSAL_LINK_SCALE), so a measured rate scales back to the link's.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
+from ..inventory.model import REHEARSAL_LINK_SCALE
 from .layout import HCAS, STATE_DIR
 from .nodefs import write_if_changed
 
@@ -29,7 +30,7 @@ FULL_RATE = 200  # Gbit/s: a Spark's ConnectX-7 port on a 200G switch port
 # 100G lanes (NDR); a 100G leg of a 400G QSFP56-DD breakout is two 50G lanes (HDR).
 RATE_TEXT = {200: "200 Gb/sec (2X NDR)", 100: "100 Gb/sec (2X HDR)",
              50: "50 Gb/sec (1X HDR)", 25: "25 Gb/sec (1X EDR)"}
-PACE_MBIT_PER_GBIT = 1  # the rehearsal's links run at 1/1000 of their negotiated rate
+PACE_MBIT_PER_GBIT = 1000 / REHEARSAL_LINK_SCALE  # each link paced at 1/1000 of its rate
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class Switch:
 
     def pace_mbit(self, node: str, hca: str) -> int:
         """The rehearsal's pace for that link, in Mbit/s."""
-        return self.rate(node, hca) * PACE_MBIT_PER_GBIT
+        return round(self.rate(node, hca) * PACE_MBIT_PER_GBIT)
 
     def describe(self) -> str:
         slow = ", ".join(f"{port} {gbit}G" for port, gbit in self.rates.items())

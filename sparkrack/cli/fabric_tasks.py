@@ -12,8 +12,8 @@ from .common import INVENTORY_HELP, inventory_from, operator_task
             "json": "print JSON for scripts"})
 @operator_task
 def check(c, inventory=None, seconds=1.0, json=False):
-    """Each node to its neighbour on every cabled RoCE function: a 9000-byte frame, then a
-    short burst; names a rail that drops jumbo frames, negotiated less than
+    """Each node to its neighbour on every cabled RoCE function: a full-size frame
+    (fabric_mtu), then a short burst; names a rail that drops full-size frames, negotiated less than
     fabric_link_gbit, carries under a tenth of its rate or runs far below the rack's
     median. Exits 1 when one does."""
     from ..fabric import check_fabric
@@ -23,8 +23,8 @@ def check(c, inventory=None, seconds=1.0, json=False):
         console.print_json(report.as_dict())
     else:
         gbit = "Gbit/s" if report.scale == 1 else f"Gbit/s (measured x {report.scale:g})"
-        console.print_table("fabric", ["from", "to", "rail", "negotiated", "9000-byte frame",
-                                       gbit],
+        console.print_table("fabric", ["from", "to", "rail", "negotiated",
+                                       f"{report.mtu}-byte frame", gbit],
                             [[m.pair.src.node, m.pair.dst.node,
                               f"{m.pair.src.netdev} ({m.pair.src.hca})",
                               m.pair.src.rate or "?", m.error or m.jumbo,

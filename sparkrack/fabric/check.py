@@ -1,4 +1,5 @@
-"""`invoke fabric.check`: every cabled rail, a jumbo frame and a short burst each way.
+"""`invoke fabric.check`: every cabled rail, a full-size frame (fabric_mtu) and a short
+burst each way.
 
 Two round trips learn each node's rails (which RoCE functions are up, and their netdevs'
 addresses and MTU and the rate each link negotiated, through the facts queries); then every node listens on its rails'
@@ -40,6 +41,7 @@ class FabricReport:
     measured: list[Measured] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     scale: float = 1.0  # link Gbit/s per measured Gbit/s (the rehearsal's pace)
+    mtu: int = 9000  # the full-size frame: fabric_mtu
 
     def link_gbit_s(self, m: Measured) -> float:
         """What a burst's rate stands for on the link (the measured rate on a real rack)."""
@@ -66,15 +68,15 @@ def check_fabric(inventory: Inventory, *, seconds: float = 1.0, port: int = RAIL
     if fleet is None:
         with Fleet(inventory) as own:
             return check_fabric(inventory, seconds=seconds, port=port, fleet=own)
-    report = FabricReport(scale=inventory.link_scale)
+    report = FabricReport(scale=inventory.link_scale, mtu=inventory.vars.fabric_mtu)
     nodes = list(inventory.nodes)
     report.rails = _rails(fleet, nodes, report.problems)
     found, unmeasured = pairs([n.name for n in nodes], report.rails)
     report.problems += unmeasured
     if found:
-        report.measured = _bursts(fleet, found, seconds, port, report.problems)
+        report.measured = _bursts(fleet, found, seconds, port, report.mtu, report.problems)
     report.problems += judge(report.measured, link_gbit=inventory.vars.fabric_link_gbit,
-                             scale=report.scale)
+                             scale=report.scale, mtu=report.mtu)
     return report
 
 
@@ -103,7 +105,7 @@ def _rails(fleet: Fleet, nodes, problems: list[str]) -> dict[str, list[Rail]]:
     return rails
 
 
-def _bursts(fleet: Fleet, found: list[Pair], seconds: float, port: int,
+def _bursts(fleet: Fleet, found: list[Pair], seconds: float, port: int, mtu: int,
             problems: list[str]) -> list[Measured]:
     """Listen on every receiving address until every sender is done; send on every rail at
     once; what each gave."""
@@ -135,7 +137,8 @@ def _bursts(fleet: Fleet, found: list[Pair], seconds: float, port: int,
         listener.start()
     try:
         sent = {result.node: result for result in fleet.run(
-            {node: remote.argv(PYTHON, "rails", "send", f"{seconds:g}", str(port), *args)
+            {node: remote.argv(PYTHON, "rails", "send", f"{seconds:g}", str(port), str(mtu),
+                               *args)
              for node, args in senders.items()}, timeout=hold + 30, stdin=token)}
     finally:
         senders_done.set()

@@ -130,19 +130,19 @@ def pairs(order: Sequence[str], rails: Mapping[str, list[Rail]]) -> tuple[list[P
 
 
 def judge(measured: Sequence[Measured], *, link_gbit: float | None = None,
-          scale: float = 1.0) -> list[str]:
-    """One line per rail that failed its jumbo frame or burst, negotiated less than
-    link_gbit, carried less than FLOOR_SHARE of its negotiated rate, or ran far below the
-    median. scale: link Gbit/s per measured Gbit/s (1 on a real rack)."""
+          scale: float = 1.0, mtu: int = 9000) -> list[str]:
+    """One line per rail that failed its full-size (mtu-byte) frame or burst, negotiated
+    less than link_gbit, carried less than FLOOR_SHARE of its negotiated rate, or ran far
+    below the median. scale: link Gbit/s per measured Gbit/s (1 on a real rack)."""
     problems = _rates(measured, link_gbit, scale)
     for m in measured:  # a frame that did not pass says why a burst stalled: both named
         for other in m.pair.others:
             why = m.reach.get(other.ipv4, "" if m.error else "not tried (the burst did not run)")
             if why not in ("ok", ""):
                 problems.append(f"{m.pair.src.node} -> {other.node} on {m.pair.src.netdev} "
-                                f"({m.pair.src.hca}): a 9000-byte frame did not pass: {why}")
+                                f"({m.pair.src.hca}): a {mtu}-byte frame did not pass: {why}")
         if m.jumbo != "ok" and (m.jumbo or not m.error):
-            problems.append(f"{m.pair.name}: a 9000-byte frame did not pass: {m.jumbo}")
+            problems.append(f"{m.pair.name}: a {mtu}-byte frame did not pass: {m.jumbo}")
         if m.error:
             problems.append(f"{m.pair.name}: {m.error}")
     rates = [m.gbit_s for m in measured if not m.error and m.seconds > 0]

@@ -117,7 +117,7 @@ def test_the_node_script_echoes_a_jumbo_frame_and_counts_a_burst_on_loopback():
                               stdout=subprocess.PIPE, text=False)
     server.stdin.write(token)
     server.stdin.flush()
-    sent = subprocess.run(remote.argv(sys.executable, "rails", "send", "0.3", port,
+    sent = subprocess.run(remote.argv(sys.executable, "rails", "send", "0.3", port, "9000",
                                       "127.0.0.1", "127.0.0.1", "127.0.0.1"), input=token,
                           capture_output=True, timeout=30)
     heard = json.loads(server.communicate(timeout=30)[0])  # closes its stdin
@@ -157,6 +157,7 @@ def test_a_path_that_drops_full_size_frames_is_told_from_a_missing_listener(monk
         assert node_script._jumbo(token, "127.0.0.1", "127.0.0.1", port) == (
             "a small datagram came back, a 8972-byte one did not within 1 s (a smaller MTU on "
             "the way?)")
+        assert node_script._jumbo(token, "127.0.0.1", "127.0.0.1", port, 1500) == "ok"
     assert node_script._jumbo(token, "127.0.0.1", "127.0.0.1", port) == (
         "no echo at all from 127.0.0.1 within 1 s (its listener did not start, or the address "
         "is not reachable on this rail)")

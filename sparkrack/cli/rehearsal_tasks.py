@@ -120,15 +120,32 @@ def latch(c, node, inventory=None, clear=False):
 
 
 @task(help={**NODE_HELP, "index": "the GID index the IPv4-mapped RoCE v2 entry moves to "
-            "(odd, >= 3)", "clear": "back to index 3"})
+            "(>= 3)", "clear": "back to index 3",
+            "moving": "SEED: from the next boot on, each boot draws the index from 3, 5 "
+            "and 6 (seeded: the same seed, the same sequence)"})
 @operator_task
-def renumber_gid(c, node, inventory=None, index=None, clear=False):
-    """Renumber a node's GID tables as a firmware update can (kept across power cycles)."""
-    if clear == (index is not None):
-        raise UsageError("give --index N or --clear", fix="e.g. invoke rehearsal.renumber-gid "
-                         f"{node} --index 5")
+def renumber_gid(c, node, inventory=None, index=None, clear=False, moving=None):
+    """Renumber a node's GID tables, as firmware can, or let them move at each boot."""
+    if [clear, index is not None, moving is not None].count(True) != 1:
+        raise UsageError("give one of --index N, --moving SEED or --clear",
+                         fix=f"e.g. invoke rehearsal.renumber-gid {node} --index 5")
+    if moving is not None:
+        _rack(inventory).gid_moves(node, _integer(moving, "--moving", 7))
+        console.say(f"{node}: from its next boot on, each boot puts the RoCE v2 IPv4 GID at "
+                    "3, 5 or 6")
+        return
     _rack(inventory).renumber_gid(node, None if clear else _integer(index, "--index", 5))
     console.say(f"{node}: RoCE v2 IPv4 GID at index {3 if clear else index}")
+
+
+@task(help={**NODE_HELP, "form": "NVIDIA's /etc/netplan/40-cx7.yaml: link-local (the "
+            "playbook's: link-local IPv4 on both ports' first path), static (the switch "
+            "playbook's: addresses on port 0's two paths) or none"})
+@operator_task
+def cx7_netplan(c, node, form, inventory=None):
+    """Boot a node with NVIDIA's own ConnectX-7 netplan file in one of its public forms."""
+    _rack(inventory).cx7_netplan(node, form)
+    console.say(f"{node}: rebooted with NVIDIA's 40-cx7.yaml: {form}")
 
 
 @task(help={**NODE_HELP, "release": "the kernel release `uname -r` reports, e.g. "

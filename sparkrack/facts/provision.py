@@ -31,6 +31,8 @@ class ProvisionFacts:
     units: Mapping[str, UnitFacts] = field(default_factory=dict)
     roce: RoceFacts = field(default_factory=RoceFacts)
     guards: Mapping[tuple[str, ...], int] = field(default_factory=dict)
+    # what a guard that does not hold printed last (why the command is needed)
+    guard_reasons: Mapping[tuple[str, ...], str] = field(default_factory=dict)
     images: Mapping[str, str] | None = None  # ref -> image ID; None if not gathered
     images_error: str | None = None
     netdevs: tuple[str, ...] = ()
@@ -62,6 +64,7 @@ def facts_of(answers: Answers) -> ProvisionFacts:
     units: dict[str, UnitFacts] = {}
     hcas: dict[str, HcaFacts] = {}
     guards: dict[tuple[str, ...], int] = {}
+    guard_reasons: dict[tuple[str, ...], str] = {}
     images, images_error, netdevs = None, None, ()
     functions: dict[str, Function] = {}
     for query in answers.index:
@@ -75,6 +78,9 @@ def facts_of(answers: Answers) -> ProvisionFacts:
         elif query.kind == "guard":
             rc = next((line[3:] for line in lines if line.startswith("rc ")), "")
             guards[query.value] = int(rc) if rc.isdigit() else 255
+            why = next((line[4:] for line in lines if line.startswith("why ")), "")
+            if why:
+                guard_reasons[query.value] = why
         elif query.kind == "images":
             images, images_error = parse_images(lines)
         elif query.kind == "netdevs":
@@ -83,5 +89,5 @@ def facts_of(answers: Answers) -> ProvisionFacts:
             functions = parse_functions(lines)
     return ProvisionFacts(
         boot_id=answers.boot_id, now=answers.now, files=files, units=units,
-        roce=RoceFacts(hcas), guards=guards, images=images, images_error=images_error,
+        roce=RoceFacts(hcas), guards=guards, guard_reasons=guard_reasons, images=images, images_error=images_error,
         netdevs=netdevs, functions=functions)

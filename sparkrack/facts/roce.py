@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from sparkrack.inventory import Node
 
 from .queries import Query
 
@@ -20,6 +22,31 @@ def netdev_of(hca: str) -> str | None:
     enP2p1s0f0np0; None for a name of another shape."""
     match = _SPARK_HCA.fullmatch(hca)
     return f"en{match[1]}np{match[2]}" if match else None
+
+
+def fabric_addresses(hcas: Sequence[str], socket_ifname: str, roce_addr: str | None,
+                     twin_addr: str | None) -> dict[str, dict[str, str | None]]:
+    """{HCA: {"netdev", "address"}} of the cabled port's functions, in nccl_ib_hca order: the
+    socket interface's function carries roce_addr (the first function when the socket
+    interface is another, such as the management port), the twins roce_twin_addr (None:
+    no address; roce_addr None: it is the management address, on no function)."""
+    netdevs = {hca: netdev_of(hca) for hca in hcas if netdev_of(hca)}
+    holder = socket_ifname if socket_ifname in netdevs.values() else next(iter(netdevs.values()), None)
+    return {hca: {"netdev": netdev, "address": roce_addr if netdev == holder else twin_addr}
+            for hca, netdev in netdevs.items()}
+
+
+def node_fabric(node: Node) -> dict[str, dict[str, str | None]]:
+    """fabric_addresses of an inventory node (roce_addr equal to its management address is
+    on no function)."""
+    return fabric_addresses(node.vars.nccl_ib_hca, node.vars.nccl_socket_ifname,
+                            None if node.roce_addr == node.address else node.roce_addr,
+                            node.roce_twin_addr or None)
+
+
+def wanted_gids(fabric: Mapping[str, Mapping[str, str | None]]) -> dict[str, str]:
+    """{HCA: address} of the functions that carry a fabric address (choose_gid's input)."""
+    return {hca: f["address"] for hca, f in fabric.items() if f["address"]}
 
 
 ACTIVE = "4: ACTIVE"  # ports/1/state of a port whose link is up
@@ -96,17 +123,76 @@ class HcaFacts:
     gids: Mapping[int, str] = field(default_factory=dict)
 
     @property
-    def ipv4_gid_index(self) -> int | None:
-        """The lowest GID index whose type is RoCE v2 and whose GID is IPv4-mapped."""
+    def ipv4_gids(self) -> dict[int, str]:
+        """{index: IPv4 address} of the RoCE v2 entries whose GID is IPv4-mapped, in index
+        order: one for each IPv4 address the netdev carries (the kernel adds a v1/v2 pair
+        per address, in the order the addresses arrive)."""
+        found = {}
         for index in sorted(self.gids):
-            if self.types.get(index) == ROCE_V2 and is_ipv4_mapped(self.gids[index]):
-                return index
-        return None
+            address = ipv4_of(self.gids[index])
+            if self.types.get(index) == ROCE_V2 and address is not None:
+                found[index] = address
+        return found
+
+    @property
+    def ipv4_gid_index(self) -> int | None:
+        """The lowest RoCE v2 IPv4-mapped index (the table's shape, for a capture or a
+        baseline; NCCL's index is chosen by address: choose_gid)."""
+        return next(iter(self.ipv4_gids), None)
+
+    def gid_index_of(self, address: str) -> int | None:
+        """The index of the RoCE v2 entry that carries address (None: no such entry)."""
+        return next((i for i, a in self.ipv4_gids.items() if a == address), None)
+
+
+@dataclass(frozen=True)
+class GidChoice:
+    """The GID index NCCL is to use on a node: each HCA's RoCE v2 entry for its netdev's
+    fabric address (by address, not position: a netdev with a second address has a second
+    pair), whether the HCAs agree, and the other IPv4 addresses their tables hold."""
+
+    indexes: Mapping[str, int | None]  # HCA -> index of its fabric address's entry
+    wanted: Mapping[str, str]  # HCA -> the fabric address its netdev should carry
+    others: Mapping[str, tuple[str, ...]]  # HCA -> the other IPv4 addresses in its table
+
+    @property
+    def index(self) -> int | None:
+        """The one index at which every HCA carries its fabric address; None when one
+        carries none or they differ."""
+        found = set(self.indexes.values())
+        return found.pop() if len(found) == 1 and None not in found else None
+
+    @property
+    def conflict(self) -> bool:
+        """Whether the HCAs carry their fabric addresses at different indexes."""
+        return len({i for i in self.indexes.values() if i is not None}) > 1
+
+    @property
+    def missing(self) -> list[str]:
+        """'HCA (address)' for each HCA whose table has no entry for its fabric address."""
+        return [f"{hca} ({self.wanted[hca]})" for hca, i in self.indexes.items() if i is None]
+
+    @property
+    def others_text(self) -> str:
+        """'; other IPv4 GIDs: 169.254.3.7 on rocep1s0f0' or ''."""
+        seen = [f"{a} on {hca}" for hca, found in self.others.items() for a in found]
+        return f"; other IPv4 GIDs: {', '.join(seen)}" if seen else ""
+
+
+def choose_gid(hcas: Mapping[str, HcaFacts], wanted: Mapping[str, str]) -> GidChoice:
+    """The GID choice for the HCAs of wanted ({HCA: its netdev's fabric address}); an HCA
+    absent from the node is left out (it fails a check of its own)."""
+    present = {hca: address for hca, address in wanted.items()
+               if hcas.get(hca, HcaFacts()).present}
+    indexes = {hca: hcas[hca].gid_index_of(address) for hca, address in present.items()}
+    others = {hca: tuple(a for a in hcas[hca].ipv4_gids.values() if a != address)
+              for hca, address in present.items()}
+    return GidChoice(indexes, present, {h: found for h, found in others.items() if found})
 
 
 @dataclass(frozen=True)
 class RoceFacts:
-    """The node's HCAs and the NCCL GID index they agree on."""
+    """The node's HCAs."""
 
     hcas: Mapping[str, HcaFacts] = field(default_factory=dict)
 
@@ -119,28 +205,23 @@ class RoceFacts:
         """Present HCAs whose port 1 is not ACTIVE (a cable out, the switch port down)."""
         return [name for name, hca in self.hcas.items() if hca.present and hca.state != ACTIVE]
 
-    @property
-    def gid_indexes(self) -> dict[str, int | None]:
-        return {name: hca.ipv4_gid_index for name, hca in self.hcas.items() if hca.present}
+    def choose(self, wanted: Mapping[str, str]) -> GidChoice:
+        """choose_gid on this node's HCAs (role nccl_env's template calls it)."""
+        return choose_gid(self.hcas, wanted)
 
-    @property
-    def gid_conflict(self) -> bool:
-        """Whether the HCAs put their RoCE v2 IPv4 GID at different indexes (NCCL takes one)."""
-        return len({i for i in self.gid_indexes.values() if i is not None}) > 1
 
-    @property
-    def gid_index(self) -> int | None:
-        """The probed GID index common to every present HCA that has one, else None."""
-        found = {i for i in self.gid_indexes.values() if i is not None}
-        return found.pop() if len(found) == 1 else None
+def ipv4_of(gid: str) -> str | None:
+    """The IPv4 address of a GID as sysfs prints it, when it is IPv4-mapped (::ffff:a.b.c.d)."""
+    try:
+        mapped = ipaddress.IPv6Address(gid.strip()).ipv4_mapped
+    except ValueError:
+        return None
+    return None if mapped is None else str(mapped)
 
 
 def is_ipv4_mapped(gid: str) -> bool:
     """Whether a GID as sysfs prints it is an IPv4-mapped IPv6 address (::ffff:a.b.c.d)."""
-    try:
-        return ipaddress.IPv6Address(gid.strip()).ipv4_mapped is not None
-    except ValueError:
-        return False
+    return ipv4_of(gid) is not None
 
 
 def parse_hca(lines: list[str]) -> HcaFacts:

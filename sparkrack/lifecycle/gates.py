@@ -37,6 +37,7 @@ from ..inventory import Inventory
 from ..safety.power import CapState, project_power
 from ..rules import check_profile
 from ..transfer.models import gate_problems
+from . import gidmove
 from .containers import parallel
 from .phases import Phases
 from .record import Deployment, records_of
@@ -152,6 +153,9 @@ def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
     if report.blocking:
         return report  # nothing else can be judged on a partial rack
     lock_gate(report)
+    rewritten, failed = gidmove.rewrite(fleet, env_files, report.env)
+    if rewritten or failed:
+        report.add("gid index", failed, "; ".join(rewritten))
     problems = [f"{node}: {problem} (run `invoke provision`)"
                 for node, env in report.env.items() for problem in env.problems]
     report.add("env files", problems,

@@ -25,7 +25,7 @@ from sparkrack.facts import node as node_facts
 from sparkrack.facts import provision
 from sparkrack.facts.onboard import DOCKER, NetdevFacts, links_query, parse_docker, parse_links
 from sparkrack.facts.docker import IMAGES
-from sparkrack.facts.roce import NETDEVS, netdev_of, roce_query
+from sparkrack.facts.roce import NETDEVS, netdev_of, node_fabric, roce_query, wanted_gids
 from sparkrack.facts.queries import Answers, Query, answer, argv
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
@@ -50,7 +50,7 @@ KINDS = {
     "os": "another OS release",
     "memory": "another memory size",
     "docker-version": "another docker version",
-    "gid-index": "another RoCE v2 GID index (provision writes it per node)",
+    "gid-index": "the HCAs carry the fabric addresses at different GID indexes (one NCCL value)",
     "clock-cap": "the clock cap unit is not active (provision installs it)",
     "time": "the node's clock is off from this machine's",
 }
@@ -156,14 +156,15 @@ def build_facts(node: Node, answers: Answers, now: float | None = None) -> Facts
         except ValueError:
             skew = None
     unit = status.clock_cap
+    choice = gathered.roce.choose(wanted_gids(node_fabric(node)))
     return Facts(
         node=node.name, hostname=status.hostname, os=status.os, kernel=status.kernel,
         gpu_name=status.gpu.name, gpu_error=status.gpu.error, driver=status.gpu.driver,
         mem_total_kb=status.mem_total_kb, sm_mhz=status.gpu.sm_mhz,
         clock_cap=f"{unit.active}/{unit.result or '-'}" if unit.load != "not-found" else "none",
         docker=docker.version, docker_error=docker.error, runtimes=docker.runtimes,
-        hook=docker.hook, hcas=hcas, gid_index=gathered.roce.gid_index,
-        gid_conflict=gathered.roce.gid_conflict, netdevs=netdevs,
+        hook=docker.hook, hcas=hcas, gid_index=choice.index, gid_conflict=choice.conflict,
+        netdevs=netdevs,
         images=dict(gathered.images) if gathered.images is not None else None, skew_s=skew)
 
 
@@ -276,10 +277,8 @@ def compare(new: Facts, members: Mapping[str, Facts], *, hcas: Sequence[str],
         mine = new.netdevs.get(dev)
         if peers and (mine.mtu if mine else None) != value:
             add("mtu", f"MTU of {dev}", mine.mtu if mine else "unknown", shown)
-    if new.gid_conflict:
+    if new.gid_conflict:  # a GID index unlike its peers' is ordinary: units and boots differ
         add("gid-index", "RoCE v2 GID index", "different per HCA", "one index")
-    else:
-        same("gid-index", "RoCE v2 GID index", lambda f: f.gid_index)
     if new.clock_cap != "active/success":
         value, shown = rack_value({n: f.clock_cap for n, f in peers.items()})
         add("clock-cap", "clock cap unit", new.clock_cap, shown)

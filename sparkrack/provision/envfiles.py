@@ -65,6 +65,9 @@ class NodeEnv:
     view: str
     vars: FrozenMapping  # name -> EnvVar, in file order
     problems: tuple[str, ...] = ()
+    # (file, written, probed now) when the one problem is a GID index the node's table no
+    # longer has there (it moved at a boot): rewriting the file as provision would fixes it
+    gid_moved: tuple[str, str, str] | None = None
 
 
 def parse_env(text: str) -> dict[str, str]:
@@ -139,6 +142,7 @@ class EnvFiles:
                 found.update(env_vars(texts[path], path))
         token = next((found[key].value for key in SECRET_KEYS if key in found), "")
         context, tasks = self._tasks(node, token)
+        moved = None
         for change in plan_node(self.roles, tasks, {}, context, facts, renderer=self.renderer,
                                 user=node.user, secrets=[token]):
             if change.status == "failed":
@@ -147,7 +151,9 @@ class EnvFiles:
                 path = change.summary.split(":", 1)[0]
                 if path in texts:
                     problems.append(_drift(path, texts[path], change))
-        return NodeEnv(node.name, VIEW_NODE, FrozenMapping(found), tuple(problems))
+                    moved = _gid_moved(path, texts[path], change)
+        return NodeEnv(node.name, VIEW_NODE, FrozenMapping(found), tuple(problems),
+                       moved if len(problems) == 1 else None)
 
     def inventory_view(self, node: Node) -> NodeEnv:
         """The environment provision would write on node, rendered here (no node contacted)."""
@@ -229,6 +235,23 @@ def _drift(path: str, text: str, change) -> str:
              for key in dict.fromkeys([*want, *have]) if have.get(key) != want.get(key)]
     what = "; ".join(shown) if shown else "its comments differ"
     return f"{path} is not what provision would write now: {what}"
+
+
+GID_KEY = "NCCL_IB_GID_INDEX"
+
+
+def _gid_moved(path: str, text: str, change) -> tuple[str, str, str] | None:
+    """(path, written, probed) when the GID index is the one value that differs between the
+    node's file and what provision would write now from the node's GID table."""
+    put = next((a for a in change.actions if isinstance(a, Put)), None)
+    if put is None or change.role != "nccl_env":
+        return None
+    have, want = parse_env(text), parse_env(put.content.decode(errors="replace"))
+    differ = {key for key in {*have, *want} if have.get(key) != want.get(key)}
+    if differ != {GID_KEY} or "probed on the node" not in parse_sources(
+            put.content.decode(errors="replace")).get(GID_KEY, ""):
+        return None
+    return path, have.get(GID_KEY, ""), want[GID_KEY]
 
 
 def _shown(key: str, have: str | None, want: str | None) -> str:

@@ -35,7 +35,7 @@ import jinja2
 
 from sparkrack.data import search_dirs, shipped
 from sparkrack.errors import InventoryError, UsageError
-from sparkrack.facts.roce import netdev_of
+from sparkrack.facts.roce import netdev_of, node_fabric, wanted_gids
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory import read_yaml as read_bounded_yaml
 from sparkrack.inventory.schema import plain
@@ -346,7 +346,9 @@ def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],
 
     `hf_token` comes from the operator's environment (HF_TOKEN), never from a file;
     `watchdog_pubkey` / `watchdog_from` from the watchdog key record beside the inventory
-    (sparkrack/inventory/watchdog_record.py; '' and [] when none).
+    (sparkrack/inventory/watchdog_record.py; '' and [] when none). `fabric` maps each
+    cabled function to its netdev and fabric address, `gid_wanted` each function to the
+    address whose GID NCCL is to use (facts/roce.py's fabric_addresses).
     """
     result: dict[str, Any] = {}
     for role in roles:
@@ -359,6 +361,8 @@ def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],
                   head=inventory.head.name,
                   rack_nccl_ib_gid_index=inventory.vars.nccl_ib_gid_index,
                   hf_token=environ.get("HF_TOKEN", ""))
+    fabric = node_fabric(node)
+    result.update(fabric=fabric, gid_wanted=wanted_gids(fabric))
     return result
 
 

@@ -19,7 +19,7 @@ from ipaddress import ip_address
 
 from ..errors import SparkrackError, UsageError
 from ..inventory import Inventory, load_inventory
-from . import hostnet, hostprep, nodefs, nodeproc
+from . import cx7netplan, hostnet, hostprep, nodefs, nodeproc
 from .extras import ExtraNode, check_extra, read_extras, write_extras
 from .stubimage import build_stub_images
 from .cabling import Cabling, read_cabling, write_cabling
@@ -447,6 +447,21 @@ class RehearsalRack:
             raise SparkrackError(f"{name}: could not set the load start-up: "
                                  f"{done.stderr.strip()}")
 
+    def cx7_netplan(self, name: str, form: str, boot: bool = True) -> None:
+        """Put NVIDIA's /etc/netplan/40-cx7.yaml on the node in one of its public forms
+        (cx7netplan.FORMS; `none` removes it), then reboot it so that it boots with it."""
+        node = self.node(name)
+        try:
+            argv = cx7netplan.install_argv(form, node)
+        except ValueError as error:
+            raise UsageError(f"--form: {error}", fix="e.g. --form link-local") from None
+        done = nodeproc.in_node(node, argv)
+        if done.returncode != 0:
+            raise SparkrackError(f"{name}: could not write /{cx7netplan.PATH}: "
+                                 f"{done.stderr.strip()}")
+        if boot:
+            self.reboot(name)
+
     def kernel(self, name: str, release: str | None) -> None:
         """The host kernel release the node's `uname -r` reports (None: DGX OS's), so the
         kernel rules can be rehearsed on an inventory node. Kept on its disk."""
@@ -477,11 +492,18 @@ class RehearsalRack:
 
     def renumber_gid(self, name: str, index: int | None) -> None:
         """Firmware renumbering of the node's GID tables: the IPv4-mapped RoCE v2 entry moves
-        to index (None: back to 3). Kept across reboots and power cycles, as firmware is."""
-        if index is not None and (index < 3 or index % 2 == 0):
-            raise UsageError(f"GID index {index}: v2 entries sit at odd indexes >= 3",
-                             fix="give an odd index such as 5")
+        to index (None: back to 3), even or odd. Kept across reboots and power cycles, as
+        firmware is."""
+        if index is not None and index < 3:
+            raise UsageError(f"GID index {index}: 0 and 1 hold the link-local pair and a "
+                             "v1 entry comes before its v2", fix="give an index >= 3, e.g. 5")
         self._roce_fault(name, "renumber", "--clear" if index is None else str(index))
+
+    def gid_moves(self, name: str, seed: int) -> None:
+        """From the node's next boot on, each boot puts the RoCE v2 IPv4 entry at 3, 5 or 6,
+        drawn from seed and the boot's number (as owners see it move across reboots);
+        renumber_gid pins it again."""
+        self._roce_fault(name, "moves", str(seed))
 
     def hca_down(self, name: str, hca: str, down: bool = True) -> None:
         """Take one HCA's port down (or up) until a reboot or power cycle: a cable out."""

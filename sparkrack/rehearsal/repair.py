@@ -54,7 +54,8 @@ def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S, *,
             rack.latch(state.name, on=False)
             repaired.append(f"{state.name} GPU latch cleared")
         hardware = read_json_object(node.upper / "etc/gpu-sim/hardware.json")
-        if hardware.get("gid_index", DEFAULT_GID_INDEX) != DEFAULT_GID_INDEX:
+        if (hardware.get("gid_index", DEFAULT_GID_INDEX) != DEFAULT_GID_INDEX
+                or hardware.get("gid_moves")):
             rack.renumber_gid(state.name, None)
             repaired.append(f"{state.name} GID index back to {DEFAULT_GID_INDEX}")
         pid = init_pid(node)

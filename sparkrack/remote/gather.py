@@ -166,14 +166,19 @@ def unit_section(unit, properties, systemctl):
     return done.stdout.decode(errors="replace").splitlines()
 
 
-def guard_rc(argv):
+def guard_section(argv):
+    """["rc N"] and, when the guard said why it does not hold, ["why TEXT"]: the last line
+    of its output, printable, at most 300 characters."""
     try:
-        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, check=False).returncode
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, check=False)
     except FileNotFoundError:
-        return 127
+        return ["rc 127"]
     except OSError:
-        return 126
+        return ["rc 126"]
+    lines = done.stdout.decode(errors="replace").strip().splitlines()
+    why = "".join(c for c in (lines[-1] if lines else "") if c.isprintable())[:300]
+    return ["rc %d" % done.returncode] + (["why " + why] if why and done.returncode else [])
 
 
 def net_section():
@@ -199,7 +204,7 @@ def sections(args):
         elif kind == "x":
             count = int(args.pop(0))
             argv, args = args[:count], args[count:]
-            yield kind, ["rc %d" % guard_rc(argv)]
+            yield kind, guard_section(argv)
         elif kind == "i":
             yield kind, images_section()
         elif kind == "n":

@@ -11,7 +11,7 @@ directory: the operator's node names and ranks with rehearsal addresses, the reh
 SSH files, key and stub engine images, so that `plan`, `check`, `up`, `roll`,
 `restart-rack` and `onboard` run against it as against the real rack. What a twin cannot
 be: a node that did not answer the capture, a GID layout the simulator has no place for
-(its RoCE v2 IPv4 entry at an even index or below 3), a port cabled on its second path
+(its RoCE v2 IPv4 entry below 3), a port cabled on its second path
 only; each is refused naming the node. The OS, docker's version and link rates are this
 machine's.
 """
@@ -73,10 +73,10 @@ def _gid_index(name: str, functions: dict[str, Any]) -> int:
             index, version, family = (row.split() + ["", "", ""])[:3]
             if version == "v2" and family == "ipv4" and index.isdigit():
                 found = int(index)
-                if found < 3 or found % 2 == 0:
+                if found < 3:
                     raise UsageError(f"{name}: its RoCE v2 IPv4 GID sits at index {found}, "
-                                     "which the simulated GID table has no place for (odd, "
-                                     "3 or above)", fix=FIX)
+                                     "which the simulated GID table has no place for (3 or "
+                                     "above)", fix=FIX)
                 return found
     return 3
 

@@ -1,8 +1,8 @@
 """Issue 10 on the rehearsal rack: the engines run with what provisioning wrote on each node.
 
-A firmware renumbering on spark-05 is refused by the env gate until `provision` writes the
-probed index there (and only there); the running ranks then carry exactly their node's
-env files, which are what `plan` shows. The stub engines fail group init the way NCCL and
+A reboot that moves spark-05's GID index is written again by `up` there (and only there),
+said and audited; the running ranks then carry exactly their node's env files, which are
+what `plan` shows. The stub engines fail group init the way NCCL and
 Gloo would when a rank's environment does not fit its node; a down HCA is refused by the
 gate and, started by hand, fails its rank naming the HCA. Every test puts the hardware,
 the env files and the engines back as it found them.
@@ -10,10 +10,16 @@ the env files and the engines back as it found them.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+import sparkrack.rehearsal
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
@@ -27,6 +33,7 @@ from stubgroup import Group, nothing_runs, quick_burn
 
 pytestmark = pytest.mark.rack
 FILES = ("/etc/sparkrack/nccl.env", "/etc/sparkrack/sglang.env")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def engines_running(inventory) -> list:
@@ -65,39 +72,54 @@ def container_env(fleet, spec) -> dict[str, str]:
     return dict(item.split("=", 1) for item in attrs["Config"]["Env"])
 
 
-def test_a_renumbered_gid_is_refused_then_provisioned_on_its_node_only(clean, rack):
+def next_boot_draw(rack, node: str, want: int) -> int:
+    """A seed whose draw for the node's next boot puts the RoCE v2 IPv4 entry at want
+    (roce-mount's own draw, as the node will make it)."""
+    import importlib.util
+    from importlib.machinery import SourceFileLoader
+
+    path = str(Path(sparkrack.rehearsal.__file__).parent / "sim" / "roce-mount")
+    loader = SourceFileLoader("roce_mount", path)
+    mount = importlib.util.module_from_spec(importlib.util.spec_from_loader("roce_mount", loader))
+    loader.exec_module(mount)
+    boots = rack.node(node).upper / "etc/gpu-sim/boots"
+    boot = (int(boots.read_text()) if boots.exists() else 0) + 1
+    return next(seed for seed in range(1000)
+                if mount.boot_gid_index({"gid_moves": {"seed": seed}}, boot) == want)
+
+
+def test_a_reboot_that_moves_the_gid_index_is_rewritten_by_up_on_its_node_only(clean, rack,
+                                                                              tmp_path):
+    """Owners see the RoCE v2 IPv4 entry move across reboots (6, then 5): `invoke up`
+    probes again and rewrites that node's NCCL env in the same step, says so, audits it,
+    and the rank starts with the new index; the other nodes are not touched."""
     inventory = clean
-    rack.renumber_gid("spark-05", 5)
-    with pytest.raises(lifecycle.Refused) as refused:
-        lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
-    message = str(refused.value)
-    assert ("env files: spark-05: /etc/sparkrack/nccl.env is not what provision would write "
-            "now: NCCL_IB_GID_INDEX is 3, provision would write 5 (run `invoke provision`)"
-            ) in message, message
-    assert "spark-01:" not in message.split("env files:")[1].split("\n")[0]
-    assert engines_running(inventory) == []
-
-    report = provision(inventory, roles="nccl_env,engine_env")
-    assert report.exit_code == 0, failures(report)
-    assert {n.name: report.recap(n.name)["changed"] for n in inventory.nodes} == {
-        n.name: 1 if n.name == "spark-05" else 0 for n in inventory.nodes}
-
-    deployment = lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    rack.gid_moves("spark-05", next_boot_draw(rack, "spark-05", 6))
+    rack.reboot("spark-05")
+    env = {**os.environ, "SPARKRACK_INVENTORY": str(inventory.path), "NO_COLOR": "1",
+           "SPARKRACK_STATE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "invoke", "up", "--engine", "sglang"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ("gate gid index: ok - spark-05: NCCL_IB_GID_INDEX 3 -> 6 (its GID table moved, "
+            "as at a boot; /etc/sparkrack/nccl.env rewritten as provision would)") \
+        in done.stderr, done.stderr
     plan = build_specs(inventory, "sglang", "512k", node_env=rack_view(inventory, "sglang").envs)
     with Fleet(inventory) as fleet:
         files = node_files(fleet)
-        for spec in plan:
-            running = container_env(fleet, spec)
-            assert spec.env_view == "node"
-            assert {k: running.get(k) for k in spec.env} == dict(spec.env) == files[spec.node], \
-                spec.node
-            sparkrack_like = {k for k in running if k.startswith(("NCCL_", "GLOO_", "TP_",
-                                                                   "SGLANG_"))}
-            assert sparkrack_like <= set(spec.env)  # nothing beyond the files and the profile
         gids = [container_env(fleet, spec)["NCCL_IB_GID_INDEX"] for spec in plan]
-    assert gids == ["3", "3", "3", "3", "5", "3", "3", "3"]
-    assert plan[4].env_sources["NCCL_IB_GID_INDEX"].startswith("probed on the node")
-    assert deployment.spec_hash == plan[0].spec_hash
+        port = "/sys/class/infiniband/rocep1s0f0/ports/1"
+        table = fleet.run({"spark-05": ["cat", f"{port}/gids/6", f"{port}/gid_attrs/types/6"]})
+    assert gids == ["3", "3", "3", "3", "6", "3", "3", "3"]
+    assert files["spark-05"]["NCCL_IB_GID_INDEX"] == "6"
+    assert table["spark-05"].stdout.splitlines() == ["0000:0000:0000:0000:0000:ffff:0a4d:030f",
+                                            "RoCE v2"]  # 10.77.3.15, spark-05's roce_addr
+    assert plan[4].env_sources["NCCL_IB_GID_INDEX"] == ("probed on the node (the RoCE v2 entry "
+                                                        "of 10.77.3.15, 10.77.4.15) "
+                                                        "[/etc/sparkrack/nccl.env]")
+    audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert any((entry.get("changed") or {}).get("gid_moved") == {"spark-05": "3 -> 6"}
+               for entry in audit), audit
 
 
 def test_a_rank_with_a_wrong_gid_index_fails_group_init_naming_it(stub):

@@ -99,9 +99,10 @@ def test_no_docker_or_no_gpu_hook_refuse():
 
 
 def test_notes_do_not_refuse():
+    # a GID index unlike the rack's is no note: it differs by unit and by boot
     found = compare(facts(kernel="6.8.0-1010-nvidia", clock_cap="none", gid_index=5,
                           skew_s=7.5, mem_total_kb=127000000))
-    assert {d.kind for d in found} == {"kernel", "clock-cap", "gid-index", "time", "memory"}
+    assert {d.kind for d in found} == {"kernel", "clock-cap", "time", "memory"}
     assert not any(d.refuses for d in found)
 
 
@@ -142,7 +143,7 @@ def test_facts_from_recorded_script_output():
             "Enabled, 575.51.03\nMemAvailable 100\nMemTotal 127600748\n@@1 u\n"
             "LoadState=not-found\n@@2 f\nmissing\n@@3 r\npresent\nstate 4: ACTIVE\n"
             "netdev enp1s0f0np0\ntypes\n3:RoCE v2\ngids\n"
-            "3:0000:0000:0000:0000:0000:ffff:0a4d:0113\n@@4 r\n@@5 n\n@@6 d\n"
+            "3:0000:0000:0000:0000:0000:ffff:0a4d:030b\n@@4 r\n@@5 n\n@@6 d\n"
             "version 20.10.24+dfsg1\nruntimes io.containerd.runc.v2 runc\n"
             "hook /usr/local/bin/nvidia-container-runtime-hook\n@@7 l\n"
             "netdev enp1s0f0np0 mtu=9000 state=up ipv4=10.77.1.19/24\n")

@@ -96,7 +96,8 @@ def test_recorded_output_parses():
     assert not unit.need_reload and unit.exit_status == 0
     assert facts.unit("other.service").load == "not-found"
     assert facts.roce.hcas["rocep1s0f0"].ipv4_gid_index == 3
-    assert facts.roce.missing == ["mlx5_9"] and facts.roce.gid_index == 3
+    assert facts.roce.missing == ["mlx5_9"]
+    assert facts.roce.choose({"rocep1s0f0": "10.77.1.11"}).index == 3
     assert facts.guards[("test", "-e", "/nope")] == 1
     assert facts.images == {
         "sparkrack-test/vllm:provision": "sha256:09f4e428a71dd1d4361df1c4b55911eec088ccbfebce4401f437b72ebe5caa7d",
@@ -135,15 +136,53 @@ def test_roce_v1_only_or_no_ipv4_gives_no_index():
     v1 = roce.parse_hca(_hca({0: "IB/RoCE v1", 2: "IB/RoCE v1"}, {0: LL, 2: V4}).splitlines())
     no_v4 = roce.parse_hca(_hca({0: "IB/RoCE v1", 1: "RoCE v2"}, {0: LL, 1: LL}).splitlines())
     assert v1.ipv4_gid_index is None and no_v4.ipv4_gid_index is None
-    assert roce.RoceFacts({"a": no_v4}).gid_index is None
+    choice = roce.RoceFacts({"a": no_v4}).choose({"a": "10.77.1.11"})
+    assert choice.index is None and choice.missing == ["a (10.77.1.11)"]
 
 
 def test_hcas_that_disagree_have_no_common_index():
     three = roce.parse_hca(_hca({3: "RoCE v2"}, {3: V4}).splitlines())
     five = roce.parse_hca(_hca({5: "RoCE v2"}, {5: V4}).splitlines())
-    facts = roce.RoceFacts({"a": three, "b": five})
-    assert facts.gid_conflict and facts.gid_index is None
-    assert facts.gid_indexes == {"a": 3, "b": 5}
+    choice = roce.RoceFacts({"a": three, "b": five}).choose({"a": "10.77.1.11", "b": "10.77.1.11"})
+    assert choice.conflict and choice.index is None
+    assert choice.indexes == {"a": 3, "b": 5}
+
+
+LINK_LOCAL_V4 = "0000:0000:0000:0000:0000:ffff:a9fe:0307"  # 169.254.3.7
+
+
+def test_the_gid_is_chosen_by_address_not_by_position():
+    # NVIDIA's 40-cx7.yaml put a link-local address on the netdev first: its pair is at
+    # 2/3, the fabric address's at 4/5. The lowest IPv4 entry is the wrong address's.
+    hca = roce.parse_hca(_hca({0: "IB/RoCE v1", 1: "RoCE v2", 2: "IB/RoCE v1", 3: "RoCE v2",
+                               4: "IB/RoCE v1", 5: "RoCE v2"},
+                              {0: LL, 1: LL, 2: LINK_LOCAL_V4, 3: LINK_LOCAL_V4, 4: V4,
+                               5: V4}).splitlines())
+    assert hca.ipv4_gids == {3: "169.254.3.7", 5: "10.77.1.11"}
+    choice = roce.RoceFacts({"rocep1s0f0": hca}).choose({"rocep1s0f0": "10.77.1.11"})
+    assert choice.index == 5 and not choice.conflict
+    assert choice.others_text == "; other IPv4 GIDs: 169.254.3.7 on rocep1s0f0"
+
+
+def test_absent_hcas_are_left_to_their_own_check():
+    present = roce.parse_hca(_hca({3: "RoCE v2"}, {3: V4}).splitlines())
+    choice = roce.RoceFacts({"a": present, "b": roce.HcaFacts()}).choose(
+        {"a": "10.77.1.11", "b": "10.77.4.11"})
+    assert choice.index == 3 and choice.indexes == {"a": 3}
+
+
+def test_fabric_addresses_follow_the_socket_interface_or_the_first_function():
+    hcas = ["rocep1s0f0", "roceP2p1s0f0"]
+    assert roce.fabric_addresses(hcas, "enp1s0f0np0", "10.77.3.11", "10.77.4.11") == {
+        "rocep1s0f0": {"netdev": "enp1s0f0np0", "address": "10.77.3.11"},
+        "roceP2p1s0f0": {"netdev": "enP2p1s0f0np0", "address": "10.77.4.11"}}
+    # NCCL's socket bootstrap on the management port: roce_addr stays on the first function
+    on_management = roce.fabric_addresses(hcas, "enP7s7", "10.77.3.11", None)
+    assert on_management["rocep1s0f0"]["address"] == "10.77.3.11"
+    assert on_management["roceP2p1s0f0"]["address"] is None
+    # cabled on the twin's path: the socket interface's function carries roce_addr
+    assert roce.fabric_addresses(hcas, "enP2p1s0f0np0", "10.77.3.11", None)[
+        "roceP2p1s0f0"]["address"] == "10.77.3.11"
 
 
 def test_docker_down_is_an_error_not_an_empty_list():

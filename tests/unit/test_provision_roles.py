@@ -3,6 +3,7 @@
 import configparser
 import dataclasses
 import time
+import ipaddress
 from pathlib import Path
 
 import pytest
@@ -31,16 +32,23 @@ V4 = "0000:0000:0000:0000:0000:ffff:0a4d:010b"
 LL = "fe80:0000:0000:0000:ba3f:d2ff:fea2:1a04"
 
 
-def hca(index: int) -> HcaFacts:
+def mapped(address: str) -> str:
+    """An IPv4 address's IPv4-mapped GID as sysfs prints it."""
+    return ipaddress.IPv6Address(f"::ffff:{address}").exploded
+
+
+def hca(index: int, address: str = "10.77.3.11") -> HcaFacts:
     return HcaFacts(present=True, state="4: ACTIVE", netdevs=("enp1s0f0np0",),
                     types={0: "IB/RoCE v1", 1: "RoCE v2", index - 1: "IB/RoCE v1",
                            index: "RoCE v2"},
-                    gids={0: LL, 1: LL, index - 1: V4, index: V4})
+                    gids={0: LL, 1: LL, index - 1: mapped(address), index: mapped(address)})
 
 
-def good_facts(gid_a=3, gid_b=3) -> ProvisionFacts:
-    return ProvisionFacts(roce=RoceFacts({"rocep1s0f0": hca(gid_a), "roceP2p1s0f0": hca(gid_b)}),
-                     netdevs=("lo", "enp1s0f0np0", "enP2p1s0f0np0"), images={})
+def good_facts(gid_a=3, gid_b=3, node=11) -> ProvisionFacts:
+    """spark-NN's twins (roce_addr 10.77.3.NN, roce_twin_addr 10.77.4.NN) at those indexes."""
+    return ProvisionFacts(roce=RoceFacts({"rocep1s0f0": hca(gid_a, f"10.77.3.{node}"),
+                                          "roceP2p1s0f0": hca(gid_b, f"10.77.4.{node}")}),
+                          netdevs=("lo", "enp1s0f0np0", "enP2p1s0f0np0"), images={})
 
 
 def planned(roles="nccl_env", facts=None, inventory="inventory/rehearsal", node="spark-01",
@@ -157,10 +165,10 @@ def test_a_nodes_own_index_overrides_the_probe(tmp_path):
     shutil.copytree(REPO / "inventory" / "rehearsal", inv)
     (inv / "host_vars").mkdir()
     (inv / "host_vars" / "spark-02.yml").write_text("nccl_ib_gid_index: 7\n")
-    text = put(planned(facts=good_facts(5, 5), inventory=inv, node="spark-02"),
+    text = put(planned(facts=good_facts(5, 5, node=12), inventory=inv, node="spark-02"),
                "/etc/sparkrack/nccl.env")
     assert env_of(text)["NCCL_IB_GID_INDEX"] == "7" and "host_vars" in text
-    other = put(planned(facts=good_facts(5, 5), inventory=inv, node="spark-03"),
+    other = put(planned(facts=good_facts(5, 5, node=13), inventory=inv, node="spark-03"),
                 "/etc/sparkrack/nccl.env")
     assert env_of(other)["NCCL_IB_GID_INDEX"] == "5"
 
@@ -470,6 +478,7 @@ def test_a_changed_fabric_drop_in_is_applied_by_its_handler_though_the_old_one_w
     guard = ("/usr/local/sbin/sparkrack-fabric-in-force", NETPLAN)
     changes = planned(roles="fabric", facts=ProvisionFacts(guards={guard: 0}))
     runs = [(c.task, c.handler, [a.describe() for a in c.actions])
-            for c in changes if c.changed and "netplan apply" in c.summary]
+            for c in changes if c.changed and "--take-over" in c.summary]
     assert runs == [("apply the fabric config", True,
-                     ["netplan apply", "wait up to 20 s for the guard to hold"])], runs
+                     [f"{guard[0]} --take-over {NETPLAN}",
+                      "wait up to 20 s for the guard to hold"])], runs

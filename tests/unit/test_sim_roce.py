@@ -85,9 +85,43 @@ def test_missing_hca_is_left_out_and_down_hca_shows_down(tmp_path):
     assert port_file(tmp_path, "rocep1s0f0", "state") == "1: DOWN"
 
 
-def test_even_gid_index_is_rejected(tmp_path):
-    out = roce_tree(tmp_path, *TWINS, "--ipv4", "10.77.1.11", "--gid-index", "4")
-    assert out.returncode == 2 and "odd" in out.stderr
+V2 = "RoCE v2"
+
+
+def ipv4_v2_entries(root: Path, hca: str) -> dict[int, str]:
+    """{index: mapped GID} of the port's RoCE v2 IPv4-mapped entries."""
+    types = root / hca / "ports/1/gid_attrs/types"
+    return {int(t.name): port_file(root, hca, f"gids/{t.name}") for t in types.iterdir()
+            if t.read_text().strip() == V2 and ":ffff:" in port_file(root, hca, f"gids/{t.name}")}
+
+
+def test_an_even_boot_index_puts_the_v2_entry_there(tmp_path):
+    # real units were seen with the RoCE v2 IPv4 entry at 6 after a reboot
+    assert roce_tree(tmp_path, *TWINS, "--ipv4", "10.77.1.11", "--gid-index", "6").returncode == 0
+    assert list(ipv4_v2_entries(tmp_path, "rocep1s0f0")) == [6]
+    assert port_file(tmp_path, "rocep1s0f0", "gid_attrs/types/4") == "IB/RoCE v1"
+    assert port_file(tmp_path, "rocep1s0f0", "gids/4") == port_file(tmp_path, "rocep1s0f0", "gids/6")
+    out = roce_tree(tmp_path, *TWINS, "--ipv4", "10.77.1.11", "--gid-index", "2")
+    assert out.returncode == 2 and ">= 3" in out.stderr
+
+
+def test_every_address_gets_a_pair_and_a_removed_one_frees_its_slots(tmp_path):
+    slots = str(tmp_path / "slots.json")
+    tree = tmp_path / "ib"
+    fabric, link_local = "0000:0000:0000:0000:0000:ffff:0a4d:030b", "0000:0000:0000:0000:0000:ffff:a9fe:0307"
+    # the link-local address arrived first: its pair at 2/3, the fabric address's at 4/5
+    roce_tree(tree, *TWINS, "--ipv4", "169.254.3.7,10.77.3.11", "--slots", slots)
+    assert ipv4_v2_entries(tree, "rocep1s0f0") == {3: link_local, 5: fabric}
+    # the link-local address removed: its slots empty, the fabric address keeps 5
+    roce_tree(tree, *TWINS, "--ipv4", "10.77.3.11", "--slots", slots)
+    assert ipv4_v2_entries(tree, "rocep1s0f0") == {5: fabric}
+    assert port_file(tree, "rocep1s0f0", "gids/3") == "0000:0000:0000:0000:0000:0000:0000:0000"
+    # a new address takes the lowest free slots
+    roce_tree(tree, *TWINS, "--ipv4", "10.77.3.11,10.77.9.11", "--slots", slots)
+    assert list(ipv4_v2_entries(tree, "rocep1s0f0")) == [3, 5]
+    # a new boot lays the table out afresh: the first address at the boot's index
+    roce_tree(tree, *TWINS, "--ipv4", "10.77.3.11", "--slots", slots, "--gid-index", "5")
+    assert ipv4_v2_entries(tree, "rocep1s0f0") == {5: fabric}
 
 
 def test_ibdev2netdev_prints_nothing_without_rdma_devices(tmp_path):

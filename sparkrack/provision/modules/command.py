@@ -60,8 +60,9 @@ def plan(step: Step) -> Change:
         guard = [str(a) for a in unless]
         actions.append(Run(("sh", "-c", text("settle"), "settle", f"{p['settle']:g}", *guard),
                            shown=f"wait up to {p['settle']:g} s for the guard to hold"))
-    return replace(base, status="changed", summary="run " + " ".join(argv),
-                   actions=tuple(actions))
+    why = facts.guard_reasons.get(tuple(str(a) for a in unless or ())) if not stale else None
+    return replace(base, status="changed", summary="run " + " ".join(argv)
+                   + (f" ({why})" if why else ""), actions=tuple(actions))
 
 
 MODULE = Module(

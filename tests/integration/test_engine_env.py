@@ -136,14 +136,28 @@ def test_a_rank_with_a_wrong_gid_index_fails_group_init_naming_it(stub):
 
 
 def test_a_rank_whose_gloo_interface_has_no_address_fails_before_the_rendezvous(stub):
-    fleet, limits = stub
-    with Group(fleet, limits, "vllm", rank_env={2: {"GLOO_SOCKET_IFNAME": "lo"}}) as group:
+    fleet, limits = stub  # port 1's first path: present, no address
+    with Group(fleet, limits, "vllm", rank_env={2: {"GLOO_SOCKET_IFNAME": "enp1s0f1np1"}}) \
+            as group:
         group.start()
         _, codes = group.wait_exited(30, ranks=[2])
         log = group.containers[2].logs().decode()
     assert codes == {2: 1}
     assert ("[rank2]: RuntimeError: [enforce fail at /pytorch/third_party/gloo/gloo/transport/"
-            "tcp/device.cc:83] ifa != nullptr. Unable to find address for: lo") in log
+            "tcp/device.cc:83] ifa != nullptr. Unable to find address for: enp1s0f1np1") in log
+
+
+def test_a_gloo_address_no_peer_reaches_fails_the_whole_group_naming_it(stub):
+    """Gloo takes the interface's first address (here loopback's): rank 0 finds at the
+    rendezvous that no peer can connect to it, and the group dies at init."""
+    fleet, limits = stub
+    with Group(fleet, limits, "vllm", rank_env={2: {"GLOO_SOCKET_IFNAME": "lo"}}) as group:
+        group.start()
+        _, codes = group.wait_exited(60)
+        head = group.containers[0].logs().decode()
+    assert set(codes.values()) == {1}
+    assert "rank 0 cannot connect to rank 2 at 127.0.0.1 (GLOO_SOCKET_IFNAME's first " \
+        "address; no route to host)" in head, head[-2000:]
 
 
 def test_a_down_hca_is_refused_by_the_gate_and_fails_a_rank_started_by_hand(clean, rack, stub):

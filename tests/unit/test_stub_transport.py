@@ -39,13 +39,58 @@ def test_the_provisioned_environment_passes_and_unset_variables_are_the_librarie
     assert transport.check({}, HCAS, IFACES, HEAD) is None
 
 
-@pytest.mark.parametrize("name", ["eth9", "lo", "enP2p1s0f0np0"])
-def test_gloo_needs_an_interface_with_an_address_on_the_rendezvous_network(name):
-    fault = check({"GLOO_SOCKET_IFNAME": name})
+@pytest.mark.parametrize("name", ["eth9", "enp1s0f1np1"])
+def test_gloo_needs_an_interface_with_an_ipv4_address(name):
+    fault = check({"GLOO_SOCKET_IFNAME": name}, ifaces={**IFACES, "enp1s0f1np1": []})
     assert fault.library == "gloo"
     assert fault.error == ("RuntimeError: [enforce fail at /pytorch/third_party/gloo/gloo/"
                            "transport/tcp/device.cc:83] ifa != nullptr. Unable to find "
                            f"address for: {name}")
+
+
+LINK_LOCAL_V4 = "0000:0000:0000:0000:0000:ffff:a9fe:0307"  # ::ffff:169.254.3.7
+
+
+def with_link_local_first():
+    """NVIDIA's link-local address arrived first: its pair at 2/3, the fabric one's at 4/5."""
+    found = hca(index=5)
+    found["gids"].update({"2": LINK_LOCAL_V4, "3": LINK_LOCAL_V4})
+    return {"rocep1s0f0": found, "roceP2p1s0f0": hca()}
+
+
+def test_gloo_takes_the_first_address_and_nccl_the_entry_the_index_names():
+    ifaces = {**IFACES, "enp1s0f0np0": ["169.254.3.7/16", "10.77.1.15/24"]}
+    mine = transport.endpoints(GOOD, with_link_local_first(), ifaces)
+    assert mine["used"] == [["gloo", "169.254.3.7"], ["roceP2p1s0f0", "10.77.1.15"],
+                            ["rocep1s0f0", "169.254.3.7"]]
+    assert "127.0.0.1/8" not in mine["networks"] and "169.254.3.7/16" in mine["networks"]
+    unset = transport.endpoints({"GLOO_SOCKET_IFNAME": "enp1s0f0np0"},
+                                with_link_local_first(), ifaces)
+    assert ["rocep1s0f0", "169.254.3.7"] in unset["used"]  # NCCL keeps the first candidate
+
+
+def test_an_address_a_peer_cannot_reach_fails_the_group_naming_both_ranks():
+    odd = {**IFACES, "enp1s0f0np0": ["169.254.3.7/16", "10.77.1.15/24"]}
+    peer = {**IFACES, "enp1s0f0np0": ["10.77.1.16/24"]}
+    ranks = {0: transport.endpoints(GOOD, HCAS, peer),
+             4: transport.endpoints({**GOOD, "GLOO_SOCKET_IFNAME": ""}, with_link_local_first(), odd)}
+    fault = transport.unreachable(ranks)
+    assert fault.library == "nccl" and "IBV_WC_RETRY_EXC_ERR" in fault.warning
+    assert "dev=rocep1s0f0: rank 4's GID is 169.254.3.7, which rank 0 has no network for" in \
+        fault.warning
+    gloo = transport.unreachable({0: transport.endpoints(GOOD, HCAS, peer),
+                                  2: transport.endpoints({**GOOD, "GLOO_SOCKET_IFNAME": "lo"},
+                                                         HCAS, IFACES)})
+    assert gloo.library == "gloo" and "rank 0 cannot connect to rank 2 at 127.0.0.1" in gloo.error
+    # every node with the link-local address too: all reach each other, as on a real switch
+    both = {0: transport.endpoints(GOOD, with_link_local_first(), odd),
+            1: transport.endpoints(GOOD, with_link_local_first(), odd)}
+    assert transport.unreachable(both) is None
+
+
+def test_the_getifaddrs_walk_lists_every_ipv4_address_of_this_namespace():
+    found = transport.local_interfaces()
+    assert "127.0.0.1/8" in found["lo"]
 
 
 def test_nccl_socket_ifname_that_matches_nothing_usable():
@@ -113,13 +158,12 @@ def test_the_roce_path_mtu_follows_the_netdev_mtu_as_the_kernel_derives_it():
     assert transport.ib_mtu(9000) + transport.WRITE_OVERHEAD == 4156
 
 
-def test_the_rails_nccl_uses_are_the_addresses_of_their_gids():
-    assert transport.rails(GOOD, HCAS) == [("roceP2p1s0f0", "10.77.1.15"),
-                                           ("rocep1s0f0", "10.77.1.15")]
-    assert transport.rails({**GOOD, "NCCL_IB_HCA": "=rocep1s0f0"}, HCAS) == [
-        ("rocep1s0f0", "10.77.1.15")]
-    assert transport.rails({}, {"rocep1s0f0": hca(index=5)}) == [("rocep1s0f0", "10.77.1.15")]
-    assert transport.rails({**GOOD, "NCCL_IB_DISABLE": "1"}, HCAS) == []
+def test_the_rails_a_rank_writes_on_are_the_hcas_of_its_endpoints():
+    found = transport.endpoints(GOOD, HCAS, IFACES)
+    assert transport.rails(found) == [("roceP2p1s0f0", "10.77.1.15"),
+                                      ("rocep1s0f0", "10.77.1.15")]
+    assert transport.rails(transport.endpoints({**GOOD, "NCCL_IB_DISABLE": "1"}, HCAS,
+                                               IFACES)) == []
 
 
 def test_a_first_write_that_comes_back_passes_and_one_into_the_void_is_nccls_retry_error():

@@ -178,7 +178,7 @@ class Rank:
         self.stuck = False  # an allocation failed mid-forward: this rank no longer answers
         self.forwards = 0  # forwards this rank has begun (the wedge_at_request fault)
         self.transport_fault: transport.Fault | None = None  # NCCL fails it after the rendezvous
-        self.rails: list[tuple[str, str]] = []  # (HCA, IPv4) NCCL uses (echoed on ROCE_PORT)
+        self.endpoints: dict = {}  # what its peers must reach (transport.endpoints)
 
     def init_nccl(self, peers: dict) -> None:
         """The NCCL communicator's init, right after the rendezvous, and its first
@@ -203,7 +203,7 @@ class Rank:
         nnodes = self.args.nnodes
         theirs = peers.get(str((self.args.rank + 1) % nnodes), []) if nnodes > 1 else []
         interfaces = transport.local_interfaces()
-        for (hca, src), dst in zip(self.rails, theirs):
+        for (hca, src), dst in zip(transport.rails(self.endpoints), theirs):
             mtu = transport.ib_mtu(transport.netdev_mtu(src, interfaces) or 1500)
             if not transport.first_write(src, dst, mtu + transport.WRITE_OVERHEAD):
                 return transport.write_fault(hca, src, dst, mtu)
@@ -310,8 +310,7 @@ class Worker(Rank):
                    f"({args.head_host}, {args.group_port}).", self.log)
         link = self.link = Link(sock, f"{args.head_host}:{args.group_port}")
         link.send("hello", rank=args.rank, nnodes=args.nnodes, engine=args.engine,
-                  node=socket.gethostname(), pid=os.getpid(),
-                  rails=[address for _, address in self.rails])
+                  node=socket.gethostname(), pid=os.getpid(), endpoints=self.endpoints)
         while True:
             message = link.recv()
             if message is None:
@@ -444,8 +443,14 @@ class Head(Rank):
                 die(1, f"torch.distributed.DistStoreError: Timed out after "
                        f"{args.dist_timeout_s:g} seconds waiting for clients. "
                        f"{joined}/{args.nnodes} clients joined.", self.log)
-        peers = {str(rank): found for rank, found in self.group.rails.items()}
-        peers["0"] = [address for _, address in self.rails]
+        cut = transport.unreachable({0: self.endpoints, **self.group.endpoints})
+        if cut is not None:  # every rank fails its connections: the group dies at init
+            pid = os.getpid()
+            print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL WARN {cut.warning}", flush=True)
+            self.group.abort(cut.warning)
+            die(1, f"[rank0]: {cut.error}", self.log)
+        peers = {str(rank): [address for _, address in transport.rails(found)]
+                 for rank, found in {0: self.endpoints, **self.group.endpoints}.items()}
         self.group.broadcast("joined", rails=peers)
         self.log("Init torch distributed ends.")
         self.init_nccl(peers)
@@ -917,6 +922,7 @@ def main(engine: str, argv: list[str] | None = None) -> None:
     try:
         interfaces = transport.local_interfaces()
         rdma = gpu.rdma()
+        reach = transport.endpoints(os.environ, rdma, interfaces)
         fault = transport.check(os.environ, rdma, interfaces, args.head_host) or \
             (transport.advertised_fault(engine, os.environ, interfaces, _management_address())
              if args.nnodes > 1 else None)
@@ -929,9 +935,9 @@ def main(engine: str, argv: list[str] | None = None) -> None:
     extra = {"model_info": model_info} if args.is_head else {}
     rank = cls(args, settings, gpu, scratch, log, started, **extra)
     rank.transport_fault = fault
+    rank.endpoints = reach
     if args.nnodes > 1 and (fault is None or fault.library == "advertise"):
-        rank.rails = transport.rails(os.environ, rdma)
-        transport.echo_rails([address for _, address in rank.rails])
+        transport.echo_rails([address for _, address in transport.rails(reach)])
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, frame: rank.on_signal(number))
     rank.check_die_after()

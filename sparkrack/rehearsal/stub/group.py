@@ -2,16 +2,16 @@
 
 A star of TCP links carrying JSON lines stands for torch.distributed + NCCL:
 
-    worker -> head: hello {rank, nnodes, engine, node, pid, rails}, loaded, ack {id},
+    worker -> head: hello {rank, nnodes, engine, node, pid, endpoints}, loaded, ack {id},
                     pong {id}
     head -> worker: joined {rails}, reject {reason}, begin {id, prompt_tokens}, end {id},
                     ping {id}, shutdown, abort {reason}
 
 A link that closes outside a shutdown is a dead peer: the head aborts the whole group
 (every rank exits non-zero with an NCCL-like line), a worker whose head link closes exits
-the same way. `rails` are each rank's RoCE addresses (NCCL's connection info, exchanged
-through the bootstrap): `joined` carries every rank's. A peer that is alive but silent (a cut cable, a rank stuck allocating) is
-not noticed by the link; a forward waiting for its ack hangs until the watchdog, as a
+the same way. `joined` carries every rank's RoCE addresses (`rails`, from the hellos'
+endpoints: NCCL's connection info, exchanged through the bootstrap). A peer that is alive
+but silent (a cut cable, a rank stuck allocating) is not noticed by the link; a forward waiting for its ack hangs until the watchdog, as a
 real collective does.
 """
 
@@ -106,7 +106,7 @@ class HeadGroup:
         self.log = log
         self.links: dict[int, Link] = {}
         self.nodes: dict[int, str] = {}
-        self.rails: dict[int, list[str]] = {}  # each worker's RoCE addresses (its hello's)
+        self.endpoints: dict[int, dict] = {}  # what each rank's peers must reach (hello)
         self.loaded: set[int] = set()
         self.all_joined = threading.Event()
         self.all_loaded = threading.Event()
@@ -165,7 +165,8 @@ class HeadGroup:
             else:
                 self.links[rank] = link
                 self.nodes[rank] = f"{hello.get('node', '?')} ({address})"
-                self.rails[rank] = [str(a) for a in hello.get("rails") or []]
+                endpoints = hello.get("endpoints")
+                self.endpoints[rank] = endpoints if isinstance(endpoints, dict) else {}
                 joined = len(self.links)
         if why:
             self.log(f"rejected a rank from {address}: {why}")

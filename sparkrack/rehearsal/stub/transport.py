@@ -4,8 +4,9 @@ A real rank fails at group init when its environment does not fit the node's har
 the stub does the same, from what the node shows (its HCAs through gpusimd, its netdevs
 seen directly: the container shares the node's network namespace):
 
-- `GLOO_SOCKET_IFNAME` names an interface that does not exist or has no IPv4 address on
-  the rendezvous network: Gloo's "Unable to find address for" (at init_process_group);
+- `GLOO_SOCKET_IFNAME` names an interface that does not exist or has no IPv4 address:
+  Gloo's "Unable to find address for" (at init_process_group); with several addresses
+  Gloo takes the first that getifaddrs lists (gloo/transport/tcp/device.cc);
 - `NCCL_SOCKET_IFNAME` matches no interface with such an address: "Bootstrap : no socket
   interface found";
 - an `NCCL_IB_HCA` entry matches no HCA, or its port is not ACTIVE (unless
@@ -13,6 +14,10 @@ seen directly: the container shares the node's network namespace):
 - `NCCL_IB_GID_INDEX` is not, on every HCA NCCL uses, the RoCE v2 entry whose GID is
   IPv4-mapped: the queue pairs never connect (IBV_WC_RETRY_EXC_ERR), or the entry is empty
   (ibv_modify_qp fails);
+- across ranks (rank 0 judges what every rank sent at the rendezvous, `unreachable`): an
+  address a rank uses (its GID's, NCCL taking whatever entry the index names; its Gloo
+  address) on a network none of a peer's interfaces is on: the peer's queue pairs or
+  connections never reach it (NVIDIA's link-local address on one node, not on the others).
 - the fabric drops the RDMA writes of the first collective (a switch port at a smaller
   MTU than the RoCE path MTU the nodes' MTU gives): IBV_WC_RETRY_EXC_ERR. The stub sends,
   on each HCA's address, one datagram of an RDMA write's packet size at that path MTU to
@@ -25,9 +30,10 @@ selection, the interface of the host name. Pure except `local_interfaces`, `netd
 
 from __future__ import annotations
 
-import fcntl
+import ctypes
 import ipaddress
 import socket
+import fcntl
 import struct
 import threading
 import time
@@ -81,21 +87,112 @@ def advertised_fault(engine: str, env: Mapping[str, str], interfaces: Mapping[st
                  "")
 
 
+class _Sockaddr(ctypes.Structure):
+    _fields_ = [("family", ctypes.c_ushort), ("port", ctypes.c_ushort),
+                ("addr", ctypes.c_ubyte * 4)]
+
+
+class _Ifaddrs(ctypes.Structure):
+    pass
+
+
+_Ifaddrs._fields_ = [("next", ctypes.POINTER(_Ifaddrs)), ("name", ctypes.c_char_p),
+                     ("flags", ctypes.c_uint), ("addr", ctypes.POINTER(_Sockaddr)),
+                     ("netmask", ctypes.POINTER(_Sockaddr))]
+
+
 def local_interfaces() -> dict[str, list[str]]:
-    """{interface: ["10.77.1.15/24", ...]} of this network namespace (IPv4 only)."""
-    found: dict[str, list[str]] = {}
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        for _, name in socket.if_nameindex():
-            request = struct.pack("256s", name.encode()[:15])
-            try:
-                address = socket.inet_ntoa(fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, request)[20:24])
-                mask = socket.inet_ntoa(fcntl.ioctl(sock.fileno(), _SIOCGIFNETMASK, request)[20:24])
-            except OSError:
-                found[name] = []
-                continue
-            prefix = ipaddress.IPv4Network(f"0.0.0.0/{mask}").prefixlen
-            found[name] = [f"{address}/{prefix}"]
+    """{interface: ["10.77.1.15/24", ...]} of this network namespace: every IPv4 address, in
+    getifaddrs(3)'s order, as Gloo and NCCL walk them (interfaces without one: [])."""
+    found: dict[str, list[str]] = {name: [] for _, name in socket.if_nameindex()}
+    libc = ctypes.CDLL(None, use_errno=True)
+    head = ctypes.POINTER(_Ifaddrs)()
+    if libc.getifaddrs(ctypes.byref(head)) != 0:
+        return found
+    try:
+        entry = head
+        while entry:
+            item = entry.contents
+            if item.addr and item.addr.contents.family == socket.AF_INET:
+                address = socket.inet_ntoa(bytes(item.addr.contents.addr))
+                mask = socket.inet_ntoa(bytes(item.netmask.contents.addr)) if item.netmask \
+                    else "255.255.255.255"
+                prefix = ipaddress.IPv4Network(f"0.0.0.0/{mask}").prefixlen
+                found.setdefault(item.name.decode(), []).append(f"{address}/{prefix}")
+            entry = item.next
+    finally:
+        libc.freeifaddrs(head)
     return found
+
+
+def endpoints(env: Mapping[str, str], hcas: Mapping[str, dict],
+              interfaces: Mapping[str, list[str]]) -> dict:
+    """What a rank tells its peers at the rendezvous: the addresses they must reach (its
+    Gloo address: GLOO_SOCKET_IFNAME's first; the IPv4 address of the GID each HCA NCCL
+    uses: the entry NCCL_IB_GID_INDEX names, unset: the first RoCE v2 IPv4 one, as NCCL
+    keeps the first of equal candidates) and the networks it reaches (every address but
+    loopback's: a peer connecting to 127.0.0.1 reaches itself)."""
+    used: list[list[str]] = []
+    name = (env.get("GLOO_SOCKET_IFNAME") or "").split(",")[0]
+    if name and interfaces.get(name):
+        used.append(["gloo", interfaces[name][0].split("/")[0]])
+    if env.get("NCCL_IB_DISABLE", "0") in ("", "0"):
+        for hca_name, hca in sorted(_used_hcas(env, hcas).items()):
+            address = _gid_address(env.get("NCCL_IB_GID_INDEX"), hca)
+            if address:
+                used.append([hca_name, address])
+    return {"used": used, "networks": [a for addresses in interfaces.values() for a in addresses
+                                       if not ipaddress.IPv4Interface(a).is_loopback]}
+
+
+def unreachable(ranks: Mapping[int, dict]) -> Fault | None:
+    """The first address a rank uses that a peer has no network for (Gloo's connections,
+    NCCL's queue pairs to it never arrive), judged on what every rank sent."""
+    for rank, mine in sorted(ranks.items()):
+        for via, address in mine.get("used", []):
+            peer = next((p for p, theirs in sorted(ranks.items())
+                         if p != rank and not _on_network(theirs.get("networks", []), address)),
+                        None)
+            if peer is None:
+                continue
+            if via == "gloo":
+                text = (f"[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:144] Gloo "
+                        f"connectFullMesh failed: rank {peer} cannot connect to rank {rank} at "
+                        f"{address} (GLOO_SOCKET_IFNAME's first address; no route to host)")
+                return Fault("gloo", text, f"RuntimeError: {text}")
+            text = (f"NET/IB : Got completion from peer with status=IBV_WC_RETRY_EXC_ERR(12) "
+                    f"opcode=IBV_WC_SEND(0) vendor_err=129 dev={via}: rank {rank}'s GID is "
+                    f"{address}, which rank {peer} has no network for (a second address on "
+                    "the fabric netdev, such as NVIDIA's link-local one?)")
+            return Fault("nccl", text, _nccl_error(
+                "remote process exited or there was a network error", "ncclRemoteError: A call "
+                "failed possibly due to a network error or a remote process exiting "
+                "prematurely.", text))
+    return None
+
+
+def _used_hcas(env: Mapping[str, str], hcas: Mapping[str, dict]) -> dict[str, dict]:
+    """The HCAs NCCL_IB_HCA selects (all when unset)."""
+    value = env.get("NCCL_IB_HCA")
+    if not value:
+        return dict(hcas)
+    exclude, exact, entries = _nccl_list(value)
+    return {n: h for n, h in hcas.items()
+            if any(_matches(e, n, exact) for e in entries) != exclude}
+
+
+def _gid_address(value: str | None, hca: Mapping) -> str | None:
+    """The IPv4 address of the GID NCCL uses on hca."""
+    gids, types = hca.get("gids", {}), hca.get("types", {})
+    if value:
+        try:
+            return _ipv4_of(gids.get(str(int(value)), ""))
+        except ValueError:
+            return None
+    for index in sorted(gids, key=int):
+        if types.get(index) == ROCE_V2 and _ipv4_of(gids[index]):
+            return _ipv4_of(gids[index])
+    return None
 
 
 def check(env: Mapping[str, str], hcas: Mapping[str, dict],
@@ -120,7 +217,7 @@ def _gloo(env, interfaces, rendezvous) -> Fault | None:
     if not names:
         return None
     for name in names.split(","):
-        if not _on_network(interfaces.get(name, []), rendezvous):
+        if not interfaces.get(name):
             text = (f"[enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/device.cc:83]"
                     f" ifa != nullptr. Unable to find address for: {name}")
             return Fault("gloo", text, f"RuntimeError: {text}")
@@ -208,25 +305,9 @@ def ib_mtu(netdev_mtu: int) -> int:
     return next((m for m in _IB_MTUS if m <= netdev_mtu - IB_HEADERS), 256)
 
 
-def rails(env: Mapping[str, str], hcas: Mapping[str, dict]) -> list[tuple[str, str]]:
-    """(HCA, IPv4) of each HCA NCCL uses, in name order, from the GID it uses (the one at
-    NCCL_IB_GID_INDEX, else the RoCE v2 IPv4-mapped entry); none with NCCL_IB_DISABLE."""
-    if env.get("NCCL_IB_DISABLE", "0") not in ("", "0"):
-        return []
-    used = dict(hcas)
-    if env.get("NCCL_IB_HCA"):
-        exclude, exact, entries = _nccl_list(env["NCCL_IB_HCA"])
-        used = {n: h for n, h in hcas.items()
-                if any(_matches(e, n, exact) for e in entries) != exclude}
-    found = []
-    for name, hca in sorted(used.items()):
-        index = env.get("NCCL_IB_GID_INDEX") or next(
-            (i for i, gid in sorted(hca.get("gids", {}).items())
-             if hca.get("types", {}).get(i) == ROCE_V2 and _ipv4_mapped(gid)), None)
-        gid = hca.get("gids", {}).get(str(index), "")
-        if _ipv4_mapped(gid):
-            found.append((name, str(ipaddress.IPv6Address(gid).ipv4_mapped)))
-    return found
+def rails(endpoints: Mapping) -> list[tuple[str, str]]:
+    """(HCA, IPv4) of each HCA NCCL uses, from a rank's endpoints (its GIDs' addresses)."""
+    return [(via, address) for via, address in endpoints.get("used", []) if via != "gloo"]
 
 
 def write_fault(hca: str, src: str, dst: str, mtu: int) -> Fault:
@@ -295,10 +376,15 @@ def first_write(src: str, dst: str, size: int, seconds: float = 3.0) -> bool:
 
 
 def _ipv4_mapped(gid: str) -> bool:
+    return _ipv4_of(gid) is not None
+
+
+def _ipv4_of(gid: str) -> str | None:
     try:
-        return ipaddress.IPv6Address(gid).ipv4_mapped is not None
+        mapped = ipaddress.IPv6Address(gid).ipv4_mapped
     except ValueError:
-        return False
+        return None
+    return None if mapped is None else str(mapped)
 
 
 def _system_fault(text: str) -> Fault:

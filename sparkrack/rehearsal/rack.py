@@ -91,10 +91,7 @@ class RehearsalRack:
                              fix="pass -i inventory/rehearsal")
         self.inventory = inventory
         self.say = say
-        # roce_addr left at the management address (NCCL's sockets over enP7s7, as NVIDIA's
-        # scripts run it): the fabric keeps the install-time addresses, 10.77.3.<n>
-        self.nodes = [NodeLayout(n.name, n.address, "" if n.roce_addr == n.address
-                                 else n.roce_addr) for n in inventory.nodes]
+        self.nodes = [NodeLayout(n.name, n.address, n.roce_addr) for n in inventory.nodes]
         for node in self.nodes:
             if ip_address(node.address) not in SUBNET:
                 raise UsageError(f"{inventory.path}: {node.name} address {node.address} is outside "

@@ -25,11 +25,17 @@ def _rack(inventory: str | None) -> RehearsalRack:
     return RehearsalRack(inventory_from(inventory or DEFAULT_INVENTORY), say=console.say)
 
 
-@task(help={**HELP, "twin": "boot the twin of this capture (`invoke facts.capture --out "
+CX7_HELP = ("NVIDIA's /etc/netplan/40-cx7.yaml: link-local (the playbook's: link-local IPv4 "
+            "on both ports' first path), static (the switch playbook's: addresses on port 0's "
+            "two paths) or none")
+
+
+@task(help={**HELP, "cx7_netplan": "boot every node with " + CX7_HELP,
+            "twin": "boot the twin of this capture (`invoke facts.capture --out "
                              "FILE` of your rack) in place of the standard rack",
             "twin_inventory": "where the twin's inventory goes (default: inventory/twin)"})
 @operator_task
-def up(c, inventory=None, twin=None, twin_inventory="inventory/twin"):
+def up(c, inventory=None, twin=None, twin_inventory="inventory/twin", cx7_netplan=None):
     """Boot the rehearsal rack (idempotent; installs its apt packages if missing), or with
     --twin the twin of your rack: its node names, ranks, kernels, drivers, GID layouts
     and cabling, with its inventory written for plan, check, up, roll and onboard."""
@@ -48,8 +54,12 @@ def up(c, inventory=None, twin=None, twin_inventory="inventory/twin"):
                     f"inventory: {twin_inventory} (export SPARKRACK_INVENTORY={twin_inventory}, "
                     "then `invoke provision`)")
         return
-    seconds = _rack(inventory).up()
+    rack = _rack(inventory)
+    seconds = rack.up()
     console.say(f"rehearsal rack up ({seconds:.1f} s)")
+    if cx7_netplan:
+        rack.cx7_netplan([node.name for node in rack.nodes], cx7_netplan)
+        console.say(f"every node rebooted with NVIDIA's 40-cx7.yaml: {cx7_netplan}")
 
 
 @task(help=HELP)
@@ -138,13 +148,11 @@ def renumber_gid(c, node, inventory=None, index=None, clear=False, moving=None):
     console.say(f"{node}: RoCE v2 IPv4 GID at index {3 if clear else index}")
 
 
-@task(help={**NODE_HELP, "form": "NVIDIA's /etc/netplan/40-cx7.yaml: link-local (the "
-            "playbook's: link-local IPv4 on both ports' first path), static (the switch "
-            "playbook's: addresses on port 0's two paths) or none"})
+@task(help={**NODE_HELP, "form": CX7_HELP})
 @operator_task
 def cx7_netplan(c, node, form, inventory=None):
-    """Boot a node with NVIDIA's own ConnectX-7 netplan file in one of its public forms."""
-    _rack(inventory).cx7_netplan(node, form)
+    """Reboot a node with NVIDIA's own ConnectX-7 netplan file in one of its public forms."""
+    _rack(inventory).cx7_netplan([node], form)
     console.say(f"{node}: rebooted with NVIDIA's 40-cx7.yaml: {form}")
 
 

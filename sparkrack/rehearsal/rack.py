@@ -444,20 +444,23 @@ class RehearsalRack:
             raise SparkrackError(f"{name}: could not set the load start-up: "
                                  f"{done.stderr.strip()}")
 
-    def cx7_netplan(self, name: str, form: str, boot: bool = True) -> None:
-        """Put NVIDIA's /etc/netplan/40-cx7.yaml on the node in one of its public forms
-        (cx7netplan.FORMS; `none` removes it), then reboot it so that it boots with it."""
-        node = self.node(name)
-        try:
-            argv = cx7netplan.install_argv(form, node)
-        except ValueError as error:
-            raise UsageError(f"--form: {error}", fix="e.g. --form link-local") from None
-        done = nodeproc.in_node(node, argv)
-        if done.returncode != 0:
-            raise SparkrackError(f"{name}: could not write /{cx7netplan.PATH}: "
-                                 f"{done.stderr.strip()}")
-        if boot:
-            self.reboot(name)
+    def cx7_netplan(self, names: list[str], form: str) -> None:
+        """Put NVIDIA's /etc/netplan/40-cx7.yaml on each node in one of its public forms
+        (cx7netplan.FORMS; `none` removes it), then reboot them at once so that they boot
+        with it."""
+        nodes = [self.node(name) for name in names]
+        for node in nodes:
+            try:
+                argv = cx7netplan.install_argv(form, node)
+            except ValueError as error:
+                raise UsageError(f"--cx7-netplan: {error}", fix="e.g. --cx7-netplan link-local") \
+                    from None
+            done = nodeproc.in_node(node, argv)
+            if done.returncode != 0:
+                raise SparkrackError(f"{node.name}: could not write /{cx7netplan.PATH}: "
+                                     f"{done.stderr.strip()}")
+        with ThreadPoolExecutor(len(nodes) or 1) as pool:
+            list(pool.map(self.reboot, names))
 
     def kernel(self, name: str, release: str | None) -> None:
         """The host kernel release the node's `uname -r` reports (None: DGX OS's), so the

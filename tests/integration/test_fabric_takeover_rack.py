@@ -51,11 +51,11 @@ def wait_for(what, check, seconds=40.0):
 @pytest.fixture
 def nvidia_netplan(engine_rack, rack):
     """NODE booted with NVIDIA's link-local 40-cx7.yaml; afterwards none, and provisioned."""
-    rack.cx7_netplan(NODE, "link-local")
+    rack.cx7_netplan([NODE], "link-local")
     yield engine_rack, rack.node(NODE)
     with Fleet(engine_rack, [engine_rack.node(NODE)]) as fleet:
         fleet.run({NODE: ["rm", "-rf", "/var/lib/sparkrack/netplan-replaced"]})
-    rack.cx7_netplan(NODE, "none")
+    rack.cx7_netplan([NODE], "none")
     assert provision(engine_rack, NODE).exit_code == 0
 
 

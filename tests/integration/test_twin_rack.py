@@ -1,9 +1,10 @@
 """`invoke rehearsal.up --twin` on this machine: a capture of the rehearsal rack after two
-field faults (spark-03's GID table renumbered by firmware, spark-06 on another kernel),
+field faults (spark-03's RoCE v2 IPv4 GID at 6 and spark-04's at 5, as real units put them
+after reboots, spark-06 on another kernel),
 taken down to three of its nodes (one with an MTU left set on its uncabled port), becomes
 a rack of those three with that shape; `up`
-there is refused until `provision` has run, provisioning probes spark-03's GID where the
-firmware put it, a capture of the twin is the capture it was built from, and a plain
+there is refused until `provision` has run, provisioning probes each node's GID where its
+table put it, a capture of the twin is the capture it was built from, and a plain
 `rehearsal.up` gives the standard rack back."""
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def test_a_twin_has_the_captures_shape_and_the_standard_rack_comes_back(engine_r
                                                                         tmp_path):
     twin_rack = None
     try:
-        rack.renumber_gid("spark-03", 5)
+        rack.renumber_gid("spark-03", 6)
+        rack.renumber_gid("spark-04", 5)
         rack.kernel("spark-06", "6.17.0-1014-nvidia")
         rack.netdev_mtu("spark-04", "enp1s0f1np1", 9000)  # left set on an uncabled port
         assert provision(engine_rack).exit_code == 0
@@ -69,7 +71,7 @@ def test_a_twin_has_the_captures_shape_and_the_standard_rack_comes_back(engine_r
             files = fleet.run(["cat", "/etc/sparkrack/nccl.env"])
             write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50})
         gid = {r.node: parse_env(r.stdout)["NCCL_IB_GID_INDEX"] for r in files}
-        assert gid == {"spark-03": "5", "spark-04": "3", "spark-06": "3"}
+        assert gid == {"spark-03": "6", "spark-04": "5", "spark-06": "3"}
         assert differences(original, capture(twin)) == []  # capture -> twin -> capture
         deployment = lifecycle.up(twin, "sglang", "512k", burn=quick_burn)
         assert deployment.status == "serving" and len(nothing_runs(twin)) == 3
@@ -79,6 +81,7 @@ def test_a_twin_has_the_captures_shape_and_the_standard_rack_comes_back(engine_r
             twin_rack.down()
         else:
             rack.renumber_gid("spark-03", None)
+            rack.renumber_gid("spark-04", None)
             rack.kernel("spark-06", None)
         rack.up()  # the twin's node disks go: the standard rack as its inventory says
         for name in TWIN_NODES:

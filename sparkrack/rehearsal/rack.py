@@ -26,7 +26,8 @@ from .cabling import Cabling, read_cabling, write_cabling
 from .switch import Switch, read_switch, write_switch
 from .twinfile import TWIN_FILE, is_twin, read_twin
 from .layout import (
-    CGROUP_GROUP, CGROUP_ROOTS, FABRIC_SUBNET, HCAS, KNOWN_HOSTS, RUN_DIR, SUBNET, NodeLayout)
+    CGROUP_GROUP, CGROUP_ROOTS, FABRIC_BRIDGE, FABRIC_SUBNET, HCAS, KNOWN_HOSTS, RUN_DIR, SUBNET,
+    NodeLayout)
 from ..fleet.netguard import REHEARSAL_STATE_FILE
 
 BOOT_TIMEOUT = 90.0
@@ -380,6 +381,8 @@ class RehearsalRack:
         every port's MTU and pace at once, each running node's HCAs showing their link's
         rate (roce-mount re-run)."""
         write_switch(switch.check(), self.inventory.vars.rehearsal_switch_mtu)
+        if not hostnet.link_exists(FABRIC_BRIDGE):
+            return  # the rack is down: `rehearsal.up` sets the switch up as recorded
         hostnet.ensure_fabric_bridge(switch)
         for node in self.all_nodes:
             running = nodeproc.init_pid(node) is not None
@@ -389,7 +392,8 @@ class RehearsalRack:
                 continue
             done = nodeproc.in_node(node, [
                 "sh", "-c", 'printf "%s" "$1" > "$2.new" && mv "$2.new" "$2" && "$3"', "sh",
-                self._link_rates(node).decode(), f"/{LINK_RATES}", f"/{nodefs.SIM_LIB}/roce-mount"])
+                self._link_rates(node).decode(), f"/{LINK_RATES}",
+                f"/{nodefs.SIM_LIB}/roce-mount"])
             if done.returncode != 0:
                 raise SparkrackError(f"{node.name}: the driver did not take the link rates: "
                                      f"{done.stderr.strip() or done.stdout.strip()}")

@@ -1,9 +1,10 @@
 """`invoke fabric.check`: every cabled rail, a full-size frame (fabric_mtu) and a short
 burst each way.
 
-Two round trips learn each node's rails (which RoCE functions are up, and their netdevs'
-addresses and MTU and the rate each link negotiated, through the facts queries); then every node listens on its rails'
-addresses (remote/rails.py `serve`, until the check closes its stdin) while every node
+Two round trips learn each node's rails (which RoCE functions are up, their netdevs'
+addresses and MTU, the rate each link negotiated: the facts queries); then every node
+listens on its rails' addresses (remote/rails.py `serve`, until the check closes its
+stdin) while every node
 sends (`send`) a full-size frame to every other node's rail on the subnet, then a burst to
 its downstream neighbour on each rail: all links carry a stream each way at once, as a TP
 ring does. The token that marks our datagrams and streams goes on stdin. What the figures

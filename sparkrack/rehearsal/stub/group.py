@@ -11,8 +11,8 @@ A link that closes outside a shutdown is a dead peer: the head aborts the whole 
 (every rank exits non-zero with an NCCL-like line), a worker whose head link closes exits
 the same way. `joined` carries every rank's RoCE addresses (`rails`, from the hellos'
 endpoints: NCCL's connection info, exchanged through the bootstrap). A peer that is alive
-but silent (a cut cable, a rank stuck allocating) is not noticed by the link; a forward waiting for its ack hangs until the watchdog, as a
-real collective does.
+but silent (a cut cable, a rank stuck allocating) is not noticed by the link; a forward
+waiting for its ack hangs until the watchdog, as a real collective does.
 """
 
 from __future__ import annotations

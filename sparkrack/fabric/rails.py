@@ -151,8 +151,8 @@ def judge(measured: Sequence[Measured], *, link_gbit: float | None = None,
     median = statistics.median(rates)
     slow = [m for m in measured if not m.error and m.seconds > 0 and m.gbit_s < FAR_BELOW * median]
     for m in slow:
-        problems.append(f"{m.pair.name}: {m.gbit_s:.2f} Gbit/s, far below the rack's median "
-                        f"{median:.2f} Gbit/s{_common(m, slow)}")
+        problems.append(f"{m.pair.name}: {m.gbit_s * scale:.2f} Gbit/s, far below the rack's "
+                        f"median {median * scale:.2f} Gbit/s{_common(m, slow)}")
     return problems
 
 

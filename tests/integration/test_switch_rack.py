@@ -85,10 +85,13 @@ def test_a_link_on_a_breakout_reads_100g_on_its_hca_and_the_check_names_it(as_co
     assert first == ["100 Gb/sec (2X HDR)", "200 Gb/sec (2X NDR)"] and again == first[0]
     assert check.returncode == 1, check.stdout + check.stderr
     problems = [line for line in check.stdout.splitlines() if line.startswith("PROBLEM")]
-    assert problems == [
+    assert problems[0] == (
         "PROBLEM: spark-03: enP2p1s0f0np0 (roceP2p1s0f0) negotiated 100 Gb/sec (2X HDR), "
         "below the rack's 200 Gb/sec (fabric_link_gbit): a breakout leg, a cable or a switch "
-        "port set slower"], check.stdout
+        "port set slower"), check.stdout
+    # at half the rack's rate the rail may also fall under half its median: that rail only
+    assert all("spark-03" in p and "enP2p1s0f0np0" in p and "floor" not in p
+               for p in problems), check.stdout
 
 
 def socket_over_management(tmp_path) -> Path:

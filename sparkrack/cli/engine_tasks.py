@@ -122,7 +122,7 @@ ENGINE_HELP = {"engine": "sglang or vllm", "profile": f"profile name (default: {
                "override_power": "start even if the power projection exceeds the strip; "
                                  "give the reason (it is recorded with the deployment)",
                "json": "print the deployment record (with its phase times) as JSON",
-               "fabric_check": "also gate on `fabric.check`: a 9000-byte frame and a burst on "
+               "fabric_check": "also gate on `fabric.check`: a full-size frame and a burst on "
                                "every rail",
                **WAIT_HELP}
 

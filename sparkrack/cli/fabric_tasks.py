@@ -12,19 +12,23 @@ from .common import INVENTORY_HELP, inventory_from, operator_task
             "json": "print JSON for scripts"})
 @operator_task
 def check(c, inventory=None, seconds=1.0, json=False):
-    """Each node to its neighbour on every cabled RoCE function: a 9000-byte frame, then a
-    short burst; names a rail that drops jumbo frames or runs far below the rack's median.
-    Exits 1 when one does."""
+    """Each node to its neighbour on every cabled RoCE function: a full-size frame
+    (fabric_mtu), then a short burst; names a rail that drops full-size frames, negotiated less than
+    fabric_link_gbit, carries under a tenth of its rate or runs far below the rack's
+    median. Exits 1 when one does."""
     from ..fabric import check_fabric
 
     report = check_fabric(inventory_from(inventory), seconds=float(seconds))
     if json:
         console.print_json(report.as_dict())
     else:
-        console.print_table("fabric", ["from", "to", "rail", "9000-byte frame", "Gbit/s"],
+        gbit = "Gbit/s" if report.scale == 1 else f"Gbit/s (measured x {report.scale:g})"
+        console.print_table("fabric", ["from", "to", "rail", "negotiated",
+                                       f"{report.mtu}-byte frame", gbit],
                             [[m.pair.src.node, m.pair.dst.node,
                               f"{m.pair.src.netdev} ({m.pair.src.hca})",
-                              m.error or m.jumbo, f"{m.gbit_s:.2f}"] for m in report.measured])
+                              m.pair.src.rate or "?", m.error or m.jumbo,
+                              f"{report.link_gbit_s(m):.2f}"] for m in report.measured])
         for problem in report.problems:
             print(f"PROBLEM: {problem}")
         print("fabric: every rail passes" if report.ok else

@@ -211,6 +211,31 @@ def cable(c, node, port=0, paths="both", rate=None, inventory=None):
                 f"{', '.join(cabling.functions_up()) or 'no RoCE function'} up")
 
 
+@task(help={**HELP, "mtu": "every switch port's MTU (a switch ships at 1500; jumbo: 9000)",
+            "port": "one node's link, NODE:HCA, e.g. spark-03:rocep1s0f0 (with --rate)",
+            "rate": "the Gbit/s that link negotiated: 200, or 100 on a 400G->4x100G breakout",
+            "reset": "back to the switch as the inventory says the operator set it up "
+                     "(rehearsal_switch_mtu, every link at 200G)"})
+@operator_task
+def switch(c, mtu=None, port=None, rate=None, reset=False, inventory=None):
+    """Configure the fabric switch: its ports' MTU and each link's negotiated rate (kept
+    across `rehearsal.down` and `up`, as a switch keeps its config); without flags, show it."""
+    from ..rehearsal.switch import Switch
+
+    rack = _rack(inventory)
+    if (port is None) != (rate is None):
+        raise UsageError("give --port and --rate together",
+                         fix="e.g. invoke rehearsal.switch --port spark-03:rocep1s0f0 --rate 100")
+    new = Switch(rack.inventory.vars.rehearsal_switch_mtu) if reset else rack.switch
+    if mtu is not None:
+        new = Switch(_integer(mtu, "--mtu", 9000), new.rates)
+    if port is not None:
+        new = new.with_rate(str(port), _integer(rate, "--rate", 100), [n.name for n in rack.nodes])
+    if new != rack.switch:
+        rack.set_switch(new)
+    console.say(f"switch: {new.describe()}")
+
+
 def _integer(text, flag: str, example: int = 1) -> int:
     try:
         return int(text)

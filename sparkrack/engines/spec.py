@@ -20,6 +20,7 @@ from typing import Any
 from sparkrack.engines.profile_file import STALL_BUDGET_S, EngineDef, Profile, load_engine
 from sparkrack.engines.templates import fill
 from sparkrack.errors import UsageError
+from sparkrack.facts.roce import socket_address
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.schema import FrozenMapping
 from sparkrack.provision.envfiles import EnvFiles, NodeEnv, secret_names
@@ -243,7 +244,7 @@ def template_values(inventory: Inventory, definition: EngineDef, node: Node,
     rack = inventory.vars
     return {"model_path": model_path_of(inventory, profile), "model_name": rack.model_name,
             "tp_size": rack.tp_size, "nnodes": len(inventory.nodes), "rank": node.rank,
-            "head_roce_addr": inventory.head.roce_addr,
+            "head_roce_addr": socket_address(inventory.head),
             **{f"{name}_port": port
                for name, port in lane_ports(inventory, definition).items()}}
 

@@ -1,12 +1,15 @@
-"""`invoke fabric.check`: every cabled rail, a jumbo frame and a short burst each way.
+"""`invoke fabric.check`: every cabled rail, a full-size frame (fabric_mtu) and a short
+burst each way.
 
-Two round trips learn each node's rails (which RoCE functions are up, and their netdevs'
-addresses and MTU, through the facts queries); then every node listens on its rails'
-addresses (remote/rails.py `serve`, until the check closes its stdin) while every node
+Two round trips learn each node's rails (which RoCE functions are up, their netdevs'
+addresses and MTU, the rate each link negotiated: the facts queries); then every node
+listens on its rails' addresses (remote/rails.py `serve`, until the check closes its
+stdin) while every node
 sends (`send`) a full-size frame to every other node's rail on the subnet, then a burst to
 its downstream neighbour on each rail: all links carry a stream each way at once, as a TP
 ring does. The token that marks our datagrams and streams goes on stdin. What the figures
-say is rails.py's.
+say is rails.py's; on the rehearsal rack, whose links run at a thousandth of their rate
+(Inventory.link_scale), a measured rate is judged as the link rate it stands for.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from sparkrack import remote
 from sparkrack.facts.onboard import links_query, parse_links
 from sparkrack.facts.queries import answer
 from sparkrack.facts.queries import argv as gather_argv
-from sparkrack.facts.roce import FUNCTIONS, parse_functions
+from sparkrack.facts.roce import FUNCTIONS, parse_functions, parse_hca, roce_query
 from sparkrack.fabric.rails import Measured, Pair, Rail, judge, pairs, rails_of
 from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.fleet.results import last_json_object
@@ -38,6 +41,12 @@ class FabricReport:
     rails: dict[str, list[Rail]] = field(default_factory=dict)
     measured: list[Measured] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    scale: float = 1.0  # link Gbit/s per measured Gbit/s (the rehearsal's pace)
+    mtu: int = 9000  # the full-size frame: fabric_mtu
+
+    def link_gbit_s(self, m: Measured) -> float:
+        """What a burst's rate stands for on the link (the measured rate on a real rack)."""
+        return m.gbit_s * self.scale
 
     @property
     def ok(self) -> bool:
@@ -47,7 +56,9 @@ class FabricReport:
         return {"ok": self.ok, "problems": self.problems,
                 "rails": [{"src": m.pair.src.node, "dst": m.pair.dst.node,
                            "netdev": m.pair.src.netdev, "hca": m.pair.src.hca,
+                           "negotiated_gbit": m.pair.src.negotiated_gbit,
                            "jumbo": m.jumbo, "gbit_s": round(m.gbit_s, 3),
+                           "link_gbit_s": round(self.link_gbit_s(m), 1),
                            "error": m.error} for m in self.measured]}
 
 
@@ -58,19 +69,21 @@ def check_fabric(inventory: Inventory, *, seconds: float = 1.0, port: int = RAIL
     if fleet is None:
         with Fleet(inventory) as own:
             return check_fabric(inventory, seconds=seconds, port=port, fleet=own)
-    report = FabricReport()
+    report = FabricReport(scale=inventory.link_scale, mtu=inventory.vars.fabric_mtu)
     nodes = list(inventory.nodes)
     report.rails = _rails(fleet, nodes, report.problems)
     found, unmeasured = pairs([n.name for n in nodes], report.rails)
     report.problems += unmeasured
     if found:
-        report.measured = _bursts(fleet, found, seconds, port, report.problems)
-    report.problems += judge(report.measured)
+        report.measured = _bursts(fleet, found, seconds, port, report.mtu, report.problems)
+    report.problems += judge(report.measured, link_gbit=inventory.vars.fabric_link_gbit,
+                             scale=report.scale, mtu=report.mtu)
     return report
 
 
 def _rails(fleet: Fleet, nodes, problems: list[str]) -> dict[str, list[Rail]]:
-    """Each answering node's rails (two round trips: its functions, then their links)."""
+    """Each answering node's rails (two round trips: its functions, then their links and
+    HCAs)."""
     functions = {}
     for result in fleet.run({n.name: gather_argv([FUNCTIONS]) for n in nodes}, timeout=20):
         if not result.ok:
@@ -78,20 +91,22 @@ def _rails(fleet: Fleet, nodes, problems: list[str]) -> dict[str, list[Rail]]:
             continue
         functions[result.node] = parse_functions(
             answer(result.stdout, [FUNCTIONS]).lines(FUNCTIONS))
-    queries = {name: links_query([f for f in found if found[f].up], [])
-               for name, found in functions.items()}
+    queries = {name: [links_query(up, []), *map(roce_query, up)] for name, found in
+               functions.items() for up in [[f for f in found if found[f].up]]}
     rails = {}
-    for result in fleet.run({name: gather_argv([q]) for name, q in queries.items()}, timeout=20):
+    for result in fleet.run({name: gather_argv(q) for name, q in queries.items()}, timeout=20):
         if not result.ok:
             problems.append(f"{result.node}: {result.error}")
             continue
-        links = parse_links(answer(result.stdout, [queries[result.node]]).lines(
-            queries[result.node]))
-        rails[result.node] = rails_of(result.node, functions[result.node], links)
+        answers = answer(result.stdout, queries[result.node])
+        links, *hcas = queries[result.node]
+        rates = {q.value[0]: parse_hca(answers.lines(q)).rate for q in hcas}
+        rails[result.node] = rails_of(result.node, functions[result.node],
+                                      parse_links(answers.lines(links)), rates)
     return rails
 
 
-def _bursts(fleet: Fleet, found: list[Pair], seconds: float, port: int,
+def _bursts(fleet: Fleet, found: list[Pair], seconds: float, port: int, mtu: int,
             problems: list[str]) -> list[Measured]:
     """Listen on every receiving address until every sender is done; send on every rail at
     once; what each gave."""
@@ -123,7 +138,8 @@ def _bursts(fleet: Fleet, found: list[Pair], seconds: float, port: int,
         listener.start()
     try:
         sent = {result.node: result for result in fleet.run(
-            {node: remote.argv(PYTHON, "rails", "send", f"{seconds:g}", str(port), *args)
+            {node: remote.argv(PYTHON, "rails", "send", f"{seconds:g}", str(port), str(mtu),
+                               *args)
              for node, args in senders.items()}, timeout=hold + 30, stdin=token)}
     finally:
         senders_done.set()

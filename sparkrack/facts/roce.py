@@ -44,6 +44,14 @@ def node_fabric(node: Node) -> dict[str, dict[str, str | None]]:
                             node.roce_twin_addr or None)
 
 
+def socket_address(node: Node) -> str:
+    """The address a node's ranks advertise and meet at (SGLANG_HOST_IP, the rendezvous):
+    the one on nccl_socket_ifname, roce_addr when that is a function of nccl_ib_hca, else
+    the management address (NCCL's sockets over enP7s7, as NVIDIA's scripts run them)."""
+    functions = {netdev_of(hca) for hca in node.vars.nccl_ib_hca}
+    return node.roce_addr if node.vars.nccl_socket_ifname in functions else node.address
+
+
 def wanted_gids(fabric: Mapping[str, Mapping[str, str | None]]) -> dict[str, str]:
     """{HCA: address} of the functions that carry a fabric address (choose_gid's input)."""
     return {hca: f["address"] for hca, f in fabric.items() if f["address"]}

@@ -9,6 +9,8 @@ from pathlib import Path
 from sparkrack.errors import UsageError, did_you_mean
 from sparkrack.inventory.schema import RackVars
 
+REHEARSAL_LINK_SCALE = 1000.0  # the rehearsal's links: 200 Mbit/s stands for 200 Gbit/s
+
 
 @dataclass(frozen=True)
 class Node:
@@ -54,6 +56,12 @@ class Inventory:
     def is_rehearsal(self) -> bool:
         """Whether this inventory describes the local rehearsal rack."""
         return self.vars.rehearsal
+
+    @property
+    def link_scale(self) -> float:
+        """Link Gbit/s per Gbit/s measured on the fabric: the rehearsal rack's links run at
+        1/REHEARSAL_LINK_SCALE of the rate they negotiated (a veth is no 200G link)."""
+        return REHEARSAL_LINK_SCALE if self.is_rehearsal else 1.0
 
     def node(self, name: str) -> Node:
         """The node called name; UsageError naming the known nodes if there is none."""

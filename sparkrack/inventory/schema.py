@@ -126,6 +126,10 @@ class RackVars:
         "nccl_socket_ifname, roce_twin_addr/N on its twin)", at_least=1, at_most=32)
     fabric_mtu: int = _var(9000, "MTU of the cabled ConnectX-7 netdevs (the fabric switch's "
                            "jumbo frames)", at_least=1500, at_most=9978)
+    fabric_link_gbit: int = _var(
+        200, "the rate every fabric link should negotiate (ports/1/rate, `invoke "
+        "fabric.check`): 200 on a 200G switch port, 100 on a 400G->4x100G breakout",
+        at_least=1)
     images: Mapping[str, str] = _var(
         {"sglang": "lmsysorg/sglang:v0.5.22-cu130", "vllm": "vllm/vllm-openai:v0.33.0"},
         "container image ref per engine (sglang, vllm)", kind=IMAGE_REF)
@@ -161,6 +165,9 @@ class RackVars:
          "vllm": "/var/lib/sparkrack/rehearsal/images/vllm.tar"},
         "image_sources used instead when rehearsal is true (the stub engine images)",
         kind=LOCAL_PATH)
+    rehearsal_switch_mtu: int = _var(
+        1500, "the rehearsal switch's port MTU as the operator set it up (1500: as a switch "
+        "ships; `invoke rehearsal.switch` changes it)", at_least=1500, at_most=9216)
     burn_command: tuple[str, ...] = _var(
         ("docker", "run", "--rm", "--gpus", "all", "--entrypoint", "python3", "{image}", "-c",
          TORCH_LOAD, "{seconds}"),

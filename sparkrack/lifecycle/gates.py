@@ -114,8 +114,8 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
     if fabric_check:
         with phases.timed("fabric"):
             fabric = check_fabric(inventory, fleet=fleet)
-        report.add("fabric", fabric.problems, f"{len(fabric.measured)} rails pass a 9000-byte "
-                   "frame and a burst")
+        report.add("fabric", fabric.problems, f"{len(fabric.measured)} rails pass a "
+                   f"{fabric.mtu}-byte frame and a burst")
         if report.blocking:
             return report
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 # what each phase is, in the order a start goes through them (docs and `up --json`)
 MEANING = {
     "gates": "reachability, env files, other engines, rules, image IDs, memory",
-    "fabric": "with --fabric-check: a 9000-byte frame and a burst on every rail",
+    "fabric": "with --fabric-check: a full-size frame and a burst on every rail",
     "burn": "the clock cap under load (the burn gate), and the power projection",
     "prepare": "an earlier failed start's leftovers removed, docker limits probed (up: while "
                "the burn runs)",

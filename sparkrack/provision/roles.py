@@ -35,7 +35,7 @@ import jinja2
 
 from sparkrack.data import search_dirs, shipped
 from sparkrack.errors import InventoryError, UsageError
-from sparkrack.facts.roce import netdev_of, node_fabric, wanted_gids
+from sparkrack.facts.roce import netdev_of, node_fabric, socket_address, wanted_gids
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory import read_yaml as read_bounded_yaml
 from sparkrack.inventory.schema import plain
@@ -348,7 +348,8 @@ def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],
     `watchdog_pubkey` / `watchdog_from` from the watchdog key record beside the inventory
     (sparkrack/inventory/watchdog_record.py; '' and [] when none). `fabric` maps each
     cabled function to its netdev and fabric address, `gid_wanted` each function to the
-    address whose GID NCCL is to use (facts/roce.py's fabric_addresses).
+    address whose GID NCCL is to use (facts/roce.py's fabric_addresses); `socket_addr` is
+    the address on nccl_socket_ifname (socket_address).
     """
     result: dict[str, Any] = {}
     for role in roles:
@@ -358,6 +359,7 @@ def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],
     result.update(extra or {})
     result.update(node=node.name, rank=node.rank, address=node.address,
                   roce_addr=node.roce_addr, roce_twin_addr=node.roce_twin_addr or "",
+                  socket_addr=socket_address(node),
                   head=inventory.head.name,
                   rack_nccl_ib_gid_index=inventory.vars.nccl_ib_gid_index,
                   hf_token=environ.get("HF_TOKEN", ""))

@@ -11,7 +11,8 @@ from ipaddress import ip_address
 
 from .cabling import Cabling
 from .layout import (
-    BRIDGE, BRIDGE_ADDR, FABRIC_BRIDGE, FUNCTIONS, MGMT_NETDEV, MTU, SUBNET, NodeLayout)
+    BRIDGE, BRIDGE_ADDR, FABRIC_BRIDGE, FUNCTIONS, MGMT_MTU, MGMT_NETDEV, SUBNET, NodeLayout)
+from .switch import Switch
 
 LEGACY_TWIN_PEER = "p2-peer"  # the one-network layout's twin, removed on the next `up`
 
@@ -41,7 +42,7 @@ def ensure_bridge() -> None:
     """The bridge the nodes hang off, with this machine's address on the rack subnet."""
     if not link_exists(BRIDGE):
         ip("link", "add", BRIDGE, "type", "bridge")
-    ip("link", "set", BRIDGE, "mtu", str(MTU))
+    ip("link", "set", BRIDGE, "mtu", str(MGMT_MTU))
     ip("addr", "replace", BRIDGE_ADDR, "dev", BRIDGE)
     ip("link", "set", BRIDGE, "up")
 
@@ -59,19 +60,21 @@ def netns_exists(node: NodeLayout) -> bool:
                           capture_output=True).returncode == 0
 
 
-def ensure_fabric_bridge() -> None:
-    """The fabric's switch: a bridge with jumbo frames and no address of this machine's, so
-    nothing on the management side (this machine included) reaches the fabric."""
+def ensure_fabric_bridge(switch: Switch) -> None:
+    """The fabric's switch: a bridge at the switch's MTU and no address of this machine's,
+    so nothing on the management side (this machine included) reaches the fabric."""
     if not link_exists(FABRIC_BRIDGE):
         ip("link", "add", FABRIC_BRIDGE, "type", "bridge")
-    ip("link", "set", FABRIC_BRIDGE, "mtu", str(MTU))
+    ip("link", "set", FABRIC_BRIDGE, "mtu", str(switch.mtu))
     ip("addr", "flush", "dev", FABRIC_BRIDGE)
     ip("link", "set", FABRIC_BRIDGE, "up")
 
 
-def ensure_node_net(node: NodeLayout, cabling: Cabling, powered: bool = True) -> None:
-    """Namespace; the management port (enP7s7) on the rack bridge; the four ConnectX-7
-    functions on the fabric bridge, those without a cable (or all, unpowered) dark."""
+def ensure_node_net(node: NodeLayout, cabling: Cabling, switch: Switch,
+                    powered: bool = True) -> None:
+    """Namespace; the management port (enP7s7, 10 GbE at 1500) on the rack bridge; the four
+    ConnectX-7 functions on the fabric bridge, each on a switch port at the switch's MTU
+    and paced at its link's rate, those without a cable (or all, unpowered) dark."""
     if not netns_exists(node):
         ip("netns", "del", node.netns, check=False)
         ip("netns", "add", node.netns)
@@ -79,7 +82,9 @@ def ensure_node_net(node: NodeLayout, cabling: Cabling, powered: bool = True) ->
     if link_exists(LEGACY_TWIN_PEER, node.netns):  # a rack of the one-network layout
         ip(*ns, "link", "del", LEGACY_TWIN_PEER, check=False)
         ip("link", "del", node.host_veth, check=False)
-    _plug(node.host_veth, MGMT_NETDEV, node.netns, BRIDGE)
+    _plug(node.host_veth, MGMT_NETDEV, node.netns, BRIDGE, MGMT_MTU)
+    ip("link", "set", node.host_veth, "mtu", str(MGMT_MTU))
+    ip(*ns, "link", "set", MGMT_NETDEV, "mtu", str(MGMT_MTU))  # a rack of 9000 before
     # A fixed MAC per node keeps this machine's ARP cache right across re-created links
     # (a stale entry would black out the node for ~45 s until the kernel re-probes).
     ip(*ns, "link", "set", MGMT_NETDEV, "address", node_mac(node))
@@ -87,15 +92,20 @@ def ensure_node_net(node: NodeLayout, cabling: Cabling, powered: bool = True) ->
     ip(*ns, "addr", "replace", f"{node.address}/24", "dev", MGMT_NETDEV)
     ip(*ns, "link", "set", "lo", "up")
     ip(*ns, "link", "set", MGMT_NETDEV, "up")
-    for (port, path), (_, netdev) in FUNCTIONS.items():
+    for (port, path), (hca, netdev) in FUNCTIONS.items():
         host_end = node.fabric_veth(port, path)
         # a ConnectX-7 netdev as DGX OS first brings it up: MTU 1500, no address; role
         # fabric's netplan drop-in gives it both (the node's systemd-networkd applies it)
-        _plug(host_end, netdev, node.netns, FABRIC_BRIDGE, node_mtu=None)
+        _plug(host_end, netdev, node.netns, FABRIC_BRIDGE, switch.mtu, node_mtu=None)
+        ip("link", "set", host_end, "mtu", str(switch.mtu))
+        # frames as a NIC puts them on the wire: a veth hands the bridge a TCP super-packet
+        # whole (its MTU check skips those), so a switch port at 1500 would pass jumbo TCP
+        ip(*ns, "link", "set", netdev, "gso_max_segs", "1")
         ip(*ns, "link", "set", netdev, "up")
         ip("link", "set", host_end, "up" if powered and cabling.up(port, path) else "down")
-        limit_rate(host_end, None, cabling.rate_mbit)  # towards the node
-        limit_rate(netdev, node.netns, cabling.rate_mbit)  # from it
+        pace = min(r for r in (switch.pace_mbit(node.name, hca), cabling.rate_mbit) if r)
+        limit_rate(host_end, None, pace)  # towards the node
+        limit_rate(netdev, node.netns, pace)  # from it
     ip("link", "set", node.host_veth, "up" if powered else "down")
 
 
@@ -110,13 +120,13 @@ def limit_rate(dev: str, netns: str | None, mbit: int | None) -> None:
                    capture_output=True)
 
 
-def _plug(host_end: str, node_end: str, netns: str, bridge: str,
-          node_mtu: int | None = MTU) -> None:
-    """A veth from bridge (this machine's end, a switch port at MTU) into the node (named
-    like the node's port; node_mtu None: the kernel's default, 1500)."""
+def _plug(host_end: str, node_end: str, netns: str, bridge: str, port_mtu: int,
+          node_mtu: int | None = MGMT_MTU) -> None:
+    """A veth from bridge (this machine's end, a switch port at port_mtu) into the node
+    (named like the node's port; node_mtu None: the kernel's default, 1500)."""
     if not link_exists(host_end):
         mtu = ["mtu", str(node_mtu)] if node_mtu else []
-        ip("link", "add", host_end, "mtu", str(MTU), "type", "veth",
+        ip("link", "add", host_end, "mtu", str(port_mtu), "type", "veth",
            "peer", "name", node_end, *mtu, "netns", netns)
     ip("link", "set", host_end, "master", bridge)
 

@@ -17,9 +17,10 @@ CGROUP_GROUP = "sparkrack-rehearsal"
 BRIDGE = REHEARSAL_BRIDGE
 BRIDGE_ADDR = "10.77.1.254/24"
 SUBNET = REHEARSAL_SUBNET
-MTU = 9000
-# The management network (SSH, docker API, the engines' HTTP API): a Spark's 10 GbE port.
+# The management network (SSH, docker API, the engines' HTTP API): a Spark's 10 GbE port,
+# at the default MTU (no public source shows jumbo frames on it).
 MGMT_NETDEV = "enP7s7"
+MGMT_MTU = 1500
 # The fabric: a Spark's ConnectX-7 has two QSFP ports, each reached over two PCIe x4 paths;
 # each (port, path) is one RoCE function with its own netdev (as `ibdev2netdev` lists them).
 FUNCTIONS = {  # (port, path) -> (HCA, netdev)

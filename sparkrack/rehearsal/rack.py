@@ -23,12 +23,15 @@ from . import cx7netplan, hostnet, hostprep, nodefs, nodeproc
 from .extras import ExtraNode, check_extra, read_extras, write_extras
 from .stubimage import build_stub_images
 from .cabling import Cabling, read_cabling, write_cabling
+from .switch import Switch, read_switch, write_switch
 from .twinfile import TWIN_FILE, is_twin, read_twin
 from .layout import (
-    CGROUP_GROUP, CGROUP_ROOTS, FABRIC_SUBNET, HCAS, KNOWN_HOSTS, RUN_DIR, SUBNET, NodeLayout)
+    CGROUP_GROUP, CGROUP_ROOTS, FABRIC_BRIDGE, FABRIC_SUBNET, HCAS, KNOWN_HOSTS, RUN_DIR, SUBNET,
+    NodeLayout)
 from ..fleet.netguard import REHEARSAL_STATE_FILE
 
 BOOT_TIMEOUT = 90.0
+LINK_RATES = "etc/gpu-sim/link-rates.json"  # read by roce-mount: each HCA's ports/1/rate
 # In the node: until $1 s have passed, wait for every address netplan gave a netdev that has
 # a carrier (networkd's 10-netplan-DEV.network, Address=; NetworkManager's
 # netplan-DEV.nmconnection, [ipv4] addressN=) to be on it, and for the first one to be in the GID
@@ -151,6 +154,7 @@ class RehearsalRack:
 
     def _write_files(self, node: NodeLayout, client_pub: str) -> None:
         """A node's files before it boots: an extra node gets its simulated driver version."""
+        nodefs.write_if_changed(node.upper / LINK_RATES, self._link_rates(node))
         extra = self.extras.get(node.name)
         if extra is None:
             nodefs.write_node_files(node, self.nodes, client_pub, gpu=self._twin_gpu(node.name))
@@ -211,7 +215,7 @@ class RehearsalRack:
         self._clear_stale()
         hostnet.install_blackhole()
         hostnet.ensure_bridge()
-        hostnet.ensure_fabric_bridge()
+        hostnet.ensure_fabric_bridge(self.switch)
         client_pub = hostprep.client_key()
         to_boot = [n for n in self.all_nodes if nodeproc.init_pid(n) is None]
         for node in self.all_nodes:
@@ -219,7 +223,7 @@ class RehearsalRack:
                 self._write_files(node, client_pub)
                 if node.name not in self.extras:  # a bare extra node has no weights
                     nodefs.install_stub_model(node, self.inventory.vars.model_path)
-            hostnet.ensure_node_net(node, read_cabling(node))
+            hostnet.ensure_node_net(node, read_cabling(node), self.switch)
         self._write_known_hosts()
         self._write_state()
         for node in to_boot:
@@ -354,7 +358,7 @@ class RehearsalRack:
         """Plug the node's cables back in, as it is cabled."""
         node = self.node(name)
         powered = nodeproc.init_pid(node) is not None
-        hostnet.ensure_node_net(node, read_cabling(node), powered=powered)
+        hostnet.ensure_node_net(node, read_cabling(node), self.switch, powered=powered)
         if powered and (settled := self._fabric_settled(node, 15)):
             raise SparkrackError(settled)
 
@@ -373,7 +377,7 @@ class RehearsalRack:
         node = self.node(name)
         write_cabling(node, cabling.check())
         running = nodeproc.init_pid(node) is not None
-        hostnet.ensure_node_net(node, cabling, powered=running)
+        hostnet.ensure_node_net(node, cabling, self.switch, powered=running)
         if running:
             settled = self._fabric_settled(node, 15)
             if settled:
@@ -383,12 +387,44 @@ class RehearsalRack:
                 raise SparkrackError(f"{name}: the driver did not take the new cabling: "
                                      f"{done.stderr.strip() or done.stdout.strip()}")
 
+    # --- the switch --------------------------------------------------------------------
+    @property
+    def switch(self) -> Switch:
+        """The fabric switch: as `rehearsal.switch` left it, else as the inventory says."""
+        return read_switch(self.inventory.vars.rehearsal_switch_mtu)
+
+    def set_switch(self, switch: Switch) -> None:
+        """Reconfigure the switch (kept across `down` and `up`, as a switch's config is):
+        every port's MTU and pace at once, each running node's HCAs showing their link's
+        rate (roce-mount re-run)."""
+        write_switch(switch.check(), self.inventory.vars.rehearsal_switch_mtu)
+        if not hostnet.link_exists(FABRIC_BRIDGE):
+            return  # the rack is down: `rehearsal.up` sets the switch up as recorded
+        hostnet.ensure_fabric_bridge(switch)
+        for node in self.all_nodes:
+            running = nodeproc.init_pid(node) is not None
+            hostnet.ensure_node_net(node, read_cabling(node), switch, powered=running)
+            if not running:
+                nodefs.write_if_changed(node.upper / LINK_RATES, self._link_rates(node))
+                continue
+            done = nodeproc.in_node(node, [
+                "sh", "-c", 'printf "%s" "$1" > "$2.new" && mv "$2.new" "$2" && "$3"', "sh",
+                self._link_rates(node).decode(), f"/{LINK_RATES}",
+                f"/{nodefs.SIM_LIB}/roce-mount"])
+            if done.returncode != 0:
+                raise SparkrackError(f"{node.name}: the driver did not take the link rates: "
+                                     f"{done.stderr.strip() or done.stdout.strip()}")
+
+    def _link_rates(self, node: NodeLayout) -> bytes:
+        """The node's /etc/gpu-sim/link-rates.json: what each HCA's ports/1/rate shows."""
+        return (json.dumps(self.switch.node_rates(node.name), indent=1) + "\n").encode()
+
     def poweron(self, name: str) -> None:
         """Boot a powered-off node and wait for it."""
         node = self.node(name)
         if nodeproc.init_pid(node) is None:
             nodeproc.power_cut(node)
-            hostnet.ensure_node_net(node, read_cabling(node))
+            hostnet.ensure_node_net(node, read_cabling(node), self.switch)
             self._write_files(node, hostprep.client_key())
             nodeproc.launch(node)
         self.wait_booted([node])
@@ -603,7 +639,7 @@ class RehearsalRack:
         """Lay down a bare node's files (fresh host key), plug it in, boot it, wait."""
         node = extra.layout
         self._write_files(node, hostprep.client_key())
-        hostnet.ensure_node_net(node, read_cabling(node))
+        hostnet.ensure_node_net(node, read_cabling(node), self.switch)
         self._write_state()
         nodeproc.launch(node)
         self.wait_booted([node])

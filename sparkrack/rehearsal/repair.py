@@ -3,7 +3,8 @@
 `repair_faults` reads each node's state here (no SSH: cheap enough before every rack test
 and after every chaos step) and undoes what a test, an operator or a chaos run left: a
 node powered off or cut, a node hung (running but not answering SSH: power-cycled), a
-node recabled, a latched GPU, a renumbered GID table, an HCA port down.
+node recabled, a latched GPU, a renumbered GID table, an HCA port down, a switch set
+otherwise than the inventory says.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .cabling import Cabling, read_cabling
 from .nodefs import read_json_object
 from .nodeproc import init_pid
 from .rack import RehearsalRack
+from .switch import Switch
 
 DEFAULT_GID_INDEX = 3
 HANG_GRACE_S = 30.0  # a running node silent on SSH this long is hung (a boot takes ~5 s)
@@ -27,6 +29,10 @@ def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S, *,
     those a run made members); what was repaired (empty: it was healthy). A running node
     silent on SSH for hang_grace seconds is hung: power-cycled."""
     repaired = []
+    configured = Switch(rack.inventory.vars.rehearsal_switch_mtu)
+    if rack.switch != configured:
+        rack.set_switch(configured)
+        repaired.append(f"switch back to {configured.describe()}")
     for state in rack.status():
         if state.extra and state.name not in extras:
             continue

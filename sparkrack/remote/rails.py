@@ -5,8 +5,8 @@ short burst to the neighbour on each rail. stdin: the run's token (line 1), neve
         the token come back whole) and a TCP sink that counts what each token-greeted
         stream sends; prints {addr: {"bytes": n, "seconds": s, "error": ""}} when stdin
         ends (the check closes it once every sender is done) or after HOLD s
-    rails send SECONDS PORT SRC DST OTHERS...  for each SRC DST OTHERS triple: one
-        full-size datagram (8972 bytes of UDP payload, don't fragment) from SRC to each of
+    rails send SECONDS PORT MTU SRC DST OTHERS...  for each SRC DST OTHERS triple: one
+        full-size datagram (an MTU-byte IP packet, don't fragment) from SRC to each of
         OTHERS (comma-separated, or -) and back, then to DST, then a TCP stream from SRC to
         DST for SECONDS; prints {src: {"reach": {other: "ok" | why}, "jumbo": "ok" | why,
         "bytes": n, "seconds": s, "error": ""}}
@@ -19,7 +19,7 @@ import socket
 import sys
 import time
 
-JUMBO_PAYLOAD = 8972  # a 9000-byte IP packet: 20 bytes of IPv4 header, 8 of UDP
+HEADERS = 28  # an IP packet's IPv4 header (20) and UDP header (8) around the payload
 CHUNK = 1 << 18
 WAIT = 5.0  # how long a stream waits for its neighbour's sink (up by then: the echo was)
 LISTENER = 30.0  # how long a sender waits for its neighbour's listener to start (its SSH
@@ -108,8 +108,8 @@ def _report(report, streams):
     return report
 
 
-def _jumbo(token, src, dst, port):
-    """"ok" once a full-size datagram came back whole, else why not. A small datagram first
+def _jumbo(token, src, dst, port, mtu=9000):
+    """"ok" once a full-size datagram (an mtu-byte packet) came back whole, else why not. A small datagram first
     waits (up to LISTENER) for the neighbour's listener, which starts beside us; then the
     full-size one has JUMBO_WAIT: dropped on the way, a smaller MTU is the likely cause."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
@@ -123,13 +123,14 @@ def _jumbo(token, src, dst, port):
         except OSError as error:
             return "%s sending to %s" % (error.strerror or error, dst)
         try:
-            if _echoed(sock, token + b"j" * (JUMBO_PAYLOAD - len(token)), dst, port, JUMBO_WAIT):
+            if _echoed(sock, token + b"j" * (mtu - HEADERS - len(token)), dst, port,
+                       JUMBO_WAIT):
                 return "ok"
         except OSError as error:
-            return "%s sending %d bytes (the path's MTU is below 9000)" % (
-                error.strerror or error, JUMBO_PAYLOAD)
+            return "%s sending %d bytes (the path's MTU is below %d)" % (
+                error.strerror or error, mtu - HEADERS, mtu)
         return "a small datagram came back, a %d-byte one did not within %g s (a smaller " \
-            "MTU on the way?)" % (JUMBO_PAYLOAD, JUMBO_WAIT)
+            "MTU on the way?)" % (mtu - HEADERS, JUMBO_WAIT)
 
 
 def _echoed(sock, payload, dst, port, seconds):
@@ -180,15 +181,15 @@ def _stream(token, src, dst, port, seconds):
     return sent, round(time.monotonic() - started, 3)
 
 
-def send(token, seconds, port, *triples):
+def send(token, seconds, port, mtu, *triples):
     report = {}
     for src, dst, others in zip(triples[0::3], triples[1::3], triples[2::3]):
         entry = {"dst": dst, "reach": {}, "jumbo": "", "bytes": 0, "seconds": 0.0, "error": ""}
         report[src] = entry
         try:
             for other in [] if others == "-" else others.split(","):
-                entry["reach"][other] = _jumbo(token, src, other, port)
-            entry["jumbo"] = _jumbo(token, src, dst, port)
+                entry["reach"][other] = _jumbo(token, src, other, port, int(mtu))
+            entry["jumbo"] = _jumbo(token, src, dst, port, int(mtu))
             entry["bytes"], entry["seconds"] = _stream(token, src, dst, port, seconds)
         except OSError as error:
             entry["error"] = "%s -> %s: %s" % (src, dst, error.strerror or error)

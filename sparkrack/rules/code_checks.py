@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from sparkrack.engines import LaunchSpec
 from sparkrack.engines.option_names import LEARNED_DIR, PINNED, tables
+from sparkrack.facts.roce import socket_address
 from sparkrack.rules.argv import address_part, number
 from sparkrack.rules.report import WARNING
 from sparkrack.rules.target import Hit, Skip, Target
@@ -107,12 +108,13 @@ def head_host(target: Target) -> Iterator[Hit | Skip]:
 
 
 def rendezvous_addr(target: Target) -> Iterator[Hit | Skip]:
-    """Every rank joins the rendezvous at the head's RoCE address."""
+    """Every rank joins the rendezvous at the head's address on nccl_socket_ifname (its
+    RoCE address; the management one when NCCL's sockets run there)."""
     if target.launch is None:
         yield Skip(_no_launch_flags(target))
         return
     flag, with_port = target.launch.rendezvous, target.launch.rendezvous_port
-    head = target.inventory.head.roce_addr
+    head = socket_address(target.inventory.head)
     for spec in target.specs:
         value = target.flags(spec).get(flag)
         if not isinstance(value, str):

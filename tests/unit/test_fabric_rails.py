@@ -1,5 +1,7 @@
 """The fabric check's pairs and verdicts (pure)."""
 
+import dataclasses
+
 from sparkrack.fabric.rails import Measured, Pair, Rail, judge, pairs, rails_of
 from sparkrack.facts.onboard import NetdevFacts
 from sparkrack.facts.roce import Function
@@ -65,6 +67,26 @@ def test_a_rail_far_below_the_racks_median_is_named_with_the_node_it_shares():
     assert judge(measured(found)) == []
 
 
+def test_a_rack_whose_links_all_came_up_at_100g_is_named_though_the_median_is_even():
+    """Every link negotiated 100G (ports/1/rate as mlx5 prints a breakout leg), every rail
+    alike: the median names nothing; the rack's link rate and the floor do."""
+    found, _ = pairs(NODES, {n: rails(n, 11 + i) for i, n in enumerate(NODES)})
+    at = {"200": "200 Gb/sec (2X NDR)", "100": "100 Gb/sec (2X HDR)"}
+    slow = [Measured(Pair(dataclasses.replace(p.src, rate=at["100"]), p.dst, p.others), "ok",
+                     625_000, 1.0, reach={r.ipv4: "ok" for r in p.others}) for p in found]
+    problems = judge(slow, link_gbit=200, scale=1000)
+    assert ("spark-01: enp1s0f0np0 (rocep1s0f0) negotiated 100 Gb/sec (2X HDR), below the "
+            "rack's 200 Gb/sec (fabric_link_gbit): a breakout leg, a cable or a switch port "
+            "set slower") in problems
+    assert ("spark-01 -> spark-02 on enp1s0f0np0 (rocep1s0f0): 5.0 Gbit/s, below the floor "
+            "of 10 Gbit/s (10% of its negotiated 100)") in problems
+    assert judge(slow, link_gbit=100, scale=1000) == [p for p in problems if "floor" in p]
+    assert not any("median" in p for p in problems)
+    fast = [Measured(Pair(dataclasses.replace(p.src, rate=at["200"]), p.dst, p.others), "ok",
+                     23_750_000, 1.0, reach={r.ipv4: "ok" for r in p.others}) for p in found]
+    assert judge(fast, link_gbit=200, scale=1000) == []  # 190 Mbit/s paced: 190G
+
+
 def test_a_dropped_jumbo_frame_and_a_failed_burst_are_named():
     found, _ = pairs(NODES, {n: rails(n, 11 + i) for i, n in enumerate(NODES)})
     results = measured(found, jumbo={"spark-03": "Message too long sending 8972 bytes"})
@@ -95,7 +117,7 @@ def test_the_node_script_echoes_a_jumbo_frame_and_counts_a_burst_on_loopback():
                               stdout=subprocess.PIPE, text=False)
     server.stdin.write(token)
     server.stdin.flush()
-    sent = subprocess.run(remote.argv(sys.executable, "rails", "send", "0.3", port,
+    sent = subprocess.run(remote.argv(sys.executable, "rails", "send", "0.3", port, "9000",
                                       "127.0.0.1", "127.0.0.1", "127.0.0.1"), input=token,
                           capture_output=True, timeout=30)
     heard = json.loads(server.communicate(timeout=30)[0])  # closes its stdin
@@ -135,6 +157,7 @@ def test_a_path_that_drops_full_size_frames_is_told_from_a_missing_listener(monk
         assert node_script._jumbo(token, "127.0.0.1", "127.0.0.1", port) == (
             "a small datagram came back, a 8972-byte one did not within 1 s (a smaller MTU on "
             "the way?)")
+        assert node_script._jumbo(token, "127.0.0.1", "127.0.0.1", port, 1500) == "ok"
     assert node_script._jumbo(token, "127.0.0.1", "127.0.0.1", port) == (
         "no echo at all from 127.0.0.1 within 1 s (its listener did not start, or the address "
         "is not reachable on this rail)")

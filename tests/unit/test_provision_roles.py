@@ -485,6 +485,30 @@ def test_fabric_without_fabric_addresses_sets_only_the_mtu(tmp_path):
     assert ethernets == {"enp1s0f0np0": {"mtu": 9000}, "enP2p1s0f0np0": {"mtu": 9000}}
 
 
+def test_nccl_over_the_management_port_keeps_it_out_of_the_fabric_and_advertises_it(
+        tmp_path):
+    """NCCL's socket bootstrap over the management port, as NVIDIA's scripts run it
+    (nccl_socket_ifname: enP7s7): enP7s7 (10 GbE at 1500) is in no drop-in, the cabled
+    port's functions keep roce_addr and roce_twin_addr at the fabric MTU, and the ranks
+    advertise the address they meet at, the management one."""
+    import shutil
+    inv = tmp_path / "inv"
+    shutil.copytree(REPO / "inventory" / "rehearsal", inv)
+    all_vars = inv / "group_vars" / "all.yml"
+    all_vars.write_text(all_vars.read_text().replace("nccl_socket_ifname: enp1s0f0np0",
+                                                     "nccl_socket_ifname: enP7s7"))
+    ethernets, _ = fabric_dropin(inventory=inv, node="spark-01")
+    assert ethernets == {"enp1s0f0np0": {"mtu": 9000, "addresses": ["10.77.3.11/24"]},
+                         "enP2p1s0f0np0": {"mtu": 9000, "addresses": ["10.77.4.11/24"]}}
+    facts = ProvisionFacts(roce=good_facts().roce, netdevs=("lo", "enP7s7", "enp1s0f0np0",
+                                                            "enP2p1s0f0np0"), images={})
+    env = env_of(put(planned(inventory=inv, facts=facts), "/etc/sparkrack/nccl.env"))
+    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "enP7s7"
+    assert env["SGLANG_HOST_IP"] == env["VLLM_HOST_IP"] == "10.77.1.11"
+    assert env_of(put(planned(facts=good_facts()), "/etc/sparkrack/nccl.env"))[
+        "SGLANG_HOST_IP"] == "10.77.3.11"
+
+
 def test_a_sparks_rdma_functions_name_their_netdevs():
     from sparkrack.facts.roce import netdev_of
 

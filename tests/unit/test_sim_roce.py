@@ -34,9 +34,20 @@ def test_port_attributes_read_as_in_sysfs(tmp_path):
     assert port_file(tmp_path, "rocep1s0f0", "state") == "4: ACTIVE"
     assert port_file(tmp_path, "rocep1s0f0", "phys_state") == "5: LinkUp"
     assert port_file(tmp_path, "rocep1s0f0", "link_layer") == "Ethernet"
-    assert port_file(tmp_path, "rocep1s0f0", "rate") == "200 Gb/sec (4X HDR)"
+    assert port_file(tmp_path, "rocep1s0f0", "rate") == "200 Gb/sec (2X NDR)"
     guid = (tmp_path / "rocep1s0f0" / "node_guid").read_text().strip()
     assert len(guid.split(":")) == 4 and all(len(part) == 4 for part in guid.split(":"))
+
+
+def test_a_link_on_a_breakout_reads_its_own_rate(tmp_path):
+    """The rate the switch negotiated, per HCA, as mlx5 prints it; the rest at 200G."""
+    done = roce_tree(tmp_path, *TWINS, "--ipv4", "10.77.1.11",
+                     "--rate=roceP2p1s0f0=100 Gb/sec (2X HDR)")
+    assert done.returncode == 0, done.stderr
+    assert port_file(tmp_path, "roceP2p1s0f0", "rate") == "100 Gb/sec (2X HDR)"
+    assert port_file(tmp_path, "rocep1s0f0", "rate") == "200 Gb/sec (2X NDR)"
+    wrong = roce_tree(tmp_path, *TWINS, "--rate=rocep1s0f1=100 Gb/sec (2X HDR)")
+    assert wrong.returncode == 2 and "rocep1s0f1 is not one of the --hca names" in wrong.stderr
 
 
 def test_default_layout_puts_the_ipv4_roce_v2_gid_at_index_3(tmp_path):

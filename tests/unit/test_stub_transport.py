@@ -158,3 +158,29 @@ def test_a_rank_that_advertises_its_management_address_is_left_waiting(engine):
 
 def test_the_advertised_address_is_the_libraries_choice_without_a_socket_interface():
     assert transport.advertised_fault("vllm", {}, TWO_NETWORKS, "10.77.1.15") is None
+
+
+def test_the_roce_path_mtu_follows_the_netdev_mtu_as_the_kernel_derives_it():
+    """9000: 4096-byte RDMA payloads, packets of 4156 bytes (no 1500 switch port passes
+    them); 1500 (NVIDIA's playbooks): 1024."""
+    assert [transport.ib_mtu(m) for m in (9000, 4000, 1500, 1100)] == [4096, 2048, 1024, 512]
+    assert transport.ib_mtu(9000) + transport.WRITE_OVERHEAD == 4156
+
+
+def test_the_rails_a_rank_writes_on_are_the_hcas_of_its_endpoints():
+    found = transport.endpoints(GOOD, HCAS, IFACES)
+    assert transport.rails(found) == [("roceP2p1s0f0", "10.77.1.15"),
+                                      ("rocep1s0f0", "10.77.1.15")]
+    assert transport.rails(transport.endpoints({**GOOD, "NCCL_IB_DISABLE": "1"}, HCAS,
+                                               IFACES)) == []
+
+
+def test_a_first_write_that_comes_back_passes_and_one_into_the_void_is_nccls_retry_error():
+    transport.echo_rails(["127.0.0.3"])
+    assert transport.first_write("127.0.0.2", "127.0.0.3", 4156, seconds=5)
+    assert not transport.first_write("127.0.0.2", "127.0.0.4", 4156, seconds=0.6)
+    fault = transport.write_fault("rocep1s0f0", "10.77.3.11", "10.77.3.12", 4096)
+    assert fault.warning.startswith("NET/IB : Got completion from peer 10.77.3.12<4791> with "
+                                    "status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_RDMA_WRITE(1)")
+    assert "dev=rocep1s0f0" in fault.warning and "path MTU 4096" in fault.warning
+    assert fault.error.startswith("torch.distributed.DistBackendError: NCCL error in:")

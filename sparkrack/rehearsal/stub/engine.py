@@ -180,10 +180,12 @@ class Rank:
         self.transport_fault: transport.Fault | None = None  # NCCL fails it after the rendezvous
         self.endpoints: dict = {}  # what its peers must reach (transport.endpoints)
 
-    def init_nccl(self) -> None:
-        """The NCCL communicator's init, right after the rendezvous: a transport environment
-        that does not fit the node ends this rank (and so the group) as NCCL would."""
-        fault = self.transport_fault
+    def init_nccl(self, peers: dict) -> None:
+        """The NCCL communicator's init, right after the rendezvous, and its first
+        collective: a transport environment that does not fit the node, or a fabric that
+        drops the RDMA writes to the ring neighbour (peers: {rank: its RoCE addresses}),
+        ends this rank (and so the group) as NCCL would."""
+        fault = self.transport_fault or self._first_writes(peers)
         if fault is None:
             return
         if fault.library == "advertise":  # no error anywhere: the group just never forms
@@ -194,6 +196,18 @@ class Rank:
         pid = os.getpid()
         print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL WARN {fault.warning}", flush=True)
         die(1, f"[rank{self.args.rank}]: {fault.error}", self.log)
+
+    def _first_writes(self, peers: dict) -> transport.Fault | None:
+        """Each rail's first RDMA write to the same rail of the next rank, at the path MTU
+        its netdev gives (what goes unacknowledged: NCCL's retry-exceeded)."""
+        nnodes = self.args.nnodes
+        theirs = peers.get(str((self.args.rank + 1) % nnodes), []) if nnodes > 1 else []
+        interfaces = transport.local_interfaces()
+        for (hca, src), dst in zip(transport.rails(self.endpoints), theirs):
+            mtu = transport.ib_mtu(transport.netdev_mtu(src, interfaces) or 1500)
+            if not transport.first_write(src, dst, mtu + transport.WRITE_OVERHEAD):
+                return transport.write_fault(hca, src, dst, mtu)
+        return None
 
     def load(self) -> None:
         """Take the rank's memory in LOAD_STEPS steps spread over load_delay_s."""
@@ -313,7 +327,7 @@ class Worker(Rank):
                 break
         self.joined = True
         self.log("Init torch distributed ends.")
-        self.init_nccl()
+        self.init_nccl(message.get("rails") or {})
         threading.Thread(target=self._follow, name="follow", daemon=True).start()
         self.load()
         link.send("loaded")
@@ -435,9 +449,11 @@ class Head(Rank):
             print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL WARN {cut.warning}", flush=True)
             self.group.abort(cut.warning)
             die(1, f"[rank0]: {cut.error}", self.log)
-        self.group.broadcast("joined")
+        peers = {str(rank): [address for _, address in transport.rails(found)]
+                 for rank, found in {0: self.endpoints, **self.group.endpoints}.items()}
+        self.group.broadcast("joined", rails=peers)
         self.log("Init torch distributed ends.")
-        self.init_nccl()
+        self.init_nccl(peers)
         self.load()
         while not self.group.all_loaded.wait(0.1):
             if self.stop.is_set():
@@ -920,6 +936,8 @@ def main(engine: str, argv: list[str] | None = None) -> None:
     rank = cls(args, settings, gpu, scratch, log, started, **extra)
     rank.transport_fault = fault
     rank.endpoints = reach
+    if args.nnodes > 1 and (fault is None or fault.library == "advertise"):
+        transport.echo_rails([address for _, address in transport.rails(reach)])
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, frame: rank.on_signal(number))
     rank.check_die_after()

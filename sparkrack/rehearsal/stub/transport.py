@@ -20,9 +20,14 @@ seen directly: the container shares the node's network namespace):
   address a rank uses (its GID's, NCCL taking whatever entry the index names; its Gloo
   address) on a network none of a peer's interfaces is on: the peer's queue pairs or
   connections never reach it (NVIDIA's link-local address on one node, not on the others).
+- the fabric drops the RDMA writes of the first collective (a switch port at a smaller
+  MTU than the RoCE path MTU the nodes' MTU gives): IBV_WC_RETRY_EXC_ERR. The stub sends,
+  on each HCA's address, one datagram of an RDMA write's packet size at that path MTU to
+  its ring neighbour's same rail (UDP 4791, RoCE v2's port), which echoes it.
 
 Unset variables leave the choice to the libraries, as they do: every HCA, NCCL's own GID
-selection, the interface of the host name. Pure except `local_interfaces`.
+selection, the interface of the host name. Pure except `local_interfaces`, `netdev_mtu`,
+`echo_rails` and `first_write`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ from __future__ import annotations
 import ctypes
 import ipaddress
 import socket
+import fcntl
+import struct
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -37,6 +46,12 @@ from .group import NCCL_VERSION
 
 ROCE_V2 = "RoCE v2"
 ACTIVE = "4: ACTIVE"
+_SIOCGIFADDR, _SIOCGIFNETMASK, _SIOCGIFMTU = 0x8915, 0x891B, 0x8921
+ROCE_PORT = 4791  # RoCE v2's UDP port
+IB_HEADERS = 96  # what the kernel takes off a netdev's MTU for IB headers (iboe_get_mtu)
+WRITE_OVERHEAD = 60  # IPv4 20 + UDP 8 + BTH 12 + RETH 16 + ICRC 4 around an RDMA write
+_IB_MTUS = (4096, 2048, 1024, 512, 256)
+_IP_MTU_DISCOVER, _IP_PMTUDISC_DO = 10, 2
 
 
 @dataclass(frozen=True)
@@ -292,6 +307,82 @@ def _gid(value: str | None, used: Mapping[str, dict]) -> Fault | None:
                 "call failed possibly due to a network error or a remote process exiting "
                 "prematurely.", text))
     return None
+
+
+def ib_mtu(netdev_mtu: int) -> int:
+    """The RoCE path MTU the kernel gives an HCA whose netdev has netdev_mtu (9000: 4096;
+    1500: 1024)."""
+    return next((m for m in _IB_MTUS if m <= netdev_mtu - IB_HEADERS), 256)
+
+
+def rails(endpoints: Mapping) -> list[tuple[str, str]]:
+    """(HCA, IPv4) of each HCA NCCL uses, from a rank's endpoints (its GIDs' addresses)."""
+    return [(via, address) for via, address in endpoints.get("used", []) if via != "gloo"]
+
+
+def write_fault(hca: str, src: str, dst: str, mtu: int) -> Fault:
+    """The first collective's RDMA write to dst never acknowledged: NCCL's retry-exceeded."""
+    text = (f"NET/IB : Got completion from peer {dst}<{ROCE_PORT}> with status="
+            f"IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_RDMA_WRITE(1) vendor_err=129 dev={hca} "
+            f"localGid ::ffff:{src} remoteGid ::ffff:{dst} (path MTU {mtu}: its packets do "
+            "not cross the fabric)")
+    return Fault("nccl", text, _nccl_error(
+        "remote process exited or there was a network error", "ncclRemoteError: A call "
+        "failed possibly due to a network error or a remote process exiting prematurely.",
+        text))
+
+
+def netdev_mtu(address: str, interfaces: Mapping[str, list[str]]) -> int | None:
+    """The MTU of the interface that holds address (None: none does)."""
+    name = next((n for n, found in interfaces.items()
+                 if any(a.split("/")[0] == address for a in found)), None)
+    if name is None:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sI", name.encode()[:15], 0)
+        return struct.unpack("16sI", fcntl.ioctl(sock.fileno(), _SIOCGIFMTU, request))[1]
+
+
+def echo_rails(addresses: list[str]) -> None:
+    """Echo every datagram to ROCE_PORT on addresses, for the process's life (the peers'
+    first writes). An address already taken is left out: its peer's write then fails."""
+    for address in addresses:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.bind((address, ROCE_PORT))
+        except OSError:
+            sock.close()
+            continue
+        threading.Thread(target=_echo, args=(sock,), daemon=True,
+                         name=f"roce-echo-{address}").start()
+
+
+def _echo(sock: socket.socket) -> None:
+    while True:
+        try:
+            data, peer = sock.recvfrom(65536)
+            sock.sendto(data, peer)
+        except OSError:
+            continue
+
+
+def first_write(src: str, dst: str, size: int, seconds: float = 3.0) -> bool:
+    """Whether a size-byte datagram from src (don't fragment) came back from dst's echo
+    within seconds, sent again every 0.25 s (as the HCA retries an unacknowledged write)."""
+    payload = b"w" * (size - 28)  # an IPv4 packet of size bytes
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.IPPROTO_IP, _IP_MTU_DISCOVER, _IP_PMTUDISC_DO)
+        sock.bind((src, 0))
+        sock.settimeout(0.25)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                sock.sendto(payload, (dst, ROCE_PORT))
+                if sock.recvfrom(65536)[0] == payload:
+                    return True
+            except OSError:
+                continue
+    return False
 
 
 def _ipv4_mapped(gid: str) -> bool:

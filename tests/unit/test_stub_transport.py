@@ -184,3 +184,14 @@ def test_a_first_write_that_comes_back_passes_and_one_into_the_void_is_nccls_ret
                                     "status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_RDMA_WRITE(1)")
     assert "dev=rocep1s0f0" in fault.warning and "path MTU 4096" in fault.warning
     assert fault.error.startswith("torch.distributed.DistBackendError: NCCL error in:")
+
+
+def test_a_write_refused_at_once_waits_between_tries_instead_of_spinning():
+    """A datagram larger than the path MTU is refused by sendto at once; the retries must
+    wait the HCA's interval, or a failing rank burns a core for the whole retry window
+    (seen starving the rest of a 2-core test run)."""
+    import time
+
+    cpu = time.process_time()
+    assert not transport.first_write("127.0.0.1", "127.0.0.1", 70000, seconds=1.5)
+    assert time.process_time() - cpu < 0.5

@@ -361,9 +361,13 @@ def _echo(sock: socket.socket) -> None:
     while True:
         try:
             data, peer = sock.recvfrom(65536)
+        except OSError:
+            time.sleep(0.25)  # never a busy loop on a socket that keeps failing
+            continue
+        try:
             sock.sendto(data, peer)
         except OSError:
-            continue
+            pass  # the reply does not fit the path back: the writer's retries say so
 
 
 # How long an HCA retries an unacknowledged write before IBV_WC_RETRY_EXC_ERR: NCCL's
@@ -386,8 +390,10 @@ def first_write(src: str, dst: str, size: int, seconds: float = RETRY_WINDOW_S) 
                 sock.sendto(payload, (dst, ROCE_PORT))
                 if sock.recvfrom(65536)[0] == payload:
                     return True
-            except OSError:
+            except TimeoutError:
                 continue
+            except OSError:  # refused at once (larger than the path MTU, no route): the
+                time.sleep(0.25)  # next try after the HCA's interval, not a busy loop
     return False
 
 

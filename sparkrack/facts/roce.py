@@ -227,11 +227,6 @@ def ipv4_of(gid: str) -> str | None:
     return None if mapped is None else str(mapped)
 
 
-def is_ipv4_mapped(gid: str) -> bool:
-    """Whether a GID as sysfs prints it is an IPv4-mapped IPv6 address (::ffff:a.b.c.d)."""
-    return ipv4_of(gid) is not None
-
-
 def parse_hca(lines: list[str]) -> HcaFacts:
     """One `r` section: presence, port state, netdevs and the GID table's filled entries."""
     if not lines or lines[0] != "present":

@@ -56,8 +56,12 @@ def print_json(data: Any) -> None:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-                styles: Sequence[str | None] = ()) -> None:
-    """A table: rich when stdout is a terminal, tab-separated plain text when it is not."""
+                styles: Sequence[str | None] = (), *, wrap: Sequence[str] | None = None) -> None:
+    """A table: rich when stdout is a terminal, tab-separated plain text when it is not.
+
+    wrap (a terminal only): the compact form, no borders, for a table that must read at 80
+    to 100 columns. Its other columns are never narrowed: the columns named in wrap fold
+    onto more lines when the terminal is too narrow for them, nothing is cut."""
     out = _stream("out")
     rows = [["-" if v is None else str(v) for v in row] for row in rows]
     if not out.is_terminal:
@@ -68,13 +72,20 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
+    if wrap is None:
+        table = Table(title=title, title_justify="left")
+    else:
+        table = Table(title=title, title_justify="left", box=None, pad_edge=False,
+                      header_style="bold underline", padding=(0, 2, 0, 0))
     for i, name in enumerate(columns):
-        table.add_column(name, style=styles[i] if i < len(styles) else None, no_wrap=True)
+        folds = wrap is not None and name in wrap
+        widest = max([len(name), *(len(row[i]) for row in rows if i < len(row))])
+        table.add_column(name, style=styles[i] if i < len(styles) else None, no_wrap=not folds,
+                         overflow="fold" if folds else "ellipsis",
+                         min_width=widest if wrap is not None and not folds else None)
     for row in rows:
         table.add_row(*[escape(v) for v in row])
     out.print(table)
-
 
 
 class Waiting:

@@ -1,5 +1,7 @@
 """`invoke status`: one row per node from one facts round trip plus the node's engine
-containers; the head's deployment records come in its same round trip."""
+containers; the head's deployment records come in its same round trip. The table's two
+shapes (narrow for a terminal, wide for --wide and pipes) and what differs between nodes
+are status_view's."""
 
 import time
 from dataclasses import asdict, dataclass
@@ -26,7 +28,8 @@ class StatusRow:
     seconds: float
     facts: NodeFacts | None
     cap_state: str
-    engine: str | None
+    engine: str | None  # each engine container: its name, status and health
+    engine_brief: str | None = None  # the same in a few words: engine, status or health
 
     def as_dict(self) -> dict:
         """Plain data for --json."""
@@ -55,6 +58,14 @@ def cap_state(facts: NodeFacts) -> str:
 def engine_summary(ranks) -> str | None:
     """A node's sparkrack engine container(s) (lifecycle Ranks): name, status and health."""
     return ", ".join(f"{r.name} {r.status}" + (f" ({r.health})" if r.health else "")
+                     for r in ranks) or None
+
+
+def engine_brief(ranks, rank: int) -> str | None:
+    """engine_summary in a few words: `sglang healthy`, `vllm exited`; a container of
+    another rank than the node's (rank) shows its number: `sglang r3 running`."""
+    return ", ".join(f"{r.engine}{'' if r.rank == rank else f' r{r.rank}'} "
+                     f"{r.health if r.health and r.status == 'running' else r.status}"
                      for r in ranks) or None
 
 
@@ -87,6 +98,9 @@ def rack_status(inventory: Inventory, limit: str | None = None
                           if node.name in found.errors else
                           engine_summary(r for r in found.ranks if r.node == node.name)
                           for node in reachable}
+        brief_by_node = {node.name: "docker error" if node.name in found.errors else
+                         engine_brief((r for r in found.ranks if r.node == node.name), node.rank)
+                         for node in reachable}
         for result in results:
             node = inventory.node(result.node)
             answers = answer(result.stdout, asked[node.name]) if result.status == "ok" else None
@@ -98,5 +112,6 @@ def rack_status(inventory: Inventory, limit: str | None = None
                 node=node.name, rank=node.rank, address=node.address,
                 reachable=result.status, error=result.error, seconds=round(result.duration, 2),
                 facts=facts, cap_state=cap_state(facts) if facts else "-",
-                engine=engine_by_node.get(node.name)))
+                engine=engine_by_node.get(node.name),
+                engine_brief=brief_by_node.get(node.name)))
     return sorted(rows, key=lambda r: r.rank), records

@@ -8,16 +8,19 @@ from .common import INVENTORY_HELP, inventory_from, operator_task
 LIMIT_HELP = "only these nodes, e.g. spark-01,spark-03"
 
 
-def _gib(kb: int | None) -> str | None:
-    return None if kb is None else f"{kb / 1048576:.1f} GiB"
-
-
-@task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP, "json": "print JSON for scripts"})
+@task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP, "json": "print JSON for scripts",
+            "wide": "every column (hostname, kernel, GPU, memory, the containers' names) and "
+                    "each deployment's image, spec and weights; a pipe always gets these"})
 @operator_task
-def status(c, inventory=None, limit=None, json=False):
-    """One row per node: reachability, GPU, clocks, power, memory, clock cap, engine."""
+def status(c, inventory=None, limit=None, json=False, wide=False):
+    """Each node's reachability, clock, power, clock cap and engine, one row each.
+
+    Below the table: what differs between the nodes (hostname, kernel, GPU), then the head's
+    deployment records, a failed start by its cause. --wide or a pipe: every column."""
     from ..engines import api_url
     from ..status import rack_status
+    from ..status_view import (NARROW, NARROW_WRAPS, WIDE, deployment_lines, differences,
+                               narrow_cells, wide_cells)
 
     rack = inventory_from(inventory)
     rows, records = rack_status(rack, limit)
@@ -27,24 +30,14 @@ def status(c, inventory=None, limit=None, json=False):
         console.print_json({"nodes": [r.as_dict() for r in rows], "deployments": records,
                             "api": api})
     else:
-        console.print_table(
-            "rack status",
-            ["rank", "node", "reach", "hostname", "kernel", "gpu", "sm MHz now/max", "power",
-             "MemAvailable", "clock cap", "engine"],
-            [_status_cells(r) for r in rows])
-        for kind in ("current", "last-good", "failed"):
-            dep = records.get(kind)
-            if dep:
-                by = f" by {dep['operator']}" if dep.get("operator") else ""
-                state = f" ({dep['status']})" if kind == "current" and dep.get("status") else ""
-                error = f": {dep['error']}" if kind == "failed" and dep.get("error") else ""
-                weights = (f" weights {dep['model_path']} {dep['weights_digest'][:12]}"
-                           if dep.get("weights_digest") else "")
-                image = f"{dep['image']} ({dep['image_id'][:19]})" if dep.get("image") \
-                    else dep["image_id"][:19]
-                print(f"{kind}{state}: {dep['engine']} {dep['profile']} image {image} "
-                      f"spec {dep['spec_hash'][:12]}{weights} deployment {dep['deployment_id']}"
-                      f"{by}{error}")
+        wide = wide or not console.out.is_terminal
+        if wide:
+            console.print_table("rack status", WIDE, [wide_cells(r) for r in rows])
+        else:
+            console.print_table("rack status", NARROW, [narrow_cells(r) for r in rows],
+                                wrap=NARROW_WRAPS)
+        for line in ([] if wide else differences(rows)) + deployment_lines(records, wide):
+            print(line)
         if api:
             print(f"api: {api} ({current['engine']}"
                   + (", the rack's api_port" if rack.vars.api_port else "") + ")")
@@ -53,17 +46,6 @@ def status(c, inventory=None, limit=None, json=False):
         console.say(f"{r.node}: {r.reachable}: {r.error}")
     if down:
         raise_exit(len(down), len(rows))
-
-
-def _status_cells(r) -> list:
-    f = r.facts
-    if f is None:
-        return [r.rank, r.node, r.reachable.upper(), None, None, None, None, None, None, None, None]
-    gpu = f.gpu
-    clocks = None if gpu.error else f"{gpu.sm_mhz}/{gpu.max_sm_mhz}"
-    power = None if gpu.power_w is None else f"{gpu.power_w:.1f} W"
-    return [r.rank, r.node, "ok", f.hostname, f.kernel, gpu.name or gpu.error, clocks, power,
-            _gib(f.mem_available_kb), r.cap_state, r.engine]
 
 
 def raise_exit(down: int, total: int):

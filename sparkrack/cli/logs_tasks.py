@@ -16,14 +16,17 @@ from .common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
             "since": SINCE_HELP,
             "tail": "the last N lines of each rank (default: all)",
             "timestamps": "show docker's timestamp on every line",
-            "raw": RAW_HELP, "inventory": INVENTORY_HELP})
+            "raw": RAW_HELP, "inventory": INVENTORY_HELP,
+            "failed": "the last failed start's failed rank: the lines it printed last, kept "
+                      "in the head's failed record (its containers were removed)"})
 @operator_task
 def logs(c, rank=None, nodes=None, follow=False, since=None, tail=None, inventory=None,
-         timestamps=False, raw=False):
+         timestamps=False, raw=False, failed=False):
     """The running deployment's engine logs, every rank merged by time: `[rank R NODE] ...`.
 
     As `docker compose logs` / `kubectl logs`. Without a running deployment: what the last
-    one's containers printed. A node that stops answering is named; the others go on.
+    one's containers printed; --failed: the last failed start's failed rank, whose
+    containers were removed. A node that stops answering is named; the others go on.
     Exit 1 when some rank could not be read."""
     from ..lifecycle.loglines import COLORS, format_line
     from ..lifecycle.logs import show_logs
@@ -34,6 +37,20 @@ def logs(c, rank=None, nodes=None, follow=False, since=None, tail=None, inventor
         print(format_line(line, timestamps=timestamps, raw=raw,
                           color=COLORS[line.rank % len(COLORS)] if color else None), flush=follow)
 
+    if failed:
+        from ..lifecycle.logs import failed_start_lines
+
+        if follow:
+            from ..errors import UsageError
+
+            raise UsageError("--failed shows a failed start's kept lines: nothing to follow",
+                             fix="drop --follow")
+        record, lines = failed_start_lines(inventory_from(inventory))
+        console.say(f"{record.deployment_id} failed: the last lines of rank "
+                    f"{record.log_tail['rank']} ({record.log_tail['node']}), kept in its record")
+        for line in lines:
+            emit(line)
+        return
     problems = show_logs(inventory_from(inventory), ranks=rank, nodes=nodes, follow=follow,
                          since=since, tail=int(tail) if tail is not None else None, emit=emit,
                          on_event=console.say)

@@ -91,9 +91,11 @@ def refresh(fleet: Fleet, ranks: Sequence[Rank]) -> list[Rank]:
 
 
 def logs_tail(fleet: Fleet, rank: Rank, lines: int = 20) -> list[str]:
-    """The last lines a rank's container printed (empty when it cannot be read)."""
+    """The last lines a rank's container printed, each after docker's timestamp (empty when
+    it cannot be read)."""
     try:
-        text = fleet.docker(rank.node).logs(rank.name, tail=lines).decode(errors="replace")
+        chunks = fleet.docker(rank.node).log_stream(rank.name, tail=lines)
+        text = b"".join(chunks).decode(errors="replace")
     except Exception:
         return []
     return text.rstrip("\n").splitlines()

@@ -120,7 +120,8 @@ def launch(fleet: Fleet, inventory: Inventory, specs, pre: Preflight, *, timeout
         why = failure.line() if isinstance(failure, SparkrackError) else (
             "interrupted" if isinstance(failure, KeyboardInterrupt) else f"{type(failure).__name__}: {failure}")
         with signals.held():  # the record of a failed start is never cut short
-            mark_failed(fleet, inventory, deployment, why, on_event)
+            mark_failed(fleet, inventory, deployment, why, on_event,
+                        getattr(failure, "log_tail", None))
         raise
     on_event(f"smoke request answered: {reply.strip()[:40]!r}")
     deployment.status = "serving"
@@ -131,10 +132,12 @@ def launch(fleet: Fleet, inventory: Inventory, specs, pre: Preflight, *, timeout
 
 
 def mark_failed(fleet: Fleet, inventory: Inventory, deployment: Deployment, why: str,
-                on_event: Callable[[str], None]) -> None:
-    """Record a failed start as "failed" and remove "current" (nothing of it runs)."""
+                on_event: Callable[[str], None], log_tail: dict | None = None) -> None:
+    """Record a failed start as "failed" (with the failed rank's last log lines, if known)
+    and remove "current" (nothing of it runs)."""
     try:
-        record.write(fleet, inventory, "failed", replace(deployment, status="failed", error=why))
+        record.write(fleet, inventory, "failed", replace(deployment, status="failed", error=why,
+                                                        log_tail=log_tail or {}))
         record.clear(fleet, inventory, "current")
     except SparkrackError as error:
         on_event(f"could not mark deployment {deployment.deployment_id} failed: {error.line()}")

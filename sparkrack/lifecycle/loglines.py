@@ -1,5 +1,6 @@
 """Log lines of the engine ranks: docker's timestamps, one line's form (rank and node
-prefix, colour, escaped controls), the merge by time, the --follow reorder window.
+prefix, colour, escaped controls), the merge by time, the --follow reorder window, and the
+line that says why a rank stopped (a failed start's summary).
 
 Pure: `invoke logs` (lifecycle/logs.py) reads the ranks and hands their lines here.
 """
@@ -7,6 +8,7 @@ Pure: `invoke logs` (lifecycle/logs.py) reads the ranks and hands their lines he
 from __future__ import annotations
 
 import heapq
+import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -171,3 +173,68 @@ class ReorderBuffer:
         """Everything held, in time order (at the end)."""
         out = [heapq.heappop(self._held)[0] for _ in range(len(self._held))]
         return out
+
+
+# --- Why a rank stopped ------------------------------------------------------------------
+
+# an exception's name where a line quotes it: RuntimeError, torch.distributed.DistBackendError,
+# ncclRemoteError (Python's last traceback line, or an engine's log line quoting it)
+_EXCEPTION = re.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*|nccl\w*)(?:Error|Exception)\b")
+_ERROR_WORD = re.compile(r"\b(?:ERROR|FATAL|CRITICAL|NCCL WARN|[Ee]rror|[Ff]ailed|[Ff]atal)\b")
+# a C++ source location in brackets, as c10/Gloo enforce failures open with
+_SOURCE = re.compile(r"\[(?:[^\]]* )?\S*/\S*:\d+\] ?")
+_JSON_MESSAGE = ("message", "msg", "event")
+_JSON_LEVEL = ("level", "levelname", "severity")
+_JSON_EXCEPTION = ("exception", "exc_info", "error")
+REASON_CHARS = 240
+
+
+def _json_event(text: str) -> tuple[str, bool] | None:
+    """A JSON log line as (its message, whether it reports an error); a start banner (the
+    rank's argv and environment) as ("", False); None when the line is not a JSON object."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        event = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(event, dict):
+        return None
+    if event.get("event") == "start" or {"argv", "env", "cmdline"} & event.keys():
+        return "", False
+    message = next((str(event[k]) for k in _JSON_MESSAGE if event.get(k)), "")
+    level = next((str(event[k]).upper() for k in _JSON_LEVEL if event.get(k)), "")
+    raised = next((str(event[k]) for k in _JSON_EXCEPTION if event.get(k)), "")
+    raised = (raised.strip().splitlines() or [""])[-1]  # a traceback: its last line
+    if raised:
+        message = f"{message}: {raised}" if message else raised
+    return message, bool(raised) or level in ("ERROR", "CRITICAL", "FATAL")
+
+
+def reason(lines: Iterable[str]) -> str | None:
+    """The line of a stopped rank's last log lines that says why: its last exception line
+    (as a traceback's last line is the cause), else its last error line, else its last
+    line; never a start banner. An exception line is shown from the exception's name on,
+    without the C++ source location Gloo and c10 prefix (`invoke logs` has the whole
+    line); one line of at most REASON_CHARS."""
+    exception = error = last = None
+    for text in lines:
+        event = _json_event(text)
+        if event is not None:
+            text, failed = event
+        else:
+            failed = bool(_ERROR_WORD.search(text))
+        text = escape_controls(text).strip()
+        if not text:
+            continue
+        last = text
+        found = _EXCEPTION.search(text)
+        if found:
+            exception = text[found.start():]
+        elif failed:
+            error = text
+    chosen = exception or error or last
+    if chosen is None:
+        return None
+    chosen = _SOURCE.sub("", chosen)
+    return chosen if len(chosen) <= REASON_CHARS else chosen[:REASON_CHARS - 1] + "…"

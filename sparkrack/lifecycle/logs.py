@@ -12,7 +12,11 @@ The nodes are probed with a short SSH round trip every few seconds: a node that 
 answering is named and the other ranks keep streaming (a docker log stream over SSH has
 no read timeout of its own); it is picked up again when it answers.
 
-Everything but DockerRankLogs and show_logs is pure or runs on fakes in the unit tests.
+A failed start removes its containers: `--failed` shows the lines its failed rank printed
+last, kept in the head's failed record (failed_start_lines).
+
+Everything but DockerRankLogs, show_logs and failed_start_lines is pure or runs on fakes in
+the unit tests.
 """
 
 from __future__ import annotations
@@ -391,7 +395,8 @@ def show_logs(inventory, *, ranks: str | None = None, nodes: str | None = None,
         if deployment is None:
             raise SparkrackError("no engine container on the rack" + (
                 f" that answered ({len(errors)} node(s) did not)" if errors else ""),
-                fix="`invoke up` starts one; `invoke status` shows the nodes")
+                fix="`invoke up` starts one; `invoke logs --failed` shows a failed start's "
+                    "last lines; `invoke status` shows the nodes")
         chosen = select_ranks(found, deployment, wanted_ranks, wanted_nodes)
         if not chosen:
             raise UsageError(f"no rank of {deployment} matches --rank/--nodes",
@@ -427,3 +432,23 @@ def show_logs(inventory, *, ranks: str | None = None, nodes: str | None = None,
         problems += [f"{prefix(r.rank, r.node)} {r.error}" for r in readers if r.error]
         return problems + [f"{node}: {why}" for node, why in errors.items()
                            if wanted_nodes is None or node in wanted_nodes]
+
+
+def failed_start_lines(inventory) -> tuple:
+    """(the head's failed record, the lines its failed rank printed last as LogLines): what
+    `invoke logs --failed` shows once the failed start's containers are gone."""
+    from ..fleet import Fleet
+    from .record import read
+
+    with Fleet(inventory, [inventory.head]) as fleet:
+        failed = read(fleet, inventory)["failed"]
+    kept = failed.log_tail if failed else {}
+    if not kept.get("lines"):
+        raise SparkrackError(f"no failed start's log lines are recorded on {inventory.head.name}"
+                             + (f" ({failed.deployment_id} failed: {failed.error})" if failed
+                                else ""), fix="`invoke status` shows the deployment records")
+    lines = []
+    for raw in kept["lines"]:
+        ns, text = split_timestamp(raw)
+        lines.append(LogLine(ns or 0, int(kept["rank"]), str(kept["node"]), text))
+    return failed, lines

@@ -47,6 +47,7 @@ class Deployment:
     operator: str = ""  # user@host who started it
     status: str = "starting"  # starting | serving | failed
     error: str = ""  # why it failed
+    log_tail: dict = field(default_factory=dict)  # failed: its rank's last lines (start.py)
     phases: dict = field(default_factory=dict)  # wall seconds per start phase (phases.py)
     model_path: str = ""  # the model directory the ranks mount
     weights_digest: str = ""  # its manifest's digest, the same on every node at the start

@@ -16,6 +16,7 @@ from ..inventory import Inventory
 from . import nodelimits
 from .containers import Rank, logs_tail, parallel, refresh, stop_ranks
 from .headapi import Endpoint
+from .loglines import reason, split_timestamp
 from .order import start_order
 from .phases import Phases
 
@@ -36,7 +37,11 @@ class Progress:
 
 
 class StartFailed(SparkrackError):
-    """The group did not come up; every rank it started has been stopped."""
+    """The group did not come up; every rank it started has been stopped. log_tail: the
+    failed rank's last log lines ({"rank", "node", "lines"}: docker's timestamp, then the
+    text), kept in the failed record for `invoke logs --failed` (its containers are gone)."""
+
+    log_tail: dict | None = None
 
 
 class NodeLost(StartFailed):
@@ -163,12 +168,7 @@ def wait_ready(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
             raise NodeLost(gone.node, gone.error or "docker did not answer")
         dead = [r for r in states if not r.alive]
         if dead:
-            first = dead[0]
-            tail = logs_tail(fleet, first)
-            why = (f"rank {first.rank} on {first.node} {first.status}"
-                   + (f" (exit code {first.exit_code})" if first.exit_code is not None else "")
-                   + (f": {first.error}" if first.error else ""))
-            raise StartFailed(why + (" - last log lines:\n  " + "\n  ".join(tail) if tail else ""))
+            raise rank_failed(dead[0], logs_tail(fleet, dead[0]))
         head_status = Endpoint(head, port).status(head_spec.health_path)
         joined = sum(parallel(specs[1:], lambda s: _worker_loaded(inventory, s)))
         elapsed = time.monotonic() - started
@@ -179,6 +179,21 @@ def wait_ready(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
             raise StartFailed(f"rank 0 on {head.name} not healthy after {timeout:.0f} s "
                               f"(last /health: {head_status or 'no answer'})")
         time.sleep(POLL_SECONDS)
+
+
+def rank_failed(rank: Rank, tail: list[str]) -> StartFailed:
+    """A rank that stopped, in one line: the rank, its node, how it ended and the log line
+    that says why (loglines.reason: an error or exception, never a start banner); its last
+    log lines (tail, each with docker's timestamp) go with it for the failed record."""
+    cause = reason(split_timestamp(line)[1] for line in tail)
+    why = (f"rank {rank.rank} on {rank.node} {rank.status}"
+           + (f" (exit code {rank.exit_code})" if rank.exit_code is not None else "")
+           + (f": {rank.error}" if rank.error else "") + (f": {cause}" if cause else ""))
+    failed = StartFailed(why, fix=f"`invoke logs --failed` shows rank {rank.rank}'s last lines"
+                         if tail else None)
+    if tail:
+        failed.log_tail = {"rank": rank.rank, "node": rank.node, "lines": tail}
+    return failed
 
 
 def _worker_loaded(inventory: Inventory, spec: LaunchSpec) -> bool:

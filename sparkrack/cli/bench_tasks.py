@@ -32,10 +32,12 @@ def _int(value, flag: str):
     "inventory": INVENTORY_HELP, "json": "print the result as JSON"})
 @operator_task
 def bench(c, suite="full", save=None, context=None, tokens=None, inventory=None, json=False):
-    """Measure the running deployment as the field report does: three prompts (code, prose,
-    explanation) one at a time, median decode tok/s of three, TTFT apart; four users at
-    once; needle in a haystack; speculative accept length. The result is saved beside the
-    deployment record on the head (and here). Ctrl-C stops and keeps what was measured."""
+    """Measure the running deployment as the field report does.
+
+    Three prompts (code, prose, explanation) one at a time, median decode tok/s of three,
+    TTFT apart; four users at once; needle in a haystack; speculative accept length. The
+    result is saved beside the deployment record on the head (and here). Ctrl-C stops and
+    keeps what was measured."""
     from ..bench import rows, run_bench
     from ..bench.result import show
 
@@ -70,8 +72,10 @@ def bench(c, suite="full", save=None, context=None, tokens=None, inventory=None,
             "json": "print the comparison as JSON"})
 @operator_task
 def compare(c, a, b, inventory=None, json=False):
-    """Two saved bench runs side by side: every measure, B - A and its percentage, and
-    which run is ahead; a difference within 3 % of A is a tie (as the field report)."""
+    """Two saved bench runs side by side, measure by measure.
+
+    Every measure, B - A and its percentage, and which run is ahead; a difference within 3 %
+    of A is a tie (as the field report). --plot FILE draws them (SVG or PNG)."""
     from ..bench import compare as compare_runs
     from ..bench import store
     from ..bench.compare import header

@@ -31,7 +31,7 @@ BLOCKED_EXIT = 1
 @operator_task
 def check(c, engine=None, profile=DEFAULT_PROFILE, inventory=None, explain=None, list_=False,
           json=False):
-    """Check an engine profile against the SM121 rules; exit 1 on a blocking finding.
+    """Check a profile against the SM121 rules; exit 1 on a blocking finding.
 
     Host kernels and cabling are not checked here (no node facts); `up` and `roll` check
     them (cabling: `provision` too)."""

@@ -16,11 +16,10 @@ DEFAULT_PROFILE = "512k"
             "offline": "do not read the nodes' env files: show the inventory's view"})
 @operator_task
 def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline=False):
-    """Print each rank's launch spec as its exact `docker run`, and where every variable of
-    its environment comes from (changes nothing).
+    """Print each rank's exact `docker run` and where its variables come from.
 
-    The environment is read from each node's env files (one round trip, read-only); a node
-    that does not answer shows the inventory's view. Secrets show as ***."""
+    Changes nothing. The environment is read from each node's env files (one round trip,
+    read-only); a node that does not answer shows the inventory's view. Secrets show as ***."""
     from ..engines import build_specs, docker_run_argv, load_engine
     from ..engines.option_names import checked_against
     from ..provision.envfiles import rack_view
@@ -138,10 +137,10 @@ def _progress(waiting):
 @rack_task()
 def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None,
        json=False, fabric_check=False):
-    """Start a TP8 engine: gates, workers then rank 0, readiness, smoke request.
+    """Start a TP8 engine: gates, workers, rank 0, readiness, a smoke request.
 
-    Gates: reachable, env files, no other engine, rules, image ID, weights, memory, clock cap
-    under load, power (leftovers are cleared while the burn runs). Any failure or Ctrl-C
+    Gates: reachable, env files, no other engine, rules, image ID, weights, memory, clock
+    cap under load, power (leftovers are cleared while the burn runs). Any failure or Ctrl-C
     stops every rank it started."""
     from ..lifecycle import engine as lifecycle
 
@@ -177,7 +176,7 @@ def start_lane(start, said: str, engine, profile, inventory, timeout, override_p
             **WAIT_HELP})
 @rack_task()
 def down(c, inventory=None, timeout=None):
-    """Stop the running engine: rank 0 first (drain), then workers; wait for memory.
+    """Stop the running engine: rank 0 first (drain), then the workers.
 
     The containers are removed; `down` ends when every node's MemAvailable recovered."""
     from ..lifecycle import engine as lifecycle
@@ -203,7 +202,7 @@ def down(c, inventory=None, timeout=None):
     "yes": "do not ask (needed without a terminal)"})
 @operator_task
 def break_glass(c, reason, inventory=None, timeout=None, yes=False):
-    """The head is gone: stop every engine on the nodes that answer, without the rack lock.
+    """The head is gone: stop every engine that answers, without the lock.
 
     Only while the head does not answer. No drain (rank 0 is gone): SIGKILL after --timeout.
     Recorded in the local audit copy and on every node reached; `invoke down` clears the
@@ -240,7 +239,7 @@ def break_glass(c, reason, inventory=None, timeout=None, yes=False):
 @rack_task()
 def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None,
          json=False, fabric_check=False):
-    """Switch lanes safely; on failure bring the last known-good deployment back.
+    """Switch lanes; on failure bring the last known-good deployment back.
 
     The new deployment is gated while the old one serves; then the old stops in order, the
     new starts and answers a smoke request."""
@@ -255,9 +254,11 @@ def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overr
             "interval": "seconds between polls (default 1)", **WAIT_HELP})
 @rack_task(changing=lambda a: a["restart"])
 def watch(c, inventory=None, duration=None, restart=False, interval=1.0):
-    """Rank watchdog: stop (or --restart) the group when a rank or node is lost, or it stalls.
+    """Rank watchdog: stop (or --restart) a group that lost a rank or stalls.
 
-    Stalled: requests pending, no token moving for the stall budget, one GPU unlike its peers (the rank is named). A lost node's rank is stopped as soon as the node answers again. Also warns when a node's MemAvailable ratchets down request after request."""
+    Stalled: requests pending, no token moving for the stall budget, one GPU unlike its
+    peers (the rank is named). A lost node's rank is stopped as soon as the node answers
+    again. Also warns when a node's MemAvailable ratchets down request after request."""
     from ..lifecycle import engine as lifecycle
 
     rack = inventory_from(inventory)

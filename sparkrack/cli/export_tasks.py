@@ -36,11 +36,11 @@ FORMATS = ("lws",)
 def export(c, engine, profile=DEFAULT_PROFILE, format_="lws", out=None, name=None, secret=None,
            namespace=None, toleration=None, priority_class=None, rdma_resource=None,
            runtime_class=None, inventory=None, json=False):
-    """Print (or write) Kubernetes manifests that run an engine lane as `up` would.
+    """Print (or write) Kubernetes manifests that run a lane as `up` would.
 
     Refused when `invoke check` refuses the profile. Pods run only on GB10 nodes labelled
-    sparkrack.io/clock-cap-verified=true, which the exported node agent keeps only while
-    the node's clock cap is proven; secrets come from a Secret, never inline."""
+    sparkrack.io/clock-cap-verified=true, which the exported node agent keeps only while the
+    node's clock cap is proven; secrets come from a Secret, never inline."""
     if format_ not in FORMATS:
         raise UsageError(f"unknown export format '{format_}'", fix="formats: " + ", ".join(FORMATS))
     from pathlib import Path

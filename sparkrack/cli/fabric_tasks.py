@@ -12,10 +12,12 @@ from .common import INVENTORY_HELP, inventory_from, operator_task
             "json": "print JSON for scripts"})
 @operator_task
 def check(c, inventory=None, seconds=1.0, json=False):
-    """Each node to its neighbour on every cabled RoCE function: a full-size frame
-    (fabric_mtu), then a short burst; names a rail that drops full-size frames, negotiated less than
-    fabric_link_gbit, carries under a tenth of its rate or runs far below the rack's
-    median. Exits 1 when one does."""
+    """Test every cabled RoCE rail: a full-size frame, then a short burst.
+
+    Each node to its neighbour on every cabled RoCE function: a full-size frame
+    (fabric_mtu), then a short burst; names a rail that drops full-size frames, negotiated
+    less than fabric_link_gbit, carries under a tenth of its rate or runs far below the
+    rack's median. Exits 1 when one does."""
     from ..fabric import check_fabric
 
     report = check_fabric(inventory_from(inventory), seconds=float(seconds))

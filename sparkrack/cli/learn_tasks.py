@@ -13,8 +13,10 @@ from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
       positional=[])
 @rack_task(name="engines.learn")
 def learn(c, engine=None, inventory=None, image=None, json=False):
-    """Read the options an engine image takes (its own Python reads its installed sources on
-    the head; no network, no GPU) and keep them as the inventory's table for its version.
+    """Learn the options an engine image takes, from the image itself.
+
+    Its own Python reads its installed sources on the head (no network, no GPU); they are
+    kept as the inventory's table for its version.
 
     From then on `check`, `plan`, `up` and `roll` check that image's lanes against what it
     takes. Shows what changed from the nearest known version."""

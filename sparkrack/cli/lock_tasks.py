@@ -18,9 +18,10 @@ def _head_fleet(rack):
 @task(help={"inventory": INVENTORY_HELP, "json": "print JSON for scripts"})
 @operator_task
 def lock(c, inventory=None, json=False):
-    """Show who holds the rack lock on the head node: operator, task, since, heartbeat.
+    """Show who holds the rack lock: operator, task, since, heartbeat.
 
-    Exit 0 when free, 3 when held. Never waits for the lock."""
+    The lock lives on the head node. Exit 0 when free, 3 when held. Never waits for the
+    lock."""
     import time
 
     from ..oplock.lock import STALE_AFTER, call
@@ -47,9 +48,10 @@ def lock(c, inventory=None, json=False):
             "inventory": INVENTORY_HELP})
 @operator_task
 def unlock(c, force=None, inventory=None):
-    """Break the rack lock: `invoke unlock --force REASON`. The reason goes to the audit log.
+    """Break the rack lock: `invoke unlock --force REASON`.
 
-    A live holder notices at its next heartbeat and stops its task."""
+    The reason goes to the audit log. A live holder notices at its next heartbeat and stops
+    its task."""
     import time
 
     from ..oplock import audit
@@ -88,11 +90,12 @@ def unlock(c, force=None, inventory=None):
     "inventory": INVENTORY_HELP})
 @operator_task
 def log_(c, since=None, task=None, json=False, local=False, verify=False, inventory=None):
-    """The audit log: every changing task, who ran it, its arguments and outcome, what changed.
+    """The audit log: every changing task, who ran it and how it ended.
 
-    Read from the head node (this machine's copy with --local, or when the head does not
-    answer). One row per task: start and end records paired. --verify checks that each
-    line carries the hash of the line before it (exit 1 at the first that does not)."""
+    Its arguments, its outcome and what changed. Read from the head node (this machine's
+    copy with --local, or when the head does not answer). One row per task: start and end
+    records paired. --verify checks that each line carries the hash of the line before it
+    (exit 1 at the first that does not)."""
     from ..oplock import audit
     from ..oplock.lock import LockError, call
 

@@ -22,12 +22,12 @@ from .common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
 @operator_task
 def logs(c, rank=None, nodes=None, follow=False, since=None, tail=None, inventory=None,
          timestamps=False, raw=False, failed=False):
-    """The running deployment's engine logs, every rank merged by time: `[rank R NODE] ...`.
+    """The deployment's engine logs, every rank merged by time.
 
-    As `docker compose logs` / `kubectl logs`. Without a running deployment: what the last
-    one's containers printed; --failed: the last failed start's failed rank, whose
-    containers were removed. A node that stops answering is named; the others go on.
-    Exit 1 when some rank could not be read."""
+    Each line as `[rank R NODE] ...`, as `docker compose logs` / `kubectl logs` show them.
+    Without a running deployment: what the last one's containers printed; --failed: the last
+    failed start's failed rank, whose containers were removed. A node that stops answering
+    is named; the others go on. Exit 1 when some rank could not be read."""
     from ..lifecycle.loglines import COLORS, format_line
     from ..lifecycle.logs import show_logs
 

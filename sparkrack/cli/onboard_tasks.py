@@ -70,8 +70,10 @@ def _printer(json: bool):
 def onboard(c, name, address, replace=None, check=False, fingerprint=None, yes=False,
             waive=None, roce_addr=None, roce_twin_addr=None, peer=None, bwlimit=None, burn_seconds=5.0,
             full_verify=False, inventory=None, json=False):
-    """Make a bare Spark a member (--replace OLD: under OLD's rank) or a staged spare:
-    trust, baseline, provision, stage, verify, join. Exit 1 if a step refused or failed."""
+    """Make a bare Spark a member of the rack, or a staged spare.
+
+    --replace OLD: under OLD's rank. Trust, baseline, provision, stage, verify, join. Exit 1
+    if a step refused or failed."""
     from ..onboard import as_json
     from ..onboard import onboard as run_onboard
     from ..onboard.run import render_summary

@@ -14,7 +14,9 @@ BATCH_HELP = "nodes per batch (default: the inventory's restart_batch_size)"
 @task(help={"inventory": INVENTORY_HELP, "json": "print JSON for scripts"})
 @operator_task
 def power(c, inventory=None, json=False):
-    """Live GPU power per node, each cap state, and the worst-case rack draw vs the strip.
+    """Live GPU power per node and the worst-case rack draw vs the strip.
+
+    Each node's cap state too.
 
     A node counts at its uncapped watts unless a burn this boot verified its cap."""
     from ..safety.power import cap_state_of, project_power
@@ -48,7 +50,9 @@ def power(c, inventory=None, json=False):
                                  **WAIT_HELP})
 @rack_task()
 def restart_rack(c, inventory=None, batch_size=None, bring_back=False):
-    """Stop the engine, reboot every node in batches, verify caps after each batch.
+    """Stop the engine, reboot every node in batches, verify each batch.
+
+    Each batch's caps are verified after it boots.
 
     A node that does not come back, or whose GPU is latched or uncapped under load, stops
     the sequence at that batch."""
@@ -64,7 +68,9 @@ def restart_rack(c, inventory=None, batch_size=None, bring_back=False):
             "batch_size": BATCH_HELP, **WAIT_HELP})
 @rack_task()
 def reboot(c, nodes, inventory=None, batch_size=None):
-    """Reboot some nodes in verified batches (refused while an engine runs on them)."""
+    """Reboot some nodes in batches, each verified capped.
+
+    Refused while an engine runs on them."""
     from ..lifecycle import restart
 
     rack = inventory_from(inventory)

@@ -58,7 +58,9 @@ def _on_planned(diff: bool, json: bool):
             "json": "print the whole report as JSON instead", **WAIT_HELP})
 @rack_task(changing=lambda a: not a["check"])
 def provision(c, inventory=None, limit=None, role=None, check=False, diff=False, json=False):
-    """Gather facts (one round trip per node), plan, show, apply, re-plan; recap per node.
+    """Make the nodes what the inventory says, and show what changed.
+
+    Gather facts (one round trip per node), plan, show, apply, re-plan; recap per node.
 
     Exit 1 when a node failed, did not converge or could not be reached."""
     from ..provision import provision as run_provision
@@ -76,7 +78,7 @@ def provision(c, inventory=None, limit=None, role=None, check=False, diff=False,
 @rack_task(changing=lambda a: not a["check"])
 def unprovision(c, inventory=None, limit=None, role=None, check=False, diff=False, json=False,
                 force=False):
-    """Remove what provision writes (files, units, drop-ins, images) from the nodes."""
+    """Remove what provision wrote (files, units, drop-ins, images)."""
     from ..provision import roles_path, site_roles
     from ..provision import unprovision as run_unprovision
 
@@ -100,9 +102,12 @@ def unprovision(c, inventory=None, limit=None, role=None, check=False, diff=Fals
             "seconds": "how long the load runs (default 5)", "json": "print JSON", **WAIT_HELP})
 @rack_task()
 def burn(c, inventory=None, limit=None, seconds=5.0, json=False):
-    """Load every GPU at once, sample SM clock and power: ok, UNCAPPED or LATCHED per node.
+    """Load every GPU, sample its clock: ok, UNCAPPED or LATCHED per node.
 
-    Records the verdict on each node (`invoke status` shows it). Exit 1 if any node is not ok."""
+    SM clock and power are sampled on every GPU at once.
+
+    Records the verdict on each node (`invoke status` shows it). Exit 1 if any node is not
+    ok."""
     from ..safety.burn import burn as burn_check
 
     rack = inventory_from(inventory)

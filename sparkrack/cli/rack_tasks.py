@@ -13,7 +13,7 @@ LIMIT_HELP = "only these nodes, e.g. spark-01,spark-03"
                     "each deployment's image, spec and weights; a pipe always gets these"})
 @operator_task
 def status(c, inventory=None, limit=None, json=False, wide=False):
-    """Each node's reachability, clock, power, clock cap and engine, one row each.
+    """One row per node: reachability, clock, power, clock cap, engine.
 
     Below the table: what differs between the nodes (hostname, kernel, GPU), then the head's
     deployment records, a failed start by its cause. --wide or a pipe: every column."""

@@ -36,9 +36,11 @@ CX7_HELP = ("NVIDIA's /etc/netplan/40-cx7.yaml: link-local (the playbook's: link
             "twin_inventory": "where the twin's inventory goes (default: inventory/twin)"})
 @operator_task
 def up(c, inventory=None, twin=None, twin_inventory="inventory/twin", cx7_netplan=None):
-    """Boot the rehearsal rack (idempotent; installs its apt packages if missing), or with
-    --twin the twin of your rack: its node names, ranks, kernels, drivers, GID layouts
-    and cabling, with its inventory written for plan, check, up, roll and onboard."""
+    """Boot the rehearsal rack, or with --twin the twin of your rack.
+
+    Idempotent; installs its apt packages if missing. The twin has your rack's node names,
+    ranks, kernels, drivers, GID layouts and cabling, with its inventory written for plan,
+    check, up, roll and onboard."""
     if twin:
         from pathlib import Path
 
@@ -107,8 +109,8 @@ poweroff = _node_task("poweroff", "powered off",
                       "Pull a node's power cord (every process dies; a latched GPU clears).")
 poweron = _node_task("poweron", "powered on", "Power a node back on and wait until it boots.")
 wipe = _node_task("wipe", "wiped and booted bare (new host key)",
-                  "Wipe an extra node back to bare: power off, delete its disk, boot it (new "
-                  "host key).")
+                  "Wipe an extra node back to bare, with a new host key.\n\nPower off, "
+                  "delete its disk, boot it.")
 remove_node = _node_task("remove_node", "removed",
                          "Power an extra node off and delete it (disk, network, record).")
 
@@ -116,7 +118,7 @@ remove_node = _node_task("remove_node", "removed",
 @task(help={**NODE_HELP, "no_wait": "return as soon as the reboot starts"})
 @operator_task
 def reboot(c, node, inventory=None, no_wait=False):
-    """Cleanly reboot a node (systemctl reboot inside) and wait until it is back."""
+    """Cleanly reboot a node (systemctl reboot) and wait until it is back."""
     _rack(inventory).reboot(node, wait=not no_wait)
     console.say(f"{node}: rebooted")
 
@@ -124,7 +126,7 @@ def reboot(c, node, inventory=None, no_wait=False):
 @task(help={**NODE_HELP, "clear": "clear the latch instead (a full power removal also does)"})
 @operator_task
 def latch(c, node, inventory=None, clear=False):
-    """Latch a node's simulated GPU in the low-clock state (482-858 MHz under load)."""
+    """Latch a node's simulated GPU low (482-858 MHz under load)."""
     _rack(inventory).latch(node, on=not clear)
     console.say(f"{node}: GPU {'unlatched' if clear else 'latched in the low-clock state'}")
 
@@ -135,7 +137,9 @@ def latch(c, node, inventory=None, clear=False):
             "and 6 (seeded: the same seed, the same sequence)"})
 @operator_task
 def renumber_gid(c, node, inventory=None, index=None, clear=False, moving=None):
-    """Renumber a node's GID tables, as firmware can, or let them move at each boot."""
+    """Renumber a node's GID tables, or let them move at each boot.
+
+    As firmware can."""
     if [clear, index is not None, moving is not None].count(True) != 1:
         raise UsageError("give one of --index N, --moving SEED or --clear",
                          fix=f"e.g. invoke rehearsal.renumber-gid {node} --index 5")
@@ -151,7 +155,9 @@ def renumber_gid(c, node, inventory=None, index=None, clear=False, moving=None):
 @task(help={**NODE_HELP, "form": CX7_HELP})
 @operator_task
 def cx7_netplan(c, node, form, inventory=None):
-    """Reboot a node with NVIDIA's own ConnectX-7 netplan file in one of its public forms."""
+    """Reboot a node with NVIDIA's own ConnectX-7 netplan file.
+
+    In one of its public forms."""
     _rack(inventory).cx7_netplan([node], form)
     console.say(f"{node}: rebooted with NVIDIA's 40-cx7.yaml: {form}")
 
@@ -163,9 +169,10 @@ def cx7_netplan(c, node, form, inventory=None):
             "cmdline": "parameters added to the kernel command line, e.g. kho=off"})
 @operator_task
 def kernel(c, node, release=None, clear=False, kho_bug=None, cmdline="", inventory=None):
-    """Set the host kernel a node runs (kept on its disk): its release, its KHO behaviour
-    and command line, so /proc/cmdline and the CMA counters match, to rehearse the kernel
-    rules."""
+    """Set the host kernel a node runs (kept on its disk).
+
+    Its release, its KHO behaviour and command line, so /proc/cmdline and the CMA counters
+    match, to rehearse the kernel rules."""
     if clear == (release is not None):
         raise UsageError("give --release RELEASE or --clear",
                          fix=f"e.g. invoke rehearsal.kernel {node} --release 7.0.0-1019-nvidia")
@@ -181,8 +188,9 @@ def kernel(c, node, release=None, clear=False, kho_bug=None, cmdline="", invento
             "performance guide sets it)"})
 @operator_task
 def renderer(c, node, daemon, inventory=None):
-    """Set the network daemon a node's netplan renders with from its next boot on (kept on
-    its disk), to rehearse the fabric under NetworkManager."""
+    """Set the network daemon a node's netplan renders with.
+
+    From its next boot on (kept on its disk), to rehearse the fabric under NetworkManager."""
     _rack(inventory).renderer(node, daemon)
     console.say(f"{node}: {daemon} from its next boot (invoke rehearsal.reboot {node})")
 
@@ -190,7 +198,9 @@ def renderer(c, node, daemon, inventory=None):
 @task(help={**NODE_HELP, "hca": "the HCA, e.g. roceP2p1s0f0", "clear": "bring the port back up"})
 @operator_task
 def hca_down(c, node, hca, clear=False, inventory=None):
-    """Take one HCA's port down (cable out) until --clear, a reboot or a power cycle."""
+    """Take one HCA's port down (cable out) until --clear or a reboot.
+
+    A power cycle clears it too."""
     _rack(inventory).hca_down(node, hca, down=not clear)
     console.say(f"{node}: {hca} port {'up' if clear else 'down'}")
 
@@ -201,7 +211,9 @@ def hca_down(c, node, hca, clear=False, inventory=None):
             "rate": "limit the node's rails to this many Mbit/s (a link trained low)"})
 @operator_task
 def cable(c, node, port=0, paths="both", rate=None, inventory=None):
-    """Recable a node's fabric port (kept across reboots and power cycles, as a cable is)."""
+    """Recable a node's fabric port (kept across reboots, as a cable is).
+
+    Power cycles keep it too."""
     from ..rehearsal.cabling import Cabling
 
     cabling = Cabling(_integer(port, "--port"), str(paths),
@@ -218,8 +230,10 @@ def cable(c, node, port=0, paths="both", rate=None, inventory=None):
                      "(rehearsal_switch_mtu, every link at 200G)"})
 @operator_task
 def switch(c, mtu=None, port=None, rate=None, reset=False, inventory=None):
-    """Configure the fabric switch: its ports' MTU and each link's negotiated rate (kept
-    across `rehearsal.down` and `up`, as a switch keeps its config); without flags, show it."""
+    """Configure the fabric switch (port MTU, link rates), or show it.
+
+    Kept across `rehearsal.down` and `up`, as a switch keeps its config; without flags, show
+    it."""
     from ..rehearsal.switch import Switch
 
     rack = _rack(inventory)
@@ -253,7 +267,9 @@ def _integer(text, flag: str, example: int = 1) -> int:
 @operator_task
 def add_node(c, name, address, driver_version=None, missing_hca=None, kernel=None,
              inventory=None):
-    """Add a bare node outside the inventory (OS, sshd, docker, simulated GPU/HCAs; no
-    sparkrack files, images or weights; its host key in no known_hosts) and boot it."""
+    """Add a bare node outside the inventory and boot it.
+
+    OS, sshd, docker, simulated GPU/HCAs; no sparkrack files, images or weights; its host
+    key in no known_hosts."""
     _rack(inventory).add_node(name, address, driver_version=driver_version,
                               missing_hcas=tuple(missing_hca or ()), kernel=kernel)

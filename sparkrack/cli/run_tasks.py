@@ -19,12 +19,14 @@ from .common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
 @operator_task
 def run_command(c, nodes=None, shell=None, json=False, timeout=None, force=False,
                 inventory=None, raw=False):
-    """Run one command on every node: `invoke run [--nodes ...] -- CMD ARGS...`.
+    """Run one command on every node: `invoke run -- CMD ARGS...`.
+
+    `--nodes ...` chooses the nodes.
 
     The words after `--` are the argv (or --shell 'pipeline'); nodes that printed the same
-    are shown once, as `dshbak -c` does, with the exit code. Exit 1 when any node failed
-    or did not answer. Read-only by convention: changes belong to provision, up, down.
-    Refused (exit 3) while another operator holds the rack lock, unless --force."""
+    are shown once, as `dshbak -c` does, with the exit code. Exit 1 when any node failed or
+    did not answer. Read-only by convention: changes belong to provision, up, down. Refused
+    (exit 3) while another operator holds the rack lock, unless --force."""
     from ..adhoc import as_json, command_argv, group_results, remainder_of, render, run_adhoc
     from ..fleet import Fleet
     from ..oplock import audit

@@ -13,9 +13,11 @@ from .common import INVENTORY_HELP, inventory_from, operator_task
             "json": "print JSON for scripts"})
 @operator_task
 def capture(c, inventory=None, out=None, diff=None, json=False):
-    """Record the rack's shape: per node its kernel, driver, CUDA, GPU, memory, docker, the
-    clock-cap unit, each ConnectX-7 RDMA function's port, rate, MTU and GID layout. Read-only; no
-    address, host key, user or token is recorded."""
+    """Record the rack's shape in one file, read-only.
+
+    Per node its kernel, driver, CUDA, GPU, memory, docker, the clock-cap unit, each
+    ConnectX-7 RDMA function's port, rate, MTU and GID layout. No address, host key, user or
+    token is recorded."""
     from pathlib import Path
 
     from invoke.exceptions import Exit

@@ -40,7 +40,9 @@ def _settings(rack, install_dir=None, python=None, listen=None):
 @rack_task(changing=lambda a: not a["check"], name="watch.install")
 def install(c, on=None, inventory=None, check=False, install_dir=None, python=None,
             listen=None):
-    """Install the watchdog as a systemd service on a rack node (default: the head).
+    """Install the watchdog as a systemd service on a node.
+
+    Default: the head.
 
     Ships sparkrack, its libraries and the inventory (the node needs no network), makes the
     watchdog's own SSH key on the node, authorizes it on every node (role watchdog_key) from
@@ -67,7 +69,9 @@ def install(c, on=None, inventory=None, check=False, install_dir=None, python=No
             "install_dir": PLACE_HELP["install_dir"], **WAIT_HELP})
 @rack_task(changing=lambda a: not a["check"], name="watch.uninstall")
 def uninstall(c, on=None, inventory=None, check=False, install_dir=None):
-    """Remove the watchdog service: unit, files, state, its key on every node, its record."""
+    """Remove the watchdog service and its key from every node.
+
+    Unit, files, state, its key on every node, its record."""
     from ..watchdog.uninstall import uninstall as run_uninstall
 
     rack = inventory_from(inventory)
@@ -81,7 +85,7 @@ def uninstall(c, on=None, inventory=None, check=False, install_dir=None):
             "verdicts": "how many of its last verdicts to show (default 5)"})
 @operator_task
 def status(c, on=None, inventory=None, json=False, verdicts=5):
-    """Where the watchdog runs, since when, its last verdicts and its metrics URL.
+    """Where the watchdog runs, since when, its verdicts and metrics URL.
 
     Read-only. Exit 0 when the service is active, 1 otherwise."""
     import time

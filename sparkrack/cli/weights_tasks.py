@@ -68,11 +68,13 @@ def _source(rack, from_, source, model):
 @rack_task(changing=lambda a: not a["check"], name="weights.stage")
 def stage(c, model=None, from_=None, source=None, nodes=None, bwlimit=None, full_verify=False,
           check=False, json=False, python=None, inventory=None):
-    """Copy a model directory to every node (or --nodes) through the pipelined chain.
+    """Copy a model directory to every node through the pipelined chain.
+
+    --nodes: only those.
 
     The manifest (sparkrack-manifest.sha256) is made once at the source; files present and
-    right are skipped, partial files resume, the manifest is written last on each node.
-    Exit 1 when a node is not complete afterwards."""
+    right are skipped, partial files resume, the manifest is written last on each node. Exit
+    1 when a node is not complete afterwards."""
     from ..fleet import Fleet
     from ..oplock.audit import note
     from ..transfer.chain import DEFAULT_PYTHON
@@ -148,8 +150,10 @@ def verify(c, model=None, full=False, nodes=None, json=False, python=None, inven
                          "inventory": INVENTORY_HELP})
 @operator_task
 def list_(c, json=False, python=None, inventory=None):
-    """The model directories staged on the nodes (beside the inventory's and the profiles'
-    model paths): manifest digest and nodes, size, partial copies, the profiles using it."""
+    """The model directories staged on the nodes, with their manifests.
+
+    Beside the inventory's and the profiles' model paths: manifest digest and nodes, size,
+    partial copies, the profiles using it."""
     import posixpath
 
     from ..fleet import Fleet
@@ -180,9 +184,10 @@ def list_(c, json=False, python=None, inventory=None):
             **WAIT_HELP})
 @rack_task(changing=lambda a: not a["check"], name="weights.remove")
 def remove(c, model=None, nodes=None, check=False, json=False, python=None, inventory=None):
-    """Remove a staged model from the nodes: the files its manifest lists, partial files
-    and the manifest (anything else in the directory stays). Refused while the current
-    deployment runs from it."""
+    """Remove a staged model from the nodes: what its manifest lists.
+
+    The files its manifest lists, partial files and the manifest (anything else in the
+    directory stays). Refused while the current deployment runs from it."""
     from ..fleet import Fleet
     from ..lifecycle.modeluse import refuse_removal_in_use
     from ..oplock.audit import note

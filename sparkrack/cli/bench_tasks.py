@@ -69,9 +69,12 @@ def bench(c, suite="full", save=None, context=None, tokens=None, inventory=None,
 
 @task(help={"a": "first saved result (the baseline): a name or a .json file",
             "b": "second saved result", "inventory": INVENTORY_HELP,
-            "json": "print the comparison as JSON"})
+            "json": "print the comparison as JSON",
+            "plot": "also draw it to FILE (.svg or .png): each measure's A and B side by "
+                    "side, the tie band around A (needs the extra: pip install "
+                    "'sparkrack[plot]')"})
 @operator_task
-def compare(c, a, b, inventory=None, json=False):
+def compare(c, a, b, inventory=None, json=False, plot=None):
     """Two saved bench runs side by side, measure by measure.
 
     Every measure, B - A and its percentage, and which run is ahead; a difference within 3 %
@@ -82,12 +85,22 @@ def compare(c, a, b, inventory=None, json=False):
     from ..bench.measure import TIE_PCT
     from ..fleet import Fleet
 
+    if plot:
+        from ..bench.plot import plot_format
+
+        plot_format(plot)  # a wrong extension is refused before anything is read
     rack = inventory_from(inventory)
     with Fleet(rack) as fleet:
         run_a, where_a = store.load(rack, a, fleet)
         run_b, where_b = store.load(rack, b, fleet)
     names = (run_a.name, run_b.name) if run_a.name != run_b.name else ("A", "B")
     table = compare_runs(run_a, run_b, names=names)
+    if plot:
+        from ..bench.plot import plot as draw
+
+        left_out = draw(table, names, plot, TIE_PCT)
+        console.say(f"plot: {plot}" + (f" (in the table only: {', '.join(left_out)})"
+                                       if left_out else ""))
     if json:
         console.print_json({"a": {"name": run_a.name, "from": where_a, **run_a.deployment,
                                   "date": run_a.date, "suite": run_a.suite, "partial": run_a.partial},

@@ -1,11 +1,13 @@
 """pyproject.toml declares what sparkrack imports: every third-party module a sparkrack file
 imports comes from a distribution named in [project].dependencies (the rehearsal's
-simulator scripts, which run as top-level modules, are not ones), and the installed
-versions satisfy the declared lower bounds."""
+simulator scripts, which run as top-level modules, are not ones), or from an optional
+extra other than `test` (`plot`) and then only inside a function, so the base install
+runs everything else without it; the installed versions satisfy the declared bounds."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata as metadata
 import sys
 import tomllib
@@ -17,17 +19,23 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parents[2]
 
 
-def declared() -> dict[str, Requirement]:
+def declared(extras: bool = False) -> dict[str, Requirement]:
+    """The dependencies (extras: the optional extras' but `test`'s instead)."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return {canonicalize_name(r.name): r for r in map(Requirement, project["dependencies"])}
+    listed = ([r for name, rs in project["optional-dependencies"].items() if name != "test"
+               for r in rs] if extras else project["dependencies"])
+    return {canonicalize_name(r.name): r for r in map(Requirement, listed)}
 
 
-def third_party_imports() -> dict[str, set[str]]:
-    """{top-level module: the sparkrack files importing it}."""
+def third_party_imports(top_level: bool = False) -> dict[str, set[str]]:
+    """{top-level module: the sparkrack files importing it} (top_level: only the imports
+    at a module's top, not inside a function)."""
     found: dict[str, set[str]] = {}
     simulators = {file.stem for file in (REPO / "sparkrack/rehearsal/sim").glob("*.py")}
     for file in sorted((REPO / "sparkrack").rglob("*.py")):
-        for node in ast.walk(ast.parse(file.read_text(), str(file))):
+        tree = ast.parse(file.read_text(), str(file))
+        nested = _in_functions(tree) if top_level else set()
+        for node in (n for n in ast.walk(tree) if n not in nested):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -42,15 +50,35 @@ def third_party_imports() -> dict[str, set[str]]:
     return found
 
 
+def _in_functions(tree: ast.AST) -> set[ast.AST]:
+    """Every node inside a function body of tree."""
+    return {inner for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for inner in ast.walk(node) if inner is not node}
+
+
+@functools.cache
+def _distributions() -> dict[str, list[str]]:
+    return metadata.packages_distributions()
+
+
+def _providers(module: str) -> set[str]:
+    return {canonicalize_name(d) for d in _distributions().get(module, [module])}
+
+
 def test_every_imported_distribution_is_declared():
-    providers = metadata.packages_distributions()
-    wanted = declared()
-    missing = {}
-    for module, files in third_party_imports().items():
-        names = {canonicalize_name(d) for d in providers.get(module, [module])}
-        if not names & wanted.keys():
-            missing[module] = sorted(files)
+    wanted = declared() | declared(extras=True)
+    missing = {module: sorted(files) for module, files in third_party_imports().items()
+               if not _providers(module) & wanted.keys()}
     assert not missing, f"imported but not in pyproject's dependencies: {missing}"
+
+
+def test_an_optional_extra_is_imported_only_where_it_is_used():
+    extras = declared(extras=True).keys() - declared().keys()
+    assert "matplotlib" in extras  # bench.compare --plot
+    at_the_top = {module: sorted(files) for module, files in
+                  third_party_imports(top_level=True).items() if _providers(module) & extras}
+    assert not at_the_top, f"an optional extra imported at a module's top: {at_the_top}"
 
 
 def test_the_installed_versions_meet_the_declared_bounds():

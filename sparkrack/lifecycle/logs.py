@@ -12,11 +12,9 @@ The nodes are probed with a short SSH round trip every few seconds: a node that 
 answering is named and the other ranks keep streaming (a docker log stream over SSH has
 no read timeout of its own); it is picked up again when it answers.
 
-A failed start removes its containers: `--failed` shows the lines its failed rank printed
-last, kept in the head's failed record (failed_start_lines).
-
-Everything but DockerRankLogs, show_logs and failed_start_lines is pure or runs on fakes in
-the unit tests.
+A failed start's containers are gone: `--failed` shows the lines its failed rank printed
+last, kept in the head's failed record (failed_start_lines). Everything but DockerRankLogs,
+show_logs and failed_start_lines is pure or runs on fakes in the unit tests.
 """
 
 from __future__ import annotations
@@ -435,8 +433,7 @@ def show_logs(inventory, *, ranks: str | None = None, nodes: str | None = None,
 
 
 def failed_start_lines(inventory) -> tuple:
-    """(the head's failed record, the lines its failed rank printed last as LogLines): what
-    `invoke logs --failed` shows once the failed start's containers are gone."""
+    """(the head's failed record, the lines its failed rank printed last, as LogLines)."""
     from ..fleet import Fleet
     from .record import read
 
@@ -447,8 +444,5 @@ def failed_start_lines(inventory) -> tuple:
         raise SparkrackError(f"no failed start's log lines are recorded on {inventory.head.name}"
                              + (f" ({failed.deployment_id} failed: {failed.error})" if failed
                                 else ""), fix="`invoke status` shows the deployment records")
-    lines = []
-    for raw in kept["lines"]:
-        ns, text = split_timestamp(raw)
-        lines.append(LogLine(ns or 0, int(kept["rank"]), str(kept["node"]), text))
-    return failed, lines
+    return failed, [LogLine(ns or 0, int(kept["rank"]), str(kept["node"]), text)
+                    for ns, text in map(split_timestamp, kept["lines"])]

@@ -12,7 +12,8 @@ import sparkrack
 PACKAGE = Path(sparkrack.__file__).parent
 LAYERS = (  # the top first
     ("cli",),
-    ("onboard", "bench", "watchdog", "export", "status", "status_view", "twin", "chaos"),
+    ("status_view",),
+    ("onboard", "bench", "watchdog", "export", "status", "twin", "chaos"),
     ("lifecycle",),
     ("rules",),
     ("engines",),

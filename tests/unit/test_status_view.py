@@ -46,7 +46,6 @@ def screen(rows, width: int, monkeypatch) -> list[str]:
     """The narrow table as a terminal of width columns shows it."""
     term = Console(width=width, force_terminal=True, color_system=None, record=True,
                    highlight=False, soft_wrap=True)
-    monkeypatch.setattr(console, "out", term, raising=False)
     monkeypatch.setitem(console.__dict__, "out", term)
     console.print_table("rack status", NARROW, [narrow_cells(r) for r in rows],
                         wrap=NARROW_WRAPS)

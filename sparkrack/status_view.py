@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from .lifecycle.loglines import reason
 from .status import StatusRow
 
 NARROW = ("rank", "node", "reach", "sm MHz", "power", "clock cap", "engine")
@@ -78,6 +79,19 @@ def differences(rows: Sequence[StatusRow]) -> list[str]:
     return lines + [f"{r.node}: " + "; ".join(own[r.node]) for r in answered if r.node in own]
 
 
+OLD_TAIL = " - last log lines:"  # how a failed record's error quoted its log before
+
+
+def _first_line(error: str) -> str:
+    """A failed record's error in one line; an older record's quoted log lines become the
+    line among them that says why (loglines.reason)."""
+    first, _, rest = error.partition("\n")
+    if first.endswith(OLD_TAIL):
+        cause = reason(line.strip() for line in rest.splitlines())
+        return first[:-len(OLD_TAIL)] + (f": {cause}" if cause else "")
+    return first
+
+
 def deployment_lines(records: Mapping[str, dict | None], wide: bool) -> list[str]:
     """The head's deployment records, one line each (wide: image, spec and weights too). A
     failed start (narrow) says why first, then which deployment it was, on its own line."""
@@ -104,7 +118,7 @@ def deployment_lines(records: Mapping[str, dict | None], wide: bool) -> list[str
             continue
         which = f"{dep['engine']} {dep['profile']}, deployment {dep['deployment_id']}{by}"
         if error:
-            lines += [f"failed: {error.splitlines()[0]}", f"  {which}"]
+            lines += [f"failed: {_first_line(error)}", f"  {which}"]
         else:
             lines.append(f"{kind}{state}: {which}")
     return lines

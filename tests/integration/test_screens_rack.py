@@ -42,10 +42,13 @@ class Terminal:
         self.folder = folder
         self.socket = f"sparkrack-test-{os.getpid()}"
         self.count = 0
+        self.tmux("new-session", "-d", "-s", "keeper", "sleep 86400")  # the server stays up
 
     def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args],
-                              check=True, capture_output=True, text=True, timeout=30).stdout
+        done = subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args],
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, f"tmux {' '.join(args[:3])}: {done.stderr}"
+        return done.stdout
 
     def run(self, argv: list[str], width: int, timeout: float = 180) -> tuple[int, list[str]]:
         """(exit code, the screen's lines) of argv run from the repository at width."""

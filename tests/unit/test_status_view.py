@@ -116,6 +116,18 @@ def test_a_failed_start_says_why_first_and_which_deployment_after():
     assert len(lines) == 2
 
 
+def test_an_older_failed_record_is_summed_up_the_same_way():
+    quoted = ("rank 2 on spark-03 exited (exit code 1) - last log lines:\n"
+              '  {"argv": ["python3", "-m", "sglang.launch_server"], "event": "start"}\n'
+              "  [2026-12-06 07:58:20 TP2] Init torch distributed begin.\n"
+              "  [2026-12-06 07:58:20 TP2] [rank2]: RuntimeError: [enforce fail at /pytorch/"
+              "third_party/gloo/gloo/transport/tcp/device.cc:83] ifa != nullptr. Unable to find "
+              "address for: enp1s0f0np0")
+    lines = deployment_lines({"failed": {**FAILED, "error": quoted}}, wide=False)
+    assert lines[0] == ("failed: rank 2 on spark-03 exited (exit code 1): RuntimeError: ifa != "
+                        "nullptr. Unable to find address for: enp1s0f0np0")
+
+
 def test_the_current_deployment_is_named_once():
     current = {**FAILED, "status": "serving", "error": ""}
     lines = deployment_lines({"current": current, "last-good": current}, wide=False)

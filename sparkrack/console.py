@@ -56,12 +56,14 @@ def print_json(data: Any) -> None:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-                styles: Sequence[str | None] = (), *, wrap: Sequence[str] | None = None) -> None:
+                styles: Sequence[str | None] = (), *, wrap: Sequence[str] | None = None,
+                whole: bool = False) -> None:
     """A table: rich when stdout is a terminal, tab-separated plain text when it is not.
 
-    wrap (a terminal only): the compact form, no borders, for a table that must read at 80
-    to 100 columns. Its other columns are never narrowed: the columns named in wrap fold
-    onto more lines when the terminal is too narrow for them, nothing is cut."""
+    On a terminal: wrap, the compact form, no borders, for a table that must read at 80 to
+    100 columns: its other columns are never narrowed, the columns named in wrap fold onto
+    more lines when the terminal is too narrow for them, nothing is cut. whole: the table at
+    its own width, wider than the terminal if it must be (the terminal wraps its lines)."""
     out = _stream("out")
     rows = [["-" if v is None else str(v) for v in row] for row in rows]
     if not out.is_terminal:
@@ -85,7 +87,14 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]
                          min_width=widest if wrap is not None and not folds else None)
     for row in rows:
         table.add_row(*[escape(v) for v in row])
-    out.print(table)
+    if whole:  # rich never prints wider than its console: a console as wide as the table
+        from rich.console import Console
+        from rich.measure import Measurement
+
+        width = Measurement.get(out, out.options.update(max_width=100_000), table).maximum
+        out = Console(file=out.file, width=max(width, out.width), force_terminal=True,
+                      color_system=out.color_system, highlight=False, soft_wrap=True)
+    out.print(table, crop=False)
 
 
 class Waiting:

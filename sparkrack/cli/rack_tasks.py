@@ -32,15 +32,18 @@ def status(c, inventory=None, limit=None, json=False, wide=False):
     else:
         wide = wide or not console.out.is_terminal
         if wide:
-            console.print_table("rack status", WIDE, [wide_cells(r) for r in rows])
+            console.print_table("rack status", WIDE, [wide_cells(r) for r in rows], whole=True)
         else:
             console.print_table("rack status", NARROW, [narrow_cells(r) for r in rows],
                                 wrap=NARROW_WRAPS)
+        # a terminal (narrow): each line wrapped between words, as the table's cells are
+        show = print if wide else lambda line: console.out.print(
+            line, markup=False, highlight=False, soft_wrap=False)
         for line in ([] if wide else differences(rows)) + deployment_lines(records, wide):
-            print(line)
+            show(line)
         if api:
-            print(f"api: {api} ({current['engine']}"
-                  + (", the rack's api_port" if rack.vars.api_port else "") + ")")
+            show(f"api: {api} ({current['engine']}"
+                 + (", the rack's api_port" if rack.vars.api_port else "") + ")")
     down = [r for r in rows if r.reachable != "ok"]
     for r in down:
         console.say(f"{r.node}: {r.reachable}: {r.error}")

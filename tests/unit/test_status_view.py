@@ -136,3 +136,19 @@ def test_the_current_deployment_is_named_once():
                      "last-good: the current deployment"]
     wide = deployment_lines({"current": current, "last-good": current}, wide=True)
     assert wide[1].startswith("last-good: sglang 512k image lmsysorg/sglang:v0.5.22-cu130 ")
+
+
+def test_wide_on_a_terminal_prints_every_column_whole(monkeypatch):
+    import io
+
+    screen = io.StringIO()
+    term = Console(file=screen, width=100, force_terminal=True, color_system=None,
+                   highlight=False, soft_wrap=True)
+    monkeypatch.setitem(console.__dict__, "out", term)
+    console.print_table("rack status", WIDE, [wide_cells(r) for r in HEALTHY], whole=True)
+    text = screen.getvalue()
+    assert "…" not in text
+    for r in HEALTHY:
+        assert (f"│ {r.rank}    │ {r.node} │ ok    │ {r.node} │ {KERNEL} │ NVIDIA GB10 │"
+                in text), text
+        assert f"{CAP} │ sparkrack-sglang-r{r.rank} running (healthy) │" in text

@@ -45,8 +45,11 @@ class Terminal:
         self.tmux("new-session", "-d", "-s", "keeper", "sleep 86400")  # the server stays up
 
     def tmux(self, *args: str) -> str:
+        # the server's environment is every pane's: without the COLUMNS and LINES a test
+        # runner may export (a shell on a real terminal keeps them unexported, if at all)
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
         done = subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args],
-                              capture_output=True, text=True, timeout=30)
+                              capture_output=True, text=True, timeout=30, env=env)
         assert done.returncode == 0, f"tmux {' '.join(args[:3])}: {done.stderr}"
         return done.stdout
 
@@ -143,6 +146,8 @@ def test_status_of_a_healthy_rack_reads_whole(serving, terminal):
                                    "hostname = node name") for line in screen), screen
         if width < 100:
             continue
+        assert any(re.fullmatch(r"current \(serving\): sglang 512k, deployment \S+ by \S+", line)
+                   for line in screen), screen  # the lines under the table: one each
         facts = status_json()
         for node, line in rows.items():
             cells = re.split(r"\s{2,}", line.strip())

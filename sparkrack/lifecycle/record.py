@@ -73,8 +73,11 @@ def store_on_head(fleet: Fleet, inventory: Inventory, folder: str, name: str, da
 
 
 def write(fleet: Fleet, inventory: Inventory, kind: str, deployment: Deployment) -> None:
-    """Store a record on the head node (and in the local mirror)."""
-    data = json.dumps(asdict(deployment), sort_keys=True).encode()
+    """Store a record on the head node (and in the local mirror). log_tail only where it
+    holds lines (a failed record): a reader of an older version takes a record with a field
+    it does not know for absent, and the watchdog on the head may be one."""
+    fields = {k: v for k, v in asdict(deployment).items() if v or k != "log_tail"}
+    data = json.dumps(fields, sort_keys=True).encode()
     store_on_head(fleet, inventory, RECORD_DIR, kind, data, f"the {kind} deployment record")
     _mirror(inventory, kind, data)
 

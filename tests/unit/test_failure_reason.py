@@ -82,3 +82,24 @@ def test_the_failed_rank_in_two_lines_at_80_columns_its_log_kept():
     assert failed.log_tail == {"rank": 2, "node": "spark-03", "lines": stamped(SGLANG_GLOO)}
     silent = rank_failed(rank, [])
     assert silent.line() == "rank 2 on spark-03 exited (exit code 1)" and silent.log_tail is None
+
+
+def test_only_a_failed_record_carries_the_kept_lines(monkeypatch):
+    """A current or last-good record keeps its old fields only: a reader of an older
+    version (the watchdog on the head) takes a record with an unknown field for absent."""
+    from dataclasses import replace
+
+    from sparkrack.lifecycle import record
+
+    written = {}
+    monkeypatch.setattr(record, "store_on_head", lambda fleet, inventory, folder, kind, data,
+                        what: written.__setitem__(kind, json.loads(data)))
+    monkeypatch.setattr(record, "_mirror", lambda inventory, kind, data: None)
+    serving = record.Deployment(engine="sglang", profile="512k", deployment_id="d",
+                                spec_hash="s", image="i", image_id="sha256:x", status="serving")
+    kept = {"rank": 2, "node": "spark-03", "lines": stamped(SGLANG_GLOO)}
+    record.write(None, None, "current", serving)
+    record.write(None, None, "failed", replace(serving, status="failed", log_tail=kept))
+    assert "log_tail" not in written["current"]
+    assert written["failed"]["log_tail"] == kept
+    assert record.Deployment(**written["failed"]).log_tail == kept

@@ -149,6 +149,7 @@ class _Loader:
         self._check_tp_size(rack, len(members), anchor)
         self._check_unique(drafts, "ansible_host")
         self._check_unique(drafts, "roce_addr")
+        self._check_pdu(rack, [d.host.name for d in members], sorted(spares))
         nodes = sorted((self._node(draft) for draft in members), key=lambda node: node.rank)
         return Inventory(
             path=self.dir, nodes=tuple(nodes), vars=_rack_vars(rack),
@@ -325,6 +326,25 @@ class _Loader:
                     setting.file, setting.line, f"duplicate {key} {setting.value}: "
                     f"{first.host.name} ({self._where(first_setting)}) and {draft.host.name} "
                     f"({self._where(setting)})", fix=f"give each node its own {key}")
+
+    def _check_pdu(self, rack: _Settings, members: list[str], spares: list[str]) -> None:
+        """The PDU's outlets name hosts of hosts.yml, and every member has one."""
+        setting = rack.get("pdu")
+        if setting is None:
+            return
+        mapped = [node for node, _ in setting.value.outlets]
+        strangers = [node for node in mapped if node not in members + spares]
+        if strangers:
+            raise InventoryError(
+                setting.file, setting.line, f"pdu: outlets: '{strangers[0]}' is not a host of "
+                f"hosts.yml{did_you_mean(strangers[0], members)}",
+                fix="map each node of hosts.yml to the outlet its power cord is in")
+        unmapped = [node for node in members if node not in mapped]
+        if unmapped:
+            raise InventoryError(
+                setting.file, setting.line, f"pdu: outlets: {', '.join(unmapped)} on no outlet",
+                fix="the PDU is the rack's strip: give every node the outlet its power cord "
+                "is in")
 
     def _node(self, draft: _Draft) -> Node:
         """The Node for one validated host."""

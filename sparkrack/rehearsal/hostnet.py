@@ -11,7 +11,7 @@ from ipaddress import ip_address
 
 from .cabling import Cabling
 from .layout import (
-    BRIDGE, BRIDGE_ADDR, FABRIC_BRIDGE, FUNCTIONS, MGMT_MTU, MGMT_NETDEV, SUBNET, NodeLayout)
+    BRIDGE, BRIDGE_ADDR, FABRIC_BRIDGE, PDU_ADDR, FUNCTIONS, MGMT_MTU, MGMT_NETDEV, SUBNET, NodeLayout)
 from .switch import Switch
 
 LEGACY_TWIN_PEER = "p2-peer"  # the one-network layout's twin, removed on the next `up`
@@ -39,11 +39,13 @@ def remove_blackhole() -> None:
 
 
 def ensure_bridge() -> None:
-    """The bridge the nodes hang off, with this machine's address on the rack subnet."""
+    """The bridge the nodes hang off, with this machine's address on the rack subnet and
+    the PDU's (its SNMP agent runs on this machine)."""
     if not link_exists(BRIDGE):
         ip("link", "add", BRIDGE, "type", "bridge")
     ip("link", "set", BRIDGE, "mtu", str(MGMT_MTU))
     ip("addr", "replace", BRIDGE_ADDR, "dev", BRIDGE)
+    ip("addr", "replace", f"{PDU_ADDR}/{BRIDGE_ADDR.split('/')[1]}", "dev", BRIDGE)
     ip("link", "set", BRIDGE, "up")
 
 

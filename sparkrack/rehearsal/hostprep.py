@@ -20,6 +20,7 @@ REQUIRED_COMMANDS = {
     "nsenter": "util-linux",
     "netplan": "netplan.io",  # the nodes apply their fabric config with it, as DGX OS does
     "udevadm": "udev",  # which `netplan apply` calls
+    "snmpget": "snmp",  # net-snmp's tools, to talk to the rack's PDU as an operator would
 }
 SBIN_DIRS = ("/usr/sbin", "/sbin")
 # Every node's systemd, journald, networkd and dockerd hold inotify instances, counted per

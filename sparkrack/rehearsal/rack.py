@@ -19,7 +19,7 @@ from ipaddress import ip_address
 
 from ..errors import SparkrackError, UsageError
 from ..inventory import Inventory, load_inventory
-from . import cx7netplan, hostnet, hostprep, nodefs, nodeproc
+from . import cx7netplan, hostnet, hostprep, nodefs, nodeproc, pdu
 from .extras import ExtraNode, check_extra, read_extras, write_extras
 from .stubimage import build_stub_images
 from .cabling import Cabling, read_cabling, write_cabling
@@ -231,6 +231,7 @@ class RehearsalRack:
         if to_boot:
             self.say(f"booting {len(to_boot)} node(s): {', '.join(n.name for n in to_boot)}")
         self.wait_booted(self.nodes)
+        pdu.start_agent(self.inventory.path, self.inventory.vars.pdu, self.say)
         if self.extras:
             try:
                 self.wait_booted(self.extra_nodes)
@@ -244,6 +245,7 @@ class RehearsalRack:
     def down(self) -> None:
         """Shut every node down cleanly, then remove the network and the guard, in that order."""
         REHEARSAL_STATE_FILE.unlink(missing_ok=True)
+        pdu.stop_agent()  # first: it could power a node on again
         nodes = [*self.all_nodes, *self._other_twin_nodes()]
         with ThreadPoolExecutor(max_workers=len(nodes) or 1) as pool:
             list(pool.map(nodeproc.shutdown, nodes))

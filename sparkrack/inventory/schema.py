@@ -233,7 +233,7 @@ class Spec:
         if self.type == ADDRESS and isinstance(value, str) and "%" in value:
             raise ValueError(f"{self.name}: {describe(value)} {address_problem(value)}")
         if self.type == PDU:
-            return parse_pdu(value)
+            return None if value is None else parse_pdu(value)
         converted = _convert(self.type, value)
         if converted is None or not self._in_bounds(converted) or (
                 self.choices is not None and converted not in self.choices):

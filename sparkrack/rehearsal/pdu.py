@@ -37,8 +37,10 @@ OUTLETS = 12
 PID_FILE = RUN_DIR / "pdu.pid"
 LOG_FILE = RUN_DIR / "pdu.log"
 LOADS_FILE = RUN_DIR / "pdu-loads.json"  # outlet: watts of a load that is no node
-REHEARSAL_CREDENTIALS = {"user_env": "sparkrack", "auth_key_env": "rehearsal-auth-key",
-                         "priv_key_env": "rehearsal-priv-key"}
+# the rehearsal PDU's own SNMPv3 user and keys, as a PDU's factory ones (docs/rehearsal.md)
+REHEARSAL_CREDENTIALS = {"SPARKRACK_PDU_USER": "sparkrack",
+                         "SPARKRACK_PDU_AUTH_KEY": "rehearsal-auth-key",
+                         "SPARKRACK_PDU_PRIV_KEY": "rehearsal-priv-key"}
 GPUSIM_PORT = 47800  # gpusimd, on 127.0.0.1 in each node's namespace
 CLONE_NEWNET = 0x40000000
 READING_TTL_S = 1.0
@@ -204,7 +206,8 @@ def start_agent(inventory_path: Path, pdu: PduConfig | None, say) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith("PDU_")}
     names = pdu or PduConfig("", "", ())
     given = [os.environ.get(getattr(names, key)) for key in DEFAULT_ENV]
-    values = given if all(given) else list(REHEARSAL_CREDENTIALS.values())
+    values = given if all(given) else [REHEARSAL_CREDENTIALS[DEFAULT_ENV[key]]
+                                       for key in DEFAULT_ENV]
     env.update(zip(("PDU_USER", "PDU_AUTH_KEY", "PDU_PRIV_KEY"), values))
     env["PATH"] = os.pathsep.join([env.get("PATH", ""), *SBIN_DIRS])
     RUN_DIR.mkdir(parents=True, exist_ok=True)

@@ -78,7 +78,7 @@ def test_rehearsal_rack_shares_the_real_rack_vars():
     real = load_inventory(REPO / "inventory" / "rack").vars
     rehearsal = load_inventory(REPO / "inventory" / "rehearsal").vars
     own = {"rack_name": "x", "known_hosts_file": "x", "ssh_authorized_keys_file": "x",
-           "rehearsal": False, "rehearsal_switch_mtu": 1500}
+           "rehearsal": False, "rehearsal_switch_mtu": 1500, "pdu": None}
     assert dataclasses.replace(real, **own) == dataclasses.replace(rehearsal, **own)
 
 

@@ -236,6 +236,20 @@ def switch(c, mtu=None, port=None, rate=None, reset=False, inventory=None):
     console.say(f"switch: {new.describe()}")
 
 
+@task(name="pdu-load", help={**HELP, "outlet": "a PDU outlet no node is on, e.g. 10",
+                             "watts": "what the load draws (0: unplug it)"})
+@operator_task
+def pdu_load(c, outlet, watts, inventory=None):
+    """Plug something that is no node into a free outlet of the rehearsal PDU (a switch, a
+    monitor, a heater): the PDU measures it, the projection does not know it."""
+    from ..rehearsal import pdu
+
+    rack = _rack(inventory)
+    number, draw = _integer(outlet, "--outlet", 10), _integer(watts, "--watts", 300)
+    pdu.plug_load(rack.inventory.vars.pdu, number, draw)
+    console.say(f"PDU outlet {number}: {f'{draw} W load plugged in' if draw else 'unplugged'}")
+
+
 def _integer(text, flag: str, example: int = 1) -> int:
     try:
         return int(text)

@@ -67,6 +67,9 @@ class RackOutlets:
         return node.name if node else f"outlet {outlet}"
 
     def is_on(self, outlet: int) -> bool:
+        node = self.nodes.get(outlet)
+        if outlet in self.off and node is not None and nodeproc.init_pid(node) is not None:
+            self.off.discard(outlet)  # booted by hand (rehearsal.poweron): switched on there
         return outlet not in self.off
 
     def watts(self, outlet: int) -> int:

@@ -4,7 +4,7 @@
 and after every chaos step) and undoes what a test, an operator or a chaos run left: a
 node powered off or cut, a node hung (running but not answering SSH: power-cycled), a
 node recabled, a latched GPU, a renumbered GID table, an HCA port down, a switch set
-otherwise than the inventory says.
+otherwise than the inventory says, a load plugged into the PDU or its agent gone.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from ..errors import SparkrackError
 from .cabling import Cabling, read_cabling
 from .nodefs import read_json_object
 from .nodeproc import init_pid
+from . import pdu
 from .rack import RehearsalRack
 from .switch import Switch
 
@@ -33,6 +34,12 @@ def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S, *,
     if rack.switch != configured:
         rack.set_switch(configured)
         repaired.append(f"switch back to {configured.describe()}")
+    if pdu.read_loads():
+        pdu.LOADS_FILE.unlink(missing_ok=True)
+        repaired.append("loads unplugged from the PDU")
+    if pdu.agent_pid() is None:
+        pdu.start_agent(rack.inventory.path, rack.inventory.vars.pdu, lambda line: None)
+        repaired.append("PDU agent started again")
     for state in rack.status():
         if state.extra and state.name not in extras:
             continue

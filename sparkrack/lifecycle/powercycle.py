@@ -71,10 +71,11 @@ def plan_cycle(inventory: Inventory, node: Node, off_seconds: int, fleet: Fleet)
         raise UsageError(f"--off-seconds {off_seconds}: the PDU keeps an outlet off {low}-{high} "
                          "s in a power cycle", fix=f"give {low}..{high}, e.g. {OFF_SECONDS}")
     found = running(fleet)
-    plan = CyclePlan(node.name, pdu.name, outlet, off_seconds, found.deployment)
+    plan = CyclePlan(node.name, pdu.name, outlet, off_seconds)
     if found.deployment:
         ranks = sorted((r for r in found.alive if r.deployment == found.deployment),
                        key=lambda r: (r.rank != 0, r.rank))
+        plan.group = f"{ranks[0].engine} {ranks[0].profile} ({found.deployment})"
         plan.ranks = [f"rank {r.rank} on {r.node}" for r in ranks]
     return plan
 

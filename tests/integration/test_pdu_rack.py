@@ -82,7 +82,10 @@ def test_a_latched_node_is_power_cycled_and_serves_again(engine_rack, rack):
     boots = len(nodeproc.boot_times(rack.node("spark-03")))
     planned = invoke("power-cycle", "-n", "spark-03", "--check")
     assert planned.returncode == 0, planned.stderr
-    assert "stop sglang-512k" in planned.stdout or "stop " in planned.stdout
+    plan = planned.stdout + planned.stderr
+    assert "plan: stop sglang 512k (" in plan and "in order (rank 0 first" in plan, plan
+    assert "plan: rehearsal-pdu outlet 3 (spark-03): off 5 s" not in plan  # the default, 10
+    assert "--check: nothing done" in plan and rack.status()[2].latched
     cycled = invoke("power-cycle", "-n", "spark-03", "--off-seconds", "5")
     assert cycled.returncode == 0, cycled.stdout + cycled.stderr
     said = cycled.stdout + cycled.stderr
@@ -92,7 +95,6 @@ def test_a_latched_node_is_power_cycled_and_serves_again(engine_rack, rack):
     assert len(nodeproc.boot_times(rack.node("spark-03"))) == boots + 1
     assert nothing_runs(engine_rack) == []  # the group was stopped first, in order
     log = invoke("log", "--task", "power-cycle", "--json")
-    assert '"power_cycled": ["spark-03"]' in log.stdout.replace("'", '"') or \
-        "spark-03" in log.stdout
+    assert log.returncode == 0 and '"power_cycled": ["spark-03"]' in log.stdout, log.stdout
     up(engine_rack, "sglang", "512k", burn=quick_burn)  # serves again
     down(engine_rack)

@@ -94,6 +94,9 @@ def test_a_latched_node_is_power_cycled_and_serves_again(engine_rack, rack):
     assert len(nodeproc.boot_times(rack.node("spark-03"))) == boots + 1
     assert nothing_runs(engine_rack) == []  # the group was stopped first, in order
     log = invoke("log", "--task", "power-cycle", "--json")
-    assert log.returncode == 0 and '"power_cycled": ["spark-03"]' in log.stdout, log.stdout
+    assert log.returncode == 0, log.stderr
+    record = json.loads(log.stdout)[-1]
+    assert record["outcome"] == "ok" and record["changed"]["power_cycled"] == ["spark-03"]
+    assert record["changed"]["outlets"] == ["rehearsal-pdu:3"]
     up(engine_rack, "sglang", "512k", burn=quick_burn)  # serves again
     down(engine_rack)

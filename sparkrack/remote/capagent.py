@@ -129,7 +129,7 @@ def record(api, node, verdict, reason, boot, say):
             return True
         break
     say("%s: %s: %s; the label could not be %s: %s" % (
-        node, verdict, reason, "set" if ok else "removed", error))
+        node, verdict, reason, "set" if ok else "removed", Api.said(error)))
     return False
 
 

@@ -63,7 +63,7 @@ def refusal(node, boot_id, now, fresh_s=FRESH_S):
     if verdict != OK:
         return "its last verdict is %s: %s" % (verdict, reason)
     if checked is None or now - checked > fresh_s or checked - now > SKEW_S:
-        return ("its last ok (%s) is older than %d s: no agent has judged it since"
+        return ("its last ok (%s) is not within the last %d s: no agent has judged it since"
                 % (stamp(checked) if checked is not None else "no time", fresh_s))
     return ""
 

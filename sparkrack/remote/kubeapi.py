@@ -40,6 +40,16 @@ class Api:
         with urllib.request.urlopen(request, timeout=30, context=self.context) as answer:
             return json.loads(answer.read() or b"{}")
 
+    @staticmethod
+    def said(error):
+        """An exception as one line, with the API server's own message for a refusal (an
+        admission policy's, RBAC's)."""
+        try:
+            message = json.loads(error.read() or b"{}").get("message", "")
+        except Exception:  # not an HTTPError, or no JSON Status in its body
+            message = ""
+        return "%s%s" % (error, ": " + message if message else "")
+
     def node(self, name):
         return self.call("GET", "/api/v1/nodes/" + urllib.parse.quote(name))
 

@@ -3,7 +3,8 @@ remote/capgate.py): Nodes it keeps, read with GET and changed with a JSON merge 
 API server applies one (RFC 7386: null removes a key, a list is replaced whole; a patch's
 metadata.resourceVersion is a precondition, 409 when it is not the Node's), and the pods
 of a namespace listed by node and label key. Every request is recorded; `races` makes as
-many conditional patches meet another writer first (409). 127.0.0.1 only."""
+many conditional patches meet another writer first (409), `deny` a message every patch is
+refused with (403, as an admission policy refuses). 127.0.0.1 only."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class FakeApi(ThreadingHTTPServer):
         self.patches: list[tuple[str, dict, dict]] = []
         self.requests: list[tuple[str, str]] = []
         self.races = 0
+        self.deny = ""
         self.lock = threading.Lock()
         api = self
 
@@ -77,6 +79,9 @@ class FakeApi(ThreadingHTTPServer):
                     node = api.nodes.get(name)
                     if node is None:
                         return handler.answer(404, {"code": 404})
+                    if api.deny:
+                        return handler.answer(403, {"kind": "Status", "code": 403,
+                                                    "message": api.deny})
                     wanted = body.get("metadata", {}).get("resourceVersion")
                     if wanted is not None and api.races:  # another writer got there first
                         api.races -= 1

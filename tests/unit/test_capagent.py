@@ -118,6 +118,17 @@ def test_an_api_server_out_of_reach_is_said_and_the_verdict_stands(pod):
     assert "the label could not be set" in done.stdout
 
 
+def test_a_refusal_is_said_in_the_api_servers_words(pod):
+    pod_dir, api = pod
+    api.deny = ("nodes \"gb10-3\" is forbidden: ValidatingAdmissionPolicy "
+                "'sparkrack-node-agent.sparkrack' denied request: the node agent may change "
+                "only the Node its pod runs on")
+    done = run_agent(pod_dir, api, "2150, 92.5, 100")
+    assert "the label could not be set: HTTP Error 403: Forbidden: nodes \"gb10-3\" is " \
+           "forbidden: ValidatingAdmissionPolicy" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+
+
 def test_an_ok_of_this_boot_outlives_the_agent_and_nothing_else_does(pod):
     """A DaemonSet rollout or a killed agent within a boot evicts nothing; after a reboot the
     old ok means nothing (the clock lock is gone) and the node is tainted at once."""

@@ -29,8 +29,8 @@ def gate_container(image: str, resources: dict[str, Any]) -> dict[str, Any]:
     """The init container that holds the engine back until its node's cap is verified."""
     return {
         "name": GATE_CONTAINER, "image": image,
-        "command": ["python3", "-c", kubernetes_literal(script("capgate")), "--node", "$(NODE_NAME)",
-                    "--wait", str(WAIT_S), "--fresh", str(FRESH_S)],
+        "command": ["python3", "-c", kubernetes_literal(script("capgate")),
+                    "--node", "$(NODE_NAME)", "--wait", str(WAIT_S), "--fresh", str(FRESH_S)],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
         "resources": resources,
         "volumeMounts": [{"name": VOLUME, "mountPath": ACCOUNT, "readOnly": True}],

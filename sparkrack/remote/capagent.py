@@ -43,6 +43,7 @@ from .kubeapi import ACCOUNT, CONFLICT, Api
 RECORD = "/tmp/sparkrack-agent/burn.json"  # burn.sh makes its folder; nothing is kept there
 ALIVE = "/tmp/sparkrack-agent/alive"
 CHECK_MARGIN_S = 120
+ERROR = "ERROR"  # the check did not run
 
 
 def lock_clock(cap):
@@ -66,7 +67,7 @@ def sample(burn, cap, load, seconds):
         done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=LOAD_RUNS * seconds + CHECK_MARGIN_S)
     except (OSError, subprocess.TimeoutExpired) as error:
-        return "ERROR", "the burn did not run: %s" % error
+        return ERROR, "the burn did not run: %s" % error
     _, samples, rc, tail = parse_output(done.stdout.decode(errors="replace"))
     verdict, reason, _, _ = judge(samples, cap, rc, tail)
     if verdict == UNCAPPED:  # the judge's words are the rack's; this is the cluster's way
@@ -75,22 +76,30 @@ def sample(burn, cap, load, seconds):
 
 
 def check(args, serving):
-    """(verdict, reason) of one check, or None when an engine serves here and is idle."""
-    if not serving:
+    """(verdict, reason) of one check. While an engine may serve here (serving True, or None:
+    its pods could not be read) the GPU is only sampled, never burned, and the verdict is
+    '' when that gave nothing to judge by: the last verdict stands."""
+    if serving is False:
         return sample(args.burn, args.cap, args.load, 60)
     verdict, reason = sample(args.burn, args.cap, ["sleep", str(args.watch)], args.watch)
+    if verdict not in (NO_LOAD, ERROR):
+        return verdict, reason + " (the engine's own load: nothing was burned)"
+    if serving is None:
+        return "", "its engine pods could not be read, so the GPU is not burned"
     if verdict == NO_LOAD:
-        return None
-    return verdict, reason + " (the engine's own load: nothing was burned)"
+        return "", ("the engine here is idle: nothing to judge its clock by, and the GPU it "
+                    "serves from is not burned")
+    return "", reason + "; the GPU the engine serves from is not burned"
 
 
 def engines(api, args):
-    """(an engine container runs here, an engine pod waits at its gate), or (None, False)
-    and why when the pods cannot be read."""
+    """(an engine container runs here, an engine pod waits at its gate, ''), or (None,
+    False, why) when the pods cannot be read."""
     try:
         pods = api.pods(args.namespace, args.node, args.engine_label)
     except Exception as error:
-        return None, False, "the engine pods of %s could not be read: %s" % (args.node, error)
+        return None, False, "the engine pods of %s could not be read: %s" % (
+            args.node, Api.said(error))
     serving = any("running" in (status.get("state") or {})
                   for pod in pods for status in pod.get("status", {}).get("containerStatuses")
                   or [])
@@ -242,14 +251,13 @@ def main(argv=None):
         now = time.time()
         if args.once or due(now, last, verified, serving, waiting, args.every):
             last = now
-            found = check(args, serving is not False)  # unknown: as if an engine served
-            if found is None:
-                say("%s: the engine here is idle: nothing to judge its clock by, and the GPU "
-                    "it serves from is not burned; the last verdict stands" % args.node)
-            elif record(api, args.node, found[0], found[1], boot, say) and found[0] == OK:
+            verdict, reason = check(args, serving)
+            if not verdict:
+                say("%s: %s; the last verdict stands" % (args.node, reason))
+            elif record(api, args.node, verdict, reason, boot, say) and verdict == OK:
                 verified = time.time()
             if args.once:
-                return 0 if found and found[0] == OK else 1
+                return 0 if verdict == OK else 1
         stop.wait(args.tick)
     leave(api, args.node, say)
     return 0

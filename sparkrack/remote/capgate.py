@@ -40,9 +40,9 @@ def gate(api, node, boot, wait_s, fresh_s, say):
             return 0
         waited = time.monotonic() - started
         if waited >= wait_s:
-            say("%s: refused after %d s: %s; the engine does not start here (kubectl logs -n "
-                "NAMESPACE the sparkrack-node-agent pod on %s says what it found)"
-                % (node, waited, why, node))
+            say("%s: refused after %d s: %s; the engine does not start here (kubectl get pods "
+                "-A --field-selector spec.nodeName=%s finds the node agent there, its log says "
+                "what it found)" % (node, waited, why, node))
             return 1
         if said is None or waited - said >= SAY_EVERY_S:
             say("%s: waiting for a fresh ok of this boot (%d s of %d s, %s): %s"

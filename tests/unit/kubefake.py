@@ -4,7 +4,8 @@ API server applies one (RFC 7386: null removes a key, a list is replaced whole; 
 metadata.resourceVersion is a precondition, 409 when it is not the Node's), and the pods
 of a namespace listed by node and label key. Every request is recorded; `races` makes as
 many conditional patches meet another writer first (409), `deny` a message every patch is
-refused with (403, as an admission policy refuses). 127.0.0.1 only."""
+refused with (403, as an admission policy refuses); pods None: listing them is refused
+(403, as RBAC refuses). 127.0.0.1 only."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ class FakeApi(ThreadingHTTPServer):
     def __init__(self, nodes=("gb10-3",)):
         self.nodes = {name: {"metadata": {"name": name, "resourceVersion": "1"}}
                       for name in nodes}
-        self.pods: dict[str, list[dict]] = {}
+        self.pods: dict[str, list[dict]] | None = {}
         self.patches: list[tuple[str, dict, dict]] = []
         self.requests: list[tuple[str, str]] = []
         self.races = 0
@@ -61,6 +62,8 @@ class FakeApi(ThreadingHTTPServer):
                         node = api.nodes.get(parts[3])
                         return handler.answer(200 if node else 404, node or {"code": 404})
                     if parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["pods"]:
+                        if api.pods is None:
+                            return handler.answer(403, {"code": 403, "message": "forbidden"})
                         query = parse_qs(url.query)
                         node = query["fieldSelector"][0].removeprefix("spec.nodeName=")
                         key = query["labelSelector"][0]

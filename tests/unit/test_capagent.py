@@ -167,6 +167,16 @@ def test_a_gpu_that_serves_is_judged_by_the_engines_load_and_never_burned(pod):
     assert burned(pod_dir) >= 1 and api.taints() == []
 
 
+def test_pods_it_cannot_read_may_serve_and_are_not_burned(pod):
+    pod_dir, api = pod
+    api.pods = None  # RBAC refuses the list
+    done = run_agent(pod_dir, api, "2100, 8.0, 3")
+    assert "the engine pods of gb10-3 could not be read: HTTP Error 403" in done.stdout
+    assert "its engine pods could not be read, so the GPU is not burned; the last verdict " \
+           "stands" in done.stdout
+    assert burned(pod_dir) == 0 and done.returncode == 1
+
+
 def test_a_taint_of_another_keeps_its_place_and_a_race_is_retried(pod):
     pod_dir, api = pod
     other = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}

@@ -139,6 +139,9 @@ class RackVars:
                            kind=ABS_PATH)
     model_name: str = _var("GLM-5.3", "model name served by the OpenAI-compatible API",
                            kind=MODEL_NAME)
+    hf_token_required: bool = _var(
+        False, "the model needs a Hugging Face token (HF_TOKEN): an exported lane's pods do "
+        "not start without the Secret holding it (false: the token is used when given)")
     ssh_connect_timeout: float = _var(5.0, "seconds to wait for an SSH connection", above=0)
     ssh_command_timeout: float = _var(60.0, "seconds a remote command may run by default",
                                       above=0)

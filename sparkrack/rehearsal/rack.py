@@ -520,8 +520,8 @@ class RehearsalRack:
                              fix=f"choose one of {', '.join(nodefs.DAEMON_UNITS)}")
         if daemon == nodefs.NETWORK_MANAGER and not nodefs.has_network_manager():
             raise UsageError("NetworkManager is not installed on this machine (the nodes run "
-                             "its programs)", fix="apt-get install --no-install-recommends "
-                             "network-manager (.ci/run shows how to keep it off this machine)")
+                             "its programs)", fix="invoke rehearsal.up installs it (its daemon "
+                             "kept off this machine)")
         if nodeproc.init_pid(node) is None:
             nodefs.write_network_daemon(node, daemon)
             return

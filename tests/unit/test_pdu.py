@@ -5,7 +5,6 @@ net-snmp's snmpget where it is installed), and the strip check (pure)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import socket
 import subprocess
@@ -14,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hosttools import need
 
 from sparkrack.errors import InventoryError, UsageError
 from sparkrack.inventory import load_inventory
@@ -194,11 +194,7 @@ def test_credentials_come_from_the_environment_and_are_never_shown(tmp_path, age
 
 
 def test_net_snmp_reads_the_outlets(agent):
-    snmpget = shutil.which("snmpget")
-    if snmpget is None:
-        if os.environ.get("SPARKRACK_CI"):
-            pytest.fail("snmpget missing: .ci/run installs Debian's snmp")
-        pytest.skip("Debian's snmp (snmpget) is not installed")
+    snmpget = need("snmpget")
     port, _ = agent
     done = subprocess.run(
         [snmpget, "-v3", "-l", "authPriv", "-u", "ops", "-a", "SHA", "-A",

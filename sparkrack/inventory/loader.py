@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from sparkrack.inventory.model import Inventory, Node, resolve_path
 from sparkrack.inventory.yamlfile import YamlMapping, read_yaml
 from sparkrack.inventory.schema import (
     CONNECTION, HOST, NODE, RACK, SPECS, FrozenMapping, RackVars, describe)
-from sparkrack.inventory.values import is_address
+from sparkrack.inventory.values import is_address, is_node_name
 
 INVENTORY_ENV = "SPARKRACK_INVENTORY"
 DEFAULT_INVENTORY = Path("inventory", "rack")  # the real rack's, in a checkout of the repo
@@ -23,7 +22,6 @@ DEFAULT_INVENTORY = Path("inventory", "rack")  # the real rack's, in a checkout 
 _WHERE_FIX = f"pass -i/--inventory DIR or set {INVENTORY_ENV} to a directory holding hosts.yml"
 _SHAPE_FIX = "shape: all: {children: {sparks: {hosts: {spark-01: {ansible_host: ADDR, rank: 0}}}}}"
 _VARS_FIX = "write one key: value per line"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SCOPES = {  # which kinds of key each level may set
     "group": (RACK, NODE, CONNECTION),
     "subgroup": (NODE, CONNECTION),  # one group of several: rack vars would differ per node
@@ -390,7 +388,7 @@ def _unknown_key(file: Path, line: int, key: Any, allowed: list[str]) -> Invento
 
 def _check_name(name: Any, file: Path, line: int, kind: str) -> None:
     """InventoryError unless name is a usable host or group name."""
-    if not (isinstance(name, str) and _NAME.fullmatch(name)) or name == "all":
+    if not is_node_name(name):
         raise InventoryError(file, line, f"invalid {kind} name '{name}'",
                              fix="use letters, digits, '.', '_' and '-', e.g. spark-01; "
                              "'all' is taken")

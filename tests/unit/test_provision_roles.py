@@ -18,6 +18,7 @@ from sparkrack.provision.plan import plan_node
 from sparkrack.provision.roles import (
     ROLES_DIR,
     Renderer,
+    RenderError,
     RoleError,
     load_role,
     load_roles,
@@ -358,6 +359,54 @@ def test_template_outside_the_role_is_refused(tmp_path):
     tasks = render_tasks(role, role.tasks, {}, renderer)
     with pytest.raises(RoleError, match="outside templates"):
         plan_node([role], {"r": tasks}, {}, {}, ProvisionFacts(), renderer=renderer)
+
+
+ESCAPES = ("cycler.__init__.__globals__.os.system('touch {marker}')",
+           "lipsum.__globals__['os'].popen('touch {marker}').read()",
+           "''.__class__.__mro__[1].__subclasses__()",
+           "namespace.__init__.__globals__")
+
+
+@pytest.mark.parametrize("escape", ESCAPES)
+def test_a_role_template_cannot_reach_python(tmp_path, escape):
+    """Issue 46 item 9: a role (the inventory's own, planted from elsewhere) is rendered on
+    the operator's machine, as root: its templates, params and `when`s are sandboxed
+    (Jinja2's SandboxedEnvironment), so an expression reaching Python's internals fails as
+    the task's error and runs nothing."""
+    marker = tmp_path / "ran"
+    expression = escape.format(marker=marker)
+    role = load_role(write(tmp_path, "- name: x\n  template: {src: t.j2, dest: /a}\n"))
+    (role.path / "templates").mkdir()
+    (role.path / "templates" / "t.j2").write_text("{{ %s }}\n" % expression)
+    renderer = Renderer()
+    with pytest.raises(RenderError, match="unsafe|not safely callable"):
+        renderer.template(role, "t.j2", {})
+    with pytest.raises(RenderError, match="unsafe|not safely callable"):
+        renderer.value("x {{ %s }}" % expression, {})
+    with pytest.raises(RenderError, match="unsafe|not safely callable"):
+        renderer.expr(expression, {})
+    assert not marker.exists()
+
+
+def test_an_inventory_role_planting_a_template_escape_fails_its_task(tmp_path):
+    import shutil
+    inv = Path(shutil.copytree(REPO / "inventory" / "rehearsal", tmp_path / "inv"))
+    own = inv / ".sparkrack" / "roles" / "nccl_env"
+    shutil.copytree(ROLES_DIR / "nccl_env", own)
+    marker = tmp_path / "ran"
+    (own / "templates" / "nccl.env.j2").write_text(
+        "{{ %s }}\n" % ESCAPES[0].format(marker=marker))
+    failed = [c for c in planned(inventory=inv) if c.status == "failed"]
+    assert len(failed) == 1 and "unsafe" in failed[0].summary, failed
+    assert not marker.exists()
+
+
+def test_every_shipped_role_renders_in_the_sandbox():
+    """The shipped templates need nothing the sandbox refuses: provision's plan on the
+    rehearsal inventory has no failed task (engine_images left out: its images have no
+    source here)."""
+    changes = planned(",".join(r for r in site_roles() if r != "engine_images"))
+    assert changes and [(c.task, c.summary) for c in changes if c.status == "failed"] == []
 
 
 def test_lone_expression_keeps_its_type():

@@ -14,7 +14,7 @@ from sparkrack.inventory.model import Inventory, Node, resolve_path
 from sparkrack.inventory.yamlfile import YamlMapping, read_yaml
 from sparkrack.inventory.schema import (
     CONNECTION, HOST, NODE, RACK, SPECS, FrozenMapping, RackVars, describe)
-from sparkrack.inventory.values import is_address, is_node_name
+from sparkrack.inventory.values import fabric_address_problem, is_address, is_node_name
 
 INVENTORY_ENV = "SPARKRACK_INVENTORY"
 DEFAULT_INVENTORY = Path("inventory", "rack")  # the real rack's, in a checkout of the repo
@@ -148,6 +148,8 @@ class _Loader:
         self._check_unique(drafts, "ansible_host")
         self._check_unique(drafts, "roce_addr")
         self._check_pdu(rack, [d.host.name for d in members], sorted(spares))
+        for draft in drafts:
+            _check_fabric(draft)
         nodes = sorted((self._node(draft) for draft in members), key=lambda node: node.rank)
         return Inventory(
             path=self.dir, nodes=tuple(nodes), vars=_rack_vars(rack),
@@ -392,6 +394,30 @@ def _check_name(name: Any, file: Path, line: int, kind: str) -> None:
         raise InventoryError(file, line, f"invalid {kind} name '{name}'",
                              fix="use letters, digits, '.', '_' and '-', e.g. spark-01; "
                              "'all' is taken")
+
+
+_FABRIC_FIX = {
+    "roce_addr": "write the node's IPv4 address on the fabric (e.g. roce_addr: 198.51.100.11), "
+                 "or leave roce_addr out: the fabric netdevs then get their MTU and no address",
+    "roce_twin_addr": "write the node's IPv4 address on its twin netdev (e.g. roce_twin_addr: "
+                      "198.51.101.11), or leave roce_twin_addr out: the twin then gets its MTU "
+                      "and no address"}
+
+
+def _check_fabric(draft: _Draft) -> None:
+    """InventoryError unless the node's fabric addresses are IPv4 addresses (roce_addr may
+    also be its ansible_host: the management address, which no fabric netdev carries)."""
+    for key, fix in _FABRIC_FIX.items():
+        setting = draft.settings.get(key)
+        if setting is None or (key == "roce_addr" and _normalized(setting.value) == _normalized(
+                draft.addresses["ansible_host"].value)):
+            continue
+        problem = fabric_address_problem(setting.value)
+        if problem:
+            raise InventoryError(
+                setting.file, setting.line, f"{draft.host.name}: {key} {setting.value} {problem}; "
+                "a fabric address must be an IPv4 address: role fabric writes it into netplan "
+                "as ADDRESS/fabric_prefix, and NCCL's RoCE v2 GID is IPv4-mapped", fix=fix)
 
 
 def _group_level(group_count: int) -> str:

@@ -362,9 +362,10 @@ HOST_SPECS = (
          CONNECTION, sample="~/.ssh/sparkrack", kind=LOCAL_PATH),
     Spec("rank", int, None, "tensor-parallel rank; 0 is the head (HTTP, dist-init)", HOST,
          at_least=0, sample=0),
-    Spec("roce_addr", ADDRESS, None, "address on the RoCE fabric; default: ansible_host", HOST,
+    Spec("roce_addr", ADDRESS, None, "IPv4 address on the RoCE fabric; default: ansible_host "
+         "(the management address: no fabric address)", HOST,
          sample="198.51.100.11"),
-    Spec("roce_twin_addr", ADDRESS, None, "address on the second PCIe path's netdev of the "
+    Spec("roce_twin_addr", ADDRESS, None, "IPv4 address on the second PCIe path's netdev of the "
          "cabled port (the twin of nccl_socket_ifname); default: none (MTU only)", HOST,
          sample="198.51.101.11"),
     Spec("spare", bool, False, "a staged node outside the TP group (no rank); `invoke "

@@ -82,6 +82,16 @@ def is_node_name(value: Any) -> bool:
     return isinstance(value, str) and bool(_NODE_NAME.fullmatch(value)) and value != "all"
 
 
+def fabric_address_problem(value: str) -> str | None:
+    """None for an IPv4 address, else what a fabric address (roce_addr, roce_twin_addr:
+    role fabric's netplan drop-in, NCCL's IPv4-mapped GID) cannot be: worded to follow it."""
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        return "is a DNS name"
+    return "is an IPv6 address" if address.version == 6 else None
+
+
 def _image_ref_problem(value: str) -> str | None:
     match = _REFERENCE.fullmatch(value) if len(value) <= 512 else None
     if match and len(match["name"]) <= 255:

@@ -117,6 +117,9 @@ def write_inventory(capture: dict[str, Any], base: Path, out: Path) -> Path:
     rack = capture["rack"]
     rack_vars.update({key: rack[key] for key in RACK_VARS if key in rack and key not in KEEP})
     rack_vars["tp_size"] = len(nodes)
+    if isinstance(rack_vars.get("pdu"), dict):
+        rack_vars["pdu"]["outlets"] = _outlets(rack_vars["pdu"].get("outlets") or {},
+                                               base_hosts, nodes)
     out.mkdir(parents=True, exist_ok=True)
     header = (f"{MARK}{comment(rack.get('rack_name', '?'))} (captured "
               f"{comment(capture.get('captured', '?'))}), written by `invoke rehearsal.up "
@@ -134,6 +137,16 @@ def write_inventory(capture: dict[str, Any], base: Path, out: Path) -> Path:
     for name, values in own.items():
         write_atomically(out / "host_vars" / f"{name}.yml", yaml.safe_dump(values))
     return out
+
+
+def _outlets(outlets: dict[str, int], base_hosts: dict[str, Any],
+             nodes: list[dict[str, Any]]) -> dict[str, int]:
+    """The rehearsal PDU's outlets for the twin's nodes: each on the outlet of the
+    rehearsal node whose place (address, rank order) it takes, past them outlet rank + 1."""
+    places = sorted(base_hosts["all"]["children"]["sparks"]["hosts"].items(),
+                    key=lambda item: item[1].get("rank", 0))
+    return {node["name"]: outlets.get(places[i][0], i + 1) if i < len(places) else i + 1
+            for i, node in enumerate(nodes)}
 
 
 def prepare_disks(inventory, shapes: dict[str, dict[str, Any]]) -> None:

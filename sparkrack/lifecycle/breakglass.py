@@ -5,7 +5,10 @@ powered off, `down` fails closed (it cannot take the lock) and the workers' rank
 unified memory, waiting on a rank 0 that will never drain them. `break_glass` is the
 recorded way out:
 
-- it runs only while the head does not answer (a head that answers means `invoke down`);
+- it runs only when the head answers nothing at all, here and from every worker, for a
+  grace period (headgone.py): a head that answers means `invoke down`, one that refuses this
+  machine (a changed host key, a refused login) or that the workers still reach (a
+  partition) is refused with its own error, and nothing is stopped;
 - it stops every sparkrack engine container on every other node that answers, with a short
   timeout and then SIGKILL (SGLang workers wait for rank 0 on SIGTERM: no drain is
   possible without it), and removes them;
@@ -26,11 +29,11 @@ from dataclasses import dataclass, field
 
 from ..errors import UsageError
 from ..fleet import Fleet
-from ..fleet.ssh import LIVENESS_TIMEOUT
 from ..inventory import Inventory
 from ..oplock import audit
 from ..oplock.remote import LOCK_DIR
 from .containers import HEADLESS_STOP_TIMEOUT, Rank, engine_containers, stop_ranks
+from .headgone import GRACE_S, confirm_gone
 
 BREAK_GLASS_FILE = f"{LOCK_DIR}/break-glass.jsonl"
 WORKER_STOP_TIMEOUT = HEADLESS_STOP_TIMEOUT  # SIGTERM, then SIGKILL: no rank 0 to drain them
@@ -53,24 +56,25 @@ class BreakGlassReport:
 
 
 def break_glass(inventory: Inventory, reason: str, *, timeout: int = WORKER_STOP_TIMEOUT,
+                grace: float = GRACE_S,
                 on_event: Callable[[str], None] = lambda e: None) -> BreakGlassReport:
-    """Stop every engine container on the nodes that answer, the head being unreachable.
-    UsageError without a reason or while the head answers."""
+    """Stop every engine container on the nodes that answer, the head having answered
+    nothing for grace seconds. UsageError without a reason; HeadNotGone (nothing stopped)
+    while the head answers, refuses this machine, or the workers still reach it."""
     if not reason.strip():
         raise UsageError("break-glass needs a reason", fix="invoke break-glass 'spark-01 lost "
                          "power; workers hold memory' (it goes into the audit record)")
     started = time.monotonic()
     head = inventory.head.name
-    record = audit.new_record(inventory, TASK, {"reason": reason, "timeout": timeout})
+    record = audit.new_record(inventory, TASK, {"reason": reason, "timeout": timeout,
+                                                "grace": grace})
     report = BreakGlassReport(head=head)
-    with Fleet(inventory) as fleet:
-        probe = fleet.run(["true"], timeout=LIVENESS_TIMEOUT)
-    if probe[head].ok:
-        raise UsageError(f"{head} (the head) answers: the rack lock can be taken",
-                         fix="invoke down (break-glass is for a head that is gone)")
-    report.unreachable = {r.node: r.error or r.status for r in probe if not r.ok}
-    reached = [node for node in inventory.nodes if probe[node.name].ok]
-    on_event(f"{head} (the head) does not answer: {report.unreachable[head]}")
+    gone = confirm_gone(inventory, grace=grace, on_event=on_event)
+    report.unreachable = {head: gone.look.here.why, **gone.look.missing}
+    reached = [node for node in inventory.nodes if node.name in gone.look.seen]
+    on_event(f"{head} (the head) does not answer, here or from {len(reached)} worker(s), for "
+             f"{gone.seconds:.0f} s: {gone.look.here.why}")
+    record.note(head_silent_s=round(gone.seconds, 1))
     if reached:
         with Fleet(inventory, reached) as fleet:
             ranks, errors = engine_containers(fleet)

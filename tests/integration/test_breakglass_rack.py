@@ -81,6 +81,7 @@ def test_break_glass_stops_the_workers_of_a_lost_head_and_records_it(engine_rack
         for result in records:  # the same record on every worker the break-glass reached
             assert result.ok, result.error
             assert json.loads(result.stdout.splitlines()[-1])["id"] == mine[0]["id"]
+            assert verify_chain(result.stdout).ok  # chained there by the lock script
     finally:
         rack.poweron(head)
         rack.wait_booted([rack.node(head)])
@@ -95,6 +96,7 @@ def test_break_glass_stops_the_workers_of_a_lost_head_and_records_it(engine_rack
     assert verify_chain(log.stdout).ok
     on_head = [r for r in parse_lines(log.stdout) if r.get("id") == mine[0]["id"]]
     assert len(on_head) == 1 and on_head[0]["changed"]["reason"] == REASON  # once, not 7 times
+    assert on_head[0]["folded_from"] == [n.name for n in workers]  # and from where
     assert [r.exit_code for r in left] == [1] * 8  # and gone from every node
 
 

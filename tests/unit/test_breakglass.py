@@ -20,8 +20,10 @@ from sparkrack.fleet.reach import Reach
 from sparkrack.fleet.results import FleetResult, NodeResult
 from sparkrack.inventory import Inventory, load_inventory
 from sparkrack.lifecycle import breakglass
-from sparkrack.lifecycle.breakglass import break_glass, fold_records
+from sparkrack.lifecycle.breakfold import FROM, fold_records
+from sparkrack.lifecycle.breakglass import BREAK_GLASS_FILE, break_glass
 from sparkrack.lifecycle.headgone import HeadNotGone, Look, confirm_gone, judge
+from sparkrack.oplock import audit
 from sparkrack.oplock.lock import LockError, call
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,22 +88,37 @@ class _Rack:
         return FleetResult(tuple(results.values()))
 
 
-def _record(ident: str, ts: float) -> str:
-    return json.dumps({"id": ident, "ts": ts, "task": "break-glass"}, separators=(",", ":"),
+def _record(ident: str, ts: float, **more) -> str:
+    return json.dumps({"id": ident, "ts": ts, "task": "break-glass", **more},
+                      separators=(",", ":"), sort_keys=True)
+
+
+def _chained(*lines: str) -> str:
+    """A node's break-glass file as the lock script's append writes it: each line chained."""
+    text, previous = "", ""
+    for line in lines:
+        previous = audit.chain(previous, line)
+        text += previous + "\n"
+    return text
+
+
+def _folded(line: str, *nodes: str) -> str:
+    return json.dumps({**json.loads(line), FROM: list(nodes)}, separators=(",", ":"),
                       sort_keys=True)
 
 
 def test_records_found_on_several_nodes_reach_the_head_log_once_oldest_first():
-    rack = _Rack({"spark-02": _record("b", 2) + "\n" + _record("a", 1) + "\n",
-                  "spark-03": _record("b", 2) + "\n", "spark-04": ""})
+    rack = _Rack({"spark-02": _chained(_record("b", 2), _record("a", 1)),
+                  "spark-03": _chained(_record("b", 2)), "spark-04": ""})
     moved, problems = fold_records(rack, "spark-01")
     assert (moved, problems) == (2, [])
-    assert rack.appended == [_record("a", 1), _record("b", 2)]
+    assert rack.appended == [_folded(_record("a", 1), "spark-02"),
+                             _folded(_record("b", 2), "spark-02", "spark-03")]
     assert rack.removed == ["spark-02", "spark-03"]  # only where a record was
 
 
 def test_records_stay_on_the_nodes_when_the_head_does_not_take_them():
-    rack = _Rack({"spark-02": _record("a", 1) + "\n"}, head_answers=False)
+    rack = _Rack({"spark-02": _chained(_record("a", 1))}, head_answers=False)
     moved, problems = fold_records(rack, "spark-01")
     assert moved == 0 and rack.removed == []
     assert problems == ["break-glass records not moved to spark-01's audit log: rack lock on "
@@ -109,6 +126,37 @@ def test_records_stay_on_the_nodes_when_the_head_does_not_take_them():
                         "break-glass REASON` stops the engines on the nodes that answer, and "
                         "`invoke onboard NEW --address ADDR --replace spark-01` puts a spare in its "
                         "place)"]
+
+
+def test_a_workers_records_are_folded_only_verified_masked_and_marked_with_their_node(
+        monkeypatch):
+    """Issue 46 item 13: a worker's file is its word. A file whose chain is broken stays on
+    its node, unfolded; another task's record is not folded; secrets are masked; every
+    folded record names the nodes it came from, and copies that differ are each folded."""
+    monkeypatch.setenv("HF_TOKEN", "hf_operatorsowntokenvalue")
+    edited = _chained(_record("a", 1), _record("b", 2), _record("c", 3)).splitlines()
+    edited[1] = edited[1].replace('"ts":2', '"ts":2.5')
+    secret = _record("d", 4, reason="token hf_ABCDEFGHIJKLMNOPQRSTU, pw hf_operatorsowntokenvalue",
+                     changed={"password": "S3cret", "nodes": ["spark-03"]})
+    rack = _Rack({"spark-02": "\n".join(edited) + "\n",
+                  "spark-03": _chained(secret, _record("e", 5), _record("x", 6, task="up")),
+                  "spark-04": _chained(_record("e", 5, reason="another story"))})
+    moved, problems = fold_records(rack, "spark-01")
+    folded = [json.loads(line) for line in rack.appended]
+    assert moved == 3 and [(r["id"], r[FROM]) for r in folded] == [
+        ("d", ["spark-03"]), ("e", ["spark-03"]), ("e", ["spark-04"])]
+    assert folded[0]["reason"] == "token ***, pw ***"
+    assert folded[0]["changed"] == {"password": "***", "nodes": ["spark-03"]}
+    assert "hf_" not in "".join(rack.appended) and "S3cret" not in "".join(rack.appended)
+    assert problems == [
+        "spark-02: its break-glass records were not folded (left in "
+        f"{BREAK_GLASS_FILE}): audit log (spark-02:{BREAK_GLASS_FILE}): line 3 does not "
+        "follow line 2: one of them was edited, or lines were removed or inserted between "
+        "them",
+        f"spark-03: a record of task 'up' in {BREAK_GLASS_FILE} (id x) was not folded",
+        "break-glass record e differs between nodes (spark-03; spark-04): each version "
+        "folded, marked with its nodes"]
+    assert rack.removed == ["spark-04"]  # spark-02's and spark-03's files are left to look at
 
 
 # --- Issue 46 item 7: only when the head is really gone ----------------------------------

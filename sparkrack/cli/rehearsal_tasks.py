@@ -84,7 +84,8 @@ def status(c, inventory=None, json=False):
         "rehearsal rack", ["node", "address", "fabric", "cable", "running", "link", "sshd",
                            "boots", "last boot", "gpu latched"],
         [[f"{s.name} (extra)" if s.extra else s.name, s.address, s.roce_addr, s.cabling,
-          s.running, "up" if s.link_up else "CUT", s.ssh_open, s.boots,
+          s.running, "CUT" if not s.link_up else "ISOLATED" if s.isolated else "up",
+          "NEW KEY" if s.rekeyed else s.ssh_open, s.boots,
           time.strftime("%H:%M:%S", time.localtime(s.last_boot)) if s.last_boot else None,
           s.latched] for s in states])
 
@@ -119,6 +120,24 @@ def reboot(c, node, inventory=None, no_wait=False):
     """Cleanly reboot a node (systemctl reboot inside) and wait until it is back."""
     _rack(inventory).reboot(node, wait=not no_wait)
     console.say(f"{node}: rebooted")
+
+
+@task(help={**NODE_HELP, "clear": "end it (so does rehearsal.heal)"})
+@operator_task
+def isolate(c, node, inventory=None, clear=False):
+    """A partition: a node falls silent to this machine only; its peers still reach it."""
+    _rack(inventory).isolate(node, on=not clear)
+    console.say(f"{node}: reachable from this machine again" if clear else
+                f"{node}: silent to this machine, reachable from its peers")
+
+
+@task(help={**NODE_HELP, "restore": "put the recorded host key back"})
+@operator_task
+def rekey(c, node, inventory=None, restore=False):
+    """Give a node a new SSH host key, as a reinstall does (sshd restarted)."""
+    _rack(inventory).rekey(node, restore=restore)
+    console.say(f"{node}: recorded host key back" if restore else
+                f"{node}: new host key (known_hosts still records the old one)")
 
 
 @task(help={**NODE_HELP, "clear": "clear the latch instead (a full power removal also does)"})

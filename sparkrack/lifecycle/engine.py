@@ -25,7 +25,7 @@ from ..inventory import Inventory
 from ..oplock.audit import note
 from ..oplock.identity import operator
 from . import record
-from .breakglass import fold_records
+from .breakfold import fold_records
 from .gates import Preflight, memory_problems, preflight
 from .headapi import Endpoint
 from .nodelimits import Limits

@@ -223,6 +223,13 @@ def line_hash(line: str) -> str:
     return hashlib.sha256(line.encode()).hexdigest()
 
 
+def chain_tip(text: str) -> str:
+    """The hash a line appended to the log text would carry: its last line's (of "" when
+    empty). Recorded elsewhere, it ties what follows to the log as it was."""
+    lines = text.rstrip("\n").rsplit("\n", 1)
+    return line_hash(lines[-1] if text.strip() else "")
+
+
 def chain(previous: str, line: str) -> str:
     """line (a JSON object) with `"prev":SHA-256 of previous` put first, as lock.sh does."""
     return '{"%s":"%s",%s' % (CHAIN, line_hash(previous), line[1:])

@@ -15,6 +15,7 @@ from .layout import (
 from .switch import Switch
 
 LEGACY_TWIN_PEER = "p2-peer"  # the one-network layout's twin, removed on the next `up`
+_HOST = BRIDGE_ADDR.split("/")[0]  # this machine's address on the management network
 
 
 def ip(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -139,6 +140,23 @@ def unplug(node: NodeLayout) -> None:
     for (port, path) in FUNCTIONS:
         ip("link", "set", node.fabric_veth(port, path), "down", check=False)
     ip("link", "set", node.host_veth, "down", check=False)
+
+
+def isolate(node: NodeLayout, on: bool) -> None:
+    """The node drops what it sends to this machine (a blackhole route in its namespace for
+    this machine's address): from here it is as silent as a powered-off node, while its
+    peers on both networks still reach it (a partition between the operator and the rack).
+    on=False takes the route away."""
+    if not netns_exists(node):
+        return
+    route = ("route", "replace" if on else "del", "blackhole", f"{_HOST}/32")
+    ip("-n", node.netns, *route, check=on)
+
+
+def is_isolated(node: NodeLayout) -> bool:
+    """Whether the node drops what it sends to this machine (isolate)."""
+    out = ip("-n", node.netns, "route", "show", "type", "blackhole", check=False).stdout
+    return any(line.split()[:2] == ["blackhole", _HOST] for line in out.splitlines())
 
 
 def node_mac(node: NodeLayout) -> str:

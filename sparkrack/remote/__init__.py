@@ -23,6 +23,8 @@ token is the first line of the script's stdin.
 - links.py      its links: MTU, operstate, IPv4 of netdevs and of HCAs' netdevs
 - watchdog.py   its watchdog node: the service's Python, install directory, key, unit, state
 - probe.py      onboarding's port probe: listen (greeting with the token) / connect
+- knock.py      one TCP connect to each ADDR:PORT: accepted, refused or silent (break-glass
+                asks the workers whether they still reach the head)
 - rails.py      the fabric check's jumbo frame and burst per rail: serve / send
 - keygen.py     the watchdog's key on its node (run with its lib/, where cryptography is)
 - metrics.py    waits for the watchdog's first poll on its metrics endpoint

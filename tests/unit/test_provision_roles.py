@@ -2,6 +2,7 @@
 
 import configparser
 import dataclasses
+import hashlib
 import time
 import ipaddress
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sparkrack.errors import UsageError
+from sparkrack.facts.files import FileFacts
 from sparkrack.facts.node import CLOCK_CAP_UNIT
 from sparkrack.inventory import load_inventory
 from sparkrack.facts.provision import ProvisionFacts
@@ -242,22 +244,66 @@ def test_missing_socket_interface_fails():
     assert "enp1s0f0np0 is not an interface of this node (it has lo, eth0)" in change.summary
 
 
-def test_engine_env_sglang_settings_and_secret_mode():
+TOKEN_FILE = "/etc/sparkrack/hf/token"
+
+
+def test_engine_env_puts_the_token_in_a_file_of_its_own_never_in_the_env():
+    """Issue 46 item 8: HF_TOKEN in a rank's environment shows in `docker inspect`. The env
+    files name the token file (HF_TOKEN_PATH, where huggingface_hub reads it); the token
+    is in that file alone: 0600 in a 0700 folder of sparkrack's."""
     token = "hf_abcdefSECRET123"
     changes = planned("engine_env", environ={"HF_TOKEN": token})
     sglang = env_of(put(changes, "/etc/sparkrack/sglang.env"))
     assert sglang == {"SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION": "0.01",
                       "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False",
-                      "HF_TOKEN": token}
-    assert env_of(put(changes, "/etc/sparkrack/vllm.env")) == {"HF_TOKEN": token}
+                      "HF_TOKEN_PATH": TOKEN_FILE}
+    assert env_of(put(changes, "/etc/sparkrack/vllm.env")) == {"HF_TOKEN_PATH": TOKEN_FILE}
+    assert put(changes, TOKEN_FILE) == token  # as huggingface_hub's login writes it
     modes = {a.path: a.mode for c in changes for a in c.actions if isinstance(a, Put)}
-    assert modes == {"/etc/sparkrack/sglang.env": 0o600, "/etc/sparkrack/vllm.env": 0o600}
+    assert modes == {"/etc/sparkrack/sglang.env": 0o600, "/etc/sparkrack/vllm.env": 0o600,
+                     TOKEN_FILE: 0o600}
+    folder = next(c for c in changes if c.summary.startswith("/etc/sparkrack/hf"))
+    assert [a.argv for a in folder.actions] == [("mkdir", "-p", "-m", "0700", "--",
+                                                 "/etc/sparkrack/hf")]
     assert all(token not in c.summary + c.diff for c in changes)
 
 
-def test_engine_env_without_token_has_none():
-    sglang = env_of(put(planned("engine_env"), "/etc/sparkrack/sglang.env"))
-    assert "HF_TOKEN" not in sglang
+def test_engine_env_without_token_has_none_and_removes_an_old_one():
+    """Provisioning without HF_TOKEN leaves no token on the node (as the env file carried
+    none before); unprovision removes the file and its folder."""
+    changes = planned("engine_env")
+    assert env_of(put(changes, "/etc/sparkrack/sglang.env"))["HF_TOKEN_PATH"] == TOKEN_FILE
+    assert not [a for c in changes for a in c.actions
+                if isinstance(a, Put) and a.path == TOKEN_FILE]
+    old = good_facts()
+    old = dataclasses.replace(old, files={TOKEN_FILE: FileFacts(
+        exists=True, type="file", mode="600", owner="root", group="root", size=10,
+        content=b"hf_oldone\n")})
+    removal = [c for c in planned("engine_env", facts=old) if c.summary == f"{TOKEN_FILE}: remove"]
+    assert len(removal) == 1 and "hf_oldone" not in removal[0].diff
+    gone = planned("engine_env", facts=old, absent=True, environ={"HF_TOKEN": "hf_x"})
+    assert f"{TOKEN_FILE}: remove" in [c.summary for c in gone]
+
+
+def test_a_token_left_in_an_env_file_is_drift_that_up_refuses():
+    """An engine file provision wrote before the token moved to its file holds HF_TOKEN: the
+    gate's read calls it drift (it used to judge the file with the token it held, and
+    passed it to every rank's environment), masked."""
+    from sparkrack.provision.envfiles import EnvFiles
+
+    inventory = load_inventory(REPO / "inventory" / "rehearsal")
+    written = planned("nccl_env,engine_env")
+    files = {}
+    for path, mode in (("/etc/sparkrack/nccl.env", "644"), ("/etc/sparkrack/sglang.env", "600")):
+        text = put(written, path).encode()
+        text += b"HF_TOKEN=hf_legacyvalue\n" if path.endswith("sglang.env") else b""
+        files[path] = FileFacts(exists=True, type="file", mode=mode, owner="root",
+                                group="root", size=len(text),
+                                sha256=hashlib.sha256(text).hexdigest(), content=text)
+    env = EnvFiles(inventory, "sglang").read(inventory.node("spark-01"),
+                                            dataclasses.replace(good_facts(), files=files))
+    assert env.problems == ("/etc/sparkrack/sglang.env is not what provision would write now: "
+                            "HF_TOKEN=*** is not provision's",)
 
 
 def test_node_limits_values():

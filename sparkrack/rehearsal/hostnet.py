@@ -3,7 +3,8 @@ fabric bridge, one namespace per node.
 
 Order matters for network safety: the blackhole route for the whole rehearsal subnet is
 installed before any bridge or node exists, so a packet for a node whose link is down is
-dropped here instead of following the default route off the machine.
+dropped here instead of following the default route off the machine. It stays when the
+rack goes down: a program that reaches for a rehearsal address then still goes nowhere.
 """
 
 import subprocess
@@ -33,10 +34,6 @@ def install_blackhole() -> None:
     """Drop everything for the rehearsal subnet that no more specific route claims."""
     ip("route", "replace", "blackhole", str(SUBNET), "metric", "4000")
 
-
-def remove_blackhole() -> None:
-    """Remove the guard route (only after every node and the bridge are gone)."""
-    ip("route", "del", "blackhole", str(SUBNET), "metric", "4000", check=False)
 
 
 def ensure_bridge() -> None:

@@ -3,8 +3,8 @@
 `up` twice leaves one rack; `up` after a killed rack clears what it left (namespaces,
 cgroups, half-booted nodes) before booting. Extra nodes (extras.py: bare Sparks outside the
 inventory, `add_node` / `wipe` / `remove_node`) are booted, shown and shut down with the
-rack, but never written into its known_hosts. The blackhole guard goes in first and comes
-out last, and the state file that tells the fleet layer "the rack is up" exists only
+rack, but never written into its known_hosts. The blackhole guard goes in first and stays
+after `down` (a packet for a node of a rack that is down is dropped here), and the state file that tells the fleet layer "the rack is up" exists only
 between a finished network setup and the start of `down`.
 """
 
@@ -256,7 +256,7 @@ class RehearsalRack:
         return time.monotonic() - started
 
     def down(self) -> None:
-        """Shut every node down cleanly, then remove the network and the guard, in that order."""
+        """Shut every node down cleanly, then remove the network; the guard route stays."""
         REHEARSAL_STATE_FILE.unlink(missing_ok=True)
         pdu.stop_agent()  # first: it could power a node on again
         nodes = [*self.all_nodes, *self._other_twin_nodes()]
@@ -267,7 +267,6 @@ class RehearsalRack:
             hostnet.remove_node_net(node)
         if not any(nodeproc.is_running(n) for n in self._all_cgroup_nodes()):
             hostnet.remove_bridge()
-            hostnet.remove_blackhole()
 
     def wait_booted(self, nodes: list[NodeLayout], timeout: float = BOOT_TIMEOUT) -> None:
         """Wait until each node's systemd finished booting and its sshd answers."""

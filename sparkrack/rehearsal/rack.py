@@ -4,8 +4,9 @@
 cgroups, half-booted nodes) before booting. Extra nodes (extras.py: bare Sparks outside the
 inventory, `add_node` / `wipe` / `remove_node`) are booted, shown and shut down with the
 rack, but never written into its known_hosts. The blackhole guard goes in first and stays
-after `down` (a packet for a node of a rack that is down is dropped here), and the state file that tells the fleet layer "the rack is up" exists only
-between a finished network setup and the start of `down`.
+after `down` (a packet for a rack that is down is dropped here), and the state file that
+tells the fleet layer "the rack is up" exists only between a finished network setup and the
+start of `down`.
 """
 
 import json

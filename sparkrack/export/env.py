@@ -25,6 +25,7 @@ from typing import Any
 
 from sparkrack.engines import LaunchSpec
 from sparkrack.export.command import kubernetes_literal
+from sparkrack.export.secrets import PATH_VARIABLE
 
 
 ADVERTISED = ("SGLANG_HOST_IP", "VLLM_HOST_IP")  # each rank's own fabric address
@@ -38,9 +39,11 @@ def export_env(spec: LaunchSpec, secret_env: Iterable[str]) -> list[dict[str, An
 
     Every variable of spec's env that is not a secret keeps its value (escaped for `$(VAR)`
     expansion), but the advertised address (the node's) and the GID index (NCCL's pick). A
-    secret (secret_env) is not an env variable here: secrets.py mounts it as a file.
+    secret (secret_env) is not an env variable here: secrets.py mounts it as a file and
+    names that file itself (the node's token file, HF_TOKEN_PATH on the rack, is not the
+    pod's).
     """
-    secrets = set(secret_env)
+    secrets = {*secret_env, *(PATH_VARIABLE[name] for name in secret_env if name in PATH_VARIABLE)}
     values = {name: value for name, value in spec.env.items() if name != GID_INDEX}
     if GID_INDEX in spec.env:
         values.update(NCCL_SELECTION)

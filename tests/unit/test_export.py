@@ -205,6 +205,8 @@ def test_the_env_is_the_launch_specs_and_secrets_come_from_a_secret(real_invento
     spec = build_specs(real_inventory, engine, profile)[0]
     for container in containers(lws):
         env = container["env"]
+        names = [e["name"] for e in env]
+        assert len(names) == len(set(names)), names  # the node's HF_TOKEN_PATH is not the pod's
         advertised = {"SGLANG_HOST_IP", "VLLM_HOST_IP"}  # each pod's own node: downward API
         per_node = advertised | {"NCCL_IB_GID_INDEX"}  # NCCL picks it on each node
         assert {e["name"]: expand(e["value"], {}) for e in env if "value" in e} == {

@@ -12,15 +12,12 @@ from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, ra
 NODES_HELP = "only these nodes, e.g. spark-02,spark-06 (default: every node)"
 
 
-def _found(rack, nodes):
-    """(the folders on the selected nodes with what keeps each, errors); the fleet closed."""
-    from ..fleet import Fleet
+def _found(fleet, rack, nodes):
+    """(the folders on the selected nodes with what keeps each, errors)."""
     from ..lifecycle.caches import kept, list_folders
 
-    selected = rack.select(nodes) if nodes else rack.nodes
-    with Fleet(rack) as fleet:
-        folders, errors = list_folders(fleet, selected)
-        kept(fleet, rack, folders)
+    folders, errors = list_folders(fleet, rack.select(nodes) if nodes else rack.nodes)
+    kept(fleet, rack, folders)
     return folders, errors
 
 
@@ -39,8 +36,11 @@ def _rows(folders, total):
 def list_(c, nodes=None, json=False, inventory=None):
     """The compile cache folders on the nodes: engine, image, GPU arch, size a node, and
     what keeps each (a running container, the current or last-good deployment)."""
+    from ..fleet import Fleet
+
     rack = inventory_from(inventory)
-    folders, errors = _found(rack, nodes)
+    with Fleet(rack) as fleet:
+        folders, errors = _found(fleet, rack, nodes)
     if json:
         console.print_json({"folders": [f.as_dict() for f in folders], "unreachable": errors})
     else:
@@ -69,20 +69,20 @@ def remove(c, folder=None, nodes=None, check=False, json=False, inventory=None):
     from ..transfer.manifest import size_text
 
     rack = inventory_from(inventory)
-    folders, errors = _found(rack, nodes)
-    if errors:
-        raise UsageError("cannot judge every node's caches: " + "; ".join(
-            f"{n}: {e}" for n, e in errors.items()), fix="run again once every node answers")
-    if folder is not None:
-        folders = [f for f in folders if f.name == folder]
-        if not folders:
-            raise UsageError(f"no compile cache folder {folder!r} on the nodes",
-                             fix="`invoke caches` lists them")
-        if folders[0].kept:
-            raise UsageError(f"{folder} is in use: {'; '.join(folders[0].kept)}",
-                             fix="`invoke down` or `invoke roll` to another image first")
-    doomed = [f for f in folders if not f.kept]
     with Fleet(rack) as fleet:
+        folders, errors = _found(fleet, rack, nodes)
+        if errors:
+            raise UsageError("cannot judge every node's caches: " + "; ".join(
+                f"{n}: {e}" for n, e in errors.items()), fix="run again once every node answers")
+        if folder is not None:
+            folders = [f for f in folders if f.name == folder]
+            if not folders:
+                raise UsageError(f"no compile cache folder {folder!r} on the nodes",
+                                 fix="`invoke caches` lists them")
+            if folders[0].kept:
+                raise UsageError(f"{folder} is in use: {'; '.join(folders[0].kept)}",
+                                 fix="`invoke down` or `invoke roll` to another image first")
+        doomed = [f for f in folders if not f.kept]
         removed = remove_folders(fleet, doomed, check=check)
     if not check:
         note(nodes=sorted(removed), files=[f"{CACHE_ROOT}/{f.name}" for f in doomed])

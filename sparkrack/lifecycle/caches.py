@@ -54,9 +54,8 @@ def cache_gate_lines(specs: Sequence[LaunchSpec], facts: Mapping[str, NodeFacts]
     """(problems: nodes whose ranks start without their node's caches, what the ranks
     mount) of a start's specs."""
     folders = {s.node: _folder(s) for s in specs}
-    problems = [f"{node}: GPU arch unknown ({(facts[node].gpu.error if node in facts else None) or 'no compute_cap'}): "
-                "its rank starts without the node's compile caches" for node, f in folders.items()
-                if f is None]
+    problems = [f"{node}: GPU arch unknown ({_gpu_error(facts.get(node))}): its rank starts "
+                "without the node's compile caches" for node, f in folders.items() if f is None]
     by_folder: dict[str, list[str]] = {}
     for node, folder in folders.items():
         if folder is not None:
@@ -70,7 +69,7 @@ def make_folders(fleet: Fleet, specs: Sequence[LaunchSpec]) -> list[str]:
     """Make each rank's cache folder on its node (with its key file); one line saying
     where this start finds compiled kernels and where it compiles. Raises RuntimeError
     naming a node where the folder could not be made."""
-    jobs = {s.node: (s, _folder(s)) for s in specs if _folder(s) is not None}
+    jobs = {s.node: (s, folder) for s in specs if (folder := _folder(s)) is not None}
     if not jobs:
         return []
     commands = {node: _node_argv("make", CACHE_ROOT, folder.rsplit("/", 1)[1],
@@ -183,6 +182,10 @@ def _mounted(fleet: Fleet) -> dict[str, set[str]]:
         for source, where in pairs:
             found.setdefault(source.rstrip("/"), set()).add(where)
     return found
+
+
+def _gpu_error(facts: NodeFacts | None) -> str:
+    return (facts.gpu.error if facts is not None else None) or "no compute_cap"
 
 
 def _folder(spec: LaunchSpec) -> str | None:

@@ -84,7 +84,7 @@ def test_a_roll_back_to_a_lane_that_ran_before_skips_the_compile(engine_rack):
                                                                              back.phases)
 
         with Fleet(inventory) as fleet:  # a folder of an image gone from the rack
-            fleet.run(["sh", "-c", 'mkdir -p "$1/deep_gemm" && echo "{}" > "$1/sparkrack-cache.json"',
+            fleet.run(["sh", "-c", 'mkdir -p "$1/deep_gemm" && echo {} > "$1/sparkrack-cache.json"',
                        "sh", f"{CACHE_ROOT}/{OLD}"]).raise_for_failures()
         listed = invoke(inventory, "caches")
         assert listed.returncode == 0, listed.stderr

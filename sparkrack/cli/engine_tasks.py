@@ -81,7 +81,7 @@ def _cache_key(rack, image: str, offline: bool):
             found = probe_key(fleet, image)
     except SparkrackError:
         return CacheKey(offline=True)
-    return found if found.image_id else CacheKey(compute_caps=found.compute_caps, offline=True)
+    return CacheKey(found.image_id, found.compute_caps, offline=True)
 
 
 def cache_line(specs) -> str:

@@ -77,8 +77,8 @@ def image_prefix(image_id: str) -> str:
 @dataclass(frozen=True)
 class CacheKey:
     """What a start's cache folders are named by: the image ID every node has (the image
-    gate makes sure it is one) and each node's GPU compute capability. offline: neither
-    was asked (plan --offline): the folders show placeholders."""
+    gate makes sure it is one) and each node's GPU compute capability. offline (`plan`):
+    a part not known (not asked, or not answered) shows as a placeholder."""
 
     image_id: str = ""
     compute_caps: Mapping[str, str | None] = field(default_factory=dict)

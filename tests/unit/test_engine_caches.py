@@ -136,3 +136,19 @@ def test_housekeeping_keeps_what_runs_and_the_lanes_images(monkeypatch):
     assert kept["sglang-3dd32b7c2e5e4f01-sm120"] == kept["sglang-3dd32b7c2e5e4f01-sm121"]
     assert kept["vllm-9e1f00dd2e5e4f01-sm121"] == ["mounted by sparkrack-vllm-r0@spark-01"]
     assert kept["sglang-9e1f00dd2e5e4f01-sm121"] == []  # another engine's image ID: removable
+
+
+def test_plan_shows_each_rank_s_cache_mount(capsys):
+    from invoke import Collection, Program
+
+    from sparkrack.cli import engine_tasks
+
+    Program(namespace=Collection.from_module(engine_tasks)).run(
+        ["invoke", "plan", "--engine", "vllm", "--offline", "-i",
+         str(REPO / "inventory" / "rehearsal")], exit=False)
+    out = capsys.readouterr().out
+    folder = f"{CACHE_ROOT}/vllm-<image-id>-<gpu-arch>"
+    assert f"# compile caches: {folder} on all 8 nodes -> {CACHE_MOUNT} (kept on the node" in out
+    runs = [line for line in out.splitlines() if line.startswith("docker run")]
+    assert len(runs) == 8 and all(f"--volume '{folder}:{CACHE_MOUNT}'" in run for run in runs)
+    assert f"#   VLLM_CACHE_ROOT={CACHE_MOUNT}/vllm  <- the compile cache folder" in out

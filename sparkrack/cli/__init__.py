@@ -10,10 +10,10 @@ import sys
 from invoke import Collection, Program
 
 from .. import console
-from . import (bench_tasks, check_tasks, engine_tasks, export_tasks, fabric_tasks, learn_tasks,
-               lock_tasks, logs_tasks, onboard_tasks, power_tasks, provision_tasks, rack_tasks,
-               rehearsal_stub_tasks, rehearsal_tasks, run_tasks, twin_tasks, watch_tasks,
-               weights_tasks)
+from . import (bench_tasks, cache_tasks, check_tasks, engine_tasks, export_tasks, fabric_tasks,
+               learn_tasks, lock_tasks, logs_tasks, onboard_tasks, power_tasks,
+               provision_tasks, rack_tasks, rehearsal_stub_tasks, rehearsal_tasks, run_tasks,
+               twin_tasks, watch_tasks, weights_tasks)
 
 TOP_LEVEL = (
     engine_tasks.plan, engine_tasks.up, engine_tasks.down, engine_tasks.break_glass,
@@ -28,7 +28,7 @@ TOP_LEVEL = (
 
 def build_namespace() -> Collection:
     """The root collection: rack tasks at the top, `watch` (and `watch.*`), `rehearsal.*`,
-    `bench.*`, `weights.*` and `engines.*` below."""
+    `bench.*`, `weights.*`, `caches` (and `caches.remove`) and `engines.*` below."""
     ns = Collection.from_module(rack_tasks)
     for top in TOP_LEVEL:
         ns.add_task(top)
@@ -56,6 +56,10 @@ def build_namespace() -> Collection:
                          weights_tasks.remove):
         weights.add_task(weights_task)
     ns.add_collection(weights)
+    caches = Collection("caches")
+    caches.add_task(cache_tasks.list_, default=True)
+    caches.add_task(cache_tasks.remove)
+    ns.add_collection(caches)
     engines = Collection("engines")
     engines.add_task(learn_tasks.learn)
     ns.add_collection(engines)

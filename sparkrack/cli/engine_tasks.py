@@ -5,6 +5,7 @@ import shlex
 from invoke import task
 
 from .. import console
+from ..errors import SparkrackError
 from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
 
 DEFAULT_PROFILE = "512k"
@@ -30,6 +31,8 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline
     checked = checked_against(definition.version, definition.options)
     view = rack_view(rack, key, offline=offline)
     specs = build_specs(rack, engine, profile, node_env=view.envs)
+    specs = build_specs(rack, engine, profile, node_env=view.envs,
+                        cache=_cache_key(rack, specs[0].image, offline))
     head = specs[0]
     if head.experimental:
         console.say(f"warning: {engine} profile '{profile}' is experimental: {head.note}")
@@ -52,6 +55,7 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline
           f"ready timeout {head.ready_timeout_s} s, stop timeout {head.docker.stop_timeout_s} s")
     for line in network_lines(rack):
         print(line)
+    print(cache_line(specs))
     for line in env_lines(specs, view):
         print(line)
     for spec in specs:
@@ -60,6 +64,33 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline
         for key in own_vars(specs, spec):
             print(f"#   {key}={spec.shown_env()[key]}  <- {spec.env_sources[key]}")
         print(shlex.join(docker_run_argv(spec)))
+
+
+def _cache_key(rack, image: str, offline: bool):
+    """The compile caches' key `up` would use: the image's ID on the head and each node's
+    GPU arch (one round trip); not asked (--offline) or not answered: placeholders."""
+    from ..engines import CacheKey
+    from ..fleet import Fleet
+    from ..lifecycle.caches import probe_key
+
+    if offline:
+        return CacheKey(offline=True)
+    try:
+        with Fleet(rack) as fleet:
+            found = probe_key(fleet, image)
+    except SparkrackError:
+        return CacheKey(offline=True)
+    return CacheKey(found.image_id, found.compute_caps, offline=True)
+
+
+def cache_line(specs) -> str:
+    """Where each rank's compiled kernels are kept (engines/caches.py)."""
+    from ..engines.caches import CACHE_MOUNT
+    from ..lifecycle.caches import cache_gate_lines
+
+    _, where = cache_gate_lines(specs, {})
+    return (f"# compile caches: {where} -> {CACHE_MOUNT} (kept on the node: a restart of "
+            "this image does not compile again; `invoke caches`)")
 
 
 def network_lines(rack) -> list[str]:

@@ -7,9 +7,11 @@
 - `build_specs` (spec.py): inventory + engine + profile -> one LaunchSpec per rank
   (`template_values`: what a rank's argv templates are filled with; `model_path_of`: the
   lane's model directory, its profile's own or the inventory's);
-- `docker_run_argv` / `docker_sdk_kwargs` (docker_args.py): a spec as docker sees it.
+- `docker_run_argv` / `docker_sdk_kwargs` (docker_args.py): a spec as docker sees it;
+- the compile caches' folders and variables (caches.py: `CacheKey`).
 """
 
+from sparkrack.engines.caches import CacheKey
 from sparkrack.engines.catalog import engine_names
 from sparkrack.engines.docker_args import docker_run_argv, docker_sdk_kwargs
 from sparkrack.engines.model_data import ModelData, load_model
@@ -21,7 +23,7 @@ from sparkrack.engines.spec import (
 
 __all__ = [
     "LABEL_DEPLOYMENT", "LABEL_ENGINE", "LABEL_PROFILE", "LABEL_RANK", "LABEL_SPEC_HASH",
-    "LABEL_STOP_TIMEOUT", "REDACTED", "DockerOptions", "EngineDef", "LaunchSpec", "ModelData",
+    "LABEL_STOP_TIMEOUT", "REDACTED", "CacheKey", "DockerOptions", "EngineDef", "LaunchSpec", "ModelData",
     "Mount", "Profile", "Ulimit", "api_url", "build_specs", "container_name", "docker_run_argv",
     "docker_sdk_kwargs", "engine_names", "load_engine", "load_model", "model_path_of",
     "template_values",

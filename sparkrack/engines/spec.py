@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sparkrack.engines.caches import CACHE_MOUNT, SOURCE, CacheKey, cache_env
 from sparkrack.engines.profile_file import STALL_BUDGET_S, EngineDef, Profile, load_engine
 from sparkrack.engines.templates import fill
 from sparkrack.errors import UsageError
@@ -149,15 +150,17 @@ class LaunchSpec:
 def build_specs(inventory: Inventory, engine: str, profile_name: str, *,
                 deployment_id: str | None = None,
                 node_env: Mapping[str, NodeEnv] | None = None,
-                image: str | None = None) -> tuple[LaunchSpec, ...]:
+                image: str | None = None, cache: CacheKey | None = None
+                ) -> tuple[LaunchSpec, ...]:
     """One LaunchSpec per node of inventory, by rank, for engine's profile profile_name.
 
     deployment_id labels the containers (default: `<engine>-<profile>-<hash prefix>`, so a
     plan is deterministic). node_env is each node's environment as read from its env files
     (default: the inventory's view, rendered from the inventory and the roles). image runs
-    instead of the inventory's (a roll back to the last good deployment's image). UsageError
-    for an unknown engine or profile, a node without an environment, or a profile variable
-    that an env file defines too; InventoryError for a bad profile file.
+    instead of the inventory's (a roll back to the last good deployment's image). cache:
+    bind each node's compile cache folder (default: none). UsageError for an unknown engine
+    or profile, a node without an environment, or a profile variable that an env file or
+    the caches define too; InventoryError for a bad profile file.
     """
     definition = load_engine(inventory.path, engine, inventory.vars.images, image=image)
     profile = definition.profile(profile_name)
@@ -165,7 +168,9 @@ def build_specs(inventory: Inventory, engine: str, profile_name: str, *,
     image = image or _image(inventory, definition)
     envs = node_env if node_env is not None else \
         EnvFiles(inventory, definition.image_key).inventory_views()
-    drafts = tuple(_rank_spec(inventory, node, definition, profile, image, _env_of(envs, node))
+    _check_cache_vars(definition, profile)
+    drafts = tuple(_with_cache(_rank_spec(inventory, node, definition, profile, image,
+                                          _env_of(envs, node)), cache)
                    for node in inventory.nodes)
     spec_hash = deployment_hash(drafts)
     deployment = deployment_id or f"{engine}-{profile_name}-{spec_hash[:8]}"
@@ -176,8 +181,9 @@ def build_specs(inventory: Inventory, engine: str, profile_name: str, *,
 def deployment_hash(specs: tuple[LaunchSpec, ...]) -> str:
     """sha256 of what the deployment runs: every rank's node, image, argv, env and options.
 
-    Leaves out the deployment id, the labels, the watchdog's stall budget and secret values
-    and names (an operator's HF_TOKEN does not change what runs), so equal plans hash equal.
+    Leaves out the deployment id, the labels, the watchdog's stall budget, secret values
+    and names (an operator's HF_TOKEN does not change what runs) and the compile caches
+    (where compiled kernels are kept, not what runs), so equal plans hash equal.
     """
     content = []
     for spec in specs:
@@ -185,8 +191,11 @@ def deployment_hash(specs: tuple[LaunchSpec, ...]) -> str:
         for key in ("deployment_id", "spec_hash", "labels", "secret_names", "env_sources",
                     "env_view", "stall_budget_s"):
             del data[key]
+        cached = cache_env(spec.engine)
         data["env"] = {key: value for key, value in spec.env.items()
-                       if key not in spec.secret_names}
+                       if key not in spec.secret_names and key not in cached}
+        data["docker"]["mounts"] = [m for m in data["docker"]["mounts"]
+                                    if m["target"] != CACHE_MOUNT]
         content.append(data)
     text = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
@@ -300,6 +309,30 @@ def _token_mount(node: str, env: Mapping[str, str]) -> Mount | None:
                          fix="set hf_token_dir of role engine_env to a folder of its own, "
                          "e.g. /etc/sparkrack/hf, and run invoke provision")
     return Mount(folder, folder)
+
+
+def _with_cache(spec: LaunchSpec, cache: CacheKey | None) -> LaunchSpec:
+    """spec with its node's compile cache folder bound at CACHE_MOUNT and the engine's
+    caches pointed into it (unchanged without a key or a folder for the node)."""
+    folder = cache.folder(spec.engine, spec.node) if cache is not None else None
+    if folder is None:
+        return spec
+    env = cache_env(spec.engine)
+    return replace(spec, env=FrozenMapping({**spec.env, **env}),
+                   env_sources=FrozenMapping({**spec.env_sources,
+                                              **{key: SOURCE for key in env}}),
+                   docker=replace(spec.docker, mounts=(
+                       *spec.docker.mounts, Mount(folder, CACHE_MOUNT, read_only=False))))
+
+
+def _check_cache_vars(definition: EngineDef, profile: Profile) -> None:
+    """UsageError when the profile sets a variable that points a compile cache (each is
+    sparkrack's: the rank's node folder)."""
+    taken = sorted(set(profile.env) & set(cache_env(definition.name)))
+    if taken:
+        raise UsageError(f"{definition.name} profile {profile.name} sets {taken[0]}, which "
+                         f"sparkrack sets to the node's compile cache folder ({SOURCE})",
+                         fix=f"remove {taken[0]} from {definition.file}")
 
 
 def _labels(spec: LaunchSpec, deployment: str, spec_hash: str) -> FrozenMapping:

@@ -20,7 +20,7 @@ from .systemd import UnitFacts, parse_unit, unit_query
 CLOCK_CAP_UNIT = "sparkrack-clock-cap.service"
 BURN_RECORD = "/var/lib/sparkrack/burn.json"
 GPU_FIELDS = ("name", "clocks.sm", "clocks.max.sm", "power.draw", "temperature.gpu",
-              "utilization.gpu", "pstate", "persistence_mode", "driver_version")
+              "utilization.gpu", "pstate", "persistence_mode", "driver_version", "compute_cap")
 NODE = Query("node", (), ("s", ",".join(GPU_FIELDS)))
 MEMORY = Query("memory", (), ("m",))  # MemTotal and MemAvailable alone (watch's sample)
 CAP_UNIT = unit_query(CLOCK_CAP_UNIT)
@@ -50,6 +50,7 @@ class GpuFacts:
     pstate: str | None = None
     persistence: str | None = None
     driver: str | None = None
+    compute_cap: str | None = None  # "12.1" on a GB10: the compile caches' arch
     error: str | None = None
 
 
@@ -102,11 +103,11 @@ def parse_gpu(rc: int, line: str) -> GpuFacts:
     values = [v.strip() for v in line.split(",")]
     if len(values) != len(GPU_FIELDS):
         return GpuFacts(error=f"unexpected nvidia-smi output: {line}")
-    name, sm, max_sm, power, temp, util, pstate, persistence, driver = values
+    name, sm, max_sm, power, temp, util, pstate, persistence, driver, cap = values
     return GpuFacts(name=name, sm_mhz=_number(sm), max_sm_mhz=_number(max_sm),
                     power_w=_number(power, float), temperature_c=_number(temp),
                     utilization_pct=_number(util), pstate=pstate, persistence=persistence,
-                    driver=driver)
+                    driver=driver, compute_cap=None if cap.startswith("[") else cap)
 
 
 def parse_burn(record: FileFacts) -> dict | None:

@@ -38,6 +38,7 @@ class Container:
     image: str = ""  # the ref it was created from
     image_id: str = ""
     argv: tuple[str, ...] = ()  # entrypoint then command
+    mounts: tuple[str, ...] = ()  # the host paths bound into it
 
     @property
     def alive(self) -> bool:
@@ -58,7 +59,9 @@ def view(container: Any) -> Container:
         created=str(container.attrs.get("Created", "")), image=str(config.get("Image") or ""),
         image_id=str(container.attrs.get("Image") or ""),
         argv=tuple(str(a) for a in [*(config.get("Entrypoint") or []),
-                                     *(config.get("Cmd") or [])]))
+                                     *(config.get("Cmd") or [])]),
+        mounts=tuple(str(m.get("Source", "")) for m in container.attrs.get("Mounts") or []
+                     if isinstance(m, dict)))
 
 
 class LogStream:

@@ -1,6 +1,7 @@
 """`up`, `down` and `roll`: the engine lifecycle as the operator runs it.
 
-up:   gates -> burn (leftovers removed, docker limits probed meanwhile) -> record
+up:   gates -> burn (leftovers removed, compile cache folders made, docker limits probed
+      meanwhile) -> record
       "current" -> create, start in order -> readiness -> smoke request -> "last-good" with
       the phase times (a start that fails: record "failed", "current" removed)
 down: stop rank 0 first (drain), then the workers; remove; wait for unified memory
@@ -160,7 +161,7 @@ def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeo
         def get_ready(pre: Preflight) -> None:
             try:
                 with phases.timed("prepare"):
-                    prepared.append(prepare(fleet, inventory, pre.specs))
+                    prepared.append(prepare(fleet, inventory, pre.specs, on_event=on_event))
             except StartFailed as error:  # said once the gates are known: a refusal wins
                 failed.append(error)
 

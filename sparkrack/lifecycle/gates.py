@@ -6,7 +6,8 @@ there now (the ranks start with exactly these: `provision.envfiles`); no other e
 running; the SM121 rules; the same image ID on every node; the lane's model directory
 complete on every node (its manifest, the same digest everywhere, every listed file there
 at the rack's size: transfer/models.py); enough MemAvailable for the profile's memory
-fraction. A refusal there returns at once: the burn is not run. Then the
+fraction; the compile caches each rank binds (a warning only: a node whose GPU arch is not
+known starts its rank without them). A refusal there returns at once: the burn is not run. Then the
 costly ones (while the burn runs, preflight's `meanwhile` lets `up` clear leftovers and
 probe docker limits, which touch no GPU): a fresh under-load check that every GPU is capped (a unit that ran at boot
 proves nothing after an `nvidia-smi -rgc`); the power projection against the strip. With
@@ -39,6 +40,7 @@ from ..safety.strip import measured_strip
 from ..rules import check_profile
 from ..transfer.models import gate_problems
 from . import gidmove
+from .caches import cache_gate_lines, cache_key
 from .containers import parallel
 from .phases import Phases
 from .record import Deployment, records_of
@@ -177,6 +179,12 @@ def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
     report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
                                node_env=None if problems else report.env, image=image)
     judge_rack(fleet, inventory, report.specs, report, replacing)
+    if report.image_id:  # each rank binds its node's compile caches (lifecycle/caches.py)
+        report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
+                                   node_env=None if problems else report.env, image=image,
+                                   cache=cache_key(report.image_id, report.facts))
+        unknown, mounted = cache_gate_lines(report.specs, report.facts)
+        report.add("compile caches", unknown, mounted, blocking=False)
     return report
 
 

@@ -14,6 +14,7 @@ from ..errors import SparkrackError
 from ..fleet import Fleet
 from ..inventory import Inventory
 from . import nodelimits
+from .caches import make_folders
 from .containers import Rank, logs_tail, parallel, refresh, stop_ranks
 from .headapi import Endpoint
 from .loglines import reason, split_timestamp
@@ -80,12 +81,20 @@ def remove_leftovers(fleet: Fleet, specs: tuple[LaunchSpec, ...]) -> None:
     parallel(specs, one)
 
 
-def prepare(fleet: Fleet, inventory: Inventory,
-            specs: tuple[LaunchSpec, ...]) -> nodelimits.Limits:
-    """Remove an earlier failed start's stopped containers and choose the nodes' docker
-    limits (nodelimits: probed on a rehearsal rack only). Creates nothing and touches no
-    GPU: `up` does it while the burn gate runs."""
+def prepare(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...], *,
+            on_event: Callable[[str], None] = lambda e: None) -> nodelimits.Limits:
+    """Remove an earlier failed start's stopped containers, make the ranks' compile cache
+    folders (said: kept or empty) and choose the nodes' docker limits (nodelimits: probed
+    on a rehearsal rack only). Creates no container and touches no GPU: `up` does it while
+    the burn gate runs."""
     remove_leftovers(fleet, specs)
+    try:
+        said = make_folders(fleet, specs)
+    except RuntimeError as error:
+        raise StartFailed(str(error), fix="check the node's disk (df -h /var/lib/sparkrack)"
+                          ) from None
+    for line in said:
+        on_event(line)
     return nodelimits.for_rack(fleet, inventory, [s.node for s in specs])
 
 
@@ -128,7 +137,7 @@ def start_group(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...
     phases = phases or Phases()
     if limits is None:
         with phases.timed("prepare"):
-            limits = prepare(fleet, inventory, specs)
+            limits = prepare(fleet, inventory, specs, on_event=on_event)
     with phases.timed("create"):
         create_all(fleet, specs, limits, on_event=on_event)
     ranks = [as_rank(s) for s in specs]

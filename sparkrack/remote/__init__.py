@@ -22,6 +22,7 @@ token is the first line of the script's stdin.
 - dockerd.py    its docker questions, over dockerd's socket: images, version, runtimes, hook
 - links.py      its links: MTU, operstate, IPv4 of netdevs and of HCAs' netdevs
 - watchdog.py   its watchdog node: the service's Python, install directory, key, unit, state
+- caches.py     the engines' compile cache folders on a node: make, list, remove
 - probe.py      onboarding's port probe: listen (greeting with the token) / connect
 - knock.py      one TCP connect to each ADDR:PORT: accepted, refused or silent (break-glass
                 asks the workers whether they still reach the head)

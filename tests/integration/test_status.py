@@ -84,8 +84,9 @@ def test_nvidia_smi_answers_the_status_query_in_real_csv(inventory):
     header, values = with_header.stdout.splitlines()
     assert header == ("name, clocks.current.sm [MHz], clocks.max.sm [MHz], power.draw [W], "
                       "temperature.gpu, utilization.gpu [%], pstate, persistence_mode, "
-                      "driver_version")
+                      "driver_version, compute_cap")
     assert values.startswith("NVIDIA GB10, ") and " MHz, 3003 MHz, " in values
+    assert values.endswith(", 12.1")
 
 
 def test_status_of_a_limit(inventory):

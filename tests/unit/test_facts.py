@@ -25,7 +25,7 @@ SAMPLE = f"""@@base
 hostname spark-03
 kernel 6.18.44-fc-v782
 os Debian GNU/Linux 12 (bookworm)
-gpu 0 NVIDIA GB10, 208, 3003, 3.90, 38, 0, P8, Enabled, 580.126.09
+gpu 0 NVIDIA GB10, 208, 3003, 3.90, 38, 0, P8, Enabled, 580.126.09, 12.1
 MemAvailable 118566368
 MemTotal 127600748
 CmaFree 10171187
@@ -54,7 +54,7 @@ def test_parse_sample():
     assert (f.hostname, f.kernel, f.boot_id[:8]) == ("spark-03", "6.18.44-fc-v782", "093d830e")
     assert f.os == "Debian GNU/Linux 12 (bookworm)"
     assert (f.gpu.name, f.gpu.sm_mhz, f.gpu.max_sm_mhz, f.gpu.power_w) == ("NVIDIA GB10", 208, 3003, 3.9)
-    assert f.gpu.driver == "580.126.09"
+    assert f.gpu.driver == "580.126.09" and f.gpu.compute_cap == "12.1"
     assert (f.mem_total_kb, f.mem_available_kb) == (127600748, 118566368)
     assert (f.cma_total_kb, f.cma_free_kb) == (0, 10171187)
     assert f.cmdline == "BOOT_IMAGE=/boot/vmlinuz-7.0.0-1019-nvidia ro quiet splash"
@@ -70,13 +70,13 @@ def test_nvidia_smi_failure_is_kept_as_an_error():
     gpu = parse_gpu(9, text)
     assert gpu.name is None and gpu.error.startswith("NVIDIA-SMI has failed")
     f = parse_facts(SAMPLE.replace("gpu 0 NVIDIA GB10, 208, 3003, 3.90, 38, 0, P8, Enabled, "
-                                   "580.126.09", f"gpu 9 {text}"))
+                                   "580.126.09, 12.1", f"gpu 9 {text}"))
     assert f.gpu.name is None and f.gpu.error == text
 
 
 def test_not_available_values_become_none():
-    gpu = parse_gpu(0, "NVIDIA GB10, 208, 3003, [N/A], 38, 0, P8, Enabled, 580.126.09")
-    assert gpu.power_w is None and gpu.sm_mhz == 208
+    gpu = parse_gpu(0, "NVIDIA GB10, 208, 3003, [N/A], 38, 0, P8, Enabled, 580.126.09, [N/A]")
+    assert gpu.power_w is None and gpu.sm_mhz == 208 and gpu.compute_cap is None
 
 
 def test_burn_from_an_earlier_boot_is_not_a_verification():

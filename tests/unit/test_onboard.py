@@ -165,7 +165,7 @@ def test_facts_from_recorded_script_output():
                                          "docker", "links"]
     text = ("@@base\nboot\n1700000000.5\n@@0 s\nhostname spark-09\nkernel 6.18.44-fc-v782\n"
             "os Debian GNU/Linux 12 (bookworm)\ngpu 0 NVIDIA GB10, 208, 3003, 3.9, 35, 0, P8, "
-            "Enabled, 575.51.03\nMemAvailable 100\nMemTotal 127600748\n@@1 u\n"
+            "Enabled, 575.51.03, 12.1\nMemAvailable 100\nMemTotal 127600748\n@@1 u\n"
             "LoadState=not-found\n@@2 f\nmissing\n@@3 r\npresent\nstate 4: ACTIVE\n"
             "netdev enp1s0f0np0\ntypes\n3:RoCE v2\ngids\n"
             "3:0000:0000:0000:0000:0000:ffff:0a4d:030b\n@@4 r\n@@5 n\n@@6 d\n"

@@ -147,7 +147,7 @@ def test_scan_rank_finds_the_rank_before_parsing():
 
 def test_config_defaults_and_precedence():
     assert config.resolve({}, "sglang", 0, [], 3) == config.RankConfig(
-        load_delay_s=3.0, tokens_per_s=50.0, prefill_tokens_per_s=4000.0, answer_tokens=64,
+        load_delay_s=3.0, compile_s=3.0, tokens_per_s=50.0, prefill_tokens_per_s=4000.0, answer_tokens=64,
         accept_length=2.83, rank_mem_gib=None, indexer_scale=1.0, health_timeout_s=20.0)
     data = config.check({
         "load_delay_s": 2, "tokens_per_s": 40,
@@ -167,6 +167,10 @@ def test_config_defaults_and_precedence():
     five = config.resolve(data, "sglang", 5, [], 0)
     assert (five.die_after_s, five.exit_code, five.load_delay_s) == (7.0, 9, 2.0)
     assert config.resolve(data, "sglang", 2, [], 0).load_delay_s == 10.0
+    # a cold start's compile is as long as the rank's load unless the settings say
+    assert config.resolve(data, "sglang", 2, [], 0).compile_s == 10.0
+    assert config.resolve({"compile_s": 4, "engines": {"vllm": {"compile_s": 0}}}, "vllm", 2,
+                          [], 0).compile_s == 0.0
     assert config.resolve(data, "sglang", 1, [], 0).accept_length == 1.0  # no speculation
 
 

@@ -32,7 +32,7 @@ def node_output() -> str:
     """What gather.py prints for the capture's queries on a Spark cabled on port 0."""
     sections = {
         "s": ["hostname spark-a", "kernel 6.17.0-1008-nvidia", "os DGX OS 7.4.0",
-              "gpu 0 NVIDIA GB10, 208, 3003, 4.1, 41, 0, P8, Enabled, 580.126.09",
+              "gpu 0 NVIDIA GB10, 208, 3003, 4.1, 41, 0, P8, Enabled, 580.126.09, 12.1",
               "MemAvailable 120000000", "MemTotal 127600748"],
         "v": ["cuda 13.0"],
         "d": ["version 28.3.3", "runtimes nvidia runc"],

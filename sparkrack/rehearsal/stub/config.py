@@ -6,6 +6,11 @@ unknown key is an error (the rank exits 1 naming it), so a typo never passes sil
 
     {
       "load_delay_s": 3.0,          # each rank's "weight load", after the group has joined
+      "compile_s": null,            # the kernels a start compiles when the node's compile
+                                    #   caches do not hold them (compilecache.py); a start
+                                    #   that finds them reads them in 1/20 of that; null:
+                                    #   the rank's load_delay_s (a cold start's compile
+                                    #   about as long as its load)
       "tokens_per_s": 50.0,         # decode rate of one request (SSE chunks at this rate)
       "prefill_tokens_per_s": 4000, # prompt processing rate before the first token
       "answer_tokens": 64,          # completion length when max_tokens allows it
@@ -60,6 +65,7 @@ CONFIG_NAME = "sparkrack-stub.json"
 
 DEFAULTS = {
     "load_delay_s": 3.0,
+    "compile_s": None,
     "tokens_per_s": 50.0,
     "prefill_tokens_per_s": 4000.0,
     "answer_tokens": 64,
@@ -74,7 +80,8 @@ RANK_KEYS = {"load_delay_s": (int, float), "exit_at_start": (bool,),
              "die_after_s": (int, float), "exit_code": (int,), "wedge_at_request": (int,),
              "wedge_above_tokens": (int,)}
 _NUMBERS = (int, float)
-_TYPES = {"load_delay_s": _NUMBERS, "tokens_per_s": _NUMBERS, "prefill_tokens_per_s": _NUMBERS,
+_TYPES = {"load_delay_s": _NUMBERS, "compile_s": _NUMBERS + (type(None),),
+          "tokens_per_s": _NUMBERS, "prefill_tokens_per_s": _NUMBERS,
           "answer_tokens": (int,), "accept_length": _NUMBERS + (type(None),),
           "rank_mem_gib": _NUMBERS + (type(None),), "indexer_scale": _NUMBERS,
           "health_timeout_s": _NUMBERS, "recall_tokens": (int, type(None)),
@@ -94,6 +101,7 @@ class RankConfig:
     """What one rank of one engine does, all settings resolved."""
 
     load_delay_s: float
+    compile_s: float  # a cold start's compile (compilecache.py)
     tokens_per_s: float
     prefill_tokens_per_s: float
     answer_tokens: int
@@ -208,8 +216,10 @@ def resolve(data: dict, engine: str, rank: int, argv: list[str],
     mine = ranks.get(str(rank), {})
     if merged["accept_length"] is None:
         merged["accept_length"] = round(accept_length(speculative_steps), 2)
+    load_delay = float(mine.get("load_delay_s", merged["load_delay_s"]))
     return RankConfig(
-        load_delay_s=float(mine.get("load_delay_s", merged["load_delay_s"])),
+        load_delay_s=load_delay,
+        compile_s=load_delay if merged["compile_s"] is None else float(merged["compile_s"]),
         tokens_per_s=float(merged["tokens_per_s"]),
         prefill_tokens_per_s=float(merged["prefill_tokens_per_s"]),
         answer_tokens=int(merged["answer_tokens"]),

@@ -9,7 +9,8 @@ Life of a rank, as in a real TP group:
 4. join the group (group.py): rank 0 listens on the dist-init / master port, ranks >= 1
    connect, retrying until the dist timeout (600 s, SGLang --dist-timeout);
 5. load: take the rank's share of the node's unified memory from gpusimd in steps over
-   load_delay_s (held until the process ends); ranks >= 1 report "loaded";
+   load_delay_s (held until the process ends); then compile the kernels, or read them
+   from the node's compile caches (compilecache.py); ranks >= 1 report "loaded";
 6. rank 0 is ready once every rank has loaded. SGLang: rank 0 answers /health 503 from
    the start and 200 when ready (each check pings every rank, as SGLang's 1-token
    generation does); ranks >= 1 open their dummy /health (200) once loaded. vLLM: rank 0
@@ -48,7 +49,7 @@ import time
 import uuid
 from contextlib import contextmanager
 
-from . import cli, hubtoken, leak, transport
+from . import cli, compilecache, hubtoken, leak, transport
 from . import config as stubconfig
 from .gpu import GiB, Gpu, NoDevice, OutOfMemory
 from .group import HeadGroup, Link, connect_to_head, nccl_error
@@ -230,6 +231,12 @@ class Rank:
                  f"{self.gpu.available_bytes() / GiB:.2f} GB, "
                  f"took {time.monotonic() - begin:.2f} s")
 
+    def compile(self) -> None:
+        """After the load: compile what this rank runs, or read it from the caches."""
+        compilecache.warm_up(self.args.engine, VERSIONS[self.args.engine], self.args.rank,
+                             self.args.namespace, self.gpu.compute_cap(),
+                             self.settings.compile_s, dict(os.environ), self.log)
+
     def _take(self, size: int, total: int, what: str) -> None:
         try:
             self.kept.append(self.gpu.allocate(size))
@@ -332,6 +339,7 @@ class Worker(Rank):
         self.init_nccl(message.get("rails") or {})
         threading.Thread(target=self._follow, name="follow", daemon=True).start()
         self.load()
+        self.compile()
         link.send("loaded")
         if args.engine == "sglang" and args.http_port is not None:
             try:
@@ -457,6 +465,7 @@ class Head(Rank):
         self.log("Init torch distributed ends.")
         self.init_nccl(peers)
         self.load()
+        self.compile()
         while not self.group.all_loaded.wait(0.1):
             if self.stop.is_set():
                 self._shutdown()

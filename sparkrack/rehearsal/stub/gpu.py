@@ -54,6 +54,11 @@ class Gpu:
         with self._lock:
             return self._client.state()["memory"]["available_kb"] * 1024
 
+    def compute_cap(self) -> str:
+        """The GPU's compute capability, as nvidia-smi's compute_cap says it ("12.1")."""
+        with self._lock:
+            return str(self._client.state().get("compute_cap") or "")
+
     def allocate(self, size: int) -> int | None:
         """Take size bytes until freed or the process ends; its id (None for size 0)."""
         if size <= 0:

@@ -34,8 +34,10 @@ def _rows(folders, total):
                          "inventory": INVENTORY_HELP})
 @operator_task
 def list_(c, nodes=None, json=False, inventory=None):
-    """The compile cache folders on the nodes: engine, image, GPU arch, size a node, and
-    what keeps each (a running container, the current or last-good deployment)."""
+    """List the compile cache folders on the nodes, with their sizes.
+
+    Each folder's engine, image, GPU arch, size on each node, and what keeps it (a running
+    container, the current or last-good deployment)."""
     from ..fleet import Fleet
 
     rack = inventory_from(inventory)
@@ -59,9 +61,10 @@ def list_(c, nodes=None, json=False, inventory=None):
             "json": "print JSON", "inventory": INVENTORY_HELP, **WAIT_HELP})
 @rack_task(changing=lambda a: not a["check"], name="caches.remove")
 def remove(c, folder=None, nodes=None, check=False, json=False, inventory=None):
-    """Remove compile cache folders no lane keeps: not mounted by a running container, not
-    of the current or last-good deployment's image. The next start of their image
-    compiles again."""
+    """Remove the compile cache folders that no lane keeps.
+
+    Kept: a folder a running container mounts, and those of the current or last-good
+    deployment's image. The next start of a removed folder's image compiles again."""
     from ..engines.caches import CACHE_ROOT
     from ..fleet import Fleet
     from ..lifecycle.caches import remove_folders

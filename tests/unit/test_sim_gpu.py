@@ -9,6 +9,7 @@ tests/unit/data/nvidia-smi-h200.
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -233,6 +234,55 @@ def test_a_spinning_kernel_reads_busy_at_low_power_until_a_real_load_joins(node)
             load.hold_load(100)
             util, power = node.query("utilization.gpu,power.draw")
             assert util == "100" and float(power) > 35.0, (util, power)
+
+
+HOLDER = """import sys, time
+sys.path.insert(0, sys.argv[1])
+from gpusim_client import GpuSimClient
+client = GpuSimClient(("127.0.0.1", int(sys.argv[2])))
+client.hold_load(int(sys.argv[3]), spin=sys.argv[4] == "spin")
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def holder(node, util: int, spin: bool = False) -> subprocess.Popen:
+    """Another process holding a load through its own connection, as a rank does."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(SIM_DIR), str(node.port),
+                             str(util), "spin" if spin else "compute"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_a_stopped_process_feeds_no_kernels_its_gpu_reads_idle_until_it_runs_again(node):
+    """A rank's host frozen (SIGSTOP, a host-side deadlock): its compute drains and its
+    GPU goes idle; it computes again once the process continues. Read from the process's
+    state (/proc/PID/stat), nothing the rank says."""
+    node.smi("-lgc", "0,2200")
+    rank = holder(node, 100)
+    try:
+        assert node.query("utilization.gpu")[0] == "100"
+        os.kill(rank.pid, signal.SIGSTOP)
+        util, power = node.query("utilization.gpu,power.draw")
+        assert util == "0" and float(power) < 5.0, (util, power)
+        os.kill(rank.pid, signal.SIGCONT)
+        assert node.query("utilization.gpu")[0] == "100"
+    finally:
+        rank.kill()
+        rank.wait()
+
+
+def test_a_kernel_already_spinning_stays_resident_when_its_process_stops(node):
+    rank = holder(node, 96, spin=True)
+    try:
+        os.kill(rank.pid, signal.SIGSTOP)
+        util, power = node.query("utilization.gpu,power.draw")
+        assert util == "96" and float(power) < 25.0, (util, power)
+    finally:
+        rank.kill()
+        rank.wait()
+    assert node.query("utilization.gpu")[0] == "0"  # gone with its process
 
 
 def test_power_limit_is_refused_as_on_gb10(node):

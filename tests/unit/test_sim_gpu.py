@@ -55,11 +55,13 @@ class Node:
     def __init__(self, tmp_path: Path, **daemon_env: str):
         self.state_dir = tmp_path / "run"
         self.latch = tmp_path / "latched"
+        self.heat = tmp_path / "heat"
         self.kernel = tmp_path / "kernel.json"
         config = tmp_path / "node.json"
         config.write_text(json.dumps({
             "node": "spark-01", "port": 0, "state_dir": str(self.state_dir),
-            "latch_file": str(self.latch), "kernel_file": str(self.kernel)}))
+            "latch_file": str(self.latch), "kernel_file": str(self.kernel),
+            "heat_file": str(self.heat)}))
         self.log = tmp_path / "gpusimd.log"
         env = {**os.environ, "GPU_SIM_CONFIG": str(config), **daemon_env}
         with open(self.log, "w") as log:
@@ -283,6 +285,27 @@ def test_a_kernel_already_spinning_stays_resident_when_its_process_stops(node):
         rank.kill()
         rank.wait()
     assert node.query("utilization.gpu")[0] == "0"  # gone with its process
+
+
+def test_temperature_reads_as_driver_580_gives_it_on_gb10_and_follows_the_heat(node):
+    """The thresholds are offsets from the T.Limit (a public GB10 capture, driver
+    580.126.09: margin 57 C at 38 C, shutdown -5 C, slowdown -2 C); the margin is the
+    query field temperature.gpu.tlimit; hot air heats the GPU under load."""
+    temp, margin = (int(v) for v in node.query("temperature.gpu,temperature.gpu.tlimit"))
+    assert temp + margin == 95
+    report = node.smi("-q", "-d", "TEMPERATURE").stdout
+    assert f"        GPU T.Limit Temp{' ' * 31}: {margin} C\n" in report
+    assert "GPU Shutdown T.Limit Temp" + " " * 22 + ": -5 C" in report
+    assert "GPU Slowdown T.Limit Temp" + " " * 22 + ": -2 C" in report
+    assert "GPU Shutdown Temp " not in report  # the pre-R535 absolute labels
+    node.smi("-lgc", "0,2200")
+    node.heat.write_text("40\n")
+    with node.client() as load:
+        load.hold_load(100)
+        temp, margin, clock, slow = node.query(
+            "temperature.gpu,temperature.gpu.tlimit,clocks.sm,"
+            "clocks_event_reasons.sw_thermal_slowdown")
+    assert (temp, margin, slow) == ("95", "0", "Active") and int(clock) < 2184
 
 
 def test_power_limit_is_refused_as_on_gb10(node):

@@ -5,7 +5,7 @@ The clock lock and persistence mode live in STATE_DIR (a tmpfs in the node), so 
 survive a daemon restart and vanish at reboot, like the driver's. Loads and allocations
 belong to client connections and end with them; a load computes only while the client's
 process runs (a stopped host feeds no kernels: its compute drains, while a kernel already
-spinning on a flag stays resident). The latch is a file the rack owns.
+spinning on a flag stays resident). The latch and the heat are files the rack owns.
 """
 
 import json
@@ -90,6 +90,14 @@ class GpuState:
         """Whether the board is in the low-clock state (the latch file exists)."""
         return os.path.exists(self.config["latch_file"])
 
+    def heat(self) -> float:
+        """Degrees C the rack adds to the air around the board (the heat file; 0: none)."""
+        try:
+            with open(self.config["heat_file"], encoding="utf-8") as fh:
+                return float(fh.read().strip() or 0)
+        except (OSError, ValueError):
+            return 0.0
+
     def hold_load(self, client: int, util: int, spin: bool = False,
                   pid: int | None = None) -> None:
         """Keep `util` % utilization for this client (0 releases it) while its process
@@ -153,11 +161,14 @@ class GpuState:
             "index": config["gpu_index"],
             "persistence_mode": self.persistence_mode(),
             **readings(config, util, lock, latched, resident=bool(allocations),
-                       phase=random.random(), spinning=spinning),
+                       phase=random.random(), spinning=spinning, heat=self.heat()),
+            "thermal": {key: config[key] for key in (
+                "tlimit_c", "slowdown_tlimit_c", "shutdown_tlimit_c")},
             "processes": _processes(allocations),
             "memory": {"total_kb": memory["MemTotal"], "available_kb": memory["MemAvailable"],
                        "allocated_kb": allocated_kb},
-            "sim": {"lock": list(lock) if lock else None, "latched": latched},
+            "sim": {"lock": list(lock) if lock else None, "latched": latched,
+                    "heat_c": self.heat()},
         }
 
     def _allocated_kb(self) -> int:

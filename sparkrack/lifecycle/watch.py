@@ -310,11 +310,11 @@ class GroupWatch:
 
 
 def tend_gpus(group: GroupWatch, poll: Poll, standing: set[tuple[str, str]],
-              by: str) -> list[str]:
-    """Act on a poll's GPU findings: re-apply a lost cap (audited); the lines to say: each
-    finding when it first stands (standing keeps those said until they clear), and each
-    re-application's outcome."""
-    lines = []
+              by: str) -> tuple[list[str], list[Reapplied]]:
+    """Act on a poll's GPU findings: re-apply a lost cap (audited). The lines to say (each
+    finding when it first stands: standing keeps those said until they clear; each
+    re-application's outcome) and the re-applications made."""
+    lines, made = [], []
     now = {(f.node, f.kind) for f in poll.findings}
     for finding in poll.findings:
         if (finding.node, finding.kind) not in standing:
@@ -322,10 +322,11 @@ def tend_gpus(group: GroupWatch, poll: Poll, standing: set[tuple[str, str]],
         if finding.kind == "over-cap":
             done = group.reapply_cap(finding, by)
             if done is not None:
+                made.append(done)
                 lines.append(done.line if done.took else f"warning: {done.line}")
     standing.clear()
     standing.update(now)
-    return lines
+    return lines, made
 
 
 def stop_left_behind(inventory: Inventory, ranks: list[Rank], *,
@@ -407,7 +408,7 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
             for node, warning in poll.warnings:
                 report.warnings.append(f"{node}: {warning}")
                 on_event(f"warning: {node}: {warning}")
-            for line in tend_gpus(group, poll, standing, "watch"):
+            for line in tend_gpus(group, poll, standing, "watch")[0]:
                 if line.startswith("warning: "):
                     report.warnings.append(line[len("warning: "):])
                 on_event(line)

@@ -144,8 +144,10 @@ def test_a_lost_cap_is_re_applied_at_most_every_30_s_and_each_finding_said_once(
     group = watch.GroupWatch(None, inventory, ranks, http_port=1, health_path="/health")
     over = judge("spark-04", 3, GpuSample(100, 86.5, 2454, 82), 2200)
     standing: set = set()
-    first = watch.tend_gpus(group, watch.Poll(findings=over), standing, "watchdog")
-    assert first == [f"warning: {over[0].line}", "spark-04: clock cap re-applied"]
-    assert watch.tend_gpus(group, watch.Poll(findings=over), standing, "watchdog") == []
+    lines, made = watch.tend_gpus(group, watch.Poll(findings=over), standing, "watchdog")
+    assert lines == [f"warning: {over[0].line}", "spark-04: clock cap re-applied"]
+    assert [done.took for done in made] == [True]
+    assert watch.tend_gpus(group, watch.Poll(findings=over), standing, "watchdog") == ([], [])
     assert calls == [("spark-04", "watchdog")]  # not again within REAPPLY_EVERY_S
-    assert watch.tend_gpus(group, watch.Poll(), standing, "watchdog") == [] and not standing
+    assert watch.tend_gpus(group, watch.Poll(), standing, "watchdog") == ([], [])
+    assert not standing

@@ -637,8 +637,13 @@ class Head(Rank):
     def health(self, body) -> Reply:
         if not self.ready or self.draining:
             return Reply(503)
-        if self.args.engine == "sglang":
+        if self.args.engine == "sglang":  # a 1-token generation through every rank
             ok, _ = self.group.ask("ping", self.settings.health_timeout_s)
+            with self._stepping:  # ... behind the running batch, whose collectives hang
+                ok = ok and self._stepping.wait_for(
+                    lambda: self.running == 0
+                    or time.monotonic() - self.stepped <= STEP_FRESH_S,
+                    self.settings.health_timeout_s)
             if not ok or self.stuck:
                 return Reply(503)
         return Reply(200)

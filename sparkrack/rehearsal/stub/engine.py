@@ -441,6 +441,7 @@ class Head(Rank):
         self.running = 0
         self._stepping = threading.Condition(self._lock)  # running, stepped changed
         self.stepped = 0.0  # when the group's last collective completed (monotonic)
+        self._step_now = False  # a forward began: step at once
         # vLLM counts tokens every engine step; SGLang when a request finishes
         self.metrics = {"prompt_tokens": 0, "generation_tokens": 0, "requests": 0,
                         "finished_stop": 0, "finished_length": 0, "last_tps": 0.0,
@@ -566,19 +567,20 @@ class Head(Rank):
             _, missing = self.group.ask("step", self.args.watchdog_timeout_s)
             if missing:
                 self._watchdog("a decode step", missing)
-            self._stepped()
-            time.sleep(STEP_S)
+            with self._stepping:
+                self.stepped = time.monotonic()
+                self._stepping.notify_all()
+            self.gpu.progressed()
+            with self._stepping:  # the next step: STEP_S on, or at once for a new forward
+                self._stepping.wait_for(lambda: self._step_now, STEP_S)
+                self._step_now = False
 
-    def _stepped(self) -> None:
+    def moving(self, since: float) -> None:
+        """Wait until a collective of the group completed after since, recently: a token
+        needs every rank."""
         with self._stepping:
-            self.stepped = time.monotonic()
-            self._stepping.notify_all()
-        self.gpu.progressed()
-
-    def moving(self) -> None:
-        """Wait until the group's collectives complete: a token needs every rank."""
-        with self._stepping:
-            self._stepping.wait_for(lambda: time.monotonic() - self.stepped <= STEP_FRESH_S)
+            self._stepping.wait_for(lambda: self.stepped >= since and
+                                    time.monotonic() - self.stepped <= STEP_FRESH_S)
 
     @contextmanager
     def forward(self, prompt_tokens: int):
@@ -587,6 +589,7 @@ class Head(Rank):
         self._slots.acquire()
         with self._stepping:
             self.running += 1
+            self._step_now = True
             self._stepping.notify_all()
         fid = next(self._fids)
         transient = None
@@ -602,7 +605,6 @@ class Head(Rank):
                 time.sleep(max(0.0, began + self.args.watchdog_timeout_s - time.monotonic()))
             if missing:
                 self._watchdog(f"a {prompt_tokens}-token forward", missing)
-            self._stepped()  # the forward's start is a collective of every rank
             prefill = prompt_tokens / self.settings.prefill_tokens_per_s \
                 if self.settings.prefill_tokens_per_s else 0.0
             time.sleep(prefill)
@@ -839,7 +841,7 @@ class _Request:
         """Yield each token text at the configured rate (first one right after prefill)."""
         head = self.head
         interval = 1.0 / head.settings.tokens_per_s if head.settings.tokens_per_s else 0.0
-        first = time.monotonic()
+        first = began = time.monotonic()
         try:
             with head.forward(self.prompt_tokens):
                 head.count_prompt(self.prompt_tokens)
@@ -848,7 +850,7 @@ class _Request:
                     pause = first + index * interval - time.monotonic()
                     if pause > 0:
                         time.sleep(pause)
-                    head.moving()
+                    head.moving(began)
                     self._generated += 1
                     head.count_token()
                     if index < len(self.answer):

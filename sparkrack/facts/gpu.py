@@ -61,10 +61,12 @@ def parse_sample(answers: Answers) -> GpuSample | None:
     values = [v.strip() for v in line.split(",")]
     if rc != "0" or len(values) not in (len(SAMPLE_FIELDS), len(SAMPLE_FIELDS) + 1):
         return None
-    numbers = [_number(v) for v in values] + [None]
-    sm, power, temperature, util, margin = numbers[:5]
-    whole = lambda value: None if value is None else int(value)  # noqa: E731
-    return GpuSample(whole(util), power, whole(sm), whole(temperature), whole(margin))
+    sm, power, temperature, util, margin = ([_number(v) for v in values] + [None])[:5]
+    return GpuSample(_whole(util), power, _whole(sm), _whole(temperature), _whole(margin))
+
+
+def _whole(value: float | None) -> int | None:
+    return None if value is None else int(value)
 
 
 def sample_memory(answers: Answers) -> tuple[int, int] | None:

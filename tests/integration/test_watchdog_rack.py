@@ -373,7 +373,7 @@ def test_the_service_reapplies_a_lost_cap_and_reports_a_latched_and_a_hot_gpu(
               f"spark-05 at {hot:g} C (slowdown {slowdown:g} C)")
         lock = on_node(inventory, "spark-06", ["cat", "/run/gpu-sim/clock-lock.json"])
         assert json.loads(lock.stdout) == [0, inventory.vars.clock_cap_mhz]
-        assert prometheus.value('sparkrack_gpu_over_cap{node="spark-06"}') == 0
+        prometheus.wait('sparkrack_gpu_over_cap{node="spark-06"}', lambda v: v == 0)
         with Fleet(inventory, [inventory.head]) as fleet:
             log = parse_lines(fleet.run(["cat", AUDIT_FILE])[inventory.head.name].stdout)
         record = [r for r in log if r.get("task") == "watchdog:cap-reapplied"][-1]

@@ -9,7 +9,7 @@ against the engine's own watchdog in the same run, and what the check costs each
   from the prompt to every rank exited. Target: found within the budget + 10 s.
 - poll cost: one watchdog poll of a running group, median of --polls, without the progress
   check, with it (rank 0's /metrics), and the round trip to every node with and without the
-  GPU reading (taken only while progress is in doubt). Target: the check adds under 50 ms.
+  GPU reading (every poll takes it). Target: the check adds under 50 ms.
 Needs root, `invoke rehearsal.up` and `invoke provision -i inventory/rehearsal`.
 
     python benchmarks/stall.py [--budget 30] [--polls 40] [--no-peer]

@@ -1,7 +1,7 @@
 """The rehearsal rack put back to healthy before a rack test, checked rather than trusted.
 
 `repair_faults` (sparkrack.rehearsal.repair) reads the rack from this machine and undoes
-what a test may have left: a node powered off, cut, hung or recabled, a latched GPU, a
+what a test may have left: a node powered off, cut, hung or recabled, a latched or heated GPU, a
 renumbered GID table, an HCA port down. `repair_engines` asks the nodes (one round trip
 each) and stops any engine container and a held rack lock; the suite runs it at the start
 (a rack used before the run) and after a rack test that failed.

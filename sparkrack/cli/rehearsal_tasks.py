@@ -14,6 +14,7 @@ from .common import inventory_from, operator_task
 DEFAULT_INVENTORY = "inventory/rehearsal"
 HELP = {"inventory": f"rehearsal inventory (default: {DEFAULT_INVENTORY})"}
 NODE_HELP = {**HELP, "node": "node name, e.g. spark-03"}
+MAX_HEAT_C = 54.0  # more and a loaded GB10 passes its 100 C shutdown
 
 if TYPE_CHECKING:
     from ..rehearsal.rack import RehearsalRack
@@ -148,6 +149,37 @@ def latch(c, node, inventory=None, clear=False):
     """Latch a node's simulated GPU low (482-858 MHz under load)."""
     _rack(inventory).latch(node, on=not clear)
     console.say(f"{node}: GPU {'unlatched' if clear else 'latched in the low-clock state'}")
+
+
+@task(help={**NODE_HELP, "degrees": "degrees C added to the air around the GPU (1-54: a "
+            "blocked vent, a hot room)", "clear": "take the heat away"})
+@operator_task
+def heat(c, node, inventory=None, degrees=None, clear=False):
+    """Heat a node's simulated GPU: under load it slows itself to hold its T.Limit (95 C),
+    past that the hardware halves its clock (54: over its slowdown temperature, 97 C)."""
+    if clear == (degrees is not None):
+        raise UsageError("give --degrees N or --clear", fix="e.g. --degrees 40")
+    value = None
+    if degrees is not None:
+        try:
+            value = float(degrees)
+        except ValueError:
+            value = -1.0
+        if not 1 <= value <= MAX_HEAT_C:
+            raise UsageError(f"--degrees {degrees}: not 1 to {MAX_HEAT_C:g}",
+                             fix=f"e.g. --degrees 40 (past {MAX_HEAT_C:g} a GB10 reaches its "
+                             "100 C shutdown)")
+    _rack(inventory).heat(node, value)
+    console.say(f"{node}: GPU air " + ("back to normal" if value is None else f"+{value:g} C"))
+
+
+@task(help=NODE_HELP)
+@operator_task
+def reset_clocks(c, node, inventory=None):
+    """Drop a node's GPU clock lock as `nvidia-smi -rgc` does (a driver reload, a GPU reset,
+    an out-of-memory event): the clock-cap unit still reads active, the GPU is uncapped."""
+    _rack(inventory).reset_clocks(node)
+    console.say(f"{node}: GPU clock lock reset (nvidia-smi -rgc): uncapped")
 
 
 @task(help={**NODE_HELP, "index": "the GID index the IPv4-mapped RoCE v2 entry moves to "

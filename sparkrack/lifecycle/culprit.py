@@ -1,18 +1,25 @@
-"""Which rank of a stalled TP group is the likely culprit, from its GPUs (pure).
+"""What a stalled TP group's GPUs say, and which rank they blame (pure).
 
 In a tensor-parallel forward every rank does the same work, so every GPU reads alike: all
-busy at full power while it computes, all idle between requests. A rank that hangs breaks
-the pattern: one GPU busy at a fraction of its peers' power (a kernel spinning on a flag,
-~96 % at ~20 W in vllm#42354's report) or idle while its peers wait in the collective, or
-the reverse. Each node's GPU is read as one of
+busy at full power while the group computes (a long prefill too), all idle between
+requests. A hang breaks the pattern. A rank waiting in a collective its peers never
+complete runs NCCL's kernel, which polls a flag: ~96 % utilization at a fraction of the
+power (vllm#42354 and eugr/spark-vllm-docker#260 on GB10: ~20 W, 16-27 W, where serving
+averages ~45 W). A rank whose host is stopped or hung launches nothing: its GPU drains to
+idle. Each node's GPU is read, from the median of its last few samples, as
 
-- `busy`: utilization >= 50 % at >= 60 % of the median power of the busy GPUs;
-- `spinning`: utilization >= 50 % below that;
 - `idle`: utilization < 50 %;
+- `latched`: busy at a clock in the GB10's latched range (< 1,000 MHz): slow, not stuck;
+- `spinning`: busy at under 60 % of the power this GPU drew while the group made progress
+  (its working power; 50 W before any is known, as the field's "below ~30 W"), at its
+  working clock (a GPU that slowed itself for heat draws less, at a lower clock);
+- `busy`: otherwise.
 
-from the median of its last few samples. The culprit is the one GPU whose class no other
-shares while all the others share one; with no such GPU none is named. A group whose GPUs
-all read `busy` is working (a long prefill moves no token counter): not a stall.
+Every GPU busy (or latched) is a group that works without moving a counter: not a stall.
+The culprit is the one GPU whose class no other shares while all the others share one:
+idle among spinning peers (a frozen host), spinning among busy ones, or the reverse.
+Every GPU spinning alike is a collective every rank waits in (a fabric or NCCL hang): no
+single rank is to blame.
 """
 
 from __future__ import annotations
@@ -21,53 +28,76 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
 
+from ..facts.gpu import GpuSample
+from ..remote.capjudge import LATCH_MHZ
+
 BUSY_UTIL = 50
-SPIN_POWER_SHARE = 0.6  # of the busy GPUs' median power
+SPIN_POWER_SHARE = 0.6  # of the GPU's working power
+WORKING_CLOCK_SHARE = 0.9  # a spin keeps the clock: at least this share of the working one
+UNKNOWN_WORKING_W = 50.0  # before the group was seen working: spinning under 30 W
 
 
 @dataclass(frozen=True)
-class GpuSample:
-    """One nvidia-smi reading of a node's GPU (None: not reported)."""
+class Working:
+    """What one GPU drew while its group made progress (medians of its busy samples)."""
 
-    util: int | None
-    power_w: float | None
+    power_w: float
+    sm_mhz: int | None = None
 
 
 @dataclass(frozen=True)
 class Verdict:
     """The GPUs of a group, read together."""
 
-    classes: Mapping[str, str]  # node: busy | spinning | idle | unknown
+    classes: Mapping[str, str]  # node: busy | spinning | latched | idle | unknown
     culprit: str | None  # the node whose GPU stands out, if one does
     evidence: str  # one line: each class and its nodes' readings
 
     @property
     def working(self) -> bool:
-        """Every GPU computes alike: the group works, whatever its counters say."""
-        return bool(self.classes) and set(self.classes.values()) == {"busy"}
+        """Every GPU computes (however slowly): the group works, whatever its counters say."""
+        known = {kind for kind in self.classes.values() if kind != "unknown"}
+        return bool(known) and known <= {"busy", "latched"} and "busy" in known
+
+    @property
+    def alike(self) -> str | None:
+        """The class every GPU shares when the group is stuck alike (no rank stands out)."""
+        known = {kind for kind in self.classes.values() if kind != "unknown"}
+        return known.pop() if len(known) == 1 and not self.working else None
 
 
 def _middle(samples: Sequence[GpuSample]) -> GpuSample:
-    utils = [s.util for s in samples if s.util is not None]
-    powers = [s.power_w for s in samples if s.power_w is not None]
-    return GpuSample(round(median(utils)) if utils else None,
-                     median(powers) if powers else None)
+    def mid(values):
+        values = [v for v in values if v is not None]
+        return median(values) if values else None
+
+    util, clock = mid(s.util for s in samples), mid(s.sm_mhz for s in samples)
+    return GpuSample(None if util is None else round(util), mid(s.power_w for s in samples),
+                     None if clock is None else round(clock))
 
 
-def read_gpus(samples: Mapping[str, Sequence[GpuSample]]) -> Verdict:
-    """The verdict on a group's GPUs from each node's recent samples (oldest first)."""
+def classify(sample: GpuSample, working: Working | None) -> str:
+    """One GPU's class from its (median) sample and its working power and clock."""
+    if sample.util is None or sample.power_w is None:
+        return "unknown"
+    if sample.util < BUSY_UTIL:
+        return "idle"
+    if sample.sm_mhz is not None and sample.sm_mhz < LATCH_MHZ:
+        return "latched"
+    power_w = working.power_w if working is not None else UNKNOWN_WORKING_W
+    clock = working.sm_mhz if working is not None else None
+    if sample.power_w < SPIN_POWER_SHARE * power_w and (
+            clock is None or sample.sm_mhz is None or sample.sm_mhz >= WORKING_CLOCK_SHARE * clock):
+        return "spinning"
+    return "busy"
+
+
+def read_gpus(samples: Mapping[str, Sequence[GpuSample]],
+              working: Mapping[str, Working] | None = None) -> Verdict:
+    """The verdict on a group's GPUs from each node's recent samples (oldest first) and,
+    where known, what each drew while the group made progress."""
     now = {node: _middle(s) for node, s in samples.items() if s}
-    busy_powers = [s.power_w for s in now.values()
-                   if s.util is not None and s.util >= BUSY_UTIL and s.power_w is not None]
-    floor = SPIN_POWER_SHARE * median(busy_powers) if busy_powers else 0.0
-    classes = {}
-    for node, s in now.items():
-        if s.util is None or s.power_w is None:
-            classes[node] = "unknown"
-        elif s.util < BUSY_UTIL:
-            classes[node] = "idle"
-        else:
-            classes[node] = "busy" if s.power_w >= floor else "spinning"
+    classes = {node: classify(s, (working or {}).get(node)) for node, s in now.items()}
     known = {node: kind for node, kind in classes.items() if kind != "unknown"}
     counts: dict[str, list[str]] = {}
     for node, kind in known.items():
@@ -84,8 +114,24 @@ def read_gpus(samples: Mapping[str, Sequence[GpuSample]]) -> Verdict:
         spread = (f"{utils[0]} %" if utils[0] == utils[-1] else f"{utils[0]}-{utils[-1]} %")
         watts = (f"{powers[0]:.1f} W" if powers[0] == powers[-1]
                  else f"{powers[0]:.1f}-{powers[-1]:.1f} W")
+        clocks = sorted(now[n].sm_mhz for n in nodes if now[n].sm_mhz is not None)
+        if kind == "latched" and clocks:
+            watts += f", {clocks[0]}-{clocks[-1]} MHz" if clocks[0] != clocks[-1] \
+                else f", {clocks[0]} MHz"
         parts.append(f"{kind} {spread} at {watts}: {', '.join(sorted(nodes))}")
     unknown = sorted(node for node, kind in classes.items() if kind == "unknown")
     if unknown:
         parts.append(f"no reading: {', '.join(unknown)}")
     return Verdict(classes, culprit, "GPUs " + "; ".join(parts) if parts else "no GPU reading")
+
+
+def learn(samples: Sequence[GpuSample]) -> Working | None:
+    """A GPU's working power and clock from its samples taken while the group made
+    progress (only those computing at a clock above the latched range)."""
+    computing = [s for s in samples if s.util is not None and s.util >= BUSY_UTIL
+                 and s.power_w is not None and (s.sm_mhz is None or s.sm_mhz >= LATCH_MHZ)]
+    if not computing:
+        return None
+    clocks = [s.sm_mhz for s in computing if s.sm_mhz is not None]
+    return Working(median(s.power_w for s in computing),
+                   round(median(clocks)) if clocks else None)

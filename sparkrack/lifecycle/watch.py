@@ -5,11 +5,14 @@ restart it in order) instead of leaving a half-dead or wedged TP group for the e
 again. While the group serves, each node's MemAvailable is watched for the indexer-leak
 ratchet.
 
-Progress (progress.py, culprit.py): each poll reads rank 0's /metrics. Once work has been
-pending without progress for a third of the profile's stall budget, each poll's SSH round
-trip also reads every GPU; past the whole budget, a group whose GPUs do not all compute
-alike is stalled, and the rank whose GPU stands out is named. A rank 0 found unhealthy is
-reported with the GPUs' culprit too, when one stands out.
+Progress (progress.py, culprit.py): each poll reads rank 0's /metrics, and its SSH round
+trip reads every GPU (clock, power, temperature, utilization; the GPU's own thermal
+thresholds once per node). While the group makes progress each GPU's working power is
+learned; past the stall budget without progress, a group whose GPUs do not all compute is
+stalled, and the rank whose GPU stands out is named (or none, when every GPU spins alike).
+A rank 0 found unhealthy is reported with the GPUs' culprit too. Each poll's readings are
+also judged on their own (gpuwatch.py): a GPU over the cap has its cap re-applied
+(capguard.py), a latched or hot one is reported.
 """
 
 import time
@@ -17,12 +20,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..facts.node import MEMORY, NODE, gpu_of, memory_of
+from ..facts.gpu import SAMPLE, THERMAL, GpuSample, Thermal, parse_sample, parse_thermal
+from ..facts.node import MEMORY, memory_of
 from ..facts.queries import answer, argv
 from ..fleet import Fleet
 from ..inventory import Inventory
+from .capguard import REAPPLY_EVERY_S, Reapplied, reapply_cap
 from .containers import Rank, refresh, stop_ranks
-from .culprit import GpuSample, Verdict, read_gpus
+from .culprit import Verdict, Working, learn, read_gpus
+from .gpuwatch import Finding, judge
 from .headapi import Endpoint, HeadError
 from .leak import LeakWatch
 from .progress import Reading, StallWatch, reading
@@ -33,8 +39,8 @@ HEALTH_TIMEOUT_S = 2  # rank 0's health answer within this, or the poll counts a
 HEALTH_FAILURES_TO_ACT = 3  # consecutive unhealthy polls of rank 0 before acting
 BROKEN_STOP_TIMEOUT = 3  # seconds: a broken TP group has nothing left to drain
 FLOOR_FRACTION = 0.05  # warn about a ratchet heading for 5 % of MemTotal
-SUSPECT_SHARE = 1 / 3  # of the stall budget without progress: read the GPUs every poll
 GPU_SAMPLES_KEPT = 3  # per node: the culprit is read from their median
+WORKING_SAMPLES_KEPT = 20  # per node: its working power, from samples taken with progress
 
 
 @dataclass
@@ -51,31 +57,41 @@ class WatchReport:
 class NodeSamples:
     """One SSH round trip to every node: the liveness probe (a dead node fails it within the
     connect timeout, where a docker API call would wait for the command timeout), memory,
-    and the GPU when asked."""
+    the GPU, and the GPU's thermal thresholds where asked."""
 
     memory: dict[str, tuple[int, int]] = field(default_factory=dict)  # (MemTotal, MemAvailable) kB
     gpus: dict[str, GpuSample] = field(default_factory=dict)
+    thermal: dict[str, Thermal] = field(default_factory=dict)
     lost: dict[str, str] = field(default_factory=dict)  # node: why it did not answer
 
 
-def sample_nodes(fleet: Fleet, gpu: bool = False) -> NodeSamples:
-    """Every node's memory (and GPU: nvidia-smi, when gpu), in one round trip each."""
-    query = NODE if gpu else MEMORY
+def sample_nodes(fleet: Fleet, gpu: bool = True, thermal: tuple[str, ...] = ()) -> NodeSamples:
+    """Every node's memory and GPU (memory alone unless gpu), in one round trip each; the
+    thermal thresholds of the nodes named in thermal in the same trip."""
+    base = [SAMPLE] if gpu else [MEMORY]
     found = NodeSamples()
-    for result in fleet.run(argv([query]), timeout=5):
+    commands = {n.name: argv(base + ([THERMAL] if n.name in thermal else [])) for n in fleet.nodes}
+    for result in fleet.run(commands, timeout=5):
         if result.status != "ok":
             found.lost[result.node] = result.error or result.status
             continue
-        answers = answer(result.stdout, [query])
-        memory = memory_of(answers, query)
+        asked = base + ([THERMAL] if result.node in thermal else [])
+        answers = answer(result.stdout, asked)
+        memory = memory_of(answers, base[0])
         if memory is None:
             found.lost[result.node] = "no MemTotal/MemAvailable in its answer"
             continue
         found.memory[result.node] = memory
-        if gpu:
-            facts = gpu_of(answers)
-            found.gpus[result.node] = GpuSample(facts.utilization_pct, facts.power_w)
+        sample = parse_sample(answers) if gpu else None
+        if sample is not None:
+            found.gpus[result.node] = sample
+        if result.node in thermal:
+            found.thermal[result.node] = parse_thermal(answers.lines(THERMAL))
     return found
+
+
+ALIKE = {"spinning": "every GPU spinning: a collective every rank waits in, as a fabric or "
+                     "NCCL hang leaves it", "idle": "every GPU idle: nothing computes"}
 
 
 @dataclass(frozen=True)
@@ -89,8 +105,10 @@ class Stall:
     culprit: Rank | None
 
     def describe(self) -> str:
-        who = (f"rank {self.culprit.rank} on {self.culprit.node} wedged"
-               if self.culprit else "group stalled, no rank stands out")
+        alike = self.verdict.alike
+        who = (f"rank {self.culprit.rank} on {self.culprit.node} wedged" if self.culprit
+               else f"group stalled, no single rank to blame ({ALIKE.get(alike, alike)})"
+               if alike else "group stalled, no rank stands out")
         return (f"{who}: {self.reading.describe()}, no token progress for {self.seconds:.0f} s "
                 f"(stall budget {self.budget_s:g} s); {self.verdict.evidence}")
 
@@ -99,6 +117,7 @@ class Stall:
         return {"no_progress_s": round(self.seconds, 1), "stall_budget_s": self.budget_s,
                 "running": self.reading.running, "waiting": self.reading.waiting,
                 "gpus": dict(self.verdict.classes), "evidence": self.verdict.evidence,
+                "alike": self.verdict.alike,
                 "culprit": None if self.culprit is None else {
                     "node": self.culprit.node, "rank": self.culprit.rank}}
 
@@ -117,6 +136,14 @@ class Poll:
     no_progress_s: float = 0.0  # work pending on rank 0 without progress (0: none or unknown)
     stall: Stall | None = None  # the failure is a stall: its evidence
     culprit: Rank | None = None  # the rank whose GPU stood out when the group failed
+    gpus: dict[str, GpuSample] = field(default_factory=dict)  # node: this poll's reading
+    findings: list[Finding] = field(default_factory=list)  # gpuwatch's, this poll
+
+    @property
+    def latched(self) -> dict[str, Finding]:
+        """The nodes whose GPU reads latched while their rank is busy: node and evidence,
+        for whatever power-cycles a latched node."""
+        return {f.node: f for f in self.findings if f.kind == "latched"}
 
 
 class GroupWatch:
@@ -136,7 +163,10 @@ class GroupWatch:
         self.progress = StallWatch()
         self.no_progress_s = 0.0
         self.unwatched: str | None = None  # why progress cannot be read, once it could not
-        self.gpus: dict[str, deque[GpuSample]] = {}
+        self.gpus: dict[str, deque[GpuSample]] = {}  # the last few, while no progress
+        self.working: dict[str, deque[GpuSample]] = {}  # samples taken with progress
+        self.thermal: dict[str, Thermal] = {}  # each node's thresholds, read once
+        self.reapplied: dict[str, float] = {}  # node: when its cap was last re-applied
 
     @property
     def head(self) -> Endpoint:
@@ -144,14 +174,14 @@ class GroupWatch:
         return Endpoint(self.inventory.node(rank0.node), self.http_port)
 
     def poll(self) -> Poll:
-        """One poll: the nodes' liveness and memory (and GPUs while progress is in doubt),
-        each rank's container, rank 0's health and progress. Memory feeds the ratchet
+        """One poll: the nodes' liveness, memory and GPUs, each rank's container, rank 0's
+        health and progress, each GPU judged on its own. Memory feeds the ratchet
         detectors only while the group is whole."""
         poll = Poll()
-        suspect = (self.stall_budget_s is not None
-                   and self.no_progress_s >= self.stall_budget_s * SUSPECT_SHARE)
-        nodes = sample_nodes(self.fleet, gpu=suspect)
-        poll.memory, poll.lost = nodes.memory, nodes.lost
+        unread = tuple(r.node for r in self.ranks if r.node not in self.thermal)
+        nodes = sample_nodes(self.fleet, thermal=unread)
+        poll.memory, poll.lost, poll.gpus = nodes.memory, nodes.lost, nodes.gpus
+        self.thermal.update(nodes.thermal)
         self._keep(nodes.gpus)
         if poll.lost:
             node, why = next(iter(poll.lost.items()))
@@ -160,10 +190,15 @@ class GroupWatch:
             poll.failure, poll.states, poll.head_status = self._check_ranks()
             if poll.failure and poll.head_status != 200 and not any(
                     not r.alive for r in poll.states):
-                poll.culprit = self._culprit(fresh=not nodes.gpus)
+                verdict = self._verdict()
+                poll.culprit = self._rank_on(verdict.culprit)
                 if poll.culprit is not None:
                     poll.failure += (f"; likely culprit: rank {poll.culprit.rank} on "
-                                     f"{poll.culprit.node} ({self._verdict().evidence})")
+                                     f"{poll.culprit.node} ({verdict.evidence})")
+                elif verdict.alike:
+                    poll.failure += (f"; no single rank to blame: "
+                                     f"{ALIKE.get(verdict.alike, verdict.alike)} "
+                                     f"({verdict.evidence})")
             elif not poll.failure:
                 poll.stall = self._check_progress(nodes)
                 poll.no_progress_s = self.no_progress_s
@@ -172,12 +207,25 @@ class GroupWatch:
         if poll.failure:
             poll.detected = time.monotonic()
             return poll
+        cap = self.inventory.vars.clock_cap_mhz
+        poll.findings = [finding for r in self.ranks if r.node in nodes.gpus
+                         for finding in judge(r.node, r.rank, nodes.gpus[r.node], cap,
+                                              self.thermal.get(r.node))]
         for node, (total, available) in poll.memory.items():
             leak = self.leaks.setdefault(node, LeakWatch(floor_kb=int(total * FLOOR_FRACTION)))
             warning = leak.feed(time.monotonic(), available)
             if warning:
                 poll.warnings.append((node, warning))
         return poll
+
+    def reapply_cap(self, finding: Finding, by: str) -> Reapplied | None:
+        """Re-apply the cap on an over-cap finding's node (capguard.py), unless it was
+        re-applied there within REAPPLY_EVERY_S; None then."""
+        last = self.reapplied.get(finding.node)
+        if last is not None and time.monotonic() - last < REAPPLY_EVERY_S:
+            return None
+        self.reapplied[finding.node] = time.monotonic()
+        return reapply_cap(self.fleet, self.inventory, finding, by)
 
     def ratcheting(self) -> set[str]:
         """The nodes whose ratchet warning stands (said, and memory not come back since)."""
@@ -212,12 +260,14 @@ class GroupWatch:
                                  if engine == "sglang" else ""))
         self.no_progress_s = self.progress.feed(time.monotonic(), seen)
         if self.no_progress_s == 0.0:
+            if seen is not None and seen.pending:  # the group works: what its GPUs draw
+                for node, sample in nodes.gpus.items():
+                    self.working.setdefault(node, deque(maxlen=WORKING_SAMPLES_KEPT)).append(
+                        sample)
             self.gpus.clear()
             return None
         if self.no_progress_s < self.stall_budget_s:
             return None
-        if not self.gpus:
-            self._keep(sample_nodes(self.fleet, gpu=True).gpus)
         verdict = self._verdict()
         if verdict.working:  # a long prefill (or SGLang decode) moves no counter
             return None
@@ -225,13 +275,12 @@ class GroupWatch:
                      self._rank_on(verdict.culprit))
 
     def _verdict(self) -> Verdict:
-        return read_gpus({node: list(samples) for node, samples in self.gpus.items()})
-
-    def _culprit(self, fresh: bool) -> Rank | None:
-        """The rank whose GPU stands out (reading every GPU now first when fresh)."""
-        if fresh:
-            self._keep(sample_nodes(self.fleet, gpu=True).gpus)
-        return self._rank_on(self._verdict().culprit)
+        working: dict[str, Working] = {}
+        for node, samples in self.working.items():
+            learned = learn(list(samples))
+            if learned is not None:
+                working[node] = learned
+        return read_gpus({node: list(samples) for node, samples in self.gpus.items()}, working)
 
     def _keep(self, samples: dict[str, GpuSample]) -> None:
         """Add one GPU reading per node to the last GPU_SAMPLES_KEPT."""
@@ -258,6 +307,26 @@ class GroupWatch:
             return (f"rank 0 on {head.node} unhealthy ({status or 'no answer'}) for "
                     f"{self.health_failures} polls"), states, status
         return None, states, status
+
+
+def tend_gpus(group: GroupWatch, poll: Poll, standing: set[tuple[str, str]],
+              by: str) -> tuple[list[str], list[Reapplied]]:
+    """Act on a poll's GPU findings: re-apply a lost cap (audited). The lines to say (each
+    finding when it first stands: standing keeps those said until they clear; each
+    re-application's outcome) and the re-applications made."""
+    lines, made = [], []
+    now = {(f.node, f.kind) for f in poll.findings}
+    for finding in poll.findings:
+        if (finding.node, finding.kind) not in standing:
+            lines.append(f"warning: {finding.line}")
+        if finding.kind == "over-cap":
+            done = group.reapply_cap(finding, by)
+            if done is not None:
+                made.append(done)
+                lines.append(done.line if done.took else f"warning: {done.line}")
+    standing.clear()
+    standing.update(now)
+    return lines, made
 
 
 def stop_left_behind(inventory: Inventory, ranks: list[Rank], *,
@@ -313,6 +382,7 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
         group = GroupWatch(fleet, inventory, ranks, http_port=http_port, health_path=health_path,
                            stall_budget_s=stall_budget_s)
         started = time.monotonic()
+        standing: set[tuple[str, str]] = set()
         while duration is None or time.monotonic() - started < duration:
             poll_started = time.monotonic()
             poll = group.poll()
@@ -338,6 +408,10 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
             for node, warning in poll.warnings:
                 report.warnings.append(f"{node}: {warning}")
                 on_event(f"warning: {node}: {warning}")
+            for line in tend_gpus(group, poll, standing, "watch")[0]:
+                if line.startswith("warning: "):
+                    report.warnings.append(line[len("warning: "):])
+                on_event(line)
             if group.unwatched and group.unwatched not in report.warnings:
                 report.warnings.append(group.unwatched)
                 on_event(f"warning: {group.unwatched}")

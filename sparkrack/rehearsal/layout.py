@@ -117,5 +117,10 @@ class NodeLayout:
         """The simulated low-clock latch, as the node sees it: survives reboot, not power-off."""
         return self.upper / "var/lib/gpu-sim/latched"
 
+    @property
+    def heat_file(self) -> Path:
+        """Degrees C the rack adds to the air around the node's GPU (rehearsal.heat)."""
+        return self.upper / "var/lib/gpu-sim/heat"
+
     def cgroups(self) -> list[Path]:
         return [root / CGROUP_GROUP / self.name for root in CGROUP_ROOTS]

@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from ipaddress import ip_address
+from pathlib import Path
 
 from ..errors import SparkrackError, UsageError
 from ..inventory import Inventory, load_inventory
@@ -107,6 +108,7 @@ class NodeState:
     boots: int
     last_boot: int | None
     latched: bool
+    heat_c: float = 0.0  # degrees C added to the air around its GPU (rehearsal.heat)
     cabling: str = ""  # its fabric cable (rehearsal.cable), e.g. "port 0, both paths"
     roce_addr: str = ""
     extra: bool = False  # an extra node (rehearsal.add-node), outside the inventory
@@ -361,6 +363,7 @@ class RehearsalRack:
                 boots=len(boots), last_boot=boots[-1] if boots else None,
                 latched=node.latch_file.exists() if pid is None else
                 nodeproc.in_node(node, ["test", "-e", "/var/lib/gpu-sim/latched"]).returncode == 0,
+                heat_c=_heat(node, pid),
                 cabling=read_cabling(node).describe(), roce_addr=node.roce_addr,
                 extra=node.name in self.extras, isolated=hostnet.is_isolated(node),
                 rekeyed=(node.upper / nodefs.KEPT_KEY).exists()))
@@ -485,6 +488,31 @@ class RehearsalRack:
         done = nodeproc.in_node(node, argv)
         if done.returncode != 0:
             raise SparkrackError(f"{name}: could not change the latch: {done.stderr.strip()}")
+
+    def heat(self, name: str, degrees: float | None) -> None:
+        """Add degrees C to the air around the node's GPU (a blocked vent, a hot room; None:
+        clear). Kept on the node's disk until cleared, as a room stays hot across reboots."""
+        node = self.node(name)
+        argv = ["rm", "-f", HEAT_FILE] if degrees is None else [
+            "sh", "-c", 'mkdir -p "${2%/*}" && printf "%s\\n" "$1" > "$2"', "sh",
+            f"{degrees:g}", HEAT_FILE]
+        if nodeproc.init_pid(node) is None:
+            node.heat_file.unlink(missing_ok=True)
+            if degrees is not None:
+                node.heat_file.parent.mkdir(parents=True, exist_ok=True)
+                node.heat_file.write_text(f"{degrees:g}\n")
+            return
+        done = nodeproc.in_node(node, argv)
+        if done.returncode != 0:
+            raise SparkrackError(f"{name}: could not change the heat: {done.stderr.strip()}")
+
+    def reset_clocks(self, name: str) -> None:
+        """Drop the node's GPU clock lock as `nvidia-smi -rgc` does (what a driver reload, a
+        GPU reset or an out-of-memory event leaves): the cap unit still reads active."""
+        done = nodeproc.in_node(self.node(name), ["nvidia-smi", "-rgc"])
+        if done.returncode != 0:
+            raise SparkrackError(f"{name}: nvidia-smi -rgc failed: "
+                                 f"{done.stdout.strip() or done.stderr.strip()}")
 
     def load_startup(self, name: str, seconds: float | None) -> None:
         """Set how long the node's simulated burn load takes to start (None: the real
@@ -676,6 +704,18 @@ class RehearsalRack:
         self._write_state()
         nodeproc.launch(node)
         self.wait_booted([node])
+
+
+HEAT_FILE = "/var/lib/gpu-sim/heat"
+
+
+def _heat(node: NodeLayout, pid: int | None) -> float:
+    """The node's heat fault in degrees C (0: none), read from this machine."""
+    path = node.heat_file if pid is None else Path(f"/proc/{pid}/root{HEAT_FILE}")
+    try:
+        return float(path.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0.0
 
 
 def ssh_open(address: str, timeout: float = 0.5) -> bool:

@@ -1,7 +1,7 @@
 """The one node script: every question of a round trip answered in one process.
 
     python3 -I -S -c TEXT  f PATH LIMIT | u UNIT PROPS | r HCA | a | x N ARGV... | i | n
-                           | s GPU_FIELDS | d | l N HCA... M DEV... | p
+                           | s GPU_FIELDS | g FIELDS OPTIONAL | t | d | l N HCA... M DEV... | p
                            | w PYTHON DIR KEY UNITFILE STATEDIR STATEFILE SYSTEMCTL UNIT PROPS
                                N ADDRESS PORT...  ...
 
@@ -27,7 +27,7 @@ import time
 
 from .dockerd import daemon_section, images_section
 from .links import links_section
-from .node import cuda_section, memory_section, node_section
+from .node import cuda_section, memory_section, node_section, sample_section, thermal_section
 from .watchdog import watchdog_section
 
 INFINIBAND = "/sys/class/infiniband"
@@ -237,6 +237,11 @@ def sections(args):
             yield kind, node_section(args.pop(0))
         elif kind == "m":
             yield kind, memory_section()
+        elif kind == "g":
+            fields, optional = args.pop(0), args.pop(0)
+            yield kind, sample_section(fields, optional)
+        elif kind == "t":
+            yield kind, thermal_section()
         elif kind == "v":
             yield kind, cuda_section()
         elif kind == "d":

@@ -6,6 +6,10 @@ and its memory alone for `watch` (the `m` query).
     MemTotal KB / MemAvailable KB          (the `m` section holds these two lines only)
     CmaTotal KB / CmaFree KB / cmdline TEXT   the CMA counters and /proc/cmdline (`s` only)
     cuda VERSION          the CUDA version nvidia-smi -q reports (the `v` section)
+
+The watchdog's poll asks the `g` section (the GPU line and the memory lines, every second)
+and, once per node, the `t` section: the Temperature block of `nvidia-smi -q -d
+TEMPERATURE`, label and value per line (`GPU Slowdown T.Limit Temp: -2 C`).
 """
 
 import os
@@ -27,8 +31,18 @@ def os_name(path="/etc/os-release"):
     return ""
 
 
-def gpu_line(fields):
-    """(exit code, first line of output) of the nvidia-smi query."""
+def gpu_line(fields, optional=""):
+    """(exit code, first line of output) of the nvidia-smi query (with optional's field
+    last when this driver knows it: an older one refuses the whole query)."""
+    if optional:
+        rc, line = _gpu_line(fields + "," + optional)
+        if not (rc == 2 and "is not a valid field" in line):
+            return rc, line
+    return _gpu_line(fields)
+
+
+def _gpu_line(fields):
+    """(exit code, first line of output) of one nvidia-smi query."""
     try:
         done = subprocess.run(["nvidia-smi", "--query-gpu=" + fields,
                                "--format=csv,noheader,nounits"], stdin=subprocess.DEVNULL,
@@ -87,6 +101,33 @@ def cmdline_section(path="/proc/cmdline"):
 
 def memory_section():
     return ["%s %s" % item for item in sorted(memory().items())]
+
+
+def sample_section(fields, optional):
+    """`gpu RC LINE` (the watch's fields) and the memory lines: one poll of the node."""
+    rc, line = gpu_line(fields, optional)
+    return ["gpu %d %s" % (rc, line)] + memory_section()
+
+
+def thermal_section():
+    """The Temperature block of `nvidia-smi -q -d TEMPERATURE`: `LABEL: VALUE` lines."""
+    try:
+        done = subprocess.run(["nvidia-smi", "-q", "-d", "TEMPERATURE"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, check=False)
+    except OSError:
+        return []
+    lines, inside = [], False
+    for line in done.stdout.decode(errors="replace").splitlines():
+        if line.strip() == "Temperature":
+            inside = True
+            continue
+        label, colon, value = line.partition(":")
+        if inside and not colon:
+            break
+        if inside:
+            lines.append("%s: %s" % (label.strip(), value.strip()))
+    return lines
 
 
 def cuda_section():

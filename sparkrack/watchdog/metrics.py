@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 RANK_STATES = ("created", "running", "restarting", "paused", "removing", "exited", "dead",
                "missing", "unreachable")
 ACTIONS = ("stop", "restart", "restart_failed")
+REAPPLY_OUTCOMES = ("took", "failed")
 NODE_LABELS = ("node", "rank")
 
 
@@ -35,6 +36,12 @@ class NodeSnapshot:
     up: bool
     sm_clock_mhz: int | None = None
     gpu_power_watts: float | None = None
+    gpu_util_pct: int | None = None
+    temperature_c: float | None = None
+    slowdown_c: float | None = None  # the GPU's own thresholds (None: N/A or not read)
+    shutdown_c: float | None = None
+    over_cap: bool | None = None  # busy above the clock cap this poll (None: not judged)
+    latched: bool | None = None  # latched while its rank is busy this poll
     mem_available_bytes: int | None = None
     mem_total_bytes: int | None = None
     cap_unit_ok: bool | None = None  # the clock-cap unit active and successful this boot
@@ -96,6 +103,10 @@ class WatchdogMetrics:
         self.stalls = Counter("sparkrack_watchdog_stalls", "TP groups the watchdog found "
                               "stalled: work pending, no token progress for the stall budget, "
                               "GPUs not all computing alike", registry=self.registry)
+        self.cap_reapplied = Counter(
+            "sparkrack_watchdog_cap_reapplied", "Clock caps the watchdog re-applied on a GPU "
+            "found busy above the cap, per node and outcome (took: the unit succeeded and the "
+            "clock came under the cap; failed)", ["node", "outcome"], registry=self.registry)
         self.ratchet_warnings = Counter(
             "sparkrack_watchdog_memory_ratchet_warnings", "Memory-ratchet warnings raised, "
             "per node", ["node"], registry=self.registry)
@@ -110,6 +121,10 @@ class WatchdogMetrics:
     def count_stall(self) -> None:
         """One more group found stalled."""
         self.stalls.inc()
+
+    def count_cap_reapplied(self, node: str, took: bool) -> None:
+        """One more re-application of the cap on node."""
+        self.cap_reapplied.labels(node=node, outcome=REAPPLY_OUTCOMES[0 if took else 1]).inc()
 
     def count_ratchet_warning(self, node: str) -> None:
         """One more memory-ratchet warning on node."""
@@ -154,6 +169,19 @@ NODE_GAUGES = (
      lambda n: None if n.sm_clock_mhz is None else n.sm_clock_mhz * 1e6),
     ("sparkrack_gpu_power_watts", "GPU power draw now (nvidia-smi power.draw)",
      lambda n: n.gpu_power_watts),
+    ("sparkrack_gpu_utilization_ratio", "GPU utilization now, 0-1 (nvidia-smi "
+     "utilization.gpu)", lambda n: None if n.gpu_util_pct is None else n.gpu_util_pct / 100),
+    ("sparkrack_gpu_temperature_celsius", "GPU temperature now (nvidia-smi temperature.gpu)",
+     lambda n: n.temperature_c),
+    ("sparkrack_gpu_slowdown_temperature_celsius", "The GPU's own hardware slowdown "
+     "temperature (nvidia-smi -q; absent where it gives N/A)", lambda n: n.slowdown_c),
+    ("sparkrack_gpu_shutdown_temperature_celsius", "The GPU's own shutdown temperature "
+     "(nvidia-smi -q; absent where it gives N/A)", lambda n: n.shutdown_c),
+    ("sparkrack_gpu_over_cap", "1 while the GPU is busy above the clock cap (its lock lost; "
+     "the watchdog re-applies it), while a group is guarded", lambda n: _flag(n.over_cap)),
+    ("sparkrack_gpu_latched", "1 while the GPU reads latched in its low-clock state (< 1,000 "
+     "MHz) with its rank busy: only a full power removal clears it",
+     lambda n: _flag(n.latched)),
     ("sparkrack_node_memory_available_bytes", "MemAvailable of the node's unified memory "
      "(GPU and OS share it on GB10)", lambda n: n.mem_available_bytes),
     ("sparkrack_node_memory_total_bytes", "MemTotal of the node's unified memory",

@@ -11,6 +11,8 @@ Each step (one poll, every second):
   (lifecycle.watch.GroupWatch): a rank that exits, a lost node or rank 0 unhealthy for three
   polls is a broken group, which is stopped at once, or restarted in order within the
   restart budget (policy.RestartBudget);
+- judges each guarded poll's GPU readings (lifecycle.gpuwatch): re-applies a lost cap
+  (audited, counted), logs a latched or hot GPU once while it stands;
 - refreshes every node's facts (SM clock, power, memory, clock cap) every few seconds for
   the metrics and the power projection.
 A rank on a node that did not answer when its group was stopped keeps running there (as a
@@ -35,7 +37,7 @@ from typing import Any, Protocol
 from ..atomic import write_atomically
 from ..errors import SparkrackError
 from ..safety.power import cap_state_of, project_power
-from ..lifecycle.watch import Poll
+from ..lifecycle.watch import Poll, tend_gpus
 from .metrics import DeploymentInfo, NodeSnapshot, Snapshot, WatchdogMetrics, update
 from .policy import RESTART, RestartBudget
 
@@ -109,6 +111,7 @@ class Watchdog:
         self.detection_to_stopped: float | None = None
         self.left_behind: list[Any] = []  # ranks on nodes lost when their group was stopped
         self._unwatched_said: str | None = None  # the last "progress not readable" logged
+        self.standing: set[tuple[str, str]] = set()  # GPU findings said, until they clear
         self._load_state()
 
     # --- One step ----------------------------------------------------------------------
@@ -183,6 +186,13 @@ class Watchdog:
         for node, warning in poll.warnings:
             self.metrics.count_ratchet_warning(node)
             log.warning("%s: %s", node, warning)
+        if not poll.failure:
+            lines, made = tend_gpus(self.group, poll, self.standing, "watchdog")
+            for line in lines:
+                (log.warning if line.startswith("warning: ") else log.info)(
+                    "%s", line.removeprefix("warning: "))
+            for done in made:
+                self.metrics.count_cap_reapplied(done.node, done.took)
         if poll.failure:
             return self._act(deployment, poll.failure, poll.detected or self.monotonic(),
                              poll.lost, None, poll), poll
@@ -299,8 +309,9 @@ class Watchdog:
                 rank = states.get(node.name)
                 rank_state = rank.status if rank is not None else (
                     "unreachable" if node.name in unreachable else "missing")
+            gpu = self._gpu_values(node.name, poll) if guarding else {}
             nodes.append(node_snapshot(node.name, node.rank, up, facts, memory, rank_state,
-                                       node.name in ratcheting))
+                                       node.name in ratcheting, **gpu))
         budget = project_power(self.inventory, {
             name: cap_state_of(facts) for name, facts in self.facts.items() if facts is not None})
         ready = bool(current and last_good and last_good.deployment_id == current.deployment_id)
@@ -319,6 +330,19 @@ class Watchdog:
             no_progress_seconds=poll.no_progress_s if guarding else None,
             stalled=self.stalls.get(current.deployment_id) if current is not None else None,
             blind=step.verdict == "blind"))
+
+    def _gpu_values(self, node: str, poll) -> dict:
+        """A guarded poll's own GPU reading of node and its judgement, for the metrics."""
+        sample = poll.gpus.get(node)
+        if sample is None:
+            return {}
+        thermal = getattr(self.group, "thermal", {}).get(node)
+        kinds = {f.kind for f in poll.findings if f.node == node}
+        return {"sm_clock_mhz": sample.sm_mhz, "gpu_power_watts": sample.power_w,
+                "gpu_util_pct": sample.util, "temperature_c": sample.temperature_c,
+                "slowdown_c": thermal.slowdown_c if thermal else None,
+                "shutdown_c": thermal.shutdown_c if thermal else None,
+                "over_cap": "over-cap" in kinds, "latched": "latched" in kinds}
 
     # --- Journal and state -------------------------------------------------------------
 
@@ -382,11 +406,11 @@ class Watchdog:
 
 
 def node_snapshot(name: str, rank: int, up: bool, facts, memory: tuple[int, int] | None,
-                  rank_state: str | None, ratchet: bool) -> NodeSnapshot:
+                  rank_state: str | None, ratchet: bool, **gpu) -> NodeSnapshot:
     """One node's metrics from its last facts (NodeFacts or None) and this poll's fresher
-    (MemTotal, MemAvailable) in kB, if any."""
+    (MemTotal, MemAvailable) in kB and GPU values (gpu: NodeSnapshot's fields), if any."""
     if facts is None and memory is None:
-        return NodeSnapshot(name, rank, up, rank_state=rank_state, memory_ratchet=ratchet)
+        return NodeSnapshot(name, rank, up, rank_state=rank_state, memory_ratchet=ratchet, **gpu)
     total_kb, available_kb = memory if memory is not None else (
         facts.mem_total_kb, facts.mem_available_kb)
     values: dict[str, Any] = {
@@ -397,8 +421,10 @@ def node_snapshot(name: str, rank: int, up: bool, facts, memory: tuple[int, int]
         verified = cap_state_of(facts).value == "capped"
         values.update(
             sm_clock_mhz=facts.gpu.sm_mhz, gpu_power_watts=facts.gpu.power_w,
+            gpu_util_pct=facts.gpu.utilization_pct, temperature_c=facts.gpu.temperature_c,
             cap_unit_ok=unit.load != "not-found" and unit.active == "active"
             and unit.result == "success",
             cap_verified=verified,
             cap_verified_time=facts.burn.get("time") if verified else None)
+    values.update({key: value for key, value in gpu.items() if value is not None})
     return NodeSnapshot(name, rank, up, rank_state=rank_state, memory_ratchet=ratchet, **values)

@@ -8,6 +8,9 @@ Prometheus's HTTP API.
   {action="stop"}` goes up in Prometheus;
 - the service's node rebooted: the service is active again after boot and guards the
   next `up`;
+- while a group serves under load (issue 47): a GPU whose clock lock is reset
+  (`nvidia-smi -rgc`) has its cap re-applied by the service, checked and audited; a latched
+  GPU and a heated one are reported, each in Prometheus;
 - `watch.uninstall` leaves nothing: no unit, no install directory, no state, no key line
   in any node's authorized_keys, no key record.
 
@@ -313,13 +316,90 @@ def test_a_wedged_rank_is_found_by_the_service_its_evidence_audited(engine_rack,
             log = parse_lines(fleet.run(["cat", AUDIT_FILE])[inventory.head.name].stdout)
         record = [r for r in log if r.get("task") == "watchdog:stopped"][-1]
         assert record["changed"]["culprit"] == {"node": "spark-04", "rank": 3}
-        assert record["changed"]["stall"]["gpus"]["spark-04"] == "spinning"
+        assert record["changed"]["stall"]["gpus"]["spark-04"] == "idle"  # its host hung
         assert record["changed"]["stall"]["stall_budget_s"] == budget
     finally:
         lifecycle.down(inventory)
         restore = sh('printf "%s" "$2" > "$1.new" && mv "$1.new" "$1" && systemctl restart "$3"',
                      copy, original, UNIT)
         assert on_watchdog_node(inventory, restore).ok
+
+
+def test_the_service_reapplies_a_lost_cap_and_reports_a_latched_and_a_hot_gpu(
+        engine_rack, installed, prometheus, rack):
+    """Under a steady vLLM load: spark-06's lock reset as `nvidia-smi -rgc` does, spark-03's
+    GPU latched, spark-05's heated 40 C. The service restarts spark-06's cap unit, the cap
+    takes (its lock is back; audited, counted); the latched and the hot GPU show in
+    Prometheus and their alerts are pending; the group serves on."""
+    import threading
+
+    from sparkrack.lifecycle.headapi import Endpoint
+    from sparkrack.oplock.audit import parse_lines
+    from sparkrack.oplock.remote import AUDIT_FILE
+    from sparkrack.rehearsal.stub.modeldir import write_stub_model
+
+    inventory = engine_rack
+    lifecycle.down(inventory)
+    done, answered = threading.Event(), []
+
+    def load():
+        head = Endpoint(inventory.head, 8000, "GLM-5.3")
+        while not done.is_set():
+            try:
+                head.chat([{"role": "user", "content": "word " * 20}], 50, timeout=60)
+                answered.append(time.monotonic())
+            except Exception:  # noqa: BLE001 - the group going down under it
+                time.sleep(0.2)
+    try:
+        with Fleet(inventory) as fleet:
+            write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50})
+        lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+        prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
+        threading.Thread(target=load, daemon=True).start()
+        slowdown = prometheus.wait('sparkrack_gpu_slowdown_temperature_celsius{node="spark-05"}',
+                                   lambda v: v is not None, timeout=30)
+        assert slowdown == 97  # GB10's: 2 C past its 95 C T.Limit
+        rack.reset_clocks("spark-06")
+        rack.latch("spark-03")
+        rack.heat("spark-05", 40)
+        took = prometheus.wait('sparkrack_watchdog_cap_reapplied_total{node="spark-06",'
+                               'outcome="took"}', lambda v: v == 1, timeout=30)
+        latched = prometheus.wait('sparkrack_gpu_latched{node="spark-03"}', lambda v: v == 1)
+        hot = prometheus.wait('sparkrack_gpu_temperature_celsius{node="spark-05"}',
+                              lambda v: v is not None and v >= 95)
+        for alert in ("SparkrackGpuLatched", "SparkrackGpuHot"):  # their `for:` is a minute
+            prometheus.wait(f'count(ALERTS{{alertname="{alert}"}})', lambda v: v == 1)
+        print(f"\ncap re-applied on spark-06 ({took:g}), spark-03 latched ({latched:g}), "
+              f"spark-05 at {hot:g} C (slowdown {slowdown:g} C)")
+        lock = on_node(inventory, "spark-06", ["cat", "/run/gpu-sim/clock-lock.json"])
+        assert json.loads(lock.stdout) == [0, inventory.vars.clock_cap_mhz]
+        prometheus.wait('sparkrack_gpu_over_cap{node="spark-06"}', lambda v: v == 0)
+        with Fleet(inventory, [inventory.head]) as fleet:
+            log = parse_lines(fleet.run(["cat", AUDIT_FILE])[inventory.head.name].stdout)
+        record = [r for r in log if r.get("task") == "watchdog:cap-reapplied"][-1]
+        assert record["outcome"] == "ok" and record["changed"]["node"] == "spark-06"
+        assert record["changed"]["took"] is True
+        assert record["changed"]["found"]["sm_mhz"] > inventory.vars.clock_cap_mhz
+        assert record["changed"]["after"]["sm_mhz"] <= inventory.vars.clock_cap_mhz
+        assert record["changed"]["unit"] == "active/success"
+        journal = on_watchdog_node(inventory, ["journalctl", "-u", UNIT, "-b", "--no-pager",
+                                               "-o", "cat"]).stdout
+        assert "spark-03: GPU latched in its low-clock state: " in journal, journal[-3000:]
+        assert "only a full power removal clears it: power spark-03 off at the wall" in journal
+        assert "spark-05: GPU at 95 C, 2 C below its slowdown temperature" in journal
+        assert "spark-06: clock cap re-applied (sparkrack-clock-cap.service restarted" in journal
+        served = len(answered)
+        wait_for("the group serving on", lambda: len(answered) > served + 2, 30)
+    finally:
+        done.set()
+        rack.latch("spark-03", on=False)
+        rack.heat("spark-05", None)
+        lifecycle.down(inventory)
+
+
+def on_node(inventory, node: str, argv):
+    with Fleet(inventory, inventory.select(node)) as fleet:
+        return fleet.run(argv, timeout=30)[node]
 
 
 def clients_exist(fleet, specs) -> bool:

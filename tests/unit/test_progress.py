@@ -3,7 +3,7 @@ GPUs' pattern read for the culprit (pure: lifecycle/progress.py, lifecycle/culpr
 
 import pytest
 
-from sparkrack.lifecycle.culprit import GpuSample, read_gpus
+from sparkrack.lifecycle.culprit import GpuSample, Working, learn, read_gpus
 from sparkrack.lifecycle.progress import StallWatch, reading
 
 VLLM = """# TYPE vllm:num_requests_running gauge
@@ -107,6 +107,56 @@ def test_a_node_without_a_reading_is_said_and_not_blamed():
     assert verdict.culprit == "d" and verdict.evidence.endswith("no reading: b")
 
 
+CLOCK = 2187  # under the 2200 cap
+
+
+def clocked(**nodes):
+    """{node: [GpuSample(util, power, clock)]} with the capped clock unless given."""
+    return {node: [GpuSample(*(sample + (CLOCK,) if len(sample) == 2 else sample))]
+            for node, sample in nodes.items()}
+
+
+def test_a_frozen_rank_idles_among_peers_spinning_in_the_collective_and_is_named():
+    """The SIGSTOP shape: the stopped host's GPU drains, every peer waits in the collective
+    at a fraction of the power it drew while the group worked."""
+    working = {node: Working(67.3, CLOCK) for node in "abcd"}
+    verdict = read_gpus(clocked(a=(96, 20.4), b=(96, 20.3), c=(0, 3.9), d=(96, 20.5)), working)
+    assert verdict.culprit == "c" and not verdict.working and verdict.alike is None
+    assert verdict.evidence == "GPUs idle 0 % at 3.9 W: c; spinning 96 % at 20.3-20.5 W: a, b, d"
+
+
+def test_every_gpu_spinning_alike_is_a_stall_with_no_single_rank_to_blame():
+    """A fabric or NCCL hang: every rank waits in the collective; no peer is busy to compare
+    with, so each GPU is judged against what it drew while the group worked (or, before
+    any was seen, the field's "below ~30 W")."""
+    spinning = clocked(a=(96, 20.4), b=(96, 20.3), c=(96, 20.5), d=(96, 20.4))
+    for working in ({node: Working(67.3, CLOCK) for node in "abcd"}, None):
+        verdict = read_gpus(spinning, working)
+        assert verdict.alike == "spinning" and verdict.culprit is None and not verdict.working
+
+
+def test_a_long_prefill_at_full_power_is_working_however_the_power_compares():
+    busy = clocked(a=(100, 67.1), b=(100, 67.4), c=(100, 66.9))
+    assert read_gpus(busy).working
+    assert read_gpus(busy, {n: Working(67.2, CLOCK) for n in "abc"}).working
+    low_cap = clocked(a=(100, 27.0, 1400), b=(100, 27.5, 1400), c=(100, 27.2, 1400))
+    assert read_gpus(low_cap, {n: Working(27.3, 1400) for n in "abc"}).working  # its own
+
+
+def test_a_latched_gpu_computes_slowly_and_a_hot_one_at_a_lower_clock_neither_spins():
+    working = {n: Working(67.3, CLOCK) for n in "abc"}
+    verdict = read_gpus(clocked(a=(100, 67.2), b=(100, 10.8, 670), c=(100, 38.2, 1674)), working)
+    assert verdict.classes == {"a": "busy", "b": "latched", "c": "busy"} and verdict.working
+    assert "latched 100 % at 10.8 W, 670 MHz: b" in verdict.evidence
+
+
+def test_the_working_power_is_learned_from_computing_samples_only():
+    samples = [GpuSample(100, 67.0, 2187), GpuSample(100, 68.0, 2184), GpuSample(0, 3.9, 2187),
+               GpuSample(100, 10.8, 670), GpuSample(100, 67.5, 2190)]
+    assert learn(samples) == Working(67.5, 2187)
+    assert learn([GpuSample(0, 3.9, 2187)]) is None
+
+
 class FakeHead:
     def __init__(self, status, body=b""):
         self.status, self.body = status, body
@@ -140,3 +190,15 @@ def test_a_rank_0_without_metrics_is_said_once_stalls_go_unseen():
         running=0, waiting=0, prompt=1, generated=1).encode()))
     served._check_progress(None)
     assert served.unwatched is None
+
+
+def test_a_stall_of_every_gpu_spinning_says_no_single_rank_is_to_blame():
+    from sparkrack.lifecycle.watch import Stall
+
+    verdict = read_gpus(clocked(a=(96, 20.4), b=(96, 20.3), c=(96, 20.5)))
+    stall = Stall(9.0, 8, vllm(), verdict, None)
+    assert stall.describe() == (
+        "group stalled, no single rank to blame (every GPU spinning: a collective every rank "
+        "waits in, as a fabric or NCCL hang leaves it): 1 running, 0 waiting, no token "
+        "progress for 9 s (stall budget 8 s); GPUs spinning 96 % at 20.3-20.5 W: a, b, c")
+    assert stall.evidence()["alike"] == "spinning" and stall.evidence()["culprit"] is None

@@ -9,6 +9,7 @@ tests/unit/data/nvidia-smi-h200.
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -54,11 +55,13 @@ class Node:
     def __init__(self, tmp_path: Path, **daemon_env: str):
         self.state_dir = tmp_path / "run"
         self.latch = tmp_path / "latched"
+        self.heat = tmp_path / "heat"
         self.kernel = tmp_path / "kernel.json"
         config = tmp_path / "node.json"
         config.write_text(json.dumps({
             "node": "spark-01", "port": 0, "state_dir": str(self.state_dir),
-            "latch_file": str(self.latch), "kernel_file": str(self.kernel)}))
+            "latch_file": str(self.latch), "kernel_file": str(self.kernel),
+            "heat_file": str(self.heat)}))
         self.log = tmp_path / "gpusimd.log"
         env = {**os.environ, "GPU_SIM_CONFIG": str(config), **daemon_env}
         with open(self.log, "w") as log:
@@ -233,6 +236,76 @@ def test_a_spinning_kernel_reads_busy_at_low_power_until_a_real_load_joins(node)
             load.hold_load(100)
             util, power = node.query("utilization.gpu,power.draw")
             assert util == "100" and float(power) > 35.0, (util, power)
+
+
+HOLDER = """import sys, time
+sys.path.insert(0, sys.argv[1])
+from gpusim_client import GpuSimClient
+client = GpuSimClient(("127.0.0.1", int(sys.argv[2])))
+client.hold_load(int(sys.argv[3]), spin=sys.argv[4] == "spin")
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def holder(node, util: int, spin: bool = False) -> subprocess.Popen:
+    """Another process holding a load through its own connection, as a rank does."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(SIM_DIR), str(node.port),
+                             str(util), "spin" if spin else "compute"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_a_stopped_process_feeds_no_kernels_its_gpu_reads_idle_until_it_runs_again(node):
+    """A rank's host frozen (SIGSTOP, a host-side deadlock): its compute drains and its
+    GPU goes idle; it computes again once the process continues. Read from the process's
+    state (/proc/PID/stat), nothing the rank says."""
+    node.smi("-lgc", "0,2200")
+    rank = holder(node, 100)
+    try:
+        assert node.query("utilization.gpu")[0] == "100"
+        os.kill(rank.pid, signal.SIGSTOP)
+        util, power = node.query("utilization.gpu,power.draw")
+        assert util == "0" and float(power) < 5.0, (util, power)
+        os.kill(rank.pid, signal.SIGCONT)
+        assert node.query("utilization.gpu")[0] == "100"
+    finally:
+        rank.kill()
+        rank.wait()
+
+
+def test_a_kernel_already_spinning_stays_resident_when_its_process_stops(node):
+    rank = holder(node, 96, spin=True)
+    try:
+        os.kill(rank.pid, signal.SIGSTOP)
+        util, power = node.query("utilization.gpu,power.draw")
+        assert util == "96" and float(power) < 25.0, (util, power)
+    finally:
+        rank.kill()
+        rank.wait()
+    assert node.query("utilization.gpu")[0] == "0"  # gone with its process
+
+
+def test_temperature_reads_as_driver_580_gives_it_on_gb10_and_follows_the_heat(node):
+    """The thresholds are offsets from the T.Limit (a public GB10 capture, driver
+    580.126.09: margin 57 C at 38 C, shutdown -5 C, slowdown -2 C); the margin is the
+    query field temperature.gpu.tlimit; hot air heats the GPU under load."""
+    temp, margin = (int(v) for v in node.query("temperature.gpu,temperature.gpu.tlimit"))
+    assert temp + margin == 95
+    report = node.smi("-q", "-d", "TEMPERATURE").stdout
+    assert f"        GPU T.Limit Temp{' ' * 31}: {margin} C\n" in report
+    assert "GPU Shutdown T.Limit Temp" + " " * 22 + ": -5 C" in report
+    assert "GPU Slowdown T.Limit Temp" + " " * 22 + ": -2 C" in report
+    assert "GPU Shutdown Temp " not in report  # the pre-R535 absolute labels
+    node.smi("-lgc", "0,2200")
+    node.heat.write_text("40\n")
+    with node.client() as load:
+        load.hold_load(100)
+        temp, margin, clock, slow = node.query(
+            "temperature.gpu,temperature.gpu.tlimit,clocks.sm,"
+            "clocks_event_reasons.sw_thermal_slowdown")
+    assert (temp, margin, slow) == ("95", "0", "Active") and int(clock) < 2184
 
 
 def test_power_limit_is_refused_as_on_gb10(node):

@@ -78,3 +78,19 @@ def test_an_engine_resident_keeps_an_idle_gpu_at_the_locked_clock():
     assert readings(GB10_DEFAULTS, 0, (0, 2200), False, phase=0.3)["sm_mhz"] == 208
     latched = readings(GB10_DEFAULTS, 0, (0, 2200), True, resident=True)
     assert latched["sm_mhz"] == 208
+
+
+def test_a_gpu_in_hot_air_slows_itself_to_hold_its_t_limit_then_the_hardware_halves_it():
+    """40 C more air: the capped load would pass the T.Limit (95 C), so the SW thermal
+    slowdown lowers the clock until it holds there; 54 C more: not even half the clock
+    holds it, the hardware slowdown halves the clock and the GPU passes its slowdown
+    temperature (97 C: 2 C past the T.Limit)."""
+    cool = readings(GB10_DEFAULTS, 100, (0, 2200), False)
+    assert cool["temp_c"] == 71 and cool["tlimit_margin_c"] == 24 and cool["event_reasons"] == 0
+    hot = readings(GB10_DEFAULTS, 100, (0, 2200), False, heat=40)
+    assert (hot["temp_c"], hot["tlimit_margin_c"], hot["event_reasons"]) == (95, 0, 0x20)
+    assert 1500 < hot["sm_mhz"] < cool["sm_mhz"] and hot["power_w"] < cool["power_w"]
+    hotter = readings(GB10_DEFAULTS, 100, (0, 2200), False, heat=54)
+    assert hotter["sm_mhz"] == cool["sm_mhz"] // 2 and hotter["event_reasons"] == 0x48
+    assert hotter["temp_c"] >= 97
+    assert readings(GB10_DEFAULTS, 0, (0, 2200), False, heat=54)["temp_c"] < 95  # idle

@@ -91,8 +91,9 @@ class LocalGroup:
 
     def __init__(self, tmp: Path, gpu: GpuSim, engine: str = "sglang", nnodes: int = 3,
                  config: dict | None = None, env: dict | None = None,
-                 extra: list[str] | None = None):
+                 extra: list[str] | None = None, gpus: list[GpuSim] | None = None):
         self.tmp, self.gpu, self.engine, self.nnodes = tmp, gpu, engine, nnodes
+        self.gpus = gpus  # one GPU per rank, as on a rack (default: all share gpu)
         self.model = tmp / "model"
         self.model.mkdir(exist_ok=True)
         base = {"load_delay_s": 0.2, "rank_mem_gib": 1, "tokens_per_s": 40}
@@ -132,7 +133,8 @@ class LocalGroup:
             proc = subprocess.Popen(
                 [sys.executable, "-c", RUNNER.format(prog=prog, engine=self.engine),
                  *(self.argv(rank) if argv is None else argv)],
-                stdout=log, stderr=subprocess.STDOUT, env=self.env)
+                stdout=log, stderr=subprocess.STDOUT, env=self.env if self.gpus is None else
+                {**self.env, "GPU_SIM_ADDR": f"127.0.0.1:{self.gpus[rank].port}"})
         self.procs[rank] = proc
         return proc
 
@@ -440,6 +442,73 @@ def test_the_ratchet_ends_in_no_memory_a_stuck_rank_and_the_watchdog(groups):
     assert "Watchdog timeout (self.watchdog_timeout=5)" in group.log(0)
 
 
+@pytest.fixture
+def rank_gpus(tmp_path):
+    """Three GPUs, one per rank, as each node of a rack has its own."""
+    sims = []
+    for rank in range(3):
+        (tmp_path / f"gpu{rank}").mkdir()
+        sims.append(GpuSim(tmp_path / f"gpu{rank}"))
+    yield sims
+    for sim in sims:
+        sim.stop()
+
+
+def reads(sim: GpuSim) -> tuple[int, float]:
+    state = sim.state()
+    return state["util"], state["power_w"]
+
+
+def generated(group) -> float:
+    return metrics_of(group)["vllm:generation_tokens_total"]
+
+
+def test_a_frozen_rank_stops_every_token_its_gpu_idles_while_its_peers_spin(groups,
+                                                                            rank_gpus):
+    """Rank 2's process stopped mid-answer (SIGSTOP, as a host-side deadlock leaves it):
+    the next collective never completes, no token moves, its GPU drains to idle and its
+    peers' GPUs read as ranks waiting in a collective do (~96 % at ~20 W); once it runs
+    again the tokens move and every GPU computes."""
+    group = groups(engine="vllm", gpus=rank_gpus,
+                   config={"tokens_per_s": 40, "answer_tokens": 2000})
+    group.start_all()
+    group.wait_healthy()
+    request = threading.Thread(target=lambda: pytest.raises(OSError, group.chat, 5, 2000),
+                               daemon=True)
+    request.start()
+    assert eventually(lambda: generated(group) > 5, 10)
+    assert all(reads(sim)[0] == 100 for sim in rank_gpus)
+    group.signal(2, signal.SIGSTOP)
+    try:
+        assert eventually(lambda: [reads(sim)[0] for sim in rank_gpus] == [96, 96, 0], 10), \
+            [reads(sim) for sim in rank_gpus]
+        assert all(reads(sim)[1] < 25 for sim in rank_gpus[:2])
+        frozen = generated(group)
+        time.sleep(1.0)
+        assert generated(group) == frozen
+    finally:
+        group.signal(2, signal.SIGCONT)
+    assert eventually(lambda: generated(group) > frozen + 5, 10)
+    assert eventually(lambda: [reads(sim)[0] for sim in rank_gpus] == [100, 100, 100], 10)
+
+
+def test_a_long_prefill_keeps_every_gpu_computing(groups, rank_gpus):
+    """No token moves during a 3 s prefill, yet the collectives complete: every GPU reads
+    busy at full power the whole time, none spins."""
+    group = groups(engine="vllm", gpus=rank_gpus, config={"prefill_tokens_per_s": 100})
+    group.start_all()
+    group.wait_healthy()
+    request = threading.Thread(target=lambda: group.chat(300, 2), daemon=True)
+    request.start()
+    assert eventually(lambda: reads(rank_gpus[1])[0] == 100, 5)
+    seen = []
+    while request.is_alive() and len(seen) < 15:
+        seen.append([reads(sim)[0] for sim in rank_gpus])
+        time.sleep(0.1)
+    assert len(seen) >= 10 and all(util == [100, 100, 100] for util in seen[:10]), seen
+    request.join(10)
+
+
 def metrics_of(group) -> dict[str, float]:
     from sparkrack.lifecycle.progress import parse_prometheus
 
@@ -448,7 +517,7 @@ def metrics_of(group) -> dict[str, float]:
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_a_wedged_rank_stops_the_tokens_while_its_process_lives(groups, gpu, engine):
-    """wedge_at_request: rank 2 hangs in the second forward, spinning on its GPU: no token
+    """wedge_at_request: rank 2's host hangs in the second forward: no token
     moves, the counters stand, every process lives; vLLM's /health stays 200 (it answers
     503 only once the engine has errored), SGLang's (a generation) fails; the engine's own
     watchdog ends the group."""

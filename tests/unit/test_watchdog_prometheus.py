@@ -31,6 +31,8 @@ def samples(metrics: WatchdogMetrics) -> dict[tuple[str, tuple], float]:
 GIB = 1 << 30
 FULL = Snapshot(
     nodes=(NodeSnapshot("spark-01", 0, True, sm_clock_mhz=2190, gpu_power_watts=96.5,
+                        gpu_util_pct=100, temperature_c=95, slowdown_c=97, shutdown_c=100,
+                        over_cap=False, latched=True,
                         mem_available_bytes=100 * GIB, mem_total_bytes=128 * GIB,
                         cap_unit_ok=True, cap_verified=True, cap_verified_time=1.7e9,
                         rank_state="running"),
@@ -56,6 +58,12 @@ def test_a_scrape_shows_the_snapshot_with_units_in_base_units():
     assert got["sparkrack_node_up", one] == 1 and got["sparkrack_node_up", three] == 0
     assert got["sparkrack_gpu_sm_clock_hertz", one] == 2.19e9
     assert got["sparkrack_gpu_power_watts", two] == 120.0
+    assert got["sparkrack_gpu_utilization_ratio", one] == 1.0
+    assert got["sparkrack_gpu_temperature_celsius", one] == 95
+    assert got["sparkrack_gpu_slowdown_temperature_celsius", one] == 97
+    assert got["sparkrack_gpu_shutdown_temperature_celsius", one] == 100
+    assert got["sparkrack_gpu_over_cap", one] == 0 and got["sparkrack_gpu_latched", one] == 1
+    assert ("sparkrack_gpu_latched", two) not in got  # not judged: absent, not 0
     assert got["sparkrack_node_memory_available_bytes", one] == 100 * GIB
     assert got["sparkrack_clock_cap_unit_ok", two] == 0
     assert got["sparkrack_clock_cap_verified", one] == 1
@@ -94,7 +102,10 @@ def test_counters_start_at_zero_and_count_actions():
     metrics.count_action("stop")
     metrics.count_ratchet_warning("spark-02")
     metrics.count_stall()
+    metrics.count_cap_reapplied("spark-04", took=True)
     got = samples(metrics)
+    assert got["sparkrack_watchdog_cap_reapplied_total",
+               (("node", "spark-04"), ("outcome", "took"))] == 1
     assert got["sparkrack_watchdog_stalls_total", ()] == 1
     assert got["sparkrack_watchdog_actions_total", (("action", "stop"),)] == 2
     assert got["sparkrack_watchdog_memory_ratchet_warnings_total", (("node", "spark-02"),)] == 1
@@ -116,6 +127,7 @@ def exported_names() -> set[str]:
     metrics = WatchdogMetrics()
     update(metrics, FULL)
     metrics.count_ratchet_warning("spark-01")
+    metrics.count_cap_reapplied("spark-01", took=False)
     return {name for name, _ in samples(metrics)}
 
 
@@ -147,12 +159,13 @@ def test_promtool_accepts_the_example_scrape_config():
 def test_promtool_accepts_the_alert_rules():
     done = promtool("check", "rules", "sparkrack-alerts.yml")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 10 rules found" in done.stdout
+    assert "SUCCESS: 15 rules found" in done.stdout
 
 
 def test_alerts_fire_on_synthetic_series():
     """group down, node unreachable, memory ratchet, power over / inside the margin, cap
-    not verified since boot: each fires after its `for:` and not before."""
+    not verified since boot, cap lost (and re-applied), GPU latched, hot, overheating: each
+    fires after its `for:` and not before."""
     done = promtool("test", "rules", "sparkrack-alerts.test.yml")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout

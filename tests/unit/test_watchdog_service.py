@@ -67,6 +67,7 @@ class FakeGroup:
     stops: list[tuple[dict, bool]] = field(default_factory=list)
     ranks: list[Rank] = field(default_factory=list)
     unwatched: str | None = None
+    reapplied: list[tuple[str, str]] = field(default_factory=list)
 
     def poll(self) -> Poll:
         return self.polls.pop(0) if len(self.polls) > 1 else self.polls[0]
@@ -80,6 +81,12 @@ class FakeGroup:
 
     def left_behind(self, lost) -> list[Rank]:
         return [r for r in self.ranks if r.node in (lost or {})]
+
+    def reapply_cap(self, finding, by):
+        from sparkrack.lifecycle.capguard import Reapplied
+
+        self.reapplied.append((finding.node, by))
+        return Reapplied(finding.node, True, f"{finding.node}: clock cap re-applied", "ok")
 
 
 @dataclass
@@ -368,6 +375,40 @@ def test_a_stall_without_a_standing_out_gpu_is_still_a_stall():
     watchdog = make(rack)
     assert watchdog.step().detail.startswith("group stalled, no rank stands out: ")
     assert metric(watchdog, "sparkrack_group_stalled", node="", rank="-1") == 1
+
+
+def test_gpu_findings_of_a_guarded_poll_are_acted_on_said_once_and_exported(caplog):
+    """Busy over the cap: the cap re-applied (once here: the group rate-limits it) and
+    counted; latched: logged once while it stands; both in the node's metrics, with this
+    poll's readings and the GPU's own thresholds."""
+    from sparkrack.facts.gpu import GpuSample, Thermal
+    from sparkrack.lifecycle.gpuwatch import judge
+
+    gpus = {"spark-02": GpuSample(100, 86.5, 2454, 82, 13),
+            "spark-03": GpuSample(100, 10.8, 670, 40, 55)}
+    findings = [f for i, node in ((1, "spark-02"), (2, "spark-03"))
+                for f in judge(node, i, gpus[node], 2200)]
+    poll = Poll(memory={n: (128 << 20, 100 << 20) for n in NAMES}, states=ranks_of("d1"),
+                head_status=200, gpus=gpus, findings=findings)
+    rack, watchdog = guarded([healthy("d1"), poll])
+    rack.groups[0].thermal = {"spark-02": Thermal(97, 100)}
+    with caplog.at_level("INFO", logger="sparkrack.watchdog"):
+        assert watchdog.step().verdict == "guarding"
+        watchdog.step()
+    assert rack.groups[0].reapplied == [("spark-02", "watchdog"), ("spark-02", "watchdog")]
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("GPU latched in its low-clock state" in line for line in said) == 1
+    assert said.count("spark-02: clock cap re-applied") == 2
+    assert metric(watchdog, "sparkrack_watchdog_cap_reapplied_total", node="spark-02",
+                  outcome="took") == 2
+    assert metric(watchdog, "sparkrack_gpu_over_cap", node="spark-02") == 1
+    assert metric(watchdog, "sparkrack_gpu_latched", node="spark-03") == 1
+    assert metric(watchdog, "sparkrack_gpu_latched", node="spark-02") == 0
+    assert metric(watchdog, "sparkrack_gpu_sm_clock_hertz", node="spark-02") == 2.454e9
+    assert metric(watchdog, "sparkrack_gpu_temperature_celsius", node="spark-02") == 82
+    assert metric(watchdog, "sparkrack_gpu_slowdown_temperature_celsius", node="spark-02") == 97
+    assert metric(watchdog, "sparkrack_gpu_slowdown_temperature_celsius",
+                  node="spark-03") is None
 
 
 def test_a_watchdog_that_cannot_read_the_records_says_it_is_blind():

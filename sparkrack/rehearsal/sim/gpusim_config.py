@@ -54,6 +54,12 @@ GB10_DEFAULTS = {
     "power_clock_exponent": 2.3,
     "ambient_c": 34.0,
     "temp_c_per_w": 0.55,
+    # GB10 on driver 580 (a public `nvidia-smi -q -d TEMPERATURE`): T.Limit margin 57 C at
+    # 38 C, the hardware slowdown 2 C past the T.Limit, the shutdown 5 C past it
+    "tlimit_c": 95,
+    "slowdown_tlimit_c": -2,
+    "shutdown_tlimit_c": -5,
+    "heat_file": "/var/lib/gpu-sim/heat",  # degrees C the rack adds to the air (rehearsal.heat)
 }
 
 # What differs between units of one release (public readings): MemTotal 127,600,524 to

@@ -7,9 +7,19 @@ min raises the idle clock, never the load clock. A latched board (low-clock stat
 at its latched clock (481-858 MHz, wandering) and power (5.8-15.8 W) whatever the lock
 says. Power above idle scales with utilization and with (clock / boost clock) ** exponent,
 for the GPU and the whole node.
+
+Temperature follows the power over the air around the board (ambient, plus the heat the
+rack adds: a blocked vent, a hot room). A GPU that would pass its T.Limit under load slows
+itself down (SW thermal slowdown): its clock drops until it holds at the T.Limit. When
+even that cannot hold it (the clock would fall under half its own), the hardware slowdown
+halves the clock and the temperature rises past the T.Limit, towards the slowdown and
+shutdown thresholds.
 """
 
 EVENT_GPU_IDLE = 0x1
+EVENT_HW_SLOWDOWN = 0x8
+EVENT_SW_THERMAL = 0x20
+EVENT_HW_THERMAL = 0x40
 EVENT_REASONS_SUPPORTED = 0x1FF
 
 
@@ -60,20 +70,50 @@ def dynamic_share(config: dict, util: int, clock: int, latched: bool,
     return util / 100 * per_util
 
 
-def readings(config: dict, util: int, lock: tuple[int, int] | None, latched: bool,
-             resident: bool = False, phase: float = 0.5, spinning: bool = False) -> dict:
-    """Clocks, power, temperature, pstate and event reasons, as the driver would report
-    (spinning: the load that sets util is a spin, busy at low power)."""
-    clock = sm_clock(config, util, lock, latched, resident, phase)
-    share = dynamic_share(config, util, clock, latched, spinning)
+def _power_w(config: dict, share: float) -> tuple[float, float]:
+    """(GPU watts, node watts) at this share of the load span."""
     gpu_w = config["gpu_idle_w"] + (config["gpu_load_w"] - config["gpu_idle_w"]) * share
     node_w = config["node_idle_w"] + (config["node_load_w"] - config["node_idle_w"]) * share
+    return gpu_w, node_w
+
+
+def _thermal_clock(config: dict, util: int, clock: int, heat: float) -> tuple[int, int]:
+    """(clock, event reasons) of a computing GPU once its thermal slowdown acts."""
+    air = config["ambient_c"] + heat
+    limit = config["tlimit_c"]
+    watts = (limit - air) / config["temp_c_per_w"]  # what holds the GPU at its T.Limit
+    share = (watts - config["gpu_idle_w"]) / (config["gpu_load_w"] - config["gpu_idle_w"])
+    held = 0 if share <= 0 else round(
+        config["load_sm_mhz"] * (share / (util / 100)) ** (1 / config["power_clock_exponent"]))
+    if held >= clock // 2:
+        return min(held, clock), EVENT_SW_THERMAL
+    return clock // 2, EVENT_HW_SLOWDOWN | EVENT_HW_THERMAL
+
+
+def readings(config: dict, util: int, lock: tuple[int, int] | None, latched: bool,
+             resident: bool = False, phase: float = 0.5, spinning: bool = False,
+             heat: float = 0.0) -> dict:
+    """Clocks, power, temperature, pstate and event reasons, as the driver would report
+    (spinning: the load that sets util is a spin, busy at low power; heat: degrees the air
+    around the board is above the usual)."""
+    clock = sm_clock(config, util, lock, latched, resident, phase)
+    share = dynamic_share(config, util, clock, latched, spinning)
+    gpu_w, node_w = _power_w(config, share)
+    air = config["ambient_c"] + heat
+    reasons = 0 if util > 0 else EVENT_GPU_IDLE
+    if util > 0 and air + gpu_w * config["temp_c_per_w"] > config["tlimit_c"]:
+        clock, reasons = _thermal_clock(config, util, clock, heat)
+        gpu_w, node_w = _power_w(config, dynamic_share(config, util, clock, latched, spinning))
+    temperature = air + gpu_w * config["temp_c_per_w"]
+    if reasons == EVENT_SW_THERMAL:
+        temperature = min(temperature, config["tlimit_c"])
     return {
         "util": util,
         "sm_mhz": clock,
         "power_w": round(gpu_w, 2),
         "node_power_w": round(node_w, 1),
-        "temp_c": round(config["ambient_c"] + gpu_w * config["temp_c_per_w"]),
+        "temp_c": round(temperature),
+        "tlimit_margin_c": round(config["tlimit_c"] - temperature),
         "pstate": "P0" if util > 0 or clock > config["idle_sm_mhz"] else "P8",
-        "event_reasons": 0 if util > 0 else EVENT_GPU_IDLE,
+        "event_reasons": reasons,
     }

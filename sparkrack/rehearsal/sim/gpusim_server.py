@@ -6,7 +6,8 @@ Each request is one JSON object on one line, answered by one line:
   {"op": "reset"}                              -> {"ok": true}
   {"op": "persistence", "enabled": true}       -> {"ok": true, "changed": true}
   {"op": "load", "util": 100}                  -> {"ok": true}   (held until 0 or disconnect)
-  {"op": "load", "util": 96, "spin": true}     -> {"ok": true}   (busy at low power: a wedge)
+  {"op": "load", "util": 96, "spin": true}     -> {"ok": true}   (busy at low power: a kernel
+                                                  waiting on a flag, as in a collective)
   {"op": "alloc", "bytes": N, "pid": P, "name": "python3"}
                                                -> {"ok": true, "id": 1}  (freed at disconnect)
   {"op": "free", "id": 1}                      -> {"ok": true}
@@ -14,6 +15,8 @@ Each request is one JSON object on one line, answered by one line:
                                                   each with "reg_mr_error" when the kernel
                                                   fails memory registration)
 Errors answer {"ok": false, "error": "..."} and keep the connection open.
+A load belongs to the client's process (gpusim_peers finds it at its first load): while
+that process is stopped its compute drains and the GPU reads idle.
 """
 
 import itertools
@@ -21,6 +24,7 @@ import json
 import socketserver
 import sys
 
+from gpusim_peers import peer_pid
 from gpusim_rdma import read_rdma
 from gpusim_state import GpuState, OutOfMemory
 
@@ -29,6 +33,21 @@ MAX_LINE = 65536
 
 class RequestError(Exception):
     """A request the daemon refuses; its text goes back to the client."""
+
+
+class Client:
+    """One connection: its id, and its process, looked up once when first needed."""
+
+    def __init__(self, number: int, pid_of=lambda: None):
+        self.id = number
+        self._pid_of = pid_of
+        self._pid: int | None = None
+        self._looked = False
+
+    def pid(self) -> int | None:
+        if not self._looked:
+            self._pid, self._looked = self._pid_of(), True
+        return self._pid
 
 
 def _int_field(request: dict, key: str, low: int, high: int | None = None,
@@ -41,11 +60,11 @@ def _int_field(request: dict, key: str, low: int, high: int | None = None,
     return value
 
 
-def _op_state(state: GpuState, client: int, request: dict) -> dict:
+def _op_state(state: GpuState, client: Client, request: dict) -> dict:
     return {"state": state.snapshot()}
 
 
-def _op_lock(state: GpuState, client: int, request: dict) -> dict:
+def _op_lock(state: GpuState, client: Client, request: dict) -> dict:
     low = _int_field(request, "min", 0)
     high = _int_field(request, "max", 1)
     if low > high:
@@ -55,13 +74,13 @@ def _op_lock(state: GpuState, client: int, request: dict) -> dict:
     return {}
 
 
-def _op_reset(state: GpuState, client: int, request: dict) -> dict:
+def _op_reset(state: GpuState, client: Client, request: dict) -> dict:
     state.reset_clock_lock()
     _log("GPU clocks reset")
     return {}
 
 
-def _op_persistence(state: GpuState, client: int, request: dict) -> dict:
+def _op_persistence(state: GpuState, client: Client, request: dict) -> dict:
     enabled = request.get("enabled")
     if not isinstance(enabled, bool):
         raise RequestError("'enabled' must be true or false")
@@ -71,31 +90,31 @@ def _op_persistence(state: GpuState, client: int, request: dict) -> dict:
     return {"changed": changed}
 
 
-def _op_load(state: GpuState, client: int, request: dict) -> dict:
+def _op_load(state: GpuState, client: Client, request: dict) -> dict:
     spin = request.get("spin", False)
     if not isinstance(spin, bool):
         raise RequestError("'spin' must be true or false")
-    state.hold_load(client, _int_field(request, "util", 0, 100), spin)
+    state.hold_load(client.id, _int_field(request, "util", 0, 100), spin, pid=client.pid())
     return {}
 
 
-def _op_alloc(state: GpuState, client: int, request: dict) -> dict:
+def _op_alloc(state: GpuState, client: Client, request: dict) -> dict:
     size = _int_field(request, "bytes", 1)
     pid = _int_field(request, "pid", 0, default=0)
     name = str(request.get("name", "unknown"))
     try:
-        return {"id": state.allocate(client, size, pid, name)}
+        return {"id": state.allocate(client.id, size, pid, name)}
     except OutOfMemory as exc:
         raise RequestError(f"out of memory: {exc}") from exc
 
 
-def _op_free(state: GpuState, client: int, request: dict) -> dict:
-    if not state.free(client, _int_field(request, "id", 1)):
+def _op_free(state: GpuState, client: Client, request: dict) -> dict:
+    if not state.free(client.id, _int_field(request, "id", 1)):
         raise RequestError("no such allocation on this connection")
     return {}
 
 
-def _op_rdma(state: GpuState, client: int, request: dict) -> dict:
+def _op_rdma(state: GpuState, client: Client, request: dict) -> dict:
     hcas = read_rdma()
     if state.kernel["reg_mr_error"]:  # KHO's CMA: ibv_reg_mr fails on every device
         for hca in hcas.values():
@@ -115,7 +134,7 @@ OPERATIONS = {
 }
 
 
-def answer(state: GpuState, client: int, line: bytes) -> dict:
+def answer(state: GpuState, client: Client, line: bytes) -> dict:
     """The reply to one request line from a client (never raises)."""
     try:
         try:
@@ -138,7 +157,9 @@ class _Connection(socketserver.StreamRequestHandler):
     """One client: answer its lines; what it held is released when it goes."""
 
     def handle(self):
-        client = next(self.server.client_ids)
+        server = self.server.server_address
+        client = Client(next(self.server.client_ids),
+                        lambda: peer_pid(server, self.client_address[:2]))
         try:
             while True:
                 line = self.rfile.readline(MAX_LINE)
@@ -152,7 +173,7 @@ class _Connection(socketserver.StreamRequestHandler):
         except OSError:
             return
         finally:
-            self.server.gpu.release_client(client)
+            self.server.gpu.release_client(client.id)
 
     def _reply(self, response: dict) -> None:
         self.wfile.write(json.dumps(response).encode() + b"\n")

@@ -3,7 +3,9 @@ the booted kernel's view (command line, CMA counters: gpusim_kernel).
 
 The clock lock and persistence mode live in STATE_DIR (a tmpfs in the node), so they
 survive a daemon restart and vanish at reboot, like the driver's. Loads and allocations
-belong to client connections and end with them. The latch is a file the rack owns.
+belong to client connections and end with them; a load computes only while the client's
+process runs (a stopped host feeds no kernels: its compute drains, while a kernel already
+spinning on a flag stays resident). The latch and the heat are files the rack owns.
 """
 
 import json
@@ -13,6 +15,7 @@ import threading
 
 from gpusim_kernel import kernel_view, read_kernel
 from gpusim_meminfo import meminfo_values, render_meminfo, write_in_place
+from gpusim_peers import stopped
 from gpusim_physics import readings
 
 KIB = 1024
@@ -29,7 +32,7 @@ class GpuState:
     def __init__(self, config: dict):
         self.config = config
         self._mutex = threading.Lock()
-        self._loads: dict[int, tuple[int, bool]] = {}  # client: (util %, spinning)
+        self._loads: dict[int, tuple[int, bool, int | None]] = {}  # client: (util %, spin, pid)
         self._allocations: dict[int, dict] = {}
         self._next_alloc_id = 1
         os.makedirs(config["state_dir"], exist_ok=True)
@@ -87,12 +90,21 @@ class GpuState:
         """Whether the board is in the low-clock state (the latch file exists)."""
         return os.path.exists(self.config["latch_file"])
 
-    def hold_load(self, client: int, util: int, spin: bool = False) -> None:
-        """Keep `util` % utilization for this client (0 releases it); spin: a kernel that
-        waits on a flag, busy at low power."""
+    def heat(self) -> float:
+        """Degrees C the rack adds to the air around the board (the heat file; 0: none)."""
+        try:
+            with open(self.config["heat_file"], encoding="utf-8") as fh:
+                return float(fh.read().strip() or 0)
+        except (OSError, ValueError):
+            return 0.0
+
+    def hold_load(self, client: int, util: int, spin: bool = False,
+                  pid: int | None = None) -> None:
+        """Keep `util` % utilization for this client (0 releases it) while its process
+        (pid, when known) runs; spin: a kernel that waits on a flag, busy at low power."""
         with self._mutex:
             if util > 0:
-                self._loads[client] = (util, spin)
+                self._loads[client] = (util, spin, pid)
             else:
                 self._loads.pop(client, None)
 
@@ -132,9 +144,11 @@ class GpuState:
     def snapshot(self) -> dict:
         """Everything a query can read right now (the lock only under 'sim')."""
         with self._mutex:
-            util, spinning = max(self._loads.values(), default=(0, False))
+            loads = [(util, spin) for util, spin, pid in self._loads.values()
+                     if spin or not stopped(pid)]  # a stopped host's compute has drained
+            util, spinning = max(loads, default=(0, False))
             spinning = spinning and not any(  # a real load beside a spin draws full power
-                not spin and load >= util for load, spin in self._loads.values())
+                not spin and load >= util for load, spin in loads)
             allocations = list(self._allocations.values())
             allocated_kb = self._allocated_kb()
         lock, latched = self.clock_lock(), self.latched()
@@ -147,11 +161,14 @@ class GpuState:
             "index": config["gpu_index"],
             "persistence_mode": self.persistence_mode(),
             **readings(config, util, lock, latched, resident=bool(allocations),
-                       phase=random.random(), spinning=spinning),
+                       phase=random.random(), spinning=spinning, heat=self.heat()),
+            "thermal": {key: config[key] for key in (
+                "tlimit_c", "slowdown_tlimit_c", "shutdown_tlimit_c")},
             "processes": _processes(allocations),
             "memory": {"total_kb": memory["MemTotal"], "available_kb": memory["MemAvailable"],
                        "allocated_kb": allocated_kb},
-            "sim": {"lock": list(lock) if lock else None, "latched": latched},
+            "sim": {"lock": list(lock) if lock else None, "latched": latched,
+                    "heat_c": self.heat()},
         }
 
     def _allocated_kb(self) -> int:

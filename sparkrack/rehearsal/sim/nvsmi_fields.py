@@ -49,6 +49,7 @@ FIELDS = [
     ("pstate", (), None, lambda gpu: gpu["pstate"]),
     ("fan.speed", (), "%", _na),
     ("temperature.gpu", (), None, lambda gpu: str(gpu["temp_c"])),
+    ("temperature.gpu.tlimit", (), None, lambda gpu: str(gpu["tlimit_margin_c"])),
     ("temperature.memory", (), None, _na),
     ("utilization.gpu", (), "%", lambda gpu: str(gpu["util"])),
     ("utilization.memory", (), "%", lambda gpu: "0"),

@@ -59,13 +59,18 @@ def _utilization(gpu: dict, with_samples: bool) -> list[str]:
 
 
 def _temperature(gpu: dict, with_samples: bool) -> list[str]:
+    """Driver 580's labels: thresholds as offsets from the T.Limit (GB10's public output
+    shows the first four lines; the rest are N/A here, unverified)."""
+    thermal = gpu["thermal"]
     return [
         _line(1, "Temperature"),
         _line(2, "GPU Current Temp", f"{gpu['temp_c']} C"),
+        _line(2, "GPU T.Limit Temp", f"{gpu['tlimit_margin_c']} C"),
+        _line(2, "GPU Shutdown T.Limit Temp", f"{thermal['shutdown_tlimit_c']} C"),
+        _line(2, "GPU Slowdown T.Limit Temp", f"{thermal['slowdown_tlimit_c']} C"),
         *(_line(2, label, "N/A") for label in (
-            "GPU T.Limit Temp", "GPU Shutdown Temp", "GPU Slowdown Temp",
-            "GPU Max Operating Temp", "GPU Target Temperature", "Memory Current Temp",
-            "Memory Max Operating Temp")),
+            "GPU Max Operating T.Limit Temp", "GPU Target Temperature", "Memory Current Temp",
+            "Memory Max Operating T.Limit Temp")),
     ]
 
 

@@ -50,8 +50,9 @@ each matching override, in order;
 
 A wedged rank (wedge_at_request: its Nth forward; wedge_above_tokens: the first forward
 whose prompt is longer) stops progressing while its process and the API live on: it never
-answers that forward nor a health ping again and its GPU reads busy at low power (a kernel
-spinning on a flag), until the engine's own watchdog ends the group minutes later.
+answers that forward nor a health ping again: its host hangs, so its GPU drains to idle
+while its peers spin in the collective, until the engine's own watchdog ends the group
+minutes later.
 """
 
 from __future__ import annotations

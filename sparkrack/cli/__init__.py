@@ -18,7 +18,8 @@ from . import (bench_tasks, check_tasks, engine_tasks, export_tasks, fabric_task
 TOP_LEVEL = (
     engine_tasks.plan, engine_tasks.up, engine_tasks.down, engine_tasks.break_glass,
     engine_tasks.roll,
-    check_tasks.check, export_tasks.export, power_tasks.power, power_tasks.restart_rack,
+    check_tasks.check, export_tasks.export, power_tasks.power, power_tasks.power_cycle,
+    power_tasks.restart_rack,
     power_tasks.reboot, provision_tasks.provision, provision_tasks.unprovision, provision_tasks.burn,
     onboard_tasks.onboard, lock_tasks.lock, lock_tasks.unlock, lock_tasks.log_,
     run_tasks.run_command, logs_tasks.logs,

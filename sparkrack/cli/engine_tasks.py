@@ -200,18 +200,23 @@ def down(c, inventory=None, timeout=None):
     "reason": "why (goes into the audit record), e.g. 'spark-01 lost power'",
     "inventory": INVENTORY_HELP,
     "timeout": "seconds of SIGTERM per rank before SIGKILL (default: 10)",
+    "grace": "seconds the head must answer nothing, here and from every worker, before "
+             "anything is stopped (default: 30)",
     "yes": "do not ask (needed without a terminal)"})
 @operator_task
-def break_glass(c, reason, inventory=None, timeout=None, yes=False):
+def break_glass(c, reason, inventory=None, timeout=None, grace=None, yes=False):
     """The head is gone: stop every engine on the nodes that answer, without the rack lock.
 
-    Only while the head does not answer. No drain (rank 0 is gone): SIGKILL after --timeout.
-    Recorded in the local audit copy and on every node reached; `invoke down` clears the
-    head's deployment record once it answers again (or `onboard --replace` replaces it)."""
+    Only when the head answers nothing, here and from every worker, for --grace seconds (a
+    changed host key, a refused login or a partition is refused: nothing stopped). No drain
+    (rank 0 is gone): SIGKILL after --timeout. Recorded in the local audit copy and on every
+    node reached; `invoke down` clears the head's deployment record once it answers again
+    (or `onboard --replace` replaces it)."""
     import sys
 
     from ..errors import UsageError
     from ..lifecycle.breakglass import WORKER_STOP_TIMEOUT, break_glass as stop_without_head
+    from ..lifecycle.headgone import GRACE_S
 
     rack = inventory_from(inventory)
     if not yes:
@@ -223,7 +228,8 @@ def break_glass(c, reason, inventory=None, timeout=None, yes=False):
         if input().strip().lower() not in ("y", "yes"):
             raise UsageError("break-glass not confirmed", fix="answer y, or pass --yes")
     report = stop_without_head(rack, reason, on_event=console.say,
-                               timeout=int(timeout) if timeout else WORKER_STOP_TIMEOUT)
+                               timeout=int(timeout) if timeout else WORKER_STOP_TIMEOUT,
+                               grace=GRACE_S if grace in (None, "") else _seconds("grace", grace))
     for node, why in sorted(report.unreachable.items()):
         console.say(f"{node}: not reached ({why})")
     for where, why in sorted(report.errors.items()):
@@ -234,6 +240,20 @@ def break_glass(c, reason, inventory=None, timeout=None, yes=False):
         raise Exit(f"break-glass finished with {len(report.errors)} problem(s)", code=1)
     console.say(f"break-glass: {len(report.stopped)} rank(s) stopped in {report.seconds:.1f} s "
                 f"(recorded); once {report.head} answers: invoke down")
+
+
+def _seconds(flag: str, value) -> float:
+    """A flag's value as seconds (0 or more); UsageError naming the flag otherwise."""
+    from ..errors import UsageError
+
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise UsageError(f"--{flag} {value}: not a number of seconds",
+                         fix=f"give seconds, 0 or more, e.g. --{flag} 30")
+    return seconds
 
 
 @task(help=ENGINE_HELP)

@@ -23,7 +23,8 @@ FORMATS = ("lws",)
                    "directory (default: stdout)",
             "name": "the LeaderWorkerSet's name (default: sparkrack-ENGINE-PROFILE)",
             "secret": "the Secret holding HF_TOKEN (default: sparkrack-ENGINE)",
-            "namespace": "the namespace of every namespaced object (default: kubectl's)",
+            "namespace": "the lane's own namespace, exported labelled privileged (default: "
+                         "sparkrack)",
             "toleration": "KEY[=VALUE][:EFFECT] of a taint the GB10 nodes carry (repeatable)",
             "priority_class": "the PriorityClass of the engine pods",
             "rdma_resource": "the RDMA device plugin's resource (default: "
@@ -40,7 +41,8 @@ def export(c, engine, profile=DEFAULT_PROFILE, format_="lws", out=None, name=Non
 
     Refused when `invoke check` refuses the profile. Pods run only on GB10 nodes labelled
     sparkrack.io/clock-cap-verified=true, which the exported node agent keeps only while
-    the node's clock cap is proven; secrets come from a Secret, never inline."""
+    the node's clock cap is proven, and start only past a gate that wants an ok of the
+    node's current boot; secrets come from a Secret as files, never inline."""
     if format_ not in FORMATS:
         raise UsageError(f"unknown export format '{format_}'", fix="formats: " + ", ".join(FORMATS))
     from pathlib import Path
@@ -60,8 +62,7 @@ def export(c, engine, profile=DEFAULT_PROFILE, format_="lws", out=None, name=Non
     for note in report.notes:
         console.say(f"note: {note}")
     if out:
-        paths = [str(path) for path in write_manifests(lane.manifests, Path(out),
-                                                       lane.namespace)]
+        paths = [str(path) for path in write_manifests(lane.manifests, Path(out))]
         if json:
             console.print_json({"wrote": paths})
         else:
@@ -73,10 +74,12 @@ def export(c, engine, profile=DEFAULT_PROFILE, format_="lws", out=None, name=Non
         print(manifest_yaml(lane.manifests), end="")
     if lane.secret_keys:
         literals = " ".join(f"--from-literal={key}=..." for key in lane.secret_keys)
-        where = f" --namespace {lane.namespace}" if lane.namespace else ""
-        console.say(f"secrets: {', '.join(lane.secret_keys)} from Secret {lane.secret_name} "
-                    f"(not exported; kubectl create secret generic{where} {lane.secret_name} "
-                    f"{literals})")
+        need = ("required: the pods do not start without it (hf_token_required)"
+                if lane.secret_required else "optional")
+        console.say(f"secrets: {', '.join(lane.secret_keys)} from Secret {lane.secret_name}, "
+                    f"{need}, mounted as read-only files (not exported; kubectl create secret "
+                    f"generic --namespace {lane.namespace} {lane.secret_name} {literals})")
     console.say(f"nodes: only those labelled {GPU_PRODUCT_LABEL}={GB10_PRODUCT} and "
-                f"{CAP_VERIFIED_LABEL}=true (the node agent sets it after its burn says ok, "
-                "and removes it on any other verdict)")
+                f"{CAP_VERIFIED_LABEL}=true, and an engine starts only once its node's agent "
+                "judged the cap ok in the node's current boot (the agent taints the node "
+                "NoExecute on any other verdict)")

@@ -57,7 +57,7 @@ def _printer(json: bool):
     "fingerprint": "the expected host key fingerprint, SHA256:... (needed without a terminal)",
     "yes": "do not ask before changing the node (the host key still needs confirming)",
     "waive": "KIND=REASON: accept a refusing difference (driver-major, mtu, ...); repeatable",
-    "roce_addr": "its RoCE fabric address (default: the members' convention)",
+    "roce_addr": "its RoCE fabric address, IPv4 (default: the members' convention)",
     "roce_twin_addr": "its twin netdev's fabric address (default: the IPv4 there, when the "
                       "members have one)",
     "peer": "the member to copy images and weights from (default: the last rank's)",

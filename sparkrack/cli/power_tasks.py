@@ -14,33 +14,56 @@ BATCH_HELP = "nodes per batch (default: the inventory's restart_batch_size)"
 @task(help={"inventory": INVENTORY_HELP, "json": "print JSON for scripts"})
 @operator_task
 def power(c, inventory=None, json=False):
-    """Live GPU power per node, each cap state, and the worst-case rack draw vs the strip.
+    """Live GPU power per node, each cap state, the worst-case rack draw vs the strip, and
+    with a PDU the strip and each outlet as measured.
 
-    A node counts at its uncapped watts unless a burn this boot verified its cap."""
+    A node counts at its uncapped watts unless a burn this boot verified its cap; the
+    measured strip plus each node raised to its worst case is judged too."""
     from ..safety.power import cap_state_of, project_power
+    from ..safety.strip import measured_strip
     from ..status import gather_status
 
     rack = inventory_from(inventory)
     rows = gather_status(rack)
     states = {r.node: cap_state_of(r.facts) for r in rows}
     budget = project_power(rack, states)
+    draws = {d.node: d.watts for d in budget.nodes}
+    strip, unread = measured_strip(rack, draws, "the rack would add at its worst case")
+    outlets = {o.node: o for o in (strip.reading.outlets if strip and strip.reading else ())}
     if json:
         console.print_json({"nodes": [{"node": r.node, "reachable": r.reachable,
                                        "gpu_power_w": r.facts.gpu.power_w if r.facts else None,
                                        "sm_mhz": r.facts.gpu.sm_mhz if r.facts else None,
+                                       "outlet_w": outlets[r.node].watts if r.node in outlets
+                                       else None,
                                        "cap": states[r.node].value} for r in rows],
-                            "budget": budget.as_dict()})
+                            "budget": budget.as_dict(),
+                            "strip": strip.as_dict() if strip else None,
+                            "strip_unread": unread})
     else:
-        draws = {d.node: d.watts for d in budget.nodes}
-        console.print_table("power", ["node", "gpu power now", "sm MHz", "cap", "worst case W"],
+        console.print_table("power", ["node", "gpu power now", "sm MHz", "cap", "outlet now",
+                                      "worst case W"],
                             [[r.node, f"{r.facts.gpu.power_w:.1f} W" if r.facts and r.facts.gpu.power_w
                               is not None else None, r.facts.gpu.sm_mhz if r.facts else None,
-                              states[r.node].value, draws[r.node]] for r in rows])
-        print(f"{budget.verdict.upper()}: {budget.reason}")
-    if budget.blocking:
+                              states[r.node].value, _outlet(outlets.get(r.node)),
+                              draws[r.node]] for r in rows])
+        print(f"projected {budget.verdict.upper()}: {budget.reason}")
+        if strip is not None:
+            print(f"measured {'REFUSE' if strip.blocking else 'OK'}: {strip.reason}")
+        elif unread:
+            print(f"measured: not read: {unread}")
+    if budget.blocking or (strip is not None and strip.blocking):
         from invoke.exceptions import Exit
 
         raise Exit(code=1)
+
+
+def _outlet(outlet) -> str | None:
+    """An outlet's cell: '31 W (outlet 1)', 'off (outlet 1)', or None without a PDU."""
+    if outlet is None:
+        return None
+    return f"{outlet.watts} W (outlet {outlet.outlet})" if outlet.on else \
+        f"off (outlet {outlet.outlet})"
 
 
 @task(name="restart-rack", help={"inventory": INVENTORY_HELP, "batch_size": BATCH_HELP,
@@ -71,3 +94,32 @@ def reboot(c, nodes, inventory=None, batch_size=None):
     restart.reboot(rack, rack.select(nodes), burn=run_burn,
                    batch_size=int(batch_size) if batch_size else None, on_event=console.say)
     console.say(f"rebooted and verified: {nodes}")
+
+
+@task(name="power-cycle", help={
+    "node": "the node whose power the PDU removes (required)",
+    "off_seconds": "how long the outlet stays off, 5-60 (default 10)",
+    "check": "show the plan (outlet, what stops, the wait) and change nothing",
+    "timeout": "seconds the node has to come back after the power returns (default 300)",
+    "inventory": INVENTORY_HELP, **WAIT_HELP})
+@rack_task(changing=lambda a: not a["check"])
+def power_cycle(c, node, off_seconds=10, check=False, timeout=None, inventory=None):
+    """Remove a node's power through the PDU for a while, then restore it: the one fix for
+    a GPU latched in its low-clock state. A running TP group is stopped first, in order.
+
+    Waits until the node answers with its clock-cap unit active, then burns its GPU."""
+    from ..fleet import Fleet
+    from ..lifecycle.powercycle import plan_cycle, power_cycle as carry_out
+    from ..lifecycle.restart import NODE_TIMEOUT
+
+    rack = inventory_from(inventory)
+    target = rack.node(node)
+    with Fleet(rack) as fleet:
+        plan = plan_cycle(rack, target, int(off_seconds), fleet)
+    for line in plan.lines():
+        console.say(f"plan: {line}")
+    if check:
+        console.say("--check: nothing done")
+        return
+    console.say(carry_out(rack, target, plan, burn=run_burn, on_event=console.say,
+                          timeout=float(timeout) if timeout else NODE_TIMEOUT))

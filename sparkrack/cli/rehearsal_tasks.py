@@ -85,7 +85,8 @@ def status(c, inventory=None, json=False):
         "rehearsal rack", ["node", "address", "fabric", "cable", "running", "link", "sshd",
                            "boots", "last boot", "gpu latched"],
         [[f"{s.name} (extra)" if s.extra else s.name, s.address, s.roce_addr, s.cabling,
-          s.running, "up" if s.link_up else "CUT", s.ssh_open, s.boots,
+          s.running, "CUT" if not s.link_up else "ISOLATED" if s.isolated else "up",
+          "NEW KEY" if s.rekeyed else s.ssh_open, s.boots,
           time.strftime("%H:%M:%S", time.localtime(s.last_boot)) if s.last_boot else None,
           s.latched] for s in states])
 
@@ -120,6 +121,24 @@ def reboot(c, node, inventory=None, no_wait=False):
     """Cleanly reboot a node (systemctl reboot inside) and wait until it is back."""
     _rack(inventory).reboot(node, wait=not no_wait)
     console.say(f"{node}: rebooted")
+
+
+@task(help={**NODE_HELP, "clear": "end it (so does rehearsal.heal)"})
+@operator_task
+def isolate(c, node, inventory=None, clear=False):
+    """A partition: a node falls silent to this machine only; its peers still reach it."""
+    _rack(inventory).isolate(node, on=not clear)
+    console.say(f"{node}: reachable from this machine again" if clear else
+                f"{node}: silent to this machine, reachable from its peers")
+
+
+@task(help={**NODE_HELP, "restore": "put the recorded host key back"})
+@operator_task
+def rekey(c, node, inventory=None, restore=False):
+    """Give a node a new SSH host key, as a reinstall does (sshd restarted)."""
+    _rack(inventory).rekey(node, restore=restore)
+    console.say(f"{node}: recorded host key back" if restore else
+                f"{node}: new host key (known_hosts still records the old one)")
 
 
 @task(help={**NODE_HELP, "clear": "clear the latch instead (a full power removal also does)"})
@@ -266,6 +285,20 @@ def switch(c, mtu=None, port=None, rate=None, reset=False, inventory=None):
     if new != rack.switch:
         rack.set_switch(new)
     console.say(f"switch: {new.describe()}")
+
+
+@task(name="pdu-load", help={**HELP, "outlet": "a PDU outlet no node is on, e.g. 10",
+                             "watts": "what the load draws (0: unplug it)"})
+@operator_task
+def pdu_load(c, outlet, watts, inventory=None):
+    """Plug something that is no node into a free outlet of the rehearsal PDU (a switch, a
+    monitor, a heater): the PDU measures it, the projection does not know it."""
+    from ..rehearsal import pdu
+
+    rack = _rack(inventory)
+    number, draw = _integer(outlet, "--outlet", 10), _integer(watts, "--watts", 300)
+    pdu.plug_load(rack.inventory.vars.pdu, number, draw)
+    console.say(f"PDU outlet {number}: {f'{draw} W load plugged in' if draw else 'unplugged'}")
 
 
 def _integer(text, flag: str, example: int = 1) -> int:

@@ -20,6 +20,7 @@ def capture(c, inventory=None, out=None, diff=None, json=False):
 
     from invoke.exceptions import Exit
 
+    from ..terminal import escape_controls
     from ..twin.capture import capture as take, dump, read, write
     from ..twin.diff import differences
 
@@ -32,7 +33,7 @@ def capture(c, inventory=None, out=None, diff=None, json=False):
             console.print_json({"since": earlier.get("captured"), "changes": changes})
         else:
             for line in changes or [f"no change since {earlier.get('captured')}"]:
-                print(line)
+                print(escape_controls(line))
     elif out:
         write(document, Path(out))
         console.say(f"facts.capture: {len(document['nodes'])} node(s) recorded in {out}"

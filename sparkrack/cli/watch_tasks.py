@@ -22,7 +22,7 @@ LISTEN_HELP = ("the address on the node its Prometheus metrics listen on (defaul
                "node's ansible_host, its management address); 0.0.0.0: every interface")
 
 
-def _settings(rack, install_dir=None, python=None, listen=None):
+def _settings(rack, install_dir=None, python=None, listen=None, allow_power_cycle=False):
     """The install settings: the flags given, else where it is recorded, else defaults."""
     from ..watchdog.settings import Settings
     from ..inventory.watchdog_record import read_record
@@ -31,15 +31,19 @@ def _settings(rack, install_dir=None, python=None, listen=None):
     record = read_record(rack.path)
     recorded = record.install_dir if record is not None else None
     return Settings(install_dir=install_dir or recorded or defaults.install_dir,
-                    python=python or defaults.python, listen=listen or defaults.listen)
+                    python=python or defaults.python, listen=listen or defaults.listen,
+                    allow_power_cycle=bool(allow_power_cycle))
 
 
 @task(help={"on": ON_HELP, "inventory": INVENTORY_HELP,
             "check": "probe the node and say what would be done; change nothing",
-            "listen": LISTEN_HELP, **PLACE_HELP, **WAIT_HELP})
+            "listen": LISTEN_HELP, **PLACE_HELP, **WAIT_HELP,
+            "allow_power_cycle": "let the watchdog cut a node's power through the PDU when "
+                                 "its GPU latched while its group was busy (default: it only "
+                                 "says so)"})
 @rack_task(changing=lambda a: not a["check"], name="watch.install")
 def install(c, on=None, inventory=None, check=False, install_dir=None, python=None,
-            listen=None):
+            listen=None, allow_power_cycle=False):
     """Install the watchdog as a systemd service on a rack node (default: the head).
 
     Ships sparkrack, its libraries and the inventory (the node needs no network), makes the
@@ -50,7 +54,8 @@ def install(c, on=None, inventory=None, check=False, install_dir=None, python=No
     from ..watchdog.install import install as run_install
 
     rack = inventory_from(inventory)
-    report = run_install(rack, on, settings=_settings(rack, install_dir, python, listen),
+    report = run_install(rack, on, settings=_settings(rack, install_dir, python, listen,
+                                                      allow_power_cycle),
                          check=check, say=console.say)
     if check:
         return

@@ -12,7 +12,8 @@ from typing import Any
 
 import docker.types
 
-from sparkrack.engines.spec import LaunchSpec
+from sparkrack.engines.spec import LaunchSpec, Mount
+from sparkrack.errors import UsageError
 
 
 def docker_run_argv(spec: LaunchSpec, redact: bool = True) -> list[str]:
@@ -29,7 +30,7 @@ def docker_run_argv(spec: LaunchSpec, redact: bool = True) -> list[str]:
         argv += ["--ulimit", f"{limit.name}={limit.soft}:{limit.hard}"]
     argv += ["--shm-size", options.shm_size, "--stop-signal", options.stop_signal,
              "--stop-timeout", str(options.stop_timeout_s)]
-    for mount in options.mounts:
+    for mount in _mounts(spec):
         argv += ["--volume", f"{mount.source}:{mount.target}" + (":ro" if mount.read_only
                                                                   else "")]
     for key, value in spec.labels.items():
@@ -45,7 +46,16 @@ def docker_sdk_kwargs(spec: LaunchSpec) -> dict[str, Any]:
 
     Prefer create + start: `run` pulls the image when it is missing, and the rack has no
     registry. Stop with `container.stop(timeout=spec.docker.stop_timeout_s)`.
+
+    UsageError when the env holds a secret (an env file written before the Hub token moved
+    to its own file, or edited by hand): `docker inspect` would show it.
     """
+    for key in sorted(spec.secret_names & set(spec.env)):
+        file = spec.env_sources.get(key, "").rpartition(" [")[2].rstrip("]") or "its env file"
+        raise UsageError(f"{spec.node}: {key} is in the environment the engine would start "
+                         f"with ({file}), where `docker inspect` shows it to anyone who may run "
+                         "docker", fix="run invoke provision: the token goes to its own 0600 "
+                         "file, which the ranks read through HF_TOKEN_PATH")
     options = spec.docker
     return {
         "image": spec.image,
@@ -62,8 +72,14 @@ def docker_sdk_kwargs(spec: LaunchSpec) -> dict[str, Any]:
                     for u in options.ulimits],
         "shm_size": options.shm_size,
         "volumes": {m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
-                    for m in options.mounts},
+                    for m in _mounts(spec)},
         "environment": dict(spec.env),
         "labels": dict(spec.labels),
         "stop_signal": options.stop_signal,
     }
+
+
+def _mounts(spec: LaunchSpec) -> tuple[Mount, ...]:
+    """Every host path bound into the container: the spec's mounts, then the token's."""
+    token = spec.docker.token_mount
+    return (*spec.docker.mounts, *((token,) if token is not None else ()))

@@ -17,6 +17,7 @@ value. Defaults are not in the tables, so a changed default is not seen.
 from __future__ import annotations
 
 import difflib
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,11 @@ EXTRACTOR = Path(__file__).with_name("option_extract")  # a package, copied whol
 IN_CONTAINER = "/tmp/sparkrack_learn"  # the folder it goes in, on the container's sys.path
 TIMEOUT_S = 180  # reading a real engine's sources takes seconds; the image start is the rest
 LABEL = "sparkrack.learn"
+# the extractor parses sources (ast) in one process: a few hundred MB at most
+LIMITS = {"mem_limit": "2g", "memswap_limit": "2g", "pids_limit": 64}
+IMAGE_KEYS = ("engine", "version", "allow_abbrev", "underscores")  # the extractor's header
+OWN_KEYS = ("image", "image_id", "learned_on", "learned_at")  # sparkrack's, never the image's
+VERSION = re.compile(r"[0-9][0-9A-Za-z.+_!-]{0,63}")  # PEP 440's characters; a file name part
 
 
 def extractor_files(folder: str) -> dict[str, bytes]:
@@ -131,7 +137,7 @@ def learn(inventory: Inventory, engine: str, image: str | None = None, *,
                 image, extractor_argv(IN_CONTAINER, "--installed", engine),
                 name=f"sparkrack-learn-{engine}-{int(time.time())}",
                 files=extractor_files(IN_CONTAINER), timeout=timeout,
-                labels={LABEL: engine})
+                labels={LABEL: engine}, limits=LIMITS)
         except TimeoutError as error:
             raise LearnFailed(str(error), fix="see the image's python3 (`docker run --rm "
                               f"--entrypoint python3 {image} -V` on {head.name})") from None
@@ -149,15 +155,13 @@ def learn(inventory: Inventory, engine: str, image: str | None = None, *,
 
 def keep(inventory: Inventory, engine: str, image: str, image_id: str, node: str, text: str,
          *, notes: list[str], seconds: float) -> Learned:
-    """Write the extractor's table with the image's ref and ID in its header; compare."""
+    """Write the extractor's table with the image's ref and ID in its header; compare.
+    The image's output is checked first (image_header): its version names the file."""
     header = [f"#: image {image}", f"#: image_id {image_id}", f"#: learned_on {node}",
               f"#: learned_at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"]
     lines = text.rstrip("\n").splitlines()
-    at = next((i for i, line in enumerate(lines) if line.startswith("#: underscores")), None)
-    if at is None or not any(line.startswith(f"#: engine {engine}") for line in lines):
-        raise LearnFailed(f"the {engine} table read from {image} has no header",
-                          fix="run the extractor by hand to see what it printed")
-    version = next(line.split(None, 2)[2] for line in lines if line.startswith("#: version "))
+    version = image_header(engine, image, lines)["version"]
+    at = next(i for i, line in enumerate(lines) if line.startswith("#: underscores"))
     folder = inventory.path / LEARNED_DIR
     folder.mkdir(parents=True, exist_ok=True)
     file = folder / f"{engine}-{version}.txt"
@@ -168,6 +172,40 @@ def keep(inventory: Inventory, engine: str, image: str, image_id: str, node: str
     return Learned(engine=engine, image=image, image_id=image_id, node=node, version=version,
                    file=file, options=options, seconds=seconds, notes=notes,
                    comparison=compare(nearest, options) if nearest else None)
+
+
+def image_header(engine: str, image: str, lines: list[str]) -> dict[str, str]:
+    """The `#: KEY VALUE` lines of the extractor's output, checked: only IMAGE_KEYS, each
+    once, before the first option, naming this engine and a VERSION (it names the file);
+    LearnFailed otherwise. sparkrack's own lines (OWN_KEYS) follow them in the file, so the
+    image can neither name the file nor say which image or ID the table is of."""
+    found: dict[str, str] = {}
+    options = False
+    for line in lines:
+        if not line.startswith("#:"):
+            options = options or bool(line.strip() and not line.startswith("#"))
+            continue
+        key, _, value = line[2:].strip().partition(" ")
+        problem = (f"'#: {key}' is sparkrack's own header line" if key in OWN_KEYS else
+                   f"'#: {key}' twice" if key in found else
+                   f"a header line among the options ({line[:60]!r})" if options else
+                   f"'#: {key}' is no header line the extractor writes"
+                   if key not in IMAGE_KEYS else None)
+        if problem:
+            raise LearnFailed(f"the {engine} table read from {image}: {problem}",
+                              fix="the image's output writes no header of its own; run the "
+                              "extractor by hand to see what it printed")
+        found[key] = value.strip()
+    if found.get("engine") != engine or "underscores" not in found:
+        raise LearnFailed(f"the {engine} table read from {image} has no header",
+                          fix="run the extractor by hand to see what it printed")
+    version = found.get("version", "")
+    if not VERSION.fullmatch(version):
+        raise LearnFailed(f"the {engine} table read from {image} names version {version!r}, "
+                          "which is not a version", fix="a version is 1-64 letters, digits "
+                          "and '.+_!-', starting with a digit: see the engine package's "
+                          "metadata in the image")
+    return found
 
 
 def nearest_table(known: dict[str, OptionSet], version: str) -> OptionSet | None:

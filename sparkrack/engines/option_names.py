@@ -249,6 +249,8 @@ def _read_options(file: Path, _mtime_ns: int, _size: int) -> OptionSet:
     for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
         if line.startswith("#:"):
             key, _, value = line[2:].strip().partition(" ")
+            if key in header:  # one said later must not win: the header is the first's
+                raise ValueError(f"{file}:{number}: '#: {key}' twice")
             header[key] = value.strip()
             continue
         if not line.strip() or line.startswith("#"):

@@ -5,7 +5,8 @@ rank order, without contacting anything. Per node it fills the profile file's ar
 templates and takes the environment from that node's env files (`NodeEnv`, as `up` read
 them from the node, or else rendered from the inventory and the roles: the inventory's
 view), plus the profile's own `env`, which may not redefine one of theirs. Each variable
-keeps its source for `invoke plan`. All specs share one `spec_hash` of the whole
+keeps its source for `invoke plan`. The Hub token is never among them: HF_TOKEN_PATH names
+its file, whose folder every rank gets bound read-only. All specs share one `spec_hash` of the whole
 deployment and carry it, with engine, profile, rank and deployment id, as container labels.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -26,6 +28,10 @@ from sparkrack.inventory.schema import FrozenMapping
 from sparkrack.provision.envfiles import EnvFiles, NodeEnv, secret_names
 
 REDACTED = "***"
+# The file huggingface_hub reads the Hub token from (>= 0.23; role engine_env writes both the
+# variable and the file): its folder is bound into the rank read-only at the same path, so
+# the token never is in the container's environment, which `docker inspect` shows.
+TOKEN_FILE_VAR = "HF_TOKEN_PATH"
 
 LABEL_ENGINE = "sparkrack.engine"
 LABEL_PROFILE = "sparkrack.profile"
@@ -70,6 +76,9 @@ class DockerOptions:
                                    Ulimit("nofile", 1048576, 1048576))  # NCCL at 8 ranks
     shm_size: str = "32g"
     stop_signal: str = "SIGTERM"  # rank 0 drains on SIGTERM, then stops the workers
+    # the Hub token file's folder, read-only at the same path: the rack's way of handing the
+    # token over (a Kubernetes export takes it from a Secret instead)
+    token_mount: Mount | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,9 @@ class LaunchSpec:
                             for u in docker.ulimits],
                 "mounts": [{"source": m.source, "target": m.target, "read_only": m.read_only}
                            for m in docker.mounts],
+                "token_mount": None if docker.token_mount is None else {
+                    "source": docker.token_mount.source, "target": docker.token_mount.target,
+                    "read_only": docker.token_mount.read_only},
             },
         }
 
@@ -270,7 +282,24 @@ def _rank_spec(inventory: Inventory, node: Node, definition: EngineDef, profile:
         note=profile.note,
         stall_budget_s=inventory.vars.watchdog_stall_budget_s or profile.stall_budget_s,
         docker=DockerOptions(stop_timeout_s=profile.stop_timeout_s,
-                             mounts=(Mount(model_path, model_path),)))
+                             mounts=(Mount(model_path, model_path),),
+                             token_mount=_token_mount(node.name, env)))
+
+
+def _token_mount(node: str, env: Mapping[str, str]) -> Mount | None:
+    """The Hub token file's folder, bound read-only at the same path (a folder rather than
+    the file: a token that provision replaces is what a running rank reads next); None when
+    the env names no token file. UsageError for a file not in a folder of its own."""
+    path = env.get(TOKEN_FILE_VAR)
+    if not path:
+        return None
+    folder = posixpath.dirname(path)
+    if not posixpath.isabs(path) or folder in ("/", "") or posixpath.normpath(path) != path:
+        raise UsageError(f"{node}: {TOKEN_FILE_VAR} {path} is not a file in a folder of its "
+                         "own (its folder is bound into every rank)",
+                         fix="set hf_token_dir of role engine_env to a folder of its own, "
+                         "e.g. /etc/sparkrack/hf, and run invoke provision")
+    return Mount(folder, folder)
 
 
 def _labels(spec: LaunchSpec, deployment: str, spec_hash: str) -> FrozenMapping:

@@ -1,7 +1,12 @@
 """What the operator says about the cluster an exported lane goes to: its namespace, the
 taints its GB10 nodes carry, the priority class of the engine pods, the RDMA device
 plugin's resource and the RuntimeClass of NVIDIA's container runtime. Each is checked as
-the API server would check it, so that `kubectl apply` is not the first to refuse."""
+the API server would check it, so that `kubectl apply` is not the first to refuse.
+
+The namespace is said in one place, here (default: sparkrack): every namespaced object
+carries it, the RBAC subjects and the admission policy name it, and each cluster-scoped
+object's name ends in it (`scoped`), so exports into two namespaces never overwrite each
+other. The export labels it privileged (access.py): default and kube-* are refused."""
 
 from __future__ import annotations
 
@@ -10,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkrack.errors import UsageError
+from sparkrack.remote.capnode import TAINT
 
+DEFAULT_NAMESPACE = "sparkrack"
 DEFAULT_RDMA_RESOURCE = "rdma/hca_shared_devices_a"  # the RDMA shared device plugin's example
 DEFAULT_RUNTIME_CLASS = "nvidia"  # the RuntimeClass NVIDIA's GPU operator installs
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -26,24 +33,35 @@ _VALUE = re.compile(rf"({_NAME})?")
 class ClusterOptions:
     """The cluster's side of an export (`invoke export --namespace ... --toleration ...`)."""
 
-    namespace: str | None = None
+    namespace: str = DEFAULT_NAMESPACE
     tolerations: tuple[dict[str, Any], ...] = ()
     priority_class: str | None = None
     rdma_resource: str = DEFAULT_RDMA_RESOURCE
     runtime_class: str = DEFAULT_RUNTIME_CLASS
 
     def metadata(self) -> dict[str, str]:
-        """The namespace for a namespaced object's metadata (none: kubectl's current one)."""
-        return {"namespace": self.namespace} if self.namespace else {}
+        """The namespace for a namespaced object's metadata."""
+        return {"namespace": self.namespace}
+
+    def scoped(self, name: str) -> str:
+        """A cluster-scoped object's name for this export: NAME.NAMESPACE (a namespace name
+        has no dot, so no two exports' names meet)."""
+        return f"{name}.{self.namespace}"
 
 
 def cluster_options(namespace: str | None = None, tolerations: list[str] | tuple = (),
                     priority_class: str | None = None, rdma_resource: str | None = None,
                     runtime_class: str | None = None) -> ClusterOptions:
     """ClusterOptions from the task's flags; UsageError naming the flag and the fix."""
-    if namespace is not None and not (_DNS_LABEL.fullmatch(namespace) and len(namespace) <= 63):
+    namespace = DEFAULT_NAMESPACE if namespace is None else namespace
+    if not (_DNS_LABEL.fullmatch(namespace) and len(namespace) <= 63):
         raise UsageError(f"--namespace {namespace!r} is not a namespace name",
                          fix="lower-case letters, digits and '-', at most 63")
+    if namespace == "default" or namespace.startswith("kube-"):
+        raise UsageError(f"--namespace {namespace}: the export brings its namespace labelled "
+                         "privileged for pod security, which a cluster's own must not become",
+                         fix=f"give the lane a namespace of its own (default: "
+                         f"{DEFAULT_NAMESPACE})")
     for flag, value in (("--priority-class", priority_class),
                         ("--runtime-class", runtime_class)):
         if value is not None and not (_SUBDOMAIN.fullmatch(value) and len(value) <= 253):
@@ -70,6 +88,10 @@ def toleration(text: str) -> dict[str, Any]:
         raise UsageError(f"--toleration {text!r}: {value!r} is not a taint value", fix=fix)
     if effect and effect not in EFFECTS:
         raise UsageError(f"--toleration {text!r}: unknown effect {effect!r}", fix=fix)
+    if key == TAINT:
+        raise UsageError(f"--toleration {text!r}: {TAINT} is the node agent's: an engine pod "
+                         "that tolerates it serves on a GPU whose cap is not verified",
+                         fix="tolerate only the taints your GB10 nodes carry for other reasons")
     result: dict[str, Any] = {"key": key, "operator": "Equal" if equals else "Exists"}
     if equals:
         result["value"] = value

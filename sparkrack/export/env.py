@@ -2,8 +2,8 @@
 
 The env is the launch spec's in the inventory's view: what roles nccl_env and engine_env
 would write on a node (the transport, the indexer budget, the allocator setting), rendered
-from the inventory, plus the profile's own variables; secrets are the engine file's
-`secret_env`, referenced from a Kubernetes Secret.
+from the inventory, plus the profile's own variables; the engine file's `secret_env` is
+never among them (secrets.py: files of a Secret volume).
 
 The RoCE GID index is per node (firmware renumbers it), and one pod template cannot carry
 a value probed per node: the pods leave NCCL_IB_GID_INDEX unset and NCCL picks, on the node
@@ -25,6 +25,7 @@ from typing import Any
 
 from sparkrack.engines import LaunchSpec
 from sparkrack.export.command import kubernetes_literal
+from sparkrack.export.secrets import PATH_VARIABLE
 
 
 ADVERTISED = ("SGLANG_HOST_IP", "VLLM_HOST_IP")  # each rank's own fabric address
@@ -33,22 +34,19 @@ NCCL_SELECTION = {"NCCL_IB_ROCE_VERSION_NUM": "2", "NCCL_IB_ADDR_FAMILY": "AF_IN
 PER_NODE = (*ADVERTISED, GID_INDEX)  # what the pod finds on its node, not in the template
 
 
-def export_env(spec: LaunchSpec, secret_env: Iterable[str],
-               secret_name: str) -> list[dict[str, Any]]:
+def export_env(spec: LaunchSpec, secret_env: Iterable[str]) -> list[dict[str, Any]]:
     """Kubernetes EnvVars for spec's container.
 
     Every variable of spec's env that is not a secret keeps its value (escaped for `$(VAR)`
-    expansion), but the advertised address (the node's) and the GID index (NCCL's pick); each name of secret_env refers to the key of that name in Secret
-    secret_name, optional as a node's env file carries a secret only when provisioned with it.
-    A secret value is never written into the manifest.
+    expansion), but the advertised address (the node's) and the GID index (NCCL's pick). A
+    secret (secret_env) is not an env variable here: secrets.py mounts it as a file and
+    names that file itself (the node's token file, HF_TOKEN_PATH on the rack, is not the
+    pod's).
     """
-    secrets = tuple(secret_env)
+    secrets = {*secret_env, *(PATH_VARIABLE[name] for name in secret_env if name in PATH_VARIABLE)}
     values = {name: value for name, value in spec.env.items() if name != GID_INDEX}
     if GID_INDEX in spec.env:
         values.update(NCCL_SELECTION)
-    plain = [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
-             if name in ADVERTISED else {"name": name, "value": kubernetes_literal(value)}
-             for name, value in values.items() if name not in secrets]
-    references = [{"name": name, "valueFrom": {"secretKeyRef": {
-        "name": secret_name, "key": name, "optional": True}}} for name in secrets]
-    return plain + references
+    return [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
+            if name in ADVERTISED else {"name": name, "value": kubernetes_literal(value)}
+            for name, value in values.items() if name not in secrets]

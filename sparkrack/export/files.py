@@ -2,7 +2,10 @@
 `kustomization.yaml` that lists them (`kubectl apply -k DIR` takes the whole set).
 
 A file is named `<kind>-<name>.yaml` (lower case) and written atomically (a temporary file
-beside it, then renamed), so `kubectl apply -f DIR` never reads half a manifest.
+beside it, then renamed), so `kubectl apply -f DIR` never reads half a manifest. The
+kustomization names no namespace: every namespaced object carries its own (the export's
+one place for it), so `kubectl apply -k DIR -n OTHER` is refused by kubectl instead of
+half-moving the set.
 """
 
 from __future__ import annotations
@@ -22,16 +25,13 @@ def manifest_yaml(objects: Iterable[dict[str, Any]]) -> str:
     return "".join("---\n" + _yaml(obj) for obj in objects)
 
 
-def write_manifests(objects: Iterable[dict[str, Any]], folder: Path,
-                    namespace: str | None = None) -> list[Path]:
+def write_manifests(objects: Iterable[dict[str, Any]], folder: Path) -> list[Path]:
     """Write each object to folder/<kind>-<name>.yaml and the kustomization.yaml listing
-    them, in namespace if given (folder created if missing); the paths, the
-    kustomization last."""
+    them (folder created if missing); the paths, the kustomization last."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = [_write(folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml", obj)
              for obj in objects]
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                     **({"namespace": namespace} if namespace else {}),
                      "resources": [path.name for path in paths]}
     return [*paths, _write(folder / KUSTOMIZATION, kustomization)]
 

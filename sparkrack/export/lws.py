@@ -5,7 +5,9 @@ The lane is what `invoke plan` would start, checked as `invoke check` checks it:
 env. One LWS group is the TP group: size = the number of ranks, the leader is rank 0 (it
 serves the API and hosts the rendezvous), the workers are the other ranks, and the group is
 recreated as a whole when one of its pods restarts (RecreateGroupOnPodRestart), as
-`invoke watch` stops or restarts the whole group when one rank is lost.
+`invoke watch` stops or restarts the whole group when one rank is lost. Beside them: the
+namespace and accounts (access.py), the node agent (agent.py) and its admission policy
+(admission.py).
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from sparkrack.engines import (
     LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_SPEC_HASH, LaunchSpec, build_specs,
     load_engine, template_values)
 from sparkrack.errors import SparkrackError, UsageError
+from sparkrack.export.access import export_access
+from sparkrack.export.admission import export_admission
 from sparkrack.export.agent import export_agent
 from sparkrack.export.cluster import ClusterOptions
 from sparkrack.export.command import group_argv
 from sparkrack.export.env import PER_NODE, export_env
 from sparkrack.export.pods import pod_template
+from sparkrack.export.secrets import secret_files
 from sparkrack.inventory import Inventory
 from sparkrack.rules import CheckReport, check_profile
 
@@ -51,16 +56,17 @@ class LwsExport:
 
     name: str  # of the LeaderWorkerSet
     objects: tuple[dict[str, Any], ...]  # the LeaderWorkerSet, then the leader's Service
-    agent: tuple[dict[str, Any], ...]  # the node agent that keeps the cap label (agent.py)
+    support: tuple[dict[str, Any], ...]  # namespace, accounts, admission policy, node agent
     report: CheckReport  # the rules' findings: none blocking, warnings possible
     secret_name: str  # the Secret the pods read secret_keys from (not exported)
     secret_keys: tuple[str, ...]
-    namespace: str | None = None
+    namespace: str
+    secret_required: bool = False  # the pods do not start without the Secret
 
     @property
     def manifests(self) -> tuple[dict[str, Any], ...]:
-        """Every object, the agent's first: what `kubectl apply -k` takes."""
-        return (*self.agent, *self.objects)
+        """Every object, the lane's last: what `kubectl apply -k` takes."""
+        return (*self.support, *self.objects)
 
 
 def default_name(engine: str, profile: str) -> str:
@@ -98,14 +104,15 @@ def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | N
              for spec in specs]
     _check_one_template(specs, argvs)
     head = specs[0]
+    secrets = secret_files(definition.secret_env, secret_name,
+                           inventory.vars.hf_token_required, str(definition.file))
 
     def template(rank: int) -> dict[str, Any]:
         spec = specs[rank]
-        return pod_template(spec, argvs[rank], export_env(spec, definition.secret_env,
-                                                          secret_name),
+        return pod_template(spec, argvs[rank], export_env(spec, definition.secret_env),
                             metadata=_metadata(head, report), cluster=cluster,
-                            cpu=inventory.vars.k8s_cpu,
-                            memory_gib=inventory.vars.k8s_memory_gib, serves_api=spec.is_head)
+                            cpu=inventory.vars.k8s_cpu, memory_gib=inventory.vars.k8s_memory_gib,
+                            serves_api=spec.is_head, secrets=secrets)
 
     leader_worker_set = {
         "apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",
@@ -131,10 +138,11 @@ def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | N
                  "ports": [{"name": "http", "port": http, "targetPort": http,
                             "protocol": "TCP"}]},
     }
-    return LwsExport(name=name, objects=(leader_worker_set, service),
-                     agent=export_agent(inventory, head.image, cluster), report=report,
-                     secret_name=secret_name, secret_keys=tuple(definition.secret_env),
-                     namespace=cluster.namespace)
+    support = (*export_access(cluster), *export_admission(cluster),
+               *export_agent(inventory, head.image, cluster))
+    return LwsExport(name=name, objects=(leader_worker_set, service), support=support,
+                     report=report, secret_name=secret_name, secret_keys=secrets.keys,
+                     namespace=cluster.namespace, secret_required=secrets.required)
 
 
 def _metadata(head: LaunchSpec, report: CheckReport) -> dict[str, Any]:

@@ -17,33 +17,32 @@ What `docker run` says (DockerOptions) and what the pod says instead:
 Every container has requests equal to its limits (CPU and memory: the inventory's k8s_cpu
 and k8s_memory_gib for the engine), so the pods are Guaranteed, the last to be evicted.
 Pods are placed only on GB10 nodes that carry CAP_VERIFIED_LABEL (the node agent keeps it:
-agent.py): no engine on a GPU whose clock cap is not verified. The leader serves the API:
-it declares the engine's ports and probes the health path (startup within the profile's
-ready timeout; liveness as `invoke watch` judges rank 0). A worker waits in an init
-container until the leader's address resolves (remote/leader.py), and probes the
-leader's health path the same way: a group whose leader stops answering is restarted
-whole, as `invoke watch` acts on the whole group.
+agent.py), and each starts only past its gate (gate.py), which holds the agent's record
+against the node's boot: no engine on a GPU whose clock cap is not verified. The node
+agent's NoExecute taint evicts a pod whose node's verdict turns. The leader serves the
+API and declares the engine's ports; a worker waits in a second init container until the
+leader's address resolves (remote/leader.py). Probes: probes.py; secrets, as files:
+secrets.py.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 from sparkrack.engines import LaunchSpec
 from sparkrack.errors import UsageError
 from sparkrack.export.cluster import ClusterOptions
-from sparkrack.lifecycle.watch import HEALTH_FAILURES_TO_ACT, HEALTH_TIMEOUT_S, POLL_INTERVAL_S
+from sparkrack.export.gate import gate_container, gate_pod_fields, gate_volume
+from sparkrack.export.probes import leader_probes, worker_probes
+from sparkrack.export.secrets import SecretFiles
 from sparkrack.remote import script
+from sparkrack.remote.capnode import LABEL as CAP_VERIFIED_LABEL
 
-CAP_VERIFIED_LABEL = "sparkrack.io/clock-cap-verified"
-"""Node label the node agent (agent.py) keeps "true" while the node's GPU cap is proven."""
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU feature discovery
 GB10_PRODUCT = "NVIDIA-GB10"
 GPU_RESOURCE = "nvidia.com/gpu"
 RDMA_DEVICE = "/dev/infiniband"
-HEALTH_CHECK_PERIOD_S = 10  # startup and readiness probes
 LEADER_WAIT_S = 600  # a worker's wait for its leader's address to resolve
 SMALL = {"cpu": "100m", "memory": "128Mi"}  # a helper container's requests and limits
 _PORT_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")  # and at most 15 long, with a letter
@@ -54,38 +53,35 @@ _SIZE_UNITS = {"": ("", 1), "b": ("", 1), "k": ("Ki", 1 << 10), "m": ("Mi", 1 <<
 
 def pod_template(spec: LaunchSpec, argv: tuple[str, ...], env: list[dict[str, Any]], *,
                  metadata: dict[str, Any], cluster: ClusterOptions, cpu: int,
-                 memory_gib: int, serves_api: bool) -> dict[str, Any]:
-    """A PodTemplateSpec that runs argv (argv[0] the entrypoint) with env in spec's image
-    and spec's docker options, Guaranteed (cpu cores, memory_gib GiB); with the API's ports
-    and probes when serves_api, else the wait for the leader and probes of its health."""
+                 memory_gib: int, serves_api: bool, secrets: SecretFiles) -> dict[str, Any]:
+    """A PodTemplateSpec that runs argv (argv[0] the entrypoint) with env and secrets in
+    spec's image and spec's docker options, Guaranteed (cpu cores, memory_gib GiB), behind
+    its gate; with the API's ports when serves_api, else the wait for the leader."""
     options = spec.docker
     shm = shm_quantity(options.shm_size, memory_gib)
     container: dict[str, Any] = {
         "name": spec.engine, "image": spec.image, "command": list(argv[:1]),
-        "args": list(argv[1:]), "env": env,
+        "args": list(argv[1:]), "env": [*env, *secrets.env],
         "resources": guaranteed({"cpu": str(cpu), "memory": f"{memory_gib}Gi",
                                  **_devices(spec, cluster.rdma_resource)}),
         "securityContext": {"capabilities": {"add": list(options.cap_add)}},
         "volumeMounts": [*({"name": _volume_name(mount.target), "mountPath": mount.target,
                             "readOnly": mount.read_only} for mount in options.mounts),
-                         {"name": "dshm", "mountPath": "/dev/shm"}],
+                         {"name": "dshm", "mountPath": "/dev/shm"}, *secrets.mounts],
     }
-    pod: dict[str, Any] = {}
+    init = [gate_container(spec.image, guaranteed(SMALL))]
     if serves_api:
         container["ports"] = [{"name": _port_name(name), "containerPort": number,
                                "protocol": "TCP"} for name, number in spec.ports.items()]
-        container.update(_probes(spec, {"httpGet": {"path": spec.health_path, "port": "http"},
-                                        "timeoutSeconds": HEALTH_TIMEOUT_S}))
+        container.update(leader_probes(spec))
     else:
-        leader = ["python3", "-c", script("leader")]
-        pod["initContainers"] = [{
-            "name": "wait-for-leader", "image": spec.image,
-            "command": [*leader, "wait", str(LEADER_WAIT_S)], "resources": guaranteed(SMALL)}]
-        container.update(_probes(spec, {"exec": {"command": [
-            *leader, "health", str(spec.ports["http"]), spec.health_path,
-            str(HEALTH_TIMEOUT_S)]}, "timeoutSeconds": HEALTH_TIMEOUT_S + 2}))
+        init.append({"name": "wait-for-leader", "image": spec.image,
+                     "command": ["python3", "-c", script("leader"), "wait", str(LEADER_WAIT_S)],
+                     "resources": guaranteed(SMALL)})
+        container.update(worker_probes(spec))
     host_network = options.network_mode == "host"
-    pod.update({
+    pod: dict[str, Any] = {
+        **gate_pod_fields(),
         "hostNetwork": host_network,
         "dnsPolicy": "ClusterFirstWithHostNet" if host_network else "ClusterFirst",
         "nodeSelector": {GPU_PRODUCT_LABEL: GB10_PRODUCT, CAP_VERIFIED_LABEL: "true"},
@@ -93,12 +89,14 @@ def pod_template(spec: LaunchSpec, argv: tuple[str, ...], env: list[dict[str, An
            if cluster.tolerations else {}),
         **({"priorityClassName": cluster.priority_class} if cluster.priority_class else {}),
         "terminationGracePeriodSeconds": options.stop_timeout_s,
+        "initContainers": init,
         "containers": [container],
         "volumes": [*({"name": _volume_name(mount.target),
                        "hostPath": {"path": mount.source, "type": "Directory"}}
                       for mount in options.mounts),
-                    {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}}],
-    })
+                    {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
+                    *secrets.volumes, gate_volume()],
+    }
     return {"metadata": metadata, "spec": pod}
 
 
@@ -132,20 +130,6 @@ def _devices(spec: LaunchSpec, rdma_resource: str) -> dict[str, int]:
                              fix=f"only {RDMA_DEVICE} is exported, as {rdma_resource}")
         limits[rdma_resource] = 1
     return limits
-
-
-def _probes(spec: LaunchSpec, check: dict[str, Any]) -> dict[str, Any]:
-    """Startup within the profile's ready timeout, readiness, and liveness as `invoke watch`
-    judges rank 0: HEALTH_FAILURES_TO_ACT polls in a row without a timely answer."""
-    def probe(period_s: int, failures: int) -> dict[str, Any]:
-        return {**check, "periodSeconds": period_s, "failureThreshold": failures}
-
-    return {
-        "startupProbe": probe(HEALTH_CHECK_PERIOD_S,
-                              math.ceil(spec.ready_timeout_s / HEALTH_CHECK_PERIOD_S)),
-        "readinessProbe": probe(HEALTH_CHECK_PERIOD_S, 1),
-        "livenessProbe": probe(max(1, round(POLL_INTERVAL_S)), HEALTH_FAILURES_TO_ACT),
-    }
 
 
 def _port_name(name: str) -> str:

@@ -6,9 +6,11 @@ docker's version, the clock-cap unit's state, and each of a Spark's four RDMA fu
 (SPARK_HCAS) it has: port state, link rate, netdevs with their MTU and state, and the GID
 table as its layout (each filled index's RoCE version and address family: `3 v2 ipv4`),
 never the addresses in it. Rack
-wide: the inventory vars that shape the rack. No address, host key, user or token is in
-it, so that a capture can go with a bug report. Nothing about the rack's health is
-refused: a node that does not answer is recorded as such.
+wide: the inventory vars that shape the rack. No address, port, host key, user, key path or
+token is in it, so that a capture can go with a bug report. Nothing about the rack's
+health is refused: a node that does not answer is recorded as such, with the kind of
+failure alone (unreachable, authentication refused, host key unknown or changed, query
+failed).
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ def node_capture(name: str, rank: int, answers: Answers) -> dict[str, Any]:
 
 
 def unreachable(name: str, rank: int, error: str) -> dict[str, Any]:
-    """The record of a node that did not answer."""
+    """The record of a node that did not answer; error is a category (twin/capture.py
+    failure), never the fleet's message, which names the address, user and key."""
     return {"name": name, "rank": rank, "reachable": False, "error": error}
 
 

@@ -12,6 +12,8 @@
 - ssh.py          opening a connection: the netguard check, a fast TCP probe, host keys
                   from the inventory's known_hosts only, keepalives and a liveness probe
 - hostkeys.py     a node's host key read before it is trusted (onboarding), fingerprints
+- reach.py        does a node answer at all: a session, a refusal (host key, login,
+                  connection) or silence (break-glass fails closed on it)
 - warm.py         connections opened ahead of first use, and the rack lock's lent one
 - dockerclient.py a docker SDK client over a connection made like the fleet's own
 - results.py      NodeResult / FleetResult / FleetError

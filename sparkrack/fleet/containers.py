@@ -162,13 +162,15 @@ class NodeDocker:
         return LogStream(self._get(name).logs(**options))
 
     def run_to_end(self, image: str, argv: Sequence[str], *, name: str, files: dict[str, bytes],
-                   timeout: float, labels: dict[str, str]) -> tuple[int, bytes, bytes]:
+                   timeout: float, labels: dict[str, str],
+                   limits: dict[str, Any]) -> tuple[int, bytes, bytes]:
         """(exit code, stdout, stderr) of argv run once in a fresh container of image, without
-        a network or a GPU, with files (absolute path -> content, mode 0644) put in first;
-        the container is removed whatever happens. TimeoutError past timeout seconds."""
+        a network or a GPU, within limits (docker's mem_limit, memswap_limit, pids_limit),
+        with files (absolute path -> content, mode 0644) put in first; the container is
+        removed whatever happens. TimeoutError past timeout seconds."""
         container = self._client.containers.create(
             image, entrypoint=list(argv[:1]), command=list(argv[1:]), name=name,
-            network_disabled=True, labels=labels, detach=True)
+            network_disabled=True, labels=labels, detach=True, **limits)
         try:
             if files:
                 container.put_archive("/", _tar_of(files))

@@ -35,7 +35,7 @@ from sparkrack.fleet.channel import close_quietly, deadline, execute
 from sparkrack.fleet.results import FleetResult, NodeResult
 from sparkrack.fleet.sftp import FileError, Upload, download, upload
 from sparkrack.fleet.ssh import (
-    UnreachableError, answers, explain, lost_reason, open_connection, who)
+    UnreachableError, answers, cause, explain, lost_reason, open_connection, who)
 from sparkrack.fleet.warm import borrow, claim, lend
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.schema import FrozenMapping
@@ -236,7 +236,7 @@ class Fleet:
         try:
             channel = self._channel(node)
         except _SESSION_ERRORS as error:
-            result = NodeResult(node.name, "unreachable",
+            result = NodeResult(node.name, "unreachable", cause=cause(error),
                                 error=explain(node, self.known_hosts, error))
         else:
             opened.append(channel)
@@ -333,7 +333,7 @@ class Fleet:
         (then dropped), else "failed" (killed by a signal, refused, or just too slow)."""
         if self._gone(node, channel):
             reason = lost_reason(channel.get_transport())
-            return NodeResult(node.name, "unreachable",
+            return NodeResult(node.name, "unreachable", cause="unreachable",
                               error=f"{who(node)}: {what}; the node stopped answering "
                               f"({reason + '; ' if reason else ''}connection dropped)")
         return NodeResult(node.name, "failed", error=f"{who(node)}: {what}")

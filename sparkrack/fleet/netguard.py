@@ -116,6 +116,11 @@ def check_node(node: Node) -> str:
     return str(addresses[0])
 
 
+def check_device(name: str, address: str, port: int) -> str:
+    """check_node for a device of the rack that is not a node (the PDU): the same rules."""
+    return check_node(Node(name, address, port, "", None, -1, address, None))  # type: ignore[arg-type]
+
+
 def _check_address(node: Node, address: IPAddress) -> None:
     """UnsafeAddressError unless node may be contacted at address (one of its addresses)."""
     plain = address

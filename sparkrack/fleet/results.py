@@ -20,7 +20,9 @@ Status = Literal["ok", "failed", "unreachable"]
 
 @dataclass(frozen=True)
 class NodeResult:
-    """What happened on one node. error is a one-line message naming the node, or None."""
+    """What happened on one node. error is a one-line message naming the node, or None;
+    cause, for an unreachable node, the kind of failure naming nothing of it (ssh.cause:
+    unreachable, authentication refused, host key unknown, host key changed)."""
 
     node: str
     status: Status
@@ -29,6 +31,7 @@ class NodeResult:
     stderr: str = ""
     duration: float = 0.0
     error: str | None = None
+    cause: str | None = None
     files: Mapping[str, bytes] = field(default_factory=lambda: FrozenMapping({}), repr=False)
 
     @property

@@ -209,6 +209,18 @@ def answers(transport: paramiko.Transport, timeout: float) -> bool:
         return False
 
 
+def cause(error: BaseException) -> str:
+    """What kind of failure to get a session error is, naming nothing of the node (no
+    address, port, user, key path or fingerprint): for records that leave the machine."""
+    if isinstance(error, HostKeyUnknown):
+        return "host key unknown"
+    if isinstance(error, paramiko.BadHostKeyException):
+        return "host key changed"
+    if isinstance(error, paramiko.AuthenticationException):
+        return "authentication refused"
+    return "unreachable"
+
+
 def explain(node: Node, known_hosts: Path, error: BaseException) -> str:
     """The one-line message for a failure to get a session with node."""
     prefix = f"{who(node)}: "

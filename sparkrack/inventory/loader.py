@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from sparkrack.inventory.model import Inventory, Node, resolve_path
 from sparkrack.inventory.yamlfile import YamlMapping, read_yaml
 from sparkrack.inventory.schema import (
     CONNECTION, HOST, NODE, RACK, SPECS, FrozenMapping, RackVars, describe)
-from sparkrack.inventory.values import is_address
+from sparkrack.inventory.values import fabric_address_problem, is_address, is_node_name
 
 INVENTORY_ENV = "SPARKRACK_INVENTORY"
 DEFAULT_INVENTORY = Path("inventory", "rack")  # the real rack's, in a checkout of the repo
@@ -23,7 +22,6 @@ DEFAULT_INVENTORY = Path("inventory", "rack")  # the real rack's, in a checkout 
 _WHERE_FIX = f"pass -i/--inventory DIR or set {INVENTORY_ENV} to a directory holding hosts.yml"
 _SHAPE_FIX = "shape: all: {children: {sparks: {hosts: {spark-01: {ansible_host: ADDR, rank: 0}}}}}"
 _VARS_FIX = "write one key: value per line"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SCOPES = {  # which kinds of key each level may set
     "group": (RACK, NODE, CONNECTION),
     "subgroup": (NODE, CONNECTION),  # one group of several: rack vars would differ per node
@@ -149,6 +147,9 @@ class _Loader:
         self._check_tp_size(rack, len(members), anchor)
         self._check_unique(drafts, "ansible_host")
         self._check_unique(drafts, "roce_addr")
+        self._check_pdu(rack, [d.host.name for d in members], sorted(spares))
+        for draft in drafts:
+            _check_fabric(draft)
         nodes = sorted((self._node(draft) for draft in members), key=lambda node: node.rank)
         return Inventory(
             path=self.dir, nodes=tuple(nodes), vars=_rack_vars(rack),
@@ -326,6 +327,25 @@ class _Loader:
                     f"{first.host.name} ({self._where(first_setting)}) and {draft.host.name} "
                     f"({self._where(setting)})", fix=f"give each node its own {key}")
 
+    def _check_pdu(self, rack: _Settings, members: list[str], spares: list[str]) -> None:
+        """The PDU's outlets name hosts of hosts.yml, and every member has one."""
+        setting = rack.get("pdu")
+        if setting is None:
+            return
+        mapped = [node for node, _ in setting.value.outlets]
+        strangers = [node for node in mapped if node not in members + spares]
+        if strangers:
+            raise InventoryError(
+                setting.file, setting.line, f"pdu: outlets: '{strangers[0]}' is not a host of "
+                f"hosts.yml{did_you_mean(strangers[0], members)}",
+                fix="map each node of hosts.yml to the outlet its power cord is in")
+        unmapped = [node for node in members if node not in mapped]
+        if unmapped:
+            raise InventoryError(
+                setting.file, setting.line, f"pdu: outlets: {', '.join(unmapped)} on no outlet",
+                fix="the PDU is the rack's strip: give every node the outlet its power cord "
+                "is in")
+
     def _node(self, draft: _Draft) -> Node:
         """The Node for one validated host."""
         key_file = draft.value("ansible_ssh_private_key_file")
@@ -370,10 +390,34 @@ def _unknown_key(file: Path, line: int, key: Any, allowed: list[str]) -> Invento
 
 def _check_name(name: Any, file: Path, line: int, kind: str) -> None:
     """InventoryError unless name is a usable host or group name."""
-    if not (isinstance(name, str) and _NAME.fullmatch(name)) or name == "all":
+    if not is_node_name(name):
         raise InventoryError(file, line, f"invalid {kind} name '{name}'",
                              fix="use letters, digits, '.', '_' and '-', e.g. spark-01; "
                              "'all' is taken")
+
+
+_FABRIC_FIX = {
+    "roce_addr": "write the node's IPv4 address on the fabric (e.g. roce_addr: 198.51.100.11), "
+                 "or leave roce_addr out: the fabric netdevs then get their MTU and no address",
+    "roce_twin_addr": "write the node's IPv4 address on its twin netdev (e.g. roce_twin_addr: "
+                      "198.51.101.11), or leave roce_twin_addr out: the twin then gets its MTU "
+                      "and no address"}
+
+
+def _check_fabric(draft: _Draft) -> None:
+    """InventoryError unless the node's fabric addresses are IPv4 addresses (roce_addr may
+    also be its ansible_host: the management address, which no fabric netdev carries)."""
+    for key, fix in _FABRIC_FIX.items():
+        setting = draft.settings.get(key)
+        if setting is None or (key == "roce_addr" and _normalized(setting.value) == _normalized(
+                draft.addresses["ansible_host"].value)):
+            continue
+        problem = fabric_address_problem(setting.value)
+        if problem:
+            raise InventoryError(
+                setting.file, setting.line, f"{draft.host.name}: {key} {setting.value} {problem}; "
+                "a fabric address must be an IPv4 address: role fabric writes it into netplan "
+                "as ADDRESS/fabric_prefix, and NCCL's RoCE v2 GID is IPv4-mapped", fix=fix)
 
 
 def _group_level(group_count: int) -> str:

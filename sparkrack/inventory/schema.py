@@ -24,12 +24,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from sparkrack.inventory.pdu import EXAMPLE as PDU_EXAMPLE, PduConfig, parse_pdu
 from sparkrack.inventory.values import (
     ABS_PATH, ARGV_WORD, HCA_NAME, IFNAME, IMAGE_REF, KIND_CHECKS, LOCAL_PATH, MODEL_NAME,
     RACK_NAME, USER_NAME, address_problem, is_address)
 
 ENGINES = ("sglang", "vllm")
 ADDRESS = "address"  # type of keys holding an IP address or a DNS host name
+PDU = "pdu"  # type of the `pdu:` section (inventory/pdu.py)
 EngineFiles = typing.NewType("EngineFiles", Mapping[str, str])  # engine -> local file; may be {}
 SOURCES = EngineFiles
 
@@ -137,6 +139,9 @@ class RackVars:
                            kind=ABS_PATH)
     model_name: str = _var("GLM-5.3", "model name served by the OpenAI-compatible API",
                            kind=MODEL_NAME)
+    hf_token_required: bool = _var(
+        False, "the model needs a Hugging Face token (HF_TOKEN): an exported lane's pods do "
+        "not start without the Secret holding it (false: the token is used when given)")
     ssh_connect_timeout: float = _var(5.0, "seconds to wait for an SSH connection", above=0)
     ssh_command_timeout: float = _var(60.0, "seconds a remote command may run by default",
                                       above=0)
@@ -196,6 +201,10 @@ class RackVars:
     watchdog_metrics_port: int = _var(
         9478, "TCP port of the watchdog's Prometheus metrics (/metrics)", at_least=1,
         at_most=65535)
+    pdu: PduConfig | None = _var(
+        None, "the switched, metered PDU feeding the rack: name, address, outlets per node, "
+        "the environment variables of its SNMPv3 credentials (inventory/pdu.py); none: the "
+        "strip is only projected")
     k8s_cpu: int = _var(
         16, "CPU cores each pod of an exported lane requests and is limited to (invoke "
         "export: Guaranteed QoS; a GB10 has 20)", at_least=1, at_most=20)
@@ -226,6 +235,8 @@ class Spec:
         or what makes a text value unsafe for its kind."""
         if self.type == ADDRESS and isinstance(value, str) and "%" in value:
             raise ValueError(f"{self.name}: {describe(value)} {address_problem(value)}")
+        if self.type == PDU:
+            return None if value is None else parse_pdu(value)
         converted = _convert(self.type, value)
         if converted is None or not self._in_bounds(converted) or (
                 self.choices is not None and converted not in self.choices):
@@ -252,6 +263,8 @@ class Spec:
 
     def example(self) -> str:
         """A line that would be valid for this key, for error fixes."""
+        if self.type == PDU:
+            return PDU_EXAMPLE
         value = self.default if self.sample is None else self.sample
         return f"e.g. {self.name}: {yaml_text(value)}"
 
@@ -332,7 +345,7 @@ def yaml_text(value: Any) -> str:
 
 def _rack_specs() -> tuple[Spec, ...]:
     """The RackVars fields as specs."""
-    hints = typing.get_type_hints(RackVars)
+    hints = {**typing.get_type_hints(RackVars), "pdu": PDU}
     return tuple(
         Spec(f.name, hints[f.name], f.default if f.default is not MISSING else f.default_factory(),
              **f.metadata)
@@ -349,9 +362,10 @@ HOST_SPECS = (
          CONNECTION, sample="~/.ssh/sparkrack", kind=LOCAL_PATH),
     Spec("rank", int, None, "tensor-parallel rank; 0 is the head (HTTP, dist-init)", HOST,
          at_least=0, sample=0),
-    Spec("roce_addr", ADDRESS, None, "address on the RoCE fabric; default: ansible_host", HOST,
+    Spec("roce_addr", ADDRESS, None, "IPv4 address on the RoCE fabric; default: ansible_host "
+         "(the management address: no fabric address)", HOST,
          sample="198.51.100.11"),
-    Spec("roce_twin_addr", ADDRESS, None, "address on the second PCIe path's netdev of the "
+    Spec("roce_twin_addr", ADDRESS, None, "IPv4 address on the second PCIe path's netdev of the "
          "cabled port (the twin of nccl_socket_ifname); default: none (MTU only)", HOST,
          sample="198.51.101.11"),
     Spec("spare", bool, False, "a staged node outside the TP group (no rank); `invoke "

@@ -72,7 +72,24 @@ _RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _IFNAME_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,255}")
 _USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,31}")
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 PATH_MAX = 4095
+
+
+def is_node_name(value: Any) -> bool:
+    """Whether value is a usable host or group name: letters, digits, '.', '_' and '-',
+    starting with a letter or digit (so never a path, '.' or '..'), and not 'all'."""
+    return isinstance(value, str) and bool(_NODE_NAME.fullmatch(value)) and value != "all"
+
+
+def fabric_address_problem(value: str) -> str | None:
+    """None for an IPv4 address, else what a fabric address (roce_addr, roce_twin_addr:
+    role fabric's netplan drop-in, NCCL's IPv4-mapped GID) cannot be: worded to follow it."""
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        return "is a DNS name"
+    return "is an IPv6 address" if address.version == 6 else None
 
 
 def _image_ref_problem(value: str) -> str | None:

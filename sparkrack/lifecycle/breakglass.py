@@ -5,34 +5,39 @@ powered off, `down` fails closed (it cannot take the lock) and the workers' rank
 unified memory, waiting on a rank 0 that will never drain them. `break_glass` is the
 recorded way out:
 
-- it runs only while the head does not answer (a head that answers means `invoke down`);
+- it runs only when the head answers nothing at all, here and from every worker, for a
+  grace period (headgone.py): a head that answers means `invoke down`, one that refuses this
+  machine (a changed host key, a refused login) or that the workers still reach (a
+  partition) is refused with its own error, and nothing is stopped;
 - it stops every sparkrack engine container on every other node that answers, with a short
   timeout and then SIGKILL (SGLang workers wait for rank 0 on SIGTERM: no drain is
   possible without it), and removes them;
 - it records what it did, with the operator's reason, in the local audit copy and in
-  BREAK_GLASS_FILE on each node it reached, so the act is on the rack as well as here.
+  BREAK_GLASS_FILE on each node it reached (appended and hash-chained there by the lock
+  script, as the head's log is), so the act is on the rack as well as here.
 
 No lock is taken: there is none to take. The head's `current` record is left as it is; once
 the head answers again, `invoke down` stops its rank 0 (if it still runs) and clears it, and
-`fold_records` (called by `down`) moves the nodes' break-glass records into the head's
-audit log, so the head's log tells the whole story again.
+`fold_records` (breakfold.py, called by `down`) moves the nodes' break-glass records into
+the head's audit log, so the head's log tells the whole story again.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
 from ..fleet import Fleet
-from ..fleet.ssh import LIVENESS_TIMEOUT
 from ..inventory import Inventory
 from ..oplock import audit
-from ..oplock.remote import LOCK_DIR
+from ..oplock.remote import LOCK_DIR, lock_argv, parse_reply
 from .containers import HEADLESS_STOP_TIMEOUT, Rank, engine_containers, stop_ranks
+from .headgone import GRACE_S, confirm_gone
 
-BREAK_GLASS_FILE = f"{LOCK_DIR}/break-glass.jsonl"
+BREAK_GLASS_DIR = f"{LOCK_DIR}/break-glass"  # on every node reached: the lock script's files
+BREAK_GLASS_FILE = f"{BREAK_GLASS_DIR}/audit.jsonl"  # its log name: appended there, chained
 WORKER_STOP_TIMEOUT = HEADLESS_STOP_TIMEOUT  # SIGTERM, then SIGKILL: no rank 0 to drain them
 TASK = "break-glass"
 
@@ -53,24 +58,25 @@ class BreakGlassReport:
 
 
 def break_glass(inventory: Inventory, reason: str, *, timeout: int = WORKER_STOP_TIMEOUT,
+                grace: float = GRACE_S,
                 on_event: Callable[[str], None] = lambda e: None) -> BreakGlassReport:
-    """Stop every engine container on the nodes that answer, the head being unreachable.
-    UsageError without a reason or while the head answers."""
+    """Stop every engine container on the nodes that answer, the head having answered
+    nothing for grace seconds. UsageError without a reason; HeadNotGone (nothing stopped)
+    while the head answers, refuses this machine, or the workers still reach it."""
     if not reason.strip():
         raise UsageError("break-glass needs a reason", fix="invoke break-glass 'spark-01 lost "
                          "power; workers hold memory' (it goes into the audit record)")
     started = time.monotonic()
     head = inventory.head.name
-    record = audit.new_record(inventory, TASK, {"reason": reason, "timeout": timeout})
+    record = audit.new_record(inventory, TASK, {"reason": reason, "timeout": timeout,
+                                                "grace": grace})
     report = BreakGlassReport(head=head)
-    with Fleet(inventory) as fleet:
-        probe = fleet.run(["true"], timeout=LIVENESS_TIMEOUT)
-    if probe[head].ok:
-        raise UsageError(f"{head} (the head) answers: the rack lock can be taken",
-                         fix="invoke down (break-glass is for a head that is gone)")
-    report.unreachable = {r.node: r.error or r.status for r in probe if not r.ok}
-    reached = [node for node in inventory.nodes if probe[node.name].ok]
-    on_event(f"{head} (the head) does not answer: {report.unreachable[head]}")
+    gone = confirm_gone(inventory, grace=grace, on_event=on_event)
+    report.unreachable = {head: gone.look.here.why, **gone.look.missing}
+    reached = [node for node in inventory.nodes if node.name in gone.look.seen]
+    on_event(f"{head} (the head) does not answer, here or from {len(reached)} worker(s), for "
+             f"{gone.seconds:.0f} s: {gone.look.here.why}")
+    record.note(head_silent_s=round(gone.seconds, 1))
     if reached:
         with Fleet(inventory, reached) as fleet:
             ranks, errors = engine_containers(fleet)
@@ -106,45 +112,16 @@ def _error_text(report: BreakGlassReport) -> str | None:
 
 def _record_on_nodes(fleet: Fleet, line: str, report: BreakGlassReport,
                      on_event: Callable[[str], None]) -> None:
-    """Append the record's line to BREAK_GLASS_FILE on every reached node."""
-    argv = ["sh", "-c", 'umask 077 && mkdir -p "$1" && cat >> "$2"', "sh", LOCK_DIR,
-            BREAK_GLASS_FILE]
+    """Append the record's line to BREAK_GLASS_FILE on every reached node, chained (the
+    lock script's `append` in BREAK_GLASS_DIR, the line on its stdin)."""
+    argv = lock_argv("append", directory=BREAK_GLASS_DIR)
     for result in fleet.run(argv, stdin=(line + "\n").encode(), timeout=15):
-        if not result.ok:
-            report.errors[f"record@{result.node}"] = result.error or result.status
-            on_event(f"{result.node}: the break-glass record was not written: {result.error}")
+        reply = parse_reply(result.stdout)
+        if not result.ok or reply.status != "APPENDED":
+            why = reply.error if reply.status == "ERROR" and result.stdout.strip() else \
+                result.error or result.status
+            report.errors[f"record@{result.node}"] = why
+            on_event(f"{result.node}: the break-glass record was not written: {why}")
 
 
-def fold_records(fleet: Fleet, head: str, *, logged: Collection[str] = ()
-                 ) -> tuple[int, list[str]]:
-    """Append the break-glass records found on the fleet's nodes to head's audit log (each
-    once, oldest first; those whose id is in logged are there already), then remove them
-    from the nodes: (records moved, the problems met; a record not appended stays on its
-    node for the next `down`)."""
-    from ..oplock.lock import LockError, call
-
-    found = fleet.run(["sh", "-c", 'cat "$1" 2>/dev/null || true', "sh", BREAK_GLASS_FILE],
-                      timeout=15)
-    records: dict[str, dict] = {}
-    holders = []
-    for result in found:
-        parsed = audit.parse_lines(result.stdout) if result.ok else []
-        if parsed:
-            holders.append(result.node)
-        for record in parsed:
-            records.setdefault(record.get("id", ""), record)
-    if not records:
-        return 0, []
-    lines = [audit._line(r) for r in sorted(records.values(), key=lambda r: r.get("ts", 0))
-             if r.get("id") not in logged]
-    try:
-        if lines:
-            call(fleet, head, "append", lines=lines)
-    except LockError as error:
-        return 0, [f"break-glass records not moved to {head}'s audit log: {error.line()}"]
-    done = fleet.run({node: ["rm", "-f", BREAK_GLASS_FILE] for node in holders}, timeout=15)
-    return len(lines), [f"{r.node}: break-glass record not removed: {r.error}"
-                        for r in done if not r.ok]
-
-
-__all__ = ["BREAK_GLASS_FILE", "BreakGlassReport", "break_glass", "fold_records"]
+__all__ = ["BREAK_GLASS_DIR", "BREAK_GLASS_FILE", "BreakGlassReport", "break_glass"]

@@ -25,7 +25,7 @@ from ..inventory import Inventory
 from ..oplock.audit import note
 from ..oplock.identity import operator
 from . import record
-from .breakglass import fold_records
+from .breakfold import fold_records
 from .gates import Preflight, memory_problems, preflight
 from .headapi import Endpoint
 from .nodelimits import Limits
@@ -63,7 +63,8 @@ def gated(fleet: Fleet, inventory: Inventory, engine: str, profile: str, burn: C
 def refuse_on(pre: Preflight, what: str, on_event: Callable[[str], None]) -> None:
     """Say every gate's verdict, then raise Refused listing the blocking ones (one per line)."""
     for gate in pre.gates:
-        on_event(f"gate {gate.name}: {'ok' if gate.ok else 'FAIL'} - {gate.detail}")
+        verdict = "ok" if gate.ok else "FAIL" if gate.blocking else "warn"
+        on_event(f"gate {gate.name}: {verdict} - {gate.detail}")
     if pre.blocking:
         lines = [f"{g.name}: {g.detail}" for g in pre.blocking]
         raise Refused(f"{what} refused:\n  " + "\n  ".join(lines))

@@ -35,6 +35,7 @@ from ..fleet import Fleet
 from ..provision.envfiles import EnvFiles, NodeEnv
 from ..inventory import Inventory
 from ..safety.power import CapState, project_power
+from ..safety.strip import measured_strip
 from ..rules import check_profile
 from ..transfer.models import gate_problems
 from . import gidmove
@@ -101,7 +102,8 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
     the env gate then refuses). `replacing` is the deployment id a roll is about to stop
     (its containers do not count as "another engine", and memory is judged after it
     stopped). The burn runs only when every cheap gate passed; with keep_verified, only on
-    the nodes not verified this boot. meanwhile(report), if given, runs while the burn does
+    the nodes not verified this boot. With a PDU in the inventory the strip's measured draw
+plus what the engine would add is judged too (safety/strip.py). meanwhile(report), if given, runs while the burn does
     (it must not touch a GPU: `up` creates its containers there). fabric_check: measure
     every rail first (sparkrack/fabric). image: run it instead of the inventory's (the last
     good deployment's, brought back). Phases: "gates", "fabric", "burn"."""
@@ -133,12 +135,24 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
     states = {b.node: CapState.CAPPED if b.ok else CapState.UNCAPPED for b in burned}
     states.update({name: CapState.CAPPED for name in verified})
     budget = project_power(inventory, states)
-    if budget.blocking and override_power:
-        report.overrides.append(f"power: {budget.reason}; override: {override_power}")
-        report.add("power", [], f"OVERRIDDEN ({override_power}): {budget.reason}")
-    else:
-        report.add("power", [budget.reason] if budget.blocking else [], budget.reason)
+    power_gate(report, "power", budget.blocking, budget.reason, override_power)
+    strip, unread = measured_strip(inventory, {d.node: d.watts for d in budget.nodes},
+                                   "the engine would add (each node to its worst case)")
+    if strip is not None:
+        power_gate(report, "strip", strip.blocking, strip.reason, override_power)
+    elif unread:
+        report.add("strip", [unread], "", blocking=False)
     return report
+
+
+def power_gate(report: Preflight, name: str, blocking: bool, reason: str,
+               override_power: str | None) -> None:
+    """A power gate's verdict; --override-power REASON lets a refusal pass, recorded."""
+    if blocking and override_power:
+        report.overrides.append(f"{name}: {reason}; override: {override_power}")
+        report.add(name, [], f"OVERRIDDEN ({override_power}): {reason}")
+    else:
+        report.add(name, [reason] if blocking else [], reason)
 
 
 def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,

@@ -5,6 +5,9 @@ restart-rack: stop the engine in order (engine.down), reboot every node, optiona
 the last known-good deployment back (engine.up); reboot: some nodes, refused while an
 engine runs on any of them.
 
+With a PDU in the inventory, a batch goes down only when the strip's measured draw plus
+its burn (each of its nodes at uncapped watts) stays within the strip.
+
 A rebooted batch must come back reachable with a new boot id, its clock-cap unit active
 and successful this boot, and a short burn must show every GPU at or below the cap: a GB10
 latched in the low-clock state (only a full power removal clears it) or an uncapped GPU
@@ -28,6 +31,7 @@ from ..fleet import Fleet
 from ..inventory import Inventory, Node
 from ..oplock.audit import note
 from ..oplock.lock import lease_while_down
+from ..safety.strip import measured_strip
 from .engine import Refused, down, up
 from .record import Deployment, records_of
 from .running import running
@@ -131,6 +135,7 @@ def reboot_nodes(inventory: Inventory, nodes: Sequence[Node], *, batch_size: int
             names = ", ".join(n.name for n in batch)
             before, records = boot_ids(fleet, batch, inventory.head.name)
             report.records.update(records)
+            strip_before_batch(inventory, batch, number, on_event)
             on_event(f"batch {number}: rebooting {names}")
             with lease_while_down([n.name for n in batch], timeout + 60):
                 requested = time.time()
@@ -149,6 +154,22 @@ def reboot_nodes(inventory: Inventory, nodes: Sequence[Node], *, batch_size: int
                                         "the sequence stops here, later batches were not rebooted")
             on_event(f"batch {number}: {names} back and verified under load")
     return report
+
+
+def strip_before_batch(inventory: Inventory, batch: Sequence[Node], number: int,
+                       on_event: Callable[[str], None]) -> None:
+    """With a PDU: RebootStopped when the strip's measured draw plus the batch's burn (its
+    nodes at uncapped watts: a rebooted GPU is not verified capped until it burns) would
+    pass the strip; said when the PDU does not answer."""
+    worst = {node.name: inventory.vars.node_watts_uncapped for node in batch}
+    check, unread = measured_strip(inventory, worst, f"batch {number}'s burn would add "
+                                   "(uncapped until verified)")
+    if unread:
+        on_event(f"batch {number}: strip not measured: {unread}")
+    if check is not None and check.blocking:
+        raise RebootStopped(f"batch {number}: {check.reason}: not rebooted, nor any batch "
+                            "after it", fix="find what else draws on the strip (`invoke "
+                            "power`), or reboot fewer nodes at once (--batch-size)")
 
 
 def restart_rack(inventory: Inventory, *, burn: Callable, batch_size: int | None = None,

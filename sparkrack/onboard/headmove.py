@@ -4,40 +4,55 @@ The rack lock, the audit log and the deployment records live on the head (rank 0
 lock needs nothing moved: the next task takes it on the new head. The audit log and the
 records come from the old head when it still answers; else from this machine's copies
 (the local audit copy, this rack's lines only, and the records' local mirror: what this
-machine wrote). Lines the new head's log holds already are not added again; each is
-chained anew there. `current` moves only while ranks of its deployment still run on the
-members (a record of a group that is gone would say something runs); the break-glass
-records left on the members are folded into the new head's log, as `down` does (once:
-a break-glass run from this machine is in its audit copy already).
+machine wrote).
+
+The log is verified before it moves (the whole file it was read from: the old head's log,
+or this machine's copy): a first record, `head-move`, carries the verdict and the old
+chain's tip (the hash of its last line), so the new chain is tied to the old one; then the
+lines the new head's log does not hold yet are chained anew there. A log that does not
+verify is never chained anew (that would make it look verified): the old head's is kept
+whole beside the new head's log (MOVED_FILE), the head-move record says why, and the step
+fails naming the line. `current` moves only while ranks of its deployment still run on
+the members (a record of a group that is gone would say something runs); the break-glass
+records left on the members are folded into the new head's log, as `down` does (once: a
+break-glass run from this machine is in its audit copy already).
 
     source = gather(ctx)       # before join rewrites hosts.yml and forgets the old key
-    lines = move(ctx, source)  # after it: what was moved, one line each
+    for line in move(ctx, source):  # after it: what was moved, one line each
+        ...
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sparkrack.errors import SparkrackError
 from sparkrack.facts.records import KINDS
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import record
-from sparkrack.lifecycle.breakglass import fold_records
+from sparkrack.lifecycle.breakfold import fold_records
 from sparkrack.lifecycle.containers import engine_containers
 from sparkrack.lifecycle.record import Deployment
 from sparkrack.onboard.context import Context
 from sparkrack.oplock import audit
 from sparkrack.oplock.lock import LockError, call
-from sparkrack.oplock.remote import AUDIT_FILE
+from sparkrack.oplock.remote import AUDIT_FILE, LOCK_DIR
+
+TASK = "head-move"
+MOVED_FILE = LOCK_DIR + "/audit.from-{old}.jsonl"  # an old head's log that did not verify
 
 
 @dataclass
 class Source:
-    """The head's state as found: where from, its audit lines, its records."""
+    """The head's state as found: where from, its audit lines, its records, and the whole
+    log the lines came from (as read: to verify, and to keep)."""
 
     where: str
     lines: list[dict]
     records: dict[str, Deployment | None]
+    text: str = ""
+    from_head: bool = False  # read from the old head (else this machine's copies)
 
 
 def replaces_head(ctx: Context) -> bool:
@@ -53,46 +68,82 @@ def gather(ctx: Context) -> Source:
             records = record.read(fleet, ctx.inventory)
             log = fleet.run({old.name: ["cat", AUDIT_FILE]}, timeout=60)[old.name]
         if log.ok:
-            return Source(old.name, audit.parse_lines(log.stdout), records)
+            return Source(old.name, audit.parse_lines(log.stdout), records, log.stdout, True)
     except SparkrackError:
         pass
     rack = ctx.inventory.vars.rack_name
     try:
-        mine = audit.parse_lines(audit.local_path().read_text())
+        text = audit.local_path().read_text()
     except OSError:
-        mine = []
+        text = ""
+    mine = audit.parse_lines(text)
     ids = {r.get("id") for r in mine if r.get("rack") == rack}
     return Source(f"this machine's copies ({audit.local_path()}, "
                   f"{record.mirror_dir(ctx.inventory)})",
-                  [r for r in mine if r.get("id") in ids], record.mirrored(ctx.inventory))
+                  [r for r in mine if r.get("id") in ids], record.mirrored(ctx.inventory), text)
 
 
-def move(ctx: Context, source: Source) -> list[str]:
+def move(ctx: Context, source: Source) -> Iterator[str]:
     """Put source's audit lines and records on the new head (ctx.fleet, ctx.work: the rack
-    as joined); what was done, one line each. SparkrackError if the new head refuses."""
-    new, fleet = ctx.new.name, ctx.fleet
-    said = [f"{ctx.old.name} was the head: its audit log and records move to {new} "
-            f"(from {source.where})"]
+    as joined), saying what was done, one line at a time. SparkrackError if the new head
+    refuses, or (once the rest moved) when source's log does not verify."""
+    old, new, fleet = ctx.old.name, ctx.new.name, ctx.fleet
+    yield (f"{old} was the head: its audit log and records move to {new} "
+           f"(from {source.where})")
     have = fleet.run({new: ["sh", "-c", 'cat "$1" 2>/dev/null || true', "sh", AUDIT_FILE]},
                      timeout=60)[new]
     if not have.ok:
         raise SparkrackError(f"{new}: cannot read its audit log: {have.error}")
+    check = audit.verify_chain(source.text)
+    verdict = check.describe(f"{old}, from {source.where}" if not source.from_head else old)
+    kept = _keep_whole(ctx, source) if not check.ok else None
     present = {(r.get("id"), r.get("phase")) for r in audit.parse_lines(have.stdout)}
-    lines = [audit._line({k: v for k, v in r.items() if k != audit.CHAIN})
-             for r in source.lines if (r.get("id"), r.get("phase")) not in present]
+    lines = [audit._line(r) for r in source.lines
+             if (r.get("id"), r.get("phase")) not in present] if check.ok else []
     try:
-        if lines:
-            call(fleet, new, "append", lines=lines, timeout=60)
+        call(fleet, new, "append", lines=[_move_line(ctx, check, verdict, source, kept, lines),
+                                          *lines], timeout=60)
     except LockError as error:
         raise SparkrackError(f"{new}: the audit log not moved: {error.line()}") from None
-    said.append(f"audit log: {len(lines)} line(s) added to {new}'s "
-                f"({len(source.lines) - len(lines)} there already)")
-    said += _records(ctx, source.records)
+    yield verdict
+    if check.ok:
+        yield (f"audit log: {len(lines)} line(s) added to {new}'s "
+               f"({len(source.lines) - len(lines)} there already), after the head-move "
+               f"record that carries the old chain's tip")
+    yield from _records(ctx, source.records)
     moved, problems = fold_records(fleet, new, logged={i for i, _ in present}
                                    | {r.get("id") for r in source.lines})
     if moved:
-        said.append(f"{moved} break-glass record(s) moved into {new}'s audit log")
-    return said + problems
+        yield f"{moved} break-glass record(s) moved into {new}'s audit log"
+    yield from problems
+    if not check.ok:
+        raise SparkrackError(
+            f"{old}'s audit log does not verify, so none of it was chained into {new}'s: "
+            f"{verdict}", fix=(f"kept whole as {kept} on {new}; " if kept else "")
+            + f"{new}'s log says so in its head-move record; compare with the operators' "
+            "local copies (invoke log --local --verify)")
+
+
+def _move_line(ctx: Context, check: audit.ChainCheck, verdict: str, source: Source,
+               kept: str | None, lines: list[str]) -> str:
+    """The head-move record: where the log came from, its verdict and its chain's tip."""
+    entry = audit.new_record(ctx.work, TASK, {"replaced": ctx.old.name, "by": ctx.new.name})
+    entry.note(source=source.where, old_chain=verdict, old_chain_tip=audit.chain_tip(
+        source.text), old_lines=check.lines, lines_moved=len(lines), kept_whole=kept)
+    return entry.done_line("ok" if check.ok else "failed",
+                           error=None if check.ok else f"not moved: {verdict}")
+
+
+def _keep_whole(ctx: Context, source: Source) -> str | None:
+    """The old head's log as it was read, put beside the new head's (0600), where it can be
+    examined; its path (None for this machine's copy: that stays here)."""
+    if not source.from_head:
+        return None
+    path = MOVED_FILE.format(old=ctx.old.name)
+    put = ctx.fleet.put({ctx.new.name: [(source.text.encode(), path, 0o600)]}, timeout=60)
+    if not put[ctx.new.name].ok:
+        raise SparkrackError(f"{ctx.new.name}: {path} not written: {put[ctx.new.name].error}")
+    return path
 
 
 def _records(ctx: Context, records: dict[str, Deployment | None]) -> list[str]:
@@ -116,4 +167,4 @@ def _records(ctx: Context, records: dict[str, Deployment | None]) -> list[str]:
     return said
 
 
-__all__ = ["Source", "gather", "move", "replaces_head"]
+__all__ = ["MOVED_FILE", "TASK", "Source", "gather", "move", "replaces_head"]

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from sparkrack.errors import UsageError
 from sparkrack.inventory import Inventory, Node
-from sparkrack.inventory.values import address_problem
+from sparkrack.inventory.values import address_problem, fabric_address_problem
 from sparkrack.onboard import baseline, join, provision, scratch, stage, trust, verify
 from sparkrack.onboard.context import Context, Event, OnboardReport, Options, Stop
 from sparkrack.transfer.chain import DEFAULT_PYTHON
@@ -108,6 +108,13 @@ def _check_arguments(inventory: Inventory, name: str, address: str, replace: str
         if problem:
             raise UsageError(f"{flag} {value!r} {problem}",
                              fix=f"{flag} ADDR: an IPv4/IPv6 address or a DNS name")
+    for value, flag in ((roce_addr, "--roce-addr"), (roce_twin_addr, "--roce-twin-addr")):
+        problem = fabric_address_problem(value) if value not in (None, address) else None
+        if problem:
+            raise UsageError(f"{flag} {value} {problem}; a fabric address must be an IPv4 "
+                             "address: role fabric writes it into netplan, and NCCL's RoCE v2 "
+                             "GID is IPv4-mapped", fix=f"{flag} IPV4: the node's IPv4 address "
+                             "there, or leave it out")
     members = {n.name: n for n in inventory.nodes}
     old = None
     if replace is not None:

@@ -13,9 +13,8 @@ end record. Lines go to the head node (remote.AUDIT_FILE) and to a local copy
 Tasks and the lifecycle say what they changed with `note(...)` while a record is active
 (a no-op otherwise).
 
-Secrets are masked (`***`) before a line is made (mask_text, the one place): values under a
-secret-looking name, tokens in text, `-p`/`--password`/`--*token`... VALUE flags,
-`Authorization: Bearer ...`, `*_KEY=`/`*_TOKEN=`/`*_SECRET=` values and URL passwords.
+Secrets are masked (`***`) before a line is made, in one place: masking.py's rules
+(mask_text, mask), which docs/security.md lists.
 
 The log is tamper-evident: each line carries `"prev"`, the SHA-256 of the line before it
 (of "" for a log's first line), put there by whoever appends (the head's lock script, or
@@ -29,7 +28,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shlex
 import threading
 import time
@@ -41,54 +39,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from .identity import inventory_digest, operator, state_dir
+from .masking import mask, mask_text
 
-MASK = "***"
-SECRET_NAME = re.compile(r"token|secret|passw|api_?key|credential|auth", re.I)
-SECRET_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{16,}\b")
-SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 OUTCOMES = ("ok", "failed", "refused", "interrupted")
-
-
-_WORD = r"""(?:'[^']*'|"[^"]*"|[^\s'";&|]+)"""  # a value: quoted, or up to a space or ;&|
-SECRET_FLAG = re.compile(  # -p X, --password X, --password=X, --hf-token X, --api-key=X ...
-    r"(?<!\S)(-p|--[\w-]*(?:passw|token|secret|api[-_]?key|credential)[\w-]*)(\s+|=)"
-    + _WORD, re.I)
-SECRET_ASSIGN = re.compile(  # HF_TOKEN=x, AWS_SECRET_ACCESS_KEY=x, PASSWORD=x
-    r"\b((?:\w+_)?(?:key|token|secret|password|passwd))=" + _WORD, re.I)
-SECRET_AUTH = re.compile(  # Authorization: Bearer x, Authorization: Basic x, Bearer x
-    r"\b((?:authorization:\s*(?:bearer|basic|token)?|bearer)\s*)[^\s'\";&|]+", re.I)
-SECRET_URL = re.compile(r"\b([a-z][a-z0-9+.-]*://[^/\s:@'\"]*:)[^@\s/'\"]+@", re.I)
-
-
-def mask_text(text: str) -> str:
-    """text with secrets replaced by ***: the environment's tokens, token-looking values,
-    the values of secret flags (-p, --password, --*-token, ...), of secret assignments
-    (*_KEY=, *_TOKEN=, *_SECRET=, PASSWORD=), of Authorization headers and bearer tokens,
-    and passwords in URLs (scheme://user:***@host)."""
-    for name in SECRET_ENV:
-        value = os.environ.get(name)
-        if value and len(value) >= 4:
-            text = text.replace(value, MASK)
-    text = SECRET_FLAG.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
-    text = SECRET_ASSIGN.sub(lambda m: m.group(1) + "=" + MASK, text)
-    text = SECRET_AUTH.sub(lambda m: m.group(1) + MASK, text)
-    text = SECRET_URL.sub(lambda m: m.group(1) + MASK + "@", text)
-    return SECRET_VALUE.sub(MASK, text)
-
-
-def mask(value, key: str = ""):
-    """value with secrets masked: any value under a secret-looking key, tokens in text."""
-    if key and SECRET_NAME.search(key) and value not in (None, False, "", [], ()):
-        return MASK
-    if isinstance(value, str):
-        return mask_text(value)
-    if isinstance(value, Mapping):
-        return {k: mask(v, str(k)) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [mask(v, key) for v in value]
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return mask_text(str(value))
 
 
 def command_line(task: str, args: Mapping) -> str:
@@ -268,6 +221,13 @@ CHAIN = "prev"
 def line_hash(line: str) -> str:
     """SHA-256 of a line's text (without its newline), as `sha256sum` prints it."""
     return hashlib.sha256(line.encode()).hexdigest()
+
+
+def chain_tip(text: str) -> str:
+    """The hash a line appended to the log text would carry: its last line's (of "" when
+    empty). Recorded elsewhere, it ties what follows to the log as it was."""
+    lines = text.rstrip("\n").rsplit("\n", 1)
+    return line_hash(lines[-1] if text.strip() else "")
 
 
 def chain(previous: str, line: str) -> str:

@@ -6,7 +6,8 @@ import difflib
 from collections.abc import Sequence
 
 REDACTED = "***"
-SECRET_MARKS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "PRIVATE")
+# a name holding one of these (any case) is a secret's, as in the audit log's masking
+SECRET_MARKS = ("TOKEN", "SECRET", "PASS", "PWD", "AUTH", "KEY", "PRIVATE")
 
 
 def line_counts(old: bytes | None, new: bytes) -> tuple[int, int]:

@@ -2,8 +2,9 @@
 
 Each engine variable has one definition: the transport (NCCL, Gloo, TensorPipe: HCAs, the
 GID index probed on the node, socket interfaces) in `roles/nccl_env/templates/nccl.env.j2`;
-the engine's own variables and its secrets in `roles/engine_env/templates/<engine>.env.j2`;
-only a lane's own variables in the engine profile's `env`. Every variable in a file is
+the engine's own variables (and HF_TOKEN_PATH, the Hub token's file) in
+`roles/engine_env/templates/<engine>.env.j2`; only a lane's own variables in the engine
+profile's `env`. Every variable in a file is
 preceded by a `# source of VAR: ...` line that says where its value came from.
 
 Two views of a node's environment, both `NodeEnv`:
@@ -16,8 +17,9 @@ Two views of a node's environment, both `NodeEnv`:
   `plan` and `check` with no node contacted (the GID index is then the inventory's; the
   node's own is probed when provision writes the file).
 
-Secrets (HF_TOKEN) live only in the 0600 engine file: a read judges the file with the
-token it holds, so an operator without HF_TOKEN in their environment sees no drift.
+No secret is in an env file: the Hugging Face token has a file of its own (role
+engine_env), which the env files name (HF_TOKEN_PATH). An HF_TOKEN still in an engine file
+(written before the token moved, or by hand) is drift, shown as ***.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ TEMPLATE = template.MODULE.name  # the tasks that write the env files
 CHECK = assert_.MODULE.name  # the role checks (an HCA missing or down)
 
 ENV_ROLES = ("nccl_env", "engine_env")
-SECRET_KEYS = ("HF_TOKEN",)  # the engine_env templates' secret_keys
+SECRET_KEYS = ("HF_TOKEN",)  # never in an env file; shown as *** if one holds it
 VIEW_NODE = "node"
 VIEW_INVENTORY = "inventory"
 _SOURCE = re.compile(r"^# source of ([A-Za-z_][A-Za-z0-9_]*): (.*)$")
@@ -103,11 +105,10 @@ class EnvFiles:
         self.roles = load_roles(list(ENV_ROLES), roles_path(inventory.path))
         self.renderer = Renderer()
 
-    def _tasks(self, node: Node, token: str = "") -> tuple[dict, dict[str, list[Task]]]:
+    def _tasks(self, node: Node) -> tuple[dict, dict[str, list[Task]]]:
         """The node's vars and the tasks that matter for this engine: every check, and the
         templates of nccl_env and of this engine's file."""
-        context = node_vars(self.inventory, node, self.roles,
-                            {"HF_TOKEN": token} if token else {})
+        context = node_vars(self.inventory, node, self.roles, {})
         tasks = {role.name: [t for t in render_tasks(role, role.tasks, context, self.renderer)
                              if t.module == CHECK or (t.module == TEMPLATE and
                                                       t.item in (None, self.engine_key))]
@@ -141,7 +142,7 @@ class EnvFiles:
                 texts[path] = current.content.decode(errors="replace")
                 found.update(env_vars(texts[path], path))
         token = next((found[key].value for key in SECRET_KEYS if key in found), "")
-        context, tasks = self._tasks(node, token)
+        context, tasks = self._tasks(node)
         moved = None
         for change in plan_node(self.roles, tasks, {}, context, facts, renderer=self.renderer,
                                 user=node.user, secrets=[token]):

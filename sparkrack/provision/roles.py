@@ -6,7 +6,7 @@
     roles/<role>/defaults/main.yml   the role's own variables (inventory vars win)
     roles/<role>/tasks/main.yml      a list of tasks, each using one module (modules/)
     roles/<role>/handlers/main.yml   tasks that run once, at the end, when notified
-    roles/<role>/templates/*.j2      Jinja2 templates (StrictUndefined)
+    roles/<role>/templates/*.j2      Jinja2 templates (StrictUndefined, sandboxed)
 
 The roles are the checkout's top-level roles/, shipped in the wheel as the package
 sparkrack.roles (ROLES_DIR; sparkrack.data.shipped). An inventory's `.sparkrack/roles/`
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.sandbox
 
 from sparkrack.data import search_dirs, shipped
 from sparkrack.errors import InventoryError, UsageError
@@ -261,9 +262,12 @@ def oneline(value: Any) -> str:
 
 
 def _environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             trim_blocks=True, lstrip_blocks=True, autoescape=False,
-                             loader=loader)
+    """Jinja2's sandbox: a role may come from the inventory (`.sparkrack/roles/`), and what
+    it renders runs here, often as root; an expression reaching Python's internals
+    (`''.__class__`, `cycler.__init__.__globals__`) is a SecurityError, the task's error."""
+    env = jinja2.sandbox.SandboxedEnvironment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
+        lstrip_blocks=True, autoescape=False, loader=loader)
     env.filters.update(envvalue=envvalue, oneline=oneline, netdev_of=netdev_of,
                        to_json=lambda v: json.dumps(v, sort_keys=True))
     return env

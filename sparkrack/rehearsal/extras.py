@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from ipaddress import ip_address, ip_network
 
 from ..errors import UsageError
-from .layout import BRIDGE_ADDR, EXTRA_NODES_FILE, HCAS, NodeLayout
+from .layout import BRIDGE_ADDR, EXTRA_NODES_FILE, HCAS, PDU_ADDR, NodeLayout
 from .nodefs import write_if_changed
 
 NODE_SUBNET = ip_network(BRIDGE_ADDR, strict=False)  # 10.77.1.0/24: the nodes' bridge
@@ -78,10 +78,11 @@ def check_extra(extra: ExtraNode, taken_names: set[str], taken_addresses: set[st
         raise UsageError(f"--address {extra.address!r} is not an IP address",
                          fix="give one in 10.77.1.0/24, e.g. 10.77.1.19") from None
     bridge = ip_address(BRIDGE_ADDR.split("/")[0])
-    if (address not in NODE_SUBNET or address in (bridge, NODE_SUBNET.network_address,
+    if (address not in NODE_SUBNET or address in (bridge, ip_address(PDU_ADDR),
+                                                  NODE_SUBNET.network_address,
                                                   NODE_SUBNET.broadcast_address)):
         raise UsageError(f"--address {extra.address} is not a node address of the rehearsal "
-                         f"bridge {NODE_SUBNET}", fix="use 10.77.1.1..10.77.1.253, e.g. 10.77.1.19")
+                         f"bridge {NODE_SUBNET}", fix="use 10.77.1.3..10.77.1.253 (.2 is the PDU), e.g. 10.77.1.19")
     if extra.address in taken_addresses:
         raise UsageError(f"address {extra.address} is taken by another rehearsal node",
                          fix="choose a free one, e.g. 10.77.1.19 or 10.77.1.20")

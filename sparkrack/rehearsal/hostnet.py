@@ -3,7 +3,8 @@ fabric bridge, one namespace per node.
 
 Order matters for network safety: the blackhole route for the whole rehearsal subnet is
 installed before any bridge or node exists, so a packet for a node whose link is down is
-dropped here instead of following the default route off the machine.
+dropped here instead of following the default route off the machine. It stays when the
+rack goes down: a program that reaches for a rehearsal address then still goes nowhere.
 """
 
 import subprocess
@@ -11,10 +12,11 @@ from ipaddress import ip_address
 
 from .cabling import Cabling
 from .layout import (
-    BRIDGE, BRIDGE_ADDR, FABRIC_BRIDGE, FUNCTIONS, MGMT_MTU, MGMT_NETDEV, SUBNET, NodeLayout)
+    BRIDGE, BRIDGE_ADDR, FABRIC_BRIDGE, PDU_ADDR, FUNCTIONS, MGMT_MTU, MGMT_NETDEV, SUBNET, NodeLayout)
 from .switch import Switch
 
 LEGACY_TWIN_PEER = "p2-peer"  # the one-network layout's twin, removed on the next `up`
+_HOST = BRIDGE_ADDR.split("/")[0]  # this machine's address on the management network
 
 
 def ip(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -33,17 +35,15 @@ def install_blackhole() -> None:
     ip("route", "replace", "blackhole", str(SUBNET), "metric", "4000")
 
 
-def remove_blackhole() -> None:
-    """Remove the guard route (only after every node and the bridge are gone)."""
-    ip("route", "del", "blackhole", str(SUBNET), "metric", "4000", check=False)
-
 
 def ensure_bridge() -> None:
-    """The bridge the nodes hang off, with this machine's address on the rack subnet."""
+    """The bridge the nodes hang off, with this machine's address on the rack subnet and
+    the PDU's (its SNMP agent runs on this machine)."""
     if not link_exists(BRIDGE):
         ip("link", "add", BRIDGE, "type", "bridge")
     ip("link", "set", BRIDGE, "mtu", str(MGMT_MTU))
     ip("addr", "replace", BRIDGE_ADDR, "dev", BRIDGE)
+    ip("addr", "replace", f"{PDU_ADDR}/{BRIDGE_ADDR.split('/')[1]}", "dev", BRIDGE)
     ip("link", "set", BRIDGE, "up")
 
 
@@ -137,6 +137,23 @@ def unplug(node: NodeLayout) -> None:
     for (port, path) in FUNCTIONS:
         ip("link", "set", node.fabric_veth(port, path), "down", check=False)
     ip("link", "set", node.host_veth, "down", check=False)
+
+
+def isolate(node: NodeLayout, on: bool) -> None:
+    """The node drops what it sends to this machine (a blackhole route in its namespace for
+    this machine's address): from here it is as silent as a powered-off node, while its
+    peers on both networks still reach it (a partition between the operator and the rack).
+    on=False takes the route away."""
+    if not netns_exists(node):
+        return
+    route = ("route", "replace" if on else "del", "blackhole", f"{_HOST}/32")
+    ip("-n", node.netns, *route, check=on)
+
+
+def is_isolated(node: NodeLayout) -> bool:
+    """Whether the node drops what it sends to this machine (isolate)."""
+    out = ip("-n", node.netns, "route", "show", "type", "blackhole", check=False).stdout
+    return any(line.split()[:2] == ["blackhole", _HOST] for line in out.splitlines())
 
 
 def node_mac(node: NodeLayout) -> str:

@@ -1,5 +1,7 @@
 """What this machine needs before it can host a rehearsal rack: packages, a client key and
-kernel limits sized for many nodes on one kernel."""
+kernel limits sized for many nodes on one kernel. The test suite's own tools (promtool,
+tmux) come from the same installer, so a fresh machine's run skips nothing
+(docs/rehearsal.md#what-the-host-needs)."""
 
 import os
 import shutil
@@ -20,7 +22,24 @@ REQUIRED_COMMANDS = {
     "nsenter": "util-linux",
     "netplan": "netplan.io",  # the nodes apply their fabric config with it, as DGX OS does
     "udevadm": "udev",  # which `netplan apply` calls
+    "snmpget": "snmp",  # net-snmp's tools, to talk to the rack's PDU as an operator would
+    "nmcli": "network-manager",  # a node that renders its netplan with NetworkManager
 }
+# what the test suite runs beside the rack: promtool checks the shipped alert rules, a real
+# Prometheus scrapes the watchdog, tmux shows the screens as an operator's terminal does
+SUITE_COMMANDS = {
+    "promtool": "prometheus",
+    "prometheus": "prometheus",
+    "tmux": "tmux",
+}
+# A package whose daemon this machine must never run: its start is refused at install
+# (policy-rc.d) and its enablement links removed. The nodes see this /etc under their own,
+# and a node that runs it enables it on its own disk.
+HOST_NEVER_RUNS = {
+    "network-manager": ("NetworkManager.service", "dbus-org.freedesktop.nm-dispatcher.service",
+                        "NetworkManager-wait-online.service"),
+}
+POLICY_RC = Path("/usr/sbin/policy-rc.d")
 SBIN_DIRS = ("/usr/sbin", "/sbin")
 # Every node's systemd, journald, networkd and dockerd hold inotify instances, counted per
 # user across the whole kernel: a real Spark has a kernel of its own, the rehearsal nodes
@@ -30,26 +49,56 @@ INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
 INOTIFY_INSTANCES_FLOOR = 8192
 
 
-def missing_packages() -> list[str]:
+def find_command(command: str) -> str | None:
+    """The command's path on this machine (sbin included), or None."""
+    return shutil.which(command, path=os.pathsep.join([os.environ.get("PATH", ""), *SBIN_DIRS]))
+
+
+def missing_packages(commands: dict[str, str] = REQUIRED_COMMANDS) -> list[str]:
     """Debian packages whose commands are not on this machine."""
-    path = os.pathsep.join([os.environ.get("PATH", ""), *SBIN_DIRS])
-    return sorted({pkg for cmd, pkg in REQUIRED_COMMANDS.items() if not shutil.which(cmd, path=path)})
+    return sorted({pkg for cmd, pkg in commands.items() if find_command(cmd) is None})
 
 
 def install_packages(packages: list[str], say) -> None:
-    """apt-get install the packages (saying so), failing with the apt error in one line."""
+    """apt-get install the packages (saying so), failing with the apt error in one line.
+    A package in HOST_NEVER_RUNS is installed with its daemon kept off this machine."""
     if os.geteuid() != 0:
         raise SparkrackError("the rehearsal rack needs root (namespaces, nspawn, mounts)",
                              fix="run invoke as root")
     say(f"installing {', '.join(packages)} (apt-get) for the rehearsal rack")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (["apt-get", "update", "-qq"],
-                 ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
-        done = subprocess.run(argv, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise SparkrackError(f"{' '.join(argv[:2])} failed: {last[0]}",
-                                 fix="install the packages by hand and retry")
+    _apt(["apt-get", "update", "-qq"], env)
+    plain = [pkg for pkg in packages if pkg not in HOST_NEVER_RUNS]
+    if plain:
+        _apt(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *plain], env)
+    kept_off = [pkg for pkg in packages if pkg in HOST_NEVER_RUNS]
+    if kept_off:
+        _install_kept_off(kept_off, env)
+
+
+def _apt(argv: list[str], env: dict) -> None:
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise SparkrackError(f"{' '.join(argv[:2])} failed: {last[0]}",
+                             fix="install the packages by hand and retry")
+
+
+def _install_kept_off(packages: list[str], env: dict) -> None:
+    made = not POLICY_RC.exists()
+    if made:
+        POLICY_RC.write_text("#!/bin/sh\nexit 101\n")  # 101: no daemon starts
+        POLICY_RC.chmod(0o755)
+    try:
+        _apt(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages], env)
+    finally:
+        if made:
+            POLICY_RC.unlink(missing_ok=True)
+    for pkg in packages:
+        for unit in HOST_NEVER_RUNS[pkg]:
+            for link in Path("/etc/systemd/system").glob(f"**/{unit}"):
+                if link.is_symlink():
+                    link.unlink()
 
 
 def client_key() -> str:

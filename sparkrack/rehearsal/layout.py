@@ -16,6 +16,10 @@ CGROUP_ROOTS = (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"))
 CGROUP_GROUP = "sparkrack-rehearsal"
 BRIDGE = REHEARSAL_BRIDGE
 BRIDGE_ADDR = "10.77.1.254/24"
+# The rack's PDU on the management network: an address of this machine's on the bridge,
+# where the rehearsal PDU's SNMP agent listens (rehearsal/pdu.py)
+PDU_ADDR = "10.77.1.2"
+PDU_PORT = 161
 SUBNET = REHEARSAL_SUBNET
 # The management network (SSH, docker API, the engines' HTTP API): a Spark's 10 GbE port,
 # at the default MTU (no public source shows jumbo frames on it).

@@ -28,6 +28,8 @@ def read_json_object(path: Path) -> dict:
 
 SIM_LIB = "usr/local/lib/sparkrack-sim"
 LINGER = "var/lib/systemd/linger/root"
+HOST_KEY = "etc/ssh/ssh_host_ed25519_key"
+KEPT_KEY = f"{HOST_KEY}.recorded"  # the recorded key while rehearsal.rekey gave another
 SIM_COMMANDS = ("nvidia-smi", "gpu-sim", "ibdev2netdev", "nvidia-container-runtime-hook")
 # Host units that must not start inside a node: timers, databases, consoles, and
 # anything that would try to reach the network (timesyncd).
@@ -87,9 +89,12 @@ def symlink(path: Path, target: str) -> None:
 
 
 def host_key(node: NodeLayout) -> str:
-    """The node's own ed25519 host key (generated once); returns the public key line."""
-    key = node.upper / "etc/ssh/ssh_host_ed25519_key"
-    if not key.exists():
+    """The node's own ed25519 host key (generated once), the one known_hosts records: while
+    `rehearsal.rekey` has given the node another, the one kept aside. The public key line."""
+    key = node.upper / HOST_KEY
+    if (node.upper / KEPT_KEY).exists():
+        key = node.upper / KEPT_KEY
+    elif not key.exists():
         key.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", node.name,
                         "-f", str(key)], check=True)

@@ -3,9 +3,10 @@
 `up` twice leaves one rack; `up` after a killed rack clears what it left (namespaces,
 cgroups, half-booted nodes) before booting. Extra nodes (extras.py: bare Sparks outside the
 inventory, `add_node` / `wipe` / `remove_node`) are booted, shown and shut down with the
-rack, but never written into its known_hosts. The blackhole guard goes in first and comes
-out last, and the state file that tells the fleet layer "the rack is up" exists only
-between a finished network setup and the start of `down`.
+rack, but never written into its known_hosts. The blackhole guard goes in first and stays
+after `down` (a packet for a rack that is down is dropped here), and the state file that
+tells the fleet layer "the rack is up" exists only between a finished network setup and the
+start of `down`.
 """
 
 import json
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from ..errors import SparkrackError, UsageError
 from ..inventory import Inventory, load_inventory
-from . import cx7netplan, hostnet, hostprep, nodefs, nodeproc
+from . import cx7netplan, hostnet, hostprep, nodefs, nodeproc, pdu
 from .extras import ExtraNode, check_extra, read_extras, write_extras
 from .stubimage import build_stub_images
 from .cabling import Cabling, read_cabling, write_cabling
@@ -72,6 +73,17 @@ for file in /run/systemd/network/10-netplan-*.network \
 done
 """
 
+# In the node: a new host key at $1 (ed25519, comment $3), the recorded one kept at $2 (once:
+# a second rekey keeps the first one), sshd restarted; RESTORE_KEY puts $2 back.
+NEW_KEY = r"""
+[ -e "$2" ] || { cp -p "$1" "$2" && cp -p "$1.pub" "$2.pub"; } || exit 1
+rm -f "$1" "$1.pub" && ssh-keygen -q -t ed25519 -N "" -C "$3" -f "$1" && systemctl restart ssh
+"""
+RESTORE_KEY = r"""
+[ -e "$2" ] || exit 0
+mv -f "$2" "$1" && mv -f "$2.pub" "$1.pub" && systemctl restart ssh
+"""
+
 # In the node: make each path ($1, $3, ...) a link to its target ($2, $4, ...), or no link
 # when the target is empty (rehearsal.renderer on a running node; read at its next boot).
 LINKS_SCRIPT = r"""
@@ -100,6 +112,8 @@ class NodeState:
     cabling: str = ""  # its fabric cable (rehearsal.cable), e.g. "port 0, both paths"
     roce_addr: str = ""
     extra: bool = False  # an extra node (rehearsal.add-node), outside the inventory
+    isolated: bool = False  # silent to this machine only (rehearsal.isolate)
+    rekeyed: bool = False  # a host key other than the recorded one (rehearsal.rekey)
 
 
 class RehearsalRack:
@@ -233,6 +247,7 @@ class RehearsalRack:
         if to_boot:
             self.say(f"booting {len(to_boot)} node(s): {', '.join(n.name for n in to_boot)}")
         self.wait_booted(self.nodes)
+        pdu.start_agent(self.inventory.path, self.inventory.vars.pdu, self.say)
         if self.extras:
             try:
                 self.wait_booted(self.extra_nodes)
@@ -244,8 +259,9 @@ class RehearsalRack:
         return time.monotonic() - started
 
     def down(self) -> None:
-        """Shut every node down cleanly, then remove the network and the guard, in that order."""
+        """Shut every node down cleanly, then remove the network; the guard route stays."""
         REHEARSAL_STATE_FILE.unlink(missing_ok=True)
+        pdu.stop_agent()  # first: it could power a node on again
         nodes = [*self.all_nodes, *self._other_twin_nodes()]
         with ThreadPoolExecutor(max_workers=len(nodes) or 1) as pool:
             list(pool.map(nodeproc.shutdown, nodes))
@@ -254,7 +270,6 @@ class RehearsalRack:
             hostnet.remove_node_net(node)
         if not any(nodeproc.is_running(n) for n in self._all_cgroup_nodes()):
             hostnet.remove_bridge()
-            hostnet.remove_blackhole()
 
     def wait_booted(self, nodes: list[NodeLayout], timeout: float = BOOT_TIMEOUT) -> None:
         """Wait until each node's systemd finished booting and its sshd answers."""
@@ -350,7 +365,8 @@ class RehearsalRack:
                 nodeproc.in_node(node, ["test", "-e", "/var/lib/gpu-sim/latched"]).returncode == 0,
                 heat_c=_heat(node, pid),
                 cabling=read_cabling(node).describe(), roce_addr=node.roce_addr,
-                extra=node.name in self.extras))
+                extra=node.name in self.extras, isolated=hostnet.is_isolated(node),
+                rekeyed=(node.upper / nodefs.KEPT_KEY).exists()))
         return states
 
     def cut(self, name: str) -> None:
@@ -358,12 +374,29 @@ class RehearsalRack:
         hostnet.unplug(self.node(name))
 
     def heal(self, name: str) -> None:
-        """Plug the node's cables back in, as it is cabled."""
+        """Plug the node's cables back in, as it is cabled (and end an isolation)."""
         node = self.node(name)
+        hostnet.isolate(node, False)
         powered = nodeproc.init_pid(node) is not None
         hostnet.ensure_node_net(node, read_cabling(node), self.switch, powered=powered)
         if powered and (settled := self._fabric_settled(node, 15)):
             raise SparkrackError(settled)
+
+    def isolate(self, name: str, on: bool = True) -> None:
+        """The node falls silent to this machine (the operator's) while its peers still
+        reach it, as a partition between the operator and the rack does; on=False ends it."""
+        hostnet.isolate(self.node(name), on)
+
+    def rekey(self, name: str, restore: bool = False) -> None:
+        """Give the running node a new SSH host key, as a reinstall does (sshd restarted),
+        the recorded one kept aside on its disk; restore puts that one back."""
+        node = self.node(name)
+        done = nodeproc.in_node(node, ["sh", "-c", RESTORE_KEY if restore else NEW_KEY, "sh",
+                                       f"/{nodefs.HOST_KEY}", f"/{nodefs.KEPT_KEY}", name])
+        if done.returncode != 0:
+            raise SparkrackError(f"{name}: the host key was not "
+                                 f"{'put back' if restore else 'changed'}: "
+                                 f"{done.stderr.strip() or done.stdout.strip()}")
 
     def poweroff(self, name: str) -> None:
         """Pull the node's power cord: every process dies at once, its ports go dark (no
@@ -546,8 +579,8 @@ class RehearsalRack:
                              fix=f"choose one of {', '.join(nodefs.DAEMON_UNITS)}")
         if daemon == nodefs.NETWORK_MANAGER and not nodefs.has_network_manager():
             raise UsageError("NetworkManager is not installed on this machine (the nodes run "
-                             "its programs)", fix="apt-get install --no-install-recommends "
-                             "network-manager (.ci/run shows how to keep it off this machine)")
+                             "its programs)", fix="invoke rehearsal.up installs it (its daemon "
+                             "kept off this machine)")
         if nodeproc.init_pid(node) is None:
             nodefs.write_network_daemon(node, daemon)
             return

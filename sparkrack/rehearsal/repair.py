@@ -2,9 +2,10 @@
 
 `repair_faults` reads each node's state here (no SSH: cheap enough before every rack test
 and after every chaos step) and undoes what a test, an operator or a chaos run left: a
-node powered off or cut, a node hung (running but not answering SSH: power-cycled), a
-node recabled, a latched or heated GPU, a renumbered GID table, an HCA port down, a switch set
-otherwise than the inventory says.
+node powered off, cut or isolated, a node hung (running but not answering SSH:
+power-cycled), a node given a new host key, a node recabled, a latched or heated GPU, a
+renumbered GID table, an HCA port down, a switch set otherwise than the inventory says, a
+load plugged into the PDU or its agent gone.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..errors import SparkrackError
 from .cabling import Cabling, read_cabling
 from .nodefs import read_json_object
 from .nodeproc import init_pid
+from . import pdu
 from .rack import RehearsalRack
 from .switch import Switch
 
@@ -33,6 +35,12 @@ def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S, *,
     if rack.switch != configured:
         rack.set_switch(configured)
         repaired.append(f"switch back to {configured.describe()}")
+    if pdu.read_loads():
+        pdu.LOADS_FILE.unlink(missing_ok=True)
+        repaired.append("loads unplugged from the PDU")
+    if pdu.agent_pid() is None:
+        pdu.start_agent(rack.inventory.path, rack.inventory.vars.pdu, lambda line: None)
+        repaired.append("PDU agent started again")
     for state in rack.status():
         if state.extra and state.name not in extras:
             continue
@@ -43,6 +51,9 @@ def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S, *,
         elif not state.link_up:
             rack.heal(state.name)
             repaired.append(f"{state.name} link healed")
+        elif state.isolated:
+            rack.isolate(state.name, False)
+            repaired.append(f"{state.name} reachable from this machine again")
         elif not state.ssh_open and _hung(rack, node, hang_grace):  # a hung boot or shutdown
             rack.poweroff(state.name)
             rack.poweron(state.name)
@@ -50,6 +61,9 @@ def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S, *,
         if read_cabling(node) != Cabling():
             rack.cable(state.name, Cabling())
             repaired.append(f"{state.name} recabled on port 0, both paths")
+        if state.rekeyed:  # running by now
+            rack.rekey(state.name, restore=True)
+            repaired.append(f"{state.name} recorded host key back")
         if state.latched:
             rack.latch(state.name, on=False)
             repaired.append(f"{state.name} GPU latch cleared")

@@ -75,7 +75,8 @@ REPO = HERE.parents[1]
 REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
 
 STUB_MODULES = ("__init__.py", "cli.py", "config.py", "engine.py", "gpu.py", "group.py",
-                "latency.py", "leak.py", "server.py", "transport.py")  # modeldir.py: control side
+                "hubtoken.py", "latency.py", "leak.py", "server.py",
+                "transport.py")  # modeldir.py is control side
 SIM_MODULES = ("gpusim_client.py", "gpusim_config.py")
 STDLIB_SKIP_DIRS = {"test", "tests", "idle_test", "idlelib", "tkinter", "turtledemo",
                     "ensurepip", "pydoc_data", "lib2to3", "distutils", "venv", "unittest",

@@ -23,14 +23,19 @@ token is the first line of the script's stdin.
 - links.py      its links: MTU, operstate, IPv4 of netdevs and of HCAs' netdevs
 - watchdog.py   its watchdog node: the service's Python, install directory, key, unit, state
 - probe.py      onboarding's port probe: listen (greeting with the token) / connect
+- knock.py      one TCP connect to each ADDR:PORT: accepted, refused or silent (break-glass
+                asks the workers whether they still reach the head)
 - rails.py      the fabric check's jumbo frame and burst per rail: serve / send
 - keygen.py     the watchdog's key on its node (run with its lib/, where cryptography is)
 - metrics.py    waits for the watchdog's first poll on its metrics endpoint
 - burn.sh       the burn gate's load and nvidia-smi sampler (sparkrack/safety/burn.py; sh)
 - capjudge.py   the burn's verdict from the sampler's output (safety/burn.py, capagent.py)
-- capagent.py   a Kubernetes node's clock-cap agent: lock, burn, judge, label
+- capnode.py    a Kubernetes Node's clock-cap record: label, taint, verdict of which boot
+- kubeapi.py    the Kubernetes API with a pod's service account (capagent.py, capgate.py)
+- capagent.py   a Kubernetes node's clock-cap agent: lock, burn or watch, judge, record
                 (export/agent.py ships it)
-- leader.py     an exported worker pod's wait for its leader's address, and its probe
+- capgate.py    an exported engine pod's gate: an ok of this boot, recent, or no start
+- leader.py     an exported worker pod's wait for its leader's address
 - lock.sh       the rack lock's node side (sparkrack/oplock/remote.py; sh)
 - dockerlimits.sh  what a rehearsal node's dockerd can give (lifecycle/nodelimits.py; sh)
 - sequence.sh   a node's commands in order, the failed one as an @@<position> failed

@@ -1,66 +1,49 @@
 """The clock-cap agent of a Kubernetes node (sparkrack/export/agent.py ships it, composed
-with capjudge.py, in a ConfigMap beside burn.sh; a DaemonSet runs it on every GB10 node,
-in the lane's engine image).
+with capjudge.py, capnode.py and kubeapi.py, in a ConfigMap beside burn.sh; a DaemonSet
+runs it on every GB10 node, in the lane's engine image).
 
-    python3 capagent.py --node NODE --cap MHZ --label KEY --burn burn.sh
+    python3 capagent.py --node NODE --namespace NS --cap MHZ --burn burn.sh
         [--every SECONDS] [--once] [--api URL] -- LOAD ARGV...
+    python3 capagent.py alive FILE SECONDS      (its liveness probe)
 
-At start it takes the label off its node (fail closed: nothing is verified yet), locks the
-GPU clock as role clock_cap's unit does at boot (`nvidia-smi -lgc 0,MHZ`), then every
-SECONDS proves the cap under load: burn.sh runs the load and samples nvidia-smi as
-`invoke burn` does, and capjudge.judge gives the verdict. The node carries KEY=true only
-after an `ok`; any other verdict (UNCAPPED, LATCHED, NO LOAD, a failed check) removes it.
-The periodic checks do not lock the clock again: a cap something reset is found and the
-label removed, not hidden. SIGTERM removes the label and ends the agent. Each verdict goes
-to the node's annotations (VERDICT_ANNOTATION, CHECKED_ANNOTATION) and to stdout.
-
-The label is set through the API server with the pod's service account (a merge patch of
-the Node: RBAC `get` and `patch` on nodes), over HTTPS to KUBERNETES_SERVICE_HOST with the
-account's token and CA; --api replaces the server (the unit tests use a local one).
+At start it reads its Node: an ok made in this boot of the node stands (an agent restarted
+within a boot, a DaemonSet rollout, disturbs no engine); anything else is recorded as
+UNVERIFIED, which takes the label off and taints the node NoExecute (capnode.py). It locks
+the GPU clock as role clock_cap's unit does at boot (`nvidia-smi -lgc 0,MHZ`), then judges
+the cap every SECONDS: with no engine running on the node, burn.sh runs the load and samples
+nvidia-smi as `invoke burn` does; with one running, burn.sh only samples while the engine
+works (its own load) and an idle engine is left alone, the last verdict standing: a GPU
+that serves is never burned. capjudge.judge gives the verdict; ok sets the label and lifts
+the taint, any other verdict (UNCAPPED, LATCHED, NO LOAD, a failed check) removes the label
+and taints. Every verdict goes to the Node's annotations with its time and the boot id.
+Between checks it looks for engine pods every --tick seconds: one waiting at its gate with
+no fresh ok gets a check at once. The periodic checks do not lock the clock again: a cap
+something reset is found, not hidden. SIGTERM takes the label off (no new engine pod is
+placed) and leaves the verdict to the next agent. A file touched each tick is what the
+liveness probe (`alive`) reads.
 """
 
 import argparse
-import json
 import os
 import signal
-import ssl
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
+import urllib.error
 
 from .capjudge import (
-    BUSY_PERCENT, BUSY_SAMPLES, LOAD_RUNS, OK, SAMPLE_FIELDS, SAMPLE_SECONDS, UNCAPPED, judge,
-    parse_output)
+    BUSY_PERCENT, BUSY_SAMPLES, LOAD_RUNS, NO_LOAD, OK, SAMPLE_FIELDS, SAMPLE_SECONDS, UNCAPPED,
+    judge, parse_output)
+from .capnode import (
+    BOOT, BOOT_ID_FILE, CHECKED, FRESH_S, GATE_CONTAINER, LABEL, TAINT, VERDICT, read_boot_id,
+    record_of, stamp, taints_for)
+from .kubeapi import ACCOUNT, CONFLICT, Api
 
-ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-VERDICT_ANNOTATION = "sparkrack.io/clock-cap-verdict"
-CHECKED_ANNOTATION = "sparkrack.io/clock-cap-checked"
 RECORD = "/tmp/sparkrack-agent/burn.json"  # burn.sh makes its folder; nothing is kept there
+ALIVE = "/tmp/sparkrack-agent/alive"
 CHECK_MARGIN_S = 120
-
-
-class Api:
-    """The Node objects of the API server, with the pod's service account."""
-
-    def __init__(self, url, token_file, ca_file):
-        self.url = url.rstrip("/")
-        self.token_file = token_file
-        self.context = (ssl.create_default_context(cafile=ca_file)
-                        if self.url.startswith("https:") else None)
-
-    def patch_node(self, node, labels, annotations):
-        """Merge-patch node's labels and annotations (None removes a key)."""
-        body = json.dumps({"metadata": {"labels": labels, "annotations": annotations}})
-        with open(self.token_file) as handle:
-            token = handle.read().strip()
-        request = urllib.request.Request(
-            "%s/api/v1/nodes/%s" % (self.url, node), data=body.encode(), method="PATCH",
-            headers={"Authorization": "Bearer " + token,
-                     "Content-Type": "application/merge-patch+json"})
-        with urllib.request.urlopen(request, timeout=30, context=self.context) as answer:
-            answer.read()
+ERROR = "ERROR"  # the check did not run
 
 
 def lock_clock(cap):
@@ -76,15 +59,15 @@ def lock_clock(cap):
     return ""
 
 
-def check(burn, cap, load):
-    """(verdict, reason) of one burn: burn.sh runs load and samples, capjudge judges."""
+def sample(burn, cap, load, seconds):
+    """(verdict, reason) of burn.sh running load (at most LOAD_RUNS times) while it samples."""
     argv = ["sh", burn, str(SAMPLE_SECONDS), RECORD, SAMPLE_FIELDS, str(BUSY_SAMPLES),
             str(LOAD_RUNS), str(BUSY_PERCENT)] + list(load)
     try:
         done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=LOAD_RUNS * 60 + CHECK_MARGIN_S)
+                              timeout=LOAD_RUNS * seconds + CHECK_MARGIN_S)
     except (OSError, subprocess.TimeoutExpired) as error:
-        return "ERROR", "the burn did not run: %s" % error
+        return ERROR, "the burn did not run: %s" % error
     _, samples, rc, tail = parse_output(done.stdout.decode(errors="replace"))
     verdict, reason, _, _ = judge(samples, cap, rc, tail)
     if verdict == UNCAPPED:  # the judge's words are the rack's; this is the cluster's way
@@ -92,33 +75,147 @@ def check(burn, cap, load):
     return verdict, reason
 
 
-def decide(api, node, key, verdict, reason, say):
-    """The label on node: KEY=true after ok, removed otherwise; the verdict annotated."""
-    value = "true" if verdict == OK else None
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def check(args, serving):
+    """(verdict, reason) of one check. While an engine may serve here (serving True, or None:
+    its pods could not be read) the GPU is only sampled, never burned, and the verdict is
+    '' when that gave nothing to judge by: the last verdict stands."""
+    if serving is False:
+        return sample(args.burn, args.cap, args.load, 60)
+    verdict, reason = sample(args.burn, args.cap, ["sleep", str(args.watch)], args.watch)
+    if verdict not in (NO_LOAD, ERROR):
+        return verdict, reason + " (the engine's own load: nothing was burned)"
+    if serving is None:
+        return "", "its engine pods could not be read, so the GPU is not burned"
+    if verdict == NO_LOAD:
+        return "", ("the engine here is idle: nothing to judge its clock by, and the GPU it "
+                    "serves from is not burned")
+    return "", reason + "; the GPU the engine serves from is not burned"
+
+
+def engines(api, args):
+    """(an engine container runs here, an engine pod waits at its gate, ''), or (None,
+    False, why) when the pods cannot be read."""
     try:
-        api.patch_node(node, {key: value}, {VERDICT_ANNOTATION: "%s: %s" % (verdict, reason),
-                                            CHECKED_ANNOTATION: stamp})
-    except Exception as error:  # the API server is out of reach: said, tried again next time
-        say("%s: %s: %s; the label could not be %s: %s" % (
-            node, verdict, reason, "set" if value else "removed", error))
-        return False
-    say("%s: %s: %s; label %s %s" % (node, verdict, reason, key,
-                                     "set" if value else "removed"))
-    return True
+        pods = api.pods(args.namespace, args.node, args.engine_label)
+    except Exception as error:
+        return None, False, "the engine pods of %s could not be read: %s" % (
+            args.node, Api.said(error))
+    serving = any("running" in (status.get("state") or {})
+                  for pod in pods for status in pod.get("status", {}).get("containerStatuses")
+                  or [])
+    waiting = any(status.get("name") == GATE_CONTAINER and "running" in (status.get("state") or {})
+                  for pod in pods
+                  for status in pod.get("status", {}).get("initContainerStatuses") or [])
+    return serving, waiting, ""
+
+
+def record(api, node, verdict, reason, boot, say):
+    """The verdict on node: LABEL and TAINT as capnode says, the annotations; False when the
+    API server refused or was out of reach (said; tried again at the next check)."""
+    ok = verdict == OK
+    metadata = {"labels": {LABEL: "true" if ok else None}, "annotations": {
+        VERDICT: "%s: %s" % (verdict, reason), CHECKED: stamp(time.time()), BOOT: boot}}
+    error = None
+    for _ in range(3):  # a taint change carries the Node's resourceVersion: again on 409
+        try:
+            current = api.node(node)
+            taints = taints_for(current, verdict)
+            body = {"metadata": dict(metadata)}
+            if taints is not None:
+                body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                body["spec"] = {"taints": taints}
+            api.patch_node(node, body)
+        except urllib.error.HTTPError as refused:
+            error = refused
+            if refused.code == CONFLICT:
+                continue
+        except Exception as failed:  # out of reach: said, tried again next time
+            error = failed
+        else:
+            say("%s: %s: %s; label %s %s, taint %s %s" % (
+                node, verdict, reason, LABEL, "set" if ok else "removed", TAINT,
+                "lifted" if ok else "set (NoExecute: an engine pod here is evicted)"))
+            return True
+        break
+    say("%s: %s: %s; the label could not be %s: %s" % (
+        node, verdict, reason, "set" if ok else "removed", Api.said(error)))
+    return False
+
+
+def start(api, args, boot, say):
+    """The epoch of an ok of this boot the agent resumes, else None (UNVERIFIED recorded)."""
+    try:
+        verdict, _, checked, was = record_of(api.node(args.node))
+    except Exception as error:
+        verdict, checked, was = "", None, ""
+        say("%s: its Node could not be read: %s" % (args.node, error))
+    if verdict == OK and was == boot:
+        try:
+            api.patch_node(args.node, {"metadata": {"labels": {LABEL: "true"}}})
+        except Exception as error:
+            say("%s: the label could not be set: %s" % (args.node, error))
+        say("%s: resuming: ok at %s in this boot; label %s set" % (
+            args.node, stamp(checked) if checked else "?", LABEL))
+        return checked
+    record(api, args.node, "UNVERIFIED", "the agent starts: nothing judged in this boot yet",
+           boot, say)
+    return None
+
+
+def leave(api, node, say):
+    try:
+        api.patch_node(node, {"metadata": {"labels": {LABEL: None}}})
+        say("%s: the agent ends: label %s removed (no new engine pod is placed here); the "
+            "last verdict stands for the pods already here" % (node, LABEL))
+    except Exception as error:
+        say("%s: the agent ends; the label could not be removed: %s" % (node, error))
+
+
+def due(now, last, verified, serving, waiting, every):
+    """A check now: the first, every seconds after the last, or for a pod at its gate."""
+    if last is None or now - last >= every:
+        return True
+    return bool(waiting and not serving and (verified is None or now - verified > FRESH_S / 2))
+
+
+def beat(path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a"):
+        os.utime(path)
+
+
+def alive(path, seconds):
+    """The liveness probe: 0 while path was touched within seconds."""
+    try:
+        age = time.time() - os.stat(path).st_mtime
+    except OSError as error:
+        print("the agent has given no sign of life: %s" % error)
+        return 1
+    if age > seconds:
+        print("the agent's last sign of life was %d s ago, more than %d s: it is stuck"
+              % (age, seconds))
+        return 1
+    return 0
 
 
 def arguments(argv):
     parser = argparse.ArgumentParser(
         prog="capagent", description="keep a node's clock-cap label only while the cap holds")
     parser.add_argument("--node", required=True)
+    parser.add_argument("--namespace", required=True, help="the engine pods' namespace")
     parser.add_argument("--cap", type=int, required=True, help="the clock cap in MHz")
-    parser.add_argument("--label", required=True, help="the node label it keeps")
     parser.add_argument("--burn", required=True, help="the sampler, burn.sh")
+    parser.add_argument("--engine-label", default="sparkrack.engine",
+                        help="the label key of the engine pods")
     parser.add_argument("--every", type=float, default=600.0, help="seconds between checks")
+    parser.add_argument("--tick", type=float, default=20.0, help="seconds between looks")
+    parser.add_argument("--watch", type=float, default=20.0,
+                        help="seconds of one look at an engine's own load")
     parser.add_argument("--once", action="store_true", help="one check, then end")
     parser.add_argument("--api", default="", help="the API server (default: in-cluster)")
     parser.add_argument("--account", default=ACCOUNT, help="the service account's folder")
+    parser.add_argument("--boot-id-file", default=BOOT_ID_FILE)
+    parser.add_argument("--alive-file", default=ALIVE)
     parser.add_argument("load", nargs=argparse.REMAINDER, help="-- the load's argv")
     args = parser.parse_args(argv)
     args.load = args.load[1:] if args.load[:1] == ["--"] else args.load
@@ -128,28 +225,41 @@ def arguments(argv):
 
 
 def main(argv=None):
-    args = arguments(sys.argv[1:] if argv is None else argv)
-    url = args.api or "https://%s:%s" % (os.environ.get("KUBERNETES_SERVICE_HOST", ""),
-                                         os.environ.get("KUBERNETES_SERVICE_PORT", "443"))
-    api = Api(url, os.path.join(args.account, "token"), os.path.join(args.account, "ca.crt"))
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["alive"] and len(argv) == 3:
+        return alive(argv[1], float(argv[2]))
+    args = arguments(argv)
+    api = Api(args.api, args.account)
+    boot = read_boot_id(args.boot_id_file)
 
     def say(line):
         print(line, flush=True)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    decide(api, args.node, args.label, "UNVERIFIED", "the agent starts: nothing checked yet",
-           say)
+    beat(args.alive_file)
+    verified = start(api, args, boot, say)
     problem = lock_clock(args.cap)
     say("%s: %s" % (args.node, problem or "GPU clock locked at 0,%d MHz" % args.cap))
+    last, unread = None, ""
     while not stop.is_set():
-        verdict, reason = check(args.burn, args.cap, args.load)
-        decide(api, args.node, args.label, verdict, reason, say)
-        if args.once:
-            return 0 if verdict == OK else 1
-        stop.wait(args.every)
-    decide(api, args.node, args.label, "STOPPED", "the agent ended: nobody checks the cap",
-           say)
+        beat(args.alive_file)
+        serving, waiting, why = engines(api, args)
+        if why != unread:
+            say(why or "%s: the engine pods can be read again" % args.node)
+            unread = why
+        now = time.time()
+        if args.once or due(now, last, verified, serving, waiting, args.every):
+            last = now
+            verdict, reason = check(args, serving)
+            if not verdict:
+                say("%s: %s; the last verdict stands" % (args.node, reason))
+            elif record(api, args.node, verdict, reason, boot, say) and verdict == OK:
+                verified = time.time()
+            if args.once:
+                return 0 if verdict == OK else 1
+        stop.wait(args.tick)
+    leave(api, args.node, say)
     return 0
 
 

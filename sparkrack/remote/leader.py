@@ -2,17 +2,14 @@
 the leader's DNS name read from LWS_LEADER_ADDRESS (LeaderWorkerSet puts it in every
 container of a group's pods, init containers included).
 
-    wait SECONDS             the init container: until the name resolves (a line every 10 s),
-                             exit 1 past SECONDS: the engine never starts toward a leader it
-                             cannot find
-    health PORT PATH SECONDS a probe: exit 0 when the leader answers 200 on http://NAME:PORT/PATH
+    wait SECONDS    the init container: until the name resolves (a line every 10 s), exit 1
+                    past SECONDS: the engine never starts toward a leader it cannot find
 """
 
 import os
 import socket
 import sys
 import time
-import urllib.request
 
 SAY_EVERY_S = 10.0
 
@@ -40,16 +37,6 @@ def wait(name, seconds):
         return 0
 
 
-def health(name, port, path, seconds):
-    try:
-        with urllib.request.urlopen("http://%s:%s%s" % (name, port, path),
-                                    timeout=seconds) as answer:
-            return 0 if answer.status == 200 else 1
-    except Exception as error:  # any failure is an unhealthy answer, said in the probe's event
-        print("the leader's health: %s" % error)
-        return 1
-
-
 def main(argv):
     name = os.environ.get("LWS_LEADER_ADDRESS", "")
     if not name:
@@ -57,9 +44,7 @@ def main(argv):
         return 2
     if argv[:1] == ["wait"] and len(argv) == 2:
         return wait(name, float(argv[1]))
-    if argv[:1] == ["health"] and len(argv) == 4:
-        return health(name, argv[1], argv[2], float(argv[3]))
-    print("usage: wait SECONDS | health PORT PATH SECONDS")
+    print("usage: wait SECONDS")
     return 2
 
 

@@ -31,6 +31,7 @@ from ..rehearsal.cabling import Cabling, write_cabling
 from ..rehearsal.layout import FUNCTIONS, NodeLayout
 from ..rehearsal import nodefs, nodeproc
 from ..rehearsal.twinfile import read_twin, write_twin
+from .trust import MARK, check_folder, comment, node_names, node_vars
 
 DEFAULT_MTU = 1500  # a fabric netdev's before anything set another
 MAX_NODES = 12  # what this machine (2 cores, 24 GiB) boots as rehearsal nodes
@@ -43,6 +44,7 @@ def node_shapes(capture: dict[str, Any]) -> dict[str, dict[str, Any]]:
     while its port is cabled is a path that did not come up), missing, the netdevs' MTUs
     that are not the default (pure); UsageError naming a node the simulator cannot be."""
     nodes = capture["nodes"]
+    node_names(capture)
     if not 2 <= len(nodes) <= MAX_NODES:
         raise UsageError(f"the capture has {len(nodes)} node(s); a twin on this machine has "
                          f"2 to {MAX_NODES}", fix="capture a rack of that size")
@@ -101,7 +103,10 @@ def _cabling(name: str, functions: dict[str, Any]) -> dict[str, Any]:
 def write_inventory(capture: dict[str, Any], base: Path, out: Path) -> Path:
     """The twin's inventory in out: hosts.yml (the capture's names and ranks, rehearsal
     addresses), group_vars/all.yml (the rehearsal's, with the capture's rack vars but
-    KEEP), host_vars for each node's own vars, beside an empty known_hosts of its own."""
+    KEEP), host_vars for each node's own vars (trust.py: checked before anything is
+    written, and nothing written through a link or outside out)."""
+    own = node_vars(capture, node_names(capture))
+    check_folder(out, list(own))
     nodes = sorted(capture["nodes"], key=lambda n: n["rank"])
     hosts = {name: {"ansible_host": f"10.77.1.{11 + i}", "roce_addr": f"10.77.3.{11 + i}",
                     "roce_twin_addr": f"10.77.4.{11 + i}", "rank": node["rank"]}
@@ -112,16 +117,19 @@ def write_inventory(capture: dict[str, Any], base: Path, out: Path) -> Path:
     rack = capture["rack"]
     rack_vars.update({key: rack[key] for key in RACK_VARS if key in rack and key not in KEEP})
     rack_vars["tp_size"] = len(nodes)
+    if isinstance(rack_vars.get("pdu"), dict):
+        rack_vars["pdu"]["outlets"] = _outlets(rack_vars["pdu"].get("outlets") or {},
+                                               base_hosts, nodes)
     out.mkdir(parents=True, exist_ok=True)
-    header = (f"# The twin of rack {rack.get('rack_name', '?')} (captured "
-              f"{capture.get('captured', '?')}), written by `invoke rehearsal.up --twin`.\n")
+    header = (f"{MARK}{comment(rack.get('rack_name', '?'))} (captured "
+              f"{comment(capture.get('captured', '?'))}), written by `invoke rehearsal.up "
+              "--twin`.\n")
     write_atomically(out / "hosts.yml", header + yaml.safe_dump(
         {"all": {"children": {"sparks": {"hosts": hosts, "vars": group_vars}}}},
         sort_keys=False))
     (out / "group_vars").mkdir(exist_ok=True)
     write_atomically(out / "group_vars" / "all.yml", header + yaml.safe_dump(
         rack_vars, sort_keys=False))
-    own = rack.get("node_vars") or {}
     (out / "host_vars").mkdir(exist_ok=True)
     for stale in (out / "host_vars").glob("*.yml"):
         if stale.stem not in own:
@@ -129,6 +137,16 @@ def write_inventory(capture: dict[str, Any], base: Path, out: Path) -> Path:
     for name, values in own.items():
         write_atomically(out / "host_vars" / f"{name}.yml", yaml.safe_dump(values))
     return out
+
+
+def _outlets(outlets: dict[str, int], base_hosts: dict[str, Any],
+             nodes: list[dict[str, Any]]) -> dict[str, int]:
+    """The rehearsal PDU's outlets for the twin's nodes: each on the outlet of the
+    rehearsal node whose place (address, rank order) it takes, past them outlet rank + 1."""
+    places = sorted(base_hosts["all"]["children"]["sparks"]["hosts"].items(),
+                    key=lambda item: item[1].get("rank", 0))
+    return {node["name"]: outlets.get(places[i][0], i + 1) if i < len(places) else i + 1
+            for i, node in enumerate(nodes)}
 
 
 def prepare_disks(inventory, shapes: dict[str, dict[str, Any]]) -> None:

@@ -15,7 +15,9 @@ from ..errors import UsageError
 from ..facts import capture as shape
 from ..facts.queries import answer
 from ..facts.queries import argv as gather_argv
-from ..inventory import Inventory
+from ..inventory import Inventory, read_yaml
+from ..inventory.schema import plain
+from .fileshape import FIX, check_capture
 
 TIMEOUT_S = 60
 
@@ -41,11 +43,19 @@ def capture(inventory: Inventory, fleet=None) -> dict[str, Any]:
             nodes.append(shape.node_capture(node.name, node.rank,
                                             answer(result.stdout, queries)))
         else:
-            nodes.append(shape.unreachable(node.name, node.rank,
-                                           result.error or result.status))
+            nodes.append(shape.unreachable(node.name, node.rank, failure(result)))
     return {"sparkrack_capture": shape.VERSION,
             "captured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "rack": shape.rack_record(inventory), "nodes": nodes}
+
+
+def failure(result) -> str:
+    """Why a node gave no answer, as a category naming nothing of it: the fleet's cause
+    (unreachable, authentication refused, host key unknown or changed), else `query failed`
+    (it answered, but the query did not end well)."""
+    if result.status == "unreachable":
+        return result.cause or "unreachable"
+    return "query failed"
 
 
 def dump(document: dict[str, Any]) -> str:
@@ -59,20 +69,15 @@ def write(document: dict[str, Any], path: Path) -> None:
 
 
 def read(path: Path) -> dict[str, Any]:
-    """A capture file; UsageError naming the file and what is wrong with it."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise UsageError(f"{path}: {error.strerror}", fix="give the file facts.capture wrote")
-    except yaml.YAMLError as error:
-        raise UsageError(f"{path}: not YAML ({str(error).splitlines()[0]})",
-                         fix="give the file facts.capture wrote") from None
+    """A capture file, read with the inventory's bounds (size, aliases, duplicate keys) and
+    its shape checked (fileshape.py); UsageError naming the file, the line and what is wrong."""
+    data = read_yaml(path)
     if not isinstance(data, dict) or "sparkrack_capture" not in data:
-        raise UsageError(f"{path}: not a sparkrack capture (no sparkrack_capture key)",
-                         fix="give the file facts.capture wrote")
+        raise UsageError(f"{path}: not a sparkrack capture (no sparkrack_capture key)", fix=FIX)
     if data["sparkrack_capture"] != shape.VERSION:
         raise UsageError(f"{path}: capture version {data['sparkrack_capture']}, this sparkrack "
                          f"reads {shape.VERSION}", fix="capture the rack again")
     if not isinstance(data.get("nodes"), list) or not isinstance(data.get("rack"), dict):
         raise UsageError(f"{path}: no nodes or rack section", fix="capture the rack again")
-    return data
+    check_capture(data)
+    return plain(data)

@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
     parser.add_argument("--state", default=DEFAULT_STATE,
                         help=f"state file: restart budget, verdicts (default {DEFAULT_STATE})")
+    parser.add_argument("--allow-power-cycle", action="store_true",
+                        help="a node whose GPU latched while its group was busy may have its "
+                        "power cycled through the rack's PDU (watchdog/powercycle.py)")
     parser.add_argument("--check-reach", action="store_true",
                         help="load everything the service runs, run `true` on every node "
                         "with the inventory's key, print one JSON line and exit (0: every "
@@ -86,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     with Fleet(inventory) as fleet:
         watchdog = Watchdog(inventory, FleetRack(inventory, fleet), metrics,
-                            state_file=Path(args.state))
+                            state_file=Path(args.state),
+                            allow_power_cycle=args.allow_power_cycle)
         watchdog.run_forever(args.interval, sleep=stop.wait, should_stop=stop.is_set)
     server.shutdown()
     log.info("stopped")

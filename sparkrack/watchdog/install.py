@@ -108,6 +108,7 @@ def role_vars(inventory, settings: Settings, state: NodeState, manifest_sha256: 
     return {**service_vars(settings), "watchdog_python": settings.python,
             "watchdog_listen": listen_argument(settings.listen,
                                                inventory.vars.watchdog_metrics_port),
+            "watchdog_power_cycle": " --allow-power-cycle" if settings.allow_power_cycle else "",
             "watchdog_files": files,
             "watchdog_dirs": sorted({f for d in folders for f in _parents(d)}),
             "watchdog_stale": sorted(p for p in state.files if p not in files),

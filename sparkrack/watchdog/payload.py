@@ -41,7 +41,7 @@ PACKAGE_DIR = Path(sparkrack.__file__).resolve().parent
 RUNTIME_REQUIREMENTS = ("fabric>=3.2", "paramiko>=3.4", "invoke>=2.2", "pyyaml>=6",
                         "jinja2>=3.1", "docker[ssh]>=7.1", "rich>=13", "filelock>=3.20.1",
                         "prometheus-client>=0.20", "packaging>=23", "requests>=2.32",
-                        "urllib3>=2.2", "cryptography>=42")
+                        "urllib3>=2.2", "cryptography>=42", "pysnmp>=7.1")
 MANIFEST = ".sparkrack-manifest"  # in lib/: `sha256  path` lines, as sha256sum -c reads them
 KEY_FILE = "ssh/id_ed25519"  # under the install directory, made on the node
 KNOWN_HOSTS = "known_hosts"  # in the inventory copy

@@ -91,6 +91,7 @@ class Watchdog:
     budget: RestartBudget | None = None
     state_file: Path | None = None
     facts_every: float = FACTS_EVERY_S
+    allow_power_cycle: bool = False  # watch.install --allow-power-cycle (watchdog/powercycle.py)
     clock: Callable[[], float] = time.time
     monotonic: Callable[[], float] = time.monotonic
 

@@ -2,7 +2,8 @@
 audit log and the deployment records) loses power while SGLang serves. `down` fails closed;
 `break-glass` stops every worker's rank and records it here and on every worker; it refuses
 while the head answers; once the head is back, `down` clears what is left and moves the
-record into the head's audit log."""
+record into the head's audit log. A head that is alive is never taken for gone: not behind
+a changed host key, nor behind a partition that cuts only this machine off."""
 
 from __future__ import annotations
 
@@ -56,10 +57,12 @@ def test_break_glass_stops_the_workers_of_a_lost_head_and_records_it(engine_rack
             assert len(fleet.docker(workers[0].name).containers(
                 labels=["sparkrack.engine"])) == 1  # down changed nothing
 
-        done = invoke(tmp_path, "break-glass", REASON, "--yes", "--timeout", "3")
+        done = invoke(tmp_path, "break-glass", REASON, "--yes", "--timeout", "3",
+                      "--grace", "6")
         assert done.returncode == 0, done.stdout + done.stderr
         said = done.stdout + done.stderr
         assert f"{head} (the head) does not answer" in said
+        assert "watching it for 6 s, from here and from 7 worker(s)" in said
         assert f"{head}: not reached" in said
         assert "break-glass: 7 rank(s) stopped" in said
         assert f"once {head} answers: invoke down" in said
@@ -78,6 +81,7 @@ def test_break_glass_stops_the_workers_of_a_lost_head_and_records_it(engine_rack
         for result in records:  # the same record on every worker the break-glass reached
             assert result.ok, result.error
             assert json.loads(result.stdout.splitlines()[-1])["id"] == mine[0]["id"]
+            assert verify_chain(result.stdout).ok  # chained there by the lock script
     finally:
         rack.poweron(head)
         rack.wait_booted([rack.node(head)])
@@ -92,4 +96,53 @@ def test_break_glass_stops_the_workers_of_a_lost_head_and_records_it(engine_rack
     assert verify_chain(log.stdout).ok
     on_head = [r for r in parse_lines(log.stdout) if r.get("id") == mine[0]["id"]]
     assert len(on_head) == 1 and on_head[0]["changed"]["reason"] == REASON  # once, not 7 times
+    assert on_head[0]["folded_from"] == [n.name for n in workers]  # and from where
     assert [r.exit_code for r in left] == [1] * 8  # and gone from every node
+
+
+def _workers_running(inventory) -> dict[str, list[str]]:
+    """The engine containers running on every worker (the head may refuse this machine)."""
+    workers = [n for n in inventory.nodes if n.name != inventory.head.name]
+    with Fleet(inventory, workers) as fleet:
+        return {n.name: [c.name for c in fleet.docker(n.name).containers(
+            labels=["sparkrack.engine"]) if c.status == "running"] for n in workers}
+
+
+def test_break_glass_never_takes_a_live_head_for_gone(engine_rack, rack, tmp_path):
+    """Issue 46 item 7: the head alive behind a changed host key (really regenerated on the
+    node, sshd restarted), then alive for its workers but cut off from this machine: each
+    is refused with its own line, exit 2, and every worker's rank still runs."""
+    inventory = engine_rack
+    head = inventory.head.name
+    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    try:
+        rack.rekey(head)
+        try:
+            refused = invoke(tmp_path, "break-glass", REASON, "--yes", "--grace", "3")
+            running = _workers_running(inventory)
+        finally:
+            rack.rekey(head, restore=True)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        said = refused.stderr.strip()
+        assert said.startswith(f"error: {head} (the head) is there but refuses this machine: "
+                               f"{head} (10.77.1.11): host key CHANGED since it was recorded"), said
+        assert "break-glass stopped nothing" in said
+        assert all(len(names) == 1 for names in running.values()), running
+
+        rack.isolate(head)
+        try:
+            refused = invoke(tmp_path, "break-glass", REASON, "--yes", "--grace", "3")
+            running = _workers_running(inventory)
+        finally:
+            rack.isolate(head, on=False)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        said = refused.stderr.strip()
+        assert said.startswith(f"error: {head} (the head) does not answer this machine ("
+                               f"{head} (10.77.1.11): no answer within"), said
+        assert "reaches it (10.77.1.11:22 accepted the connection): a partition between this " \
+               "machine and the head, not a lost head" in said
+        assert all(len(names) == 1 for names in running.values()), running
+        assert not (tmp_path / "audit.jsonl").exists()  # nothing done, nothing recorded
+        assert len(nothing_runs(inventory)) == 8  # the head's rank 0 too
+    finally:
+        lifecycle.down(inventory)

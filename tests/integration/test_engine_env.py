@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -293,3 +294,68 @@ def test_up_with_the_fabric_check_refuses_a_rail_trained_low_and_starts_on_a_fit
     rack.cable("spark-02", Cabling())
     deployment = lifecycle.up(clean, "vllm", "512k", burn=quick_burn, fabric_check=True)
     assert deployment.phases["fabric"] > 0
+
+
+GATED = "zai-org/GLM-5.3"
+TOKEN_DIR = "/etc/sparkrack/hf"
+READ_AS_THE_ENGINE = ("import os; from sparkrack_stub.hubtoken import hub_token; "
+                      "print(hub_token(os.environ))")
+
+
+def test_the_hub_token_is_a_read_only_file_in_every_rank_never_in_docker_inspect(clean, rack):
+    """Issue 46 item 8: HF_TOKEN passed as container environment shows in `docker inspect`.
+    Provisioned with a token, every node holds it in a 0600 file (folder 0700); each rank
+    of a lane that needs it (the stub reads it as huggingface_hub does) gets HF_TOKEN_PATH
+    and the folder bound read-only, never the token; a token provisioned anew is what the
+    running ranks read next; without one the lane fails as the engine does."""
+    from sparkrack.lifecycle.start import StartFailed
+    from sparkrack.rehearsal.stub.config import CONFIG_NAME
+    from sparkrack.rehearsal.stub.modeldir import write_stub_model
+
+    inventory = clean
+    token, rotated = f"hf_{secrets.token_hex(12)}", f"hf_{secrets.token_hex(12)}"
+    settings = f"{inventory.vars.model_path}/{CONFIG_NAME}"
+    with Fleet(inventory, [inventory.head]) as fleet:
+        found = json.loads(fleet.run(["cat", settings])[inventory.head.name].stdout)
+    with Fleet(inventory) as fleet:
+        write_stub_model(fleet, {**found, "gated_repo": GATED})
+    try:
+        assert provision(inventory, roles="engine_env",
+                         environ={"HF_TOKEN": token}).exit_code == 0
+        lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+        specs = build_specs(inventory, "sglang", "512k")
+        with Fleet(inventory) as fleet:
+            modes = fleet.run(["stat", "-c", "%a %U:%G %n", TOKEN_DIR, f"{TOKEN_DIR}/token"])
+            assert {r.node: r.stdout for r in modes} == {
+                n.name: f"700 root:root {TOKEN_DIR}\n600 root:root {TOKEN_DIR}/token\n"
+                for n in inventory.nodes}
+            for spec in specs:
+                container = fleet.docker_client(spec.node).containers.get(spec.container_name)
+                attrs = container.attrs
+                assert token not in json.dumps(attrs)  # docker inspect, all of it
+                env = attrs["Config"]["Env"]
+                assert f"HF_TOKEN_PATH={TOKEN_DIR}/token" in env
+                assert not [e for e in env if e.startswith(("HF_TOKEN=", "HUGGING_FACE_HUB"))]
+                assert {(m["Source"], m["Destination"], m["RW"]) for m in attrs["Mounts"]
+                        if m["Destination"] == TOKEN_DIR} == {(TOKEN_DIR, TOKEN_DIR, False)}
+                log = container.logs().decode()
+                assert f"Hugging Face token for {GATED} read from {TOKEN_DIR}/token" in log
+                read = container.exec_run(["python3", "-c", READ_AS_THE_ENGINE])
+                assert (read.exit_code, read.output.decode().strip()) == (0, token)
+            assert provision(inventory, roles="engine_env",
+                             environ={"HF_TOKEN": rotated}).exit_code == 0
+            rank = fleet.docker_client(specs[3].node).containers.get(specs[3].container_name)
+            read = rank.exec_run(["python3", "-c", READ_AS_THE_ENGINE])
+            assert read.output.decode().strip() == rotated  # no restart: the folder is bound
+        lifecycle.down(inventory)
+
+        assert provision(inventory, roles="engine_env", environ={}).exit_code == 0
+        with Fleet(inventory) as fleet:
+            assert {r.exit_code for r in fleet.run(["test", "-e", f"{TOKEN_DIR}/token"])} == {1}
+        with pytest.raises(StartFailed) as failed:
+            lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+        assert "GatedRepoError: 401 Client Error." in failed.value.line()
+    finally:
+        lifecycle.down(inventory)
+        with Fleet(inventory) as fleet:
+            write_stub_model(fleet, found)

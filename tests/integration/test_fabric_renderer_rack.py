@@ -9,14 +9,13 @@ and its drop-in keeps NetworkManager for them. One node (spark-08) is changed; t
 puts it back: its netplan files as found, networkd, provisioned.
 """
 
-import os
 
 import pytest
+from hosttools import need
 from provision_helpers import failures
 
 from sparkrack.provision import provision
 from sparkrack.rehearsal import nodeproc
-from sparkrack.rehearsal.nodefs import has_network_manager
 
 pytestmark = pytest.mark.rack
 
@@ -110,10 +109,8 @@ def test_a_renderer_that_does_not_run_is_refused_in_one_line(rack, inventory, as
 @pytest.mark.parametrize("daemon", ["networkd", "NetworkManager"])
 def test_the_fabric_is_in_force_under_the_renderer_and_after_a_reboot(rack, inventory,
                                                                      as_found, daemon):
-    if daemon == "NetworkManager" and not has_network_manager():
-        if os.environ.get("SPARKRACK_CI"):
-            pytest.fail("network-manager is missing in CI: .ci/run installs it")
-        pytest.skip("network-manager is not installed on this machine")
+    if daemon == "NetworkManager":
+        need("nmcli")
     node = rack.node(NODE)
     rack.renderer(NODE, daemon)
     put(rack, CX7, nvidia_nm(node) if daemon == "NetworkManager" else None)

@@ -317,7 +317,7 @@ def test_a_lost_head_is_replaced_by_a_spare_that_takes_the_lock_log_and_records(
         assert serving is not None and serving.engine == "sglang"
         extras.poweroff("spark-01")
         glass = cli(inv_dir, state, "break-glass", "spark-01 lost its PSU", "--yes",
-                    "--timeout", "3")
+                    "--timeout", "3", "--grace", "3")
         assert glass.returncode == 0, glass.stdout + glass.stderr
 
         swap = cli(inv_dir, state, "onboard", NEW, NEW_ADDR, "--replace", "spark-01",
@@ -328,6 +328,8 @@ def test_a_lost_head_is_replaced_by_a_spare_that_takes_the_lock_log_and_records(
         assert "lock: none taken (rack lock on spark-01: spark-01 (10.77.1.11): " in said, said
         assert (f"spark-01 was the head: its audit log and records move to {NEW} (from this "
                 "machine's copies") in said, said
+        assert "audit log (spark-01, from this machine's copies (" in said, said
+        assert "): the chain holds: " in said, said
         assert f"record current ({serving.deployment_id}) not moved: none of its ranks runs" \
             in said, said
         assert f"record last-good: {serving.describe()}" in said, said
@@ -344,7 +346,8 @@ def test_a_lost_head_is_replaced_by_a_spare_that_takes_the_lock_log_and_records(
         entries = parse_lines(log.stdout)
         task_of = {r["id"]: r["task"] for r in entries if r.get("task")}
         tasks = [(task_of.get(r["id"]), r["phase"]) for r in entries]
-        assert tasks == [("up", "start"), ("up", "end"), ("break-glass", "end"),
+        assert tasks == [("head-move", "end"), ("up", "start"), ("up", "end"),
+                         ("break-glass", "end"),
                          ("onboard", "start"), ("onboard", "end"), ("down", "start"),
                          ("down", "end")], tasks
         assert records["current"] is None

@@ -192,11 +192,12 @@ def test_shell_metacharacters_land_literally_and_never_run(inventory, tmp_path):
         assert report.exit_code == 0, failures(report)
         assert token not in json.dumps(as_json(report))
         with Fleet(inventory, inventory.select("spark-03")) as fleet:
-            files = fleet.get({"spark-03": [NCCL_ENV, "/etc/sparkrack/sglang.env"]})[
-                "spark-03"].files
+            files = fleet.get({"spark-03": [NCCL_ENV, "/etc/sparkrack/sglang.env",
+                                            "/etc/sparkrack/hf/token"]})["spark-03"].files
             leftovers = fleet.run(sh('ls -d "$1"* 2>/dev/null; exit 0', PWNED))["spark-03"]
         assert f"(rack {evil}, role nccl_env)" in files[NCCL_ENV].decode()
-        assert f"\nHF_TOKEN={token}\n" in files["/etc/sparkrack/sglang.env"].decode()
+        assert files["/etc/sparkrack/hf/token"].decode() == token  # literally, in its own file
+        assert "HF_TOKEN=" not in files["/etc/sparkrack/sglang.env"].decode()
         assert leftovers.stdout == "" and not any(
             name.startswith("sparkrack-pwned") for name in os.listdir("/tmp"))
     finally:

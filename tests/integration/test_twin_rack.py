@@ -15,6 +15,7 @@ import pytest
 
 from sparkrack.errors import SparkrackError
 from sparkrack.fleet import Fleet
+from sparkrack.fleet.netguard import blackhole_present
 from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.provision import provision
 from sparkrack.provision.envfiles import parse_env
@@ -52,6 +53,8 @@ def test_a_twin_has_the_captures_shape_and_the_standard_rack_comes_back(engine_r
         assert original["nodes"][1]["functions"]["rocep1s0f1"]["netdevs"] == {
             "enp1s0f1np1": {"mtu": 9000, "state": "down"}}
         rack.down()
+        # the rack is down, its guard route stays: a stray packet for it never leaves here
+        assert blackhole_present(Path("/proc/net/route").read_text())
         twin_rack = build_twin(original, REHEARSAL_INVENTORY, tmp_path / "twin",
                                say=lambda line: None)
         twin = twin_rack.inventory

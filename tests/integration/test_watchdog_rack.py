@@ -31,6 +31,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from hosttools import need
 from stubgroup import quick_burn
 
 from sparkrack.engines import build_specs
@@ -44,7 +45,6 @@ from sparkrack.inventory.watchdog_record import MARKER, read_record
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
 WATCHDOG_NODE = "spark-01"
-PROMETHEUS = Path("/usr/bin/prometheus")
 STOP_WITHIN_S = 5.0
 LEFTOVERS = (f"/etc/systemd/system/{UNIT}", f"/etc/systemd/system/multi-user.target.wants/{UNIT}",
              DEFAULT_INSTALL_DIR, STATE_DIR)
@@ -126,12 +126,7 @@ def free_port() -> int:
 def prometheus(inventory, tmp_path_factory):
     """Debian's prometheus on 127.0.0.1, scraping the watchdog on spark-01 every second and
     evaluating the shipped alert rules (temporary config and storage); stopped at the end."""
-    if not PROMETHEUS.exists():
-        message = (f"{PROMETHEUS} is missing: these tests need a real Prometheus server "
-                   "(apt-get install prometheus; .ci/run installs it)")
-        if os.environ.get("CI") or os.environ.get("SPARKRACK_CI"):
-            pytest.fail(message)  # under CI a missing server is a broken setup, not a skip
-        pytest.skip(message)
+    prometheus_server = need("prometheus")
     folder = tmp_path_factory.mktemp("prometheus")
     target = f"{inventory.node(WATCHDOG_NODE).address}:{inventory.vars.watchdog_metrics_port}"
     (folder / "prometheus.yml").write_text(f"""global:
@@ -148,7 +143,7 @@ scrape_configs:
     port = free_port()
     log = open(folder / "prometheus.log", "wb")
     process = subprocess.Popen(
-        [str(PROMETHEUS), f"--config.file={folder / 'prometheus.yml'}",
+        [prometheus_server, f"--config.file={folder / 'prometheus.yml'}",
          f"--storage.tsdb.path={folder / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
          "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -160,3 +160,90 @@ def test_a_profile_flag_the_new_version_dropped_or_renamed_is_named_so(rack):
         "likely renamed it --schedule-conservative-factor",
         "write --schedule-conservative-factor")
     assert options.problem("--no-such-option")[0].startswith("unknown sglang 0.5.23 option")
+
+
+def table_with(rack, *, version="0.5.23", after=(), before=()):
+    """The 0.5.23 table as the extractor prints it, its version line replaced, with lines
+    added after its header or at its end."""
+    lines = VERSIONS[("sglang", "0.5.23")].table().splitlines()
+    lines = [f"#: version {version}" if line.startswith("#: version ") else line
+             for line in lines]
+    at = next(i for i, line in enumerate(lines) if line.startswith("#: underscores")) + 1
+    return "\n".join([*lines[:at], *before, *lines[at:], *after]) + "\n"
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize("version", ["/../../x", "../../../x", "0.5.23/../../../x", "",
+                                     "0.5.23\x1b]52", "a" * 80, "0.5.23 extra"])
+def test_a_version_that_is_no_version_is_refused_and_nothing_written(rack, tmp_path, version):
+    """Issue 46 item 10: the `#: version` line is the image's word, and `/../../x` wrote a
+    file outside the inventory."""
+    outside = tree(tmp_path)
+    with pytest.raises(LearnFailed) as refused:
+        keep(rack, "sglang", REF, IMAGE_ID, "spark-01", table_with(rack, version=version),
+             notes=[], seconds=0.1)
+    assert refused.value.line().startswith(
+        f"the sglang table read from {REF} names version {version!r}, which is not a version")
+    assert tree(tmp_path) == outside and not (rack.path / LEARNED_DIR).exists()
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["#: image evil/sglang:v0.5.23"], "'#: image' is sparkrack's own header line"),
+    (["#: image_id sha256:" + "4" * 64], "'#: image_id' is sparkrack's own header line"),
+    (["#: version 0.5.99"], "'#: version' twice"),
+    (["#: engine vllm"], "'#: engine' twice"),
+    (["#: learned_on elsewhere"], "'#: learned_on' is sparkrack's own header line"),
+])
+def test_the_images_output_cannot_write_the_header(rack, extra, says):
+    """Later output overrode the header (the last line of a key wins when a table is
+    read): sparkrack's own lines are refused from the image, and so is a key said twice
+    or a header line among the options."""
+    for text in (table_with(rack, after=extra), table_with(rack, before=extra)):
+        with pytest.raises(LearnFailed) as refused:
+            keep(rack, "sglang", REF, IMAGE_ID, "spark-01", text, notes=[], seconds=0.1)
+        assert says in refused.value.line() or "among the options" in refused.value.line()
+        assert not (rack.path / LEARNED_DIR).exists()
+
+
+def test_a_table_read_later_keeps_its_first_header_line(rack, tmp_path):
+    """A table written before (or by hand) with a key twice is refused when read, naming
+    the line, rather than the last one winning."""
+    file = tmp_path / "sglang-0.5.23.txt"
+    file.write_text(table_with(rack, after=[f"#: image {REF}", "#: image other/ref:v1"]))
+    with pytest.raises(ValueError, match=r"sglang-0.5.23.txt:\d+: '#: image' twice"):
+        read_options(file)
+
+
+def test_the_learn_container_has_memory_and_pids_limits(rack, monkeypatch):
+    import sparkrack.engines.learn as learn_module
+
+    ran = {}
+
+    class Docker:
+        def image_info(self, ref):
+            return IMAGE_ID, {}
+
+        def run_to_end(self, image, argv, **options):
+            ran.update(options)
+            return 0, VERSIONS[("sglang", "0.5.23")].table().encode(), b""
+
+    class Fleet:
+        def __init__(self, inventory, nodes):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def docker(self, node):
+            return Docker()
+
+    monkeypatch.setattr(learn_module, "Fleet", Fleet)
+    learn_module.learn(rack, "sglang", REF)
+    assert ran["limits"] == {"mem_limit": "2g", "memswap_limit": "2g", "pids_limit": 64}

@@ -26,6 +26,7 @@ FIELD_NOTES = REPO / "docs" / "field-notes.md"  # quotes the field report's conf
 REPRODUCE = Path(__file__).parent / "data" / "engines" / "sglang-512k-reproduce.txt"
 HEADING = "### Field report: Reproduce the SGLang 512K config"
 PROBED = "probed on the node (the RoCE v2 entry whose GID is IPv4-mapped)"
+TOKEN_FILE = "/etc/sparkrack/hf/token"  # role engine_env's: HF_TOKEN_PATH in the env files
 
 
 @pytest.fixture(scope="module")
@@ -265,11 +266,10 @@ def test_docker_run_argv_is_the_whole_container(real_inventory):
 
 
 def test_docker_sdk_kwargs_are_accepted_by_the_sdk(real_inventory):
-    envs = read_env(real_inventory, "sglang", spark_01={"HF_TOKEN": ("hf_real", "secret")})
-    spec = specs(real_inventory, "sglang", node_env=envs)[0]
+    spec = specs(real_inventory, "sglang", node_env=read_env(real_inventory, "sglang"))[0]
     kwargs = docker_sdk_kwargs(spec)
     assert kwargs["entrypoint"] + kwargs["command"] == list(spec.argv)
-    assert kwargs["environment"]["HF_TOKEN"] == "hf_real"
+    assert kwargs["environment"]["HF_TOKEN_PATH"] == TOKEN_FILE
     create = docker.models.containers._create_container_args({**kwargs, "version": "1.44"})
     host = create["host_config"]
     assert (host["NetworkMode"], host["IpcMode"]) == ("host", "host")
@@ -279,7 +279,8 @@ def test_docker_sdk_kwargs_are_accepted_by_the_sdk(real_inventory):
     assert host["CapAdd"] == ["IPC_LOCK"] and host["ShmSize"] == 32 << 30
     assert {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]} == {
         "memlock": (-1, -1), "nofile": (1048576, 1048576)}
-    assert host["Binds"] == ["/models/GLM-5.3-NVFP4:/models/GLM-5.3-NVFP4:ro"]
+    assert host["Binds"] == ["/models/GLM-5.3-NVFP4:/models/GLM-5.3-NVFP4:ro",
+                             "/etc/sparkrack/hf:/etc/sparkrack/hf:ro"]
     assert create["labels"] == dict(spec.labels) and create["name"] == "sparkrack-sglang-r0"
 
 
@@ -313,15 +314,40 @@ def test_the_spec_hash_changes_with_what_runs(real_inventory, own_rack):
             != specs(rehearsal, "sglang")[0].spec_hash)
 
 
-def test_hf_token_is_passed_on_but_never_shown(real_inventory, monkeypatch):
+def test_a_rank_reads_its_hub_token_from_a_read_only_file_never_its_environment(
+        real_inventory, monkeypatch):
+    """Issue 46 item 8: an HF_TOKEN in the container's environment shows in `docker
+    inspect`. A rank gets HF_TOKEN_PATH (the env file's) and the token file's folder bound
+    read-only at the same path, where huggingface_hub reads it."""
     monkeypatch.setenv("HF_TOKEN", "hf_operator")  # the operator's own: never a rank's
+    for spec in specs(real_inventory, "sglang", node_env=read_env(real_inventory, "sglang")):
+        kwargs = docker_sdk_kwargs(spec)
+        assert kwargs["environment"]["HF_TOKEN_PATH"] == TOKEN_FILE
+        assert "HF_TOKEN" not in kwargs["environment"]
+        assert kwargs["volumes"]["/etc/sparkrack/hf"] == {"bind": "/etc/sparkrack/hf",
+                                                          "mode": "ro"}
+        assert "hf_operator" not in json.dumps(kwargs, default=str)
+        assert "--volume /etc/sparkrack/hf:/etc/sparkrack/hf:ro" in shlex.join(
+            docker_run_argv(spec))
+
+
+def test_a_token_left_in_an_env_file_is_shown_masked_and_never_started(real_inventory):
+    """An env file provision wrote before the token moved to its file (or a hand edit)
+    still holds HF_TOKEN: `plan` shows it as ***, and no container is made with it."""
     envs = read_env(real_inventory, "sglang", spark_01={"HF_TOKEN": ("hf_secret", "secret")})
     spec = specs(real_inventory, "sglang", node_env=envs)[0]
-    assert spec.env["HF_TOKEN"] == "hf_secret" and "HF_TOKEN" in spec.secret_names
+    assert "HF_TOKEN" in spec.secret_names
     shown = shlex.join(docker_run_argv(spec))
     assert "HF_TOKEN=***" in shown and "hf_secret" not in shown
     assert "hf_secret" not in json.dumps(spec.as_dict()) and "hf_secret" not in repr(spec)
-    assert "HF_TOKEN=hf_secret" in docker_run_argv(spec, redact=False)
+    with pytest.raises(UsageError) as refused:
+        docker_sdk_kwargs(spec)
+    assert refused.value.line() == (
+        "spark-01: HF_TOKEN is in the environment the engine would start with "
+        "(/etc/sparkrack/sglang.env), where `docker inspect` shows it to anyone who may "
+        "run docker (run invoke provision: the token goes to its own 0600 file, which the "
+        "ranks read through HF_TOKEN_PATH)")
+    assert "hf_secret" not in refused.value.line()
     assert "HF_TOKEN" not in specs(real_inventory, "sglang")[0].env
 
 
@@ -363,7 +389,8 @@ def test_plan_prints_eight_docker_runs_and_says_it_shows_the_inventorys_view(cap
     run_plan("--engine", "sglang", "-i", str(REPO / "inventory" / "rack"))
     out = capsys.readouterr().out
     commands = [line for line in out.splitlines() if line.startswith("docker run")]
-    assert len(commands) == 8 and "hf_secret" not in out and "HF_TOKEN" not in out
+    assert len(commands) == 8 and "hf_secret" not in out and "HF_TOKEN=" not in out
+    assert all(f"--env HF_TOKEN_PATH={TOKEN_FILE}" in command for command in commands)
     assert "--node-rank 7" in commands[7] and "# rank 0 on spark-01 (head)" in out
     assert ("# environment: the inventory's view (no node's env files could be read: spark-01 "
             "(192.0.2.11): the address is an example") in out

@@ -145,8 +145,12 @@ def everything(inventory, engine, profile, **options):
     return list(yaml.safe_load_all(manifest_yaml(lane.manifests)))
 
 
-KINDS = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet",
-         "LeaderWorkerSet", "Service"]
+KINDS = ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+         "RoleBinding", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PriorityClass",
+         "ConfigMap", "DaemonSet", "LeaderWorkerSet", "Service"]
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding", "PriorityClass"}
 
 
 def containers(lws):
@@ -201,15 +205,18 @@ def test_the_env_is_the_launch_specs_and_secrets_come_from_a_secret(real_invento
     spec = build_specs(real_inventory, engine, profile)[0]
     for container in containers(lws):
         env = container["env"]
+        names = [e["name"] for e in env]
+        assert len(names) == len(set(names)), names  # the node's HF_TOKEN_PATH is not the pod's
         advertised = {"SGLANG_HOST_IP", "VLLM_HOST_IP"}  # each pod's own node: downward API
         per_node = advertised | {"NCCL_IB_GID_INDEX"}  # NCCL picks it on each node
         assert {e["name"]: expand(e["value"], {}) for e in env if "value" in e} == {
-            **{k: v for k, v in spec.env.items() if k not in per_node}, **NCCL_SELECTION}
+            **{k: v for k, v in spec.env.items() if k not in per_node}, **NCCL_SELECTION,
+            "HF_TOKEN_PATH": "/var/run/secrets/sparkrack/HF_TOKEN"}  # a file, never the value
         assert [e for e in env if "valueFrom" in e] == [
             {"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
-            for name in sorted(advertised)] + [{"name": "HF_TOKEN", "valueFrom": {
-                "secretKeyRef": {"name": f"sparkrack-{engine}", "key": "HF_TOKEN",
-                                 "optional": True}}}]
+            for name in sorted(advertised)]
+        assert {"name": "secrets", "mountPath": "/var/run/secrets/sparkrack",
+                "readOnly": True} in container["volumeMounts"]
     assert "hf_never_in_a_manifest" not in json.dumps([lws, service])
 
 
@@ -222,35 +229,34 @@ def test_the_group_runs_as_the_rack_does(real_inventory):
         pod = template["spec"]
         assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GB10",
                                        CAP_VERIFIED_LABEL: "true"}
+        assert "tolerations" not in pod  # the agent's NoExecute taint evicts it
         assert (pod["hostNetwork"], pod["dnsPolicy"], "hostIPC" in pod) == \
             (True, "ClusterFirstWithHostNet", False)  # the pod's own IPC, its own /dev/shm
         assert pod["terminationGracePeriodSeconds"] == 120  # the profile's stop timeout
-        assert pod["volumes"] == [
+        assert pod["volumes"][:3] == [
             {"name": "models-glm-5-3-nvfp4", "hostPath": {"path": "/models/GLM-5.3-NVFP4",
                                                           "type": "Directory"}},
-            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}}]
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}},
+            {"name": "secrets", "secret": {
+                "secretName": "sparkrack-sglang", "defaultMode": 0o400,
+                "items": [{"key": "HF_TOKEN", "path": "HF_TOKEN"}], "optional": True}}]
+        assert pod["initContainers"][0]["name"] == "cap-gate"  # before anything else
         container = pod["containers"][0]
         assert container["resources"]["limits"] == container["resources"]["requests"] == {
             "cpu": "16", "memory": "100Gi", "nvidia.com/gpu": 1, "rdma/hca_shared_devices_a": 1}
         assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
-        assert container["volumeMounts"] == [{"name": "models-glm-5-3-nvfp4",
-                                              "mountPath": "/models/GLM-5.3-NVFP4",
-                                              "readOnly": True},
-                                             {"name": "dshm", "mountPath": "/dev/shm"}]
+        assert container["volumeMounts"][:2] == [{"name": "models-glm-5-3-nvfp4",
+                                                  "mountPath": "/models/GLM-5.3-NVFP4",
+                                                  "readOnly": True},
+                                                 {"name": "dshm", "mountPath": "/dev/shm"}]
         assert qos(pod) == "Guaranteed"
     leader, worker = containers(lws)
     assert leader["ports"][0] == {"name": "http", "containerPort": 30000, "protocol": "TCP"}
     startup = leader["startupProbe"]
     assert startup["httpGet"] == {"path": "/health", "port": "http"}
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 900  # ready_timeout_s
-    assert leader["livenessProbe"]["failureThreshold"] == 3  # as `invoke watch` acts
-    assert "ports" not in worker and "initContainers" not in group["leaderTemplate"]["spec"]
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):  # the leader's health
-        command = worker[probe]["exec"]["command"]
-        assert command[:2] == ["python3", "-c"] and command[3:] == ["health", "30000",
-                                                                    "/health", "2"]
-        assert worker[probe]["failureThreshold"] == leader[probe]["failureThreshold"]
-    [wait] = group["workerTemplate"]["spec"]["initContainers"]
+    assert "ports" not in worker and len(group["leaderTemplate"]["spec"]["initContainers"]) == 1
+    _, wait = group["workerTemplate"]["spec"]["initContainers"]
     assert wait["name"] == "wait-for-leader" and wait["command"][3:] == ["wait", "600"]
     assert wait["image"] == worker["image"]
     assert service["spec"]["selector"] == {
@@ -389,7 +395,8 @@ def test_a_one_node_rack_is_refused(tmp_path):
     hosts = own / "hosts.yml"
     hosts.write_text(re.sub(r" +spark-0[2-8]:.*\n", "", hosts.read_text()))
     rack_vars = own / "group_vars" / "all.yml"
-    rack_vars.write_text(rack_vars.read_text().replace("tp_size: 8", "tp_size: 1"))
+    rack_vars.write_text(re.sub(r"spark-0[2-8]: [2-8],?\s*", "", rack_vars.read_text())
+                         .replace("tp_size: 8", "tp_size: 1"))  # its PDU feeds spark-01 only
     with pytest.raises(UsageError, match="needs a leader and a worker, and the inventory has 1"):
         export_lws(load_inventory(own), "sglang", "512k")
 
@@ -403,23 +410,36 @@ def test_bad_names_are_refused(real_inventory):
 
 # --- files and the task ------------------------------------------------------------------
 
-AGENT_FILES = ["serviceaccount-sparkrack-node-agent.yaml",
-               "clusterrole-sparkrack-node-agent.yaml",
-               "clusterrolebinding-sparkrack-node-agent.yaml",
-               "configmap-sparkrack-node-agent.yaml", "daemonset-sparkrack-node-agent.yaml"]
+SUPPORT_FILES = [
+    "namespace-sparkrack.yaml", "serviceaccount-sparkrack-node-agent.yaml",
+    "clusterrole-sparkrack-node-agent.NS.yaml", "clusterrolebinding-sparkrack-node-agent.NS.yaml",
+    "role-sparkrack-node-agent.yaml", "rolebinding-sparkrack-node-agent.yaml",
+    "serviceaccount-sparkrack-gate.yaml", "clusterrole-sparkrack-gate.NS.yaml",
+    "clusterrolebinding-sparkrack-gate.NS.yaml",
+    "validatingadmissionpolicy-sparkrack-node-agent.NS.yaml",
+    "validatingadmissionpolicybinding-sparkrack-node-agent.NS.yaml",
+    "priorityclass-sparkrack-node-agent.NS.yaml", "configmap-sparkrack-node-agent.yaml",
+    "daemonset-sparkrack-node-agent.yaml"]
+
+
+def support_files(namespace="sparkrack"):
+    return [name.replace("NS", namespace).replace("-sparkrack.yaml", f"-{namespace}.yaml")
+            for name in SUPPORT_FILES]
 
 
 def test_write_manifests_writes_one_file_per_object_and_a_kustomization(real_inventory,
                                                                         tmp_path):
-    objects = export_lws(real_inventory, "vllm", "512k").manifests
-    paths = write_manifests(objects, tmp_path / "out", "inference")
-    assert [p.name for p in paths] == [*AGENT_FILES, "leaderworkerset-sparkrack-vllm-512k.yaml",
+    objects = export_lws(real_inventory, "vllm", "512k",
+                         cluster=cluster_options("inference")).manifests
+    paths = write_manifests(objects, tmp_path / "out")
+    assert [p.name for p in paths] == [*support_files("inference"),
+                                       "leaderworkerset-sparkrack-vllm-512k.yaml",
                                        "service-sparkrack-vllm-512k-api.yaml",
                                        "kustomization.yaml"]
     assert [yaml.safe_load(p.read_text()) for p in paths[:-1]] == list(objects)
-    assert yaml.safe_load(paths[-1].read_text()) == {
+    assert yaml.safe_load(paths[-1].read_text()) == {  # the namespace is the objects' own
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "namespace": "inference", "resources": [p.name for p in paths[:-1]]}
+        "resources": [p.name for p in paths[:-1]]}
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(p.name for p in paths)
 
 
@@ -439,7 +459,9 @@ def test_export_prints_yaml_and_says_where_secrets_and_nodes_come_from(capsys, m
     documents = list(yaml.safe_load_all(captured.out))
     assert [d["kind"] for d in documents] == KINDS
     assert "warning: EXPERIMENTAL:" in captured.err
-    assert "secrets: HF_TOKEN from Secret sparkrack-vllm (not exported" in captured.err
+    assert "secrets: HF_TOKEN from Secret sparkrack-vllm, optional, mounted as read-only " \
+        "files (not exported; kubectl create secret generic --namespace sparkrack " \
+        "sparkrack-vllm --from-literal=HF_TOKEN=...)" in captured.err
     assert f"{CAP_VERIFIED_LABEL}=true" in captured.err
     assert "hf_never_printed" not in captured.out + captured.err
 
@@ -447,7 +469,7 @@ def test_export_prints_yaml_and_says_where_secrets_and_nodes_come_from(capsys, m
 def test_export_out_and_json(capsys, tmp_path):
     out = tmp_path / "k8s"
     assert run_export("--engine", "sglang", "-i", str(INVENTORY), "--out", str(out)) == 0
-    written = [*(f"{out}/{name}" for name in AGENT_FILES),
+    written = [*(f"{out}/{name}" for name in support_files()),
                f"{out}/leaderworkerset-sparkrack-sglang-512k.yaml",
                f"{out}/service-sparkrack-sglang-512k-api.yaml", f"{out}/kustomization.yaml"]
     assert capsys.readouterr().out.splitlines() == [f"wrote {path}" for path in written]
@@ -497,23 +519,26 @@ def test_the_racks_api_port_is_the_exported_one_on_both_lanes(tmp_path):
 # --- the node agent and the cluster's side -----------------------------------------------
 
 def agent_objects(inventory, **options):
-    return {obj["kind"]: obj for obj in everything(inventory, "sglang", "512k", **options)[:5]}
+    return {obj["kind"]: obj for obj in everything(inventory, "sglang", "512k", **options)
+            if obj["kind"] in ("PriorityClass", "ConfigMap", "DaemonSet")}
 
 
-def test_the_node_agent_keeps_the_label_with_the_racks_cap_and_burn(real_inventory):
+def test_the_node_agent_keeps_the_record_with_the_racks_cap_and_burn(real_inventory):
     from sparkrack.remote import script, text
 
     agent = agent_objects(real_inventory)
     assert agent["ConfigMap"]["data"] == {"capagent.py": script("capagent"),
                                           "burn.sh": text("burn")}
-    assert agent["ClusterRole"]["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
-    assert agent["ClusterRoleBinding"]["subjects"] == [
-        {"kind": "ServiceAccount", "name": "sparkrack-node-agent", "namespace": "default"}]
     pod = agent["DaemonSet"]["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GB10"}  # unverified too
     assert (pod["serviceAccountName"], pod["runtimeClassName"]) == ("sparkrack-node-agent",
                                                                     "nvidia")
+    assert pod["tolerations"] == [{"key": "sparkrack.io/clock-cap-unverified",
+                                   "operator": "Exists", "effect": "NoExecute"}]  # its own
+    assert pod["priorityClassName"] == agent["PriorityClass"]["metadata"]["name"] == \
+        "sparkrack-node-agent.sparkrack"
+    assert (agent["PriorityClass"]["value"], agent["PriorityClass"]["preemptionPolicy"]) == \
+        (1_000_000_000, "Never")  # before any workload, never in place of an engine
     [container] = pod["containers"]
     assert container["image"] == build_specs(real_inventory, "sglang", "512k")[0].image
     assert container["securityContext"] == {"privileged": True}
@@ -521,20 +546,24 @@ def test_the_node_agent_keeps_the_label_with_the_racks_cap_and_burn(real_invento
     assert qos(pod) == "Guaranteed"
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env == {"NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+                   "POD_NAMESPACE": {"fieldRef": {"fieldPath": "metadata.namespace"}},
                    "NVIDIA_VISIBLE_DEVICES": "all",
                    "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
-    words = [expand(word, {"NODE_NAME": "gb10-5"})
+    words = [expand(word, {"NODE_NAME": "gb10-5", "POD_NAMESPACE": "sparkrack"})
              for word in [*container["command"], *container["args"]]]
     assert words[:2] == ["python3", "/opt/sparkrack-agent/capagent.py"]
     space: dict = {}  # the ConfigMap's script reads these words as its pod gives them
     exec(compile(agent["ConfigMap"]["data"]["capagent.py"].replace(
         'if __name__ == "__main__":', "if False:"), "capagent", "exec"), space)
     args = space["arguments"](words[2:])
-    assert (args.node, args.cap, args.label, args.every) == ("gb10-5", 2200,
-                                                             CAP_VERIFIED_LABEL, 600.0)
+    assert (args.node, args.namespace, args.cap, args.every, args.engine_label) == (
+        "gb10-5", "sparkrack", 2200, 600.0, "sparkrack.engine")
     assert args.burn == "/opt/sparkrack-agent/burn.sh"
     assert args.load[:2] == ["python3", "-c"] and "torch" in args.load[2]
     assert args.load[3] == "5"  # `invoke burn`'s seconds
+    alive = container["livenessProbe"]["exec"]["command"]
+    assert alive[:3] == [*words[:2], "alive"] and alive[3] == space["ALIVE"]
+    assert int(alive[4]) > 3 * 60 + space["CHECK_MARGIN_S"]  # longer than a burn may take
     [volume] = pod["volumes"]
     assert volume["configMap"]["name"] == "sparkrack-node-agent"
 
@@ -544,11 +573,13 @@ def test_the_clusters_side_goes_where_it_belongs(real_inventory):
                               "llm-critical", "rdma/rdma_shared_device_a", "nvidia-cdi")
     objects = everything(real_inventory, "sglang", "512k", cluster=cluster)
     for obj in objects:
-        namespaced = obj["kind"] not in ("ClusterRole", "ClusterRoleBinding")
-        assert obj["metadata"].get("namespace") == ("inference" if namespaced else None)
+        scoped = obj["kind"] in CLUSTER_SCOPED
+        assert obj["metadata"].get("namespace") == (None if scoped else "inference")
+        if scoped and obj["kind"] != "Namespace":
+            assert obj["metadata"]["name"].endswith(".inference")
         validate(obj)
     kinds = {obj["kind"]: obj for obj in objects}
-    assert kinds["ClusterRoleBinding"]["subjects"][0]["namespace"] == "inference"
+    assert kinds["Namespace"]["metadata"]["name"] == "inference"
     tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                    {"key": "dedicated", "operator": "Equal", "value": "llm"}]
     group = kinds["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]
@@ -556,8 +587,8 @@ def test_the_clusters_side_goes_where_it_belongs(real_inventory):
         assert pod["tolerations"] == tolerations and pod["priorityClassName"] == "llm-critical"
         assert pod["containers"][0]["resources"]["limits"]["rdma/rdma_shared_device_a"] == 1
     agent = kinds["DaemonSet"]["spec"]["template"]["spec"]
-    assert agent["tolerations"] == tolerations and agent["runtimeClassName"] == "nvidia-cdi"
-    assert "priorityClassName" not in agent
+    assert agent["tolerations"][:2] == tolerations and agent["runtimeClassName"] == "nvidia-cdi"
+    assert agent["priorityClassName"] == "sparkrack-node-agent.inference"
 
 
 @pytest.mark.parametrize("flags, says", [
@@ -567,6 +598,11 @@ def test_the_clusters_side_goes_where_it_belongs(real_inventory):
     ({"tolerations": ["k=v v"]}, "'v v' is not a taint value"),
     ({"priority_class": "High_Priority"}, "--priority-class 'High_Priority' is not"),
     ({"rdma_resource": "hca"}, "--rdma-resource 'hca' is not an extended resource name"),
+    ({"namespace": "default"}, "--namespace default: the export brings its namespace "
+                               "labelled privileged"),
+    ({"namespace": "kube-system"}, "give the lane a namespace of its own (default: sparkrack)"),
+    ({"tolerations": ["sparkrack.io/clock-cap-unverified:NoExecute"]},
+     "sparkrack.io/clock-cap-unverified is the node agent's"),
 ])
 def test_cluster_flags_the_api_server_would_refuse_are_refused_first(flags, says):
     with pytest.raises(UsageError) as refused:
@@ -592,7 +628,7 @@ def test_kubectl_kustomize_renders_the_written_set(real_inventory, tmp_path):
 
     lane = export_lws(real_inventory, "vllm", "512k",
                       cluster=cluster_options("inference", ["nvidia.com/gpu:NoSchedule"]))
-    write_manifests(lane.manifests, tmp_path / "set", lane.namespace)
+    write_manifests(lane.manifests, tmp_path / "set")
     done = subprocess.run([str(kubectl_path()), "kustomize", str(tmp_path / "set")],
                           capture_output=True, text=True, timeout=120,
                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
@@ -602,7 +638,7 @@ def test_kubectl_kustomize_renders_the_written_set(real_inventory, tmp_path):
         (o["kind"], o["metadata"]["name"]) for o in lane.manifests)
     for obj in rendered:
         validate(obj)
-        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if obj["kind"] not in CLUSTER_SCOPED:
             assert obj["metadata"]["namespace"] == "inference"
     by_kind = {o["kind"]: o for o in rendered}
     assert by_kind["ClusterRoleBinding"]["subjects"][0]["namespace"] == "inference"

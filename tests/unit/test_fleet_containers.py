@@ -110,3 +110,29 @@ def test_a_missing_container_or_image_is_said_without_the_sdk():
     has = NodeDocker(SdkClient(images={"lmsysorg/sglang:v1": "sha256:fb90"}), "spark-01")
     assert has.image_info("lmsysorg/sglang:v1") == (
         "sha256:fb90", {"org.opencontainers.image.version": "0.5.22"})
+
+
+def test_a_container_run_to_its_end_is_created_within_its_limits():
+    class Once(SdkContainer):
+        def put_archive(self, path, data):
+            self.calls.append(("put", path))
+
+        def wait(self, timeout):
+            return {"StatusCode": 0}
+
+    once = Once("c9", "learn", "created")
+
+    class Client(SdkClient):
+        def create(self, image, **kwargs):
+            self.created.append({"image": image, **kwargs})
+            return once
+
+    client = Client()
+    code, out, err = NodeDocker(client, "spark-01").run_to_end(
+        "x:1", ["python3", "-V"], name="learn", files={"/tmp/a": b"1"}, timeout=5,
+        labels={"l": "1"}, limits={"mem_limit": "2g", "pids_limit": 64})
+    assert (code, out) == (0, b"line\n")
+    assert client.created == [{"image": "x:1", "entrypoint": ["python3"], "command": ["-V"],
+                               "name": "learn", "network_disabled": True, "labels": {"l": "1"},
+                               "detach": True, "mem_limit": "2g", "pids_limit": 64}]
+    assert once.calls[-1] == ("remove", True)

@@ -78,7 +78,7 @@ def test_rehearsal_rack_shares_the_real_rack_vars():
     real = load_inventory(REPO / "inventory" / "rack").vars
     rehearsal = load_inventory(REPO / "inventory" / "rehearsal").vars
     own = {"rack_name": "x", "known_hosts_file": "x", "ssh_authorized_keys_file": "x",
-           "rehearsal": False, "rehearsal_switch_mtu": 1500}
+           "rehearsal": False, "rehearsal_switch_mtu": 1500, "pdu": None}
     assert dataclasses.replace(real, **own) == dataclasses.replace(rehearsal, **own)
 
 
@@ -509,3 +509,45 @@ def test_bad_input_is_always_an_inventory_error(inv_dir, name, text):
 def test_unreadable_bytes(inv_dir):
     (inv_dir / "group_vars" / "all.yml").write_bytes(b"tp_size: \xff\n")
     assert error(inv_dir).message == f"{inv_dir}/group_vars/all.yml: not UTF-8 text"
+
+
+FABRIC_FIX = {
+    "roce_addr": "write the node's IPv4 address on the fabric (e.g. roce_addr: "
+                 "198.51.100.11), or leave roce_addr out: the fabric netdevs then get their "
+                 "MTU and no address",
+    "roce_twin_addr": "write the node's IPv4 address on its twin netdev (e.g. roce_twin_addr: "
+                      "198.51.101.11), or leave roce_twin_addr out: the twin then gets its MTU "
+                      "and no address"}
+
+
+@pytest.mark.parametrize("old, new, line, key, says", [
+    ("roce_addr: 198.51.100.2}", "roce_addr: spark-02-roce.lab}", 7, "roce_addr",
+     "spark-02: roce_addr spark-02-roce.lab is a DNS name"),
+    ("roce_addr: 198.51.100.2}", "roce_addr: '2001:db8::2'}", 7, "roce_addr",
+     "spark-02: roce_addr 2001:db8::2 is an IPv6 address"),
+    ("spark-04: {ansible_host: 192.0.2.4, rank: 3}",
+     "spark-04: {ansible_host: 192.0.2.4, rank: 3, roce_twin_addr: 'fd00::4'}", 9,
+     "roce_twin_addr", "spark-04: roce_twin_addr fd00::4 is an IPv6 address"),
+])
+def test_a_fabric_address_that_is_no_ipv4_address_is_refused(inv_dir, old, new, line, key,
+                                                              says):
+    """Issue 46 item 15: role fabric rendered a DNS name or an IPv6 address into netplan
+    (its in-force check then failed on IPv6); the inventory is refused before anything."""
+    path = edit(inv_dir, "hosts.yml", old, new)
+    assert error(inv_dir).line() == (
+        f"{path}:{line}: {says}; a fabric address must be an IPv4 address: role fabric "
+        "writes it into netplan as ADDRESS/fabric_prefix, and NCCL's RoCE v2 GID is "
+        f"IPv4-mapped ({FABRIC_FIX[key]})")
+
+
+def test_a_fabric_address_in_host_vars_is_refused_there(inv_dir):
+    path = write(inv_dir, "host_vars/spark-04.yml", "nccl_ib_gid_index: 5\nroce_addr: r4.lab\n")
+    assert error(inv_dir).line().startswith(f"{path}:2: spark-04: roce_addr r4.lab is a DNS name")
+
+
+def test_roce_addr_may_name_the_management_address_whatever_it_is(inv_dir):
+    """roce_addr equal to ansible_host is the management address (no fabric address is
+    written), as when it is left out: a DNS name or IPv6 there is no fabric address."""
+    edit(inv_dir, "hosts.yml", "spark-04: {ansible_host: 192.0.2.4, rank: 3}",
+         "spark-04: {ansible_host: 'spark-04.lab', roce_addr: spark-04.lab, rank: 3}")
+    assert load_inventory(inv_dir).node("spark-04").roce_addr == "spark-04.lab"

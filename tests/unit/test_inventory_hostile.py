@@ -293,6 +293,22 @@ def test_onboard_refuses_a_hostile_address_before_anything(inv_dir):
     assert not (inv_dir / "ssh").exists()  # no known_hosts written either
 
 
+@pytest.mark.parametrize("roce, twin, says", [
+    ("spark-09-roce.lab", None, "--roce-addr spark-09-roce.lab is a DNS name"),
+    ("2001:db8::9", None, "--roce-addr 2001:db8::9 is an IPv6 address"),
+    ("198.51.100.9", "fd00::9", "--roce-twin-addr fd00::9 is an IPv6 address"),
+])
+def test_onboard_refuses_a_fabric_address_that_is_no_ipv4_before_anything(inv_dir, roce, twin,
+                                                                          says):
+    """Issue 46 item 15: what role fabric would write into netplan is refused at the flag."""
+    before = (inv_dir / "hosts.yml").read_text()
+    with pytest.raises(UsageError) as caught:
+        onboard(load_inventory(inv_dir), "spark-09", "192.0.2.9", roce_addr=roce,
+                roce_twin_addr=twin, check=True)
+    assert caught.value.line().startswith(says + "; a fabric address must be an IPv4 address")
+    assert (inv_dir / "hosts.yml").read_text() == before
+
+
 def test_onboard_cli_exits_2_with_one_line(inv_dir):
     before = sorted(p.name for p in inv_dir.rglob("*"))
     done = invoke("onboard", "spark-09", "--address", HOSTILE, "--check", "-i", str(inv_dir))

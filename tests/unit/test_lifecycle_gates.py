@@ -4,6 +4,7 @@ and the records name the operator. No node: the gates' helpers are stand-ins."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,7 +22,9 @@ REHEARSAL = Path(__file__).resolve().parents[2] / "inventory" / "rehearsal"
 
 @pytest.fixture
 def rehearsal_inventory():
-    return load_inventory(REHEARSAL)
+    """The rehearsal inventory without its PDU (the strip gate has tests of its own here)."""
+    inventory = load_inventory(REHEARSAL)
+    return dataclasses.replace(inventory, vars=dataclasses.replace(inventory.vars, pdu=None))
 
 
 def facts(boot: str = "b1", burned_boot: str | None = "b1", ok: bool = True,
@@ -94,6 +97,31 @@ def test_the_burn_comes_after_the_cheap_gates_on_every_node_for_up(rehearsal_inv
     assert [g.name for g in report.gates] == ["reachable", "env files", "no other engine",
                                               "clock cap", "power"]
     assert not report.blocking
+
+
+def test_the_measured_strip_refuses_and_an_override_passes_it(rehearsal_inventory, stand_ins,
+                                                              monkeypatch):
+    from sparkrack.safety.strip import StripCheck
+
+    asked = []
+
+    def measured(inventory, worst, what):
+        asked.append(dict(worst))
+        return StripCheck("strip-a", 552, 1176, 1440, what), None
+
+    monkeypatch.setattr(gates, "measured_strip", measured)
+    report = run(rehearsal_inventory, stand_ins)
+    assert asked == [{n.name: 178 for n in rehearsal_inventory.nodes}]  # verified capped
+    assert [g.name for g in report.blocking] == ["strip"]
+    assert report.blocking[0].detail == (
+        "measured 552 W on strip-a + 1,176 W the engine would add (each node to its worst "
+        "case) = 1,728 W > 1,440 W strip")
+    passed = run(rehearsal_inventory, stand_ins, override_power="switch moved off the strip")
+    assert not passed.blocking and passed.overrides[-1].startswith("strip: measured 552 W")
+    monkeypatch.setattr(gates, "measured_strip",
+                        lambda *a: (None, "PDU strip-a: timeout; judged on the projection alone"))
+    unread = run(rehearsal_inventory, stand_ins)
+    assert not unread.blocking and unread.gates[-1].name == "strip" and not unread.gates[-1].ok
 
 
 def test_roll_burns_only_the_nodes_not_verified_this_boot(rehearsal_inventory, stand_ins):

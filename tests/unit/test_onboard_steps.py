@@ -2,15 +2,22 @@
 with the steps replaced (what a stop skips, the exit code)."""
 
 import dataclasses
+import hashlib
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from sparkrack.errors import SparkrackError
+from sparkrack.fleet.results import FleetResult, NodeResult
 from sparkrack.facts.onboard import NetdevFacts
 from sparkrack.inventory import load_inventory
 from sparkrack.onboard import baseline, join, provision, run, scratch, stage, trust, verify
 from sparkrack.onboard.context import Context, OnboardReport, Options, Stop
+from sparkrack.oplock import audit
+from sparkrack.oplock.audit import verify_chain
+from sparkrack.oplock.remote import LOCK_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 REHEARSAL = load_inventory(REPO / "inventory" / "rehearsal")
@@ -280,3 +287,99 @@ def test_a_lost_heads_state_comes_from_this_machines_copies_of_this_rack_only(
     assert source.records == {"current": None, "last-good": good, "failed": None}
     assert headmove.replaces_head(context(tmp_path, replace="spark-01"))
     assert not headmove.replaces_head(context(tmp_path, replace="spark-05"))
+
+
+class _NewHead:
+    """The new head's /var/lib/sparkrack as a directory here: its commands (the lock script's
+    append included) run on this machine with that directory in place of the node's."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+
+    def _here(self, path: str) -> str:
+        return path.replace(LOCK_DIR, str(self.directory))
+
+    def run(self, commands, *, timeout=None, stdin=None):
+        results = []
+        for node, argv in commands.items():
+            done = subprocess.run([self._here(a) for a in argv], input=stdin,
+                                  capture_output=True, timeout=30)
+            results.append(NodeResult(node, "ok" if done.returncode == 0 else "failed",
+                                      done.returncode, done.stdout.decode(),
+                                      done.stderr.decode()))
+        return FleetResult(tuple(results))
+
+    def put(self, node_files, *, timeout=None):
+        for files in node_files.values():
+            for data, path, mode in files:
+                Path(self._here(path)).write_bytes(data)
+                Path(self._here(path)).chmod(mode)
+        return FleetResult(tuple(NodeResult(node, "ok") for node in node_files))
+
+
+def _moving(tmp_path, monkeypatch, old_log: str):
+    """move()'s ctx and source for spark-01 replaced by spark-09, the old head's log read
+    from it; the records and break-glass folds left out (their own tests)."""
+    from sparkrack.onboard import headmove
+
+    monkeypatch.setattr(headmove, "_records", lambda ctx, records: [])
+    monkeypatch.setattr(headmove, "fold_records", lambda fleet, head, logged: (0, []))
+    ctx = context(tmp_path, replace="spark-01")
+    ctx.fleet = _NewHead(tmp_path / "spark-09")
+    ctx.fleet.directory.mkdir()
+    source = headmove.Source("spark-01", audit.parse_lines(old_log), {}, old_log, True)
+    return ctx, source, ctx.fleet.directory / "audit.jsonl"
+
+
+def _old_log(*ids: str) -> list[str]:
+    lines, previous = [], ""
+    for ident in ids:
+        previous = audit.chain(previous, json.dumps({"id": ident, "phase": "end", "task": "up"}))
+        lines.append(previous)
+    return lines
+
+
+def test_a_head_move_ties_the_new_chain_to_the_verified_old_one(tmp_path, monkeypatch):
+    """Issue 46 item 13: the old log is verified, and the first new record carries its tip."""
+    from sparkrack.onboard import headmove
+
+    old = "\n".join(_old_log("a", "b", "c")) + "\n"
+    ctx, source, log = _moving(tmp_path, monkeypatch, old)
+    said = list(headmove.move(ctx, source))
+    assert said[1] == "audit log (spark-01): the chain holds: 3 line(s) verified"
+    assert verify_chain(log.read_text()).ok
+    records = audit.parse_lines(log.read_text())
+    assert [r["id"] for r in records[1:]] == ["a", "b", "c"]
+    moved = records[0]
+    assert (moved["task"], moved["outcome"]) == ("head-move", "ok")
+    assert moved["changed"]["old_chain_tip"] == hashlib.sha256(
+        old.splitlines()[-1].encode()).hexdigest() == audit.chain_tip(old)
+    assert moved["changed"]["lines_moved"] == 3
+
+
+def test_a_head_move_never_chains_a_log_that_does_not_verify(tmp_path, monkeypatch):
+    """Issue 46 item 13: a log broken at line 3 used to come out of the move verified."""
+    from sparkrack.onboard import headmove
+
+    lines = _old_log("a", "b", "c", "d")
+    lines[1] = lines[1].replace('"b"', '"B"')
+    old = "\n".join(lines) + "\n"
+    ctx, source, log = _moving(tmp_path, monkeypatch, old)
+    said = []
+    with pytest.raises(SparkrackError) as failed:
+        for line in headmove.move(ctx, source):
+            said.append(line)
+    assert failed.value.line() == (
+        "spark-01's audit log does not verify, so none of it was chained into spark-09's: "
+        "audit log (spark-01): line 3 does not follow line 2: one of them was edited, or "
+        "lines were removed or inserted between them (kept whole as "
+        "/var/lib/sparkrack/audit.from-spark-01.jsonl on spark-09; spark-09's log says so in "
+        "its head-move record; compare with the operators' local copies (invoke log --local "
+        "--verify))")
+    kept = ctx.fleet.directory / "audit.from-spark-01.jsonl"
+    assert kept.read_text() == old and kept.stat().st_mode & 0o777 == 0o600
+    records = audit.parse_lines(log.read_text())
+    assert [r["task"] for r in records] == ["head-move"]  # nothing of the old log
+    assert records[0]["outcome"] == "failed" and "line 3 does not follow" in records[0]["error"]
+    assert records[0]["changed"]["old_chain_tip"] == audit.chain_tip(old)
+    assert said[1].startswith("audit log (spark-01): line 3 does not follow line 2")

@@ -38,12 +38,55 @@ def test_secrets_are_masked_by_name_and_by_value(monkeypatch):
      "HF_TOKEN=*** AWS_SECRET_ACCESS_KEY=*** MY_SECRET=*** API_KEY=*** FOO=bar cmd"),
     ("git clone https://bot:S3cret@git.example/x.git; ssh://root@h",
      "git clone https://bot:***@git.example/x.git; ssh://root@h"),
+    # issue 46 item 14: none of these were masked
+    ("PGPASSWORD=S3cret psql -h db", "PGPASSWORD=*** psql -h db"),
+    ("MYSQL_PWD=S3cret REDISCLI_AUTH=S3cret x", "MYSQL_PWD=*** REDISCLI_AUTH=*** x"),
+    ("mysql -u root -pS3cret db", "mysql -u root -p*** db"),
+    ("redis-cli -h r -a S3cret ping; ls -a /", "redis-cli -h r -a *** ping; ls -a /"),
+    ("redis-cli --pass S3cret get k", "redis-cli --pass *** get k"),
+    ("curl -u bot:S3cret https://h", "curl -u bot:*** https://h"),
+    ("curl --user 'bot:S3cret' -Ubot:S3cret h", "curl --user 'bot:***' -Ubot:*** h"),
+    ("curl -H \"X-Api-Key: S3cret\" -H 'X-Auth-Token: S3cret' h",
+     "curl -H \"X-Api-Key: ***\" -H 'X-Auth-Token: ***' h"),
+    ("curl -H 'Cookie: session=S3cret' -H 'Accept: json' h",
+     "curl -H 'Cookie: ***' -H 'Accept: json' h"),
+    ("git push https://ghp_S3cretS3cretS3cretS3cret00@x ghp_S3cretS3cretS3cretS3cret00",
+     "git push https://***@x ***"),
+    ("gh auth login --with-token github_pat_S3cretS3cretS3cretS3cret_xx",
+     "gh auth login --with-token ***"),
+    ("aws configure set aws_secret_access_key S3cret && aws configure set "
+     "aws_session_token S3cret", "aws configure set aws_secret_access_key *** && aws "
+     "configure set aws_session_token ***"),
 ])
 def test_secrets_in_command_lines_are_masked(typed, recorded):
     """Issue 23 item 3: what `invoke run --shell` records never holds the secret."""
     assert audit.mask_text(typed) == recorded
     line = audit.command_line("run", {"argv": f"sh -c {typed}"})
     assert "S3cret" not in line and "eyJ" not in line and "dXNlcjpw" not in line
+
+
+@pytest.mark.parametrize("typed", [
+    "docker ps -a --filter label=sparkrack.engine", "ls -a /models",
+    "journalctl -u sparkrack-watchdog --since 10:00", "invoke up sglang --profile 512k",
+    "docker run -u 1000 img", "ip -4 addr show dev enp1s0f0np0",
+])
+def test_ordinary_command_lines_are_recorded_as_typed(typed):
+    assert audit.mask_text(typed) == typed
+
+
+def test_the_security_doc_lists_exactly_what_is_masked():
+    """docs/security.md's list of what the audit log masks is masking.RULES, one bullet a
+    rule in order, after the arguments by name and the environment's tokens."""
+    from sparkrack.oplock.masking import RULES
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    bullets: list[str] = []
+    for line in text.split("**Masking.**", 1)[1].split("\n- **", 1)[0].splitlines():
+        if line.startswith("  - "):
+            bullets.append(line[4:])
+        elif line.startswith("    ") and bullets:
+            bullets[-1] += " " + line.strip()
+    assert bullets[2:] == [rule.says + ";" for rule in RULES[:-1]] + [RULES[-1].says + "."]
 
 
 def test_merge_pairs_start_and_end_and_flags_the_unfinished():

@@ -19,6 +19,7 @@ LAYERS = (  # the top first
     ("provision",),
     ("safety", "transfer", "fabric"),
     ("facts", "oplock", "rehearsal", "adhoc"),
+    ("pdu",),
     ("fleet",),
     ("inventory",),
     ("data", "console", "since"),

@@ -214,6 +214,19 @@ def test_every_line_of_a_secret_file_that_could_hold_a_secret_is_masked(tmp_path
     assert "-export HF_TOKEN=***" in change.diff and "-HUGGING_FACE_HUB_TOKEN=***" in change.diff
 
 
+def test_a_secret_files_hand_added_passwords_are_masked_like_the_audit_logs(tmp_path):
+    """Issue 46 item 14: the names the audit log masks (PASS, PWD, AUTH, KEY) are masked in
+    a secret file's diff too."""
+    role = make_role(tmp_path, """
+- name: env
+  template: {src: e.j2, dest: /etc/e.env, mode: "0600", secret_keys: [HF_TOKEN]}
+""", templates={"e.j2": "A=1\n"})
+    old = (b"PGPASSWORD=s3cret\nMYSQL_PWD=s3cret\nREDISCLI_AUTH=s3cret\nSSH_KEY=s3cret\n"
+           b"DB_PASS=s3cret\nA=0\n")
+    change = plan([role], ProvisionFacts(files={"/etc/e.env": file_facts(old, mode="600")}), {})[0]
+    assert "s3cret" not in change.diff and "-MYSQL_PWD=***" in change.diff
+
+
 def test_directory_made_by_an_earlier_task_is_not_made_twice(tmp_path):
     role = make_role(tmp_path, """
 - name: a

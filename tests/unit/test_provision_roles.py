@@ -2,6 +2,7 @@
 
 import configparser
 import dataclasses
+import hashlib
 import time
 import ipaddress
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sparkrack.errors import UsageError
+from sparkrack.facts.files import FileFacts
 from sparkrack.facts.node import CLOCK_CAP_UNIT
 from sparkrack.inventory import load_inventory
 from sparkrack.facts.provision import ProvisionFacts
@@ -18,6 +20,7 @@ from sparkrack.provision.plan import plan_node
 from sparkrack.provision.roles import (
     ROLES_DIR,
     Renderer,
+    RenderError,
     RoleError,
     load_role,
     load_roles,
@@ -241,22 +244,66 @@ def test_missing_socket_interface_fails():
     assert "enp1s0f0np0 is not an interface of this node (it has lo, eth0)" in change.summary
 
 
-def test_engine_env_sglang_settings_and_secret_mode():
+TOKEN_FILE = "/etc/sparkrack/hf/token"
+
+
+def test_engine_env_puts_the_token_in_a_file_of_its_own_never_in_the_env():
+    """Issue 46 item 8: HF_TOKEN in a rank's environment shows in `docker inspect`. The env
+    files name the token file (HF_TOKEN_PATH, where huggingface_hub reads it); the token
+    is in that file alone: 0600 in a 0700 folder of sparkrack's."""
     token = "hf_abcdefSECRET123"
     changes = planned("engine_env", environ={"HF_TOKEN": token})
     sglang = env_of(put(changes, "/etc/sparkrack/sglang.env"))
     assert sglang == {"SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION": "0.01",
                       "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False",
-                      "HF_TOKEN": token}
-    assert env_of(put(changes, "/etc/sparkrack/vllm.env")) == {"HF_TOKEN": token}
+                      "HF_TOKEN_PATH": TOKEN_FILE}
+    assert env_of(put(changes, "/etc/sparkrack/vllm.env")) == {"HF_TOKEN_PATH": TOKEN_FILE}
+    assert put(changes, TOKEN_FILE) == token  # as huggingface_hub's login writes it
     modes = {a.path: a.mode for c in changes for a in c.actions if isinstance(a, Put)}
-    assert modes == {"/etc/sparkrack/sglang.env": 0o600, "/etc/sparkrack/vllm.env": 0o600}
+    assert modes == {"/etc/sparkrack/sglang.env": 0o600, "/etc/sparkrack/vllm.env": 0o600,
+                     TOKEN_FILE: 0o600}
+    folder = next(c for c in changes if c.summary.startswith("/etc/sparkrack/hf"))
+    assert [a.argv for a in folder.actions] == [("mkdir", "-p", "-m", "0700", "--",
+                                                 "/etc/sparkrack/hf")]
     assert all(token not in c.summary + c.diff for c in changes)
 
 
-def test_engine_env_without_token_has_none():
-    sglang = env_of(put(planned("engine_env"), "/etc/sparkrack/sglang.env"))
-    assert "HF_TOKEN" not in sglang
+def test_engine_env_without_token_has_none_and_removes_an_old_one():
+    """Provisioning without HF_TOKEN leaves no token on the node (as the env file carried
+    none before); unprovision removes the file and its folder."""
+    changes = planned("engine_env")
+    assert env_of(put(changes, "/etc/sparkrack/sglang.env"))["HF_TOKEN_PATH"] == TOKEN_FILE
+    assert not [a for c in changes for a in c.actions
+                if isinstance(a, Put) and a.path == TOKEN_FILE]
+    old = good_facts()
+    old = dataclasses.replace(old, files={TOKEN_FILE: FileFacts(
+        exists=True, type="file", mode="600", owner="root", group="root", size=10,
+        content=b"hf_oldone\n")})
+    removal = [c for c in planned("engine_env", facts=old) if c.summary == f"{TOKEN_FILE}: remove"]
+    assert len(removal) == 1 and "hf_oldone" not in removal[0].diff
+    gone = planned("engine_env", facts=old, absent=True, environ={"HF_TOKEN": "hf_x"})
+    assert f"{TOKEN_FILE}: remove" in [c.summary for c in gone]
+
+
+def test_a_token_left_in_an_env_file_is_drift_that_up_refuses():
+    """An engine file provision wrote before the token moved to its file holds HF_TOKEN: the
+    gate's read calls it drift (it used to judge the file with the token it held, and
+    passed it to every rank's environment), masked."""
+    from sparkrack.provision.envfiles import EnvFiles
+
+    inventory = load_inventory(REPO / "inventory" / "rehearsal")
+    written = planned("nccl_env,engine_env")
+    files = {}
+    for path, mode in (("/etc/sparkrack/nccl.env", "644"), ("/etc/sparkrack/sglang.env", "600")):
+        text = put(written, path).encode()
+        text += b"HF_TOKEN=hf_legacyvalue\n" if path.endswith("sglang.env") else b""
+        files[path] = FileFacts(exists=True, type="file", mode=mode, owner="root",
+                                group="root", size=len(text),
+                                sha256=hashlib.sha256(text).hexdigest(), content=text)
+    env = EnvFiles(inventory, "sglang").read(inventory.node("spark-01"),
+                                            dataclasses.replace(good_facts(), files=files))
+    assert env.problems == ("/etc/sparkrack/sglang.env is not what provision would write now: "
+                            "HF_TOKEN=*** is not provision's",)
 
 
 def test_node_limits_values():
@@ -358,6 +405,54 @@ def test_template_outside_the_role_is_refused(tmp_path):
     tasks = render_tasks(role, role.tasks, {}, renderer)
     with pytest.raises(RoleError, match="outside templates"):
         plan_node([role], {"r": tasks}, {}, {}, ProvisionFacts(), renderer=renderer)
+
+
+ESCAPES = ("cycler.__init__.__globals__.os.system('touch {marker}')",
+           "lipsum.__globals__['os'].popen('touch {marker}').read()",
+           "''.__class__.__mro__[1].__subclasses__()",
+           "namespace.__init__.__globals__")
+
+
+@pytest.mark.parametrize("escape", ESCAPES)
+def test_a_role_template_cannot_reach_python(tmp_path, escape):
+    """Issue 46 item 9: a role (the inventory's own, planted from elsewhere) is rendered on
+    the operator's machine, as root: its templates, params and `when`s are sandboxed
+    (Jinja2's SandboxedEnvironment), so an expression reaching Python's internals fails as
+    the task's error and runs nothing."""
+    marker = tmp_path / "ran"
+    expression = escape.format(marker=marker)
+    role = load_role(write(tmp_path, "- name: x\n  template: {src: t.j2, dest: /a}\n"))
+    (role.path / "templates").mkdir()
+    (role.path / "templates" / "t.j2").write_text("{{ %s }}\n" % expression)
+    renderer = Renderer()
+    with pytest.raises(RenderError, match="unsafe|not safely callable"):
+        renderer.template(role, "t.j2", {})
+    with pytest.raises(RenderError, match="unsafe|not safely callable"):
+        renderer.value("x {{ %s }}" % expression, {})
+    with pytest.raises(RenderError, match="unsafe|not safely callable"):
+        renderer.expr(expression, {})
+    assert not marker.exists()
+
+
+def test_an_inventory_role_planting_a_template_escape_fails_its_task(tmp_path):
+    import shutil
+    inv = Path(shutil.copytree(REPO / "inventory" / "rehearsal", tmp_path / "inv"))
+    own = inv / ".sparkrack" / "roles" / "nccl_env"
+    shutil.copytree(ROLES_DIR / "nccl_env", own)
+    marker = tmp_path / "ran"
+    (own / "templates" / "nccl.env.j2").write_text(
+        "{{ %s }}\n" % ESCAPES[0].format(marker=marker))
+    failed = [c for c in planned(inventory=inv) if c.status == "failed"]
+    assert len(failed) == 1 and "unsafe" in failed[0].summary, failed
+    assert not marker.exists()
+
+
+def test_every_shipped_role_renders_in_the_sandbox():
+    """The shipped templates need nothing the sandbox refuses: provision's plan on the
+    rehearsal inventory has no failed task (engine_images left out: its images have no
+    source here)."""
+    changes = planned(",".join(r for r in site_roles() if r != "engine_images"))
+    assert changes and [(c.task, c.summary) for c in changes if c.status == "failed"] == []
 
 
 def test_lone_expression_keeps_its_type():

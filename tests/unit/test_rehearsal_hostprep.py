@@ -1,4 +1,7 @@
-"""The kernel limits a rehearsal rack sizes on this machine (a file stands for procfs)."""
+"""The kernel limits a rehearsal rack sizes on this machine (a file stands for procfs), and
+the packages it installs: CI's install from scratch names each of them."""
+
+from pathlib import Path
 
 import pytest
 
@@ -18,3 +21,12 @@ def test_the_inotify_limit_is_raised_to_the_floor_said_and_never_lowered(
     assert limit.read_text() == f"{have if kept else FLOOR}\n"
     assert said == ([] if kept else [f"fs.inotify.max_user_instances raised from {have} to "
                                      f"{FLOOR} (the rehearsal nodes share this machine's kernel)"])
+
+
+def test_ci_installs_every_package_the_rack_and_the_suite_need():
+    text = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
+    lines = text.replace("\\\n", " ").splitlines()  # continuation lines joined
+    listed = {word for line in lines if "apt-get install" in line for word in line.split()}
+    wanted = {*hostprep.REQUIRED_COMMANDS.values(), *hostprep.SUITE_COMMANDS.values()}
+    # a package whose daemon must stay off this machine comes from hostprep's own installer
+    assert wanted - set(hostprep.HOST_NEVER_RUNS) - listed == set()

@@ -303,6 +303,35 @@ def test_remove_refuses_a_manifest_name_leaving_the_model_directory(tmp_path, na
     assert all((src / n).exists() for n in data) and (src / MANIFEST).exists()
 
 
+@pytest.mark.parametrize("name", ["sub/../w2.bin", "../src/w2.bin", "{src}/w2.bin",
+                                  "sub/../../src/config.json"])
+def test_a_name_with_dotdot_or_an_absolute_name_is_refused_though_it_resolves_inside(
+        tmp_path, name):
+    """Issue 46 item 16: the name check on its own. Each name resolves to a model file
+    inside the directory, so the realpath check lets it through: the name check alone
+    (absolute, or a `..` part) refuses it, on the node (remove, verify, sizes) and on the
+    source (the stream) alike, and the local manifest parser too."""
+    from sparkrack.remote.stagefiles import escape, within
+
+    src, data, manifest = model(tmp_path)
+    name = name.format(src=src)
+    assert within(os.path.join(src, name), src)  # what the realpath check sees: inside
+    why = f"{name!r} is not a path inside {src}"
+    assert escape(str(src), name) == why
+    stager("manifest", src, tmp_path / "c", 1)
+    (src / MANIFEST).write_text((src / MANIFEST).read_text() + f"{'0' * 64}  {name}\n")
+    code, refused = stager("remove", src, 0, tmp_path / "c")
+    assert code == 1 and refused["removed"] == [] and why in refused["error"]
+    assert all((src / n).read_bytes() == blob for n, blob in data.items())
+    code, seen = stager("verify", src, 1)
+    assert seen["bad"] == {name: why} and seen["sizes"][name] is None
+    assert stager("sizes", src, stdin=[name])[1] == {name: None}
+    with pytest.raises(ValueError, match="is not a path inside"):
+        b"".join(_local_stream(src, [[name, 1, 0]]))
+    with pytest.raises(ManifestError, match="leaves the model directory"):
+        parse_manifest(f"{'0' * 64}  {name}\n")
+
+
 def test_staging_never_follows_a_link_out_of_the_model_directory(tmp_path):
     """Issue 23 item 8: the source refuses a file linked from outside (its bytes would go to
     every node); a snapshot's links into its own blob store stay fine (test above)."""

@@ -84,6 +84,7 @@ def test_the_twins_inventory_has_the_racks_names_ranks_and_vars(tmp_path):
         ("gb10-c", 2, "10.77.1.13", "10.77.3.13")]
     assert (twin.vars.rack_name, twin.vars.tp_size, twin.vars.clock_cap_mhz) == ("lab", 3, 2100)
     assert twin.is_rehearsal and twin.node("gb10-c").vars.nccl_ib_gid_index == 5
+    assert dict(twin.vars.pdu.outlets) == {"gb10-a": 1, "gb10-b": 2, "gb10-c": 3}
     rehearsal = load_inventory(REPO / "inventory" / "rehearsal")
     assert twin.vars.images == rehearsal.vars.images  # the rehearsal's stub engines
     assert twin.vars.known_hosts_file == rehearsal.vars.known_hosts_file

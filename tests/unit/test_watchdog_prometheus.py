@@ -1,17 +1,16 @@
 """The watchdog's metrics as Prometheus reads them, and the shipped Prometheus files:
 `promtool check config`, `promtool check rules` and `promtool test rules` (Debian's
-prometheus package; CI installs it in .ci/run and these tests must run there)."""
+prometheus package, installed by the suite when missing: tests/hosttools.py)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from hosttools import need
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,7 +19,6 @@ from sparkrack.watchdog.metrics import (
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = REPO / "deploy" / "prometheus"
-PROMTOOL = shutil.which("promtool")
 
 
 def samples(metrics: WatchdogMetrics) -> dict[tuple[str, tuple], float]:
@@ -156,11 +154,7 @@ def test_the_watchdog_page_names_every_metric():
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess:
-    if PROMTOOL is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is missing in CI: .ci/run installs Debian's prometheus")
-        pytest.skip("promtool not installed (apt-get install prometheus)")
-    return subprocess.run([PROMTOOL, *args], cwd=PROMETHEUS, capture_output=True, text=True,
+    return subprocess.run([need("promtool"), *args], cwd=PROMETHEUS, capture_output=True, text=True,
                           timeout=60)
 
 

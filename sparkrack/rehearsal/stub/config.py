@@ -20,6 +20,10 @@ unknown key is an error (the rank exits 1 naming it), so a typo never passes sil
                                     #   bench's needle (a passphrase); null: its whole
                                     #   context (--context-length / --max-model-len). The
                                     #   field's vLLM 1M lane: 754K passes, 984K does not
+      "gated_repo": null,           # a gated Hub repo the lane fetches from (a tokenizer,
+                                    #   a draft): each rank reads its Hugging Face token as
+                                    #   huggingface_hub does (hubtoken.py) and without one
+                                    #   exits 1 with the engine's GatedRepoError
       "ranks": {                    # per rank (keys are rank numbers as strings)
         "3": {"exit_at_start": true, "exit_code": 1},
         "5": {"die_after_s": 30},   # seconds after the process started
@@ -65,6 +69,7 @@ DEFAULTS = {
     "indexer_scale": 1.0,
     "health_timeout_s": 20.0,
     "recall_tokens": None,
+    "gated_repo": None,
 }
 RANK_KEYS = {"load_delay_s": (int, float), "exit_at_start": (bool,),
              "die_after_s": (int, float), "exit_code": (int,), "wedge_at_request": (int,),
@@ -73,7 +78,8 @@ _NUMBERS = (int, float)
 _TYPES = {"load_delay_s": _NUMBERS, "tokens_per_s": _NUMBERS, "prefill_tokens_per_s": _NUMBERS,
           "answer_tokens": (int,), "accept_length": _NUMBERS + (type(None),),
           "rank_mem_gib": _NUMBERS + (type(None),), "indexer_scale": _NUMBERS,
-          "health_timeout_s": _NUMBERS, "recall_tokens": (int, type(None))}
+          "health_timeout_s": _NUMBERS, "recall_tokens": (int, type(None)),
+          "gated_repo": (str, type(None))}
 ENGINES = ("sglang", "vllm")
 # Per-token draft acceptance that gives the field report's accept length 2.83 at 3 EAGLE
 # steps: 1 + p + p^2 + p^3 = 2.83 for p = 0.772 (vLLM MTP 3 measured 2.89: close).
@@ -102,6 +108,7 @@ class RankConfig:
     recall_tokens: int | None = None  # None: the whole context
     wedge_at_request: int | None = None  # this rank wedges on its Nth forward
     wedge_above_tokens: int | None = None  # ... or on a forward with a longer prompt
+    gated_repo: str | None = None  # the lane fetches from this gated Hub repo: needs a token
 
 
 def accept_length(steps: int, rate: float = ACCEPT_RATE) -> float:
@@ -147,7 +154,8 @@ def _check_settings(data: object, where: str, top: bool = False) -> None:
             raise StubConfigError(f"{where}: unknown key {key!r} (known: "
                                   f"{', '.join(sorted(allowed))})")
         if key in _TYPES and (not isinstance(value, _TYPES[key]) or isinstance(value, bool)):
-            raise StubConfigError(f"{where}: {key} must be a number, got {value!r}")
+            kind = "a repo id (org/name) or null" if str in _TYPES[key] else "a number"
+            raise StubConfigError(f"{where}: {key} must be {kind}, got {value!r}")
         if key in _TYPES and isinstance(value, _NUMBERS) and value < 0:
             raise StubConfigError(f"{where}: {key} must be >= 0, got {value!r}")
     if top and not isinstance(data.get("engines", {}), dict):
@@ -215,7 +223,7 @@ def resolve(data: dict, engine: str, rank: int, argv: list[str],
         exit_code=int(mine.get("exit_code", 1)),
         recall_tokens=merged["recall_tokens"],
         wedge_at_request=mine.get("wedge_at_request"),
-        wedge_above_tokens=mine.get("wedge_above_tokens"))
+        wedge_above_tokens=mine.get("wedge_above_tokens"), gated_repo=merged["gated_repo"])
 
 
 def load(model_path: str) -> dict:

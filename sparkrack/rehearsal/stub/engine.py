@@ -4,6 +4,8 @@ Life of a rank, as in a real TP group:
 1. record argv and environment (one JSON line on stdout, /tmp/sparkrack-stub-rank<R>.json);
 2. parse the real command line (cli.py: unknown flag -> exit 2; refused config -> exit 1);
 3. read {model_path}/sparkrack-stub.json (config.py); faults: exit_at_start, die_after_s;
+   a lane fetching from a gated Hub repo (gated_repo) reads its Hugging Face token as
+   huggingface_hub does (hubtoken.py) and without one fails as the engine does;
 4. join the group (group.py): rank 0 listens on the dist-init / master port, ranks >= 1
    connect, retrying until the dist timeout (600 s, SGLang --dist-timeout);
 5. load: take the rank's share of the node's unified memory from gpusimd in steps over
@@ -52,7 +54,7 @@ import time
 import uuid
 from contextlib import contextmanager
 
-from . import cli, leak, transport
+from . import cli, hubtoken, leak, transport
 from . import config as stubconfig
 from .gpu import GiB, Gpu, NoDevice, OutOfMemory
 from .group import HeadGroup, Link, connect_to_head, nccl_error
@@ -967,6 +969,21 @@ def _model_info(model_path: str, log: Log) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _hub_login(repo: str, log: Log) -> None:
+    """The lane fetches from gated repo: its Hugging Face token, read as huggingface_hub
+    reads it, or exit 1 as the engine does (an unreadable file raises there too). The rack
+    cannot reach the Hub, so a token found is taken as one the Hub accepts."""
+    try:
+        token = hubtoken.hub_token(os.environ)
+    except OSError as error:
+        die(1, f"{type(error).__name__}: {error}", log)
+    if token is None:
+        die(1, hubtoken.gated_error(repo), log)
+    where = next((f"${name}" for name in hubtoken.ENV if os.environ.get(name, "").strip()),
+                 hubtoken.token_path(os.environ))
+    log(f"Hugging Face token for {repo} read from {where}")
+
+
 def main(engine: str, argv: list[str] | None = None) -> None:
     """Run one rank of engine with argv (default: sys.argv[1:]); never returns."""
     started = time.monotonic()
@@ -987,6 +1004,8 @@ def main(engine: str, argv: list[str] | None = None) -> None:
     if settings.exit_at_start:
         die(settings.exit_code, f"RuntimeError: rank {args.rank} failed at start (sparkrack "
                                 "stub fault: exit_at_start)", log)
+    if settings.gated_repo:
+        _hub_login(settings.gated_repo, log)
     fraction = None
     if engine == "sglang":
         try:

@@ -1,0 +1,62 @@
+"""The probes of an exported lane's pods. A failed liveness probe restarts a container, and
+with RecreateGroupOnPodRestart that recreates the whole group (a 744B load takes 7-9 min),
+so liveness asks only what is cheap to answer and allows what the watchdog allows.
+
+- startup: the engine file's health path (SGLang answers 503 until the server is up, vLLM
+  200 once its engine runs), every PERIOD_S within the profile's ready timeout;
+- readiness and liveness on rank 0: the engine's cheap endpoint (CHEAP_PATH). SGLang's
+  /health generates a token and waits at least a second for it; /v1/models answers from
+  its HTTP process alone. vLLM's /health only asks whether the engine has died. Liveness
+  restarts after the profile's stall budget without a timely answer (the watchdog's
+  budget for a group that makes no progress: 60 s), never after a few slow seconds;
+- the workers: SGLang's ranks >= 1 answer a stand-in /health of their own once loaded
+  (WORKER_PATH); vLLM's run headless, without HTTP, and their process exiting is what
+  restarts them. No worker probes the leader: its own liveness restarts the group.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sparkrack.engines import LaunchSpec
+
+PERIOD_S = 10
+TIMEOUT_S = 5  # an answer later than this counts as none
+READY_FAILURES = 3  # rank 0 leaves its Service after this many misses in a row
+CHEAP_PATH = {"sglang": "/v1/models"}  # else the engine file's health path
+WORKER_PATH = {"sglang": "/health"}  # the workers of other engines serve no HTTP
+
+
+def leader_probes(spec: LaunchSpec) -> dict[str, Any]:
+    """Startup on the health path, readiness and liveness on the cheap one (port `http`)."""
+    cheap = CHEAP_PATH.get(spec.engine, spec.health_path)
+    return {"startupProbe": _startup(spec, _get(spec.health_path, "http")),
+            "readinessProbe": _probe(_get(cheap, "http"), READY_FAILURES),
+            "livenessProbe": _liveness(spec, _get(cheap, "http"))}
+
+
+def worker_probes(spec: LaunchSpec) -> dict[str, Any]:
+    """A worker's startup and liveness on its own stand-in health path, if it serves one."""
+    path = WORKER_PATH.get(spec.engine)
+    if path is None:
+        return {}
+    check = _get(path, spec.ports["http"])
+    return {"startupProbe": _startup(spec, check), "livenessProbe": _liveness(spec, check)}
+
+
+def _get(path: str, port: str | int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": port}}
+
+
+def _probe(check: dict[str, Any], failures: int) -> dict[str, Any]:
+    return {**check, "periodSeconds": PERIOD_S, "timeoutSeconds": TIMEOUT_S,
+            "failureThreshold": failures}
+
+
+def _startup(spec: LaunchSpec, check: dict[str, Any]) -> dict[str, Any]:
+    return _probe(check, math.ceil(spec.ready_timeout_s / PERIOD_S))
+
+
+def _liveness(spec: LaunchSpec, check: dict[str, Any]) -> dict[str, Any]:
+    return _probe(check, max(READY_FAILURES, math.ceil(spec.stall_budget_s / PERIOD_S)))

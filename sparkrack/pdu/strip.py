@@ -1,0 +1,114 @@
+"""The strip as the PDU measures it, and an outlet's timed power cycle.
+
+A reading is one GET: the PDU's whole load (rPDU2DeviceStatusPower, 10 W steps) and, for
+every node the inventory maps to an outlet, the outlet's state and its draw in watts. The
+strip's measured draw is the larger of the PDU's total and the mapped outlets' sum, so a
+load on an outlet no node owns (a switch, a monitor, a spare) counts.
+
+A power cycle is the PDU's own: the outlet's reboot duration is set (5-60 s, the MIB's
+range), then `immediateReboot`: the PDU cuts the outlet, waits, and restores it itself, so
+a node comes back even if this machine loses the PDU in between.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sparkrack.errors import UsageError
+from sparkrack.inventory import Inventory
+from sparkrack.pdu import mib
+from sparkrack.pdu.snmp import PduError, Session
+
+SWITCH_SEEN_S = 10.0  # how long the outlet may take to report the cut after the command
+
+
+@dataclass(frozen=True)
+class OutletReading:
+    """One node's outlet: its number, whether it is on, what it draws now."""
+
+    node: str
+    outlet: int
+    on: bool
+    watts: int
+
+
+@dataclass(frozen=True)
+class StripReading:
+    """The PDU's reading: its whole load and each mapped node's outlet."""
+
+    pdu: str
+    device_watts: int
+    outlets: tuple[OutletReading, ...]
+
+    @property
+    def measured_watts(self) -> int:
+        """The strip's draw now: the PDU's total, or the mapped outlets' sum if larger."""
+        return max(self.device_watts, sum(o.watts for o in self.outlets))
+
+    def of(self, node: str) -> OutletReading | None:
+        """The node's outlet reading (None: on no outlet)."""
+        return next((o for o in self.outlets if o.node == node), None)
+
+    def as_dict(self) -> dict:
+        """Plain JSON-ready data."""
+        return {"pdu": self.pdu, "measured_watts": self.measured_watts,
+                "device_watts": self.device_watts,
+                "outlets": [{"node": o.node, "outlet": o.outlet, "on": o.on,
+                             "watts": o.watts} for o in self.outlets]}
+
+
+def session_of(inventory: Inventory) -> Session:
+    """A session to the inventory's PDU (UsageError when it names none)."""
+    pdu = inventory.vars.pdu
+    if pdu is None:
+        raise UsageError(f"{inventory.path}: no pdu: section",
+                         fix="name the rack's PDU in group_vars/all.yml (docs/inventory.md)")
+    return Session(pdu)
+
+
+def read_strip(inventory: Inventory, session: Session | None = None) -> StripReading:
+    """The strip now, in one GET (PduError when the PDU does not answer)."""
+    session = session or session_of(inventory)
+    outlets = session.pdu.outlets
+    device = mib.oid(mib.DEVICE_STATUS_POWER, 1)
+    asked = [device, *(mib.oid(column, number) for _, number in outlets
+                       for column in (mib.OUTLET_STATE, mib.OUTLET_POWER))]
+    values = session.get(asked)
+    return StripReading(session.pdu.name, int(values[device]) * 10, tuple(
+        OutletReading(node, number,
+                      values[mib.oid(mib.OUTLET_STATE, number)] == mib.STATE_ON,
+                      max(0, int(values[mib.oid(mib.OUTLET_POWER, number)])))
+        for node, number in outlets))
+
+
+def cycle_outlet(inventory: Inventory, node: str, off_seconds: int,
+                 session: Session | None = None,
+                 on_event: Callable[[str], None] = lambda e: None) -> int:
+    """Have the PDU cut node's outlet for off_seconds and restore it; returns the outlet.
+    Waits until the outlet reports the cut (PduError if it never does)."""
+    low, high = mib.REBOOT_DURATION_S
+    if not low <= off_seconds <= high:
+        raise UsageError(f"--off-seconds {off_seconds}: the PDU keeps an outlet off for "
+                         f"{low}-{high} s in a power cycle", fix=f"give {low}..{high}")
+    session = session or session_of(inventory)
+    outlet = session.pdu.outlet_of(node)
+    if outlet is None:
+        raise UsageError(f"{node} is on no outlet of PDU {session.pdu.name}",
+                         fix="map it in the inventory's pdu: outlets")
+    session.set([(mib.oid(mib.OUTLET_REBOOT_DURATION, outlet), off_seconds)])
+    session.set([(mib.oid(mib.OUTLET_COMMAND, outlet), mib.IMMEDIATE_REBOOT)])
+    on_event(f"{session.pdu.name} outlet {outlet} ({node}): off for {off_seconds} s, "
+             "then on (the PDU's own power cycle)")
+    deadline = time.monotonic() + SWITCH_SEEN_S
+    state = mib.oid(mib.OUTLET_STATE, outlet)
+    pending = mib.oid(mib.OUTLET_COMMAND_PENDING, outlet)
+    while time.monotonic() < deadline:
+        values = session.get([state, pending])
+        if values[state] == mib.STATE_OFF or values[pending] == mib.COMMAND_PENDING:
+            return outlet
+        time.sleep(0.5)
+    raise PduError(f"PDU {session.pdu.name} outlet {outlet} ({node}) took the power cycle but "
+                   f"did not report it within {SWITCH_SEEN_S:.0f} s",
+                   fix="look at the outlet on the PDU's own interface")

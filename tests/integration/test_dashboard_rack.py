@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hosttools import need
 from stubgroup import quick_burn
-from test_watchdog_rack import PROMETHEUS, Prometheus, free_port, wait_for
+from test_watchdog_rack import Prometheus, free_port, wait_for
 
 from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.lifecycle.headapi import Endpoint
@@ -75,11 +76,7 @@ def watchdog(inventory, tmp_path_factory):
 def prometheus(inventory, watchdog, tmp_path_factory):
     """Debian's prometheus on 127.0.0.1 with the shipped scrape config and alert rules, its
     placeholders pointed at the watchdog above and the rack's head, scraping every second."""
-    if not PROMETHEUS.exists():
-        message = f"{PROMETHEUS} is missing (apt-get install prometheus; .ci/run installs it)"
-        if os.environ.get("CI") or os.environ.get("SPARKRACK_CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    server_path = need("prometheus")
     folder = tmp_path_factory.mktemp("prometheus")
     config = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
     config["global"].update(scrape_interval="1s", evaluation_interval="1s")
@@ -99,7 +96,7 @@ def prometheus(inventory, watchdog, tmp_path_factory):
     port = free_port()
     log = open(folder / "prometheus.log", "wb")
     process = subprocess.Popen(
-        [str(PROMETHEUS), f"--config.file={folder / 'prometheus.yml'}",
+        [server_path, f"--config.file={folder / 'prometheus.yml'}",
          f"--storage.tsdb.path={folder / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
          "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -75,7 +75,7 @@ REPO = HERE.parents[1]
 REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
 
 STUB_MODULES = ("__init__.py", "cli.py", "compilecache.py", "config.py", "engine.py",
-                "gpu.py", "group.py", "hubtoken.py", "leak.py", "server.py",
+                "gpu.py", "group.py", "hubtoken.py", "latency.py", "leak.py", "server.py",
                 "transport.py")  # modeldir.py is control side
 SIM_MODULES = ("gpusim_client.py", "gpusim_config.py")
 STDLIB_SKIP_DIRS = {"test", "tests", "idle_test", "idlelib", "tkinter", "turtledemo",

@@ -624,3 +624,34 @@ def test_without_recall_tokens_the_stub_recalls_its_whole_context(groups):
     assert data["choices"][0]["message"]["content"] == "amber-cobalt-1234"
     assert data["choices"][0]["finish_reason"] == "stop"
     assert data["usage"]["completion_tokens"] == 1
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_ttft_and_inter_token_latency_are_histograms_as_the_engine_exposes_them(groups, engine):
+    """The dashboard's and the alerts' latency series: each engine's own histogram names,
+    labels and default buckets; 2 requests of 5 tokens: 2 first tokens, 8 gaps of ~1/40 s."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    group = groups(nnodes=2, engine=engine, config={"tokens_per_s": 40},
+                   extra=["--enable-metrics"] if engine == "sglang" else [])
+    group.start_all()
+    group.wait_healthy()
+    for _ in range(2):
+        assert group.chat(5, max_tokens=5)["usage"]["completion_tokens"] == 5
+    families = {f.name: f for f in text_string_to_metric_families(
+        group.get("/metrics").decode())}
+    labels = {"model_name": "stub-model", **({"engine": "0"} if engine == "vllm" else {})}
+    for metric, count, top in (("time_to_first_token_seconds", 2, 2560.0 if engine == "vllm"
+                                else 400.0), ("inter_token_latency_seconds", 8,
+                                              80.0 if engine == "vllm" else 8.0)):
+        family = families[f"{engine}:{metric}"]
+        assert family.type == "histogram"
+        samples = {(s.name, s.labels.get("le")): s for s in family.samples}
+        assert all({k: v for k, v in s.labels.items() if k != "le"} == labels
+                   for s in family.samples)
+        assert samples[f"{engine}:{metric}_count", None].value == count
+        assert samples[f"{engine}:{metric}_bucket", "+Inf"].value == count
+        assert samples[f"{engine}:{metric}_bucket", repr(top)].value == count
+    gaps = families[f"{engine}:inter_token_latency_seconds"].samples
+    mean = next(s.value for s in gaps if s.name.endswith("_sum")) / 8
+    assert 0.01 < mean < 0.1  # 40 tok/s: 25 ms apart

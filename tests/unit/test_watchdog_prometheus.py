@@ -138,6 +138,14 @@ def test_every_metric_the_alerts_use_is_exported():
     assert used and used <= exported_names()
 
 
+def test_the_example_config_scrapes_the_watchdog_and_rank_0():
+    config = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
+    targets = {job["job_name"]: job["static_configs"][0]["targets"]
+               for job in config["scrape_configs"]}
+    assert targets == {"sparkrack-watchdog": ["WATCHDOG_NODE:9478"],
+                       "sparkrack-engine": ["HEAD_NODE:8000", "HEAD_NODE:30000"]}
+
+
 def test_the_watchdog_page_names_every_metric():
     page = (REPO / "docs" / "watchdog.md").read_text()
     missing = sorted(name for name in exported_names()
@@ -159,7 +167,7 @@ def test_promtool_accepts_the_example_scrape_config():
 def test_promtool_accepts_the_alert_rules():
     done = promtool("check", "rules", "sparkrack-alerts.yml")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 15 rules found" in done.stdout
+    assert "SUCCESS: 17 rules found" in done.stdout
 
 
 def test_alerts_fire_on_synthetic_series():
@@ -167,5 +175,13 @@ def test_alerts_fire_on_synthetic_series():
     not verified since boot, cap lost (and re-applied), GPU latched, hot, overheating: each
     fires after its `for:` and not before."""
     done = promtool("test", "rules", "sparkrack-alerts.test.yml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+
+def test_latency_alerts_fire_on_the_engines_histograms():
+    """SparkrackTtftHigh and SparkrackInterTokenLatencyHigh: the p95 of vLLM's and SGLang's
+    own histograms, a slow rank 0 fires after its `for:`, a fast one never."""
+    done = promtool("test", "rules", "sparkrack-engine-alerts.test.yml")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout

@@ -59,6 +59,7 @@ from . import cli, compilecache, hubtoken, leak, transport
 from . import config as stubconfig
 from .gpu import GiB, Gpu, NoDevice, OutOfMemory
 from .group import HeadGroup, Link, connect_to_head, nccl_error
+from .latency import Latency
 from .server import Reply, Server, Stream, error_body
 
 RECORD_NAME = "sparkrack-stub-rank{rank}.json"  # in /tmp ($SPARKRACK_STUB_RECORD_DIR: tests)
@@ -456,6 +457,7 @@ class Head(Rank):
         self.metrics = {"prompt_tokens": 0, "generation_tokens": 0, "requests": 0,
                         "finished_stop": 0, "finished_length": 0, "last_tps": 0.0,
                         "finished_prompt_tokens": 0, "finished_generation_tokens": 0}
+        self.latency = Latency(self.args.engine)  # TTFT and inter-token latency histograms
 
     def on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -724,6 +726,8 @@ class Head(Rank):
             for reason in ("stop", "length"):
                 lines.append(f'vllm:request_success_total{{finished_reason="{reason}",'
                              f'model_name="{name}"}} {m["finished_" + reason]}')
+        with self._lock:
+            lines += self.latency.lines(name)
         return Reply(200, "\n".join(lines) + "\n", "text/plain; version=0.0.4; charset=utf-8")
 
     def chat(self, body: dict) -> Reply | Stream:
@@ -820,9 +824,11 @@ class Head(Rank):
         with self._lock:
             self.metrics["prompt_tokens"] += tokens
 
-    def count_token(self) -> None:
+    def count_token(self, seconds: float, first: bool) -> None:
+        """One token, seconds after its request arrived (first) or after its last token."""
         with self._lock:
             self.metrics["generation_tokens"] += 1
+            self.latency.token(seconds, first)
 
 
 class _Request:
@@ -839,6 +845,7 @@ class _Request:
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
         self.seed = prompt_tokens
+        self.arrived = time.monotonic()  # TTFT counts the queue and the prefill, as engines do
         self.answer = answer or []  # the first words (the needle's passphrase), then filler
         self._settled = False
         self._generated = 0
@@ -863,7 +870,9 @@ class _Request:
                         time.sleep(pause)
                     head.moving(began)
                     self._generated += 1
-                    head.count_token()
+                    now = time.monotonic()
+                    head.count_token(now - (last if index else self.arrived), index == 0)
+                    last = now
                     if index < len(self.answer):
                         yield self.answer[index] if index == 0 else " " + self.answer[index]
                     else:

@@ -155,8 +155,10 @@ def latch(c, node, inventory=None, clear=False):
             "blocked vent, a hot room)", "clear": "take the heat away"})
 @operator_task
 def heat(c, node, inventory=None, degrees=None, clear=False):
-    """Heat a node's simulated GPU: under load it slows itself to hold its T.Limit (95 C),
-    past that the hardware halves its clock (54: over its slowdown temperature, 97 C)."""
+    """Heat a node's simulated GPU by --degrees, or --clear it.
+
+    Under load the GPU slows itself to hold its T.Limit (95 C); past that the hardware
+    halves its clock (54: over its slowdown temperature, 97 C)."""
     if clear == (degrees is not None):
         raise UsageError("give --degrees N or --clear", fix="e.g. --degrees 40")
     value = None
@@ -176,8 +178,10 @@ def heat(c, node, inventory=None, degrees=None, clear=False):
 @task(help=NODE_HELP)
 @operator_task
 def reset_clocks(c, node, inventory=None):
-    """Drop a node's GPU clock lock as `nvidia-smi -rgc` does (a driver reload, a GPU reset,
-    an out-of-memory event): the clock-cap unit still reads active, the GPU is uncapped."""
+    """Drop a node's GPU clock lock, as `nvidia-smi -rgc` does.
+
+    As a driver reload, a GPU reset or an out-of-memory event leaves it: the clock-cap unit
+    still reads active, the GPU is uncapped."""
     _rack(inventory).reset_clocks(node)
     console.say(f"{node}: GPU clock lock reset (nvidia-smi -rgc): uncapped")
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from hosttools import need
+from localproc import running
 from stubgroup import quick_burn
 from test_watchdog_rack import Prometheus, free_port, wait_for
 
@@ -54,22 +54,10 @@ def watchdog(inventory, tmp_path_factory):
     """The watchdog service on this machine, its metrics on 127.0.0.1: ADDR:PORT."""
     folder = tmp_path_factory.mktemp("watchdog")
     port = free_port()
-    log = open(folder / "watchdog.log", "wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sparkrack.watchdog", "--inventory", str(inventory.path),
-         "--listen", f"127.0.0.1:{port}", "--state", str(folder / "state.json")],
-        cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "SPARKRACK_SANDBOX": "1"})
-    try:
+    with running([sys.executable, "-m", "sparkrack.watchdog", "--inventory", str(inventory.path),
+                  "--listen", f"127.0.0.1:{port}", "--state", str(folder / "state.json")],
+                 folder / "watchdog.log", cwd=REPO, env={**os.environ, "SPARKRACK_SANDBOX": "1"}):
         yield f"127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -94,23 +82,13 @@ def prometheus(inventory, watchdog, tmp_path_factory):
             group["targets"] = targets
     (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
-    log = open(folder / "prometheus.log", "wb")
-    process = subprocess.Popen(
-        [server_path, f"--config.file={folder / 'prometheus.yml'}",
-         f"--storage.tsdb.path={folder / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-         "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
-    try:
+    with running([server_path, f"--config.file={folder / 'prometheus.yml'}",
+                  f"--storage.tsdb.path={folder / 'data'}",
+                  f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                 folder / "prometheus.log") as process:
         server = Prometheus(f"http://127.0.0.1:{port}")
         wait_for("prometheus ready", lambda: process.poll() is None and server.query("up"), 60)
         yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
 
 
 class Load:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 from hosttools import need
+from localproc import running
 from stubgroup import quick_burn
 
 from sparkrack.engines import build_specs
@@ -141,12 +142,10 @@ scrape_configs:
       - targets: ["{target}"]
 """)
     port = free_port()
-    log = open(folder / "prometheus.log", "wb")
-    process = subprocess.Popen(
-        [prometheus_server, f"--config.file={folder / 'prometheus.yml'}",
-         f"--storage.tsdb.path={folder / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-         "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
-    try:
+    with running([prometheus_server, f"--config.file={folder / 'prometheus.yml'}",
+                  f"--storage.tsdb.path={folder / 'data'}",
+                  f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                 folder / "prometheus.log") as process:
         server = Prometheus(f"http://127.0.0.1:{port}")
 
         def ready():
@@ -158,14 +157,6 @@ scrape_configs:
 
         wait_for("prometheus ready", ready, 60)
         yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
 
 
 # --- The service ----------------------------------------------------------------------------
@@ -311,7 +302,7 @@ def test_a_wedged_rank_is_found_by_the_service_its_evidence_audited(engine_rack,
         detail = next(v["detail"] for v in reversed(watch_status()["verdicts"])
                       if v["verdict"] == "stopped")
         assert detail.startswith("rank 3 on spark-04 wedged: 1 running, 0 waiting, no token "
-                                 f"progress for "), detail
+                                 "progress for "), detail
         with Fleet(inventory, [inventory.head]) as fleet:
             log = parse_lines(fleet.run(["cat", AUDIT_FILE])[inventory.head.name].stdout)
         record = [r for r in log if r.get("task") == "watchdog:stopped"][-1]

@@ -8,6 +8,7 @@
 - stage.py     step 4: the rack's images and the model weights from a peer
 - verify.py    step 5: engine-port reachability both ways (remote/probe.py), burn check
 - join.py      step 6: the line-based hosts.yml edit that keeps every other line
+- outlets.py   step 6 too: the PDU's outlet map follows a replacement
 - run.py       the sequence: the steps in order, each with a verdict (`onboard`), the
                summary and JSON
 Each step module's `run(ctx)` holds that step's policy.

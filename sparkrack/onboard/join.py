@@ -9,7 +9,8 @@ their key order. Nothing is written unless the edited inventory loads, with the 
 where it should be.
 
 The replaced node's host_vars file, which describes the old hardware, is moved aside to a
-dot-file (the loader ignores those) and named in the report.
+dot-file (the loader ignores those) and named in the report. The new node takes the
+replaced one's outlet in the inventory's `pdu:` section (outlets.py).
 
 `run` is the step: a check shows the diff and writes nothing; a real run writes the plan,
 removes the replaced node's host key when it lived at another address, warns when the
@@ -35,7 +36,7 @@ from sparkrack.errors import InventoryError, SparkrackError, UsageError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, load_inventory
 from sparkrack.inventory.watchdog_record import read_record
-from sparkrack.onboard import headmove, trust
+from sparkrack.onboard import headmove, outlets, trust
 from sparkrack.onboard.context import Context, Step
 
 _ORDER = ("ansible_host", "rank", "roce_addr", "roce_twin_addr", "spare")
@@ -188,11 +189,19 @@ class JoinPlan:
     hosts_after: str
     moved_host_vars: dict[str, str] = field(default_factory=dict)  # from -> to (relative)
     rank: int | None = None  # None: a spare
+    edited_vars: dict[str, tuple[str, str]] = field(default_factory=dict)  # file: before, after
+
+    @property
+    def unchanged(self) -> bool:
+        return (self.hosts_after == self.hosts_before and not self.moved_host_vars
+                and not self.edited_vars)
 
     def diff(self) -> str:
-        return "".join(difflib.unified_diff(
-            self.hosts_before.splitlines(keepends=True), self.hosts_after.splitlines(keepends=True),
-            "hosts.yml", "hosts.yml (after onboarding)"))
+        files = [("hosts.yml", self.hosts_before, self.hosts_after),
+                 *((name, *texts) for name, texts in self.edited_vars.items())]
+        return "".join("".join(difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True),
+            name, f"{name} (after onboarding)")) for name, before, after in files)
 
 
 def plan_join(inventory: Inventory, name: str, address: str, roce_addr: str | None, *,
@@ -213,13 +222,19 @@ def plan_join(inventory: Inventory, name: str, address: str, roce_addr: str | No
     if roce_twin_addr:
         values["roce_twin_addr"] = roce_twin_addr
     after = edit_hosts(before, name, values, replace=replace)
-    moved = {}
+    moved, edited = {}, {}
     if replace is not None and replace != name:
         old_vars = inventory.path / "host_vars" / f"{replace}.yml"
         if old_vars.is_file():
             when = stamp or time.strftime("%Y%m%d-%H%M%S")
             moved[f"host_vars/{replace}.yml"] = f"host_vars/.{replace}.yml.replaced-by-{name}-{when}"
-    return JoinPlan(before, after, moved, rank)
+        pdu_file = outlets.section_file(inventory.path)
+        if pdu_file is not None:
+            text = pdu_file.read_text(encoding="utf-8")
+            followed = outlets.follow(text, replace, name)
+            if followed != text:
+                edited[str(pdu_file.relative_to(inventory.path))] = (text, followed)
+    return JoinPlan(before, after, moved, rank, edited)
 
 
 def check_plan(inventory: Inventory, plan: JoinPlan, name: str) -> Inventory:
@@ -251,6 +266,8 @@ def materialize_light(source: Path, target: Path, plan: JoinPlan) -> Path:
         if (source / name).is_dir():
             shutil.copytree(source / name, target / name, symlinks=True)
     (target / "hosts.yml").write_text(plan.hosts_after, encoding="utf-8")
+    for name, (_, after) in plan.edited_vars.items():
+        (target / name).write_text(after, encoding="utf-8")
     for old, new in plan.moved_host_vars.items():
         (target / old).rename(target / new)
     return target
@@ -260,15 +277,22 @@ def apply_join(inventory: Inventory, plan: JoinPlan) -> None:
     """Write the plan, each step durable, in an order that no interruption can turn into a
     silently wrong inventory: 1. a backup copy of each host_vars file that leaves (hidden:
     the loader skips it; the inventory is still the old, correct one), 2. hosts.yml
-    replaced atomically (its mode kept), 3. the leaving host_vars files removed. Cut
-    between 2 and 3, the loader refuses the leftover file and names its backup."""
+    replaced atomically (its mode kept), then the outlet map, 3. the leaving host_vars
+    files removed. Cut between 2 and 3, the loader refuses the leftover file and names its
+    backup; cut within 2, it names the outlet map's node that hosts.yml no longer holds."""
     hosts_file = inventory.path / "hosts.yml"
     if hosts_file.read_text(encoding="utf-8") != plan.hosts_before:
         raise UsageError(f"{hosts_file} changed while onboarding ran",
                          fix="nothing was written; run onboard again")
+    for name, (before, _) in plan.edited_vars.items():
+        if (inventory.path / name).read_text(encoding="utf-8") != before:
+            raise UsageError(f"{inventory.path / name} changed while onboarding ran",
+                             fix="nothing was written; run onboard again")
     for old, backup in plan.moved_host_vars.items():
         copy_atomically(inventory.path / old, inventory.path / backup)
     write_atomically(hosts_file, plan.hosts_after)
+    for name, (_, after) in plan.edited_vars.items():
+        write_atomically(inventory.path / name, after)
     for old in plan.moved_host_vars:
         remove(inventory.path / old)
 
@@ -286,13 +310,15 @@ def run(ctx: Context) -> None:
         check_plan(inventory, plan, report.name)
         report.join, report.rank = plan, plan.rank
         for line in plan.diff().splitlines():
-            if line.startswith(("+", "-")) and not line.startswith(("+++", "---")):
-                ctx.line(step, f"hosts.yml {line}")
+            if line.startswith(("+++ ", "--- ")):
+                edited = line[4:].removesuffix(" (after onboarding)")
+            elif line.startswith(("+", "-")):
+                ctx.line(step, f"{edited} {line}")
         for old_path, new_path in plan.moved_host_vars.items():
             ctx.line(step, f"{old_path} -> {new_path} (the old hardware's overrides)")
         where = (f"rank {plan.rank} in place of {report.replace}" if plan.rank is not None
                  else "a spare (outside the TP group)")
-        unchanged = plan.hosts_after == plan.hosts_before and not plan.moved_host_vars
+        unchanged = plan.unchanged
         head_moves = headmove.replaces_head(ctx) and not unchanged
         if report.check:
             if head_moves:

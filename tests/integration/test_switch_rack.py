@@ -58,11 +58,12 @@ def test_a_switch_left_at_1500_is_named_by_the_check_and_fails_the_first_collect
     frames = [p for p in report.problems if "a 9000-byte frame did not pass" in p]
     assert len(frames) == 16 * 7, report.problems  # every rail to every other node
     assert all(m.error for m in report.measured), report.as_dict()  # the bursts stall
-    # every rank's writes go unacknowledged; `up` shows the first rank to exit: one that
-    # printed NCCL's retry error, or rank 0 after such a peer went (which comes first varies)
+    # every rank's writes go unacknowledged; `up` sums up the first rank to exit by NCCL's
+    # own error line: its retry error, or rank 0's after such a peer went (which comes
+    # first varies)
     text = str(failure.value)
-    assert "NCCL error" in text and ("IBV_WC_RETRY_EXC_ERR" in text
-                                     or "closed its connection" in text), text
+    assert "ncclRemoteError: " in text and ("IBV_WC_RETRY_EXC_ERR" in text
+                                            or "closed its connection" in text), text
     rack.set_switch(Switch(9000))
     assert check_fabric(inventory, seconds=0.3).problems == []
     lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)

@@ -330,6 +330,39 @@ def test_promoting_a_spare_removes_its_spare_line(tmp_path):
     assert join.check_plan(inventory, plan, "spark-09").node("spark-09").rank == 1
 
 
+def rehearsal_inventory(tmp_path) -> Path:
+    """A copy of the rehearsal inventory, whose `pdu:` section maps every member's outlet."""
+    return Path(shutil.copytree(REPO / "inventory" / "rehearsal", tmp_path / "inventory"))
+
+
+def test_a_replacement_takes_the_replaced_nodes_outlet(tmp_path):
+    inv_dir = rehearsal_inventory(tmp_path)
+    rack_vars = inv_dir / "group_vars" / "all.yml"
+    before = rack_vars.read_text()
+    inventory = load_inventory(inv_dir)
+    plan = join.plan_join(inventory, "spark-09", "10.77.1.19", None, replace="spark-05")
+    assert plan.edited_vars["group_vars/all.yml"][1] == before.replace("spark-05: 5",
+                                                                       "spark-09: 5")
+    assert "-  outlets: {spark-01: 1" in plan.diff() and "spark-09: 5" in plan.diff()
+    edited = join.check_plan(inventory, plan, "spark-09")
+    assert edited.vars.pdu.outlet_of("spark-09") == 5
+    join.apply_join(inventory, plan)
+    assert load_inventory(inv_dir).vars.pdu.outlet_of("spark-09") == 5
+
+
+def test_a_spare_on_an_outlet_of_its_own_keeps_it_and_the_old_entry_goes(tmp_path):
+    inv_dir = rehearsal_inventory(tmp_path)
+    inventory = load_inventory(inv_dir)
+    join.apply_join(inventory, join.plan_join(inventory, "spark-09", "10.77.1.19", None))
+    rack_vars = inv_dir / "group_vars" / "all.yml"  # the spare plugged into outlet 9
+    rack_vars.write_text(rack_vars.read_text().replace("spark-08: 8}", "spark-08: 8, spark-09: 9}"))
+    inventory = load_inventory(inv_dir)
+    plan = join.plan_join(inventory, "spark-09", "10.77.1.19", None, replace="spark-01")
+    edited = join.check_plan(inventory, plan, "spark-09")
+    assert dict(edited.vars.pdu.outlets) == {
+        **{f"spark-0{n}": n for n in range(2, 9)}, "spark-09": 9}
+
+
 def test_replaced_nodes_host_vars_move_aside(tmp_path):
     inv_dir = real_inventory(tmp_path)
     inventory = load_inventory(inv_dir)

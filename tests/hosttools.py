@@ -6,14 +6,12 @@ one process at a time; without root the test fails and names the package to inst
 
 from __future__ import annotations
 
-import fcntl
 import os
 
 import pytest
 
 from sparkrack.rehearsal import hostprep
 
-LOCK = "/tmp/sparkrack-hostprep.lock"  # the suite's processes install one at a time
 PACKAGES = {**hostprep.REQUIRED_COMMANDS, **hostprep.SUITE_COMMANDS}
 
 
@@ -26,10 +24,7 @@ def need(command: str) -> str:
     if os.geteuid() != 0:
         pytest.fail(f"{command} is missing: apt-get install {package} (the suite installs it "
                     "itself when run as root)")
-    with open(LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if hostprep.find_command(command) is None:  # another process may have installed it
-            hostprep.install_packages([package], say=lambda line: None)
+    hostprep.install_packages([package], say=lambda line: None)  # one process at a time
     found = hostprep.find_command(command)
     if found is None:
         pytest.fail(f"{command} is still missing after apt-get install {package}")

@@ -3,6 +3,7 @@ kernel limits sized for many nodes on one kernel. The test suite's own tools (pr
 tmux) come from the same installer, so a fresh machine's run skips nothing
 (docs/rehearsal.md#what-the-host-needs)."""
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -40,6 +41,7 @@ HOST_NEVER_RUNS = {
                         "NetworkManager-wait-online.service"),
 }
 POLICY_RC = Path("/usr/sbin/policy-rc.d")
+INSTALL_LOCK = "/tmp/sparkrack-hostprep.lock"
 SBIN_DIRS = ("/usr/sbin", "/sbin")
 # Every node's systemd, journald, networkd and dockerd hold inotify instances, counted per
 # user across the whole kernel: a real Spark has a kernel of its own, the rehearsal nodes
@@ -61,10 +63,22 @@ def missing_packages(commands: dict[str, str] = REQUIRED_COMMANDS) -> list[str]:
 
 def install_packages(packages: list[str], say) -> None:
     """apt-get install the packages (saying so), failing with the apt error in one line.
-    A package in HOST_NEVER_RUNS is installed with its daemon kept off this machine."""
+    A package in HOST_NEVER_RUNS is installed with its daemon kept off this machine. One
+    process installs at a time (two racks of one test run boot side by side); a package
+    another installed meanwhile is skipped."""
     if os.geteuid() != 0:
         raise SparkrackError("the rehearsal rack needs root (namespaces, nspawn, mounts)",
                              fix="run invoke as root")
+    with open(INSTALL_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        wanted = {pkg for cmd, pkg in {**REQUIRED_COMMANDS, **SUITE_COMMANDS}.items()
+                  if find_command(cmd) is None}
+        packages = [pkg for pkg in packages if pkg in wanted]
+        if packages:
+            _install(packages, say)
+
+
+def _install(packages: list[str], say) -> None:
     say(f"installing {', '.join(packages)} (apt-get) for the rehearsal rack")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     _apt(["apt-get", "update", "-qq"], env)

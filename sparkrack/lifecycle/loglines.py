@@ -187,6 +187,8 @@ _JSON_MESSAGE = ("message", "msg", "event")
 _JSON_LEVEL = ("level", "levelname", "severity")
 _JSON_EXCEPTION = ("exception", "exc_info", "error")
 REASON_CHARS = 240
+# NCCL puts the cause on the line after this one, under its exception line
+_LAST_ERROR = "Last error:"
 
 
 def _json_event(text: str) -> tuple[str, bool] | None:
@@ -211,13 +213,24 @@ def _json_event(text: str) -> tuple[str, bool] | None:
     return message, bool(raised) or level in ("ERROR", "CRITICAL", "FATAL")
 
 
+def _unprefixed(text: str, prefix: str) -> str:
+    """text without the engine's log prefix (level, time, rank) when it opens with one shaped
+    as prefix, its digits aside."""
+    digits = re.compile(r"\d")
+    if prefix and digits.sub("0", text[:len(prefix)]) == digits.sub("0", prefix):
+        return text[len(prefix):].strip()
+    return text
+
+
 def reason(lines: Iterable[str]) -> str | None:
     """The line of a stopped rank's last log lines that says why: its last exception line
     (as a traceback's last line is the cause), else its last error line, else its last
-    line; never a start banner. An exception line is shown from the exception's name on,
+    line; never a start banner. NCCL's detail under "Last error:" replaces its exception's
+    generic text. An exception line is shown from the exception's name on,
     without the C++ source location Gloo and c10 prefix (`invoke logs` has the whole
     line); one line of at most REASON_CHARS."""
     exception = error = last = None
+    quoting = None  # the line before was NCCL's "Last error:": the log prefix it had
     for text in lines:
         event = _json_event(text)
         if event is not None:
@@ -229,10 +242,13 @@ def reason(lines: Iterable[str]) -> str | None:
             continue
         last = text
         found = _EXCEPTION.search(text)
-        if found:
+        if quoting is not None and exception is not None:
+            exception = f"{exception.split(':', 1)[0]}: {_unprefixed(text, quoting)}"
+        elif found:
             exception = text[found.start():]
         elif failed:
             error = text
+        quoting = text[:-len(_LAST_ERROR)] if text.endswith(_LAST_ERROR) else None
     chosen = exception or error or last
     if chosen is None:
         return None

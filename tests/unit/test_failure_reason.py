@@ -103,3 +103,31 @@ def test_only_a_failed_record_carries_the_kept_lines(monkeypatch):
     assert "log_tail" not in written["current"]
     assert written["failed"]["log_tail"] == kept
     assert record.Deployment(**written["failed"]).log_tail == kept
+
+
+def test_nccls_detail_under_last_error_replaces_its_generic_text():
+    """NCCL prints the cause on the line under "Last error:"; it replaces the exception's
+    generic `ncclRemoteError: A call failed possibly due to a network error...`."""
+    detail = ("NET/IB : Got completion from peer 10.77.10.4<4791> with status="
+              "IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_RDMA_WRITE(1) vendor_err=129")
+    lines = [BANNER,
+             "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, "
+             "remote process exited or there was a network error, NCCL version 2.27.7",
+             "ncclRemoteError: A call failed possibly due to a network error or a remote "
+             "process exiting prematurely.",
+             "Last error:",
+             detail]
+    assert reason(lines) == f"ncclRemoteError: {detail}"
+    assert reason(lines[:4]).endswith("exiting prematurely.")  # no detail yet
+
+
+def test_nccls_detail_is_found_under_an_engines_log_prefix():
+    detail = "NET/IB : Got completion from peer 10.77.10.4<4791> with status=IBV_WC_RETRY_EXC_ERR(12)"
+    lines = ["ERROR 12-06 07:58:21 [rank0] ncclRemoteError: A call failed possibly due to a "
+             "network error or a remote process exiting prematurely.",
+             "ERROR 12-06 07:58:21 [rank0] Last error:",
+             f"ERROR 12-06 07:58:22 [rank0] {detail}"]
+    assert reason(lines) == f"ncclRemoteError: {detail}"
+    sglang = ["[2026-12-06 07:58:20 TP2] ncclRemoteError: A call failed",
+              "[2026-12-06 07:58:20 TP2] Last error:", f"[2026-12-06 07:58:21 TP2] {detail}"]
+    assert reason(sglang) == f"ncclRemoteError: {detail}"

@@ -372,6 +372,12 @@ def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],
     return result
 
 
+def secret_values(context: Mapping[str, Any]) -> list[str]:
+    """The values a node's context holds that no summary or diff may show: the Hugging Face
+    token, and any the caller declared in extra var `secret_values` (the PDU's keys)."""
+    return [v for v in (context.get("hf_token"), *context.get("secret_values", ())) if v]
+
+
 def render_tasks(role: Role, defs: tuple[TaskDef, ...], context: Mapping[str, Any],
                  renderer: Renderer) -> list[Task]:
     """The role's task definitions rendered with context (loops expanded)."""

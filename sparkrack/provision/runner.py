@@ -43,6 +43,7 @@ from sparkrack.provision.roles import (
     node_vars,
     render_tasks,
     roles_path,
+    secret_values,
 )
 from sparkrack.transfer.chain import DEFAULT_PYTHON
 from sparkrack.transfer.images import ImageTarget, TransferReport, distribute
@@ -281,7 +282,7 @@ def _plan_all(roles: tuple[Role, ...], prepared: Mapping[str, _Prepared],
         p = prepared[run.node]
         changes = plan_node(roles, p.tasks, p.handlers, p.context, facts[run.node],
                             renderer=renderer, absent=absent, images=targets,
-                            user=p.node.user, secrets=[p.context.get("hf_token") or ""])
+                            user=p.node.user, secrets=secret_values(p.context))
         if first:
             run.plan = changes
             if any(c.status == "failed" for c in changes):

@@ -14,8 +14,10 @@ In order:
    every node (role watchdog_key of site.yml), then proved from the node (`python -m
    sparkrack.watchdog --check-reach`: every node answers the watchdog's own key and pinned
    host keys);
-5. role watchdog: the unit, enabled and started (restarted when what it runs changed);
-   provisioning's re-plan holds each role to converge;
+5. role watchdog: the PDU's SNMPv3 user and keys (from this machine's environment; required
+   with --allow-power-cycle) in a 0600 EnvironmentFile beside lib/; the unit, enabled and
+   started (restarted when what it runs changed); provisioning's re-plan holds each role
+   to converge;
 6. wait until /metrics answers, and a last probe: lib/ checks.
 
 --check probes, plans the parts and runs the play in check mode: it changes nothing. The
@@ -26,7 +28,10 @@ ansible_host), not on every interface.
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..errors import SparkrackError, UsageError
@@ -43,6 +48,7 @@ from .settings import (
 from .ship import Parts, apply_parts, lib_current, plan_parts
 
 METRICS_WAIT_S = 20.0
+_SYSTEMD_ESCAPED = re.compile(r'([\\"`$])')  # what a double-quoted EnvironmentFile value escapes
 
 
 @dataclass
@@ -96,7 +102,8 @@ def sources_of(state: NodeState) -> tuple[str, ...]:
         return ()
 
 
-def role_vars(inventory, settings: Settings, state: NodeState, manifest_sha256: str = "") -> dict:
+def role_vars(inventory, settings: Settings, state: NodeState, manifest_sha256: str = "",
+              environ: Mapping[str, str] = os.environ) -> dict:
     """The vars of play watchdog.yml: the inventory copy (checked: it loads as the
     original does) and README, the files of an older copy to remove, the unit's settings,
     the stamp of what the service runs (with the node's key as the probe found it)."""
@@ -109,10 +116,56 @@ def role_vars(inventory, settings: Settings, state: NodeState, manifest_sha256: 
             "watchdog_listen": listen_argument(settings.listen,
                                                inventory.vars.watchdog_metrics_port),
             "watchdog_power_cycle": " --allow-power-cycle" if settings.allow_power_cycle else "",
+            **pdu_env_vars(inventory, settings, environ),
             "watchdog_files": files,
             "watchdog_dirs": sorted({f for d in folders for f in _parents(d)}),
             "watchdog_stale": sorted(p for p in state.files if p not in files),
             "watchdog_stamp": stamp(manifest_sha256, state.public_key, files)}
+
+
+def pdu_env_vars(inventory, settings: Settings,
+                 environ: Mapping[str, str] = os.environ) -> dict:
+    """Role watchdog's PDU vars: the EnvironmentFile holding the PDU's SNMPv3 user and keys
+    as this machine's environment gives them, and its values as secrets (never shown in a
+    diff or summary). With them the service reads the strip for its metrics, and may cut
+    a node's power with --allow-power-cycle, which requires them (UsageError without a
+    pdu: section, PduError when they are not set). Without them: none (the file goes)."""
+    from ..pdu.snmp import PduError, credentials
+
+    none = {"watchdog_pdu_env": "", "watchdog_pdu_keys": [], "secret_values": []}
+    pdu = inventory.vars.pdu
+    if pdu is None:
+        if settings.allow_power_cycle:
+            raise UsageError(f"{inventory.path}: --allow-power-cycle, but the inventory has "
+                             "no pdu: section: nothing could cut a node's power",
+                             fix="name the rack's PDU and its outlets (docs/inventory.md), "
+                             "or install without --allow-power-cycle")
+        return none
+    try:
+        keys = credentials(pdu, environ)
+    except PduError:
+        if settings.allow_power_cycle:
+            raise
+        return none
+    values = {pdu.user_env: keys.user, pdu.auth_key_env: keys.auth_key,
+              pdu.priv_key_env: keys.priv_key}
+    return {"watchdog_pdu_env": environment_file(values),
+            "watchdog_pdu_keys": sorted(values), "secret_values": [keys.auth_key,
+                                                                   keys.priv_key]}
+
+
+def environment_file(values: Mapping[str, str]) -> str:
+    """A systemd EnvironmentFile: NAME="value" with \\ " ` $ escaped, as systemd reads a
+    double-quoted value (UsageError for a value with a line break or NUL)."""
+    lines = ["# Managed by sparkrack (watch.install --allow-power-cycle): the PDU's SNMPv3 "
+             "user and keys\n"]
+    for name, value in sorted(values.items()):
+        if any(c in value for c in "\r\n\0"):
+            raise UsageError(f"{name}: a line break or NUL in the value",
+                             fix="an SNMPv3 user or key is one line of printable text")
+        escaped = _SYSTEMD_ESCAPED.sub(r"\\\1", value)
+        lines.append(f'{name}="{escaped}"\n')
+    return "".join(lines)
 
 
 def stamp(manifest_sha256: str, public_key: str, files: dict) -> str:

@@ -18,11 +18,13 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from ..pdu.strip import StripReading
+
 # A rank container's state: docker's own words, plus "missing" (no container for the rank
 # on its node) and "unreachable" (its docker could not be asked).
 RANK_STATES = ("created", "running", "restarting", "paused", "removing", "exited", "dead",
                "missing", "unreachable")
-ACTIONS = ("stop", "restart", "restart_failed")
+ACTIONS = ("stop", "restart", "restart_failed", "power_cycle", "power_cycle_failed")
 REAPPLY_OUTCOMES = ("took", "failed")
 NODE_LABELS = ("node", "rank")
 
@@ -83,6 +85,7 @@ class Snapshot:
     no_progress_seconds: float | None = None  # work pending on rank 0 without progress
     stalled: tuple[str, int] | None = None  # the current group was stopped stalled: (node, rank)
     blind: bool = False  # the deployment records cannot be read: nothing is judged
+    strip: StripReading | None = None  # the PDU's last reading (None: no PDU, or unread)
 
 
 @dataclass
@@ -96,7 +99,8 @@ class WatchdogMetrics:
         self._lock = threading.Lock()
         self.actions = Counter("sparkrack_watchdog_actions", "Actions the watchdog took on a "
                                "broken TP group: stop, restart, restart_failed (a restart "
-                               "whose `up` failed; the group is then down)", ["action"],
+                               "whose `up` failed; the group is then down); on a latched "
+                               "node: power_cycle, power_cycle_failed", ["action"],
                                registry=self.registry)
         for action in ACTIONS:
             self.actions.labels(action=action)  # every series exists from the start, at 0
@@ -159,6 +163,7 @@ class _SnapshotCollector(Collector):
             snap = self.metrics.snapshot
         yield from _node_families(snap)
         yield from _rack_families(snap)
+        yield from _pdu_families(snap.strip)
 
 
 NODE_GAUGES = (
@@ -275,3 +280,20 @@ def _rack_families(snap: Snapshot) -> Iterator:
     if snap.stalled is not None:
         stalled.add_metric([snap.stalled[0], str(snap.stalled[1])], 1.0)
     yield stalled
+
+
+def _pdu_families(strip: StripReading | None) -> Iterator:
+    """The strip as the PDU measures it (absent without a PDU the watchdog can read)."""
+    measured = _gauge("sparkrack_pdu_measured_watts", "The strip's draw as the PDU measures "
+                      "it: its whole load, or its mapped outlets' sum if larger", ("pdu",))
+    outlet_watts = _gauge("sparkrack_pdu_outlet_watts", "What a node's PDU outlet draws now",
+                          ("pdu", "node", "outlet"))
+    outlet_on = _gauge("sparkrack_pdu_outlet_on", "1 while a node's PDU outlet is switched on",
+                       ("pdu", "node", "outlet"))
+    if strip is not None:
+        measured.add_metric([strip.pdu], float(strip.measured_watts))
+        for outlet in strip.outlets:
+            labels = [strip.pdu, outlet.node, str(outlet.outlet)]
+            outlet_watts.add_metric(labels, float(outlet.watts))
+            outlet_on.add_metric(labels, float(outlet.on))
+    yield from (measured, outlet_watts, outlet_on)

@@ -59,6 +59,17 @@ class RestartBudget:
                             "stopping the group instead: find the cause, then `invoke up`")
         return Decision(RESTART, f"restart {used + 1} of {self.budget} allowed in {minutes} min")
 
+    def cycle(self, now: float) -> Decision:
+        """Whether a latched node may be power-cycled (and its group started again) at now:
+        only while the budget, counted whatever watchdog_action says, is not spent."""
+        used = len(self.recent(now))
+        minutes = _minutes(self.window_s)
+        if used >= self.budget:
+            return Decision(STOP, f"restart budget spent ({used} of {self.budget} in "
+                            f"{minutes} min): not power-cycled; `invoke power-cycle -n NODE`")
+        return Decision(RESTART, f"power cycle and restart {used + 1} of {self.budget} allowed "
+                        f"in {minutes} min")
+
     def record(self, now: float) -> None:
         """Count a restart made (or tried) at now; forget those out of the window."""
         self.restarts = [*self.recent(now), now]

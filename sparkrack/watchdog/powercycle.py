@@ -9,6 +9,7 @@ PDU feeding the node, the watchdog says why and leaves the node to its operator.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from ..errors import SparkrackError
 from ..fleet import Fleet
@@ -22,20 +23,28 @@ TASK = "watchdog.power-cycle"
 BURN_SECONDS = 1.5
 
 
+class Cycled(NamedTuple):
+    """What the watchdog's power cycle did: ok when the node came back out of its latch."""
+
+    ok: bool
+    line: str
+
+
 def cycle_latched(inventory: Inventory, node: str, *, allowed: bool,
-                  say: Callable[[str], None], off_seconds: int = OFF_SECONDS) -> str:
+                  say: Callable[[str], None], off_seconds: int = OFF_SECONDS) -> Cycled:
     """Power-cycle node for its latched GPU if allowed; one line saying what was done (or
     why not). Never raises: the watchdog goes on watching."""
     if not allowed:
-        return (f"{node}: GPU latched; not power-cycled (the watchdog was installed without "
-                "--allow-power-cycle): `invoke power-cycle -n " + node + "`")
+        return Cycled(False, f"{node}: GPU latched; not power-cycled (the watchdog was "
+                      f"installed without --allow-power-cycle): `invoke power-cycle -n {node}`")
     if inventory.vars.pdu is None or inventory.vars.pdu.outlet_of(node) is None:
-        return f"{node}: GPU latched; no PDU outlet feeds it in the inventory: not power-cycled"
+        return Cycled(False, f"{node}: GPU latched; no PDU outlet feeds it in the inventory: "
+                      "not power-cycled")
     guard = Guard(inventory, TASK, {"node": node, "off_seconds": off_seconds}, on_event=say)
     try:
         guard.begin(None)
     except SparkrackError as error:
-        return f"{node}: GPU latched; not power-cycled: {error.line()}"
+        return Cycled(False, f"{node}: GPU latched; not power-cycled: {error.line()}")
     outcome, error_line, code = "failed", None, 1
     try:
         with audit.active(guard.record):
@@ -45,9 +54,9 @@ def cycle_latched(inventory: Inventory, node: str, *, allowed: bool,
             line = power_cycle(inventory, target, plan, on_event=say,
                                burn=lambda rack, nodes: burn(rack, nodes, seconds=BURN_SECONDS))
         outcome, code = "ok", 0
-        return line
+        return Cycled(True, line)
     except SparkrackError as error:
         error_line = error.line()
-        return f"{node}: GPU latched; power cycle failed: {error_line}"
+        return Cycled(False, f"{node}: GPU latched; power cycle failed: {error_line}")
     finally:
         guard.end(outcome, error=error_line, exit_code=code)

@@ -1,18 +1,26 @@
 """The watchdog's view of a real rack: the deployment records, the engine containers, the
-group poll, the nodes' facts and a restart, all through one warm Fleet."""
+group poll, the nodes' facts and a restart, all through one warm Fleet; the PDU's reading
+of the strip, from a thread of its own."""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
+from ..errors import SparkrackError
 from ..facts.node import facts_argv, parse_facts
 from ..fleet import Fleet
 from ..inventory import Inventory
 from ..lifecycle import record
 from ..lifecycle.containers import engine_containers
 from ..lifecycle.watch import GroupWatch, stop_left_behind
+from ..pdu.snmp import Session
+from ..pdu.strip import StripReading, read_strip, session_of
 
 FACTS_TIMEOUT_S = 15.0  # as `invoke status`: a stuck node must not hold up the others
+STRIP_EVERY_S = 5.0  # between the PDU's readings (as the facts, for the metrics)
+STRIP_STALE_S = 20.0  # a reading older than this is none (the PDU stopped answering)
 RESTART_BURN_S = 1.5  # the clock-cap gate's under-load check when the watchdog restarts
 log = logging.getLogger("sparkrack.watchdog")
 
@@ -36,12 +44,65 @@ def lock_holder(fleet: Fleet, inventory: Inventory) -> str | None:
     return holder.describe(time.time()) if holder else None
 
 
+class StripReader:
+    """Reads the PDU every STRIP_EVERY_S in a thread of its own, so a PDU that is slow or
+    gone never holds up the group's poll. A reading older than STRIP_STALE_S is no reading;
+    why the PDU is not read (its keys not in the service's environment, no answer) is
+    logged once until it reads again."""
+
+    def __init__(self, inventory: Inventory, clock=time.monotonic):
+        self.inventory = inventory
+        self.clock = clock
+        self._latest: tuple[float, StripReading] | None = None
+        self._said: str | None = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="pdu-strip", daemon=True).start()
+
+    def latest(self) -> StripReading | None:
+        latest = self._latest
+        if latest is None or self.clock() - latest[0] > STRIP_STALE_S:
+            return None
+        return latest[1]
+
+    def read_once(self, session: Session | None) -> Session | None:
+        """One reading (kept as the latest); the session to use next time."""
+        try:
+            session = session or session_of(self.inventory)
+            self._latest = (self.clock(), read_strip(self.inventory, session))
+        except SparkrackError as error:
+            if error.line() != self._said:
+                log.warning("strip not read from the PDU: %s", error.line())
+                self._said = error.line()
+            return session
+        self._said = None
+        return session
+
+    def _run(self) -> None:
+        session = None
+        while True:
+            started = self.clock()
+            session = self.read_once(session)
+            time.sleep(max(0.0, STRIP_EVERY_S - (self.clock() - started)))
+
+
 class FleetRack:
     """The rack the watchdog guards, reached through fleet (the inventory's nodes)."""
 
     def __init__(self, inventory: Inventory, fleet: Fleet):
         self.inventory = inventory
         self.fleet = fleet
+        self._strip: StripReader | None = None
+
+    def strip(self):
+        """The PDU's latest reading of the strip (None: no pdu: section, or no fresh
+        reading); read in a thread of its own (StripReader)."""
+        if self.inventory.vars.pdu is None:
+            return None
+        if self._strip is None:
+            self._strip = StripReader(self.inventory)
+            self._strip.start()
+        return self._strip.latest()
 
     def records(self) -> dict:
         """The head's deployment records (SparkrackError when it cannot be asked)."""
@@ -103,6 +164,14 @@ class FleetRack:
 
         return record_action(self.fleet, self.inventory, "watchdog", deployment.deployment_id,
                              poll, acted)
+
+    def power_cycle(self, node: str):
+        """Power-cycle a latched node (powercycle.cycle_latched: its own lock and audit
+        record); a Cycled saying how it went."""
+        from .powercycle import cycle_latched
+
+        return cycle_latched(self.inventory, node, allowed=True,
+                             say=lambda line: log.info("power-cycle: %s", line))
 
     def lock_holder(self) -> str | None:
         """See lock_holder()."""

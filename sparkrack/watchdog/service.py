@@ -12,9 +12,11 @@ Each step (one poll, every second):
   polls is a broken group, which is stopped at once, or restarted in order within the
   restart budget (policy.RestartBudget);
 - judges each guarded poll's GPU readings (lifecycle.gpuwatch): re-applies a lost cap
-  (audited, counted), logs a latched or hot GPU once while it stands;
-- refreshes every node's facts (SM clock, power, memory, clock cap) every few seconds for
-  the metrics and the power projection.
+  (audited, counted), logs a latched or hot GPU once while it stands; with
+  --allow-power-cycle, power-cycles a latched node through the PDU (powercycle.py: the
+  group stopped in order first) and starts the group again, within the restart budget;
+- refreshes every node's facts (SM clock, power, memory, clock cap) and the PDU's reading
+  of the strip every few seconds, for the metrics and the power projection.
 A rank on a node that did not answer when its group was stopped keeps running there (as a
 real one does, holding its memory until the engine's own watchdog fires): it is stopped as
 soon as the node answers again. A group the watchdog stopped stays stopped: the `current` record is left for the operator
@@ -69,6 +71,8 @@ class Rack(Protocol):
     def stop_left_behind(self, ranks: list[Any]) -> tuple[list[Any], dict[str, str]]: ...
     def lock_holder(self) -> str | None: ...
     def record_action(self, deployment: Any, poll: Any, acted: str) -> list[str]: ...
+    def power_cycle(self, node: str) -> Any: ...  # powercycle.Cycled
+    def strip(self) -> Any: ...  # the PDU's reading (pdu.strip.StripReading) or None
 
 
 @dataclass
@@ -76,7 +80,7 @@ class Step:
     """What one step decided, for the journal, the state file and the tests."""
 
     verdict: str  # idle | blind | starting | stepped-aside | guarding | stopped | restarted
-    #               | restart-failed | down
+    #               | restart-failed | down | power-cycled | power-cycle-failed
     detail: str = ""
     acted: bool = False
 
@@ -103,6 +107,7 @@ class Watchdog:
         self.stopped: dict[str, str] = {}  # deployment id: why the watchdog took it down
         self.stalls: dict[str, tuple[str, int]] = {}  # deployment id: (culprit node, rank) of its stall
         self.facts: dict[str, Any] = {}
+        self.strip: Any = None  # the PDU's last reading, with the facts
         self.containers: tuple[list[Any], dict[str, str]] = ([], {})
         self.facts_at: float | None = None
         self._guarded_deployment: Any = None
@@ -112,6 +117,7 @@ class Watchdog:
         self.left_behind: list[Any] = []  # ranks on nodes lost when their group was stopped
         self._unwatched_said: str | None = None  # the last "progress not readable" logged
         self.standing: set[tuple[str, str]] = set()  # GPU findings said, until they clear
+        self.cycled: set[tuple[str, str]] = set()  # (deployment id, node) a cycle was tried for
         self._load_state()
 
     # --- One step ----------------------------------------------------------------------
@@ -193,6 +199,9 @@ class Watchdog:
                     "%s", line.removeprefix("warning: "))
             for done in made:
                 self.metrics.count_cap_reapplied(done.node, done.took)
+            latched = self._to_cycle(deployment, poll)
+            if latched is not None:
+                return self._power_cycle(deployment, latched), poll
         if poll.failure:
             return self._act(deployment, poll.failure, poll.detected or self.monotonic(),
                              poll.lost, None, poll), poll
@@ -261,6 +270,46 @@ class Watchdog:
         return Step("restarted", f"{failure}; stopped in {self.detection_to_stopped:.1f} s and "
                     f"restarted ({decision.reason})", acted=True)
 
+    def _to_cycle(self, deployment, poll) -> str | None:
+        """The latched node to power-cycle now, if allowed and within the restart budget
+        (once per deployment and node: a cycle that failed is the operator's)."""
+        if not self.allow_power_cycle:
+            return None
+        for node in sorted({f.node for f in poll.findings if f.kind == "latched"}):
+            if (deployment.deployment_id, node) in self.cycled:
+                continue
+            self.cycled.add((deployment.deployment_id, node))
+            decision = self.budget.cycle(self.clock())
+            if decision.action == RESTART:
+                return node
+            log.warning("%s: GPU latched; %s", node, decision.reason)
+        return None
+
+    def _power_cycle(self, deployment, node: str) -> Step:
+        """Power-cycle node (its group stopped in order first), then start the group again
+        in order: its gates burn every GPU, so it serves only once the latch is gone."""
+        self.budget.record(self.clock())
+        self._save_state()
+        log.warning("%s: GPU latched while its group is busy: power-cycling it through the "
+                    "PDU (--allow-power-cycle), its group stopped in order first", node)
+        cycled = self.rack.power_cycle(node)
+        self._forget_group()
+        if not cycled.ok:
+            self.metrics.count_action("power_cycle_failed")
+            return Step("power-cycle-failed", cycled.line, acted=True)
+        self.metrics.count_action("power_cycle")
+        log.warning("%s", cycled.line)
+        try:
+            self.rack.restart(deployment)
+        except Exception as error:  # the start's own gates or start failed: nothing runs
+            why = error.line() if isinstance(error, SparkrackError) else f"{error!r}"
+            self.metrics.count_action("restart_failed")
+            return Step("restart-failed", f"{cycled.line}; the start after it failed: {why}",
+                        acted=True)
+        self.metrics.count_action("restart")
+        return Step("power-cycled", f"{cycled.line}; {deployment.engine} {deployment.profile} "
+                    "started again in order", acted=True)
+
     def _stop_left_behind(self) -> None:
         """Stop the ranks whose nodes answer again (their logs stay for `invoke logs`)."""
         stopped, _ = self.rack.stop_left_behind(self.left_behind)
@@ -282,6 +331,7 @@ class Watchdog:
         if self.facts_at is None or now - self.facts_at >= self.facts_every:
             self.facts = self.rack.facts()
             self.containers = self.rack.ranks()
+            self.strip = self.rack.strip()
             self.facts_at = now
 
     def _publish(self, current, last_good, step: Step, poll, holder: str | None,
@@ -329,7 +379,7 @@ class Watchdog:
             detection_to_stopped_seconds=self.detection_to_stopped,
             no_progress_seconds=poll.no_progress_s if guarding else None,
             stalled=self.stalls.get(current.deployment_id) if current is not None else None,
-            blind=step.verdict == "blind"))
+            blind=step.verdict == "blind", strip=self.strip))
 
     def _gpu_values(self, node: str, poll) -> dict:
         """A guarded poll's own GPU reading of node and its judgement, for the metrics."""

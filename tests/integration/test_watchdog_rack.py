@@ -11,6 +11,8 @@ Prometheus's HTTP API.
 - while a group serves under load (issue 47): a GPU whose clock lock is reset
   (`nvidia-smi -rgc`) has its cap re-applied by the service, checked and audited; a latched
   GPU and a heated one are reported, each in Prometheus;
+- installed with --allow-power-cycle: a GPU latched under load is power-cycled through the
+  rehearsal PDU and the group serves again;
 - `watch.uninstall` leaves nothing: no unit, no install directory, no state, no key line
   in any node's authorized_keys, no key record.
 
@@ -386,6 +388,82 @@ def test_the_service_reapplies_a_lost_cap_and_reports_a_latched_and_a_hot_gpu(
         rack.latch("spark-03", on=False)
         rack.heat("spark-05", None)
         lifecycle.down(inventory)
+
+
+def test_allowed_the_service_power_cycles_a_latched_node_and_the_group_serves_again(
+        engine_rack, installed, prometheus, rack):
+    """Reinstalled with --allow-power-cycle (the PDU's keys in a 0600 file, shown nowhere):
+    spark-03's GPU latches under a steady SGLang load; the service stops the group in order,
+    cycles outlet 3 through the rehearsal PDU (SNMP), waits for the new boot, and starts the
+    group again: the latch is gone, the group serves, and the audit log has the cycle."""
+    import threading
+
+    from sparkrack.lifecycle.headapi import Endpoint
+    from sparkrack.oplock.audit import merge, parse_lines, select
+    from sparkrack.oplock.remote import AUDIT_FILE
+    from sparkrack.rehearsal.pdu import REHEARSAL_CREDENTIALS
+
+    inventory = engine_rack
+    lifecycle.down(inventory)
+    allowed = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE,
+                     "--allow-power-cycle")
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    shown = allowed.stdout + allowed.stderr
+    for key in ("SPARKRACK_PDU_AUTH_KEY", "SPARKRACK_PDU_PRIV_KEY"):
+        assert REHEARSAL_CREDENTIALS[key] not in shown
+    keys = on_watchdog_node(inventory, ["stat", "-c", "%a %U", f"{DEFAULT_INSTALL_DIR}/pdu.env"])
+    assert keys.stdout.split() == ["600", "root"], keys
+    done, answered = threading.Event(), []
+
+    def load():
+        head = Endpoint(inventory.head, 30000, "GLM-5.3")
+        while not done.is_set():
+            try:
+                head.chat([{"role": "user", "content": "word " * 20}], 50, timeout=60)
+                answered.append(time.monotonic())
+            except Exception:  # noqa: BLE001 - the group going down under it
+                time.sleep(0.2)
+    cycles = 'sparkrack_watchdog_actions_total{action="power_cycle"}'
+    try:
+        before = prometheus.wait(cycles, lambda v: v is not None, timeout=60)  # the new service
+        measured = prometheus.wait('sparkrack_pdu_measured_watts{pdu="rehearsal-pdu"}',
+                                   lambda v: v is not None, timeout=30)  # the PDU, over SNMP
+        assert measured >= 8 * 25, measured
+        first = lifecycle.up(inventory, "sglang", "512k", burn=quick_burn).deployment_id
+        prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
+        threading.Thread(target=load, daemon=True).start()
+        boot = on_node(inventory, "spark-03", ["cat", "/proc/sys/kernel/random/boot_id"]).stdout
+        latched_at, since = time.monotonic(), time.time()
+        rack.latch("spark-03")
+        prometheus.wait(cycles, lambda v: v == before + 1, timeout=180)
+        cycled_in = time.monotonic() - latched_at
+        prometheus.wait(f'sparkrack_deployment_info{{deployment!="{first}"}} '
+                        "* on() sparkrack_watchdog_guarding", lambda v: v == 1, timeout=180)
+        serving_in = time.monotonic() - latched_at
+        assert not rack.status()[2].latched
+        assert on_node(inventory, "spark-03",
+                       ["cat", "/proc/sys/kernel/random/boot_id"]).stdout != boot
+        served = len(answered)
+        wait_for("the group serving again", lambda: len(answered) > served + 2, 60)
+        print(f"\nspark-03 latched: power-cycled by the watchdog {cycled_in:.0f} s later, "
+              f"a new deployment of the lane guarded {serving_in:.0f} s after the latch")
+        with Fleet(inventory, [inventory.head]) as fleet:
+            log = merge(parse_lines(fleet.run(["cat", AUDIT_FILE])[inventory.head.name].stdout))
+        ends = select(log, since=since, task="watchdog.power-cycle")
+        assert len(ends) == 1 and ends[-1]["outcome"] == "ok", ends
+        assert ends[-1]["changed"]["power_cycled"] == ["spark-03"]
+        assert ends[-1]["changed"]["outlets"] == ["rehearsal-pdu:3"]
+        journal = on_watchdog_node(inventory, ["journalctl", "-u", UNIT, "-b", "--no-pager",
+                                               "-o", "cat"]).stdout
+        assert "spark-03: GPU latched while its group is busy: power-cycling it" in journal
+        assert "sglang 512k started again in order" in journal, journal[-3000:]
+    finally:
+        done.set()
+        rack.latch("spark-03", on=False)
+        lifecycle.down(inventory)
+        plain = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE)
+        assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert "--allow-power-cycle" not in unit_property(inventory, "ExecStart")
 
 
 def on_node(inventory, node: str, argv):

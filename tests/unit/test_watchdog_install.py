@@ -156,7 +156,8 @@ def role_plan_for(inventory, settings: ws_settings.Settings, state: NodeState | 
     settings = ws_settings.with_listen(settings, inventory.head)
     roles = load_roles(play="watchdog.yml")
     renderer = Renderer()
-    extra = wi.role_vars(inventory, settings, state or NodeState(), WANT)
+    keys = os.environ if settings.allow_power_cycle else {}  # the PDU's, exported by conftest
+    extra = wi.role_vars(inventory, settings, state or NodeState(), WANT, environ=keys)
     context = node_vars(inventory, inventory.head, roles, {}, extra)
     tasks = {r.name: render_tasks(r, r.tasks, context, renderer) for r in roles}
     handlers = {r.name: render_tasks(r, r.handlers, context, renderer) for r in roles}

@@ -29,6 +29,8 @@ def samples(metrics: WatchdogMetrics) -> dict[tuple[str, tuple], float]:
 
 
 GIB = 1 << 30
+from sparkrack.pdu.strip import OutletReading, StripReading  # noqa: E402
+
 FULL = Snapshot(
     nodes=(NodeSnapshot("spark-01", 0, True, sm_clock_mhz=2190, gpu_power_watts=96.5,
                         gpu_util_pct=100, temperature_c=95, slowdown_c=97, shutdown_c=100,
@@ -46,7 +48,8 @@ FULL = Snapshot(
     deployment_ready=True, guarding=True, ranks_expected=3, ranks_running=1,
     rank0_healthy=True, projected_watts=1471, strip_watts=1440, margin_watts=100,
     poll_time=1.7e9 + 5, poll_seconds=0.25, detection_to_stopped_seconds=1.5,
-    no_progress_seconds=12.0, stalled=("spark-02", 1))
+    no_progress_seconds=12.0, stalled=("spark-02", 1),
+    strip=StripReading("strip-a", 420, (OutletReading("spark-01", 1, True, 212),)))
 
 
 def test_a_scrape_shows_the_snapshot_with_units_in_base_units():
@@ -167,7 +170,7 @@ def test_promtool_accepts_the_example_scrape_config():
 def test_promtool_accepts_the_alert_rules():
     done = promtool("check", "rules", "sparkrack-alerts.yml")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 17 rules found" in done.stdout
+    assert "SUCCESS: 18 rules found" in done.stdout
 
 
 def test_alerts_fire_on_synthetic_series():

@@ -103,6 +103,21 @@ class FakeRack:
     still_lost: set[str] = field(default_factory=set)  # nodes stop_left_behind cannot reach
     stopped_left: list[Rank] = field(default_factory=list)
     actions: list[tuple[str, str, str]] = field(default_factory=list)  # (deployment, verdict, failure)
+    cycles: list[str] = field(default_factory=list)  # nodes power-cycled
+    cycle_ok: bool = True
+    strip_reading: object = None
+
+    def strip(self):
+        return self.strip_reading
+
+    def power_cycle(self, node):
+        from sparkrack.watchdog.powercycle import Cycled
+
+        self.cycles.append(node)
+        if not self.cycle_ok:
+            return Cycled(False, f"{node}: GPU latched; power cycle failed: the PDU refused")
+        self.current = None  # as `down` leaves the records before the cycle
+        return Cycled(True, f"{node}: back, cap unit active this boot, burn ok")
 
     def record_action(self, deployment, poll, acted):
         self.actions.append((deployment.deployment_id, acted, poll.failure))
@@ -512,3 +527,101 @@ def test_the_service_serves_metrics_and_stops_on_sigterm(sshd: Sshd, tmp_path: P
     assert f"metrics on http://127.0.0.1:{port}/metrics" in out
     assert "idle: no engine deployment is current" in out
     assert json.loads((tmp_path / "state.json").read_text())["verdicts"][0]["verdict"] == "idle"
+
+
+def latched_poll(deployment_id: str) -> Poll:
+    """A busy group whose spark-03 GPU reads latched (670 MHz at 10.8 W under load)."""
+    from sparkrack.facts.gpu import GpuSample
+    from sparkrack.lifecycle.gpuwatch import judge
+
+    sample = GpuSample(100, 10.8, 670, 40, 55)
+    return Poll(memory={n: (128 << 20, 100 << 20) for n in NAMES},
+                states=ranks_of(deployment_id), head_status=200, gpus={"spark-03": sample},
+                findings=judge("spark-03", 2, sample, 2200))
+
+
+def test_allowed_a_latched_node_is_power_cycled_once_and_its_group_started_again(tmp_path):
+    rack, watchdog = guarded([healthy("d1"), latched_poll("d1")], tmp_path)
+    watchdog.allow_power_cycle = True
+    step = watchdog.step()
+    assert (step.verdict, step.acted) == ("power-cycled", True)
+    assert step.detail == ("spark-03: back, cap unit active this boot, burn ok; sglang 512k "
+                           "started again in order")
+    assert rack.cycles == ["spark-03"] and rack.restarts == ["d1"]
+    assert metric(watchdog, "sparkrack_watchdog_actions_total", action="power_cycle") == 1
+    assert metric(watchdog, "sparkrack_watchdog_actions_total", action="restart") == 1
+    assert len(json.loads((tmp_path / "state.json").read_text())["budget"]["restarts"]) == 1
+    assert watchdog.step().verdict == "guarding"  # the group started again: guarded anew
+    assert rack.cycles == ["spark-03"]
+
+
+def test_not_allowed_a_latched_node_is_only_reported():
+    rack, watchdog = guarded([healthy("d1"), latched_poll("d1")])
+    assert [watchdog.step().verdict for _ in range(3)] == ["guarding"] * 3
+    assert rack.cycles == [] and rack.restarts == []
+    assert metric(watchdog, "sparkrack_gpu_latched", node="spark-03") == 1
+
+
+def test_a_spent_budget_leaves_a_latched_node_to_its_operator(caplog):
+    rack, watchdog = guarded([healthy("d1"), latched_poll("d1")])
+    watchdog.allow_power_cycle = True
+    watchdog.budget.budget = 0
+    with caplog.at_level("WARNING", logger="sparkrack.watchdog"):
+        assert [watchdog.step().verdict for _ in range(3)] == ["guarding"] * 3
+    assert rack.cycles == []
+    said = [r.getMessage() for r in caplog.records if "restart budget spent" in r.getMessage()]
+    assert said == ["spark-03: GPU latched; restart budget spent (0 of 0 in 30 min): not "
+                    "power-cycled; `invoke power-cycle -n NODE`"]
+
+
+def test_a_failed_power_cycle_is_not_tried_again_for_the_same_group():
+    rack, watchdog = guarded([healthy("d1"), latched_poll("d1")])
+    watchdog.allow_power_cycle = True
+    rack.cycle_ok = False
+    step = watchdog.step()
+    assert (step.verdict, step.detail) == (
+        "power-cycle-failed", "spark-03: GPU latched; power cycle failed: the PDU refused")
+    assert [watchdog.step().verdict for _ in range(3)] == ["guarding"] * 3
+    assert rack.cycles == ["spark-03"] and rack.restarts == []
+    assert metric(watchdog, "sparkrack_watchdog_actions_total",
+                  action="power_cycle_failed") == 1
+
+
+def test_the_pdus_reading_is_exported_with_each_outlet():
+    from sparkrack.pdu.strip import OutletReading, StripReading
+
+    reading = StripReading("strip-a", 640, (OutletReading("spark-01", 1, True, 212),
+                                            OutletReading("spark-02", 2, True, 205),
+                                            OutletReading("spark-03", 3, False, 0)))
+    watchdog = make(FakeRack(strip_reading=reading))
+    watchdog.step()
+    assert metric(watchdog, "sparkrack_pdu_measured_watts", pdu="strip-a") == 640
+    assert metric(watchdog, "sparkrack_pdu_outlet_watts", node="spark-02", outlet="2") == 205
+    assert metric(watchdog, "sparkrack_pdu_outlet_on", node="spark-03", outlet="3") == 0
+    assert metric(make(FakeRack()), "sparkrack_pdu_measured_watts") is None
+
+
+def test_the_strip_reader_says_once_why_the_pdu_is_unread_and_forgets_stale_readings(
+        tmp_path, caplog, monkeypatch):
+    from test_watchdog_install import rehearsal_copy
+
+    from sparkrack.inventory import load_inventory
+    from sparkrack.pdu.strip import StripReading
+    from sparkrack.watchdog import rack as watchdog_rack
+
+    inventory = load_inventory(rehearsal_copy(tmp_path))
+    now = [100.0]
+    reader = watchdog_rack.StripReader(inventory, clock=lambda: now[0])
+    monkeypatch.delenv("SPARKRACK_PDU_AUTH_KEY")
+    with caplog.at_level("WARNING", logger="sparkrack.watchdog"):
+        for _ in range(3):
+            assert reader.read_once(None) is None
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and said[0].startswith(
+        "strip not read from the PDU: PDU rehearsal-pdu: SPARKRACK_PDU_AUTH_KEY not set (")
+    reading = StripReading("rehearsal-pdu", 400, ())
+    monkeypatch.setattr(watchdog_rack, "read_strip", lambda inventory, session: reading)
+    monkeypatch.setattr(watchdog_rack, "session_of", lambda inventory: "session")
+    assert reader.read_once(None) == "session" and reader.latest() == reading
+    now[0] += watchdog_rack.STRIP_STALE_S + 1
+    assert reader.latest() is None

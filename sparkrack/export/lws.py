@@ -23,6 +23,7 @@ from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.export.access import export_access
 from sparkrack.export.admission import export_admission
 from sparkrack.export.agent import export_agent
+from sparkrack.export.caches import cache_key
 from sparkrack.export.cluster import ClusterOptions
 from sparkrack.export.command import group_argv
 from sparkrack.export.env import PER_NODE, export_env
@@ -95,6 +96,8 @@ def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | N
     secret_name = _checked_name(secret_name or default_secret_name(engine), "--secret")
     definition = load_engine(inventory.path, engine, inventory.vars.images)
     specs = build_specs(inventory, engine, profile)
+    specs = build_specs(inventory, engine, profile,
+                        cache=cache_key(specs[0].image, (s.node for s in specs)))
     if len(specs) < 2:
         raise UsageError(f"a LeaderWorkerSet needs a leader and a worker, and the inventory "
                          f"has {len(specs)} rank", fix="export a rack of two or more nodes")

@@ -9,7 +9,8 @@ What `docker run` says (DockerOptions) and what the pod says instead:
 - `--gpus all` -> one `nvidia.com/gpu` (a GB10 node has one GPU);
 - `--device /dev/infiniband` -> one unit of the RDMA device plugin's resource;
 - `--cap-add IPC_LOCK` -> the container's capabilities;
-- `--volume SRC:DST:ro` -> a hostPath volume mounted read-only at DST;
+- `--volume SRC:DST:ro` -> a hostPath volume mounted read-only at DST; the compile cache
+  folder (caches.py) a writable one the kubelet creates at the first start;
 - `--stop-timeout` -> terminationGracePeriodSeconds (SIGTERM is Kubernetes' signal too);
 - `--ulimit memlock/nofile` -> none: a pod cannot set them; containers inherit the runtime's
   limits, which provisioning's node_limits role sets on each node.
@@ -31,6 +32,7 @@ import re
 from typing import Any
 
 from sparkrack.engines import LaunchSpec
+from sparkrack.engines.caches import CACHE_MOUNT
 from sparkrack.errors import UsageError
 from sparkrack.export.cluster import ClusterOptions
 from sparkrack.export.gate import gate_container, gate_pod_fields, gate_volume
@@ -92,7 +94,8 @@ def pod_template(spec: LaunchSpec, argv: tuple[str, ...], env: list[dict[str, An
         "initContainers": init,
         "containers": [container],
         "volumes": [*({"name": _volume_name(mount.target),
-                       "hostPath": {"path": mount.source, "type": "Directory"}}
+                       "hostPath": {"path": mount.source, "type": "DirectoryOrCreate"
+                                    if mount.target == CACHE_MOUNT else "Directory"}}
                       for mount in options.mounts),
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
                     *secrets.volumes, gate_volume()],

@@ -21,6 +21,7 @@ from sparkrack.cli import build_namespace, export_tasks
 from sparkrack.data import shipped
 from sparkrack.engines import build_specs, load_engine, template_values
 from sparkrack.errors import SparkrackError, UsageError
+from sparkrack.export.caches import cache_key
 from sparkrack.export import (
     CAP_VERIFIED_LABEL, ProfileRefused, cluster_options, export_lws, manifest_yaml,
     write_manifests)
@@ -202,7 +203,9 @@ def test_the_env_is_the_launch_specs_and_secrets_come_from_a_secret(real_invento
                                                                      monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_never_in_a_manifest")
     lws, service = exported(real_inventory, engine, profile)
-    spec = build_specs(real_inventory, engine, profile)[0]
+    plain = build_specs(real_inventory, engine, profile)
+    spec = build_specs(real_inventory, engine, profile, cache=cache_key(
+        plain[0].image, (s.node for s in plain)))[0]  # with the node's compile caches
     for container in containers(lws):
         env = container["env"]
         names = [e["name"] for e in env]
@@ -220,6 +223,27 @@ def test_the_env_is_the_launch_specs_and_secrets_come_from_a_secret(real_invento
     assert "hf_never_in_a_manifest" not in json.dumps([lws, service])
 
 
+SGLANG_IMAGE_HASH = hashlib.sha256(b"lmsysorg/sglang:v0.5.22-cu130").hexdigest()[:16]
+CACHE_FOLDER = f"/var/lib/sparkrack/engine-cache/sglang-{SGLANG_IMAGE_HASH}-sm121"
+
+
+def test_the_pods_reuse_the_nodes_compile_caches_one_folder_per_image_reference(
+        real_inventory):
+    """A restart of the group reuses what the last start compiled (as `invoke up` does):
+    every rank binds its node's folder, named by the image reference and GB10's sm121, and
+    points the engine's caches into it; another image reference is another folder."""
+    lws, _ = exported(real_inventory, "sglang", "512k")
+    for container in containers(lws):
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["TORCHINDUCTOR_CACHE_DIR"] == "/var/cache/sparkrack/inductor"
+        assert env["SGLANG_DG_CACHE_DIR"] == "/var/cache/sparkrack/deep_gemm"
+    volumes = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["volumes"]
+    assert {"name": "var-cache-sparkrack", "hostPath": {
+        "path": CACHE_FOLDER, "type": "DirectoryOrCreate"}} in volumes
+    other = cache_key("lmsysorg/sglang:v0.5.23-cu130", ["spark-01"]).folder("sglang", "spark-01")
+    assert other.startswith("/var/lib/sparkrack/engine-cache/sglang-") and other != CACHE_FOLDER
+
+
 def test_the_group_runs_as_the_rack_does(real_inventory):
     lws, service = exported(real_inventory, "sglang", "512k")
     group = lws["spec"]["leaderWorkerTemplate"]
@@ -233,9 +257,11 @@ def test_the_group_runs_as_the_rack_does(real_inventory):
         assert (pod["hostNetwork"], pod["dnsPolicy"], "hostIPC" in pod) == \
             (True, "ClusterFirstWithHostNet", False)  # the pod's own IPC, its own /dev/shm
         assert pod["terminationGracePeriodSeconds"] == 120  # the profile's stop timeout
-        assert pod["volumes"][:3] == [
+        assert pod["volumes"][:4] == [
             {"name": "models-glm-5-3-nvfp4", "hostPath": {"path": "/models/GLM-5.3-NVFP4",
                                                           "type": "Directory"}},
+            {"name": "var-cache-sparkrack", "hostPath": {"path": CACHE_FOLDER,
+                                                         "type": "DirectoryOrCreate"}},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}},
             {"name": "secrets", "secret": {
                 "secretName": "sparkrack-sglang", "defaultMode": 0o400,
@@ -245,9 +271,12 @@ def test_the_group_runs_as_the_rack_does(real_inventory):
         assert container["resources"]["limits"] == container["resources"]["requests"] == {
             "cpu": "16", "memory": "100Gi", "nvidia.com/gpu": 1, "rdma/hca_shared_devices_a": 1}
         assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
-        assert container["volumeMounts"][:2] == [{"name": "models-glm-5-3-nvfp4",
+        assert container["volumeMounts"][:3] == [{"name": "models-glm-5-3-nvfp4",
                                                   "mountPath": "/models/GLM-5.3-NVFP4",
                                                   "readOnly": True},
+                                                 {"name": "var-cache-sparkrack",
+                                                  "mountPath": "/var/cache/sparkrack",
+                                                  "readOnly": False},
                                                  {"name": "dshm", "mountPath": "/dev/shm"}]
         assert qos(pod) == "Guaranteed"
     leader, worker = containers(lws)

@@ -326,7 +326,6 @@ def test_the_service_reapplies_a_lost_cap_and_reports_a_latched_and_a_hot_gpu(
     Prometheus and their alerts are pending; the group serves on."""
     import threading
 
-    from sparkrack.lifecycle.headapi import Endpoint
     from sparkrack.oplock.audit import parse_lines
     from sparkrack.oplock.remote import AUDIT_FILE
     from sparkrack.rehearsal.stub.modeldir import write_stub_model
@@ -334,21 +333,12 @@ def test_the_service_reapplies_a_lost_cap_and_reports_a_latched_and_a_hot_gpu(
     inventory = engine_rack
     lifecycle.down(inventory)
     done, answered = threading.Event(), []
-
-    def load():
-        head = Endpoint(inventory.head, 8000, "GLM-5.3")
-        while not done.is_set():
-            try:
-                head.chat([{"role": "user", "content": "word " * 20}], 50, timeout=60)
-                answered.append(time.monotonic())
-            except Exception:  # noqa: BLE001 - the group going down under it
-                time.sleep(0.2)
     try:
         with Fleet(inventory) as fleet:
             write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50})
         lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
-        threading.Thread(target=load, daemon=True).start()
+        steady_load(inventory, 8000, done, answered)
         slowdown = prometheus.wait('sparkrack_gpu_slowdown_temperature_celsius{node="spark-05"}',
                                    lambda v: v is not None, timeout=30)
         assert slowdown == 97  # GB10's: 2 C past its 95 C T.Limit
@@ -398,7 +388,6 @@ def test_allowed_the_service_power_cycles_a_latched_node_and_the_group_serves_ag
     group again: the latch is gone, the group serves, and the audit log has the cycle."""
     import threading
 
-    from sparkrack.lifecycle.headapi import Endpoint
     from sparkrack.oplock.audit import merge, parse_lines, select
     from sparkrack.oplock.remote import AUDIT_FILE
     from sparkrack.rehearsal.pdu import REHEARSAL_CREDENTIALS
@@ -414,15 +403,6 @@ def test_allowed_the_service_power_cycles_a_latched_node_and_the_group_serves_ag
     keys = on_watchdog_node(inventory, ["stat", "-c", "%a %U", f"{DEFAULT_INSTALL_DIR}/pdu.env"])
     assert keys.stdout.split() == ["600", "root"], keys
     done, answered = threading.Event(), []
-
-    def load():
-        head = Endpoint(inventory.head, 30000, "GLM-5.3")
-        while not done.is_set():
-            try:
-                head.chat([{"role": "user", "content": "word " * 20}], 50, timeout=60)
-                answered.append(time.monotonic())
-            except Exception:  # noqa: BLE001 - the group going down under it
-                time.sleep(0.2)
     cycles = 'sparkrack_watchdog_actions_total{action="power_cycle"}'
     try:
         before = prometheus.wait(cycles, lambda v: v is not None, timeout=60)  # the new service
@@ -431,7 +411,7 @@ def test_allowed_the_service_power_cycles_a_latched_node_and_the_group_serves_ag
         assert measured >= 8 * 25, measured
         first = lifecycle.up(inventory, "sglang", "512k", burn=quick_burn).deployment_id
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
-        threading.Thread(target=load, daemon=True).start()
+        steady_load(inventory, 30000, done, answered)
         boot = on_node(inventory, "spark-03", ["cat", "/proc/sys/kernel/random/boot_id"]).stdout
         latched_at, since = time.monotonic(), time.time()
         rack.latch("spark-03")
@@ -464,6 +444,26 @@ def test_allowed_the_service_power_cycles_a_latched_node_and_the_group_serves_ag
         plain = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE)
         assert plain.returncode == 0, plain.stdout + plain.stderr
     assert "--allow-power-cycle" not in unit_property(inventory, "ExecStart")
+
+
+def steady_load(inventory, port: int, done, answered: list) -> None:
+    """Chat requests to rank 0 on port, one after another in a thread until done is set;
+    each answer's time appended to answered (a request failing while the group is down is
+    tried again)."""
+    import threading
+
+    from sparkrack.lifecycle.headapi import Endpoint
+
+    def load():
+        head = Endpoint(inventory.head, port, "GLM-5.3")
+        while not done.is_set():
+            try:
+                head.chat([{"role": "user", "content": "word " * 20}], 50, timeout=60)
+                answered.append(time.monotonic())
+            except Exception:  # noqa: BLE001 - the group going down under it
+                time.sleep(0.2)
+
+    threading.Thread(target=load, daemon=True).start()
 
 
 def on_node(inventory, node: str, argv):

@@ -53,6 +53,33 @@ def test_snmpget_reads_eight_outlets_power(rack):
         rack.poweron("spark-03")
 
 
+def test_an_outlet_reads_its_nodes_wall_power_under_load(rack, inventory):
+    """A node whose GPU computes draws at the wall what the simulator says it does (GPU plus
+    the rest of the node): outlet 3 reads spark-03's own figure, far above its idle draw,
+    while its neighbour stays idle."""
+    import threading
+    import time
+
+    from sparkrack.safety.burn import burn
+
+    idle = [int(v) for v in snmpget(mib.oid(mib.OUTLET_POWER, 3),
+                                    mib.oid(mib.OUTLET_POWER, 4)).stdout.split()]
+    burning = threading.Thread(target=burn, args=(inventory, "spark-03"),
+                               kwargs={"seconds": 12.0, "record": False})
+    burning.start()
+    try:
+        deadline, loaded = time.monotonic() + 10, []
+        while time.monotonic() < deadline and not (loaded and loaded[0] >= 150):
+            time.sleep(1)
+            loaded = [int(v) for v in snmpget(mib.oid(mib.OUTLET_POWER, 3),
+                                              mib.oid(mib.OUTLET_POWER, 4)).stdout.split()]
+            wall = pdu.gpusim_state(rack.nodes[2].netns)["node_power_w"]
+    finally:
+        burning.join(60)
+    assert loaded[0] >= 150 and abs(loaded[0] - wall) <= 30, (idle, loaded, wall)
+    assert loaded[1] <= idle[1] + 5, (idle, loaded)  # spark-04 computes nothing
+
+
 def test_power_and_up_and_restart_count_what_else_the_strip_feeds(engine_rack, rack):
     """The projection knows the eight nodes; the strip also feeds a 300 W load: measured
     plus what up would add passes the strip, and up starts nothing."""

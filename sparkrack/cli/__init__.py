@@ -1,69 +1,64 @@
-"""The invoke front door: collections built from the task modules.
+"""The invoke front door: the namespace built from the task modules, sparkrack/cli/*_tasks.py.
+
+Each task module declares COLLECTION: None for top-level commands (`up`, `status`), else the
+collection it holds, whole (`watch`, `watch.install`: watch_tasks.py); its tasks are the ones
+it defines. A new command goes into its module; nothing here lists them (docs/internals.md).
 
 Two doors to the same tasks: `invoke TASK` in a checkout of the repo (tasks.py there calls
 build_namespace), and `sparkrack TASK` anywhere (`main`, the console script an installed
 sparkrack brings: invoke's Program with this namespace, so no tasks.py is needed).
 """
 
+import importlib
+import pkgutil
 import sys
+from types import ModuleType
 
-from invoke import Collection, Program
+from invoke import Collection, Program, Task
 
 from .. import console
-from . import (bench_tasks, cache_tasks, check_tasks, engine_tasks, export_tasks, fabric_tasks,
-               learn_tasks, lock_tasks, logs_tasks, onboard_tasks, power_tasks,
-               provision_tasks, rack_tasks, rehearsal_stub_tasks, rehearsal_tasks, run_tasks,
-               twin_tasks, watch_tasks, weights_tasks)
-
-TOP_LEVEL = (
-    engine_tasks.plan, engine_tasks.up, engine_tasks.down, engine_tasks.break_glass,
-    engine_tasks.roll,
-    check_tasks.check, export_tasks.export, power_tasks.power, power_tasks.power_cycle,
-    power_tasks.restart_rack,
-    power_tasks.reboot, provision_tasks.provision, provision_tasks.unprovision, provision_tasks.burn,
-    onboard_tasks.onboard, lock_tasks.lock, lock_tasks.unlock, lock_tasks.log_,
-    run_tasks.run_command, logs_tasks.logs,
-)
 
 
 def build_namespace() -> Collection:
-    """The root collection: rack tasks at the top, `watch` (and `watch.*`), `rehearsal.*`,
-    `bench.*`, `weights.*`, `caches` (and `caches.remove`) and `engines.*` below."""
-    ns = Collection.from_module(rack_tasks)
-    for top in TOP_LEVEL:
-        ns.add_task(top)
-    # as with watch: `invoke facts` is the collection's default task, facts.capture beside it
-    del ns.tasks["facts"]
-    facts = Collection("facts")
-    facts.add_task(rack_tasks.facts, default=True)
-    facts.add_task(twin_tasks.capture)
-    ns.add_collection(facts)
-    # invoke cannot have a task and a collection both called watch: `invoke watch` is the
-    # collection's default task, the rank watchdog in a shell, with its flags as before
-    watch = Collection("watch")
-    watch.add_task(engine_tasks.watch, default=True)
-    for service_task in (watch_tasks.install, watch_tasks.uninstall, watch_tasks.status):
-        watch.add_task(service_task)
-    ns.add_collection(watch)
-    rehearsal = Collection.from_module(rehearsal_tasks)
-    rehearsal.add_task(rehearsal_stub_tasks.stub_images)
-    rehearsal.add_task(rehearsal_stub_tasks.stub_model)
-    ns.add_collection(rehearsal, name="rehearsal")
-    ns.add_collection(Collection.from_module(bench_tasks, name="bench"))
-    ns.add_collection(Collection.from_module(fabric_tasks, name="fabric"))
-    weights = Collection("weights")
-    for weights_task in (weights_tasks.stage, weights_tasks.verify, weights_tasks.list_,
-                         weights_tasks.remove):
-        weights.add_task(weights_task)
-    ns.add_collection(weights)
-    caches = Collection("caches")
-    caches.add_task(cache_tasks.list_, default=True)
-    caches.add_task(cache_tasks.remove)
-    ns.add_collection(caches)
-    engines = Collection("engines")
-    engines.add_task(learn_tasks.learn)
-    ns.add_collection(engines)
+    """The root collection: every task module's tasks, at the top or in its collection."""
+    return namespace_of(task_modules())
+
+
+def task_modules() -> list[ModuleType]:
+    """The modules of this package named *_tasks, imported, by name."""
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.endswith("_tasks"))
+    return [importlib.import_module(f"{__name__}.{name}") for name in names]
+
+
+def namespace_of(modules: list[ModuleType]) -> Collection:
+    """The root collection of modules: a COLLECTION None module's tasks at the top, any other
+    module's as the collection it names (with the module's docstring); a command name or a
+    collection name claimed twice is refused."""
+    ns = Collection("sparkrack")
+    homes: dict[str, str] = {}
+    for module in modules:
+        tasks = [v for v in vars(module).values()
+                 if isinstance(v, Task) and v.__module__ == module.__name__]
+        if module.COLLECTION is None:
+            for task in tasks:
+                _claim(homes, ns.transform(task.name), module)
+                ns.add_task(task)
+            continue
+        _claim(homes, module.COLLECTION, module)
+        collection = Collection(module.COLLECTION)
+        collection.__doc__ = module.__doc__
+        for task in tasks:
+            collection.add_task(task)
+        ns.add_collection(collection)
     return ns
+
+
+def _claim(homes: dict[str, str], name: str, module: ModuleType) -> None:
+    """Record that module holds the top-level name; ValueError if another module does."""
+    if name in homes:
+        raise ValueError(f"`{name}` is in both {homes[name]} and {module.__name__}: one "
+                         "command or collection, one module")
+    homes[name] = module.__name__
 
 
 def main() -> None:

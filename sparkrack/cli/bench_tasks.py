@@ -1,15 +1,16 @@
-"""Bench tasks: `invoke bench` measures the running deployment with the field report's
-method; `invoke bench.compare A B` puts two saved runs side by side (ties within 3 %).
+"""Measure the running deployment; compare saved runs.
 
-Wire as a collection whose default task is `bench`:
-    ns.add_collection(Collection.from_module(bench_tasks, name="bench"))
-"""
+The `bench` collection: `invoke bench` (its default task) measures the running deployment
+with the field report's method; `invoke bench.compare A B` puts two saved runs side by side
+(ties within 3 %)."""
 
 from invoke import task
 from invoke.exceptions import Exit
 
 from .. import console
 from .common import INVENTORY_HELP, inventory_from, operator_task
+
+COLLECTION = "bench"
 
 
 def _int(value, flag: str):

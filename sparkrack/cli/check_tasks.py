@@ -14,7 +14,9 @@ from invoke.exceptions import Exit
 from .. import console
 from ..errors import UsageError
 from .common import INVENTORY_HELP, inventory_from, operator_task
-from .engine_tasks import DEFAULT_PROFILE
+from .serve_tasks import DEFAULT_PROFILE
+
+COLLECTION = None
 
 if TYPE_CHECKING:
     from ..rules import Finding

@@ -10,7 +10,9 @@ from invoke import task
 from .. import console
 from ..errors import UsageError
 from .common import INVENTORY_HELP, inventory_from, operator_task
-from .engine_tasks import DEFAULT_PROFILE
+from .serve_tasks import DEFAULT_PROFILE
+
+COLLECTION = None
 
 FORMATS = ("lws",)
 

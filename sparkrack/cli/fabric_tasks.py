@@ -1,4 +1,6 @@
-"""`invoke fabric.check`: a jumbo frame and a short burst on every cabled rail."""
+"""A jumbo frame and a short burst on every cabled rail.
+
+The `fabric` collection: `invoke fabric.check` (sparkrack/fabric/)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ from invoke import task
 
 from .. import console
 from .common import INVENTORY_HELP, inventory_from, operator_task
+
+COLLECTION = "fabric"
 
 
 @task(help={"inventory": INVENTORY_HELP, "seconds": "length of each burst (default 1)",

@@ -8,6 +8,8 @@ from ..errors import UsageError
 from ..since import HELP as SINCE_HELP, parse_since
 from .common import INVENTORY_HELP, inventory_from, operator_task
 
+COLLECTION = None
+
 
 def _head_fleet(rack):
     from ..fleet import Fleet

@@ -9,6 +9,8 @@ from .. import console
 from ..since import HELP as SINCE_HELP
 from .common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
 
+COLLECTION = None
+
 
 @task(help={"rank": "only these ranks, e.g. 0 or 0,3 (default: every rank)",
             "nodes": "only the ranks on these nodes or groups, e.g. spark-01,spark-03",

@@ -10,6 +10,8 @@ from .. import console
 from ..errors import UsageError
 from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
 
+COLLECTION = None
+
 VERDICT_STYLE = {"ok": "green", "changed": "yellow", "would": "cyan", "refused": "bold red",
                  "failed": "bold red", "skipped": "dim"}
 

@@ -1,12 +1,17 @@
-"""Power tasks: the rack's draw against its strip, and power-safe reboots in batches."""
+"""The GPUs' power and clocks, top-level commands: `power` (the draw against the strip),
+`burn` (the clock cap under load), `reboot`, `restart-rack` and `power-cycle`."""
 
 from __future__ import annotations
 
 from invoke import task
+from invoke.exceptions import Exit
 
 from .. import console
+from ..errors import UsageError
 from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
-from .engine_tasks import run_burn
+from .provision_tasks import LIMIT_HELP
+
+COLLECTION = None
 
 BATCH_HELP = "nodes per batch (default: the inventory's restart_batch_size)"
 
@@ -53,8 +58,6 @@ def power(c, inventory=None, json=False):
         elif unread:
             print(f"measured: not read: {unread}")
     if budget.blocking or (strip is not None and strip.blocking):
-        from invoke.exceptions import Exit
-
         raise Exit(code=1)
 
 
@@ -64,6 +67,53 @@ def _outlet(outlet) -> str | None:
         return None
     return f"{outlet.watts} W (outlet {outlet.outlet})" if outlet.on else \
         f"off (outlet {outlet.outlet})"
+
+
+BURN_SECONDS = 1.5
+
+
+def run_burn(inventory, nodes, fleet=None):
+    """The clock-cap gate's fresh under-load check (sparkrack.safety.burn), all nodes at once."""
+    from ..safety.burn import burn
+
+    return burn(inventory, nodes, seconds=BURN_SECONDS, fleet=fleet)
+
+
+@task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP,
+            "seconds": "how long the load runs (default 5)", "json": "print JSON", **WAIT_HELP})
+@rack_task()
+def burn(c, inventory=None, limit=None, seconds=5.0, json=False):
+    """Load every GPU, sample its clock: ok, UNCAPPED or LATCHED per node.
+
+    SM clock and power are sampled on every GPU at once.
+
+    Records the verdict on each node (`invoke status` shows it). Exit 1 if any node is not
+    ok."""
+    from ..safety.burn import burn as burn_check
+
+    rack = inventory_from(inventory)
+    seconds = float(seconds)
+    if not 1 <= seconds <= 600:
+        raise UsageError(f"--seconds {seconds:g} out of range", fix="give 1..600")
+    results = burn_check(rack, limit, seconds)
+    from ..facts.node import BURN_RECORD
+    from ..oplock.audit import note
+
+    note(nodes=[r.node for r in results if r.recorded], files=[BURN_RECORD],
+         burn={r.node: r.verdict for r in results})
+    if json:
+        console.print_json([r.as_dict() for r in results])
+    else:
+        console.print_table(
+            f"burn check ({seconds:g} s under load)",
+            ["node", "verdict", "max SM MHz", "max power", "cap MHz", "samples", "reason"],
+            [[r.node, r.verdict, r.max_sm_mhz,
+              None if r.max_power_w is None else f"{r.max_power_w:.1f} W", r.cap_mhz,
+              len(r.samples), r.reason] for r in results])
+    bad = [r for r in results if not r.ok]
+    if bad:
+        raise Exit(f"{len(bad)} of {len(results)} node(s) failed the burn check: "
+                   + ", ".join(f"{r.node} {r.verdict}" for r in bad), code=1)
 
 
 @task(name="restart-rack", help={"inventory": INVENTORY_HELP, "batch_size": BATCH_HELP,

@@ -1,4 +1,4 @@
-"""Provisioning tasks: `provision` (roles, plan/apply/re-plan), `unprovision`, `burn`."""
+"""Provisioning, top-level commands: `provision` (roles, plan/apply/re-plan), `unprovision`."""
 
 from invoke import task
 from invoke.exceptions import Exit
@@ -6,6 +6,8 @@ from invoke.exceptions import Exit
 from .. import console
 from ..errors import UsageError
 from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
+
+COLLECTION = None
 
 LIMIT_HELP = "only these nodes (or groups), e.g. spark-01,spark-03"
 ROLE_HELP = "only these roles, comma-separated (default: all of roles/site.yml, in order)"
@@ -96,40 +98,3 @@ def unprovision(c, inventory=None, limit=None, role=None, check=False, diff=Fals
     report = run_unprovision(rack, limit, roles=roles, check=check,
                              on_event=_on_planned(diff, json))
     _show(report, diff=diff, json=json)
-
-
-@task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP,
-            "seconds": "how long the load runs (default 5)", "json": "print JSON", **WAIT_HELP})
-@rack_task()
-def burn(c, inventory=None, limit=None, seconds=5.0, json=False):
-    """Load every GPU, sample its clock: ok, UNCAPPED or LATCHED per node.
-
-    SM clock and power are sampled on every GPU at once.
-
-    Records the verdict on each node (`invoke status` shows it). Exit 1 if any node is not
-    ok."""
-    from ..safety.burn import burn as burn_check
-
-    rack = inventory_from(inventory)
-    seconds = float(seconds)
-    if not 1 <= seconds <= 600:
-        raise UsageError(f"--seconds {seconds:g} out of range", fix="give 1..600")
-    results = burn_check(rack, limit, seconds)
-    from ..facts.node import BURN_RECORD
-    from ..oplock.audit import note
-
-    note(nodes=[r.node for r in results if r.recorded], files=[BURN_RECORD],
-         burn={r.node: r.verdict for r in results})
-    if json:
-        console.print_json([r.as_dict() for r in results])
-    else:
-        console.print_table(
-            f"burn check ({seconds:g} s under load)",
-            ["node", "verdict", "max SM MHz", "max power", "cap MHz", "samples", "reason"],
-            [[r.node, r.verdict, r.max_sm_mhz,
-              None if r.max_power_w is None else f"{r.max_power_w:.1f} W", r.cap_mhz,
-              len(r.samples), r.reason] for r in results])
-    bad = [r for r in results if not r.ok]
-    if bad:
-        raise Exit(f"{len(bad)} of {len(results)} node(s) failed the burn check: "
-                   + ", ".join(f"{r.node} {r.verdict}" for r in bad), code=1)

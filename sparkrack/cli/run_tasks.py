@@ -7,6 +7,8 @@ from invoke import task
 from .. import console
 from .common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
 
+COLLECTION = None
+
 
 @task(name="run", help={
     "nodes": "only these nodes or groups, e.g. spark-01,spark-03 (default: every node)",

@@ -1,12 +1,17 @@
-"""The `watch` collection: `invoke watch` (the rank watchdog in a shell, its default task)
-and the watchdog as a service on a rack node: `watch.install`, `watch.uninstall`,
-`watch.status` (sparkrack/watchdog/: install.py, uninstall.py, status.py)."""
+"""The rank watchdog, in a shell or as a service on a node.
+
+The `watch` collection: `invoke watch` (its default task) runs it in a shell;
+`watch.install`, `watch.uninstall` and `watch.status` keep it as a service on a rack node
+(sparkrack/watchdog/)."""
 
 from invoke import task
 from invoke.exceptions import Exit
 
 from .. import console
 from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
+from .power_tasks import run_burn
+
+COLLECTION = "watch"
 
 ON_HELP = "the node the watchdog runs on (default: where it is recorded, else the head)"
 PLACE_HELP = {
@@ -33,6 +38,28 @@ def _settings(rack, install_dir=None, python=None, listen=None, allow_power_cycl
     return Settings(install_dir=install_dir or recorded or defaults.install_dir,
                     python=python or defaults.python, listen=listen or defaults.listen,
                     allow_power_cycle=bool(allow_power_cycle))
+
+
+@task(default=True, help={
+    "inventory": INVENTORY_HELP, "duration": "stop watching after this many seconds",
+    "restart": "restart the group in order instead of stopping it",
+    "interval": "seconds between polls (default 1)", **WAIT_HELP})
+@rack_task(changing=lambda a: a["restart"])
+def watch(c, inventory=None, duration=None, restart=False, interval=1.0):
+    """Rank watchdog: stop (or --restart) a group that lost a rank or stalls.
+
+    Stalled: requests pending, no token moving for the stall budget, one GPU unlike its
+    peers (the rank is named). A lost node's rank is stopped as soon as the node answers
+    again. Also warns when a node's MemAvailable ratchets down request after request."""
+    from ..lifecycle import engine as lifecycle
+
+    rack = inventory_from(inventory)
+    report = lifecycle.watch_group(rack, burn=run_burn, duration=float(duration) if duration else None,
+                                   interval=float(interval), restart=restart, on_event=console.say)
+    if report.failure:
+        left = (f"; still running on nodes that did not answer: {', '.join(report.left_running)}"
+                " (`invoke down` once they answer)" if report.left_running else "")
+        raise Exit(f"watch: {report.failure} ({report.acted or 'nothing to do'}){left}", code=1)
 
 
 @task(help={"on": ON_HELP, "inventory": INVENTORY_HELP,

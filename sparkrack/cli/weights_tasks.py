@@ -1,8 +1,8 @@
-"""The `weights` collection: a model directory on every node (sparkrack/transfer).
+"""A model directory on every node (sparkrack/transfer).
 
-`weights.stage` copies it through the pipelined chain, `weights.verify` checks every node
-against the manifest, `weights.list` shows the staged models, `weights.remove` deletes
-one (refused while a deployment uses it)."""
+The `weights` collection: `weights.stage` copies it through the pipelined chain,
+`weights.verify` checks every node against the manifest, `weights.list` shows the staged
+models, `weights.remove` deletes one (refused while a deployment uses it)."""
 
 from invoke import task
 from invoke.exceptions import Exit
@@ -10,6 +10,8 @@ from invoke.exceptions import Exit
 from .. import console
 from ..errors import UsageError
 from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
+
+COLLECTION = "weights"
 
 MODEL_HELP = "the model directory on the nodes (default: the inventory's model_path)"
 NODES_HELP = "only these nodes, e.g. spark-02,spark-06 (default: every node)"

@@ -12,7 +12,7 @@ their own entries by what they compiled (flags, versions), so another lane of th
 image compiles into the same folder.
 
 Pure: names and variables. The folders are made at a start (lifecycle/caches.py), listed
-and removed by `invoke caches` (cli/cache_tasks.py).
+and removed by `invoke caches` (cli/caches_tasks.py).
 """
 
 from __future__ import annotations

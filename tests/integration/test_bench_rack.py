@@ -45,10 +45,7 @@ STUB = {"load_delay_s": 0.5, "tokens_per_s": RATES["sglang"], "prefill_tokens_pe
 TOKENS = 48  # per request: 47 decode intervals, ~1.2 s at 40 tok/s
 CONTEXT = 4096  # needle: ~1 s of stub prefill
 PREFIX = "itest-bench-"
-WIRING = ("from invoke import Collection\nfrom sparkrack.cli import build_namespace, bench_tasks\n"
-          "ns = build_namespace()\n"
-          "if 'bench' not in ns.collections:\n"
-          "    ns.add_collection(Collection.from_module(bench_tasks, name='bench'))\n")
+WIRING = "from sparkrack.cli import build_namespace\nns = build_namespace()\n"
 
 
 def _busy(fleet) -> list[str]:

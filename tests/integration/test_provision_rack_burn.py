@@ -86,18 +86,18 @@ def test_a_latched_gpu_is_latched(rack, inventory, capped):
 def test_cli_exit_code(inventory, capsys):
     from invoke.exceptions import Exit
 
-    from sparkrack.cli import provision_tasks
+    from sparkrack.cli import power_tasks
     provision(inventory, roles="clock_cap")
-    provision_tasks.burn.body(None, inventory=str(inventory.path), limit="spark-05",
-                              seconds=2)
+    power_tasks.burn.body(None, inventory=str(inventory.path), limit="spark-05",
+                          seconds=2)
     out = capsys.readouterr().out  # the max of a clock that wanders under the lock's bin
     assert re.search(r"spark-05\tok\t218[4-9]|spark-05\tok\t2190", out), out
     with Fleet(inventory, inventory.select("spark-05")) as fleet:
         fleet.run(["nvidia-smi", "-rgc"])
         try:
             with pytest.raises(Exit) as failed:
-                provision_tasks.burn.body(None, inventory=str(inventory.path), limit="spark-05",
-                                          seconds=2)
+                power_tasks.burn.body(None, inventory=str(inventory.path), limit="spark-05",
+                                      seconds=2)
         finally:
             fleet.run(["systemctl", "restart", CLOCK_CAP_UNIT])
     assert failed.value.code == 1

@@ -141,9 +141,9 @@ def test_housekeeping_keeps_what_runs_and_the_lanes_images(monkeypatch):
 def test_plan_shows_each_rank_s_cache_mount(capsys):
     from invoke import Collection, Program
 
-    from sparkrack.cli import engine_tasks
+    from sparkrack.cli import serve_tasks
 
-    Program(namespace=Collection.from_module(engine_tasks)).run(
+    Program(namespace=Collection.from_module(serve_tasks)).run(
         ["invoke", "plan", "--engine", "vllm", "--offline", "-i",
          str(REPO / "inventory" / "rehearsal")], exit=False)
     out = capsys.readouterr().out

@@ -11,7 +11,7 @@ import docker.models.containers
 import pytest
 from invoke import Collection, Program
 
-from sparkrack.cli import engine_tasks
+from sparkrack.cli import serve_tasks
 from sparkrack.data import shipped
 from sparkrack.engines import (
     LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_SPEC_HASH,
@@ -380,7 +380,7 @@ def test_tp_size_must_equal_the_node_count_and_the_image_must_exist(real_invento
 
 def run_plan(*args: str) -> None:
     """Run `invoke plan ARGS` in this process."""
-    Program(namespace=Collection.from_module(engine_tasks)).run(["invoke", "plan", *args],
+    Program(namespace=Collection.from_module(serve_tasks)).run(["invoke", "plan", *args],
                                                                exit=False)
 
 
@@ -405,13 +405,13 @@ def test_plan_shows_what_differs_per_rank_under_its_rank_and_masks_secrets(real_
                                               "HF_TOKEN": ("hf_secret", "secret")})
     all_specs = specs(real_inventory, "sglang", node_env=envs)
     view = RackView(envs, {})
-    header = "\n".join(engine_tasks.env_lines(all_specs, view))
+    header = "\n".join(serve_tasks.env_lines(all_specs, view))
     assert header.startswith("# environment: read from each node's env files\n# every rank:")
     assert "NCCL_IB_GID_INDEX" not in header and "NCCL_IB_HCA=rocep1s0f0" in header
     own = ["SGLANG_HOST_IP", "VLLM_HOST_IP"]  # each rank advertises its own fabric address
-    assert engine_tasks.own_vars(all_specs, all_specs[4]) == [
+    assert serve_tasks.own_vars(all_specs, all_specs[4]) == [
         "NCCL_IB_GID_INDEX", *own, "HF_TOKEN"]
-    assert engine_tasks.own_vars(all_specs, all_specs[3]) == ["NCCL_IB_GID_INDEX", *own]
+    assert serve_tasks.own_vars(all_specs, all_specs[3]) == ["NCCL_IB_GID_INDEX", *own]
     assert all_specs[4].shown_env()["HF_TOKEN"] == "***"
 
 

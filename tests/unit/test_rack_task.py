@@ -11,8 +11,8 @@ import pytest
 from invoke import Context
 from invoke.exceptions import Exit
 
-from sparkrack.cli import common, engine_tasks, lock_tasks, onboard_tasks, power_tasks, \
-    provision_tasks, rack_tasks, watch_tasks
+from sparkrack.cli import common, facts_tasks, lock_tasks, onboard_tasks, power_tasks, \
+    provision_tasks, serve_tasks, status_tasks, watch_tasks
 from sparkrack.cli.common import rack_task
 from sparkrack.errors import SparkrackError, UsageError
 from sparkrack.oplock import guard as guard_module
@@ -131,11 +131,11 @@ def _changing(task) -> bool:
 
 
 def test_every_changing_task_takes_the_lock_and_no_reader_does():
-    changing = [engine_tasks.up, engine_tasks.down, engine_tasks.roll, engine_tasks.watch,
-                provision_tasks.provision, provision_tasks.unprovision, provision_tasks.burn,
+    changing = [serve_tasks.up, serve_tasks.down, serve_tasks.roll, watch_tasks.watch,
+                provision_tasks.provision, provision_tasks.unprovision, power_tasks.burn,
                 power_tasks.restart_rack, power_tasks.reboot, onboard_tasks.onboard,
                 watch_tasks.install, watch_tasks.uninstall]
-    readers = [rack_tasks.status, rack_tasks.facts, engine_tasks.plan, power_tasks.power,
+    readers = [status_tasks.status, facts_tasks.facts, serve_tasks.plan, power_tasks.power,
                lock_tasks.lock, lock_tasks.log_, watch_tasks.status]
     assert all(_changing(t) for t in changing)
     assert not any(_changing(t) for t in readers)

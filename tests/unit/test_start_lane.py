@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sparkrack.cli.engine_tasks import start_lane
+from sparkrack.cli.serve_tasks import start_lane
 from sparkrack.lifecycle.record import Deployment
 
 REHEARSAL = Path(__file__).resolve().parents[2] / "inventory" / "rehearsal"

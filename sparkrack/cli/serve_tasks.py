@@ -1,4 +1,5 @@
-"""Engine tasks: `plan` shows what a deployment would run on each rank, touching nothing."""
+"""Serving the model, top-level commands: `plan` (what each rank would run, touching nothing),
+`up`, `down`, `roll` and `break-glass`."""
 
 import shlex
 
@@ -7,6 +8,9 @@ from invoke import task
 from .. import console
 from ..errors import SparkrackError
 from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
+from .power_tasks import run_burn
+
+COLLECTION = None
 
 DEFAULT_PROFILE = "512k"
 
@@ -134,16 +138,6 @@ def own_vars(specs, spec) -> list[str]:
         key in s.env and (s.env[key], s.env_sources[key]) == (first.env.get(key),
                                                               first.env_sources.get(key))
         for s in specs)]
-
-
-BURN_SECONDS = 1.5
-
-
-def run_burn(inventory, nodes, fleet=None):
-    """The clock-cap gate's fresh under-load check (sparkrack.safety.burn), all nodes at once."""
-    from ..safety.burn import burn
-
-    return burn(inventory, nodes, seconds=BURN_SECONDS, fleet=fleet)
 
 
 ENGINE_HELP = {"engine": "sglang or vllm", "profile": f"profile name (default: {DEFAULT_PROFILE})",
@@ -298,26 +292,3 @@ def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overr
 
     start_lane(lifecycle.roll, "rolled to {deployment}", engine, profile, inventory, timeout,
                override_power, json, fabric_check)
-
-
-@task(help={"inventory": INVENTORY_HELP, "duration": "stop watching after this many seconds",
-            "restart": "restart the group in order instead of stopping it",
-            "interval": "seconds between polls (default 1)", **WAIT_HELP})
-@rack_task(changing=lambda a: a["restart"])
-def watch(c, inventory=None, duration=None, restart=False, interval=1.0):
-    """Rank watchdog: stop (or --restart) a group that lost a rank or stalls.
-
-    Stalled: requests pending, no token moving for the stall budget, one GPU unlike its
-    peers (the rank is named). A lost node's rank is stopped as soon as the node answers
-    again. Also warns when a node's MemAvailable ratchets down request after request."""
-    from ..lifecycle import engine as lifecycle
-
-    rack = inventory_from(inventory)
-    report = lifecycle.watch_group(rack, burn=run_burn, duration=float(duration) if duration else None,
-                                   interval=float(interval), restart=restart, on_event=console.say)
-    if report.failure:
-        from invoke.exceptions import Exit
-
-        left = (f"; still running on nodes that did not answer: {', '.join(report.left_running)}"
-                " (`invoke down` once they answer)" if report.left_running else "")
-        raise Exit(f"watch: {report.failure} ({report.acted or 'nothing to do'}){left}", code=1)

@@ -1,9 +1,12 @@
-"""Rack tasks: look at the rack (status, facts)."""
+"""Looking at the rack, the top-level command `status`: one row per node, then the
+deployments."""
 
 from invoke import task
 
 from .. import console
 from .common import INVENTORY_HELP, inventory_from, operator_task
+
+COLLECTION = None
 
 LIMIT_HELP = "only these nodes, e.g. spark-01,spark-03"
 
@@ -56,13 +59,3 @@ def raise_exit(down: int, total: int):
     from invoke.exceptions import Exit
 
     raise Exit(f"{down} of {total} node(s) did not report", code=1)
-
-
-@task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP})
-@operator_task
-def facts(c, inventory=None, limit=None):
-    """Every fact one round trip gathers per node, as JSON."""
-    from ..status import gather_status
-
-    rows = gather_status(inventory_from(inventory), limit)
-    console.print_json({r.node: (r.facts.as_dict() if r.facts else {"error": r.error}) for r in rows})

@@ -1,9 +1,14 @@
-"""`invoke engines.learn`: an engine version's option table, read from its image on the head."""
+"""What an engine image takes, read from the image.
+
+The `engines` collection: `invoke engines.learn`, an engine version's option table, read
+from its image on the head."""
 
 from invoke import task
 
 from .. import console
 from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
+
+COLLECTION = "engines"
 
 
 @task(help={"engine": "sglang or vllm",

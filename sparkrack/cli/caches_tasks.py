@@ -1,6 +1,8 @@
-"""The `caches` collection: the engines' compile cache folders on the nodes
-(lifecycle/caches.py). `invoke caches` lists them, `caches.remove` deletes the ones no lane
-keeps (never one a running container mounts, nor the current or last-good deployment's)."""
+"""The engines' compile cache folders on the nodes.
+
+The `caches` collection: `invoke caches` (its default task) lists them, `caches.remove`
+deletes the ones no lane keeps: never one a running container mounts, nor the current or
+last-good deployment's (lifecycle/caches.py)."""
 
 from invoke import task
 from invoke.exceptions import Exit
@@ -8,6 +10,8 @@ from invoke.exceptions import Exit
 from .. import console
 from ..errors import UsageError
 from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
+
+COLLECTION = "caches"
 
 NODES_HELP = "only these nodes, e.g. spark-02,spark-06 (default: every node)"
 
@@ -30,7 +34,7 @@ def _rows(folders, total):
              "; ".join(f.kept) or "nothing (removable)"] for f in folders]
 
 
-@task(name="list", help={"nodes": NODES_HELP, "json": "print JSON",
+@task(name="list", default=True, help={"nodes": NODES_HELP, "json": "print JSON",
                          "inventory": INVENTORY_HELP})
 @operator_task
 def list_(c, nodes=None, json=False, inventory=None):

@@ -1,9 +1,26 @@
-"""`invoke facts.capture`: the rack's shape in one file, and what changed since one."""
+"""What the nodes report: per node, or as the rack's shape.
+
+The `facts` collection: `invoke facts` (its default task) prints every fact per node as
+JSON; `facts.capture` records the rack's shape in one file, and what changed since one
+(sparkrack/twin/)."""
 
 from invoke import task
 
 from .. import console
 from .common import INVENTORY_HELP, inventory_from, operator_task
+from .status_tasks import LIMIT_HELP
+
+COLLECTION = "facts"
+
+
+@task(default=True, help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP})
+@operator_task
+def facts(c, inventory=None, limit=None):
+    """Every fact one round trip gathers per node, as JSON."""
+    from ..status import gather_status
+
+    rows = gather_status(inventory_from(inventory), limit)
+    console.print_json({r.node: (r.facts.as_dict() if r.facts else {"error": r.error}) for r in rows})
 
 
 @task(help={"inventory": INVENTORY_HELP,

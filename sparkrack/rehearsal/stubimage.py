@@ -74,9 +74,11 @@ SIM_DIR = HERE / "sim"
 REPO = HERE.parents[1]
 REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
 
-STUB_MODULES = ("__init__.py", "cli.py", "compilecache.py", "config.py", "engine.py",
-                "gpu.py", "group.py", "hubtoken.py", "latency.py", "leak.py", "server.py",
-                "transport.py")  # modeldir.py is control side
+STUB_MODULES = ("__init__.py", "api.py", "cli.py", "compilecache.py", "completion.py",
+                "config.py", "engine.py", "faults.py", "gpu.py", "group.py", "head.py",
+                "hubtoken.py", "latency.py", "leak.py", "log.py", "metrics.py", "nccl.py",
+                "rank.py", "record.py", "server.py", "text.py", "transport.py",
+                "worker.py")  # modeldir.py is control side
 SIM_MODULES = ("gpusim_client.py", "gpusim_config.py")
 STDLIB_SKIP_DIRS = {"test", "tests", "idle_test", "idlelib", "tkinter", "turtledemo",
                     "ensurepip", "pydoc_data", "lib2to3", "distutils", "venv", "unittest",

@@ -95,6 +95,12 @@ def test_builds_are_cached_until_an_input_changes(tmp_path):
     assert record["image_id"] == other["vllm"][1] and record["ref"].endswith("v0.34.0")
 
 
+def test_the_image_ships_every_runtime_module_of_the_stub():
+    """The stub package's modules all run in the image but the control side's."""
+    runtime = {path.name for path in stubimage.STUB_DIR.glob("*.py")} - {"modeldir.py"}
+    assert set(stubimage.STUB_MODULES) == runtime
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")
 def test_the_runtime_runs_the_entry_points(built, tmp_path):
     for engine, argv in (("sglang", ["python3", "-m", "sglang.launch_server", "--model-path",

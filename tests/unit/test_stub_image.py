@@ -71,8 +71,8 @@ def test_the_layer_is_a_small_fixed_python_runtime(built):
     for path in ("usr/bin/python3.11", "usr/lib/python3.11/os.py",
                  "usr/lib/python3.11/__pycache__/os.cpython-311.pyc",
                  "usr/lib/x86_64-linux-gnu/libc.so.6", f"{site}/sglang/launch_server.py",
-                 f"{site}/sparkrack_stub/engine.py", f"{site}/gpusim_client.py",
-                 f"{site}/gpusim_config.py", f"{site}/sparkrack_stub/options/sglang-0.5.22.txt"):
+                 f"{site}/sparkrack_stub/engine.py", f"{site}/gpusim/client.py",
+                 f"{site}/gpusim/config.py", f"{site}/sparkrack_stub/options/sglang-0.5.22.txt"):
         assert path in infos, path
     assert infos["usr/bin/python3"].linkname == "python3.11"
     assert infos["usr/lib64/ld-linux-x86-64.so.2"].issym()

@@ -30,7 +30,9 @@ SIM_LIB = "usr/local/lib/sparkrack-sim"
 LINGER = "var/lib/systemd/linger/root"
 HOST_KEY = "etc/ssh/ssh_host_ed25519_key"
 KEPT_KEY = f"{HOST_KEY}.recorded"  # the recorded key while rehearsal.rekey gave another
-SIM_COMMANDS = ("nvidia-smi", "gpu-sim", "ibdev2netdev", "nvidia-container-runtime-hook")
+SIM_COMMANDS = {"nvidia-smi": "nvsmi/nvidia-smi", "gpu-sim": "gpusim/gpu-sim",  # on PATH
+                "ibdev2netdev": "roce/ibdev2netdev",
+                "nvidia-container-runtime-hook": "container/nvidia-container-runtime-hook"}
 # Host units that must not start inside a node: timers, databases, consoles, and
 # anything that would try to reach the network (timesyncd).
 MASKED_UNITS = (
@@ -242,15 +244,21 @@ def install_stub_model(node: NodeLayout, model_path: str) -> None:
 
 
 def install_sim(node: NodeLayout) -> None:
-    """Copy the simulator into the node and put its commands on PATH."""
+    """Copy the simulators into the node, folder by folder (the files of an earlier layout
+    removed), and put their commands on PATH."""
     sim = _package_file("sim")
     dest = node.upper / SIM_LIB
-    for item in sim.iterdir():
-        if item.is_file() and not item.name.endswith(".pyc"):
-            mode = 0o755 if os.access(item, os.X_OK) else 0o644
-            write_if_changed(dest / item.name, item.read_bytes(), mode)
-    for command in SIM_COMMANDS:
-        symlink(node.upper / "usr/local/bin" / command, f"/{SIM_LIB}/{command}")
+    shipped = {item.relative_to(sim) for item in sim.rglob("*")
+               if item.is_file() and "__pycache__" not in item.parts}
+    for path in sorted(shipped):
+        mode = 0o755 if os.access(sim / path, os.X_OK) else 0o644
+        write_if_changed(dest / path, (sim / path).read_bytes(), mode)
+    for item in list(dest.rglob("*")):
+        if not item.is_dir() and "__pycache__" not in item.parts and \
+                item.relative_to(dest) not in shipped:
+            item.unlink()
+    for command, path in SIM_COMMANDS.items():
+        symlink(node.upper / "usr/local/bin" / command, f"/{SIM_LIB}/{path}")
 
 
 def write_hardware(node: NodeLayout, missing: list[str] | tuple[str, ...] = (),

@@ -418,7 +418,7 @@ class RehearsalRack:
             settled = self._fabric_settled(node, 15)
             if settled:
                 raise SparkrackError(settled)
-            done = nodeproc.in_node(node, [f"/{nodefs.SIM_LIB}/roce-mount"])
+            done = nodeproc.in_node(node, [f"/{nodefs.SIM_LIB}/roce/roce-mount"])
             if done.returncode != 0:
                 raise SparkrackError(f"{name}: the driver did not take the new cabling: "
                                      f"{done.stderr.strip() or done.stdout.strip()}")
@@ -446,7 +446,7 @@ class RehearsalRack:
             done = nodeproc.in_node(node, [
                 "sh", "-c", 'printf "%s" "$1" > "$2.new" && mv "$2.new" "$2" && "$3"', "sh",
                 self._link_rates(node).decode(), f"/{LINK_RATES}",
-                f"/{nodefs.SIM_LIB}/roce-mount"])
+                f"/{nodefs.SIM_LIB}/roce/roce-mount"])
             if done.returncode != 0:
                 raise SparkrackError(f"{node.name}: the driver did not take the link rates: "
                                      f"{done.stderr.strip() or done.stdout.strip()}")
@@ -621,7 +621,7 @@ class RehearsalRack:
         self._roce_fault(name, "down" if down else "up", hca)
 
     def _roce_fault(self, name: str, *args: str) -> None:
-        done = nodeproc.in_node(self.node(name), [f"/{nodefs.SIM_LIB}/roce-fault", *args])
+        done = nodeproc.in_node(self.node(name), [f"/{nodefs.SIM_LIB}/roce/roce-fault", *args])
         if done.returncode != 0:
             raise SparkrackError(f"{name}: roce-fault {' '.join(args)} failed: "
                                  f"{done.stderr.strip() or done.stdout.strip()}")

@@ -15,7 +15,7 @@ minimal Python runtime copied from this machine's Debian python3.11:
     usr/local/lib/python3.11/dist-packages/
         sparkrack_stub/           sparkrack/rehearsal/stub (the runtime modules)
         sparkrack_stub/options/   the option list of the image's engine version
-        gpusim_client.py, gpusim_config.py   from sparkrack/rehearsal/sim
+        gpusim/                   gpusimd's client and config, from sparkrack/rehearsal/sim/gpusim
         sglang/launch_server.py   (sglang image) `python3 -m sglang.launch_server`
         <engine>-<version>.dist-info/, the parser's sources in the engine's layout
                                   (stubversions.py: what `invoke engines.learn` reads)
@@ -74,10 +74,12 @@ SIM_DIR = HERE / "sim"
 REPO = HERE.parents[1]
 REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
 
-STUB_MODULES = ("__init__.py", "cli.py", "compilecache.py", "config.py", "engine.py",
-                "gpu.py", "group.py", "hubtoken.py", "latency.py", "leak.py", "server.py",
-                "transport.py")  # modeldir.py is control side
-SIM_MODULES = ("gpusim_client.py", "gpusim_config.py")
+STUB_MODULES = ("__init__.py", "api.py", "cli.py", "compilecache.py", "completion.py",
+                "config.py", "engine.py", "faults.py", "gpu.py", "group.py", "head.py",
+                "hubtoken.py", "latency.py", "leak.py", "log.py", "metrics.py", "nccl.py",
+                "rank.py", "record.py", "server.py", "text.py", "transport.py",
+                "worker.py")  # modeldir.py is control side
+SIM_MODULES = ("gpusim/__init__.py", "gpusim/client.py", "gpusim/config.py")  # in sim/
 STDLIB_SKIP_DIRS = {"test", "tests", "idle_test", "idlelib", "tkinter", "turtledemo",
                     "ensurepip", "pydoc_data", "lib2to3", "distutils", "venv", "unittest",
                     "__pycache__", "site-packages", "dist-packages", "sqlite3", "curses",

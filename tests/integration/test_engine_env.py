@@ -79,7 +79,7 @@ def next_boot_draw(rack, node: str, want: int) -> int:
     import importlib.util
     from importlib.machinery import SourceFileLoader
 
-    path = str(Path(sparkrack.rehearsal.__file__).parent / "sim" / "roce-mount")
+    path = str(Path(sparkrack.rehearsal.__file__).parent / "sim" / "roce" / "roce-mount")
     loader = SourceFileLoader("roce_mount", path)
     mount = importlib.util.module_from_spec(importlib.util.spec_from_loader("roce_mount", loader))
     loader.exec_module(mount)

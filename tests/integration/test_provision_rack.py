@@ -24,7 +24,7 @@ pytestmark = pytest.mark.rack
 
 FILE_ROLES = "clock_cap,node_limits,nccl_env,engine_env"
 HARDWARE = "/etc/gpu-sim/hardware.json"
-ROCE_MOUNT = "/usr/local/lib/sparkrack-sim/roce-mount"
+ROCE_MOUNT = "/usr/local/lib/sparkrack-sim/roce/roce-mount"
 NCCL_ENV = "/etc/sparkrack/nccl.env"
 
 

@@ -129,7 +129,7 @@ def test_a_node_reads_as_a_dgx_os_spark_with_a_gb10s_clocks(engine_rack):
     assert on(engine_rack, "spark-02", ["uname", "-r"]).strip() == "6.17.0-1008-nvidia"
     sample = ("import subprocess, sys\n"
               "sys.path.insert(0, '/usr/local/lib/sparkrack-sim')\n"
-              "from gpusim_client import GpuSimClient\n"
+              "from gpusim.client import GpuSimClient\n"
               "def clock():\n"
               "    return subprocess.run(['nvidia-smi', '--query-gpu=clocks.sm', "
               "'--format=csv,noheader,nounits'], capture_output=True, text=True).stdout.strip()\n"

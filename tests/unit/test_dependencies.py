@@ -1,8 +1,9 @@
 """pyproject.toml declares what sparkrack imports: every third-party module a sparkrack file
 imports comes from a distribution named in [project].dependencies (the rehearsal's
-simulator scripts, which run as top-level modules, are not ones), or from an optional
-extra other than `test` (`plot`) and then only inside a function, so the base install
-runs everything else without it; the installed versions satisfy the declared bounds."""
+simulators, top-level packages in the nodes such as sim/gpusim, are not ones), or from an
+optional extra other than `test` (`plot`) and then only inside a function, so the base
+install runs everything else without it; the installed versions satisfy the declared
+bounds."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def third_party_imports(top_level: bool = False) -> dict[str, set[str]]:
     """{top-level module: the sparkrack files importing it} (top_level: only the imports
     at a module's top, not inside a function)."""
     found: dict[str, set[str]] = {}
-    simulators = {file.stem for file in (REPO / "sparkrack/rehearsal/sim").glob("*.py")}
+    simulators = {folder.name for folder in (REPO / "sparkrack/rehearsal/sim").iterdir()}
     for file in sorted((REPO / "sparkrack").rglob("*.py")):
         tree = ast.parse(file.read_text(), str(file))
         nested = _in_functions(tree) if top_level else set()

@@ -101,7 +101,7 @@ def test_the_polls_round_trip_reads_the_sample_and_the_thresholds_from_nvidia_sm
                                   "heat_file": str(tmp_path / "heat")}))
     log = tmp_path / "gpusimd.log"
     with open(log, "w") as err:
-        daemon = subprocess.Popen([str(sim / "gpusimd")], stderr=err,
+        daemon = subprocess.Popen([str(sim / "gpusim" / "gpusimd")], stderr=err,
                                   env={**os.environ, "GPU_SIM_CONFIG": str(config)})
     try:
         deadline = time.monotonic() + 5
@@ -109,7 +109,7 @@ def test_the_polls_round_trip_reads_the_sample_and_the_thresholds_from_nvidia_sm
             assert time.monotonic() < deadline and daemon.poll() is None, log.read_text()
             time.sleep(0.02)
         (tmp_path / "bin").mkdir()
-        (tmp_path / "bin" / "nvidia-smi").symlink_to(sim / "nvidia-smi")
+        (tmp_path / "bin" / "nvidia-smi").symlink_to(sim / "nvsmi" / "nvidia-smi")
         monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
         monkeypatch.setenv("GPU_SIM_ADDR", f"127.0.0.1:{port.group(1)}")
         done = subprocess.run(argv([SAMPLE, THERMAL]), capture_output=True, text=True,

@@ -115,3 +115,34 @@ def test_a_nodes_network_daemon_is_kept_on_its_disk(tmp_path, monkeypatch):
     assert os.readlink(running / "etc/systemd/system/multi-user.target.wants/"
                                  "NetworkManager.service") == \
         "/lib/systemd/system/NetworkManager.service"
+
+
+def test_the_simulators_land_on_a_node_folder_by_folder(tmp_path, monkeypatch):
+    """sim/'s folders as they are under /usr/local/lib/sparkrack-sim, what an earlier flat
+    layout left there removed, and each command on PATH running from its folder."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    monkeypatch.setattr(NodeLayout, "upper", property(lambda self: tmp_path / self.name))
+    node = NodeLayout("spark-10", "10.77.1.20")
+    lib = tmp_path / "spark-10" / nodefs.SIM_LIB
+    (lib / "__pycache__").mkdir(parents=True)
+    for stale in ("nvidia-smi", "gpusim_client.py", "nvsmi_help.txt"):
+        (lib / stale).write_text("# the flat layout's\n")
+    nodefs.install_sim(node)
+    sim = Path(nodefs.__file__).parent / "sim"
+    shipped = {str(p.relative_to(sim)) for p in sim.rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts}
+    assert {"gpusim/client.py", "nvsmi/nvidia-smi", "roce/roce-mount"} <= shipped
+    assert {str(p.relative_to(lib)) for p in lib.rglob("*") if p.is_file()} == shipped
+    for command, path in nodefs.SIM_COMMANDS.items():
+        link = tmp_path / "spark-10/usr/local/bin" / command
+        assert os.readlink(link) == f"/{nodefs.SIM_LIB}/{path}"
+        assert os.access(lib / path, os.X_OK), path
+    smi = subprocess.run([str(lib / "nvsmi/nvidia-smi"), "-h"], capture_output=True, text=True,
+                         env={"GPU_SIM_CONFIG": str(tmp_path / "none.json")}, timeout=10)
+    assert smi.returncode == 0 and smi.stdout.startswith("NVIDIA System Management"), smi
+    load = subprocess.run([str(lib / "gpusim/gpu-sim"), "load", "-h"], capture_output=True,
+                          text=True, timeout=10)
+    assert load.returncode == 0 and "--seconds" in load.stdout, load.stderr

@@ -18,12 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from sparkrack.rehearsal.nodefs import SIM_COMMANDS
+
 REPO = Path(__file__).resolve().parents[2]
 SIM_DIR = REPO / "sparkrack" / "rehearsal" / "sim"
+GPUSIMD, GPU_SIM = SIM_DIR / "gpusim" / "gpusimd", SIM_DIR / "gpusim" / "gpu-sim"
 SAMPLES = Path(__file__).parent / "data" / "nvidia-smi-h200"
 sys.path.insert(0, str(SIM_DIR))
 
-from gpusim_client import GpuSimClient  # noqa: E402
+from gpusim.client import GpuSimClient  # noqa: E402
 
 # Real nvidia-smi output, driver 580.159.04 on an H200.
 SAMPLE_L = "GPU 0: NVIDIA H200 (UUID: GPU-00000000-1111-2222-3333-444444444444)"
@@ -65,7 +68,7 @@ class Node:
         self.log = tmp_path / "gpusimd.log"
         env = {**os.environ, "GPU_SIM_CONFIG": str(config), **daemon_env}
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen([str(SIM_DIR / "gpusimd")], stderr=log, env=env)
+            self.proc = subprocess.Popen([str(GPUSIMD)], stderr=log, env=env)
         self.port = self._wait_for_port()
         self.env = {**os.environ, "GPU_SIM_ADDR": f"127.0.0.1:{self.port}"}
 
@@ -80,8 +83,8 @@ class Node:
         raise AssertionError("gpusimd did not start")
 
     def run(self, tool: str, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(SIM_DIR / tool), *args], env=self.env, capture_output=True,
-                              text=True, timeout=10)
+        return subprocess.run([str(SIM_DIR / SIM_COMMANDS[tool]), *args], env=self.env,
+                              capture_output=True, text=True, timeout=10)
 
     def smi(self, *args: str) -> subprocess.CompletedProcess:
         return self.run("nvidia-smi", *args)
@@ -176,7 +179,7 @@ def test_load_ends_with_the_client_connection(node):
 def test_burn_check_load_command_drives_the_clock_after_its_start_up(node):
     started = time.monotonic()
     # 5 s of load: the clock query after the busy one lands inside it on a busy machine
-    burn = subprocess.Popen([str(SIM_DIR / "gpu-sim"), "load", "--seconds", "5",
+    burn = subprocess.Popen([str(GPU_SIM), "load", "--seconds", "5",
                              "--startup", "1"], env=node.env)
     try:
         while node.query("utilization.gpu") != ["100"]:
@@ -189,7 +192,7 @@ def test_burn_check_load_command_drives_the_clock_after_its_start_up(node):
 
 
 def test_the_load_start_up_is_the_real_loads_by_default():
-    done = subprocess.run([str(SIM_DIR / "gpu-sim"), "load", "-h"], capture_output=True,
+    done = subprocess.run([str(GPU_SIM), "load", "-h"], capture_output=True,
                           text=True, check=True)
     assert "else 4.4, the real load's" in " ".join(done.stdout.split())
 
@@ -197,7 +200,7 @@ def test_the_load_start_up_is_the_real_loads_by_default():
 def test_a_node_sets_its_own_load_start_up_beside_its_config(node, tmp_path):
     (tmp_path / "load-startup").write_text("1.5\n")
     started = time.monotonic()
-    burn = subprocess.Popen([str(SIM_DIR / "gpu-sim"), "load", "--seconds", "5"],
+    burn = subprocess.Popen([str(GPU_SIM), "load", "--seconds", "5"],
                             env={**node.env, "GPU_SIM_CONFIG": str(tmp_path / "node.json")})
     try:
         while node.query("utilization.gpu") != ["100"]:
@@ -240,7 +243,7 @@ def test_a_spinning_kernel_reads_busy_at_low_power_until_a_real_load_joins(node)
 
 HOLDER = """import sys, time
 sys.path.insert(0, sys.argv[1])
-from gpusim_client import GpuSimClient
+from gpusim.client import GpuSimClient
 client = GpuSimClient(("127.0.0.1", int(sys.argv[2])))
 client.hold_load(int(sys.argv[3]), spin=sys.argv[4] == "spin")
 print("held", flush=True)
@@ -467,7 +470,7 @@ def test_daemon_reports_ready_to_systemd_once_serving(tmp_path):
 def test_second_daemon_on_a_taken_port_fails_with_one_line(node, tmp_path):
     config = tmp_path / "taken.json"
     config.write_text(json.dumps({"port": node.port, "state_dir": str(tmp_path / "run2")}))
-    out = subprocess.run([str(SIM_DIR / "gpusimd")], capture_output=True, text=True, timeout=10,
+    out = subprocess.run([str(GPUSIMD)], capture_output=True, text=True, timeout=10,
                          env={**os.environ, "GPU_SIM_CONFIG": str(config)})
     assert out.returncode == 1 and out.stderr.startswith("gpusimd: cannot serve on 127.0.0.1:")
 
@@ -478,7 +481,7 @@ def test_second_daemon_on_a_taken_port_fails_with_one_line(node, tmp_path):
     [], "", 0, -1.5e-7, False, {"nan": float("inf")},
 ])
 def test_the_clients_json_reads_and_writes_what_the_json_module_does(value):
-    import gpusim_client
+    from gpusim import client as gpusim_client
 
     assert gpusim_client.dumps(value) == json.dumps(value)
     assert gpusim_client.loads(json.dumps(value)) == value
@@ -487,7 +490,7 @@ def test_the_clients_json_reads_and_writes_what_the_json_module_does(value):
 
 @pytest.mark.parametrize("text", ["", "{", '{"a": 1} x', "[1,]", "nul", '{"a": 1}{}'])
 def test_the_clients_json_refuses_what_the_json_module_refuses(text):
-    import gpusim_client
+    from gpusim import client as gpusim_client
 
     with pytest.raises(ValueError):
         json.loads(text)
@@ -497,11 +500,12 @@ def test_the_clients_json_refuses_what_the_json_module_refuses(text):
 
 def test_nvidia_smi_starts_on_c_modules_alone(node):
     """The burn check runs it every half second on every node: no re, enum, socket, json."""
-    out = subprocess.run([sys.executable, "-IS", "-X", "importtime", str(SIM_DIR / "nvidia-smi"),
+    smi = SIM_DIR / SIM_COMMANDS["nvidia-smi"]
+    out = subprocess.run([sys.executable, "-IS", "-X", "importtime", str(smi),
                           "--query-gpu=clocks.sm,utilization.gpu", "--format=csv,noheader"],
                          env=node.env, capture_output=True, text=True, timeout=10)
     assert out.returncode == 0 and out.stdout.strip(), out.stdout + out.stderr
     loaded = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()
               if line.startswith("import time:")}
-    assert {"gpusim_client", "nvsmi_fields"} <= loaded, loaded
+    assert {"gpusim.client", "nvsmi.fields"} <= loaded, loaded
     assert loaded.isdisjoint({"re", "enum", "socket", "json", "uuid", "selectors"}), loaded

@@ -6,8 +6,8 @@ from pathlib import Path
 SIM_DIR = Path(__file__).resolve().parents[2] / "sparkrack" / "rehearsal" / "sim"
 sys.path.insert(0, str(SIM_DIR))
 
-from gpusim_config import GB10_DEFAULTS  # noqa: E402
-from gpusim_physics import readings, snap_down  # noqa: E402
+from gpusim.config import GB10_DEFAULTS  # noqa: E402
+from gpusim.physics import readings, snap_down  # noqa: E402
 
 
 def test_driver_snaps_a_2200_cap_down_to_the_2190_bin():
@@ -16,7 +16,7 @@ def test_driver_snaps_a_2200_cap_down_to_the_2190_bin():
 
 
 def test_rack_of_eight_draws_the_field_report_power_uncapped_and_capped():
-    from gpusim_config import unit_figures
+    from gpusim.config import unit_figures
 
     units = [{**GB10_DEFAULTS, **unit_figures(f"spark-{i:02d}")} for i in range(1, 9)]
     uncapped = sum(readings(unit, 100, None, False)["node_power_w"] for unit in units)
@@ -48,7 +48,7 @@ def test_a_loaded_gpu_draws_the_public_84_to_89_w_at_its_clock():
 
 
 def test_each_unit_idles_at_its_own_wall_power_within_the_public_span():
-    from gpusim_config import unit_figures
+    from gpusim.config import unit_figures
 
     idles = {readings({**GB10_DEFAULTS, **unit_figures(f"spark-{i:02d}")}, 0, None, False)
              ["node_power_w"] for i in range(1, 9)}

@@ -4,17 +4,17 @@ import os
 import subprocess
 from pathlib import Path
 
-SIM_DIR = Path(__file__).resolve().parents[2] / "sparkrack" / "rehearsal" / "sim"
+ROCE_DIR = Path(__file__).resolve().parents[2] / "sparkrack" / "rehearsal" / "sim" / "roce"
 TWINS = ["--hca", "rocep1s0f0=enp1s0f0np0", "--hca", "roceP2p1s0f0=enP2p1s0f0np0"]
 
 
 def roce_tree(dest: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SIM_DIR / "roce-tree"), str(dest), *args], capture_output=True,
+    return subprocess.run([str(ROCE_DIR / "roce-tree"), str(dest), *args], capture_output=True,
                           text=True, timeout=10)
 
 
 def ibdev2netdev(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SIM_DIR / "ibdev2netdev")], capture_output=True, text=True,
+    return subprocess.run([str(ROCE_DIR / "ibdev2netdev")], capture_output=True, text=True,
                           timeout=10, env={**os.environ, "SYS_CLASS_INFINIBAND": str(root)})
 
 

@@ -60,7 +60,7 @@ class GpuSim:
                                       "latch_file": str(tmp / "latched")}))
         self.log = tmp / "gpusimd.log"
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen([str(SIM_DIR / "gpusimd")], stderr=log,
+            self.proc = subprocess.Popen([str(SIM_DIR / "gpusim" / "gpusimd")], stderr=log,
                                          env={**os.environ, "GPU_SIM_CONFIG": str(config)})
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
@@ -74,7 +74,7 @@ class GpuSim:
     def state(self) -> dict:
         if str(SIM_DIR) not in sys.path:
             sys.path.insert(0, str(SIM_DIR))
-        from gpusim_client import GpuSimClient
+        from gpusim.client import GpuSimClient
         with GpuSimClient(("127.0.0.1", self.port)) as client:
             return client.state()
 

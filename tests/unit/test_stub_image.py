@@ -71,8 +71,8 @@ def test_the_layer_is_a_small_fixed_python_runtime(built):
     for path in ("usr/bin/python3.11", "usr/lib/python3.11/os.py",
                  "usr/lib/python3.11/__pycache__/os.cpython-311.pyc",
                  "usr/lib/x86_64-linux-gnu/libc.so.6", f"{site}/sglang/launch_server.py",
-                 f"{site}/sparkrack_stub/engine.py", f"{site}/gpusim_client.py",
-                 f"{site}/gpusim_config.py", f"{site}/sparkrack_stub/options/sglang-0.5.22.txt"):
+                 f"{site}/sparkrack_stub/engine.py", f"{site}/gpusim/client.py",
+                 f"{site}/gpusim/config.py", f"{site}/sparkrack_stub/options/sglang-0.5.22.txt"):
         assert path in infos, path
     assert infos["usr/bin/python3"].linkname == "python3.11"
     assert infos["usr/lib64/ld-linux-x86-64.so.2"].issym()
@@ -93,6 +93,12 @@ def test_builds_are_cached_until_an_input_changes(tmp_path):
     assert other["vllm"][1] != first["vllm"][1]
     record = json.loads((tmp_path / "vllm.json").read_text())
     assert record["image_id"] == other["vllm"][1] and record["ref"].endswith("v0.34.0")
+
+
+def test_the_image_ships_every_runtime_module_of_the_stub():
+    """The stub package's modules all run in the image but the control side's."""
+    runtime = {path.name for path in stubimage.STUB_DIR.glob("*.py")} - {"modeldir.py"}
+    assert set(stubimage.STUB_MODULES) == runtime
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")

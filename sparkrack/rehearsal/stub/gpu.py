@@ -11,8 +11,8 @@ waiting for its peers' data does: ~96 % at a fraction of the power. A rank whose
 hangs launches nothing more: its kernels drain and its GPU goes idle (gpusimd does the
 same for a process that is stopped).
 
-Inside the image the client is the top-level module `gpusim_client` (copied from
-sparkrack/rehearsal/sim); run from the source tree, that directory is put on sys.path.
+Inside the image the client is the top-level package `gpusim` (copied from
+sparkrack/rehearsal/sim/gpusim); run from the source tree, sim/ is put on sys.path.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import threading
 import time
 
 try:
-    import gpusim_client
+    from gpusim import client as gpusim_client
 except ImportError:  # run from the sparkrack tree, not the image
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "sim"))
-    import gpusim_client
+    from gpusim import client as gpusim_client
 
 GiB = 1 << 30
 SPIN_AFTER_S = 1.0  # in a collective this long: the power averaged over a second is a spin's
@@ -92,7 +92,7 @@ class Gpu:
             self._client.free(alloc_id)
 
     def rdma(self) -> dict:
-        """The node's RDMA devices as its driver shows them (see gpusim_rdma)."""
+        """The node's RDMA devices as its driver shows them (see gpusim/rdma.py)."""
         with self._lock:
             try:
                 return self._client.rdma()

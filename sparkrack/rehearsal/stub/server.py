@@ -1,7 +1,7 @@
 """HTTP of a stub rank: OpenAI-compatible API, health, info and Prometheus metrics.
 
 The handler only speaks HTTP (JSON bodies, chunked SSE); what each route answers comes
-from the rank object (engine.py): `routes()` maps (method, path) to a function taking the
+from the rank (api.py, worker.py): `routes()` maps (method, path) to a function taking the
 parsed JSON body (or None) and returning a Reply or a Stream.
 """
 

@@ -200,7 +200,7 @@ def _gid_address(value: str | None, hca: Mapping) -> str | None:
 def check(env: Mapping[str, str], hcas: Mapping[str, dict],
           interfaces: Mapping[str, list[str]], rendezvous: str) -> Fault | None:
     """The first fault of env on this node (Gloo's first, as init_process_group comes
-    first), or None. hcas: gpusim_rdma.read_rdma output; rendezvous: rank 0's address."""
+    first), or None. hcas: gpusim.rdma.read_rdma output; rendezvous: rank 0's address."""
     return (_gloo(env, interfaces, rendezvous) or _nccl_socket(env, interfaces, rendezvous)
             or _nccl_ib(env, hcas))
 

@@ -26,7 +26,7 @@ GB10_DEFAULTS = {
     "state_dir": "/run/gpu-sim",
     "meminfo_file": None,  # STATE_DIR/meminfo when unset
     "cmdline_file": None,  # STATE_DIR/cmdline when unset (bound over /proc/cmdline)
-    "kernel_file": "/etc/gpu-sim/kernel.json",  # the kernel the node boots (gpusim_kernel)
+    "kernel_file": "/etc/gpu-sim/kernel.json",  # the kernel the node boots (gpusim.kernel)
     "latch_file": "/var/lib/gpu-sim/latched",
     "persistence_mode": True,  # nvidia-persistenced runs on DGX OS
     "mem_total_kb": 127600748,  # each unit its own within UNIT_MEM_TOTAL_KB (unit_figures)

@@ -7,7 +7,7 @@ No field reports the locked clock range, as on real hardware.
 
 import time
 
-from gpusim_physics import EVENT_GPU_IDLE, EVENT_REASONS_SUPPORTED
+from gpusim.physics import EVENT_GPU_IDLE, EVENT_REASONS_SUPPORTED
 
 NOT_AVAILABLE = "[N/A]"
 

@@ -1,5 +1,5 @@
 """The live state of one simulated GPU: lock, persistence, loads, allocations, latch, and
-the booted kernel's view (command line, CMA counters: gpusim_kernel).
+the booted kernel's view (command line, CMA counters: gpusim.kernel).
 
 The clock lock and persistence mode live in STATE_DIR (a tmpfs in the node), so they
 survive a daemon restart and vanish at reboot, like the driver's. Loads and allocations
@@ -13,10 +13,10 @@ import os
 import random
 import threading
 
-from gpusim_kernel import kernel_view, read_kernel
-from gpusim_meminfo import meminfo_values, render_meminfo, write_in_place
-from gpusim_peers import stopped
-from gpusim_physics import readings
+from gpusim.kernel import kernel_view, read_kernel
+from gpusim.meminfo import meminfo_values, render_meminfo, write_in_place
+from gpusim.peers import stopped
+from gpusim.physics import readings
 
 KIB = 1024
 MIB = 1024 * 1024

@@ -13,7 +13,7 @@ import _json
 import _socket
 import os
 
-from gpusim_config import DEFAULT_PORT, config_path
+from gpusim.config import DEFAULT_PORT, config_path
 
 _CONSTANTS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
@@ -159,7 +159,7 @@ class GpuSimClient:
         self.request("free", id=alloc_id)
 
     def rdma(self) -> dict:
-        """The node's RDMA devices as the driver shows them (gpusim_rdma.read_rdma)."""
+        """The node's RDMA devices as the driver shows them (gpusim.rdma.read_rdma)."""
         return self.request("rdma")["hcas"]
 
 

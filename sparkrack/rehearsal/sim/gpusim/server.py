@@ -11,11 +11,11 @@ Each request is one JSON object on one line, answered by one line:
   {"op": "alloc", "bytes": N, "pid": P, "name": "python3"}
                                                -> {"ok": true, "id": 1}  (freed at disconnect)
   {"op": "free", "id": 1}                      -> {"ok": true}
-  {"op": "rdma"}                               -> {"ok": true, "hcas": {...}}  (gpusim_rdma;
+  {"op": "rdma"}                               -> {"ok": true, "hcas": {...}}  (gpusim.rdma;
                                                   each with "reg_mr_error" when the kernel
                                                   fails memory registration)
 Errors answer {"ok": false, "error": "..."} and keep the connection open.
-A load belongs to the client's process (gpusim_peers finds it at its first load): while
+A load belongs to the client's process (gpusim.peers finds it at its first load): while
 that process is stopped its compute drains and the GPU reads idle.
 """
 
@@ -24,9 +24,9 @@ import json
 import socketserver
 import sys
 
-from gpusim_peers import peer_pid
-from gpusim_rdma import read_rdma
-from gpusim_state import GpuState, OutOfMemory
+from gpusim.peers import peer_pid
+from gpusim.rdma import read_rdma
+from gpusim.state import GpuState, OutOfMemory
 
 MAX_LINE = 65536
 

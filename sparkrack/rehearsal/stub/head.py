@@ -1,0 +1,242 @@
+"""Rank 0: the rendezvous, readiness, the drain on SIGTERM, the engine's watchdog, and
+the group's forwards, whose collectives it drives every STEP_S. Its HTTP API: api.py."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from contextlib import contextmanager
+
+from . import transport
+from .api import Api
+from .group import HeadGroup, nccl_error
+from .log import die
+from .metrics import Metrics
+from .nccl import warn
+from .rank import Rank
+from .server import Server
+
+STEP_S = 0.25  # between the group's collectives while a forward runs
+STEP_FRESH_S = 1.0  # a token waits for a collective completed this recently
+
+
+class Head(Rank):
+    """Rank 0 of the group."""
+
+    def __init__(self, *a, model_info: dict | None = None, **k):
+        super().__init__(*a, **k)
+        self.model_info = model_info or {}
+        self.ready = False
+        self.draining = False
+        self.group: HeadGroup | None = None
+        self.server: Server | None = None
+        self._lock = threading.Lock()
+        self._slots = threading.Semaphore(max(1, self.args.max_running_requests))
+        self._fids = iter(range(1, 1 << 62))
+        self.inflight = 0  # accepted requests not yet finished (queued or running)
+        self.running = 0
+        self._stepping = threading.Condition(self._lock)  # running, stepped changed
+        self.stepped = 0.0  # when the group's last collective completed (monotonic)
+        self._step_now = False  # a forward began: step at once
+        self.metrics = Metrics(self.args.engine)
+
+    def on_signal(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if not self.stop.is_set():
+            self.log(f"Received {name}; {'draining' if self.ready else 'shutting down'}.")
+        self.stop.set()
+
+    # Lifecycle
+
+    def run(self) -> None:
+        args = self.args
+        self.group = HeadGroup(args.engine, args.nnodes, args.group_port,
+                               on_failure=self._peer_failed, log=self.log)
+        try:
+            self.group.listen()
+        except OSError as error:
+            die(1, f"torch.distributed.DistNetworkError: The server socket has failed to "
+                   f"listen on any local network address. port: {args.group_port}, "
+                   f"useIpv6: 0, code: -98, name: EADDRINUSE, message: {error.strerror}",
+                self.log)
+        if args.http_port is not None:
+            try:
+                self.server = Server(args.http_host, args.http_port, Api(self).routes,
+                                     activate=args.engine == "sglang")
+            except OSError as error:
+                self.bind_error(error)
+            if args.engine == "sglang":
+                self.server.serve_in_background()
+        self.log(f"Init torch distributed begin. waiting for {args.nnodes - 1} ranks on port "
+                 f"{args.group_port}")
+        deadline = time.monotonic() + args.dist_timeout_s
+        while not self.group.all_joined.wait(0.1):
+            if self.stop.is_set():
+                self._shutdown()
+            if time.monotonic() > deadline:
+                joined = len(self.group.links) + 1
+                self.group.abort("rendezvous timed out")
+                die(1, f"torch.distributed.DistStoreError: Timed out after "
+                       f"{args.dist_timeout_s:g} seconds waiting for clients. "
+                       f"{joined}/{args.nnodes} clients joined.", self.log)
+        found = {0: self.nccl.endpoints, **self.group.endpoints}
+        cut = transport.unreachable(found)
+        if cut is not None:  # every rank fails its connections: the group dies at init
+            warn(cut.warning)
+            self.group.abort(cut.warning)
+            die(1, f"[rank0]: {cut.error}", self.log)
+        peers = {str(rank): [address for _, address in transport.rails(reach)]
+                 for rank, reach in found.items()}
+        self.group.broadcast("joined", rails=peers)
+        self.log("Init torch distributed ends.")
+        self.nccl.init(peers, self.stop)
+        self.load()
+        self.compile()
+        while not self.group.all_loaded.wait(0.1):
+            if self.stop.is_set():
+                self._shutdown()
+        self.ready = True
+        threading.Thread(target=self._drive, name="steps", daemon=True).start()
+        if args.engine == "vllm" and self.server is not None:
+            self.server.server_activate()
+            self.server.serve_in_background()
+            self.log(f"Starting vLLM API server on http://{args.http_host}:{args.http_port}")
+            self.log("Application startup complete.")
+        else:
+            self.log("The server is fired up and ready to roll!")
+        while not self.stop.wait(0.2):
+            pass
+        self._drain()
+
+    def _drain(self) -> None:
+        with self._lock:
+            self.draining = True
+        limit = self.args.shutdown_timeout_s
+        deadline = None if limit is None else time.monotonic() + limit
+        said = -1
+        while True:
+            with self._lock:
+                left = self.inflight
+            if left == 0:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                self.log(f"Shutdown timeout reached with {left} requests in flight; aborting "
+                         "them.", "WARNING")
+                break
+            if left != said:
+                self.log(f"Gracefully exiting... Remaining number of requests {left}")
+                said = left
+            time.sleep(0.05)
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        """Tell the workers to exit, wait for them, exit 0."""
+        self.group.shutdown()
+        self.log("Shutdown complete.")
+        die(0)
+
+    def _peer_failed(self, rank: int, why: str) -> None:
+        self.group.abort(why)
+        die(1, nccl_error(0, f"{why} (peer rank {rank})"), self.log)
+
+    def _watchdog(self, what: str, missing: set[int]) -> None:
+        self.group.abort(f"watchdog timeout on rank 0 during {what}")
+        ranks = ", ".join(str(rank) for rank in sorted(missing)) or "0"
+        die(1, f"Watchdog timeout (self.watchdog_timeout={self.args.watchdog_timeout_s:g}): "
+               f"{what} did not complete on rank(s) {ranks}", self.log)
+
+    # Requests
+
+    def accept(self) -> bool:
+        """Count a request in, unless draining (atomic with the drain's start: accepted
+        requests are waited for)."""
+        with self._lock:
+            if self.draining:
+                return False
+            self.inflight += 1
+            return True
+
+    def finished(self, prompt_tokens: int, generated: int, reason: str, seconds: float) -> None:
+        with self._lock:
+            self.inflight -= 1
+        self.metrics.finished(prompt_tokens, generated, reason, seconds)
+
+    def requests(self) -> tuple[int, int]:
+        """(running, waiting) requests."""
+        with self._lock:
+            return self.running, self.inflight - self.running
+
+    def serving(self, timeout: float) -> bool:
+        """Whether a 1-token generation through every rank completes within timeout, behind
+        the running batch (whose collectives hang when a rank does)."""
+        ok, _ = self.group.ask("ping", timeout)
+        with self._stepping:
+            ok = ok and self._stepping.wait_for(
+                lambda: self.running == 0 or time.monotonic() - self.stepped <= STEP_FRESH_S,
+                timeout)
+        return ok and not self.stuck
+
+    # A forward of the whole group
+
+    def _drive(self) -> None:
+        """The group's collectives while any forward runs, every STEP_S: rank 0's own ring
+        writes, then every worker's answer (the engine's watchdog when one never comes)."""
+        while True:
+            with self._stepping:
+                self._stepping.wait_for(lambda: self.running > 0)
+            if self.stuck:
+                return  # a hung host drives nothing
+            self.nccl.step()
+            _, missing = self.group.ask("step", self.args.watchdog_timeout_s)
+            if missing:
+                self._watchdog("a decode step", missing)
+            with self._stepping:
+                self.stepped = time.monotonic()
+                self._stepping.notify_all()
+            self.gpu.progressed()
+            with self._stepping:  # the next step: STEP_S on, or at once for a new forward
+                self._stepping.wait_for(lambda: self._step_now, STEP_S)
+                self._step_now = False
+
+    def moving(self, since: float) -> None:
+        """Wait until a collective of the group completed after since, recently: a token
+        needs every rank."""
+        with self._stepping:
+            self._stepping.wait_for(lambda: self.stepped >= since and
+                                    time.monotonic() - self.stepped <= STEP_FRESH_S)
+
+    @contextmanager
+    def forward(self, prompt_tokens: int):
+        """Run one request through every rank: queue for a slot, take every rank's indexer
+        scratch, hold the GPUs busy, prefill; release all of it at the end."""
+        self._slots.acquire()
+        with self._stepping:
+            self.running += 1
+            self._step_now = True
+            self._stepping.notify_all()
+        fid = next(self._fids)
+        transient = None
+        self.gpu.busy(+1)  # rank 0 runs its part, then waits in the collective for its peers
+        try:
+            began = time.monotonic()
+            transient = self.scratch_begin(prompt_tokens)
+            self.wedges(prompt_tokens)
+            _, missing = self.group.ask("begin", self.args.watchdog_timeout_s, fid=fid,
+                                        prompt_tokens=prompt_tokens)
+            if self.stuck:
+                missing = missing | {0}
+                time.sleep(max(0.0, began + self.args.watchdog_timeout_s - time.monotonic()))
+            if missing:
+                self._watchdog(f"a {prompt_tokens}-token forward", missing)
+            prefill = prompt_tokens / self.settings.prefill_tokens_per_s \
+                if self.settings.prefill_tokens_per_s else 0.0
+            time.sleep(prefill)
+            yield
+        finally:
+            self.group.broadcast("end", fid=fid)
+            self.gpu.free(transient)
+            self.gpu.busy(-1)
+            with self._lock:
+                self.running -= 1
+            self._slots.release()

@@ -1,0 +1,84 @@
+"""Rank 0's request counters and latency histograms, and its /metrics text under each
+engine's names (sglang:*, vllm:*; the histograms: latency.py)."""
+
+from __future__ import annotations
+
+import threading
+
+from .latency import Latency
+
+
+class Metrics:
+    """What rank 0 counts of its requests (vLLM counts tokens every engine step; SGLang
+    when a request finishes)."""
+
+    def __init__(self, engine: str):
+        self.engine = engine
+        self._lock = threading.Lock()
+        self.counts = {"prompt_tokens": 0, "generation_tokens": 0, "requests": 0,
+                       "finished_stop": 0, "finished_length": 0, "last_tps": 0.0,
+                       "finished_prompt_tokens": 0, "finished_generation_tokens": 0}
+        self.latency = Latency(engine)  # TTFT and inter-token latency histograms
+
+    def finished(self, prompt_tokens: int, generated: int, reason: str, seconds: float) -> None:
+        """A request finished (reason: stop or length) after seconds of generation."""
+        with self._lock:
+            self.counts["requests"] += 1
+            self.counts["finished_" + reason] += 1
+            self.counts["finished_prompt_tokens"] += prompt_tokens
+            self.counts["finished_generation_tokens"] += generated
+            if seconds > 0 and generated > 1:
+                self.counts["last_tps"] = round((generated - 1) / seconds, 2)
+
+    def prompt(self, tokens: int) -> None:
+        with self._lock:
+            self.counts["prompt_tokens"] += tokens
+
+    def token(self, seconds: float, first: bool) -> None:
+        """One token, seconds after its request arrived (first) or after its last token."""
+        with self._lock:
+            self.counts["generation_tokens"] += 1
+            self.latency.token(seconds, first)
+
+    def text(self, name: str, running: int, waiting: int, accept: float,
+             speculative_steps: int) -> str:
+        """The Prometheus text of /metrics for served model name, with the requests running
+        and waiting now and the speculative accept length."""
+        m = self.counts
+        label = f'{{model_name="{name}"}}'
+        if self.engine == "sglang":
+            rows = [("spec_accept_length", "gauge", "Average speculative accept length.", accept),
+                    ("num_running_reqs", "gauge", "Running requests.", running),
+                    ("num_queue_reqs", "gauge", "Queued requests.", waiting),
+                    ("gen_throughput", "gauge", "Generation throughput (token/s).", m["last_tps"]),
+                    ("prompt_tokens_total", "counter", "Prefill tokens.",
+                     m["finished_prompt_tokens"]),
+                    ("generation_tokens_total", "counter", "Generated tokens.",
+                     m["finished_generation_tokens"]),
+                    ("num_requests_total", "counter", "Finished requests.", m["requests"])]
+            lines = []
+            for metric, kind, text, value in rows:
+                lines += [f"# HELP sglang:{metric} {text}", f"# TYPE sglang:{metric} {kind}",
+                          f"sglang:{metric}{label} {value}"]
+        else:
+            generated = m["generation_tokens"]
+            drafts = round(generated / accept) if accept else 0
+            steps = speculative_steps
+            rows = [("num_requests_running", "gauge", running),
+                    ("num_requests_waiting", "gauge", waiting),
+                    ("prompt_tokens_total", "counter", m["prompt_tokens"]),
+                    ("generation_tokens_total", "counter", generated),
+                    ("spec_decode_num_drafts_total", "counter", drafts if steps else 0),
+                    ("spec_decode_num_draft_tokens_total", "counter",
+                     drafts * steps if steps else 0),
+                    ("spec_decode_num_accepted_tokens_total", "counter",
+                     generated - drafts if steps else 0)]
+            lines = []
+            for metric, kind, value in rows:
+                lines += [f"# TYPE vllm:{metric} {kind}", f"vllm:{metric}{label} {value}"]
+            for reason in ("stop", "length"):
+                lines.append(f'vllm:request_success_total{{finished_reason="{reason}",'
+                             f'model_name="{name}"}} {m["finished_" + reason]}')
+        with self._lock:
+            lines += self.latency.lines(name)
+        return "\n".join(lines) + "\n"

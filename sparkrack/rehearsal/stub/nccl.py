@@ -1,0 +1,71 @@
+"""A rank's NCCL communicator: its rails to the next rank of the ring, one RDMA write on
+each at init and at every collective. A transport environment that does not fit the node,
+or a fabric that drops the writes, ends the rank (and so the group) as NCCL does."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+from . import transport
+from .log import Log, die
+
+
+def warn(warning: str) -> None:
+    """NCCL's WARN line on stdout, naming the node and the process."""
+    pid = os.getpid()
+    print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL WARN {warning}", flush=True)
+
+
+class Communicator:
+    """This rank's side of the group's collectives, over its RoCE rails."""
+
+    def __init__(self, rank: int, nnodes: int, log: Log, endpoints: dict,
+                 fault: transport.Fault | None = None):
+        self.rank = rank
+        self.nnodes = nnodes
+        self.log = log
+        self.endpoints = endpoints  # what its peers must reach (transport.endpoints)
+        self.fault = fault  # the transport environment's: NCCL fails it after the rendezvous
+        self.ring: list[tuple[str, str, str, int]] = []  # its rails to the next rank
+
+    def init(self, peers: dict, stop: threading.Event) -> None:
+        """The communicator's init, right after the rendezvous, and its first collective
+        (peers: {rank: its RoCE addresses}); a fault ends this rank as NCCL would (an
+        advertised address nobody reaches: no error, the group waits until stop)."""
+        self.ring = self._ring_of(peers)
+        fault = self.fault or self.writes()
+        if fault is None:
+            return
+        if fault.library == "advertise":  # no error anywhere: the group just never forms
+            self.log(f"NCCL version {transport.NCCL_VERSION}+cuda13.0 init done; waiting for "
+                     "peers")
+            stop.wait()
+            die(0, log=self.log)
+        warn(fault.warning)
+        die(1, f"[rank{self.rank}]: {fault.error}", self.log)
+
+    def _ring_of(self, peers: dict) -> list[tuple[str, str, str, int]]:
+        """(HCA, own address, the next rank's address on that rail, path MTU) per rail."""
+        nnodes = self.nnodes
+        theirs = peers.get(str((self.rank + 1) % nnodes), []) if nnodes > 1 else []
+        interfaces = transport.local_interfaces()
+        return [(hca, src, dst, transport.ib_mtu(transport.netdev_mtu(src, interfaces) or 1500))
+                for (hca, src), dst in zip(transport.rails(self.endpoints), theirs)]
+
+    def writes(self) -> transport.Fault | None:
+        """Each rail's RDMA write to the same rail of the next rank, at the path MTU its
+        netdev gives (what goes unacknowledged: NCCL's retry-exceeded)."""
+        for hca, src, dst, mtu in self.ring:
+            if not transport.first_write(src, dst, mtu + transport.WRITE_OVERHEAD):
+                return transport.write_fault(hca, src, dst, mtu)
+        return None
+
+    def step(self) -> None:
+        """A collective's writes; a fabric that drops them ends the rank (and the group) as
+        NCCL does once the HCA's retries are spent."""
+        fault = self.writes()
+        if fault is not None:
+            warn(fault.warning)
+            die(1, f"[rank{self.rank}]: {fault.error}", self.log)

@@ -362,7 +362,7 @@ def test_a_worker_signalled_before_joining_exits(groups):
     group.start(1)
     assert eventually(lambda: "Init torch distributed begin" in group.log(1))
     group.signal(1)
-    assert group.procs[1].wait(5) == 0
+    assert group.procs[1].wait(EXIT_WAIT_S) == 0
 
 
 def test_the_leak_ratchets_without_the_budget_and_stays_flat_with_it(groups, gpu):

@@ -365,8 +365,8 @@ class DockerRankLogs:
 def show_logs(inventory, *, ranks: str | None = None, nodes: str | None = None,
               follow: bool = False, since: str | None = None, tail: int | None = None,
               emit: Callable[[LogLine], None], on_event: Callable[[str], None]) -> list[str]:
-    """Print the deployment's logs (see the module doc); the nodes or ranks that could not
-    be read, named (an empty list: every chosen rank was read)."""
+    """Print the deployment's logs; the nodes or ranks that could not be read, named (an
+    empty list: every chosen rank was read)."""
     from ..fleet import Fleet
     from .running import running
 

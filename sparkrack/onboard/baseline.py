@@ -335,7 +335,7 @@ def check_waivers(waivers: Mapping[str, str]) -> dict[str, str]:
 
 
 def run(ctx: Context) -> None:
-    """Step 2: the facts of the new node and the members, compared (see the module doc)."""
+    """Step 2: the facts of the new node and the members, compared (docs/onboarding.md)."""
     report, new = ctx.report, ctx.new
     with ctx.step("baseline") as step:
         facts = gather(ctx.fleet, [*ctx.members, new])

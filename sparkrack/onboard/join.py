@@ -286,7 +286,7 @@ def apply_join(inventory: Inventory, plan: JoinPlan) -> None:
 
 
 def run(ctx: Context) -> None:
-    """Step 6: the new node into hosts.yml (see the module doc)."""
+    """Step 6: the new node into hosts.yml (docs/onboarding.md)."""
     report, inventory = ctx.report, ctx.inventory
     hosts = inventory.path / "hosts.yml"
     with ctx.step("join") as step:

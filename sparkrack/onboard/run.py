@@ -31,7 +31,7 @@ def onboard(inventory: Inventory, name: str, address: str, *, replace: str | Non
             peer: str | None = None, burn_seconds: float = 5.0, bwlimit: float | None = None,
             full_verify: bool = False, python: str = DEFAULT_PYTHON,
             on_event: Event | None = None) -> OnboardReport:
-    """Onboard name at address (see the module doc). Never raises for a node's failure: the
+    """Onboard name at address (docs/onboarding.md). Never raises for a node's failure: the
     report's steps say what happened; UsageError for bad arguments (nothing touched).
 
     confirm(question) -> bool asks the operator (None: non-interactive). assume_yes skips

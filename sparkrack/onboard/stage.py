@@ -102,7 +102,7 @@ def peers(ctx: Context) -> list[str]:
 
 
 def run(ctx: Context) -> None:
-    """Step 4: the rack's images, then its weights, onto the new node (see the module doc)."""
+    """Step 4: the rack's images, then its weights, onto the new node (docs/onboarding.md)."""
     report, new, work, options = ctx.report, ctx.new, ctx.work, ctx.options
     with ctx.step("stage") as step:
         refs = list(work.vars.images.values())

@@ -90,7 +90,7 @@ def ports_for(node: Node, plan: PortPlan, head: str) -> tuple[int, ...]:
 
 def probe_reach(fleet: Fleet, new: Node, members: Sequence[Node], plan: PortPlan, head: str,
                 *, python: str = DEFAULT_PYTHON, hold: float = HOLD_S) -> VerifyReport:
-    """Both directions of the engine-port reachability check (see the module doc)."""
+    """Both directions of the engine-port reachability check (docs/onboarding.md)."""
     report = VerifyReport()
     token = token_source.token_hex(8).encode() + b"\n"  # on stdin: argv is what `ps` shows
     new_ports = plan.every_rank + plan.head_only  # the new node may become the head

@@ -1,22 +1,5 @@
-"""A bench result: what was measured, as JSON and as the rows the tables and compare show.
-
-JSON (format 1), saved beside the deployment record:
-
-    {"format": 1, "name": ..., "suite": "full", "partial": false, "stopped_in": null,
-     "date": "2026-11-30T11:20:03+00:00", "started": <epoch>, "seconds": 41.2,
-     "deployment": {engine, profile, deployment_id, spec_hash, image, image_id, node,
-                    address, port, model, context_length, ...},
-     "settings": {"max_tokens", "repeats", "users", "context", "ignore_eos", "temperature"},
-     "single": [{"prompt": "code", "runs": [Run...], "median_decode_tok_s", "median_ttft_s"}],
-     "users": {"count": 4, "per_user": [Run + "user", "prompt"], "aggregate_tok_s",
-               "wall_s"} | null,
-     "needle": {"context", "prompt_tokens", "found", "prefill_s", "prefill_tok_s",
-                "depth", "answer"} | null,
-     "accept_length": 2.83 | null, "accept_source": "..." | null,
-     "notes": [...]}
-
-A Run is {"decode_tok_s", "ttft_s", "completion_tokens", "prompt_tokens", "seconds",
-"finish_reason"}.
+"""A bench result: what was measured, as JSON (format 1: docs/formats.md#bench-results) and
+as the rows the tables and compare show.
 """
 
 from __future__ import annotations

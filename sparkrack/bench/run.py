@@ -1,22 +1,6 @@
-"""One bench run, the field report's method, against rank 0 of the running deployment.
-
-Sections, in order (each can be the one Ctrl-C stops; what was measured before is kept):
-
-1. warm-up: one short request, not counted (first-request effects: graphs, caches);
-2. single: the three prompts (code, prose, explanation), `repeats` rounds of one request
-   at a time; per prompt the median decode tok/s and, apart, the median TTFT;
-3. users: four users at once (one request each, the prompts in turn), started together;
-   per-user decode tok/s and TTFT (queueing shows there), aggregate = all their tokens
-   over the wall time from the first request sent to the last token received;
-4. needle: a haystack of `context` tokens (sized from the server's own token count of the
-   filler, two small calibration requests) with a passphrase at half depth; pass/fail and
-   the prefill time (= TTFT of that prompt);
-5. accept length: the engine's speculative accept length (metrics.py).
-
-Suites: quick = 1 round of 128 tokens, users at 128 tokens, no needle unless --context;
-full = 3 rounds of 512 tokens (medians of three), users at 512, needle at 131072 tokens
-when the deployment's context allows it (or at --context). Every request is greedy
-(temperature 0) with ignore_eos, so every arm decodes exactly max_tokens tokens.
+"""One bench run, the field report's method, against rank 0 of the running deployment:
+warm-up, single prompts, concurrent users, needle, accept length, in a quick or full suite
+(docs/engines.md#comparing-lanes-invoke-bench).
 """
 
 from __future__ import annotations

@@ -1,28 +1,7 @@
-"""What must hold on the rack after every chaos step, read from the rack itself.
-
-`observe` reads the real state: each node's facts (boot id, burn record, cap unit) and its
-engine containers over SSH and docker, each simulated GPU's clock lock from this machine,
-the head's deployment records, rack lock and audit log. `judge` (pure) compares it with
-the rules:
-
-- capped: no engine container runs on a node whose GPU is not verified capped this boot
-  (a burn record of this boot that passed, and the GPU's clock lock at or below the cap);
-- records: `current` names the deployment that runs, whole (every rank alive), or nothing
-  runs and `current` is unset; no container of another deployment (an orphan). Checked
-  where `whole` is asked for: after a step whose fault hit no node or rank, and after
-  recovery (a fault can break a serving group; putting it back is recovery's job);
-- lock: free once every command of the step ended, or left by a command of this machine
-  that ended while the head did not answer (it could not release; the next command takes
-  it over at once, `oplock.lock.ended_here`): a lock never blocks the rack with nobody
-  behind it;
-- audit: every changing command the step ran has a record with its outcome;
-- inventory: it still loads, and no temporary file of an atomic write is left in it;
-- watchdog: where the run installed the service, its unit is active and its metrics
-  answer (within WATCHDOG_GRACE_S: its node may have just booted).
-
-A group the watchdog service stopped keeps its `current` record by design (the operator
-sees what was stopped until `up` or `down`): the records rule accepts a `current` whose
-ranks are stopped when the audit log holds the watchdog's record of stopping it.
+"""What must hold on the rack after every chaos step, read from the rack itself: `observe`
+reads the real state over SSH, docker and from this machine, `judge` (pure) holds it to the
+rules: capped, records, lock, audit, inventory, watchdog
+(docs/rehearsal.md#faults-at-random-the-chaos-run).
 """
 
 from __future__ import annotations

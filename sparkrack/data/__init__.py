@@ -1,25 +1,6 @@
-"""The data sparkrack ships inside the package, and where an operator's copies override it.
-
-    roles/                    provisioning roles: site.yml and one folder per role (at the
-                              checkout's top, shipped as the package sparkrack.roles)
-    sparkrack/data/engines/   engine profiles, <engine>.yml
-    sparkrack/data/models/    model data for the memory rules, <name>.yml
-    sparkrack/data/rules.yml  the SM121 rules (not overridable)
-
-An inventory directory may hold its own `.sparkrack/engines/`, `.sparkrack/models/` and
-`.sparkrack/roles/`. The lookup order is the inventory's folder first, then the package's:
-per file for engine profiles (`<engine>.yml`) and model data (by `model_name`), per role
-folder (and `site.yml`) for roles. The folder is hidden because Ansible reads every other
-entry of an inventory directory as more inventory; for that reason the files sparkrack
-writes beside an inventory go there too (the watchdog's key record, watchdog.json; the
-real rack's known_hosts). A bare `engines/`, `models/` or `roles/` folder in the
-inventory (the earlier layout) is refused, naming the folder to move.
-
-The package is found with importlib.resources; sparkrack runs from files on disk (a
-wheel installed by pip, a checkout installed with `pip install -e .`, the watchdog's
-shipped copy), never from a zip. The roles are the package sparkrack.roles: the top-level
-roles/ folder, which pyproject.toml maps into the wheel as sparkrack/roles/ and the
-editable install's finder maps to the checkout's roles/.
+"""The data sparkrack ships inside the package (engine profiles, model data, the rules; the
+roles as the package sparkrack.roles), found with importlib.resources, and where an
+inventory's own copies override it (docs/inventory.md#shipped-data-and-your-own).
 """
 
 from __future__ import annotations

@@ -1,15 +1,5 @@
-"""The engines' compile caches on each node: one folder per engine image and GPU arch.
-
-Every start of an engine compiles kernels for the GPU (torch.compile/Inductor and Triton,
-FlashInfer's and DeepGEMM's JIT, CUDA's PTX JIT) and keeps them in caches under the
-container's home or /tmp, which go with the container. sparkrack keeps them on the node
-instead, in CACHE_ROOT/<engine>-<image ID>-sm<arch> (`folder_name`), bound into every rank
-at CACHE_MOUNT, and points each cache there with the variable the engine or library reads
-(`cache_env`; docs/field-notes.md, Compile caches). The image's ID, not its tag: a tag
-pushed again is another image and gets a new folder; the GPU's compute capability, as
-nvidia-smi's `compute_cap` says it (GB10: 12.1, sm121). Within a folder the engines key
-their own entries by what they compiled (flags, versions), so another lane of the same
-image compiles into the same folder.
+"""The engines' compile caches on each node: one folder per engine image and GPU arch, and the
+variables that point each cache there (docs/engines.md#compile-caches-warm-restarts).
 
 Pure: names and variables. The folders are made at a start (lifecycle/caches.py), listed
 and removed by `invoke caches` (cli/caches_tasks.py).

@@ -1,17 +1,6 @@
-"""`invoke engines.learn`: an engine version's option table, read from its image.
-
-The extractor (the package option_extract, the same code `tools/engine_options.py` runs on
-a wheel) is put into a container of the image on the head node and run there once, with the
-image's own Python, no network and no GPU: it reads the installed package's sources and
-its version from the package metadata. The table is kept in the inventory's
-`.sparkrack/engines/options/<engine>-<version>.txt`, its header naming the image ref and
-ID, so that from then on the lane's version is what the image says (option_names) and
-its flags are checked against what that version takes.
-
-`compare` tells the operator what changed from the nearest known version: options added,
-removed, renamed (a removed and an added option that take the same kind of value and
-whose names are close: a guess, said as one) and options that now take another kind of
-value. Defaults are not in the tables, so a changed default is not seen.
+"""`invoke engines.learn`: an engine version's option table, read from its image on the head
+by the extractor (option_extract), kept in the inventory, compared with the nearest known
+version (docs/engines.md#engine-versions-and-upgrades).
 """
 
 from __future__ import annotations

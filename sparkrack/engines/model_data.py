@@ -1,21 +1,5 @@
-"""Model data (`models/*.yml`: shipped in sparkrack/data/, or an inventory's override): the
-sizes the memory safety rules check a launch against.
-
-File format (every key required unless marked; mistakes are InventoryErrors at file:line):
-
-    model_name: GLM-5.3                    # matches the inventory's model_name
-    params_billion: 744
-    quantization: nvfp4
-    dsa: true                              # DeepSeek sparse attention (indexer scratch)
-    free_after_weights_gib_per_node: 52.60 # unified memory left once the weights are loaded
-    weights_gib_per_node: 69.09
-    kv_bytes_per_token_per_node:           # engine -> --kv-cache-dtype -> bytes per token
-      sglang: {fp8_e4m3: 53944}
-    measured_kv_pool_tokens:               # optional: engine -> profile -> pool the engine reported
-      sglang: {512k: 567232}
-
-Which file is used is decided by catalog.py (the inventory's overrides first, then the
-package's).
+"""Model data files (`models/*.yml`, found by catalog.py): the sizes the memory safety rules
+check a launch against. The format: docs/formats.md#model-data.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """The exact option names of each engine version, and which version a lane's image runs.
 
-`engines/options/<engine>-<version>.txt` lists every option string the engine's command
-line accepts (engines/option_extract/ reads them from the engine's wheel or, run by
-`invoke engines.learn`, from the image itself; the header of each file says how it was
-made). An inventory's `.sparkrack/engines/options/` holds the tables it learned; they are
-searched first. Both engines' argparse parsers also accept a unique prefix of an option
-(`--speculative-eagle-top` is `--speculative-eagle-topk`) and other names for it (SGLang
-`--model` for `--model-path`, vLLM `-tp`, `--max_model_len`): a profile must spell each
-option in full, by its first name, so that the reserved-flag guard and the safety rules,
-which compare names exactly, see what the engine will do.
-
-Which table checks a lane: the version of its image. `image_version` reads it from what
-the image itself carries when the inventory learned that image (a table whose header
-names the ref), else from the ref's tag (`lmsysorg/sglang:v0.5.22-cu130` is 0.5.22). A
-version without a table, or an image without a version, gets no table: the profile then
-gets the syntax checks only and rule ENGINE-VERSION refuses the lane, naming how to add one.
-`OptionSet.problem(flag)` says what is wrong with a flag as written;
-`OptionSet.canonical(flag)` is the option the engine reads it as.
+`OptionSet.problem(flag)` says what is wrong with a flag as written; `canonical(flag)` is
+the option the engine reads it as (docs/engines.md#engine-versions-and-upgrades).
 """
 
 from __future__ import annotations

@@ -1,47 +1,6 @@
-"""Engine profile files (`<engine>.yml`: sparkrack/data/engines/ or an inventory's
-override, found by catalog.py) read into an EngineDef with its Profiles. File format (every key is checked; a mistake is an InventoryError naming file:line):
-
-    engine: sglang                     # must equal the file name
-    image_key: sglang                  # key into the inventory's `images`
-    entrypoint: [python3, -m, sglang.launch_server]
-    ports: {http: 30000, dist_init: 20000}   # `http` required; each port P adds {P_port}
-    health_path: /health               # polled on rank 0's http port
-    flag_roles:                        # which flag carries what (plans and safety rules read it)
-      context_length: --context-length
-      kv_cache_dtype: --kv-cache-dtype
-    args:                              # per-rank argv templates (placeholders: templates.py)
-      model: [--model-path, "{model_path}"]    # right after the entrypoint
-      every_rank: [--node-rank, "{rank}"]      # after the profile flags, on every rank
-      head: []                                 # then on rank 0 only
-      workers: []                              # or on ranks >= 1 only
-    secret_env: [HF_TOKEN]             # never shown; only ever in the node's 0600 env file
-    profiles:
-      NAME:
-        description: one line          # required, never inherited
-        extends: OTHER                 # start from OTHER's flags, env and settings
-        flags:                         # in argv order; inherited flags keep their place
-          --flag: value                # a string or an integer; 'quote' other numbers
-          --switch: true               # a bare switch
-          --inherited: null            # drop a flag OTHER sets
-        env: {VAR: value}              # this lane's own variables; null drops as above
-        ready_timeout_s: 900           # load to healthy (744B TP8 loads in 7-9 min)
-        stop_timeout_s: 120            # SIGTERM to SIGKILL: the drain on rank 0
-        stall_budget_s: 60             # optional: pending work without progress for this long
-                                       # while the GPUs are not all busy is a stall (watchdog)
-        model_path: /models/OTHER      # optional: this lane's checkpoint (else the inventory's)
-        experimental: true             # optional; then `note` says why
-        note: text
-        waivers:                       # optional, never inherited: rules this profile runs
-          KV-FIT: why it is safe here  # despite (sparkrack.rules), each with its reason
-
-A rank's environment is its node's env files (roles nccl_env and engine_env) plus the
-profile's `env`, which may not set a variable those files set (engines/nodeenv.py).
-Rank R runs: entrypoint + args.model + profile flags + args.every_rank + args.head (R = 0)
-or args.workers (R >= 1); a profile may not set a flag `args` sets per rank. With an option
-table for the image's version (option_names.py), every flag must be one of its options by
-its full first name, a switch `true`, a value-taking option with a value (one line). An
-option that reads further options from a file on the node (`--config`) is refused: the
-rules would not see those.
+"""Engine profile files (`<engine>.yml`, found by catalog.py) read into an EngineDef with
+its Profiles; every key checked, a mistake an InventoryError at file:line. The format, a
+rank's argv and env: docs/formats.md#engine-profiles.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""The node agent exported beside a lane: what keeps a GB10 node's clock-cap record (label,
-NoExecute taint, verdict of which boot: remote/capnode.py) in the cluster itself.
-
-A DaemonSet on every GB10 node runs remote/capagent.py (composed with its parts) and
-remote/burn.sh from a ConfigMap, in the lane's engine image (python3, and torch for the
-burn's load): it locks the clock as role clock_cap's unit does at boot, burns and judges as
-`invoke burn` does while no engine runs on the node (an engine's GPU is judged by the
-engine's own load, never burned), and records every verdict. It sees the GPU through
-NVIDIA's runtime without taking it (NVIDIA_VISIBLE_DEVICES=all, the RuntimeClass, no
-nvidia.com/gpu request: the engine pod keeps the node's one GPU), privileged for
-`nvidia-smi -lgc`. It tolerates its own taint, has a liveness probe (its heartbeat) and
-its own PriorityClass, which places it before any workload and never preempts one (an
-engine evicted to make room would stop a healthy group). Its rights: access.py and
-admission.py.
+"""The node agent exported beside a lane: a DaemonSet that runs remote/capagent.py on every
+GB10 node and keeps its clock-cap record (label, NoExecute taint, verdict of which boot) in
+the cluster itself (docs/kubernetes.md#the-node-agent).
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
-"""The container env of an exported lane, and where it comes from.
-
-The env is the launch spec's in the inventory's view: what roles nccl_env and engine_env
-would write on a node (the transport, the indexer budget, the allocator setting), rendered
-from the inventory, plus the profile's own variables; the engine file's `secret_env` is
-never among them (secrets.py: files of a Secret volume).
-
-The RoCE GID index is per node (firmware renumbers it), and one pod template cannot carry
-a value probed per node: the pods leave NCCL_IB_GID_INDEX unset and NCCL picks, on the node
-it runs on, the RoCE v2 GID of an IPv4 address (its own selection since NCCL 2.21, pinned
-here with NCCL_IB_ROCE_VERSION_NUM=2 and NCCL_IB_ADDR_FAMILY=AF_INET; the images' NCCL is
-newer: docs/kubernetes.md says which). Nodes that differ only in their GID index share
-one LeaderWorkerSet.
-
-The address a rank advertises to its peers (SGLANG_HOST_IP, VLLM_HOST_IP: its node's
-roce_addr on the rack) is per node, so a pod takes its node's IP from the downward API
-(`status.hostIP`): the Sparks' kubelets must register their fabric address as the node IP
-(`--node-ip`), or the ranks advertise the management address and the group hangs.
+"""The container env of an exported lane, and where it comes from: the launch spec's in the
+inventory's view, NCCL_IB_GID_INDEX left for NCCL to pick per node, each rank's advertised
+address from the downward API (docs/kubernetes.md#per-node-roce-nccl-picks-the-gid-on-each-node).
 """
 
 from __future__ import annotations

@@ -1,29 +1,5 @@
-"""The pod templates of an exported lane: a launch spec's container as a pod.
-
-What `docker run` says (DockerOptions) and what the pod says instead:
-
-- `--network host` -> hostNetwork, with dnsPolicy ClusterFirstWithHostNet so that the pod
-  still resolves LWS_LEADER_ADDRESS, a cluster DNS name;
-- `--ipc host` and `--shm-size` -> the pod's own IPC namespace (the engine's processes are
-  all in its one container) with `/dev/shm` a memory-backed volume of the shm size;
-- `--gpus all` -> one `nvidia.com/gpu` (a GB10 node has one GPU);
-- `--device /dev/infiniband` -> one unit of the RDMA device plugin's resource;
-- `--cap-add IPC_LOCK` -> the container's capabilities;
-- `--volume SRC:DST:ro` -> a hostPath volume mounted read-only at DST; the compile cache
-  folder (caches.py) a writable one the kubelet creates at the first start;
-- `--stop-timeout` -> terminationGracePeriodSeconds (SIGTERM is Kubernetes' signal too);
-- `--ulimit memlock/nofile` -> none: a pod cannot set them; containers inherit the runtime's
-  limits, which provisioning's node_limits role sets on each node.
-
-Every container has requests equal to its limits (CPU and memory: the inventory's k8s_cpu
-and k8s_memory_gib for the engine), so the pods are Guaranteed, the last to be evicted.
-Pods are placed only on GB10 nodes that carry CAP_VERIFIED_LABEL (the node agent keeps it:
-agent.py), and each starts only past its gate (gate.py), which holds the agent's record
-against the node's boot: no engine on a GPU whose clock cap is not verified. The node
-agent's NoExecute taint evicts a pod whose node's verdict turns. The leader serves the
-API and declares the engine's ports; a worker waits in a second init container until the
-leader's address resolves (remote/leader.py). Probes: probes.py; secrets, as files:
-secrets.py.
+"""The pod templates of an exported lane: a launch spec's container as a Guaranteed pod on
+cap-verified GB10 nodes, past its gate (docs/kubernetes.md#docker-run-in-pod-terms).
 """
 
 from __future__ import annotations

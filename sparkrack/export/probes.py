@@ -1,17 +1,6 @@
-"""The probes of an exported lane's pods. A failed liveness probe restarts a container, and
-with RecreateGroupOnPodRestart that recreates the whole group (a 744B load takes 7-9 min),
-so liveness asks only what is cheap to answer and allows what the watchdog allows.
-
-- startup: the engine file's health path (SGLang answers 503 until the server is up, vLLM
-  200 once its engine runs), every PERIOD_S within the profile's ready timeout;
-- readiness and liveness on rank 0: the engine's cheap endpoint (CHEAP_PATH). SGLang's
-  /health generates a token and waits at least a second for it; /v1/models answers from
-  its HTTP process alone. vLLM's /health only asks whether the engine has died. Liveness
-  restarts after the profile's stall budget without a timely answer (the watchdog's
-  budget for a group that makes no progress: 60 s), never after a few slow seconds;
-- the workers: SGLang's ranks >= 1 answer a stand-in /health of their own once loaded
-  (WORKER_PATH); vLLM's run headless, without HTTP, and their process exiting is what
-  restarts them. No worker probes the leader: its own liveness restarts the group.
+"""The probes of an exported lane's pods: liveness asks only what is cheap to answer and
+allows what the watchdog allows, since a restart recreates the whole group
+(docs/kubernetes.md#what-it-exports).
 """
 
 from __future__ import annotations

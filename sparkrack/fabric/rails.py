@@ -1,20 +1,6 @@
-"""Which rails a fabric check measures, and what it makes of the figures (pure).
-
-A rail is one RoCE function that is up on a node, with its netdev's IPv4 address. Each
-node sends a full-size frame from each rail to every other node's rail on the same subnet
-(every node reaches every other), and a burst to its neighbour in rank order (the last to
-the first), so every link carries one stream each way, as a TP ring does. A rail is named
-when a full-size jumbo frame does not pass, when the burst fails, when its link negotiated
-less than the rack's links should (`ports/1/rate`: 100G where the switch port is 200G),
-when it carries less than FLOOR_SHARE of its negotiated rate, or when its rate is far
-below the rack's median (a one-path cable, a link trained low, a bad port).
-
-The floor is low on purpose. NVIDIA's pass marks are RDMA's: 21.875 GB/s of NCCL busbw
-through a switch (175 Gbit/s over a port's two rails, 87.5 % of 200G; its performance
-guide measured the rails at 92.6 and 97.3 Gbit/s). The burst is one TCP stream per rail
-from one core, all rails at once: it moves less than RDMA does, so a rail under a tenth of
-its rate is broken, not slow; among healthy rails the median names the slow one, and
-nccl-tests remains the acceptance test.
+"""Which rails a fabric check measures, and what it makes of the figures (pure): a jumbo frame
+to every peer rail, a burst to the neighbour, each rail judged against its negotiated rate,
+a floor and the rack's median (docs/provisioning.md#the-fabric-check).
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
-"""Network safety: decide, before any connection, whether a node's address may be contacted.
-
-Rules, checked for every address a node's name resolves to:
-- the RFC 5737 documentation ranges that the example real-rack inventory uses are always
-  refused (this machine's own eth0 may sit in one of them);
-- an address in the rehearsal subnet is refused while the rehearsal rack is down (its
-  state file, its bridge or the blackhole route for its subnet is missing), so nothing
-  for the rack ever leaves the machine by the default route. Inside a rehearsal node
-  (the watchdog service runs there) none of the three is visible: the node has its own
-  /run, network namespace and routes. There the rack counts as up when the node's
-  simulated-GPU identity file (written only into a node's disk by `rehearsal.up`) exists
-  and the namespace has no default route: a node's links reach only the rack's /24s, so
-  nothing can leave by a default route either;
-- in the sandbox (SPARKRACK_SANDBOX=1, set by the test suite) only loopback and the
-  rehearsal subnet are allowed, and names are resolved from /etc/hosts only, never by DNS.
-
-`check_node` returns the vetted address: connect to it, not to the name, so that a second
-resolution can never lead somewhere unchecked.
+"""Network safety: decide, before any connection, whether a node's address may be contacted
+(docs/security.md#network-safety). `check_node` returns the vetted address: connect to it,
+not to the name.
 """
 
 from __future__ import annotations

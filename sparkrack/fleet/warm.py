@@ -1,23 +1,9 @@
 """SSH connections opened ahead of their first use (each handed over once), and the rack
-lock's connection lent to the task it guards.
-
-A changing task spends its first round trip taking the rack lock on the head; its fleet
-then opens a connection to every node. Opening those connections in the background while
-the lock is taken takes the connect time off the task's critical path:
+lock's connection lent to the task it guards (docs/internals.md#how-it-talks-to-nodes).
 
     prewarm(inventory, inventory.nodes)   # returns at once; connects in the background
-    ...                                   # take the lock
     Fleet(inventory)                      # claims them (Fleet._connection)
     discard()                             # the task ended: close what nobody claimed
-
-A warm connection goes to the first fleet that asks for the same node, address, port,
-user, key and known_hosts, and is then that fleet's alone (no sharing, no reference
-counts). One that failed to open is never handed over: the fleet opens its own and reports
-that attempt's error, so a host key trusted meanwhile (onboarding) is seen.
-
-The rack lock keeps its connection to the head for the whole task (its heartbeat), so it
-lends it instead (`lend`/`unlend`): a fleet borrows it (`borrow`), opens its own channels
-on it beside the heartbeat's, and leaves it open when it closes.
 """
 
 from __future__ import annotations

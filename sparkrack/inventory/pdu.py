@@ -1,16 +1,6 @@
-"""The inventory's `pdu:` section: the switched, metered PDU that is the rack's strip.
-
-    pdu:
-      name: strip-a                 # shown in output and the audit log
-      address: 192.0.2.60           # its management address (SNMP, UDP)
-      port: 161                     # optional
-      outlets: {spark-01: 1, spark-02: 2, ...}   # every member node's outlet
-      user_env: SPARKRACK_PDU_USER              # optional: the environment variables
-      auth_key_env: SPARKRACK_PDU_AUTH_KEY      # that hold the SNMPv3 user and keys;
-      priv_key_env: SPARKRACK_PDU_PRIV_KEY      # the keys themselves are never stored
-
-`parse_pdu` checks the section's own shape (ValueError naming the key); the loader checks
-it against the hosts (every member on an outlet, no outlet twice).
+"""The inventory's `pdu:` section (docs/inventory.md#the-pdu): `parse_pdu` checks the
+section's own shape (ValueError naming the key); the loader checks it against the hosts
+(every member on an outlet, no outlet twice).
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """The inventory schema: every key an inventory may set, its type, default and meaning.
-
-`RackVars` is the table of rack vars (group_vars); `HOST_SPECS` lists the keys that
-belong to one host (connection keys and the node's place in the rack). `SPECS`
-indexes both by name, each with the scope where it may be set.
-
-Every text value also has a kind, checked when the inventory loads, because these values
-reach docker, the filesystem, env files and SSH: an absolute path (model_path) holds no
-':' or ',' (docker's field separators), no whitespace or control character, and no '.',
-'..' or '//'; an image reference follows docker's reference grammar; interface and HCA
-names follow the kernel's rules (1-15 and 1-63 bytes, no '/', ':' or whitespace, not '.'
-or '..') restricted to letters, digits, '_', '.' and '-', since they are also written into
-NCCL's comma-separated lists and env files; an address is an IP address or a DNS name,
-without a zone index ('fe80::1%eth0' is refused: the rack does not use link-local
-addresses, and a zone index is free text); the rack name is a plain file name (bench
-results are stored under it); any other text (file paths on this machine, argv words) is
-one line without control characters.
+`RackVars` is the table of rack vars (group_vars), `HOST_SPECS` the keys of one host,
+`SPECS` both by name with the scope where each may be set; every text value has a kind,
+checked at load (docs/inventory.md#values).
 """
 
 from __future__ import annotations

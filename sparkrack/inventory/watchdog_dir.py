@@ -1,18 +1,6 @@
 """Where the watchdog may be installed on its node: a directory of its own that sparkrack
-made, never a system directory (ship.sh replaces DIR/lib there; watch.uninstall removes
-the directory whole).
-
-Checked in three places:
-- the path (`install_dir_problem`): watch.install's --install-dir and the directory
-  recorded in the inventory's .sparkrack/watchdog.json, before anything runs: a plain
-  absolute path, not a top-level directory (/opt, /usr), not under a system tree (/etc,
-  /usr/lib, /var/lib itself, /root, /home: ProtectHome hides those from the service);
-- the node (the probe, sparkrack/remote/watchdog.py `install_dir_kind`): the directory is
-  absent, empty, or carries MARKER_FILE, which watch.install writes into it before
-  anything else (an install older than the marker is known by its lib/ manifest); a link,
-  a file, or a directory holding anything else is refused;
-- the removal itself (remote/remove.sh): it removes the install directory only when that
-  still carries the marker.
+made, never a system directory; the path's check here, the node's in the probe, the
+removal's in remove.sh (docs/security.md#the-watchdogs-install-directory-is-one-sparkrack-made).
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
 """The watchdog's key as the control machine records it: `.sparkrack/watchdog.json` in the
-inventory directory (sparkrack's folder there, which Ansible does not read as inventory).
-
-`invoke watch.install` writes it once the key exists on the watchdog's node (the private
-key never leaves that node; only the public key is recorded); `watch.uninstall` removes
-it. Role `watchdog_key` reads it (through the node vars `watchdog_pubkey` and
-`watchdog_from`) and authorizes the key on every node, restricted to the addresses the
-watchdog's node connects from. No record: the role changes nothing. The file holds a
-public key and addresses only, so it may be committed with the inventory, which lets
-another operator's `invoke provision` keep the key authorized.
-
-    {"node": "spark-01", "install_dir": "/opt/sparkrack-watchdog",
-     "public_key": "ssh-ed25519 AAAA...", "from": ["10.77.1.11"]}
+inventory directory, written by `watch.install`, read by role watchdog_key
+(docs/formats.md#the-watchdogs-record).
 """
 
 from __future__ import annotations

@@ -1,25 +1,5 @@
-"""Break-glass: stop every reachable engine when the head is gone for good.
-
-The rack lock, the audit log and the deployment records live on the head. With the head
-powered off, `down` fails closed (it cannot take the lock) and the workers' ranks keep their
-unified memory, waiting on a rank 0 that will never drain them. `break_glass` is the
-recorded way out:
-
-- it runs only when the head answers nothing at all, here and from every worker, for a
-  grace period (headgone.py): a head that answers means `invoke down`, one that refuses this
-  machine (a changed host key, a refused login) or that the workers still reach (a
-  partition) is refused with its own error, and nothing is stopped;
-- it stops every sparkrack engine container on every other node that answers, with a short
-  timeout and then SIGKILL (SGLang workers wait for rank 0 on SIGTERM: no drain is
-  possible without it), and removes them;
-- it records what it did, with the operator's reason, in the local audit copy and in
-  BREAK_GLASS_FILE on each node it reached (appended and hash-chained there by the lock
-  script, as the head's log is), so the act is on the rack as well as here.
-
-No lock is taken: there is none to take. The head's `current` record is left as it is; once
-the head answers again, `invoke down` stops its rank 0 (if it still runs) and clears it, and
-`fold_records` (breakfold.py, called by `down`) moves the nodes' break-glass records into
-the head's audit log, so the head's log tells the whole story again.
+"""Break-glass: stop every reachable engine when the head is gone for good, without the lock,
+recorded here and on each node reached (docs/operators.md#break-glass-the-head-is-gone).
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
-"""What a stalled TP group's GPUs say, and which rank they blame (pure).
-
-In a tensor-parallel forward every rank does the same work, so every GPU reads alike: all
-busy at full power while the group computes (a long prefill too), all idle between
-requests. A hang breaks the pattern. A rank waiting in a collective its peers never
-complete runs NCCL's kernel, which polls a flag: ~96 % utilization at a fraction of the
-power (vllm#42354 and eugr/spark-vllm-docker#260 on GB10: ~20 W, 16-27 W, where serving
-averages ~45 W). A rank whose host is stopped or hung launches nothing: its GPU drains to
-idle. Each node's GPU is read, from the median of its last few samples, as
-
-- `idle`: utilization < 50 %;
-- `latched`: busy at a clock in the GB10's latched range (< 1,000 MHz): slow, not stuck;
-- `spinning`: busy at under 60 % of the power this GPU drew while the group made progress
-  (its working power; 50 W before any is known, as the field's "below ~30 W"), at its
-  working clock (a GPU that slowed itself for heat draws less, at a lower clock);
-- `busy`: otherwise.
-
-Every GPU busy (or latched) is a group that works without moving a counter: not a stall.
-The culprit is the one GPU whose class no other shares while all the others share one:
-idle among spinning peers (a frozen host), spinning among busy ones, or the reverse.
-Every GPU spinning alike is a collective every rank waits in (a fabric or NCCL hang): no
-single rank is to blame.
+"""What a stalled TP group's GPUs say, and which rank they blame (pure): each GPU read as
+idle, latched, spinning or busy, the one whose class no other shares named
+(docs/watchdog.md#wedged-not-dead-stalls).
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
-"""Preconditions of an engine start, each a named gate with a one-line verdict.
-
-Cheap gates first, in this order: every node reachable; the rack lock (held by this task,
-when it runs under one); every node's env files present and what provision would write
-there now (the ranks start with exactly these: `provision.envfiles`); no other engine
-running; the SM121 rules; the same image ID on every node; the lane's model directory
-complete on every node (its manifest, the same digest everywhere, every listed file there
-at the rack's size: transfer/models.py); enough MemAvailable for the profile's memory
-fraction; the compile caches each rank binds (a warning only: a node whose GPU arch is not
-known starts its rank without them). A refusal there returns at once: the burn is not run. Then the
-costly ones (while the burn runs, preflight's `meanwhile` lets `up` clear leftovers and
-probe docker limits, which touch no GPU): a fresh under-load check that every GPU is capped (a unit that ran at boot
-proves nothing after an `nvidia-smi -rgc`); the power projection against the strip. With
-keep_verified (roll) a node whose cap a burn verified this boot (same boot id, the cap unit
-still active and successful) counts as verified and is not burned again: its GPU may be
-serving the old lane. One round trip per node gathers the facts and the env files
-together (the head's deployment records in its trip too, for roll); the launch specs are
-built from what it read. `up` and `roll` refuse on any
-blocking gate; `--override-power REASON` lets only the power gate pass, and is recorded.
+"""Preconditions of an engine start, each a named gate with a one-line verdict: the cheap ones
+first, then the burn and the power projection; `--override-power REASON` lets only the
+power gate pass, recorded (docs/engines.md#gates).
 """
 
 from collections.abc import Callable, Mapping

@@ -1,19 +1,7 @@
-"""Is the head really gone? Break-glass stops every worker's engine without the rack lock,
-so it fails closed: it goes ahead only when the head answers nothing at all, here and from
-every worker that answers, for a whole grace period.
-
-- here: one SSH login to the head (fleet/reach.py). A session means `invoke down` can take
-  the lock; anything else that answers (a changed or unknown host key, a refused login, a
-  refused connection, a broken-off handshake) means the head is there but refuses this
-  machine: each is its own error, and nothing is stopped;
-- from the workers: each worker that answers tries one TCP connect to the head's SSH port
-  on its management and fabric addresses (remote/knock.py). An accepted or refused connect
-  means the workers still reach the head: a partition between this machine and the head
-  (or a wrong ansible_host), not a lost head;
-- a round every ROUND_EVERY_S seconds until grace seconds have passed with the head silent
-  everywhere; the first answer ends it with the refusal.
-
-`judge` is the decision on one round, pure; `confirm_gone` runs the rounds.
+"""Is the head really gone? Break-glass goes ahead only when the head answers nothing at all,
+here and from every worker that answers, for a whole grace period
+(docs/operators.md#break-glass-the-head-is-gone). `judge` is the decision on one round,
+pure; `confirm_gone` runs the rounds.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""`invoke logs`: the engine logs of every rank (or the chosen ones), each line prefixed
-with its rank and node and merged by time, as `docker compose logs` and `kubectl logs` do.
+"""`invoke logs`: every rank's engine log (or the chosen ones), each line prefixed with its
+rank and node, merged by time (docs/watchdog.md#logs-and-one-command-on-every-node).
 
-Each rank's container log is read through its node's docker API (`timestamps=True`, so
-every line carries docker's RFC 3339 nanosecond time) by a reader thread of its own, into
-a queue of its own. Without --follow the queues are merged by timestamp (a heap holding
-one line per rank). With --follow lines are shown as they arrive, held back for a short
-reorder window so that ranks writing at the same moment come out in time order; a
-rank's container that stops or is recreated (a restart, `invoke watch --restart`, the
-watchdog service) is attached to again from its last line on, found by its rank label.
-The nodes are probed with a short SSH round trip every few seconds: a node that stops
-answering is named and the other ranks keep streaming (a docker log stream over SSH has
-no read timeout of its own); it is picked up again when it answers.
-
-A failed start's containers are gone: `--failed` shows the lines its failed rank printed
-last, kept in the head's failed record (failed_start_lines). Everything but DockerRankLogs,
-show_logs and failed_start_lines is pure or runs on fakes in the unit tests.
+Each rank is read by a thread of its own into a queue of its own; the queues merge by
+docker's timestamps (a heap), or with --follow within a short reorder window. Everything
+but DockerRankLogs, show_logs and failed_start_lines is pure or runs on fakes in the unit
+tests.
 """
 
 from __future__ import annotations
@@ -375,8 +365,8 @@ class DockerRankLogs:
 def show_logs(inventory, *, ranks: str | None = None, nodes: str | None = None,
               follow: bool = False, since: str | None = None, tail: int | None = None,
               emit: Callable[[LogLine], None], on_event: Callable[[str], None]) -> list[str]:
-    """Print the deployment's logs (see the module doc); the nodes or ranks that could not
-    be read, named (an empty list: every chosen rank was read)."""
+    """Print the deployment's logs; the nodes or ranks that could not be read, named (an
+    empty list: every chosen rank was read)."""
     from ..fleet import Fleet
     from .running import running
 

@@ -1,30 +1,7 @@
-"""What a start may ask of each node's dockerd: the limits adapter, chosen by the inventory.
-
-`for_rack` picks it once per start (start.prepare). A real rack gets `EXACT`: nothing is
-probed and every docker option goes as `docker_sdk_kwargs(spec)` asks for what a real
-Spark has; a node that cannot give it must fail the start. Only a rehearsal inventory
-(`rehearsal: true`, `inventory.is_rehearsal`) gets `RehearsalLimits`: one probe per node
-of what its dockerd can give, the options fitted to it and every deviation reported in
-`up`'s output. On the rehearsal nodes three things could not be given as asked, and
-dockerd refused to start the container:
-
-- `--gpus all` (device_requests): dockerd 20.10 registers its NVIDIA driver only when
-  `nvidia-container-runtime-hook` is on its PATH when it starts ("could not select device
-  driver "" with capabilities: [[gpu]]"). A no-op hook on the node fixes that for good;
-  until the rack has one, the request is dropped.
-- `--device /dev/infiniband`: no such directory on the nodes ("error gathering device
-  information while adding custom device"). Device nodes there fix it (tested: char
-  231:192 uverbs0 and 10:58 rdma_cm pass); until then the device is dropped.
-- `--ulimit memlock=-1:-1 --ulimit nofile=1048576`: the sandbox this machine runs in has
-  no CAP_SYS_RESOURCE, so no process here can raise a hard limit (memlock 8 MiB, nofile
-  20000): runc fails with "error setting rlimit type 8: operation not permitted". Each
-  limit is lowered to the node dockerd's own hard limit. This one cannot be fixed here.
-
-Why here and chosen by the inventory, not in sparkrack/rehearsal and injected by the
-callers: the core never imports the rehearsal package, and every way into a start (`up`,
-`roll`, `restart-rack`, the watchdog's restart) goes through start.prepare. Choosing by
-`is_rehearsal` in that one place means no caller can forget the fitting on the rehearsal
-rack, and none can hand it to a real one.
+"""What a start may ask of each node's dockerd: the limits adapter, chosen by the inventory
+in `for_rack` (start.prepare). A real rack gets `EXACT`, every option as asked; a rehearsal
+inventory gets `RehearsalLimits`, fitted to each node's dockerd and said
+(docs/rehearsal.md#docker-options-a-rehearsal-node-cannot-give).
 """
 
 from __future__ import annotations

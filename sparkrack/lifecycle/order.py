@@ -1,12 +1,5 @@
-"""Start and stop order of a TP group, with the reason operators read in `invoke -h up`.
-
-Start: every worker (at once), then rank 0 (the field's 8x-Spark and eugr launchers start
-workers first and the head last). Workers wait at the rendezvous on their own; rank 0
-starts last so that the moment it answers /health the whole group exists, and a client
-can never reach a head whose workers are still being created.
-
-Stop: rank 0 first, with a long timeout, so it drains in-flight requests and then tells the
-workers to exit (SGLang ranks >= 1 only log SIGTERM and wait for rank 0); then the workers.
+"""Start and stop order of a TP group (docs/engines.md#order); STOP_ORDER_REASON is the stop
+order's reason as `power-cycle` says it.
 """
 
 from collections.abc import Sequence
@@ -14,8 +7,6 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-START_ORDER_REASON = ("workers first, rank 0 last: the head's /health then means the whole "
-                      "group is up")
 STOP_ORDER_REASON = "rank 0 first so it drains, then the workers"
 
 

@@ -1,21 +1,7 @@
-"""Progress, not liveness: whether a serving TP group still moves tokens (pure).
-
-A group can hang with every process alive and its health endpoint green (vLLM's `/health`
-answers 200 until the engine has errored), until the engine's own watchdog ends it minutes
-later (SGLang `--watchdog-timeout` 300 s, vLLM's execute-model timeout 300 s, NCCL 600 s).
-Rank 0's own Prometheus metrics say whether it still works:
-
-- vLLM: `vllm:num_requests_running` / `_waiting` (set every engine step),
-  `vllm:generation_tokens_total` (every step), `vllm:prompt_tokens_total` (a prompt's length
-  once its prefill ends);
-- SGLang (served with `--enable-metrics`): `sglang:num_running_reqs` / `num_queue_reqs`,
-  `sglang:prompt_tokens_total` and `generation_tokens_total` (each finished request),
-  `sglang:gen_throughput` (set at each decode log).
-
-Work is pending while a request runs or waits. A counter that moves (or SGLang's throughput
-gauge changing) is progress. `StallWatch` measures how long work has been pending without
-progress; whether that is a stall is for the GPUs to say (culprit.py): a long prefill or a
-long SGLang decode moves no counter but keeps every GPU busy alike.
+"""Progress, not liveness: whether a serving TP group still moves tokens, read from rank 0's
+own metrics (pure). `StallWatch` measures how long work has been pending without progress;
+whether that is a stall is for the GPUs to say (culprit.py;
+docs/watchdog.md#wedged-not-dead-stalls).
 """
 
 from __future__ import annotations

@@ -1,16 +1,5 @@
-"""Deployment records kept on the head node: what runs now and the last known-good one.
-
-`/var/lib/sparkrack/deployments/current.json` is written when a deployment starts (status
-"starting"), `last-good.json` when it passed its readiness and smoke test (status
-"serving"); a start that fails writes `failed.json` (status "failed", the error) and
-removes `current`; `down` removes `current`; `roll` falls back to `last-good`; `status`
-shows them. Every record names the operator (user@host) who started it. A record holds no
-secrets (specs hash them out).
-
-Each write and clear is mirrored on this machine (mirror_dir: the local state folder's
-deployments/RACK_NAME/): what a head swap (`onboard --replace` of a head that is gone)
-moves to the new head when the old one cannot be read. The mirror is what THIS machine
-last wrote; another operator's later starts are only on the head.
+"""Deployment records kept on the head node (current, last-good, failed) and their mirror on
+this machine; the one writer of the head's record files (docs/formats.md#deployment-records).
 """
 
 import json
@@ -91,7 +80,7 @@ def clear(fleet: Fleet, inventory: Inventory, kind: str) -> None:
 
 
 def mirror_dir(inventory: Inventory) -> Path:
-    """This machine's copy of the rack's records (see the module doc)."""
+    """This machine's copy of the rack's records (docs/formats.md#deployment-records)."""
     return state_dir() / "deployments" / inventory.vars.rack_name
 
 

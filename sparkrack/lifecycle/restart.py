@@ -1,21 +1,6 @@
 """Power-safe reboots (`restart-rack`, `reboot`): nodes in batches, each batch verified
-before the next one goes down.
-
-restart-rack: stop the engine in order (engine.down), reboot every node, optionally bring
-the last known-good deployment back (engine.up); reboot: some nodes, refused while an
-engine runs on any of them.
-
-With a PDU in the inventory, a batch goes down only when the strip's measured draw plus
-its burn (each of its nodes at uncapped watts) stays within the strip.
-
-A rebooted batch must come back reachable with a new boot id, its clock-cap unit active
-and successful this boot, and a short burn must show every GPU at or below the cap: a GB10
-latched in the low-clock state (only a full power removal clears it) or an uncapped GPU
-stops the sequence at that batch, naming the node, before more of the rack goes down.
-
-The rack lock lives on the head: before the head's batch reboots, the lock is leased for
-the batch's timeout (oplock.lock.lease_while_down) so that neither its holder nor the next
-operator takes the head's silence for a dead holder.
+(back, capped, not latched) before the next one goes down, the head's lease on the lock
+held while it reboots (docs/engines.md#power).
 """
 
 import time

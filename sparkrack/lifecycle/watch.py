@@ -1,18 +1,7 @@
-"""The rank watchdog: notice within seconds when a rank's container exits, a node is lost,
-the head turns unhealthy or the group stops making progress, and stop the whole group (or
-restart it in order) instead of leaving a half-dead or wedged TP group for the engine's own
-300 s watchdog. A rank on a node that was lost is stopped as soon as that node answers
-again. While the group serves, each node's MemAvailable is watched for the indexer-leak
-ratchet.
-
-Progress (progress.py, culprit.py): each poll reads rank 0's /metrics, and its SSH round
-trip reads every GPU (clock, power, temperature, utilization; the GPU's own thermal
-thresholds once per node). While the group makes progress each GPU's working power is
-learned; past the stall budget without progress, a group whose GPUs do not all compute is
-stalled, and the rank whose GPU stands out is named (or none, when every GPU spins alike).
-A rank 0 found unhealthy is reported with the GPUs' culprit too. Each poll's readings are
-also judged on their own (gpuwatch.py): a GPU over the cap has its cap re-applied
-(capguard.py), a latched or hot one is reported.
+"""The rank watchdog (`invoke watch`, and the service's poll): stop or restart a group whose
+rank exits, whose node is lost, whose head turns unhealthy or which stops making progress;
+judge each poll's GPU readings and warn of the memory ratchet (docs/engines.md#watch,
+docs/watchdog.md#wedged-not-dead-stalls).
 """
 
 import time

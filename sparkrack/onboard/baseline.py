@@ -1,17 +1,6 @@
-"""Step 2, facts and baseline: what the new node is, next to what the rack is.
-
-Facts come from every node in the same run (the new one and the rack's members), in ONE
-round trip per node: the node facts (OS, kernel, driver, GPU, memory, clock cap unit),
-provisioning's HCA queries (presence, port state, netdevs, GID table) and images, and
-onboarding's own (docker and the NVIDIA container hook on dockerd's PATH; MTU / operstate /
-IPv4 of the NCCL socket netdevs and of the HCAs' netdevs): `sparkrack.facts`.
-
-`compare` (pure) lists every difference between the new node and the rack's baseline (the
-value the members agree on; where they do not, the majority's). Kinds in BLOCKING break a
-TP group and refuse the onboarding unless waived (`--waive KIND=REASON`); the others are
-reported. `run` is the step: it fails when the new node does not answer (naming
-ssh-copy-id when its key is refused) or no member does, finds the new node's roce_addr
-(and roce_twin_addr), and refuses on a blocking difference.
+"""Step 2, facts and baseline: what the new node is, next to what the rack is. `compare`
+(pure) lists every difference from the members' baseline; kinds in BLOCKING refuse unless
+waived (docs/onboarding.md).
 """
 
 from __future__ import annotations
@@ -346,7 +335,7 @@ def check_waivers(waivers: Mapping[str, str]) -> dict[str, str]:
 
 
 def run(ctx: Context) -> None:
-    """Step 2: the facts of the new node and the members, compared (see the module doc)."""
+    """Step 2: the facts of the new node and the members, compared (docs/onboarding.md)."""
     report, new = ctx.report, ctx.new
     with ctx.step("baseline") as step:
         facts = gather(ctx.fleet, [*ctx.members, new])

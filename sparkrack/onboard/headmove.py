@@ -1,21 +1,6 @@
-"""When `onboard --replace` retires the head, the head's state moves to the new one.
-
-The rack lock, the audit log and the deployment records live on the head (rank 0). The
-lock needs nothing moved: the next task takes it on the new head. The audit log and the
-records come from the old head when it still answers; else from this machine's copies
-(the local audit copy, this rack's lines only, and the records' local mirror: what this
-machine wrote).
-
-The log is verified before it moves (the whole file it was read from: the old head's log,
-or this machine's copy): a first record, `head-move`, carries the verdict and the old
-chain's tip (the hash of its last line), so the new chain is tied to the old one; then the
-lines the new head's log does not hold yet are chained anew there. A log that does not
-verify is never chained anew (that would make it look verified): the old head's is kept
-whole beside the new head's log (MOVED_FILE), the head-move record says why, and the step
-fails naming the line. `current` moves only while ranks of its deployment still run on
-the members (a record of a group that is gone would say something runs); the break-glass
-records left on the members are folded into the new head's log, as `down` does (once: a
-break-glass run from this machine is in its audit copy already).
+"""When `onboard --replace` retires the head, the head's state moves to the new one: the
+audit log, verified and tied to the old chain, and the records
+(docs/onboarding.md#replacing-the-head).
 
     source = gather(ctx)       # before join rewrites hosts.yml and forgets the old key
     for line in move(ctx, source):  # after it: what was moved, one line each

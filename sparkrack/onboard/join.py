@@ -1,20 +1,5 @@
-"""Step 6, join: the new node written into hosts.yml, every other line kept as it was.
-
-A careful line-based edit (no YAML re-dump, so comments, blank lines, key order, quoting
-and flow style all stay): the entry lines of the hosts involved are located from the YAML
-node positions; the replaced node's entry is swapped in place for the new one (which keeps
-the rank order of the file), a spare is appended after the group's last host. The new
-entry copies the style of its neighbours (flow `{k: v, ...}` on one line, or a block), and
-their key order. Nothing is written unless the edited inventory loads, with the node
-where it should be.
-
-The replaced node's host_vars file, which describes the old hardware, is moved aside to a
-dot-file (the loader ignores those) and named in the report. The new node takes the
-replaced one's outlet in the inventory's `pdu:` section (outlets.py).
-
-`run` is the step: a check shows the diff and writes nothing; a real run writes the plan,
-removes the replaced node's host key when it lived at another address, warns when the
-replaced node still runs an engine, and says what comes next (`roll` or `up`).
+"""Step 6, join: the new node written into hosts.yml by a line-based edit that keeps every
+other line as it was; the replaced node's host_vars moved aside (docs/onboarding.md).
 """
 
 from __future__ import annotations
@@ -301,7 +286,7 @@ def apply_join(inventory: Inventory, plan: JoinPlan) -> None:
 
 
 def run(ctx: Context) -> None:
-    """Step 6: the new node into hosts.yml (see the module doc)."""
+    """Step 6: the new node into hosts.yml (docs/onboarding.md)."""
     report, inventory = ctx.report, ctx.inventory
     hosts = inventory.path / "hosts.yml"
     with ctx.step("join") as step:

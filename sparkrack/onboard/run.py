@@ -1,33 +1,10 @@
-"""`onboard`: make a bare Spark a member of the rack (or a staged spare), step by step.
-
-This module is the sequence only: which steps, in which order, what a stop skips, and the
-summary and JSON of the report. Each step's policy (what it checks, when it stops, what
-it says) is in its own module's `run`, on the shared context (context.py).
+"""`onboard`: make a bare Spark a member of the rack (or a staged spare), step by step. This
+module is the sequence only: which steps, in which order, what a stop skips, the summary
+and JSON of the report (docs/onboarding.md#the-code).
 
     report = onboard(inventory, "spark-09", "10.77.1.19", replace="spark-05",
                      fingerprint="SHA256:...", assume_yes=True)
     report.exit_code, [(s.name, s.verdict, s.summary) for s in report.steps]
-
-Steps, each with a verdict (ok, changed, would, refused, failed, skipped):
-1. trust      fetch the host key, show it, record it in known_hosts when confirmed
-2. baseline   facts of the new node and of every member in the same run; differences
-3. provision  the roles (all of roles/site.yml but engine_images) on the new node only
-4. stage      the rack's images and the model weights from a peer (resumable, verified)
-5. verify     engine-port reachability both ways, burn check of the clocks
-6. join       hosts.yml: in place of --replace OLD with its rank, else as a spare
-
-Steps 2-5 run against a scratch copy of the inventory that already holds the new node
-(as the member it will be, or appended as a spare: scratch.py), with a scratch
-known_hosts; the inventory's files change only at step 1 (known_hosts, when confirmed) and
-step 6.
-`check=True` runs steps 1-2 and says what 3-6 would do, writing nothing anywhere, not
-even known_hosts, and changing nothing on any node (without a terminal or --fingerprint,
-a check looks with the key UNCONFIRMED, read-only, and says so; a real run refuses).
-
-Confirmation: the host key needs confirm() (a terminal) or a matching fingerprint; then,
-before the node is changed, confirm() again unless assume_yes (`--yes`). Step 1 records
-the key when it is confirmed, even if a later step refuses: the node's identity was
-established; the inventory itself (hosts.yml, host_vars) changes only at step 6.
 """
 
 from __future__ import annotations
@@ -54,7 +31,7 @@ def onboard(inventory: Inventory, name: str, address: str, *, replace: str | Non
             peer: str | None = None, burn_seconds: float = 5.0, bwlimit: float | None = None,
             full_verify: bool = False, python: str = DEFAULT_PYTHON,
             on_event: Event | None = None) -> OnboardReport:
-    """Onboard name at address (see the module doc). Never raises for a node's failure: the
+    """Onboard name at address (docs/onboarding.md). Never raises for a node's failure: the
     report's steps say what happened; UsageError for bad arguments (nothing touched).
 
     confirm(question) -> bool asks the operator (None: non-interactive). assume_yes skips

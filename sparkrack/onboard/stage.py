@@ -1,17 +1,5 @@
-"""Step 4, stage: the rack's engine images and model weights onto the new node, from a peer.
-
-Images: the ID the rack runs for each ref (the head's, else the one the members agree
-on; provision/images.py `resolve_images`), moved by the image chain (transfer/images.py
-`distribute`) from a peer that has it. A node that has the ID gets nothing.
-
-Weights: the members' manifests (`{model_path}/sparkrack-manifest.sha256`) are compared;
-the majority's is the rack's, and a peer holding it is the source of a one-hop chain
-(transfer/weights.py `stage`, as `invoke weights.stage` uses it): files already present
-are skipped, an interrupted copy resumes from its partial files, the manifest is written
-last.
-
-`run` is the step: peers in the order `peers` gives (--peer, then the members from the
-last rank, the head last); it fails when no member holds the manifest or a copy failed.
+"""Step 4, stage: the rack's engine images and model weights onto the new node, from a peer,
+by the image chain and weights' one-hop chain (docs/onboarding.md).
 """
 
 from __future__ import annotations
@@ -114,7 +102,7 @@ def peers(ctx: Context) -> list[str]:
 
 
 def run(ctx: Context) -> None:
-    """Step 4: the rack's images, then its weights, onto the new node (see the module doc)."""
+    """Step 4: the rack's images, then its weights, onto the new node (docs/onboarding.md)."""
     report, new, work, options = ctx.report, ctx.new, ctx.work, ctx.options
     with ctx.step("stage") as step:
         refs = list(work.vars.images.values())

@@ -1,21 +1,6 @@
-"""Step 5, verify: the new node and the rack reach each other on the engine ports, and its
-GPU holds the clock cap under load, and its env files are what the engines will get: for
-every engine, present and what provision writes (`provision.envfiles`, the `up` env gate).
-
-Reachability, both ways, on the fabric addresses (roce_addr) the engines use:
-- every member -> the new node, on every engine port (a fresh node's firewall is the
-  usual culprit): the new node listens on each port for a few seconds;
-- the new node -> every member on the engine ports every rank serves (http), and -> the
-  head also on the rendezvous ports (dist-init / master). A member's port that is free
-  gets a temporary listener (held until the expected connection came, at most a few
-  seconds); a port held by a running engine is only connected to (TCP handshake, then
-  closed, nothing sent), which proves the path without disturbing the engine.
-A listener greets each connection with this run's token, so a probe knows whether it
-reached our listener or a service (the node script: remote/probe.py). Then `burn` (the
-same check `up` gates on) loads the new node's GPU and judges its SM clock against the cap.
-
-`run` is the step: a check only says which ports it would probe; a real run fails on any
-unreachable port, env file problem or a burn that is not ok.
+"""Step 5, verify: the new node and the rack reach each other on the engine ports (the node
+script: remote/probe.py), its env files are what provision writes, and its GPU holds the
+clock cap under load (docs/onboarding.md).
 """
 
 from __future__ import annotations
@@ -105,7 +90,7 @@ def ports_for(node: Node, plan: PortPlan, head: str) -> tuple[int, ...]:
 
 def probe_reach(fleet: Fleet, new: Node, members: Sequence[Node], plan: PortPlan, head: str,
                 *, python: str = DEFAULT_PYTHON, hold: float = HOLD_S) -> VerifyReport:
-    """Both directions of the engine-port reachability check (see the module doc)."""
+    """Both directions of the engine-port reachability check (docs/onboarding.md)."""
     report = VerifyReport()
     token = token_source.token_hex(8).encode() + b"\n"  # on stdin: argv is what `ps` shows
     new_ports = plan.every_rank + plan.head_only  # the new node may become the head

@@ -1,25 +1,6 @@
-"""The audit log: one JSON object per line, appended, never rewritten.
-
-A changing task writes two lines with the same `id` (its lock token): a start record
-(phase "start": time, operator, task, arguments with secrets masked, inventory digest)
-when it takes the lock, and an end record (phase "end": outcome ok / failed / refused /
-interrupted, duration, what changed, waivers and overrides, the error) when it ends. A
-task refused at the lock writes one line (phase "end", with the start fields). A task
-killed outright leaves its start record alone: readers show it "interrupted" (or
-"running" while it still holds the lock), and the next taker of its stale lock appends its
-end record. Lines go to the head node (remote.AUDIT_FILE) and to a local copy
-(identity.state_dir()/audit.jsonl), each with one O_APPEND write.
-
-Tasks and the lifecycle say what they changed with `note(...)` while a record is active
-(a no-op otherwise).
-
-Secrets are masked (`***`) before a line is made, in one place: masking.py's rules
-(mask_text, mask), which docs/security.md lists.
-
-The log is tamper-evident: each line carries `"prev"`, the SHA-256 of the line before it
-(of "" for a log's first line), put there by whoever appends (the head's lock script, or
-append_local here); verify_chain finds the first line that does not follow its
-predecessor. Lines written before the chain (no "prev") are a prefix it cannot vouch for.
+"""The audit log: one JSON object per line, appended, never rewritten, on the head and in a
+local copy; start and end records, `note()` for what changed, the hash chain and its check
+(docs/operators.md#the-audit-log). Secrets are masked in one place: masking.py.
 """
 
 from __future__ import annotations

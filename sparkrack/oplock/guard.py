@@ -1,21 +1,12 @@
-"""One changing task's rack lock and audit record, together.
+"""One changing task's rack lock and audit record, together; end() keeps the lock until an
+interrupted task's threads have finished
+(docs/security.md#the-lock-never-lapses-while-an-interrupted-task-cleans-up).
 
     guard = Guard(inventory, "up", {"engine": "sglang", ...}, on_event=say)
-    guard.begin(wait=None)       # LockHeld (exit 3): a refused record is written; the
-                                 # task's SSH connections open meanwhile (fleet_warm)
+    guard.begin(wait=None)       # LockHeld (exit 3): a refused record is written
     with audit.active(guard.record):
         ...                      # the task; note() adds what changed
     guard.end("ok")              # end record, lock released (one round trip)
-
-A task allowed to run headless (`onboard --replace` of the head) begins without the lock
-when the head does not answer (none can be taken there): its records go to the local
-copy, and its end record also to the head the inventory names when it ends (the new one).
-
-An interrupted task can leave threads still at work when its main thread reaches end():
-a second Ctrl-C while `with ThreadPoolExecutor` waits for its workers (docker stops of up
-to 120 s) leaves them running, and the process cannot exit before they end anyway. end()
-waits for them (up to SETTLE_LIMIT s) with the lock held and its heartbeat beating, so the
-lock is never free while the task still changes the rack.
 """
 
 from __future__ import annotations

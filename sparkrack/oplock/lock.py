@@ -1,31 +1,10 @@
-"""The rack lock: one holder at a time for every task that changes the rack.
+"""The rack lock: a local file lock, then the lock file on the head kept alive by a heartbeat
+thread; stale after STALE_AFTER without one, given up after GIVE_UP_AFTER
+(docs/operators.md#how-the-lock-works).
 
-    lock = RackLock(inventory, holder={"token": ..., "operator": ..., "pid": ...,
-                                       "task": "up", "command": "up --engine sglang"})
+    lock = RackLock(inventory, holder={"token": ..., "operator": ..., "task": "up", ...})
     previous = lock.acquire(wait=None, start_line=...)  # LockHeld (exit code 3) if held
-    ...                                                 # a heartbeat thread keeps it
     lock.release(end_lines)
-
-Two parts:
-- local: a file lock (filelock) under identity.state_dir()/locks, one per rack, so tasks
-  on this machine queue on the kernel (no SSH while they wait) and a killed local holder
-  frees it at once;
-- remote: lock.json on the head node (remote.py), taken, refreshed and released through
-  the constant lock script over the holder's own SSH connection to the head, which the
-  task's fleets borrow while the lock is held (fleet_warm).
-
-Timeouts (seconds). The holder refreshes the heartbeat every HEARTBEAT. The head judges
-the lock stale after STALE_AFTER without one (its own clock), and the next taker takes it
-over, saying from whom. A holder of this machine's operator whose process is gone (its
-task ended while the head did not answer, so it could not release) is taken over at once
-(`ended_here`; broken by its token only). The holder that could not refresh for GIVE_UP_AFTER (< STALE_AFTER,
-so before anyone may take over) stops its task as Ctrl-C would (the task's own cleanup
-runs) and says that it lost the lock: a task never goes on without the lock. The heartbeat
-beats (or keeps trying) until release(), which a task calls after its cleanup: the lock
-never lapses while an interrupted task still stops its containers. A dropped SSH
-connection is reconnected by the next heartbeat. `away(seconds)` leases the lock for a
-reboot of the head: the heartbeat is put `seconds` ahead first, so neither side gives up
-while the head is down.
 """
 
 from __future__ import annotations

@@ -1,33 +1,6 @@
-"""The rack lock's node side: one shell script on the head node (remote/lock.sh), and its replies.
-
-State in LOCK_DIR on the head (root's, like the deployment records; the script keeps the
-directory 0700 and its files 0600, so nobody else on the head reads the lock's token or
-the audit log):
-- lock.json    the holder (one JSON line): token, operator, pid, task, command, and `since`
-               written by the node from its own clock. Its mtime is the heartbeat: the
-               holder `touch`es it, so the node's clock alone judges staleness (no skew
-               between laptop and head matters).
-- lock.guard   flock(1) on it serializes every change of lock.json. The kernel drops the
-               flock with the process, so a dropped SSH connection never leaves it held.
-- audit.jsonl  the audit log, appended one `printf` (one O_APPEND write) per line, each
-               line chained to the one before it: the script puts `"prev":SHA256` (of the
-               previous line's text, of "" for the first line) first in it (audit.chain).
-
-Operations (argv: op, dir, args...; LINES are the audit lines on stdin, one per line, never
-in argv, which `ps` on the head shows to every user):
-  take TOKEN STALE_AFTER   stdin: HOLDER_JSON, then LINES   take a free or stale lock (or
-                                             ours again); LINES are appended when taken
-  refresh TOKEN EXTRA                        heartbeat: mtime = now + EXTRA if still ours
-  release TOKEN            stdin: LINES      remove the lock if ours; append the lines
-  break TOKEN              stdin: LINES      remove the lock if TOKEN holds it ("" = anyone)
-  append                   stdin: LINES      append lines to the audit log
-  show                                       the holder, if any
-  log                                        the holder, then the whole audit log
-
-Replies, one per line: `NOW epoch`; `HOLDER age json` (the lock as it is, age = seconds
-since its heartbeat); `STALE age json` (the stale lock a take replaced); then a status word
-(TAKEN HELD OK LOST RELEASED NOTOURS BROKEN MISMATCH FREE APPENDED, or `ERROR text`);
-after `AUDIT`, the audit log.
+"""The rack lock's node side: the lock script (remote/lock.sh) run on the head, and the
+parser of its replies (its state, operations and replies:
+docs/internals.md#the-lock-script).
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
-"""What the engines run with: the env files roles nccl_env and engine_env write, per node.
-
-Each engine variable has one definition: the transport (NCCL, Gloo, TensorPipe: HCAs, the
-GID index probed on the node, socket interfaces) in `roles/nccl_env/templates/nccl.env.j2`;
-the engine's own variables (and HF_TOKEN_PATH, the Hub token's file) in
-`roles/engine_env/templates/<engine>.env.j2`; only a lane's own variables in the engine
-profile's `env`. Every variable in a file is
-preceded by a `# source of VAR: ...` line that says where its value came from.
-
-Two views of a node's environment, both `NodeEnv`:
-
-- `EnvFiles.read(node, facts)`: the node's files as gathered (the view `up` starts ranks
-  with), with every problem that must stop a start: a file missing or unreadable, a
-  failed role check (an HCA missing or down), or content that is not what provision would
-  write there now (drift, or an inventory changed since);
-- `EnvFiles.inventory_view(node)`: rendered here from the inventory and the roles, for
-  `plan` and `check` with no node contacted (the GID index is then the inventory's; the
-  node's own is probed when provision writes the file).
-
-No secret is in an env file: the Hugging Face token has a file of its own (role
-engine_env), which the env files name (HF_TOKEN_PATH). An HF_TOKEN still in an engine file
-(written before the token moved, or by hand) is drift, shown as ***.
+"""What the engines run with: the env files roles nccl_env and engine_env write, per node,
+each variable with its `# source of VAR` line; read back as gathered (`EnvFiles.read`) or
+rendered from the inventory (`inventory_view`) (docs/engines.md#where-each-variable-comes-from).
 """
 
 from __future__ import annotations

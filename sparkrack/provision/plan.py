@@ -1,19 +1,7 @@
-"""Plans as data: a node's rendered tasks and its facts in, the changes out.
-
-Pure: nothing here talks to a node. `queries` says what to gather for a task list;
-`plan_node` turns tasks + facts into one `Change` per task (ok, changed, failed, skipped
-or pending) carrying the actions that would make it so (changes.py). An empty action list
-everywhere means "no change". What each module gathers and plans is its own file's
-(modules/); this is the machinery around them:
-
-- a task whose `when` is false is skipped; a task that failed to render fails.
-- a failed task skips the rest of its role on that node; other roles go on.
-- after every task, each module's `finish` may add a deferred change (systemd's pending
-  daemon-reload), before the handlers.
-- handlers run once per node, after every task, in role and definition order, only when a
-  task that notified them changed.
-- absent mode (unprovision) walks each role backwards and removes what it would write.
-- secret values are blanked out of every summary and diff.
+"""Plans as data: a node's rendered tasks and its facts in, one `Change` per task out (pure).
+What each module gathers and plans is its own file's (modules/); this is the machinery
+around them: when, failures, deferred changes, handlers, absent mode
+(docs/provisioning.md#writing-a-role).
 """
 
 from __future__ import annotations

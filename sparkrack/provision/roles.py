@@ -1,25 +1,5 @@
-"""Roles as folders of data, the way Ansible lays them out, and their rendering per node.
-
-    roles/site.yml               the roles `invoke provision` runs, in order
-    roles/<play>.yml             another list of roles, run by the command that owns it
-                                 (watchdog.yml: `invoke watch.install`)
-    roles/<role>/defaults/main.yml   the role's own variables (inventory vars win)
-    roles/<role>/tasks/main.yml      a list of tasks, each using one module (modules/)
-    roles/<role>/handlers/main.yml   tasks that run once, at the end, when notified
-    roles/<role>/templates/*.j2      Jinja2 templates (StrictUndefined, sandboxed)
-
-The roles are the checkout's top-level roles/, shipped in the wheel as the package
-sparkrack.roles (ROLES_DIR; sparkrack.data.shipped). An inventory's `.sparkrack/roles/`
-comes first (`roles_path`): a `site.yml` there replaces the shipped list, a role folder
-there replaces the shipped role of that name whole, like a role earlier on Ansible's
-roles_path.
-
-A task is `{name, <module>: {params}, notify, when, loop}`, its module one of the
-registry's (sparkrack/provision/modules/: one file per module, with its parameters).
-Params are rendered with the node's vars before facts are gathered (paths, unit names:
-what to look at), except the module's late ones (assert's `that` and `fail_msg`) and
-`when`, which are evaluated with `facts` when the plan is made.
-A string that is exactly one `{{ expression }}` keeps its type (a list stays a list).
+"""Roles as folders of data, the way Ansible lays them out, and their rendering per node (the
+shipped roles or the inventory's `.sparkrack/roles/` first; docs/provisioning.md#writing-a-role).
 """
 
 from __future__ import annotations

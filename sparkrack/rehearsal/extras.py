@@ -1,17 +1,6 @@
-"""Extra rehearsal nodes: bare Sparks outside the inventory, for onboarding and replacement.
-
-An extra node is what a new Spark is when it arrives: an OS, sshd with its own fresh host
-key (authorized for the rack's client key, as an operator's `ssh-copy-id` would leave it),
-docker, the simulated GB10 driver/GPU and HCAs, and nothing of sparkrack: no /etc/sparkrack,
-no clock cap unit, no images, no model weights, and its host key in no known_hosts.
-
-They persist in EXTRA_NODES_FILE, so `rehearsal.status`, `down` and a re-`up` include them:
-
-    {"spark-09": {"address": "10.77.1.19", "driver_version": "575.51.03",
-                  "missing_hcas": ["roceP2p1s0f0"], "kernel": null}}
-
-`driver_version` (None: the simulator's default), `missing_hcas` and `kernel` (a release
-that `uname -r` reports; None: the real one) make a node that differs from the rack.
+"""Extra rehearsal nodes: bare Sparks outside the inventory, for onboarding and replacement
+(an OS, sshd, docker, the simulated GPU and HCAs, nothing of sparkrack), kept in
+EXTRA_NODES_FILE (docs/formats.md#extra-rehearsal-nodes).
 """
 
 from __future__ import annotations

@@ -1,41 +1,7 @@
-"""Stub engine images without a registry: deterministic `docker save` tars, built here.
-
-One tar per engine, tagged with the inventory's image ref (`lmsysorg/sglang:...`,
-`vllm/vllm-openai:...`), in `docker save` format: manifest.json, repositories, the config
-JSON and one layer (`<id>/layer.tar`, with `<id>/VERSION` and `<id>/json`). The layer is a
-minimal Python runtime copied from this machine's Debian python3.11:
-
-    usr/bin/python3.11, usr/bin/python3 -> python3.11
-    usr/lib/python3.11/...        the stdlib without tests, idlelib, tkinter, ensurepip,
-                                  pydoc_data, lib2to3, distutils, venv, unittest, the
-                                  static libpython, and C modules needing big libraries
-                                  (ssl, sqlite, curses, readline, dbm, ...)
-    usr/lib/x86_64-linux-gnu/...  the shared libraries `ldd` names, and the loader
-    lib -> usr/lib, lib64 -> usr/lib64, bin -> usr/bin
-    usr/local/lib/python3.11/dist-packages/
-        sparkrack_stub/           sparkrack/rehearsal/stub (the runtime modules)
-        sparkrack_stub/options/   the option list of the image's engine version
-        gpusim/                   gpusimd's client and config, from sparkrack/rehearsal/sim/gpusim
-        sglang/launch_server.py   (sglang image) `python3 -m sglang.launch_server`
-        <engine>-<version>.dist-info/, the parser's sources in the engine's layout
-                                  (stubversions.py: what `invoke engines.learn` reads)
-    usr/local/bin/vllm            (vllm image) `vllm serve ...`
-
-The engine version is the one the ref's tag names (stubversions.py: the pinned versions and
-a made-up next one of each engine, to rehearse an upgrade); the image's config carries it
-as the label org.opencontainers.image.version.
-    tmp/ (1777)
-
-Every .py comes with an unchecked-hash .pyc compiled by that same python3.11 (no compile
-at container start, no dependence on mtimes). Byte-for-byte deterministic: entries sorted,
-mtime 2024-01-01T00:00:00Z, uid/gid 0, no user names, GNU tar headers, canonical JSON;
-so the image ID (sha256 of the config JSON) is the same on every build and every node.
-
-`build_stub_images()` writes each engine's tar where the inventory's
-rehearsal_image_sources says (default /var/lib/sparkrack/rehearsal/images/<engine>.tar),
-which is where provisioning loads it from, and a <name>.json beside it ({inputs, image_id,
-ref, size, version}); it rebuilds only when the inputs
-(every source file's content, the refs, this builder's version) changed.
+"""Stub engine images without a registry: deterministic `docker save` tars, built here, one
+per engine, rebuilt only when their inputs changed; their layout:
+docs/rehearsal.md#the-stub-images. `build_stub_images()` writes them where the inventory's
+rehearsal_image_sources says.
 """
 
 from __future__ import annotations

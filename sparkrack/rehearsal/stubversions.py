@@ -1,18 +1,6 @@
 """The engine versions the rehearsal's stub images come in: the pinned ones, and one made-up
-next version of each engine to rehearse an upgrade with.
-
-A stub image's version is the one its ref's tag names (`lmsysorg/sglang:v0.5.23-cu130`
-is 0.5.23; a tag without a version gets the pinned one). The next versions differ from the
-pinned ones as engine releases do: one option removed (one the shipped profiles pass, so
-that a roll onto it with an unchanged profile is refused) and one renamed. They exist only
-inside the stub images: an inventory learns their tables with `invoke engines.learn`, as
-it would a real release's, and sparkrack ships no table for them.
-
-Each stub image carries, for its version, what the extractor reads in a real image: the
-package's metadata (`<engine>-<version>.dist-info`) and the parser's sources in the real
-engine's layout (`sglang/srt/server_args.py`: ServerArgs.add_cli_args; vLLM's
-`entrypoints/common/cli_args.py`: make_arg_parser, and `engine/arg_utils.py`), written from
-the version's option list, which the stub engine's own parser (stub/cli.py) takes too.
+next version of each engine to rehearse an upgrade with, each carrying what
+`engines.learn` reads in a real image (docs/rehearsal.md#the-stub-images).
 """
 
 from __future__ import annotations

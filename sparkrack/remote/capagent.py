@@ -1,26 +1,10 @@
-"""The clock-cap agent of a Kubernetes node (sparkrack/export/agent.py ships it, composed
-with capjudge.py, capnode.py and kubeapi.py, in a ConfigMap beside burn.sh; a DaemonSet
-runs it on every GB10 node, in the lane's engine image).
+"""The clock-cap agent of a Kubernetes node: lock the clock, judge the cap (burn while no
+engine runs, sample an engine's own load), record every verdict on the Node as label, taint
+and annotations (docs/kubernetes.md#the-node-agent).
 
     python3 capagent.py --node NODE --namespace NS --cap MHZ --burn burn.sh
         [--every SECONDS] [--once] [--api URL] -- LOAD ARGV...
     python3 capagent.py alive FILE SECONDS      (its liveness probe)
-
-At start it reads its Node: an ok made in this boot of the node stands (an agent restarted
-within a boot, a DaemonSet rollout, disturbs no engine); anything else is recorded as
-UNVERIFIED, which takes the label off and taints the node NoExecute (capnode.py). It locks
-the GPU clock as role clock_cap's unit does at boot (`nvidia-smi -lgc 0,MHZ`), then judges
-the cap every SECONDS: with no engine running on the node, burn.sh runs the load and samples
-nvidia-smi as `invoke burn` does; with one running, burn.sh only samples while the engine
-works (its own load) and an idle engine is left alone, the last verdict standing: a GPU
-that serves is never burned. capjudge.judge gives the verdict; ok sets the label and lifts
-the taint, any other verdict (UNCAPPED, LATCHED, NO LOAD, a failed check) removes the label
-and taints. Every verdict goes to the Node's annotations with its time and the boot id.
-Between checks it looks for engine pods every --tick seconds: one waiting at its gate with
-no fresh ok gets a check at once. The periodic checks do not lock the clock again: a cap
-something reset is found, not hidden. SIGTERM takes the label off (no new engine pod is
-placed) and leaves the verdict to the next agent. A file touched each tick is what the
-liveness probe (`alive`) reads.
 """
 
 import argparse

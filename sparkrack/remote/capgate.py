@@ -1,17 +1,9 @@
-"""An exported engine pod's gate, its first init container (sparkrack/export/gate.py runs it
-as `python3 -c` with capjudge.py, capnode.py and kubeapi.py composed before it): the engine
-starts only on a node whose clock cap the node agent judged ok in this boot of the node,
-recently.
+"""An exported engine pod's gate, its first init container: the engine starts only on a node
+whose clock cap the node agent judged ok in this boot of the node, recently
+(docs/kubernetes.md#what-it-exports).
 
     python3 -c SCRIPT --node NODE [--wait SECONDS] [--fresh SECONDS] [--api URL]
         [--account DIR] [--boot-id-file FILE]
-
-It reads its Node (the pod's service account may get nodes and nothing else) and holds the
-agent's record against the node's own boot id (capnode.refusal): a label survives a reboot,
-an agent killed by SIGKILL or one that never started, and the clock lock does not. Until
-the record says ok it waits, saying why every 30 s; past --wait it exits 1 with one line
-naming the node, what is missing and where to look (LeaderWorkerSet then recreates the
-group: an init container's restart counts as the pod's).
 """
 
 import argparse

@@ -1,18 +1,6 @@
-"""The one node script: every question of a round trip answered in one process.
-
-    python3 -I -S -c TEXT  f PATH LIMIT | u UNIT PROPS | r HCA | a | x N ARGV... | i | n
-                           | s GPU_FIELDS | g FIELDS OPTIONAL | t | d | l N HCA... M DEV... | p
-                           | w PYTHON DIR KEY UNITFILE STATEDIR STATEFILE SYSTEMCTL UNIT PROPS
-                               N ADDRESS PORT...  ...
-
-What to look at arrives as positional arguments, never as script text. The output is a
-`@@base` section (boot id, the node's clock) and one `@@<index> <kind>` section per query
-in order (sparkrack/facts/sections.py reads it; each kind's parser is in sparkrack/facts/).
-Paths, unit names and HCA names are never echoed back: a section names its query by index,
-so no value can forge a section. Only `systemctl show`, nvidia-smi, `ip`, the guard
-commands and the watchdog's interpreter start processes; files and sysfs are read here,
-and docker is asked over its socket (dockerd.py). The node facts are in node.py, the links
-in links.py, the watchdog's node in watchdog.py.
+"""The one node script: every question of a round trip answered in one process, what to look
+at as positional arguments, the answers as `@@<index> <kind>` sections after `@@base`
+(the queries and the output: docs/internals.md#the-facts-script).
 """
 
 import base64

@@ -1,26 +1,5 @@
 """One hop of the pipelined chain (stdlib only): read a stream once, keep it here, pass it on.
-
-stdin: the transfer's token (line 1), then its settings as one JSON line:
-
-    {"from": ["save", REF]                       docker save of an image on this node
-           | ["files", ROOT, [[NAME, SIZE, OFFSET], ...], BYTES_PER_S]   model files here
-           | ["recv", ADDR, PORT]                the previous hop, on the fabric
-           | ["stdin"],                          the rest of stdin (fed from the control)
-     "sink": ["load"]                            pipe into `docker load`
-           | ["files", ROOT, CACHE, {NAME: [SHA256, SIZE]}]   write the files this node needs
-           | ["none"],
-     "next": [ADDR, PORT] or null,               forward every byte to the next hop
-     "stall": SECONDS}                           give up a data socket silent this long
-
-Each output runs in its own thread behind a small queue, so a slow or dead next hop never
-corrupts what this node keeps: its forward errors out (a stalled socket gives up after
-"stall" seconds, STALL by default) and the node goes on writing. A stream of model files
-is, per file, one JSON header line {"name", "size", "offset"} and then bytes offset..size
-of the file. The files sink writes a needed file into its partial file from the stream's
-offset (the partial's earlier bytes are kept and hashed first), and renames it into place
-only when the whole file's SHA-256 matches; a file this node already has is passed on
-untouched.
-Prints a JSON report; exit 0 when this node got what it needed (and a source sent it all).
+Its settings, its stream of model files and its report: docs/internals.md#a-hop-of-the-chain.
 """
 
 import hashlib

@@ -1,17 +1,6 @@
-"""A model directory on a node as staging sees it (stdlib only).
-
-A file is received into `.NAME.sparkrack-partial` beside its place and renamed there only
-when its SHA-256 matches the manifest; an interrupted copy leaves the partial file, whose
-bytes the next run keeps. The hash cache (`/var/lib/sparkrack/stage-verified.json`:
-path -> [size, mtime_ns, inode, sha256]) spares re-reading a file that did not change
-since it was hashed. `.sparkrack-stage.lock` in the directory is flock'ed by whoever
-writes into it (one transfer at a time); while held it holds that transfer's progress
-(`{"bytes": N}`), which the control machine reads.
-
-Links: a file name leading outside the model directory (absolute, `..`, or through a
-symlink; a Hugging Face snapshot's links into its own REPO/blobs excepted) is never read,
-written or removed (escape), and the partial files, the stage lock and the manifest's
-temporary file are opened with O_NOFOLLOW: never written through a symlink.
+"""A model directory on a node as staging sees it (stdlib only): partial files renamed into
+place when their SHA-256 matches, the hash cache, the stage lock, and never a name that
+leads outside the directory (docs/internals.md#model-directories-on-a-node).
 """
 
 import fcntl

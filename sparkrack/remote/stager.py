@@ -1,23 +1,5 @@
-"""Questions about a model directory on a node, and its removal (stdlib only).
-
-    stager sizes ROOT                 stdin: JSON [name]; prints {name: size or null}
-    stager check ROOT CACHE FULL SAVE stdin: JSON [[name, sha256, size]]; what is present
-                                      and right, what is missing (and from which offset a
-                                      partial file resumes)
-    stager manifest ROOT CACHE WRITE  the directory's manifest: the one there if it still
-                                      lists exactly its files, none newer than it; else made
-                                      by hashing them (written with WRITE=1)
-    stager verify ROOT FULL           the manifest's digest, each listed file's size (and
-                                      with FULL=1 whether its SHA-256 matches)
-    stager list PARENT...             each directory under the parents: its manifest
-                                      digest, files, bytes, partial files
-    stager remove ROOT CHECK CACHE    the manifest's files, partial files, lock and the
-                                      manifest itself, then empty directories (nothing
-                                      else), and their entries in the hash cache; a
-                                      manifest naming a path outside ROOT (absolute, `..`,
-                                      through a link) removes nothing
-
-A name leading outside ROOT is never read, written or removed (stagefiles.escape).
+"""Questions about a model directory on a node, and its removal (stdlib only): `stager sizes
+| check | manifest | verify | list | remove` (docs/internals.md#model-directories-on-a-node).
 """
 
 import hashlib

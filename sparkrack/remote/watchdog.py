@@ -1,24 +1,5 @@
 """The watchdog service's node, for `invoke watch.install / uninstall / status` (gather.py's
-`w` query: install directory, key, unit and state file, the node's interpreter, systemctl,
-the unit's name and properties, then the peers' address and port pairs).
-
-    platform LINE         each line the interpreter printed for PLATFORM_SCRIPT (stderr too)
-    platform-rc N         its exit code
-    sources JSON          {peer address: the address this node reaches it from}
-    exists WHAT           install-dir, lib, state-dir: those that exist
-    install-dir-kind KIND absent, empty, marked (holds MARKER), legacy (holds lib/LIB_MANIFEST
-                          and no MARKER: installed before the marker), link, file, foreign
-    manifest SHA256       of lib/.sparkrack-manifest; manifest-check 0: every file Python
-                          runs matches it and every data file is there
-    manifest-differs JSON the first files Python runs that differ or are missing (and data
-                          files that are missing)
-    manifest-edited JSON  the first data files whose content was changed on the node (kept:
-                          a site's security agent may append its CA to a bundle)
-    file SHA256 JSON      each regular file of inventory/ and README.md, relative to the install dir
-    private-key           the private key is there and not empty
-    public-key / unit-file / state BASE64    the public key, the unit file, the state file
-    unit KEY=VALUE        `SYSTEMCTL show -p PROPS -- UNIT`
-    end                   the last line: an answer without it was cut short
+`w` query); its answer, line by line: docs/internals.md#the-watchdogs-node.
 """
 
 import base64

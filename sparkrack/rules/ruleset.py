@@ -1,40 +1,6 @@
 """The rule set: sparkrack/data/rules.yml (package data), read into Rules and checked
 (InventoryError at file:line for any mistake); `all_rules`, `get_rule` and `launch_flags`
-look it up.
-
-File format:
-
-    sources: {field-notes: docs/field-notes.md}  # source -> path from the repo root
-    verified_on: {sglang: 0.5.22, vllm: 0.33.0}  # versions every rule was proven on
-    launch_flags:                              # per engine, for the TP/address rules
-      sglang: {tp_size: --tp-size, nnodes: --nnodes, node_rank: --node-rank,
-               rendezvous: --dist-init-addr, rendezvous_port: true,
-               http_host: --host, http_host_default: 127.0.0.1}
-    rules:
-      RULE-ID:
-        severity: error                        # error blocks a start, warning does not
-        engines: [sglang]                      # where the rule applies
-        when: {model: {dsa: true}, flags: {--kv-cache-dtype: [nvfp4_ds_mla]}}  # optional
-        check: {flag_present: --flag}          # one check, see below
-        message: one line
-        explanation: a paragraph
-        evidence: [{source: field-notes, section: heading, quote: verbatim text}]
-        verified_on: {sglang: 0.5.18 - 0.5.22}  # optional: this rule's own versions
-
-Checks (data_checks.py evaluates them per rank):
-
-    {flag_present: --flag}                     # every rank passes the flag
-    {flag_at_most: --flag, max: 1}             # when given, its value is <= max
-    {flag_in: --flag, values: [a, b]}          # when given, its value is one of values
-    {flag_not_in: --flag, values: [a, b]}      # when given, its value is none of values
-    {env_at_most: VAR, max: 0.05}              # every rank's env sets VAR to <= max
-    {code: kv_fit}                             # a function of code_checks.CODE_CHECKS
-
-Each quote is verbatim in its source, under the heading `section` names (a Markdown heading of
-docs/field-notes.md; tests/unit/test_rules_file.py checks both).
-
-`when.model` names ModelData attributes (rule.MODEL_KEYS); `when.flags` applies to the
-per-rank data checks only.
+look it up. The format: docs/formats.md#the-rules-file.
 """
 
 from __future__ import annotations

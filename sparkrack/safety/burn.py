@@ -1,20 +1,9 @@
-"""The burn check: load every GPU for a few seconds, sample its SM clock and power, judge.
-
-No nvidia-smi query reveals a clock lock (docs/field-notes.md), so the proof that the cap
-holds is the clock under load. The same samples catch a GB10 latched in its low-clock state.
+"""The burn check: load every GPU for a few seconds, sample its SM clock and power, judge
+(remote/capjudge.py), and record the verdict on each node as BURN_RECORD
+(docs/provisioning.md#the-burn-proving-the-cap).
 
     results = burn(inventory, nodes, seconds=5)   # the safety gates call this
     [r.node for r in results if not r.ok]
-
-Per node, in parallel, one SSH command: start the load (the inventory's burn_command;
-rehearsal_burn_command on the rehearsal rack), sample `nvidia-smi` every half second
-while it runs, print the samples. The verdict rests on samples taken while the GPU was
-busy, not on timing: if the load ended before BUSY_SAMPLES of them (a sampler slowed by a
-busy host, a load that starts slowly), it runs again, up to LOAD_RUNS times. `judge`
-(sparkrack/remote/capjudge.py, pure, the one the Kubernetes node agent runs too) gives the
-verdict: ok (max SM clock under load <= cap), UNCAPPED (above the cap), LATCHED (under
-~1,000 MHz: needs a full power removal), NO LOAD (the GPU never got busy). The verdict is
-written on each node as BURN_RECORD (JSON), which `invoke status` shows.
 """
 
 from __future__ import annotations

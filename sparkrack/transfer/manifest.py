@@ -1,8 +1,5 @@
-"""The model manifest, `{model_path}/sparkrack-manifest.sha256` (pure).
-
-`sha256sum` lines, paths relative to the model directory (`sha256sum -c` checks it by
-hand). A node holding it is complete: staging writes it last. Its digest (SHA-256 of the
-file) names a checkpoint: the same digest on every node means the same files everywhere.
+"""The model manifest, `{model_path}/sparkrack-manifest.sha256` (pure): reading it, comparing
+nodes' manifests (docs/formats.md#the-model-manifest).
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
-"""A model directory onto nodes through the chain: once from the source, resumable, verified.
-
-1. The manifest is made once, at the source (`stager manifest`: the one there is kept
-   while it still lists exactly the directory's files, none newer than it; else the files
-   are hashed and it is written there). Onboarding gives the rack's manifest instead.
-2. Each target says, against the manifest, which files it has right (hashing what it has;
-   a file whose size, mtime and inode match a hash it recorded is not read again) and from
-   which offset a partial file resumes (`stager check`).
-3. One chain carries the files any target needs, each from the lowest offset a target
-   needs it from; every hop writes the files it needs (hashed while written, renamed into
-   place only when the SHA-256 matches) and forwards everything. A node cut mid-way leaves
-   its partial files; the nodes after it get a second chain (from what they hold).
-4. Each target checked again; where every file is right, the manifest is written, last: a
-   node holding the manifest is complete.
-
-The source is a directory on this machine (fed to the first hop over SSH) or on a node
-(its relay sends straight to the first hop over the fabric). The stream is not encrypted
-(the image chain's trade-off, on the rack's private fabric); its integrity is the
-manifest's SHA-256, end to end.
+"""A model directory onto nodes through the chain: the manifest made once at the source,
+files present skipped, partial files resumed, every file verified, the manifest written
+last (docs/weights.md#staging).
 """
 
 from __future__ import annotations

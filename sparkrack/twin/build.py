@@ -1,19 +1,6 @@
-"""`invoke rehearsal.up --twin FILE`: a rehearsal rack with a capture's shape.
-
-From the capture (twin/capture.py), per node: its name and rank; its kernel (`uname -r`);
-its GPU's name, driver, CUDA version and memory (the simulated GPU's node.json); its GID
-table's layout (where the RoCE v2 IPv4 entry sits: firmware renumbering); how it is
-cabled (port 0 or 1, both paths or one), which functions are missing, and each fabric
-netdev's MTU. Rack wide,
-the inventory vars the capture holds (clock cap, NCCL HCAs and socket interface, GID index,
-model name, ...), each node's own in host_vars. The twin's inventory is written to a
-directory: the operator's node names and ranks with rehearsal addresses, the rehearsal's
-SSH files, key and stub engine images, so that `plan`, `check`, `up`, `roll`,
-`restart-rack` and `onboard` run against it as against the real rack. What a twin cannot
-be: a node that did not answer the capture, a GID layout the simulator has no place for
-(its RoCE v2 IPv4 entry below 3), a port cabled on its second path
-only; each is refused naming the node. The OS, docker's version and link rates are this
-machine's.
+"""`invoke rehearsal.up --twin FILE`: a rehearsal rack with a capture's shape (its nodes'
+names, kernels, GPUs, GID layouts, cables and MTUs) and its inventory; what a twin cannot
+be is refused naming the node (docs/rehearsal.md#rehearse-on-your-twin).
 """
 
 from __future__ import annotations

@@ -1,28 +1,6 @@
-"""`invoke watch.install`: the watchdog as a systemd service on one rack node (default:
-the head), put there by provisioning.
-
-In order:
-1. probe the node (one round trip, settings.probe) and refuse a node whose Python cannot
-   run this machine's libraries (payload.platform_problem), an install directory that is
-   not one sparkrack made (inventory/watchdog_dir.py: absent, empty or carrying its
-   marker; never a system directory) and a node that cannot tell the address it reaches
-   the nodes from (the key's from=);
-2. the watchdog's own parts (ship.py): the directory marked, lib/ shipped when its
-   manifest differs or does not check, the key made on the node;
-3. role watchdog_files (play roles/watchdog.yml): the inventory copy and README;
-4. the key recorded beside the inventory (inventory/watchdog_record.py) and authorized on
-   every node (role watchdog_key of site.yml), then proved from the node (`python -m
-   sparkrack.watchdog --check-reach`: every node answers the watchdog's own key and pinned
-   host keys);
-5. role watchdog: the PDU's SNMPv3 user and keys (from this machine's environment; required
-   with --allow-power-cycle) in a 0600 EnvironmentFile beside lib/; the unit, enabled and
-   started (restarted when what it runs changed); provisioning's re-plan holds each role
-   to converge;
-6. wait until /metrics answers, and a last probe: lib/ checks.
-
---check probes, plans the parts and runs the play in check mode: it changes nothing. The
-metrics listen on --listen ADDR, by default the watchdog node's management address (its
-ansible_host), not on every interface.
+"""`invoke watch.install`: the watchdog as a systemd service on one rack node (default: the
+head), put there by its own parts and provisioning's play roles/watchdog.yml, in order
+(docs/watchdog.md#installing-it-on-a-node).
 """
 
 from __future__ import annotations

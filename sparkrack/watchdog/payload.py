@@ -1,21 +1,7 @@
-"""What `invoke watch.install` ships to the watchdog's node, built on the control machine.
-
-The node needs no network access and no package manager: it gets
-
-- `lib/`: the sparkrack package (from the directory this copy of sparkrack runs from) and
-  every distribution it needs at run time (pyproject's dependencies and theirs, extras
-  and environment markers honoured), copied file by file from this machine's installed
-  copies as their RECORD lists them (dist-info included, scripts and bytecode left out);
-- `inventory/`: a copy of the inventory in which every node is reached with the
-  watchdog's own key and the host keys are a pinned copy of the inventory's known_hosts;
-  with it the inventory's own overrides (`.sparkrack/`: engine profiles, model data,
-  roles). The shipped ones are package data and come with sparkrack in `lib/`;
-- `README.md` (the unit's Documentation=).
-
-Compiled parts (cryptography, bcrypt, PyNaCl, cffi, PyYAML, MarkupSafe, ...) are this
-machine's builds, so the node's Python must be the same: same CPython minor version, same
-extension ABI tag (SOABI: interpreter, architecture, libc flavour), and a C library at
-least as new. `platform_problem` says what differs, and the install refuses.
+"""What `invoke watch.install` ships to the watchdog's node, built on the control machine:
+lib/ (sparkrack and its run-time distributions, copied as their RECORD lists them), the
+inventory copy and README.md; `platform_problem` says when the node's Python cannot run
+them (docs/watchdog.md#installing-it-on-a-node, docs/watchdog.md#the-nodes-python).
 """
 
 from __future__ import annotations

@@ -1,27 +1,5 @@
 """The watchdog service's loop: follow the deployment records, guard a ready group, act by
-the inventory's policy, and keep the metrics current.
-
-Each step (one poll, every second):
-- reads the head's deployment records: no `current` record means nothing to guard (the
-  metrics keep being served); a `current` deployment that is not yet the last known-good
-  one is still starting (`up`/`roll` write last-good after readiness and the smoke
-  request), so it is left alone: rank 0 answers 503 for minutes while the model loads;
-- steps aside, taking no action, while an operator's task holds the rack lock;
-- otherwise guards the ready group with the same poll as `invoke watch`
-  (lifecycle.watch.GroupWatch): a rank that exits, a lost node or rank 0 unhealthy for three
-  polls is a broken group, which is stopped at once, or restarted in order within the
-  restart budget (policy.RestartBudget);
-- judges each guarded poll's GPU readings (lifecycle.gpuwatch): re-applies a lost cap
-  (audited, counted), logs a latched or hot GPU once while it stands; with
-  --allow-power-cycle, power-cycles a latched node through the PDU (powercycle.py: the
-  group stopped in order first) and starts the group again, within the restart budget;
-- refreshes every node's facts (SM clock, power, memory, clock cap) and the PDU's reading
-  of the strip every few seconds, for the metrics and the power projection.
-A rank on a node that did not answer when its group was stopped keeps running there (as a
-real one does, holding its memory until the engine's own watchdog fires): it is stopped as
-soon as the node answers again. A group the watchdog stopped stays stopped: the `current` record is left for the operator
-(`invoke logs`, then `invoke up` or `invoke down`), and the GroupDown alert fires until then.
-
+the inventory's policy, and keep the metrics current (docs/watchdog.md#the-watchdog-service).
 The rack is reached through a `Rack` (rack.FleetRack on a real one; fakes in the tests).
 """
 

@@ -5,6 +5,7 @@ import anything in the layers below it and nothing in its own or above."""
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
 
 import sparkrack
@@ -85,8 +86,26 @@ def test_the_check_sees_relative_and_function_level_imports():
     assert ("cli", "bench") in edges()  # inside bench_tasks.py's functions only
 
 
-def test_no_module_outside_the_rehearsal_rack_is_over_450_lines():
-    long = {str(path.relative_to(PACKAGE)): n for path in PACKAGE.rglob("*.py")
-            if "rehearsal" not in path.relative_to(PACKAGE).parts
-            and (n := len(path.read_text().splitlines())) > 450}
-    assert long == {}
+LENGTH_NORM = 450  # lines: a norm to notice, never a reason to cut (docs/internals.md)
+
+
+def long_modules(package: Path, norm: int = LENGTH_NORM) -> dict[str, int]:
+    """{module path: lines} for each module outside the rehearsal rack over norm lines."""
+    return {str(path.relative_to(package)): n for path in sorted(package.rglob("*.py"))
+            if "rehearsal" not in path.relative_to(package).parts
+            and (n := len(path.read_text().splitlines())) > norm}
+
+
+def test_a_module_over_the_length_norm_is_a_warning_not_a_failure():
+    """Split a module by concept, not by count: one over the norm is named, never failed."""
+    for name, lines in long_modules(PACKAGE).items():
+        warnings.warn(f"sparkrack/{name}: {lines} lines, over the {LENGTH_NORM}-line norm; "
+                      "split it if it holds more than one concept", stacklevel=1)
+
+
+def test_the_length_norm_finds_long_modules_outside_the_rehearsal_rack(tmp_path):
+    (tmp_path / "rehearsal").mkdir()
+    (tmp_path / "long.py").write_text("x = 1\n" * 6)
+    (tmp_path / "short.py").write_text("x = 1\n" * 5)
+    (tmp_path / "rehearsal" / "long.py").write_text("x = 1\n" * 9)
+    assert long_modules(tmp_path, norm=5) == {"long.py": 6}

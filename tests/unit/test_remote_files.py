@@ -1,4 +1,4 @@
-"""Every file in sparkrack/remote/: listed in the package's docstring, loads, and (where it is
+"""Every file in sparkrack/remote/: listed in docs/internals.md, loads, and (where it is
 safe on this machine) runs locally: shell scripts are syntax-checked by the shell that runs
 them on the nodes, the lock, ship and remove scripts run against a tmp directory, the
 dockerd limits probe against a process of ours, keygen and metrics by this Python."""
@@ -21,6 +21,7 @@ from sparkrack.lifecycle.nodelimits import parse_probe
 from sparkrack.oplock.remote import holder_json, lock_argv
 from sparkrack.remote import script, text
 
+NODE_SCRIPTS = (Path(__file__).resolve().parents[2] / "docs" / "internals.md").read_text()
 FILES = sorted(p.name for p in resources.files("sparkrack.remote").iterdir()
                if p.is_file() and p.name != "__init__.py" and p.name.endswith((".py", ".sh")))
 SHELL = [name for name in FILES if name.endswith(".sh")]
@@ -36,8 +37,8 @@ def test_the_remote_directory_holds_the_moved_scripts():
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_every_file_is_listed_in_the_docstring_and_loads(name):
-    assert f"\n- {name} " in remote.__doc__, f"{name} is not in sparkrack/remote's docstring"
+def test_every_file_is_listed_in_the_docs_and_loads(name):
+    assert f"\n| `{name}` |" in NODE_SCRIPTS, f"{name} is not in docs/internals.md's node scripts"
     stem, kind = name.rsplit(".", 1)
     body = script(stem) if kind == "py" else text(stem)
     assert body.strip()

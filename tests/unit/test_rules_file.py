@@ -1,9 +1,8 @@
 """The rules file: every quote is verbatim in its source under the heading it names (the
-sources are in the repo: docs/field-notes.md and the profile format), `explain` shows the
+sources are in the repo: docs/field-notes.md and docs/formats.md), `explain` shows the
 evidence, mistakes in a rules file are reported at file:line; and the argv reading the
 rules use."""
 
-import ast
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +16,6 @@ from sparkrack.rules.ruleset import RULES_FILE, get_rule, read_rules_file
 
 REPO = Path(__file__).resolve().parents[2]
 FIELD_NOTES = "docs/field-notes.md"
-DOCSTRING = "module docstring"  # the section name for a Python source's module docstring
 _HEADING = re.compile(r"(#{1,6})\s+(.+?)\s*#*\s*$")
 
 
@@ -46,12 +44,8 @@ def markdown_sections(text: str) -> dict[str, str]:
 
 
 def section_text(path: Path, section: str) -> str | None:
-    """The text of section in the file at path: a Markdown heading's section, or the module
-    docstring of a Python file; None when the file has no such section."""
-    text = path.read_text()
-    if path.suffix == ".py":
-        return ast.get_docstring(ast.parse(text)) if section.startswith(DOCSTRING) else None
-    return markdown_sections(text).get(section)
+    """The text under a Markdown heading of the file at path; None when it has none such."""
+    return markdown_sections(path.read_text()).get(section)
 
 
 def evidence_problems(evidence, repo: Path = REPO) -> list[str]:

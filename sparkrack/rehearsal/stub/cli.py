@@ -1,20 +1,7 @@
-"""The command lines of the real engines, as argparse parsers (stdlib only).
-
-`python3 -m sglang.launch_server ...` (SGLang 0.5.22) and `vllm serve MODEL ...` (vLLM 0.33)
-take exactly the option names of the real engines: the lists in
-sparkrack/engines/options/ (read from the engines' wheels; the stub image carries them
-beside this module). The options the stub uses (those of the shipped profiles, the
-per-rank distributed ones and a handful more) are declared here with their real types,
-defaults and choices; every other option of the list is accepted as text (or as a switch).
-A flag that is none of them makes argparse exit 2 with its usage error, as the real
-engines do. tests/unit/test_stub_cli.py checks that every argv `build_specs` produces for
-every shipped profile parses, and that the parsers hold exactly the listed names.
-
-Both parsers keep argparse's prefix matching, as the real ones do (`--tp` is taken as
-`--tp-size`, the trap docs/field-notes.md describes); vLLM's, like its
-FlexibleArgumentParser, also accepts `--max_model_len` for `--max-model-len`.
-
-`parse(engine, argv)` returns an EngineArgs: what the stub needs, engine independent.
+"""The command lines of the real engines, as argparse parsers (stdlib only): exactly the
+option names of the version's table, prefix matching kept, an unknown flag exit 2
+(docs/rehearsal.md#the-stub-engines). `parse(engine, argv)` returns an EngineArgs: what the
+stub needs, engine independent.
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """The kernels a rank compiles at its first start, and the caches that spare the next start
-that work (stdlib only; runs inside the stub image).
-
-Real engines compile after the weights load, before the first request: vLLM's
-torch.compile (Dynamo, Inductor, Triton) into VLLM_CACHE_ROOT/torch_compile_cache/<hash>/
-rank_<r>_0, the hash over its configs, PyTorch's and the traced code; SGLang's DeepGEMM
-JIT into SGLANG_DG_CACHE_DIR (SGLang sets DeepGEMM's DG_JIT_CACHE_DIR from it), one
-kernel.<name>.<hash> folder per kernel; FlashInfer's JIT modules under
-FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<arch>/cached_ops. Each defaults to a folder
-inside the container (its home), which goes with the container: without a folder from
-the node, every start compiles again (docs/field-notes.md, Compile caches).
-
-The stub does the same in small. Per engine, the parts below; each writes one entry keyed
-by `compile_key`: the engine version, the stub's own code, the GPU's compute capability
-and the options that shape what is compiled (all but the rank's and the addresses'), so
-another lane (another flag) compiles into the same folder beside it. An entry is written
-under a temporary name and renamed when complete, so a start killed mid-compile leaves
-nothing a later start would take for a cache. A found entry is read in WARM_FRACTION of its
-part's compile time; a missing one takes its share of `compile_s` (config.py). Deleting the
-entries (or the node's folder) makes the next start compile again.
+that work (stdlib only; runs inside the stub image): one entry per part, keyed by
+`compile_key`, written under a temporary name (docs/rehearsal.md#the-stub-engines).
 """
 
 from __future__ import annotations

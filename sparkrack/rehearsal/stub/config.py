@@ -1,58 +1,6 @@
-"""The stub deployment's settings: `{model_path}/sparkrack-stub.json` (stdlib only).
-
-The launch specs bind-mount the model directory read-only into every rank, so one JSON
-file there configures the whole deployment on that node. Every key is optional; an
-unknown key is an error (the rank exits 1 naming it), so a typo never passes silently.
-
-    {
-      "load_delay_s": 3.0,          # each rank's "weight load", after the group has joined
-      "compile_s": null,            # the kernels a start compiles when the node's compile
-                                    #   caches do not hold them (compilecache.py); a start
-                                    #   that finds them reads them in 1/20 of that; null:
-                                    #   the rank's load_delay_s (a cold start's compile
-                                    #   about as long as its load)
-      "tokens_per_s": 50.0,         # decode rate of one request (SSE chunks at this rate)
-      "prefill_tokens_per_s": 4000, # prompt processing rate before the first token
-      "answer_tokens": 64,          # completion length when max_tokens allows it
-      "accept_length": null,        # speculative accept length for /metrics; null: derived
-                                    #   from the speculative flags (see ACCEPT_RATE)
-      "rank_mem_gib": null,         # unified memory a loaded rank holds; null: the flag's
-                                    #   fraction (--mem-fraction-static 0.80 / vLLM
-                                    #   --gpu-memory-utilization 0.9) of the node's pool
-      "indexer_scale": 1.0,         # multiplier on the SGLang DSA indexer scratch (leak.py)
-      "health_timeout_s": 20.0,     # SGLang /health: 503 when the group does not answer
-      "recall_tokens": null,        # the longest prompt in which the stub still finds the
-                                    #   bench's needle (a passphrase); null: its whole
-                                    #   context (--context-length / --max-model-len). The
-                                    #   field's vLLM 1M lane: 754K passes, 984K does not
-      "gated_repo": null,           # a gated Hub repo the lane fetches from (a tokenizer,
-                                    #   a draft): each rank reads its Hugging Face token as
-                                    #   huggingface_hub does (hubtoken.py) and without one
-                                    #   exits 1 with the engine's GatedRepoError
-      "ranks": {                    # per rank (keys are rank numbers as strings)
-        "3": {"exit_at_start": true, "exit_code": 1},
-        "5": {"die_after_s": 30},   # seconds after the process started
-        "4": {"wedge_at_request": 2},       # wedged: see below
-        "6": {"wedge_above_tokens": 100000},
-        "2": {"load_delay_s": 10}
-      },
-      "engines": {"vllm": {"tokens_per_s": 45},  # per engine: any key above, and per
-                  "sglang": {"versions": {"0.5.23": {"ranks": {"3": {"exit_at_start": true}}}}}},
-                                    #   version of the engine (the image's), any key above
-      "overrides": [                # per profile: applied in order when every flag of
-        {"when": {"--context-length": "131072"}, "tokens_per_s": 60}   # `when` is in argv
-      ]                             #   with that value (true: a bare switch)
-    }
-
-Precedence: defaults < top level < engines[engine] < engines[engine].versions[version] <
-each matching override, in order;
-"ranks" entries merge key by key.
-
-A wedged rank (wedge_at_request: its Nth forward; wedge_above_tokens: the first forward
-whose prompt is longer) stops progressing while its process and the API live on: it never
-answers that forward nor a health ping again: its host hangs, so its GPU drains to idle
-while its peers spin in the collective, until the engine's own watchdog ends the group
-minutes later.
+"""The stub deployment's settings: `{model_path}/sparkrack-stub.json` (stdlib only), every key
+optional, an unknown one an error; the format and its precedence:
+docs/formats.md#stub-settings.
 """
 
 from __future__ import annotations

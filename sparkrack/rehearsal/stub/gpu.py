@@ -1,18 +1,8 @@
-"""The rank's view of the node's simulated GB10 (gpusimd), like a CUDA context.
-
-One connection per process: every allocation made through it and the load it holds end
-when the process exits (the daemon releases what a closed connection held), so a killed
-rank gives its memory back exactly as a real one does. Thread-safe.
-
-What the GPU reads follows what the rank does. While a forward runs, the GPU computes
-(100 %, full power) as long as the group's collectives complete; a rank that has waited
-in one for longer than nvidia-smi averages over (SPIN_AFTER_S) reads as NCCL's kernel
-waiting for its peers' data does: ~96 % at a fraction of the power. A rank whose host
-hangs launches nothing more: its kernels drain and its GPU goes idle (gpusimd does the
-same for a process that is stopped).
-
-Inside the image the client is the top-level package `gpusim` (copied from
-sparkrack/rehearsal/sim/gpusim); run from the source tree, sim/ is put on sys.path.
+"""The rank's view of the node's simulated GB10 (gpusimd), like a CUDA context: one
+connection per process, what it holds freed when the process ends, the load following what
+the rank does (docs/rehearsal.md#the-stub-engines). Thread-safe. Inside the image the
+client is the top-level package `gpusim` (copied from sparkrack/rehearsal/sim/gpusim);
+run from the source tree, sim/ is put on sys.path.
 """
 
 from __future__ import annotations

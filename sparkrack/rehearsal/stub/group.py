@@ -1,18 +1,6 @@
-"""The TP group over TCP: ranks >= 1 meet rank 0 at the dist-init / master address.
-
-A star of TCP links carrying JSON lines stands for torch.distributed + NCCL:
-
-    worker -> head: hello {rank, nnodes, engine, node, pid, endpoints}, loaded, ack {id},
-                    pong {id}
-    head -> worker: joined {rails}, reject {reason}, begin {id, prompt_tokens}, end {id},
-                    ping {id}, shutdown, abort {reason}
-
-A link that closes outside a shutdown is a dead peer: the head aborts the whole group
-(every rank exits non-zero with an NCCL-like line), a worker whose head link closes exits
-the same way. `joined` carries every rank's RoCE addresses (`rails`, from the hellos'
-endpoints: NCCL's connection info, exchanged through the bootstrap). A peer that is alive
-but silent (a cut cable, a rank stuck allocating) is not noticed by the link; a forward
-waiting for its ack hangs until the watchdog, as a real collective does.
+"""The TP group over TCP: ranks >= 1 meet rank 0 at the dist-init / master address, a star
+of JSON-line links standing for torch.distributed + NCCL; its messages:
+docs/rehearsal.md#the-stub-engines.
 """
 
 from __future__ import annotations

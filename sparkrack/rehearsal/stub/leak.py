@@ -1,23 +1,5 @@
-"""The SGLang DSA indexer's scratch memory, as the field report describes it (stdlib only).
-
-The indexer scores every query row of a prefill chunk against every key column so far into
-one fp32 matrix that no pool sized by --mem-fraction-static accounts for
-(sglang/srt/layers/attention/mqa_logits_utils.py). Its budget is
-SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION (default 0.2) times what 1 - mem_fraction_static
-leaves of the device; on GB10 that "free" slice is the OS's memory.
-
-Model used by the stub (per rank, every rank of the group sees every prompt):
-- a prompt of L tokens is prefilled in chunks of C = --chunked-prefill-size rows; chunk i
-  needs a rows_i x min(L, (i+1)C) fp32 block, capped at the budget;
-- budget missing or >= 0.1 ("ratchet"): the caching allocator keeps every block, so after
-  each request the rank holds the blocks of the longest prompt seen so far: the footprint
-  ratchets up with the longest prompt and never comes back between requests. With C = 4096
-  that is ~5.0 GiB after a 50K prompt and ~19.4 GiB after a 100K one: beyond the ~15.7 GiB a
-  0.80 static pool leaves on a 121.7 GiB node, as in the report ("above roughly 100K").
-- budget < 0.1 ("bounded"): the indexer chunks by rows; one block of at most the budget
-  (0.01 x 0.2 x 121.7 GiB = ~249 MiB: "about 240 MB") is taken during the request and
-  freed after it.
-`indexer_scale` in sparkrack-stub.json multiplies every block (small prompts, big effect).
+"""The SGLang DSA indexer's scratch memory, as the field report describes it (stdlib only):
+ratchet without the budget, bounded with it (the model: docs/rehearsal.md#the-stub-engines).
 """
 
 from __future__ import annotations

@@ -1,17 +1,5 @@
-"""The model directory of a stub deployment on the rehearsal nodes (control side).
-
-The launch specs bind-mount `{model_path}` (the inventory's) read-only into every rank; a
-real rack keeps the weights there. On the rehearsal rack it holds what a stub rank reads:
-
-    {model_path}/config.json                     a small HF-style model config (required:
-                                                 like the real engines, a rank without it
-                                                 exits 1)
-    {model_path}/model-0000N-of-00002.safetensors  small fake weight shards
-    {model_path}/model.safetensors.index.json
-    {model_path}/sparkrack-manifest.sha256       `sha256sum -c` lines of the files above
-                                                 (not of sparkrack-stub.json: that is
-                                                 settings, not the model)
-    {model_path}/sparkrack-stub.json             the stub settings (config.py)
+"""The model directory of a stub deployment on the rehearsal nodes (control side): what a stub
+rank reads there (docs/formats.md#the-stub-model-directory).
 """
 
 from __future__ import annotations

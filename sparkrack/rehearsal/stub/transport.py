@@ -1,33 +1,7 @@
-"""A rank's transport environment judged as Gloo and NCCL would judge it on the node.
-
-A real rank fails at group init when its environment does not fit the node's hardware;
-the stub does the same, from what the node shows (its HCAs through gpusimd, its netdevs
-seen directly: the container shares the node's network namespace):
-
-- `GLOO_SOCKET_IFNAME` names an interface that does not exist or has no IPv4 address:
-  Gloo's "Unable to find address for" (at init_process_group); with several addresses
-  Gloo takes the first that getifaddrs lists (gloo/transport/tcp/device.cc);
-- `NCCL_SOCKET_IFNAME` matches no interface with such an address: "Bootstrap : no socket
-  interface found";
-- an `NCCL_IB_HCA` entry matches no HCA, or its port is not ACTIVE (unless
-  `NCCL_IB_DISABLE=1`);
-- `NCCL_IB_GID_INDEX` is not, on every HCA NCCL uses, the RoCE v2 entry whose GID is
-  IPv4-mapped: the queue pairs never connect (IBV_WC_RETRY_EXC_ERR), or the entry is empty
-  (ibv_modify_qp fails);
-- the node's kernel fails memory registration (KHO's CMA, the driver says so per HCA):
-  `Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory`;
-- across ranks (rank 0 judges what every rank sent at the rendezvous, `unreachable`): an
-  address a rank uses (its GID's, NCCL taking whatever entry the index names; its Gloo
-  address) on a network none of a peer's interfaces is on: the peer's queue pairs or
-  connections never reach it (NVIDIA's link-local address on one node, not on the others).
-- the fabric drops the RDMA writes of the first collective (a switch port at a smaller
-  MTU than the RoCE path MTU the nodes' MTU gives): IBV_WC_RETRY_EXC_ERR. The stub sends,
-  on each HCA's address, one datagram of an RDMA write's packet size at that path MTU to
-  its ring neighbour's same rail (UDP 4791, RoCE v2's port), which echoes it.
-
-Unset variables leave the choice to the libraries, as they do: every HCA, NCCL's own GID
-selection, the interface of the host name. Pure except `local_interfaces`, `netdev_mtu`,
-`echo_rails` and `first_write`.
+"""A rank's transport environment judged as Gloo and NCCL would judge it on the node: what
+the node shows (its HCAs through gpusimd, its netdevs directly) against the variables, each
+failure in the libraries' own words (docs/rehearsal.md, "NCCL and Gloo at group init").
+Pure except `local_interfaces`, `netdev_mtu`, `echo_rails` and `first_write`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,5 @@
-"""What the simulated GB10 reads for a given load, clock lock and latch state (pure).
-
-A clock lock only caps: under load the SM clock is the sustained boost clock (wandering),
-at most the lock's max snapped DOWN to the driver's clock bin (2200 -> 2190 with 15 MHz
-bins). A lock
-min raises the idle clock, never the load clock. A latched board (low-clock state) runs
-at its latched clock (481-858 MHz, wandering) and power (5.8-15.8 W) whatever the lock
-says. Power above idle scales with utilization and with (clock / boost clock) ** exponent,
-for the GPU and the whole node.
-
-Temperature follows the power over the air around the board (ambient, plus the heat the
-rack adds: a blocked vent, a hot room). A GPU that would pass its T.Limit under load slows
-itself down (SW thermal slowdown): its clock drops until it holds at the T.Limit. When
-even that cannot hold it (the clock would fall under half its own), the hardware slowdown
-halves the clock and the temperature rises past the T.Limit, towards the slowdown and
-shutdown thresholds.
+"""What the simulated GB10 reads for a given load, clock lock and latch state (pure): clock,
+power and temperature, thermal slowdowns included (docs/rehearsal.md#the-simulators).
 """
 
 EVENT_GPU_IDLE = 0x1

@@ -1,22 +1,5 @@
-"""The daemon's line-delimited JSON protocol on 127.0.0.1, one thread per connection.
-
-Each request is one JSON object on one line, answered by one line:
-  {"op": "state"}                              -> {"ok": true, "state": {...}}
-  {"op": "lock", "min": 0, "max": 2200}        -> {"ok": true}
-  {"op": "reset"}                              -> {"ok": true}
-  {"op": "persistence", "enabled": true}       -> {"ok": true, "changed": true}
-  {"op": "load", "util": 100}                  -> {"ok": true}   (held until 0 or disconnect)
-  {"op": "load", "util": 96, "spin": true}     -> {"ok": true}   (busy at low power: a kernel
-                                                  waiting on a flag, as in a collective)
-  {"op": "alloc", "bytes": N, "pid": P, "name": "python3"}
-                                               -> {"ok": true, "id": 1}  (freed at disconnect)
-  {"op": "free", "id": 1}                      -> {"ok": true}
-  {"op": "rdma"}                               -> {"ok": true, "hcas": {...}}  (gpusim.rdma;
-                                                  each with "reg_mr_error" when the kernel
-                                                  fails memory registration)
-Errors answer {"ok": false, "error": "..."} and keep the connection open.
-A load belongs to the client's process (gpusim.peers finds it at its first load): while
-that process is stopped its compute drains and the GPU reads idle.
+"""The daemon's line-delimited JSON protocol on 127.0.0.1, one thread per connection (its
+requests and answers: docs/rehearsal.md#the-simulators).
 """
 
 import itertools

@@ -16,7 +16,6 @@ Nothing leaves this machine: the API server is on 127.0.0.1 and kubectl contacts
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys

@@ -158,7 +158,7 @@ def main() -> None:
                         "-o", "StrictHostKeyChecking=yes", "-o", "GlobalKnownHostsFile=/dev/null",
                         *[f"root@{PEER_ADDR}:{SRC_DIR}/{n}" for n in names],
                         f"root@{NEW_ADDR}:{SCP_DIR}/"]
-                seconds, done = timed(lambda: subprocess.run(argv, capture_output=True,
+                seconds, done = timed(lambda argv=argv: subprocess.run(argv, capture_output=True,
                                                              text=True))
                 if done.returncode:
                     raise SystemExit(f"scp failed: {done.stderr.strip()[-300:]}")

@@ -155,7 +155,7 @@ def main() -> int:
             write_stub_model(fleet, BASE)
         try:
             costs = poll_cost(inventory, args.polls)
-            print("poll cost (median of %d):" % args.polls)
+            print(f"poll cost (median of {args.polls}):")
             for label, value in costs.items():
                 print(f"  {label:28s} {value:7.1f} ms")
             print(f"  the progress check adds {costs['poll, progress check'] - costs['poll, no progress check']:.1f} ms "

@@ -4,7 +4,8 @@ import json
 import re
 import sys
 import threading
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 # rich is imported on first use, not with this module: `invoke --list` and `-h` print no
 # table (tests/unit/test_cli_imports.py). `console.out` and `console.err` are its Consoles.

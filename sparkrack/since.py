@@ -26,7 +26,7 @@ def parse_since(text: str, now: float | None = None) -> float:
     now = time.time() if now is None else now
     duration = _DURATION.fullmatch(text)
     if text and duration and any(duration.groups()):
-        return now - sum(float(n) * s for n, s in zip(duration.groups(), UNIT_S.values()) if n)
+        return now - sum(float(n) * s for n, s in zip(duration.groups(), UNIT_S.values(), strict=False) if n)
     if re.fullmatch(r"\d+(\.\d+)?", text):
         return float(text)
     try:

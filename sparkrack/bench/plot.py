@@ -59,7 +59,7 @@ def plot(table: Sequence[CompareRow], names: tuple[str, str], path: str,
                                 "font.size": 9}):
         figure = Figure(figsize=(3.2 * COLUMNS, 2.7 * rows + 0.9), layout="constrained")
         axes = figure.subplots(rows, COLUMNS, squeeze=False).flatten()
-        for ax, row in zip(axes, shown):
+        for ax, row in zip(axes, shown, strict=False):
             _panel(ax, row, names, tie_pct)
         for ax in axes[len(shown):]:
             ax.set_axis_off()
@@ -81,7 +81,7 @@ def _panel(ax, row: CompareRow, names: tuple[str, str], tie_pct: float) -> None:
     """One measure: A's and B's bars, their values, the tie band around A, the verdict."""
     values = [v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
               for v in (row.a, row.b)]
-    for x, (value, color, which) in enumerate(zip(values, COLORS, "ab")):
+    for x, (value, color, which) in enumerate(zip(values, COLORS, "ab", strict=False)):
         if value is None:
             ax.text(x, 0, "not measured", ha="center", va="bottom", fontsize=7, rotation=90)
             continue

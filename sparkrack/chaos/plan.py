@@ -59,7 +59,7 @@ class Step:
 
 
 def _pick(rng: random.Random, weighted: Sequence[tuple[str, int]]) -> str:
-    names, weights = zip(*weighted)
+    names, weights = zip(*weighted, strict=False)
     return rng.choices(names, weights=weights)[0]
 
 

@@ -25,7 +25,7 @@ COMMON = (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"
 # ... and each engine's own: SGLang sets DG_JIT_CACHE_DIR from SGLANG_DG_CACHE_DIR
 OWN = {"sglang": (("SGLANG_CACHE_DIR", "sglang"), ("SGLANG_DG_CACHE_DIR", "deep_gemm")),
        "vllm": (("VLLM_CACHE_ROOT", "vllm"),)}
-_NAME = re.compile(r"^([a-z0-9_]+)-([0-9a-f]{%d})-sm(\d+)$" % IMAGE_HEX)
+_NAME = re.compile(rf"^([a-z0-9_]+)-([0-9a-f]{{{IMAGE_HEX}}})-sm(\d+)$")
 _CAP = re.compile(r"^(\d+)\.(\d+)$")
 
 

@@ -171,7 +171,7 @@ def _check_one_template(specs: tuple[LaunchSpec, ...], argvs: list[tuple[str, ..
     """UsageError unless every rank has the same env and image and every worker the same
     argv once the rank-dependent words are LWS variables: one template serves them all."""
     head = specs[0]
-    for spec, argv in zip(specs[1:], argvs[1:]):
+    for spec, argv in zip(specs[1:], argvs[1:], strict=False):
         differing = sorted(key for key in {*head.env, *spec.env} - set(PER_NODE)
                            if head.env.get(key) != spec.env.get(key))
         if differing:

@@ -21,7 +21,7 @@ def queries() -> list[Query]:
 def records_of(answers: Answers) -> dict[str, dict | None]:
     """{kind: the record's JSON object, or None when absent or unreadable}."""
     found: dict[str, dict | None] = {}
-    for kind, query in zip(KINDS, queries()):
+    for kind, query in zip(KINDS, queries(), strict=False):
         content = parse_file(answers.lines(query)).content
         try:
             data = json.loads(content) if content and content.strip() else None

@@ -70,7 +70,7 @@ def engine_containers(fleet: Fleet, nodes: Sequence | None = None
 
     ranks, errors = [], {}
     nodes = list(fleet.nodes if nodes is None else nodes)
-    for node, (found, error) in zip(nodes, parallel(nodes, on)):
+    for node, (found, error) in zip(nodes, parallel(nodes, on), strict=False):
         ranks += found
         if error:
             errors[node.name] = error

@@ -268,7 +268,7 @@ def image_problems(fleet: Fleet, specs: tuple[LaunchSpec, ...], report: Prefligh
         except Exception:  # a node lost since the facts: named by the reachable gate
             return None
 
-    infos = dict(zip((s.node for s in specs), parallel(specs, image_info)))
+    infos = dict(zip((s.node for s in specs), parallel(specs, image_info), strict=False))
     ids = {node: info[0] if info else None for node, info in infos.items()}
     reference = ids.get(specs[0].node)
     report.image_id = reference or ""

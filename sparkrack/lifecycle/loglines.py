@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from ..terminal import escape_controls
 
@@ -34,14 +34,14 @@ def parse_timestamp(text: str) -> int | None:
         moment = datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone))
     except ValueError:
         return None
-    seconds = int(moment.astimezone(timezone.utc).timestamp())
+    seconds = int(moment.astimezone(UTC).timestamp())
     return seconds * NS + int((fraction or "0").ljust(9, "0"))
 
 
 def format_timestamp(ns: int) -> str:
     """Unix nanoseconds as docker writes them: 2026-03-01T14:05:00.123456789Z."""
     seconds, fraction = divmod(ns, NS)
-    moment = datetime.fromtimestamp(seconds, timezone.utc)
+    moment = datetime.fromtimestamp(seconds, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{fraction:09d}Z"
 
 

@@ -90,7 +90,7 @@ def power_cycle(inventory: Inventory, node: Node, plan: CyclePlan, *, burn: Call
         if stopped.errors:
             raise SparkrackError(f"could not stop {plan.group} cleanly: " + "; ".join(
                 f"{k}: {v}" for k, v in stopped.errors.items()),
-                fix=f"nothing was power-cycled; fix the nodes named, then retry")
+                fix="nothing was power-cycled; fix the nodes named, then retry")
     with Fleet(inventory, [node]) as fleet:
         before, _ = boot_ids(fleet, [node], inventory.head.name)
         with lease_while_down([node.name], plan.off_seconds + timeout + 60):

@@ -213,7 +213,7 @@ def chain_tip(text: str) -> str:
 
 def chain(previous: str, line: str) -> str:
     """line (a JSON object) with `"prev":SHA-256 of previous` put first, as lock.sh does."""
-    return '{"%s":"%s",%s' % (CHAIN, line_hash(previous), line[1:])
+    return f'{{"{CHAIN}":"{line_hash(previous)}",{line[1:]}'
 
 
 @dataclass(frozen=True)

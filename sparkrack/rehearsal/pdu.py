@@ -211,7 +211,7 @@ def start_agent(inventory_path: Path, pdu: PduConfig | None, say) -> None:
     given = [os.environ.get(getattr(names, key)) for key in DEFAULT_ENV]
     values = given if all(given) else [REHEARSAL_CREDENTIALS[DEFAULT_ENV[key]]
                                        for key in DEFAULT_ENV]
-    env.update(zip(("PDU_USER", "PDU_AUTH_KEY", "PDU_PRIV_KEY"), values))
+    env.update(zip(("PDU_USER", "PDU_AUTH_KEY", "PDU_PRIV_KEY"), values, strict=False))
     env["PATH"] = os.pathsep.join([env.get("PATH", ""), *SBIN_DIRS])
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     with open(LOG_FILE, "ab") as log:

@@ -25,7 +25,7 @@ NAME = re.compile(r"^[a-z0-9_][a-z0-9_-]*$")
 def usage(root, name):
     """(bytes, files) under root/name, links not followed."""
     total, files = 0, 0
-    for top, dirs, names in os.walk(os.path.join(root, name)):
+    for top, _dirs, names in os.walk(os.path.join(root, name)):
         for each in names:
             try:
                 total += os.lstat(os.path.join(top, each)).st_size
@@ -37,7 +37,7 @@ def usage(root, name):
 
 def make(root, name, key):
     if not NAME.match(name):
-        print(json.dumps({"error": "not a cache folder name: %r" % name}))
+        print(json.dumps({"error": f"not a cache folder name: {name!r}"}))
         return 2
     os.makedirs(root, mode=0o755, exist_ok=True)
     folder = os.path.join(root, name)
@@ -83,8 +83,7 @@ def remove(root, check, *names):
         elif not os.path.isdir(folder):
             out[name] = {"bytes": 0, "error": None, "absent": True}
         elif not os.path.isfile(os.path.join(folder, KEY_FILE)):
-            out[name] = {"bytes": 0, "error": "%s holds no %s: not a sparkrack cache folder"
-                                              % (folder, KEY_FILE)}
+            out[name] = {"bytes": 0, "error": f"{folder} holds no {KEY_FILE}: not a sparkrack cache folder"}
         else:
             out[name] = {"bytes": usage(root, name)[0], "error": None}
             if check == "0":

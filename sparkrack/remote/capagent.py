@@ -36,7 +36,7 @@ def lock_clock(cap):
         done = subprocess.run(["nvidia-smi", "-lgc", "0,%d" % cap], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
-        return "nvidia-smi -lgc did not run: %s" % error
+        return f"nvidia-smi -lgc did not run: {error}"
     if done.returncode:
         lines = done.stdout.decode(errors="replace").strip().splitlines()
         return "nvidia-smi -lgc exited %d: %s" % (done.returncode, lines[-1] if lines else "")
@@ -51,7 +51,7 @@ def sample(burn, cap, load, seconds):
         done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=LOAD_RUNS * seconds + CHECK_MARGIN_S)
     except (OSError, subprocess.TimeoutExpired) as error:
-        return ERROR, "the burn did not run: %s" % error
+        return ERROR, f"the burn did not run: {error}"
     _, samples, rc, tail = parse_output(done.stdout.decode(errors="replace"))
     verdict, reason, _, _ = judge(samples, cap, rc, tail)
     if verdict == UNCAPPED:  # the judge's words are the rack's; this is the cluster's way
@@ -82,8 +82,7 @@ def engines(api, args):
     try:
         pods = api.pods(args.namespace, args.node, args.engine_label)
     except Exception as error:
-        return None, False, "the engine pods of %s could not be read: %s" % (
-            args.node, Api.said(error))
+        return None, False, f"the engine pods of {args.node} could not be read: {Api.said(error)}"
     serving = any("running" in (status.get("state") or {})
                   for pod in pods for status in pod.get("status", {}).get("containerStatuses")
                   or [])
@@ -98,7 +97,7 @@ def record(api, node, verdict, reason, boot, say):
     API server refused or was out of reach (said; tried again at the next check)."""
     ok = verdict == OK
     metadata = {"labels": {LABEL: "true" if ok else None}, "annotations": {
-        VERDICT: "%s: %s" % (verdict, reason), CHECKED: stamp(time.time()), BOOT: boot}}
+        VERDICT: f"{verdict}: {reason}", CHECKED: stamp(time.time()), BOOT: boot}}
     error = None
     for _ in range(3):  # a taint change carries the Node's resourceVersion: again on 409
         try:
@@ -116,12 +115,12 @@ def record(api, node, verdict, reason, boot, say):
         except Exception as failed:  # out of reach: said, tried again next time
             error = failed
         else:
-            say("%s: %s: %s; label %s %s, taint %s %s" % (
+            say("{}: {}: {}; label {} {}, taint {} {}".format(
                 node, verdict, reason, LABEL, "set" if ok else "removed", TAINT,
                 "lifted" if ok else "set (NoExecute: an engine pod here is evicted)"))
             return True
         break
-    say("%s: %s: %s; the label could not be %s: %s" % (
+    say("{}: {}: {}; the label could not be {}: {}".format(
         node, verdict, reason, "set" if ok else "removed", Api.said(error)))
     return False
 
@@ -132,13 +131,13 @@ def start(api, args, boot, say):
         verdict, _, checked, was = record_of(api.node(args.node))
     except Exception as error:
         verdict, checked, was = "", None, ""
-        say("%s: its Node could not be read: %s" % (args.node, error))
+        say(f"{args.node}: its Node could not be read: {error}")
     if verdict == OK and was == boot:
         try:
             api.patch_node(args.node, {"metadata": {"labels": {LABEL: "true"}}})
         except Exception as error:
-            say("%s: the label could not be set: %s" % (args.node, error))
-        say("%s: resuming: ok at %s in this boot; label %s set" % (
+            say(f"{args.node}: the label could not be set: {error}")
+        say("{}: resuming: ok at {} in this boot; label {} set".format(
             args.node, stamp(checked) if checked else "?", LABEL))
         return checked
     record(api, args.node, "UNVERIFIED", "the agent starts: nothing judged in this boot yet",
@@ -149,10 +148,10 @@ def start(api, args, boot, say):
 def leave(api, node, say):
     try:
         api.patch_node(node, {"metadata": {"labels": {LABEL: None}}})
-        say("%s: the agent ends: label %s removed (no new engine pod is placed here); the "
-            "last verdict stands for the pods already here" % (node, LABEL))
+        say(f"{node}: the agent ends: label {LABEL} removed (no new engine pod is placed here); the "
+            "last verdict stands for the pods already here")
     except Exception as error:
-        say("%s: the agent ends; the label could not be removed: %s" % (node, error))
+        say(f"{node}: the agent ends; the label could not be removed: {error}")
 
 
 def due(now, last, verified, serving, waiting, every):
@@ -173,7 +172,7 @@ def alive(path, seconds):
     try:
         age = time.time() - os.stat(path).st_mtime
     except OSError as error:
-        print("the agent has given no sign of life: %s" % error)
+        print(f"the agent has given no sign of life: {error}")
         return 1
     if age > seconds:
         print("the agent's last sign of life was %d s ago, more than %d s: it is stuck"
@@ -224,20 +223,20 @@ def main(argv=None):
     beat(args.alive_file)
     verified = start(api, args, boot, say)
     problem = lock_clock(args.cap)
-    say("%s: %s" % (args.node, problem or "GPU clock locked at 0,%d MHz" % args.cap))
+    say("{}: {}".format(args.node, problem or "GPU clock locked at 0,%d MHz" % args.cap))
     last, unread = None, ""
     while not stop.is_set():
         beat(args.alive_file)
         serving, waiting, why = engines(api, args)
         if why != unread:
-            say(why or "%s: the engine pods can be read again" % args.node)
+            say(why or f"{args.node}: the engine pods can be read again")
             unread = why
         now = time.time()
         if args.once or due(now, last, verified, serving, waiting, args.every):
             last = now
             verdict, reason = check(args, serving)
             if not verdict:
-                say("%s: %s; the last verdict stands" % (args.node, reason))
+                say(f"{args.node}: {reason}; the last verdict stands")
             elif record(api, args.node, verdict, reason, boot, say) and verdict == OK:
                 verified = time.time()
             if args.once:

@@ -25,10 +25,9 @@ def gate(api, node, boot, wait_s, fresh_s, say):
         try:
             why = refusal(api.node(node), boot, time.time(), fresh_s)
         except Exception as error:  # the API server out of reach: nothing is known
-            why = "its Node could not be read: %s" % error
+            why = f"its Node could not be read: {error}"
         if not why:
-            say("%s: clock cap verified ok in this boot (%s): the engine may start"
-                % (node, boot))
+            say(f"{node}: clock cap verified ok in this boot ({boot}): the engine may start")
             return 0
         waited = time.monotonic() - started
         if waited >= wait_s:
@@ -61,7 +60,7 @@ def main(argv=None):
     try:
         boot = read_boot_id(args.boot_id_file)
     except OSError as error:
-        say("%s: refused: this node's boot id could not be read: %s" % (args.node, error))
+        say(f"{args.node}: refused: this node's boot id could not be read: {error}")
         return 1
     return gate(Api(args.api, args.account), args.node, boot, args.wait, args.fresh, say)
 

@@ -58,10 +58,10 @@ def refusal(node, boot_id, now, fresh_s=FRESH_S):
     if not verdict:
         return "no clock-cap verdict on this node: its node agent has not judged it"
     if boot != boot_id:
-        return ("its verdict (%s) belongs to boot %s and the node runs boot %s: the clock lock "
-                "did not survive the reboot" % (verdict, boot or "?", boot_id))
+        return ("its verdict ({}) belongs to boot {} and the node runs boot {}: the clock lock "
+                "did not survive the reboot".format(verdict, boot or "?", boot_id))
     if verdict != OK:
-        return "its last verdict is %s: %s" % (verdict, reason)
+        return f"its last verdict is {verdict}: {reason}"
     if checked is None or now - checked > fresh_s or checked - now > SKEW_S:
         return ("its last ok (%s) is not within the last %d s: no agent has judged it since"
                 % (stamp(checked) if checked is not None else "no time", fresh_s))

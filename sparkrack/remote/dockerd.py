@@ -16,19 +16,19 @@ def docker_get(path):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(20)
             conn.connect(DOCKER_SOCKET)
-            conn.sendall(("GET %s HTTP/1.0\r\nHost: docker\r\n\r\n" % path).encode())
+            conn.sendall((f"GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n").encode())
             reply = b"".join(iter(lambda: conn.recv(65536), b""))
     except OSError as error:
-        return ("Cannot connect to the Docker daemon at unix://%s. Is the docker daemon "
-                "running? (%s)" % (DOCKER_SOCKET, error.strerror or error)), None
+        return (f"Cannot connect to the Docker daemon at unix://{DOCKER_SOCKET}. Is the docker daemon "
+                f"running? ({error.strerror or error})"), None
     head, _, body = reply.partition(b"\r\n\r\n")
     status = head.split(b"\r\n", 1)[0].decode(errors="replace")
     if " 200 " not in status + " ":
-        return "dockerd answered %s: %s" % (status, body.decode(errors="replace")[:200]), None
+        return "dockerd answered {}: {}".format(status, body.decode(errors="replace")[:200]), None
     try:
         return None, json.loads(body)
     except ValueError:
-        return "dockerd answered %s with no JSON" % status, None
+        return f"dockerd answered {status} with no JSON", None
 
 
 def images_section():
@@ -40,7 +40,7 @@ def images_section():
     lines = ["rc 0"]
     for image in images:
         for tag in image.get("RepoTags") or ["<none>:<none>"]:
-            lines.append("%s %s" % (tag, image["Id"]))
+            lines.append("{} {}".format(tag, image["Id"]))
     return lines
 
 
@@ -49,7 +49,7 @@ def dockerd_pid():
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open("/proc/%s/comm" % entry) as handle:
+                with open(f"/proc/{entry}/comm") as handle:
                     if handle.read().strip() == "dockerd":
                         return entry
             except OSError:
@@ -63,7 +63,7 @@ def hook_path():
     if pid is None:
         return ""
     try:
-        with open("/proc/%s/environ" % pid, "rb") as handle:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
             env = handle.read().split(b"\0")
     except OSError:
         return ""
@@ -78,7 +78,7 @@ def hook_path():
 def daemon_section():
     """`version V` or `error WHY`, then `runtimes NAME...`, `hook PATH`."""
     error, version = docker_get("/version")
-    lines = ["error " + error] if error else ["version %s" % version.get("Version", "")]
+    lines = ["error " + error] if error else ["version {}".format(version.get("Version", ""))]
     if not error:
         _, info = docker_get("/info")
         lines.append("runtimes " + " ".join(sorted((info or {}).get("Runtimes") or {})))

@@ -56,7 +56,7 @@ def quoted(name):
         elif 32 <= byte < 127:
             out.append(char)
         else:
-            out.append("\\x%02x" % byte)
+            out.append(f"\\x{byte:02x}")
     return "$'" + "".join(out) + "'"
 
 
@@ -108,7 +108,7 @@ def table(folder, keep):
     for name in entries(folder):
         line = first_line(os.path.join(folder, name))
         if line and keep(line):
-            rows.append("%s:%s" % (name, line))
+            rows.append(f"{name}:{line}")
     return rows
 
 
@@ -120,7 +120,7 @@ def functions_section():
         device = os.path.join(INFINIBAND, name)
         netdevs = entries(os.path.join(device, "device/net"))
         state = first_line(os.path.join(device, "ports/1/state")) or ""
-        lines.append("%s\t%s\t%s" % (name, ",".join(netdevs), state))
+        lines.append("{}\t{}\t{}".format(name, ",".join(netdevs), state))
     return lines
 
 

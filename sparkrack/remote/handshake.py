@@ -72,7 +72,7 @@ def read_line(conn, limit=200):
 
 def greeting(token):
     """A probe listener's first line: it tells the prober the port is ours."""
-    return ("sparkrack-probe %s\n" % token).encode()
+    return (f"sparkrack-probe {token}\n").encode()
 
 
 def greet(conn, token):

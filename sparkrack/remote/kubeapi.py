@@ -19,7 +19,7 @@ class Api:
     """Nodes and pods of the API server at url (empty: the in-cluster one)."""
 
     def __init__(self, url, account):
-        url = url or "https://%s:%s" % (os.environ.get("KUBERNETES_SERVICE_HOST", ""),
+        url = url or "https://{}:{}".format(os.environ.get("KUBERNETES_SERVICE_HOST", ""),
                                         os.environ.get("KUBERNETES_SERVICE_PORT", "443"))
         self.url = url.rstrip("/")
         self.token_file = os.path.join(account, "token")
@@ -48,7 +48,7 @@ class Api:
             message = json.loads(error.read() or b"{}").get("message", "")
         except Exception:  # not an HTTPError, or no JSON Status in its body
             message = ""
-        return "%s%s" % (error, ": " + message if message else "")
+        return "{}{}".format(error, ": " + message if message else "")
 
     def node(self, name):
         return self.call("GET", "/api/v1/nodes/" + urllib.parse.quote(name))
@@ -59,6 +59,6 @@ class Api:
 
     def pods(self, namespace, node, selector):
         """The pods of namespace bound to node that match the label selector."""
-        return self.call("GET", "/api/v1/namespaces/%s/pods" % urllib.parse.quote(namespace),
+        return self.call("GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods",
                          query={"fieldSelector": "spec.nodeName=" + node,
                                 "labelSelector": selector}).get("items") or []

@@ -33,7 +33,7 @@ def wait(name, seconds):
                 said = waited
             time.sleep(1.0)
             continue
-        print("the leader's address %s resolves to %s" % (name, address), flush=True)
+        print(f"the leader's address {name} resolves to {address}", flush=True)
         return 0
 
 

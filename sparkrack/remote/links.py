@@ -59,6 +59,6 @@ def links_section(hcas, devs):
     for dev in sorted(devices):
         mtu = read_word(os.path.join(NET, dev, "mtu")) or link_word(dev, "mtu")
         state = read_word(os.path.join(NET, dev, "operstate")) or link_word(dev, "state").lower()
-        lines.append("netdev %s mtu=%s state=%s ipv4=%s" % (
+        lines.append("netdev {} mtu={} state={} ipv4={}".format(
             dev, mtu or "-", state or "-", ipv4.get(dev, "-")))
     return lines

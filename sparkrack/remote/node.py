@@ -86,7 +86,7 @@ def node_section(fields):
     lines = ["hostname " + socket.gethostname(), "kernel " + kernel_release(),
              "os " + os_name(), "gpu %d %s" % (rc, line)]
     cma = memory(keys=("CmaTotal", "CmaFree"))
-    return lines + memory_section() + ["%s %s" % item for item in sorted(cma.items())] + \
+    return lines + memory_section() + ["{} {}".format(*item) for item in sorted(cma.items())] + \
         cmdline_section()
 
 
@@ -100,7 +100,7 @@ def cmdline_section(path="/proc/cmdline"):
 
 
 def memory_section():
-    return ["%s %s" % item for item in sorted(memory().items())]
+    return ["{} {}".format(*item) for item in sorted(memory().items())]
 
 
 def sample_section(fields, optional):
@@ -126,7 +126,7 @@ def thermal_section():
         if inside and not colon:
             break
         if inside:
-            lines.append("%s: %s" % (label.strip(), value.strip()))
+            lines.append(f"{label.strip()}: {value.strip()}")
     return lines
 
 

@@ -42,7 +42,7 @@ def serve(token, hold, port, *addrs):
             tcp.bind((addr, int(port)))
             tcp.listen(4)
         except OSError as error:
-            report[addr]["error"] = "%s:%s: %s" % (addr, port, error.strerror or error)
+            report[addr]["error"] = f"{addr}:{port}: {error.strerror or error}"
             continue
         udp.setblocking(False)
         tcp.setblocking(False)
@@ -118,10 +118,10 @@ def _jumbo(token, src, dst, port, mtu=9000):
         sock.settimeout(0.5)
         try:
             if not _echoed(sock, token + b"s" * 36, dst, port, LISTENER):
-                return "no echo at all from %s within %g s (its listener did not start, or " \
-                    "the address is not reachable on this rail)" % (dst, LISTENER)
+                return f"no echo at all from {dst} within {LISTENER:g} s (its listener did not start, or " \
+                    "the address is not reachable on this rail)"
         except OSError as error:
-            return "%s sending to %s" % (error.strerror or error, dst)
+            return f"{error.strerror or error} sending to {dst}"
         try:
             if _echoed(sock, token + b"j" * (mtu - HEADERS - len(token)), dst, port,
                        JUMBO_WAIT):
@@ -192,7 +192,7 @@ def send(token, seconds, port, mtu, *triples):
             entry["jumbo"] = _jumbo(token, src, dst, port, int(mtu))
             entry["bytes"], entry["seconds"] = _stream(token, src, dst, port, seconds)
         except OSError as error:
-            entry["error"] = "%s -> %s: %s" % (src, dst, error.strerror or error)
+            entry["error"] = f"{src} -> {dst}: {error.strerror or error}"
     return report
 
 

@@ -90,11 +90,11 @@ class FileSink:
             self.lock = locked(root) if wanted else None
         except OSError as e:  # ELOOP: the lock file is a symlink
             self.lock = None
-            self.error = "cannot open the stage lock in %s: %s" % (root, e.strerror or e)
+            self.error = f"cannot open the stage lock in {root}: {e.strerror or e}"
         if self.lock is not None:
             note_progress(self.lock, {"bytes": 0})
         elif wanted and self.error is None:
-            self.error = "another transfer is writing into %s (an interrupted run still going?)" % root
+            self.error = f"another transfer is writing into {root} (an interrupted run still going?)"
         self.cache = load_cache(cache_path)
 
     def opener(self):
@@ -146,15 +146,14 @@ class FileSink:
         why = escape(self.root, name)
         if why is None:
             os.makedirs(os.path.dirname(part), exist_ok=True)
-            why = None if within(os.path.dirname(part), self.root) else "%s leads outside %s" % (
-                os.path.dirname(part), self.root)
+            why = None if within(os.path.dirname(part), self.root) else f"{os.path.dirname(part)} leads outside {self.root}"
         if why:
             res.update(state="failed", error="refused: " + why)
             return
         try:  # never through a symlink put in the partial file's place
             f = os.fdopen(open_nofollow(part, os.O_RDWR | os.O_CREAT), "r+b", buffering=0)
         except OSError as e:
-            res.update(state="failed", error="cannot open %s: %s" % (part, e.strerror or e))
+            res.update(state="failed", error=f"cannot open {part}: {e.strerror or e}")
             return
         have = os.fstat(f.fileno()).st_size
         if have < offset:
@@ -180,7 +179,7 @@ class FileSink:
         got = cur["h"].hexdigest()
         if got != sha:
             os.unlink(part)
-            res.update(state="failed", error="sha256 %s differs from the manifest's %s" % (got[:16], sha[:16]))
+            res.update(state="failed", error=f"sha256 {got[:16]} differs from the manifest's {sha[:16]}")
             return
         os.replace(part, path)
         self.cache[path] = stamp(path) + [sha]
@@ -275,7 +274,7 @@ def main():
             for out in outs.values():
                 out.put(chunk)
     except Exception as e:
-        report["read_error"] = "%s: %s" % (type(e).__name__, e)
+        report["read_error"] = f"{type(e).__name__}: {e}"
     for out in outs.values():
         out.put(None)
     for name, out in outs.items():

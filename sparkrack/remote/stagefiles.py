@@ -34,13 +34,13 @@ def escape(root, name):
     resolves (through a link) outside root, or outside root's blob store for a Hugging
     Face snapshot; None when it stays inside."""
     if not name or os.path.isabs(name) or ".." in name.split("/"):
-        return "%r is not a path inside %s" % (name, root)
+        return f"{name!r} is not a path inside {root}"
     path = os.path.join(root, name)
     store = blob_store(root)
     if within(path, root) or (store is not None and os.path.islink(path)
                               and within(os.path.dirname(path), root) and within(path, store)):
         return None
-    return "%s leads outside %s (to %s)" % (path, root, os.path.realpath(path))
+    return f"{path} leads outside {root} (to {os.path.realpath(path)})"
 
 
 def open_nofollow(path, flags, mode=0o644):

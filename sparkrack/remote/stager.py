@@ -65,16 +65,16 @@ def check(root, cache_path, full, save):
 
 def manifest(root, cache_path, write):
     if not os.path.isdir(root):
-        print(json.dumps({"error": "%s is not a directory" % root}))
+        print(json.dumps({"error": f"{root} is not a directory"}))
         return 1
     try:
         names = walk_files(root)
     except ValueError as error:
-        print(json.dumps({"error": "refused: %s (a model file must be inside the model "
-                                   "directory)" % error}))
+        print(json.dumps({"error": f"refused: {error} (a model file must be inside the model "
+                                   "directory)"}))
         return 1
     if not names:
-        print(json.dumps({"error": "%s holds no file" % root}))
+        print(json.dumps({"error": f"{root} holds no file"}))
         return 1
     found = {n: os.path.getsize(os.path.join(root, n)) for n in names}
     path = os.path.join(root, MANIFEST)
@@ -97,7 +97,7 @@ def manifest(root, cache_path, write):
                 sha = sha_of(full).hexdigest()
                 hashed += st[0]
                 cache[full] = st + [sha]
-            lines.append("%s  %s\n" % (sha, name))
+            lines.append(f"{sha}  {name}\n")
         text, made = "".join(lines), True
         save_cache(cache_path, cache)
         if write == "1":
@@ -160,7 +160,7 @@ def listing(*parents):
                     if os.path.isfile(file):
                         entry["files"] += 1
                         entry["bytes"] += os.path.getsize(file)
-            for top, _, files in os.walk(root):
+            for _top, _, files in os.walk(root):
                 entry["partials"] += sum(1 for n in files if n.endswith(PARTIAL))
             if entry["digest"] or entry["partials"] or os.path.exists(os.path.join(root, LOCK)):
                 out.append(entry)
@@ -175,7 +175,7 @@ def remove(root, check, cache_path):
         print(json.dumps(out))
         return 0
     if busy(root):
-        out["error"] = "a transfer is writing into %s" % root
+        out["error"] = f"a transfer is writing into {root}"
         print(json.dumps(out))
         return 1
     names = []
@@ -185,8 +185,8 @@ def remove(root, check, cache_path):
     for name in names:  # a name leaving root: nothing is removed (never unlinked there)
         why = escape(root, name)
         if why:
-            out["error"] = ("%s names a file outside the model directory: %s; nothing removed "
-                            "(fix or delete the manifest)" % (path, why))
+            out["error"] = (f"{path} names a file outside the model directory: {why}; nothing removed "
+                            "(fix or delete the manifest)")
             print(json.dumps(out))
             return 1
     doomed = [os.path.join(root, n) for n in names] + [partial_path(root, n) for n in names]
@@ -194,7 +194,7 @@ def remove(root, check, cache_path):
         doomed += [os.path.join(top, n) for n in files if n.endswith(PARTIAL)]
     doomed += [os.path.join(root, LOCK), path]
     if not os.path.exists(path) and not any(p.endswith(PARTIAL) for p in doomed if os.path.exists(p)):
-        out["error"] = "%s holds no %s and no partial file: not a staged model" % (root, MANIFEST)
+        out["error"] = f"{root} holds no {MANIFEST} and no partial file: not a staged model"
         print(json.dumps(out))
         return 1
     for file in dict.fromkeys(doomed):
@@ -204,7 +204,7 @@ def remove(root, check, cache_path):
             if check == "0":
                 os.unlink(file)
     if check == "0":
-        for top, dirs, files in sorted(os.walk(root, topdown=False), key=lambda t: -len(t[0])):
+        for top, _dirs, _files in sorted(os.walk(root, topdown=False), key=lambda t: -len(t[0])):
             try:
                 os.rmdir(top)
             except OSError:

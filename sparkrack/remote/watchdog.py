@@ -26,7 +26,7 @@ def output_of(argv):
                               stderr=subprocess.STDOUT, check=False)
     except OSError as error:
         return 127 if isinstance(error, FileNotFoundError) else 126, [
-            "%s: %s" % (argv[0], error.strerror or error)]
+            f"{argv[0]}: {error.strerror or error}"]
     return done.returncode, done.stdout.decode(errors="replace").splitlines()
 
 
@@ -138,8 +138,7 @@ def copied_files(install_dir):
     for path in found:
         try:
             if is_regular(path):
-                lines.append("file %s %s" % (sha256_of(path),
-                                             json.dumps(os.path.relpath(path, install_dir))))
+                lines.append(f"file {sha256_of(path)} {json.dumps(os.path.relpath(path, install_dir))}")
         except OSError:
             pass  # unreadable: left out
     return lines
@@ -150,7 +149,7 @@ def encoded(key, path):
     try:
         if os.path.isfile(path):
             with open(path, "rb") as handle:
-                return ["%s %s" % (key, base64.b64encode(handle.read()).decode())]
+                return [f"{key} {base64.b64encode(handle.read()).decode()}"]
     except OSError:
         pass
     return []

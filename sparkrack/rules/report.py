@@ -34,7 +34,7 @@ class Finding:
         """The nodes concerned in words: '', 'all ranks' or 'spark-03 (rank 2), ...'."""
         if node_count and len(self.nodes) == node_count:
             return "all ranks"
-        return ", ".join(f"{node} (rank {rank})" for node, rank in zip(self.nodes, self.ranks))
+        return ", ".join(f"{node} (rank {rank})" for node, rank in zip(self.nodes, self.ranks, strict=False))
 
     def as_dict(self) -> dict[str, Any]:
         """The finding as plain JSON-ready data."""

@@ -26,7 +26,7 @@ from sparkrack.inventory import Inventory
 OK, MARGIN, REFUSE = "ok", "margin", "refuse"
 
 
-class CapState(str, Enum):
+class CapState(str, Enum):  # noqa: UP042 - str() and format() stay as they were
     """A node's GPU clock cap as last verified."""
 
     CAPPED = "capped"

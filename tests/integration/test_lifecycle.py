@@ -75,7 +75,7 @@ def test_up_runs_the_exact_profile_in_order_and_down_leaves_nothing(clean):
             env = dict(item.split("=", 1) for item in attrs["Config"]["Env"])
             assert SEED_ENV.items() <= env.items()
             assert {k: v for k, v in env.items() if k in spec.env} == dict(spec.env)
-            for flag, value in zip(SEED_FLAGS[::2], SEED_FLAGS[1::2]):
+            for flag, value in zip(SEED_FLAGS[::2], SEED_FLAGS[1::2], strict=False):
                 assert argv[argv.index(flag) + 1] == value
             assert "--disable-flashinfer-autotune" in argv
             assert attrs["HostConfig"]["NetworkMode"] == "host" and attrs["HostConfig"]["IpcMode"] == "host"

@@ -26,7 +26,7 @@ def test_restart_rack_in_batches_of_two(engine_rack, rack):
     assert all(r.verdict == "ok" for batch in report.batches for r in batch)
     for t in sorted({t for window in windows for t in window}):  # never more than 2 down
         assert sum(start <= t < end for start, end in windows) <= 2
-    for earlier, later in zip(report.batches, report.batches[1:]):  # a batch boots after the
+    for earlier, later in zip(report.batches, report.batches[1:], strict=False):  # a batch boots after the
         assert min(after[r.node][-1] for r in later) >= int(max(r.back for r in earlier))  # last is back
 
 

@@ -216,7 +216,7 @@ def test_a_wedged_rank_is_named_and_its_group_stopped(stall_rack, engine, budget
     assert report.acted == "stopped", events
     if engine == "vllm":  # /health stays green: progress and the GPUs find it
         assert report.failure.startswith("rank 3 on spark-04 wedged: 1 running, 0 waiting, "
-                                         f"no token progress for "), report.failure
+                                         "no token progress for "), report.failure
         assert f"(stall budget {budget} s); GPUs idle 0 % at " in report.failure
         assert budget <= found < budget + 10, found
     else:  # SGLang's /health generates a token: red within seconds, the culprit named

@@ -85,7 +85,7 @@ def test_delta_pct_relative_to_a():
 
 def _result(name, engine, rates, ttft=0.1, users=(), needle=None, accept=None, partial=False):
     single = [PromptResult(p, [Run(r, ttft, 64, 100, 1.7, "length") for r in runs])
-              for p, runs in zip(prompts.PROMPT_NAMES, rates)]
+              for p, runs in zip(prompts.PROMPT_NAMES, rates, strict=False)]
     u = None
     if users:
         u = UsersResult(len(users), [UserRun(r, 0.2, 64, 100, 2.0, "length", user=i + 1,

@@ -18,7 +18,7 @@ REHEARSAL = "inventory/rehearsal"
 
 def _result(name, engine, rates, users=(), accept=None):
     single = [PromptResult(p, [Run(r, 0.1, 64, 100, 1.7, "length") for r in runs])
-              for p, runs in zip(PROMPT_NAMES, rates)]
+              for p, runs in zip(PROMPT_NAMES, rates, strict=False)]
     u = UsersResult(len(users), [UserRun(r, 0.2, 64, 100, 2.0, "length", user=i + 1,
                                          prompt=PROMPT_NAMES[i % 3]) for i, r in enumerate(users)],
                     sum(users) * 0.9, 2.0) if users else None

@@ -173,7 +173,7 @@ def test_sglang_131k_throughput_changes_context_and_speculation_only(real_invent
 def test_sglang_ranks_join_the_head_at_its_roce_address(real_inventory):
     all_specs = specs(real_inventory, "sglang")
     assert [spec.rank for spec in all_specs] == list(range(8))
-    for spec, node in zip(all_specs, real_inventory.nodes):
+    for spec, node in zip(all_specs, real_inventory.nodes, strict=False):
         assert spec.node == node.name
         assert spec.argv[:5] == ("python3", "-m", "sglang.launch_server", "--model-path",
                                  "/models/GLM-5.3-NVFP4")

@@ -170,7 +170,7 @@ def test_every_node_sends_a_full_size_frame_to_every_other_and_a_dropped_one_is_
     assert [r.node for r in first.others] == ["spark-03", "spark-04"]
     assert {r.network for r in first.others} == {first.src.network}
     results = [Measured(p, "ok", 1_000_000_000, 1.0, reach={
-        r.ipv4: ("no echo at all from %s within 30 s" % r.ipv4 if r.node == "spark-04"
+        r.ipv4: (f"no echo at all from {r.ipv4} within 30 s" if r.node == "spark-04"
                  and p.src.node == "spark-01" else "ok") for r in p.others}) for p in found]
     assert [p for p in judge(results)] == [
         "spark-01 -> spark-04 on enp1s0f0np0 (rocep1s0f0): a 9000-byte frame did not pass: "

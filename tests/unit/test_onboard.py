@@ -40,7 +40,7 @@ def facts(name="spark-09", **changes) -> baseline.Facts:
         gpu_name="NVIDIA GB10", driver="580.126.09", mem_total_kb=127600748, sm_mhz=208,
         clock_cap="active/success", docker="20.10.24+dfsg1", hook="/usr/local/bin/x",
         hcas={h: {"present": True, "state": "4: ACTIVE", "netdevs": [d], "gid_index": 3}
-              for h, d in zip(HCAS, (IFNAME, "enP2p1s0f0np0"))},
+              for h, d in zip(HCAS, (IFNAME, "enP2p1s0f0np0"), strict=False)},
         gid_index=3,
         netdevs={IFNAME: NetdevFacts(9000, "up", "10.77.1.19/24"),
                  "enP2p1s0f0np0": NetdevFacts(9000, "up", "10.77.2.19/24")},

@@ -130,7 +130,7 @@ def test_local_copy_appends_one_chained_line_per_record(tmp_path, monkeypatch):
     text = path.read_text()
     assert [r["id"] for r in audit.parse_lines(text)] == ["a", "b", "c"]
     first, second, third = text.splitlines()
-    assert first == '{"prev":"%s","id":"a"}' % hashlib.sha256(b"").hexdigest()
+    assert first == '{{"prev":"{}","id":"a"}}'.format(hashlib.sha256(b"").hexdigest())
     assert json.loads(third)["prev"] == hashlib.sha256(second.encode()).hexdigest()
     assert audit.verify_chain(text).ok
     assert path.stat().st_mode & 0o777 == 0o600

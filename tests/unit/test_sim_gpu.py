@@ -129,7 +129,7 @@ def test_csv_header_and_units_match_the_real_sample_field_by_field(node):
     assert out.returncode == 0
     header, values = out.stdout.splitlines()
     assert header == SAMPLE_HEADER
-    for name, mine, real in zip(header.split(", "), values.split(", "), SAMPLE_VALUES.split(", ")):
+    for name, mine, real in zip(header.split(", "), values.split(", "), SAMPLE_VALUES.split(", "), strict=False):
         if name in GB10_NOT_AVAILABLE:
             assert mine == "[N/A]", name
         elif name not in ("name", "uuid"):
@@ -409,7 +409,7 @@ def test_plain_table_has_the_real_layout_with_gb10_values(node):
     sample = SAMPLES / "nvsmi-plain.txt"
     real = sample.read_text().splitlines()
     assert [len(line) for line in lines] == [len(line) for line in real]
-    differing = [i for i, (mine, theirs) in enumerate(zip(lines, real)) if mine != theirs]
+    differing = [i for i, (mine, theirs) in enumerate(zip(lines, real, strict=False)) if mine != theirs]
     assert differing == [0, 2, 8, 9, 10]  # date, driver version, and the GPU's three rows
 
 

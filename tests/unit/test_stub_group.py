@@ -377,7 +377,7 @@ def test_the_leak_ratchets_without_the_budget_and_stays_flat_with_it(groups, gpu
         for words in (2000, 4000, 8000, 4000):
             group.chat(words, max_tokens=1)
             if env:  # within the budget the scratch is given back after the answer
-                eventually(lambda: gpu.available() == loaded, 5)
+                eventually(lambda loaded=loaded: gpu.available() == loaded, 5)
             held[name].append((loaded - gpu.available()) // MiB)
         group.signal(0)
         assert group.wait_exit() == {0: 0, 1: 0, 2: 0}

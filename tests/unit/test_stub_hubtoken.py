@@ -38,7 +38,7 @@ def test_a_missing_file_is_no_token_and_an_unreadable_one_raises(tmp_path):
 
 
 @pytest.fixture
-def gated(tmp_path, groups):
+def gated(tmp_path, groups):  # noqa: F811 - the fixture, by its name
     """A one-rank SGLang stub lane that fetches from a gated repo; no token from this
     machine (its own HF_TOKEN or ~/.cache/huggingface/token never reach the rank)."""
     def make(**env):

@@ -145,6 +145,6 @@ def test_the_wheel_ships_every_node_script(venv, site):
              "for n in sys.argv[1:]]; print(r.__file__)")
     lines = run([venv / "bin/python", "-c", probe, *names], cwd=site).stdout.splitlines()
     assert Path(lines[-1]).is_relative_to(venv)
-    for line, name in zip(lines, names):
+    for line, name in zip(lines, names, strict=False):
         assert line.split()[0] == name and int(line.split()[1]) > 0
     assert len(lines) == len(names) + 1

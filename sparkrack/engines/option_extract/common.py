@@ -197,9 +197,9 @@ class ActionReader:
         if init is None:
             return VALUE  # argparse.Action's nargs default: one value
         args = init.args
-        defaults = dict(zip([a.arg for a in args.args][-len(args.defaults):], args.defaults)) \
+        defaults = dict(zip([a.arg for a in args.args][-len(args.defaults):], args.defaults, strict=False)) \
             if args.defaults else {}
-        defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d})
+        defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=False) if d})
         value = const(defaults.get("nargs"))
         if value == 0:
             return NONE

@@ -95,7 +95,7 @@ def sglang_fields(name: str, classes: dict, actions: ActionReader,
         extra = {}
         action_kwargs = keyword(arg, "action_kwargs")
         if isinstance(action_kwargs, ast.Dict):
-            extra = {const(k): const(v) for k, v in zip(action_kwargs.keys, action_kwargs.values)}
+            extra = {const(k): const(v) for k, v in zip(action_kwargs.keys, action_kwargs.values, strict=False)}
         if action is not None:
             takes = actions.takes(action, tree, {"nargs": nargs or extra.get("nargs")})
             options.append(with_negatives(Option(names, takes, source=where), action,

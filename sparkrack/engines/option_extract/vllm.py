@@ -184,7 +184,7 @@ def _field_ref(node: ast.expr, sources: dict[str, str]) -> tuple[str, str] | Non
     """(Config, field) of `X["field"]` with X = get_kwargs(Config), of
     `get_kwargs(Config)["field"]`, or of `{**X["field"], ...}`; else None."""
     if isinstance(node, ast.Dict):
-        spread = [v for k, v in zip(node.keys, node.values) if k is None]
+        spread = [v for k, v in zip(node.keys, node.values, strict=False) if k is None]
         return _field_ref(spread[0], sources) if spread else None
     if not (isinstance(node, ast.Subscript) and isinstance(const(node.slice), str)):
         return None

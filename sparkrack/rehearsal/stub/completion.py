@@ -44,6 +44,7 @@ class Completion:
             with head.forward(self.prompt_tokens):
                 head.metrics.prompt(self.prompt_tokens)
                 first = time.monotonic()
+                last = self.arrived  # the first token's latency runs from the arrival
                 for index in range(self.count):
                     pause = first + index * interval - time.monotonic()
                     if pause > 0:
@@ -51,7 +52,7 @@ class Completion:
                     head.moving(began)
                     self._generated += 1
                     now = time.monotonic()
-                    head.metrics.token(now - (last if index else self.arrived), index == 0)
+                    head.metrics.token(now - last, index == 0)
                     last = now
                     if index < len(self.answer):
                         yield self.answer[index] if index == 0 else " " + self.answer[index]

@@ -39,7 +39,7 @@ class Histogram:
     def lines(self, name: str, labels: str) -> list[str]:
         """The exposition lines of name{labels,le=...} (labels: `a="x",b="y"`)."""
         lines, total = [], 0
-        for bound, count in zip(self.bounds, self.counts):
+        for bound, count in zip(self.bounds, self.counts, strict=False):
             total += count
             lines.append(f'{name}_bucket{{{labels},le="{bound!r}"}} {float(total)}')
         return [*lines, f'{name}_bucket{{{labels},le="+Inf"}} {float(self.count)}',

@@ -52,7 +52,7 @@ class Communicator:
         theirs = peers.get(str((self.rank + 1) % nnodes), []) if nnodes > 1 else []
         interfaces = transport.local_interfaces()
         return [(hca, src, dst, transport.ib_mtu(transport.netdev_mtu(src, interfaces) or 1500))
-                for (hca, src), dst in zip(transport.rails(self.endpoints), theirs)]
+                for (hca, src), dst in zip(transport.rails(self.endpoints), theirs, strict=False)]
 
     def writes(self) -> transport.Fault | None:
         """Each rail's RDMA write to the same rail of the next rank, at the path MTU its

@@ -18,7 +18,8 @@ from ..facts.node import NodeFacts, burn_this_boot
 from ..facts.provision import facts_of
 from ..facts.queries import answer, argv
 from ..fleet import Fleet
-from ..provision.envfiles import EnvFiles, NodeEnv
+from ..engineenv import NodeEnv
+from ..provision.envfiles import EnvFiles
 from ..inventory import Inventory
 from ..safety.power import CapState, project_power
 from ..safety.strip import measured_strip

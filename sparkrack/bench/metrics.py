@@ -1,12 +1,6 @@
-"""The engines' speculative accept length, from what their endpoints expose.
-
-Which series, each engine's file says (`serving.metrics`: engines/serving.py):
-- a gauge of the engine's own running average (SGLang's `sglang:spec_accept_length`, on
-  /metrics with --enable-metrics); without it, `internal_states[0].avg_spec_accept_length`
-  of its server info paths (SGLang's /get_server_info, /server_info);
-- or the counters of drafts and accepted tokens (vLLM's `vllm:spec_decode_*`): accept
-  length = 1 + accepted / drafts over the bench (read before and after it), i.e. tokens
-  per verify step.
+"""The engines' speculative accept length, from the series each engine's file names: a
+gauge of its running average, its server info, or drafted and accepted counters read
+before and after the bench (docs/engines.md#what-sparkrack-reads-of-a-running-engine).
 """
 
 from __future__ import annotations

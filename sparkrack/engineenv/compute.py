@@ -1,7 +1,6 @@
-"""One node's engine environment, computed: the variables of /etc/sparkrack/nccl.env (the
-transport: NCCL, Gloo, TensorPipe) and of /etc/sparkrack/<engine>.env (the engine's own),
-each with its source. Roles nccl_env and engine_env print them (`engine_env` in a role's
-context); the inventory's view is this with no GID table read.
+"""One node's engine environment, computed: the variables of nccl.env (NCCL, Gloo,
+TensorPipe) and <engine>.env, each with its source; roles nccl_env and engine_env print
+them (docs/engines.md#where-each-variable-comes-from).
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Which NCCL_IB_GID_INDEX a node's ranks use, and why (docs/engines.md#where-each-variable-comes-from).
-
-In order: a node's own nccl_ib_gid_index (host_vars, one that differs from the rack's);
-the rack's, when nccl_ib_gid_probe is false; the rack's in the inventory's view (no table
-read: provision writes the probed one); the index at which every HCA's GID table carries
-its function's fabric address (facts/roce.py choose_gid, by address, not position); else
-the rack's as the fallback, naming the addresses the tables lack and the others they hold.
+"""Which NCCL_IB_GID_INDEX a node's ranks use, and why: a node's own, the rack's, or the
+one its GID table holds its fabric addresses at (docs/engines.md#where-each-variable-comes-from).
 """
 
 from __future__ import annotations
@@ -34,7 +29,11 @@ class GidIndex:
 
 def gid_index(node: Node, rack_index: int, roce: RoceFacts | None) -> GidIndex:
     """node's GID index and its source; roce is the node's table as gathered (None: the
-    inventory's view, no node read)."""
+    inventory's view, no node read). In order: a node's own nccl_ib_gid_index (one that
+    differs from the rack's); the rack's when nccl_ib_gid_probe is false or no table was
+    read; the index at which every HCA's table carries its function's fabric address
+    (choose_gid: by address, not position); else the rack's as the fallback, naming what
+    the tables lack and the other addresses they hold."""
     own = node.vars.nccl_ib_gid_index
     if own != rack_index:
         return GidIndex(own, OWN)

@@ -1,8 +1,6 @@
-"""What sparkrack reads of a running engine: the `serving` section of its profile file.
-
-The memory gate, the start's wait for the workers, the watchdog's stall watch, bench and
-export read these facts from the engine's file rather than naming engines in code. The
-keys and their checks: docs/engines.md#what-sparkrack-reads-of-a-running-engine.
+"""What sparkrack reads of a running engine (the memory gate, the start, the stall watch,
+bench, export): the `serving` section of its profile file, every key checked
+(docs/engines.md#what-sparkrack-reads-of-a-running-engine).
 """
 
 from __future__ import annotations

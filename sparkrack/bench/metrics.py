@@ -1,22 +1,14 @@
-"""The engines' speculative accept length, from what their endpoints expose.
-
-- SGLang: the gauge `sglang:spec_accept_length` on /metrics (served with
-  --enable-metrics); without it, `internal_states[0].avg_spec_accept_length` of
-  /get_server_info (also /server_info).
-- vLLM: the counters `vllm:spec_decode_num_drafts_total` and
-  `vllm:spec_decode_num_accepted_tokens_total`; accept length = 1 + accepted / drafts over
-  the bench (the counters read before and after it), i.e. tokens per verify step.
+"""The engines' speculative accept length, from the series each engine's file names: a
+gauge of its running average, its server info, or drafted and accepted counters read
+before and after the bench (docs/engines.md#what-sparkrack-reads-of-a-running-engine).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..engines.serving import Metrics
 from ..lifecycle.progress import parse_prometheus
-
-VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
-VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-SGLANG_ACCEPT = "sglang:spec_accept_length"
 
 
 @dataclass(frozen=True)
@@ -24,14 +16,15 @@ class SpecSnapshot:
     """What the endpoint said about speculative decoding at one moment."""
 
     engine: str
-    accept_length: float | None = None  # SGLang: the engine's own running average
-    drafts: float | None = None  # vLLM counters
+    accept_length: float | None = None  # the engine's own running average
+    drafts: float | None = None  # or its counters
     accepted: float | None = None
     source: str | None = None
 
 
-def snapshot(endpoint, engine: str) -> SpecSnapshot:
-    """Read the endpoint's speculative metrics now (nothing exposed: all None)."""
+def snapshot(endpoint, engine: str, metrics: Metrics) -> SpecSnapshot:
+    """Read the endpoint's speculative metrics now, the series engine's file names (nothing
+    exposed: all None)."""
     from ..lifecycle.headapi import HeadError
 
     try:
@@ -39,15 +32,14 @@ def snapshot(endpoint, engine: str) -> SpecSnapshot:
     except HeadError:
         status, body = None, b""
     values = parse_prometheus(body.decode(errors="replace")) if status == 200 else {}
-    if engine == "vllm":
-        if VLLM_DRAFTS in values and VLLM_ACCEPTED in values:
-            return SpecSnapshot(engine, drafts=values[VLLM_DRAFTS],
-                                accepted=values[VLLM_ACCEPTED], source="/metrics vllm:spec_decode_*")
-        return SpecSnapshot(engine)
-    if SGLANG_ACCEPT in values:
-        return SpecSnapshot(engine, accept_length=values[SGLANG_ACCEPT],
-                            source=f"/metrics {SGLANG_ACCEPT}")
-    for path in ("/get_server_info", "/server_info"):
+    drafts, accepted = metrics.spec_drafts, metrics.spec_accepted
+    if drafts in values and accepted in values:
+        return SpecSnapshot(engine, drafts=values[drafts], accepted=values[accepted],
+                            source=f"/metrics {drafts}, {accepted}")
+    if metrics.accept_length in values:
+        return SpecSnapshot(engine, accept_length=values[metrics.accept_length],
+                            source=f"/metrics {metrics.accept_length}")
+    for path in metrics.server_info:
         try:
             info = endpoint.get_json(path)
         except HeadError:

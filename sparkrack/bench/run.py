@@ -113,7 +113,8 @@ class Bench:
         section = "warm-up"
         try:
             self._stream("warm-up", [_user(prompts.load_prompt("code"))], WARMUP_TOKENS)
-            before = metrics.snapshot(self.endpoint, self.target.deployment.engine)
+            engine, series = self.target.deployment.engine, self.target.metrics
+            before = metrics.snapshot(self.endpoint, engine, series)
             section = "single"
             self._single()
             section = "users"
@@ -122,7 +123,7 @@ class Bench:
                 section = "needle"
                 self._needle()
             section = "accept length"
-            after = metrics.snapshot(self.endpoint, self.target.deployment.engine)
+            after = metrics.snapshot(self.endpoint, engine, series)
             self.result.accept_length, self.result.accept_source = metrics.accept_length(before, after)
         except (KeyboardInterrupt, Cancelled):
             self.cancel.stop()

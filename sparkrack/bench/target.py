@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, replace
 
 from ..engines import LABEL_SPEC_HASH, build_specs
+from ..engines.serving import Metrics, engine_serving
 from ..errors import SparkrackError
 from ..fleet import Fleet
 from ..inventory import Inventory, Node
@@ -37,6 +38,7 @@ class Target:
     port: int
     model: str
     context_length: int | None
+    metrics: Metrics  # what its engine's file says rank 0's /metrics serves
     recorded: bool = False  # deployment is the head's `current` record
     record_note: str | None = None  # when the current record disagrees with the labels
 
@@ -104,7 +106,8 @@ def find_target(fleet: Fleet, inventory: Inventory) -> tuple[Target, Endpoint]:
                           spec_hash=rank0.labels.get(LABEL_SPEC_HASH, ""),
                           image=rank0.image, image_id=rank0.image_id)
     target = Target(labelled, node=node.name, address=node.address, port=port,
-                    model=inventory.vars.model_name, context_length=None)
+                    model=inventory.vars.model_name, context_length=None,
+                    metrics=engine_serving(inventory.path, head.engine).metrics)
     try:
         current = record.read(fleet, inventory)["current"]
     except SparkrackError as exc:

@@ -15,6 +15,7 @@ from sparkrack.engines.catalog import engine_file
 from sparkrack.engines.datafile import (
     Section, is_count, is_line, is_name, is_word_list, read_section)
 from sparkrack.engines.option_names import EngineVersion, OptionSet, lane_options, options_for
+from sparkrack.engines.serving import Serving, serving_of
 from sparkrack.engines.templates import allowed_fields, check_template
 from sparkrack.errors import UsageError, did_you_mean
 from sparkrack.inventory.schema import FrozenMapping, describe
@@ -23,7 +24,7 @@ from sparkrack.inventory.values import abs_path_problem, has_control
 FLAG_ROLES = ("context_length", "kv_cache_dtype")
 ARG_GROUPS = ("model", "every_rank", "head", "workers")
 _TOP_KEYS = ("engine", "image_key", "entrypoint", "ports", "health_path", "flag_roles", "args",
-             "env_from_inventory", "secret_env", "profiles")
+             "env_from_inventory", "secret_env", "profiles", "serving")
 _PROFILE_KEYS = ("description", "extends", "flags", "env", "ready_timeout_s", "stop_timeout_s",
                  "stall_budget_s", "experimental", "note", "waivers", "model_path")
 # A group with requests pending whose token counters stand still while its GPUs do not all
@@ -90,6 +91,7 @@ class EngineDef:
     args: RankArgs
     secret_env: tuple[str, ...]
     profiles: FrozenMapping  # name -> Profile
+    serving: Serving  # what sparkrack reads of it running (serving.py)
     options: OptionSet | None = None  # the option table the flags were checked against
     version: EngineVersion | None = None  # the version of the image (None: not asked)
 
@@ -141,10 +143,8 @@ def read_engine_file(file: Path, images: Mapping[str, str] | None = None, *,
                         fix=f"write engine: {file.stem}, or rename the file to {name}.yml")
     image_key = top.value("image_key", is_name, "a key of the inventory's images")
     image = image or (images or {}).get(image_key)
-    if image is None:
-        version, options = None, options_for(name)
-    else:
-        version, options = lane_options(name, image, inventory_dir)
+    version, options = ((None, options_for(name)) if image is None
+                        else lane_options(name, image, inventory_dir))
     ports = _ports(top.section("ports"))
     args = _args(top.section("args", ARG_GROUPS), allowed_fields(ports), options)
     secret_env = tuple(top.value(
@@ -162,7 +162,7 @@ def read_engine_file(file: Path, images: Mapping[str, str] | None = None, *,
             _URL_PATH.fullmatch(v)), "a path such as /health"),
         flag_roles=_flag_roles(top.section("flag_roles", required=False), options),
         args=args,
-        secret_env=secret_env,
+        secret_env=secret_env, serving=serving_of(top, options),
         profiles=_Resolver(top.section("profiles"), reserved, set(secret_env), options).all())
 
 

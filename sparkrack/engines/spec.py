@@ -3,8 +3,8 @@
 `build_specs` turns an inventory plus an engine profile into one LaunchSpec per node, in
 rank order, without contacting anything. Per node it fills the profile file's argv
 templates and takes the environment from that node's env files (`NodeEnv`, as `up` read
-them from the node, or else rendered from the inventory and the roles: the inventory's
-view), plus the profile's own `env`, which may not redefine one of theirs. Each variable
+them from the node, or else computed from the inventory by sparkrack/engineenv: the
+inventory's view), plus the profile's own `env`, which may not redefine one of theirs. Each variable
 keeps its source for `invoke plan`. The Hub token is never among them: HF_TOKEN_PATH names
 its file, whose folder every rank gets bound read-only. All specs share one `spec_hash` of the whole
 deployment and carry it, with engine, profile, rank and deployment id, as container labels.
@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sparkrack.engineenv import NodeEnv, inventory_views, secret_names
 from sparkrack.engines.caches import CACHE_MOUNT, SOURCE, CacheKey, cache_env
 from sparkrack.engines.profile_file import STALL_BUDGET_S, EngineDef, Profile, load_engine
 from sparkrack.engines.templates import fill
@@ -26,12 +27,12 @@ from sparkrack.errors import UsageError
 from sparkrack.facts.roce import socket_address
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.schema import FrozenMapping
-from sparkrack.provision.envfiles import EnvFiles, NodeEnv, secret_names
 
 REDACTED = "***"
 # The file huggingface_hub reads the Hub token from (>= 0.23; role engine_env writes both the
-# variable and the file): its folder is bound into the rank read-only at the same path, so
-# the token never is in the container's environment, which `docker inspect` shows.
+# variable and the file, engineenv says where): its folder is bound into the rank read-only
+# at the same path, so the token never is in the container's environment, which `docker
+# inspect` shows.
 TOKEN_FILE_VAR = "HF_TOKEN_PATH"
 
 LABEL_ENGINE = "sparkrack.engine"
@@ -156,7 +157,7 @@ def build_specs(inventory: Inventory, engine: str, profile_name: str, *,
 
     deployment_id labels the containers (default: `<engine>-<profile>-<hash prefix>`, so a
     plan is deterministic). node_env is each node's environment as read from its env files
-    (default: the inventory's view, rendered from the inventory and the roles). image runs
+    (default: the inventory's view, engineenv's from the inventory). image runs
     instead of the inventory's (a roll back to the last good deployment's image). cache:
     bind each node's compile cache folder (default: none). UsageError for an unknown engine
     or profile, a node without an environment, or a profile variable that an env file or
@@ -166,8 +167,8 @@ def build_specs(inventory: Inventory, engine: str, profile_name: str, *,
     profile = definition.profile(profile_name)
     _check_tp_size(inventory)
     image = image or _image(inventory, definition)
-    envs = node_env if node_env is not None else \
-        EnvFiles(inventory, definition.image_key).inventory_views()
+    envs = node_env if node_env is not None else inventory_views(inventory,
+                                                                 definition.image_key)
     _check_cache_vars(definition, profile)
     drafts = tuple(_with_cache(_rank_spec(inventory, node, definition, profile, image,
                                           _env_of(envs, node)), cache)
@@ -306,8 +307,8 @@ def _token_mount(node: str, env: Mapping[str, str]) -> Mount | None:
     if not posixpath.isabs(path) or folder in ("/", "") or posixpath.normpath(path) != path:
         raise UsageError(f"{node}: {TOKEN_FILE_VAR} {path} is not a file in a folder of its "
                          "own (its folder is bound into every rank)",
-                         fix="set hf_token_dir of role engine_env to a folder of its own, "
-                         "e.g. /etc/sparkrack/hf, and run invoke provision")
+                         fix="run invoke provision: it writes the token to a folder of its "
+                         "own and names it there")
     return Mount(folder, folder)
 
 

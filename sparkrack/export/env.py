@@ -1,6 +1,7 @@
 """The container env of an exported lane, and where it comes from: the launch spec's in the
-inventory's view, NCCL_IB_GID_INDEX left for NCCL to pick per node, each rank's advertised
-address from the downward API (docs/kubernetes.md#per-node-roce-nccl-picks-the-gid-on-each-node).
+inventory's view (computed by sparkrack/engineenv), NCCL_IB_GID_INDEX left for NCCL to pick
+per node, each rank's advertised address from the downward API
+(docs/kubernetes.md#per-node-roce-nccl-picks-the-gid-on-each-node).
 """
 
 from __future__ import annotations

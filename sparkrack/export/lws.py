@@ -115,7 +115,8 @@ def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | N
         return pod_template(spec, argvs[rank], export_env(spec, definition.secret_env),
                             metadata=_metadata(head, report), cluster=cluster,
                             cpu=inventory.vars.k8s_cpu, memory_gib=inventory.vars.k8s_memory_gib,
-                            serves_api=spec.is_head, secrets=secrets)
+                            serves_api=spec.is_head, secrets=secrets,
+                            serving=definition.serving)
 
     leader_worker_set = {
         "apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",

@@ -9,6 +9,7 @@ from typing import Any
 
 from sparkrack.engines import LaunchSpec
 from sparkrack.engines.caches import CACHE_MOUNT
+from sparkrack.engines.serving import Serving
 from sparkrack.errors import UsageError
 from sparkrack.export.cluster import ClusterOptions
 from sparkrack.export.gate import gate_container, gate_pod_fields, gate_volume
@@ -31,10 +32,12 @@ _SIZE_UNITS = {"": ("", 1), "b": ("", 1), "k": ("Ki", 1 << 10), "m": ("Mi", 1 <<
 
 def pod_template(spec: LaunchSpec, argv: tuple[str, ...], env: list[dict[str, Any]], *,
                  metadata: dict[str, Any], cluster: ClusterOptions, cpu: int,
-                 memory_gib: int, serves_api: bool, secrets: SecretFiles) -> dict[str, Any]:
+                 memory_gib: int, serves_api: bool, secrets: SecretFiles,
+                 serving: Serving) -> dict[str, Any]:
     """A PodTemplateSpec that runs argv (argv[0] the entrypoint) with env and secrets in
     spec's image and spec's docker options, Guaranteed (cpu cores, memory_gib GiB), behind
-    its gate; with the API's ports when serves_api, else the wait for the leader."""
+    its gate; with the API's ports when serves_api, else the wait for the leader; probed
+    where serving (the engine file's) says."""
     options = spec.docker
     shm = shm_quantity(options.shm_size, memory_gib)
     container: dict[str, Any] = {
@@ -51,12 +54,12 @@ def pod_template(spec: LaunchSpec, argv: tuple[str, ...], env: list[dict[str, An
     if serves_api:
         container["ports"] = [{"name": _port_name(name), "containerPort": number,
                                "protocol": "TCP"} for name, number in spec.ports.items()]
-        container.update(leader_probes(spec))
+        container.update(leader_probes(spec, serving))
     else:
         init.append({"name": "wait-for-leader", "image": spec.image,
                      "command": ["python3", "-c", script("leader"), "wait", str(LEADER_WAIT_S)],
                      "resources": guaranteed(SMALL)})
-        container.update(worker_probes(spec))
+        container.update(worker_probes(spec, serving))
     host_network = options.network_mode == "host"
     pod: dict[str, Any] = {
         **gate_pod_fields(),

@@ -9,25 +9,24 @@ import math
 from typing import Any
 
 from sparkrack.engines import LaunchSpec
+from sparkrack.engines.serving import Serving
 
 PERIOD_S = 10
 TIMEOUT_S = 5  # an answer later than this counts as none
 READY_FAILURES = 3  # rank 0 leaves its Service after this many misses in a row
-CHEAP_PATH = {"sglang": "/v1/models"}  # else the engine file's health path
-WORKER_PATH = {"sglang": "/health"}  # the workers of other engines serve no HTTP
 
 
-def leader_probes(spec: LaunchSpec) -> dict[str, Any]:
+def leader_probes(spec: LaunchSpec, serving: Serving) -> dict[str, Any]:
     """Startup on the health path, readiness and liveness on the cheap one (port `http`)."""
-    cheap = CHEAP_PATH.get(spec.engine, spec.health_path)
+    cheap = serving.liveness_path
     return {"startupProbe": _startup(spec, _get(spec.health_path, "http")),
             "readinessProbe": _probe(_get(cheap, "http"), READY_FAILURES),
             "livenessProbe": _liveness(spec, _get(cheap, "http"))}
 
 
-def worker_probes(spec: LaunchSpec) -> dict[str, Any]:
+def worker_probes(spec: LaunchSpec, serving: Serving) -> dict[str, Any]:
     """A worker's startup and liveness on its own stand-in health path, if it serves one."""
-    path = WORKER_PATH.get(spec.engine)
+    path = serving.worker_health_path
     if path is None:
         return {}
     check = _get(path, spec.ports["http"])

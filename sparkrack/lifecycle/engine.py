@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from .. import signals
 from ..engines import LaunchSpec, build_specs
+from ..engines.serving import engine_serving
 from ..errors import SparkrackError
 from ..facts.node import facts_argv, parse_facts
 from ..fleet import Fleet
@@ -282,7 +283,8 @@ def refresh_memory(fleet: Fleet, specs: tuple[LaunchSpec, ...], pre: Preflight) 
     """Re-read facts once the old engine stopped; Refused if memory did not come back."""
     pre.facts = {r.node: parse_facts(r.stdout) for r in fleet.run(facts_argv(), timeout=20)
                  if r.status == "ok"}
-    problems = memory_problems(specs, pre.facts)
+    memory = engine_serving(fleet.inventory.path, specs[0].engine).memory_fraction
+    problems = memory_problems(specs, pre.facts, memory)
     if problems:
         raise Refused("memory after stopping the old deployment: " + "; ".join(problems))
 

@@ -11,13 +11,15 @@ from typing import TypeVar
 from ..fabric import check_fabric
 from ..engines import LaunchSpec, build_specs, load_engine
 from ..engines.option_names import VERSION_LABEL, lane_options
+from ..engines.serving import MemoryFraction, engine_serving
 from ..facts import node as node_facts
 from ..facts import records as record_facts
 from ..facts.node import NodeFacts, burn_this_boot
 from ..facts.provision import facts_of
 from ..facts.queries import answer, argv
 from ..fleet import Fleet
-from ..provision.envfiles import EnvFiles, NodeEnv
+from ..engineenv import NodeEnv
+from ..provision.envfiles import EnvFiles
 from ..inventory import Inventory
 from ..safety.power import CapState, project_power
 from ..safety.strip import measured_strip
@@ -31,9 +33,6 @@ from .record import Deployment, records_of
 from .running import running
 
 T = TypeVar("T")
-
-# memory fraction flag per engine, and the engine's default when the profile leaves it out
-MEMORY_FRACTION = {"sglang": ("--mem-fraction-static", 0.88), "vllm": ("--gpu-memory-utilization", 0.9)}
 
 
 @dataclass
@@ -248,7 +247,9 @@ def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
     # a roll's old engine still holds the memory: judged after it stops; another engine holds
     # it too, and the gate above names that engine as the reason
     if replacing is None and not others:
-        report.add("memory", memory_problems(specs, report.facts), "enough MemAvailable on every node")
+        fraction = engine_serving(inventory.path, head.engine).memory_fraction
+        report.add("memory", memory_problems(specs, report.facts, fraction),
+                   "enough MemAvailable on every node")
 
 
 def grouped(problems: list[tuple[str, str]]) -> list[str]:
@@ -302,16 +303,18 @@ def version_problems(inventory: Inventory, head: LaunchSpec, image_id: str,
             "the version it runs)"]
 
 
-def memory_problems(specs: tuple[LaunchSpec, ...], facts: dict[str, NodeFacts]) -> list[str]:
-    """Nodes whose MemAvailable is below what the profile's memory fraction will take."""
-    flag, default = MEMORY_FRACTION.get(specs[0].engine, (None, None))
+def memory_problems(specs: tuple[LaunchSpec, ...], facts: dict[str, NodeFacts],
+                    memory: MemoryFraction) -> list[str]:
+    """Nodes whose MemAvailable is below what the profile's memory fraction will take (the
+    flag's value, else the engine's default: its file's serving.memory_fraction)."""
+    flag = memory.flag
     problems = []
     for spec in specs:
         f = facts.get(spec.node)
         if f is None or not f.mem_total_kb or f.mem_available_kb is None:
             problems.append(f"{spec.node}: MemAvailable unknown")
             continue
-        fraction = float(flag_value(spec, flag) or default) if flag else 0.0
+        fraction = float(flag_value(spec, flag) or memory.default)
         need = fraction * f.mem_total_kb
         if f.mem_available_kb < need:
             problems.append(f"{spec.node}: MemAvailable {f.mem_available_kb / 2**20:.1f} GiB < "

@@ -10,7 +10,8 @@ it in the audit log, instead of refusing until someone runs `invoke provision`.
 from __future__ import annotations
 
 from ..oplock.audit import note
-from ..provision.envfiles import EnvFiles, NodeEnv
+from ..engineenv import NodeEnv
+from ..provision.envfiles import EnvFiles
 from ..provision.runner import provision
 
 

@@ -1,7 +1,7 @@
 """Progress, not liveness: whether a serving TP group still moves tokens, read from rank 0's
-own metrics (pure). `StallWatch` measures how long work has been pending without progress;
-whether that is a stall is for the GPUs to say (culprit.py;
-docs/watchdog.md#wedged-not-dead-stalls).
+own metrics (pure; the series its engine file names: `serving.metrics`). `StallWatch`
+measures how long work has been pending without progress; whether that is a stall is for
+the GPUs to say (culprit.py; docs/watchdog.md#wedged-not-dead-stalls).
 """
 
 from __future__ import annotations
@@ -10,13 +10,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-NAMES = {  # engine: (running, waiting, progress series...)
-    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting",
-             ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")),
-    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs",
-               ("sglang:prompt_tokens_total", "sglang:generation_tokens_total",
-                "sglang:num_requests_total", "sglang:gen_throughput")),
-}
+from ..engines.serving import Metrics
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -39,7 +33,7 @@ class Reading:
 
     running: float
     waiting: float
-    marks: tuple[float, ...]  # the progress series, in NAMES order (absent: -1)
+    marks: tuple[float, ...]  # the progress series, in the engine file's order (absent: -1)
 
     @property
     def pending(self) -> bool:
@@ -49,14 +43,14 @@ class Reading:
         return f"{self.running:g} running, {self.waiting:g} waiting"
 
 
-def reading(engine: str, text: str) -> Reading | None:
-    """The Reading of engine's /metrics text; None when it does not expose the gauges."""
-    running, waiting, progress = NAMES[engine]
+def reading(metrics: Metrics, text: str) -> Reading | None:
+    """The Reading of an engine's /metrics text (metrics: its file's series); None when it
+    does not expose the gauges."""
     values = parse_prometheus(text)
-    if running not in values:
+    if metrics.running not in values:
         return None
-    return Reading(values[running], values.get(waiting, 0.0),
-                   tuple(values.get(name, -1.0) for name in progress))
+    return Reading(values[metrics.running], values.get(metrics.waiting, 0.0),
+                   tuple(values.get(name, -1.0) for name in metrics.progress))
 
 
 class StallWatch:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..engines import LABEL_ENGINE, LaunchSpec, docker_sdk_kwargs
+from ..engines.serving import engine_serving
 from ..errors import SparkrackError
 from ..fleet import Fleet
 from ..inventory import Inventory
@@ -164,6 +165,7 @@ def wait_ready(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
     head_spec = specs[0]
     head = inventory.node(head_spec.node)
     port = head_spec.ports["http"]
+    workers = engine_serving(inventory.path, head_spec.engine).worker_health_path
     started = time.monotonic()
     while True:
         # a short SSH round trip first: a lost node fails it within the connect timeout,
@@ -179,7 +181,7 @@ def wait_ready(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
         if dead:
             raise rank_failed(dead[0], logs_tail(fleet, dead[0]))
         head_status = Endpoint(head, port).status(head_spec.health_path)
-        joined = sum(parallel(specs[1:], lambda s: _worker_loaded(inventory, s)))
+        joined = sum(parallel(specs[1:], lambda s: _worker_loaded(inventory, s, workers)))
         elapsed = time.monotonic() - started
         on_progress(Progress(len(states), len(states), joined + (head_status == 200), head_status, elapsed))
         if head_status == 200:
@@ -205,9 +207,10 @@ def rank_failed(rank: Rank, tail: list[str]) -> StartFailed:
     return failed
 
 
-def _worker_loaded(inventory: Inventory, spec: LaunchSpec) -> bool:
-    """Whether a worker says it has loaded (SGLang workers serve a dummy /health; vLLM's
-    headless workers serve nothing, so their running container is all there is)."""
-    if "--headless" in spec.argv:
+def _worker_loaded(inventory: Inventory, spec: LaunchSpec, path: str | None) -> bool:
+    """Whether a worker says it has loaded at path (the engine file's worker_health_path:
+    SGLang's serve a stand-in /health); None: headless workers serve nothing, so their
+    running container is all there is."""
+    if path is None:
         return True
-    return Endpoint(inventory.node(spec.node), spec.ports["http"]).status(spec.health_path, 0.5) == 200
+    return Endpoint(inventory.node(spec.node), spec.ports["http"]).status(path, 0.5) == 200

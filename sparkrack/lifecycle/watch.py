@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..engines.serving import Metrics, engine_serving
 from ..facts.gpu import SAMPLE, THERMAL, GpuSample, Thermal, parse_sample, parse_thermal
 from ..facts.node import MEMORY, memory_of
 from ..facts.queries import answer, argv
@@ -147,6 +148,7 @@ class GroupWatch:
         self.http_port = http_port
         self.health_path = health_path
         self.stall_budget_s = stall_budget_s  # None: progress is not judged
+        self.metrics: Metrics | None = None  # rank 0's series, read from its engine file
         self.health_failures = 0
         self.leaks: dict[str, LeakWatch] = {}
         self.progress = StallWatch()
@@ -236,17 +238,20 @@ class GroupWatch:
         GPUs that do not all compute alike."""
         if self.stall_budget_s is None:
             return None
+        engine = self.ranks[0].engine
+        if self.metrics is None:
+            self.metrics = engine_serving(self.inventory.path, engine).metrics
         try:
             status, body = self.head.get("/metrics", timeout=HEALTH_TIMEOUT_S)
         except HeadError:
             status, body = None, b""
-        engine = self.ranks[0].engine
-        seen = reading(engine, body.decode(errors="replace")) if status == 200 else None
+        flag = self.metrics.flag
+        seen = reading(self.metrics, body.decode(errors="replace")) if status == 200 else None
         if seen is None and self.unwatched is None:  # said once: stalls go unseen
             self.unwatched = (f"rank 0 serves no {engine} metrics at /metrics ("
                               f"{status or 'no answer'}): a stalled group is not seen"
-                              + ("; SGLang serves them with --enable-metrics in the profile"
-                                 if engine == "sglang" else ""))
+                              + (f"; {engine} serves them only with {flag} in the profile"
+                                 if flag else ""))
         self.no_progress_s = self.progress.feed(time.monotonic(), seen)
         if self.no_progress_s == 0.0:
             if seen is not None and seen.pending:  # the group works: what its GPUs draw

@@ -1,14 +1,17 @@
-"""What the engines run with: the env files roles nccl_env and engine_env write, per node,
-each variable with its `# source of VAR` line; read back as gathered (`EnvFiles.read`) or
-rendered from the inventory (`inventory_view`) (docs/engines.md#where-each-variable-comes-from).
+"""The env files roles nccl_env and engine_env write, per node, gathered and judged: read
+back as gathered (`EnvFiles.read`, each variable's source computed by sparkrack/engineenv
+from the same facts) or the inventory's view (`inventory_views`, engineenv's, no node
+read) (docs/engines.md#where-each-variable-comes-from).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from sparkrack.engineenv import (
+    SECRET_KEYS, VIEW_NODE, EngineEnv, EnvVar, GidIndex, NodeEnv, inventory_views, parse_env,
+    read_vars)
 from sparkrack.errors import SparkrackError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
@@ -18,67 +21,17 @@ from sparkrack.facts.queries import Query, argv
 from sparkrack.provision.changes import Put
 from sparkrack.provision.modules import assert_, template
 from sparkrack.provision.plan import plan_node, queries
-from sparkrack.provision.roles import (
-    Renderer, RenderError, Task, load_roles, node_vars, render_tasks, roles_path)
+from sparkrack.provision.roles import Renderer, Task, load_roles, node_vars, render_tasks, roles_path
 
 TEMPLATE = template.MODULE.name  # the tasks that write the env files
 CHECK = assert_.MODULE.name  # the role checks (an HCA missing or down)
 
 ENV_ROLES = ("nccl_env", "engine_env")
-SECRET_KEYS = ("HF_TOKEN",)  # never in an env file; shown as *** if one holds it
-VIEW_NODE = "node"
-VIEW_INVENTORY = "inventory"
-_SOURCE = re.compile(r"^# source of ([A-Za-z_][A-Za-z0-9_]*): (.*)$")
-
-
-@dataclass(frozen=True)
-class EnvVar:
-    """One variable a rank gets: its value, where the value came from, and its file."""
-
-    value: str = field(repr=False)
-    source: str
-    file: str = ""  # the env file on the node ('' for the profile's own variables)
-
-
-@dataclass(frozen=True)
-class NodeEnv:
-    """A node's engine environment in one view (VIEW_NODE or VIEW_INVENTORY)."""
-
-    node: str
-    view: str
-    vars: FrozenMapping  # name -> EnvVar, in file order
-    problems: tuple[str, ...] = ()
-    # (file, written, probed now) when the one problem is a GID index the node's table no
-    # longer has there (it moved at a boot): rewriting the file as provision would fixes it
-    gid_moved: tuple[str, str, str] | None = None
-
-
-def parse_env(text: str) -> dict[str, str]:
-    """KEY=VALUE lines (docker --env-file format: values literal, # comments)."""
-    env = {}
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        env[key.strip()] = value
-    return env
-
-
-def parse_sources(text: str) -> dict[str, str]:
-    """{VAR: source} from the `# source of VAR: ...` lines of an env file."""
-    return {m.group(1): m.group(2).strip() for m in map(_SOURCE.match, text.splitlines()) if m}
-
-
-def env_vars(text: str, file: str) -> dict[str, EnvVar]:
-    """The variables of one env file with their sources ('unknown' when a line has none)."""
-    sources = parse_sources(text)
-    return {key: EnvVar(value, sources.get(key, f"{file} (no source line)"), file)
-            for key, value in parse_env(text).items()}
 
 
 class EnvFiles:
     """The env files one engine's ranks read (nccl_env's, and engine_env's for the engine's
-    image key), their gathering, their judging and their rendering per node."""
+    image key), gathered and judged per node."""
 
     def __init__(self, inventory: Inventory, engine_key: str):
         self.inventory = inventory
@@ -109,6 +62,8 @@ class EnvFiles:
         """The node's environment from the facts of a round trip that asked queries(node),
         with its problems."""
         _, tasks = self._tasks(node)
+        env = EngineEnv(self.inventory, node)
+        computed = env.variables(self.engine_key, facts.roce)
         problems: list[str] = []
         found: dict[str, EnvVar] = {}
         texts: dict[str, str] = {}
@@ -121,7 +76,7 @@ class EnvFiles:
                                 f"{current.size} bytes)")
             else:
                 texts[path] = current.content.decode(errors="replace")
-                found.update(env_vars(texts[path], path))
+                found.update(read_vars(texts[path], path, computed))
         token = next((found[key].value for key in SECRET_KEYS if key in found), "")
         context, tasks = self._tasks(node)
         moved = None
@@ -133,29 +88,10 @@ class EnvFiles:
                 path = change.summary.split(":", 1)[0]
                 if path in texts:
                     problems.append(_drift(path, texts[path], change))
-                    moved = _gid_moved(path, texts[path], change)
+                    moved = _gid_moved(path, texts[path], change, env.gid(facts.roce))
         return NodeEnv(node.name, VIEW_NODE, FrozenMapping(found), tuple(problems),
                        moved if len(problems) == 1 else None)
 
-    def inventory_view(self, node: Node) -> NodeEnv:
-        """The environment provision would write on node, rendered here (no node contacted)."""
-        context, tasks = self._tasks(node)
-        offline = {**context, "facts": ProvisionFacts(), "offline_view": True}
-        found: dict[str, EnvVar] = {}
-        problems = []
-        for role in self.roles:
-            for task in tasks[role.name]:
-                if task.module != TEMPLATE:
-                    continue
-                try:
-                    if task.error:
-                        raise RenderError(task.error)
-                    text = self.renderer.template(role, str(task.params["src"]), offline)
-                except RenderError as error:
-                    problems.append(f"{role.name}: {error}")
-                    continue
-                found.update(env_vars(text, str(task.params["dest"])))
-        return NodeEnv(node.name, VIEW_INVENTORY, FrozenMapping(found), tuple(problems))
 
     def read_all(self, fleet: Fleet, nodes: Sequence[Node] | None = None,
                  timeout: float = 20) -> tuple[dict[str, NodeEnv], dict[str, str]]:
@@ -169,8 +105,8 @@ class EnvFiles:
         return envs, {r.node: r.error or r.status for r in results if not r.ok}
 
     def inventory_views(self) -> dict[str, NodeEnv]:
-        """inventory_view of every node of the inventory."""
-        return {node.name: self.inventory_view(node) for node in self.inventory.nodes}
+        """Every node's environment as the inventory says it (engineenv's, no node read)."""
+        return inventory_views(self.inventory, self.engine_key)
 
 
 @dataclass(frozen=True)
@@ -222,16 +158,16 @@ def _drift(path: str, text: str, change) -> str:
 GID_KEY = "NCCL_IB_GID_INDEX"
 
 
-def _gid_moved(path: str, text: str, change) -> tuple[str, str, str] | None:
+def _gid_moved(path: str, text: str, change, gid: GidIndex) -> tuple[str, str, str] | None:
     """(path, written, probed) when the GID index is the one value that differs between the
-    node's file and what provision would write now from the node's GID table."""
+    node's file and what provision would write now, and gid (computed from the same facts)
+    says that index was read from the node's GID table."""
     put = next((a for a in change.actions if isinstance(a, Put)), None)
-    if put is None or change.role != "nccl_env":
+    if put is None or change.role != "nccl_env" or not gid.probed:
         return None
     have, want = parse_env(text), parse_env(put.content.decode(errors="replace"))
     differ = {key for key in {*have, *want} if have.get(key) != want.get(key)}
-    if differ != {GID_KEY} or "probed on the node" not in parse_sources(
-            put.content.decode(errors="replace")).get(GID_KEY, ""):
+    if differ != {GID_KEY} or want[GID_KEY] != str(gid.index):
         return None
     return path, have.get(GID_KEY, ""), want[GID_KEY]
 
@@ -245,7 +181,3 @@ def _shown(key: str, have: str | None, want: str | None) -> str:
         return f"{key}={have} is not provision's"
     return f"{key} is {have}, provision would write {want}"
 
-
-def secret_names(env: Mapping[str, EnvVar], declared: Sequence[str]) -> frozenset[str]:
-    """The variables of env whose values are never shown."""
-    return frozenset(key for key in env if key in declared or key in SECRET_KEYS)

@@ -16,7 +16,8 @@ import jinja2.sandbox
 
 from sparkrack.data import search_dirs, shipped
 from sparkrack.errors import InventoryError, UsageError
-from sparkrack.facts.roce import netdev_of, node_fabric, socket_address, wanted_gids
+from sparkrack.engineenv import EngineEnv
+from sparkrack.facts.roce import netdev_of, node_fabric
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory import read_yaml as read_bounded_yaml
 from sparkrack.inventory.schema import plain
@@ -331,9 +332,9 @@ def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],
     `hf_token` comes from the operator's environment (HF_TOKEN), never from a file;
     `watchdog_pubkey` / `watchdog_from` from the watchdog key record beside the inventory
     (sparkrack/inventory/watchdog_record.py; '' and [] when none). `fabric` maps each
-    cabled function to its netdev and fabric address, `gid_wanted` each function to the
-    address whose GID NCCL is to use (facts/roce.py's fabric_addresses); `socket_addr` is
-    the address on nccl_socket_ifname (socket_address).
+    cabled function to its netdev and fabric address (facts/roce.py's fabric_addresses);
+    `engine_env` is the node's engine environment, computed (sparkrack/engineenv: what
+    roles nccl_env and engine_env write).
     """
     result: dict[str, Any] = {}
     for role in roles:
@@ -343,12 +344,8 @@ def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],
     result.update(extra or {})
     result.update(node=node.name, rank=node.rank, address=node.address,
                   roce_addr=node.roce_addr, roce_twin_addr=node.roce_twin_addr or "",
-                  socket_addr=socket_address(node),
-                  head=inventory.head.name,
-                  rack_nccl_ib_gid_index=inventory.vars.nccl_ib_gid_index,
-                  hf_token=environ.get("HF_TOKEN", ""))
-    fabric = node_fabric(node)
-    result.update(fabric=fabric, gid_wanted=wanted_gids(fabric))
+                  head=inventory.head.name, hf_token=environ.get("HF_TOKEN", ""),
+                  fabric=node_fabric(node), engine_env=EngineEnv(inventory, node))
     return result
 
 

@@ -26,7 +26,8 @@ from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
 from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.provision import provision
-from sparkrack.provision.envfiles import parse_env, rack_view
+from sparkrack.engineenv import parse_env
+from sparkrack.provision.envfiles import rack_view
 from sparkrack.rehearsal.cabling import Cabling
 
 from provision_helpers import failures

@@ -11,7 +11,7 @@ import pytest
 
 from sparkrack.fleet import Fleet
 from sparkrack.provision import provision
-from sparkrack.provision.envfiles import parse_env
+from sparkrack.engineenv import parse_env
 
 from provision_helpers import failures
 

@@ -17,7 +17,7 @@ from sparkrack.facts.node import CLOCK_CAP_UNIT
 from sparkrack.errors import InventoryError
 from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision, unprovision
-from sparkrack.provision.envfiles import parse_env
+from sparkrack.engineenv import parse_env
 from sparkrack.provision.report import as_json
 
 pytestmark = pytest.mark.rack

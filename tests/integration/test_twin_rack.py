@@ -18,7 +18,7 @@ from sparkrack.fleet import Fleet
 from sparkrack.fleet.netguard import blackhole_present
 from sparkrack.lifecycle import engine as lifecycle
 from sparkrack.provision import provision
-from sparkrack.provision.envfiles import parse_env
+from sparkrack.engineenv import parse_env
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
 from sparkrack.twin.build import build_twin
 from sparkrack.twin.capture import capture

@@ -2,6 +2,7 @@
 result JSON round-trip, SSE and Prometheus parsing, prompts and the haystack."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -24,8 +25,12 @@ from sparkrack.bench.run import (
     needle_timeout,
 )
 from sparkrack.bench.target import argv_port
+from sparkrack.engines.serving import engine_serving
 from sparkrack.errors import UsageError
 from sparkrack.lifecycle.headapi import DONE, Streamed, finish_reason, parse_sse_line, piece_text
+
+REHEARSAL = Path(__file__).resolve().parents[2] / "inventory" / "rehearsal"
+SERIES = engine_serving(REHEARSAL, "sglang").metrics  # what the fake endpoint serves
 
 # --- decode rate ------------------------------------------------------------------------------
 
@@ -306,7 +311,7 @@ def _target(context=524288):
     deployment = Deployment(engine="sglang", profile="512k", deployment_id="d1",
                             spec_hash="f" * 64, image="img", image_id="sha256:abc")
     return Target(deployment, node="spark-01", address="10.77.1.11", port=30000,
-                  model="GLM-5.3", context_length=context)
+                  model="GLM-5.3", context_length=context, metrics=SERIES)
 
 
 def test_a_full_run_measures_every_section():

@@ -170,6 +170,11 @@ entrypoint: [demo-serve]
 ports: {http: 9000}
 health_path: /health
 args: {model: [--model-path, "{model_path}"]}
+serving:
+  memory_fraction: {flag: --mem-fraction-static, default: 0.88}
+  worker_health_path: /health
+  liveness_path: /health
+  metrics: {flag: null, running: a, waiting: b, progress: [c]}
 profiles:
   p:
     description: d
@@ -178,7 +183,7 @@ profiles:
     flags: {--model-pat: /tmp/other}
 """
     (tmp_path / "demo.yml").write_text(text)
-    with pytest.raises(InventoryError, match=r"demo.yml:12: --model-pat is set per rank by "
+    with pytest.raises(InventoryError, match=r"demo.yml:17: --model-pat is set per rank by "
                                              r"this file's args \(as --model-path\)"):
         read_engine_file(tmp_path / "demo.yml")
 

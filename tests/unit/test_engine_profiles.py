@@ -9,6 +9,7 @@ import pytest
 from sparkrack.data import shipped
 from sparkrack.engines import engine_names, load_engine
 from sparkrack.engines.profile_file import read_engine_file
+from sparkrack.engines.serving import engine_serving
 from sparkrack.errors import InventoryError, UsageError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,6 +28,15 @@ args:
   head: [--port, "{http_port}"]
   workers: [--headless]
 secret_env: [HF_TOKEN]
+serving:
+  memory_fraction: {flag: --fraction, default: 0.9}
+  worker_health_path: null
+  liveness_path: /health
+  metrics:
+    flag: null
+    running: demo:running
+    waiting: demo:waiting
+    progress: [demo:tokens_total]
 profiles:
   base:
     description: the base
@@ -215,3 +225,77 @@ def test_mistakes_name_file_and_line(tmp_path, old, new, marker, message):
         caught.message
     assert message in caught.message
     assert caught.fix
+
+
+# --- serving: what sparkrack reads of a running engine --------------------------------
+
+
+def test_the_shipped_serving_facts():
+    """The facts the memory gate, the start, the watchdog, bench and export read, from the
+    engine files (they were constants keyed by engine name in lifecycle/ and bench/)."""
+    sglang = load_engine(REHEARSAL, "sglang").serving
+    vllm = load_engine(REHEARSAL, "vllm").serving
+    assert (sglang.memory_fraction.flag, sglang.memory_fraction.default) == (
+        "--mem-fraction-static", 0.88)
+    assert (vllm.memory_fraction.flag, vllm.memory_fraction.default) == (
+        "--gpu-memory-utilization", 0.9)
+    assert (sglang.worker_health_path, vllm.worker_health_path) == ("/health", None)
+    assert (sglang.liveness_path, vllm.liveness_path) == ("/v1/models", "/health")
+    assert (sglang.metrics.flag, vllm.metrics.flag) == ("--enable-metrics", None)
+    assert (sglang.metrics.running, vllm.metrics.waiting) == (
+        "sglang:num_running_reqs", "vllm:num_requests_waiting")
+    assert vllm.metrics.progress == ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+    assert sglang.metrics.accept_length == "sglang:spec_accept_length"
+    assert vllm.metrics.spec_drafts == "vllm:spec_decode_num_drafts_total"
+    assert engine_serving(REHEARSAL, "vllm") == vllm  # read alone, the same facts
+
+
+@pytest.mark.parametrize("old, new, marker, message", [
+    ("  liveness_path: /health\n", "", "serving:", "missing key 'liveness_path' in serving"),
+    ("  memory_fraction: {flag: --fraction, default: 0.9}",
+     "  memory_fraction: {flag: --fraction, default: 1.5}", "memory_fraction:",
+     "default: expected a fraction above 0, at most 1, got 1.5"),
+    ("  memory_fraction: {flag: --fraction, default: 0.9}",
+     "  memory_fraction: {flag: fraction, default: 0.9}", "memory_fraction:",
+     "flag: expected a flag such as --enable-metrics, got 'fraction'"),
+    ("  worker_health_path: null", "  worker_health_path: health", "worker_health_path:",
+     "worker_health_path: expected a path such as /health, or null when the workers serve "
+     "no HTTP"),
+    ("    running: demo:running", "    running: demo running", "running: demo running",
+     "running: expected a Prometheus metric name"),
+    ("    progress: [demo:tokens_total]", "    progress: []", "progress:",
+     "progress: expected a non-empty list of Prometheus metric names"),
+    ("    progress: [demo:tokens_total]", "", "  metrics:", "missing key 'progress' in metrics"),
+    ("    progress: [demo:tokens_total]",
+     "    progress: [demo:tokens_total]\n    spec_drafts: demo:drafts_total", "spec_drafts:",
+     "metrics.spec_drafts without spec_accepted: the accept length needs both counters"),
+    ("    flag: null", "    flags: null", "flags: null", "unknown key 'flags' (did you mean 'flag'?)"),
+])
+def test_serving_mistakes_name_file_line_and_key(tmp_path, old, new, marker, message):
+    caught, text = error(tmp_path, old, new)
+    assert caught.message.startswith(f"{tmp_path / 'demo.yml'}:{line_of(text, marker)}: "), \
+        caught.message
+    assert message in caught.message and "\n" not in caught.line()
+    assert caught.fix
+
+
+def test_an_own_file_without_serving_is_one_line_naming_it(tmp_path):
+    """An inventory's own profile file written before `serving` existed: every command that
+    loads it says so in one line, and so does the watchdog's light read; a memory flag the
+    engine does not have is refused against its option table."""
+    rack = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
+    own = rack / ".sparkrack" / "engines" / "sglang.yml"
+    own.parent.mkdir(parents=True, exist_ok=True)
+    text = (shipped("engines") / "sglang.yml").read_text()
+    own.write_text(text[:text.index("\n# What sparkrack reads")] + text[text.index("\nprofiles:"):])
+    for load in (lambda: load_engine(rack, "sglang"), lambda: engine_serving(rack, "sglang")):
+        with pytest.raises(InventoryError) as caught:
+            load()
+        assert caught.value.line().startswith(f"{own}: missing key 'serving' (add a mapping "
+                                              "serving:")
+    own.write_text(text.replace("flag: --mem-fraction-static", "flag: --mem-fraction"))
+    with pytest.raises(InventoryError) as caught:
+        load_engine(rack, "sglang")
+    assert caught.value.line().startswith(
+        f"{own}:{line_of(own.read_text(), 'flag: --mem-fraction')}: memory_fraction.flag: "
+        "--mem-fraction is an abbreviation of --mem-fraction-static")

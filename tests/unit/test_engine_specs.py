@@ -19,7 +19,8 @@ from sparkrack.engines import (
 from sparkrack.errors import UsageError
 from sparkrack.inventory import load_inventory
 from sparkrack.inventory.schema import FrozenMapping
-from sparkrack.provision.envfiles import VIEW_NODE, EnvFiles, EnvVar, RackView
+from sparkrack.engineenv import VIEW_NODE, EnvVar, inventory_views
+from sparkrack.provision.envfiles import RackView
 
 REPO = Path(__file__).resolve().parents[2]
 FIELD_NOTES = REPO / "docs" / "field-notes.md"  # quotes the field report's config verbatim
@@ -49,7 +50,7 @@ def specs(inventory, engine, profile="512k", **options):
 def read_env(inventory, engine, **per_node):
     """Every node's env as if read from its files: the inventory's view, with per_node
     {node: {VAR: (value, source)}} laid over it (spark_03= for spark-03)."""
-    views = EnvFiles(inventory, engine).inventory_views()
+    views = inventory_views(inventory, engine)
     result = {}
     for name, view in views.items():
         found = dict(view.vars)

@@ -274,14 +274,15 @@ def test_ctrl_c_during_the_smoke_request_stops_the_group_and_records_the_failure
 def test_the_memory_gate_measures_each_node_against_its_own_memtotal(rehearsal_inventory):
     """Units differ (127,600,524-127,622,144 kB; about 119.7 GiB on another release): a
     node needs its profile's fraction of its own MemTotal free, not of another's."""
-    from sparkrack.engines import build_specs
+    from sparkrack.engines import build_specs, load_engine
 
     specs = build_specs(rehearsal_inventory, "sglang", "512k")  # --mem-fraction-static 0.80
     small, large = round(119.7 * 2**20), 127622144
     facts_by_node = {spec.node: NodeFacts(mem_total_kb=large, mem_available_kb=int(0.81 * large))
                      for spec in specs}
     facts_by_node["spark-02"] = NodeFacts(mem_total_kb=small, mem_available_kb=int(0.81 * small))
-    assert gates.memory_problems(specs, facts_by_node) == []
+    memory = load_engine(rehearsal_inventory.path, "sglang").serving.memory_fraction
+    assert gates.memory_problems(specs, facts_by_node, memory) == []
     facts_by_node["spark-05"] = NodeFacts(mem_total_kb=large, mem_available_kb=int(0.79 * large))
-    assert gates.memory_problems(specs, facts_by_node) == [
+    assert gates.memory_problems(specs, facts_by_node, memory) == [
         "spark-05: MemAvailable 96.2 GiB < 97.4 GiB (--mem-fraction-static 0.8 of 121.7 GiB)"]

@@ -55,3 +55,50 @@ def test_a_rank_that_exited_is_a_failed_start_naming_it(group, monkeypatch):
         wait_ready(AllAnswer(inventory.nodes), inventory, specs, ranks, 5, lambda p: None)
     assert not isinstance(raised.value, NodeLost)
     assert "rank 3 on spark-04 exited (exit code 2)" in raised.value.line()
+
+
+class Asked:
+    """An Endpoint stand-in that answers 200 and records which node was asked which path."""
+
+    paths: list[tuple[str, str]] = []
+
+    def __init__(self, node, port):
+        self.node = node
+
+    def status(self, path, timeout=None):
+        Asked.paths.append((self.node.name, path))
+        return 200
+
+
+def own_engine_file(tmp_path, engine, old, new):
+    """A copy of the rehearsal inventory whose own profile file of engine has old -> new."""
+    import shutil
+
+    from sparkrack.data import shipped
+
+    inventory = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
+    (inventory / ".sparkrack" / "engines").mkdir(parents=True, exist_ok=True)
+    text = (shipped("engines") / f"{engine}.yml").read_text()
+    assert old in text
+    (inventory / ".sparkrack" / "engines" / f"{engine}.yml").write_text(text.replace(old, new))
+    return load_inventory(inventory)
+
+
+@pytest.mark.parametrize("engine, old, new, asked", [
+    ("sglang", "worker_health_path: /health", "worker_health_path: /ready", "/ready"),
+    ("vllm", "worker_health_path: null", "worker_health_path: null", None)])
+def test_the_workers_are_asked_where_the_engine_file_says(tmp_path, monkeypatch, engine, old,
+                                                          new, asked):
+    """Whether and where ranks >= 1 answer once loaded is the engine file's
+    serving.worker_health_path (SGLang's stand-in /health; vLLM's headless workers serve
+    nothing), not a flag or an engine name in the code."""
+    inventory = own_engine_file(tmp_path, engine, old, new)
+    specs = build_specs(inventory, engine, "512k")
+    Asked.paths = []
+    monkeypatch.setattr(start, "refresh", lambda fleet, ranks: ranks)
+    monkeypatch.setattr(start, "Endpoint", Asked)
+    ranks = [as_rank(s, "running") for s in specs]
+    wait_ready(AllAnswer(inventory.nodes), inventory, specs, ranks, 5, lambda p: None)
+    workers = sorted(path for node, path in Asked.paths if node != inventory.head.name)
+    assert workers == ([asked] * 7 if asked else [])
+    assert (inventory.head.name, specs[0].health_path) in Asked.paths

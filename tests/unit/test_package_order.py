@@ -19,6 +19,7 @@ LAYERS = (  # the top first
     ("rules",),
     ("engines",),
     ("provision",),
+    ("engineenv",),
     ("safety", "transfer", "fabric"),
     ("facts", "oplock", "rehearsal", "adhoc"),
     ("pdu",),
@@ -79,6 +80,15 @@ def test_every_import_goes_down():
               for (a, b), files in edges().items()
               if DEPTH[a] >= DEPTH[b]}
     assert upward == set()
+
+
+def test_the_engines_learn_their_environment_without_provisioning():
+    """engines/ builds launch specs from the engine environment (engineenv), which
+    provisioning writes; neither the engines nor that environment import provisioning."""
+    found = edges()
+    assert ("engines", "engineenv") in found and ("provision", "engineenv") in found
+    assert {(a, b) for a, b in found if b == "provision" and a in ("engines", "engineenv")} \
+        == set()
 
 
 def test_the_check_sees_relative_and_function_level_imports():

@@ -1,10 +1,19 @@
 """Progress, not liveness: rank 0's metrics read, the time without progress measured, and the
 GPUs' pattern read for the culprit (pure: lifecycle/progress.py, lifecycle/culprit.py)."""
 
+import shutil
+from pathlib import Path
+
 import pytest
 
+from sparkrack.data import shipped
+from sparkrack.engines.serving import engine_serving
+from sparkrack.inventory import load_inventory
 from sparkrack.lifecycle.culprit import GpuSample, Working, learn, read_gpus
 from sparkrack.lifecycle.progress import StallWatch, reading
+
+REHEARSAL = Path(__file__).resolve().parents[2] / "inventory" / "rehearsal"
+SERIES = {engine: engine_serving(REHEARSAL, engine).metrics for engine in ("sglang", "vllm")}
 
 VLLM = """# TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{{model_name="m"}} {running}
@@ -18,14 +27,14 @@ vllm:generation_tokens_total{{model_name="m"}} {generated}
 
 
 def vllm(running=1, waiting=0, prompt=100, generated=10):
-    return reading("vllm", VLLM.format(running=running, waiting=waiting, prompt=prompt,
+    return reading(SERIES["vllm"], VLLM.format(running=running, waiting=waiting, prompt=prompt,
                                        generated=generated))
 
 
 def test_the_real_metric_names_are_read_for_each_engine():
     seen = vllm(running=2, waiting=1, generated=7)
     assert (seen.running, seen.waiting, seen.pending) == (2, 1, True)
-    sglang = reading("sglang", "# TYPE sglang:num_running_reqs gauge\n"
+    sglang = reading(SERIES["sglang"], "# TYPE sglang:num_running_reqs gauge\n"
                      'sglang:num_running_reqs{model_name="m"} 0\n'
                      "# TYPE sglang:generation_tokens_total counter\n"
                      'sglang:generation_tokens_total{model_name="m"} 5\n')
@@ -33,8 +42,8 @@ def test_the_real_metric_names_are_read_for_each_engine():
 
 
 def test_an_endpoint_without_the_gauges_gives_no_reading():
-    assert reading("sglang", "<html>404</html>") is None
-    assert reading("vllm", "# TYPE other gauge\nother 1\n") is None
+    assert reading(SERIES["sglang"], "<html>404</html>") is None
+    assert reading(SERIES["vllm"], "# TYPE other gauge\nother 1\n") is None
 
 
 def test_time_without_progress_counts_only_while_work_is_pending():
@@ -166,7 +175,7 @@ class FakeHead:
         return self.status, self.body
 
 
-def group_reading(engine: str, head: FakeHead):
+def group_reading(engine: str, head: FakeHead, inventory=None):
     """A GroupWatch whose rank 0 answers as head does (no fleet: progress alone)."""
     from sparkrack.lifecycle.containers import Rank
     from sparkrack.lifecycle.watch import GroupWatch
@@ -175,7 +184,8 @@ def group_reading(engine: str, head: FakeHead):
         head = None
 
     ranks = [Rank("spark-01", 0, "r0", engine, "512k", "d", "running", None, 120)]
-    group = Probe(None, None, ranks, http_port=1, health_path="/health", stall_budget_s=30)
+    group = Probe(None, inventory or load_inventory(REHEARSAL), ranks, http_port=1,
+                  health_path="/health", stall_budget_s=30)
     group.head = head
     return group
 
@@ -184,8 +194,8 @@ def test_a_rank_0_without_metrics_is_said_once_stalls_go_unseen():
     group = group_reading("sglang", FakeHead(404))
     assert group._check_progress(None) is None
     assert group.unwatched == ("rank 0 serves no sglang metrics at /metrics (404): a stalled "
-                               "group is not seen; SGLang serves them with --enable-metrics "
-                               "in the profile")
+                               "group is not seen; sglang serves them only with "
+                               "--enable-metrics in the profile")
     served = group_reading("vllm", FakeHead(200, VLLM.format(
         running=0, waiting=0, prompt=1, generated=1).encode()))
     served._check_progress(None)
@@ -202,3 +212,33 @@ def test_a_stall_of_every_gpu_spinning_says_no_single_rank_is_to_blame():
         "waits in, as a fabric or NCCL hang leaves it): 1 running, 0 waiting, no token "
         "progress for 9 s (stall budget 8 s); GPUs spinning 96 % at 20.3-20.5 W: a, b, c")
     assert stall.evidence()["alike"] == "spinning" and stall.evidence()["culprit"] is None
+
+
+def test_the_stall_watch_reads_the_series_the_engine_file_names(tmp_path):
+    """Which series are rank 0's running, waiting and progress is the engine file's
+    (serving.metrics), an inventory's own file included; and so is the flag an engine
+    needs to serve them, which the watch names when none are served."""
+    rack = Path(shutil.copytree(REHEARSAL, tmp_path / "rack"))
+    (rack / ".sparkrack" / "engines").mkdir(parents=True, exist_ok=True)
+    text = (shipped("engines") / "vllm.yml").read_text()
+    for old, new in (("vllm:num_requests_running", "site:running"),
+                     ("vllm:generation_tokens_total]", "site:tokens_total]"),
+                     ("    flag: null", "    flag: --enable-site-metrics")):
+        assert old in text
+        text = text.replace(old, new)
+    (rack / ".sparkrack" / "engines" / "vllm.yml").write_text(text)
+    served = ("# TYPE site:running gauge\nsite:running 1\n"
+              "# TYPE site:tokens_total counter\nsite:tokens_total 5\n").encode()
+    from sparkrack.lifecycle.watch import NodeSamples
+
+    group = group_reading("vllm", FakeHead(200, served), load_inventory(rack))
+    group._check_progress(NodeSamples())
+    assert group.unwatched is None and group.progress.last.pending
+    assert group.progress.last.marks == (-1.0, 5.0)
+    shipped_names = group_reading("vllm", FakeHead(200, served), load_inventory(rack))
+    shipped_names.head = FakeHead(200, VLLM.format(running=1, waiting=0, prompt=1,
+                                                   generated=1).encode())
+    shipped_names._check_progress(None)
+    assert shipped_names.unwatched == ("rank 0 serves no vllm metrics at /metrics (200): a "
+                                       "stalled group is not seen; vllm serves them only "
+                                       "with --enable-site-metrics in the profile")

@@ -47,7 +47,7 @@ def test_sequence_runs_arguments_literally(tmp_path):
 
 
 def test_env_files_parse_literally():
-    from sparkrack.provision.envfiles import parse_env
+    from sparkrack.engineenv import parse_env
     text = "# header\nNCCL_IB_GID_INDEX=5\nHF_TOKEN=a=b $(x)\n\nbad line\n"
     assert parse_env(text) == {"NCCL_IB_GID_INDEX": "5", "HF_TOKEN": "a=b $(x)"}
 

@@ -383,7 +383,8 @@ def test_plan_with_an_alias_bomb_in_an_inventory_role_fails_fast(tmp_path):
     role = inv / ".sparkrack" / "roles" / "engine_env"
     shutil.copytree(ROLES_DIR / "engine_env", role)
     defaults = role / "defaults" / "main.yml"
-    defaults.write_text(defaults.read_text() + alias_bomb())
+    defaults.parent.mkdir()
+    defaults.write_text(alias_bomb())
 
     def limit_memory() -> None:  # a run that expands the aliases dies here, not the machine
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))

@@ -568,6 +568,7 @@ def test_the_needle_is_found_within_reach_and_not_beyond(groups):
     from sparkrack.bench.result import rows
     from sparkrack.bench.run import SUITES, Bench
     from sparkrack.bench.target import Target
+    from sparkrack.engines.serving import engine_serving
     from sparkrack.inventory import Node
     from sparkrack.inventory.schema import RackVars
     from sparkrack.lifecycle.headapi import Endpoint
@@ -582,7 +583,8 @@ def test_the_needle_is_found_within_reach_and_not_beyond(groups):
     deployment = Deployment(engine="sglang", profile="p", deployment_id="d", spec_hash="f" * 64,
                             image="i", image_id="sha256:x")
     target = Target(deployment, node="local", address="127.0.0.1", port=group.ports[0],
-                    model="stub-model", context_length=131072)
+                    model="stub-model", context_length=131072,
+                    metrics=engine_serving(REPO / "inventory" / "rehearsal", "sglang").metrics)
 
     def needle(context: int):
         bench = Bench(target, endpoint, SUITES["quick"], name=f"n{context}", context=context,

@@ -227,8 +227,8 @@ def test_the_stall_watch_reads_the_series_the_engine_file_names(tmp_path):
         assert old in text
         text = text.replace(old, new)
     (rack / ".sparkrack" / "engines" / "vllm.yml").write_text(text)
-    served = ("# TYPE site:running gauge\nsite:running 1\n"
-              "# TYPE site:tokens_total counter\nsite:tokens_total 5\n").encode()
+    served = (b"# TYPE site:running gauge\nsite:running 1\n"
+              b"# TYPE site:tokens_total counter\nsite:tokens_total 5\n")
     from sparkrack.lifecycle.watch import NodeSamples
 
     group = group_reading("vllm", FakeHead(200, served), load_inventory(rack))

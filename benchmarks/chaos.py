@@ -5,7 +5,7 @@ Each step runs one operator command as a real `invoke` process (up, roll, down, 
 reboot of two nodes, weights.stage of a small model, run, bench) and, often, injects one
 fault at a random moment inside it (cut, power-off, latch, HCA down, renumbered GID, a
 rank's process killed, a second operator's `down`, Ctrl-C, the head lost for good). Then
-the faults are healed, the rack's real state is judged (sparkrack/chaos/invariants.py),
+the faults are healed, the rack's real state is judged (sparkrack/rehearsal/chaos/invariants.py),
 and after a fault that hit a node or a rank, recovery (`down`, `up`) is timed and judged
 again. A lost head is answered as an operator would: `break-glass`, then `onboard
 --replace` with the spare (spark-09, added for the run), then `watch.install` again. The
@@ -32,9 +32,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from sparkrack.inventory import load_inventory  # noqa: E402
-from sparkrack.chaos.plan import steps  # noqa: E402
-from sparkrack.chaos.report import Report, outcome  # noqa: E402
-from sparkrack.chaos.runner import Runner  # noqa: E402
+from sparkrack.rehearsal.chaos.plan import steps  # noqa: E402
+from sparkrack.rehearsal.chaos.report import Report, outcome  # noqa: E402
+from sparkrack.rehearsal.chaos.runner import Runner  # noqa: E402
 from sparkrack.rehearsal.privatecopy import copy_inventory  # noqa: E402
 from sparkrack.rehearsal.rack import RehearsalRack  # noqa: E402
 from sparkrack.rehearsal.repair import repair_faults  # noqa: E402

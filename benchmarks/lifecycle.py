@@ -25,9 +25,10 @@ from sparkrack.engines import build_specs, docker_sdk_kwargs  # noqa: E402
 from sparkrack.fleet import Fleet  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
 from sparkrack.lifecycle import nodelimits  # noqa: E402
-from sparkrack.lifecycle import engine as lifecycle  # noqa: E402
-from sparkrack.lifecycle.containers import parallel  # noqa: E402
-from sparkrack.lifecycle.headapi import Endpoint  # noqa: E402
+from sparkrack.lifecycle import lanes  # noqa: E402
+from sparkrack.watchdog.watch import watch_group  # noqa: E402
+from sparkrack.deployments.ranks import parallel  # noqa: E402
+from sparkrack.deployments.headapi import Endpoint  # noqa: E402
 from sparkrack.rehearsal.stub.modeldir import write_stub_model  # noqa: E402
 
 
@@ -61,22 +62,22 @@ def main() -> int:
     quick = lambda inv, nodes, fleet=None: burn(inv, nodes, seconds=1, fleet=fleet)  # noqa: E731
     with Fleet(inventory) as fleet:
         write_stub_model(fleet, {"load_delay_s": args.load_delay, "tokens_per_s": 50})
-    lifecycle.down(inventory)
+    lanes.down(inventory)
 
     events: list[tuple[float, str]] = []
     started = time.monotonic()
-    lifecycle.up(inventory, "sglang", "512k", burn=quick,
-                 on_event=lambda e: events.append((time.monotonic(), e)))
+    lanes.up(inventory, "sglang", "512k", burn=quick,
+             on_event=lambda e: events.append((time.monotonic(), e)))
     total_up = time.monotonic() - started
     gates_done = next(t for t, e in events if e.startswith("gate power")) - started
     started = time.monotonic()
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     down = time.monotonic() - started
 
-    lifecycle.up(inventory, "sglang", "512k", burn=quick)
+    lanes.up(inventory, "sglang", "512k", burn=quick)
     result = {}
     watcher = threading.Thread(target=lambda: result.update(
-        report=lifecycle.watch_group(inventory, burn=quick, duration=30, interval=0.5)))
+        report=watch_group(inventory, burn=quick, duration=30, interval=0.5)))
     watcher.start()
     time.sleep(2)
     with Fleet(inventory, inventory.select("spark-04")) as fleet:
@@ -88,7 +89,7 @@ def main() -> int:
         if result.get("report") or not watcher.is_alive():
             detected["at"] = time.monotonic()
     watcher.join()
-    lifecycle.down(inventory)
+    lanes.down(inventory)
 
     bare_up, bare_down = bare_up_down(inventory, args.load_delay)
     overhead = total_up - args.load_delay

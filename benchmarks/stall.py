@@ -31,11 +31,12 @@ import yaml  # noqa: E402
 from sparkrack.engines import build_specs  # noqa: E402
 from sparkrack.fleet import Fleet  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
-from sparkrack.lifecycle import engine as lifecycle  # noqa: E402
-from sparkrack.lifecycle.containers import engine_containers  # noqa: E402
-from sparkrack.lifecycle.headapi import Endpoint  # noqa: E402
-from sparkrack.lifecycle.running import running  # noqa: E402
-from sparkrack.lifecycle.watch import GroupWatch, sample_nodes  # noqa: E402
+from sparkrack.lifecycle import lanes  # noqa: E402
+from sparkrack.watchdog.watch import watch_group  # noqa: E402
+from sparkrack.deployments.ranks import engine_containers  # noqa: E402
+from sparkrack.deployments.headapi import Endpoint  # noqa: E402
+from sparkrack.deployments.running import running  # noqa: E402
+from sparkrack.watchdog.watch import GroupWatch, sample_nodes  # noqa: E402
 from sparkrack.rehearsal.stub.modeldir import write_stub_model  # noqa: E402
 from sparkrack.safety.burn import burn  # noqa: E402
 
@@ -76,7 +77,7 @@ def median_ms(samples) -> float:
 def poll_cost(inventory, polls: int) -> dict[str, float]:
     """Median ms of one poll without and with the progress check, and of the nodes' round
     trip without and with the GPU reading."""
-    lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
     head = build_specs(inventory, "vllm", "512k")[0]
     with Fleet(inventory) as fleet:
         ranks = running(fleet).alive
@@ -98,20 +99,20 @@ def poll_cost(inventory, polls: int) -> dict[str, float]:
                 sample_nodes(fleet, gpu=gpu)
                 times[label].append(time.monotonic() - began)
         figures = {label: median_ms(values) for label, values in times.items()}
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     return figures
 
 
 def detection(inventory) -> tuple[float, str]:
     """Seconds from the long prompt to the watch's verdict, and the verdict."""
-    lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
     events, result = [], {}
     started = threading.Event()
 
     def on_event(line):
         events.append((time.monotonic(), line))
         started.set()
-    watcher = threading.Thread(target=lambda: result.update(report=lifecycle.watch_group(
+    watcher = threading.Thread(target=lambda: result.update(report=watch_group(
         inventory, burn=quick_burn, duration=inventory.vars.watchdog_stall_budget_s + 120,
         on_event=on_event)))
     watcher.start()
@@ -120,13 +121,13 @@ def detection(inventory) -> tuple[float, str]:
     long_prompt(inventory)
     watcher.join()
     found = next((t for t, line in events if line.startswith("group broken")), None)
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     return (found - sent if found else float("nan")), result["report"].failure
 
 
 def engine_watchdog(inventory) -> float:
     """Seconds from the long prompt to every rank exited, with nobody watching."""
-    lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
     sent = time.monotonic()
     long_prompt(inventory)
     with Fleet(inventory) as fleet:
@@ -138,7 +139,7 @@ def engine_watchdog(inventory) -> float:
                 raise SystemExit("the group did not end within 900 s")
             time.sleep(1)
     seconds = time.monotonic() - sent
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     return seconds
 
 
@@ -171,7 +172,7 @@ def main() -> int:
                 print(f"the engine's own watchdog ended the group after {peer:.1f} s: "
                       f"the watch was {peer / found:.1f}x sooner")
         finally:
-            lifecycle.down(inventory)
+            lanes.down(inventory)
             with Fleet(inventory) as fleet:
                 write_stub_model(fleet, None)
     return 0

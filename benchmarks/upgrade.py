@@ -28,12 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
-from sparkrack.engines.learn import extractor_argv, extractor_files, learn  # noqa: E402
+from sparkrack.learn.options import extractor_argv, extractor_files, learn  # noqa: E402
 from sparkrack.engines.option_names import LEARNED_DIR  # noqa: E402
-from sparkrack.errors import SparkrackError  # noqa: E402
+from sparkrack.core.errors import SparkrackError  # noqa: E402
 from sparkrack.fleet import Fleet  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
-from sparkrack.lifecycle import engine as lifecycle  # noqa: E402
+from sparkrack.lifecycle import lanes  # noqa: E402
 from sparkrack.provision import provision  # noqa: E402
 from sparkrack.rehearsal.stub.modeldir import write_stub_model  # noqa: E402
 from sparkrack.rehearsal.stubimage import build_stub_images  # noqa: E402
@@ -96,7 +96,7 @@ def main() -> None:
 
         with Fleet(rehearsal) as fleet:
             write_stub_model(fleet, STUB)
-        lifecycle.up(rehearsal, "sglang", "512k", burn=quick_burn)
+        lanes.up(rehearsal, "sglang", "512k", burn=quick_burn)
         try:
             started = time.monotonic()
             try:
@@ -114,7 +114,7 @@ def main() -> None:
             table.write_text(old.replace("#: version 0.5.22", f"#: version 0.5.23\n#: image {NEW}"))
             started = time.monotonic()
             try:
-                lifecycle.roll(inventory, "sglang", "512k", burn=quick_burn)
+                lanes.roll(inventory, "sglang", "512k", burn=quick_burn)
                 outcome = "rolled (unexpected)"
             except SparkrackError as error:
                 outcome = error.line().splitlines()[0][:110]
@@ -123,7 +123,7 @@ def main() -> None:
                   f"serving lane stopped and brought back: {outcome}")
             print(f"the refusal is x{outage / checked:.0f} sooner and stops nothing")
         finally:
-            lifecycle.down(rehearsal)
+            lanes.down(rehearsal)
             with Fleet(rehearsal) as fleet:
                 for node in fleet.nodes:
                     fleet.docker_client(node).images.remove(NEW)

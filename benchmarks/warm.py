@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sparkrack.fleet import Fleet  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
-from sparkrack.lifecycle import engine as lifecycle  # noqa: E402
+from sparkrack.lifecycle import lanes  # noqa: E402
 from sparkrack.lifecycle.caches import list_folders, remove_folders  # noqa: E402
 from sparkrack.rehearsal.stub.modeldir import write_stub_model  # noqa: E402
 from sparkrack.safety.burn import burn  # noqa: E402
@@ -51,10 +51,10 @@ def start(inventory, engine: str, profile: str) -> tuple[float, float, list[str]
     """(up's wall seconds, its ready phase, what it said of the caches); then down."""
     said: list[str] = []
     began = time.monotonic()
-    deployment = lifecycle.up(inventory, engine, profile, burn=quick_burn,
-                              on_event=lambda line: said.append(line))
+    deployment = lanes.up(inventory, engine, profile, burn=quick_burn,
+                          on_event=lambda line: said.append(line))
     wall = time.monotonic() - began
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     return wall, deployment.phases["ready"], [s for s in said if s.startswith("compile caches")]
 
 
@@ -69,7 +69,7 @@ def main() -> int:
     args = parser.parse_args()
     inventory = load_inventory(REPO / "inventory" / "rehearsal")
     stub = {"load_delay_s": args.load, "tokens_per_s": 50, "compile_s": args.compile}
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     with Fleet(inventory) as fleet:
         write_stub_model(fleet, stub)
     compile_s = args.load if args.compile is None else args.compile

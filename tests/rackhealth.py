@@ -76,8 +76,9 @@ def _read_lock(path: Path | None) -> list | None:
 def repair_engines(inventory) -> list[str]:
     """Stop every engine container and break a held rack lock; what was done."""
     from sparkrack.fleet import Fleet
-    from sparkrack.lifecycle import engine as lifecycle
-    from sparkrack.lifecycle.containers import engine_containers, stop_ranks
+    from sparkrack.lifecycle import lanes
+    from sparkrack.deployments.ranks import engine_containers
+    from sparkrack.lifecycle.stop import stop_ranks
     from sparkrack.oplock.lock import call
 
     repaired = []
@@ -93,7 +94,7 @@ def repair_engines(inventory) -> list[str]:
         ranks, errors = engine_containers(fleet)
         assert not errors, errors
         if ranks:
-            lifecycle.down(inventory)
+            lanes.down(inventory)
             left, errors = engine_containers(fleet)
             assert not errors, errors
             problems = stop_ranks(fleet, left, timeout=3)

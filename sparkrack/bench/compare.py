@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .measure import TIE_PCT, delta_pct, is_tie
-from .result import BenchResult, Row, rows, show
+from sparkrack.bench.measure import TIE_PCT, delta_pct, is_tie
+from sparkrack.bench.result import BenchResult, Row, rows, show
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .measure import decode_rate, median
+from sparkrack.bench.measure import decode_rate, median
 
 FORMAT = 1
 

@@ -11,12 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ..errors import SparkrackError, UsageError
-from . import metrics, prompts
-from ..lifecycle.headapi import Cancel, Cancelled, Endpoint, HeadError, Streamed
-from .measure import aggregate_rate
-from .result import BenchResult, NeedleResult, PromptResult, Run, UserRun, UsersResult
-from .target import Target, stamp
+from sparkrack.core.errors import SparkrackError, UsageError
+from sparkrack.bench import speculative, prompts
+from sparkrack.deployments.headapi import Cancel, Cancelled, Endpoint, HeadError, Streamed
+from sparkrack.bench.measure import aggregate_rate
+from sparkrack.bench.result import (
+    BenchResult, NeedleResult, PromptResult, Run, UserRun, UsersResult)
+from sparkrack.bench.target import Target, stamp
 
 
 class BenchError(SparkrackError):
@@ -114,7 +115,7 @@ class Bench:
         try:
             self._stream("warm-up", [_user(prompts.load_prompt("code"))], WARMUP_TOKENS)
             engine, series = self.target.deployment.engine, self.target.metrics
-            before = metrics.snapshot(self.endpoint, engine, series)
+            before = speculative.snapshot(self.endpoint, engine, series)
             section = "single"
             self._single()
             section = "users"
@@ -123,8 +124,8 @@ class Bench:
                 section = "needle"
                 self._needle()
             section = "accept length"
-            after = metrics.snapshot(self.endpoint, engine, series)
-            self.result.accept_length, self.result.accept_source = metrics.accept_length(before, after)
+            after = speculative.snapshot(self.endpoint, engine, series)
+            self.result.accept_length, self.result.accept_source = speculative.accept_length(before, after)
         except (KeyboardInterrupt, Cancelled):
             self.cancel.stop()
             self._stopped(section, "stopped by Ctrl-C")

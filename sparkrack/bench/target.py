@@ -1,7 +1,7 @@
 """What the bench measures: the running deployment, found from what runs on the rack.
 
 The engine containers' labels say engine, profile, deployment and spec hash (the running
-deployment: lifecycle.running); rank 0's container says the image ID and the port its argv
+deployment: deployments.running); rank 0's container says the image ID and the port its argv
 gave; the `current` deployment record on the head node is the deployment measured when it
 names the same one (cross-checked against the labels); rank 0's `/v1/models` gives the
 served model name and its context length.
@@ -12,15 +12,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from ..engines import LABEL_SPEC_HASH, build_specs
-from ..engines.serving import Metrics, engine_serving
-from ..errors import SparkrackError
-from ..fleet import Fleet
-from ..inventory import Inventory, Node
-from ..lifecycle import record
-from ..lifecycle.headapi import Endpoint, HeadError
-from ..lifecycle.record import Deployment
-from ..lifecycle.running import running
+from sparkrack.engines import LABEL_SPEC_HASH, build_specs
+from sparkrack.engines.serving import Metrics, engine_serving
+from sparkrack.core.errors import SparkrackError
+from sparkrack.fleet import Fleet
+from sparkrack.inventory import Inventory, Node
+from sparkrack.deployments import record
+from sparkrack.deployments.headapi import Endpoint, HeadError
+from sparkrack.deployments.record import Deployment
+from sparkrack.deployments.running import running
 
 
 class NoEngine(SparkrackError):

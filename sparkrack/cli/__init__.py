@@ -16,7 +16,7 @@ from types import ModuleType
 
 from invoke import Collection, Program, Task
 
-from .. import console
+from sparkrack.core import console
 
 
 def build_namespace() -> Collection:

@@ -7,14 +7,14 @@ with the field report's method; `invoke bench.compare A B` puts two saved runs s
 from invoke import task
 from invoke.exceptions import Exit
 
-from .. import console
-from .common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.core import console
+from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
 
 COLLECTION = "bench"
 
 
 def _int(value, flag: str):
-    from ..errors import UsageError
+    from sparkrack.core.errors import UsageError
 
     if value is None:
         return None
@@ -39,8 +39,8 @@ def bench(c, suite="full", save=None, context=None, tokens=None, inventory=None,
     TTFT apart; four users at once; needle in a haystack; speculative accept length. The
     result is saved beside the deployment record on the head (and here). Ctrl-C stops and
     keeps what was measured."""
-    from ..bench import rows, run_bench
-    from ..bench.result import show
+    from sparkrack.bench import rows, run_bench
+    from sparkrack.bench.result import show
 
     rack = inventory_from(inventory)
     with console.Waiting(f"bench ({suite})") as waiting:
@@ -80,14 +80,14 @@ def compare(c, a, b, inventory=None, json=False, plot=None):
 
     Every measure, B - A and its percentage, and which run is ahead; a difference within 3 %
     of A is a tie (as the field report). --plot FILE draws them (SVG or PNG)."""
-    from ..bench import compare as compare_runs
-    from ..bench import store
-    from ..bench.compare import header
-    from ..bench.measure import TIE_PCT
-    from ..fleet import Fleet
+    from sparkrack.bench import compare as compare_runs
+    from sparkrack.bench import store
+    from sparkrack.bench.compare import header
+    from sparkrack.bench.measure import TIE_PCT
+    from sparkrack.fleet import Fleet
 
     if plot:
-        from ..bench.plot import plot_format
+        from sparkrack.bench.plot import plot_format
 
         plot_format(plot)  # a wrong extension is refused before anything is read
     rack = inventory_from(inventory)
@@ -97,7 +97,7 @@ def compare(c, a, b, inventory=None, json=False, plot=None):
     names = (run_a.name, run_b.name) if run_a.name != run_b.name else ("A", "B")
     table = compare_runs(run_a, run_b, names=names)
     if plot:
-        from ..bench.plot import plot as draw
+        from sparkrack.bench.plot import plot as draw
 
         left_out = draw(table, names, plot, TIE_PCT)
         console.say(f"plot: {plot}" + (f" (in the table only: {', '.join(left_out)})"

@@ -7,9 +7,9 @@ last-good deployment's (lifecycle/caches.py)."""
 from invoke import task
 from invoke.exceptions import Exit
 
-from .. import console
-from ..errors import UsageError
-from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
+from sparkrack.core import console
+from sparkrack.core.errors import UsageError
+from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
 
 COLLECTION = "caches"
 
@@ -18,7 +18,7 @@ NODES_HELP = "only these nodes, e.g. spark-02,spark-06 (default: every node)"
 
 def _found(fleet, rack, nodes):
     """(the folders on the selected nodes with what keeps each, errors)."""
-    from ..lifecycle.caches import kept, list_folders
+    from sparkrack.lifecycle.caches import kept, list_folders
 
     folders, errors = list_folders(fleet, rack.select(nodes) if nodes else rack.nodes)
     kept(fleet, rack, folders)
@@ -26,7 +26,7 @@ def _found(fleet, rack, nodes):
 
 
 def _rows(folders, total):
-    from ..transfer.manifest import size_text
+    from sparkrack.transfer.manifest import size_text
 
     return [[f.name, f.engine, f.image_id[:12], f.arch,
              "all" if len(f.nodes) == total else ",".join(sorted(f.nodes)),
@@ -42,7 +42,7 @@ def list_(c, nodes=None, json=False, inventory=None):
 
     Each folder's engine, image, GPU arch, size on each node, and what keeps it (a running
     container, the current or last-good deployment)."""
-    from ..fleet import Fleet
+    from sparkrack.fleet import Fleet
 
     rack = inventory_from(inventory)
     with Fleet(rack) as fleet:
@@ -69,11 +69,11 @@ def remove(c, folder=None, nodes=None, check=False, json=False, inventory=None):
 
     Kept: a folder a running container mounts, and those of the current or last-good
     deployment's image. The next start of a removed folder's image compiles again."""
-    from ..engines.caches import CACHE_ROOT
-    from ..fleet import Fleet
-    from ..lifecycle.caches import remove_folders
-    from ..oplock.audit import note
-    from ..transfer.manifest import size_text
+    from sparkrack.engines.caches import CACHE_ROOT
+    from sparkrack.fleet import Fleet
+    from sparkrack.lifecycle.caches import remove_folders
+    from sparkrack.oplock.audit import note
+    from sparkrack.transfer.manifest import size_text
 
     rack = inventory_from(inventory)
     with Fleet(rack) as fleet:

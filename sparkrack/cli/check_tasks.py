@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 from invoke import task
 from invoke.exceptions import Exit
 
-from .. import console
-from ..errors import UsageError
-from .common import INVENTORY_HELP, inventory_from, operator_task
-from .serve_tasks import DEFAULT_PROFILE
+from sparkrack.core import console
+from sparkrack.core.errors import UsageError
+from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.cli.serve_tasks import DEFAULT_PROFILE
 
 COLLECTION = None
 
 if TYPE_CHECKING:
-    from ..rules import Finding
+    from sparkrack.rules import Finding
 
 BLOCKED_EXIT = 1
 
@@ -37,7 +37,7 @@ def check(c, engine=None, profile=DEFAULT_PROFILE, inventory=None, explain=None,
 
     Host kernels and cabling are not checked here (no node facts); `up` and `roll` check
     them (cabling: `provision` too)."""
-    from ..rules import check_profile, explain as explain_rule
+    from sparkrack.rules import check_profile, explain as explain_rule
 
     if explain:
         print(explain_rule(explain))
@@ -73,7 +73,7 @@ def _severity(finding: Finding) -> str:
 
 def _list_rules(json: bool) -> None:
     """Every rule as a table, or as JSON."""
-    from ..rules import all_rules
+    from sparkrack.rules import all_rules
 
     rules = all_rules()
     if json:

@@ -3,7 +3,7 @@ and for the tasks that change the rack, the rack lock and the audit record (rack
 
 The task modules import only this, errors and console at the top: anything heavier (docker,
 paramiko, fabric, jinja2, rich, yaml and the modules using them) is imported inside the task
-body that uses it, so `invoke --list` and `-h` stay fast (tests/unit/test_cli_imports.py)."""
+body that uses it, so `invoke --list` and `-h` stay fast (tests/unit/cli/test_cli_imports.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from invoke.exceptions import Exit
 
-from ..errors import SparkrackError, UsageError
+from sparkrack.core.errors import SparkrackError, UsageError
 
 if TYPE_CHECKING:
-    from ..inventory import Inventory
+    from sparkrack.inventory import Inventory
 
 INVENTORY_HELP = "inventory directory (default: $SPARKRACK_INVENTORY, else ./inventory/rack)"
 RAW_HELP = ("show what the nodes printed as it is: control characters (escape sequences) "
@@ -34,9 +34,9 @@ def operator_task(body):
 
     @functools.wraps(body)
     def run(*args, **kwargs):
-        from ..events import on_node_lost
-        from ..console import as_typed, say
-        from ..terminal import escape_controls
+        from sparkrack.core.events import on_node_lost
+        from sparkrack.core.console import as_typed, say
+        from sparkrack.core.terminal import escape_controls
 
         on_node_lost(say)  # a node lost mid-command is named at once
         try:
@@ -107,10 +107,10 @@ def rack_task(changing=True, name: str | None = None, headless=None):
 def _guarded(task: str, arguments: dict, wait: float | None, call, headless=None):
     """call() holding the rack lock (or headless, see rack_task), inside an audit record;
     the outcome recorded."""
-    from .. import signals
-    from ..console import say
-    from ..oplock import audit
-    from ..oplock.guard import Guard
+    from sparkrack.core import signals
+    from sparkrack.core.console import say
+    from sparkrack.oplock import audit
+    from sparkrack.oplock.guard import Guard
 
     path = arguments.get("inventory")
     rack = inventory_from(path)
@@ -167,7 +167,7 @@ def _preloaded(path: str | None, rack: Inventory):
 
 def inventory_from(path: str | None) -> Inventory:
     """Load the inventory named by -i, $SPARKRACK_INVENTORY or ./inventory/rack."""
-    from ..inventory import load_inventory
+    from sparkrack.inventory import load_inventory
 
     if path in _loaded:
         return _loaded[path]

@@ -7,10 +7,10 @@ inventory error.
 
 from invoke import task
 
-from .. import console
-from ..errors import UsageError
-from .common import INVENTORY_HELP, inventory_from, operator_task
-from .serve_tasks import DEFAULT_PROFILE
+from sparkrack.core import console
+from sparkrack.core.errors import UsageError
+from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.cli.serve_tasks import DEFAULT_PROFILE
 
 COLLECTION = None
 
@@ -49,8 +49,9 @@ def export(c, engine, profile=DEFAULT_PROFILE, format_="lws", out=None, name=Non
         raise UsageError(f"unknown export format '{format_}'", fix="formats: " + ", ".join(FORMATS))
     from pathlib import Path
 
-    from ..export import (CAP_VERIFIED_LABEL, GB10_PRODUCT, GPU_PRODUCT_LABEL, cluster_options,
-                          export_lws, manifest_yaml, write_manifests)
+    from sparkrack.export import (
+        CAP_VERIFIED_LABEL, GB10_PRODUCT, GPU_PRODUCT_LABEL, cluster_options, export_lws,
+        manifest_yaml, write_manifests)
 
     cluster = cluster_options(namespace, toleration or (), priority_class, rdma_resource,
                               runtime_class)

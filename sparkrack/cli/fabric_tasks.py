@@ -1,13 +1,13 @@
 """A jumbo frame and a short burst on every cabled rail.
 
-The `fabric` collection: `invoke fabric.check` (sparkrack/fabric/)."""
+The `fabric` collection: `invoke fabric.check` (sparkrack/rails/)."""
 
 from __future__ import annotations
 
 from invoke import task
 
-from .. import console
-from .common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.core import console
+from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
 
 COLLECTION = "fabric"
 
@@ -22,7 +22,7 @@ def check(c, inventory=None, seconds=1.0, json=False):
     (fabric_mtu), then a short burst; names a rail that drops full-size frames, negotiated
     less than fabric_link_gbit, carries under a tenth of its rate or runs far below the
     rack's median. Exits 1 when one does."""
-    from ..fabric import check_fabric
+    from sparkrack.rails import check_fabric
 
     report = check_fabric(inventory_from(inventory), seconds=float(seconds))
     if json:

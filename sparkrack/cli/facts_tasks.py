@@ -2,13 +2,13 @@
 
 The `facts` collection: `invoke facts` (its default task) prints every fact per node as
 JSON; `facts.capture` records the rack's shape in one file, and what changed since one
-(sparkrack/twin/)."""
+(sparkrack/rehearsal/twin/)."""
 
 from invoke import task
 
-from .. import console
-from .common import INVENTORY_HELP, inventory_from, operator_task
-from .status_tasks import LIMIT_HELP
+from sparkrack.core import console
+from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.cli.status_tasks import LIMIT_HELP
 
 COLLECTION = "facts"
 
@@ -17,7 +17,7 @@ COLLECTION = "facts"
 @operator_task
 def facts(c, inventory=None, limit=None):
     """Every fact one round trip gathers per node, as JSON."""
-    from ..status import gather_status
+    from sparkrack.status.rows import gather_status
 
     rows = gather_status(inventory_from(inventory), limit)
     console.print_json({r.node: (r.facts.as_dict() if r.facts else {"error": r.error}) for r in rows})
@@ -39,9 +39,9 @@ def capture(c, inventory=None, out=None, diff=None, json=False):
 
     from invoke.exceptions import Exit
 
-    from ..terminal import escape_controls
-    from ..twin.capture import capture as take, dump, read, write
-    from ..twin.diff import differences
+    from sparkrack.core.terminal import escape_controls
+    from sparkrack.rehearsal.twin.capture import capture as take, dump, read, write
+    from sparkrack.rehearsal.twin.diff import differences
 
     earlier = read(Path(diff)) if diff else None
     document = take(inventory_from(inventory))

@@ -3,16 +3,16 @@
 from invoke import task
 from invoke.exceptions import Exit
 
-from .. import console
-from ..errors import UsageError
-from ..since import HELP as SINCE_HELP, parse_since
-from .common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.core import console
+from sparkrack.core.errors import UsageError
+from sparkrack.core.since import HELP as SINCE_HELP, parse_since
+from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
 
 COLLECTION = None
 
 
 def _head_fleet(rack):
-    from ..fleet import Fleet
+    from sparkrack.fleet import Fleet
 
     return Fleet(rack, [rack.head])
 
@@ -26,7 +26,7 @@ def lock(c, inventory=None, json=False):
     lock."""
     import time
 
-    from ..oplock.lock import STALE_AFTER, call
+    from sparkrack.oplock.lock import STALE_AFTER, call
 
     rack = inventory_from(inventory)
     with _head_fleet(rack) as fleet:
@@ -56,8 +56,8 @@ def unlock(c, force=None, inventory=None):
     its task."""
     import time
 
-    from ..oplock import audit
-    from ..oplock.lock import call
+    from sparkrack.oplock import audit
+    from sparkrack.oplock.lock import call
 
     if not force or not str(force).strip():
         raise UsageError("unlock breaks another operator's lock: it needs a reason",
@@ -98,8 +98,8 @@ def log_(c, since=None, task=None, json=False, local=False, verify=False, invent
     copy with --local, or when the head does not answer). One row per task: start and end
     records paired. --verify checks that each line carries the hash of the line before it
     (exit 1 at the first that does not)."""
-    from ..oplock import audit
-    from ..oplock.lock import LockError, call
+    from sparkrack.oplock import audit
+    from sparkrack.oplock.lock import LockError, call
 
     cutoff = parse_since(since) if since else None
     rack = inventory_from(inventory)

@@ -5,9 +5,9 @@ import sys
 
 from invoke import task
 
-from .. import console
-from ..since import HELP as SINCE_HELP
-from .common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
+from sparkrack.core import console
+from sparkrack.core.since import HELP as SINCE_HELP
+from sparkrack.cli.common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
 
 COLLECTION = None
 
@@ -30,8 +30,8 @@ def logs(c, rank=None, nodes=None, follow=False, since=None, tail=None, inventor
     Without a running deployment: what the last one's containers printed; --failed: the last
     failed start's failed rank, whose containers were removed. A node that stops answering
     is named; the others go on. Exit 1 when some rank could not be read."""
-    from ..lifecycle.loglines import COLORS, format_line
-    from ..lifecycle.logs import show_logs
+    from sparkrack.logs.lines import COLORS, format_line
+    from sparkrack.logs.readers import show_logs
 
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
@@ -40,10 +40,10 @@ def logs(c, rank=None, nodes=None, follow=False, since=None, tail=None, inventor
                           color=COLORS[line.rank % len(COLORS)] if color else None), flush=follow)
 
     if failed:
-        from ..lifecycle.logs import failed_start_lines
+        from sparkrack.logs.readers import failed_start_lines
 
         if follow:
-            from ..errors import UsageError
+            from sparkrack.core.errors import UsageError
 
             raise UsageError("--failed shows a failed start's kept lines: nothing to follow",
                              fix="drop --follow")

@@ -6,9 +6,9 @@ import sys
 from invoke import task
 from invoke.exceptions import Exit
 
-from .. import console
-from ..errors import UsageError
-from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
+from sparkrack.core import console
+from sparkrack.core.errors import UsageError
+from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
 
 COLLECTION = None
 
@@ -76,9 +76,9 @@ def onboard(c, name, address, replace=None, check=False, fingerprint=None, yes=F
 
     --replace OLD: under OLD's rank. Trust, baseline, provision, stage, verify, join. Exit 1
     if a step refused or failed."""
-    from ..onboard import as_json
-    from ..onboard import onboard as run_onboard
-    from ..onboard.run import render_summary
+    from sparkrack.onboard import as_json
+    from sparkrack.onboard import onboard as run_onboard
+    from sparkrack.onboard.run import render_summary
 
     rack = inventory_from(inventory)
     interactive = sys.stdin.isatty() and not json
@@ -88,7 +88,7 @@ def onboard(c, name, address, replace=None, check=False, fingerprint=None, yes=F
         roce_addr=roce_addr, roce_twin_addr=roce_twin_addr, peer=peer, burn_seconds=float(burn_seconds),
         bwlimit=float(bwlimit) * 2**20 if bwlimit else None,
         full_verify=full_verify, on_event=_printer(json))
-    from ..oplock.audit import note
+    from sparkrack.oplock.audit import note
 
     note(nodes=[name], waivers=_parse_waivers(waive), joined=report.joined,
          **({"replaced": replace} if replace and report.joined else {}),

@@ -6,10 +6,10 @@ from __future__ import annotations
 from invoke import task
 from invoke.exceptions import Exit
 
-from .. import console
-from ..errors import UsageError
-from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
-from .provision_tasks import LIMIT_HELP
+from sparkrack.core import console
+from sparkrack.core.errors import UsageError
+from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
+from sparkrack.cli.provision_tasks import LIMIT_HELP
 
 COLLECTION = None
 
@@ -24,9 +24,9 @@ def power(c, inventory=None, json=False):
     Each node's cap state, and with a PDU the strip and each outlet as measured. A node
     counts at its uncapped watts unless a burn this boot verified its cap; the measured
     strip plus each node raised to its worst case is judged too."""
-    from ..safety.power import cap_state_of, project_power
-    from ..safety.strip import measured_strip
-    from ..status import gather_status
+    from sparkrack.safety.power import cap_state_of, project_power
+    from sparkrack.safety.strip import measured_strip
+    from sparkrack.status.rows import gather_status
 
     rack = inventory_from(inventory)
     rows = gather_status(rack)
@@ -74,7 +74,7 @@ BURN_SECONDS = 1.5
 
 def run_burn(inventory, nodes, fleet=None):
     """The clock-cap gate's fresh under-load check (sparkrack.safety.burn), all nodes at once."""
-    from ..safety.burn import burn
+    from sparkrack.safety.burn import burn
 
     return burn(inventory, nodes, seconds=BURN_SECONDS, fleet=fleet)
 
@@ -89,15 +89,15 @@ def burn(c, inventory=None, limit=None, seconds=5.0, json=False):
 
     Records the verdict on each node (`invoke status` shows it). Exit 1 if any node is not
     ok."""
-    from ..safety.burn import burn as burn_check
+    from sparkrack.safety.burn import burn as burn_check
 
     rack = inventory_from(inventory)
     seconds = float(seconds)
     if not 1 <= seconds <= 600:
         raise UsageError(f"--seconds {seconds:g} out of range", fix="give 1..600")
     results = burn_check(rack, limit, seconds)
-    from ..facts.node import BURN_RECORD
-    from ..oplock.audit import note
+    from sparkrack.facts.node import BURN_RECORD
+    from sparkrack.oplock.audit import note
 
     note(nodes=[r.node for r in results if r.recorded], files=[BURN_RECORD],
          burn={r.node: r.verdict for r in results})
@@ -127,7 +127,7 @@ def restart_rack(c, inventory=None, batch_size=None, bring_back=False):
 
     A node that does not come back, or whose GPU is latched or uncapped under load, stops
     the sequence at that batch."""
-    from ..lifecycle import restart
+    from sparkrack.lifecycle import restart
 
     rack = inventory_from(inventory)
     restart.restart_rack(rack, burn=run_burn, batch_size=int(batch_size) if batch_size else None,
@@ -142,7 +142,7 @@ def reboot(c, nodes, inventory=None, batch_size=None):
     """Reboot some nodes in batches, each verified capped.
 
     Refused while an engine runs on them."""
-    from ..lifecycle import restart
+    from sparkrack.lifecycle import restart
 
     rack = inventory_from(inventory)
     restart.reboot(rack, rack.select(nodes), burn=run_burn,
@@ -163,9 +163,9 @@ def power_cycle(c, node, off_seconds=10, check=False, timeout=None, inventory=No
     Its power is removed for a while, then restored; a GPU latched in its low-clock state
     clears. A running TP group is stopped first, in order. Waits until the node answers with
     its clock-cap unit active, then burns its GPU."""
-    from ..fleet import Fleet
-    from ..lifecycle.powercycle import plan_cycle, power_cycle as carry_out
-    from ..lifecycle.restart import NODE_TIMEOUT
+    from sparkrack.fleet import Fleet
+    from sparkrack.lifecycle.powercycle import plan_cycle, power_cycle as carry_out
+    from sparkrack.lifecycle.restart import NODE_TIMEOUT
 
     rack = inventory_from(inventory)
     target = rack.node(node)

@@ -3,9 +3,9 @@
 from invoke import task
 from invoke.exceptions import Exit
 
-from .. import console
-from ..errors import UsageError
-from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
+from sparkrack.core import console
+from sparkrack.core.errors import UsageError
+from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
 
 COLLECTION = None
 
@@ -15,7 +15,7 @@ ROLE_HELP = "only these roles, comma-separated (default: all of roles/site.yml, 
 
 def _note(report):
     """Tell the audit record what the run changed: nodes, files written, images moved."""
-    from ..oplock.audit import note
+    from sparkrack.oplock.audit import note
 
     if report.check:
         return
@@ -33,7 +33,7 @@ def _note(report):
 
 def _show(report, *, diff: bool, json: bool):
     """Print the outcome and the recap (the plan was printed before the apply)."""
-    from ..provision.report import as_json, print_outcome, print_recap
+    from sparkrack.provision.report import as_json, print_outcome, print_recap
 
     _note(report)
     if json:
@@ -48,7 +48,7 @@ def _show(report, *, diff: bool, json: bool):
 def _on_planned(diff: bool, json: bool):
     def event(name, report):
         if name == "planned" and not json:
-            from ..provision.report import print_plan
+            from sparkrack.provision.report import print_plan
 
             print_plan(report, console.out, diff=diff)
     return event
@@ -65,7 +65,7 @@ def provision(c, inventory=None, limit=None, role=None, check=False, diff=False,
     Gather facts (one round trip per node), plan, show, apply, re-plan; recap per node.
 
     Exit 1 when a node failed, did not converge or could not be reached."""
-    from ..provision import provision as run_provision
+    from sparkrack.provision import provision as run_provision
 
     rack = inventory_from(inventory)
     report = run_provision(rack, limit, roles=role, check=check,
@@ -81,8 +81,8 @@ def provision(c, inventory=None, limit=None, role=None, check=False, diff=False,
 def unprovision(c, inventory=None, limit=None, role=None, check=False, diff=False, json=False,
                 force=False):
     """Remove what provision wrote (files, units, drop-ins, images)."""
-    from ..provision import roles_path, site_roles
-    from ..provision import unprovision as run_unprovision
+    from sparkrack.provision import roles_path, site_roles
+    from sparkrack.provision import unprovision as run_unprovision
 
     rack = inventory_from(inventory)
     roles = ([r.strip() for r in role.split(",")] if role
@@ -92,7 +92,7 @@ def unprovision(c, inventory=None, limit=None, role=None, check=False, diff=Fals
                          "uncapped rack can trip its power strip",
                          fix="pass --role without clock_cap, or --force")
     if force and "clock_cap" in roles:
-        from ..oplock.audit import note
+        from sparkrack.oplock.audit import note
 
         note(overrides=["unprovision --force: the clock cap removed (GPUs uncapped)"])
     report = run_unprovision(rack, limit, roles=roles, check=check,

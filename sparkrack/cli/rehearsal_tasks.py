@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from invoke import task
 
-from .. import console
-from ..errors import UsageError
-from .common import inventory_from, operator_task
+from sparkrack.core import console
+from sparkrack.core.errors import UsageError
+from sparkrack.cli.common import inventory_from, operator_task
 
 COLLECTION = "rehearsal"
 
@@ -25,11 +25,11 @@ NODE_HELP = {**HELP, "node": "node name, e.g. spark-03"}
 MAX_HEAT_C = 54.0  # more and a loaded GB10 passes its 100 C shutdown
 
 if TYPE_CHECKING:
-    from ..rehearsal.rack import RehearsalRack
+    from sparkrack.rehearsal.rack import RehearsalRack
 
 
 def _rack(inventory: str | None) -> RehearsalRack:
-    from ..rehearsal.rack import RehearsalRack
+    from sparkrack.rehearsal.rack import RehearsalRack
 
     return RehearsalRack(inventory_from(inventory or DEFAULT_INVENTORY), say=console.say)
 
@@ -53,8 +53,8 @@ def up(c, inventory=None, twin=None, twin_inventory="inventory/twin", cx7_netpla
     if twin:
         from pathlib import Path
 
-        from ..twin.build import build_twin
-        from ..twin.capture import read
+        from sparkrack.rehearsal.twin.build import build_twin
+        from sparkrack.rehearsal.twin.capture import read
 
         capture = read(Path(twin))
         started = time.monotonic()
@@ -85,7 +85,7 @@ def down(c, inventory=None):
 @operator_task
 def status(c, inventory=None, json=False):
     """Show each rehearsal node's process, link, sshd and boot count (no SSH)."""
-    from ..rehearsal.rack import state_as_dict
+    from sparkrack.rehearsal.rack import state_as_dict
 
     states = _rack(inventory).status()
     if json:
@@ -277,7 +277,7 @@ def cable(c, node, port=0, paths="both", rate=None, inventory=None):
     """Recable a node's fabric port (kept across reboots, as a cable is).
 
     Power cycles keep it too."""
-    from ..rehearsal.cabling import Cabling
+    from sparkrack.rehearsal.cabling import Cabling
 
     cabling = Cabling(_integer(port, "--port"), str(paths),
                       _integer(rate, "--rate") if rate is not None else None)
@@ -297,7 +297,7 @@ def switch(c, mtu=None, port=None, rate=None, reset=False, inventory=None):
 
     Kept across `rehearsal.down` and `up`, as a switch keeps its config; without flags, show
     it."""
-    from ..rehearsal.switch import Switch
+    from sparkrack.rehearsal.switch import Switch
 
     rack = _rack(inventory)
     if (port is None) != (rate is None):
@@ -320,7 +320,7 @@ def pdu_load(c, outlet, watts, inventory=None):
     """Plug a load that is no node into a free outlet of the rehearsal PDU.
 
     A switch, a monitor, a heater: the PDU measures it, the projection does not know it."""
-    from ..rehearsal import pdu
+    from sparkrack.rehearsal import pdu
 
     rack = _rack(inventory)
     number, draw = _integer(outlet, "--outlet", 10), _integer(watts, "--watts", 300)
@@ -360,7 +360,7 @@ def stub_images(c, inventory=None, force=False, json=False):
     """Build the stub engine images (deterministic docker-save tars).
 
     Into /var/lib/sparkrack/rehearsal/images; rebuilt only when their inputs change."""
-    from ..rehearsal.stubimage import IMAGES_DIR, StubImageError, build_stub_images
+    from sparkrack.rehearsal.stubimage import IMAGES_DIR, StubImageError, build_stub_images
 
     try:
         built = build_stub_images(inventory_from(inventory or DEFAULT_INVENTORY), force=force)
@@ -385,9 +385,9 @@ def stub_model(c, inventory=None, config=None, nodes=None):
     """Write the stub model directory on the rehearsal nodes.
 
     At the inventory's model_path: config.json, fake shards, manifest, sparkrack-stub.json."""
-    from ..fleet import Fleet
-    from ..rehearsal.stub.config import StubConfigError
-    from ..rehearsal.stub.modeldir import write_stub_model
+    from sparkrack.fleet import Fleet
+    from sparkrack.rehearsal.stub.config import StubConfigError
+    from sparkrack.rehearsal.stub.modeldir import write_stub_model
 
     rack = inventory_from(inventory or DEFAULT_INVENTORY)
     data = None

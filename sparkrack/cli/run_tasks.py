@@ -4,8 +4,8 @@ import sys
 
 from invoke import task
 
-from .. import console
-from .common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
+from sparkrack.core import console
+from sparkrack.cli.common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
 
 COLLECTION = None
 
@@ -29,9 +29,10 @@ def run_command(c, nodes=None, shell=None, json=False, timeout=None, force=False
     are shown once, as `dshbak -c` does, with the exit code. Exit 1 when any node failed or
     did not answer. Read-only by convention: changes belong to provision, up, down. Refused
     (exit 3) while another operator holds the rack lock, unless --force."""
-    from ..adhoc import as_json, command_argv, group_results, remainder_of, render, run_adhoc
-    from ..fleet import Fleet
-    from ..oplock import audit
+    from sparkrack.fleet.adhoc import (
+        as_json, command_argv, group_results, remainder_of, render, run_adhoc)
+    from sparkrack.fleet import Fleet
+    from sparkrack.oplock import audit
 
     rack = inventory_from(inventory)
     argv = command_argv(remainder_of(sys.argv), shell)
@@ -62,8 +63,8 @@ def _respect_lock(fleet, rack, record, force: bool) -> None:
     refusal: `run` is how an operator looks at a rack in trouble."""
     import time
 
-    from ..oplock import audit
-    from ..oplock.lock import LockError, LockHeld, live_holder
+    from sparkrack.oplock import audit
+    from sparkrack.oplock.lock import LockError, LockHeld, live_holder
 
     try:
         holder = live_holder(fleet, rack.head.name)

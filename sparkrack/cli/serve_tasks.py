@@ -5,10 +5,10 @@ import shlex
 
 from invoke import task
 
-from .. import console
-from ..errors import SparkrackError
-from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
-from .power_tasks import run_burn
+from sparkrack.core import console
+from sparkrack.core.errors import SparkrackError
+from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
+from sparkrack.cli.power_tasks import run_burn
 
 COLLECTION = None
 
@@ -25,9 +25,9 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline
 
     Changes nothing. The environment is read from each node's env files (one round trip,
     read-only); a node that does not answer shows the inventory's view. Secrets show as ***."""
-    from ..engines import build_specs, docker_run_argv, load_engine
-    from ..engines.option_names import checked_against
-    from ..provision.envfiles import rack_view
+    from sparkrack.engines import build_specs, docker_run_argv, load_engine
+    from sparkrack.engines.option_names import checked_against
+    from sparkrack.provision.envfiles import rack_view
 
     rack = inventory_from(inventory)
     definition = load_engine(rack.path, engine, rack.vars.images)
@@ -73,9 +73,9 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline
 def _cache_key(rack, image: str, offline: bool):
     """The compile caches' key `up` would use: the image's ID on the head and each node's
     GPU arch (one round trip); not asked (--offline) or not answered: placeholders."""
-    from ..engines import CacheKey
-    from ..fleet import Fleet
-    from ..lifecycle.caches import probe_key
+    from sparkrack.engines import CacheKey
+    from sparkrack.fleet import Fleet
+    from sparkrack.lifecycle.caches import probe_key
 
     if offline:
         return CacheKey(offline=True)
@@ -89,8 +89,8 @@ def _cache_key(rack, image: str, offline: bool):
 
 def cache_line(specs) -> str:
     """Where each rank's compiled kernels are kept (engines/caches.py)."""
-    from ..engines.caches import CACHE_MOUNT
-    from ..lifecycle.caches import cache_gate_lines
+    from sparkrack.engines.caches import CACHE_MOUNT
+    from sparkrack.lifecycle.caches import cache_gate_lines
 
     _, where = cache_gate_lines(specs, {})
     return (f"# compile caches: {where} -> {CACHE_MOUNT} (kept on the node: a restart of "
@@ -167,9 +167,9 @@ def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overrid
     Gates: reachable, env files, no other engine, rules, image ID, weights, memory, clock
     cap under load, power (leftovers are cleared while the burn runs). Any failure or Ctrl-C
     stops every rank it started."""
-    from ..lifecycle import engine as lifecycle
+    from sparkrack.lifecycle import lanes
 
-    start_lane(lifecycle.up, "up: {deployment} serving at {url}", engine, profile, inventory,
+    start_lane(lanes.up, "up: {deployment} serving at {url}", engine, profile, inventory,
                timeout, override_power, json, fabric_check)
 
 
@@ -179,7 +179,7 @@ def start_lane(start, said: str, engine, profile, inventory, timeout, override_p
     as JSON on stdout, or said (with {deployment} and {url}) and the phase times."""
     from dataclasses import asdict
 
-    from ..engines import api_url
+    from sparkrack.engines import api_url
 
     rack = inventory_from(inventory)
     with console.Waiting(f"{engine} {profile}") as waiting:
@@ -204,10 +204,10 @@ def down(c, inventory=None, timeout=None):
     """Stop the running engine: rank 0 first (drain), then the workers.
 
     The containers are removed; `down` ends when every node's MemAvailable recovered."""
-    from ..lifecycle import engine as lifecycle
+    from sparkrack.lifecycle import lanes
 
-    report = lifecycle.down(inventory_from(inventory), timeout=int(timeout) if timeout else None,
-                            on_event=console.say)
+    report = lanes.down(inventory_from(inventory), timeout=int(timeout) if timeout else None,
+                        on_event=console.say)
     if not report.stopped:
         console.say("no engine was running")
     problems = {**report.errors, **report.not_recovered}
@@ -238,9 +238,9 @@ def break_glass(c, reason, inventory=None, timeout=None, grace=None, yes=False):
     (or `onboard --replace` replaces it)."""
     import sys
 
-    from ..errors import UsageError
-    from ..lifecycle.breakglass import WORKER_STOP_TIMEOUT, break_glass as stop_without_head
-    from ..lifecycle.headgone import GRACE_S
+    from sparkrack.core.errors import UsageError
+    from sparkrack.lifecycle.breakglass import WORKER_STOP_TIMEOUT, break_glass as stop_without_head
+    from sparkrack.lifecycle.headgone import GRACE_S
 
     rack = inventory_from(inventory)
     if not yes:
@@ -268,7 +268,7 @@ def break_glass(c, reason, inventory=None, timeout=None, grace=None, yes=False):
 
 def _seconds(flag: str, value) -> float:
     """A flag's value as seconds (0 or more); UsageError naming the flag otherwise."""
-    from ..errors import UsageError
+    from sparkrack.core.errors import UsageError
 
     try:
         seconds = float(value)
@@ -288,7 +288,7 @@ def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overr
 
     The new deployment is gated while the old one serves; then the old stops in order, the
     new starts and answers a smoke request."""
-    from ..lifecycle import engine as lifecycle
+    from sparkrack.lifecycle import lanes
 
-    start_lane(lifecycle.roll, "rolled to {deployment}", engine, profile, inventory, timeout,
+    start_lane(lanes.roll, "rolled to {deployment}", engine, profile, inventory, timeout,
                override_power, json, fabric_check)

@@ -3,8 +3,8 @@ deployments."""
 
 from invoke import task
 
-from .. import console
-from .common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.core import console
+from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
 
 COLLECTION = None
 
@@ -20,10 +20,10 @@ def status(c, inventory=None, limit=None, json=False, wide=False):
 
     Below the table: what differs between the nodes (hostname, kernel, GPU), then the head's
     deployment records, a failed start by its cause. --wide or a pipe: every column."""
-    from ..engines import api_url
-    from ..status import rack_status
-    from ..status_view import (NARROW, NARROW_WRAPS, WIDE, deployment_lines, differences,
-                               narrow_cells, wide_cells)
+    from sparkrack.engines import api_url
+    from sparkrack.status.rows import rack_status
+    from sparkrack.status.view import (
+        NARROW, NARROW_WRAPS, WIDE, deployment_lines, differences, narrow_cells, wide_cells)
 
     rack = inventory_from(inventory)
     rows, records = rack_status(rack, limit)

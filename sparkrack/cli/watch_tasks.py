@@ -7,9 +7,9 @@ The `watch` collection: `invoke watch` (its default task) runs it in a shell;
 from invoke import task
 from invoke.exceptions import Exit
 
-from .. import console
-from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
-from .power_tasks import run_burn
+from sparkrack.core import console
+from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
+from sparkrack.cli.power_tasks import run_burn
 
 COLLECTION = "watch"
 
@@ -29,8 +29,8 @@ LISTEN_HELP = ("the address on the node its Prometheus metrics listen on (defaul
 
 def _settings(rack, install_dir=None, python=None, listen=None, allow_power_cycle=False):
     """The install settings: the flags given, else where it is recorded, else defaults."""
-    from ..watchdog.settings import Settings
-    from ..inventory.watchdog_record import read_record
+    from sparkrack.watchdog.settings import Settings
+    from sparkrack.inventory.watchdog_record import read_record
 
     defaults = Settings()
     record = read_record(rack.path)
@@ -51,11 +51,11 @@ def watch(c, inventory=None, duration=None, restart=False, interval=1.0):
     Stalled: requests pending, no token moving for the stall budget, one GPU unlike its
     peers (the rank is named). A lost node's rank is stopped as soon as the node answers
     again. Also warns when a node's MemAvailable ratchets down request after request."""
-    from ..lifecycle import engine as lifecycle
+    from sparkrack.watchdog.watch import watch_group
 
     rack = inventory_from(inventory)
-    report = lifecycle.watch_group(rack, burn=run_burn, duration=float(duration) if duration else None,
-                                   interval=float(interval), restart=restart, on_event=console.say)
+    report = watch_group(rack, burn=run_burn, duration=float(duration) if duration else None,
+                         interval=float(interval), restart=restart, on_event=console.say)
     if report.failure:
         left = (f"; still running on nodes that did not answer: {', '.join(report.left_running)}"
                 " (`invoke down` once they answer)" if report.left_running else "")
@@ -78,7 +78,7 @@ def install(c, on=None, inventory=None, check=False, install_dir=None, python=No
     (role watchdog_key) from the node's address only, starts the unit (Restart=always, at
     boot, journal). Refuses a system directory or one it did not make, and a node that
     cannot tell the address it reaches the others from. Again: changes only what differs."""
-    from ..watchdog.install import install as run_install
+    from sparkrack.watchdog.install import install as run_install
 
     rack = inventory_from(inventory)
     report = run_install(rack, on, settings=_settings(rack, install_dir, python, listen,
@@ -102,7 +102,7 @@ def uninstall(c, on=None, inventory=None, check=False, install_dir=None):
     """Remove the watchdog service and its key from every node.
 
     Unit, files, state, its key on every node, its record."""
-    from ..watchdog.uninstall import uninstall as run_uninstall
+    from sparkrack.watchdog.uninstall import uninstall as run_uninstall
 
     rack = inventory_from(inventory)
     report = run_uninstall(rack, on, settings=_settings(rack, install_dir), check=check,
@@ -120,7 +120,7 @@ def status(c, on=None, inventory=None, json=False, verdicts=5):
     Read-only. Exit 0 when the service is active, 1 otherwise."""
     import time
 
-    from ..watchdog.status import status as read_status
+    from sparkrack.watchdog.status import status as read_status
 
     rack = inventory_from(inventory)
     found = read_status(rack, on)

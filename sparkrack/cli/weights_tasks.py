@@ -7,9 +7,9 @@ models, `weights.remove` deletes one (refused while a deployment uses it)."""
 from invoke import task
 from invoke.exceptions import Exit
 
-from .. import console
-from ..errors import UsageError
-from .common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
+from sparkrack.core import console
+from sparkrack.core.errors import UsageError
+from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
 
 COLLECTION = "weights"
 
@@ -20,7 +20,7 @@ PYTHON_HELP = "the nodes' Python for the node scripts (default /usr/bin/python3)
 
 def _model(rack, model):
     """The --model path, checked (default: the inventory's model_path)."""
-    from ..inventory.values import abs_path_problem
+    from sparkrack.inventory.values import abs_path_problem
 
     if model is None:
         return rack.vars.model_path.rstrip("/")
@@ -41,7 +41,7 @@ def _source(rack, from_, source, model):
     """Where the model comes from: --source DIR here, --from NODE, else the head."""
     from pathlib import Path
 
-    from ..transfer.weights import Source
+    from sparkrack.transfer.weights import Source
 
     if from_ and source:
         raise UsageError("--from and --source both given", fix="name one source: a node "
@@ -77,11 +77,11 @@ def stage(c, model=None, from_=None, source=None, nodes=None, bwlimit=None, full
     The manifest (sparkrack-manifest.sha256) is made once at the source; files present and
     right are skipped, partial files resume, the manifest is written last on each node. Exit
     1 when a node is not complete afterwards."""
-    from ..fleet import Fleet
-    from ..oplock.audit import note
-    from ..transfer.chain import DEFAULT_PYTHON
-    from ..transfer.show import StageProgress, print_stage
-    from ..transfer.weights import stage as run_stage
+    from sparkrack.fleet import Fleet
+    from sparkrack.oplock.audit import note
+    from sparkrack.transfer.chain import DEFAULT_PYTHON
+    from sparkrack.transfer.show import StageProgress, print_stage
+    from sparkrack.transfer.weights import stage as run_stage
 
     rack = inventory_from(inventory)
     path = _model(rack, model)
@@ -125,10 +125,10 @@ def verify(c, model=None, full=False, nodes=None, json=False, python=None, inven
 
     Exit 1 when a node lacks the manifest, holds another one, misses a file or holds one
     of another size (--full: another hash), or does not answer."""
-    from ..fleet import Fleet
-    from ..transfer.chain import DEFAULT_PYTHON
-    from ..transfer.models import verify_model
-    from ..transfer.show import print_verify
+    from sparkrack.fleet import Fleet
+    from sparkrack.transfer.chain import DEFAULT_PYTHON
+    from sparkrack.transfer.models import verify_model
+    from sparkrack.transfer.show import print_verify
 
     rack = inventory_from(inventory)
     path = _model(rack, model)
@@ -158,11 +158,11 @@ def list_(c, json=False, python=None, inventory=None):
     partial copies, the profiles using it."""
     import posixpath
 
-    from ..fleet import Fleet
-    from ..lifecycle.modeluse import used_by
-    from ..transfer.chain import DEFAULT_PYTHON
-    from ..transfer.models import list_models
-    from ..transfer.show import print_list
+    from sparkrack.fleet import Fleet
+    from sparkrack.lifecycle.modeluse import used_by
+    from sparkrack.transfer.chain import DEFAULT_PYTHON
+    from sparkrack.transfer.models import list_models
+    from sparkrack.transfer.show import print_list
 
     rack = inventory_from(inventory)
     used = used_by(rack)
@@ -190,11 +190,11 @@ def remove(c, model=None, nodes=None, check=False, json=False, python=None, inve
 
     The files its manifest lists, partial files and the manifest (anything else in the
     directory stays). Refused while the current deployment runs from it."""
-    from ..fleet import Fleet
-    from ..lifecycle.modeluse import refuse_removal_in_use
-    from ..oplock.audit import note
-    from ..transfer.chain import DEFAULT_PYTHON
-    from ..transfer.models import describe_removal, remove_model
+    from sparkrack.fleet import Fleet
+    from sparkrack.lifecycle.modeluse import refuse_removal_in_use
+    from sparkrack.oplock.audit import note
+    from sparkrack.transfer.chain import DEFAULT_PYTHON
+    from sparkrack.transfer.models import describe_removal, remove_model
 
     rack = inventory_from(inventory)
     if model is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-from sparkrack.errors import InventoryError, UsageError
+from sparkrack.core.errors import InventoryError, UsageError
 
 OWN_FOLDER = ".sparkrack"  # sparkrack's folder inside an inventory directory
 KINDS = ("engines", "models", "roles")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparkrack.data import search_dirs
-from sparkrack.errors import InventoryError, UsageError, did_you_mean
+from sparkrack.core.errors import InventoryError, UsageError, did_you_mean
 
 ENGINES_DIR = "engines"
 MODELS_DIR = "models"

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sparkrack.errors import InventoryError, did_you_mean
+from sparkrack.core.errors import InventoryError, did_you_mean
 from sparkrack.inventory import YamlMapping, read_yaml
 from sparkrack.inventory.schema import describe
 from sparkrack.inventory.values import has_control

@@ -13,7 +13,7 @@ from typing import Any
 import docker.types
 
 from sparkrack.engines.spec import LaunchSpec, Mount
-from sparkrack.errors import UsageError
+from sparkrack.core.errors import UsageError
 
 
 def docker_run_argv(spec: LaunchSpec, redact: bool = True) -> list[str]:

@@ -11,7 +11,7 @@ from sparkrack.data import OWN_FOLDER
 from sparkrack.engines.catalog import model_files
 from sparkrack.engines.datafile import (
     Section, is_count, is_name, is_number, is_text, read_section)
-from sparkrack.errors import InventoryError, UsageError, did_you_mean
+from sparkrack.core.errors import InventoryError, UsageError, did_you_mean
 from sparkrack.inventory.schema import FrozenMapping
 
 GIB = 1 << 30

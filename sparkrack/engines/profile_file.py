@@ -17,7 +17,7 @@ from sparkrack.engines.datafile import (
 from sparkrack.engines.option_names import EngineVersion, OptionSet, lane_options, options_for
 from sparkrack.engines.serving import Serving, serving_of
 from sparkrack.engines.templates import allowed_fields, check_template
-from sparkrack.errors import UsageError, did_you_mean
+from sparkrack.core.errors import UsageError, did_you_mean
 from sparkrack.inventory.schema import FrozenMapping, describe
 from sparkrack.inventory.values import abs_path_problem, has_control
 
@@ -28,7 +28,7 @@ _TOP_KEYS = ("engine", "image_key", "entrypoint", "ports", "health_path", "flag_
 _PROFILE_KEYS = ("description", "extends", "flags", "env", "ready_timeout_s", "stop_timeout_s",
                  "stall_budget_s", "experimental", "note", "waivers", "model_path")
 # A group with requests pending whose token counters stand still while its GPUs do not all
-# compute alike is stalled after this long (lifecycle/progress.py). Legitimate pauses of that
+# compute alike is stalled after this long (watchdog/progress.py). Legitimate pauses of that
 # shape last seconds: tokenizing a 512K prompt, scheduling, a first request's warm-up; the
 # engines' own watchdogs end a hung group after 300 s (SGLang --watchdog-timeout, vLLM's
 # execute-model timeout) or 600 s (NCCL). 60 s finds a wedge five times sooner.

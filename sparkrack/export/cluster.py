@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sparkrack.errors import UsageError
+from sparkrack.core.errors import UsageError
 from sparkrack.remote.capnode import TAINT
 
 DEFAULT_NAMESPACE = "sparkrack"

@@ -15,7 +15,7 @@ from typing import Any
 
 from sparkrack.engines import EngineDef, LaunchSpec
 from sparkrack.engines.templates import fill
-from sparkrack.errors import SparkrackError
+from sparkrack.core.errors import SparkrackError
 
 LWS_DOWNWARD = {"rank": "$(LWS_WORKER_INDEX)", "nnodes": "$(LWS_GROUP_SIZE)",
                 "head_roce_addr": "$(LWS_LEADER_ADDRESS)"}

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sparkrack.errors import UsageError
+from sparkrack.core.errors import UsageError
 
 DIRECTORY = "/var/run/secrets/sparkrack"
 VOLUME = "secrets"

@@ -18,12 +18,12 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from ..inventory.schema import plain
-from .node import CAP_UNIT, NODE, gpu_of, parse_node
-from .onboard import DOCKER, links_query, parse_docker, parse_links
-from .queries import Answers, Query
-from .roce import SPARK_HCAS, HcaFacts, parse_hca, roce_query
-from .systemd import parse_unit
+from sparkrack.inventory.schema import plain
+from sparkrack.facts.node import CAP_UNIT, NODE, gpu_of, parse_node
+from sparkrack.facts.onboard import DOCKER, links_query, parse_docker, parse_links
+from sparkrack.facts.queries import Answers, Query
+from sparkrack.facts.roce import SPARK_HCAS, HcaFacts, parse_hca, roce_query
+from sparkrack.facts.systemd import parse_unit
 
 VERSION = 1
 CUDA = Query("cuda", (), ("v",))
@@ -92,7 +92,7 @@ def node_capture(name: str, rank: int, answers: Answers) -> dict[str, Any]:
 
 
 def unreachable(name: str, rank: int, error: str) -> dict[str, Any]:
-    """The record of a node that did not answer; error is a category (twin/capture.py
+    """The record of a node that did not answer; error is a category (rehearsal/twin/capture.py
     failure), never the fleet's message, which names the address, user and key."""
     return {"name": name, "rank": rank, "reachable": False, "error": error}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from .queries import Query
+from sparkrack.facts.queries import Query
 
 IMAGES = Query("images", (), ("i",))
 

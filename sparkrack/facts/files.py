@@ -9,7 +9,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from .queries import Query
+from sparkrack.facts.queries import Query
 
 CONTENT_LIMIT = 65536  # files up to this size come back whole (for diffs and hashes)
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .node import memory_of, parse_node
-from .queries import Answers, Query
+from sparkrack.facts.node import memory_of, parse_node
+from sparkrack.facts.queries import Answers, Query
 
 SAMPLE_FIELDS = ("clocks.sm", "power.draw", "temperature.gpu", "utilization.gpu")
 MARGIN_FIELD = "temperature.gpu.tlimit"  # degrees left before the T.Limit (R535 and later)

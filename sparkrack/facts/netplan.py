@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from .queries import Query
-from .systemd import UnitFacts, unit_query
+from sparkrack.facts.queries import Query
+from sparkrack.facts.systemd import UnitFacts, unit_query
 
 NETPLAN = Query("netplan", (), ("p",))
 NETWORKD = "networkd"

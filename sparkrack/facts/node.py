@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from .files import FileFacts, file_query, parse_file
-from .kernel import KernelFacts
-from .queries import Answers, Query, answer, argv
-from .systemd import UnitFacts, parse_unit, unit_query
+from sparkrack.facts.files import FileFacts, file_query, parse_file
+from sparkrack.facts.kernel import KernelFacts
+from sparkrack.facts.queries import Answers, Query, answer, argv
+from sparkrack.facts.systemd import UnitFacts, parse_unit, unit_query
 
 CLOCK_CAP_UNIT = "sparkrack-clock-cap.service"
 BURN_RECORD = "/var/lib/sparkrack/burn.json"

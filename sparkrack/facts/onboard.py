@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .queries import Query
+from sparkrack.facts.queries import Query
 
 DOCKER = Query("docker", (), ("d",))
 

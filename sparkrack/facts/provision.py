@@ -8,14 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .docker import parse_images
-from .files import FileFacts, parse_file
-from .netplan import NetplanFile, parse_netplan, problem, renderer_for
-from .queries import Answers, Query, answer
-from .roce import (
+from sparkrack.facts.docker import parse_images
+from sparkrack.facts.files import FileFacts, parse_file
+from sparkrack.facts.netplan import NetplanFile, parse_netplan, problem, renderer_for
+from sparkrack.facts.queries import Answers, Query, answer
+from sparkrack.facts.roce import (
     Function, HcaFacts, RoceFacts, cabling_hint, netdev_down, parse_functions, parse_hca,
     parse_netdevs)
-from .systemd import UnitFacts, parse_unit
+from sparkrack.facts.systemd import UnitFacts, parse_unit
 
 def guard_query(argv: Iterable[str]) -> Query:
     """The exit code of a guard command."""

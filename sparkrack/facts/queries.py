@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from sparkrack.fleet.argv import Argv
 from sparkrack.remote import script
 
-from .sections import Sections, split
+from sparkrack.facts.sections import Sections, split
 
 PYTHON = ("python3", "-I", "-S", "-c")  # isolated, no site: the standard library only
 

@@ -1,12 +1,12 @@
 """The deployment records on the head (`current`, `last-good`, `failed`) as facts: one
-file query each, parsed to plain data (lifecycle/record.py makes Deployments of them)."""
+file query each, parsed to plain data (deployments/record.py makes Deployments of them)."""
 
 from __future__ import annotations
 
 import json
 
-from .files import file_query, parse_file
-from .queries import Answers, Query
+from sparkrack.facts.files import file_query, parse_file
+from sparkrack.facts.queries import Answers, Query
 
 RECORD_DIR = "/var/lib/sparkrack/deployments"
 KINDS = ("current", "last-good", "failed")

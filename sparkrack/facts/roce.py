@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from sparkrack.inventory import Node
 
-from .queries import Query
+from sparkrack.facts.queries import Query
 
 ROCE_V2 = "RoCE v2"
 _SPARK_HCA = re.compile(r"roce((?:P\d+)?p\d+s\d+f(\d+))")

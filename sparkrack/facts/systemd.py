@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .queries import Query
+from sparkrack.facts.queries import Query
 
 # what every caller reads of a unit (provisioning, status, the gates, the watchdog's probe)
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "UnitFileState",

@@ -11,10 +11,10 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..errors import SparkrackError
-from .platform import Platform
-from .queries import Answers, Query, answer
-from .systemd import UNIT_PROPERTIES
+from sparkrack.core.errors import SparkrackError
+from sparkrack.facts.platform import Platform
+from sparkrack.facts.queries import Answers, Query, answer
+from sparkrack.facts.systemd import UNIT_PROPERTIES
 
 
 def probe_query(*, python: str, install_dir: str, key_path: str, unit_path: str,

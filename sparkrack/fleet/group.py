@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import paramiko
 from fabric import Connection
 
-from sparkrack.errors import SparkrackError, UsageError
+from sparkrack.core.errors import SparkrackError, UsageError
 from sparkrack.fleet.argv import Argv, quote_argv, redact_argv, redact_text, secret_values
 from sparkrack.fleet.channel import close_quietly, deadline, execute
 from sparkrack.fleet.results import FleetResult, NodeResult

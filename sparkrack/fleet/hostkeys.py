@@ -16,7 +16,7 @@ from pathlib import Path
 import paramiko
 from paramiko.hostkeys import HostKeys, InvalidHostKey
 
-from sparkrack.errors import UsageError
+from sparkrack.core.errors import UsageError
 from sparkrack.fleet.netguard import check_node
 from sparkrack.inventory import Node
 

@@ -11,7 +11,7 @@ import sys
 from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 from pathlib import Path
 
-from sparkrack.errors import UnsafeAddressError
+from sparkrack.core.errors import UnsafeAddressError
 from sparkrack.inventory import Node
 
 REHEARSAL_SUBNET = ip_network("10.77.0.0/16")

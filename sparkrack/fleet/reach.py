@@ -22,7 +22,7 @@ from pathlib import Path
 
 import paramiko
 
-from sparkrack.errors import SparkrackError, UnsafeAddressError
+from sparkrack.core.errors import SparkrackError, UnsafeAddressError
 from sparkrack.fleet.ssh import explain, open_client
 from sparkrack.inventory import Node
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sparkrack.errors import SparkrackError
+from sparkrack.core.errors import SparkrackError
 from sparkrack.inventory.schema import FrozenMapping
 
 Status = Literal["ok", "failed", "unreachable"]

@@ -25,8 +25,8 @@ from typing import Any
 import paramiko
 from fabric import Config, Connection
 
-from sparkrack.errors import SparkrackError, UsageError
-from sparkrack.events import node_lost
+from sparkrack.core.errors import SparkrackError, UsageError
+from sparkrack.core.events import node_lost
 from sparkrack.inventory import Node
 from sparkrack.fleet.netguard import check_node
 

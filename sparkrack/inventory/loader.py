@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkrack.errors import InventoryError, did_you_mean
+from sparkrack.core.errors import InventoryError, did_you_mean
 from sparkrack.inventory.model import Inventory, Node, resolve_path
 from sparkrack.inventory.yamlfile import YamlMapping, read_yaml
 from sparkrack.inventory.schema import (

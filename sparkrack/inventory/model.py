@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkrack.errors import UsageError, did_you_mean
+from sparkrack.core.errors import UsageError, did_you_mean
 from sparkrack.inventory.schema import RackVars
 
 REHEARSAL_LINK_SCALE = 1000.0  # the rehearsal's links: 200 Mbit/s stands for 200 Gbit/s

@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data import OWN_FOLDER
-from ..errors import UsageError
-from .watchdog_dir import install_dir_problem
+from sparkrack.data import OWN_FOLDER
+from sparkrack.core.errors import UsageError
+from sparkrack.inventory.watchdog_dir import install_dir_problem
 
 RECORD_FILE = "watchdog.json"
 MARKER = "sparkrack-watchdog"  # the comment ending the authorized_keys line (role default)
@@ -103,7 +103,7 @@ def read_record(inventory_dir: Path) -> WatchdogKey | None:
 
 def write_record(inventory_dir: Path, record: WatchdogKey) -> bool:
     """Record the key (atomically); False when the file already says exactly that."""
-    from ..atomic import write_atomically
+    from sparkrack.core.atomic import write_atomically
 
     path = record_path(inventory_dir)
     text = json.dumps(record.as_dict(), indent=1) + "\n"
@@ -116,7 +116,7 @@ def write_record(inventory_dir: Path, record: WatchdogKey) -> bool:
 def remove_record(inventory_dir: Path) -> bool:
     """Forget the key (and the inventory's .sparkrack/ folder, if that leaves it empty);
     False when none was recorded."""
-    from ..atomic import remove
+    from sparkrack.core.atomic import remove
 
     path = record_path(inventory_dir)
     if not path.exists():

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from sparkrack.errors import InventoryError
+from sparkrack.core.errors import InventoryError
 
 MAX_FILE_BYTES = 1 << 20  # an inventory, profile or model file is a few KiB: 1 MiB is plenty
 # values of one file with its aliases expanded (each one counted where it is used): a

@@ -8,13 +8,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import UsageError
-from ..fleet import Fleet
-from ..inventory import Inventory
-from ..oplock import audit
-from ..oplock.remote import LOCK_DIR, lock_argv, parse_reply
-from .containers import HEADLESS_STOP_TIMEOUT, Rank, engine_containers, stop_ranks
-from .headgone import GRACE_S, confirm_gone
+from sparkrack.core.errors import UsageError
+from sparkrack.fleet import Fleet
+from sparkrack.inventory import Inventory
+from sparkrack.oplock import audit
+from sparkrack.oplock.remote import LOCK_DIR, lock_argv, parse_reply
+from sparkrack.lifecycle.stop import HEADLESS_STOP_TIMEOUT, stop_ranks
+from sparkrack.deployments.ranks import Rank, engine_containers
+from sparkrack.lifecycle.headgone import GRACE_S, confirm_gone
 
 BREAK_GLASS_DIR = f"{LOCK_DIR}/break-glass"  # on every node reached: the lock script's files
 BREAK_GLASS_FILE = f"{BREAK_GLASS_DIR}/audit.jsonl"  # its log name: appended there, chained

@@ -18,17 +18,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..engines import CacheKey, LaunchSpec
-from ..engines.caches import CACHE_MOUNT, CACHE_ROOT, image_prefix, parse_folder_name
-from ..facts import node as node_facts
-from ..facts.node import NodeFacts
-from ..facts.queries import answer, argv
-from ..fleet import Fleet
-from ..fleet.results import last_json_object
-from ..inventory import Inventory, Node
-from ..remote import script
-from . import record
-from .containers import parallel
+from sparkrack.engines import CacheKey, LaunchSpec
+from sparkrack.engines.caches import CACHE_MOUNT, CACHE_ROOT, image_prefix, parse_folder_name
+from sparkrack.facts import node as node_facts
+from sparkrack.facts.node import NodeFacts
+from sparkrack.facts.queries import answer, argv
+from sparkrack.fleet import Fleet
+from sparkrack.fleet.results import last_json_object
+from sparkrack.inventory import Inventory, Node
+from sparkrack.remote import script
+from sparkrack.deployments import record
+from sparkrack.deployments.ranks import parallel
 
 
 def cache_key(image_id: str, facts: Mapping[str, NodeFacts]) -> CacheKey:

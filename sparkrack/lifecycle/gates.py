@@ -8,29 +8,29 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ..fabric import check_fabric
-from ..engines import LaunchSpec, build_specs, load_engine
-from ..engines.option_names import VERSION_LABEL, lane_options
-from ..engines.serving import MemoryFraction, engine_serving
-from ..facts import node as node_facts
-from ..facts import records as record_facts
-from ..facts.node import NodeFacts, burn_this_boot
-from ..facts.provision import facts_of
-from ..facts.queries import answer, argv
-from ..fleet import Fleet
-from ..engineenv import NodeEnv
-from ..provision.envfiles import EnvFiles
-from ..inventory import Inventory
-from ..safety.power import CapState, project_power
-from ..safety.strip import measured_strip
-from ..rules import check_profile
-from ..transfer.models import gate_problems
-from . import gidmove
-from .caches import cache_gate_lines, cache_key
-from .containers import parallel
-from .phases import Phases
-from .record import Deployment, records_of
-from .running import running
+from sparkrack.rails import check_fabric
+from sparkrack.engines import LaunchSpec, build_specs, load_engine
+from sparkrack.engines.option_names import VERSION_LABEL, lane_options
+from sparkrack.engines.serving import MemoryFraction, engine_serving
+from sparkrack.facts import node as node_facts
+from sparkrack.facts import records as record_facts
+from sparkrack.facts.node import NodeFacts, burn_this_boot
+from sparkrack.facts.provision import facts_of
+from sparkrack.facts.queries import answer, argv
+from sparkrack.fleet import Fleet
+from sparkrack.engineenv import NodeEnv
+from sparkrack.provision.envfiles import EnvFiles
+from sparkrack.inventory import Inventory
+from sparkrack.safety.power import CapState, project_power
+from sparkrack.safety.strip import measured_strip
+from sparkrack.rules import check_profile
+from sparkrack.transfer.models import gate_problems
+from sparkrack.lifecycle import gidmove
+from sparkrack.lifecycle.caches import cache_gate_lines, cache_key
+from sparkrack.deployments.ranks import parallel
+from sparkrack.lifecycle.phases import Phases
+from sparkrack.deployments.record import Deployment, records_of
+from sparkrack.deployments.running import running
 
 T = TypeVar("T")
 
@@ -90,7 +90,7 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
     the nodes not verified this boot. With a PDU in the inventory the strip's measured draw
 plus what the engine would add is judged too (safety/strip.py). meanwhile(report), if given, runs while the burn does
     (it must not touch a GPU: `up` creates its containers there). fabric_check: measure
-    every rail first (sparkrack/fabric). image: run it instead of the inventory's (the last
+    every rail first (sparkrack/rails). image: run it instead of the inventory's (the last
     good deployment's, brought back). Phases: "gates", "fabric", "burn"."""
     phases = phases or Phases()
     with phases.timed("gates"):
@@ -193,7 +193,7 @@ def verified_this_boot(facts: dict[str, NodeFacts]) -> list[str]:
 
 def lock_gate(report: Preflight) -> None:
     """The rack lock's line, when this process holds it (the CLI's changing tasks do)."""
-    from ..oplock.lock import held
+    from sparkrack.oplock.lock import held
 
     lock = held()
     if lock is not None:

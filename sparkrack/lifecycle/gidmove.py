@@ -9,10 +9,10 @@ it in the audit log, instead of refusing until someone runs `invoke provision`.
 
 from __future__ import annotations
 
-from ..oplock.audit import note
-from ..engineenv import NodeEnv
-from ..provision.envfiles import EnvFiles
-from ..provision.runner import provision
+from sparkrack.oplock.audit import note
+from sparkrack.engineenv import NodeEnv
+from sparkrack.provision.envfiles import EnvFiles
+from sparkrack.provision.runner import provision
 
 
 def moved(env: dict[str, NodeEnv]) -> dict[str, tuple[str, str, str]]:

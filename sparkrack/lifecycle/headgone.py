@@ -10,13 +10,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from .. import remote
-from ..errors import SparkrackError
-from ..fleet import Fleet
-from ..fleet.reach import REFUSED, SESSION, Reach, reach
-from ..fleet.results import last_json_object
-from ..inventory import Inventory, Node
-from ..transfer.chain import DEFAULT_PYTHON
+from sparkrack import remote
+from sparkrack.core.errors import SparkrackError
+from sparkrack.fleet import Fleet
+from sparkrack.fleet.reach import REFUSED, SESSION, Reach, reach
+from sparkrack.fleet.results import last_json_object
+from sparkrack.inventory import Inventory, Node
+from sparkrack.transfer.chain import DEFAULT_PYTHON
 
 GRACE_S = 30.0  # the head silent everywhere this long before anything is stopped
 ROUND_EVERY_S = 5.0

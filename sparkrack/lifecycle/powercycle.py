@@ -18,17 +18,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import SparkrackError, UsageError
-from ..fleet import Fleet
-from ..inventory import Inventory, Node
-from ..oplock.audit import note
-from ..oplock.lock import lease_while_down
-from ..pdu import cycle_outlet
-from ..pdu.mib import REBOOT_DURATION_S
-from .engine import down
-from .order import STOP_ORDER_REASON
-from .restart import NODE_TIMEOUT, RebootStopped, boot_ids, wait_back
-from .running import running
+from sparkrack.core.errors import SparkrackError, UsageError
+from sparkrack.fleet import Fleet
+from sparkrack.inventory import Inventory, Node
+from sparkrack.oplock.audit import note
+from sparkrack.oplock.lock import lease_while_down
+from sparkrack.pdu import cycle_outlet
+from sparkrack.pdu.mib import REBOOT_DURATION_S
+from sparkrack.lifecycle.lanes import down
+from sparkrack.lifecycle.order import STOP_ORDER_REASON
+from sparkrack.lifecycle.restart import NODE_TIMEOUT, RebootStopped, boot_ids, wait_back
+from sparkrack.deployments.running import running
 
 OFF_SECONDS = 10  # a GB10's brick drained; the PDU allows 5-60 s
 

@@ -7,19 +7,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..errors import SparkrackError
-from ..facts import node as node_facts
-from ..facts import records as record_facts
-from ..facts.node import CLOCK_CAP_UNIT, facts_argv, parse_facts
-from ..facts.queries import answer, argv
-from ..fleet import Fleet
-from ..inventory import Inventory, Node
-from ..oplock.audit import note
-from ..oplock.lock import lease_while_down
-from ..safety.strip import measured_strip
-from .engine import Refused, down, up
-from .record import Deployment, records_of
-from .running import running
+from sparkrack.core.errors import SparkrackError
+from sparkrack.facts import node as node_facts
+from sparkrack.facts import records as record_facts
+from sparkrack.facts.node import CLOCK_CAP_UNIT, facts_argv, parse_facts
+from sparkrack.facts.queries import answer, argv
+from sparkrack.fleet import Fleet
+from sparkrack.inventory import Inventory, Node
+from sparkrack.oplock.audit import note
+from sparkrack.oplock.lock import lease_while_down
+from sparkrack.safety.strip import measured_strip
+from sparkrack.lifecycle.lanes import Refused, down, up
+from sparkrack.deployments.record import Deployment, records_of
+from sparkrack.deployments.running import running
 
 # reboot after the SSH command returned, so the caller sees a clean exit
 REBOOT_ARGV = ["systemd-run", "--no-block", "--on-active=1s", "--unit=sparkrack-reboot",

@@ -9,11 +9,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..facts import node as node_facts
-from ..facts.queries import answer, argv
-from ..fleet import Fleet
-from .containers import Rank, engine_containers, stop_ranks
-from .record import Deployment
+from sparkrack.facts import node as node_facts
+from sparkrack.facts.queries import answer, argv
+from sparkrack.fleet import Fleet
+from sparkrack.deployments.ranks import Rank, engine_containers
+from sparkrack.deployments.record import Deployment
 
 RECOVERED_FRACTION = 0.85
 RECOVERY_SLACK_KB = 1 << 20  # 1 GiB below the recorded value still counts as recovered

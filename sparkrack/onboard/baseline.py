@@ -317,7 +317,7 @@ def _mtu(facts: Facts, dev: str, hcas: Sequence[str], socket_ifname: str,
 
 def check_waivers(waivers: Mapping[str, str]) -> dict[str, str]:
     """The waivers, checked: only blocking kinds, each with a reason."""
-    from sparkrack.errors import UsageError
+    from sparkrack.core.errors import UsageError
 
     checked = {}
     for kind, reason in waivers.items():

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkrack.errors import SparkrackError
+from sparkrack.core.errors import SparkrackError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
 from sparkrack.transfer.chain import DEFAULT_PYTHON

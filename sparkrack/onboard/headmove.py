@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sparkrack.errors import SparkrackError
+from sparkrack.core.errors import SparkrackError
 from sparkrack.facts.records import KINDS
 from sparkrack.fleet import Fleet
-from sparkrack.lifecycle import record
-from sparkrack.lifecycle.breakfold import fold_records
-from sparkrack.lifecycle.containers import engine_containers
-from sparkrack.lifecycle.record import Deployment
+from sparkrack.deployments import record
+from sparkrack.oplock.breakfold import fold_records
+from sparkrack.deployments.ranks import engine_containers
+from sparkrack.deployments.record import Deployment
 from sparkrack.onboard.context import Context
 from sparkrack.oplock import audit
 from sparkrack.oplock.lock import LockError, call

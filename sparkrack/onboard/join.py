@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from sparkrack.atomic import copy_atomically, remove, write_atomically
-from sparkrack.errors import InventoryError, SparkrackError, UsageError
+from sparkrack.core.atomic import copy_atomically, remove, write_atomically
+from sparkrack.core.errors import InventoryError, SparkrackError, UsageError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, load_inventory
 from sparkrack.inventory.watchdog_record import read_record
@@ -360,7 +360,7 @@ def old_still_running(ctx: Context) -> str | None:
     old = ctx.old
     if old is None or old.name == ctx.new.name or old.address == ctx.new.address:
         return None
-    from sparkrack.lifecycle.running import running
+    from sparkrack.deployments.running import running
 
     try:
         with Fleet(ctx.inventory, [old]) as fleet:

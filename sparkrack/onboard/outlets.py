@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from sparkrack.errors import UsageError
+from sparkrack.core.errors import UsageError
 
 
 def section_file(inventory_path: Path) -> Path | None:

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from sparkrack.errors import UsageError
+from sparkrack.core.errors import UsageError
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.values import address_problem, fabric_address_problem
 from sparkrack.onboard import baseline, join, provision, scratch, stage, trust, verify

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkrack.atomic import write_atomically
+from sparkrack.core.atomic import write_atomically
 from sparkrack.fleet import hostkeys
 from sparkrack.fleet.hostkeys import HostKey, fingerprint, line_matches
 from sparkrack.fleet.ssh import explain, who

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from sparkrack.safety.burn import BurnResult, burn
 from sparkrack.engines.catalog import engine_names
 from sparkrack.engines.profile_file import load_engine
-from sparkrack.errors import SparkrackError
+from sparkrack.core.errors import SparkrackError
 from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.inventory import Inventory, Node
 from sparkrack.onboard.context import Context

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from .identity import inventory_digest, operator, state_dir
-from .masking import mask, mask_text
+from sparkrack.oplock.identity import inventory_digest, operator, state_dir
+from sparkrack.oplock.masking import mask, mask_text
 
 OUTCOMES = ("ok", "failed", "refused", "interrupted")
 
@@ -277,7 +277,7 @@ def verify_chain(text: str) -> ChainCheck:
 def log_unlocked(fleet, record: Record, outcome: str, **kwargs) -> list[str]:
     """Append record, done, to the head's log (through fleet) and the local copy, for a
     task that takes no lock; the problems met (the task's own outcome stands)."""
-    from .lock import LockError, call
+    from sparkrack.oplock.lock import LockError, call
 
     line = record.done_line(outcome, **kwargs)
     problems = []

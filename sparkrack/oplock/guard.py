@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ..errors import SparkrackError
-from ..fleet import Fleet
-from ..fleet.warm import discard, prewarm
-from ..inventory import Inventory, load_inventory
-from . import audit
-from .lock import LockError, LockHeld, RackLock, call, interrupt_main
-from .remote import Holder
+from sparkrack.core.errors import SparkrackError
+from sparkrack.fleet import Fleet
+from sparkrack.fleet.warm import discard, prewarm
+from sparkrack.inventory import Inventory, load_inventory
+from sparkrack.oplock import audit
+from sparkrack.oplock.lock import LockError, LockHeld, RackLock, call, interrupt_main
+from sparkrack.oplock.remote import Holder
 
 
 SETTLE_LIMIT = 180.0  # longest wait for an interrupted task's threads (a stop: up to 120 s)

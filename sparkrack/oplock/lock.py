@@ -19,12 +19,12 @@ from contextlib import contextmanager
 
 from filelock import FileLock, Timeout
 
-from ..errors import SparkrackError
-from ..fleet import Fleet
-from ..fleet.warm import unlend
-from ..inventory import Inventory
-from .identity import operator, state_dir
-from .remote import Holder, Reply, holder_json, lock_argv, parse_reply
+from sparkrack.core.errors import SparkrackError
+from sparkrack.fleet import Fleet
+from sparkrack.fleet.warm import unlend
+from sparkrack.inventory import Inventory
+from sparkrack.oplock.identity import operator, state_dir
+from sparkrack.oplock.remote import Holder, Reply, holder_json, lock_argv, parse_reply
 
 HEARTBEAT = 5.0
 STALE_AFTER = 20

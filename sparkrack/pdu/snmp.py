@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sparkrack.errors import SparkrackError, UnsafeAddressError
+from sparkrack.core.errors import SparkrackError, UnsafeAddressError
 from sparkrack.fleet.netguard import check_device
 from sparkrack.inventory.pdu import PduConfig
 

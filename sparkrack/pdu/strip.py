@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sparkrack.errors import UsageError
+from sparkrack.core.errors import UsageError
 from sparkrack.inventory import Inventory
 from sparkrack.pdu import mib
 from sparkrack.pdu.snmp import PduError, Session

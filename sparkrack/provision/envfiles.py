@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sparkrack.engineenv import (
     SECRET_KEYS, VIEW_NODE, EngineEnv, EnvVar, GidIndex, NodeEnv, inventory_views, parse_env,
     read_vars)
-from sparkrack.errors import SparkrackError
+from sparkrack.core.errors import SparkrackError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.schema import FrozenMapping

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from ..errors import UsageError
-from .layout import FUNCTIONS, NodeLayout
-from .nodefs import write_if_changed
+from sparkrack.core.errors import UsageError
+from sparkrack.rehearsal.layout import FUNCTIONS, NodeLayout
+from sparkrack.rehearsal.nodefs import write_if_changed
 
 PATHS = ("both", "one", "none")
 

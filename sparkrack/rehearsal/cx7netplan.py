@@ -10,7 +10,7 @@ inside the rehearsal's own subnet (10.77.5.N, 10.77.6.N), never a real network's
 
 from __future__ import annotations
 
-from .layout import NodeLayout
+from sparkrack.rehearsal.layout import NodeLayout
 
 PATH = "etc/netplan/40-cx7.yaml"
 FORMS = ("link-local", "static", "none")

@@ -10,9 +10,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from ipaddress import ip_address, ip_network
 
-from ..errors import UsageError
-from .layout import BRIDGE_ADDR, EXTRA_NODES_FILE, HCAS, PDU_ADDR, NodeLayout
-from .nodefs import write_if_changed
+from sparkrack.core.errors import UsageError
+from sparkrack.rehearsal.layout import BRIDGE_ADDR, EXTRA_NODES_FILE, HCAS, PDU_ADDR, NodeLayout
+from sparkrack.rehearsal.nodefs import write_if_changed
 
 NODE_SUBNET = ip_network(BRIDGE_ADDR, strict=False)  # 10.77.1.0/24: the nodes' bridge
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")

@@ -10,10 +10,11 @@ rack goes down: a program that reaches for a rehearsal address then still goes n
 import subprocess
 from ipaddress import ip_address
 
-from .cabling import Cabling
-from .layout import (
-    BRIDGE, BRIDGE_ADDR, FABRIC_BRIDGE, PDU_ADDR, FUNCTIONS, MGMT_MTU, MGMT_NETDEV, SUBNET, NodeLayout)
-from .switch import Switch
+from sparkrack.rehearsal.cabling import Cabling
+from sparkrack.rehearsal.layout import (
+    BRIDGE, BRIDGE_ADDR, FABRIC_BRIDGE, PDU_ADDR, FUNCTIONS, MGMT_MTU, MGMT_NETDEV, SUBNET,
+    NodeLayout)
+from sparkrack.rehearsal.switch import Switch
 
 LEGACY_TWIN_PEER = "p2-peer"  # the one-network layout's twin, removed on the next `up`
 _HOST = BRIDGE_ADDR.split("/")[0]  # this machine's address on the management network

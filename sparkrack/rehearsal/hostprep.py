@@ -9,8 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..errors import SparkrackError
-from .layout import CLIENT_KEY, SSH_DIR
+from sparkrack.core.errors import SparkrackError
+from sparkrack.rehearsal.layout import CLIENT_KEY, SSH_DIR
 
 # command -> Debian package that provides it
 REQUIRED_COMMANDS = {

@@ -13,7 +13,7 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
-from .layout import HCAS, NodeLayout
+from sparkrack.rehearsal.layout import HCAS, NodeLayout
 
 
 def read_json_object(path: Path) -> dict:
@@ -234,7 +234,7 @@ def install_stub_model(node: NodeLayout, model_path: str) -> None:
     """The stub engines' model directory (config, fake shards, manifest) on a fresh node.
 
     Written once: tests and `rehearsal.stub-model` change it later through the node."""
-    from .stub.modeldir import model_files
+    from sparkrack.rehearsal.stub.modeldir import model_files
 
     target = node.upper / model_path.strip("/")
     if (target / "config.json").exists():

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .layout import HCAS, NodeLayout
+from sparkrack.rehearsal.layout import HCAS, NodeLayout
 
 NSPAWN_EXIT_REBOOT = 133
 

@@ -26,12 +26,12 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import SparkrackError
-from ..inventory import load_inventory
-from ..inventory.pdu import DEFAULT_ENV, PduConfig
-from . import nodeproc
-from .hostprep import SBIN_DIRS
-from .layout import PDU_ADDR, PDU_PORT, RUN_DIR, NodeLayout
+from sparkrack.core.errors import SparkrackError
+from sparkrack.inventory import load_inventory
+from sparkrack.inventory.pdu import DEFAULT_ENV, PduConfig
+from sparkrack.rehearsal import nodeproc
+from sparkrack.rehearsal.hostprep import SBIN_DIRS
+from sparkrack.rehearsal.layout import PDU_ADDR, PDU_PORT, RUN_DIR, NodeLayout
 
 OUTLETS = 12
 PID_FILE = RUN_DIR / "pdu.pid"
@@ -51,7 +51,7 @@ class RackOutlets:
     """The rehearsal rack's nodes behind the PDU's outlets (pduagent.Outlets)."""
 
     def __init__(self, inventory_path: str, log=print):
-        from .rack import RehearsalRack
+        from sparkrack.rehearsal.rack import RehearsalRack
 
         inventory = load_inventory(inventory_path)
         self.rack = RehearsalRack(inventory, say=log)
@@ -165,7 +165,7 @@ def read_loads() -> dict[str, int]:
 
 def plug_load(pdu: PduConfig | None, outlet: int, watts: int) -> None:
     """Plug a load of watts into a free outlet (0: unplug it)."""
-    from ..errors import UsageError
+    from sparkrack.core.errors import UsageError
 
     if not 1 <= outlet <= OUTLETS:
         raise UsageError(f"outlet {outlet}: the rehearsal PDU has outlets 1..{OUTLETS}",

@@ -20,7 +20,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from ..pdu import mib
+from sparkrack.pdu import mib
 
 VOLTS = 120  # the field report's strip: 1,440 W is 12 A at 120 V
 READ_TREE = (1, 3, 6, 1)
@@ -197,7 +197,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--address", required=True)
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
-    from .pdu import RackOutlets
+    from sparkrack.rehearsal.pdu import RackOutlets
 
     def log(line: str) -> None:
         print(line, flush=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .layout import KNOWN_HOSTS
-from .nodeproc import in_node
+from sparkrack.rehearsal.layout import KNOWN_HOSTS
+from sparkrack.rehearsal.nodeproc import in_node
 
 
 def copy_inventory(source: Path, target: Path) -> Path:

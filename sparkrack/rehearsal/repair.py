@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
-from ..errors import SparkrackError
-from .cabling import Cabling, read_cabling
-from .nodefs import read_json_object
-from .nodeproc import init_pid
-from . import pdu
-from .rack import RehearsalRack
-from .switch import Switch
+from sparkrack.core.errors import SparkrackError
+from sparkrack.rehearsal.cabling import Cabling, read_cabling
+from sparkrack.rehearsal.nodefs import read_json_object
+from sparkrack.rehearsal.nodeproc import init_pid
+from sparkrack.rehearsal import pdu
+from sparkrack.rehearsal.rack import RehearsalRack
+from sparkrack.rehearsal.switch import Switch
 
 DEFAULT_GID_INDEX = 3
 HANG_GRACE_S = 30.0  # a running node silent on SSH this long is hung (a boot takes ~5 s)

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .layout import STATE_DIR
-from .nodefs import read_json_object
-from .stubversions import StubVersion, known, parser_sources, stub_version
+from sparkrack.rehearsal.layout import STATE_DIR
+from sparkrack.rehearsal.nodefs import read_json_object
+from sparkrack.rehearsal.stubversions import StubVersion, known, parser_sources, stub_version
 
 BUILDER_VERSION = 2
 IMAGES_DIR = STATE_DIR / "images"
@@ -306,7 +306,7 @@ def _inputs_digest(engine: str, ref: str, sources: list[Entry]) -> str:
 def image_refs(inventory=None) -> dict[str, str]:
     """{engine: image ref} from the inventory (default: the repo's rehearsal inventory)."""
     if inventory is None:
-        from ..inventory import load_inventory
+        from sparkrack.inventory import load_inventory
         inventory = load_inventory(REHEARSAL_INVENTORY)
     images = inventory.vars.images
     missing = [engine for engine in ENGINES if engine not in images]

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .stub.cli import PINNED, SHIPPED_OPTIONS
+from sparkrack.rehearsal.stub.cli import PINNED, SHIPPED_OPTIONS
 
 OPTIONS_DIR = Path(SHIPPED_OPTIONS)
 

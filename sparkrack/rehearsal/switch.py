@@ -16,10 +16,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..errors import UsageError
-from ..inventory.model import REHEARSAL_LINK_SCALE
-from .layout import HCAS, STATE_DIR
-from .nodefs import write_if_changed
+from sparkrack.core.errors import UsageError
+from sparkrack.inventory.model import REHEARSAL_LINK_SCALE
+from sparkrack.rehearsal.layout import HCAS, STATE_DIR
+from sparkrack.rehearsal.nodefs import write_if_changed
 
 SWITCH_FILE = STATE_DIR / "switch.json"
 SHIPPED_MTU = 1500

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..atomic import write_atomically
-from .layout import STATE_DIR
+from sparkrack.core.atomic import write_atomically
+from sparkrack.rehearsal.layout import STATE_DIR
 
 TWIN_FILE = STATE_DIR / "twin.json"
 

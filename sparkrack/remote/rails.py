@@ -1,4 +1,4 @@
-"""The fabric check's node side (sparkrack/fabric/): full-size frames to every peer and a
+"""The fabric check's node side (sparkrack/rails/): full-size frames to every peer and a
 short burst to the neighbour on each rail. stdin: the run's token (line 1), never argv.
 
     rails serve HOLD PORT ADDR...    on each ADDR: a UDP echo (datagrams that start with

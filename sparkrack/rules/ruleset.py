@@ -13,7 +13,7 @@ from pathlib import Path
 from sparkrack import data
 from sparkrack.engines.datafile import (
     Section, did_you_mean, is_number, is_text, is_text_list, read_section)
-from sparkrack.errors import UsageError
+from sparkrack.core.errors import UsageError
 from sparkrack.inventory.schema import ENGINES, FrozenMapping
 from sparkrack.rules.code_checks import CODE_CHECKS
 from sparkrack.rules.report import SEVERITIES

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from sparkrack.errors import UsageError
+from sparkrack.core.errors import UsageError
 from sparkrack.facts.node import burn_this_boot
 from sparkrack.inventory import Inventory
 

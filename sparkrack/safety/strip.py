@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sparkrack.errors import SparkrackError
+from sparkrack.core.errors import SparkrackError
 from sparkrack.inventory import Inventory
 from sparkrack.pdu import StripReading, read_strip
 

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from sparkrack import console
+from sparkrack.core import console
 from sparkrack.transfer.manifest import size_text
 from sparkrack.transfer.models import NodeModel, StagedModel
 from sparkrack.transfer.weights import StageReport

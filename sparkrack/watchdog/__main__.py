@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"state file: restart budget, verdicts (default {DEFAULT_STATE})")
     parser.add_argument("--allow-power-cycle", action="store_true",
                         help="a node whose GPU latched while its group was busy may have its "
-                        "power cycled through the rack's PDU (watchdog/powercycle.py)")
+                        "power cycled through the rack's PDU (watchdog/latched.py)")
     parser.add_argument("--check-reach", action="store_true",
                         help="load everything the service runs, run `true` on every node "
                         "with the inventory's key, print one JSON line and exit (0: every "
@@ -62,12 +62,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from prometheus_client import start_http_server
 
-    from ..errors import SparkrackError
-    from ..fleet import Fleet
-    from ..inventory import load_inventory
-    from .metrics import WatchdogMetrics
-    from .rack import FleetRack
-    from .service import Watchdog
+    from sparkrack.core.errors import SparkrackError
+    from sparkrack.fleet import Fleet
+    from sparkrack.inventory import load_inventory
+    from sparkrack.watchdog.metrics import WatchdogMetrics
+    from sparkrack.watchdog.fleetrack import FleetRack
+    from sparkrack.watchdog.service import Watchdog
 
     try:
         inventory = load_inventory(args.inventory)
@@ -106,10 +106,10 @@ def check_reach(inventory_dir: str | None) -> int:
     import docker  # noqa: F401  (the service's docker clients; fails here if not shipped)
     import prometheus_client  # noqa: F401
 
-    from ..errors import SparkrackError
-    from ..fleet import Fleet
-    from ..inventory import load_inventory
-    from . import rack, service  # noqa: F401
+    from sparkrack.core.errors import SparkrackError
+    from sparkrack.fleet import Fleet
+    from sparkrack.inventory import load_inventory
+    from sparkrack.watchdog import fleetrack, service  # noqa: F401
 
     try:
         inventory = load_inventory(inventory_dir)

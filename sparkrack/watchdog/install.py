@@ -12,18 +12,18 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..errors import SparkrackError, UsageError
-from ..facts.watchdog import NodeState
-from ..inventory.watchdog_dir import FIX as INSTALL_DIR_FIX
-from ..inventory.watchdog_dir import kind_problem
-from ..inventory.watchdog_record import (
+from sparkrack.core.errors import SparkrackError, UsageError
+from sparkrack.facts.watchdog import NodeState
+from sparkrack.inventory.watchdog_dir import FIX as INSTALL_DIR_FIX
+from sparkrack.inventory.watchdog_dir import kind_problem
+from sparkrack.inventory.watchdog_record import (
     WatchdogKey, check_public_key, check_sources, read_record, record_path)
-from ..remote import script
-from . import payload
-from .settings import (
+from sparkrack.remote import script
+from sparkrack.watchdog import payload
+from sparkrack.watchdog.settings import (
     Say, Settings, check_settings, failure, from_root, listen_argument, metrics_url, probe,
     run_play, run_step, service_vars, watchdog_node, with_listen)
-from .ship import Parts, apply_parts, lib_current, plan_parts
+from sparkrack.watchdog.ship import Parts, apply_parts, lib_current, plan_parts
 
 METRICS_WAIT_S = 20.0
 _SYSTEMD_ESCAPED = re.compile(r'([\\"`$])')  # what a double-quoted EnvironmentFile value escapes
@@ -108,7 +108,7 @@ def pdu_env_vars(inventory, settings: Settings,
     diff or summary). With them the service reads the strip for its metrics, and may cut
     a node's power with --allow-power-cycle, which requires them (UsageError without a
     pdu: section, PduError when they are not set). Without them: none (the file goes)."""
-    from ..pdu.snmp import PduError, credentials
+    from sparkrack.pdu.snmp import PduError, credentials
 
     none = {"watchdog_pdu_env": "", "watchdog_pdu_keys": [], "secret_values": []}
     pdu = inventory.vars.pdu
@@ -163,10 +163,10 @@ def install(inventory, on: str | None = None, *, settings: Settings = Settings()
             provision_fn=None) -> InstallReport:
     """Install (or bring up to date) the watchdog service on node `on` (default: where it
     is recorded, else the head). check: probe and say what would be done, change nothing."""
-    from ..fleet import Fleet
+    from sparkrack.fleet import Fleet
 
     if provision_fn is None:
-        from ..provision import provision as provision_fn
+        from sparkrack.provision import provision as provision_fn
     check_settings(settings)
     record = read_record(inventory.path)
     node = watchdog_node(inventory, on, record)
@@ -242,7 +242,7 @@ def _run_role(provision_fn, inventory, node, role: str | None, wanted: dict,
 
 def _note(node: str, files: list[str]) -> None:
     """Tell the audit record what install changed on the watchdog's node."""
-    from ..oplock.audit import note
+    from sparkrack.oplock.audit import note
 
     if files:
         note(nodes=[node], files=files)
@@ -251,8 +251,8 @@ def _note(node: str, files: list[str]) -> None:
 def _authorize(inventory, key: WatchdogKey, report: InstallReport, say: Say,
                provision_fn) -> None:
     """Record the key beside the inventory and authorize it on every node."""
-    from ..inventory.watchdog_record import write_record
-    from ..oplock.audit import note
+    from sparkrack.inventory.watchdog_record import write_record
+    from sparkrack.oplock.audit import note
 
     report.recorded = write_record(inventory.path, key)
     if report.recorded:
@@ -275,7 +275,7 @@ def _authorize(inventory, key: WatchdogKey, report: InstallReport, say: Say,
 def _reach(fleet, node, settings: Settings) -> list[str]:
     """From the node, with the shipped sparkrack, the watchdog's key and inventory copy:
     every node must answer. The node names that did."""
-    from ..fleet.results import last_json_object
+    from sparkrack.fleet.results import last_json_object
 
     d = settings.install_dir
     result = fleet.run({node.name: from_root([

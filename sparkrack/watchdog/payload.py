@@ -17,12 +17,12 @@ import yaml
 
 import sparkrack
 
-from ..data import KINDS, OWN_FOLDER, search_dirs, shipped
-from ..errors import UsageError
-from ..facts.platform import Platform
+from sparkrack.data import KINDS, OWN_FOLDER, search_dirs, shipped
+from sparkrack.core.errors import UsageError
+from sparkrack.facts.platform import Platform
 
 PACKAGE_DIR = Path(sparkrack.__file__).resolve().parent
-# pyproject.toml's [project].dependencies (tests/unit/test_watchdog_install.py checks this;
+# pyproject.toml's [project].dependencies (tests/unit/watchdog/test_watchdog_install.py checks this;
 # packaging is needed here only, to read the others' requirements, and ships too).
 RUNTIME_REQUIREMENTS = ("fabric>=3.2", "paramiko>=3.4", "invoke>=2.2", "pyyaml>=6",
                         "jinja2>=3.1", "docker[ssh]>=7.1", "rich>=13", "filelock>=3.20.1",
@@ -270,7 +270,7 @@ def check_inventory_copy(inventory, files: dict[str, bytes], install_dir: str) -
     import dataclasses
     import tempfile
 
-    from ..inventory import load_inventory
+    from sparkrack.inventory import load_inventory
 
     with tempfile.TemporaryDirectory(prefix="sparkrack-watchdog-inventory-") as scratch:
         root = Path(scratch)

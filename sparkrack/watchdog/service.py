@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..atomic import write_atomically
-from ..errors import SparkrackError
-from ..safety.power import cap_state_of, project_power
-from ..lifecycle.watch import Poll, tend_gpus
-from .metrics import DeploymentInfo, NodeSnapshot, Snapshot, WatchdogMetrics, update
-from .policy import RESTART, RestartBudget
+from sparkrack.core.atomic import write_atomically
+from sparkrack.core.errors import SparkrackError
+from sparkrack.safety.power import cap_state_of, project_power
+from sparkrack.watchdog.watch import Poll, tend_gpus
+from sparkrack.watchdog.metrics import (
+    DeploymentInfo, NodeSnapshot, Snapshot, WatchdogMetrics, update)
+from sparkrack.watchdog.policy import RESTART, RestartBudget
 
 log = logging.getLogger("sparkrack.watchdog")
 
@@ -28,7 +29,7 @@ VERDICTS_KEPT = 20  # verdict changes kept in the state file for `watch.status`
 
 
 class Group(Protocol):
-    """What the loop needs of a guarded group (lifecycle.watch.GroupWatch)."""
+    """What the loop needs of a guarded group (watchdog.watch.GroupWatch)."""
 
     unwatched: str | None  # why progress cannot be read (GroupWatch.unwatched)
 
@@ -73,7 +74,7 @@ class Watchdog:
     budget: RestartBudget | None = None
     state_file: Path | None = None
     facts_every: float = FACTS_EVERY_S
-    allow_power_cycle: bool = False  # watch.install --allow-power-cycle (watchdog/powercycle.py)
+    allow_power_cycle: bool = False  # watch.install --allow-power-cycle (watchdog/latched.py)
     clock: Callable[[], float] = time.time
     monotonic: Callable[[], float] = time.monotonic
 

@@ -14,17 +14,17 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import SparkrackError, UsageError
-from ..facts import watchdog as watchdog_facts
-from ..facts.queries import Query
-from ..facts.queries import argv as gather_argv
-from ..facts.watchdog import NodeState
-from ..inventory.values import address_problem
-from ..inventory.watchdog_dir import FIX as INSTALL_DIR_FIX
-from ..inventory.watchdog_dir import install_dir_problem, plain_path_problem
-from ..inventory.watchdog_record import WatchdogKey
-from . import payload
-from .__main__ import parse_listen
+from sparkrack.core.errors import SparkrackError, UsageError
+from sparkrack.facts import watchdog as watchdog_facts
+from sparkrack.facts.queries import Query
+from sparkrack.facts.queries import argv as gather_argv
+from sparkrack.facts.watchdog import NodeState
+from sparkrack.inventory.values import address_problem
+from sparkrack.inventory.watchdog_dir import FIX as INSTALL_DIR_FIX
+from sparkrack.inventory.watchdog_dir import install_dir_problem, plain_path_problem
+from sparkrack.inventory.watchdog_record import WatchdogKey
+from sparkrack.watchdog import payload
+from sparkrack.watchdog.__main__ import parse_listen
 
 UNIT = "sparkrack-watchdog.service"
 PLAY = "watchdog.yml"  # roles/watchdog.yml: the roles watch.install runs on the node
@@ -45,7 +45,7 @@ class Settings:
     state_dir: str = STATE_DIR
     systemctl: str = "systemctl"
     wait_metrics: bool = True  # after a start, wait until /metrics answers on the node
-    allow_power_cycle: bool = False  # may cut a latched node's power (watchdog/powercycle.py)
+    allow_power_cycle: bool = False  # may cut a latched node's power (watchdog/latched.py)
 
     @property
     def unit_path(self) -> str:

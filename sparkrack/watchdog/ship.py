@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..facts.watchdog import NodeState
-from ..inventory.watchdog_dir import MARKER_FILE, MARKER_TEXT
-from ..inventory.watchdog_record import MARKER, check_public_key
-from ..remote import script, text
-from . import payload
-from .settings import UNIT, Say, Settings, from_root, run_step
+from sparkrack.facts.watchdog import NodeState
+from sparkrack.inventory.watchdog_dir import MARKER_FILE, MARKER_TEXT
+from sparkrack.inventory.watchdog_record import MARKER, check_public_key
+from sparkrack.remote import script, text
+from sparkrack.watchdog import payload
+from sparkrack.watchdog.settings import UNIT, Say, Settings, from_root, run_step
 
 SHIP_TIMEOUT_S = 600.0  # unpacking and byte-compiling ~35 MB on a small node
 

@@ -9,10 +9,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..facts.watchdog import NodeState
-from ..inventory.watchdog_record import WatchdogKey, read_record
-from . import payload
-from .settings import (
+from sparkrack.facts.watchdog import NodeState
+from sparkrack.inventory.watchdog_record import WatchdogKey, read_record
+from sparkrack.watchdog import payload
+from sparkrack.watchdog.settings import (
     Settings, check_settings, listen_of, metrics_url, probe, watchdog_node, with_install_dir)
 
 
@@ -112,7 +112,7 @@ def status_of(node, inventory, state: NodeState, record: WatchdogKey | None,
 
 def status(inventory, on: str | None = None, *, settings: Settings = Settings()) -> WatchdogStatus:
     """Probe the watchdog's node (read-only) and say how the service is."""
-    from ..fleet import Fleet
+    from sparkrack.fleet import Fleet
 
     record = read_record(inventory.path)
     node = watchdog_node(inventory, on, record)

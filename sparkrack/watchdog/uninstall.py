@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import SparkrackError, UsageError
-from ..facts.watchdog import NodeState
-from ..inventory.watchdog_dir import MARKER_FILE, kind_problem
-from ..inventory.watchdog_record import read_record, record_path
-from ..remote import text
-from .settings import (
-    Say, Settings, check_settings, failure, probe, run_play, run_step, service_vars,
-    watchdog_node, with_install_dir)
+from sparkrack.core.errors import SparkrackError, UsageError
+from sparkrack.facts.watchdog import NodeState
+from sparkrack.inventory.watchdog_dir import MARKER_FILE, kind_problem
+from sparkrack.inventory.watchdog_record import read_record, record_path
+from sparkrack.remote import text
+from sparkrack.watchdog.settings import (
+    Say, Settings, check_settings, failure, probe, run_play, run_step, service_vars, watchdog_node,
+    with_install_dir)
 
 
 @dataclass
@@ -66,8 +66,8 @@ def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings
     record beside the inventory. A watchdog node that does not answer keeps its files, but
     the key is still taken away from every other node; the record stays until a run
     completes."""
-    from ..oplock.audit import note
-    from ..inventory.watchdog_record import remove_record
+    from sparkrack.oplock.audit import note
+    from sparkrack.inventory.watchdog_record import remove_record
 
     record = read_record(inventory.path)
     node = watchdog_node(inventory, on, record)
@@ -76,7 +76,7 @@ def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings
     check_settings(settings)
     report = UninstallReport(node.name, check=check)
     if provision_fn is None:
-        from ..provision import provision as provision_fn
+        from sparkrack.provision import provision as provision_fn
     try:
         _uninstall_node(inventory, node, settings, report, check, say, provision_fn)
     except SparkrackError as error:
@@ -111,8 +111,8 @@ def _uninstall_node(inventory, node, settings: Settings, report: UninstallReport
                     say: Say, provision_fn) -> None:
     """Role watchdog undone on its node (stopped, disabled, the unit gone), then its
     directories removed."""
-    from ..fleet import Fleet
-    from ..oplock.audit import note
+    from sparkrack.fleet import Fleet
+    from sparkrack.oplock.audit import note
 
     record = read_record(inventory.path)
     with Fleet(inventory, [node]) as fleet:

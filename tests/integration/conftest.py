@@ -7,7 +7,7 @@ import pytest
 from sparkrack.engines import LABEL_ENGINE
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import nodelimits
-from sparkrack.lifecycle import engine as lifecycle
+from sparkrack.lifecycle import lanes
 from sparkrack.rehearsal.stubimage import build_stub_images, load_stub_image
 
 
@@ -16,7 +16,7 @@ def stub(inventory):
     """A fleet with both stub images on every node, and the nodes' docker limits. An engine
     left running (the README's first command starts one) is stopped in order first, as the
     lifecycle tests do: these tests create containers of the same names."""
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     with Fleet(inventory) as fleet:
         busy = {node.name: [c.name for c in fleet.docker_client(node.name).containers.list(
             all=True, filters={"label": LABEL_ENGINE})] for node in fleet.nodes}

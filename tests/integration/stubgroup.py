@@ -21,7 +21,7 @@ from sparkrack.safety.burn import burn
 from sparkrack.engines import build_specs, docker_sdk_kwargs
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import nodelimits
-from sparkrack.lifecycle.containers import engine_containers
+from sparkrack.deployments.ranks import engine_containers
 
 
 def quick_burn(inventory, nodes, fleet=None):

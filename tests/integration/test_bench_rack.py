@@ -24,14 +24,15 @@ from pathlib import Path
 import pytest
 
 from sparkrack.bench import run_bench, store
-from sparkrack.lifecycle.headapi import Endpoint
-from sparkrack.bench.metrics import parse_prometheus
+from sparkrack.deployments.headapi import Endpoint
+from sparkrack.bench.speculative import parse_prometheus
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet, sh
-from sparkrack.lifecycle import engine as lifecycle
-from sparkrack.lifecycle import record
-from sparkrack.lifecycle.containers import engine_containers, stop_ranks
-from sparkrack.lifecycle.record import RECORD_DIR, Deployment
+from sparkrack.lifecycle import lanes
+from sparkrack.deployments import record
+from sparkrack.deployments.ranks import engine_containers
+from sparkrack.lifecycle.stop import stop_ranks
+from sparkrack.deployments.record import RECORD_DIR, Deployment
 from sparkrack.lifecycle.start import as_rank, start_group
 from sparkrack.rehearsal.stub.config import CONFIG_NAME
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
@@ -62,7 +63,7 @@ def bench_rack(inventory, tmp_path_factory):
     (wiring / "tasks.py").write_text(WIRING)
     saved_env = os.environ.get("XDG_STATE_HOME")
     os.environ["XDG_STATE_HOME"] = str(state)
-    lifecycle.down(inventory)  # an engine left running (the README's first command starts one)
+    lanes.down(inventory)  # an engine left running (the README's first command starts one)
     with Fleet(inventory) as fleet:
         assert not _busy(fleet), f"engine containers left on the rack: {_busy(fleet)}"
         images = build_stub_images(inventory)
@@ -113,11 +114,11 @@ def deployed(fleet, images, engine: str):
 
 @contextmanager
 def no_stall(inventory, specs, budget: float = 1.0):
-    """Poll the group (lifecycle.watch.GroupWatch, its own fleet) every 0.5 s while the
+    """Poll the group (watchdog.watch.GroupWatch, its own fleet) every 0.5 s while the
     block runs; assert at the end that no poll found a stall."""
     import threading
 
-    from sparkrack.lifecycle.watch import GroupWatch
+    from sparkrack.watchdog.watch import GroupWatch
 
     done, stalls, longest = threading.Event(), [], [0.0]
 

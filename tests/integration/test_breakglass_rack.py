@@ -17,8 +17,8 @@ import pytest
 from stubgroup import nothing_runs, quick_burn
 
 from sparkrack.fleet import Fleet
-from sparkrack.lifecycle import engine as lifecycle
-from sparkrack.lifecycle.breakglass import BREAK_GLASS_FILE
+from sparkrack.lifecycle import lanes
+from sparkrack.oplock.breakfold import BREAK_GLASS_FILE
 from sparkrack.oplock.audit import parse_lines, verify_chain
 from sparkrack.oplock.remote import AUDIT_FILE
 
@@ -41,7 +41,7 @@ def test_break_glass_stops_the_workers_of_a_lost_head_and_records_it(engine_rack
     inventory = engine_rack
     head = inventory.head.name
     workers = [n for n in inventory.nodes if n.name != head]
-    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
     try:
         refused = invoke(tmp_path, "break-glass", REASON, "--yes")
         assert refused.returncode == 2, refused.stdout + refused.stderr
@@ -114,7 +114,7 @@ def test_break_glass_never_takes_a_live_head_for_gone(engine_rack, rack, tmp_pat
     is refused with its own line, exit 2, and every worker's rank still runs."""
     inventory = engine_rack
     head = inventory.head.name
-    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
     try:
         rack.rekey(head)
         try:
@@ -145,4 +145,4 @@ def test_break_glass_never_takes_a_live_head_for_gone(engine_rack, rack, tmp_pat
         assert not (tmp_path / "audit.jsonl").exists()  # nothing done, nothing recorded
         assert len(nothing_runs(inventory)) == 8  # the head's rank 0 too
     finally:
-        lifecycle.down(inventory)
+        lanes.down(inventory)

@@ -26,8 +26,8 @@ from localproc import running
 from stubgroup import quick_burn
 from test_watchdog_rack import Prometheus, free_port, wait_for
 
-from sparkrack.lifecycle import engine as lifecycle
-from sparkrack.lifecycle.headapi import Endpoint
+from sparkrack.lifecycle import lanes
+from sparkrack.deployments.headapi import Endpoint
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
@@ -118,9 +118,9 @@ def test_every_dashboard_query_answers_while_the_group_serves(engine_rack, prome
     inventory = engine_rack
     queries = dashboard_queries()
     assert len(queries) >= 20, queries
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     try:
-        lifecycle.up(inventory, engine, "512k", burn=quick_burn)
+        lanes.up(inventory, engine, "512k", burn=quick_burn)
         load = Load(Endpoint(inventory.head, port, "GLM-5.3"))
         try:
             prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
@@ -137,4 +137,4 @@ def test_every_dashboard_query_answers_while_the_group_serves(engine_rack, prome
         finally:
             load.stop()
     finally:
-        lifecycle.down(inventory)
+        lanes.down(inventory)

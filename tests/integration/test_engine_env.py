@@ -24,7 +24,7 @@ import sparkrack.rehearsal
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
-from sparkrack.lifecycle import engine as lifecycle
+from sparkrack.lifecycle import lanes
 from sparkrack.provision import provision
 from sparkrack.engineenv import parse_env
 from sparkrack.provision.envfiles import rack_view
@@ -45,9 +45,9 @@ def engines_running(inventory) -> list:
 @pytest.fixture
 def clean(engine_rack, rack):
     """No engine before and after; the hardware and env files put back afterwards."""
-    lifecycle.down(engine_rack)
+    lanes.down(engine_rack)
     yield engine_rack
-    lifecycle.down(engine_rack)
+    lanes.down(engine_rack)
     rack.renumber_gid("spark-05", None)
     for node in ("spark-02", "spark-04"):
         rack.cable(node, Cabling())
@@ -166,8 +166,8 @@ def test_a_down_hca_is_refused_by_the_gate_and_fails_a_rank_started_by_hand(clea
     inventory = clean
     fleet, limits = stub
     rack.hca_down("spark-03", "roceP2p1s0f0")
-    with pytest.raises(lifecycle.Refused) as refused:
-        lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    with pytest.raises(lanes.Refused) as refused:
+        lanes.up(inventory, "sglang", "512k", burn=quick_burn)
     assert ("env files: spark-03: nccl_env: HCA roceP2p1s0f0 port is not ACTIVE"
             in str(refused.value)), str(refused.value)
     assert engines_running(inventory) == []
@@ -178,7 +178,7 @@ def test_a_down_hca_is_refused_by_the_gate_and_fails_a_rank_started_by_hand(clea
     assert codes[2] == 1
     assert "NCCL WARN NET/IB : roceP2p1s0f0:1 port is not active (state 1: DOWN)" in log
     rack.hca_down("spark-03", "roceP2p1s0f0", down=False)
-    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)  # the port back: it starts
+    lanes.up(inventory, "sglang", "512k", burn=quick_burn)  # the port back: it starts
 
 
 def test_a_node_cabled_on_the_other_port_is_refused_until_its_host_vars_say_so(clean, rack,
@@ -187,8 +187,8 @@ def test_a_node_cabled_on_the_other_port_is_refused_until_its_host_vars_say_so(c
     recabled to port 1: `up` names it, what is up there and the values to set; with them in
     host_vars/spark-04.yml and provisioned there, its rank runs on port 1."""
     rack.cable("spark-04", Cabling(port=1))
-    with pytest.raises(lifecycle.Refused) as refused:
-        lifecycle.up(clean, "sglang", "512k", burn=quick_burn)
+    with pytest.raises(lanes.Refused) as refused:
+        lanes.up(clean, "sglang", "512k", burn=quick_burn)
     message = str(refused.value)
     assert ("env files: spark-04: nccl_env: HCA rocep1s0f0, roceP2p1s0f0 port is not ACTIVE"
             in message), message
@@ -205,7 +205,7 @@ def test_a_node_cabled_on_the_other_port_is_refused_until_its_host_vars_say_so(c
     recabled = load_inventory(copy)
     report = provision(recabled, "spark-04", roles="fabric,nccl_env")
     assert report.exit_code == 0, failures(report)
-    lifecycle.up(recabled, "sglang", "512k", burn=quick_burn)
+    lanes.up(recabled, "sglang", "512k", burn=quick_burn)
     try:
         plan = build_specs(recabled, "sglang", "512k",
                            node_env=rack_view(recabled, "sglang").envs)
@@ -214,7 +214,7 @@ def test_a_node_cabled_on_the_other_port_is_refused_until_its_host_vars_say_so(c
             args = fleet.docker_client("spark-04").containers.get(
                 plan[3].container_name).attrs["Args"]
     finally:
-        lifecycle.down(recabled)
+        lanes.down(recabled)
     assert [envs["spark-04"][k] for k in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "SGLANG_HOST_IP")
             ] == ["rocep1s0f1,roceP2p1s0f1", "enp1s0f1np1", "10.77.3.14"]
     assert [envs["spark-05"][k] for k in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "SGLANG_HOST_IP")
@@ -233,8 +233,8 @@ def node_kernel(inventory, node: str) -> tuple[str, str, str, str]:
 
 def kernel_refusal(inventory) -> str:
     """The HOST-KERNEL line of `up`'s refusal."""
-    with pytest.raises(lifecycle.Refused) as refused:
-        lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    with pytest.raises(lanes.Refused) as refused:
+        lanes.up(inventory, "sglang", "512k", burn=quick_burn)
     message = str(refused.value)
     assert "HOST-KERNEL: a node's host kernel breaks RDMA memory registration" in message
     return message.split("HOST-KERNEL")[1].split("\n")[0]
@@ -259,7 +259,7 @@ def test_the_kernel_rule_judges_the_kho_symptom_not_the_release(clean, rack):
         release, total, free, cmdline = node_kernel(clean, "spark-06")
         assert (release, total, free) == ("7.0.0-1019-nvidia", "0", "0")
         assert cmdline.endswith(" kho=off")
-        deployment = lifecycle.up(clean, "sglang", "512k", burn=quick_burn)
+        deployment = lanes.up(clean, "sglang", "512k", burn=quick_burn)
         assert deployment.engine == "sglang" and len(engines_running(clean)) == 8
     finally:
         rack.kernel("spark-06", None)
@@ -286,14 +286,14 @@ def test_a_rank_on_a_kho_kernel_fails_memory_registration_with_enomem(stub, rack
 def test_up_with_the_fabric_check_refuses_a_rail_trained_low_and_starts_on_a_fit_fabric(clean,
                                                                                        rack):
     rack.cable("spark-02", Cabling(rate_mbit=50))
-    with pytest.raises(lifecycle.Refused) as refused:
-        lifecycle.up(clean, "vllm", "512k", burn=quick_burn, fabric_check=True)
+    with pytest.raises(lanes.Refused) as refused:
+        lanes.up(clean, "vllm", "512k", burn=quick_burn, fabric_check=True)
     message = str(refused.value)
     assert "fabric: spark-01 -> spark-02 on enp1s0f0np0 (rocep1s0f0): " in message, message
     assert "probably spark-02's enp1s0f0np0" in message
     assert engines_running(clean) == []
     rack.cable("spark-02", Cabling())
-    deployment = lifecycle.up(clean, "vllm", "512k", burn=quick_burn, fabric_check=True)
+    deployment = lanes.up(clean, "vllm", "512k", burn=quick_burn, fabric_check=True)
     assert deployment.phases["fabric"] > 0
 
 
@@ -323,7 +323,7 @@ def test_the_hub_token_is_a_read_only_file_in_every_rank_never_in_docker_inspect
     try:
         assert provision(inventory, roles="engine_env",
                          environ={"HF_TOKEN": token}).exit_code == 0
-        lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+        lanes.up(inventory, "sglang", "512k", burn=quick_burn)
         specs = build_specs(inventory, "sglang", "512k")
         with Fleet(inventory) as fleet:
             modes = fleet.run(["stat", "-c", "%a %U:%G %n", TOKEN_DIR, f"{TOKEN_DIR}/token"])
@@ -348,15 +348,15 @@ def test_the_hub_token_is_a_read_only_file_in_every_rank_never_in_docker_inspect
             rank = fleet.docker_client(specs[3].node).containers.get(specs[3].container_name)
             read = rank.exec_run(["python3", "-c", READ_AS_THE_ENGINE])
             assert read.output.decode().strip() == rotated  # no restart: the folder is bound
-        lifecycle.down(inventory)
+        lanes.down(inventory)
 
         assert provision(inventory, roles="engine_env", environ={}).exit_code == 0
         with Fleet(inventory) as fleet:
             assert {r.exit_code for r in fleet.run(["test", "-e", f"{TOKEN_DIR}/token"])} == {1}
         with pytest.raises(StartFailed) as failed:
-            lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+            lanes.up(inventory, "sglang", "512k", burn=quick_burn)
         assert "GatedRepoError: 401 Client Error." in failed.value.line()
     finally:
-        lifecycle.down(inventory)
+        lanes.down(inventory)
         with Fleet(inventory) as fleet:
             write_stub_model(fleet, found)

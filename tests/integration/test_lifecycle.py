@@ -17,8 +17,9 @@ from sparkrack.data import shipped
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
-from sparkrack.lifecycle import engine as lifecycle
-from sparkrack.lifecycle.record import read as read_records
+from sparkrack.lifecycle import lanes
+from sparkrack.watchdog.watch import watch_group
+from sparkrack.deployments.record import read as read_records
 from sparkrack.lifecycle.start import StartFailed
 from stubgroup import Lines, nothing_runs, quick_burn
 
@@ -38,9 +39,9 @@ SEED_FLAGS = ("--context-length 524288 --mem-fraction-static 0.80 --max-running-
 @pytest.fixture
 def clean(engine_rack):
     """Every test starts and ends with no engine on the rack."""
-    lifecycle.down(engine_rack)
+    lanes.down(engine_rack)
     yield engine_rack
-    lifecycle.down(engine_rack)
+    lanes.down(engine_rack)
     assert nothing_runs(engine_rack) == []
 
 
@@ -65,7 +66,7 @@ def docker_events(inventory, since: float, until: float,
 def test_up_runs_the_exact_profile_in_order_and_down_leaves_nothing(clean):
     inventory = clean
     t0 = time.time()
-    deployment = lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    deployment = lanes.up(inventory, "sglang", "512k", burn=quick_burn)
     specs = build_specs(inventory, "sglang", "512k")
     with Fleet(inventory) as fleet:
         for spec in specs:
@@ -81,11 +82,11 @@ def test_up_runs_the_exact_profile_in_order_and_down_leaves_nothing(clean):
             assert attrs["HostConfig"]["NetworkMode"] == "host" and attrs["HostConfig"]["IpcMode"] == "host"
         records = read_records(fleet, inventory)
     assert records["last-good"].deployment_id == deployment.deployment_id
-    with pytest.raises(lifecycle.Refused) as refused:  # one engine at a time
-        lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+    with pytest.raises(lanes.Refused) as refused:  # one engine at a time
+        lanes.up(inventory, "vllm", "512k", burn=quick_burn)
     assert "no other engine: sglang 512k rank 0 runs on spark-01" in refused.value.line()
     assert "MemAvailable" not in refused.value.line()  # held by that engine: not a second reason
-    report = lifecycle.down(inventory)
+    report = lanes.down(inventory)
     t1 = time.time()
     assert report.not_recovered == {} and report.errors == {}
     assert nothing_runs(inventory) == []
@@ -131,7 +132,7 @@ def test_a_worker_killed_during_load_fails_up_fast_and_leaves_nothing(clean):
     try:
         killer.start()
         with pytest.raises(StartFailed) as failure:
-            lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+            lanes.up(inventory, "sglang", "512k", burn=quick_burn)
         failed_at = time.monotonic()
         killer.join()
     finally:
@@ -157,13 +158,13 @@ def broken_inventory(tmp_path) -> Path:
 
 def test_roll_vllm_to_sglang_and_a_broken_roll_falls_back(clean, tmp_path):
     inventory = load_inventory(broken_inventory(tmp_path))
-    lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
-    with pytest.raises(lifecycle.RollFailed) as failure:  # across engines, back to the old one
-        lifecycle.roll(inventory, "sglang", "broken", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    with pytest.raises(lanes.RollFailed) as failure:  # across engines, back to the old one
+        lanes.roll(inventory, "sglang", "broken", burn=quick_burn)
     assert "rolled back to the last known-good deployment: vllm 512k" in failure.value.line()
     running = nothing_runs(inventory)
     assert {(r.engine, r.profile) for r in running} == {("vllm", "512k")} and all(r.alive for r in running)
-    rolled = lifecycle.roll(inventory, "sglang", "512k", burn=quick_burn)
+    rolled = lanes.roll(inventory, "sglang", "512k", burn=quick_burn)
     assert rolled.engine == "sglang"
     running = nothing_runs(inventory)
     assert {r.engine for r in running} == {"sglang"} and len(running) == 8 and all(r.alive for r in running)
@@ -174,7 +175,7 @@ def test_a_roll_between_lanes_keeps_the_racks_api_port(clean, tmp_path):
     so, and a roll from one to the other keeps the address for the rack's clients."""
     from provision_helpers import inventory_copy
 
-    from sparkrack.lifecycle.headapi import Endpoint
+    from sparkrack.deployments.headapi import Endpoint
 
     inventory = inventory_copy(REPO / "inventory" / "rehearsal", tmp_path / "rack", api_port=9000)
     api = Endpoint(inventory.head, 9000, "GLM-5.3")
@@ -187,17 +188,17 @@ def test_a_roll_between_lanes_keeps_the_racks_api_port(clean, tmp_path):
         assert json.loads(status.stdout)["api"] == f"http://{inventory.head.address}:9000/v1"
         return api.get_json("/v1/models")["data"][0]["owned_by"]
 
-    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
     assert serving() == "sglang"
     assert Endpoint(inventory.head, 30000).status("/health") is None  # not the engine's own
-    lifecycle.roll(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.roll(inventory, "vllm", "512k", burn=quick_burn)
     assert serving() == "vllm"
     assert api.chat([{"role": "user", "content": "one two"}], 3)["choices"]
 
 
 def test_watch_stops_the_group_when_a_node_is_cut(clean, rack):
     inventory = clean
-    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
     result, events, watching, broken = {}, [], threading.Event(), threading.Event()
 
     def on_event(line):
@@ -205,8 +206,8 @@ def test_watch_stops_the_group_when_a_node_is_cut(clean, rack):
         (broken if line.startswith("group broken") else watching).set()
 
     def run_watch():
-        result["report"] = lifecycle.watch_group(inventory, burn=quick_burn, duration=120,
-                                                 interval=0.5, on_event=on_event)
+        result["report"] = watch_group(inventory, burn=quick_burn, duration=120,
+                                       interval=0.5, on_event=on_event)
 
     watcher = threading.Thread(target=run_watch)
     watcher.start()
@@ -259,21 +260,21 @@ def test_up_refuses_an_uncapped_node_and_names_it(clean):
     with Fleet(inventory, inventory.select("spark-03")) as fleet:
         fleet.run(["nvidia-smi", "-rgc"]).raise_for_failures()
         try:
-            with pytest.raises(lifecycle.Refused) as refused:
-                lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+            with pytest.raises(lanes.Refused) as refused:
+                lanes.up(inventory, "sglang", "512k", burn=quick_burn)
         finally:
             fleet.run(["nvidia-smi", "-lgc", f"0,{inventory.vars.clock_cap_mhz}"]).raise_for_failures()
     assert "clock cap: spark-03" in refused.value.line()
     assert "power:" in refused.value.line() and "spark-03 uncapped" in refused.value.line()
     assert nothing_runs(inventory) == []
-    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)  # starts once the cap is back
+    lanes.up(inventory, "sglang", "512k", burn=quick_burn)  # starts once the cap is back
 
 
 @pytest.mark.parametrize("budget, warns", [("0.2", True), ("0.01", False)])
 def test_watch_warns_about_the_indexer_ratchet_only_without_the_budget(clean, tmp_path, budget, warns):
     """Growing prompts: with SGLang's default indexer budget the stub keeps its scratch and
     MemAvailable ratchets down; with 0.01 it comes back after every request."""
-    from sparkrack.lifecycle.headapi import Endpoint
+    from sparkrack.deployments.headapi import Endpoint
     from sparkrack.lifecycle.start import start_group
     from sparkrack.lifecycle.stop import stop_engine
     from sparkrack.rehearsal.stub.modeldir import write_stub_model
@@ -292,7 +293,7 @@ def test_watch_warns_about_the_indexer_ratchet_only_without_the_budget(clean, tm
                                  "prefill_tokens_per_s": 50000})  # requests shorter than the level window
         try:
             start_group(fleet, inventory, specs)
-            watcher = threading.Thread(target=lambda: result.update(report=lifecycle.watch_group(
+            watcher = threading.Thread(target=lambda: result.update(report=watch_group(
                 inventory, burn=quick_burn, duration=16, interval=0.5)))
             watcher.start()
             time.sleep(1.5)
@@ -334,7 +335,7 @@ def test_a_node_lost_during_load_fails_up_fast_and_the_rest_is_stopped(clean, ra
     try:
         cutter.start()
         with pytest.raises(NodeLost) as lost:
-            lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+            lanes.up(inventory, "sglang", "512k", burn=quick_burn)
         failed_at = time.monotonic()
         cutter.join()
     finally:
@@ -353,11 +354,11 @@ def test_down_with_a_cut_node_ends_in_seconds_and_a_later_down_clears_its_rank(c
     took 120 s more: spark-05's worker, cut off from its rank 0, ignored SIGTERM to the end
     of its stop timeout)."""
     inventory = clean
-    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
     rack.cut("spark-05")
     try:
         started = time.monotonic()
-        report = lifecycle.down(inventory)
+        report = lanes.down(inventory)
         took = time.monotonic() - started
     finally:
         rack.heal("spark-05")
@@ -369,7 +370,7 @@ def test_down_with_a_cut_node_ends_in_seconds_and_a_later_down_clears_its_rank(c
     assert {r.node for r in report.stopped} - {"spark-05"} == {
         n.name for n in inventory.nodes if n.name != "spark-05"}
     started = time.monotonic()
-    again = lifecycle.down(inventory)  # its rank 0 is gone: SIGKILL after 10 s, not 120
+    again = lanes.down(inventory)  # its rank 0 is gone: SIGKILL after 10 s, not 120
     assert [r.node for r in again.stopped] == ["spark-05"] and not again.errors
     assert time.monotonic() - started < 30
     assert nothing_runs(inventory) == []

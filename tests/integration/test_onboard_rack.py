@@ -17,7 +17,7 @@ import pytest
 from rackhealth import LOAD_STARTUP_S, QUICK_BURN_S
 
 from sparkrack.safety.burn import burn
-from sparkrack.errors import UsageError
+from sparkrack.core.errors import UsageError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
 from sparkrack.onboard import baseline, onboard
@@ -214,9 +214,9 @@ def test_a_changed_host_key_is_refused(extras, tmp_path):
 
 
 def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path):
-    from sparkrack.lifecycle import engine as lifecycle
-    from sparkrack.lifecycle import record
-    from sparkrack.lifecycle.containers import engine_containers
+    from sparkrack.lifecycle import lanes
+    from sparkrack.deployments import record
+    from sparkrack.deployments.ranks import engine_containers
     from sparkrack.rehearsal.stub.config import CONFIG_NAME
 
     wipe(extras, NEW)  # a bare node again, new host key
@@ -265,8 +265,8 @@ def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path)
                               f"{MODEL}/{CONFIG_NAME}", 0o644)]}).raise_for_failures()
         before = record.read(fleet, copy)
     try:
-        deployment = lifecycle.up(copy, "sglang", "512k", burn=quiet_burn, timeout=240)
-    except lifecycle.Refused as refused:
+        deployment = lanes.up(copy, "sglang", "512k", burn=quiet_burn, timeout=240)
+    except lanes.Refused as refused:
         if "no other engine" in str(refused):
             pytest.skip(f"the rack became busy: {refused}")
         raise
@@ -277,7 +277,7 @@ def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path)
         assert ranks[4] == NEW and len(ranks) == 8
         assert deployment.engine == "sglang"
     finally:
-        lifecycle.down(copy)
+        lanes.down(copy)
         with Fleet(copy) as fleet:  # the head's last-good record as the rack had it
             if before["last-good"] is not None:
                 record.write(fleet, copy, "last-good", before["last-good"])
@@ -300,8 +300,8 @@ def test_a_lost_head_is_replaced_by_a_spare_that_takes_the_lock_log_and_records(
     workers, then `onboard --replace spark-01` runs without the lock (none can be taken),
     makes spark-09 rank 0, and moves the audit log and records there from this machine's
     copies; the next task takes the lock on spark-09."""
-    from sparkrack.lifecycle import engine as lifecycle
-    from sparkrack.lifecycle import record
+    from sparkrack.lifecycle import lanes
+    from sparkrack.deployments import record
     from sparkrack.oplock.audit import parse_lines, verify_chain
     from sparkrack.oplock.remote import AUDIT_FILE
 
@@ -355,7 +355,7 @@ def test_a_lost_head_is_replaced_by_a_spare_that_takes_the_lock_log_and_records(
     finally:
         extras.poweron("spark-01")
         extras.wait_booted([extras.node("spark-01")])
-        lifecycle.down(engine_rack)  # spark-01's rank 0, exited with the power cut
+        lanes.down(engine_rack)  # spark-01's rank 0, exited with the power cut
         with Fleet(engine_rack, [engine_rack.head]) as fleet:
             for kind, found in before.items():  # the head's records as the rack had them
                 if found is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from stubgroup import nothing_runs, quick_burn
 
-from sparkrack.lifecycle.engine import down, up
+from sparkrack.lifecycle.lanes import down, up
 from sparkrack.lifecycle.restart import RebootStopped, restart_rack
 from sparkrack.pdu import mib
 from sparkrack.rehearsal import nodeproc, pdu

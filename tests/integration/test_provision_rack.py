@@ -14,7 +14,7 @@ from provision_helpers import failures, inventory_copy, snapshot
 
 from sparkrack.cli import provision_tasks
 from sparkrack.facts.node import CLOCK_CAP_UNIT
-from sparkrack.errors import InventoryError
+from sparkrack.core.errors import InventoryError
 from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision, unprovision
 from sparkrack.engineenv import parse_env

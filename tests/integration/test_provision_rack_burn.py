@@ -54,7 +54,7 @@ def test_every_gpu_stays_at_or_below_the_cap_and_the_verdict_is_recorded(invento
     assert [(r.node, r.verdict) for r in results] == [(n.name, OK) for n in inventory.nodes]
     assert all(r.max_sm_mhz <= 2200 and r.max_sm_mhz >= 2000 for r in results)
     assert all(r.recorded for r in results)
-    from sparkrack.status import gather_status
+    from sparkrack.status.rows import gather_status
     rows = gather_status(inventory, "spark-01,spark-02")
     assert all(row.cap_state.startswith("unit ok, verified") for row in rows)
 

@@ -143,7 +143,7 @@ def test_a_node_reads_as_a_dgx_os_spark_with_a_gb10s_clocks(engine_rack):
 
 
 def test_the_fabric_check_passes_jumbo_frames_and_names_a_rail_trained_low(rack, engine_rack):
-    from sparkrack.fabric import check_fabric
+    from sparkrack.rails import check_fabric
 
     inventory = engine_rack
     clean = check_fabric(inventory, seconds=0.5)
@@ -174,7 +174,7 @@ def test_the_fabric_check_names_a_port_left_at_mtu_1500(engine_rack):
     """spark-05's port 0 path a at the default MTU: what it sends to any peer is too long at
     once; what any peer sends it is dropped on the way (the small datagram before it
     passes). Every pair is named, not only the ring's neighbours: TP all-to-all needs them."""
-    from sparkrack.fabric import check_fabric
+    from sparkrack.rails import check_fabric
 
     inventory = engine_rack
     on(inventory, "spark-05", ["ip", "link", "set", "enp1s0f0np0", "mtu", "1500"])
@@ -204,7 +204,7 @@ def test_provisioning_gives_a_bare_fabric_its_addresses_and_jumbo_mtu(engine_rac
     --check` shows role fabric's netplan drop-in and changes nothing; `provision` writes and
     applies it: addresses and MTU 9000 on both paths, full-size frames to the neighbours,
     and a second run changes nothing."""
-    from sparkrack.fabric import check_fabric
+    from sparkrack.rails import check_fabric
     from sparkrack.provision import provision
 
     inventory = engine_rack

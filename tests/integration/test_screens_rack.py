@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from sparkrack.fleet import Fleet
-from sparkrack.lifecycle import engine as lifecycle
+from sparkrack.lifecycle import lanes
 from stubgroup import quick_burn
 
 pytestmark = pytest.mark.rack
@@ -127,10 +127,10 @@ def failure(screen: list[str], opening: str) -> str:
 @pytest.fixture
 def serving(engine_rack):
     """SGLang serving on the rehearsal rack (the stub engines); nothing runs afterwards."""
-    lifecycle.down(engine_rack)
-    lifecycle.up(engine_rack, "sglang", "512k", burn=quick_burn)
+    lanes.down(engine_rack)
+    lanes.up(engine_rack, "sglang", "512k", burn=quick_burn)
     yield engine_rack
-    lifecycle.down(engine_rack)
+    lanes.down(engine_rack)
 
 
 def test_status_of_a_healthy_rack_reads_whole(serving, terminal):
@@ -161,7 +161,7 @@ def test_status_of_a_healthy_rack_reads_whole(serving, terminal):
 def fabric_address_lost(engine_rack):
     """spark-03's fabric netdev without its address, its nccl.env provisioned to match
     (so the gates pass); afterwards provisioned back (the fabric role restores it)."""
-    lifecycle.down(engine_rack)
+    lanes.down(engine_rack)
     with Fleet(engine_rack, [engine_rack.node("spark-03")]) as fleet:
         assert fleet.run(["ip", "addr", "flush", "dev", "enp1s0f0np0"])["spark-03"].ok
     provision = invoke("provision", "-i", "inventory/rehearsal", "--limit", "spark-03")
@@ -173,7 +173,7 @@ def fabric_address_lost(engine_rack):
     finally:
         again = subprocess.run(provision, cwd=REPO, capture_output=True, text=True, timeout=180)
         assert again.returncode == 0, again.stdout + again.stderr
-        lifecycle.down(engine_rack)
+        lanes.down(engine_rack)
 
 
 def test_a_failed_up_and_status_with_a_node_cut_name_the_cause_first(fabric_address_lost,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from sparkrack.fleet import Fleet
-from sparkrack.lifecycle import engine as lifecycle
-from sparkrack.lifecycle.containers import engine_containers
+from sparkrack.lifecycle import lanes
+from sparkrack.deployments.ranks import engine_containers
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
@@ -49,13 +49,13 @@ def operator(engine_rack, rack, tmp_path):
             assert time.monotonic() < deadline, run("lock").stdout
             time.sleep(1)
 
-    lifecycle.down(engine_rack)
+    lanes.down(engine_rack)
     free()
     yield start, run
     for node in engine_rack.nodes:
         rack.heal(node.name)
     free()
-    lifecycle.down(engine_rack)
+    lanes.down(engine_rack)
 
 
 def log_entries(run, since: float) -> list[dict]:
@@ -120,7 +120,7 @@ def test_a_killed_holder_of_this_machine_loses_the_lock_at_once(operator):
     """A holder killed outright (SIGKILL: no release, no end record) on this machine: its
     process is gone, so the next task here takes the lock over at once instead of waiting
     out the 20 s heartbeat timeout (another machine's holder still gets those 20 s:
-    tests/unit/test_oplock_lock.py)."""
+    tests/unit/oplock/test_oplock_lock.py)."""
     start, run = operator
     began = time.time()
     holder = start("burn", "--seconds", "90")
@@ -150,7 +150,7 @@ def test_a_node_cut_during_the_burn_gate_is_named_within_10_s(operator, engine_r
     and the gate then refuses it as unreachable while the other nodes finish their burn."""
     import threading
 
-    from sparkrack import events
+    from sparkrack.core import events
     from sparkrack.safety.burn import burn
 
     when: dict[str, float] = {}
@@ -178,9 +178,9 @@ def test_a_node_cut_during_the_burn_gate_is_named_within_10_s(operator, engine_r
 
     events: list[str] = []
     try:
-        with pytest.raises(lifecycle.Refused) as refused:
-            lifecycle.up(engine_rack, "sglang", "512k", burn=burn_then_cut,
-                         on_event=events.append)
+        with pytest.raises(lanes.Refused) as refused:
+            lanes.up(engine_rack, "sglang", "512k", burn=burn_then_cut,
+                     on_event=events.append)
     finally:
         rack.heal("spark-05")
     named = when["lost"] - when["cut"]

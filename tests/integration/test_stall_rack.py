@@ -26,8 +26,9 @@ from stubgroup import nothing_runs, quick_burn
 
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet
-from sparkrack.lifecycle import engine as lifecycle
-from sparkrack.lifecycle.headapi import Endpoint
+from sparkrack.lifecycle import lanes
+from sparkrack.watchdog.watch import watch_group
+from sparkrack.deployments.headapi import Endpoint
 from sparkrack.oplock.audit import parse_lines
 from sparkrack.oplock.remote import AUDIT_FILE
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
@@ -40,7 +41,7 @@ LONG_PROMPT = 600
 
 
 def watching(inventory, duration: float):
-    """Run lifecycle.watch_group in a thread: (thread, result, events, broken)."""
+    """Run watchdog.watch.watch_group in a thread: (thread, result, events, broken)."""
     result, events = {}, []
     started, broken = threading.Event(), threading.Event()
 
@@ -48,7 +49,7 @@ def watching(inventory, duration: float):
         events.append((time.monotonic(), line))
         (broken if line.startswith("group broken") else started).set()
 
-    thread = threading.Thread(target=lambda: result.update(report=lifecycle.watch_group(
+    thread = threading.Thread(target=lambda: result.update(report=watch_group(
         inventory, burn=quick_burn, duration=duration, interval=1.0, on_event=on_event)))
     thread.start()
     assert started.wait(60), events
@@ -124,7 +125,7 @@ def stall_rack(engine_rack, tmp_path):
             write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50, **stub})
         return inventory
     yield make
-    lifecycle.down(engine_rack)
+    lanes.down(engine_rack)
 
 
 def test_a_rank_frozen_under_a_steady_vllm_load_is_named_and_its_group_stopped(stall_rack):
@@ -133,7 +134,7 @@ def test_a_rank_frozen_under_a_steady_vllm_load_is_named_and_its_group_stopped(s
     spin in the collective; found within the stall budget, named, every rank stopped."""
     budget = 6
     inventory = stall_rack(budget)
-    lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
     spec = next(s for s in build_specs(inventory, "vllm", "512k") if s.rank == 3)
     load = SteadyLoad(inventory)
     with Fleet(inventory) as fleet:
@@ -172,7 +173,7 @@ def test_a_fabric_that_drops_nccls_writes_stops_the_group_blaming_no_single_rank
     blamed, before NCCL's own retry window (~34 s) ends it."""
     budget = 6
     inventory = stall_rack(budget)
-    lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
     load = SteadyLoad(inventory)
     try:
         thread, result, events, broken = watching(inventory, duration=budget + 50)
@@ -203,7 +204,7 @@ def test_a_fabric_that_drops_nccls_writes_stops_the_group_blaming_no_single_rank
 def test_a_wedged_rank_is_named_and_its_group_stopped(stall_rack, engine, budget):
     inventory = stall_rack(budget, ranks={"3": {"wedge_above_tokens": WEDGE_ABOVE}},
                            health_timeout_s=1)
-    lifecycle.up(inventory, engine, "512k", burn=quick_burn)
+    lanes.up(inventory, engine, "512k", burn=quick_burn)
     thread, result, events, broken = watching(inventory, duration=budget + 60)
     wedged_at = time.monotonic()
     send(inventory, LONG_PROMPT)
@@ -240,7 +241,7 @@ def test_a_long_prefill_and_an_idle_engine_are_not_stalls(stall_rack):
     """Budget 3 s: the watch sees the engine idle for 5 s, then a prefill of 8 s (no
     counter moves, every GPU busy at full power), then the answer: no failure."""
     inventory = stall_rack(3, prefill_tokens_per_s=LONG_PROMPT / 8)
-    lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
     thread, result, events, broken = watching(inventory, duration=16)
     time.sleep(5)
     asked = send(inventory, LONG_PROMPT, max_tokens=4)

@@ -10,7 +10,7 @@ import pytest
 
 from sparkrack.facts.node import GPU_FIELDS
 from sparkrack.fleet import Fleet
-from sparkrack.status import gather_status
+from sparkrack.status.rows import gather_status
 from simunits import mem_total_kb
 
 pytestmark = pytest.mark.rack

@@ -15,7 +15,7 @@ import pytest
 
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
-from sparkrack.lifecycle import engine as lifecycle
+from sparkrack.lifecycle import lanes
 from sparkrack.lifecycle.start import StartFailed
 from sparkrack.provision import provision
 from sparkrack.rehearsal.switch import Switch
@@ -36,9 +36,9 @@ def on(inventory, node, argv) -> str:
 @pytest.fixture
 def as_configured(engine_rack, rack):
     """No engine before and after; the switch back as the inventory says afterwards."""
-    lifecycle.down(engine_rack)
+    lanes.down(engine_rack)
     yield engine_rack
-    lifecycle.down(engine_rack)
+    lanes.down(engine_rack)
     rack.set_switch(Switch(engine_rack.vars.rehearsal_switch_mtu))
 
 
@@ -47,13 +47,13 @@ def test_a_switch_left_at_1500_is_named_by_the_check_and_fails_the_first_collect
     """Nodes provisioned at 9000 behind ports still at 1500: every rail's full-size frame
     and burst are named; `up` fails as NCCL does, its RDMA writes (4096-byte path MTU)
     never acknowledged; the switch at 9000, the same rack serves."""
-    from sparkrack.fabric import check_fabric
+    from sparkrack.rails import check_fabric
 
     inventory = as_configured
     rack.set_switch(Switch(1500))
     report = check_fabric(inventory, seconds=0.3)
     with pytest.raises(StartFailed) as failure:
-        lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+        lanes.up(inventory, "sglang", "512k", burn=quick_burn)
     assert nothing_runs(inventory) == []
     frames = [p for p in report.problems if "a 9000-byte frame did not pass" in p]
     assert len(frames) == 16 * 7, report.problems  # every rail to every other node
@@ -66,7 +66,7 @@ def test_a_switch_left_at_1500_is_named_by_the_check_and_fails_the_first_collect
                                             or "closed its connection" in text), text
     rack.set_switch(Switch(9000))
     assert check_fabric(inventory, seconds=0.3).problems == []
-    lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
 
 
 def test_a_link_on_a_breakout_reads_100g_on_its_hca_and_the_check_names_it(as_configured,
@@ -120,8 +120,8 @@ def test_nccl_over_the_management_port_provisions_and_serves_and_keeps_it_at_150
         env = on(inventory, "spark-02", ["cat", "/etc/sparkrack/nccl.env"])
         mtus = on(inventory, "spark-02", ["cat", "/sys/class/net/enP7s7/mtu",
                                           "/sys/class/net/enp1s0f0np0/mtu"]).split()
-        deployment = lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
-        lifecycle.down(inventory)
+        deployment = lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+        lanes.down(inventory)
     finally:
         assert provision(as_configured, roles="fabric,nccl_env").exit_code == 0
     assert report.exit_code == 0

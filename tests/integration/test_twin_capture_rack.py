@@ -13,7 +13,7 @@ import yaml
 
 from sparkrack.facts.roce import SPARK_HCAS
 from sparkrack.rehearsal.cabling import Cabling
-from sparkrack.twin.capture import capture
+from sparkrack.rehearsal.twin.capture import capture
 from simunits import mem_total_kb
 
 pytestmark = pytest.mark.rack

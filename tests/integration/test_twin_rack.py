@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from sparkrack.errors import SparkrackError
+from sparkrack.core.errors import SparkrackError
 from sparkrack.fleet import Fleet
 from sparkrack.fleet.netguard import blackhole_present
-from sparkrack.lifecycle import engine as lifecycle
+from sparkrack.lifecycle import lanes
 from sparkrack.provision import provision
 from sparkrack.engineenv import parse_env
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
-from sparkrack.twin.build import build_twin
-from sparkrack.twin.capture import capture
-from sparkrack.twin.diff import differences
+from sparkrack.rehearsal.twin.build import build_twin
+from sparkrack.rehearsal.twin.capture import capture
+from sparkrack.rehearsal.twin.diff import differences
 
 from rackhealth import LOAD_STARTUP_S
 from stubgroup import nothing_runs, quick_burn
@@ -66,7 +66,7 @@ def test_a_twin_has_the_captures_shape_and_the_standard_rack_comes_back(engine_r
             twin_rack.load_startup(name, LOAD_STARTUP_S)
 
         with pytest.raises(SparkrackError) as refused:  # a fresh twin: nothing provisioned
-            lifecycle.up(twin, "sglang", "512k", burn=quick_burn)
+            lanes.up(twin, "sglang", "512k", burn=quick_burn)
         assert "provision" in refused.value.line()
 
         assert provision(twin).exit_code == 0
@@ -76,9 +76,9 @@ def test_a_twin_has_the_captures_shape_and_the_standard_rack_comes_back(engine_r
         gid = {r.node: parse_env(r.stdout)["NCCL_IB_GID_INDEX"] for r in files}
         assert gid == {"spark-03": "6", "spark-04": "5", "spark-06": "3"}
         assert differences(original, capture(twin)) == []  # capture -> twin -> capture
-        deployment = lifecycle.up(twin, "sglang", "512k", burn=quick_burn)
+        deployment = lanes.up(twin, "sglang", "512k", burn=quick_burn)
         assert deployment.status == "serving" and len(nothing_runs(twin)) == 3
-        lifecycle.down(twin)
+        lanes.down(twin)
     finally:
         if twin_rack is not None:
             twin_rack.down()

@@ -8,7 +8,7 @@ import pytest
 
 from simunits import UNIT_IDLE_W, UNIT_MEM_TOTAL_KB, mem_total_kb
 from sparkrack.fleet import Fleet
-from sparkrack.status import gather_status
+from sparkrack.status.rows import gather_status
 
 pytestmark = pytest.mark.rack
 

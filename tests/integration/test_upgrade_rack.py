@@ -21,8 +21,8 @@ from stubgroup import nothing_runs, quick_burn
 
 from sparkrack.data import shipped
 from sparkrack.fleet import Fleet
-from sparkrack.lifecycle import engine as lifecycle
-from sparkrack.lifecycle.headapi import Endpoint
+from sparkrack.lifecycle import lanes
+from sparkrack.deployments.headapi import Endpoint
 from sparkrack.provision import provision
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
 from sparkrack.rehearsal.stubimage import build_stub_images
@@ -65,11 +65,11 @@ def upgrade(engine_rack, tmp_path):
     new_id = build_stub_images(inventory, engines=["sglang"])["sglang"][1]
     report = provision(inventory, roles=["engine_images"])
     assert report.exit_code == 0, [report.recap(n.name) for n in inventory.nodes]
-    lifecycle.up(engine_rack, "sglang", "512k", burn=quick_burn)
+    lanes.up(engine_rack, "sglang", "512k", burn=quick_burn)
     try:
         yield inventory, new_id
     finally:
-        lifecycle.down(engine_rack)
+        lanes.down(engine_rack)
         with Fleet(engine_rack) as fleet:
             write_stub_model(fleet, STUB)
             for node in fleet.nodes:

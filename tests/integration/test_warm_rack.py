@@ -17,7 +17,7 @@ from stubgroup import quick_burn
 
 from sparkrack.engines.caches import CACHE_MOUNT, CACHE_ROOT, image_prefix
 from sparkrack.fleet import Fleet
-from sparkrack.lifecycle import engine as lifecycle
+from sparkrack.lifecycle import lanes
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
 
 pytestmark = pytest.mark.rack
@@ -42,13 +42,13 @@ def said_by(fleet, rank: int, node: str, needle: str) -> list[str]:
 
 def test_a_roll_back_to_a_lane_that_ran_before_skips_the_compile(engine_rack):
     inventory = engine_rack
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     with Fleet(inventory) as fleet:
         write_stub_model(fleet, STUB)
         fleet.run(["rm", "-rf", CACHE_ROOT]).raise_for_failures()  # every node starts cold
     said: list[str] = []
     try:
-        cold = lifecycle.up(inventory, "sglang", "512k", burn=quick_burn, on_event=said.append)
+        cold = lanes.up(inventory, "sglang", "512k", burn=quick_burn, on_event=said.append)
         folder = f"{CACHE_ROOT}/sglang-{image_prefix(cold.image_id)}-sm121"
         assert "compile caches: empty on all 8 nodes: this start compiles, the next one of " \
                "this image will not" in said, said
@@ -67,8 +67,8 @@ def test_a_roll_back_to_a_lane_that_ran_before_skips_the_compile(engine_rack):
             assert said_by(fleet, 3, "spark-04", "compile caches: 0 found, 2 compiled")
 
         said.clear()  # another lane of the same image: its own kernels, the same folder
-        lifecycle.roll(inventory, "sglang", "131k-throughput", burn=quick_burn,
-                       on_event=said.append)
+        lanes.roll(inventory, "sglang", "131k-throughput", burn=quick_burn,
+                   on_event=said.append)
         assert any(line.startswith("compile caches: kept from an earlier start on all 8 "
                                    "nodes") for line in said), said
         with Fleet(inventory) as fleet:
@@ -76,7 +76,7 @@ def test_a_roll_back_to_a_lane_that_ran_before_skips_the_compile(engine_rack):
             kernels = fleet.run(["ls", f"{folder}/deep_gemm/cache"])
             assert [len(r.stdout.split()) for r in kernels] == [2] * 8
 
-        back = lifecycle.roll(inventory, "sglang", "512k", burn=quick_burn)
+        back = lanes.roll(inventory, "sglang", "512k", burn=quick_burn)
         with Fleet(inventory) as fleet:
             for rank, node in ((0, "spark-01"), (5, "spark-06")):
                 assert said_by(fleet, rank, node, "compile caches: 2 found, 0 compiled")
@@ -103,6 +103,6 @@ def test_a_roll_back_to_a_lane_that_ran_before_skips_the_compile(engine_rack):
             left = fleet.run(["ls", CACHE_ROOT])
             assert [r.stdout.split() for r in left] == [[folder.rsplit("/", 1)[1]]] * 8
     finally:
-        lifecycle.down(inventory)
+        lanes.down(inventory)
         with Fleet(inventory) as fleet:
             write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50})

@@ -39,8 +39,8 @@ from stubgroup import quick_burn
 
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet, sh
-from sparkrack.lifecycle import engine as lifecycle
-from sparkrack.lifecycle.record import read as read_records
+from sparkrack.lifecycle import lanes
+from sparkrack.deployments.record import read as read_records
 from sparkrack.watchdog.settings import DEFAULT_INSTALL_DIR, STATE_DIR, UNIT
 from sparkrack.inventory.watchdog_dir import MARKER_FILE, MARKER_TEXT
 from sparkrack.inventory.watchdog_record import MARKER, read_record
@@ -210,11 +210,11 @@ def watch_status() -> dict:
 
 def test_a_killed_rank_is_stopped_by_the_service_within_5_s(engine_rack, installed, prometheus):
     inventory = engine_rack
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     stop = 'sparkrack_watchdog_actions_total{action="stop"}'
     try:
         before = prometheus.wait(stop, lambda v: v is not None, timeout=30)  # scraped
-        deployment = lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+        deployment = lanes.up(inventory, "sglang", "512k", burn=quick_burn)
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=30)
         assert prometheus.value("sparkrack_group_ranks_running") == 8
         specs = build_specs(inventory, "sglang", "512k")
@@ -250,7 +250,7 @@ def test_a_killed_rank_is_stopped_by_the_service_within_5_s(engine_rack, install
         verdicts = [v["verdict"] for v in watch_status()["verdicts"]]
         assert "stopped" in verdicts and verdicts[-1] in ("stopped", "down"), verdicts
     finally:
-        lifecycle.down(inventory)
+        lanes.down(inventory)
 
 
 def test_a_wedged_rank_is_found_by_the_service_its_evidence_audited(engine_rack, installed,
@@ -258,13 +258,13 @@ def test_a_wedged_rank_is_found_by_the_service_its_evidence_audited(engine_rack,
     """Issue 25: vLLM's /health stays green while rank 3 hangs in a long prompt's forward;
     the service (stall budget 8 s, set in its inventory copy) stops the group within the
     budget and 10 s, names the rank, audits the evidence; the metric and alert fire."""
-    from sparkrack.lifecycle.headapi import Endpoint
+    from sparkrack.deployments.headapi import Endpoint
     from sparkrack.oplock.audit import parse_lines
     from sparkrack.oplock.remote import AUDIT_FILE
     from sparkrack.rehearsal.stub.modeldir import write_stub_model
 
     inventory, budget = engine_rack, 8
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     copy = f"{DEFAULT_INSTALL_DIR}/inventory/group_vars/all.yml"
     original = on_watchdog_node(inventory, ["cat", copy]).stdout
     assert original
@@ -275,7 +275,7 @@ def test_a_wedged_rank_is_found_by_the_service_its_evidence_audited(engine_rack,
         with Fleet(inventory) as fleet:
             write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50,
                                      "ranks": {"3": {"wedge_above_tokens": 400}}})
-        lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+        lanes.up(inventory, "vllm", "512k", burn=quick_burn)
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
         specs = build_specs(inventory, "vllm", "512k")
 
@@ -312,7 +312,7 @@ def test_a_wedged_rank_is_found_by_the_service_its_evidence_audited(engine_rack,
         assert record["changed"]["stall"]["gpus"]["spark-04"] == "idle"  # its host hung
         assert record["changed"]["stall"]["stall_budget_s"] == budget
     finally:
-        lifecycle.down(inventory)
+        lanes.down(inventory)
         restore = sh('printf "%s" "$2" > "$1.new" && mv "$1.new" "$1" && systemctl restart "$3"',
                      copy, original, UNIT)
         assert on_watchdog_node(inventory, restore).ok
@@ -331,12 +331,12 @@ def test_the_service_reapplies_a_lost_cap_and_reports_a_latched_and_a_hot_gpu(
     from sparkrack.rehearsal.stub.modeldir import write_stub_model
 
     inventory = engine_rack
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     done, answered = threading.Event(), []
     try:
         with Fleet(inventory) as fleet:
             write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50})
-        lifecycle.up(inventory, "vllm", "512k", burn=quick_burn)
+        lanes.up(inventory, "vllm", "512k", burn=quick_burn)
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
         steady_load(inventory, 8000, done, answered)
         slowdown = prometheus.wait('sparkrack_gpu_slowdown_temperature_celsius{node="spark-05"}',
@@ -377,7 +377,7 @@ def test_the_service_reapplies_a_lost_cap_and_reports_a_latched_and_a_hot_gpu(
         done.set()
         rack.latch("spark-03", on=False)
         rack.heat("spark-05", None)
-        lifecycle.down(inventory)
+        lanes.down(inventory)
 
 
 def test_allowed_the_service_power_cycles_a_latched_node_and_the_group_serves_again(
@@ -393,7 +393,7 @@ def test_allowed_the_service_power_cycles_a_latched_node_and_the_group_serves_ag
     from sparkrack.rehearsal.pdu import REHEARSAL_CREDENTIALS
 
     inventory = engine_rack
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     allowed = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE,
                      "--allow-power-cycle")
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
@@ -409,7 +409,7 @@ def test_allowed_the_service_power_cycles_a_latched_node_and_the_group_serves_ag
         measured = prometheus.wait('sparkrack_pdu_measured_watts{pdu="rehearsal-pdu"}',
                                    lambda v: v is not None, timeout=30)  # the PDU, over SNMP
         assert measured >= 8 * 25, measured
-        first = lifecycle.up(inventory, "sglang", "512k", burn=quick_burn).deployment_id
+        first = lanes.up(inventory, "sglang", "512k", burn=quick_burn).deployment_id
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
         steady_load(inventory, 30000, done, answered)
         boot = on_node(inventory, "spark-03", ["cat", "/proc/sys/kernel/random/boot_id"]).stdout
@@ -440,7 +440,7 @@ def test_allowed_the_service_power_cycles_a_latched_node_and_the_group_serves_ag
     finally:
         done.set()
         rack.latch("spark-03", on=False)
-        lifecycle.down(inventory)
+        lanes.down(inventory)
         plain = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE)
         assert plain.returncode == 0, plain.stdout + plain.stderr
     assert "--allow-power-cycle" not in unit_property(inventory, "ExecStart")
@@ -452,7 +452,7 @@ def steady_load(inventory, port: int, done, answered: list) -> None:
     tried again)."""
     import threading
 
-    from sparkrack.lifecycle.headapi import Endpoint
+    from sparkrack.deployments.headapi import Endpoint
 
     def load():
         head = Endpoint(inventory.head, port, "GLM-5.3")
@@ -480,7 +480,7 @@ def clients_exist(fleet, specs) -> bool:
 def test_the_service_is_back_after_its_node_reboots_and_guards_again(engine_rack, installed,
                                                                      prometheus, rack):
     inventory = engine_rack
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     since = unit_property(inventory, "ActiveEnterTimestamp")
     boot = on_watchdog_node(inventory, ["cat", "/proc/sys/kernel/random/boot_id"]).stdout
     rack.reboot(WATCHDOG_NODE)
@@ -491,11 +491,11 @@ def test_the_service_is_back_after_its_node_reboots_and_guards_again(engine_rack
     assert status["active_state"] == "active" and status["since"] != since, (status, since)
     prometheus.wait("up", lambda v: v == 1, timeout=30)  # scraped again
     try:
-        lifecycle.up(inventory, "sglang", "512k", burn=quick_burn)
+        lanes.up(inventory, "sglang", "512k", burn=quick_burn)
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
         assert "guarding" in [v["verdict"] for v in watch_status()["verdicts"]]
     finally:
-        lifecycle.down(inventory)
+        lanes.down(inventory)
 
 
 def test_uninstall_leaves_nothing_on_any_node(installed, prometheus):

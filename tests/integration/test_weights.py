@@ -18,9 +18,9 @@ from stubgroup import quick_burn
 
 from sparkrack.data import shipped
 from sparkrack.fleet import Fleet
-from sparkrack.lifecycle import engine as lifecycle
-from sparkrack.lifecycle.engine import Refused
-from sparkrack.lifecycle.record import read as read_records
+from sparkrack.lifecycle import lanes
+from sparkrack.lifecycle.lanes import Refused
+from sparkrack.deployments.record import read as read_records
 from sparkrack.rehearsal.stub.modeldir import MANIFEST_NAME, model_files
 
 pytestmark = pytest.mark.rack
@@ -75,7 +75,7 @@ def weights(rack, inventory, tmp_path_factory):
     yield run, start, test_inventory, source
     for node in inventory.nodes:
         rack.heal(node.name)
-    lifecycle.down(inventory)
+    lanes.down(inventory)
     wipe(inventory)
 
 
@@ -140,7 +140,7 @@ def test_a_truncated_file_is_found_refused_by_up_and_repaired_alone(weights, inv
     assert rows["spark-06"]["problems"] == [f"{shard}: 1000000 bytes, the rack's {SHARDS[shard]}"]
     assert "1 of 8 node(s) not complete: spark-06" in checked.stderr
     with pytest.raises(Refused) as refused:
-        lifecycle.up(test_inventory, "sglang", "weights-test", burn=quick_burn)
+        lanes.up(test_inventory, "sglang", "weights-test", burn=quick_burn)
     assert (f"weights: spark-06: {MODEL}: {shard}: 1000000 bytes, the rack's "
             f"{SHARDS[shard]} (run `invoke weights.stage --model {MODEL}`)") in str(refused.value)
     done = run("up", "--engine", "sglang", "--profile", "weights-test")
@@ -156,7 +156,7 @@ def test_a_truncated_file_is_found_refused_by_up_and_repaired_alone(weights, inv
     # complete again: up starts the lane from it, the record keeps the manifest's digest
     digest = report["digest"]
     kept = records_on_head(inventory)
-    deployment = lifecycle.up(test_inventory, "sglang", "weights-test", burn=quick_burn)
+    deployment = lanes.up(test_inventory, "sglang", "weights-test", burn=quick_burn)
     try:
         assert (deployment.model_path, deployment.weights_digest) == (MODEL, digest)
         with Fleet(test_inventory) as fleet:
@@ -171,7 +171,7 @@ def test_a_truncated_file_is_found_refused_by_up_and_repaired_alone(weights, inv
         assert list(models[MODEL]["digests"]) == [digest]
         assert json.loads(listed.stdout)["used_by"][MODEL] == ["sglang weights-test"]
     finally:
-        lifecycle.down(test_inventory)
+        lanes.down(test_inventory)
         records_on_head(inventory, kept)  # last-good must not name a profile of this test
     checked = run("weights.remove", "--model", MODEL, "--check", "--json")
     assert checked.returncode == 0, checked.stdout + checked.stderr

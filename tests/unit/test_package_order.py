@@ -13,20 +13,21 @@ import sparkrack
 PACKAGE = Path(sparkrack.__file__).parent
 LAYERS = (  # the top first
     ("cli",),
-    ("status_view",),
-    ("onboard", "bench", "watchdog", "export", "status", "twin", "chaos"),
+    ("onboard", "bench", "watchdog", "export", "status", "rehearsal", "learn"),
     ("lifecycle",),
+    ("logs",),
+    ("deployments",),
     ("rules",),
     ("engines",),
     ("provision",),
     ("engineenv",),
-    ("safety", "transfer", "fabric"),
-    ("facts", "oplock", "rehearsal", "adhoc"),
+    ("safety", "transfer", "rails"),
+    ("facts", "oplock"),
     ("pdu",),
     ("fleet",),
     ("inventory",),
-    ("data", "console", "since"),
-    ("errors", "terminal", "events", "atomic", "remote", "signals", "sparkrack"),
+    ("data",),
+    ("core", "remote", "sparkrack"),
 )
 DEPTH = {part: depth for depth, layer in enumerate(LAYERS) for part in layer}
 

@@ -13,7 +13,7 @@ from sparkrack.provision.changes import Change, Put, Run
 from sparkrack.provision.diffs import file_diff
 from sparkrack.facts.files import file_query
 from sparkrack.provision.modules.base import Module, Step
-from sparkrack.provision.modules.files import octal
+from sparkrack.provision.modules.fileops import octal
 
 
 def marked(line: str, marker: str) -> bool:

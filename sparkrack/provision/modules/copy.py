@@ -7,7 +7,7 @@ Written as template writes (files.write_content). Absent mode removes the file.
 from __future__ import annotations
 
 from sparkrack.provision.modules.base import Step
-from sparkrack.provision.modules.files import file_writer
+from sparkrack.provision.modules.fileops import file_writer
 
 
 def given(step: Step) -> bytes:

@@ -13,7 +13,7 @@ from pathlib import PurePosixPath
 from sparkrack.provision.changes import Action, Change, Run
 from sparkrack.facts.files import file_query
 from sparkrack.provision.modules.base import Module, Step
-from sparkrack.provision.modules.files import fix_attributes, octal, remove_file
+from sparkrack.provision.modules.fileops import fix_attributes, octal, remove_file
 
 
 def plan(step: Step) -> Change:

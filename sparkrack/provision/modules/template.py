@@ -7,7 +7,7 @@ the file.
 from __future__ import annotations
 
 from sparkrack.provision.modules.base import Step
-from sparkrack.provision.modules.files import file_writer
+from sparkrack.provision.modules.fileops import file_writer
 
 
 def rendered(step: Step) -> bytes:

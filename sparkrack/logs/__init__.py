@@ -1,0 +1,3 @@
+"""`invoke logs`: every rank's engine log read and merged by time (readers.py), and a
+line's form, a failed start's reason among them (lines.py)
+([internals](../../docs/internals.md#layout))."""

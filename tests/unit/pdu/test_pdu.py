@@ -1,0 +1,223 @@
+"""The PDU: the inventory's pdu: section (every mistake one line naming file:line), the
+SNMPv3 client against the rehearsal's own agent on loopback (real pysnmp on both ends, and
+net-snmp's snmpget where it is installed), and the strip check (pure)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hosttools import need
+
+from sparkrack.core.errors import InventoryError, UsageError
+from sparkrack.inventory import load_inventory
+from sparkrack.pdu import PduError, cycle_outlet, mib, read_strip
+from sparkrack.pdu.snmp import Session
+from sparkrack.rehearsal.pduagent import Pdu, build_engine
+from sparkrack.safety.strip import strip_check
+
+FIXTURE = Path(__file__).parents[1] / "data" / "inventory"
+KEYS = {"SPARKRACK_PDU_USER": "ops", "SPARKRACK_PDU_AUTH_KEY": "auth-key-7f3a9",
+        "SPARKRACK_PDU_PRIV_KEY": "priv-key-c41e2"}
+SECTION = ("pdu:\n  name: strip-a\n  address: 127.0.0.1\n  port: {port}\n"
+           "  outlets: {{spark-01: 1, spark-02: 2, spark-03: 3, spark-04: 4}}\n")
+
+
+def inventory_dir(tmp_path: Path, section: str) -> Path:
+    """The four-node fixture inventory with section appended to group_vars/all.yml."""
+    directory = Path(shutil.copytree(FIXTURE, tmp_path / "rack"))
+    with open(directory / "group_vars" / "all.yml", "a") as file:
+        file.write(section)
+    return directory
+
+
+# --- the section ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body, message", [
+    ("pdu:\n  name: strip-a\n  address: 127.0.0.1\n  outlets: {spark-01: 1}\n",
+     "pdu: outlets: spark-02, spark-03, spark-04 on no outlet"),
+    ("pdu:\n  name: strip-a\n  address: 127.0.0.1\n  outlets: {spark-01: 1, spark-02: 2, "
+     "spark-03: 3, spark-04: 4, spark-09: 5}\n", "pdu: outlets: 'spark-09' is not a host"),
+    ("pdu:\n  name: strip-a\n  address: 127.0.0.1\n  outlets: {spark-01: 1, spark-02: 1}\n",
+     "pdu: outlets: outlet 1 is given to both spark-01 and spark-02"),
+    ("pdu:\n  name: strip-a\n  address: 127.0.0.1\n  outlets: {spark-01: 0}\n",
+     "pdu: outlets: spark-01: expected an outlet number 1..96, got 0"),
+    ("pdu:\n  name: strip-a\n  address: 127.0.0.1\n  outlets: {spark-01: 1}\n"
+     "  auth_key: hunter2hunter2\n", "pdu: unknown key 'auth_key'"),
+    ("pdu:\n  name: strip-a\n  address: 127.0.0.1\n  outlets: {spark-01: 1}\n"
+     "  auth_key_env: hunter2hunter2\n", "is not an environment variable name"),
+    ("pdu:\n  name: strip-a\n  outlets: {spark-01: 1}\n", "pdu: 'address' is missing"),
+    ("pdu:\n  name: strip-a\n  address: 'fe80::1%eth0'\n  outlets: {spark-01: 1}\n",
+     "has a zone index"),
+])
+def test_a_wrong_section_is_one_line_naming_its_line(tmp_path, body, message):
+    directory = inventory_dir(tmp_path, body)
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(directory)
+    line = caught.value.line()
+    assert message in line and "\n" not in line
+    assert f"{directory / 'group_vars' / 'all.yml'}:" in line and "(" in line  # where, fix
+    assert "hunter2" not in line or "not an environment variable" in line
+
+
+def test_the_section_loads(tmp_path):
+    pdu = load_inventory(inventory_dir(tmp_path, SECTION.format(port=1161))).vars.pdu
+    assert (pdu.name, pdu.address, pdu.port) == ("strip-a", "127.0.0.1", 1161)
+    assert pdu.outlet_of("spark-03") == 3 and pdu.node_on(4) == "spark-04"
+    assert pdu.auth_key_env == "SPARKRACK_PDU_AUTH_KEY"
+
+
+# --- the client against a real agent ----------------------------------------------------
+
+
+class Outlets:
+    """Four nodes and a heater on outlet 6, switched in memory."""
+
+    name, count = "strip-a", 8
+
+    def __init__(self):
+        self.on = {n: True for n in range(1, 9)}
+        self.draw = {1: 31, 2: 29, 3: 35, 4: 27, 6: 300}
+        self.switched: list[tuple[int, bool]] = []
+
+    def label(self, outlet):
+        return f"outlet {outlet}"
+
+    def is_on(self, outlet):
+        return self.on[outlet]
+
+    def watts(self, outlet):
+        return self.draw.get(outlet, 0) if self.on[outlet] else 0
+
+    def switch(self, outlet, on):
+        self.switched.append((outlet, on))
+        self.on[outlet] = on
+
+
+@pytest.fixture
+def agent():
+    """The rehearsal's SNMPv3 agent on a free loopback port, over in-memory outlets."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    outlets, stop = Outlets(), threading.Event()
+
+    def serve():
+        async def main():
+            engine = build_engine(Pdu(outlets, log=lambda line: None), "127.0.0.1", port,
+                                  KEYS["SPARKRACK_PDU_USER"], KEYS["SPARKRACK_PDU_AUTH_KEY"],
+                                  KEYS["SPARKRACK_PDU_PRIV_KEY"])
+            engine.transport_dispatcher.job_started(1)
+            engine.open_dispatcher()
+            while not stop.is_set():
+                await asyncio.sleep(0.05)
+            engine.transport_dispatcher.job_finished(1)
+            engine.close_dispatcher()
+        asyncio.run(main())
+
+    worker = threading.Thread(target=serve, daemon=True)
+    worker.start()
+    yield port, outlets
+    stop.set()
+    worker.join(5)
+
+
+@pytest.fixture
+def keys(monkeypatch):
+    for name, value in KEYS.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_the_strip_reads_every_outlet_and_the_whole_load(tmp_path, agent, keys):
+    port, outlets = agent
+    inventory = load_inventory(inventory_dir(tmp_path, SECTION.format(port=port)))
+    reading = read_strip(inventory)
+    assert [(o.node, o.outlet, o.on, o.watts) for o in reading.outlets] == [
+        ("spark-01", 1, True, 31), ("spark-02", 2, True, 29), ("spark-03", 3, True, 35),
+        ("spark-04", 4, True, 27)]
+    assert reading.device_watts == 420  # 422 W in hundredths of kW: the heater counts
+    assert reading.measured_watts == 420
+
+
+def test_a_power_cycle_is_the_pdus_own_timed_reboot(tmp_path, agent, keys):
+    port, outlets = agent
+    inventory = load_inventory(inventory_dir(tmp_path, SECTION.format(port=port)))
+    said = []
+    assert cycle_outlet(inventory, "spark-03", 5, on_event=said.append) == 3
+    session = Session(inventory.vars.pdu)
+    assert session.get([mib.oid(mib.OUTLET_REBOOT_DURATION, 3)]) == {
+        mib.oid(mib.OUTLET_REBOOT_DURATION, 3): 5}
+    deadline = time.monotonic() + 20
+    while outlets.switched != [(3, False), (3, True)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert outlets.switched == [(3, False), (3, True)]  # off, then on by itself
+    assert "outlet 3 (spark-03): off for 5 s, then on" in said[0]
+    with pytest.raises(UsageError, match="--off-seconds 61: the PDU keeps an outlet off"):
+        cycle_outlet(inventory, "spark-03", 61)
+
+
+def test_the_agent_refuses_what_a_pdu_refuses(tmp_path, agent, keys):
+    port, _ = agent
+    session = Session(load_inventory(inventory_dir(tmp_path, SECTION.format(port=port))).vars.pdu)
+    with pytest.raises(PduError, match="wrongValue"):
+        session.set([(mib.oid(mib.OUTLET_REBOOT_DURATION, 3), 99)])
+    with pytest.raises(PduError, match="notWritable"):
+        session.set([(mib.oid(mib.OUTLET_POWER, 3), 0)])
+
+
+def test_credentials_come_from_the_environment_and_are_never_shown(tmp_path, agent,
+                                                                   monkeypatch):
+    port, _ = agent
+    inventory = load_inventory(inventory_dir(tmp_path, SECTION.format(port=port)))
+    for name in KEYS:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(PduError) as missing:
+        read_strip(inventory)
+    assert "SPARKRACK_PDU_USER, SPARKRACK_PDU_AUTH_KEY, SPARKRACK_PDU_PRIV_KEY not set" in \
+        missing.value.line()
+    monkeypatch.setenv("SPARKRACK_PDU_USER", "ops")
+    monkeypatch.setenv("SPARKRACK_PDU_AUTH_KEY", "wrong-auth-key")
+    monkeypatch.setenv("SPARKRACK_PDU_PRIV_KEY", KEYS["SPARKRACK_PDU_PRIV_KEY"])
+    with pytest.raises(PduError) as wrong:
+        read_strip(inventory)
+    line = wrong.value.line()
+    assert f"PDU strip-a (127.0.0.1:{port})" in line
+    assert "wrong-auth-key" not in line and KEYS["SPARKRACK_PDU_PRIV_KEY"] not in line
+    assert "wrong-auth-key" not in repr(Session(inventory.vars.pdu).creds)
+
+
+def test_net_snmp_reads_the_outlets(agent):
+    snmpget = need("snmpget")
+    port, _ = agent
+    done = subprocess.run(
+        [snmpget, "-v3", "-l", "authPriv", "-u", "ops", "-a", "SHA", "-A",
+         KEYS["SPARKRACK_PDU_AUTH_KEY"], "-x", "AES", "-X", KEYS["SPARKRACK_PDU_PRIV_KEY"],
+         "-On", f"127.0.0.1:{port}", *(mib.oid(mib.OUTLET_POWER, n) for n in (1, 6))],
+        capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert f".{mib.oid(mib.OUTLET_POWER, 6)} = INTEGER: 300" in done.stdout
+
+
+# --- the check --------------------------------------------------------------------------
+
+
+def test_the_strip_check_adds_each_node_up_to_its_worst_case():
+    from sparkrack.pdu import OutletReading, StripReading
+
+    reading = StripReading("strip-a", 420, (OutletReading("spark-01", 1, True, 31),
+                                            OutletReading("spark-02", 2, True, 178),
+                                            OutletReading("spark-03", 3, False, 0)))
+    check = strip_check(reading, {"spark-01": 178, "spark-02": 178, "spark-03": 217,
+                                  "spark-04": 217}, 1440, "up would add")
+    assert check.adds_watts == 147 + 0 + 217 + 217  # spark-04: on no outlet, all of it
+    assert check.total_watts == 420 + 581 and not check.blocking
+    assert check.reason == ("measured 420 W on strip-a + 581 W up would add = 1,001 W <= "
+                            "1,440 W strip")
+    assert strip_check(reading, {"spark-01": 1200}, 1440, "x").blocking

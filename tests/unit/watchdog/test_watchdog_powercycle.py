@@ -1,0 +1,125 @@
+"""The watchdog's power cycle of a latched node: only when installed with
+--allow-power-cycle (the unit then runs the watchdog with the flag), only with a PDU outlet
+feeding the node; otherwise one line saying why, and nothing touched."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+from test_watchdog_install import rehearsal_copy, unit_of
+
+from sparkrack.inventory import load_inventory
+from sparkrack.watchdog.latched import cycle_latched
+
+
+def test_the_install_flag_reaches_the_units_command_line(tmp_path):
+    unit, _ = unit_of(tmp_path, install_dir="/opt/sr", listen="10.77.1.11",
+                      allow_power_cycle=True)
+    assert unit["Service"]["ExecStart"].endswith(
+        "--state /var/lib/sparkrack/watchdog/state.json --allow-power-cycle")
+    plain, _ = unit_of(tmp_path / "plain", install_dir="/opt/sr", listen="10.77.1.11")
+    assert "--allow-power-cycle" not in plain["Service"]["ExecStart"]
+
+
+def test_the_service_accepts_the_flag():
+    shown = subprocess.run([sys.executable, "-m", "sparkrack.watchdog", "--help"],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "--allow-power-cycle" in shown.stdout
+
+
+def test_without_the_flag_the_watchdog_only_says_so(tmp_path):
+    inventory = load_inventory(rehearsal_copy(tmp_path))
+    said = []
+    ok, line = cycle_latched(inventory, "spark-03", allowed=False, say=said.append)
+    assert not ok and line == ("spark-03: GPU latched; not power-cycled (the watchdog was installed "
+                    "without --allow-power-cycle): `invoke power-cycle -n spark-03`")
+    assert said == []
+
+
+def test_without_an_outlet_the_watchdog_cannot(tmp_path):
+    inventory = load_inventory(rehearsal_copy(tmp_path))
+    no_pdu = dataclasses.replace(inventory, vars=dataclasses.replace(inventory.vars, pdu=None))
+    ok, line = cycle_latched(no_pdu, "spark-03", allowed=True, say=lambda line: None)
+    assert not ok and line == "spark-03: GPU latched; no PDU outlet feeds it in the inventory: not power-cycled"
+
+
+def test_allowed_the_service_gets_the_pdus_keys_in_a_0600_file_never_shown(tmp_path):
+    """The keys reach the unit through an EnvironmentFile (0600) beside lib/; no summary or
+    diff of the plan shows them, even with the file's own keys named oddly."""
+    from test_watchdog_install import WANT
+
+    from sparkrack.facts.provision import ProvisionFacts
+    from sparkrack.provision.changes import Put
+    from sparkrack.provision.plan import plan_node
+    from sparkrack.provision.roles import (
+        Renderer, load_roles, node_vars, render_tasks, secret_values)
+    from sparkrack.facts.watchdog import NodeState
+    from sparkrack.watchdog import install as wi
+    from sparkrack.watchdog import settings as ws_settings
+
+    inventory = load_inventory(rehearsal_copy(tmp_path))
+    settings = ws_settings.with_listen(ws_settings.Settings(
+        install_dir="/opt/sr", allow_power_cycle=True), inventory.head)
+    keys = {"SPARKRACK_PDU_USER": "operator", "SPARKRACK_PDU_AUTH_KEY": 'auth"key$1\\x',
+            "SPARKRACK_PDU_PRIV_KEY": "privkey-2345"}
+    extra = wi.role_vars(inventory, settings, NodeState(), WANT, keys)
+    roles = load_roles(play="watchdog.yml")
+    renderer = Renderer()
+    context = node_vars(inventory, inventory.head, roles, {}, extra)
+    changes = plan_node(roles, {r.name: render_tasks(r, r.tasks, context, renderer)
+                                for r in roles},
+                        {r.name: render_tasks(r, r.handlers, context, renderer) for r in roles},
+                        context, ProvisionFacts(), renderer=renderer,
+                        secrets=secret_values(context))
+    put = next(a for c in changes for a in c.actions
+               if isinstance(a, Put) and a.path == "/opt/sr/pdu.env")
+    assert put.mode == 0o600
+    assert put.content.decode().splitlines()[1:] == [
+        'SPARKRACK_PDU_AUTH_KEY="auth\\"key\\$1\\\\x"', 'SPARKRACK_PDU_PRIV_KEY="privkey-2345"',
+        'SPARKRACK_PDU_USER="operator"']
+    unit = next(a for c in changes for a in c.actions
+                if isinstance(a, Put) and a.path.endswith("sparkrack-watchdog.service"))
+    assert "\nEnvironmentFile=/opt/sr/pdu.env\n" in unit.content.decode()
+    shown = "\n".join(f"{c.summary}\n{c.diff}" for c in changes)
+    assert "/opt/sr/pdu.env: create (0600)" in shown
+    assert "privkey-2345" not in shown and 'auth"key' not in shown and "auth\\" not in shown
+
+
+def test_without_keys_the_file_goes_and_the_unit_reads_none(tmp_path, monkeypatch):
+    """Not allowed to cycle, the keys still go to the service when exported (it reads the
+    strip for its metrics); with none exported, no file and no EnvironmentFile."""
+    for name in ("SPARKRACK_PDU_USER", "SPARKRACK_PDU_AUTH_KEY", "SPARKRACK_PDU_PRIV_KEY"):
+        monkeypatch.delenv(name)
+    unit, text = unit_of(tmp_path, install_dir="/opt/sr", listen="10.77.1.11")
+    assert "EnvironmentFile" not in text
+    inventory = load_inventory(rehearsal_copy(tmp_path / "again"))
+    assert wi_vars(inventory, False) == {"watchdog_pdu_env": "", "watchdog_pdu_keys": [],
+                                         "secret_values": []}
+    keys = {"SPARKRACK_PDU_USER": "operator", "SPARKRACK_PDU_AUTH_KEY": "authkey-1234",
+            "SPARKRACK_PDU_PRIV_KEY": "privkey-2345"}
+    assert wi_vars(inventory, False, keys)["secret_values"] == ["authkey-1234", "privkey-2345"]
+
+
+def wi_vars(inventory, allowed, environ=None):
+    from sparkrack.watchdog import install as wi
+    from sparkrack.watchdog import settings as ws_settings
+
+    return wi.pdu_env_vars(inventory, ws_settings.Settings(allow_power_cycle=allowed),
+                           environ or {})
+
+
+def test_allowed_without_keys_or_a_pdu_is_refused_before_any_change(tmp_path):
+    import pytest
+
+    from sparkrack.core.errors import SparkrackError, UsageError
+
+    inventory = load_inventory(rehearsal_copy(tmp_path))
+    with pytest.raises(SparkrackError) as unset:
+        wi_vars(inventory, True, {"SPARKRACK_PDU_USER": "operator"})
+    assert unset.value.line().startswith(
+        "PDU rehearsal-pdu: SPARKRACK_PDU_AUTH_KEY, SPARKRACK_PDU_PRIV_KEY not set")
+    no_pdu = dataclasses.replace(inventory, vars=dataclasses.replace(inventory.vars, pdu=None))
+    with pytest.raises(UsageError, match="--allow-power-cycle, but the inventory has no pdu:"):
+        wi_vars(no_pdu, True)

@@ -13,10 +13,8 @@ from sparkrack.engines import (
     LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_STOP_TIMEOUT)
 from sparkrack.fleet import Fleet
 from sparkrack.fleet.containers import Container, ContainerNotFound
-from sparkrack.lifecycle.order import stop_order
 
 DEFAULT_STOP_TIMEOUT = 120
-HEADLESS_STOP_TIMEOUT = 10  # a worker without a running rank 0: SIGTERM this long, then SIGKILL
 
 
 @dataclass
@@ -67,7 +65,7 @@ def engine_containers(fleet: Fleet, nodes: Sequence | None = None
             found = fleet.docker(node).containers(labels=[LABEL_ENGINE])
             return [_rank_of(node.name, c) for c in found], None
         except Exception as exc:  # unreachable node, dockerd down: reported per node
-            return [], _first_line(exc)
+            return [], first_line(exc)
 
     ranks, errors = [], {}
     nodes = list(fleet.nodes if nodes is None else nodes)
@@ -86,7 +84,7 @@ def refresh(fleet: Fleet, ranks: Sequence[Rank]) -> list[Rank]:
         except ContainerNotFound:
             return replace(rank, status="missing", error="container is gone")
         except Exception as exc:
-            return replace(rank, status="unreachable", error=_first_line(exc))
+            return replace(rank, status="unreachable", error=first_line(exc))
 
     return parallel(ranks, one)
 
@@ -102,37 +100,6 @@ def logs_tail(fleet: Fleet, rank: Rank, lines: int = 20) -> list[str]:
     return text.rstrip("\n").splitlines()
 
 
-def stop_ranks(fleet: Fleet, ranks: Sequence[Rank], *, timeout: int | None = None,
-               remove: bool = True, on_stop: Callable[[Rank], None] = lambda r: None) -> dict[str, str]:
-    """Stop (and remove) ranks in stop order: rank 0 first, then the workers in parallel.
-    Returns {container@node: error} for those that could not be stopped or removed.
-
-    Workers exit when their rank 0 tells them (SGLang's only log SIGTERM): when no rank 0
-    runs among ranks (its node lost power, it was stopped before), nothing will, and each
-    gets at most HEADLESS_STOP_TIMEOUT seconds of SIGTERM before SIGKILL."""
-    errors: dict[str, str] = {}
-    headless = not any(r.rank == 0 and r.alive for r in ranks)
-
-    def one(rank: Rank) -> None:
-        wait = timeout if timeout is not None else rank.stop_timeout
-        if headless:
-            wait = min(wait, HEADLESS_STOP_TIMEOUT)
-        try:
-            node = fleet.docker(rank.node)
-            node.stop(rank.name, timeout=wait)
-            on_stop(rank)
-            if remove:
-                node.remove(rank.name)
-        except ContainerNotFound:
-            on_stop(rank)
-        except Exception as exc:
-            errors[f"{rank.name}@{rank.node}"] = _first_line(exc)
-
-    for wave in stop_order(list(ranks), lambda r: r.rank):
-        parallel(wave, one)
-    return errors
-
-
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:200] if text else type(exc).__name__

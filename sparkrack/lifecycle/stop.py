@@ -6,18 +6,21 @@ the deployment started, when that is recorded; else to RECOVERED_FRACTION of Mem
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sparkrack.facts import node as node_facts
 from sparkrack.facts.queries import answer, argv
 from sparkrack.fleet import Fleet
-from sparkrack.deployments.ranks import Rank, engine_containers
+from sparkrack.deployments.ranks import Rank, engine_containers, first_line, parallel
 from sparkrack.deployments.record import Deployment
+from sparkrack.fleet.containers import ContainerNotFound
+from sparkrack.lifecycle.order import stop_order
 
 RECOVERED_FRACTION = 0.85
 RECOVERY_SLACK_KB = 1 << 20  # 1 GiB below the recorded value still counts as recovered
 RECOVERY_TIMEOUT = 60.0
+HEADLESS_STOP_TIMEOUT = 10  # a worker without a running rank 0: SIGTERM this long, then SIGKILL
 
 
 @dataclass
@@ -58,6 +61,37 @@ def stop_group(fleet: Fleet, *, timeout: int | None = None,
         report.stopped = ranks
     report.seconds = time.monotonic() - started
     return report
+
+
+def stop_ranks(fleet: Fleet, ranks: Sequence[Rank], *, timeout: int | None = None,
+               remove: bool = True, on_stop: Callable[[Rank], None] = lambda r: None) -> dict[str, str]:
+    """Stop (and remove) ranks in stop order: rank 0 first, then the workers in parallel.
+    Returns {container@node: error} for those that could not be stopped or removed.
+
+    Workers exit when their rank 0 tells them (SGLang's only log SIGTERM): when no rank 0
+    runs among ranks (its node lost power, it was stopped before), nothing will, and each
+    gets at most HEADLESS_STOP_TIMEOUT seconds of SIGTERM before SIGKILL."""
+    errors: dict[str, str] = {}
+    headless = not any(r.rank == 0 and r.alive for r in ranks)
+
+    def one(rank: Rank) -> None:
+        wait = timeout if timeout is not None else rank.stop_timeout
+        if headless:
+            wait = min(wait, HEADLESS_STOP_TIMEOUT)
+        try:
+            node = fleet.docker(rank.node)
+            node.stop(rank.name, timeout=wait)
+            on_stop(rank)
+            if remove:
+                node.remove(rank.name)
+        except ContainerNotFound:
+            on_stop(rank)
+        except Exception as exc:
+            errors[f"{rank.name}@{rank.node}"] = first_line(exc)
+
+    for wave in stop_order(list(ranks), lambda r: r.rank):
+        parallel(wave, one)
+    return errors
 
 
 def wait_memory(fleet: Fleet, mem_before: dict[str, int], timeout: float) -> dict[str, str]:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from sparkrack.core.errors import SparkrackError
 from sparkrack.inventory import Node
 from sparkrack.fleet.netguard import check_node
@@ -283,6 +285,20 @@ class Endpoint:
         except ValueError:
             detail = data.decode(errors="replace").strip()[:200]
         return f"rank 0 at {self.where} answered HTTP {status}: {detail}"
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """{sample name: value} of a Prometheus text exposition (prometheus_client's parser),
+    label sets summed; a counter keeps its `_total`. Text the parser rejects gives {}: an
+    endpoint that serves no readable metrics exposes nothing."""
+    values: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    except ValueError:
+        return {}
+    return values
 
 
 def _message(body: object) -> str:

@@ -8,23 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
+from sparkrack.deployments.headapi import parse_prometheus
 
 from sparkrack.engines.serving import Metrics
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """{sample name: value} of a Prometheus text exposition (prometheus_client's parser),
-    label sets summed; a counter keeps its `_total`. Text the parser rejects gives {}: an
-    endpoint that serves no readable metrics exposes nothing."""
-    values: dict[str, float] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                values[sample.name] = values.get(sample.name, 0.0) + sample.value
-    except ValueError:
-        return {}
-    return values
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from sparkrack.core import signals
-from sparkrack.engines import LaunchSpec, build_specs
+from sparkrack.engines import LaunchSpec
 from sparkrack.engines.serving import engine_serving
 from sparkrack.core.errors import SparkrackError
 from sparkrack.facts.node import facts_argv, parse_facts
@@ -308,24 +308,3 @@ def restore(fleet: Fleet, inventory: Inventory, last: Deployment, burn, timeout,
                  "was last good")
     return launch(fleet, inventory, pre.specs, pre, timeout=timeout, on_progress=on_progress,
                   on_event=on_event, phases=phases)
-
-
-def watch_group(inventory: Inventory, *, burn: Callable, duration: float | None = None,
-                interval: float = 1.0, restart: bool = False,
-                on_event: Callable[[str], None] = lambda e: None):
-    """Watch whatever engine runs (engine and profile read from its containers' labels)."""
-    from sparkrack.watchdog.watch import WatchReport, watch
-
-    with Fleet(inventory) as fleet:
-        alive = running(fleet).alive
-    if not alive:
-        return WatchReport(failure="no engine is running")
-    engine, profile = alive[0].engine, alive[0].profile
-    head = build_specs(inventory, engine, profile)[0]
-
-    def again() -> None:
-        up(inventory, engine, profile, burn=burn, on_event=on_event)
-
-    return watch(inventory, http_port=head.ports["http"], health_path=head.health_path,
-                 duration=duration, interval=interval, on_failure="restart" if restart else "stop",
-                 restart=again, on_event=on_event, stall_budget_s=head.stall_budget_s)

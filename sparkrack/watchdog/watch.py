@@ -414,6 +414,28 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
     return report
 
 
+def watch_group(inventory: Inventory, *, burn: Callable, duration: float | None = None,
+                interval: float = 1.0, restart: bool = False,
+                on_event: Callable[[str], None] = lambda e: None):
+    """Watch whatever engine runs (engine and profile read from its containers' labels)."""
+    from sparkrack.engines import build_specs
+    from sparkrack.lifecycle.lanes import up
+
+    with Fleet(inventory) as fleet:
+        alive = running(fleet).alive
+    if not alive:
+        return WatchReport(failure="no engine is running")
+    engine, profile = alive[0].engine, alive[0].profile
+    head = build_specs(inventory, engine, profile)[0]
+
+    def again() -> None:
+        up(inventory, engine, profile, burn=burn, on_event=on_event)
+
+    return watch(inventory, http_port=head.ports["http"], health_path=head.health_path,
+                 duration=duration, interval=interval, on_failure="restart" if restart else "stop",
+                 restart=again, on_event=on_event, stall_budget_s=head.stall_budget_s)
+
+
 def record_action(fleet: Fleet, inventory: Inventory, by: str, deployment: str, poll: Poll,
                   acted: str) -> list[str]:
     """Write the watchdog's action on a broken group to the audit log (the head's and the

@@ -12,15 +12,13 @@ from sparkrack.core.errors import UsageError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
 from sparkrack.oplock import audit
-from sparkrack.oplock.remote import LOCK_DIR, lock_argv, parse_reply
+from sparkrack.oplock.breakfold import BREAK_GLASS_DIR, TASK
+from sparkrack.oplock.remote import lock_argv, parse_reply
 from sparkrack.lifecycle.stop import HEADLESS_STOP_TIMEOUT, stop_ranks
 from sparkrack.deployments.ranks import Rank, engine_containers
 from sparkrack.lifecycle.headgone import GRACE_S, confirm_gone
 
-BREAK_GLASS_DIR = f"{LOCK_DIR}/break-glass"  # on every node reached: the lock script's files
-BREAK_GLASS_FILE = f"{BREAK_GLASS_DIR}/audit.jsonl"  # its log name: appended there, chained
 WORKER_STOP_TIMEOUT = HEADLESS_STOP_TIMEOUT  # SIGTERM, then SIGKILL: no rank 0 to drain them
-TASK = "break-glass"
 
 
 @dataclass
@@ -105,4 +103,4 @@ def _record_on_nodes(fleet: Fleet, line: str, report: BreakGlassReport,
             on_event(f"{result.node}: the break-glass record was not written: {why}")
 
 
-__all__ = ["BREAK_GLASS_DIR", "BREAK_GLASS_FILE", "BreakGlassReport", "break_glass"]
+__all__ = ["BreakGlassReport", "break_glass"]

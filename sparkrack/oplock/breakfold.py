@@ -21,7 +21,11 @@ from collections.abc import Collection
 from sparkrack.fleet import Fleet
 from sparkrack.oplock import audit
 from sparkrack.oplock.lock import LockError, call
+from sparkrack.oplock.remote import LOCK_DIR
 
+BREAK_GLASS_DIR = f"{LOCK_DIR}/break-glass"  # on every node reached: the lock script's files
+BREAK_GLASS_FILE = f"{BREAK_GLASS_DIR}/audit.jsonl"  # its log name: appended there, chained
+TASK = "break-glass"  # the task of break-glass's records, the only ones folded
 FROM = "folded_from"  # the nodes whose break-glass file held the record
 Versions = dict[str, dict[str, list[str]]]  # id -> {the record as canonical JSON: its nodes}
 
@@ -91,4 +95,4 @@ def fold(versions: Versions, problems: list[str]) -> list[dict]:
     return sorted(records, key=lambda r: (r.get("ts") or 0, r[FROM]))
 
 
-__all__ = ["FROM", "fold_records"]
+__all__ = ["BREAK_GLASS_DIR", "BREAK_GLASS_FILE", "FROM", "TASK", "fold_records"]

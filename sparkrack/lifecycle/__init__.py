@@ -1,2 +1,3 @@
-"""The engine lifecycle on the rack: gates, ordered start with readiness, ordered stop with
-memory recovery, the rank watchdog, and rolls with fallback to the last good deployment."""
+"""The engine lifecycle on the rack, `up`, `down` and `roll` (lanes.py): gates, ordered start
+with readiness, ordered stop with memory recovery, rolls with fallback to the last good
+deployment; restarts, power cycles and break-glass (docs/engines.md#gates)."""

@@ -8,7 +8,7 @@ stdin) while every node
 sends (`send`) a full-size frame to every other node's rail on the subnet, then a burst to
 its downstream neighbour on each rail: all links carry a stream each way at once, as a TP
 ring does. The token that marks our datagrams and streams goes on stdin. What the figures
-say is rails.py's; on the rehearsal rack, whose links run at a thousandth of their rate
+say is verdicts.py's; on the rehearsal rack, whose links run at a thousandth of their rate
 (Inventory.link_scale), a measured rate is judged as the link rate it stands for.
 """
 

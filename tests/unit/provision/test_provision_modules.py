@@ -17,7 +17,7 @@ from sparkrack.provision.roles import Renderer, RoleError, load_role, load_roles
 
 PROVISION = Path(modules.__file__).resolve().parent.parent
 GENERIC = ("roles.py", "plan.py", "apply.py", "runner.py", "report.py")  # no module named
-SHARED = {"__init__.py", "base.py", "files.py"}  # modules/ files that are not modules
+SHARED = {"__init__.py", "base.py", "fileops.py"}  # modules/ files that are not modules
 
 
 def test_every_shipped_task_resolves_through_the_registry():

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lightnodes import LightNodes  # noqa: E402
 
 from sparkrack.fleet import Fleet  # noqa: E402
-from sparkrack.inventory import load_inventory  # noqa: E402
 from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE  # noqa: E402
+from sparkrack.inventory import load_inventory  # noqa: E402
 
 COMMAND = ["cat", "/etc/hostname"]
 

@@ -20,16 +20,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sparkrack.safety.burn import burn  # noqa: E402
+from sparkrack.deployments.headapi import Endpoint  # noqa: E402
+from sparkrack.deployments.ranks import parallel  # noqa: E402
 from sparkrack.engines import build_specs, docker_sdk_kwargs  # noqa: E402
 from sparkrack.fleet import Fleet  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
-from sparkrack.lifecycle import nodelimits  # noqa: E402
-from sparkrack.lifecycle import lanes  # noqa: E402
-from sparkrack.watchdog.watch import watch_group  # noqa: E402
-from sparkrack.deployments.ranks import parallel  # noqa: E402
-from sparkrack.deployments.headapi import Endpoint  # noqa: E402
+from sparkrack.lifecycle import (
+    lanes,  # noqa: E402
+    nodelimits,  # noqa: E402
+)
 from sparkrack.rehearsal.stub.modeldir import write_stub_model  # noqa: E402
+from sparkrack.safety.burn import burn  # noqa: E402
+from sparkrack.watchdog.watch import watch_group  # noqa: E402
 
 
 def bare_up_down(inventory, load_delay: float) -> tuple[float, float]:

@@ -38,8 +38,8 @@ sys.path.insert(0, str(REPO / "tests"))  # provision_helpers
 from provision_helpers import inventory_copy, write_image_tar
 
 from sparkrack.fleet import Fleet, sh
-from sparkrack.inventory import load_inventory
 from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE
+from sparkrack.inventory import load_inventory
 from sparkrack.provision import provision, unprovision
 from sparkrack.transfer.chain import Hop, NodeSource, run_chain
 from sparkrack.transfer.images import file_chunks

@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sparkrack.safety.burn import burn  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
 from sparkrack.lifecycle.restart import restart_rack  # noqa: E402
+from sparkrack.safety.burn import burn  # noqa: E402
 
 
 def main() -> int:

@@ -37,13 +37,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from sparkrack.fleet import Fleet
-from sparkrack.inventory import Inventory, Node, load_inventory
 from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE
-from sparkrack.transfer.manifest import MANIFEST_NAME
-from sparkrack.transfer.weights import Source, stage as stage_weights
+from sparkrack.inventory import Inventory, Node, load_inventory
 from sparkrack.rehearsal import nodefs, nodeproc
 from sparkrack.rehearsal.layout import CLIENT_KEY
 from sparkrack.rehearsal.rack import RehearsalRack
+from sparkrack.transfer.manifest import MANIFEST_NAME
+from sparkrack.transfer.weights import Source
+from sparkrack.transfer.weights import stage as stage_weights
 
 PEER, PEER_ADDR = "spark-11", "10.77.1.21"
 NEW, NEW_ADDR = "spark-12", "10.77.1.22"

@@ -28,17 +28,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
+from sparkrack.deployments.headapi import Endpoint  # noqa: E402
+from sparkrack.deployments.ranks import engine_containers  # noqa: E402
+from sparkrack.deployments.running import running  # noqa: E402
 from sparkrack.engines import build_specs  # noqa: E402
 from sparkrack.fleet import Fleet  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
 from sparkrack.lifecycle import lanes  # noqa: E402
-from sparkrack.watchdog.watch import watch_group  # noqa: E402
-from sparkrack.deployments.ranks import engine_containers  # noqa: E402
-from sparkrack.deployments.headapi import Endpoint  # noqa: E402
-from sparkrack.deployments.running import running  # noqa: E402
-from sparkrack.watchdog.watch import GroupWatch, sample_nodes  # noqa: E402
 from sparkrack.rehearsal.stub.modeldir import write_stub_model  # noqa: E402
 from sparkrack.safety.burn import burn  # noqa: E402
+from sparkrack.watchdog.watch import (  # noqa: E402
+    GroupWatch,
+    sample_nodes,
+    watch_group,  # noqa: E402
+)
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = {"load_delay_s": 0.5, "tokens_per_s": 50}

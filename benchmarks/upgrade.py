@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
-from sparkrack.learn.options import extractor_argv, extractor_files, learn  # noqa: E402
-from sparkrack.engines.option_names import LEARNED_DIR  # noqa: E402
 from sparkrack.core.errors import SparkrackError  # noqa: E402
+from sparkrack.engines.option_names import LEARNED_DIR  # noqa: E402
 from sparkrack.fleet import Fleet  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
+from sparkrack.learn.options import extractor_argv, extractor_files, learn  # noqa: E402
 from sparkrack.lifecycle import lanes  # noqa: E402
 from sparkrack.provision import provision  # noqa: E402
 from sparkrack.rehearsal.stub.modeldir import write_stub_model  # noqa: E402

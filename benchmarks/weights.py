@@ -42,8 +42,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from sparkrack.fleet import Fleet
-from sparkrack.inventory import load_inventory
 from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE
+from sparkrack.inventory import load_inventory
 from sparkrack.rehearsal.layout import CLIENT_KEY
 from sparkrack.remote import script
 from sparkrack.transfer.manifest import MANIFEST_NAME

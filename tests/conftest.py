@@ -30,10 +30,8 @@ for _name, _value in REHEARSAL_CREDENTIALS.items():  # the rehearsal PDU's, as e
     os.environ.setdefault(_name, _value)
 
 import pytest  # noqa: E402
-
 import rackhealth  # noqa: E402
 import rackns  # noqa: E402
-
 
 REPO = Path(__file__).resolve().parent.parent
 REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
@@ -60,8 +58,8 @@ def rack():
     """This process's rehearsal rack, booted once per test run, put back to healthy (a rack
     used before the run: faults, engines, a lock) and provisioned; torn down at the end
     unless it was already up before the run (a developer's rack is left as it was found)."""
-    from sparkrack.inventory import load_inventory
     from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE
+    from sparkrack.inventory import load_inventory
     from sparkrack.rehearsal.rack import RehearsalRack
 
     if os.geteuid() != 0:

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from sparkrack.rehearsal import repair
-from sparkrack.rehearsal.rack import RehearsalRack
 from sparkrack.rehearsal.nodeproc import init_pid
+from sparkrack.rehearsal.rack import RehearsalRack
 
 REPO = Path(__file__).resolve().parent.parent
 # the simulated burn load's start-up during the suite, on every node a test boots (the
@@ -75,9 +75,9 @@ def _read_lock(path: Path | None) -> list | None:
 
 def repair_engines(inventory) -> list[str]:
     """Stop every engine container and break a held rack lock; what was done."""
+    from sparkrack.deployments.ranks import engine_containers
     from sparkrack.fleet import Fleet
     from sparkrack.lifecycle import lanes
-    from sparkrack.deployments.ranks import engine_containers
     from sparkrack.lifecycle.stop import stop_ranks
     from sparkrack.oplock.lock import call
 

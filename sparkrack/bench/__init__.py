@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sparkrack.core.errors import SparkrackError
-from sparkrack.fleet import Fleet
-from sparkrack.inventory import Inventory
 from sparkrack.bench.compare import CompareRow, compare
 from sparkrack.bench.result import BenchResult, rows
 from sparkrack.bench.run import SUITES, Bench, Suite
 from sparkrack.bench.target import NoEngine, Target, find_target
+from sparkrack.core.errors import SparkrackError
+from sparkrack.fleet import Fleet
+from sparkrack.inventory import Inventory
 
 __all__ = [
     "SUITES",
@@ -66,8 +66,8 @@ def run_bench(inventory: Inventory, *, suite: str = "full", name: str | None = N
 
     NoEngine / HeadError / UsageError before anything was measured; afterwards failures
     and Ctrl-C end the run early with result.partial set (see BenchOutcome)."""
-    from sparkrack.core.errors import UsageError
     from sparkrack.bench import store
+    from sparkrack.core.errors import UsageError
 
     if suite not in SUITES:
         raise UsageError(f"unknown suite {suite!r}", fix="--suite quick or --suite full")

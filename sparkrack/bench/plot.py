@@ -13,10 +13,10 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from sparkrack.core.errors import UsageError
 from sparkrack.bench.compare import CompareRow
 from sparkrack.bench.measure import TIE_PCT
 from sparkrack.bench.result import show
+from sparkrack.core.errors import UsageError
 
 FORMATS = {".svg": "svg", ".png": "png"}
 COLUMNS = 4  # panels per row

@@ -11,13 +11,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sparkrack.core.errors import SparkrackError, UsageError
-from sparkrack.bench import speculative, prompts
-from sparkrack.deployments.headapi import Cancel, Cancelled, Endpoint, HeadError, Streamed
+from sparkrack.bench import prompts, speculative
 from sparkrack.bench.measure import aggregate_rate
 from sparkrack.bench.result import (
-    BenchResult, NeedleResult, PromptResult, Run, UserRun, UsersResult)
+    BenchResult,
+    NeedleResult,
+    PromptResult,
+    Run,
+    UserRun,
+    UsersResult,
+)
 from sparkrack.bench.target import Target, stamp
+from sparkrack.core.errors import SparkrackError, UsageError
+from sparkrack.deployments.headapi import (
+    Cancel,
+    Cancelled,
+    Endpoint,
+    HeadError,
+    Streamed,
+)
 
 
 class BenchError(SparkrackError):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparkrack.engines.serving import Metrics
 from sparkrack.deployments.headapi import parse_prometheus
+from sparkrack.engines.serving import Metrics
 
 
 @dataclass(frozen=True)

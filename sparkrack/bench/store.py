@@ -14,11 +14,11 @@ import os
 import re
 from pathlib import Path
 
+from sparkrack.bench.result import BenchResult
 from sparkrack.core.errors import UsageError
+from sparkrack.deployments.record import RECORD_DIR, store_on_head
 from sparkrack.fleet import Fleet, sh
 from sparkrack.inventory import Inventory
-from sparkrack.deployments.record import RECORD_DIR, store_on_head
-from sparkrack.bench.result import BenchResult
 
 REMOTE_DIR = f"{RECORD_DIR}/bench"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")

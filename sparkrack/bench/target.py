@@ -12,15 +12,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from sparkrack.engines import LABEL_SPEC_HASH, build_specs
-from sparkrack.engines.serving import Metrics, engine_serving
 from sparkrack.core.errors import SparkrackError
-from sparkrack.fleet import Fleet
-from sparkrack.inventory import Inventory, Node
 from sparkrack.deployments import record
 from sparkrack.deployments.headapi import Endpoint, HeadError
 from sparkrack.deployments.record import Deployment
 from sparkrack.deployments.running import running
+from sparkrack.engines import LABEL_SPEC_HASH, build_specs
+from sparkrack.engines.serving import Metrics, engine_serving
+from sparkrack.fleet import Fleet
+from sparkrack.inventory import Inventory, Node
 
 
 class NoEngine(SparkrackError):

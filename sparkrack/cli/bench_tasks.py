@@ -7,8 +7,8 @@ with the field report's method; `invoke bench.compare A B` puts two saved runs s
 from invoke import task
 from invoke.exceptions import Exit
 
-from sparkrack.core import console
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.core import console
 
 COLLECTION = "bench"
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 from invoke import task
 from invoke.exceptions import Exit
 
-from sparkrack.core import console
-from sparkrack.core.errors import UsageError
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
 from sparkrack.cli.serve_tasks import DEFAULT_PROFILE
+from sparkrack.core import console
+from sparkrack.core.errors import UsageError
 
 COLLECTION = None
 
@@ -37,7 +37,8 @@ def check(c, engine=None, profile=DEFAULT_PROFILE, inventory=None, explain=None,
 
     Host kernels and cabling are not checked here (no node facts); `up` and `roll` check
     them (cabling: `provision` too)."""
-    from sparkrack.rules import check_profile, explain as explain_rule
+    from sparkrack.rules import check_profile
+    from sparkrack.rules import explain as explain_rule
 
     if explain:
         print(explain_rule(explain))

@@ -34,8 +34,8 @@ def operator_task(body):
 
     @functools.wraps(body)
     def run(*args, **kwargs):
-        from sparkrack.core.events import on_node_lost
         from sparkrack.core.console import as_typed, say
+        from sparkrack.core.events import on_node_lost
         from sparkrack.core.terminal import escape_controls
 
         on_node_lost(say)  # a node lost mid-command is named at once

@@ -5,8 +5,8 @@ from its image on the head."""
 
 from invoke import task
 
-from sparkrack.core import console
 from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
+from sparkrack.core import console
 
 COLLECTION = "engines"
 
@@ -25,8 +25,8 @@ def learn(c, engine=None, inventory=None, image=None, json=False):
 
     From then on `check`, `plan`, `up` and `roll` check that image's lanes against what it
     takes. Shows what changed from the nearest known version."""
-    from sparkrack.learn.options import learn as learn_table
     from sparkrack.core.errors import UsageError
+    from sparkrack.learn.options import learn as learn_table
 
     if not engine:
         raise UsageError("no engine given", fix="pass --engine sglang or --engine vllm")

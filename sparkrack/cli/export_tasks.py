@@ -7,10 +7,10 @@ inventory error.
 
 from invoke import task
 
-from sparkrack.core import console
-from sparkrack.core.errors import UsageError
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
 from sparkrack.cli.serve_tasks import DEFAULT_PROFILE
+from sparkrack.core import console
+from sparkrack.core.errors import UsageError
 
 COLLECTION = None
 
@@ -50,8 +50,14 @@ def export(c, engine, profile=DEFAULT_PROFILE, format_="lws", out=None, name=Non
     from pathlib import Path
 
     from sparkrack.export import (
-        CAP_VERIFIED_LABEL, GB10_PRODUCT, GPU_PRODUCT_LABEL, cluster_options, export_lws,
-        manifest_yaml, write_manifests)
+        CAP_VERIFIED_LABEL,
+        GB10_PRODUCT,
+        GPU_PRODUCT_LABEL,
+        cluster_options,
+        export_lws,
+        manifest_yaml,
+        write_manifests,
+    )
 
     cluster = cluster_options(namespace, toleration or (), priority_class, rdma_resource,
                               runtime_class)

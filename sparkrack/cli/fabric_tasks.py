@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from invoke import task
 
-from sparkrack.core import console
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.core import console
 
 COLLECTION = "fabric"
 

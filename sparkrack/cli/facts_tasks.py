@@ -6,9 +6,9 @@ JSON; `facts.capture` records the rack's shape in one file, and what changed sin
 
 from invoke import task
 
-from sparkrack.core import console
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
 from sparkrack.cli.status_tasks import LIMIT_HELP
+from sparkrack.core import console
 
 COLLECTION = "facts"
 
@@ -40,7 +40,8 @@ def capture(c, inventory=None, out=None, diff=None, json=False):
     from invoke.exceptions import Exit
 
     from sparkrack.core.terminal import escape_controls
-    from sparkrack.rehearsal.twin.capture import capture as take, dump, read, write
+    from sparkrack.rehearsal.twin.capture import capture as take
+    from sparkrack.rehearsal.twin.capture import dump, read, write
     from sparkrack.rehearsal.twin.diff import differences
 
     earlier = read(Path(diff)) if diff else None

@@ -3,10 +3,11 @@
 from invoke import task
 from invoke.exceptions import Exit
 
+from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
-from sparkrack.core.since import HELP as SINCE_HELP, parse_since
-from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.core.since import HELP as SINCE_HELP
+from sparkrack.core.since import parse_since
 
 COLLECTION = None
 

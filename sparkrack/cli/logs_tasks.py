@@ -5,9 +5,9 @@ import sys
 
 from invoke import task
 
+from sparkrack.cli.common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
 from sparkrack.core import console
 from sparkrack.core.since import HELP as SINCE_HELP
-from sparkrack.cli.common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
 
 COLLECTION = None
 

@@ -6,9 +6,9 @@ import sys
 from invoke import task
 from invoke.exceptions import Exit
 
+from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
-from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
 
 COLLECTION = None
 

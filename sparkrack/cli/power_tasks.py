@@ -6,10 +6,16 @@ from __future__ import annotations
 from invoke import task
 from invoke.exceptions import Exit
 
+from sparkrack.cli.common import (
+    INVENTORY_HELP,
+    WAIT_HELP,
+    inventory_from,
+    operator_task,
+    rack_task,
+)
+from sparkrack.cli.provision_tasks import LIMIT_HELP
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
-from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
-from sparkrack.cli.provision_tasks import LIMIT_HELP
 
 COLLECTION = None
 
@@ -164,7 +170,8 @@ def power_cycle(c, node, off_seconds=10, check=False, timeout=None, inventory=No
     clears. A running TP group is stopped first, in order. Waits until the node answers with
     its clock-cap unit active, then burns its GPU."""
     from sparkrack.fleet import Fleet
-    from sparkrack.lifecycle.powercycle import plan_cycle, power_cycle as carry_out
+    from sparkrack.lifecycle.powercycle import plan_cycle
+    from sparkrack.lifecycle.powercycle import power_cycle as carry_out
     from sparkrack.lifecycle.restart import NODE_TIMEOUT
 
     rack = inventory_from(inventory)

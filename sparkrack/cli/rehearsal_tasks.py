@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from invoke import task
 
+from sparkrack.cli.common import inventory_from, operator_task
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
-from sparkrack.cli.common import inventory_from, operator_task
 
 COLLECTION = "rehearsal"
 
@@ -360,7 +360,11 @@ def stub_images(c, inventory=None, force=False, json=False):
     """Build the stub engine images (deterministic docker-save tars).
 
     Into /var/lib/sparkrack/rehearsal/images; rebuilt only when their inputs change."""
-    from sparkrack.rehearsal.stubimage import IMAGES_DIR, StubImageError, build_stub_images
+    from sparkrack.rehearsal.stubimage import (
+        IMAGES_DIR,
+        StubImageError,
+        build_stub_images,
+    )
 
     try:
         built = build_stub_images(inventory_from(inventory or DEFAULT_INVENTORY), force=force)

@@ -4,8 +4,8 @@ import sys
 
 from invoke import task
 
-from sparkrack.core import console
 from sparkrack.cli.common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
+from sparkrack.core import console
 
 COLLECTION = None
 
@@ -29,9 +29,15 @@ def run_command(c, nodes=None, shell=None, json=False, timeout=None, force=False
     are shown once, as `dshbak -c` does, with the exit code. Exit 1 when any node failed or
     did not answer. Read-only by convention: changes belong to provision, up, down. Refused
     (exit 3) while another operator holds the rack lock, unless --force."""
-    from sparkrack.fleet.adhoc import (
-        as_json, command_argv, group_results, remainder_of, render, run_adhoc)
     from sparkrack.fleet import Fleet
+    from sparkrack.fleet.adhoc import (
+        as_json,
+        command_argv,
+        group_results,
+        remainder_of,
+        render,
+        run_adhoc,
+    )
     from sparkrack.oplock import audit
 
     rack = inventory_from(inventory)

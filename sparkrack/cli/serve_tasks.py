@@ -5,10 +5,16 @@ import shlex
 
 from invoke import task
 
+from sparkrack.cli.common import (
+    INVENTORY_HELP,
+    WAIT_HELP,
+    inventory_from,
+    operator_task,
+    rack_task,
+)
+from sparkrack.cli.power_tasks import run_burn
 from sparkrack.core import console
 from sparkrack.core.errors import SparkrackError
-from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
-from sparkrack.cli.power_tasks import run_burn
 
 COLLECTION = None
 
@@ -239,7 +245,8 @@ def break_glass(c, reason, inventory=None, timeout=None, grace=None, yes=False):
     import sys
 
     from sparkrack.core.errors import UsageError
-    from sparkrack.lifecycle.breakglass import WORKER_STOP_TIMEOUT, break_glass as stop_without_head
+    from sparkrack.lifecycle.breakglass import WORKER_STOP_TIMEOUT
+    from sparkrack.lifecycle.breakglass import break_glass as stop_without_head
     from sparkrack.lifecycle.headgone import GRACE_S
 
     rack = inventory_from(inventory)

@@ -3,8 +3,8 @@ deployments."""
 
 from invoke import task
 
-from sparkrack.core import console
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.core import console
 
 COLLECTION = None
 
@@ -23,7 +23,14 @@ def status(c, inventory=None, limit=None, json=False, wide=False):
     from sparkrack.engines import api_url
     from sparkrack.status.rows import rack_status
     from sparkrack.status.view import (
-        NARROW, NARROW_WRAPS, WIDE, deployment_lines, differences, narrow_cells, wide_cells)
+        NARROW,
+        NARROW_WRAPS,
+        WIDE,
+        deployment_lines,
+        differences,
+        narrow_cells,
+        wide_cells,
+    )
 
     rack = inventory_from(inventory)
     rows, records = rack_status(rack, limit)

@@ -7,9 +7,15 @@ The `watch` collection: `invoke watch` (its default task) runs it in a shell;
 from invoke import task
 from invoke.exceptions import Exit
 
-from sparkrack.core import console
-from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
+from sparkrack.cli.common import (
+    INVENTORY_HELP,
+    WAIT_HELP,
+    inventory_from,
+    operator_task,
+    rack_task,
+)
 from sparkrack.cli.power_tasks import run_burn
+from sparkrack.core import console
 
 COLLECTION = "watch"
 
@@ -29,8 +35,8 @@ LISTEN_HELP = ("the address on the node its Prometheus metrics listen on (defaul
 
 def _settings(rack, install_dir=None, python=None, listen=None, allow_power_cycle=False):
     """The install settings: the flags given, else where it is recorded, else defaults."""
-    from sparkrack.watchdog.settings import Settings
     from sparkrack.inventory.watchdog_record import read_record
+    from sparkrack.watchdog.settings import Settings
 
     defaults = Settings()
     record = read_record(rack.path)

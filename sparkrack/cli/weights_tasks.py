@@ -7,9 +7,15 @@ models, `weights.remove` deletes one (refused while a deployment uses it)."""
 from invoke import task
 from invoke.exceptions import Exit
 
+from sparkrack.cli.common import (
+    INVENTORY_HELP,
+    WAIT_HELP,
+    inventory_from,
+    operator_task,
+    rack_task,
+)
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
-from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, operator_task, rack_task
 
 COLLECTION = "weights"
 

@@ -4,8 +4,8 @@ import json
 import re
 import sys
 import threading
-from typing import Any
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 # rich is imported on first use, not with this module: `invoke --list` and `-h` print no
 # table (tests/unit/cli/test_cli_imports.py). `console.out` and `console.err` are its Consoles.

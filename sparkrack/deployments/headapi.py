@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkrack.core.errors import SparkrackError
-from sparkrack.inventory import Node
 from sparkrack.fleet.netguard import check_node
+from sparkrack.inventory import Node
 
 DONE = object()  # the `data: [DONE]` event
 

@@ -10,7 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from sparkrack.engines import (
-    LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_STOP_TIMEOUT)
+    LABEL_DEPLOYMENT,
+    LABEL_ENGINE,
+    LABEL_PROFILE,
+    LABEL_RANK,
+    LABEL_STOP_TIMEOUT,
+)
 from sparkrack.fleet import Fleet
 from sparkrack.fleet.containers import Container, ContainerNotFound
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sparkrack.fleet import Fleet
 from sparkrack.deployments.ranks import Rank, engine_containers
+from sparkrack.fleet import Fleet
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,24 @@ node's files back takes each variable's source from here. docs/engines.md#where-
 """
 
 from sparkrack.engineenv.compute import (
-    ETC_DIR, NCCL_FILE, TOKEN_FILE, EngineEnv, engine_env_file, inventory_views)
+    ETC_DIR,
+    NCCL_FILE,
+    TOKEN_FILE,
+    EngineEnv,
+    engine_env_file,
+    inventory_views,
+)
 from sparkrack.engineenv.gid import GidIndex, gid_index
 from sparkrack.engineenv.nodeenv import (
-    SECRET_KEYS, VIEW_INVENTORY, VIEW_NODE, EnvVar, NodeEnv, parse_env, read_vars,
-    secret_names)
+    SECRET_KEYS,
+    VIEW_INVENTORY,
+    VIEW_NODE,
+    EnvVar,
+    NodeEnv,
+    parse_env,
+    read_vars,
+    secret_names,
+)
 
 __all__ = [
     "ETC_DIR", "NCCL_FILE", "SECRET_KEYS", "TOKEN_FILE", "VIEW_INVENTORY", "VIEW_NODE",

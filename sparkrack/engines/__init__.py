@@ -17,9 +17,23 @@ from sparkrack.engines.docker_args import docker_run_argv, docker_sdk_kwargs
 from sparkrack.engines.model_data import ModelData, load_model
 from sparkrack.engines.profile_file import EngineDef, Profile, load_engine
 from sparkrack.engines.spec import (
-    LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_SPEC_HASH,
-    LABEL_STOP_TIMEOUT, REDACTED, DockerOptions, LaunchSpec, Mount, Ulimit, api_url,
-    build_specs, container_name, model_path_of, template_values)
+    LABEL_DEPLOYMENT,
+    LABEL_ENGINE,
+    LABEL_PROFILE,
+    LABEL_RANK,
+    LABEL_SPEC_HASH,
+    LABEL_STOP_TIMEOUT,
+    REDACTED,
+    DockerOptions,
+    LaunchSpec,
+    Mount,
+    Ulimit,
+    api_url,
+    build_specs,
+    container_name,
+    model_path_of,
+    template_values,
+)
 
 __all__ = [
     "LABEL_DEPLOYMENT", "LABEL_ENGINE", "LABEL_PROFILE", "LABEL_RANK", "LABEL_SPEC_HASH",

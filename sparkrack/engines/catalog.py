@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkrack.data import search_dirs
 from sparkrack.core.errors import InventoryError, UsageError, did_you_mean
+from sparkrack.data import search_dirs
 
 ENGINES_DIR = "engines"
 MODELS_DIR = "models"

@@ -12,8 +12,8 @@ from typing import Any
 
 import docker.types
 
-from sparkrack.engines.spec import LaunchSpec, Mount
 from sparkrack.core.errors import UsageError
+from sparkrack.engines.spec import LaunchSpec, Mount
 
 
 def docker_run_argv(spec: LaunchSpec, redact: bool = True) -> list[str]:

@@ -7,11 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkrack.core.errors import InventoryError, UsageError, did_you_mean
 from sparkrack.data import OWN_FOLDER
 from sparkrack.engines.catalog import model_files
 from sparkrack.engines.datafile import (
-    Section, is_count, is_name, is_number, is_text, read_section)
-from sparkrack.core.errors import InventoryError, UsageError, did_you_mean
+    Section,
+    is_count,
+    is_name,
+    is_number,
+    is_text,
+    read_section,
+)
 from sparkrack.inventory.schema import FrozenMapping
 
 GIB = 1 << 30

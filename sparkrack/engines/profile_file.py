@@ -11,13 +11,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkrack.core.errors import UsageError, did_you_mean
 from sparkrack.engines.catalog import engine_file
 from sparkrack.engines.datafile import (
-    Section, is_count, is_line, is_name, is_word_list, read_section)
-from sparkrack.engines.option_names import EngineVersion, OptionSet, lane_options, options_for
+    Section,
+    is_count,
+    is_line,
+    is_name,
+    is_word_list,
+    read_section,
+)
+from sparkrack.engines.option_names import (
+    EngineVersion,
+    OptionSet,
+    lane_options,
+    options_for,
+)
 from sparkrack.engines.serving import Serving, serving_of
 from sparkrack.engines.templates import allowed_fields, check_template
-from sparkrack.core.errors import UsageError, did_you_mean
 from sparkrack.inventory.schema import FrozenMapping, describe
 from sparkrack.inventory.values import abs_path_problem, has_control
 

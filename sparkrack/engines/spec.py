@@ -19,11 +19,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sparkrack.core.errors import UsageError
 from sparkrack.engineenv import NodeEnv, inventory_views, secret_names
 from sparkrack.engines.caches import CACHE_MOUNT, SOURCE, CacheKey, cache_env
-from sparkrack.engines.profile_file import STALL_BUDGET_S, EngineDef, Profile, load_engine
+from sparkrack.engines.profile_file import (
+    STALL_BUDGET_S,
+    EngineDef,
+    Profile,
+    load_engine,
+)
 from sparkrack.engines.templates import fill
-from sparkrack.core.errors import UsageError
 from sparkrack.facts.roce import socket_address
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.schema import FrozenMapping

@@ -3,7 +3,11 @@
 (docs/kubernetes.md; each module: docs/kubernetes.md#the-code).
 """
 
-from sparkrack.export.cluster import DEFAULT_RDMA_RESOURCE, ClusterOptions, cluster_options
+from sparkrack.export.cluster import (
+           DEFAULT_RDMA_RESOURCE,
+           ClusterOptions,
+           cluster_options,
+)
 from sparkrack.export.files import manifest_yaml, write_manifests
 from sparkrack.export.lws import LwsExport, ProfileRefused, export_lws
 from sparkrack.export.pods import CAP_VERIFIED_LABEL, GB10_PRODUCT, GPU_PRODUCT_LABEL

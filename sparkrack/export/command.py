@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sparkrack.core.errors import SparkrackError
 from sparkrack.engines import EngineDef, LaunchSpec
 from sparkrack.engines.templates import fill
-from sparkrack.core.errors import SparkrackError
 
 LWS_DOWNWARD = {"rank": "$(LWS_WORKER_INDEX)", "nnodes": "$(LWS_GROUP_SIZE)",
                 "head_roce_addr": "$(LWS_LEADER_ADDRESS)"}

@@ -13,7 +13,6 @@ from sparkrack.engines import LaunchSpec
 from sparkrack.export.command import kubernetes_literal
 from sparkrack.export.secrets import PATH_VARIABLE
 
-
 ADVERTISED = ("SGLANG_HOST_IP", "VLLM_HOST_IP")  # each rank's own fabric address
 GID_INDEX = "NCCL_IB_GID_INDEX"  # per node: left to NCCL's own selection in a pod
 NCCL_SELECTION = {"NCCL_IB_ROCE_VERSION_NUM": "2", "NCCL_IB_ADDR_FAMILY": "AF_INET"}

@@ -16,10 +16,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sparkrack.engines import (
-    LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_SPEC_HASH, LaunchSpec, build_specs,
-    load_engine, template_values)
 from sparkrack.core.errors import SparkrackError, UsageError
+from sparkrack.engines import (
+    LABEL_DEPLOYMENT,
+    LABEL_ENGINE,
+    LABEL_PROFILE,
+    LABEL_SPEC_HASH,
+    LaunchSpec,
+    build_specs,
+    load_engine,
+    template_values,
+)
 from sparkrack.export.access import export_access
 from sparkrack.export.admission import export_admission
 from sparkrack.export.agent import export_agent

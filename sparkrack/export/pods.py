@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sparkrack.core.errors import UsageError
 from sparkrack.engines import LaunchSpec
 from sparkrack.engines.caches import CACHE_MOUNT
 from sparkrack.engines.serving import Serving
-from sparkrack.core.errors import UsageError
 from sparkrack.export.cluster import ClusterOptions
 from sparkrack.export.gate import gate_container, gate_pod_fields, gate_volume
 from sparkrack.export.probes import leader_probes, worker_probes

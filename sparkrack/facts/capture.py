@@ -18,12 +18,12 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from sparkrack.inventory.schema import plain
 from sparkrack.facts.node import CAP_UNIT, NODE, gpu_of, parse_node
 from sparkrack.facts.onboard import DOCKER, links_query, parse_docker, parse_links
 from sparkrack.facts.queries import Answers, Query
 from sparkrack.facts.roce import SPARK_HCAS, HcaFacts, parse_hca, roce_query
 from sparkrack.facts.systemd import parse_unit
+from sparkrack.inventory.schema import plain
 
 VERSION = 1
 CUDA = Query("cuda", (), ("v",))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from sparkrack.facts.queries import Query
 
 IMAGES = Query("images", (), ("i",))

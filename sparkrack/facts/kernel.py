@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+
 def kho_off(cmdline: str) -> bool:
     """Whether a kernel command line turns KHO off: its last `kho=` (the kernel parses them
     in order) reads false to the kernel's kstrtobool: n, f, 0, or "of"..."""

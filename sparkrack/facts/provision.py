@@ -13,9 +13,17 @@ from sparkrack.facts.files import FileFacts, parse_file
 from sparkrack.facts.netplan import NetplanFile, parse_netplan, problem, renderer_for
 from sparkrack.facts.queries import Answers, Query, answer
 from sparkrack.facts.roce import (
-    Function, HcaFacts, RoceFacts, cabling_hint, netdev_down, parse_functions, parse_hca,
-    parse_netdevs)
+    Function,
+    HcaFacts,
+    RoceFacts,
+    cabling_hint,
+    netdev_down,
+    parse_functions,
+    parse_hca,
+    parse_netdevs,
+)
 from sparkrack.facts.systemd import UnitFacts, parse_unit
+
 
 def guard_query(argv: Iterable[str]) -> Query:
     """The exit code of a guard command."""

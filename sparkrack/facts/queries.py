@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from sparkrack.facts.sections import Sections, split
 from sparkrack.fleet.argv import Argv
 from sparkrack.remote import script
-
-from sparkrack.facts.sections import Sections, split
 
 PYTHON = ("python3", "-I", "-S", "-c")  # isolated, no site: the standard library only
 

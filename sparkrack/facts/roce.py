@@ -8,9 +8,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sparkrack.inventory import Node
-
 from sparkrack.facts.queries import Query
+from sparkrack.inventory import Node
 
 ROCE_V2 = "RoCE v2"
 _SPARK_HCA = re.compile(r"roce((?:P\d+)?p\d+s\d+f(\d+))")

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sparkrack.core.errors import UsageError
-from sparkrack.fleet.results import FleetResult, NodeResult
 from sparkrack.core.terminal import escape_controls
+from sparkrack.fleet.results import FleetResult, NodeResult
 
 RULE = "-" * 16
 

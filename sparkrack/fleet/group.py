@@ -30,16 +30,29 @@ import paramiko
 from fabric import Connection
 
 from sparkrack.core.errors import SparkrackError, UsageError
-from sparkrack.fleet.argv import Argv, quote_argv, redact_argv, redact_text, secret_values
+from sparkrack.fleet.argv import (
+    Argv,
+    quote_argv,
+    redact_argv,
+    redact_text,
+    secret_values,
+)
 from sparkrack.fleet.channel import close_quietly, deadline, execute
+from sparkrack.fleet.netguard import check_node
 from sparkrack.fleet.results import FleetResult, NodeResult
 from sparkrack.fleet.sftp import FileError, Upload, download, upload
 from sparkrack.fleet.ssh import (
-    UnreachableError, answers, cause, explain, lost_reason, open_connection, who)
+    UnreachableError,
+    answers,
+    cause,
+    explain,
+    lost_reason,
+    open_connection,
+    who,
+)
 from sparkrack.fleet.warm import borrow, claim, lend
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.schema import FrozenMapping
-from sparkrack.fleet.netguard import check_node
 
 if TYPE_CHECKING:
     import docker
@@ -153,7 +166,9 @@ class Fleet:
         """A docker SDK client to node's dockerd over this fleet's connection to node (each
         request a channel on it: no second login). Cached; closed with the fleet.
         UnreachableError (naming the node and why) if no session can be had."""
-        from sparkrack.fleet.dockerclient import pinned_docker_client  # the SDK only when used
+        from sparkrack.fleet.dockerclient import (
+            pinned_docker_client,  # the SDK only when used
+        )
 
         target = self._node(node if isinstance(node, str) else node.name)
         check_node(target)  # an unsafe address is the caller's error, not an unreachable node

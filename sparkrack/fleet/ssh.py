@@ -27,8 +27,8 @@ from fabric import Config, Connection
 
 from sparkrack.core.errors import SparkrackError, UsageError
 from sparkrack.core.events import node_lost
-from sparkrack.inventory import Node
 from sparkrack.fleet.netguard import check_node
+from sparkrack.inventory import Node
 
 LIVENESS_INTERVAL = 2.0  # seconds between two liveness probes of an open connection
 TCP_CONNECT_TIMEOUT = 1.5  # a live node's kernel answers a SYN within a millisecond, however

@@ -11,10 +11,18 @@ from typing import Any
 
 from sparkrack.core.errors import InventoryError, did_you_mean
 from sparkrack.inventory.model import Inventory, Node, resolve_path
-from sparkrack.inventory.yamlfile import YamlMapping, read_yaml
 from sparkrack.inventory.schema import (
-    CONNECTION, HOST, NODE, RACK, SPECS, FrozenMapping, RackVars, describe)
+    CONNECTION,
+    HOST,
+    NODE,
+    RACK,
+    SPECS,
+    FrozenMapping,
+    RackVars,
+    describe,
+)
 from sparkrack.inventory.values import fabric_address_problem, is_address, is_node_name
+from sparkrack.inventory.yamlfile import YamlMapping, read_yaml
 
 INVENTORY_ENV = "SPARKRACK_INVENTORY"
 DEFAULT_INVENTORY = Path("inventory", "rack")  # the real rack's, in a checkout of the repo

@@ -11,10 +11,22 @@ from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from sparkrack.inventory.pdu import EXAMPLE as PDU_EXAMPLE, PduConfig, parse_pdu
+from sparkrack.inventory.pdu import EXAMPLE as PDU_EXAMPLE
+from sparkrack.inventory.pdu import PduConfig, parse_pdu
 from sparkrack.inventory.values import (
-    ABS_PATH, ARGV_WORD, HCA_NAME, IFNAME, IMAGE_REF, KIND_CHECKS, LOCAL_PATH, MODEL_NAME,
-    RACK_NAME, USER_NAME, address_problem, is_address)
+    ABS_PATH,
+    ARGV_WORD,
+    HCA_NAME,
+    IFNAME,
+    IMAGE_REF,
+    KIND_CHECKS,
+    LOCAL_PATH,
+    MODEL_NAME,
+    RACK_NAME,
+    USER_NAME,
+    address_problem,
+    is_address,
+)
 
 ENGINES = ("sglang", "vllm")
 ADDRESS = "address"  # type of keys holding an IP address or a DNS host name

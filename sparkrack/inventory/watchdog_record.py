@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkrack.data import OWN_FOLDER
 from sparkrack.core.errors import UsageError
+from sparkrack.data import OWN_FOLDER
 from sparkrack.inventory.watchdog_dir import install_dir_problem
 
 RECORD_FILE = "watchdog.json"

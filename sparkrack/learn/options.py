@@ -13,12 +13,18 @@ from pathlib import Path
 
 from sparkrack.core.atomic import write_atomically
 from sparkrack.core.errors import SparkrackError, UsageError
-from sparkrack.fleet import Fleet
-from sparkrack.inventory import Inventory
 from sparkrack.engines import option_extract
 from sparkrack.engines.option_names import (
-    LEARNED_DIR, OptionSet, read_options, tables, version_below, version_key)
+    LEARNED_DIR,
+    OptionSet,
+    read_options,
+    tables,
+    version_below,
+    version_key,
+)
 from sparkrack.engines.profile_file import image_key_of
+from sparkrack.fleet import Fleet
+from sparkrack.inventory import Inventory
 
 EXTRACTOR = Path(option_extract.__file__).parent  # a package, copied whole
 IN_CONTAINER = "/tmp/sparkrack_learn"  # the folder it goes in, on the container's sys.path

@@ -9,14 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkrack.core.errors import UsageError
+from sparkrack.deployments.ranks import Rank, engine_containers
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
+from sparkrack.lifecycle.headgone import GRACE_S, confirm_gone
+from sparkrack.lifecycle.stop import HEADLESS_STOP_TIMEOUT, stop_ranks
 from sparkrack.oplock import audit
 from sparkrack.oplock.breakfold import BREAK_GLASS_DIR, TASK
 from sparkrack.oplock.remote import lock_argv, parse_reply
-from sparkrack.lifecycle.stop import HEADLESS_STOP_TIMEOUT, stop_ranks
-from sparkrack.deployments.ranks import Rank, engine_containers
-from sparkrack.lifecycle.headgone import GRACE_S, confirm_gone
 
 WORKER_STOP_TIMEOUT = HEADLESS_STOP_TIMEOUT  # SIGTERM, then SIGKILL: no rank 0 to drain them
 

@@ -18,8 +18,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sparkrack.deployments import record
+from sparkrack.deployments.ranks import parallel
 from sparkrack.engines import CacheKey, LaunchSpec
-from sparkrack.engines.caches import CACHE_MOUNT, CACHE_ROOT, image_prefix, parse_folder_name
+from sparkrack.engines.caches import (
+    CACHE_MOUNT,
+    CACHE_ROOT,
+    image_prefix,
+    parse_folder_name,
+)
 from sparkrack.facts import node as node_facts
 from sparkrack.facts.node import NodeFacts
 from sparkrack.facts.queries import answer, argv
@@ -27,8 +34,6 @@ from sparkrack.fleet import Fleet
 from sparkrack.fleet.results import last_json_object
 from sparkrack.inventory import Inventory, Node
 from sparkrack.remote import script
-from sparkrack.deployments import record
-from sparkrack.deployments.ranks import parallel
 
 
 def cache_key(image_id: str, facts: Mapping[str, NodeFacts]) -> CacheKey:

@@ -8,7 +8,10 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from sparkrack.rails import check_fabric
+from sparkrack.deployments.ranks import parallel
+from sparkrack.deployments.record import Deployment, records_of
+from sparkrack.deployments.running import running
+from sparkrack.engineenv import NodeEnv
 from sparkrack.engines import LaunchSpec, build_specs, load_engine
 from sparkrack.engines.option_names import VERSION_LABEL, lane_options
 from sparkrack.engines.serving import MemoryFraction, engine_serving
@@ -18,19 +21,16 @@ from sparkrack.facts.node import NodeFacts, burn_this_boot
 from sparkrack.facts.provision import facts_of
 from sparkrack.facts.queries import answer, argv
 from sparkrack.fleet import Fleet
-from sparkrack.engineenv import NodeEnv
-from sparkrack.provision.envfiles import EnvFiles
 from sparkrack.inventory import Inventory
-from sparkrack.safety.power import CapState, project_power
-from sparkrack.safety.strip import measured_strip
-from sparkrack.rules import check_profile
-from sparkrack.transfer.models import gate_problems
 from sparkrack.lifecycle import gidmove
 from sparkrack.lifecycle.caches import cache_gate_lines, cache_key
-from sparkrack.deployments.ranks import parallel
 from sparkrack.lifecycle.phases import Phases
-from sparkrack.deployments.record import Deployment, records_of
-from sparkrack.deployments.running import running
+from sparkrack.provision.envfiles import EnvFiles
+from sparkrack.rails import check_fabric
+from sparkrack.rules import check_profile
+from sparkrack.safety.power import CapState, project_power
+from sparkrack.safety.strip import measured_strip
+from sparkrack.transfer.models import gate_problems
 
 T = TypeVar("T")
 

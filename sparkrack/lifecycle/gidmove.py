@@ -9,8 +9,8 @@ it in the audit log, instead of refusing until someone runs `invoke provision`.
 
 from __future__ import annotations
 
-from sparkrack.oplock.audit import note
 from sparkrack.engineenv import NodeEnv
+from sparkrack.oplock.audit import note
 from sparkrack.provision.envfiles import EnvFiles
 from sparkrack.provision.runner import provision
 

@@ -18,25 +18,30 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from sparkrack.core import signals
+from sparkrack.core.errors import SparkrackError
+from sparkrack.deployments import record
+from sparkrack.deployments.headapi import Endpoint
+from sparkrack.deployments.record import Deployment
+from sparkrack.deployments.running import running
 from sparkrack.engines import LaunchSpec
 from sparkrack.engines.serving import engine_serving
-from sparkrack.core.errors import SparkrackError
 from sparkrack.facts.node import facts_argv, parse_facts
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
-from sparkrack.oplock.audit import note
-from sparkrack.oplock.identity import operator
-from sparkrack.deployments import record
-from sparkrack.oplock.breakfold import fold_records
 from sparkrack.lifecycle.gates import Preflight, memory_problems, preflight
-from sparkrack.deployments.headapi import Endpoint
 from sparkrack.lifecycle.nodelimits import Limits
-from sparkrack.deployments.record import Deployment
 from sparkrack.lifecycle.phases import Phases
-from sparkrack.deployments.running import running
 from sparkrack.lifecycle.start import Progress, StartFailed, prepare, start_group
 from sparkrack.lifecycle.stop import (
-    RECOVERY_TIMEOUT, StopReport, stop_engine, stop_group, wait_memory)
+    RECOVERY_TIMEOUT,
+    StopReport,
+    stop_engine,
+    stop_group,
+    wait_memory,
+)
+from sparkrack.oplock.audit import note
+from sparkrack.oplock.breakfold import fold_records
+from sparkrack.oplock.identity import operator
 
 SMOKE_PROMPT = "Reply with one word: ready?"
 

@@ -3,11 +3,11 @@ current deployment runs from, which `weights.remove` must not take away."""
 
 from __future__ import annotations
 
-from sparkrack.engines import engine_names, load_engine, model_path_of
 from sparkrack.core.errors import UsageError
+from sparkrack.deployments import record
+from sparkrack.engines import engine_names, load_engine, model_path_of
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
-from sparkrack.deployments import record
 
 
 def used_by(inventory: Inventory) -> dict[str, list[str]]:

@@ -19,16 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkrack.core.errors import SparkrackError, UsageError
+from sparkrack.deployments.running import running
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
+from sparkrack.lifecycle.lanes import down
+from sparkrack.lifecycle.order import STOP_ORDER_REASON
+from sparkrack.lifecycle.restart import NODE_TIMEOUT, RebootStopped, boot_ids, wait_back
 from sparkrack.oplock.audit import note
 from sparkrack.oplock.lock import lease_while_down
 from sparkrack.pdu import cycle_outlet
 from sparkrack.pdu.mib import REBOOT_DURATION_S
-from sparkrack.lifecycle.lanes import down
-from sparkrack.lifecycle.order import STOP_ORDER_REASON
-from sparkrack.lifecycle.restart import NODE_TIMEOUT, RebootStopped, boot_ids, wait_back
-from sparkrack.deployments.running import running
 
 OFF_SECONDS = 10  # a GB10's brick drained; the PDU allows 5-60 s
 

@@ -8,18 +8,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sparkrack.core.errors import SparkrackError
+from sparkrack.deployments.record import Deployment, records_of
+from sparkrack.deployments.running import running
 from sparkrack.facts import node as node_facts
 from sparkrack.facts import records as record_facts
 from sparkrack.facts.node import CLOCK_CAP_UNIT, facts_argv, parse_facts
 from sparkrack.facts.queries import answer, argv
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
+from sparkrack.lifecycle.lanes import Refused, down, up
 from sparkrack.oplock.audit import note
 from sparkrack.oplock.lock import lease_while_down
 from sparkrack.safety.strip import measured_strip
-from sparkrack.lifecycle.lanes import Refused, down, up
-from sparkrack.deployments.record import Deployment, records_of
-from sparkrack.deployments.running import running
 
 # reboot after the SSH command returned, so the caller sees a clean exit
 REBOOT_ARGV = ["systemd-run", "--no-block", "--on-active=1s", "--unit=sparkrack-reboot",

@@ -9,19 +9,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sparkrack.core.errors import SparkrackError
+from sparkrack.deployments.headapi import Endpoint
+from sparkrack.deployments.ranks import Rank, logs_tail, parallel, refresh
 from sparkrack.engines import LABEL_ENGINE, LaunchSpec, docker_sdk_kwargs
 from sparkrack.engines.serving import engine_serving
-from sparkrack.core.errors import SparkrackError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
 from sparkrack.lifecycle import nodelimits
 from sparkrack.lifecycle.caches import make_folders
-from sparkrack.deployments.ranks import Rank, logs_tail, parallel, refresh
-from sparkrack.lifecycle.stop import stop_ranks
-from sparkrack.deployments.headapi import Endpoint
-from sparkrack.logs.lines import reason, split_timestamp
 from sparkrack.lifecycle.order import start_order
 from sparkrack.lifecycle.phases import Phases
+from sparkrack.lifecycle.stop import stop_ranks
+from sparkrack.logs.lines import reason, split_timestamp
 
 POLL_SECONDS = 0.2
 CLEANUP_STOP_TIMEOUT = 3  # a group that never served has nothing to drain

@@ -9,11 +9,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from sparkrack.deployments.ranks import Rank, engine_containers, first_line, parallel
+from sparkrack.deployments.record import Deployment
 from sparkrack.facts import node as node_facts
 from sparkrack.facts.queries import answer, argv
 from sparkrack.fleet import Fleet
-from sparkrack.deployments.ranks import Rank, engine_containers, first_line, parallel
-from sparkrack.deployments.record import Deployment
 from sparkrack.fleet.containers import ContainerNotFound
 from sparkrack.lifecycle.order import stop_order
 

@@ -20,8 +20,16 @@ from typing import TYPE_CHECKING
 from sparkrack.core.errors import SparkrackError, UsageError
 from sparkrack.core.since import parse_since
 from sparkrack.logs.lines import (
-    END, REORDER_WINDOW_S, Dedup, LineSplitter, LogLine, Notice, ReorderBuffer, prefix,
-    split_timestamp)
+    END,
+    REORDER_WINDOW_S,
+    Dedup,
+    LineSplitter,
+    LogLine,
+    Notice,
+    ReorderBuffer,
+    prefix,
+    split_timestamp,
+)
 
 if TYPE_CHECKING:
     from sparkrack.deployments.running import Running
@@ -367,8 +375,8 @@ def show_logs(inventory, *, ranks: str | None = None, nodes: str | None = None,
               emit: Callable[[LogLine], None], on_event: Callable[[str], None]) -> list[str]:
     """Print the deployment's logs; the nodes or ranks that could not be read, named (an
     empty list: every chosen rank was read)."""
-    from sparkrack.fleet import Fleet
     from sparkrack.deployments.running import running
+    from sparkrack.fleet import Fleet
 
     since_s = parse_since(since) if since else None
     wanted_ranks = parse_ranks(ranks)
@@ -424,8 +432,8 @@ def show_logs(inventory, *, ranks: str | None = None, nodes: str | None = None,
 
 def failed_start_lines(inventory) -> tuple:
     """(the head's failed record, the lines its failed rank printed last, as LogLines)."""
-    from sparkrack.fleet import Fleet
     from sparkrack.deployments.record import read
+    from sparkrack.fleet import Fleet
 
     with Fleet(inventory, [inventory.head]) as fleet:
         failed = read(fleet, inventory)["failed"]

@@ -12,10 +12,22 @@ from dataclasses import dataclass, field
 
 from sparkrack.facts import node as node_facts
 from sparkrack.facts import provision
-from sparkrack.facts.onboard import DOCKER, NetdevFacts, links_query, parse_docker, parse_links
 from sparkrack.facts.docker import IMAGES
-from sparkrack.facts.roce import NETDEVS, netdev_of, node_fabric, roce_query, wanted_gids
+from sparkrack.facts.onboard import (
+    DOCKER,
+    NetdevFacts,
+    links_query,
+    parse_docker,
+    parse_links,
+)
 from sparkrack.facts.queries import Answers, Query, answer, argv
+from sparkrack.facts.roce import (
+    NETDEVS,
+    netdev_of,
+    node_fabric,
+    roce_query,
+    wanted_gids,
+)
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
 from sparkrack.inventory.values import address_problem

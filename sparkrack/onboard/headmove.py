@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sparkrack.core.errors import SparkrackError
-from sparkrack.facts.records import KINDS
-from sparkrack.fleet import Fleet
 from sparkrack.deployments import record
-from sparkrack.oplock.breakfold import fold_records
 from sparkrack.deployments.ranks import engine_containers
 from sparkrack.deployments.record import Deployment
+from sparkrack.facts.records import KINDS
+from sparkrack.fleet import Fleet
 from sparkrack.onboard.context import Context
 from sparkrack.oplock import audit
+from sparkrack.oplock.breakfold import fold_records
 from sparkrack.oplock.lock import LockError, call
 from sparkrack.oplock.remote import AUDIT_FILE, LOCK_DIR
 

@@ -11,9 +11,14 @@ from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
 from sparkrack.onboard.context import Context
 from sparkrack.provision.images import resolve_images
-from sparkrack.transfer.images import ImageTarget, short_id
 from sparkrack.transfer.chain import DEFAULT_PYTHON
-from sparkrack.transfer.images import TransferReport, distribute, verify
+from sparkrack.transfer.images import (
+    ImageTarget,
+    TransferReport,
+    distribute,
+    short_id,
+    verify,
+)
 from sparkrack.transfer.manifest import MANIFEST_NAME, rack_manifest, size_text
 from sparkrack.transfer.models import read_manifests
 from sparkrack.transfer.weights import Source, StageReport, stage

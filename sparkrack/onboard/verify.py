@@ -10,17 +10,17 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sparkrack.safety.burn import BurnResult, burn
+from sparkrack import remote
+from sparkrack.core.errors import SparkrackError
 from sparkrack.engines.catalog import engine_names
 from sparkrack.engines.profile_file import load_engine
-from sparkrack.core.errors import SparkrackError
 from sparkrack.fleet import Fleet, NodeResult
+from sparkrack.fleet.results import last_json_object
 from sparkrack.inventory import Inventory, Node
 from sparkrack.onboard.context import Context
-from sparkrack import remote
 from sparkrack.provision.envfiles import EnvFiles
+from sparkrack.safety.burn import BurnResult, burn
 from sparkrack.transfer.chain import DEFAULT_PYTHON
-from sparkrack.fleet.results import last_json_object
 
 HOLD_S = 8.0  # a listener's longest life
 SERVED_BY_EVERY_RANK = ("http",)  # other ports (dist_init, master) are the head's

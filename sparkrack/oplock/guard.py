@@ -24,7 +24,6 @@ from sparkrack.oplock import audit
 from sparkrack.oplock.lock import LockError, LockHeld, RackLock, call, interrupt_main
 from sparkrack.oplock.remote import Holder
 
-
 SETTLE_LIMIT = 180.0  # longest wait for an interrupted task's threads (a stop: up to 120 s)
 
 

@@ -6,6 +6,12 @@ strip and each outlet draw, and an outlet's timed power cycle.
 - strip.py: the strip's reading and an outlet's power cycle, for the inventory's nodes.
 """
 
-from sparkrack.pdu.strip import OutletReading, PduError, StripReading, cycle_outlet, read_strip
+from sparkrack.pdu.strip import (
+    OutletReading,
+    PduError,
+    StripReading,
+    cycle_outlet,
+    read_strip,
+)
 
 __all__ = ["OutletReading", "PduError", "StripReading", "cycle_outlet", "read_strip"]

@@ -90,8 +90,16 @@ class Session:
 
     async def _request(self, command, pairs: list[tuple[str, int | None]]) -> list:
         from pysnmp.hlapi.v3arch.asyncio import (
-            USM_AUTH_HMAC96_SHA, USM_PRIV_CFB128_AES, ContextData, Integer32, ObjectIdentity,
-            ObjectType, SnmpEngine, UdpTransportTarget, UsmUserData)
+            USM_AUTH_HMAC96_SHA,
+            USM_PRIV_CFB128_AES,
+            ContextData,
+            Integer32,
+            ObjectIdentity,
+            ObjectType,
+            SnmpEngine,
+            UdpTransportTarget,
+            UsmUserData,
+        )
 
         engine = SnmpEngine()
         try:

@@ -9,19 +9,34 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sparkrack.engineenv import (
-    SECRET_KEYS, VIEW_NODE, EngineEnv, EnvVar, GidIndex, NodeEnv, inventory_views, parse_env,
-    read_vars)
 from sparkrack.core.errors import SparkrackError
+from sparkrack.engineenv import (
+    SECRET_KEYS,
+    VIEW_NODE,
+    EngineEnv,
+    EnvVar,
+    GidIndex,
+    NodeEnv,
+    inventory_views,
+    parse_env,
+    read_vars,
+)
+from sparkrack.facts.provision import ProvisionFacts, parse_facts
+from sparkrack.facts.queries import Query, argv
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.schema import FrozenMapping
-from sparkrack.facts.provision import ProvisionFacts, parse_facts
-from sparkrack.facts.queries import Query, argv
 from sparkrack.provision.changes import Put
 from sparkrack.provision.modules import assert_, template
 from sparkrack.provision.plan import plan_node, queries
-from sparkrack.provision.roles import Renderer, Task, load_roles, node_vars, render_tasks, roles_path
+from sparkrack.provision.roles import (
+    Renderer,
+    Task,
+    load_roles,
+    node_vars,
+    render_tasks,
+    roles_path,
+)
 
 TEMPLATE = template.MODULE.name  # the tasks that write the env files
 CHECK = assert_.MODULE.name  # the role checks (an HCA missing or down)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkrack.facts.docker import normalize_ref
-
 from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.transfer.images import ImageTarget, short_id
+
 
 @dataclass(frozen=True)
 class TarImage:

@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sparkrack.provision.changes import Change
-from sparkrack.provision.diffs import REDACTED
 from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.facts.queries import Query
+from sparkrack.provision.changes import Change
+from sparkrack.provision.diffs import REDACTED
 from sparkrack.provision.modules import REGISTRY
 from sparkrack.provision.modules.base import PlanState, Step
 from sparkrack.provision.roles import Renderer, RenderError, Role, Task

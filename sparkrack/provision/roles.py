@@ -14,8 +14,8 @@ from typing import Any
 import jinja2
 import jinja2.sandbox
 
-from sparkrack.data import search_dirs, shipped
 from sparkrack.core.errors import InventoryError, UsageError
+from sparkrack.data import search_dirs, shipped
 from sparkrack.engineenv import EngineEnv
 from sparkrack.facts.roce import netdev_of, node_fabric
 from sparkrack.inventory import Inventory, Node

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from sparkrack.facts.docker import IMAGES, normalize_ref
-
 from sparkrack.facts.provision import ProvisionFacts, parse_facts
 from sparkrack.facts.queries import Query
 from sparkrack.facts.queries import argv as gather_argv

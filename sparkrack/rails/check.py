@@ -24,11 +24,11 @@ from sparkrack.facts.onboard import links_query, parse_links
 from sparkrack.facts.queries import answer
 from sparkrack.facts.queries import argv as gather_argv
 from sparkrack.facts.roce import FUNCTIONS, parse_functions, parse_hca, roce_query
-from sparkrack.rails.verdicts import Measured, Pair, Rail, judge, pairs, rails_of
 from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.fleet.results import last_json_object
-from sparkrack.remote.rails import JUMBO_WAIT, LISTENER
 from sparkrack.inventory import Inventory
+from sparkrack.rails.verdicts import Measured, Pair, Rail, judge, pairs, rails_of
+from sparkrack.remote.rails import JUMBO_WAIT, LISTENER
 
 RAIL_PORT = 29471  # UDP echo and TCP sink of the check, on each rail's address
 PYTHON = "/usr/bin/python3"

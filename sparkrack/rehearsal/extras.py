@@ -11,7 +11,13 @@ from dataclasses import asdict, dataclass, field
 from ipaddress import ip_address, ip_network
 
 from sparkrack.core.errors import UsageError
-from sparkrack.rehearsal.layout import BRIDGE_ADDR, EXTRA_NODES_FILE, HCAS, PDU_ADDR, NodeLayout
+from sparkrack.rehearsal.layout import (
+    BRIDGE_ADDR,
+    EXTRA_NODES_FILE,
+    HCAS,
+    PDU_ADDR,
+    NodeLayout,
+)
 from sparkrack.rehearsal.nodefs import write_if_changed
 
 NODE_SUBNET = ip_network(BRIDGE_ADDR, strict=False)  # 10.77.1.0/24: the nodes' bridge

@@ -12,8 +12,16 @@ from ipaddress import ip_address
 
 from sparkrack.rehearsal.cabling import Cabling
 from sparkrack.rehearsal.layout import (
-    BRIDGE, BRIDGE_ADDR, FABRIC_BRIDGE, PDU_ADDR, FUNCTIONS, MGMT_MTU, MGMT_NETDEV, SUBNET,
-    NodeLayout)
+    BRIDGE,
+    BRIDGE_ADDR,
+    FABRIC_BRIDGE,
+    FUNCTIONS,
+    MGMT_MTU,
+    MGMT_NETDEV,
+    PDU_ADDR,
+    SUBNET,
+    NodeLayout,
+)
 from sparkrack.rehearsal.switch import Switch
 
 LEGACY_TWIN_PEER = "p2-peer"  # the one-network layout's twin, removed on the next `up`

@@ -4,7 +4,11 @@ from dataclasses import dataclass
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
-from sparkrack.fleet.netguard import REHEARSAL_BRIDGE, REHEARSAL_STATE_FILE, REHEARSAL_SUBNET
+from sparkrack.fleet.netguard import (
+    REHEARSAL_BRIDGE,
+    REHEARSAL_STATE_FILE,
+    REHEARSAL_SUBNET,
+)
 
 STATE_DIR = Path("/var/lib/sparkrack/rehearsal")
 RUN_DIR = REHEARSAL_STATE_FILE.parent

@@ -150,7 +150,9 @@ def idle_watts(name: str) -> float:
     """The unit's wall idle figure (the simulator's own, drawn from its name)."""
     if str(SIM_DIR) not in sys.path:
         sys.path.insert(0, str(SIM_DIR))
-    from gpusim.config import unit_figures  # the simulator's package (sim/), not sparkrack's
+    from gpusim.config import (
+        unit_figures,  # the simulator's package (sim/), not sparkrack's
+    )
 
     return unit_figures(name)["node_idle_w"]
 

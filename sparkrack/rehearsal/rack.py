@@ -20,17 +20,25 @@ from ipaddress import ip_address
 from pathlib import Path
 
 from sparkrack.core.errors import SparkrackError, UsageError
+from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE
 from sparkrack.inventory import Inventory, load_inventory
 from sparkrack.rehearsal import cx7netplan, hostnet, hostprep, nodefs, nodeproc, pdu
-from sparkrack.rehearsal.extras import ExtraNode, check_extra, read_extras, write_extras
-from sparkrack.rehearsal.stubimage import build_stub_images
 from sparkrack.rehearsal.cabling import Cabling, read_cabling, write_cabling
+from sparkrack.rehearsal.extras import ExtraNode, check_extra, read_extras, write_extras
+from sparkrack.rehearsal.layout import (
+    CGROUP_GROUP,
+    CGROUP_ROOTS,
+    FABRIC_BRIDGE,
+    FABRIC_SUBNET,
+    HCAS,
+    KNOWN_HOSTS,
+    RUN_DIR,
+    SUBNET,
+    NodeLayout,
+)
+from sparkrack.rehearsal.stubimage import build_stub_images
 from sparkrack.rehearsal.switch import Switch, read_switch, write_switch
 from sparkrack.rehearsal.twinfile import TWIN_FILE, is_twin, read_twin
-from sparkrack.rehearsal.layout import (
-    CGROUP_GROUP, CGROUP_ROOTS, FABRIC_BRIDGE, FABRIC_SUBNET, HCAS, KNOWN_HOSTS, RUN_DIR, SUBNET,
-    NodeLayout)
-from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE
 
 BOOT_TIMEOUT = 90.0
 LINK_RATES = "etc/gpu-sim/link-rates.json"  # read by roce-mount: each HCA's ports/1/rate

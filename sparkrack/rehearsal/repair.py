@@ -14,10 +14,10 @@ from collections.abc import Collection
 from pathlib import Path
 
 from sparkrack.core.errors import SparkrackError
+from sparkrack.rehearsal import pdu
 from sparkrack.rehearsal.cabling import Cabling, read_cabling
 from sparkrack.rehearsal.nodefs import read_json_object
 from sparkrack.rehearsal.nodeproc import init_pid
-from sparkrack.rehearsal import pdu
 from sparkrack.rehearsal.rack import RehearsalRack
 from sparkrack.rehearsal.switch import Switch
 

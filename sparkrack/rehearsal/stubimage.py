@@ -21,7 +21,12 @@ from pathlib import Path
 
 from sparkrack.rehearsal.layout import STATE_DIR
 from sparkrack.rehearsal.nodefs import read_json_object
-from sparkrack.rehearsal.stubversions import StubVersion, known, parser_sources, stub_version
+from sparkrack.rehearsal.stubversions import (
+    StubVersion,
+    known,
+    parser_sources,
+    stub_version,
+)
 
 BUILDER_VERSION = 2
 IMAGES_DIR = STATE_DIR / "images"

@@ -17,11 +17,31 @@ import time
 import urllib.error
 
 from .capjudge import (
-    BUSY_PERCENT, BUSY_SAMPLES, LOAD_RUNS, NO_LOAD, OK, SAMPLE_FIELDS, SAMPLE_SECONDS, UNCAPPED,
-    judge, parse_output)
+    BUSY_PERCENT,
+    BUSY_SAMPLES,
+    LOAD_RUNS,
+    NO_LOAD,
+    OK,
+    SAMPLE_FIELDS,
+    SAMPLE_SECONDS,
+    UNCAPPED,
+    judge,
+    parse_output,
+)
 from .capnode import (
-    BOOT, BOOT_ID_FILE, CHECKED, FRESH_S, GATE_CONTAINER, LABEL, TAINT, VERDICT, read_boot_id,
-    record_of, stamp, taints_for)
+    BOOT,
+    BOOT_ID_FILE,
+    CHECKED,
+    FRESH_S,
+    GATE_CONTAINER,
+    LABEL,
+    TAINT,
+    VERDICT,
+    read_boot_id,
+    record_of,
+    stamp,
+    taints_for,
+)
 from .kubeapi import ACCOUNT, CONFLICT, Api
 
 RECORD = "/tmp/sparkrack-agent/burn.json"  # burn.sh makes its folder; nothing is kept there

@@ -15,7 +15,13 @@ import time
 
 from .dockerd import daemon_section, images_section
 from .links import links_section
-from .node import cuda_section, memory_section, node_section, sample_section, thermal_section
+from .node import (
+    cuda_section,
+    memory_section,
+    node_section,
+    sample_section,
+    thermal_section,
+)
 from .watchdog import watchdog_section
 
 INFINIBAND = "/sys/class/infiniband"

@@ -12,8 +12,19 @@ import threading
 import time
 
 from .handshake import connect, listen
-from .stagefiles import (CHUNK, escape, load_cache, locked, note_progress, open_nofollow,
-                         partial_path, save_cache, sha_of, stamp, within)
+from .stagefiles import (
+    CHUNK,
+    escape,
+    load_cache,
+    locked,
+    note_progress,
+    open_nofollow,
+    partial_path,
+    save_cache,
+    sha_of,
+    stamp,
+    within,
+)
 
 STALL = 30.0  # no progress this long on a data socket: given up (a cut link); "stall" overrides
 CLOSE_WAIT = 600.0  # after the last byte: how long the next hop may take to finish

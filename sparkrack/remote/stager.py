@@ -7,9 +7,22 @@ import json
 import os
 import sys
 
-from .stagefiles import (LOCK, MANIFEST, PARTIAL, busy, escape, load_cache, open_nofollow,
-                         parse_manifest_text, partial_path, save_cache, sha_of, stamp, walk_files,
-                         within)
+from .stagefiles import (
+    LOCK,
+    MANIFEST,
+    PARTIAL,
+    busy,
+    escape,
+    load_cache,
+    open_nofollow,
+    parse_manifest_text,
+    partial_path,
+    save_cache,
+    sha_of,
+    stamp,
+    walk_files,
+    within,
+)
 
 
 def sizes(root):

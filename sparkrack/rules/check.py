@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from sparkrack.engines import EngineDef, LaunchSpec, Profile, build_specs, load_engine, load_model
+from sparkrack.core.errors import InventoryError, UsageError
+from sparkrack.engines import (
+    EngineDef,
+    LaunchSpec,
+    Profile,
+    build_specs,
+    load_engine,
+    load_model,
+)
 from sparkrack.engines.datafile import did_you_mean
 from sparkrack.engines.option_names import checked_against
-from sparkrack.core.errors import InventoryError, UsageError
 from sparkrack.facts.kernel import KernelFacts
 from sparkrack.inventory import Inventory
 from sparkrack.rules.code_checks import CODE_CHECKS

@@ -11,15 +11,28 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from sparkrack import data
-from sparkrack.engines.datafile import (
-    Section, did_you_mean, is_number, is_text, is_text_list, read_section)
 from sparkrack.core.errors import UsageError
+from sparkrack.engines.datafile import (
+    Section,
+    did_you_mean,
+    is_number,
+    is_text,
+    is_text_list,
+    read_section,
+)
 from sparkrack.inventory.schema import ENGINES, FrozenMapping
 from sparkrack.rules.code_checks import CODE_CHECKS
 from sparkrack.rules.report import SEVERITIES
 from sparkrack.rules.rule import (
-    MODEL_KEYS, RANK_KINDS, CodeCheck, Condition, DataCheck, Evidence, LaunchFlags,
-    Rule)
+    MODEL_KEYS,
+    RANK_KINDS,
+    CodeCheck,
+    Condition,
+    DataCheck,
+    Evidence,
+    LaunchFlags,
+    Rule,
+)
 
 RULES_FILE = data.shipped("rules.yml")
 _RULE_ID = re.compile(r"[A-Z0-9][A-Z0-9-]*")

@@ -18,8 +18,20 @@ from sparkrack.fleet import Fleet, sh
 from sparkrack.inventory import Inventory, Node
 from sparkrack.remote import text
 from sparkrack.remote.capjudge import (
-    BUSY_PERCENT, BUSY_SAMPLES, LATCHED, LOAD_RUNS, OK, SAMPLE_FIELDS, SAMPLE_SECONDS,
-    UNCAPPED, UNREACHABLE, Sample, judge, parse_output)
+    BUSY_PERCENT,
+    BUSY_SAMPLES,
+    LATCHED,
+    LOAD_RUNS,
+    OK,
+    SAMPLE_FIELDS,
+    SAMPLE_SECONDS,
+    UNCAPPED,
+    UNREACHABLE,
+    Sample,
+    judge,
+    parse_output,
+)
+
 
 @dataclass
 class BurnResult:

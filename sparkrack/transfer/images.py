@@ -18,7 +18,13 @@ from pathlib import Path
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
 from sparkrack.transfer.chain import (
-    DEFAULT_PYTHON, Hop, LocalSource, NodeSource, relay_error, run_chain)
+    DEFAULT_PYTHON,
+    Hop,
+    LocalSource,
+    NodeSource,
+    relay_error,
+    run_chain,
+)
 
 CHUNK = 1 << 20
 

@@ -24,8 +24,14 @@ class StageProgress:
         self._bars = None
         err = console.err
         if not quiet and err.is_terminal:
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
-                                       TimeRemainingColumn, TransferSpeedColumn)
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
 
             self._bars = Progress(TextColumn("{task.description}"), BarColumn(),
                                   DownloadColumn(binary_units=True), TransferSpeedColumn(),

@@ -16,14 +16,26 @@ from pathlib import Path
 
 from sparkrack import remote
 from sparkrack.fleet import Fleet
-from sparkrack.inventory import Node
 from sparkrack.fleet.results import last_json_object
+from sparkrack.inventory import Node
 from sparkrack.remote.relay import file_stream
 from sparkrack.remote.stagefiles import LOCK
 from sparkrack.transfer.chain import (
-    DEFAULT_PYTHON, Hop, LocalSource, NodeSource, relay_error, run_chain)
+    DEFAULT_PYTHON,
+    Hop,
+    LocalSource,
+    NodeSource,
+    relay_error,
+    run_chain,
+)
 from sparkrack.transfer.manifest import (
-    MANIFEST_NAME, STAGE_CACHE, ManifestError, digest, parse_manifest, size_text)
+    MANIFEST_NAME,
+    STAGE_CACHE,
+    ManifestError,
+    digest,
+    parse_manifest,
+    size_text,
+)
 
 Progress = Callable[[str, int, int], None]  # (node, stream bytes through it, stream bytes)
 

@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     from sparkrack.core.errors import SparkrackError
     from sparkrack.fleet import Fleet
     from sparkrack.inventory import load_inventory
-    from sparkrack.watchdog.metrics import WatchdogMetrics
     from sparkrack.watchdog.fleetrack import FleetRack
+    from sparkrack.watchdog.metrics import WatchdogMetrics
     from sparkrack.watchdog.service import Watchdog
 
     try:

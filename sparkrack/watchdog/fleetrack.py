@@ -9,14 +9,14 @@ import threading
 import time
 
 from sparkrack.core.errors import SparkrackError
+from sparkrack.deployments import record
+from sparkrack.deployments.ranks import engine_containers
 from sparkrack.facts.node import facts_argv, parse_facts
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
-from sparkrack.deployments import record
-from sparkrack.deployments.ranks import engine_containers
-from sparkrack.watchdog.watch import GroupWatch, stop_left_behind
 from sparkrack.pdu.snmp import Session
 from sparkrack.pdu.strip import StripReading, read_strip, session_of
+from sparkrack.watchdog.watch import GroupWatch, stop_left_behind
 
 FACTS_TIMEOUT_S = 15.0  # as `invoke status`: a stuck node must not hold up the others
 STRIP_EVERY_S = 5.0  # between the PDU's readings (as the facts, for the metrics)
@@ -133,8 +133,8 @@ class FleetRack:
     def restart(self, deployment) -> None:
         """Start deployment's engine profile again in order: the same `up` as the operator's,
         gates included (a fresh burn, the power projection, the env files)."""
-        from sparkrack.safety.burn import burn
         from sparkrack.lifecycle.lanes import up
+        from sparkrack.safety.burn import burn
 
         def quick_burn(inventory, nodes, fleet=None):
             return burn(inventory, nodes, seconds=RESTART_BURN_S, fleet=fleet)

@@ -17,12 +17,29 @@ from sparkrack.facts.watchdog import NodeState
 from sparkrack.inventory.watchdog_dir import FIX as INSTALL_DIR_FIX
 from sparkrack.inventory.watchdog_dir import kind_problem
 from sparkrack.inventory.watchdog_record import (
-    WatchdogKey, check_public_key, check_sources, read_record, record_path)
+    WatchdogKey,
+    check_public_key,
+    check_sources,
+    read_record,
+    record_path,
+)
 from sparkrack.remote import script
 from sparkrack.watchdog import payload
 from sparkrack.watchdog.settings import (
-    Say, Settings, check_settings, failure, from_root, listen_argument, metrics_url, probe,
-    run_play, run_step, service_vars, watchdog_node, with_listen)
+    Say,
+    Settings,
+    check_settings,
+    failure,
+    from_root,
+    listen_argument,
+    metrics_url,
+    probe,
+    run_play,
+    run_step,
+    service_vars,
+    watchdog_node,
+    with_listen,
+)
 from sparkrack.watchdog.ship import Parts, apply_parts, lib_current, plan_parts
 
 METRICS_WAIT_S = 20.0

@@ -16,9 +16,8 @@ from pathlib import Path
 import yaml
 
 import sparkrack
-
-from sparkrack.data import KINDS, OWN_FOLDER, search_dirs, shipped
 from sparkrack.core.errors import UsageError
+from sparkrack.data import KINDS, OWN_FOLDER, search_dirs, shipped
 from sparkrack.facts.platform import Platform
 
 PACKAGE_DIR = Path(sparkrack.__file__).resolve().parent

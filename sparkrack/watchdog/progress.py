@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkrack.deployments.headapi import parse_prometheus
-
 from sparkrack.engines.serving import Metrics
 
 

@@ -17,10 +17,15 @@ from typing import Any, Protocol
 from sparkrack.core.atomic import write_atomically
 from sparkrack.core.errors import SparkrackError
 from sparkrack.safety.power import cap_state_of, project_power
-from sparkrack.watchdog.watch import Poll, tend_gpus
 from sparkrack.watchdog.metrics import (
-    DeploymentInfo, NodeSnapshot, Snapshot, WatchdogMetrics, update)
+    DeploymentInfo,
+    NodeSnapshot,
+    Snapshot,
+    WatchdogMetrics,
+    update,
+)
 from sparkrack.watchdog.policy import RESTART, RestartBudget
+from sparkrack.watchdog.watch import Poll, tend_gpus
 
 log = logging.getLogger("sparkrack.watchdog")
 

@@ -13,7 +13,14 @@ from sparkrack.facts.watchdog import NodeState
 from sparkrack.inventory.watchdog_record import WatchdogKey, read_record
 from sparkrack.watchdog import payload
 from sparkrack.watchdog.settings import (
-    Settings, check_settings, listen_of, metrics_url, probe, watchdog_node, with_install_dir)
+    Settings,
+    check_settings,
+    listen_of,
+    metrics_url,
+    probe,
+    watchdog_node,
+    with_install_dir,
+)
 
 
 @dataclass(frozen=True)

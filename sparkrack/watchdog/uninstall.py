@@ -16,8 +16,17 @@ from sparkrack.inventory.watchdog_dir import MARKER_FILE, kind_problem
 from sparkrack.inventory.watchdog_record import read_record, record_path
 from sparkrack.remote import text
 from sparkrack.watchdog.settings import (
-    Say, Settings, check_settings, failure, probe, run_play, run_step, service_vars, watchdog_node,
-    with_install_dir)
+    Say,
+    Settings,
+    check_settings,
+    failure,
+    probe,
+    run_play,
+    run_step,
+    service_vars,
+    watchdog_node,
+    with_install_dir,
+)
 
 
 @dataclass
@@ -66,8 +75,8 @@ def uninstall(inventory, on: str | None = None, *, settings: Settings = Settings
     record beside the inventory. A watchdog node that does not answer keeps its files, but
     the key is still taken away from every other node; the record stays until a run
     completes."""
-    from sparkrack.oplock.audit import note
     from sparkrack.inventory.watchdog_record import remove_record
+    from sparkrack.oplock.audit import note
 
     record = read_record(inventory.path)
     node = watchdog_node(inventory, on, record)

@@ -9,21 +9,28 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sparkrack.deployments.headapi import Endpoint, HeadError
+from sparkrack.deployments.ranks import Rank, refresh
+from sparkrack.deployments.running import running
 from sparkrack.engines.serving import Metrics, engine_serving
-from sparkrack.facts.gpu import SAMPLE, THERMAL, GpuSample, Thermal, parse_sample, parse_thermal
+from sparkrack.facts.gpu import (
+    SAMPLE,
+    THERMAL,
+    GpuSample,
+    Thermal,
+    parse_sample,
+    parse_thermal,
+)
 from sparkrack.facts.node import MEMORY, memory_of
 from sparkrack.facts.queries import answer, argv
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
-from sparkrack.watchdog.capguard import REAPPLY_EVERY_S, Reapplied, reapply_cap
-from sparkrack.deployments.ranks import Rank, refresh
 from sparkrack.lifecycle.stop import stop_ranks
+from sparkrack.watchdog.capguard import REAPPLY_EVERY_S, Reapplied, reapply_cap
 from sparkrack.watchdog.culprit import Verdict, Working, learn, read_gpus
 from sparkrack.watchdog.gpuwatch import Finding, judge
-from sparkrack.deployments.headapi import Endpoint, HeadError
 from sparkrack.watchdog.leak import LeakWatch
 from sparkrack.watchdog.progress import Reading, StallWatch, reading
-from sparkrack.deployments.running import running
 
 POLL_INTERVAL_S = 1.0  # between polls of the group
 HEALTH_TIMEOUT_S = 2  # rank 0's health answer within this, or the poll counts as unhealthy

@@ -6,8 +6,7 @@ import pytest
 
 from sparkrack.engines import LABEL_ENGINE
 from sparkrack.fleet import Fleet
-from sparkrack.lifecycle import nodelimits
-from sparkrack.lifecycle import lanes
+from sparkrack.lifecycle import lanes, nodelimits
 from sparkrack.rehearsal.stubimage import build_stub_images, load_stub_image
 
 

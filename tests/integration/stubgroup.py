@@ -17,11 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import docker.errors
 from rackhealth import QUICK_BURN_S
-from sparkrack.safety.burn import burn
+
+from sparkrack.deployments.ranks import engine_containers
 from sparkrack.engines import build_specs, docker_sdk_kwargs
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import nodelimits
-from sparkrack.deployments.ranks import engine_containers
+from sparkrack.safety.burn import burn
 
 
 def quick_burn(inventory, nodes, fleet=None):

@@ -22,22 +22,22 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from stubgroup import Lines
 
 from sparkrack.bench import run_bench, store
-from sparkrack.deployments.headapi import Endpoint
 from sparkrack.bench.speculative import parse_prometheus
+from sparkrack.deployments import record
+from sparkrack.deployments.headapi import Endpoint
+from sparkrack.deployments.ranks import engine_containers
+from sparkrack.deployments.record import RECORD_DIR, Deployment
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet, sh
 from sparkrack.lifecycle import lanes
-from sparkrack.deployments import record
-from sparkrack.deployments.ranks import engine_containers
-from sparkrack.lifecycle.stop import stop_ranks
-from sparkrack.deployments.record import RECORD_DIR, Deployment
 from sparkrack.lifecycle.start import as_rank, start_group
+from sparkrack.lifecycle.stop import stop_ranks
 from sparkrack.rehearsal.stub.config import CONFIG_NAME
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
 from sparkrack.rehearsal.stubimage import build_stub_images, load_stub_image
-from stubgroup import Lines
 
 pytestmark = pytest.mark.rack
 RATES = {"sglang": 40.0, "vllm": 30.0}

@@ -18,8 +18,8 @@ from stubgroup import nothing_runs, quick_burn
 
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes
-from sparkrack.oplock.breakfold import BREAK_GLASS_FILE
 from sparkrack.oplock.audit import parse_lines, verify_chain
+from sparkrack.oplock.breakfold import BREAK_GLASS_FILE
 from sparkrack.oplock.remote import AUDIT_FILE
 
 pytestmark = pytest.mark.rack

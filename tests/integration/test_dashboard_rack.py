@@ -26,8 +26,8 @@ from localproc import running
 from stubgroup import quick_burn
 from test_watchdog_rack import Prometheus, free_port, wait_for
 
-from sparkrack.lifecycle import lanes
 from sparkrack.deployments.headapi import Endpoint
+from sparkrack.lifecycle import lanes
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]

@@ -19,19 +19,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from provision_helpers import failures
+from stubgroup import Group, nothing_runs, quick_burn
 
 import sparkrack.rehearsal
+from sparkrack.engineenv import parse_env
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
 from sparkrack.lifecycle import lanes
 from sparkrack.provision import provision
-from sparkrack.engineenv import parse_env
 from sparkrack.provision.envfiles import rack_view
 from sparkrack.rehearsal.cabling import Cabling
-
-from provision_helpers import failures
-from stubgroup import Group, nothing_runs, quick_burn
 
 pytestmark = pytest.mark.rack
 FILES = ("/etc/sparkrack/nccl.env", "/etc/sparkrack/sglang.env")

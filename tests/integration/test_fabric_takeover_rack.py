@@ -8,12 +8,11 @@ import ipaddress
 import time
 
 import pytest
+from provision_helpers import failures
 
+from sparkrack.engineenv import parse_env
 from sparkrack.fleet import Fleet
 from sparkrack.provision import provision
-from sparkrack.engineenv import parse_env
-
-from provision_helpers import failures
 
 pytestmark = pytest.mark.rack
 NODE = "spark-03"

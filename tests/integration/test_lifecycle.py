@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from stubgroup import Lines, nothing_runs, quick_burn
 
 from sparkrack.data import shipped
+from sparkrack.deployments.record import read as read_records
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
 from sparkrack.lifecycle import lanes
-from sparkrack.watchdog.watch import watch_group
-from sparkrack.deployments.record import read as read_records
 from sparkrack.lifecycle.start import StartFailed
-from stubgroup import Lines, nothing_runs, quick_burn
+from sparkrack.watchdog.watch import watch_group
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]

@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 from rackhealth import LOAD_STARTUP_S, QUICK_BURN_S
 
-from sparkrack.safety.burn import burn
 from sparkrack.core.errors import UsageError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
 from sparkrack.onboard import baseline, onboard
-from sparkrack.transfer.manifest import MANIFEST_NAME
 from sparkrack.rehearsal import nodeproc
 from sparkrack.rehearsal.layout import KNOWN_HOSTS
 from sparkrack.rehearsal.privatecopy import copy_inventory as private_copy
 from sparkrack.rehearsal.privatecopy import host_key_fingerprint
+from sparkrack.safety.burn import burn
+from sparkrack.transfer.manifest import MANIFEST_NAME
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
@@ -214,9 +214,9 @@ def test_a_changed_host_key_is_refused(extras, tmp_path):
 
 
 def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path):
-    from sparkrack.lifecycle import lanes
     from sparkrack.deployments import record
     from sparkrack.deployments.ranks import engine_containers
+    from sparkrack.lifecycle import lanes
     from sparkrack.rehearsal.stub.config import CONFIG_NAME
 
     wipe(extras, NEW)  # a bare node again, new host key
@@ -300,8 +300,8 @@ def test_a_lost_head_is_replaced_by_a_spare_that_takes_the_lock_log_and_records(
     workers, then `onboard --replace spark-01` runs without the lock (none can be taken),
     makes spark-09 rank 0, and moves the audit log and records there from this machine's
     copies; the next task takes the lock on spark-09."""
-    from sparkrack.lifecycle import lanes
     from sparkrack.deployments import record
+    from sparkrack.lifecycle import lanes
     from sparkrack.oplock.audit import parse_lines, verify_chain
     from sparkrack.oplock.remote import AUDIT_FILE
 

@@ -13,11 +13,11 @@ import pytest
 from provision_helpers import failures, inventory_copy, snapshot
 
 from sparkrack.cli import provision_tasks
-from sparkrack.facts.node import CLOCK_CAP_UNIT
 from sparkrack.core.errors import InventoryError
+from sparkrack.engineenv import parse_env
+from sparkrack.facts.node import CLOCK_CAP_UNIT
 from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision, unprovision
-from sparkrack.engineenv import parse_env
 from sparkrack.provision.report import as_json
 
 pytestmark = pytest.mark.rack

@@ -5,13 +5,12 @@ and each node's burn record as they were."""
 import re
 
 import pytest
+from provision_helpers import failures
 
-from sparkrack.safety.burn import LATCHED, OK, UNCAPPED, burn
 from sparkrack.facts.node import BURN_RECORD, CLOCK_CAP_UNIT
 from sparkrack.fleet import Fleet, sh
 from sparkrack.provision import provision, unprovision
-
-from provision_helpers import failures
+from sparkrack.safety.burn import LATCHED, OK, UNCAPPED, burn
 
 pytestmark = pytest.mark.rack
 

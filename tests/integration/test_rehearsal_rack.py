@@ -3,10 +3,10 @@
 import time
 
 import pytest
+from simunits import mem_total_kb
 
 from sparkrack.fleet import Fleet
 from sparkrack.rehearsal import nodeproc
-from simunits import mem_total_kb
 
 pytestmark = pytest.mark.rack
 

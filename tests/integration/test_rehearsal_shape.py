@@ -204,8 +204,8 @@ def test_provisioning_gives_a_bare_fabric_its_addresses_and_jumbo_mtu(engine_rac
     --check` shows role fabric's netplan drop-in and changes nothing; `provision` writes and
     applies it: addresses and MTU 9000 on both paths, full-size frames to the neighbours,
     and a second run changes nothing."""
-    from sparkrack.rails import check_fabric
     from sparkrack.provision import provision
+    from sparkrack.rails import check_fabric
 
     inventory = engine_rack
     installed = on(inventory, "spark-06", ["sh", "-c", "cat /etc/netplan/40-cx7.yaml 2>/dev/null; true"])

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 import pytest
+from stubgroup import quick_burn
 
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes
-from stubgroup import quick_burn
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkrack.deployments.ranks import engine_containers
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes
-from sparkrack.deployments.ranks import engine_containers
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]

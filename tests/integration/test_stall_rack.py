@@ -24,15 +24,15 @@ import pytest
 from provision_helpers import inventory_copy
 from stubgroup import nothing_runs, quick_burn
 
+from sparkrack.deployments.headapi import Endpoint
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes
-from sparkrack.watchdog.watch import watch_group
-from sparkrack.deployments.headapi import Endpoint
 from sparkrack.oplock.audit import parse_lines
 from sparkrack.oplock.remote import AUDIT_FILE
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
 from sparkrack.rehearsal.switch import Switch
+from sparkrack.watchdog.watch import watch_group
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]

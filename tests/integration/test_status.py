@@ -7,11 +7,11 @@ import sys
 import time
 
 import pytest
+from simunits import mem_total_kb
 
 from sparkrack.facts.node import GPU_FIELDS
 from sparkrack.fleet import Fleet
 from sparkrack.status.rows import gather_status
-from simunits import mem_total_kb
 
 pytestmark = pytest.mark.rack
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

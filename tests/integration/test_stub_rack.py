@@ -12,10 +12,10 @@ import threading
 import time
 
 import pytest
-
-from sparkrack.rehearsal.stub.modeldir import write_stub_model
 from simunits import mem_total_kb
 from stubgroup import Group
+
+from sparkrack.rehearsal.stub.modeldir import write_stub_model
 
 pytestmark = pytest.mark.rack
 BUDGET = "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION"

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from stubgroup import nothing_runs, quick_burn
 
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
@@ -19,8 +20,6 @@ from sparkrack.lifecycle import lanes
 from sparkrack.lifecycle.start import StartFailed
 from sparkrack.provision import provision
 from sparkrack.rehearsal.switch import Switch
-
-from stubgroup import nothing_runs, quick_burn
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]

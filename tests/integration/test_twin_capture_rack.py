@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from simunits import mem_total_kb
 
 from sparkrack.facts.roce import SPARK_HCAS
 from sparkrack.rehearsal.cabling import Cabling
 from sparkrack.rehearsal.twin.capture import capture
-from simunits import mem_total_kb
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]

@@ -12,20 +12,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rackhealth import LOAD_STARTUP_S
+from stubgroup import nothing_runs, quick_burn
 
 from sparkrack.core.errors import SparkrackError
+from sparkrack.engineenv import parse_env
 from sparkrack.fleet import Fleet
 from sparkrack.fleet.netguard import blackhole_present
 from sparkrack.lifecycle import lanes
 from sparkrack.provision import provision
-from sparkrack.engineenv import parse_env
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
 from sparkrack.rehearsal.twin.build import build_twin
 from sparkrack.rehearsal.twin.capture import capture
 from sparkrack.rehearsal.twin.diff import differences
-
-from rackhealth import LOAD_STARTUP_S
-from stubgroup import nothing_runs, quick_burn
 
 pytestmark = pytest.mark.rack
 REHEARSAL_INVENTORY = Path(__file__).resolve().parents[2] / "inventory" / "rehearsal"

@@ -5,8 +5,8 @@ for the four RoCE functions, `-pl` refused in the real tool's words."""
 import json
 
 import pytest
-
 from simunits import UNIT_IDLE_W, UNIT_MEM_TOTAL_KB, mem_total_kb
+
 from sparkrack.fleet import Fleet
 from sparkrack.status.rows import gather_status
 

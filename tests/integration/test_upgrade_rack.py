@@ -20,9 +20,9 @@ from provision_helpers import inventory_copy
 from stubgroup import nothing_runs, quick_burn
 
 from sparkrack.data import shipped
+from sparkrack.deployments.headapi import Endpoint
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes
-from sparkrack.deployments.headapi import Endpoint
 from sparkrack.provision import provision
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
 from sparkrack.rehearsal.stubimage import build_stub_images

@@ -37,13 +37,13 @@ from hosttools import need
 from localproc import running
 from stubgroup import quick_burn
 
+from sparkrack.deployments.record import read as read_records
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet, sh
-from sparkrack.lifecycle import lanes
-from sparkrack.deployments.record import read as read_records
-from sparkrack.watchdog.settings import DEFAULT_INSTALL_DIR, STATE_DIR, UNIT
 from sparkrack.inventory.watchdog_dir import MARKER_FILE, MARKER_TEXT
 from sparkrack.inventory.watchdog_record import MARKER, read_record
+from sparkrack.lifecycle import lanes
+from sparkrack.watchdog.settings import DEFAULT_INSTALL_DIR, STATE_DIR, UNIT
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]

@@ -17,10 +17,10 @@ from provision_helpers import inventory_copy
 from stubgroup import quick_burn
 
 from sparkrack.data import shipped
+from sparkrack.deployments.record import read as read_records
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes
 from sparkrack.lifecycle.lanes import Refused
-from sparkrack.deployments.record import read as read_records
 from sparkrack.rehearsal.stub.modeldir import MANIFEST_NAME, model_files
 
 pytestmark = pytest.mark.rack

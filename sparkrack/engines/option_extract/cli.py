@@ -13,7 +13,6 @@ from .common import NONE, Option, Sources
 from .sglang import SGLANG_FIELDS, SGLANG_SERVER_ARGS, sglang_options
 from .vllm import VLLM_ARG_UTILS, VLLM_CLI_ARGS, vllm_options
 
-
 ENGINES = {
     "sglang": {"reader": sglang_options, "abbrev": True, "underscores": False,
                "what": "`python3 -m sglang.launch_server` (prepare_server_args)",

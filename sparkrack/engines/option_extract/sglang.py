@@ -5,8 +5,23 @@ from __future__ import annotations
 import ast
 
 from .common import (
-    NONE, OPTIONAL, VALUE, ActionReader, Option, Sources, add_argument_calls, const, dotted,
-    find_class, find_method, kebab, keyword, option_strings, strings, with_negatives)
+    NONE,
+    OPTIONAL,
+    VALUE,
+    ActionReader,
+    Option,
+    Sources,
+    add_argument_calls,
+    const,
+    dotted,
+    find_class,
+    find_method,
+    kebab,
+    keyword,
+    option_strings,
+    strings,
+    with_negatives,
+)
 
 SGLANG_SERVER_ARGS = "sglang/srt/server_args.py"
 SGLANG_FIELDS = "sglang/srt/arg_groups/fields/"

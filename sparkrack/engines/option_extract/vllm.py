@@ -6,9 +6,25 @@ import ast
 import re
 
 from .common import (
-    NONE, OPTIONAL, VALUE, ActionReader, Option, Sources, add_argument_calls, const, dotted,
-    find_class, find_function, find_method, imports, kebab, keyword, option_strings, strings,
-    with_negatives)
+    NONE,
+    OPTIONAL,
+    VALUE,
+    ActionReader,
+    Option,
+    Sources,
+    add_argument_calls,
+    const,
+    dotted,
+    find_class,
+    find_function,
+    find_method,
+    imports,
+    kebab,
+    keyword,
+    option_strings,
+    strings,
+    with_negatives,
+)
 
 VLLM_ARG_UTILS = "vllm/engine/arg_utils.py"
 VLLM_CLI_ARGS = "vllm/entrypoints/common/cli_args.py"

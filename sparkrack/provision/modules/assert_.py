@@ -13,12 +13,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from sparkrack.provision.changes import Change
 from sparkrack.facts.docker import IMAGES
 from sparkrack.facts.files import file_query
 from sparkrack.facts.netplan import DAEMON_QUERIES, NETPLAN
-from sparkrack.facts.roce import FUNCTIONS, NETDEVS, roce_query
 from sparkrack.facts.queries import Query
+from sparkrack.facts.roce import FUNCTIONS, NETDEVS, roce_query
+from sparkrack.provision.changes import Change
 from sparkrack.provision.modules.base import Module, Step
 
 

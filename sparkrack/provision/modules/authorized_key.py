@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from sparkrack.facts.files import file_query
 from sparkrack.provision.changes import Change, Put, Run
 from sparkrack.provision.diffs import file_diff
-from sparkrack.facts.files import file_query
 from sparkrack.provision.modules.base import Module, Step
 from sparkrack.provision.modules.fileops import octal
 

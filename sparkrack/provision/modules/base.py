@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sparkrack.provision.changes import Change
-from sparkrack.transfer.images import ImageTarget
 from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.facts.queries import Query
+from sparkrack.provision.changes import Change
+from sparkrack.transfer.images import ImageTarget
 
 if TYPE_CHECKING:
     from sparkrack.provision.roles import Renderer, Role

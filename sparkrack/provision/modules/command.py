@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from sparkrack.provision.changes import Change, Run
 from sparkrack.facts.files import file_query
 from sparkrack.facts.provision import guard_query
 from sparkrack.facts.queries import Query
+from sparkrack.provision.changes import Change, Run
 from sparkrack.provision.modules.base import Module, Step
 from sparkrack.remote import text
 

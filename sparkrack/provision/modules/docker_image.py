@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sparkrack.provision.changes import Change, Run, Transfer
-from sparkrack.transfer.images import short_id
 from sparkrack.facts.docker import IMAGES, normalize_ref
+from sparkrack.provision.changes import Change, Run, Transfer
 from sparkrack.provision.modules.base import Module, Step
+from sparkrack.transfer.images import short_id
 
 if TYPE_CHECKING:
     from sparkrack.provision.roles import Task

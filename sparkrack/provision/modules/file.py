@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import PurePosixPath
 
-from sparkrack.provision.changes import Action, Change, Run
 from sparkrack.facts.files import file_query
+from sparkrack.provision.changes import Action, Change, Run
 from sparkrack.provision.modules.base import Module, Step
 from sparkrack.provision.modules.fileops import fix_attributes, octal, remove_file
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from sparkrack.facts.files import FileFacts, file_query
 from sparkrack.provision.changes import Action, Change, Put, Run
 from sparkrack.provision.diffs import file_diff, line_counts
-from sparkrack.facts.files import FileFacts, file_query
 from sparkrack.provision.modules.base import Module, PlanState, Step
 
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sparkrack.provision.changes import Action, Change, Run
 from sparkrack.facts.systemd import unit_query
+from sparkrack.provision.changes import Action, Change, Run
 from sparkrack.provision.modules.base import Module, PlanState, Step
 
 NAME = "systemd"

@@ -12,11 +12,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparkrack.deployments import record
+from sparkrack.deployments.ranks import Rank, engine_containers
 from sparkrack.facts.node import NodeFacts, burn_this_boot, facts_argv, parse_facts
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, load_inventory
-from sparkrack.deployments import record
-from sparkrack.deployments.ranks import Rank, engine_containers
 from sparkrack.oplock import audit
 from sparkrack.oplock.lock import call, ended_here
 from sparkrack.rehearsal.nodeproc import init_pid

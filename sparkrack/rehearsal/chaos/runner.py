@@ -17,18 +17,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkrack.fleet import Fleet
 from sparkrack.core.errors import SparkrackError
-from sparkrack.inventory import Inventory, load_inventory
 from sparkrack.deployments.ranks import engine_containers
+from sparkrack.fleet import Fleet
+from sparkrack.inventory import Inventory, load_inventory
 from sparkrack.oplock import audit
+from sparkrack.rehearsal.chaos.invariants import CHANGING, judge, observe
+from sparkrack.rehearsal.chaos.plan import NODE_FAULTS, Step
 from sparkrack.rehearsal.layout import HCAS
 from sparkrack.rehearsal.nodeproc import in_node, init_pid
 from sparkrack.rehearsal.privatecopy import host_key_fingerprint
 from sparkrack.rehearsal.rack import RehearsalRack
 from sparkrack.rehearsal.repair import repair_faults
-from sparkrack.rehearsal.chaos.invariants import CHANGING, judge, observe
-from sparkrack.rehearsal.chaos.plan import NODE_FAULTS, Step
 
 COMMAND_TIMEOUT_S = 600  # a command still running after this is a violation (hung)
 SPARE = ("spark-09", "10.77.1.19")  # the extra node a lost head is replaced with

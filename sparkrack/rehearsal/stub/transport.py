@@ -7,9 +7,9 @@ Pure except `local_interfaces`, `netdev_mtu`, `echo_rails` and `first_write`.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import ipaddress
 import socket
-import fcntl
 import struct
 import threading
 import time

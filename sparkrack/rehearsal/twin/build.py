@@ -14,11 +14,17 @@ from sparkrack.core.atomic import write_atomically
 from sparkrack.core.errors import UsageError
 from sparkrack.facts.capture import RACK_VARS
 from sparkrack.inventory import load_inventory
+from sparkrack.rehearsal import nodefs, nodeproc
 from sparkrack.rehearsal.cabling import Cabling, write_cabling
 from sparkrack.rehearsal.layout import FUNCTIONS, NodeLayout
-from sparkrack.rehearsal import nodefs, nodeproc
+from sparkrack.rehearsal.twin.trust import (
+    MARK,
+    check_folder,
+    comment,
+    node_names,
+    node_vars,
+)
 from sparkrack.rehearsal.twinfile import read_twin, write_twin
-from sparkrack.rehearsal.twin.trust import MARK, check_folder, comment, node_names, node_vars
 
 DEFAULT_MTU = 1500  # a fabric netdev's before anything set another
 MAX_NODES = 12  # what this machine (2 cores, 24 GiB) boots as rehearsal nodes

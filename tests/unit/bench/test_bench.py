@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkrack.bench import measure, speculative, prompts
+from sparkrack.bench import measure, prompts, speculative
 from sparkrack.bench.compare import compare, header
 from sparkrack.bench.result import (
     BenchResult,
@@ -25,9 +25,15 @@ from sparkrack.bench.run import (
     needle_timeout,
 )
 from sparkrack.bench.target import argv_port
-from sparkrack.engines.serving import engine_serving
 from sparkrack.core.errors import UsageError
-from sparkrack.deployments.headapi import DONE, Streamed, finish_reason, parse_sse_line, piece_text
+from sparkrack.deployments.headapi import (
+    DONE,
+    Streamed,
+    finish_reason,
+    parse_sse_line,
+    piece_text,
+)
+from sparkrack.engines.serving import engine_serving
 
 REHEARSAL = Path(__file__).resolve().parents[3] / "inventory" / "rehearsal"
 SERIES = engine_serving(REHEARSAL, "sglang").metrics  # what the fake endpoint serves

@@ -11,11 +11,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from invoke import Context
+from invoke.exceptions import Exit
+from test_bench_store import _result, rehearsal_inventory  # noqa: F401 (a fixture)
 
 from sparkrack.bench import store
 from sparkrack.cli import bench_tasks
-from invoke.exceptions import Exit
-from test_bench_store import _result, rehearsal_inventory  # noqa: F401 (a fixture)
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -5,8 +5,8 @@ import io
 
 import pytest
 
-from sparkrack.core import console
 from sparkrack.cli import Sparkrack, build_namespace
+from sparkrack.core import console
 
 
 @pytest.fixture

@@ -11,8 +11,17 @@ import pytest
 from invoke import Context
 from invoke.exceptions import Exit
 
-from sparkrack.cli import common, facts_tasks, lock_tasks, onboard_tasks, power_tasks, \
-    provision_tasks, serve_tasks, status_tasks, watch_tasks
+from sparkrack.cli import (
+    common,
+    facts_tasks,
+    lock_tasks,
+    onboard_tasks,
+    power_tasks,
+    provision_tasks,
+    serve_tasks,
+    status_tasks,
+    watch_tasks,
+)
 from sparkrack.cli.common import rack_task
 from sparkrack.core.errors import SparkrackError, UsageError
 from sparkrack.oplock import guard as guard_module

@@ -8,10 +8,10 @@ import pytest
 from invoke import Context
 from invoke.exceptions import Exit
 
-from sparkrack.fleet.adhoc import Group, render
 from sparkrack.core.errors import SparkrackError
-from sparkrack.logs.lines import LogLine, format_line
 from sparkrack.core.terminal import escape_controls
+from sparkrack.fleet.adhoc import Group, render
+from sparkrack.logs.lines import LogLine, format_line
 
 CLIPBOARD = "\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07"  # OSC 52: set the clipboard
 SHOWN = "\\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\\x07"

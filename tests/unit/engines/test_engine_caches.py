@@ -9,11 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from sparkrack.core.errors import UsageError
 from sparkrack.data import shipped
 from sparkrack.engines import CacheKey, build_specs, docker_run_argv, docker_sdk_kwargs
-from sparkrack.engines.caches import (CACHE_MOUNT, CACHE_ROOT, arch_of, cache_env,
-                                      folder_name, parse_folder_name)
-from sparkrack.core.errors import UsageError
+from sparkrack.engines.caches import (
+    CACHE_MOUNT,
+    CACHE_ROOT,
+    arch_of,
+    cache_env,
+    folder_name,
+    parse_folder_name,
+)
 from sparkrack.facts.node import GpuFacts, NodeFacts
 from sparkrack.inventory import load_inventory
 from sparkrack.lifecycle.caches import cache_gate_lines, cache_key
@@ -117,8 +123,8 @@ def test_a_profile_may_not_point_a_cache_itself(tmp_path):
 
 
 def test_housekeeping_keeps_what_runs_and_the_lanes_images(monkeypatch):
-    from sparkrack.lifecycle import caches
     from sparkrack.deployments.record import Deployment
+    from sparkrack.lifecycle import caches
 
     last = Deployment(engine="sglang", profile="512k", deployment_id="d", spec_hash="s",
                       image="lmsysorg/sglang:v0.5.22-cu130", image_id=IMAGE_ID)

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from sparkrack.core.errors import InventoryError, UsageError
 from sparkrack.data import shipped
 from sparkrack.engines import load_model
 from sparkrack.engines.model_data import GIB
-from sparkrack.core.errors import InventoryError, UsageError
 from sparkrack.inventory import load_inventory
 
 REPO = Path(__file__).resolve().parents[3]

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from sparkrack import data
+from sparkrack.core.errors import InventoryError
 from sparkrack.engines import build_specs, load_engine
 from sparkrack.engines.option_names import PINNED, options_for, read_options
-from sparkrack.core.errors import InventoryError
 from sparkrack.inventory import load_inventory
 from sparkrack.rules import check_profile
-from sparkrack.rules.ruleset import shipped
 from sparkrack.rules.rule import DataCheck, LaunchFlags
+from sparkrack.rules.ruleset import shipped
 
 REPO = Path(__file__).resolve().parents[3]
 REHEARSAL = REPO / "inventory" / "rehearsal"

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from sparkrack.core.errors import InventoryError, UsageError
 from sparkrack.data import shipped
 from sparkrack.engines import engine_names, load_engine
 from sparkrack.engines.profile_file import read_engine_file
 from sparkrack.engines.serving import engine_serving
-from sparkrack.core.errors import InventoryError, UsageError
 
 REPO = Path(__file__).resolve().parents[3]
 REHEARSAL = REPO / "inventory" / "rehearsal"

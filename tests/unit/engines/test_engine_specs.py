@@ -12,14 +12,23 @@ import pytest
 from invoke import Collection, Program
 
 from sparkrack.cli import serve_tasks
-from sparkrack.data import shipped
-from sparkrack.engines import (
-    LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_PROFILE, LABEL_RANK, LABEL_SPEC_HASH,
-    LABEL_STOP_TIMEOUT, api_url, build_specs, docker_run_argv, docker_sdk_kwargs)
 from sparkrack.core.errors import UsageError
+from sparkrack.data import shipped
+from sparkrack.engineenv import VIEW_NODE, EnvVar, inventory_views
+from sparkrack.engines import (
+    LABEL_DEPLOYMENT,
+    LABEL_ENGINE,
+    LABEL_PROFILE,
+    LABEL_RANK,
+    LABEL_SPEC_HASH,
+    LABEL_STOP_TIMEOUT,
+    api_url,
+    build_specs,
+    docker_run_argv,
+    docker_sdk_kwargs,
+)
 from sparkrack.inventory import load_inventory
 from sparkrack.inventory.schema import FrozenMapping
-from sparkrack.engineenv import VIEW_NODE, EnvVar, inventory_views
 from sparkrack.provision.envfiles import RackView
 
 REPO = Path(__file__).resolve().parents[3]

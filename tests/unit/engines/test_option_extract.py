@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from sparkrack.learn.options import extractor_argv, extractor_files
-from sparkrack.rehearsal.stubversions import VERSIONS, parser_sources, write_parser_sources
+from sparkrack.rehearsal.stubversions import (
+    VERSIONS,
+    parser_sources,
+    write_parser_sources,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 

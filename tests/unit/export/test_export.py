@@ -18,13 +18,18 @@ import yaml
 from invoke import Collection, Program
 
 from sparkrack.cli import build_namespace, export_tasks
+from sparkrack.core.errors import SparkrackError, UsageError
 from sparkrack.data import shipped
 from sparkrack.engines import build_specs, load_engine, template_values
-from sparkrack.core.errors import SparkrackError, UsageError
-from sparkrack.export.caches import cache_key
 from sparkrack.export import (
-    CAP_VERIFIED_LABEL, ProfileRefused, cluster_options, export_lws, manifest_yaml,
-    write_manifests)
+    CAP_VERIFIED_LABEL,
+    ProfileRefused,
+    cluster_options,
+    export_lws,
+    manifest_yaml,
+    write_manifests,
+)
+from sparkrack.export.caches import cache_key
 from sparkrack.export.command import group_argv
 from sparkrack.export.env import NCCL_SELECTION
 from sparkrack.inventory import load_inventory

@@ -6,12 +6,18 @@ import json
 import os
 import subprocess
 
+from sparkrack.deployments.record import records_of
 from sparkrack.facts import node, records
-from sparkrack.facts.node import (GPU_FIELDS, NodeFacts, burn_this_boot, facts_argv, parse_facts,
-                                  parse_gpu)
+from sparkrack.facts.node import (
+    GPU_FIELDS,
+    NodeFacts,
+    burn_this_boot,
+    facts_argv,
+    parse_facts,
+    parse_gpu,
+)
 from sparkrack.facts.queries import PYTHON, answer, argv
 from sparkrack.facts.sections import split
-from sparkrack.deployments.record import records_of
 from sparkrack.status.rows import cap_state
 
 BOOT = "093d830e-9634-4f95-b9b8-ba9aa4b10d41"

@@ -7,7 +7,6 @@ import socket
 from pathlib import Path
 
 import pytest
-
 from loopback import Sshd, inventory, needs_sshd
 
 from sparkrack.fleet import Fleet
@@ -63,8 +62,8 @@ def with_records(monkeypatch, folder: Path, **found: dict) -> None:
     """The head's deployment records in folder ({kind: record}) instead of /var/lib."""
     import json
 
-    from sparkrack.facts import records
     from sparkrack.deployments import record
+    from sparkrack.facts import records
 
     monkeypatch.setattr(records, "RECORD_DIR", str(folder))
     monkeypatch.setattr(record, "RECORD_DIR", str(folder))
@@ -98,8 +97,8 @@ def test_the_gates_ask_each_node_once_and_the_head_for_its_records(sshd: Sshd, m
 
 def stopping_one_rank(monkeypatch, stop_ranks=lambda fleet, ranks, timeout, on_stop: {}):
     """stop.engine_containers finds rank 0 of d1 on spark-01; stop.stop_ranks is stop_ranks."""
-    from sparkrack.lifecycle import stop
     from sparkrack.deployments.ranks import Rank
+    from sparkrack.lifecycle import stop
 
     rank = Rank("spark-01", 0, "sparkrack-rank0", "sglang", "512k", "d1", "running", None, 10)
     monkeypatch.setattr(stop, "engine_containers", lambda fleet: ([rank], {}))

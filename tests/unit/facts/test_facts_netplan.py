@@ -6,13 +6,20 @@ import os
 import subprocess
 
 import pytest
-from hosttools import need
 import yaml
+from hosttools import need
 
 from sparkrack.facts import provision as g
 from sparkrack.facts.netplan import (
-    DAEMON_QUERIES, NETPLAN, NetplanFile, Renderer, parse_netplan, problem, renderer_for,
-    renderer_of)
+    DAEMON_QUERIES,
+    NETPLAN,
+    NetplanFile,
+    Renderer,
+    parse_netplan,
+    problem,
+    renderer_for,
+    renderer_of,
+)
 from sparkrack.facts.queries import PYTHON
 from sparkrack.facts.queries import argv as gather_argv
 from sparkrack.facts.systemd import UnitFacts

@@ -11,9 +11,16 @@ from pathlib import Path
 
 import pytest
 from loopback import Sshd, free_port, inventory, needs_sshd, write_inventory
-from sparkrack.fleet.adhoc import (
-    command_argv, compress, group_results, remainder_of, render, run_adhoc)
+
 from sparkrack.core.errors import UsageError
+from sparkrack.fleet.adhoc import (
+    command_argv,
+    compress,
+    group_results,
+    remainder_of,
+    render,
+    run_adhoc,
+)
 from sparkrack.fleet.results import FleetResult, NodeResult
 
 REPO = Path(__file__).resolve().parents[3]

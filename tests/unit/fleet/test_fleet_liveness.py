@@ -11,8 +11,8 @@ import time
 from loopback import Sshd, inventory, needs_sshd, new_session_pid
 
 from sparkrack.core import events
-from sparkrack.safety.burn import burn
 from sparkrack.fleet import Fleet
+from sparkrack.safety.burn import burn
 
 pytestmark = needs_sshd
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from loopback import Sshd, inventory, needs_sshd
 
-from sparkrack.fleet import warm as fleet_warm
 from sparkrack.fleet import Fleet
+from sparkrack.fleet import warm as fleet_warm
 
 pytestmark = needs_sshd
 

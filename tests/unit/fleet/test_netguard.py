@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkrack.fleet import netguard
 from sparkrack.core.errors import UnsafeAddressError
+from sparkrack.fleet import netguard
 from sparkrack.inventory import Node
 from sparkrack.inventory.schema import RackVars
 

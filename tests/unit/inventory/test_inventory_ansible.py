@@ -13,8 +13,8 @@ import pytest
 
 from sparkrack.data import shipped
 from sparkrack.inventory import Inventory, Node, load_inventory
-from sparkrack.inventory.schema import RACK_SPECS, SPECS
 from sparkrack.inventory import watchdog_record as keyrecord
+from sparkrack.inventory.schema import RACK_SPECS, SPECS
 
 REPO = Path(__file__).resolve().parents[3]
 INVENTORIES = [REPO / "inventory" / "rack", REPO / "inventory" / "rehearsal",

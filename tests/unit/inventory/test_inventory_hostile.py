@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkrack.core.errors import InventoryError, UsageError
 from sparkrack.data import shipped
 from sparkrack.engines import build_specs, load_engine
-from sparkrack.core.errors import InventoryError, UsageError
 from sparkrack.inventory import MAX_FILE_BYTES, load_inventory
 from sparkrack.inventory.schema import ADDRESS, SPECS
 from sparkrack.inventory.values import is_address

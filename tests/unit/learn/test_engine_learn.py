@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from sparkrack.learn.options import LearnFailed, compare, keep, nearest_table
 from sparkrack.engines.option_names import (
-    LEARNED_DIR, image_version, lane_options, options_for, read_options, tables)
+    LEARNED_DIR,
+    image_version,
+    lane_options,
+    options_for,
+    read_options,
+    tables,
+)
 from sparkrack.inventory import load_inventory
+from sparkrack.learn.options import LearnFailed, compare, keep, nearest_table
 from sparkrack.rehearsal.stubversions import VERSIONS
 
 REPO = Path(__file__).resolve().parents[3]

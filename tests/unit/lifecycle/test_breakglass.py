@@ -20,11 +20,10 @@ from sparkrack.fleet.reach import Reach
 from sparkrack.fleet.results import FleetResult, NodeResult
 from sparkrack.inventory import Inventory, load_inventory
 from sparkrack.lifecycle import breakglass
-from sparkrack.oplock.breakfold import FROM, fold_records
-from sparkrack.oplock.breakfold import BREAK_GLASS_FILE
 from sparkrack.lifecycle.breakglass import break_glass
 from sparkrack.lifecycle.headgone import HeadNotGone, Look, confirm_gone, judge
 from sparkrack.oplock import audit
+from sparkrack.oplock.breakfold import BREAK_GLASS_FILE, FROM, fold_records
 from sparkrack.oplock.lock import LockError, call
 
 REPO = Path(__file__).resolve().parents[3]

@@ -8,8 +8,8 @@ import json
 import textwrap
 
 from sparkrack.deployments.ranks import Rank
-from sparkrack.logs.lines import REASON_CHARS, reason
 from sparkrack.lifecycle.start import rank_failed
+from sparkrack.logs.lines import REASON_CHARS, reason
 
 ARGV = ["python3", "-m", "sglang.launch_server", *[f"--flag-{i}" for i in range(40)]]
 BANNER = json.dumps({"argv": ARGV, "cmdline": ARGV, "env": {f"VAR_{i}": "x" * 20 for i in range(20)},

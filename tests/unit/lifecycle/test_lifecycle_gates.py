@@ -10,13 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from sparkrack.safety.burn import BurnResult
+from sparkrack.deployments import record
 from sparkrack.facts.node import NodeFacts, UnitFacts
 from sparkrack.inventory import load_inventory
-from sparkrack.lifecycle import lanes, gates
-from sparkrack.deployments import record
+from sparkrack.lifecycle import gates, lanes
 from sparkrack.lifecycle.start import StartFailed
 from sparkrack.oplock.identity import operator
+from sparkrack.safety.burn import BurnResult
 
 REHEARSAL = Path(__file__).resolve().parents[3] / "inventory" / "rehearsal"
 

@@ -1,7 +1,7 @@
 """Pure parts of the engine lifecycle: start/stop order and the memory-ratchet detector."""
 
-from sparkrack.watchdog.leak import LeakWatch
 from sparkrack.lifecycle.order import start_order, stop_order
+from sparkrack.watchdog.leak import LeakWatch
 
 GIB = 1 << 20  # in kB
 

@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
+from sparkrack.deployments.record import Deployment
 from sparkrack.inventory import load_inventory
 from sparkrack.lifecycle.modeluse import runs_from, used_by
-from sparkrack.deployments.record import Deployment
 
 REHEARSAL = Path(__file__).resolve().parents[3] / "inventory" / "rehearsal"
 

@@ -16,11 +16,30 @@ from sparkrack.deployments.ranks import Rank
 from sparkrack.deployments.running import Running
 from sparkrack.fleet.containers import NodeDocker
 from sparkrack.logs.lines import (
-    END, Dedup, LineSplitter, LogLine, Notice, ReorderBuffer, format_line, format_timestamp, merge,
-    parse_timestamp, split_timestamp)
+    END,
+    Dedup,
+    LineSplitter,
+    LogLine,
+    Notice,
+    ReorderBuffer,
+    format_line,
+    format_timestamp,
+    merge,
+    parse_timestamp,
+    split_timestamp,
+)
 from sparkrack.logs.readers import (
-    Attached, ContainerGone, DockerRankLogs, Liveness, RankReader, choose_deployment,
-    followed_lines, merged_lines, parse_ranks, select_ranks)
+    Attached,
+    ContainerGone,
+    DockerRankLogs,
+    Liveness,
+    RankReader,
+    choose_deployment,
+    followed_lines,
+    merged_lines,
+    parse_ranks,
+    select_ranks,
+)
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 T0 = "2026-01-01T00:00:00"

@@ -16,11 +16,11 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from sparkrack import remote
 from sparkrack.core.errors import InventoryError, UsageError
 from sparkrack.facts.kernel import KernelFacts
 from sparkrack.facts.onboard import NetdevFacts
 from sparkrack.fleet import hostkeys
-from sparkrack import remote
 from sparkrack.inventory import load_inventory
 from sparkrack.onboard import baseline, join, trust, verify
 

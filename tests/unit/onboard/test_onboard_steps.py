@@ -10,10 +10,19 @@ from pathlib import Path
 import pytest
 
 from sparkrack.core.errors import SparkrackError
-from sparkrack.fleet.results import FleetResult, NodeResult
 from sparkrack.facts.onboard import NetdevFacts
+from sparkrack.fleet.results import FleetResult, NodeResult
 from sparkrack.inventory import load_inventory
-from sparkrack.onboard import baseline, join, provision, run, scratch, stage, trust, verify
+from sparkrack.onboard import (
+    baseline,
+    join,
+    provision,
+    run,
+    scratch,
+    stage,
+    trust,
+    verify,
+)
 from sparkrack.onboard.context import Context, OnboardReport, Options, Stop
 from sparkrack.oplock import audit
 from sparkrack.oplock.audit import verify_chain

@@ -21,7 +21,14 @@ from sparkrack.oplock import lock as lock_module
 from sparkrack.oplock.guard import Guard
 from sparkrack.oplock.identity import operator
 from sparkrack.oplock.lock import (
-    LockError, LockHeld, RackLock, call, ended_here, held, lease_while_down)
+    LockError,
+    LockHeld,
+    RackLock,
+    call,
+    ended_here,
+    held,
+    lease_while_down,
+)
 from sparkrack.oplock.remote import Holder
 
 pytestmark = needs_sshd

@@ -7,13 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from sparkrack.provision import modules
-from sparkrack.provision.changes import Run
 from sparkrack.facts.files import file_query
 from sparkrack.facts.provision import ProvisionFacts
+from sparkrack.provision import modules
+from sparkrack.provision.changes import Run
 from sparkrack.provision.modules import REGISTRY, Module
 from sparkrack.provision.plan import plan_node, queries
-from sparkrack.provision.roles import Renderer, RoleError, load_role, load_roles, render_tasks
+from sparkrack.provision.roles import (
+    Renderer,
+    RoleError,
+    load_role,
+    load_roles,
+    render_tasks,
+)
 
 PROVISION = Path(modules.__file__).resolve().parent.parent
 GENERIC = ("roles.py", "plan.py", "apply.py", "runner.py", "report.py")  # no module named
@@ -96,8 +102,9 @@ def _settling_command(tmp_path, settle):
 
 
 def _run_locally(change):
-    from sparkrack.provision.apply import sequence_argv
     import subprocess
+
+    from sparkrack.provision.apply import sequence_argv
 
     return subprocess.run(sequence_argv([a.argv for a in change.actions]),
                           capture_output=True, text=True, timeout=30)

@@ -6,14 +6,12 @@ from pathlib import Path
 import pytest
 
 from sparkrack.facts.files import FileFacts
-
 from sparkrack.facts.provision import ProvisionFacts
-
 from sparkrack.facts.systemd import UnitFacts
 from sparkrack.provision.changes import Put, Run, Transfer
-from sparkrack.transfer.images import ImageTarget
 from sparkrack.provision.plan import plan_node, queries
 from sparkrack.provision.roles import Renderer, load_role, render_tasks
+from sparkrack.transfer.images import ImageTarget
 
 
 def make_role(tmp_path: Path, tasks: str, handlers: str = "", templates=None, name="r"):

@@ -3,8 +3,8 @@
 import configparser
 import dataclasses
 import hashlib
-import time
 import ipaddress
+import time
 from pathlib import Path
 
 import pytest
@@ -12,9 +12,9 @@ import pytest
 from sparkrack.core.errors import UsageError
 from sparkrack.facts.files import FileFacts
 from sparkrack.facts.node import CLOCK_CAP_UNIT
-from sparkrack.inventory import load_inventory
 from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.facts.roce import Function, HcaFacts, RoceFacts
+from sparkrack.inventory import load_inventory
 from sparkrack.provision.changes import Put
 from sparkrack.provision.plan import plan_node
 from sparkrack.provision.roles import (

@@ -2,9 +2,9 @@
 
 import dataclasses
 
-from sparkrack.rails.verdicts import Measured, Pair, Rail, judge, pairs, rails_of
 from sparkrack.facts.onboard import NetdevFacts
 from sparkrack.facts.roce import Function
+from sparkrack.rails.verdicts import Measured, Pair, Rail, judge, pairs, rails_of
 
 NODES = [f"spark-0{i}" for i in range(1, 5)]
 

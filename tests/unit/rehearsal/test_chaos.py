@@ -1,8 +1,8 @@
 """The chaos run's pure parts: the same seed gives the same steps; the invariants' judge
 finds each kind of violation in a made-up rack state, and none in a healthy one."""
 
-from sparkrack.facts.node import NodeFacts
 from sparkrack.deployments.ranks import Rank
+from sparkrack.facts.node import NodeFacts
 from sparkrack.rehearsal.chaos.invariants import Observed, judge
 from sparkrack.rehearsal.chaos.plan import FAULTS, OPS, steps
 

@@ -568,11 +568,11 @@ def test_the_needle_is_found_within_reach_and_not_beyond(groups):
     from sparkrack.bench.result import rows
     from sparkrack.bench.run import SUITES, Bench
     from sparkrack.bench.target import Target
+    from sparkrack.deployments.headapi import Endpoint
+    from sparkrack.deployments.record import Deployment
     from sparkrack.engines.serving import engine_serving
     from sparkrack.inventory import Node
     from sparkrack.inventory.schema import RackVars
-    from sparkrack.deployments.headapi import Endpoint
-    from sparkrack.deployments.record import Deployment
 
     group = groups(nnodes=2, config={"tokens_per_s": 400, "prefill_tokens_per_s": 400000,
                                      "recall_tokens": 3000})

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_twin_capture import capture_of, one_node
 
 from sparkrack.core.errors import UsageError
 from sparkrack.inventory import load_inventory
 from sparkrack.rehearsal.twin.build import node_shapes, write_inventory
-from test_twin_capture import capture_of, one_node
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_twin_build import rack_of
 
 from sparkrack.core.errors import UsageError
 from sparkrack.inventory import load_inventory
 from sparkrack.rehearsal.twin.build import node_shapes, write_inventory
 from sparkrack.rehearsal.twin.capture import dump, read
-from test_twin_build import rack_of
 
 REPO = Path(__file__).resolve().parents[3]
 EVIL = ["sh", "-c", "touch /tmp/pwned"]

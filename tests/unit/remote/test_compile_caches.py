@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from sparkrack.remote import script
 from sparkrack.rehearsal.stub import compilecache
+from sparkrack.remote import script
 
 KEY = json.dumps({"engine": "sglang", "image": "lmsysorg/sglang:v0.5.22-cu130"})
 NAME = "sglang-3dd32b7c2e5e4f01-sm121"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkrack.core.errors import InventoryError, UsageError
 from sparkrack.data import shipped
 from sparkrack.engines import build_specs, load_engine
-from sparkrack.core.errors import InventoryError, UsageError
 from sparkrack.facts.kernel import KernelFacts
 from sparkrack.inventory import load_inventory
 from sparkrack.inventory.schema import FrozenMapping

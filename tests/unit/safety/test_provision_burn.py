@@ -3,6 +3,9 @@
 import subprocess
 from pathlib import Path
 
+from sparkrack.fleet import quote_argv
+from sparkrack.inventory import load_inventory
+from sparkrack.remote import text
 from sparkrack.remote.capjudge import (
     LATCHED,
     NO_LOAD,
@@ -13,9 +16,6 @@ from sparkrack.remote.capjudge import (
     parse_output,
 )
 from sparkrack.safety.burn import BurnResult, burn_argv, load_argv
-from sparkrack.fleet import quote_argv
-from sparkrack.inventory import load_inventory
-from sparkrack.remote import text
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -12,7 +12,14 @@ from sparkrack.core import console
 from sparkrack.facts.node import GpuFacts, NodeFacts, UnitFacts
 from sparkrack.status.rows import StatusRow
 from sparkrack.status.view import (
-    NARROW, NARROW_WRAPS, WIDE, deployment_lines, differences, narrow_cells, wide_cells)
+    NARROW,
+    NARROW_WRAPS,
+    WIDE,
+    deployment_lines,
+    differences,
+    narrow_cells,
+    wide_cells,
+)
 
 KERNEL = "6.17.0-1008-nvidia"
 CAP = "unit ok, verified 07:57"

@@ -128,9 +128,9 @@ def test_the_polls_round_trip_reads_the_sample_and_the_thresholds_from_nvidia_sm
 def test_a_lost_cap_is_re_applied_at_most_every_30_s_and_each_finding_said_once(monkeypatch):
     from types import SimpleNamespace
 
+    from sparkrack.deployments.ranks import Rank
     from sparkrack.watchdog import watch
     from sparkrack.watchdog.capguard import Reapplied
-    from sparkrack.deployments.ranks import Rank
 
     calls = []
 

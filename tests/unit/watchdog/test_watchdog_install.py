@@ -25,25 +25,25 @@ from invoke import Context
 from invoke.exceptions import Exit
 from loopback import Sshd, free_port, needs_sshd, write_inventory
 
-from sparkrack.data import shipped
 from sparkrack.core.errors import SparkrackError, UsageError
-from sparkrack.inventory import load_inventory
+from sparkrack.data import shipped
 from sparkrack.facts.files import FileFacts
 from sparkrack.facts.provision import ProvisionFacts
+from sparkrack.facts.systemd import UnitFacts
 from sparkrack.facts.watchdog import NodeState, parse_probe
+from sparkrack.inventory import load_inventory
+from sparkrack.inventory import watchdog_record as keyrecord
 from sparkrack.provision.changes import Put, Run
 from sparkrack.provision.plan import plan_node
 from sparkrack.provision.roles import Renderer, load_roles, node_vars, render_tasks
 from sparkrack.remote import watchdog as remote_watchdog
 from sparkrack.remote.watchdog import PLATFORM_SCRIPT
-from sparkrack.facts.systemd import UnitFacts
 from sparkrack.watchdog import install as wi
+from sparkrack.watchdog import payload
 from sparkrack.watchdog import settings as ws_settings
-from sparkrack.watchdog.ship import plan_parts
 from sparkrack.watchdog import status as ws
 from sparkrack.watchdog import uninstall as wu
-from sparkrack.inventory import watchdog_record as keyrecord
-from sparkrack.watchdog import payload
+from sparkrack.watchdog.ship import plan_parts
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -453,8 +453,8 @@ def test_the_install_directory_and_the_state_directory_stay_apart():
 
 
 def test_the_node_side_tells_what_the_install_directory_is(tmp_path):
-    from sparkrack.remote import watchdog as node_side
     from sparkrack.inventory import watchdog_dir as installdir
+    from sparkrack.remote import watchdog as node_side
 
     assert node_side.MARKER == installdir.MARKER_FILE
     assert node_side.LIB_MANIFEST == payload.MANIFEST
@@ -499,8 +499,8 @@ def test_an_install_older_than_the_marker_is_marked_and_removed(tmp_path):
 def test_the_remove_script_removes_only_a_marked_install_directory(tmp_path):
     import subprocess
 
-    from sparkrack.remote import text
     from sparkrack.inventory.watchdog_dir import MARKER_FILE
+    from sparkrack.remote import text
 
     def remove(*argv: Path | str) -> subprocess.CompletedProcess:
         return subprocess.run(["sh", "-c", text("remove"), "sh", MARKER_FILE, *map(str, argv)],
@@ -985,8 +985,8 @@ def run_the_shipped_service(inventory, settings: ws_settings.Settings, tmp_path:
     import shlex
     import subprocess
 
-    from sparkrack.fleet import Fleet
     from sparkrack.deployments.record import RECORD_DIR
+    from sparkrack.fleet import Fleet
 
     if Path(RECORD_DIR, "current.json").exists():
         return  # this machine has a deployment record of its own: the service would guard it

@@ -51,11 +51,16 @@ def test_allowed_the_service_gets_the_pdus_keys_in_a_0600_file_never_shown(tmp_p
     from test_watchdog_install import WANT
 
     from sparkrack.facts.provision import ProvisionFacts
+    from sparkrack.facts.watchdog import NodeState
     from sparkrack.provision.changes import Put
     from sparkrack.provision.plan import plan_node
     from sparkrack.provision.roles import (
-        Renderer, load_roles, node_vars, render_tasks, secret_values)
-    from sparkrack.facts.watchdog import NodeState
+        Renderer,
+        load_roles,
+        node_vars,
+        render_tasks,
+        secret_values,
+    )
     from sparkrack.watchdog import install as wi
     from sparkrack.watchdog import settings as ws_settings
 

@@ -15,7 +15,14 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkrack.watchdog.metrics import (
-    ACTIONS, RANK_STATES, DeploymentInfo, NodeSnapshot, Snapshot, WatchdogMetrics, update)
+    ACTIONS,
+    RANK_STATES,
+    DeploymentInfo,
+    NodeSnapshot,
+    Snapshot,
+    WatchdogMetrics,
+    update,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 PROMETHEUS = REPO / "deploy" / "prometheus"

@@ -22,15 +22,15 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkrack.core.errors import SparkrackError
+from sparkrack.deployments.ranks import Rank
+from sparkrack.deployments.record import RECORD_DIR, Deployment
 from sparkrack.facts.node import GpuFacts, NodeFacts, UnitFacts
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.schema import FrozenMapping, RackVars
-from sparkrack.deployments.ranks import Rank
-from sparkrack.deployments.record import RECORD_DIR, Deployment
-from sparkrack.watchdog.watch import Poll
 from sparkrack.watchdog.__main__ import parse_listen
 from sparkrack.watchdog.metrics import WatchdogMetrics
 from sparkrack.watchdog.service import Watchdog, node_snapshot
+from sparkrack.watchdog.watch import Poll
 
 REPO = Path(__file__).resolve().parents[3]
 NAMES = ("spark-01", "spark-02", "spark-03")

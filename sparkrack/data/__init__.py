@@ -1,6 +1,7 @@
 """The data sparkrack ships inside the package (engine profiles, model data, the rules; the
-roles as the package sparkrack.roles), found with importlib.resources, and where an
-inventory's own copies override it (docs/inventory.md#shipped-data-and-your-own).
+roles and the monitoring files as the packages sparkrack.roles and sparkrack.deploy), found
+with importlib.resources, and where an inventory's own copies override it
+(docs/inventory.md#shipped-data-and-your-own).
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from sparkrack.core.errors import InventoryError, UsageError
 
 OWN_FOLDER = ".sparkrack"  # sparkrack's folder inside an inventory directory
 KINDS = ("engines", "models", "roles")
-OWN_PACKAGE = {"roles": "sparkrack.roles"}  # a kind shipped as a package of its own
+# shipped as a package of its own (a top-level folder of the checkout)
+OWN_PACKAGE = {"roles": "sparkrack.roles", "deploy": "sparkrack.deploy"}
 
 
 def shipped(name: str) -> Path:
-    """The package's own data entry `name` (a folder of KINDS, or rules.yml)."""
+    """The package's own data entry `name` (a folder of KINDS, rules.yml, or deploy)."""
     try:
         root = files(OWN_PACKAGE.get(name, __name__))
     except ModuleNotFoundError:  # a copy of sparkrack/ run without installing it

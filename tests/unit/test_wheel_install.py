@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "sparkrack", "roles")
+SOURCES = ("pyproject.toml", "README.md", "sparkrack", "roles", "deploy")
 
 
 def run(argv, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -98,6 +98,19 @@ def test_the_wheel_ships_the_top_level_roles_as_sparkrack_roles(wheel):
     assert not any(name.startswith("roles/") for name in names)  # not a top-level package
 
 
+def test_the_wheel_ships_the_monitoring_files_as_sparkrack_deploy(wheel):
+    """deploy/ (the dashboard, the alert rules) ships as sparkrack/deploy/, for
+    `monitoring.render` to write out from an installed wheel."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    files = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "deploy").rglob("*")
+                   if p.is_file() and "__pycache__" not in p.parts)
+    assert "deploy/grafana/sparkrack.json" in files
+    assert "deploy/prometheus/sparkrack-alerts.yml" in files
+    missing = [path for path in files if f"sparkrack/{path}" not in names]
+    assert not missing, f"the wheel lacks {missing}"
+    assert not any(name.startswith("deploy/") for name in names)  # not a top-level package
+
+
 def test_pyproject_lists_every_package():
     """pyproject.toml lists the packages (find cannot map roles/): each folder of sparkrack/
     with an __init__.py is one, and roles/ ships as sparkrack.roles. The simulators' packages
@@ -106,15 +119,17 @@ def test_pyproject_lists_every_package():
     sim = REPO / "sparkrack" / "rehearsal" / "sim"
     found = {".".join(p.parent.relative_to(REPO).parts)
              for p in (REPO / "sparkrack").rglob("__init__.py") if not p.is_relative_to(sim)}
-    assert set(tool["packages"]) == found | {"sparkrack.roles"}, \
+    assert set(tool["packages"]) == found | {"sparkrack.roles", "sparkrack.deploy"}, \
         "add the package to [tool.setuptools] packages in pyproject.toml"
-    assert tool["package-dir"] == {"sparkrack.roles": "roles"}
+    assert tool["package-dir"] == {"sparkrack.roles": "roles", "sparkrack.deploy": "deploy"}
     assert (REPO / "roles" / "__init__.py").is_file()
+    assert (REPO / "deploy" / "__init__.py").is_file()
 
 
 def test_the_wheel_holds_the_data_and_runs_from_its_venv(venv, site):
     probe = ("import sparkrack, sparkrack.data as d; print(sparkrack.__file__); "
-             "print(*(d.shipped(k) for k in ('roles', 'engines', 'models', 'rules.yml')))")
+             "print(*(d.shipped(k) for k in ('roles', 'engines', 'models', 'rules.yml', "
+             "'deploy')))")
     lines = run([venv / "bin/python", "-c", probe], cwd=site).stdout.split()
     for path in map(Path, lines):
         assert path.is_relative_to(venv) and path.exists(), path

@@ -5,16 +5,20 @@ refuses every address outside loopback and the rehearsal subnet. SPARKRACK_STATE
 the local rack lock and audit copy at a fresh temporary folder. The rehearsal PDU's SNMPv3
 user and keys are in the environment, as its operator exports them.
 
-Under pytest-xdist (`-n 3`, pyproject's addopts), as root, the first two processes drive a
-rehearsal rack each, booted once: the first this machine's, the second a private one
-(tests/rackns.py), and the rack modules are shared out between the two; the third runs unit
-modules only. SPARKRACK_TEST_RACKS=1 (or a machine that cannot give a process a private
-rack) runs every rack test in one process on one rack, the unit modules beside them.
+Every rack test runs on a private rehearsal rack of its process's own (tests/rackns.py),
+never on this machine's rack nor another run's: a process that collected a rack test takes
+a test rack slot (waiting, and saying so, while other runs hold every slot) and boots its
+rack there. Under pytest-xdist (`-n 3`, pyproject's addopts), as root, the first two
+processes are rack processes, each with a rack of its own, and the rack modules are shared
+out between them; the third runs unit modules only. SPARKRACK_TEST_RACKS=1 runs every rack
+test in the first process on one rack, the unit modules beside them.
+docs/internals.md#the-test-suite
 """
 
 import os
 import shutil
 import signal
+import sys
 import tempfile
 
 os.environ["SPARKRACK_SANDBOX"] = "1"
@@ -37,10 +41,11 @@ REPO = Path(__file__).resolve().parent.parent
 REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
 
 if rackns.inside():
-    rackns.enter(REHEARSAL_INVENTORY)  # before any test: this process's rack is its own
+    rackns.keep_outside(os.getppid())  # the run's controller, in the machine's namespaces
+    rackns.loopback_up()  # a rack process's new network namespace: the unit tests need lo
 
 
-_SESSION: dict = {}  # the session's rack once booted; "dirty" after a rack test failed
+_SESSION: dict = {}  # the slot and rack once taken and booted; "dirty" after a failure
 
 
 @pytest.fixture(autouse=True)
@@ -55,16 +60,17 @@ def ctrl_c_as_a_terminal_sends_it():
 
 @pytest.fixture(scope="session")
 def rack():
-    """This process's rehearsal rack, booted once per test run, put back to healthy (a rack
-    used before the run: faults, engines, a lock) and provisioned; torn down at the end
-    unless it was already up before the run (a developer's rack is left as it was found)."""
-    from sparkrack.fleet.netguard import REHEARSAL_STATE_FILE
+    """This process's private rehearsal rack (its slot's), booted once per test run, put back
+    to healthy (what a killed run left in the slot: faults, engines, a lock) and
+    provisioned; taken down at the end."""
     from sparkrack.inventory import load_inventory
     from sparkrack.rehearsal.rack import RehearsalRack
 
     if os.geteuid() != 0:
         pytest.skip("the rehearsal rack needs root")
-    was_up = REHEARSAL_STATE_FILE.exists()
+    if "slot" not in _SESSION:
+        pytest.skip("no private test rack here: it needs root, `unshare` and the cgroup "
+                    "hierarchies the rehearsal rack uses (tests/rackns.py)")
     rack = RehearsalRack(load_inventory(REHEARSAL_INVENTORY), say=lambda msg: None)
     rack.up()
     rackhealth.repair_faults(rack)
@@ -75,35 +81,67 @@ def rack():
     _SESSION["rack"] = rack
     yield rack
     _SESSION.pop("rack")
-    if not was_up:
-        rack.down()
-        return
-    rackhealth.repair_faults(rack)  # the last test's faults too: the rack as it was found
-    for node in rack.nodes:  # a developer's rack back to the real load's start-up
-        rack.load_startup(node.name, None)
+    rack.down()
 
 
-_TWO_RACKS: dict = {}  # set in the controlling process when the second process has a rack
+_RACKS: dict = {}  # in the controlling process: the rack processes' names, the wrapper's folder
 
 
 def pytest_configure(config):
-    """Two racks, as root, unless SPARKRACK_TEST_RACKS=1: the second xdist process runs in
-    namespaces of its own with a private rehearsal rack (tests/rackns.py)."""
+    """Under xdist, as root: the first two processes (one with SPARKRACK_TEST_RACKS=1) are
+    rack processes, started in namespaces of their own (tests/rackns.py)."""
     tx = getattr(config.option, "tx", None)
-    if (hasattr(config, "workerinput") or not tx or len(tx) < 2 or tx[1] != "popen"
-            or os.environ.get("SPARKRACK_TEST_RACKS", "2") != "2" or not rackns.available()):
+    if hasattr(config, "workerinput") or not tx or not rackns.available():
+        return
+    racks = 1 if os.environ.get("SPARKRACK_TEST_RACKS", "2") == "1" else 2
+    wrapped = [index for index in range(min(racks, len(tx))) if tx[index] == "popen"]
+    if not wrapped:
         return
     folder = Path(tempfile.mkdtemp(prefix="sparkrack-test-wrapper-"))
-    tx[1] = f"popen//python={rackns.wrapper(folder)}"
-    _TWO_RACKS["folder"] = folder
+    for index in wrapped:
+        tx[index] = f"popen//python={rackns.wrapper(folder)}"
+    _RACKS.update(folder=folder, processes=tuple(f"gw{index}" for index in wrapped))
 
 
 def pytest_unconfigure(config):
-    if "folder" in _TWO_RACKS:
-        shutil.rmtree(_TWO_RACKS.pop("folder"), ignore_errors=True)
+    if "folder" in _RACKS:
+        shutil.rmtree(_RACKS.pop("folder"), ignore_errors=True)
+    slot = _SESSION.pop("slot", None)
+    if slot is not None:
+        rackns.release(slot)
 
 
-RACK_PROCESSES = ("gw0", "gw1")  # the xdist processes that may drive a rack
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    """A rack process that collected a rack test (after -k and deselection): its own
+    namespaces (a single-process run unshares here), a test rack slot, its private view.
+    Not timed by pytest-timeout: a wait for a slot held by another run is no test's."""
+    if session.config.option.collectonly or not any(
+            "rack" in item.fixturenames for item in session.items):
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is not None and not rackns.inside():
+        return  # a unit process, or no private racks on this machine
+    if worker is None:
+        if not rackns.available():
+            return
+        rackns.unshare_here()
+    _SESSION["slot"] = slot = rackns.take_slot(lambda text: _say(session.config, text))
+    rackns.enter(slot, REHEARSAL_INVENTORY)
+
+
+def _say(config, text: str) -> None:
+    """One line on the terminal, from a worker too (its stderr is the run's)."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        sys.stderr.write(f"\n[{os.environ.get('PYTEST_XDIST_WORKER', 'pytest')}] {text}\n")
+        sys.stderr.flush()
+
+
+def _rack_processes(config) -> tuple[str, ...]:
+    """The xdist processes that take rack modules (without private racks, the first two:
+    their rack tests skip, saying why)."""
+    return _RACKS.get("processes", ("gw0", "gw1"))
 
 
 def _is_rack_scope(scope: str) -> bool:
@@ -126,12 +164,12 @@ def pytest_xdist_make_scheduler(config, log):
     class RackTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            together = _is_rack_scope(path) and not _TWO_RACKS
+            together = _is_rack_scope(path) and len(_rack_processes(config)) < 2
             return "tests/integration" if together else path
 
         def _next_scope(self, node) -> str | None:
             """The first module in the queue this process may run."""
-            rack_process = node.gateway.id in RACK_PROCESSES
+            rack_process = node.gateway.id in _rack_processes(config)
             return next((scope for scope in self.workqueue
                          if rack_process or not _is_rack_scope(scope)), None)
 

@@ -1,20 +1,25 @@
-"""A second rehearsal rack for the test suite's second process, in namespaces of its own.
+"""Private rehearsal racks for the test suite: each rack process's rack is its own.
 
-The rack tests are the run's critical path: one rack, one process after another. Two
-processes each driving a rack of their own share them out (on two cores the run is then
-CPU-bound: about 14 minutes instead of 16; 11 with a third process for the unit modules). The second process runs under `unshare --mount --net` (its xdist python is
-`wrapper()`), and before anything else `enter()` gives it a private view of everything the
-rehearsal rack keeps on this machine: its state and node disks (/var/lib/sparkrack/
-rehearsal, bound from PRIVATE_STATE), its run directory and network-namespace names
-(fresh tmpfs), its cgroups (bound from PRIVATE_CGROUP), a network namespace with only
-loopback in it, /sys/class/net showing that namespace, and its own copy of the
-repository's inventory/rehearsal folder (where tasks record, e.g., the watchdog service
-they installed). Inside, the second rack has the same names, addresses and inventory as the
-machine's own, which this process never sees, and no route to anywhere but itself.
+A test process that runs rack tests (tests/integration) drives a rehearsal rack of its own,
+never this machine's (the one `invoke rehearsal.up` boots) nor another run's. It runs in
+mount and network namespaces of its own: an xdist rack process starts under
+`unshare --mount --net` (its python is `wrapper()`); a single-process run (`-n 0`) unshares
+itself once it has collected a rack test (`unshare_here()`). Once it has collected a rack
+test, it takes a **slot**: one of SLOTS folders and cgroups for a test rack on this machine,
+held with an exclusive lock for the life of the process (`take_slot()`; a run that finds
+every slot held waits for one and says so: another run's racks are never touched). Holding
+the slot, it kills what a dead run left in that slot's cgroups (nothing else), then binds the
+slot's state and node disks over the rack's (/var/lib/sparkrack/rehearsal), mounts a fresh
+run directory and /run/netns, binds the slot's cgroups over the rack's, shows its own
+namespace's devices under /sys/class/net and works on its own copy of the repository's
+inventory/rehearsal folder (`enter()`). A process that collects no rack test takes no slot,
+mounts nothing and kills nothing. docs/internals.md#the-test-suite
 """
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import os
 import shlex
 import shutil
@@ -22,15 +27,43 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from sparkrack.data import OWN_FOLDER
 from sparkrack.rehearsal.layout import CGROUP_GROUP, CGROUP_ROOTS, RUN_DIR, STATE_DIR
 
-ENV = "SPARKRACK_TEST_PRIVATE_RACK"  # set in the second process by its wrapper
-PRIVATE_STATE = STATE_DIR.with_name(STATE_DIR.name + "-tests")
-PRIVATE_CGROUP = CGROUP_GROUP + "-tests"
+ENV = "SPARKRACK_TEST_PRIVATE_RACK"  # the pid of a process in namespaces of its own
+SLOTS = 2  # test racks on this machine at once, whatever the number of runs
+SLOTS_DIR = STATE_DIR.with_name("test-racks")  # /var/lib/sparkrack/test-racks
 NETNS_DIR = Path("/run/netns")
+WAIT_SAY_EVERY_S = 60.0
+CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
+
+
+@dataclass
+class Slot:
+    """One test rack's place on this machine, held while its lock file is locked."""
+
+    index: int
+    handle: object  # the open lock file; the lock lasts as long as it is open
+
+    @property
+    def state(self) -> Path:
+        return SLOTS_DIR / f"slot{self.index}"
+
+    @property
+    def cgroup(self) -> str:
+        """The nodes' cgroups (bound over the rack's CGROUP_GROUP)."""
+        return f"{CGROUP_GROUP}-test-slot{self.index}"
+
+    @property
+    def runner_cgroup(self) -> str:
+        """The test process's own, beside the nodes' (the rack takes every folder in
+        CGROUP_GROUP for a node)."""
+        return f"{self.cgroup}-runner"
 
 
 def available() -> bool:
@@ -41,10 +74,10 @@ def available() -> bool:
 
 def wrapper(folder: Path) -> Path:
     """An executable that runs python (this interpreter) in a new mount and network
-    namespace, marked for enter(): the `python=` of the second xdist process."""
+    namespace, marked for inside(): the `python=` of an xdist rack process."""
     path = folder / "python-private-rack"
     path.write_text("#!/bin/sh\n"
-                    f"export {ENV}=1\n"
+                    f"export {ENV}=$$\n"  # unshare execs python: the same pid
                     "exec unshare --mount --net --propagation private -- "
                     f"{shlex.quote(sys.executable)} \"$@\"\n")
     path.chmod(0o755)
@@ -52,33 +85,135 @@ def wrapper(folder: Path) -> Path:
 
 
 def inside() -> bool:
-    """Whether this process was started by wrapper()."""
-    return os.environ.get(ENV) == "1"
+    """Whether this process is in namespaces of its own (started by wrapper(), or after
+    unshare_here()); not a process it started, which inherits the variable."""
+    return os.environ.get(ENV) == str(os.getpid())
 
 
-def enter(inventory: Path) -> None:
-    """Give this process (already in its own namespaces) its private rack's view, and its
-    own copy of the rehearsal inventory folder (what a task records there stays its own)."""
+_OUTSIDE: list = []  # the namespaces this process left: open files of their ns links
+
+
+def keep_outside(pid: int) -> None:
+    """Hold pid's mount and network namespaces open (the machine's own, before this process
+    left them), for outside()."""
+    _OUTSIDE[:] = [open(f"/proc/{pid}/ns/{kind}", "rb") for kind in ("mnt", "net")]  # noqa: SIM115
+
+
+def outside(argv: list[str]) -> list[str]:
+    """argv run as from an operator's shell on this machine, in this directory: in the
+    namespaces this process left (keep_outside), not in its private view."""
+    assert _OUTSIDE, "this process is in no private namespaces of its own"
+    mnt, net = (f"/proc/{os.getpid()}/fd/{handle.fileno()}" for handle in _OUTSIDE)
+    return ["nsenter", f"--mount={mnt}", f"--net={net}", f"--wd={os.getcwd()}", "--", *argv]
+
+
+def loopback_up() -> None:
+    """A new network namespace's loopback, up (the unit tests' sshd listens on it)."""
     _run("ip", "link", "set", "lo", "up")
+
+
+def unshare_here() -> None:
+    """Move this (single-threaded) process into new mount and network namespaces, mounts
+    kept private, as wrapper() starts an xdist rack process."""
+    keep_outside(os.getpid())
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS | CLONE_NEWNET) != 0:
+        error = ctypes.get_errno()
+        raise RuntimeError(f"private rack: unshare: {os.strerror(error)}")
+    _run("mount", "--make-rprivate", "/")
+    os.environ[ENV] = str(os.getpid())
+    loopback_up()
+
+
+def take_slot(say: Callable[[str], None]) -> Slot:
+    """Lock a free slot, waiting (and saying so) while other runs hold every one."""
+    SLOTS_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    said_at = None
+    while True:
+        for index in range(SLOTS):
+            slot = _try_slot(index)
+            if slot is not None:
+                if said_at is not None:
+                    say(f"test rack slot {index} is free: this run's rack tests start")
+                return slot
+        now = time.monotonic()
+        if said_at is None or now - said_at >= WAIT_SAY_EVERY_S:
+            say("waiting for a test rack slot: every one is held by another test run ("
+                + "; ".join(holders()) + "); this run's rack tests start when one is free")
+            said_at = now
+        time.sleep(1.0)
+
+
+def try_slot() -> Slot | None:
+    """A free slot locked now, or None when every slot is held."""
+    SLOTS_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return next((slot for index in range(SLOTS) if (slot := _try_slot(index))), None)
+
+
+def release(slot: Slot) -> None:
+    slot.handle.close()
+
+
+def holders() -> list[str]:
+    """Who holds each slot, as its lock file says ('slot 0: pid 123 since 11:02:03 ...')."""
+    said = []
+    for index in range(SLOTS):
+        try:
+            text = (SLOTS_DIR / f"slot{index}.lock").read_text().strip()
+        except OSError:
+            text = ""
+        said.append(f"slot {index}: {text or 'held'}")
+    return said
+
+
+def _try_slot(index: int) -> Slot | None:
+    handle = open(SLOTS_DIR / f"slot{index}.lock", "a+")  # noqa: SIM115 (held open: the lock)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} since {time.strftime('%H:%M:%S')} in {os.getcwd()}\n")
+    handle.flush()
+    return Slot(index, handle)
+
+
+def enter(slot: Slot, inventory: Path) -> None:
+    """Give this process (already in its own namespaces, holding slot) its private rack's
+    view, and its own copy of the rehearsal inventory folder (what a task records there
+    stays its own). What a dead run left in the slot's cgroups is killed first."""
     _own_netdevs()
     for folder in (RUN_DIR, NETNS_DIR):
         folder.mkdir(parents=True, exist_ok=True)
         _run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(folder))
-    PRIVATE_STATE.mkdir(parents=True, exist_ok=True)
+    slot.state.mkdir(mode=0o700, parents=True, exist_ok=True)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
-    _run("mount", "--bind", str(PRIVATE_STATE), str(STATE_DIR))
+    _run("mount", "--bind", str(slot.state), str(STATE_DIR))
     for root in CGROUP_ROOTS:
         if not root.is_dir():
             continue
-        private, shared = root / PRIVATE_CGROUP, root / CGROUP_GROUP
-        private.mkdir(exist_ok=True)
+        private, shared = root / slot.cgroup, root / CGROUP_GROUP
+        for group in (private, root / slot.runner_cgroup):
+            group.mkdir(exist_ok=True)
+            kill_leftovers(group)
         shared.mkdir(exist_ok=True)
-        _kill_leftovers(private)
         _run("mount", "--bind", str(private), str(shared))
-    copy = PRIVATE_STATE / "inventory"
+    _join(slot)
+    copy = slot.state / "inventory"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(inventory, copy, ignore=shutil.ignore_patterns(OWN_FOLDER))
     _run("mount", "--bind", str(copy), str(inventory))
+
+
+def _join(slot: Slot) -> None:
+    """This process (and so what it starts: the PDU agent, the nodes' launchers before they
+    move to their node's cgroup) in the slot's cgroups, where the slot's next holder finds
+    what it left if it dies."""
+    for root in CGROUP_ROOTS:
+        if root.is_dir():
+            (root / slot.runner_cgroup / "cgroup.procs").write_text(f"{os.getpid()}\n")
 
 
 def _own_netdevs() -> None:
@@ -93,15 +228,23 @@ def _own_netdevs() -> None:
     fresh.rmdir()
 
 
-def _kill_leftovers(group: Path) -> None:
-    """SIGKILL what an earlier run's second rack left running (its process died without
-    taking the rack down): nothing else can reach those nodes, and their cgroups are ours."""
-    for procs in group.glob("**/cgroup.procs"):
-        for pid in procs.read_text().split():
+def kill_leftovers(group: Path) -> list[int]:
+    """SIGKILL every process in group (a slot's cgroup tree): what a run that held the slot
+    left when it died without taking its rack down. Called only by the slot's holder."""
+    killed = []
+    for _ in range(50):  # a launcher may start a node's nspawn while we kill: until empty
+        pids = [int(pid) for procs in group.glob("**/cgroup.procs")
+                for pid in procs.read_text().split() if int(pid) != os.getpid()]
+        if not pids:
+            return killed
+        for pid in pids:
             try:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
             except ProcessLookupError:
                 pass
+        time.sleep(0.1)
+    raise RuntimeError(f"private rack: processes left in {group} survive SIGKILL")
 
 
 def _run(*argv: str) -> None:

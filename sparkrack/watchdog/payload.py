@@ -24,7 +24,7 @@ PACKAGE_DIR = Path(sparkrack.__file__).resolve().parent
 # pyproject.toml's [project].dependencies (tests/unit/watchdog/test_watchdog_install.py checks this;
 # packaging is needed here only, to read the others' requirements, and ships too).
 RUNTIME_REQUIREMENTS = ("fabric>=3.2", "paramiko>=3.4", "invoke>=2.2", "pyyaml>=6",
-                        "jinja2>=3.1", "docker[ssh]>=7.1", "rich>=13", "filelock>=3.20.1",
+                        "jinja2>=3.1.6", "docker[ssh]>=7.1", "rich>=13", "filelock>=3.20.1",
                         "prometheus-client>=0.20", "packaging>=23", "requests>=2.32",
                         "urllib3>=2.2", "cryptography>=42", "pysnmp>=7.1")
 MANIFEST = ".sparkrack-manifest"  # in lib/: `sha256  path` lines, as sha256sum -c reads them

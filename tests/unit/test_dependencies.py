@@ -86,3 +86,19 @@ def test_the_installed_versions_meet_the_declared_bounds():
     for name, requirement in declared().items():
         assert requirement.specifier.contains(metadata.version(name), prereleases=True), (
             f"{name} {metadata.version(name)} installed, pyproject wants {requirement}")
+
+
+def test_jinja2_is_past_the_sandbox_escape_of_cve_2025_27516():
+    """Issue 53 item 3: `jinja2>=3.1` admitted 3.1.5, whose |attr filter handed a role the
+    plain str.format (CVE-2025-27516, fixed in 3.1.6). The floor is declared in
+    pyproject.toml and, for the watchdog's shipped libraries, in payload.py (a test holds
+    the two equal); the installed Jinja2 meets it."""
+    from sparkrack.watchdog.payload import RUNTIME_REQUIREMENTS
+
+    shipped = {canonicalize_name(r.name): r for r in map(Requirement, RUNTIME_REQUIREMENTS)}
+    for where, requirement in (("pyproject.toml", declared()["jinja2"]),
+                               ("payload.RUNTIME_REQUIREMENTS", shipped["jinja2"])):
+        assert not requirement.specifier.contains("3.1.5"), f"{where}: {requirement}"
+        assert requirement.specifier.contains("3.1.6"), f"{where}: {requirement}"
+    installed = metadata.version("jinja2")
+    assert Requirement("jinja2>=3.1.6").specifier.contains(installed), installed

@@ -435,6 +435,32 @@ def test_a_role_template_cannot_reach_python(tmp_path, escape):
     assert not marker.exists()
 
 
+# CVE-2025-27516 (GHSA-cpwx-vrp4-4pq7): before Jinja2 3.1.6, |attr gave a string's plain
+# str.format, which the sandbox did not see; its fields then read any attribute
+LEAKS = ('"{0.__init__.__globals__[os].environ}"|attr("format")(cycler)',
+         '"{0.__init__.__globals__[os].environ[SPARKRACK_PDU_AUTH_KEY]}"|attr("format")(cycler)',
+         '"{a.__init__.__globals__[os].environ[HF_TOKEN]}"|attr("format_map")({"a": cycler})')
+
+
+@pytest.mark.parametrize("leak", LEAKS)
+def test_the_attr_filter_cannot_reach_the_environment_through_format(tmp_path, monkeypatch,
+                                                                     leak):
+    """Issue 53 item 3: with Jinja2 3.1.5 (which `jinja2>=3.1` admitted) a role value
+    printed the process's environment, HF_TOKEN and the PDU's keys included."""
+    monkeypatch.setenv("HF_TOKEN", "hf_LeakedLeakedLeaked")
+    monkeypatch.setenv("SPARKRACK_PDU_AUTH_KEY", "pdu-auth-leaked")
+    role = load_role(write(tmp_path, "- name: x\n  template: {src: t.j2, dest: /a}\n"))
+    (role.path / "templates").mkdir()
+    (role.path / "templates" / "t.j2").write_text(f"{{{{ {leak} }}}}\n")
+    renderer = Renderer()
+    for render in (lambda: renderer.template(role, "t.j2", {}),
+                   lambda: renderer.value(f"x {{{{ {leak} }}}}", {}),
+                   lambda: renderer.expr(leak, {})):
+        with pytest.raises(RenderError, match="unsafe") as refused:
+            render()
+        assert "Leaked" not in str(refused.value) and "leaked" not in str(refused.value)
+
+
 def test_an_inventory_role_planting_a_template_escape_fails_its_task(tmp_path):
     import shutil
     inv = Path(shutil.copytree(REPO / "inventory" / "rehearsal", tmp_path / "inv"))

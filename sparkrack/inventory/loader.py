@@ -269,7 +269,9 @@ class _Loader:
             try:
                 settings[key] = _Setting(spec.check(value), mapping.file, line)
             except ValueError as error:
-                raise InventoryError(mapping.file, line, str(error), fix=spec.example()) from None
+                raise InventoryError(mapping.file, getattr(error, "line", None) or line,
+                                     str(error), fix=getattr(error, "fix", None)
+                                     or spec.example()) from None
         return settings
 
     def _draft(self, host: _Host, settings: _Settings) -> _Draft:

@@ -16,10 +16,29 @@ DEFAULT_ENV = {"user_env": "SPARKRACK_PDU_USER", "auth_key_env": "SPARKRACK_PDU_
                "priv_key_env": "SPARKRACK_PDU_PRIV_KEY"}
 KEYS = ("name", "address", "port", "outlets", *DEFAULT_ENV)
 MAX_OUTLET = 96  # the largest rack PDUs carry 48 outlets; room for two daisy-chained
-_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")  # a name, shown; anything else may be a key
+# the only variables the section may name: the service's EnvironmentFile holds them (so not
+# LD_PRELOAD, PYTHONPATH) and every record masks their values (oplock/masking.py)
+ENV_PREFIX = "SPARKRACK_PDU_"
+_PDU_ENV_NAME = re.compile(ENV_PREFIX + r"[A-Z0-9_]{1,50}")
 _PDU_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 EXAMPLE = ("e.g. pdu: {name: strip-a, address: 192.0.2.60, outlets: {spark-01: 1, "
            "spark-02: 2}}")
+
+
+ENV_FIX = (f"name the variable holding it, {ENV_PREFIX} and upper-case letters, digits or "
+           f"'_' (e.g. auth_key_env: {DEFAULT_ENV['auth_key_env']}), or leave the key out "
+           "for its default")
+
+
+class SectionError(ValueError):
+    """A mistake in the section with a fix of its own (not the section's example), at the
+    line of its key when the section came from a file (None: the section's line)."""
+
+    def __init__(self, message: str, fix: str, line: int | None = None):
+        super().__init__(message)
+        self.fix = fix
+        self.line = line
 
 
 @dataclass(frozen=True)
@@ -63,11 +82,18 @@ def parse_pdu(value: Any) -> PduConfig:
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
         raise ValueError(f"pdu: port: expected an integer 1..65535, got {port!r}")
     env = {key: value.get(key, default) for key, default in DEFAULT_ENV.items()}
+    lines = getattr(value, "lines", {})
     for key, variable in env.items():
         if not isinstance(variable, str) or not _ENV_NAME.fullmatch(variable):
-            raise ValueError(f"pdu: {key}: {variable!r} is not an environment variable name "
-                             "(upper-case letters, digits, '_'): the section names the "
-                             "variable, never the secret")
+            raise SectionError(f"pdu: {key}: not an environment variable name (upper-case "
+                               "letters, digits, '_'; the value is not shown: it may be the "
+                               "secret itself)", ENV_FIX,
+                               lines.get(key))
+        if not _PDU_ENV_NAME.fullmatch(variable):
+            raise SectionError(f"pdu: {key}: {variable} is not a {ENV_PREFIX}* variable: the "
+                               f"PDU's user and keys come only from {ENV_PREFIX}* variables "
+                               "(the watchdog's root service is given them, and every record "
+                               "masks their values)", ENV_FIX, lines.get(key))
     return PduConfig(name, value["address"], _outlets(value["outlets"]), port, **env)
 
 

@@ -52,7 +52,7 @@ def inventory_dir(tmp_path: Path, section: str) -> Path:
     ("pdu:\n  name: strip-a\n  address: 127.0.0.1\n  outlets: {spark-01: 1}\n"
      "  auth_key: hunter2hunter2\n", "pdu: unknown key 'auth_key'"),
     ("pdu:\n  name: strip-a\n  address: 127.0.0.1\n  outlets: {spark-01: 1}\n"
-     "  auth_key_env: hunter2hunter2\n", "is not an environment variable name"),
+     "  auth_key_env: hunter2hunter2\n", "auth_key_env: not an environment variable name"),
     ("pdu:\n  name: strip-a\n  outlets: {spark-01: 1}\n", "pdu: 'address' is missing"),
     ("pdu:\n  name: strip-a\n  address: 'fe80::1%eth0'\n  outlets: {spark-01: 1}\n",
      "has a zone index"),
@@ -64,7 +64,49 @@ def test_a_wrong_section_is_one_line_naming_its_line(tmp_path, body, message):
     line = caught.value.line()
     assert message in line and "\n" not in line
     assert f"{directory / 'group_vars' / 'all.yml'}:" in line and "(" in line  # where, fix
-    assert "hunter2" not in line or "not an environment variable" in line
+    assert "hunter2" not in line
+
+
+@pytest.mark.parametrize("key, variable", [
+    ("user_env", "HF_TOKEN"),  # the token went to the PDU as the SNMPv3 user name
+    ("auth_key_env", "LD_PRELOAD"),  # into the root service's EnvironmentFile
+    ("priv_key_env", "PYTHONPATH"),
+    ("auth_key_env", "SPARKRACK_PDU_"), ("auth_key_env", "SPARKRACK_PDU"),
+    ("priv_key_env", "AWS_SECRET_ACCESS_KEY"),
+])
+def test_the_section_names_only_sparkrack_pdu_variables(tmp_path, key, variable):
+    """Issue 53 item 3: `pdu:` could name any variable of the operator's environment."""
+    section = (f"pdu:\n  name: strip-a\n  address: 127.0.0.1\n  outlets: {{spark-01: 1, "
+               f"spark-02: 2, spark-03: 3, spark-04: 4}}\n  {key}: {variable}\n")
+    directory = inventory_dir(tmp_path, section)
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(directory)
+    line = caught.value.line()
+    all_yml = directory / "group_vars" / "all.yml"
+    at = all_yml.read_text().splitlines().index(f"  {key}: {variable}") + 1
+    assert line == (
+        f"{all_yml}:{at}: pdu: {key}: {variable} is not a SPARKRACK_PDU_* variable: the "
+        "PDU's user and keys come only from SPARKRACK_PDU_* variables (the watchdog's root "
+        "service is given them, and every record masks their values) (name the variable "
+        "holding it, SPARKRACK_PDU_ and upper-case letters, digits or '_' (e.g. "
+        "auth_key_env: SPARKRACK_PDU_AUTH_KEY), or leave the key out for its default)")
+
+
+@pytest.mark.parametrize("value", ["hunter2 hunter2", "hunter2hunter2", "sparkrack_pdu_user"])
+def test_a_secret_written_where_a_name_belongs_is_refused_without_showing_it(tmp_path, value):
+    directory = inventory_dir(tmp_path, "pdu:\n  name: strip-a\n  address: 127.0.0.1\n"
+                              f"  outlets: {{spark-01: 1}}\n  auth_key_env: '{value}'\n")
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(directory)
+    line = caught.value.line()
+    assert "pdu: auth_key_env: not an environment variable name (upper-case letters, " in line
+    assert f"{directory / 'group_vars' / 'all.yml'}:" in line and value not in line
+
+
+def test_the_section_names_its_own_variables(tmp_path):
+    pdu = load_inventory(inventory_dir(tmp_path, SECTION.format(port=161) + (
+        "  auth_key_env: SPARKRACK_PDU_LAB_AUTH\n"))).vars.pdu
+    assert (pdu.user_env, pdu.auth_key_env) == ("SPARKRACK_PDU_USER", "SPARKRACK_PDU_LAB_AUTH")
 
 
 def test_the_section_loads(tmp_path):

@@ -120,28 +120,25 @@ def role_vars(inventory, settings: Settings, state: NodeState, manifest_sha256: 
 
 def pdu_env_vars(inventory, settings: Settings,
                  environ: Mapping[str, str] = os.environ) -> dict:
-    """Role watchdog's PDU vars: the EnvironmentFile holding the PDU's SNMPv3 user and keys
-    as this machine's environment gives them, and its values as secrets (never shown in a
-    diff or summary). With them the service reads the strip for its metrics, and may cut
-    a node's power with --allow-power-cycle, which requires them (UsageError without a
-    pdu: section, PduError when they are not set). Without them: none (the file goes)."""
-    from sparkrack.pdu.snmp import PduError, credentials
+    """Role watchdog's PDU vars: with --allow-power-cycle, the EnvironmentFile holding the
+    PDU's SNMPv3 user and keys as this machine's environment gives them, and its values as
+    secrets (never shown in a diff or summary); the service then reads the strip for its
+    metrics and may cut a latched node's power. Cycling requires them (UsageError without
+    a pdu: section, PduError when they are not set). Without the flag: none, whatever is
+    exported (the file goes): the keys switch every outlet, and root on the watchdog's
+    node would hold them for nothing (docs/watchdog.md#installing-it-on-a-node)."""
+    from sparkrack.pdu.snmp import credentials
 
     none = {"watchdog_pdu_env": "", "watchdog_pdu_keys": [], "secret_values": []}
+    if not settings.allow_power_cycle:
+        return none
     pdu = inventory.vars.pdu
     if pdu is None:
-        if settings.allow_power_cycle:
-            raise UsageError(f"{inventory.path}: --allow-power-cycle, but the inventory has "
-                             "no pdu: section: nothing could cut a node's power",
-                             fix="name the rack's PDU and its outlets (docs/inventory.md), "
-                             "or install without --allow-power-cycle")
-        return none
-    try:
-        keys = credentials(pdu, environ)
-    except PduError:
-        if settings.allow_power_cycle:
-            raise
-        return none
+        raise UsageError(f"{inventory.path}: --allow-power-cycle, but the inventory has "
+                         "no pdu: section: nothing could cut a node's power",
+                         fix="name the rack's PDU and its outlets (docs/inventory.md), "
+                         "or install without --allow-power-cycle")
+    keys = credentials(pdu, environ)
     values = {pdu.user_env: keys.user, pdu.auth_key_env: keys.auth_key,
               pdu.priv_key_env: keys.priv_key}
     return {"watchdog_pdu_env": environment_file(values),

@@ -45,14 +45,13 @@ def test_without_an_outlet_the_watchdog_cannot(tmp_path):
     assert not ok and line == "spark-03: GPU latched; no PDU outlet feeds it in the inventory: not power-cycled"
 
 
-def test_allowed_the_service_gets_the_pdus_keys_in_a_0600_file_never_shown(tmp_path):
-    """The keys reach the unit through an EnvironmentFile (0600) beside lib/; no summary or
-    diff of the plan shows them, even with the file's own keys named oddly."""
+def watchdog_play(folder, keys, allowed=True, facts=None):
+    """(changes, context) of play watchdog.yml on a rehearsal copy's head, installed into
+    /opt/sr with keys as this machine's environment."""
     from test_watchdog_install import WANT
 
     from sparkrack.facts.provision import ProvisionFacts
     from sparkrack.facts.watchdog import NodeState
-    from sparkrack.provision.changes import Put
     from sparkrack.provision.plan import plan_node
     from sparkrack.provision.roles import (
         Renderer,
@@ -64,11 +63,9 @@ def test_allowed_the_service_gets_the_pdus_keys_in_a_0600_file_never_shown(tmp_p
     from sparkrack.watchdog import install as wi
     from sparkrack.watchdog import settings as ws_settings
 
-    inventory = load_inventory(rehearsal_copy(tmp_path))
+    inventory = load_inventory(rehearsal_copy(folder))
     settings = ws_settings.with_listen(ws_settings.Settings(
-        install_dir="/opt/sr", allow_power_cycle=True), inventory.head)
-    keys = {"SPARKRACK_PDU_USER": "operator", "SPARKRACK_PDU_AUTH_KEY": 'auth"key$1\\x',
-            "SPARKRACK_PDU_PRIV_KEY": "privkey-2345"}
+        install_dir="/opt/sr", allow_power_cycle=allowed), inventory.head)
     extra = wi.role_vars(inventory, settings, NodeState(), WANT, keys)
     roles = load_roles(play="watchdog.yml")
     renderer = Renderer()
@@ -76,8 +73,19 @@ def test_allowed_the_service_gets_the_pdus_keys_in_a_0600_file_never_shown(tmp_p
     changes = plan_node(roles, {r.name: render_tasks(r, r.tasks, context, renderer)
                                 for r in roles},
                         {r.name: render_tasks(r, r.handlers, context, renderer) for r in roles},
-                        context, ProvisionFacts(), renderer=renderer,
+                        context, facts or ProvisionFacts(), renderer=renderer,
                         secrets=secret_values(context))
+    return changes, context
+
+
+def test_allowed_the_service_gets_the_pdus_keys_in_a_0600_file_never_shown(tmp_path):
+    """The keys reach the unit through an EnvironmentFile (0600) beside lib/; no summary or
+    diff of the plan shows them, even with the file's own keys named oddly."""
+    from sparkrack.provision.changes import Put
+
+    keys = {"SPARKRACK_PDU_USER": "operator", "SPARKRACK_PDU_AUTH_KEY": 'auth"key$1\\x',
+            "SPARKRACK_PDU_PRIV_KEY": "privkey-2345"}
+    changes, _ = watchdog_play(tmp_path, keys)
     put = next(a for c in changes for a in c.actions
                if isinstance(a, Put) and a.path == "/opt/sr/pdu.env")
     assert put.mode == 0o600
@@ -93,8 +101,7 @@ def test_allowed_the_service_gets_the_pdus_keys_in_a_0600_file_never_shown(tmp_p
 
 
 def test_without_keys_the_file_goes_and_the_unit_reads_none(tmp_path, monkeypatch):
-    """Not allowed to cycle, the keys still go to the service when exported (it reads the
-    strip for its metrics); with none exported, no file and no EnvironmentFile."""
+    """With none exported, no file and no EnvironmentFile."""
     for name in ("SPARKRACK_PDU_USER", "SPARKRACK_PDU_AUTH_KEY", "SPARKRACK_PDU_PRIV_KEY"):
         monkeypatch.delenv(name)
     unit, text = unit_of(tmp_path, install_dir="/opt/sr", listen="10.77.1.11")
@@ -102,9 +109,33 @@ def test_without_keys_the_file_goes_and_the_unit_reads_none(tmp_path, monkeypatc
     inventory = load_inventory(rehearsal_copy(tmp_path / "again"))
     assert wi_vars(inventory, False) == {"watchdog_pdu_env": "", "watchdog_pdu_keys": [],
                                          "secret_values": []}
+
+
+def test_not_allowed_to_cycle_the_keys_stay_on_this_machine(tmp_path):
+    """Issue 53 item 3: the keys went to the watchdog's node whenever they were exported,
+    and root there could switch every outlet though the service may cut none. Without
+    --allow-power-cycle, whatever is exported: no pdu.env (an earlier one is removed), no
+    EnvironmentFile, the keys nowhere in the play's vars."""
+    from sparkrack.facts.files import FileFacts
+    from sparkrack.facts.provision import ProvisionFacts
+    from sparkrack.provision.changes import Put
+
     keys = {"SPARKRACK_PDU_USER": "operator", "SPARKRACK_PDU_AUTH_KEY": "authkey-1234",
             "SPARKRACK_PDU_PRIV_KEY": "privkey-2345"}
-    assert wi_vars(inventory, False, keys)["secret_values"] == ["authkey-1234", "privkey-2345"]
+    inventory = load_inventory(rehearsal_copy(tmp_path))
+    assert wi_vars(inventory, False, keys) == {"watchdog_pdu_env": "", "watchdog_pdu_keys": [],
+                                               "secret_values": []}
+    earlier = ProvisionFacts(files={"/opt/sr/pdu.env": FileFacts(
+        exists=True, type="file", mode="600", owner="root", group="root", size=20,
+        sha256="0" * 64)})
+    changes, context = watchdog_play(tmp_path / "again", keys, allowed=False, facts=earlier)
+    assert not any(isinstance(a, Put) and a.path == "/opt/sr/pdu.env"
+                   for c in changes for a in c.actions)
+    assert "/opt/sr/pdu.env: remove" in [c.summary for c in changes]
+    unit = next(a for c in changes for a in c.actions
+                if isinstance(a, Put) and a.path.endswith("sparkrack-watchdog.service"))
+    assert "EnvironmentFile" not in unit.content.decode()
+    assert "authkey-1234" not in repr(context) and "privkey-2345" not in repr(context)
 
 
 def wi_vars(inventory, allowed, environ=None):

@@ -42,8 +42,8 @@ class Api:
 
     def health(self, body) -> Reply:
         head = self.head
-        if not head.ready or head.draining:
-            return Reply(503)
+        if not head.ready or (head.draining and self.args.engine == "sglang"):
+            return Reply(503)  # vLLM's /health says 503 only once its engine is dead
         if self.args.engine == "sglang" and not head.serving(self.settings.health_timeout_s):
             return Reply(503)  # a 1-token generation through every rank did not complete
         return Reply(200)
@@ -123,7 +123,7 @@ class Api:
     def _generate(self, body: dict, prompt_tokens: int, chat: bool,
                   text: str | None = None) -> Reply | Stream:
         args = self.args
-        if not self.head.ready or self.head.draining:
+        if not self.head.ready or self.head.refusing:
             return Reply(503, error_body("The server is not ready or is shutting down",
                                          "ServiceUnavailableError", 503))
         model = body.get("model")

@@ -55,7 +55,7 @@ class EngineArgs:
     speculative_steps: int  # 0 without speculative decoding
     dist_timeout_s: float
     watchdog_timeout_s: float
-    shutdown_timeout_s: float | None  # vLLM --shutdown-timeout; None: drain until done
+    shutdown_timeout_s: float | None  # vLLM --shutdown-timeout (0: abort); None: SGLang
     headless: bool
     namespace: dict = field(default_factory=dict)  # every parsed option, for /server_info
 
@@ -254,7 +254,7 @@ def vllm_parser(version: str | None = None) -> argparse.ArgumentParser:
     add("--api-key", type=str)
     add("--uvicorn-log-level", type=str, default="info")
     add("--disable-log-requests", action="store_true")
-    add("--shutdown-timeout", type=int, default=None)
+    add("--shutdown-timeout", type=int, default=0)
     add("--tensor-parallel-size", "-tp", type=int, default=1)
     add("--pipeline-parallel-size", "-pp", type=int, default=1)
     add("--data-parallel-size", "-dp", type=int, default=1)
@@ -283,6 +283,9 @@ def _vllm_args(ns: argparse.Namespace) -> EngineArgs:
         raise ConfigError(f"node_rank {ns.node_rank} must be in [0, {ns.nnodes})")
     if ns.kv_cache_dtype not in VLLM_KV_DTYPES:
         raise ConfigError(f"Unknown kv cache dtype: {ns.kv_cache_dtype!r}")
+    if ns.shutdown_timeout < 0:  # VllmConfig.shutdown_timeout: Field(ge=0)
+        raise ConfigError(f"shutdown_timeout: Input should be greater than or equal to 0, got "
+                          f"{ns.shutdown_timeout}")
     spec = ns.speculative_config or {}
     steps = int(spec.get("num_speculative_tokens", 0) or 0)
     return EngineArgs(
@@ -295,7 +298,7 @@ def _vllm_args(ns: argparse.Namespace) -> EngineArgs:
         chunked_prefill_size=ns.max_num_batched_tokens or 8192,
         max_running_requests=ns.max_num_seqs or 256, speculative_steps=steps,
         dist_timeout_s=600.0, watchdog_timeout_s=300.0,
-        shutdown_timeout_s=None if ns.shutdown_timeout is None else float(ns.shutdown_timeout),
+        shutdown_timeout_s=float(ns.shutdown_timeout),
         headless=ns.headless, namespace=vars(ns))
 
 

@@ -24,6 +24,7 @@ DEFAULTS = {
     "health_timeout_s": 20.0,
     "recall_tokens": None,
     "gated_repo": None,
+    "drain_poll_s": 5.0,
 }
 RANK_KEYS = {"load_delay_s": (int, float), "exit_at_start": (bool,),
              "die_after_s": (int, float), "exit_code": (int,), "wedge_at_request": (int,),
@@ -34,7 +35,7 @@ _TYPES = {"load_delay_s": _NUMBERS, "compile_s": _NUMBERS + (type(None),),
           "answer_tokens": (int,), "accept_length": _NUMBERS + (type(None),),
           "rank_mem_gib": _NUMBERS + (type(None),), "indexer_scale": _NUMBERS,
           "health_timeout_s": _NUMBERS, "recall_tokens": (int, type(None)),
-          "gated_repo": (str, type(None))}
+          "gated_repo": (str, type(None)), "drain_poll_s": _NUMBERS}
 ENGINES = ("sglang", "vllm")
 # Per-token draft acceptance that gives the field report's accept length 2.83 at 3 EAGLE
 # steps: 1 + p + p^2 + p^3 = 2.83 for p = 0.772 (vLLM MTP 3 measured 2.89: close).
@@ -65,6 +66,7 @@ class RankConfig:
     wedge_at_request: int | None = None  # this rank wedges on its Nth forward
     wedge_above_tokens: int | None = None  # ... or on a forward with a longer prompt
     gated_repo: str | None = None  # the lane fetches from this gated Hub repo: needs a token
+    drain_poll_s: float = 5.0  # SGLang's drain looks this often whether requests are left
 
 
 def accept_length(steps: int, rate: float = ACCEPT_RATE) -> float:
@@ -181,7 +183,8 @@ def resolve(data: dict, engine: str, rank: int, argv: list[str],
         exit_code=int(mine.get("exit_code", 1)),
         recall_tokens=merged["recall_tokens"],
         wedge_at_request=mine.get("wedge_at_request"),
-        wedge_above_tokens=mine.get("wedge_above_tokens"), gated_repo=merged["gated_repo"])
+        wedge_above_tokens=mine.get("wedge_above_tokens"), gated_repo=merged["gated_repo"],
+        drain_poll_s=float(merged["drain_poll_s"]))
 
 
 def load(model_path: str) -> dict:

@@ -44,8 +44,21 @@ class Head(Rank):
     def on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name
         if not self.stop.is_set():
-            self.log(f"Received {name}; {'draining' if self.ready else 'shutting down'}.")
+            if not self.ready:
+                self.log(f"Received {name}; shutting down.")
+            elif self.args.engine == "sglang":
+                self.log(f"{name} received. Draining requests and shutting down...",
+                         "WARNING")
+            else:
+                self.log("[shutdown] API server: shutdown triggered")
         self.stop.set()
+
+    @property
+    def refusing(self) -> bool:
+        """Whether a new request is refused: vLLM's engine core refuses new work once its
+        shutdown began; SGLang's tokenizer manager takes new requests while it drains (only
+        its /health says 503)."""
+        return self.draining and self.args.engine == "vllm"
 
     # Lifecycle
 
@@ -110,25 +123,38 @@ class Head(Rank):
         self._drain()
 
     def _drain(self) -> None:
+        """The engine's own drain on SIGTERM (docs/rehearsal.md#the-stub-engines): vLLM
+        waits up to --shutdown-timeout for its in-flight requests (0, its default: aborts
+        them at once); SGLang looks every drain_poll_s (5 s) whether any is left, with no
+        limit, new ones included."""
         with self._lock:
             self.draining = True
-        limit = self.args.shutdown_timeout_s
-        deadline = None if limit is None else time.monotonic() + limit
-        said = -1
-        while True:
-            with self._lock:
-                left = self.inflight
-            if left == 0:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                self.log(f"Shutdown timeout reached with {left} requests in flight; aborting "
-                         "them.", "WARNING")
-                break
-            if left != said:
-                self.log(f"Gracefully exiting... Remaining number of requests {left}")
-                said = left
-            time.sleep(0.05)
+            left = self.inflight
+        if self.args.engine == "vllm":
+            limit = self.args.shutdown_timeout_s or 0.0
+            self.log(f"[shutdown] EngineCore: start mode={'drain' if limit else 'abort'} "
+                     f"timeout={limit:g}s")
+            if left and not limit:
+                self.log(f"[shutdown] EngineCore: aborting in-flight requests count={left}")
+            elif left:
+                self.log(f"[shutdown] EngineCore: draining in-flight requests count={left} "
+                         f"timeout={limit:g}s")
+            deadline = time.monotonic() + limit
+            while self._left() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        else:
+            poll = self.settings.drain_poll_s
+            while True:
+                left = self._left()
+                self.log(f"Gracefully exiting... Remaining number of requests {left}.")
+                if not left:
+                    break
+                time.sleep(poll)
         self._shutdown()
+
+    def _left(self) -> int:
+        with self._lock:
+            return self.inflight
 
     def _shutdown(self) -> None:
         """Tell the workers to exit, wait for them, exit 0."""
@@ -149,10 +175,10 @@ class Head(Rank):
     # Requests
 
     def accept(self) -> bool:
-        """Count a request in, unless draining (atomic with the drain's start: accepted
-        requests are waited for)."""
+        """Count a request in, unless the drain refuses it (atomic with the drain's start:
+        accepted requests are waited for)."""
         with self._lock:
-            if self.draining:
+            if self.refusing:
                 return False
             self.inflight += 1
             return True

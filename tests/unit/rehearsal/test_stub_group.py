@@ -184,6 +184,14 @@ class LocalGroup:
         with urllib.request.urlopen(request, timeout=30) as answer:
             return json.loads(answer.read())
 
+    def status_of_chat(self) -> int:
+        """The HTTP status of a one-token chat completion."""
+        try:
+            self.chat(1, max_tokens=1)
+        except urllib.error.HTTPError as error:
+            return error.code
+        return 200
+
     def stream(self, path: str, body: dict) -> tuple[int, list[tuple[float, str]]]:
         """(status, [(arrival time, data payload)]) of an SSE request."""
         connection = http.client.HTTPConnection("127.0.0.1", self.ports[0], timeout=30)
@@ -313,6 +321,63 @@ def test_the_group_forms_serves_and_drains(groups, gpu):
     assert record["env"]["GPU_SIM_ADDR"] == f"127.0.0.1:{gpu.port}"
     first = json.loads(group.log(2).splitlines()[0])
     assert first["event"] == "start" and first["argv"] == record["argv"]
+
+
+def _streaming(group, tokens: int) -> tuple[threading.Thread, dict]:
+    """A streamed chat of tokens tokens in a thread of its own: (thread, its result)."""
+    done: dict = {}
+    reader = threading.Thread(target=lambda: done.update(result=group.stream(
+        "/v1/chat/completions", {"messages": [{"role": "user", "content": "q"}],
+                                 "max_tokens": tokens})))
+    reader.start()
+    return reader, done
+
+
+def test_sglang_drains_new_requests_too_and_only_its_health_says_503(groups, gpu):
+    """SGLang 0.5.22 on SIGTERM: /health 503, new requests still taken (its tokenizer
+    manager has no refusal), the drain looks every drain_poll_s until none is left."""
+    group = groups(nnodes=2, config={"drain_poll_s": 0.3})
+    group.start_all()
+    group.wait_healthy()
+    first, done = _streaming(group, 25)
+    assert eventually(lambda: gpu.state()["util"] == 100)
+    group.signal(0)
+    assert eventually(lambda: group.status() == 503)
+    late, late_done = _streaming(group, 10)  # arrives while rank 0 drains
+    first.join(10)
+    late.join(10)
+    assert len(chat_tokens(done["result"][1])) == 25
+    assert late_done["result"][0] == 200 and len(chat_tokens(late_done["result"][1])) == 10
+    assert group.wait_exit() == {0: 0, 1: 0}
+    assert "SIGTERM received. Draining requests and shutting down..." in group.log(0)
+    assert "Gracefully exiting... Remaining number of requests 0." in group.log(0)
+
+
+@pytest.mark.parametrize("timeout", [None, "5"])
+def test_vllm_refuses_new_requests_and_drains_up_to_its_shutdown_timeout(groups, gpu,
+                                                                          timeout):
+    """vLLM 0.33.0 on SIGTERM: new requests refused, /health still 200 (503 only for a dead
+    engine); in-flight ones finish within --shutdown-timeout, or are aborted at once when
+    it is 0, the default."""
+    extra = [] if timeout is None else ["--shutdown-timeout", timeout]
+    group = groups(engine="vllm", nnodes=2, extra=extra)
+    group.start_all()
+    group.wait_healthy()
+    first, done = _streaming(group, 25)
+    assert eventually(lambda: gpu.state()["util"] == 100)
+    group.signal(0)
+    assert eventually(lambda: "[shutdown] EngineCore: start" in group.log(0))
+    if timeout is None:
+        first.join(10)
+        assert len(chat_tokens(done["result"][1])) < 25  # cut short
+        assert "aborting in-flight requests count=1" in group.log(0)
+    else:
+        refused = group.status_of_chat()
+        assert refused == 503 and group.status() == 200
+        first.join(10)
+        assert len(chat_tokens(done["result"][1])) == 25
+        assert "draining in-flight requests count=1 timeout=5s" in group.log(0)
+    assert group.wait_exit()[0] == 0
 
 
 def test_a_dead_worker_takes_the_whole_group_down(groups, gpu):

@@ -246,4 +246,4 @@ def engine_rack(rack, inventory):
     return inventory
 
 
-STUB_CONFIG = {"load_delay_s": 0.3, "tokens_per_s": 50}
+STUB_CONFIG = {"load_delay_s": 0.3, "tokens_per_s": 50, "drain_poll_s": 0.5}

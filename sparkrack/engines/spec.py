@@ -46,6 +46,9 @@ LABEL_RANK = "sparkrack.rank"
 LABEL_DEPLOYMENT = "sparkrack.deployment"
 LABEL_SPEC_HASH = "sparkrack.spec-hash"
 LABEL_STOP_TIMEOUT = "sparkrack.stop-timeout"  # so `down` can drain a container it did not plan
+# rank 0's exit once its drain is over: SGLang 0.5.22 looks every 5 s whether requests are
+# left, then gives its schedulers 15 s to exit (tokenizer_manager.py, sigterm_watchdog)
+DRAIN_EXIT_S = 30
 
 
 @dataclass(frozen=True)
@@ -272,6 +275,7 @@ def template_values(inventory: Inventory, definition: EngineDef, node: Node,
     return {"model_path": model_path_of(inventory, profile), "model_name": rack.model_name,
             "tp_size": rack.tp_size, "nnodes": len(inventory.nodes), "rank": node.rank,
             "head_roce_addr": socket_address(inventory.head),
+            "drain_budget_s": rack.drain_budget_s,
             **{f"{name}_port": port
                for name, port in lane_ports(inventory, definition).items()}}
 
@@ -296,9 +300,18 @@ def _rank_spec(inventory: Inventory, node: Node, definition: EngineDef, profile:
         ready_timeout_s=profile.ready_timeout_s, experimental=profile.experimental,
         note=profile.note,
         stall_budget_s=inventory.vars.watchdog_stall_budget_s or profile.stall_budget_s,
-        docker=DockerOptions(stop_timeout_s=profile.stop_timeout_s,
+        docker=DockerOptions(stop_timeout_s=stop_timeout(inventory, profile, node),
                              mounts=(Mount(model_path, model_path),),
                              token_mount=_token_mount(node.name, env)))
+
+
+def stop_timeout(inventory: Inventory, profile: Profile, node: Node) -> int:
+    """SIGTERM to SIGKILL for node's rank: the profile's; rank 0's at least the rack's
+    drain budget plus DRAIN_EXIT_S, so that a `docker stop` (by hand, or a node shutting
+    down) lets it drain too (docs/engines.md#draining)."""
+    if not node.is_head:
+        return profile.stop_timeout_s
+    return max(profile.stop_timeout_s, inventory.vars.drain_budget_s + DRAIN_EXIT_S)
 
 
 def _token_mount(node: str, env: Mapping[str, str]) -> Mount | None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import string
 from collections.abc import Iterable, Mapping
 
-RANK_FIELDS = ("model_path", "model_name", "tp_size", "nnodes", "rank", "head_roce_addr")
+RANK_FIELDS = ("model_path", "model_name", "tp_size", "nnodes", "rank", "head_roce_addr",
+               "drain_budget_s")
 """Placeholders every template may use; each declared port adds `<port>_port`."""
 
 

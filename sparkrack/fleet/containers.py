@@ -142,6 +142,10 @@ class NodeDocker:
         if view(container).alive:
             container.stop(timeout=timeout)
 
+    def signal(self, name: str, signal: str) -> None:
+        """Send signal (e.g. SIGTERM) to its main process and return at once (a drain)."""
+        self._get(name).kill(signal=signal)
+
     def kill(self, name: str) -> None:
         """SIGKILL its main process now, as the kernel's OOM killer would (a chaos fault)."""
         self._get(name).kill()

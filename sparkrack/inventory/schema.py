@@ -185,6 +185,11 @@ class RackVars:
         0, "TCP port rank 0 serves the OpenAI-compatible API on, whichever engine runs, so "
         "that a roll between lanes keeps the rack's address for its clients (0: each engine "
         "file's own http port: SGLang 30000, vLLM 8000)", at_least=0, at_most=65535)
+    drain_budget_s: int = _var(
+        120, "seconds `down`, `roll` and `restart-rack` let rank 0 finish its in-flight "
+        "requests after SIGTERM before it is stopped (vLLM's --shutdown-timeout; 0: abort "
+        "them at once, vLLM's own default). At most 1800: SMG's --request-timeout-secs "
+        "default, past which a router gives a request up anyway", at_least=0, at_most=1800)
     watchdog_action: str = _var(
         "stop", "what the watchdog service does with a broken TP group: stop it, or restart "
         "it in order within the restart budget", choices=("stop", "restart"))

@@ -4,7 +4,8 @@ up:   gates -> burn (leftovers removed, compile cache folders made, docker limit
       meanwhile) -> record
       "current" -> create, start in order -> readiness -> smoke request -> "last-good" with
       the phase times (a start that fails: record "failed", "current" removed)
-down: stop rank 0 first (drain), then the workers; remove; wait for unified memory
+down: drain rank 0 (drain.py: SIGTERM, its in-flight requests finish within the inventory's
+      drain budget), stop it, then the workers; remove; wait for unified memory
 roll: build and gate the new deployment while the old one serves (nodes whose cap a burn
       verified this boot are not burned again); stop the old; start the new; smoke-test it;
       on failure bring the last known-good deployment back and say so.
@@ -194,7 +195,8 @@ def down(inventory: Inventory, *, timeout: int | None = None,
         current = report.current
         note(containers=[f"{r.name}@{r.node}" for r in report.stopped],
              nodes=[r.node for r in report.stopped],
-             **({"stopped": current.deployment_id} if current and report.stopped else {}))
+             **({"stopped": current.deployment_id} if current and report.stopped else {}),
+             **({"drain": report.drain.record()} if report.drain else {}))
         if late:
             raise KeyboardInterrupt(late[0])
         wait_for_memory(fleet, report)
@@ -260,7 +262,8 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
             stopped, late = stop_deployment(fleet, inventory, timeout=None, on_event=on_event,
                                             records=pre.records)
             current = stopped.current
-            note(stopped=replacing or (current.deployment_id if current else None))
+            note(stopped=replacing or (current.deployment_id if current else None),
+                 **({"drain": stopped.drain.record()} if stopped.drain else {}))
             if late:
                 raise KeyboardInterrupt(late[0])
             wait_for_memory(fleet, stopped)

@@ -15,12 +15,14 @@ from sparkrack.facts import node as node_facts
 from sparkrack.facts.queries import answer, argv
 from sparkrack.fleet import Fleet
 from sparkrack.fleet.containers import ContainerNotFound
+from sparkrack.lifecycle.drain import Drain, drain_head
 from sparkrack.lifecycle.order import stop_order
 
 RECOVERED_FRACTION = 0.85
 RECOVERY_SLACK_KB = 1 << 20  # 1 GiB below the recorded value still counts as recovered
 RECOVERY_TIMEOUT = 60.0
 HEADLESS_STOP_TIMEOUT = 10  # a worker without a running rank 0: SIGTERM this long, then SIGKILL
+AFTER_DRAIN_TIMEOUT = 30  # rank 0 once its drain ended: its exit (SGLang's schedulers: 15 s)
 
 
 @dataclass
@@ -32,6 +34,7 @@ class StopReport:
     not_recovered: dict[str, str] = field(default_factory=dict)  # node -> why
     seconds: float = 0.0
     current: Deployment | None = None  # `down`, `roll`: the current record as it was
+    drain: Drain | None = None  # rank 0's drain, when it ran
 
 
 def stop_engine(fleet: Fleet, *, mem_before: dict[str, int] | None = None,
@@ -48,23 +51,32 @@ def stop_engine(fleet: Fleet, *, mem_before: dict[str, int] | None = None,
 
 
 def stop_group(fleet: Fleet, *, timeout: int | None = None,
-               on_event: Callable[[str], None] = lambda e: None) -> StopReport:
-    """Stop and remove every sparkrack engine container, rank 0 first (no memory wait)."""
+               on_event: Callable[[str], None] = lambda e: None,
+               drain: bool = True) -> StopReport:
+    """Stop and remove every sparkrack engine container, rank 0 first (no memory wait). With
+    drain, a running rank 0 first drains (drain.py: SIGTERM, its in-flight requests finish
+    within the inventory's drain_budget_s), then gets AFTER_DRAIN_TIMEOUT to exit."""
     started = time.monotonic()
     report = StopReport()
     ranks, errors = engine_containers(fleet)
     report.errors.update({node: f"docker: {e}" for node, e in errors.items()})
+    head = next((r for r in ranks if r.rank == 0 and r.alive), None)
     if ranks:
         on_event(f"stopping {len(ranks)} rank(s): rank 0 first so it drains, then the workers")
-        report.errors.update(stop_ranks(fleet, ranks, timeout=timeout,
-                                        on_stop=lambda r: on_event(f"stopped rank {r.rank} on {r.node}")))
+        if drain and head is not None:
+            report.drain = drain_head(fleet, head, on_event=on_event)
+        report.errors.update(stop_ranks(
+            fleet, ranks, timeout=timeout,
+            head_timeout=AFTER_DRAIN_TIMEOUT if report.drain is not None else None,
+            on_stop=lambda r: on_event(f"stopped rank {r.rank} on {r.node}")))
         report.stopped = ranks
     report.seconds = time.monotonic() - started
     return report
 
 
 def stop_ranks(fleet: Fleet, ranks: Sequence[Rank], *, timeout: int | None = None,
-               remove: bool = True, on_stop: Callable[[Rank], None] = lambda r: None) -> dict[str, str]:
+               remove: bool = True, on_stop: Callable[[Rank], None] = lambda r: None,
+               head_timeout: int | None = None) -> dict[str, str]:
     """Stop (and remove) ranks in stop order: rank 0 first, then the workers in parallel.
     Returns {container@node: error} for those that could not be stopped or removed.
 
@@ -76,6 +88,8 @@ def stop_ranks(fleet: Fleet, ranks: Sequence[Rank], *, timeout: int | None = Non
 
     def one(rank: Rank) -> None:
         wait = timeout if timeout is not None else rank.stop_timeout
+        if rank.rank == 0 and head_timeout is not None:  # drained already
+            wait = min(wait, head_timeout)
         if headless:
             wait = min(wait, HEADLESS_STOP_TIMEOUT)
         try:

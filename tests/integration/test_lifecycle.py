@@ -170,6 +170,42 @@ def test_roll_vllm_to_sglang_and_a_broken_roll_falls_back(clean, tmp_path):
     assert {r.engine for r in running} == {"sglang"} and len(running) == 8 and all(r.alive for r in running)
 
 
+def test_down_drains_rank_0_first_and_audits_what_it_drained(clean, tmp_path):
+    """`down` while a vLLM stream runs: SIGTERM to rank 0 alone (vLLM's --shutdown-timeout
+    is the inventory's drain budget), the stream ends with its final chunk, then the ranks
+    stop in order; the audit record says how many requests were drained and how long."""
+    from sparkrack.deployments.headapi import Endpoint
+
+    inventory = clean
+    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    head = Endpoint(inventory.head, 8000, "GLM-5.3")
+    streamed: dict = {}
+    reader = threading.Thread(target=lambda: streamed.update(result=head.stream_chat(
+        [{"role": "user", "content": "drain me"}], 150, timeout=60)))
+    reader.start()
+    deadline = time.monotonic() + 30
+    while "vllm:num_requests_running{model_name=\"GLM-5.3\"} 1" not in \
+            head.get("/metrics")[1].decode() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    env = {**os.environ, "SPARKRACK_INVENTORY": str(inventory.path), "NO_COLOR": "1",
+           "SPARKRACK_STATE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "invoke", "down"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    reader.join(60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = streamed["result"]
+    assert (result.completion_tokens, result.finish_reason) == (150, "length")
+    assert "draining rank 0 on spark-01: SIGTERM sent, /health answers 200, 1 request(s) " \
+           "in flight, budget 120 s" in done.stderr, done.stderr
+    audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    drain = next(entry["changed"]["drain"] for entry in reversed(audit)
+                 if (entry.get("changed") or {}).get("drain"))
+    assert (drain["in_flight"], drain["drained"], drain["left"], drain["budget_s"]) == \
+        (1, 1, 0, 120), drain
+    assert drain["ended"] in ("drained", "exited") and 0 < drain["seconds"] < 30, drain
+    assert nothing_runs(inventory) == []
+
+
 def test_a_roll_between_lanes_keeps_the_racks_api_port(clean, tmp_path):
     """api_port 9000: SGLang and vLLM both serve there (not 30000 / 8000), `status` says
     so, and a roll from one to the other keeps the address for the rack's clients."""

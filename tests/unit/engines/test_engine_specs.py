@@ -27,6 +27,7 @@ from sparkrack.engines import (
     docker_run_argv,
     docker_sdk_kwargs,
 )
+from sparkrack.engines.spec import DRAIN_EXIT_S
 from sparkrack.inventory import load_inventory
 from sparkrack.inventory.schema import FrozenMapping
 from sparkrack.provision.envfiles import RackView
@@ -211,7 +212,9 @@ def test_vllm_head_serves_http_and_workers_run_headless(real_inventory):
         assert spec.env["NCCL_IB_HCA"] == "rocep1s0f0,roceP2p1s0f0"
         assert spec.env["NCCL_IB_GID_INDEX"] == "3"
     head, workers = all_specs[0], all_specs[1:]
-    assert head.argv[-4:] == ("--host", "0.0.0.0", "--port", "8000")
+    assert head.argv[-6:] == ("--host", "0.0.0.0", "--port", "8000", "--shutdown-timeout",
+                              "120")  # the inventory's drain_budget_s: rank 0 drains
+    assert head.docker.stop_timeout_s == 120 + DRAIN_EXIT_S  # docker lets it drain too
     assert "--headless" not in head.argv
     for spec in workers:
         assert spec.argv[-1] == "--headless"
@@ -249,7 +252,7 @@ def test_docker_options_and_labels(real_inventory):
         assert dict(spec.labels) == {
             LABEL_ENGINE: "sglang", LABEL_PROFILE: "512k", LABEL_RANK: str(spec.rank),
             LABEL_DEPLOYMENT: "dep-1", LABEL_SPEC_HASH: spec.spec_hash,
-            LABEL_STOP_TIMEOUT: "120"}
+            LABEL_STOP_TIMEOUT: "150" if spec.rank == 0 else "120"}  # rank 0 drains
         options = spec.docker
         assert (options.network_mode, options.ipc_mode, options.shm_size) == ("host", "host", "32g")
         assert options.devices == ("/dev/infiniband",) and options.cap_add == ("IPC_LOCK",)

@@ -261,7 +261,9 @@ def test_the_group_runs_as_the_rack_does(real_inventory):
         assert "tolerations" not in pod  # the agent's NoExecute taint evicts it
         assert (pod["hostNetwork"], pod["dnsPolicy"], "hostIPC" in pod) == \
             (True, "ClusterFirstWithHostNet", False)  # the pod's own IPC, its own /dev/shm
-        assert pod["terminationGracePeriodSeconds"] == 120  # the profile's stop timeout
+        # the profile's stop timeout; the leader's at least the drain budget + its exit
+        assert pod["terminationGracePeriodSeconds"] == (
+            150 if template is group["leaderTemplate"] else 120)
         assert pod["volumes"][:4] == [
             {"name": "models-glm-5-3-nvfp4", "hostPath": {"path": "/models/GLM-5.3-NVFP4",
                                                           "type": "Directory"}},

@@ -57,6 +57,31 @@ def test_secrets_are_masked_by_name_and_by_value(monkeypatch):
     ("aws configure set aws_secret_access_key S3cret && aws configure set "
      "aws_session_token S3cret", "aws configure set aws_secret_access_key *** && aws "
      "configure set aws_session_token ***"),
+    # issue 53 item 3: none of these were masked whole
+    ("snmpset -v3 -l authPriv -u ops -a SHA -A S3cretA -x AES -X 'S3cret X' pdu x i 3",
+     "snmpset -v3 -l authPriv -u ops -a SHA -A *** -x AES -X *** pdu x i 3"),
+    ("snmpwalk -v2c -c S3cret pdu; snmpget -v3 -3m 0xS3cret -3K 0xS3cret -AS3cret pdu",
+     "snmpwalk -v2c -c *** pdu; snmpget -v3 -3m *** -3K *** -A*** pdu"),
+    ("ipmitool -I lanplus -H bmc -U admin -P S3cret -y 53cre7 chassis power cycle",
+     "ipmitool -I lanplus -H bmc -U admin -P *** -y *** chassis power cycle"),
+    ("ipmitool -H bmc -PS3cret -k S3cret sel list", "ipmitool -H bmc -P*** -k *** sel list"),
+    ("openssl enc -aes-256-cbc -k S3cret -in a -out b",
+     "openssl enc -aes-256-cbc -k *** -in a -out b"),
+    ("openssl pkcs12 -export -passout pass:S3cret -passin 'pass:S3cret x' -in a.pem",
+     "openssl pkcs12 -export -passout pass:*** -passin 'pass:***' -in a.pem"),
+    ("curl -d '{\"password\": \"S3cret\", \"user\": \"bob\", \"api_key\":\"S3\\\"cret\"}' h",
+     "curl -d '{\"password\": \"***\", \"user\": \"bob\", \"api_key\":\"***\"}' h"),
+    ("python3 -c \"db = {'db_password': 'S3cret'}\"", "python3 -c \"db = {'db_password': '***'}\""),
+    ("git clone https://bot:p@ss@S3cret@git.example/x.git; ssh://root@h",
+     "git clone https://bot:***@git.example/x.git; ssh://root@h"),
+    ("glab auth login --hostname g glpat-S3cretS3cretS3cret_xx.01.abc",
+     "glab auth login --hostname g ***"),
+    ("claude -p hi ANTHROPIC=sk-ant-api03-S3cretS3cretS3cret-S3cret x",
+     "claude -p *** ANTHROPIC=*** x"),
+    ("printf '-----BEGIN OPENSSH PRIVATE KEY-----\\nb3BlS3cret\\n-----END OPENSSH PRIVATE "
+     "KEY-----\\n' > k", "printf '-----BEGIN OPENSSH PRIVATE KEY-----***-----END OPENSSH "
+     "PRIVATE KEY-----\\n' > k"),
+    ("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIS3cret\nMore", "-----BEGIN EC PRIVATE KEY-----***"),
 ])
 def test_secrets_in_command_lines_are_masked(typed, recorded):
     """Issue 23 item 3: what `invoke run --shell` records never holds the secret."""
@@ -69,9 +94,27 @@ def test_secrets_in_command_lines_are_masked(typed, recorded):
     "docker ps -a --filter label=sparkrack.engine", "ls -a /models",
     "journalctl -u sparkrack-watchdog --since 10:00", "invoke up sglang --profile 512k",
     "docker run -u 1000 img", "ip -4 addr show dev enp1s0f0np0",
+    "openssl req -new -keyout key.pem -out req.pem", "openssl pkcs12 -passin env:PW -in a",
+    "ipmitool -I lanplus -H bmc -U admin -E chassis status", "ls -c /x; sh -c 'uptime'",
+    "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
+    'echo \'{"user": "bob", "host": "h"}\'',
 ])
 def test_ordinary_command_lines_are_recorded_as_typed(typed):
     assert audit.mask_text(typed) == typed
+
+
+def test_the_pdus_keys_are_masked_wherever_they_appear(monkeypatch):
+    """Issue 53 item 3: the values of the variables `pdu:` names (SPARKRACK_PDU_*, the only
+    names it may give) were recorded as typed; a user name (*_USER) is not a secret."""
+    monkeypatch.setenv("SPARKRACK_PDU_AUTH_KEY", "auth-S3cret-1")
+    monkeypatch.setenv("SPARKRACK_PDU_LAB_PRIV", "priv-S3cret-22")
+    monkeypatch.setenv("SPARKRACK_PDU_USER", "sparkrack")
+    typed = ("snmpget -l authPriv -u sparkrack -a SHA auth-S3cret-1 priv-S3cret-22 "
+             "label=sparkrack.engine")
+    assert audit.mask_text(typed) == ("snmpget -l authPriv -u sparkrack -a SHA *** *** "
+                                      "label=sparkrack.engine")
+    record = audit.mask({"reason": "key priv-S3cret-22 leaked", "waive": ["auth-S3cret-1"]})
+    assert record == {"reason": "key *** leaked", "waive": ["***"]}
 
 
 def test_the_security_doc_lists_exactly_what_is_masked():

@@ -61,15 +61,16 @@ def _claim(homes: dict[str, str], name: str, module: ModuleType) -> None:
     homes[name] = module.__name__
 
 
-def main() -> None:
-    """The `sparkrack` command: `sparkrack --list`, `sparkrack plan --engine sglang ...`."""
+def main(binary: str = "sparkrack") -> None:
+    """The `sparkrack` command: `sparkrack --list`, `sparkrack plan --engine sglang ...`
+    (binary: the command as typed, which help and error lines name)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         release = version("sparkrack")
     except PackageNotFoundError:  # a checkout that was never installed
         release = "unknown"
-    Sparkrack(name="sparkrack", binary="sparkrack", namespace=build_namespace(),
+    Sparkrack(name="sparkrack", binary=binary, namespace=build_namespace(),
               version=release).run()
 
 

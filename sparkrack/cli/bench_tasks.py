@@ -4,10 +4,10 @@ The `bench` collection: `invoke bench` (its default task) measures the running d
 with the field report's method; `invoke bench.compare A B` puts two saved runs side by side
 (ties within 3 %)."""
 
-from invoke import task
 from invoke.exceptions import Exit
 
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.cli.flags import task
 from sparkrack.core import console
 
 COLLECTION = "bench"

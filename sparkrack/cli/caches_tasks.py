@@ -4,7 +4,6 @@ The `caches` collection: `invoke caches` (its default task) lists them, `caches.
 deletes the ones no lane keeps: never one a running container mounts, nor the current or
 last-good deployment's (lifecycle/caches.py)."""
 
-from invoke import task
 from invoke.exceptions import Exit
 
 from sparkrack.cli.common import (
@@ -14,19 +13,17 @@ from sparkrack.cli.common import (
     operator_task,
     rack_task,
 )
+from sparkrack.cli.flags import LIMIT_HELP, RENAMED_LIMIT, task
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
 
 COLLECTION = "caches"
 
-NODES_HELP = "only these nodes, e.g. spark-02,spark-06 (default: every node)"
-
-
-def _found(fleet, rack, nodes):
+def _found(fleet, rack, limit):
     """(the folders on the selected nodes with what keeps each, errors)."""
     from sparkrack.lifecycle.caches import kept, list_folders
 
-    folders, errors = list_folders(fleet, rack.select(nodes) if nodes else rack.nodes)
+    folders, errors = list_folders(fleet, rack.select(limit) if limit else rack.nodes)
     kept(fleet, rack, folders)
     return folders, errors
 
@@ -40,10 +37,10 @@ def _rows(folders, total):
              "; ".join(f.kept) or "nothing (removable)"] for f in folders]
 
 
-@task(name="list", default=True, help={"nodes": NODES_HELP, "json": "print JSON",
-                         "inventory": INVENTORY_HELP})
+@task(name="list", default=True, renamed=RENAMED_LIMIT, help={"limit": LIMIT_HELP, "json": "print JSON",
+                                            "inventory": INVENTORY_HELP})
 @operator_task
-def list_(c, nodes=None, json=False, inventory=None):
+def list_(c, limit=None, json=False, inventory=None):
     """List the compile cache folders on the nodes, with their sizes.
 
     Each folder's engine, image, GPU arch, size on each node, and what keeps it (a running
@@ -52,7 +49,7 @@ def list_(c, nodes=None, json=False, inventory=None):
 
     rack = inventory_from(inventory)
     with Fleet(rack) as fleet:
-        folders, errors = _found(fleet, rack, nodes)
+        folders, errors = _found(fleet, rack, limit)
     if json:
         console.print_json({"folders": [f.as_dict() for f in folders], "unreachable": errors})
     else:
@@ -65,12 +62,12 @@ def list_(c, nodes=None, json=False, inventory=None):
         raise Exit(code=1)
 
 
-@task(help={"folder": "only this folder (a name `invoke caches` shows); default: every "
+@task(renamed=RENAMED_LIMIT, help={"folder": "only this folder (a name `invoke caches` shows); default: every "
                       "folder no lane keeps",
-            "nodes": NODES_HELP, "check": "say what would be removed; remove nothing",
+            "limit": LIMIT_HELP, "check": "say what would be removed; remove nothing",
             "json": "print JSON", "inventory": INVENTORY_HELP, **WAIT_HELP})
 @rack_task(changing=lambda a: not a["check"], name="caches.remove")
-def remove(c, folder=None, nodes=None, check=False, json=False, inventory=None):
+def remove(c, folder=None, limit=None, check=False, json=False, inventory=None):
     """Remove the compile cache folders that no lane keeps.
 
     Kept: a folder a running container mounts, and those of the current or last-good
@@ -83,7 +80,7 @@ def remove(c, folder=None, nodes=None, check=False, json=False, inventory=None):
 
     rack = inventory_from(inventory)
     with Fleet(rack) as fleet:
-        folders, errors = _found(fleet, rack, nodes)
+        folders, errors = _found(fleet, rack, limit)
         if errors:
             raise UsageError("cannot judge every node's caches: " + "; ".join(
                 f"{n}: {e}" for n, e in errors.items()), fix="run again once every node answers")

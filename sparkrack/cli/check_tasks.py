@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from invoke import task
 from invoke.exceptions import Exit
 
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.cli.flags import task
 from sparkrack.cli.serve_tasks import DEFAULT_PROFILE
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError

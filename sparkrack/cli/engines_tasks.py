@@ -3,9 +3,8 @@
 The `engines` collection: `invoke engines.learn`, an engine version's option table, read
 from its image on the head."""
 
-from invoke import task
-
 from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
+from sparkrack.cli.flags import task
 from sparkrack.core import console
 
 COLLECTION = "engines"

@@ -5,9 +5,8 @@ Exit codes as `invoke check`: 1 when the rules refuse the profile, 2 for a usage
 inventory error.
 """
 
-from invoke import task
-
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.cli.flags import task
 from sparkrack.cli.serve_tasks import DEFAULT_PROFILE
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError

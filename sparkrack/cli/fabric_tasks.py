@@ -4,9 +4,8 @@ The `fabric` collection: `invoke fabric.check` (sparkrack/rails/)."""
 
 from __future__ import annotations
 
-from invoke import task
-
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.cli.flags import task
 from sparkrack.core import console
 
 COLLECTION = "fabric"

@@ -4,10 +4,8 @@ The `facts` collection: `invoke facts` (its default task) prints every fact per 
 JSON; `facts.capture` records the rack's shape in one file, and what changed since one
 (sparkrack/rehearsal/twin/)."""
 
-from invoke import task
-
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
-from sparkrack.cli.status_tasks import LIMIT_HELP
+from sparkrack.cli.flags import LIMIT_HELP, task
 from sparkrack.core import console
 
 COLLECTION = "facts"

@@ -1,9 +1,9 @@
 """Several operators: `lock` (who holds the rack lock), `unlock --force REASON`, `log`."""
 
-from invoke import task
 from invoke.exceptions import Exit
 
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.cli.flags import task
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
 from sparkrack.core.since import HELP as SINCE_HELP

@@ -3,17 +3,16 @@
 import os
 import sys
 
-from invoke import task
-
 from sparkrack.cli.common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
+from sparkrack.cli.flags import RENAMED_LIMIT, task
 from sparkrack.core import console
 from sparkrack.core.since import HELP as SINCE_HELP
 
 COLLECTION = None
 
 
-@task(help={"rank": "only these ranks, e.g. 0 or 0,3 (default: every rank)",
-            "nodes": "only the ranks on these nodes or groups, e.g. spark-01,spark-03",
+@task(renamed=RENAMED_LIMIT, help={"rank": "only these ranks, e.g. 0 or 0,3 (default: every rank)",
+            "limit": "only the ranks on these nodes or groups, e.g. spark-01,spark-03",
             "follow": "keep streaming until Ctrl-C; a restarted rank is followed again",
             "since": SINCE_HELP,
             "tail": "the last N lines of each rank (default: all)",
@@ -22,7 +21,7 @@ COLLECTION = None
             "failed": "the last failed start's failed rank: the lines it printed last, kept "
                       "in the head's failed record (its containers were removed)"})
 @operator_task
-def logs(c, rank=None, nodes=None, follow=False, since=None, tail=None, inventory=None,
+def logs(c, rank=None, limit=None, follow=False, since=None, tail=None, inventory=None,
          timestamps=False, raw=False, failed=False):
     """The deployment's engine logs, every rank merged by time.
 
@@ -53,7 +52,7 @@ def logs(c, rank=None, nodes=None, follow=False, since=None, tail=None, inventor
         for line in lines:
             emit(line)
         return
-    problems = show_logs(inventory_from(inventory), ranks=rank, nodes=nodes, follow=follow,
+    problems = show_logs(inventory_from(inventory), ranks=rank, nodes=limit, follow=follow,
                          since=since, tail=int(tail) if tail is not None else None, emit=emit,
                          on_event=console.say)
     if problems:

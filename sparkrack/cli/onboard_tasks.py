@@ -3,10 +3,10 @@ a staged spare (sparkrack/onboard/)."""
 
 import sys
 
-from invoke import task
 from invoke.exceptions import Exit
 
 from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
+from sparkrack.cli.flags import task
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from invoke import task
 from invoke.exceptions import Exit
 
 from sparkrack.cli.common import (
@@ -13,7 +12,7 @@ from sparkrack.cli.common import (
     operator_task,
     rack_task,
 )
-from sparkrack.cli.provision_tasks import LIMIT_HELP
+from sparkrack.cli.flags import LIMIT_HELP, RENAMED_LIMIT, task
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
 
@@ -141,19 +140,19 @@ def restart_rack(c, inventory=None, batch_size=None, bring_back=False):
     console.say("restart-rack: every node rebooted and verified")
 
 
-@task(help={"nodes": "comma-separated node names (required)", "inventory": INVENTORY_HELP,
+@task(renamed=RENAMED_LIMIT, help={"limit": "the nodes to reboot, e.g. spark-02,spark-06 (required)", "inventory": INVENTORY_HELP,
             "batch_size": BATCH_HELP, **WAIT_HELP})
 @rack_task()
-def reboot(c, nodes, inventory=None, batch_size=None):
+def reboot(c, limit, inventory=None, batch_size=None):
     """Reboot some nodes in batches, each verified capped.
 
     Refused while an engine runs on them."""
     from sparkrack.lifecycle import restart
 
     rack = inventory_from(inventory)
-    restart.reboot(rack, rack.select(nodes), burn=run_burn,
+    restart.reboot(rack, rack.select(limit), burn=run_burn,
                    batch_size=int(batch_size) if batch_size else None, on_event=console.say)
-    console.say(f"rebooted and verified: {nodes}")
+    console.say(f"rebooted and verified: {limit}")
 
 
 @task(name="power-cycle", help={

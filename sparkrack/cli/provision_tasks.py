@@ -1,15 +1,14 @@
 """Provisioning, top-level commands: `provision` (roles, plan/apply/re-plan), `unprovision`."""
 
-from invoke import task
 from invoke.exceptions import Exit
 
 from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
+from sparkrack.cli.flags import LIMIT_HELP, task
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
 
 COLLECTION = None
 
-LIMIT_HELP = "only these nodes (or groups), e.g. spark-01,spark-03"
 ROLE_HELP = "only these roles, comma-separated (default: all of roles/site.yml, in order)"
 
 

@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from invoke import task
-
 from sparkrack.cli.common import inventory_from, operator_task
+from sparkrack.cli.flags import LIMIT_HELP, RENAMED_LIMIT, task
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
 
@@ -207,11 +206,11 @@ def renumber_gid(c, node, inventory=None, index=None, clear=False, moving=None):
         raise UsageError("give one of --index N, --moving SEED or --clear",
                          fix=f"e.g. invoke rehearsal.renumber-gid {node} --index 5")
     if moving is not None:
-        _rack(inventory).gid_moves(node, _integer(moving, "--moving", 7))
+        _rack(inventory).gid_moves(node, moving)
         console.say(f"{node}: from its next boot on, each boot puts the RoCE v2 IPv4 GID at "
                     "3, 5 or 6")
         return
-    _rack(inventory).renumber_gid(node, None if clear else _integer(index, "--index", 5))
+    _rack(inventory).renumber_gid(node, None if clear else index)
     console.say(f"{node}: RoCE v2 IPv4 GID at index {3 if clear else index}")
 
 
@@ -279,8 +278,7 @@ def cable(c, node, port=0, paths="both", rate=None, inventory=None):
     Power cycles keep it too."""
     from sparkrack.rehearsal.cabling import Cabling
 
-    cabling = Cabling(_integer(port, "--port"), str(paths),
-                      _integer(rate, "--rate") if rate is not None else None)
+    cabling = Cabling(port, str(paths), rate)
     _rack(inventory).cable(node, cabling)
     console.say(f"{node}: cabled {cabling.describe()}: "
                 f"{', '.join(cabling.functions_up()) or 'no RoCE function'} up")
@@ -305,9 +303,9 @@ def switch(c, mtu=None, port=None, rate=None, reset=False, inventory=None):
                          fix="e.g. invoke rehearsal.switch --port spark-03:rocep1s0f0 --rate 100")
     new = Switch(rack.inventory.vars.rehearsal_switch_mtu) if reset else rack.switch
     if mtu is not None:
-        new = Switch(_integer(mtu, "--mtu", 9000), new.rates)
+        new = Switch(mtu, new.rates)
     if port is not None:
-        new = new.with_rate(str(port), _integer(rate, "--rate", 100), [n.name for n in rack.nodes])
+        new = new.with_rate(str(port), rate, [n.name for n in rack.nodes])
     if new != rack.switch:
         rack.set_switch(new)
     console.say(f"switch: {new.describe()}")
@@ -323,17 +321,9 @@ def pdu_load(c, outlet, watts, inventory=None):
     from sparkrack.rehearsal import pdu
 
     rack = _rack(inventory)
-    number, draw = _integer(outlet, "--outlet", 10), _integer(watts, "--watts", 300)
+    number, draw = outlet, watts
     pdu.plug_load(rack.inventory.vars.pdu, number, draw)
     console.say(f"PDU outlet {number}: {f'{draw} W load plugged in' if draw else 'unplugged'}")
-
-
-def _integer(text, flag: str, example: int = 1) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise UsageError(f"{flag} {text}: not an integer", fix=f"e.g. {flag} {example}") \
-            from None
 
 
 @task(iterable=["missing_hca"],
@@ -381,11 +371,12 @@ def stub_images(c, inventory=None, force=False, json=False):
                         rows)
 
 
-@task(help={**HELP, "config": "sparkrack-stub.json content: a JSON object or a file holding "
-                              "one (default: none, the stub's defaults)",
-            "nodes": "comma-separated node names (default: every node)"})
+@task(renamed=RENAMED_LIMIT, help={
+    **HELP, "config": "sparkrack-stub.json content: a JSON object or a file holding one "
+                      "(default: none, the stub's defaults)",
+            "limit": LIMIT_HELP})
 @operator_task
-def stub_model(c, inventory=None, config=None, nodes=None):
+def stub_model(c, inventory=None, config=None, limit=None):
     """Write the stub model directory on the rehearsal nodes.
 
     At the inventory's model_path: config.json, fake shards, manifest, sparkrack-stub.json."""
@@ -402,7 +393,7 @@ def stub_model(c, inventory=None, config=None, nodes=None):
         except json.JSONDecodeError as error:
             raise UsageError(f"--config is not JSON: {error}",
                              fix='e.g. --config \'{"load_delay_s": 2}\'') from None
-    with Fleet(rack, rack.select(nodes)) as fleet:
+    with Fleet(rack, rack.select(limit)) as fleet:
         try:
             write_stub_model(fleet, data)
         except StubConfigError as error:

@@ -2,16 +2,15 @@
 
 import sys
 
-from invoke import task
-
 from sparkrack.cli.common import INVENTORY_HELP, RAW_HELP, inventory_from, operator_task
+from sparkrack.cli.flags import LIMIT_HELP, RENAMED_LIMIT, task
 from sparkrack.core import console
 
 COLLECTION = None
 
 
-@task(name="run", help={
-    "nodes": "only these nodes or groups, e.g. spark-01,spark-03 (default: every node)",
+@task(name="run", renamed=RENAMED_LIMIT, help={
+    "limit": LIMIT_HELP,
     "shell": "one shell line instead of an argv, run as `sh -c LINE`, e.g. 'dmesg | tail -3'",
     "json": "print JSON for scripts (every node's exit code, output and the groups)",
     "timeout": "seconds the command may run on a node (default: ssh_command_timeout)",
@@ -19,11 +18,11 @@ COLLECTION = None
              "exit code 3); the override and the holder are recorded in the audit log",
     "raw": RAW_HELP, "inventory": INVENTORY_HELP})
 @operator_task
-def run_command(c, nodes=None, shell=None, json=False, timeout=None, force=False,
+def run_command(c, limit=None, shell=None, json=False, timeout=None, force=False,
                 inventory=None, raw=False):
     """Run one command on every node: `invoke run -- CMD ARGS...`.
 
-    `--nodes ...` chooses the nodes.
+    `--limit ...` chooses the nodes.
 
     The words after `--` are the argv (or --shell 'pipeline'); nodes that printed the same
     are shown once, as `dshbak -c` does, with the exit code. Exit 1 when any node failed or
@@ -42,11 +41,11 @@ def run_command(c, nodes=None, shell=None, json=False, timeout=None, force=False
 
     rack = inventory_from(inventory)
     argv = command_argv(remainder_of(sys.argv), shell)
-    record = audit.new_record(rack, "run", {"nodes": nodes, "argv": " ".join(map(str, argv)),
+    record = audit.new_record(rack, "run", {"limit": limit, "argv": " ".join(map(str, argv)),
                                             "force": force})
     with Fleet(rack, [rack.head]) as fleet:  # read-only by convention, logged all the same
         _respect_lock(fleet, rack, record, force)
-        result = run_adhoc(rack, argv, nodes, float(timeout) if timeout else None)
+        result = run_adhoc(rack, argv, limit, float(timeout) if timeout else None)
         record.note(nodes=[r.node for r in result])
         for problem in audit.log_unlocked(fleet, record, "ok" if result.all_ok else "failed",
                                           exit_code=0 if result.all_ok else 1):

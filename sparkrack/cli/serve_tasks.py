@@ -3,8 +3,6 @@
 
 import shlex
 
-from invoke import task
-
 from sparkrack.cli.common import (
     INVENTORY_HELP,
     WAIT_HELP,
@@ -12,6 +10,7 @@ from sparkrack.cli.common import (
     operator_task,
     rack_task,
 )
+from sparkrack.cli.flags import task
 from sparkrack.cli.power_tasks import run_burn
 from sparkrack.core import console
 from sparkrack.core.errors import SparkrackError
@@ -260,7 +259,7 @@ def break_glass(c, reason, inventory=None, timeout=None, grace=None, yes=False):
             raise UsageError("break-glass not confirmed", fix="answer y, or pass --yes")
     report = stop_without_head(rack, reason, on_event=console.say,
                                timeout=int(timeout) if timeout else WORKER_STOP_TIMEOUT,
-                               grace=GRACE_S if grace in (None, "") else _seconds("grace", grace))
+                               grace=GRACE_S if grace is None else grace)
     for node, why in sorted(report.unreachable.items()):
         console.say(f"{node}: not reached ({why})")
     for where, why in sorted(report.errors.items()):
@@ -271,20 +270,6 @@ def break_glass(c, reason, inventory=None, timeout=None, grace=None, yes=False):
         raise Exit(f"break-glass finished with {len(report.errors)} problem(s)", code=1)
     console.say(f"break-glass: {len(report.stopped)} rank(s) stopped in {report.seconds:.1f} s "
                 f"(recorded); once {report.head} answers: invoke down")
-
-
-def _seconds(flag: str, value) -> float:
-    """A flag's value as seconds (0 or more); UsageError naming the flag otherwise."""
-    from sparkrack.core.errors import UsageError
-
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise UsageError(f"--{flag} {value}: not a number of seconds",
-                         fix=f"give seconds, 0 or more, e.g. --{flag} 30")
-    return seconds
 
 
 @task(help=ENGINE_HELP)

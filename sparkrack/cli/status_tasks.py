@@ -1,14 +1,11 @@
 """Looking at the rack, the top-level command `status`: one row per node, then the
 deployments."""
 
-from invoke import task
-
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.cli.flags import LIMIT_HELP, task
 from sparkrack.core import console
 
 COLLECTION = None
-
-LIMIT_HELP = "only these nodes, e.g. spark-01,spark-03"
 
 
 @task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP, "json": "print JSON for scripts",

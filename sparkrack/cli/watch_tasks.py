@@ -4,7 +4,6 @@ The `watch` collection: `invoke watch` (its default task) runs it in a shell;
 `watch.install`, `watch.uninstall` and `watch.status` keep it as a service on a rack node
 (sparkrack/watchdog/)."""
 
-from invoke import task
 from invoke.exceptions import Exit
 
 from sparkrack.cli.common import (
@@ -14,6 +13,7 @@ from sparkrack.cli.common import (
     operator_task,
     rack_task,
 )
+from sparkrack.cli.flags import task
 from sparkrack.cli.power_tasks import run_burn
 from sparkrack.core import console
 

@@ -4,7 +4,6 @@ The `weights` collection: `weights.stage` copies it through the pipelined chain,
 `weights.verify` checks every node against the manifest, `weights.list` shows the staged
 models, `weights.remove` deletes one (refused while a deployment uses it)."""
 
-from invoke import task
 from invoke.exceptions import Exit
 
 from sparkrack.cli.common import (
@@ -14,13 +13,13 @@ from sparkrack.cli.common import (
     operator_task,
     rack_task,
 )
+from sparkrack.cli.flags import LIMIT_HELP, RENAMED_LIMIT, task
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
 
 COLLECTION = "weights"
 
 MODEL_HELP = "the model directory on the nodes (default: the inventory's model_path)"
-NODES_HELP = "only these nodes, e.g. spark-02,spark-06 (default: every node)"
 PYTHON_HELP = "the nodes' Python for the node scripts (default /usr/bin/python3)"
 
 
@@ -38,9 +37,9 @@ def _model(rack, model):
     return model.rstrip("/")
 
 
-def _nodes(rack, nodes):
-    """The --nodes selection (default: every node)."""
-    return rack.select(nodes) if nodes else rack.nodes
+def _nodes(rack, limit):
+    """The --limit selection (default: every node)."""
+    return rack.select(limit) if limit else rack.nodes
 
 
 def _source(rack, from_, source, model):
@@ -66,19 +65,19 @@ def _source(rack, from_, source, model):
     return Source(model, node)
 
 
-@task(help={"model": MODEL_HELP, "from_": "the node holding the model at the same path "
+@task(renamed=RENAMED_LIMIT, help={"model": MODEL_HELP, "from_": "the node holding the model at the same path "
             "(default: the head)", "source": "a model directory on this machine instead",
-            "nodes": NODES_HELP, "bwlimit": "MiB/s cap at the source (spares the fabric of "
+            "limit": LIMIT_HELP, "bwlimit": "MiB/s cap at the source (spares the fabric of "
             "a serving rack)", "full_verify": "re-hash the files already on the nodes (ignore "
             "their hash cache)", "check": "say what would be copied where; change nothing",
             "json": "print the report as JSON", "python": PYTHON_HELP,
             "inventory": INVENTORY_HELP, **WAIT_HELP})
 @rack_task(changing=lambda a: not a["check"], name="weights.stage")
-def stage(c, model=None, from_=None, source=None, nodes=None, bwlimit=None, full_verify=False,
+def stage(c, model=None, from_=None, source=None, limit=None, bwlimit=None, full_verify=False,
           check=False, json=False, python=None, inventory=None):
     """Copy a model directory to every node through the pipelined chain.
 
-    --nodes: only those.
+    --limit: only those.
 
     The manifest (sparkrack-manifest.sha256) is made once at the source; files present and
     right are skipped, partial files resume, the manifest is written last on each node. Exit
@@ -92,21 +91,18 @@ def stage(c, model=None, from_=None, source=None, nodes=None, bwlimit=None, full
     rack = inventory_from(inventory)
     path = _model(rack, model)
     origin = _source(rack, from_, source, path)
-    targets = _nodes(rack, nodes)
-    limit = None
+    targets = _nodes(rack, limit)
+    rate = None
     if bwlimit is not None:
-        try:
-            limit = float(bwlimit) * 2**20
-        except ValueError:
-            limit = -1.0
-        if not limit > 0:
+        rate = float(bwlimit) * 2**20
+        if not rate > 0:
             raise UsageError(f"--bwlimit {bwlimit!r} is not a positive number of MiB/s",
                              fix="e.g. --bwlimit 500")
     members = {n.name: n for n in (*targets, *([origin.node] if origin.node else []))}
     with Fleet(rack, list(members.values())) as fleet, \
             StageProgress([t.name for t in targets], quiet=json) as progress:
         report = run_stage(fleet, origin, targets, path, python=python or DEFAULT_PYTHON,
-                           bwlimit=limit, full_verify=full_verify, check=check,
+                           bwlimit=rate, full_verify=full_verify, check=check,
                            on_event=(lambda line: None) if json else
                            (lambda line: console.say(f"weights: {line}")),
                            on_progress=progress)
@@ -122,11 +118,11 @@ def stage(c, model=None, from_=None, source=None, nodes=None, bwlimit=None, full
         raise Exit(code=1)
 
 
-@task(help={"model": MODEL_HELP, "full": "hash every file against the manifest (default: "
-            "sizes against the rack's)", "nodes": NODES_HELP, "json": "print JSON",
+@task(renamed=RENAMED_LIMIT, help={"model": MODEL_HELP, "full": "hash every file against the manifest (default: "
+            "sizes against the rack's)", "limit": LIMIT_HELP, "json": "print JSON",
             "python": PYTHON_HELP, "inventory": INVENTORY_HELP})
 @operator_task
-def verify(c, model=None, full=False, nodes=None, json=False, python=None, inventory=None):
+def verify(c, model=None, full=False, limit=None, json=False, python=None, inventory=None):
     """Every node's copy of the model against its manifest, one row per node.
 
     Exit 1 when a node lacks the manifest, holds another one, misses a file or holds one
@@ -138,7 +134,7 @@ def verify(c, model=None, full=False, nodes=None, json=False, python=None, inven
 
     rack = inventory_from(inventory)
     path = _model(rack, model)
-    selected = _nodes(rack, nodes)
+    selected = _nodes(rack, limit)
     with Fleet(rack, selected) as fleet:
         digest, rows = verify_model(fleet, selected, path, full=full,
                                     python=python or DEFAULT_PYTHON)
@@ -186,12 +182,12 @@ def list_(c, json=False, python=None, inventory=None):
         raise Exit(code=1)
 
 
-@task(help={"model": "the model directory to remove from the nodes (required)",
-            "nodes": NODES_HELP, "check": "say what would be removed; remove nothing",
+@task(renamed=RENAMED_LIMIT, help={"model": "the model directory to remove from the nodes (required)",
+            "limit": LIMIT_HELP, "check": "say what would be removed; remove nothing",
             "json": "print JSON", "python": PYTHON_HELP, "inventory": INVENTORY_HELP,
             **WAIT_HELP})
 @rack_task(changing=lambda a: not a["check"], name="weights.remove")
-def remove(c, model=None, nodes=None, check=False, json=False, python=None, inventory=None):
+def remove(c, model=None, limit=None, check=False, json=False, python=None, inventory=None):
     """Remove a staged model from the nodes: what its manifest lists.
 
     The files its manifest lists, partial files and the manifest (anything else in the
@@ -208,7 +204,7 @@ def remove(c, model=None, nodes=None, check=False, json=False, python=None, inve
                          fix="name the model directory, e.g. --model /models/OLD (see "
                          "`invoke weights.list`)")
     path = _model(rack, model)
-    selected = _nodes(rack, nodes)
+    selected = _nodes(rack, limit)
     with Fleet(rack, list({n.name: n for n in (*selected, rack.head)}.values())) as fleet:
         refuse_removal_in_use(fleet, rack, path)
         removed = remove_model(fleet, selected, path, check=check,

@@ -72,7 +72,7 @@ def command_argv(remainder: Sequence[str], shell: str | None) -> list[str]:
         return ["sh", "-c", shell]
     if not remainder:
         raise UsageError("no command to run",
-                         fix="invoke run [--nodes ...] -- CMD ARGS..., or --shell 'pipeline'")
+                         fix="invoke run [--limit ...] -- CMD ARGS..., or --shell 'pipeline'")
     return list(remainder)
 
 
@@ -161,7 +161,7 @@ def as_json(command: Sequence[str], result: FleetResult) -> dict:
 
 def run_adhoc(inventory, argv: Sequence[str], nodes: str | None = None,
               timeout: float | None = None) -> FleetResult:
-    """argv on every selected node at once (--nodes: names or groups, as --limit takes)."""
+    """argv on every selected node at once (--limit: names or groups)."""
     from sparkrack.fleet import Fleet
 
     with Fleet(inventory, inventory.select(nodes)) as fleet:

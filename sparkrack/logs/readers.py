@@ -64,7 +64,7 @@ def parse_ranks(text: str | None) -> set[int] | None:
 
 def select_ranks(ranks: Sequence, deployment: str | None, wanted_ranks: set[int] | None,
                  wanted_nodes: set[str] | None) -> list:
-    """The deployment's ranks that --rank / --nodes chose, by rank."""
+    """The deployment's ranks that --rank / --limit chose, by rank."""
     return sorted((r for r in ranks if r.deployment == deployment
                    and (wanted_ranks is None or r.rank in wanted_ranks)
                    and (wanted_nodes is None or r.node in wanted_nodes)),
@@ -395,7 +395,7 @@ def show_logs(inventory, *, ranks: str | None = None, nodes: str | None = None,
                     "last lines; `invoke status` shows the nodes")
         chosen = select_ranks(found, deployment, wanted_ranks, wanted_nodes)
         if not chosen:
-            raise UsageError(f"no rank of {deployment} matches --rank/--nodes",
+            raise UsageError(f"no rank of {deployment} matches --rank/--limit",
                              fix="ranks: " + ", ".join(f"{r.rank} ({r.node})" for r in
                                                       select_ranks(found, deployment, None, None)))
         if not any(r.alive for r in chosen):

@@ -203,16 +203,16 @@ def test_run_respects_the_lock_and_the_head_keeps_the_log_to_itself(operator):
     while "burn --seconds 15" not in run("lock").stdout:
         assert time.monotonic() < deadline and holder.poll() is None
         time.sleep(0.3)
-    refused = run("run", "--nodes", "spark-01", "--", "true")
+    refused = run("run", "--limit", "spark-01", "--", "true")
     assert refused.returncode == 3, refused.stderr
     assert "held by " in refused.stderr and "burn --seconds 15" in refused.stderr
-    forced = run("run", "--force", "--nodes", "spark-01", "--", "stat", "-c", "%a %n",
+    forced = run("run", "--force", "--limit", "spark-01", "--", "stat", "-c", "%a %n",
                  "/var/lib/sparkrack", "/var/lib/sparkrack/audit.jsonl")
     assert forced.returncode == 0, forced.stderr
     assert "700 /var/lib/sparkrack\n" in forced.stdout
     assert "600 /var/lib/sparkrack/audit.jsonl\n" in forced.stdout
     assert holder.wait(timeout=120) == 0, holder.communicate()
-    assert run("run", "--nodes", "spark-01", "--shell", "true -p S3cret-x").returncode == 0
+    assert run("run", "--limit", "spark-01", "--shell", "true -p S3cret-x").returncode == 0
     entries = [e for e in log_entries(run, began) if e["task"] == "run"]
     assert [e["outcome"] for e in entries] == ["refused", "ok", "ok"]
     assert entries[1]["overrides"][0].startswith("run --force: the rack lock was held by ")

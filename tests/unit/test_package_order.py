@@ -12,6 +12,7 @@ import sparkrack
 
 PACKAGE = Path(sparkrack.__file__).parent
 LAYERS = (  # the top first
+    ("__main__",),  # `python -m sparkrack`
     ("cli",),
     ("onboard", "bench", "watchdog", "export", "status", "rehearsal", "learn"),
     ("lifecycle",),

@@ -98,7 +98,7 @@ class Runner:
             "roll": ["roll", step.engine or RECOVERY_ENGINE],
             "down": ["down"],
             "provision": ["provision"],
-            "reboot": ["reboot", "--nodes", ",".join(self.where(n) for n in step.nodes)],
+            "reboot": ["reboot", "--limit", ",".join(self.where(n) for n in step.nodes)],
             "weights": ["weights.stage", "--model", SMALL_MODEL],
             "run": ["run", "--", "cat", "/proc/loadavg"],
             "bench": ["bench", "--suite", "quick", "--tokens", "16"],

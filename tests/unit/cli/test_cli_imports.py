@@ -77,7 +77,7 @@ def test_listing_and_help_import_nothing_heavy(body, names):
 @pytest.mark.parametrize("name, flags", [
     ("up", ("--engine", "--profile", "--inventory", "--timeout", "--override-power", "--wait")),
     ("provision", ("--inventory", "--limit", "--role", "--check", "--diff", "--json", "--wait")),
-    ("rehearsal.stub-model", ("--inventory", "--config", "--nodes")),
+    ("rehearsal.stub-model", ("--inventory", "--config", "--limit", "--nodes")),
 ])
 def test_help_from_the_repo_root(name, flags):
     done = subprocess.run([sys.executable, "-m", "invoke", "-h", name], cwd=REPO,

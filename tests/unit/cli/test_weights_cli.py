@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[3]
     (["weights.stage", "--from", "spark-99", "--check"],
      "error: --from spark-99: no such node in"),
     (["weights.stage", "--bwlimit", "fast", "--check", "--source", "/tmp"],
-     "error: --bwlimit 'fast' is not a positive number of MiB/s (e.g. --bwlimit 500)"),
+     "error: --bwlimit fast: not a number of MiB/s (give MiB/s, 0 or more, e.g. --bwlimit 500)"),
     (["weights.remove", "--check"], "error: weights.remove needs --model PATH"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message):

@@ -126,13 +126,13 @@ def test_run_task_end_to_end_json_text_and_exit_codes(sshd: Sshd, tmp_path: Path
     assert "connection refused" in data["groups"][2]["errors"]["spark-04"]
     assert data["summary"] == "2 ok, 1 failed (spark-02), 1 unreachable (spark-04)"
 
-    done = invoke("--nodes", "spark-01,spark-03", "--", "echo", "a  b", "--", "c")
+    done = invoke("--limit", "spark-01,spark-03", "--", "echo", "a  b", "--", "c")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["-" * 16, "spark-[01,03] (2 nodes): exit 0", "-" * 16,
                                         "a  b -- c"], done.stdout + done.stderr
     assert done.stderr.strip() == "2 ok"
 
-    done = invoke("--nodes", "spark-01")
+    done = invoke("--limit", "spark-01")
     assert done.returncode == 2 and "error: no command to run" in done.stderr
     logged = [json.loads(line) for line in (head_log / "audit.jsonl").read_text().splitlines()]
     assert [(r["task"], r["outcome"], r["exit_code"]) for r in logged] == [

@@ -39,6 +39,15 @@ class WatchdogKey:
         return key_options(self.sources)
 
 
+def watchdog_node(inventory, on: str | None, record: WatchdogKey | None):
+    """The node named by --on, else where the record says the watchdog is, else the head."""
+    if on:
+        return inventory.node(on)
+    if record is not None:
+        return inventory.node(record.node)
+    return inventory.head
+
+
 def key_options(sources) -> str:
     """`restrict` plus `from="A,B"` for the given source addresses (none: restrict only)."""
     return f'restrict,from="{",".join(sources)}"' if sources else "restrict"

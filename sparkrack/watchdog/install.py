@@ -22,6 +22,7 @@ from sparkrack.inventory.watchdog_record import (
     check_sources,
     read_record,
     record_path,
+    watchdog_node,
 )
 from sparkrack.remote import script
 from sparkrack.watchdog import payload
@@ -37,7 +38,6 @@ from sparkrack.watchdog.settings import (
     run_play,
     run_step,
     service_vars,
-    watchdog_node,
     with_listen,
 )
 from sparkrack.watchdog.ship import Parts, apply_parts, lib_current, plan_parts

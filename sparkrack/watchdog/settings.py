@@ -22,7 +22,6 @@ from sparkrack.facts.watchdog import NodeState
 from sparkrack.inventory.values import address_problem
 from sparkrack.inventory.watchdog_dir import FIX as INSTALL_DIR_FIX
 from sparkrack.inventory.watchdog_dir import install_dir_problem, plain_path_problem
-from sparkrack.inventory.watchdog_record import WatchdogKey
 from sparkrack.watchdog import payload
 from sparkrack.watchdog.__main__ import parse_listen
 
@@ -163,15 +162,6 @@ def run_step(fleet, node: str, argv, *, stdin: bytes | None = None, timeout: flo
                              + (f" ({detail[-1][:200]})" if detail else ""),
                              fix=f"fix {node}, then run the command again")
     return result.stdout
-
-
-def watchdog_node(inventory, on: str | None, record: WatchdogKey | None):
-    """The node named by --on, else where the record says the watchdog is, else the head."""
-    if on:
-        return inventory.node(on)
-    if record is not None:
-        return inventory.node(record.node)
-    return inventory.head
 
 
 EVERY_INTERFACE = ("", "0.0.0.0", "::")

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparkrack.facts.watchdog import NodeState
-from sparkrack.inventory.watchdog_record import WatchdogKey, read_record
+from sparkrack.inventory.watchdog_record import WatchdogKey, read_record, watchdog_node
 from sparkrack.watchdog import payload
 from sparkrack.watchdog.settings import (
     Settings,
@@ -18,7 +18,6 @@ from sparkrack.watchdog.settings import (
     listen_of,
     metrics_url,
     probe,
-    watchdog_node,
     with_install_dir,
 )
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from sparkrack.core.errors import SparkrackError, UsageError
 from sparkrack.facts.watchdog import NodeState
 from sparkrack.inventory.watchdog_dir import MARKER_FILE, kind_problem
-from sparkrack.inventory.watchdog_record import read_record, record_path
+from sparkrack.inventory.watchdog_record import read_record, record_path, watchdog_node
 from sparkrack.remote import text
 from sparkrack.watchdog.settings import (
     Say,
@@ -24,7 +24,6 @@ from sparkrack.watchdog.settings import (
     run_play,
     run_step,
     service_vars,
-    watchdog_node,
     with_install_dir,
 )
 

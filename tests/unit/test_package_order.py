@@ -15,6 +15,7 @@ LAYERS = (  # the top first
     ("__main__",),  # `python -m sparkrack`
     ("cli",),
     ("onboard", "bench", "watchdog", "export", "status", "rehearsal", "learn"),
+    ("monitoring",),
     ("lifecycle",),
     ("logs",),
     ("deployments",),

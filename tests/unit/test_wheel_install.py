@@ -163,3 +163,15 @@ def test_the_wheel_ships_every_node_script(venv, site):
     for line, name in zip(lines, names, strict=False):
         assert line.split()[0] == name and int(line.split()[1]) > 0
     assert len(lines) == len(names) + 1
+
+
+def test_monitoring_render_writes_the_shipped_files_from_the_wheel(venv, site):
+    """`sparkrack monitoring.render` from the wheel: the rules and the dashboard come from
+    the wheel's sparkrack/deploy/, the targets from the operator's inventory."""
+    run([venv / "bin/sparkrack", "monitoring.render", "--out", "monitoring", "-i", "inventory"],
+        cwd=site, timeout=60)
+    out = site / "monitoring"
+    assert (out / "prometheus/sparkrack-alerts.yml").read_text() == \
+        (REPO / "deploy/prometheus/sparkrack-alerts.yml").read_text()
+    assert "10.77.1.11:9478" in (out / "prometheus/targets/sparkrack-watchdog.json").read_text()
+    assert (out / "grafana/dashboards/sparkrack.json").is_file()

@@ -52,6 +52,7 @@ COMMANDS = {
     "engines.learn": [],
     "fabric.check": [],
     "facts.facts": ["facts"], "facts.capture": [],
+    "monitoring.render": [],
     "rehearsal.add-node": [], "rehearsal.cable": [], "rehearsal.cut": [],
     "rehearsal.cx7-netplan": [], "rehearsal.down": [], "rehearsal.hca-down": [],
     "rehearsal.heal": [], "rehearsal.heat": [], "rehearsal.isolate": [],

@@ -46,3 +46,53 @@ def test_every_engine_query_names_both_engines():
         for names in re.findall(r'__name__=~"([^"]+)"', expr):
             engines = sorted(name.split(":")[0] for name in names.split("|"))
             assert engines == ["sglang", "vllm"], expr
+
+
+def test_every_query_is_of_the_chosen_rack():
+    """A `rack` variable (the label monitoring.render puts on every target): every selector
+    of every query asks that rack's series only."""
+    rack = next(v for v in DASHBOARD["templating"]["list"] if v["name"] == "rack")
+    assert rack["type"] == "query" and "label_values(" in rack["query"] and \
+        rack["query"].endswith(", rack)")
+    for expr in EXPRS:
+        selectors = re.findall(
+            r"(?:sparkrack_[a-z0-9_]+)?\{[^}]*\}|\bsparkrack_[a-z0-9_]+\b(?!\{)", expr)
+        assert selectors and all('rack="$rack"' in s for s in selectors), expr
+
+
+def test_grafanas_own_library_reads_every_key_of_the_dashboard():
+    """Grafana's foundation SDK (Grafana 11.6's types, each panel's options and each query
+    decoded by its plugin's model) reads the dashboard back and writes it again: a key it
+    drops is one Grafana does not know (a misspelt option, an obsolete field)."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models.dashboard import Dashboard, Panel
+    from grafana_foundation_sdk.models.prometheus import Dataquery
+
+    from sparkrack.inventory import load_inventory
+    from sparkrack.monitoring import render
+
+    register_default_plugins()
+    rendered = json.loads(render(load_inventory(REPO / "inventory" / "rehearsal"))
+                          ["grafana/dashboards/sparkrack.json"])
+    for dashboard in (DASHBOARD, rendered):  # as shipped, and as monitoring.render writes it
+        model = Dashboard.from_json(dashboard)
+        assert all(isinstance(t, Dataquery) for p in model.panels if isinstance(p, Panel)
+                   and p.targets for t in p.targets)
+        again = json.loads(json.dumps(model, cls=JSONEncoder))
+        dropped = list(dropped_keys(dashboard, again))
+        assert not dropped, f"Grafana's model drops {dropped}"
+
+
+def dropped_keys(given, read, where=""):
+    """Every path of a key in given that read lacks (read: given through a model)."""
+    if isinstance(given, dict) and isinstance(read, dict):
+        for key, value in given.items():
+            if key not in read:
+                yield f"{where}/{key}"
+            else:
+                yield from dropped_keys(value, read[key], f"{where}/{key}")
+    elif isinstance(given, list) and isinstance(read, list):
+        assert len(given) == len(read), where
+        for index, (one, other) in enumerate(zip(given, read, strict=True)):
+            yield from dropped_keys(one, other, f"{where}[{index}]")

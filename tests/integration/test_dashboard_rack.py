@@ -1,11 +1,13 @@
-"""The dashboard against the rehearsal rack (issue 47, item 4): every query of
-deploy/grafana/sparkrack.json answers, so no panel is empty.
+"""The dashboard against the rehearsal rack (issue 47, item 4; issue 57, item 3): every query
+of deploy/grafana/sparkrack.json answers, so no panel is empty, from what
+`invoke monitoring.render` writes.
 
-The watchdog runs on this machine (`python -m sparkrack.watchdog`, metrics on 127.0.0.1);
-a real Prometheus (Debian's) on 127.0.0.1 scrapes it and rank 0's engine metrics with
-deploy/prometheus/prometheus.yml, its placeholders pointed at the rack, every second. Each
-engine in turn serves a steady load, then every panel's expression is asked through
-Prometheus's HTTP API and must return at least one series.
+The watchdog runs as the operator installs it (`invoke watch.install`, on the head); a real
+Prometheus (Debian's) on 127.0.0.1 runs on `invoke monitoring.render`'s output as written:
+its config, its file_sd targets made from the inventory (the watchdog on the head, rank 0's
+engine ports) and its rules, nothing edited. Each engine in turn serves a steady load, then
+every panel's expression (the rack variable set to the inventory's rack_name) is asked
+through Prometheus's HTTP API and must return at least one series.
 
 Run: python -m pytest -q -n 0 tests/integration/test_dashboard_rack.py
 """
@@ -14,13 +16,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 from hosttools import need
 from localproc import running
 from stubgroup import quick_burn
@@ -31,15 +33,15 @@ from sparkrack.lifecycle import lanes
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
-DASHBOARD = REPO / "deploy" / "grafana" / "sparkrack.json"
-# Grafana's own variables, as it fills them in before it asks Prometheus
-GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "15s"}
+RACK = "rehearsal"  # the inventory's rack_name: the rack variable's value
+# Grafana's own variables and the dashboard's, as Grafana fills them in before it asks
+GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "15s", "$rack": RACK}
 
 
-def dashboard_queries() -> list[tuple[str, str]]:
-    """(panel title, expr) of every target of every panel, Grafana's variables filled in."""
+def dashboard_queries(path: Path) -> list[tuple[str, str]]:
+    """(panel title, expr) of every target of every panel, the variables filled in."""
     found = []
-    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+    for panel in json.loads(path.read_text())["panels"]:
         for target in panel.get("targets", []):
             expr = target["expr"]
             for name, value in GRAFANA_VARIABLES.items():
@@ -49,43 +51,45 @@ def dashboard_queries() -> list[tuple[str, str]]:
     return found
 
 
-@pytest.fixture(scope="module")
-def watchdog(inventory, tmp_path_factory):
-    """The watchdog service on this machine, its metrics on 127.0.0.1: ADDR:PORT."""
-    folder = tmp_path_factory.mktemp("watchdog")
-    port = free_port()
-    with running([sys.executable, "-m", "sparkrack.watchdog", "--inventory", str(inventory.path),
-                  "--listen", f"127.0.0.1:{port}", "--state", str(folder / "state.json")],
-                 folder / "watchdog.log", cwd=REPO, env={**os.environ, "SPARKRACK_SANDBOX": "1"}):
-        yield f"127.0.0.1:{port}"
+def invoke(*args, timeout=600) -> subprocess.CompletedProcess:
+    """The invoke CLI from the repo against the rehearsal inventory, as an operator runs it."""
+    return subprocess.run([sys.executable, "-m", "invoke", *args, "-i", "inventory/rehearsal"],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "SPARKRACK_SANDBOX": "1"}, stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture(scope="module")
-def prometheus(inventory, watchdog, tmp_path_factory):
-    """Debian's prometheus on 127.0.0.1 with the shipped scrape config and alert rules, its
-    placeholders pointed at the watchdog above and the rack's head, scraping every second."""
+def watchdog(inventory):
+    """The watchdog service on the head (`invoke watch.install`), uninstalled at the end."""
+    try:
+        done = invoke("watch.install")
+        assert done.returncode == 0, done.stdout + done.stderr
+        yield inventory.head
+    finally:
+        gone = invoke("watch.uninstall")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+
+
+@pytest.fixture(scope="module")
+def rendered(watchdog, tmp_path_factory) -> Path:
+    """`invoke monitoring.render --out DIR`: what the operator copies to Prometheus."""
+    out = tmp_path_factory.mktemp("monitoring")
+    done = invoke("monitoring.render", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def prometheus(rendered):
+    """Debian's prometheus on 127.0.0.1 with monitoring.render's config, rules and targets,
+    as written (its paths are relative to prometheus.yml)."""
     server_path = need("prometheus")
-    folder = tmp_path_factory.mktemp("prometheus")
-    config = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
-    config["global"].update(scrape_interval="1s", evaluation_interval="1s")
-    config["rule_files"] = [str(REPO / "deploy" / "prometheus" / name)
-                            for name in config["rule_files"]]
-    places = {"WATCHDOG_NODE:9478": watchdog, "HEAD_NODE": inventory.head.address}
-    for job in config["scrape_configs"]:
-        job.update(scrape_interval="1s", scrape_timeout="1s")
-        for group in job["static_configs"]:
-            targets = []
-            for target in group["targets"]:
-                for placeholder, value in places.items():
-                    target = target.replace(placeholder, value)
-                targets.append(target)
-            group["targets"] = targets
-    (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
+    folder = rendered / "prometheus"
     port = free_port()
     with running([server_path, f"--config.file={folder / 'prometheus.yml'}",
-                  f"--storage.tsdb.path={folder / 'data'}",
+                  f"--storage.tsdb.path={rendered / 'data'}",
                   f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                 folder / "prometheus.log") as process:
+                 rendered / "prometheus.log") as process:
         server = Prometheus(f"http://127.0.0.1:{port}")
         wait_for("prometheus ready", lambda: process.poll() is None and server.query("up"), 60)
         yield server
@@ -113,26 +117,31 @@ class Load:
 
 
 @pytest.mark.parametrize("engine,port", [("vllm", 8000), ("sglang", 30000)])
-def test_every_dashboard_query_answers_while_the_group_serves(engine_rack, prometheus, engine,
-                                                              port):
+def test_every_dashboard_query_answers_while_the_group_serves(engine_rack, rendered, prometheus,
+                                                              engine, port):
     inventory = engine_rack
-    queries = dashboard_queries()
+    queries = dashboard_queries(rendered / "grafana" / "dashboards" / "sparkrack.json")
     assert len(queries) >= 20, queries
     lanes.down(inventory)
     try:
         lanes.up(inventory, engine, "512k", burn=quick_burn)
         load = Load(Endpoint(inventory.head, port, "GLM-5.3"))
         try:
-            prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
+            prometheus.wait(f'sparkrack_watchdog_guarding{{rack="{RACK}"}}', lambda v: v == 1,
+                            timeout=60)
             wait_for("answers", lambda: load.answered >= 3, 60)
             deadline = time.monotonic() + 60  # a rate needs two scrapes of a moved counter
             while empty := [f"{title}: {expr}" for title, expr in queries
                             if not prometheus.query(expr)]:
                 assert time.monotonic() < deadline, f"{engine}: empty panels: {empty}"
                 time.sleep(2)
+            up = {(r["metric"]["job"], r["metric"]["instance"]): r["value"][1]
+                  for r in prometheus.query(f'up{{rack="{RACK}"}}')}
+            assert up[("sparkrack-watchdog", f"{inventory.head.address}:9478")] == "1", up
+            assert up[("sparkrack-engine", f"{inventory.head.address}:{port}")] == "1", up
             p95 = prometheus.value(queries[-1][1])
             print(f"\n{engine}: {len(queries)} dashboard queries answered; inter-token "
-                  f"latency p95 {p95:.3f} s")
+                  f"latency p95 {p95:.3f} s; targets up: {sorted(up.items())}")
             assert 0 < p95 < 1
         finally:
             load.stop()

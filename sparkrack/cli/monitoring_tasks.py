@@ -4,9 +4,8 @@ The `monitoring` collection: `monitoring.render` writes the scrape config (file_
 made from the inventory), the alert rules, the dashboard and Grafana's provisioning of it;
 it contacts nothing."""
 
-from invoke import task
-
 from sparkrack.cli.common import INVENTORY_HELP, inventory_from, operator_task
+from sparkrack.cli.flags import task
 from sparkrack.core import console
 
 COLLECTION = "monitoring"

@@ -7,7 +7,8 @@ one its pod runs on: a token bound to a pod carries its node's name in the reque
 info (`authentication.kubernetes.io/node-name`, Kubernetes 1.30 or later), as Kubernetes'
 own per-node policy example compares it. Against the Node as it was, only LABEL, the
 ANNOTATIONS and TAINT (capnode.py) may change; every other label, annotation and taint,
-the finalizers, owners and `unschedulable` must stay as they are. A token without the node
+the finalizers, owners and the rest of the spec (`unschedulable`, SPEC_KEPT) must stay as
+they are. A token without the node
 name is refused: on an older cluster the agent's writes fail closed, and no engine pod is
 ever admitted.
 """
@@ -38,6 +39,9 @@ def _same(path: str) -> str:
     return f"has({new}) == has({old}) && (!has({new}) || {new} == {old})"
 
 
+# the rest of a Node's spec (core/v1 NodeSpec): where the cloud provider, the pod network
+# and the kubelet's configuration come from
+SPEC_KEPT = ("providerID", "podCIDR", "podCIDRs", "configSource", "externalID")
 TAINTS_KEPT = (
     f"(!has(object.spec.taints) || object.spec.taints.all(t, t.key == '{TAINT}' || "
     f"(has(oldObject.spec.taints) && t in oldObject.spec.taints))) && "
@@ -55,6 +59,8 @@ VALIDATIONS = (
     (" && ".join(_same(path) for path in ("metadata.finalizers", "metadata.ownerReferences",
                                           "spec.unschedulable")),
      "the node agent may not change a Node's finalizers, owners or unschedulable"),
+    (" && ".join(_same(f"spec.{field}") for field in SPEC_KEPT),
+     f"the node agent may not change a Node's {', '.join(SPEC_KEPT)}"),
 )
 
 

@@ -141,6 +141,16 @@ def verdict(node):
      ("gb10-3",), ["only the taint"]),
     (changed(lambda n: n["spec"].update(unschedulable=True)), ("gb10-3",), ["unschedulable"]),
     (changed(lambda n: n["metadata"].update(finalizers=["x"])), ("gb10-3",), ["finalizers"]),
+    # issue 53 item 3: each of these was let through
+    (changed(lambda n: n["spec"].update(providerID="aws:///us-east-1a/i-0abc")), ("gb10-3",),
+     ["providerID, podCIDR"]),
+    (changed(lambda n: n["spec"].update(podCIDR="10.244.9.0/24")), ("gb10-3",), ["podCIDR"]),
+    (changed(lambda n: n["spec"].update(podCIDRs=["10.244.9.0/24", "fd00::/64"])),
+     ("gb10-3",), ["podCIDRs"]),
+    (changed(lambda n: n["spec"].update(configSource={"configMap": {
+        "name": "evil", "namespace": "kube-system", "kubeletConfigKey": "kubelet"}})),
+     ("gb10-3",), ["configSource"]),
+    (changed(lambda n: n["spec"].update(externalID="x")), ("gb10-3",), ["externalID"]),
 ])
 def test_the_policy_lets_the_agent_change_only_its_node_and_its_keys(inventory, new, extra,
                                                                       denied):
@@ -149,6 +159,19 @@ def test_the_policy_lets_the_agent_change_only_its_node_and_its_keys(inventory, 
     assert len(messages) == len(denied)
     for message, words in zip(messages, denied, strict=False):
         assert words in message
+
+
+def test_the_agent_may_leave_a_set_spec_field_as_it_is_but_not_clear_it(inventory):
+    policy = next(o for o in objects(inventory) if o["kind"] == "ValidatingAdmissionPolicy")
+    placed = changed(lambda n: n["spec"].update(providerID="kind://docker/x/gb10-3",
+                                                podCIDR="10.244.3.0/24",
+                                                podCIDRs=["10.244.3.0/24"]))
+    assert admit(policy, changed(verdict), old=placed) == ["the node agent may not change a "
+                                                          "Node's providerID, podCIDR, podCIDRs, "
+                                                          "configSource, externalID"]
+    mine = copy.deepcopy(placed)
+    verdict(mine)
+    assert admit(policy, mine, old=placed) == []
 
 
 def test_the_policy_leaves_everyone_else_alone(inventory):

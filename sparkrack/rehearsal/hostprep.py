@@ -6,6 +6,7 @@ tmux) come from the same installer, so a fresh machine's run skips nothing
 import fcntl
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -41,7 +42,9 @@ HOST_NEVER_RUNS = {
                         "NetworkManager-wait-online.service"),
 }
 POLICY_RC = Path("/usr/sbin/policy-rc.d")
-INSTALL_LOCK = "/tmp/sparkrack-hostprep.lock"
+# one installer at a time, machine-wide: in a folder of root's alone, where no other user
+# can take the lock first (in /tmp anyone could, and make every rack boot wait)
+INSTALL_LOCK = Path("/run/sparkrack/hostprep.lock")
 SBIN_DIRS = ("/usr/sbin", "/sbin")
 # Every node's systemd, journald, networkd and dockerd hold inotify instances, counted per
 # user across the whole kernel: a real Spark has a kernel of its own, the rehearsal nodes
@@ -69,13 +72,35 @@ def install_packages(packages: list[str], say) -> None:
     if os.geteuid() != 0:
         raise SparkrackError("the rehearsal rack needs root (namespaces, nspawn, mounts)",
                              fix="run invoke as root")
-    with open(INSTALL_LOCK, "w") as lock:
+    lock = _install_lock()
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         wanted = {pkg for cmd, pkg in {**REQUIRED_COMMANDS, **SUITE_COMMANDS}.items()
                   if find_command(cmd) is None}
         packages = [pkg for pkg in packages if pkg in wanted]
         if packages:
             _install(packages, say)
+    finally:
+        os.close(lock)
+
+
+def _install_lock() -> int:
+    """The installer's lock file, open: its folder made root's alone (0700) and the file
+    opened without following a link (SparkrackError when the folder is someone else's,
+    or the lock is a link)."""
+    folder = INSTALL_LOCK.parent
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0:
+            raise SparkrackError(f"{folder}: not a folder of root's, where the installer's "
+                                 "lock belongs", fix=f"remove {folder}, then retry")
+        os.chmod(folder, 0o700)
+        return os.open(INSTALL_LOCK,
+                       os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        raise SparkrackError(f"{INSTALL_LOCK}: {error.strerror}",
+                             fix=f"remove {INSTALL_LOCK}, then retry") from None
 
 
 def _install(packages: list[str], say) -> None:

@@ -39,7 +39,7 @@ def _same(path: str) -> str:
     return f"has({new}) == has({old}) && (!has({new}) || {new} == {old})"
 
 
-# the rest of a Node's spec (core/v1 NodeSpec): where the cloud provider, the pod network
+# the rest of a Node's spec (the v1 NodeSpec): where the cloud provider, the pod network
 # and the kubelet's configuration come from
 SPEC_KEPT = ("providerID", "podCIDR", "podCIDRs", "configSource", "externalID")
 TAINTS_KEPT = (

@@ -18,12 +18,18 @@ SOURCE = "the compile cache folder bound at " + CACHE_MOUNT + " [sparkrack/engin
 IMAGE_HEX = 16  # characters of the image ID's sha256 in a folder's name
 UNKNOWN_IMAGE, UNKNOWN_ARCH = "<image-id>", "<gpu-arch>"  # plan --offline: not asked
 
-# (variable, folder under CACHE_MOUNT): what every engine's libraries read
+# (variable, folder under CACHE_MOUNT): what every engine's libraries read, each checked
+# against the pinned releases' sources (docs/engines.md#compile-caches-warm-restarts)
 COMMON = (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"),
           ("FLASHINFER_WORKSPACE_BASE", "flashinfer"), ("DG_JIT_CACHE_DIR", "deep_gemm"),
-          ("CUDA_CACHE_PATH", "cuda"))
-# ... and each engine's own: SGLang sets DG_JIT_CACHE_DIR from SGLANG_DG_CACHE_DIR
-OWN = {"sglang": (("SGLANG_CACHE_DIR", "sglang"), ("SGLANG_DG_CACHE_DIR", "deep_gemm")),
+          ("CUDA_CACHE_PATH", "cuda"), ("TILELANG_CACHE_DIR", "tilelang"),
+          ("CUTE_DSL_CACHE_DIR", "cute_dsl"), ("TVM_FFI_CACHE_DIR", "tvm_ffi"),
+          ("TORCH_EXTENSIONS_DIR", "torch_extensions"))
+# ... and each engine's own: SGLang sets DG_JIT_CACHE_DIR from SGLANG_DG_CACHE_DIR, and
+# builds its TVM-FFI JIT kernels under SGLANG_JIT_CACHE_DIR (~/.cache/sglang/jit by default:
+# not under SGLANG_CACHE_DIR)
+OWN = {"sglang": (("SGLANG_CACHE_DIR", "sglang"), ("SGLANG_DG_CACHE_DIR", "deep_gemm"),
+                  ("SGLANG_JIT_CACHE_DIR", "sglang_jit")),
        "vllm": (("VLLM_CACHE_ROOT", "vllm"),)}
 _NAME = re.compile(rf"^([a-z0-9_]+)-([0-9a-f]{{{IMAGE_HEX}}})-sm(\d+)$")
 _CAP = re.compile(r"^(\d+)\.(\d+)$")

@@ -28,6 +28,11 @@ CLEANUP_STOP_TIMEOUT = 3  # a group that never served has nothing to drain
 LIVENESS_TIMEOUT = 3
 
 
+# what no answer from rank 0 means while the group starts: both engines open the port only
+# once every rank has loaded (docs/engines.md#readiness)
+NOT_OPEN = "no answer: its HTTP port opens only once every rank has loaded"
+
+
 @dataclass
 class Progress:
     """What the readiness wait knows at one poll."""
@@ -189,7 +194,7 @@ def wait_ready(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
             return elapsed
         if elapsed > timeout:
             raise StartFailed(f"rank 0 on {head.name} not healthy after {timeout:.0f} s "
-                              f"(last /health: {head_status or 'no answer'})")
+                              f"(last /health: {head_status or NOT_OPEN})")
         time.sleep(POLL_SECONDS)
 
 

@@ -3,7 +3,9 @@ into each node's cache folder for its image and GPU arch (real files, root's, bo
 every rank); a roll to another lane of the same image compiles its own kernels into the
 same folder; the roll back to the lane that ran before finds its kernels and skips the
 compile. `invoke caches` lists the folders and what keeps them; `caches.remove` refuses a
-folder in use and removes only what no lane keeps."""
+folder in use and removes only what no lane keeps. Every cache SGLang 0.5.22 compiles into
+(DeepGEMM, FlashInfer, TVM-FFI, TileLang, CuTe DSL, torch extensions) is kept (issue 56,
+item 7), and rank 0's HTTP port stays closed until every rank has loaded."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from stubgroup import quick_burn
 from sparkrack.engines.caches import CACHE_MOUNT, CACHE_ROOT, image_prefix
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes
+from sparkrack.rehearsal.stub.compilecache import PARTS
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
 
 pytestmark = pytest.mark.rack
@@ -25,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 COMPILE_S = 8
 STUB = {"load_delay_s": 0.3, "compile_s": COMPILE_S, "tokens_per_s": 50}
 OLD = "sglang-0000000000000000-sm121"  # an image the rack no longer runs
+ALL = len(PARTS["sglang"])  # the caches a stub SGLang rank compiles into
 
 
 def invoke(inventory, *args: str) -> subprocess.CompletedProcess:
@@ -47,8 +51,15 @@ def test_a_roll_back_to_a_lane_that_ran_before_skips_the_compile(engine_rack):
         write_stub_model(fleet, STUB)
         fleet.run(["rm", "-rf", CACHE_ROOT]).raise_for_failures()  # every node starts cold
     said: list[str] = []
+    progress = []
     try:
-        cold = lanes.up(inventory, "sglang", "512k", burn=quick_burn, on_event=said.append)
+        cold = lanes.up(inventory, "sglang", "512k", burn=quick_burn, on_event=said.append,
+                        on_progress=progress.append)
+        # SGLang opens rank 0's HTTP port once its schedulers are ready: no answer while
+        # any worker still loads or compiles (not a 503 from the rendezvous on)
+        answered = [p for p in progress if p.head_status is not None]
+        assert answered and all(p.joined >= p.total - 1 for p in answered), progress
+        assert any(p.head_status is None and p.elapsed >= COMPILE_S / 2 for p in progress)
         folder = f"{CACHE_ROOT}/sglang-{image_prefix(cold.image_id)}-sm121"
         assert "compile caches: empty on all 8 nodes: this start compiles, the next one of " \
                "this image will not" in said, said
@@ -64,7 +75,10 @@ def test_a_roll_back_to_a_lane_that_ran_before_skips_the_compile(engine_rack):
             binds = {m["Source"]: m for m in rank3.attrs["Mounts"]}
             assert binds[folder]["Destination"] == CACHE_MOUNT and binds[folder]["RW"]
             assert f"SGLANG_DG_CACHE_DIR={CACHE_MOUNT}/deep_gemm" in rank3.attrs["Config"]["Env"]
-            assert said_by(fleet, 3, "spark-04", "compile caches: 0 found, 2 compiled")
+            assert said_by(fleet, 3, "spark-04", f"compile caches: 0 found, {ALL} compiled")
+            kept = fleet.run(["ls", f"{folder}/sglang_jit/sm121/stub_norm", f"{folder}/tilelang",
+                              f"{folder}/cute_aot", f"{folder}/torch_extensions"])
+            assert kept.all_ok, [r.stderr for r in kept]
 
         said.clear()  # another lane of the same image: its own kernels, the same folder
         lanes.roll(inventory, "sglang", "131k-throughput", burn=quick_burn,
@@ -72,14 +86,14 @@ def test_a_roll_back_to_a_lane_that_ran_before_skips_the_compile(engine_rack):
         assert any(line.startswith("compile caches: kept from an earlier start on all 8 "
                                    "nodes") for line in said), said
         with Fleet(inventory) as fleet:
-            assert said_by(fleet, 0, "spark-01", "compile caches: 0 found, 2 compiled")
+            assert said_by(fleet, 0, "spark-01", f"compile caches: 0 found, {ALL} compiled")
             kernels = fleet.run(["ls", f"{folder}/deep_gemm/cache"])
             assert [len(r.stdout.split()) for r in kernels] == [2] * 8
 
         back = lanes.roll(inventory, "sglang", "512k", burn=quick_burn)
         with Fleet(inventory) as fleet:
             for rank, node in ((0, "spark-01"), (5, "spark-06")):
-                assert said_by(fleet, rank, node, "compile caches: 2 found, 0 compiled")
+                assert said_by(fleet, rank, node, f"compile caches: {ALL} found, 0 compiled")
         assert back.phases["ready"] < cold.phases["ready"] - COMPILE_S / 2, (cold.phases,
                                                                              back.phases)
 

@@ -21,24 +21,45 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 @dataclass(frozen=True)
 class Part:
-    """One compiled cache of an engine: what reads it, where it defaults to, its entry."""
+    """One compiled cache of an engine: what reads it, where it defaults to, its entry.
+    base: (variable, its default) the default lies under (SGLang's SGLANG_CACHE_DIR)."""
 
     what: str
     env: str
-    default: str  # expanded with ~ as the engine does
+    default: str  # expanded with ~ as the engine does; relative: under base
     entry: str  # relative path of one entry: {key}, {rank}, {arch}
     files: tuple[str, ...]
+    base: tuple[str, str] | None = None
 
 
+# What each pinned release compiles into, read from its wheel (docs/engines.md, "Compile
+# caches"): SGLang 0.5.22 (sglang/srt/environ.py, sglang/kernels/jit/utils/compile/cache.py,
+# sglang/srt/utils/cpp_extension_loader.py), vLLM 0.33.0 (vllm/envs.py,
+# vllm/utils/deep_gemm.py) and the libraries they pin (tilelang 0.1.12, CuTe DSL 4.8.0)
+SGLANG_HOME = ("SGLANG_CACHE_DIR", "~/.cache/sglang")
 FLASHINFER = Part("FlashInfer JIT", "FLASHINFER_WORKSPACE_BASE", "~",
                   ".cache/flashinfer/{arch}/cached_ops/stub_attention_{key}", ("stub.so",))
+TILELANG_ENTRY = "0.1.12/linux-x86_64/kernels/stub_indexer_{key}"
 PARTS = {
     "vllm": (Part("torch.compile", "VLLM_CACHE_ROOT", "~/.cache/vllm",
                   "torch_compile_cache/{key}/rank_{rank}_0",
-                  ("computation_graph.py", "inductor_cache/stub.py")), FLASHINFER),
-    "sglang": (Part("DeepGEMM JIT", "SGLANG_DG_CACHE_DIR", "~/.cache/sglang/deep_gemm",
-                    "cache/kernel.stub_fp8_gemm.{key}", ("kernel.cu", "kernel.cubin")),
-               FLASHINFER),
+                  ("computation_graph.py", "inductor_cache/stub.py")), FLASHINFER,
+             Part("TileLang", "TILELANG_CACHE_DIR", "~/.tilelang/cache", TILELANG_ENTRY,
+                  ("kernel.cu", "kernel_lib.so")),
+             Part("CuTe DSL", "CUTE_DSL_CACHE_DIR", "/tmp/root/cutlass_python_cache",
+                  "cute_dsl_stub_indexer_{key}", ("cute_dsl_stub_indexer.mlir",))),
+    "sglang": (Part("DeepGEMM JIT", "SGLANG_DG_CACHE_DIR", "deep_gemm",
+                    "cache/kernel.stub_fp8_gemm.{key}", ("kernel.cu", "kernel.cubin"),
+                    SGLANG_HOME), FLASHINFER,
+               Part("TVM-FFI JIT", "SGLANG_JIT_CACHE_DIR", "~/.cache/sglang/jit",
+                    "sm{arch}/stub_norm/build-{key}", ("deps-0/stub_norm.so",)),
+               Part("TileLang", "TILELANG_CACHE_DIR", "tilelang", TILELANG_ENTRY,
+                    ("kernel.cu", "kernel_lib.so"), SGLANG_HOME),
+               Part("CuTe DSL AOT", "SGLANG_CUTE_AOT_CACHE_DIR", "cute_aot",
+                    "stub_decode_{key}", ("stub_decode.o",), SGLANG_HOME),
+               Part("torch extension", "TORCH_EXTENSIONS_DIR",
+                    "~/.cache/torch_extensions/py312_cu130", "stub_allocator_{key}",
+                    ("stub_allocator.so",))),
 }
 
 
@@ -62,7 +83,9 @@ def compile_key(engine: str, version: str, compute_cap: str, options: dict) -> s
 
 def entry_path(part: Part, environ: dict, key: str, rank: int, compute_cap: str) -> str:
     """Where part's entry for key lives, from the variable the engine reads."""
-    root = environ.get(part.env) or part.default
+    root = environ.get(part.env) or (
+        os.path.join(environ.get(part.base[0]) or part.base[1], part.default) if part.base
+        else part.default)
     if root.startswith("~"):  # the rank's own home, as the engine expands it
         root = (environ.get("HOME") or os.path.expanduser("~")) + root[1:]
     return os.path.join(root, part.entry.format(key=key, rank=rank,

@@ -73,14 +73,12 @@ class Head(Rank):
                    f"listen on any local network address. port: {args.group_port}, "
                    f"useIpv6: 0, code: -98, name: EADDRINUSE, message: {error.strerror}",
                 self.log)
-        if args.http_port is not None:
-            try:
+        if args.http_port is not None and args.engine == "vllm":
+            try:  # vLLM binds its port before the engine starts, and listens once ready
                 self.server = Server(args.http_host, args.http_port, Api(self).routes,
-                                     activate=args.engine == "sglang")
+                                     activate=False)
             except OSError as error:
                 self.bind_error(error)
-            if args.engine == "sglang":
-                self.server.serve_in_background()
         self.log(f"Init torch distributed begin. waiting for {args.nnodes - 1} ranks on port "
                  f"{args.group_port}")
         deadline = time.monotonic() + args.dist_timeout_s
@@ -109,18 +107,37 @@ class Head(Rank):
         while not self.group.all_loaded.wait(0.1):
             if self.stop.is_set():
                 self._shutdown()
-        self.ready = True
         threading.Thread(target=self._drive, name="steps", daemon=True).start()
         if args.engine == "vllm" and self.server is not None:
+            self.ready = True
             self.server.server_activate()
             self.server.serve_in_background()
             self.log(f"Starting vLLM API server on http://{args.http_host}:{args.http_port}")
             self.log("Application startup complete.")
         else:
-            self.log("The server is fired up and ready to roll!")
+            self._serve_sglang()
         while not self.stop.wait(0.2):
             pass
         self._drain()
+
+    def _serve_sglang(self) -> None:
+        """SGLang's HTTP server starts only once its schedulers are ready (every rank
+        loaded): its port is closed until then, a port taken fails the rank only now, and
+        /health answers 503 until the warm-up request went through every rank."""
+        args = self.args
+        if args.http_port is not None:
+            try:
+                self.server = Server(args.http_host, args.http_port, Api(self).routes)
+            except OSError as error:
+                self.bind_error(error)
+            self.server.serve_in_background()
+            self.log(f"Uvicorn running on http://{args.http_host}:{args.http_port} "
+                     "(Press CTRL+C to quit)")
+        _, missing = self.group.ask("ping", self.args.watchdog_timeout_s)  # the warm-up
+        if missing:
+            self._watchdog("the warm-up request", missing)
+        self.ready = True
+        self.log("The server is fired up and ready to roll!")
 
     def _drain(self) -> None:
         """The engine's own drain on SIGTERM (docs/rehearsal.md#the-stub-engines): vLLM

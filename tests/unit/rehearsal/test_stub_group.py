@@ -396,14 +396,29 @@ def test_a_dead_worker_takes_the_whole_group_down(groups, gpu):
     assert eventually(lambda: gpu.available() == idle)
 
 
-def test_the_head_is_unhealthy_until_every_rank_loaded(groups):
+def test_the_head_opens_its_port_only_once_every_rank_loaded(groups):
+    """SGLang 0.5.22 starts uvicorn after its schedulers are ready (launch_server): the
+    port refuses while any rank loads, then /health answers."""
     group = groups(config={"ranks": {"1": {"load_delay_s": 1.5}}})
-    group.start(0)
-    assert group.first_answer() == 503  # SGLang: listening, starting
-    group.start(2)
-    group.start(1)
+    group.start_all()
+    assert eventually(lambda: "Load weight end" in group.log(0))
+    assert "Load weight end" not in group.log(1)
+    assert group.status() is None  # refused: rank 1 still loads
     up = group.wait_healthy()
     assert up > 1.2  # waited for the slow rank
+    log = group.log(0)
+    assert log.index("Uvicorn running on") < log.index("fired up and ready to roll")
+
+
+def test_a_taken_http_port_fails_sglang_only_after_the_load(groups):
+    group = groups(nnodes=1)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", group.ports[0]))
+        taken.listen(1)
+        group.start(0)
+        assert group.procs[0].wait(EXIT_WAIT_S) == 1
+    log = group.log(0)
+    assert log.index("Load weight end") < log.index("error while attempting to bind on address")
 
 
 EXIT_WAIT_S = 30  # a process exits in well under a second; a busy machine may take longer

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from sparkrack.engines.caches import CACHE_MOUNT, cache_env
 from sparkrack.rehearsal.stub import compilecache
 from sparkrack.remote import script
 
@@ -76,45 +77,63 @@ def warm_up(tmp_path, engine="sglang", options=None, compile_s=0.4, rank=0, **en
     return found, compiled, lines
 
 
+def bound(engine: str, folder) -> dict[str, str]:
+    """sparkrack's cache variables for engine, with the node's folder at folder."""
+    return {var: path.replace(CACHE_MOUNT, str(folder)) for var, path in
+            cache_env(engine).items()}
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_sparkrack_s_variables_put_every_cache_of_the_pinned_release_in_the_folder(engine):
+    """Each cache the pinned release compiles into (TVM-FFI, TileLang, CuTe DSL, torch
+    extensions, DeepGEMM, ...) lands under the bound folder, none in the container."""
+    for part in compilecache.PARTS[engine]:
+        path = compilecache.entry_path(part, {"HOME": "/root", **cache_env(engine)}, "k", 0,
+                                       "12.1")
+        assert path.startswith(CACHE_MOUNT + "/"), (part.what, path)
+
+
 def test_a_first_start_compiles_and_keeps_the_kernels_the_next_reads_them(tmp_path):
     cache = tmp_path / "cache"
+    parts = len(compilecache.PARTS["sglang"])
     began = time.monotonic()
-    found, compiled, lines = warm_up(tmp_path, SGLANG_DG_CACHE_DIR=str(cache / "deep_gemm"),
-                                     FLASHINFER_WORKSPACE_BASE=str(cache / "flashinfer"))
-    assert (found, compiled) == (0, 2) and time.monotonic() - began >= 0.4
-    assert lines[-1].startswith("compile caches: 0 found, 2 compiled")
+    found, compiled, lines = warm_up(tmp_path, **bound("sglang", cache))
+    assert (found, compiled) == (0, parts) and time.monotonic() - began >= 0.4
+    assert lines[-1].startswith(f"compile caches: 0 found, {parts} compiled")
     kernels = list((cache / "deep_gemm" / "cache").iterdir())
     assert [k.name.split(".")[1] for k in kernels] == ["stub_fp8_gemm"]
     assert (kernels[0] / "kernel.cubin").stat().st_size == compilecache.ENTRY_BYTES
     assert list((cache / "flashinfer" / ".cache" / "flashinfer" / "121" / "cached_ops").iterdir())
+    assert list((cache / "sglang_jit" / "sm121" / "stub_norm").iterdir())
+    assert not (tmp_path / ".cache").exists()  # nothing in the container's home
     began = time.monotonic()
-    found, compiled, lines = warm_up(tmp_path, compile_s=20,
-                                     SGLANG_DG_CACHE_DIR=str(cache / "deep_gemm"),
-                                     FLASHINFER_WORKSPACE_BASE=str(cache / "flashinfer"))
-    assert (found, compiled) == (2, 0) and time.monotonic() - began < 10  # 1/20 of 20 s
+    found, compiled, lines = warm_up(tmp_path, compile_s=20, **bound("sglang", cache))
+    assert (found, compiled) == (parts, 0) and time.monotonic() - began < 10  # 1/20 of 20 s
     assert any(line.startswith("DeepGEMM JIT: loaded from the cache") for line in lines)
+    assert any(line.startswith("TVM-FFI JIT: loaded from the cache") for line in lines)
 
 
 def test_another_flag_compiles_into_the_same_folder_a_rank_s_own_do_not(tmp_path):
-    env = {"VLLM_CACHE_ROOT": str(tmp_path / "vllm")}
-    assert warm_up(tmp_path, "vllm", compile_s=0, **env)[:2] == (0, 2)
+    env = bound("vllm", tmp_path / "cache")
+    parts = len(compilecache.PARTS["vllm"])
+    assert warm_up(tmp_path, "vllm", compile_s=0, **env)[:2] == (0, parts)
     # another rank and address: the same compiled graphs (its own rank_<r>_0 entry aside)
     same = {"context_length": 524288, "node_rank": 0, "host": "0.0.0.0", "port": 8001}
-    assert warm_up(tmp_path, "vllm", same, compile_s=0, **env)[:2] == (2, 0)
+    assert warm_up(tmp_path, "vllm", same, compile_s=0, **env)[:2] == (parts, 0)
     other = {"context_length": 131072, "node_rank": 0}
-    assert warm_up(tmp_path, "vllm", other, compile_s=0, **env)[:2] == (0, 2)
-    assert len(os.listdir(tmp_path / "vllm" / "torch_compile_cache")) == 2
+    assert warm_up(tmp_path, "vllm", other, compile_s=0, **env)[:2] == (0, parts)
+    assert len(os.listdir(tmp_path / "cache" / "vllm" / "torch_compile_cache")) == 2
 
 
 def test_removed_entries_or_a_half_written_one_make_the_next_start_cold(tmp_path):
-    env = {"SGLANG_DG_CACHE_DIR": str(tmp_path / "dg")}
-    assert warm_up(tmp_path, compile_s=0, **env)[:2] == (0, 2)
-    entry = next((tmp_path / "dg" / "cache").iterdir())
+    env = bound("sglang", tmp_path / "cache")
+    parts = len(compilecache.PARTS["sglang"])
+    assert warm_up(tmp_path, compile_s=0, **env)[:2] == (0, parts)
+    entry = next((tmp_path / "cache" / "deep_gemm" / "cache").iterdir())
     entry.rename(entry.with_name(entry.name + ".tmp-99"))  # a start killed mid-compile
-    assert warm_up(tmp_path, compile_s=0, **env)[:2] == (1, 1)
-    shutil.rmtree(tmp_path / "dg")
-    shutil.rmtree(tmp_path / ".cache")
-    assert warm_up(tmp_path, compile_s=0, **env)[:2] == (0, 2)
+    assert warm_up(tmp_path, compile_s=0, **env)[:2] == (parts - 1, 1)
+    shutil.rmtree(tmp_path / "cache")
+    assert warm_up(tmp_path, compile_s=0, **env)[:2] == (0, parts)
 
 
 def test_the_key_follows_version_code_and_arch():
@@ -130,4 +149,5 @@ def test_the_key_follows_version_code_and_arch():
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_without_a_folder_from_the_node_the_caches_stay_in_the_container(tmp_path, engine):
     found, compiled, lines = warm_up(tmp_path, engine, compile_s=0)
-    assert compiled == 2 and str(tmp_path / ".cache") in " ".join(lines)
+    assert compiled == len(compilecache.PARTS[engine])
+    assert str(tmp_path / ".cache") in " ".join(lines)

@@ -77,7 +77,7 @@ def test_a_roll_back_to_a_lane_that_ran_before_skips_the_compile(engine_rack):
             assert f"SGLANG_DG_CACHE_DIR={CACHE_MOUNT}/deep_gemm" in rank3.attrs["Config"]["Env"]
             assert said_by(fleet, 3, "spark-04", f"compile caches: 0 found, {ALL} compiled")
             kept = fleet.run(["ls", f"{folder}/sglang_jit/sm121/stub_norm", f"{folder}/tilelang",
-                              f"{folder}/cute_aot", f"{folder}/torch_extensions"])
+                              f"{folder}/sglang/cute_aot", f"{folder}/torch_extensions"])
             assert kept.all_ok, [r.stderr for r in kept]
 
         said.clear()  # another lane of the same image: its own kernels, the same folder

@@ -22,7 +22,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 @dataclass(frozen=True)
 class Part:
     """One compiled cache of an engine: what reads it, where it defaults to, its entry.
-    base: (variable, its default) the default lies under (SGLang's SGLANG_CACHE_DIR)."""
+    base: (variable, its default) the default lies under (SGLANG_CACHE_DIR, TMPDIR)."""
 
     what: str
     env: str
@@ -46,8 +46,9 @@ PARTS = {
                   ("computation_graph.py", "inductor_cache/stub.py")), FLASHINFER,
              Part("TileLang", "TILELANG_CACHE_DIR", "~/.tilelang/cache", TILELANG_ENTRY,
                   ("kernel.cu", "kernel_lib.so")),
-             Part("CuTe DSL", "CUTE_DSL_CACHE_DIR", "/tmp/root/cutlass_python_cache",
-                  "cute_dsl_stub_indexer_{key}", ("cute_dsl_stub_indexer.mlir",))),
+             Part("CuTe DSL", "CUTE_DSL_CACHE_DIR", "root/cutlass_python_cache",  # as root
+                  "cute_dsl_stub_indexer_{key}", ("cute_dsl_stub_indexer.mlir",),
+                  ("TMPDIR", "/tmp"))),
     "sglang": (Part("DeepGEMM JIT", "SGLANG_DG_CACHE_DIR", "deep_gemm",
                     "cache/kernel.stub_fp8_gemm.{key}", ("kernel.cu", "kernel.cubin"),
                     SGLANG_HOME), FLASHINFER,

@@ -103,7 +103,8 @@ class LocalGroup:
         self.ports = [free_port() for _ in range(nnodes)]
         self.env = {**os.environ, "GPU_SIM_ADDR": f"127.0.0.1:{gpu.port}",
                     "SPARKRACK_STUB_RECORD_DIR": str(tmp), "PYTHONPATH": str(REPO),
-                    "HOME": str(tmp),  # the compile caches' defaults, as in a container
+                    "HOME": str(tmp), "TMPDIR": str(tmp),  # the compile caches' defaults,
+                    # as in a container
                     **(env or {})}
         self.extra = extra or []
         self.procs: dict[int, subprocess.Popen] = {}

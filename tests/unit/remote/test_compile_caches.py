@@ -72,7 +72,7 @@ def warm_up(tmp_path, engine="sglang", options=None, compile_s=0.4, rank=0, **en
     lines = []
     found, compiled = compilecache.warm_up(
         engine, "0.5.22", rank, options or {"context_length": 524288, "node_rank": rank},
-        "12.1", compile_s, {"HOME": str(tmp_path), **environ},
+        "12.1", compile_s, {"HOME": str(tmp_path), "TMPDIR": str(tmp_path / "tmp"), **environ},
         lambda line, level="INFO": lines.append(line))
     return found, compiled, lines
 
@@ -88,8 +88,8 @@ def test_sparkrack_s_variables_put_every_cache_of_the_pinned_release_in_the_fold
     """Each cache the pinned release compiles into (TVM-FFI, TileLang, CuTe DSL, torch
     extensions, DeepGEMM, ...) lands under the bound folder, none in the container."""
     for part in compilecache.PARTS[engine]:
-        path = compilecache.entry_path(part, {"HOME": "/root", **cache_env(engine)}, "k", 0,
-                                       "12.1")
+        path = compilecache.entry_path(part, {"HOME": "/root", "TMPDIR": "/tmp",
+                                              **cache_env(engine)}, "k", 0, "12.1")
         assert path.startswith(CACHE_MOUNT + "/"), (part.what, path)
 
 

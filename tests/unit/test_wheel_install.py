@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "sparkrack", "roles", "deploy")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "sparkrack", "roles", "deploy")
 
 
 def run(argv, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -111,6 +111,29 @@ def test_the_wheel_ships_the_monitoring_files_as_sparkrack_deploy(wheel):
     assert not any(name.startswith("deploy/") for name in names)  # not a top-level package
 
 
+def test_the_wheel_says_its_license_and_what_it_is(wheel):
+    """Apache-2.0 as an SPDX expression with the license text in the wheel; classifiers; where
+    its documentation is (no public repository yet: the README, shipped in the sdist)."""
+    archive = zipfile.ZipFile(wheel)
+    info = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+    metadata = archive.read(info).decode().split("\n\n")[0].splitlines()
+    assert "License-Expression: Apache-2.0" in metadata
+    assert "License-File: LICENSE" in metadata
+    license_text = archive.read(info.replace("METADATA", "licenses/LICENSE")).decode()
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    assert license_text == (REPO / "LICENSE").read_text()
+    classifiers = {line.split(": ", 1)[1] for line in metadata if line.startswith("Classifier")}
+    assert {"Programming Language :: Python :: 3.11", "Operating System :: POSIX :: Linux",
+            "Intended Audience :: System Administrators",
+            "Topic :: System :: Systems Administration"} <= classifiers
+    assert not any(c.startswith("License ::") for c in classifiers)  # the expression says it
+    urls = dict(line.split(": ", 1)[1].split(", ", 1) for line in metadata
+                if line.startswith("Project-URL"))
+    assert set(urls) == {"Documentation", "Source"}
+    for url in urls.values():  # each names a file of the sources, never an invented host
+        assert (REPO / url.split("#")[0]).is_file(), url
+
+
 def test_pyproject_lists_every_package():
     """pyproject.toml lists the packages (find cannot map roles/): each folder of sparkrack/
     with an __init__.py is one, and roles/ ships as sparkrack.roles. The simulators' packages
@@ -149,6 +172,8 @@ def test_plan_and_check_run_against_the_operators_inventory(venv, site):
     assert "vllm 512k: may start" in shipped.stderr
     listed = run([venv / "bin/sparkrack", "--list"], cwd=site, timeout=60).stdout
     assert "  plan " in listed and "  watch.install " in listed
+    module = run([venv / "bin/python", "-m", "sparkrack", "--list"], cwd=site, timeout=60)
+    assert module.stdout.replace("`python -m sparkrack ", "`sparkrack ") == listed
 
 
 def test_the_wheel_ships_every_node_script(venv, site):

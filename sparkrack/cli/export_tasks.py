@@ -32,12 +32,18 @@ FORMATS = ("lws",)
                              "rdma/hca_shared_devices_a)",
             "runtime_class": "the RuntimeClass of NVIDIA's container runtime, for the node "
                              "agent (default: nvidia)",
+            "prometheus_operator": "add a PodMonitor of the leader's metrics and a "
+                                   "PrometheusRule of the engine alerts "
+                                   "(monitoring.coreos.com/v1)",
+            "monitor_label": "KEY=VALUE the operator's Prometheus selects monitors and rules "
+                             "by, e.g. release=kube-prometheus-stack (repeatable)",
             "inventory": INVENTORY_HELP, "json": "print JSON for scripts"},
-      iterable=["toleration"])
+      iterable=["toleration", "monitor_label"])
 @operator_task
 def export(c, engine, profile=DEFAULT_PROFILE, format_="lws", out=None, name=None, secret=None,
            namespace=None, toleration=None, priority_class=None, rdma_resource=None,
-           runtime_class=None, inventory=None, json=False):
+           runtime_class=None, prometheus_operator=False, monitor_label=None, inventory=None,
+           json=False):
     """Print (or write) Kubernetes manifests that run a lane as `up` would.
 
     Refused when `invoke check` refuses the profile. Pods run only on GB10 nodes labelled
@@ -57,11 +63,16 @@ def export(c, engine, profile=DEFAULT_PROFILE, format_="lws", out=None, name=Non
         manifest_yaml,
         write_manifests,
     )
+    from sparkrack.export.monitors import monitor_labels
 
     cluster = cluster_options(namespace, toleration or (), priority_class, rdma_resource,
                               runtime_class)
+    if monitor_label and not prometheus_operator:
+        raise UsageError("--monitor-label labels the PodMonitor and PrometheusRule, which only "
+                         "--prometheus-operator exports", fix="add --prometheus-operator")
+    monitors = monitor_labels(monitor_label or ()) if prometheus_operator else None
     lane = export_lws(inventory_from(inventory), engine, profile, name=name, secret_name=secret,
-                      cluster=cluster)
+                      cluster=cluster, monitors=monitors)
     report = lane.report
     for finding in report.findings:
         waived = f" [waived: {finding.waiver_reason}]" if finding.waived else ""

@@ -76,6 +76,13 @@ def cluster_options(namespace: str | None = None, tolerations: list[str] | tuple
                           priority_class, resource, runtime_class or DEFAULT_RUNTIME_CLASS)
 
 
+def is_label(key: str, value: str) -> bool:
+    """Whether the API server takes key=value as an object's label."""
+    return bool(_KEY.fullmatch(key) and len(key.rpartition("/")[2]) <= 63
+                and len(key.rpartition("/")[0]) <= 253
+                and _VALUE.fullmatch(value) and len(value) <= 63)
+
+
 def toleration(text: str) -> dict[str, Any]:
     """`KEY[=VALUE][:EFFECT]` as a pod toleration (no value: operator Exists; no effect:
     every effect); UsageError for one the API server would refuse."""

@@ -1,4 +1,5 @@
-"""An engine pod's gate: its first init container runs remote/capgate.py, which lets the
+"""An engine pod's gate: its first init container runs remote/capgate.py (from the scripts'
+ConfigMap, scripts.py), which lets the
 engine start only on a node whose clock cap the node agent judged ok in this boot of the
 node, at most capnode.FRESH_S ago (the label that placed the pod is read at scheduling
 only, and survives a reboot and a dead agent).
@@ -15,8 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkrack.export.access import GATE
-from sparkrack.export.command import kubernetes_literal
-from sparkrack.remote import script
+from sparkrack.export.scripts import run_script, scripts_mount
 from sparkrack.remote.capnode import FRESH_S, GATE_CONTAINER
 from sparkrack.remote.kubeapi import ACCOUNT
 
@@ -29,11 +29,12 @@ def gate_container(image: str, resources: dict[str, Any]) -> dict[str, Any]:
     """The init container that holds the engine back until its node's cap is verified."""
     return {
         "name": GATE_CONTAINER, "image": image,
-        "command": ["python3", "-c", kubernetes_literal(script("capgate")),
+        "command": [*run_script("capgate"),
                     "--node", "$(NODE_NAME)", "--wait", str(WAIT_S), "--fresh", str(FRESH_S)],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
         "resources": resources,
-        "volumeMounts": [{"name": VOLUME, "mountPath": ACCOUNT, "readOnly": True}],
+        "volumeMounts": [{"name": VOLUME, "mountPath": ACCOUNT, "readOnly": True},
+                         scripts_mount()],
     }
 
 

@@ -6,8 +6,9 @@ env. One LWS group is the TP group: size = the number of ranks, the leader is ra
 serves the API and hosts the rendezvous), the workers are the other ranks, and the group is
 recreated as a whole when one of its pods restarts (RecreateGroupOnPodRestart), as
 `invoke watch` stops or restarts the whole group when one rank is lost. Beside them: the
-namespace and accounts (access.py), the node agent (agent.py) and its admission policy
-(admission.py).
+namespace and accounts (access.py), the pods' scripts (scripts.py), the node agent
+(agent.py) and its admission policy (admission.py); for prometheus-operator users, a
+PodMonitor and a PrometheusRule (monitors.py).
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from sparkrack.export.caches import cache_key
 from sparkrack.export.cluster import ClusterOptions
 from sparkrack.export.command import group_argv
 from sparkrack.export.env import PER_NODE, export_env
+from sparkrack.export.monitors import export_monitors
 from sparkrack.export.pods import pod_template
+from sparkrack.export.scripts import scripts_config_map
 from sparkrack.export.secrets import secret_files
 from sparkrack.inventory import Inventory
 from sparkrack.rules import CheckReport, check_profile
@@ -63,7 +66,7 @@ class LwsExport:
     """The manifests of one lane and what the operator should know about them."""
 
     name: str  # of the LeaderWorkerSet
-    objects: tuple[dict[str, Any], ...]  # the LeaderWorkerSet, then the leader's Service
+    objects: tuple[dict[str, Any], ...]  # the LeaderWorkerSet, the leader's Service (monitors)
     support: tuple[dict[str, Any], ...]  # namespace, accounts, admission policy, node agent
     report: CheckReport  # the rules' findings: none blocking, warnings possible
     secret_name: str  # the Secret the pods read secret_keys from (not exported)
@@ -88,9 +91,10 @@ def default_secret_name(engine: str) -> str:
 
 
 def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | None = None,
-               secret_name: str | None = None,
-               cluster: ClusterOptions = ClusterOptions()) -> LwsExport:
-    """The LeaderWorkerSet and leader Service that run engine's profile like `invoke up`.
+               secret_name: str | None = None, cluster: ClusterOptions = ClusterOptions(),
+               monitors: dict[str, str] | None = None) -> LwsExport:
+    """The LeaderWorkerSet and leader Service that run engine's profile like `invoke up`;
+    with monitors (the labels they carry), a PodMonitor and a PrometheusRule too.
 
     ProfileRefused when the rules block the profile; UsageError for a bad name, or when the
     ranks differ in more than their rank (a per-node env value, say), which one worker
@@ -149,9 +153,12 @@ def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | N
                  "ports": [{"name": "http", "port": http, "targetPort": http,
                             "protocol": "TCP"}]},
     }
-    support = (*export_access(cluster), *export_admission(cluster),
+    watched = () if monitors is None else export_monitors(
+        name, service["spec"]["selector"], service["metadata"]["labels"],
+        inventory.vars.rack_name, cluster, monitors)
+    support = (*export_access(cluster), *export_admission(cluster), scripts_config_map(cluster),
                *export_agent(inventory, head.image, cluster))
-    return LwsExport(name=name, objects=(leader_worker_set, service), support=support,
+    return LwsExport(name=name, objects=(leader_worker_set, service, *watched), support=support,
                      report=report, secret_name=secret_name, secret_keys=secrets.keys,
                      namespace=cluster.namespace, secret_required=secrets.required)
 

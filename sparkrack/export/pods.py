@@ -14,8 +14,8 @@ from sparkrack.engines.serving import Serving
 from sparkrack.export.cluster import ClusterOptions
 from sparkrack.export.gate import gate_container, gate_pod_fields, gate_volume
 from sparkrack.export.probes import leader_probes, worker_probes
+from sparkrack.export.scripts import run_script, scripts_mount, scripts_volume
 from sparkrack.export.secrets import SecretFiles
-from sparkrack.remote import script
 from sparkrack.remote.capnode import LABEL as CAP_VERIFIED_LABEL
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU feature discovery
@@ -57,8 +57,8 @@ def pod_template(spec: LaunchSpec, argv: tuple[str, ...], env: list[dict[str, An
         container.update(leader_probes(spec, serving))
     else:
         init.append({"name": "wait-for-leader", "image": spec.image,
-                     "command": ["python3", "-c", script("leader"), "wait", str(LEADER_WAIT_S)],
-                     "resources": guaranteed(SMALL)})
+                     "command": [*run_script("leader"), "wait", str(LEADER_WAIT_S)],
+                     "resources": guaranteed(SMALL), "volumeMounts": [scripts_mount()]})
         container.update(worker_probes(spec, serving))
     host_network = options.network_mode == "host"
     pod: dict[str, Any] = {
@@ -77,7 +77,7 @@ def pod_template(spec: LaunchSpec, argv: tuple[str, ...], env: list[dict[str, An
                                     if mount.target == CACHE_MOUNT else "Directory"}}
                       for mount in options.mounts),
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
-                    *secrets.volumes, gate_volume()],
+                    *secrets.volumes, gate_volume(), scripts_volume()],
     }
     return {"metadata": metadata, "spec": pod}
 

@@ -8,7 +8,7 @@
     grafana/dashboards/*.json        the shipped dashboard, this rack chosen
     grafana/provisioning/...         Grafana's datasource and dashboard provider
 
-A new rules file is one entry in RULE_FILES; a new kind of target one in targets.KINDS
+A new rules file is one entry in rules.RULE_FILES; a new kind of target one in targets.KINDS
 (docs/watchdog.md#monitoring-from-the-inventory).
 """
 
@@ -26,9 +26,9 @@ from sparkrack.core.atomic import write_atomically
 from sparkrack.core.errors import UsageError
 from sparkrack.data import shipped
 from sparkrack.inventory import Inventory
+from sparkrack.monitoring.rules import RULE_FILES, rules_text
 from sparkrack.monitoring.targets import KINDS
 
-RULE_FILES = ("sparkrack-alerts.yml",)  # deploy/prometheus/: each loaded by Prometheus
 DASHBOARDS = ("sparkrack.json",)  # deploy/grafana/
 DATASOURCE_NAME = "sparkrack-prometheus"  # Grafana's datasource, and its uid
 EVALUATION_S = 15
@@ -78,11 +78,10 @@ def render(inventory: Inventory, options: RenderOptions = RenderOptions()) -> di
         "`invoke monitoring.render` from\n# its inventory: render again after the inventory "
         "changes (docs/watchdog.md#monitoring-from-the-inventory).\n"
         "# Paths are relative to this file.\n" + _yaml(config))
-    deploy = shipped("deploy")
     for name in RULE_FILES:
-        files[f"prometheus/{name}"] = (deploy / "prometheus" / name).read_text()
+        files[f"prometheus/{name}"] = rules_text(name)
     for name in DASHBOARDS:
-        dashboard = json.loads((deploy / "grafana" / name).read_text())
+        dashboard = json.loads((shipped("deploy") / "grafana" / name).read_text())
         files[f"grafana/dashboards/{name}"] = json.dumps(
             chosen(dashboard, inventory.vars.rack_name), indent=2) + "\n"
     files["grafana/provisioning/datasources/sparkrack.yml"] = _yaml({

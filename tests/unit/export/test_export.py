@@ -153,8 +153,8 @@ def everything(inventory, engine, profile, **options):
 
 KINDS = ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
          "RoleBinding", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PriorityClass",
-         "ConfigMap", "DaemonSet", "LeaderWorkerSet", "Service"]
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap",
+         "PriorityClass", "ConfigMap", "DaemonSet", "LeaderWorkerSet", "Service"]
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
                   "ValidatingAdmissionPolicyBinding", "PriorityClass"}
 
@@ -293,7 +293,8 @@ def test_the_group_runs_as_the_rack_does(real_inventory):
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 900  # ready_timeout_s
     assert "ports" not in worker and len(group["leaderTemplate"]["spec"]["initContainers"]) == 1
     _, wait = group["workerTemplate"]["spec"]["initContainers"]
-    assert wait["name"] == "wait-for-leader" and wait["command"][3:] == ["wait", "600"]
+    assert wait["name"] == "wait-for-leader" and wait["command"] == [
+        "python3", "/opt/sparkrack-scripts/leader.py", "wait", "600"]
     assert wait["image"] == worker["image"]
     assert service["spec"]["selector"] == {
         "leaderworkerset.sigs.k8s.io/name": "sparkrack-sglang-512k",
@@ -454,6 +455,7 @@ SUPPORT_FILES = [
     "clusterrolebinding-sparkrack-gate.NS.yaml",
     "validatingadmissionpolicy-sparkrack-node-agent.NS.yaml",
     "validatingadmissionpolicybinding-sparkrack-node-agent.NS.yaml",
+    "configmap-sparkrack-engine-scripts.yaml",
     "priorityclass-sparkrack-node-agent.NS.yaml", "configmap-sparkrack-node-agent.yaml",
     "daemonset-sparkrack-node-agent.yaml"]
 
@@ -556,7 +558,8 @@ def test_the_racks_api_port_is_the_exported_one_on_both_lanes(tmp_path):
 
 def agent_objects(inventory, **options):
     return {obj["kind"]: obj for obj in everything(inventory, "sglang", "512k", **options)
-            if obj["kind"] in ("PriorityClass", "ConfigMap", "DaemonSet")}
+            if obj["kind"] in ("PriorityClass", "ConfigMap", "DaemonSet")
+            and obj["metadata"]["name"].startswith("sparkrack-node-agent")}
 
 
 def test_the_node_agent_keeps_the_record_with_the_racks_cap_and_burn(real_inventory):

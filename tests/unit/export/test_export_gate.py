@@ -36,22 +36,26 @@ def pods(inventory, engine="sglang"):
 
 
 @pytest.fixture(scope="module")
-def rack():
+def rack_inventory():
+    """The real rack's inventory (example addresses; nothing is contacted). Not named `rack`:
+    that is the rehearsal rack's fixture, which would boot one for this module."""
     return load_inventory(REPO / "inventory" / "rack")
 
 
-def test_every_engine_pod_starts_behind_its_gate_which_alone_holds_a_token(rack):
-    for pod in pods(rack):
+def test_every_engine_pod_starts_behind_its_gate_which_alone_holds_a_token(rack_inventory):
+    for pod in pods(rack_inventory):
         gate = pod["initContainers"][0]
         assert gate["name"] == capnode.GATE_CONTAINER
-        assert gate["command"][:2] == ["python3", "-c"]
-        assert gate["command"][3:] == ["--node", "$(NODE_NAME)", "--wait", "600",
-                                       "--fresh", str(capnode.FRESH_S)]
+        assert gate["command"] == ["python3", "/opt/sparkrack-scripts/capgate.py", "--node",
+                                   "$(NODE_NAME)", "--wait", "600", "--fresh",
+                                   str(capnode.FRESH_S)]
         assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == (
             "sparkrack-gate", False)
-        [mount] = gate["volumeMounts"]
+        mount, scripts = gate["volumeMounts"]
         assert mount == {"name": "gate-account", "readOnly": True,
                          "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
+        assert scripts == {"name": "sparkrack-scripts", "readOnly": True,
+                           "mountPath": "/opt/sparkrack-scripts"}
         volume = next(v for v in pod["volumes"] if v["name"] == "gate-account")
         assert [sorted(source) for source in volume["projected"]["sources"]] == [
             ["serviceAccountToken"], ["configMap"]]
@@ -59,16 +63,23 @@ def test_every_engine_pod_starts_behind_its_gate_which_alone_holds_a_token(rack)
             assert all(m["name"] != "gate-account" for m in container.get("volumeMounts", []))
 
 
-def test_the_exported_gate_refuses_a_node_of_another_boot_and_passes_a_fresh_ok(rack,
+def test_the_exported_gate_refuses_a_node_of_another_boot_and_passes_a_fresh_ok(rack_inventory,
                                                                                tmp_path):
-    gate = pods(rack)[0]["initContainers"][0]
+    gate = pods(rack_inventory)[0]["initContainers"][0]
+    scripts = next(o for o in export_lws(rack_inventory, "sglang", "512k").support
+                   if o["metadata"]["name"] == "sparkrack-engine-scripts")
+    mounted = tmp_path / "scripts"  # the ConfigMap as the kubelet mounts it
+    mounted.mkdir()
+    for name, text in scripts["data"].items():
+        (mounted / name).write_text(text)
     (tmp_path / "token").write_text("the-gates-token\n")
     api = FakeApi()
     try:
         def run(boot: str):
             (tmp_path / "boot_id").write_text(boot + "\n")
             words = [w.replace("$(NODE_NAME)", "gb10-3").replace("$$", "$")
-                     for w in gate["command"]]  # the kubelet's expansion
+                     .replace("/opt/sparkrack-scripts", str(mounted))
+                     for w in gate["command"]]  # the kubelet's expansion, the mount
             return subprocess.run(
                 [sys.executable, *words[1:], "--wait", "0", "--api", api.url, "--account",
                  str(tmp_path), "--boot-id-file", str(tmp_path / "boot_id")],
@@ -102,9 +113,9 @@ def required_inventory(tmp_path):
 
 
 @pytest.mark.parametrize("required", [False, True])
-def test_hf_token_is_a_file_of_the_secret_required_when_the_model_needs_it(rack, tmp_path,
-                                                                         required):
-    inventory = required_inventory(tmp_path) if required else rack
+def test_hf_token_is_a_file_of_the_secret_required_when_the_model_needs_it(rack_inventory,
+                                                                         tmp_path, required):
+    inventory = required_inventory(tmp_path) if required else rack_inventory
     for pod in pods(inventory, "vllm"):
         [volume] = [v for v in pod["volumes"] if v["name"] == "secrets"]
         assert volume["secret"] == {"secretName": "sparkrack-vllm", "defaultMode": 0o400,

@@ -21,7 +21,12 @@ from sparkrack.inventory.schema import (
     RackVars,
     describe,
 )
-from sparkrack.inventory.values import fabric_address_problem, is_address, is_node_name
+from sparkrack.inventory.values import (
+    MAX_NODE_NAME,
+    fabric_address_problem,
+    is_address,
+    is_node_name,
+)
 from sparkrack.inventory.yamlfile import YamlMapping, read_yaml
 
 INVENTORY_ENV = "SPARKRACK_INVENTORY"
@@ -401,9 +406,10 @@ def _unknown_key(file: Path, line: int, key: Any, allowed: list[str]) -> Invento
 def _check_name(name: Any, file: Path, line: int, kind: str) -> None:
     """InventoryError unless name is a usable host or group name."""
     if not is_node_name(name):
-        raise InventoryError(file, line, f"invalid {kind} name '{name}'",
-                             fix="use letters, digits, '.', '_' and '-', e.g. spark-01; "
-                             "'all' is taken")
+        shown = str(name) if len(str(name)) <= 40 else f"{str(name)[:37]}..."
+        raise InventoryError(file, line, f"invalid {kind} name '{shown}'",
+                             fix=f"use at most {MAX_NODE_NAME} letters, digits, '.', '_' and "
+                             "'-', e.g. spark-01; 'all' is taken")
 
 
 _FABRIC_FIX = {

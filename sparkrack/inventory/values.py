@@ -72,13 +72,17 @@ _RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _IFNAME_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,255}")
 _USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,31}")
-_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# a node's name names files (host_vars/NAME.yml), units and containers: at most one DNS
+# label's 63 characters (RFC 1035 2.3.4), which is also what a Linux host name holds
+MAX_NODE_NAME = 63
+_NODE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_NODE_NAME - 1}}}")
 PATH_MAX = 4095
 
 
 def is_node_name(value: Any) -> bool:
-    """Whether value is a usable host or group name: letters, digits, '.', '_' and '-',
-    starting with a letter or digit (so never a path, '.' or '..'), and not 'all'."""
+    """Whether value is a usable host or group name: at most MAX_NODE_NAME letters, digits,
+    '.', '_' and '-', starting with a letter or digit (so never a path, '.' or '..'), and
+    not 'all'."""
     return isinstance(value, str) and bool(_NODE_NAME.fullmatch(value)) and value != "all"
 
 

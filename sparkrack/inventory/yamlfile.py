@@ -9,6 +9,7 @@ MAX_FILE_BYTES and an alias bomb over MAX_YAML_VALUES values are InventoryErrors
 from __future__ import annotations
 
 import stat
+import sys
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,11 @@ class _Converter:
     def value(self, node: yaml.Node, parent_key: Any) -> Any:
         """The value of node; parent_key names what holds it, for messages."""
         if isinstance(node, yaml.ScalarNode):
-            return self.loader.construct_object(node)
+            try:
+                return self.loader.construct_object(node)
+            except (ValueError, OverflowError) as error:  # a 5,000-digit integer, 2026-13-45
+                what, fix = _unreadable(node, error)
+                raise InventoryError(self.file, line_of(node), what, fix=fix) from None
         if id(node) in self.active:
             raise InventoryError(self.file, line_of(node), "recursive YAML alias",
                                  fix="do not nest an anchor inside itself")
@@ -159,3 +164,15 @@ class _Converter:
 def line_of(node: yaml.Node) -> int:
     """The 1-based line where node starts."""
     return node.start_mark.line + 1
+
+
+def _unreadable(node: yaml.ScalarNode, error: Exception) -> tuple[str, str]:
+    """(what, fix) for a scalar YAML reads as a number or date but Python cannot make."""
+    kind = node.tag.rsplit(":", 1)[-1]
+    if kind == "int":
+        digits = sum(c.isdigit() for c in node.value)
+        return (f"an integer of {digits:,} digits, over the {sys.get_int_max_str_digits():,} "
+                "Python reads", "write a number of the size the key takes")
+    shown = node.value if len(node.value) <= 40 else node.value[:37] + "..."
+    return (f"{shown!r} reads as a {kind} that cannot be ({str(error).splitlines()[0][:80]})",
+            "quote it to make it text, or correct it")

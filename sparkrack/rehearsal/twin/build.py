@@ -5,12 +5,15 @@ be is refused naming the node (docs/rehearsal.md#rehearse-on-your-twin).
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from sparkrack.core.atomic import write_atomically
+from sparkrack.core.atomic import fsync_dir, write_atomically
 from sparkrack.core.errors import UsageError
 from sparkrack.facts.capture import RACK_VARS
 from sparkrack.inventory import load_inventory
@@ -97,7 +100,9 @@ def write_inventory(capture: dict[str, Any], base: Path, out: Path) -> Path:
     """The twin's inventory in out: hosts.yml (the capture's names and ranks, rehearsal
     addresses), group_vars/all.yml (the rehearsal's, with the capture's rack vars but
     KEEP), host_vars for each node's own vars (trust.py: checked before anything is
-    written, and nothing written through a link or outside out)."""
+    written). It is built whole in a private folder beside out and renamed into place,
+    so nothing is written through a link planted in out after the check, and a failure
+    leaves out as it was."""
     own = node_vars(capture, node_names(capture))
     check_folder(out, list(own))
     nodes = sorted(capture["nodes"], key=lambda n: n["rank"])
@@ -113,23 +118,42 @@ def write_inventory(capture: dict[str, Any], base: Path, out: Path) -> Path:
     if isinstance(rack_vars.get("pdu"), dict):
         rack_vars["pdu"]["outlets"] = _outlets(rack_vars["pdu"].get("outlets") or {},
                                                base_hosts, nodes)
-    out.mkdir(parents=True, exist_ok=True)
     header = (f"{MARK}{comment(rack.get('rack_name', '?'))} (captured "
               f"{comment(capture.get('captured', '?'))}), written by `invoke rehearsal.up "
               "--twin`.\n")
-    write_atomically(out / "hosts.yml", header + yaml.safe_dump(
-        {"all": {"children": {"sparks": {"hosts": hosts, "vars": group_vars}}}},
-        sort_keys=False))
-    (out / "group_vars").mkdir(exist_ok=True)
-    write_atomically(out / "group_vars" / "all.yml", header + yaml.safe_dump(
-        rack_vars, sort_keys=False))
-    (out / "host_vars").mkdir(exist_ok=True)
-    for stale in (out / "host_vars").glob("*.yml"):
-        if stale.stem not in own:
-            stale.unlink()
-    for name, values in own.items():
-        write_atomically(out / "host_vars" / f"{name}.yml", yaml.safe_dump(values))
+    files = {"hosts.yml": header + yaml.safe_dump(
+                 {"all": {"children": {"sparks": {"hosts": hosts, "vars": group_vars}}}},
+                 sort_keys=False),
+             "group_vars/all.yml": header + yaml.safe_dump(rack_vars, sort_keys=False),
+             **{f"host_vars/{name}.yml": yaml.safe_dump(values)
+                for name, values in own.items()}}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    built = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))  # 0700, ours
+    try:
+        for folder in ("group_vars", "host_vars"):
+            (built / folder).mkdir()
+        for path, text in files.items():
+            write_atomically(built / path, text, mode=0o644)
+        built.chmod(0o755)
+        _put_in_place(built, out)
+    except BaseException:
+        shutil.rmtree(built, ignore_errors=True)
+        raise
     return out
+
+
+def _put_in_place(built: Path, out: Path) -> None:
+    """Rename the folder built over out: an earlier twin (or whatever stands there now,
+    a link included) is moved whole into a private folder first and removed there
+    (rmtree follows no link)."""
+    if not out.exists() and not out.is_symlink():
+        os.rename(built, out)
+    else:
+        earlier = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+        os.rename(out, earlier / out.name)
+        os.rename(built, out)
+        shutil.rmtree(earlier)
+    fsync_dir(out.parent)
 
 
 def _outlets(outlets: dict[str, int], base_hosts: dict[str, Any],

@@ -9,7 +9,8 @@ from typing import Any
 
 from sparkrack.core.errors import InventoryError
 from sparkrack.inventory import YamlMapping
-from sparkrack.inventory.values import is_node_name
+from sparkrack.inventory.values import MAX_NODE_NAME, is_node_name
+from sparkrack.rehearsal.twin.trust import shown
 
 FIX = "give the file facts.capture wrote, or capture the rack again"
 Kind = tuple[str, Callable[[Any], bool]]
@@ -40,7 +41,8 @@ def check_capture(data: YamlMapping) -> None:
             _refuse(data, "nodes", f"nodes[{index}]: not a mapping")
         name = node.get("name")
         if not is_node_name(name):
-            _refuse(node, "name", f"nodes[{index}]: name {name!r} is not a node name")
+            _refuse(node, "name", f"nodes[{index}]: name {shown(name)} is not a node name "
+                    f"(at most {MAX_NODE_NAME} letters, digits, '.', '_' and '-')")
         where = f"nodes[{index}] ({name}): "
         if node.get("rank") is None:
             _refuse(node, "name", f"{where}no rank")

@@ -13,7 +13,7 @@ from typing import Any
 
 from sparkrack.core.errors import UsageError
 from sparkrack.facts.capture import NODE_VARS
-from sparkrack.inventory.values import is_node_name
+from sparkrack.inventory.values import MAX_NODE_NAME, is_node_name
 
 MARK = "# The twin of rack "  # how the twin's own hosts.yml starts
 FOLDER_FIX = "remove it, or give --twin-inventory a folder of its own"
@@ -26,9 +26,9 @@ def node_names(capture: dict[str, Any]) -> list[str]:
     for index, node in enumerate(capture["nodes"]):
         name = node.get("name") if isinstance(node, dict) else None
         if not is_node_name(name):
-            raise UsageError(f"nodes[{index}].name: {name!r} is not a node name",
-                             fix="letters, digits, '.', '_' and '-', starting with a letter "
-                             "or digit, e.g. spark-01")
+            raise UsageError(f"nodes[{index}].name: {shown(name)} is not a node name",
+                             fix=f"at most {MAX_NODE_NAME} letters, digits, '.', '_' and '-', "
+                             "starting with a letter or digit, e.g. spark-01")
         if name in names:
             raise UsageError(f"nodes[{index}].name: {name} is named twice",
                              fix="capture the rack again")
@@ -44,7 +44,7 @@ def node_vars(capture: dict[str, Any], names: list[str]) -> dict[str, dict[str, 
         raise UsageError("rack.node_vars: not a mapping of nodes", fix="capture the rack again")
     for name, values in own.items():
         if name not in names:
-            raise UsageError(f"rack.node_vars: {name!r} is not a node of the capture "
+            raise UsageError(f"rack.node_vars: {shown(name)} is not a node of the capture "
                              f"({', '.join(names)})", fix="give each node's own vars under "
                              "its name, or capture the rack again")
         if not isinstance(values, dict):
@@ -55,6 +55,12 @@ def node_vars(capture: dict[str, Any], names: list[str]) -> dict[str, dict[str, 
                 raise UsageError(f"rack.node_vars.{name}: {key!r} is not a var a capture "
                                  "holds per node", fix=f"those are {', '.join(NODE_VARS)}")
     return {name: dict(values) for name, values in own.items()}
+
+
+def shown(value: Any) -> str:
+    """value as a message shows it: its repr, cut to 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def comment(value: Any) -> str:

@@ -325,3 +325,15 @@ def test_join_writes_every_value_so_that_it_reads_back_exactly():
         hosts = yaml.safe_load(out)["all"]["children"]["sparks"]["hosts"]
         assert hosts["b"] == {"ansible_host": value, "rank": 1}, out
         assert set(hosts) == {"a", "b"}
+
+
+def test_a_host_name_over_63_characters_is_refused_in_one_line(inv_dir):
+    """Issue 53 item 3: a node's name names files (host_vars/NAME.yml) and units; a 300-
+    character one was taken, and failed later as an OSError (File name too long)."""
+    long = "spark-" + "9" * 294
+    hosts = inv_dir / "hosts.yml"
+    hosts.write_text(hosts.read_text().replace("spark-04:", f"{long}:"))
+    line = refused(inv_dir)
+    assert line.startswith(f"{hosts}:9: invalid host name 'spark-{'9' * 31}...' (use at most "
+                           "63 letters, digits, '.', '_' and '-', e.g. spark-01")
+    assert len(line) < 300

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from test_twin_build import rack_of
 
-from sparkrack.core.errors import UsageError
+from sparkrack.core.errors import SparkrackError, UsageError
 from sparkrack.inventory import load_inventory
 from sparkrack.rehearsal.twin.build import node_shapes, write_inventory
 from sparkrack.rehearsal.twin.capture import dump, read
@@ -128,3 +128,102 @@ def test_a_twin_is_never_written_over_an_inventory_that_is_no_twin(tree):
         "--twin`), and the twin would replace what it holds (give --twin-inventory a folder "
         "of its own, e.g. inventory/twin)")
     assert snapshot(tree / "rack") == before
+
+
+@pytest.mark.parametrize("swapped, target", [("twin/host_vars", "rack/host_vars"),
+                                             ("twin", "rack"),
+                                             ("twin/group_vars", "rack/group_vars")])
+def test_a_link_swapped_in_after_the_check_is_never_written_through(
+        tree, monkeypatch, swapped, target):
+    """Issue 53 item 3: the folder was checked, then written file by file, so a link put in
+    place of twin/host_vars after the check led the writes (and the removal of stale
+    host_vars files) into the real rack's inventory. The twin is now built in a private
+    folder and renamed into place."""
+    import sparkrack.rehearsal.twin.build as twin_build
+
+    capture = rack_of("gb10-a", "gb10-b")
+    capture["rack"]["node_vars"] = {"gb10-a": {"nccl_ib_gid_index": 5}}
+    build(capture, tree)  # a twin built before
+    checked = twin_build.check_folder
+
+    def check_then_swap(out, names):
+        checked(out, names)
+        place = tree / swapped
+        shutil.rmtree(place)
+        place.symlink_to(tree / target)
+
+    monkeypatch.setattr(twin_build, "check_folder", check_then_swap)
+    before = snapshot(tree / "rack")
+    out = build(capture, tree)
+    assert snapshot(tree / "rack") == before
+    assert not out.is_symlink() and not (out / "host_vars").is_symlink()
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [
+        "group_vars", "group_vars/all.yml", "host_vars", "host_vars/gb10-a.yml", "hosts.yml"]
+    assert yaml.safe_load((out / "host_vars" / "gb10-a.yml").read_text()) == {
+        "nccl_ib_gid_index": 5}
+    assert sorted(p.name for p in tree.iterdir()) == sorted(
+        p.name for p in (REPO / "inventory").iterdir()) + (
+        [] if (REPO / "inventory" / "twin").exists() else ["twin"])  # nothing left aside
+
+
+def test_a_twin_that_fails_to_be_written_leaves_the_earlier_one_whole(tree, monkeypatch):
+    import sparkrack.rehearsal.twin.build as twin_build
+    from sparkrack.core.atomic import write_atomically
+
+    capture = rack_of("gb10-a", "gb10-b")
+    build(capture, tree)
+    before = snapshot(tree / "twin")
+
+    writes = []
+
+    def full(path, data, mode=None):  # the disk fills after the first file
+        if writes:
+            raise OSError(28, "No space left on device")
+        writes.append(path)
+        write_atomically(path, data, mode)
+
+    monkeypatch.setattr(twin_build, "write_atomically", full)
+    with pytest.raises(OSError):
+        build(rack_of("gb10-c", "gb10-d"), tree)
+    assert snapshot(tree / "twin") == before
+    assert [p.name for p in tree.iterdir() if p.name.startswith(".twin")] == []
+
+
+LONG = "n" * 300
+
+
+@pytest.mark.parametrize("edit, at, says", [
+    (lambda text: text.replace("rank: 1\n", "rank: " + "9" * 5000 + "\n", 1), "9" * 5000,
+     ":{line}: an integer of 5,000 digits, over the 4,300 Python reads (write a number of "
+     "the size the key takes)"),
+    (lambda text: text.replace("gb10-b", LONG), f"name: {LONG}",
+     f":{{line}}: nodes[1]: name '{LONG[:76]}... is not a node name (at most 63 letters, "
+     "digits, '.', '_' and '-') (give the file facts.capture wrote, or capture the rack "
+     "again)"),
+    (lambda text: text.replace("captured: ", "captured: 2026-13-45 #", 1), "2026-13-45",
+     ":{line}: '2026-13-45' reads as a timestamp that cannot be (month must be in 1..12) "
+     "(quote it to make it text, or correct it)"),
+])
+def test_a_hostile_capture_is_one_line_and_nothing_is_written(tree, tmp_path, edit, at, says):
+    """Issue 53 item 3: a 5,000-digit integer raised Python's ValueError, and a 300-character
+    node name an OSError (File name too long) once host_vars/ was already made."""
+    capture = rack_of("gb10-a", "gb10-b")
+    capture["rack"]["node_vars"] = {"gb10-b": {"nccl_ib_gid_index": 5}}
+    text = edit(dump(capture))
+    (tmp_path / "capture.yml").write_text(text)
+    changed = next(i for i, line in enumerate(text.splitlines(), 1) if at in line)
+    before = snapshot(tree)
+    with pytest.raises(SparkrackError) as refused:
+        build(read(tmp_path / "capture.yml"), tree)
+    assert refused.value.line() == f"{tmp_path / 'capture.yml'}" + says.format(line=changed)
+    assert snapshot(tree) == before and not (tree / "twin").exists()
+
+
+def test_a_node_name_over_63_characters_is_refused_before_anything_is_written(tree):
+    capture = rack_of("gb10-a", LONG)
+    capture["rack"]["node_vars"] = {LONG: {"nccl_ib_gid_index": 5}}
+    with pytest.raises(UsageError) as refused:
+        build(capture, tree)
+    assert refused.value.line().startswith(f"nodes[1].name: '{LONG[:76]}... is not a node "
+                                           "name (at most 63 letters")
+    assert not (tree / "twin").exists()

@@ -14,7 +14,7 @@ PACKAGE = Path(sparkrack.__file__).parent
 LAYERS = (  # the top first
     ("__main__",),  # `python -m sparkrack`
     ("cli",),
-    ("onboard", "bench", "watchdog", "export", "status", "rehearsal", "learn"),
+    ("onboard", "bench", "watchdog", "export", "status", "rehearsal", "learn", "racks"),
     ("monitoring",),
     ("lifecycle",),
     ("logs",),

@@ -1,0 +1,110 @@
+"""The fleet's router: a real SMG (`smg launch`, the pinned release) on loopback in front of
+stub TP groups on loopback: registration, the router's drain, its counters."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+
+import pytest
+from test_stub_group import GpuSim, LocalGroup, chat_tokens, eventually, free_port
+
+from sparkrack.racks.fleetfile import RouterSpec
+from sparkrack.racks.router import Router, RouterError
+
+pytestmark = pytest.mark.skipif(shutil.which("smg") is None, reason="smg not installed")
+
+
+def spec(port: int, metrics: int) -> RouterSpec:
+    return RouterSpec(host="127.0.0.1", port=port, metrics_port=metrics, policy="round_robin",
+                      version="1.13.0", ssh_user="root", ssh_port=22, ssh_key=None,
+                      known_hosts=None, health_check_interval_s=1)
+
+
+@pytest.fixture
+def router(tmp_path):
+    port, metrics = free_port(), free_port()
+    log = open(tmp_path / "smg.log", "w")
+    proc = subprocess.Popen(["smg", "launch", "--host", "127.0.0.1", "--port", str(port),
+                             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics),
+                             "--policy", "round_robin", "--disable-tokenizer-autoload",
+                             "--health-check-interval-secs", "1", "--log-level", "warn"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    api = Router(spec(port, metrics))
+    assert eventually(lambda: _answers(api), 20), (tmp_path / "smg.log").read_text()
+    yield api
+    proc.terminate()
+    proc.wait(10)
+    log.close()
+
+
+def _answers(api: Router) -> bool:
+    try:
+        return api.workers() == []
+    except RouterError:
+        return False
+
+
+@pytest.fixture
+def group(tmp_path):
+    gpu = GpuSim(tmp_path)
+    folder = tmp_path / "group"
+    folder.mkdir()
+    made = LocalGroup(folder, gpu, nnodes=2, extra=["--enable-metrics"],
+                      config={"drain_poll_s": 0.3})
+    made.start_all()
+    made.wait_healthy()
+    yield made
+    made.stop()
+    gpu.stop()
+
+
+def test_a_rack_is_registered_served_drained_and_removed_through_the_router(router, group):
+    url = group.url("")
+    worker_id = router.register(url)
+    ready = router.wait_ready(url, 30)
+    assert ready.id == worker_id and ready.status == "ready" and ready.healthy
+    assert router.register(url) == worker_id  # registered once
+    before = router.counts()
+    through = LocalGroup.__new__(LocalGroup)
+    through.ports = [router.spec.port]
+    status, events = LocalGroup.stream(through, "/v1/chat/completions", {
+        "model": "stub-model", "messages": [{"role": "user", "content": "a b"}],
+        "max_tokens": 12})
+    assert status == 200 and len(chat_tokens(events)) == 12 and events[-1][1] == "[DONE]"
+    # a stream in flight when the drain begins ends whole; the router sends nothing new
+    done: dict = {}
+    reader = threading.Thread(target=lambda: done.update(result=LocalGroup.stream(
+        through, "/v1/chat/completions", {"model": "stub-model", "max_tokens": 40,
+                                          "messages": [{"role": "user", "content": "q"}]})))
+    reader.start()
+    assert eventually(lambda: "sglang:num_running_reqs{model_name=\"stub-model\"} 1"
+                      in group.get("/metrics").decode())
+    drained = router.drain(url)
+    assert drained is not None and drained.id == worker_id
+    assert router.worker(url).status == "draining"
+    assert through_status(through) == 503  # no worker to send it to: the rack never sees it
+    reader.join(10)
+    assert len(chat_tokens(done["result"][1])) == 40
+    assert 'sglang:num_requests_total{model_name="stub-model"} 2' in group.get("/metrics").decode()
+    router.wait_gone(url, 20)
+    requests, failed = router.counts().rate_since(before)
+    assert requests >= 3 and failed >= 1  # the refused one counts
+
+
+def through_status(through: LocalGroup) -> int:
+    import urllib.error
+
+    try:
+        LocalGroup.chat(through, 1, max_tokens=1)
+    except urllib.error.HTTPError as error:
+        return error.code
+    return 200
+
+
+def test_a_router_that_does_not_answer_is_one_line_naming_it():
+    api = Router(spec(free_port(), free_port()))
+    with pytest.raises(RouterError) as caught:
+        api.workers()
+    assert caught.value.line().startswith(f"router 127.0.0.1:{api.spec.port}: GET /workers:")

@@ -51,7 +51,7 @@ COMMANDS = {
     "caches.list": ["caches"], "caches.remove": [],
     "engines.learn": [],
     "fabric.check": [],
-    "facts.facts": ["facts"], "facts.capture": [],
+    "facts.facts": ["facts"], "facts.capture": [], "fleet.status": [],
     "monitoring.render": [],
     "rehearsal.add-node": [], "rehearsal.cable": [], "rehearsal.cut": [],
     "rehearsal.cx7-netplan": [], "rehearsal.down": [], "rehearsal.hca-down": [],

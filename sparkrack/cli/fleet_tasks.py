@@ -4,9 +4,8 @@
 
 import os
 
-from invoke import task
-
 from sparkrack.cli.common import operator_task
+from sparkrack.cli.flags import task
 from sparkrack.core import console
 
 COLLECTION = "fleet"

@@ -124,12 +124,21 @@ class Router:
                                   f"({state})")
             time.sleep(POLL_S)
 
-    def drain(self, url: str) -> Worker | None:
-        """DELETE the worker at url: the router stops sending it new requests at once
-        (`Draining`) and removes it after its settle time. The worker as it was, or None."""
+    def drain(self, url: str, timeout: float = 10.0) -> Worker | None:
+        """DELETE the worker at url and return once the router no longer selects it: SMG
+        answers 202 and queues the removal, whose first step moves the worker to `Draining`
+        (then removes it after its settle time), so this waits until the worker is no longer
+        `ready`. The worker as it was, or None when it was not registered."""
         found = self.worker(url)
-        if found is not None:
-            self._json("DELETE", f"/workers/{found.id}", ok=(200, 202, 204, 404))
+        if found is None:
+            return None
+        self._json("DELETE", f"/workers/{found.id}", ok=(200, 202, 204, 404))
+        deadline = time.monotonic() + timeout
+        while (now := self.worker(url)) is not None and now.status == "ready":
+            if time.monotonic() > deadline:
+                raise RouterError(f"{self.where}: {url} still ready {timeout:.0f} s after "
+                                  "its removal was asked")
+            time.sleep(0.05)
         return found
 
     def wait_gone(self, url: str, timeout: float) -> None:

@@ -1,8 +1,8 @@
 """The GPU as the watchdog reads it every poll, in the poll's one round trip: SM clock,
-power, temperature, utilization and the thermal margin (`nvidia-smi --query-gpu`, the
-`g` section, with the node's memory), and once per node the GPU's own slowdown and
-shutdown temperatures (the Temperature block of `nvidia-smi -q -d TEMPERATURE`, the `t`
-section).
+power, temperature, utilization, the thermal margin and why the clock is held down (the
+clock event reasons: `nvidia-smi --query-gpu`, the `g` section, with the node's memory),
+and once per node the GPU's own slowdown and shutdown temperatures (the Temperature block
+of `nvidia-smi -q -d TEMPERATURE`, the `t` section).
 
 Drivers before R535 print those thresholds as temperatures (`GPU Slowdown Temp: 89 C`);
 newer ones, GB10's 580 among them, print them as offsets from the T.Limit, the
@@ -21,7 +21,12 @@ from sparkrack.facts.queries import Answers, Query
 
 SAMPLE_FIELDS = ("clocks.sm", "power.draw", "temperature.gpu", "utilization.gpu")
 MARGIN_FIELD = "temperature.gpu.tlimit"  # degrees left before the T.Limit (R535 and later)
-SAMPLE = Query("gpu-sample", (), ("g", ",".join(SAMPLE_FIELDS), MARGIN_FIELD))
+REASONS_FIELD = "clocks_event_reasons.active"  # a bitmask, e.g. 0x0000000000000020
+OPTIONAL_FIELDS = (MARGIN_FIELD, REASONS_FIELD)  # asked together; an older driver: neither
+SAMPLE = Query("gpu-sample", (), ("g", ",".join(SAMPLE_FIELDS), ",".join(OPTIONAL_FIELDS)))
+# NVML's clock event reasons (nvmlClocksEventReasons): the GPU slowing itself for heat
+SW_THERMAL_SLOWDOWN = 0x20
+HW_THERMAL_SLOWDOWN = 0x40
 THERMAL = Query("gpu-thermal", (), ("t",))
 
 
@@ -34,6 +39,18 @@ class GpuSample:
     sm_mhz: int | None = None
     temperature_c: int | None = None
     margin_c: int | None = None  # degrees left before the T.Limit
+    event_reasons: int | None = None  # clocks_event_reasons.active (None: not reported)
+
+    @property
+    def thermal_slowdown(self) -> str | None:
+        """Which thermal slowdown the driver reports active ('HW thermal slowdown', 'SW
+        thermal slowdown', both; None: neither, or not reported)."""
+        if self.event_reasons is None:
+            return None
+        active = [name for bit, name in ((HW_THERMAL_SLOWDOWN, "HW thermal slowdown"),
+                                         (SW_THERMAL_SLOWDOWN, "SW thermal slowdown"))
+                  if self.event_reasons & bit]
+        return " and ".join(active) or None
 
 
 @dataclass(frozen=True)
@@ -59,10 +76,21 @@ def parse_sample(answers: Answers) -> GpuSample | None:
     """The GPU reading of a SAMPLE answer (None: nvidia-smi failed or said nothing)."""
     rc, _, line = parse_node(answers.lines(SAMPLE)).get("gpu", "1 ").partition(" ")
     values = [v.strip() for v in line.split(",")]
-    if rc != "0" or len(values) not in (len(SAMPLE_FIELDS), len(SAMPLE_FIELDS) + 1):
+    if rc != "0" or len(values) not in (len(SAMPLE_FIELDS), len(SAMPLE_FIELDS) + 1,
+                                        len(SAMPLE_FIELDS) + len(OPTIONAL_FIELDS)):
         return None
     sm, power, temperature, util, margin = ([_number(v) for v in values] + [None])[:5]
-    return GpuSample(_whole(util), power, _whole(sm), _whole(temperature), _whole(margin))
+    reasons = _bitmask(values[5]) if len(values) > 5 else None
+    return GpuSample(_whole(util), power, _whole(sm), _whole(temperature), _whole(margin),
+                     reasons)
+
+
+def _bitmask(text: str) -> int | None:
+    """A bitmask nvidia-smi prints in hex (0x0000000000000020); None for N/A."""
+    try:
+        return int(text, 16)
+    except ValueError:
+        return None
 
 
 def _whole(value: float | None) -> int | None:

@@ -6,11 +6,13 @@
   operators have lost it to an out-of-memory event too. The cap unit still reads active,
   so only the clock shows it: the watchdog restarts the unit (capguard.py).
 - **latched**: busy at a clock in the GB10's low-clock range (< 1,000 MHz; 481-858 MHz at
-  5.8-15.8 W in public readings). The rank computes, slowly, and the group with it; only a
-  full power removal clears it. `Finding.evidence` carries what a power-cycle hook needs.
+  5.8-15.8 W in public readings) that no heat explains. The rank computes, slowly, and
+  the group with it; only a full power removal clears it. `Finding.evidence` carries what
+  a power-cycle needs (watchdog/cycling.py decides it).
 - **hot** / **overheating**: the temperature within THERMAL_MARGIN_C of the GPU's own
   slowdown temperature, or at or past it (or within SHUTDOWN_MARGIN_C of its shutdown),
-  judged only where nvidia-smi gives the thresholds.
+  judged only where nvidia-smi gives the thresholds. A busy low clock that a thermal
+  slowdown explains (thermal_excuse) is overheating, never latched: the GPU slows itself.
 """
 
 from __future__ import annotations
@@ -42,23 +44,46 @@ def judge(node: str, rank: int, gpu: GpuSample, cap_mhz: int,
     """The conditions one GPU reading shows (none: all is well, or nothing to judge)."""
     found = []
     evidence = {"sm_mhz": gpu.sm_mhz, "power_w": gpu.power_w, "util": gpu.util,
-                "temperature_c": gpu.temperature_c}
+                "temperature_c": gpu.temperature_c, "event_reasons": gpu.event_reasons}
     busy = gpu.util is not None and gpu.util >= BUSY_PERCENT
+    low = busy and gpu.sm_mhz is not None and gpu.sm_mhz < LATCH_MHZ
+    excuse = thermal_excuse(gpu, thermal or Thermal()) if low else None
     if busy and gpu.sm_mhz is not None and gpu.sm_mhz > cap_mhz:
         found.append(Finding(node, rank, "over-cap", (
             f"{node}: GPU at {gpu.sm_mhz} MHz under load ({gpu.util} %), above the "
             f"{cap_mhz} MHz cap: its clock lock was lost (nvidia-smi -rgc, a driver reload, "
             "a GPU reset, an out-of-memory event); re-applying it"),
             {**evidence, "cap_mhz": cap_mhz}))
-    if busy and gpu.sm_mhz is not None and gpu.sm_mhz < LATCH_MHZ:
+    if low and excuse is None:
         watts = "" if gpu.power_w is None else f" at {gpu.power_w:.1f} W"
         found.append(Finding(node, rank, "latched", (
             f"{node}: GPU latched in its low-clock state: {gpu.sm_mhz} MHz{watts} while rank "
             f"{rank} is busy ({gpu.util} %); only a full power removal clears it: power "
             f"{node} off at the wall (a reboot does not), then invoke burn --limit {node}"),
             evidence))
-    found += _thermal(node, rank, gpu, thermal or Thermal(), evidence)
-    return found
+    heat = _thermal(node, rank, gpu, thermal or Thermal(), evidence)
+    if excuse is not None:  # the GPU slows itself: overheating, whatever the thresholds say
+        heat = [Finding(node, rank, "overheating", (
+            f"{node}: GPU held at {gpu.sm_mhz} MHz under load ({gpu.util} %) by {excuse}: "
+            "its heat, not a latch (a power cycle would not help); check its airflow (vents, "
+            "dust, the room) and what it runs"), {**evidence, "excuse": excuse})]
+    return found + heat
+
+
+def thermal_excuse(gpu: GpuSample, thermal: Thermal) -> str | None:
+    """What says the GPU slows itself for heat (None: nothing does): the driver's thermal
+    slowdown reasons, the temperature at its T.Limit (margin 0 or less: where the GPU
+    starts slowing itself), or at or past its own slowdown temperature."""
+    reasons = gpu.thermal_slowdown
+    degrees = "" if gpu.temperature_c is None else f" at {gpu.temperature_c} C"
+    if reasons:
+        return f"its {reasons}{degrees}"
+    if gpu.margin_c is not None and gpu.margin_c <= 0:
+        return f"its temperature at its T.Limit{degrees} (margin {gpu.margin_c} C)"
+    if (thermal.slowdown_c is not None and gpu.temperature_c is not None
+            and gpu.temperature_c >= thermal.slowdown_c):
+        return f"its temperature past its slowdown temperature ({thermal.slowdown_c:g} C){degrees}"
+    return None
 
 
 def _thermal(node: str, rank: int, gpu: GpuSample, thermal: Thermal,

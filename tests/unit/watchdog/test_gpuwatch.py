@@ -4,6 +4,8 @@ sample as nvidia-smi gives them (facts/gpu.py), and the cap unit's restart read 
 
 from __future__ import annotations
 
+import pytest
+
 from sparkrack.facts.gpu import GpuSample, Thermal, parse_thermal
 from sparkrack.watchdog.capguard import judge_restart
 from sparkrack.watchdog.gpuwatch import judge
@@ -28,7 +30,7 @@ def test_a_latched_gpu_under_load_is_reported_with_its_node_and_the_fix():
     [finding] = judge("spark-04", 3, GpuSample(100, 10.8, 670, 40), 2200, GB10)
     assert finding.kind == "latched" and (finding.node, finding.rank) == ("spark-04", 3)
     assert finding.evidence == {"sm_mhz": 670, "power_w": 10.8, "util": 100,
-                                "temperature_c": 40}
+                                "temperature_c": 40, "event_reasons": None}
     assert "only a full power removal clears it: power spark-04 off at the wall" in finding.line
     assert "invoke burn --limit spark-04" in finding.line
     assert kinds(GpuSample(0, 3.9, 208, 36)) == []  # idle at its idle clock: not latched
@@ -43,6 +45,68 @@ def test_the_temperature_is_judged_against_the_gpus_own_thresholds():
     [hot] = judge("spark-05", 4, GpuSample(100, 38.2, 1674, 95), 2200, GB10)
     assert hot.line.startswith("spark-05: GPU at 95 C, 2 C below its slowdown temperature "
                                "(slowdown 97 C; shutdown 100 C)")
+
+
+HOT_CLOCK = dict(util=100, power_w=9.5, sm_mhz=620)  # busy under 1,000 MHz
+
+
+@pytest.mark.parametrize("sample, thermal, kinds_found, excuse", [
+    # nothing explains the low clock: latched
+    (GpuSample(**HOT_CLOCK, temperature_c=48, margin_c=47, event_reasons=0x0), GB10,
+     ["latched"], None),
+    (GpuSample(**HOT_CLOCK, temperature_c=48), Thermal(), ["latched"], None),  # none reported
+    # the driver says the GPU slows itself for heat: never latched
+    (GpuSample(**HOT_CLOCK, temperature_c=93, margin_c=2, event_reasons=0x20), GB10,
+     ["overheating"], "its SW thermal slowdown at 93 C"),
+    (GpuSample(**HOT_CLOCK, temperature_c=99, margin_c=-4, event_reasons=0x48), GB10,
+     ["overheating"], "its HW thermal slowdown at 99 C"),
+    (GpuSample(**HOT_CLOCK, temperature_c=99, event_reasons=0x60), Thermal(),
+     ["overheating"], "its HW thermal slowdown and SW thermal slowdown at 99 C"),
+    # no reasons reported, but the temperature is at its limit
+    (GpuSample(**HOT_CLOCK, temperature_c=95, margin_c=0), Thermal(), ["overheating"],
+     "its temperature at its T.Limit at 95 C (margin 0 C)"),
+    (GpuSample(**HOT_CLOCK, temperature_c=98), GB10, ["overheating"],
+     "its temperature past its slowdown temperature (97 C) at 98 C"),
+    # hot but below its limits, nothing reported active: the low clock is not heat's
+    (GpuSample(**HOT_CLOCK, temperature_c=93, margin_c=2, event_reasons=0x0), GB10,
+     ["latched", "hot"], None),
+    # power capping or a clock setting is no thermal reason
+    (GpuSample(**HOT_CLOCK, temperature_c=60, margin_c=35, event_reasons=0x6), GB10,
+     ["latched"], None),
+])
+def test_a_low_clock_that_heat_explains_is_overheating_never_latched(sample, thermal,
+                                                                    kinds_found, excuse):
+    """Issue 53: a GPU slowing itself at its heat limit read as latched (and was cycled).
+    The driver's clock event reasons (NVML: SW thermal 0x20, HW thermal 0x40), the
+    T.Limit margin or the slowdown temperature explain a busy low clock: overheating."""
+    from sparkrack.watchdog.gpuwatch import thermal_excuse
+
+    found = judge("spark-05", 4, sample, 2200, thermal)
+    assert [f.kind for f in found] == kinds_found
+    assert thermal_excuse(sample, thermal) == excuse
+    if excuse:
+        assert found[0].line == (f"spark-05: GPU held at 620 MHz under load (100 %) by "
+                                 f"{excuse}: its heat, not a latch (a power cycle would not "
+                                 "help); check its airflow (vents, dust, the room) and what "
+                                 "it runs")
+        assert found[0].evidence["excuse"] == excuse
+
+
+def test_the_clock_event_reasons_are_read_from_the_sample_line():
+    """`clocks_event_reasons.active` as driver 580 prints it with nounits (a public H200
+    capture: 0x0000000000000001); an older driver's line without the optional fields."""
+    from sparkrack.facts.gpu import SAMPLE, parse_sample
+    from sparkrack.facts.queries import answer
+
+    def sample(line: str) -> GpuSample:
+        return parse_sample(answer(f"@@base\n@@0 g\ngpu 0 {line}\n", [SAMPLE]))
+
+    hot = sample("620, 9.50, 95, 100, 0, 0x0000000000000020")
+    assert (hot.sm_mhz, hot.margin_c, hot.event_reasons) == (620, 0, 0x20)
+    assert hot.thermal_slowdown == "SW thermal slowdown"
+    assert sample("620, 9.50, 95, 100, 0, [N/A]").event_reasons is None
+    old = sample("2187, 67.30, 71, 100")
+    assert (old.sm_mhz, old.margin_c, old.event_reasons) == (2187, None, None)
 
 
 def test_thresholds_read_from_either_driver_label_form():
@@ -118,6 +182,7 @@ def test_the_polls_round_trip_reads_the_sample_and_the_thresholds_from_nvidia_sm
         sample = parse_sample(answers)
         assert sample.util == 0 and sample.sm_mhz == 208 and sample.power_w == 3.9
         assert sample.temperature_c + sample.margin_c == 95
+        assert sample.event_reasons == 0x1 and sample.thermal_slowdown is None  # idle
         assert sample_memory(answers)[0] > 0
         assert parse_thermal(answers.lines(THERMAL)) == Thermal(97, 100)
     finally:

@@ -71,6 +71,13 @@ def write(fleet: Fleet, inventory: Inventory, kind: str, deployment: Deployment)
     _mirror(inventory, kind, data)
 
 
+def write_power_cycle(fleet: Fleet, inventory: Inventory, data: dict) -> None:
+    """The watchdog's last power cycle (in progress, ok or failed) beside the records, for
+    `invoke status` (docs/formats.md#deployment-records)."""
+    store_on_head(fleet, inventory, RECORD_DIR, record_facts.POWER_CYCLE,
+                  json.dumps(data, sort_keys=True).encode(), "the power-cycle record")
+
+
 def clear(fleet: Fleet, inventory: Inventory, kind: str) -> None:
     """Remove a record (`down` clears "current": nothing runs any more)."""
     head = inventory.head.name

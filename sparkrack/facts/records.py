@@ -1,5 +1,6 @@
 """The deployment records on the head (`current`, `last-good`, `failed`) as facts: one
-file query each, parsed to plain data (deployments/record.py makes Deployments of them)."""
+file query each, parsed to plain data (deployments/record.py makes Deployments of them);
+and beside them the watchdog's last power cycle (`power-cycle`), for `invoke status`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from sparkrack.facts.queries import Answers, Query
 
 RECORD_DIR = "/var/lib/sparkrack/deployments"
 KINDS = ("current", "last-good", "failed")
+POWER_CYCLE = "power-cycle"  # the watchdog's last power cycle (watchdog/nodecycle.py)
 RECORD_LIMIT = 1 << 20  # a record is a few kB: read whole up to this size
 
 
@@ -29,3 +31,18 @@ def records_of(answers: Answers) -> dict[str, dict | None]:
             data = None
         found[kind] = data if isinstance(data, dict) else None
     return found
+
+
+def power_cycle_query() -> Query:
+    """The watchdog's power-cycle record, read whole."""
+    return file_query(f"{RECORD_DIR}/{POWER_CYCLE}.json", RECORD_LIMIT)
+
+
+def power_cycle_of(answers: Answers) -> dict | None:
+    """The power-cycle record's JSON object (None: absent or unreadable)."""
+    content = parse_file(answers.lines(power_cycle_query())).content
+    try:
+        data = json.loads(content) if content and content.strip() else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None

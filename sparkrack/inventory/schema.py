@@ -202,6 +202,17 @@ class RackVars:
         0, "seconds a TP group may have work pending without token progress while its GPUs "
         "do not all compute alike before the watchdog stops it as stalled (0: each engine "
         "profile's stall_budget_s)", at_least=0)
+    watchdog_power_cycle_samples: int = _var(
+        5, "consecutive polls (one a second) a GPU must read latched, with no thermal "
+        "slowdown explaining it, before the watchdog power-cycles its node (2-60: one reading "
+        "is a clock caught while the utilization it is judged busy by averages up to the last "
+        "second, NVML's nvmlUtilization_t; a latch never clears by itself, so waiting past a "
+        "minute only leaves the group slow longer)", at_least=2, at_most=60)
+    watchdog_power_cycle_window_minutes: float = _var(
+        1440.0, "at most one power cycle of a node by the watchdog within this many minutes; "
+        "a cause back inside it is held back and said (30-10080: longer than one cycle and "
+        "the start after it, the PDU's longest 60 s off, 300 s for the boot and a 900 s "
+        "engine load; up to a week)", at_least=30, at_most=10080)
     watchdog_metrics_port: int = _var(
         9478, "TCP port of the watchdog's Prometheus metrics (/metrics)", at_least=1,
         at_most=65535)

@@ -15,7 +15,7 @@ GPU is out of its latch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sparkrack.core.errors import SparkrackError, UsageError
@@ -82,9 +82,14 @@ def plan_cycle(inventory: Inventory, node: Node, off_seconds: int, fleet: Fleet)
 
 def power_cycle(inventory: Inventory, node: Node, plan: CyclePlan, *, burn: Callable,
                 timeout: float = NODE_TIMEOUT,
-                on_event: Callable[[str], None] = lambda e: None) -> str:
+                on_event: Callable[[str], None] = lambda e: None,
+                before_cut: Callable[[str], None] = lambda boot_id: None,
+                away: Sequence[str] = ()) -> str:
     """Carry out plan; returns the burn's verdict line. RebootStopped when the node is not
-    back in time, SparkrackError when the group could not be stopped or the PDU refused."""
+    back in time, SparkrackError when the group could not be stopped or the PDU refused.
+    before_cut(boot id) runs once the group is stopped, before the outlet is cut (the
+    watchdog keeps its pending restart there); the lock is leased while node is down, or
+    any node of away (the one the lock's own process runs on)."""
     if plan.group:
         stopped = down(inventory, on_event=on_event)
         if stopped.errors:
@@ -93,11 +98,18 @@ def power_cycle(inventory: Inventory, node: Node, plan: CyclePlan, *, burn: Call
                 fix="nothing was power-cycled; fix the nodes named, then retry")
     with Fleet(inventory, [node]) as fleet:
         before, _ = boot_ids(fleet, [node], inventory.head.name)
-        with lease_while_down([node.name], plan.off_seconds + timeout + 60):
+        before_cut(before[node.name])
+        with lease_while_down([node.name, *away], plan.off_seconds + timeout + 60):
             cycle_outlet(inventory, node.name, plan.off_seconds, on_event=on_event)
             note(nodes=[node.name], power_cycled=[node.name],
                  outlets=[f"{plan.pdu}:{plan.outlet}"])
             wait_back(fleet, [node], before, plan.off_seconds + timeout, on_event)
+    return burned(inventory, node, burn)
+
+
+def burned(inventory: Inventory, node: Node, burn: Callable) -> str:
+    """A node back from its power cycle, burned: the verdict line; RebootStopped when its
+    GPU is still latched (or not capped)."""
     verdict = burn(inventory, [node])[0]
     note(burn=[f"{verdict.node}: {verdict.verdict}"])
     if not verdict.ok:

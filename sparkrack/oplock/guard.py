@@ -32,10 +32,11 @@ class Guard:
 
     def __init__(self, inventory: Inventory, task: str, args: Mapping, *,
                  on_event: Callable[[str], None] = lambda e: None,
-                 on_lost: Callable[[], None] = interrupt_main, **lock_options):
+                 on_lost: Callable[[], None] = interrupt_main, token: str | None = None,
+                 **lock_options):
         self.inventory = inventory
         self.on_event = on_event
-        self.record = audit.new_record(inventory, task, args)
+        self.record = audit.new_record(inventory, task, args, token=token)
         start = self.record.start
         self.lock = RackLock(inventory, {
             "token": self.record.id, "operator": start["operator"], "pid": start["pid"],
@@ -86,6 +87,15 @@ class Guard:
                 "ts": self.record.start["ts"], "outcome": "interrupted",
                 "error": f"no heartbeat for {old.age:.0f} s: the lock was taken over as stale "
                          f"by {self.record.start['operator']} ({self.record.command})"}))
+
+    def resume(self, started: float) -> None:
+        """Take the lock again under this record's token (Guard(token=...)), its start
+        record written by a process that ended mid-task (a power cycle of its own node):
+        no second start record; the end record then closes the first. started: that
+        start's unix time. LockHeld when another task holds the lock meanwhile."""
+        self.record.started = time.monotonic() - max(0.0, time.time() - started)
+        self.lock.acquire(None, "")
+        self.record.lock = {"home": self.lock.home.name, "resumed": True}
 
     def _begin_headless(self, error: LockError) -> None:
         self.headless = error.message

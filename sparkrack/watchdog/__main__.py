@@ -48,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"state file: restart budget, verdicts (default {DEFAULT_STATE})")
     parser.add_argument("--allow-power-cycle", action="store_true",
                         help="a node whose GPU latched while its group was busy may have its "
-                        "power cycled through the rack's PDU (watchdog/latched.py)")
+                        "power cycled through the rack's PDU (watchdog/cycling.py)")
+    parser.add_argument("--node", help="the inventory's name of the node this service runs "
+                        "on (watch.install gives it): a power cycle of this node is finished "
+                        "by the service started again after the boot")
     parser.add_argument("--check-reach", action="store_true",
                         help="load everything the service runs, run `true` on every node "
                         "with the inventory's key, print one JSON line and exit (0: every "
@@ -72,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         inventory = load_inventory(args.inventory)
         address, port = parse_listen(args.listen, inventory.vars.watchdog_metrics_port)
+        if args.node is not None:
+            inventory.node(args.node)  # a name the inventory does not know: exit 2
     except (SparkrackError, ValueError) as error:
         log.error("%s", error)
         return 2
@@ -90,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     with Fleet(inventory) as fleet:
         watchdog = Watchdog(inventory, FleetRack(inventory, fleet), metrics,
                             state_file=Path(args.state),
-                            allow_power_cycle=args.allow_power_cycle)
+                            allow_power_cycle=args.allow_power_cycle, node=args.node)
         watchdog.run_forever(args.interval, sleep=stop.wait, should_stop=stop.is_set)
     server.shutdown()
     log.info("stopped")

@@ -165,13 +165,24 @@ class FleetRack:
         return record_action(self.fleet, self.inventory, "watchdog", deployment.deployment_id,
                              poll, acted)
 
-    def power_cycle(self, node: str):
-        """Power-cycle a latched node (powercycle.cycle_latched: its own lock and audit
-        record); a Cycled saying how it went."""
-        from sparkrack.watchdog.latched import cycle_latched
+    def power_cycle(self, node: str, cause: str, deployment, own: str | None, keep):
+        """Power-cycle node for cause and start deployment again (nodecycle.cycle_node: its
+        own lock and audit record); a Cycled saying how it went."""
+        from sparkrack.watchdog.nodecycle import cycle_node
 
-        return cycle_latched(self.inventory, node, allowed=True,
-                             say=lambda line: log.info("power-cycle: %s", line))
+        return cycle_node(self.inventory, node, cause, deployment, own=own, keep=keep,
+                          say=lambda line: log.info("power-cycle: %s", line), by=self._by(own))
+
+    def finish_cycle(self, pending):
+        """Finish a cycle cut before this service started (nodecycle.finish)."""
+        from sparkrack.watchdog.nodecycle import finish
+
+        return finish(self.inventory, pending, say=lambda line: log.info("power-cycle: %s", line),
+                      by=self._by(None))
+
+    @staticmethod
+    def _by(own: str | None) -> str:
+        return f"the watchdog on {own}" if own else "the watchdog"
 
     def lock_holder(self) -> str | None:
         """See lock_holder()."""

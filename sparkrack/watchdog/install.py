@@ -98,10 +98,11 @@ def sources_of(state: NodeState) -> tuple[str, ...]:
 
 
 def role_vars(inventory, settings: Settings, state: NodeState, manifest_sha256: str = "",
-              environ: Mapping[str, str] = os.environ) -> dict:
+              environ: Mapping[str, str] = os.environ, *, node: str | None = None) -> dict:
     """The vars of play watchdog.yml: the inventory copy (checked: it loads as the
-    original does) and README, the files of an older copy to remove, the unit's settings,
-    the stamp of what the service runs (with the node's key as the probe found it)."""
+    original does) and README, the files of an older copy to remove, the unit's settings
+    (node: the watchdog's, default the head), the stamp of what the service runs (with the
+    node's key as the probe found it)."""
     copy = payload.inventory_copy(inventory, settings.install_dir)
     payload.check_inventory_copy(inventory, copy, settings.install_dir)
     files = {f"inventory/{path}": content.decode() for path, content in copy.items()}
@@ -110,6 +111,7 @@ def role_vars(inventory, settings: Settings, state: NodeState, manifest_sha256: 
     return {**service_vars(settings), "watchdog_python": settings.python,
             "watchdog_listen": listen_argument(settings.listen,
                                                inventory.vars.watchdog_metrics_port),
+            "watchdog_node": node or inventory.head.name,
             "watchdog_power_cycle": " --allow-power-cycle" if settings.allow_power_cycle else "",
             **pdu_env_vars(inventory, settings, environ),
             "watchdog_files": files,
@@ -203,7 +205,7 @@ def install(inventory, on: str | None = None, *, settings: Settings = Settings()
         if refused:
             raise UsageError(refused[0], fix=refused[1])
         report.parts = parts = plan_parts(state, want)
-        wanted = role_vars(inventory, settings, state, want)
+        wanted = role_vars(inventory, settings, state, want, node=node.name)
         if check:
             for line in parts.steps(settings, node.name):
                 say(f"watch.install: would {line}")

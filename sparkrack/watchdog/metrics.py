@@ -65,6 +65,25 @@ class DeploymentInfo:
 
 
 @dataclass(frozen=True)
+class CycleMark:
+    """A node's last power cycle by the watchdog (kept across its restarts and boots)."""
+
+    node: str
+    cause: str
+    outcome: str  # ok | failed
+    time: float  # when it was decided (unix seconds)
+
+
+@dataclass(frozen=True)
+class CycleHeld:
+    """A power cycle the watchdog holds back now, and why (cycling.HOLDS)."""
+
+    node: str
+    cause: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one poll of the watchdog knows, as the metrics show it."""
 
@@ -86,6 +105,8 @@ class Snapshot:
     stalled: tuple[str, int] | None = None  # the current group was stopped stalled: (node, rank)
     blind: bool = False  # the deployment records cannot be read: nothing is judged
     strip: StripReading | None = None  # the PDU's last reading (None: no PDU, or unread)
+    power_cycles: tuple[CycleMark, ...] = ()  # each node's last power cycle
+    cycles_held: tuple[CycleHeld, ...] = ()  # power cycles held back now
 
 
 @dataclass
@@ -114,6 +135,12 @@ class WatchdogMetrics:
         self.ratchet_warnings = Counter(
             "sparkrack_watchdog_memory_ratchet_warnings", "Memory-ratchet warnings raised, "
             "per node", ["node"], registry=self.registry)
+        self.held = Counter(
+            "sparkrack_watchdog_power_cycles_held", "Power cycles the watchdog held back, "
+            "once per node and reason while it stands (pending: another cycle is not "
+            "finished; window: the node was cycled within watchdog_power_cycle_window_minutes; "
+            "budget: the restart budget is spent; refused: it could not be finished safely)",
+            ["node", "reason"], registry=self.registry)
         self.registry.register(_SnapshotCollector(self))
 
     def count_action(self, action: str) -> None:
@@ -129,6 +156,10 @@ class WatchdogMetrics:
     def count_cap_reapplied(self, node: str, took: bool) -> None:
         """One more re-application of the cap on node."""
         self.cap_reapplied.labels(node=node, outcome=REAPPLY_OUTCOMES[0 if took else 1]).inc()
+
+    def count_held(self, node: str, reason: str) -> None:
+        """One more power cycle of node held back, for reason."""
+        self.held.labels(node=node, reason=reason).inc()
 
     def count_ratchet_warning(self, node: str) -> None:
         """One more memory-ratchet warning on node."""
@@ -164,6 +195,7 @@ class _SnapshotCollector(Collector):
         yield from _node_families(snap)
         yield from _rack_families(snap)
         yield from _pdu_families(snap.strip)
+        yield from _cycle_families(snap)
 
 
 NODE_GAUGES = (
@@ -297,3 +329,18 @@ def _pdu_families(strip: StripReading | None) -> Iterator:
             outlet_watts.add_metric(labels, float(outlet.watts))
             outlet_on.add_metric(labels, float(outlet.on))
     yield from (measured, outlet_watts, outlet_on)
+
+
+def _cycle_families(snap: Snapshot) -> Iterator:
+    """The power cycles made (the last per node) and held back now."""
+    last = _gauge("sparkrack_watchdog_power_cycle_timestamp_seconds", "When the watchdog "
+                  "last power-cycled a node (kept across its restarts and its own node's "
+                  "boots); cause and outcome (ok, failed) as labels", ("node", "cause", "outcome"))
+    for mark in snap.power_cycles:
+        last.add_metric([mark.node, mark.cause, mark.outcome], mark.time)
+    held = _gauge("sparkrack_watchdog_power_cycle_held", "1 while the watchdog holds back a "
+                  "power cycle of a node it would otherwise make (reason: pending, window, "
+                  "budget, refused)", ("node", "cause", "reason"))
+    for hold in snap.cycles_held:
+        held.add_metric([hold.node, hold.cause, hold.reason], 1.0)
+    yield from (last, held)

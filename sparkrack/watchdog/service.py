@@ -16,15 +16,12 @@ from typing import Any, Protocol
 
 from sparkrack.core.atomic import write_atomically
 from sparkrack.core.errors import SparkrackError
-from sparkrack.safety.power import cap_state_of, project_power
-from sparkrack.watchdog.metrics import (
-    DeploymentInfo,
-    NodeSnapshot,
-    Snapshot,
-    WatchdogMetrics,
-    update,
-)
+from sparkrack.watchdog.cyclebook import CycleBook
+from sparkrack.watchdog.cycler import Cycler
+from sparkrack.watchdog.cycling import CycleRules
+from sparkrack.watchdog.metrics import WatchdogMetrics, update
 from sparkrack.watchdog.policy import RESTART, RestartBudget
+from sparkrack.watchdog.snapshot import snapshot
 from sparkrack.watchdog.watch import Poll, tend_gpus
 
 log = logging.getLogger("sparkrack.watchdog")
@@ -55,7 +52,9 @@ class Rack(Protocol):
     def stop_left_behind(self, ranks: list[Any]) -> tuple[list[Any], dict[str, str]]: ...
     def lock_holder(self) -> str | None: ...
     def record_action(self, deployment: Any, poll: Any, acted: str) -> list[str]: ...
-    def power_cycle(self, node: str) -> Any: ...  # powercycle.Cycled
+    def power_cycle(self, node: str, cause: str, deployment: Any, own: str | None,
+                    keep: Callable[[Any], None]) -> Any: ...  # nodecycle.Cycled
+    def finish_cycle(self, pending: Any) -> Any: ...  # nodecycle.Cycled
     def strip(self) -> Any: ...  # the PDU's reading (pdu.strip.StripReading) or None
 
 
@@ -79,7 +78,9 @@ class Watchdog:
     budget: RestartBudget | None = None
     state_file: Path | None = None
     facts_every: float = FACTS_EVERY_S
-    allow_power_cycle: bool = False  # watch.install --allow-power-cycle (watchdog/latched.py)
+    allow_power_cycle: bool = False  # watch.install --allow-power-cycle (watchdog/cycling.py)
+    node: str | None = None  # the node this service runs on (--node)
+    keeps: Callable[[], str | None] | None = None  # nodecycle.keeps_problem, for the tests
     clock: Callable[[], float] = time.time
     monotonic: Callable[[], float] = time.monotonic
 
@@ -101,7 +102,10 @@ class Watchdog:
         self.left_behind: list[Any] = []  # ranks on nodes lost when their group was stopped
         self._unwatched_said: str | None = None  # the last "progress not readable" logged
         self.standing: set[tuple[str, str]] = set()  # GPU findings said, until they clear
-        self.cycled: set[tuple[str, str]] = set()  # (deployment id, node) a cycle was tried for
+        pdu = self.inventory.vars.pdu
+        self.cycler = Cycler(CycleRules.from_vars(self.inventory.vars, self.allow_power_cycle),
+                             self.node, self.keeps or self._keeps,
+                             lambda node: pdu is not None and pdu.outlet_of(node) is not None)
         self._load_state()
 
     # --- One step ----------------------------------------------------------------------
@@ -110,6 +114,11 @@ class Watchdog:
         """One poll of the rack: decide, act if needed, update the metrics."""
         started = self.monotonic()
         self._refresh_facts(started)
+        if self.cycler.book.pending is not None:  # cut before this service started: finish it
+            step = self._finish_pending()
+            self._publish(None, None, step, None, None, self.monotonic() - started)
+            self._say(step)
+            return step
         if self.left_behind:
             self._stop_left_behind()
         poll = None
@@ -150,6 +159,8 @@ class Watchdog:
             current = last_good = self._guarded_deployment
         if step.acted:  # list the containers again next step: they just changed
             self.facts_at = None
+        if step.verdict != "guarding":  # a hold stands only while its group is guarded
+            self.cycler.book.held = {}
         self._publish(current, last_good, step, poll, holder, self.monotonic() - started)
         self._say(step)
         return step
@@ -183,9 +194,9 @@ class Watchdog:
                     "%s", line.removeprefix("warning: "))
             for done in made:
                 self.metrics.count_cap_reapplied(done.node, done.took)
-            latched = self._to_cycle(deployment, poll)
-            if latched is not None:
-                return self._power_cycle(deployment, latched), poll
+            verdict = self._consider(poll)
+            if verdict is not None:
+                return self._power_cycle(deployment, verdict), poll
         if poll.failure:
             return self._act(deployment, poll.failure, poll.detected or self.monotonic(),
                              poll.lost, None, poll), poll
@@ -254,45 +265,72 @@ class Watchdog:
         return Step("restarted", f"{failure}; stopped in {self.detection_to_stopped:.1f} s and "
                     f"restarted ({decision.reason})", acted=True)
 
-    def _to_cycle(self, deployment, poll) -> str | None:
-        """The latched node to power-cycle now, if allowed and within the restart budget
-        (once per deployment and node: a cycle that failed is the operator's)."""
-        if not self.allow_power_cycle:
-            return None
-        for node in sorted({f.node for f in poll.findings if f.kind == "latched"}):
-            if (deployment.deployment_id, node) in self.cycled:
-                continue
-            self.cycled.add((deployment.deployment_id, node))
-            decision = self.budget.cycle(self.clock())
-            if decision.action == RESTART:
-                return node
-            log.warning("%s: GPU latched; %s", node, decision.reason)
-        return None
+    def _consider(self, poll) -> Any:
+        """The power cycle to make now (cycling.Verdict), if any; each hold said once."""
+        now, before = self.clock(), set(self.cycler.book.held)
+        verdict, held = self.cycler.consider(poll, now, self.budget.cycle(now))
+        for hold in held:
+            log.warning("%s", hold.reason)
+            self.metrics.count_held(hold.node, hold.held)
+        if held or set(self.cycler.book.held) != before:
+            self._save_state()
+        return verdict
 
-    def _power_cycle(self, deployment, node: str) -> Step:
-        """Power-cycle node (its group stopped in order first), then start the group again
-        in order: its gates burn every GPU, so it serves only once the latch is gone."""
-        self.budget.record(self.clock())
+    def _power_cycle(self, deployment, verdict) -> Step:
+        """Power-cycle verdict's node (its group stopped in order first), then start the
+        group again in order: its gates burn every GPU, so it serves only once the cause is
+        gone (watchdog/nodecycle.py)."""
+        decided = self.clock()
+        self.budget.record(decided)
         self._save_state()
-        log.warning("%s: GPU latched while its group is busy: power-cycling it through the "
-                    "PDU (--allow-power-cycle), its group stopped in order first", node)
-        cycled = self.rack.power_cycle(node)
+        log.warning("%s: power-cycling it through the PDU (--allow-power-cycle), its group "
+                    "stopped in order first", verdict.reason)
+        cycled = self.rack.power_cycle(verdict.node, verdict.cause, deployment, self.node,
+                                       self._keep)
         self._forget_group()
-        if not cycled.ok:
+        return self._cycled(verdict.node, verdict.cause, decided, deployment.deployment_id,
+                            cycled)
+
+    def _finish_pending(self) -> Step:
+        """Finish the cycle whose outlet was cut before this service started (its own node's
+        power went with it): the node, its burn, the group started again, one audit record."""
+        pending = self.cycler.book.pending
+        log.warning("resuming the power cycle of %s", pending.describe())
+        cycled = self.rack.finish_cycle(pending)
+        return self._cycled(pending.node, pending.cause, pending.decided, pending.deployment,
+                            cycled)
+
+    def _keep(self, pending) -> None:
+        """The pending restart on disk before the cut (SparkrackError if it cannot be)."""
+        self.cycler.book.pending = pending
+        self._save_state(strict=True)
+
+    def _keeps(self) -> str | None:
+        from sparkrack.watchdog.nodecycle import keeps_problem
+
+        return keeps_problem(self.state_file)
+
+    def _cycled(self, node: str, cause: str, decided: float, deployment_id: str,
+                cycled) -> Step:
+        """A cycle's outcome recorded (the book, the counters) and said."""
+        if cycled.done:
+            self.cycler.record(node, cause, decided, deployment_id, cycled.ok, cycled.line,
+                               cycled.restarted)
+        else:  # nothing was done (the lock was taken meanwhile): decided again later
+            self.cycler.book.pending = None
+            self.cycler.streaks.counts.pop((node, cause), None)
+        self._save_state()
+        log.warning("%s", cycled.line)
+        if not cycled.ok and cycled.started is None:
             self.metrics.count_action("power_cycle_failed")
             return Step("power-cycle-failed", cycled.line, acted=True)
         self.metrics.count_action("power_cycle")
-        log.warning("%s", cycled.line)
-        try:
-            self.rack.restart(deployment)
-        except Exception as error:  # the start's own gates or start failed: nothing runs
-            why = error.line() if isinstance(error, SparkrackError) else f"{error!r}"
+        if cycled.started is False:
             self.metrics.count_action("restart_failed")
-            return Step("restart-failed", f"{cycled.line}; the start after it failed: {why}",
-                        acted=True)
-        self.metrics.count_action("restart")
-        return Step("power-cycled", f"{cycled.line}; {deployment.engine} {deployment.profile} "
-                    "started again in order", acted=True)
+            return Step("restart-failed", cycled.line, acted=True)
+        if cycled.started:
+            self.metrics.count_action("restart")
+        return Step("power-cycled", cycled.line, acted=True)
 
     def _stop_left_behind(self) -> None:
         """Stop the ranks whose nodes answer again (their logs stay for `invoke logs`)."""
@@ -320,63 +358,9 @@ class Watchdog:
 
     def _publish(self, current, last_good, step: Step, poll, holder: str | None,
                  seconds: float) -> None:
-        """The snapshot of this step: nodes (facts, plus the poll's fresher liveness and
-        memory), the deployment, the group, the power projection."""
-        guarding = step.verdict == "guarding"
-        if guarding:
-            states, unreachable = {r.node: r for r in poll.states}, {}
-        else:  # the containers as last listed (every facts_every seconds)
-            found, unreachable = self.containers
-            states = {r.node: r for r in found
-                      if current is not None and r.deployment == current.deployment_id}
-        ratcheting = self.group.ratcheting() if self.group is not None else set()
-        nodes = []
-        for node in self.inventory.nodes:
-            facts = self.facts.get(node.name)
-            up = facts is not None
-            memory = None
-            if poll is not None:
-                up = node.name not in poll.lost and (node.name in poll.memory or up)
-                memory = poll.memory.get(node.name)
-            rank_state = None
-            if current is not None:
-                rank = states.get(node.name)
-                rank_state = rank.status if rank is not None else (
-                    "unreachable" if node.name in unreachable else "missing")
-            gpu = self._gpu_values(node.name, poll) if guarding else {}
-            nodes.append(node_snapshot(node.name, node.rank, up, facts, memory, rank_state,
-                                       node.name in ratcheting, **gpu))
-        budget = project_power(self.inventory, {
-            name: cap_state_of(facts) for name, facts in self.facts.items() if facts is not None})
-        ready = bool(current and last_good and last_good.deployment_id == current.deployment_id)
-        update(self.metrics, Snapshot(
-            nodes=tuple(nodes),
-            deployment=None if current is None else DeploymentInfo(
-                current.engine, current.profile, current.image, current.image_id,
-                current.deployment_id),
-            deployment_ready=ready, guarding=guarding, stepped_aside=bool(holder),
-            ranks_expected=len(self.inventory.nodes) if current is not None else 0,
-            ranks_running=sum(1 for r in states.values() if r.alive),
-            rank0_healthy=(poll.head_status == 200) if guarding else None,
-            projected_watts=budget.projected_watts, strip_watts=budget.strip_watts,
-            margin_watts=budget.margin_watts, poll_time=self.clock(), poll_seconds=seconds,
-            detection_to_stopped_seconds=self.detection_to_stopped,
-            no_progress_seconds=poll.no_progress_s if guarding else None,
-            stalled=self.stalls.get(current.deployment_id) if current is not None else None,
-            blind=step.verdict == "blind", strip=self.strip))
-
-    def _gpu_values(self, node: str, poll) -> dict:
-        """A guarded poll's own GPU reading of node and its judgement, for the metrics."""
-        sample = poll.gpus.get(node)
-        if sample is None:
-            return {}
-        thermal = getattr(self.group, "thermal", {}).get(node)
-        kinds = {f.kind for f in poll.findings if f.node == node}
-        return {"sm_clock_mhz": sample.sm_mhz, "gpu_power_watts": sample.power_w,
-                "gpu_util_pct": sample.util, "temperature_c": sample.temperature_c,
-                "slowdown_c": thermal.slowdown_c if thermal else None,
-                "shutdown_c": thermal.shutdown_c if thermal else None,
-                "over_cap": "over-cap" in kinds, "latched": "latched" in kinds}
+        """The metrics of this step (watchdog/snapshot.py)."""
+        update(self.metrics, snapshot(self, current, last_good, step.verdict, poll, holder,
+                                      seconds))
 
     # --- Journal and state -------------------------------------------------------------
 
@@ -410,19 +394,27 @@ class Watchdog:
                        if isinstance(v, list) and len(v) == 2} if isinstance(stalls, dict) else {}
         verdicts = data.get("verdicts", [])
         self.verdicts = list(verdicts)[-VERDICTS_KEPT:] if isinstance(verdicts, list) else []
+        self.cycler.book = CycleBook.from_dict(data.get("power_cycles"))
 
-    def _save_state(self) -> None:
-        """The restart budget, the groups it stopped and its last verdicts, for a restart of
-        the service and for `watch.status` (written atomically and durably: a restart
-        counts against the budget even across a power cut)."""
+    def _save_state(self, strict: bool = False) -> None:
+        """The restart budget, the groups it stopped, its last verdicts and its power cycles,
+        for a restart of the service and for `watch.status` (written atomically and
+        durably: a restart counts against the budget even across a power cut). strict: a
+        SparkrackError when it cannot be written (a pending restart must be)."""
         if self.state_file is None:
+            if strict:
+                raise SparkrackError("no state file to keep the pending restart in")
             return
         data = {"budget": self.budget.as_dict(), "stopped": self.stopped, "stalls": self.stalls,
-                "verdicts": self.verdicts, "pid": os.getpid()}
+                "verdicts": self.verdicts, "power_cycles": self.cycler.book.as_dict(),
+                "pid": os.getpid()}
         try:
             write_atomically(self.state_file, json.dumps(data, indent=1, sort_keys=True),
                              0o644)
         except OSError as error:
+            if strict:
+                raise SparkrackError(f"could not write {self.state_file}: {error}",
+                                     fix="nothing was power-cycled; free the disk") from error
             log.warning("could not write %s: %s", self.state_file, error)
 
     def run_forever(self, interval: float = 1.0, sleep: Callable[[float], None] = time.sleep,
@@ -437,28 +429,3 @@ class Watchdog:
                 log.exception("watchdog step failed")
                 self._forget_group()
             sleep(max(0.0, interval - (self.monotonic() - started)))
-
-
-def node_snapshot(name: str, rank: int, up: bool, facts, memory: tuple[int, int] | None,
-                  rank_state: str | None, ratchet: bool, **gpu) -> NodeSnapshot:
-    """One node's metrics from its last facts (NodeFacts or None) and this poll's fresher
-    (MemTotal, MemAvailable) in kB and GPU values (gpu: NodeSnapshot's fields), if any."""
-    if facts is None and memory is None:
-        return NodeSnapshot(name, rank, up, rank_state=rank_state, memory_ratchet=ratchet, **gpu)
-    total_kb, available_kb = memory if memory is not None else (
-        facts.mem_total_kb, facts.mem_available_kb)
-    values: dict[str, Any] = {
-        "mem_total_bytes": None if total_kb is None else total_kb * 1024,
-        "mem_available_bytes": None if available_kb is None else available_kb * 1024}
-    if facts is not None:
-        unit = facts.clock_cap
-        verified = cap_state_of(facts).value == "capped"
-        values.update(
-            sm_clock_mhz=facts.gpu.sm_mhz, gpu_power_watts=facts.gpu.power_w,
-            gpu_util_pct=facts.gpu.utilization_pct, temperature_c=facts.gpu.temperature_c,
-            cap_unit_ok=unit.load != "not-found" and unit.active == "active"
-            and unit.result == "success",
-            cap_verified=verified,
-            cap_verified_time=facts.burn.get("time") if verified else None)
-    values.update({key: value for key, value in gpu.items() if value is not None})
-    return NodeSnapshot(name, rank, up, rank_state=rank_state, memory_ratchet=ratchet, **values)

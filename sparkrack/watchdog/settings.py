@@ -44,7 +44,7 @@ class Settings:
     state_dir: str = STATE_DIR
     systemctl: str = "systemctl"
     wait_metrics: bool = True  # after a start, wait until /metrics answers on the node
-    allow_power_cycle: bool = False  # may cut a latched node's power (watchdog/latched.py)
+    allow_power_cycle: bool = False  # may cut a latched node's power (watchdog/cycling.py)
 
     @property
     def unit_path(self) -> str:

@@ -417,6 +417,43 @@ def test_refused_and_interrupted_records(loopback_rack, lock_dir, machine):
     assert taker["lock"]["took_over"]["id"] == first.record.id
 
 
+def test_a_task_whose_process_ended_mid_way_is_resumed_under_its_own_record(
+        loopback_rack, lock_dir, machine):
+    """Issue 53: the watchdog cut its own node's power mid-task (its lock leased, its start
+    record written); the service started again after the boot takes the lock back under the
+    same token and closes the same record: one audit entry, no second start."""
+    first = Guard(loopback_rack, "watchdog.power-cycle", {"node": "spark-01"},
+                  directory=lock_dir, on_lost=lambda: None)
+    first.begin()
+    with lease_while_down(["spark-01"], 300):
+        first.lock._stop.set()  # the power goes: no end record, no more heartbeats,
+        first.lock._release_local()  # no process holding the node's local lock file
+    again = Guard(loopback_rack, "watchdog.power-cycle", {"node": "spark-01"},
+                  directory=lock_dir, on_lost=lambda: None, token=first.record.id)
+    again.resume(first.record.start["ts"])
+    with audit.active(again.record):
+        audit.note(power_cycled=["spark-01"], restarted="sglang-512k-2")
+    again.end("ok")
+    lines = audit.parse_lines(Path(lock_dir, "audit.jsonl").read_text())
+    assert [(e["id"], e["phase"]) for e in lines] == [(first.record.id, "start"),
+                                                     (first.record.id, "end")]
+    [entry] = audit.merge(lines)
+    assert entry["outcome"] == "ok" and entry["changed"]["restarted"] == "sglang-512k-2"
+    assert entry["lock"]["resumed"] is True
+    assert not Path(lock_dir, "lock.json").exists()
+    # another task took the lock meanwhile: the resume is refused, nothing is taken from it
+    other = Guard(loopback_rack, "up", {}, directory=lock_dir, on_lost=lambda: None)
+    other.begin()
+    try:
+        machine("b")
+        late = Guard(loopback_rack, "watchdog.power-cycle", {}, directory=lock_dir,
+                     on_lost=lambda: None, token=first.record.id)
+        with pytest.raises(LockHeld):
+            late.resume(first.record.start["ts"])
+    finally:
+        other.end("ok")
+
+
 def test_a_head_that_does_not_answer_refuses_and_is_logged_locally(sshd, tmp_path, machine):
     from loopback import free_port
     inv = tmp_path / "inventory-down"

@@ -195,7 +195,7 @@ def test_the_unit_restarts_always_starts_at_boot_and_runs_the_shipped_copy(tmp_p
     assert unit["Unit"]["StartLimitIntervalSec"] == "0"
     assert service["ExecStart"] == (
         "/usr/bin/python3.11 -m sparkrack.watchdog --inventory /opt/sr/inventory --listen "
-        "10.77.1.11:9478 --state /var/lib/sparkrack/watchdog/state.json")
+        "10.77.1.11:9478 --state /var/lib/sparkrack/watchdog/state.json --node spark-01")
     assert service["StandardOutput"] == service["StandardError"] == "journal"
     assert service["StateDirectory"] == "sparkrack/watchdog"
     assert "\nEnvironment=PYTHONPATH=/opt/sr/lib\n" in text

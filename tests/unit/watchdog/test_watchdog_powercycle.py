@@ -1,6 +1,6 @@
-"""The watchdog's power cycle of a latched node: only when installed with
---allow-power-cycle (the unit then runs the watchdog with the flag), only with a PDU outlet
-feeding the node; otherwise one line saying why, and nothing touched."""
+"""The watchdog's power cycle as installed: the unit runs the service with
+--allow-power-cycle and its own node's name (--node), the PDU's keys in a 0600 file shown
+nowhere; what would keep the service from finishing a cycle of its own node."""
 
 from __future__ import annotations
 
@@ -11,14 +11,13 @@ import sys
 from test_watchdog_install import rehearsal_copy, unit_of
 
 from sparkrack.inventory import load_inventory
-from sparkrack.watchdog.latched import cycle_latched
 
 
 def test_the_install_flag_reaches_the_units_command_line(tmp_path):
     unit, _ = unit_of(tmp_path, install_dir="/opt/sr", listen="10.77.1.11",
                       allow_power_cycle=True)
     assert unit["Service"]["ExecStart"].endswith(
-        "--state /var/lib/sparkrack/watchdog/state.json --allow-power-cycle")
+        "--state /var/lib/sparkrack/watchdog/state.json --node spark-01 --allow-power-cycle")
     plain, _ = unit_of(tmp_path / "plain", install_dir="/opt/sr", listen="10.77.1.11")
     assert "--allow-power-cycle" not in plain["Service"]["ExecStart"]
 
@@ -29,20 +28,27 @@ def test_the_service_accepts_the_flag():
     assert shown.returncode == 0 and "--allow-power-cycle" in shown.stdout
 
 
-def test_without_the_flag_the_watchdog_only_says_so(tmp_path):
-    inventory = load_inventory(rehearsal_copy(tmp_path))
-    said = []
-    ok, line = cycle_latched(inventory, "spark-03", allowed=False, say=said.append)
-    assert not ok and line == ("spark-03: GPU latched; not power-cycled (the watchdog was installed "
-                    "without --allow-power-cycle): `invoke power-cycle -n spark-03`")
-    assert said == []
+def test_the_service_knows_what_would_keep_it_from_finishing_its_own_cycle(tmp_path):
+    """A cycle of its own node is finished by the service systemd starts at boot, from its
+    state file: none, a tmpfs one (a power cut empties it), or no systemd: refused."""
+    from sparkrack.watchdog.nodecycle import keeps_problem, mount_type
 
-
-def test_without_an_outlet_the_watchdog_cannot(tmp_path):
-    inventory = load_inventory(rehearsal_copy(tmp_path))
-    no_pdu = dataclasses.replace(inventory, vars=dataclasses.replace(inventory.vars, pdu=None))
-    ok, line = cycle_latched(no_pdu, "spark-03", allowed=True, say=lambda line: None)
-    assert not ok and line == "spark-03: GPU latched; no PDU outlet feeds it in the inventory: not power-cycled"
+    mounts = ("22 1 0:21 / / rw,relatime shared:1 - overlay overlay rw\n"
+              "25 22 0:23 / /run rw,nosuid shared:5 - tmpfs tmpfs rw\n"
+              "26 22 8:1 / /var/lib rw,relatime shared:6 - ext4 /dev/sda1 rw\n"
+              "27 25 0:24 / /run/a\\040b rw - ramfs ramfs rw\n")
+    assert mount_type("/var/lib/sparkrack/watchdog", mounts) == "ext4"
+    assert mount_type("/run/sparkrack", mounts) == "tmpfs"
+    assert mount_type("/run/a b/x", mounts) == "ramfs"
+    assert mount_type("/opt", mounts) == "overlay"
+    unit = {"INVOCATION_ID": "0123abcd"}
+    state = tmp_path / "state.json"
+    assert keeps_problem(state, unit, f"1 0 0:1 / {tmp_path} rw - ext4 x rw\n") is None
+    assert keeps_problem(None, unit, "") == "it keeps no state file"
+    assert keeps_problem(state, {}, "") == ("it does not run as a systemd unit "
+                                            "(watch.install's): nothing starts it again")
+    assert keeps_problem(state, unit, f"1 0 0:1 / {tmp_path} rw - tmpfs x rw\n") == (
+        f"its state file {state} is on tmpfs, which a power cut empties")
 
 
 def watchdog_play(folder, keys, allowed=True, facts=None):

@@ -13,172 +13,31 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from fakerack import (
+    NAMES,
+    FakeRack,
+    broken,
+    deployment,
+    guarded,
+    healthy,
+    make,
+    metric,
+    ranks_of,
+)
 from loopback import Sshd, needs_sshd, write_inventory
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkrack.core.errors import SparkrackError
-from sparkrack.deployments.ranks import Rank
-from sparkrack.deployments.record import RECORD_DIR, Deployment
+from sparkrack.deployments.record import RECORD_DIR
 from sparkrack.facts.node import GpuFacts, NodeFacts, UnitFacts
-from sparkrack.inventory import Inventory, Node
-from sparkrack.inventory.schema import FrozenMapping, RackVars
 from sparkrack.watchdog.__main__ import parse_listen
-from sparkrack.watchdog.metrics import WatchdogMetrics
-from sparkrack.watchdog.service import Watchdog, node_snapshot
+from sparkrack.watchdog.snapshot import node_snapshot
 from sparkrack.watchdog.watch import Poll
 
 REPO = Path(__file__).resolve().parents[3]
-NAMES = ("spark-01", "spark-02", "spark-03")
-
-
-def rack_inventory(**rack_vars) -> Inventory:
-    rack = RackVars(tp_size=len(NAMES), **rack_vars)
-    nodes = tuple(Node(name, f"127.0.0.{i + 1}", 22, "root", None, i, f"127.0.0.{i + 1}", rack)
-                  for i, name in enumerate(NAMES))
-    return Inventory(Path("/nonexistent"), nodes, rack, FrozenMapping({"sparks": NAMES}))
-
-
-def deployment(deployment_id: str) -> Deployment:
-    return Deployment(engine="sglang", profile="512k", deployment_id=deployment_id,
-                      spec_hash="f" * 64, image="lmsysorg/sglang:v0.5.22-cu130",
-                      image_id="sha256:" + "a" * 64)
-
-
-def ranks_of(deployment_id: str, status: dict[str, str] | None = None) -> list[Rank]:
-    return [Rank(node=name, rank=i, name=f"sparkrack-sglang-rank{i}", engine="sglang",
-                 profile="512k", deployment=deployment_id,
-                 status=(status or {}).get(name, "running"), exit_code=None, stop_timeout=120)
-            for i, name in enumerate(NAMES)]
-
-
-def healthy(deployment_id: str) -> Poll:
-    return Poll(memory={n: (128 << 20, 100 << 20) for n in NAMES},
-                states=ranks_of(deployment_id), head_status=200)
-
-
-@dataclass
-class FakeGroup:
-    polls: list[Poll]
-    stops: list[tuple[dict, bool]] = field(default_factory=list)
-    ranks: list[Rank] = field(default_factory=list)
-    unwatched: str | None = None
-    reapplied: list[tuple[str, str]] = field(default_factory=list)
-
-    def poll(self) -> Poll:
-        return self.polls.pop(0) if len(self.polls) > 1 else self.polls[0]
-
-    def stop(self, lost=None, remove=True) -> dict:
-        self.stops.append((dict(lost or {}), remove))
-        return {}
-
-    def ratcheting(self) -> set[str]:
-        return set()
-
-    def left_behind(self, lost) -> list[Rank]:
-        return [r for r in self.ranks if r.node in (lost or {})]
-
-    def reapply_cap(self, finding, by):
-        from sparkrack.watchdog.capguard import Reapplied
-
-        self.reapplied.append((finding.node, by))
-        return Reapplied(finding.node, True, f"{finding.node}: clock cap re-applied", "ok")
-
-
-@dataclass
-class FakeRack:
-    current: Deployment | None = None
-    last_good: Deployment | None = None
-    containers: list[Rank] = field(default_factory=list)
-    polls: list[Poll] = field(default_factory=list)
-    holder: str | None = None
-    records_error: bool = False
-    restart_error: Exception | None = None
-    groups: list[FakeGroup] = field(default_factory=list)
-    restarts: list[str] = field(default_factory=list)
-    still_lost: set[str] = field(default_factory=set)  # nodes stop_left_behind cannot reach
-    stopped_left: list[Rank] = field(default_factory=list)
-    actions: list[tuple[str, str, str]] = field(default_factory=list)  # (deployment, verdict, failure)
-    cycles: list[str] = field(default_factory=list)  # nodes power-cycled
-    cycle_ok: bool = True
-    strip_reading: object = None
-
-    def strip(self):
-        return self.strip_reading
-
-    def power_cycle(self, node):
-        from sparkrack.watchdog.latched import Cycled
-
-        self.cycles.append(node)
-        if not self.cycle_ok:
-            return Cycled(False, f"{node}: GPU latched; power cycle failed: the PDU refused")
-        self.current = None  # as `down` leaves the records before the cycle
-        return Cycled(True, f"{node}: back, cap unit active this boot, burn ok")
-
-    def record_action(self, deployment, poll, acted):
-        self.actions.append((deployment.deployment_id, acted, poll.failure))
-        return []
-
-    def records(self):
-        if self.records_error:
-            raise SparkrackError("could not read the deployment records on spark-01: lost")
-        return {"current": self.current, "last-good": self.last_good}
-
-    def ranks(self):
-        return list(self.containers), {}
-
-    def group_watch(self, ranks, deployment):
-        self.groups.append(FakeGroup(list(self.polls) or [healthy(deployment.deployment_id)],
-                                     ranks=list(ranks)))
-        return self.groups[-1]
-
-    def facts(self):
-        return {name: NodeFacts(boot_id="b", gpu=GpuFacts(sm_mhz=2190, power_w=90.0),
-                                mem_total_kb=128 << 20, mem_available_kb=100 << 20,
-                                clock_cap=UnitFacts("loaded", "active", "exited", "success"),
-                                burn={"boot_id": "b", "ok": True, "time": 1.7e9})
-                for name in NAMES}
-
-    def stop_left_behind(self, ranks):
-        back = [r for r in ranks if r.node not in self.still_lost]
-        self.stopped_left.extend(back)
-        return back, {r.node: "no answer" for r in ranks if r.node in self.still_lost}
-
-    def restart(self, deployment):
-        self.restarts.append(deployment.deployment_id)
-        if self.restart_error:
-            raise self.restart_error
-        new = globals()["deployment"](deployment.deployment_id + "-again")
-        self.current = self.last_good = new
-        self.containers = ranks_of(new.deployment_id)
-        self.polls = []
-
-    def lock_holder(self):
-        return self.holder
-
-
-def metric(watchdog: Watchdog, name: str, **labels) -> float | None:
-    text = generate_latest(watchdog.metrics.registry).decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return sample.value
-    return None
-
-
-def broken(deployment_id: str, why="rank 2 on spark-03 exited (exit code 1)") -> Poll:
-    return Poll(failure=why, states=ranks_of(deployment_id, {"spark-03": "exited"}),
-                detected=time.monotonic())
-
-
-def make(rack: FakeRack, tmp_path: Path | None = None, **rack_vars) -> Watchdog:
-    inventory = rack_inventory(**rack_vars)
-    return Watchdog(inventory, rack, WatchdogMetrics(),
-                    state_file=tmp_path / "state.json" if tmp_path else None)
 
 
 def test_no_current_deployment_is_idle_and_serves_node_metrics():
@@ -203,16 +62,6 @@ def test_a_deployment_still_starting_is_left_alone():
     assert metric(watchdog, "sparkrack_deployment_ready") == 0
     assert metric(watchdog, "sparkrack_rank_container_state", node="spark-01",
                   state="created") == 1
-
-
-def guarded(polls: list[Poll], tmp_path: Path | None = None) -> tuple[FakeRack, Watchdog]:
-    """A ready deployment d1 polled as polls say: the rack, and its watchdog after the first
-    step (guarding)."""
-    current = deployment("d1")
-    rack = FakeRack(current=current, last_good=current, containers=ranks_of("d1"), polls=polls)
-    watchdog = make(rack, tmp_path)
-    assert watchdog.step().verdict == "guarding"
-    return rack, watchdog
 
 
 def test_broken_ready_group_is_stopped_once_and_kept_for_logs(tmp_path):
@@ -527,64 +376,6 @@ def test_the_service_serves_metrics_and_stops_on_sigterm(sshd: Sshd, tmp_path: P
     assert f"metrics on http://127.0.0.1:{port}/metrics" in out
     assert "idle: no engine deployment is current" in out
     assert json.loads((tmp_path / "state.json").read_text())["verdicts"][0]["verdict"] == "idle"
-
-
-def latched_poll(deployment_id: str) -> Poll:
-    """A busy group whose spark-03 GPU reads latched (670 MHz at 10.8 W under load)."""
-    from sparkrack.facts.gpu import GpuSample
-    from sparkrack.watchdog.gpuwatch import judge
-
-    sample = GpuSample(100, 10.8, 670, 40, 55)
-    return Poll(memory={n: (128 << 20, 100 << 20) for n in NAMES},
-                states=ranks_of(deployment_id), head_status=200, gpus={"spark-03": sample},
-                findings=judge("spark-03", 2, sample, 2200))
-
-
-def test_allowed_a_latched_node_is_power_cycled_once_and_its_group_started_again(tmp_path):
-    rack, watchdog = guarded([healthy("d1"), latched_poll("d1")], tmp_path)
-    watchdog.allow_power_cycle = True
-    step = watchdog.step()
-    assert (step.verdict, step.acted) == ("power-cycled", True)
-    assert step.detail == ("spark-03: back, cap unit active this boot, burn ok; sglang 512k "
-                           "started again in order")
-    assert rack.cycles == ["spark-03"] and rack.restarts == ["d1"]
-    assert metric(watchdog, "sparkrack_watchdog_actions_total", action="power_cycle") == 1
-    assert metric(watchdog, "sparkrack_watchdog_actions_total", action="restart") == 1
-    assert len(json.loads((tmp_path / "state.json").read_text())["budget"]["restarts"]) == 1
-    assert watchdog.step().verdict == "guarding"  # the group started again: guarded anew
-    assert rack.cycles == ["spark-03"]
-
-
-def test_not_allowed_a_latched_node_is_only_reported():
-    rack, watchdog = guarded([healthy("d1"), latched_poll("d1")])
-    assert [watchdog.step().verdict for _ in range(3)] == ["guarding"] * 3
-    assert rack.cycles == [] and rack.restarts == []
-    assert metric(watchdog, "sparkrack_gpu_latched", node="spark-03") == 1
-
-
-def test_a_spent_budget_leaves_a_latched_node_to_its_operator(caplog):
-    rack, watchdog = guarded([healthy("d1"), latched_poll("d1")])
-    watchdog.allow_power_cycle = True
-    watchdog.budget.budget = 0
-    with caplog.at_level("WARNING", logger="sparkrack.watchdog"):
-        assert [watchdog.step().verdict for _ in range(3)] == ["guarding"] * 3
-    assert rack.cycles == []
-    said = [r.getMessage() for r in caplog.records if "restart budget spent" in r.getMessage()]
-    assert said == ["spark-03: GPU latched; restart budget spent (0 of 0 in 30 min): not "
-                    "power-cycled; `invoke power-cycle -n NODE`"]
-
-
-def test_a_failed_power_cycle_is_not_tried_again_for_the_same_group():
-    rack, watchdog = guarded([healthy("d1"), latched_poll("d1")])
-    watchdog.allow_power_cycle = True
-    rack.cycle_ok = False
-    step = watchdog.step()
-    assert (step.verdict, step.detail) == (
-        "power-cycle-failed", "spark-03: GPU latched; power cycle failed: the PDU refused")
-    assert [watchdog.step().verdict for _ in range(3)] == ["guarding"] * 3
-    assert rack.cycles == ["spark-03"] and rack.restarts == []
-    assert metric(watchdog, "sparkrack_watchdog_actions_total",
-                  action="power_cycle_failed") == 1
 
 
 def test_the_pdus_reading_is_exported_with_each_outlet():

@@ -16,8 +16,12 @@ def status(c, inventory=None, limit=None, json=False, wide=False):
     """One row per node: reachability, clock, power, clock cap, engine.
 
     Below the table: what differs between the nodes (hostname, kernel, GPU), then the head's
-    deployment records, a failed start by its cause. --wide or a pipe: every column."""
+    deployment records, a failed start by its cause, and the watchdog's last power cycle.
+    --wide or a pipe: every column."""
+    import time
+
     from sparkrack.engines import api_url
+    from sparkrack.facts.records import POWER_CYCLE
     from sparkrack.status.rows import rack_status
     from sparkrack.status.view import (
         NARROW,
@@ -26,16 +30,18 @@ def status(c, inventory=None, limit=None, json=False, wide=False):
         deployment_lines,
         differences,
         narrow_cells,
+        power_cycle_line,
         wide_cells,
     )
 
     rack = inventory_from(inventory)
     rows, records = rack_status(rack, limit)
+    cycle = records.pop(POWER_CYCLE, None)
     current = records.get("current")
     api = api_url(rack, current["engine"]) if current else None
     if json:
         console.print_json({"nodes": [r.as_dict() for r in rows], "deployments": records,
-                            "api": api})
+                            "api": api, "power_cycle": cycle})
     else:
         wide = wide or not console.out.is_terminal
         if wide:
@@ -46,7 +52,9 @@ def status(c, inventory=None, limit=None, json=False, wide=False):
         # a terminal (narrow): each line wrapped between words, as the table's cells are
         show = print if wide else lambda line: console.out.print(
             line, markup=False, highlight=False, soft_wrap=False)
-        for line in ([] if wide else differences(rows)) + deployment_lines(records, wide):
+        cycled = power_cycle_line(cycle, time.time())
+        for line in ([] if wide else differences(rows)) + deployment_lines(records, wide) + (
+                [cycled] if cycled else []):
             show(line)
         if api:
             show(f"api: {api} ({current['engine']}"

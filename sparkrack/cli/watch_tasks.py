@@ -126,6 +126,7 @@ def status(c, on=None, inventory=None, json=False, verdicts=5):
     Read-only. Exit 0 when the service is active, 1 otherwise."""
     import time
 
+    from sparkrack.watchdog.status import cycle_lines
     from sparkrack.watchdog.status import status as read_status
 
     rack = inventory_from(inventory)
@@ -164,5 +165,7 @@ def status(c, on=None, inventory=None, json=False, verdicts=5):
         restarts_made = found.budget.get("restarts") or []
         if restarts_made:
             print(f"restarts in the budget window: {len(restarts_made)}")
+        for line in cycle_lines(found.cycles, time.time()):
+            print(line)
     if not found.running:
         raise Exit(code=1)

@@ -92,6 +92,27 @@ def _first_line(error: str) -> str:
     return first
 
 
+def power_cycle_line(record: Mapping | None, now: float) -> str | None:
+    """The watchdog's last power cycle in one line (None: none on record): when, which node,
+    why, by whom, and how it ended."""
+    if not record:
+        return None
+    import time
+
+    at = record.get("time")
+    when = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+            + f" ({_ago(now - at)} ago)") if isinstance(at, (int, float)) else "?"
+    return (f"power cycle: {record.get('node', '?')} at {when} by {record.get('by', '?')} "
+            f"({record.get('cause', '?')}): {record.get('outcome', '?')}: "
+            f"{record.get('line', '')}")
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    return (f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+            if seconds < 7200 else f"{seconds / 3600:.1f} h")
+
+
 def deployment_lines(records: Mapping[str, dict | None], wide: bool) -> list[str]:
     """The head's deployment records, one line each (wide: image, spec and weights too). A
     failed start (narrow) says why first, then which deployment it was, on its own line."""

@@ -47,6 +47,7 @@ class Pending:
     engine: str = ""  # the group to start again (engine, profile, the stopped deployment)
     profile: str = ""
     deployment: str = ""
+    changed: dict = field(default_factory=dict)  # what its audit record noted before the cut
 
     def describe(self) -> str:
         group = f"; {self.engine} {self.profile} to start again" if self.engine else ""
@@ -113,11 +114,11 @@ def _load(kind, item: Any):
     """kind(**item) when item holds kind's fields with their types, else None."""
     if not isinstance(item, dict):
         return None
-    types = {"str": str, "float": (int, float), "int": int}
+    types = {"str": str, "float": (int, float), "int": int, "dict": dict}
     values = {}
     for spec in fields(kind):
         if spec.name not in item:
-            if spec.default is MISSING:
+            if spec.default is MISSING and spec.default_factory is MISSING:
                 return None
             continue
         value = item[spec.name]

@@ -9,6 +9,7 @@ the same record and lock token. The head keeps the last cycle for `invoke status
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -23,11 +24,13 @@ from sparkrack.lifecycle.powercycle import OFF_SECONDS, burned, plan_cycle, powe
 from sparkrack.lifecycle.restart import NODE_TIMEOUT, wait_back
 from sparkrack.oplock import audit
 from sparkrack.oplock.guard import Guard
+from sparkrack.oplock.lock import LockError, LockHeld
 from sparkrack.watchdog.cyclebook import Pending
 
 TASK = "watchdog.power-cycle"
 BURN_SECONDS = 1.5  # the burn after the boot, and the start's burn gate
 RESUME_WAIT_S = 60.0  # a resumed cycle waits at least this long for its node
+RESUME_RETRY_S = 2.0  # between its tries of a head that does not answer yet
 VOLATILE = ("tmpfs", "ramfs")  # filesystems a power cut empties
 
 
@@ -69,7 +72,8 @@ def cycle_node(inventory: Inventory, node: str, cause: str, deployment, *, own: 
             node, cause, guard.record.id, boot_id, time.time(), guard.record.start["ts"],
             off_seconds, outlet, deployment.engine if deployment else "",
             deployment.profile if deployment else "",
-            deployment.deployment_id if deployment else ""))
+            deployment.deployment_id if deployment else "",
+            json.loads(json.dumps(guard.record.changed, default=str))))
         keep(pending[0])
         _tell_head(inventory, pending[0], by, "in progress", "outlet cut; the node boots",
                    say)
@@ -98,11 +102,9 @@ def finish(inventory: Inventory, pending: Pending, *, say: Callable[[str], None]
     """Finish a cycle cut by a process that ended (the power of its own node): the lock taken
     again under the record's token, the node waited for (a new boot id, its cap unit active)
     and burned, the group started again, the one record ended. Never raises."""
-    guard = Guard(inventory, TASK, {"node": pending.node, "cause": pending.cause,
-                                    "off_seconds": pending.off_seconds},
-                  on_event=say, token=pending.token)
+    deadline = pending.decided + pending.off_seconds + NODE_TIMEOUT
     try:
-        guard.resume(pending.started)
+        guard = _resumed(inventory, pending, max(RESUME_WAIT_S, deadline - time.time()), say)
     except SparkrackError as error:
         why = (f"{pending.node}: power-cycled, not finished: {error.line()}; start the group "
                "yourself (`invoke up`)")
@@ -110,9 +112,9 @@ def finish(inventory: Inventory, pending: Pending, *, say: Callable[[str], None]
         return Cycled(False, why, cut=True)
     say(f"resuming the power cycle of {pending.describe()}")
     target = inventory.node(pending.node)
-    deadline = pending.decided + pending.off_seconds + NODE_TIMEOUT
     try:
         with audit.active(guard.record):
+            audit.note(**pending.changed)
             audit.note(nodes=[pending.node], power_cycled=[pending.node],
                        outlets=[pending.outlet], resumed=True)
             with Fleet(inventory, [target]) as fleet:
@@ -126,6 +128,29 @@ def finish(inventory: Inventory, pending: Pending, *, say: Callable[[str], None]
         _tell_head(inventory, pending, by, "failed", why, say)
         return Cycled(False, why, cut=True)
     return _start_again(inventory, pending, guard, line, by, say)
+
+
+def _resumed(inventory: Inventory, pending: Pending, wait: float,
+             say: Callable[[str], None]) -> Guard:
+    """The cycle's guard, its lock taken again under its token: waiting up to wait seconds
+    for a head that does not answer yet (this node just booted: its sshd may start after
+    this service); LockHeld at once when another task holds the lock."""
+    deadline = time.monotonic() + wait
+    while True:
+        guard = Guard(inventory, TASK, {"node": pending.node, "cause": pending.cause,
+                                        "off_seconds": pending.off_seconds},
+                      on_event=say, token=pending.token)
+        try:
+            guard.resume(pending.started)
+            return guard
+        except LockHeld:
+            raise
+        except LockError as error:
+            if time.monotonic() >= deadline:
+                raise
+            say(f"the rack lock on {inventory.head.name} not reachable yet ({error.line()}); "
+                "trying again")
+            time.sleep(RESUME_RETRY_S)
 
 
 def _start_again(inventory: Inventory, pending: Pending, guard: Guard, line: str, by: str,

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparkrack.facts.watchdog import NodeState
 from sparkrack.inventory.watchdog_record import WatchdogKey, read_record, watchdog_node
 from sparkrack.watchdog import payload
+from sparkrack.watchdog.cyclebook import CycleBook
 from sparkrack.watchdog.settings import (
     Settings,
     check_settings,
@@ -44,6 +46,7 @@ class WatchdogStatus:
     state_error: str = ""
     stale: tuple[str, ...] = ()  # what differs from what watch.install would ship now
     edited: tuple[str, ...] = ()  # lib/'s data files the node changed in place (kept)
+    cycles: CycleBook = field(default_factory=CycleBook)  # its power cycles, held, pending
 
     @property
     def running(self) -> bool:
@@ -57,7 +60,8 @@ class WatchdogStatus:
                 "recorded": self.recorded, "public_key": self.public_key,
                 "verdicts": list(self.verdicts), "restart_budget": dict(self.budget),
                 "stopped": dict(self.stopped), "state_error": self.state_error,
-                "stale": list(self.stale), "edited": list(self.edited)}
+                "stale": list(self.stale), "edited": list(self.edited),
+                "power_cycles": self.cycles.as_dict()}
 
 
 def parse_state(data: bytes | None) -> tuple[tuple[dict, ...], dict, dict, str]:
@@ -75,6 +79,28 @@ def parse_state(data: bytes | None) -> tuple[tuple[dict, ...], dict, dict, str]:
     budget = state.get("budget") if isinstance(state.get("budget"), dict) else {}
     stopped = state.get("stopped") if isinstance(state.get("stopped"), dict) else {}
     return verdicts, budget, stopped, ""
+
+
+def parse_cycles(data: bytes | None) -> CycleBook:
+    """The power cycles the service's state file keeps (cyclebook.py); none if unreadable."""
+    try:
+        state = json.loads(data) if data else {}
+    except ValueError:
+        return CycleBook()
+    return CycleBook.from_dict(state.get("power_cycles") if isinstance(state, dict) else None)
+
+
+def cycle_lines(book: CycleBook, now: float) -> list[str]:
+    """The power cycles for an operator: each node's last ones, what is held back now, and
+    a cycle not finished yet."""
+    lines = [f"power cycle of {node}: {entry.describe(now)}"
+             for node, entries in sorted(book.nodes.items()) for entry in entries[-2:]]
+    lines += [f"held back since {time.strftime('%H:%M:%S', time.localtime(h.get('since', 0)))}"
+              f": {h.get('reason', '')}" for _, h in sorted(book.held.items())]
+    if book.pending is not None:
+        lines.append(f"not finished: the power cycle of {book.pending.describe()} (the "
+                     "service finishes it when it starts)")
+    return lines
 
 
 def stale_parts(state: NodeState, inventory_files: Mapping[str, bytes],
@@ -113,7 +139,8 @@ def status_of(node, inventory, state: NodeState, record: WatchdogKey | None,
         recorded=record is not None and record.node == node.name,
         public_key=state.public_key, verdicts=verdicts, budget=budget, stopped=stopped,
         state_error=error, stale=stale if state.installed else (),
-        edited=tuple(f"lib/{name}" for name in state.lib_edited))
+        edited=tuple(f"lib/{name}" for name in state.lib_edited),
+        cycles=parse_cycles(state.state))
 
 
 def status(inventory, on: str | None = None, *, settings: Settings = Settings()) -> WatchdogStatus:

@@ -159,3 +159,25 @@ def test_wide_on_a_terminal_prints_every_column_whole(monkeypatch):
         assert (f"│ {r.rank}    │ {r.node} │ ok    │ {r.node} │ {KERNEL} │ NVIDIA GB10 │"
                 in text), text
         assert f"{CAP} │ sparkrack-sglang-r{r.rank} running (healthy) │" in text
+
+
+def test_the_watchdogs_last_power_cycle_is_one_line_when_which_node_and_outcome():
+    """Issue 53: after the watchdog power-cycled its own node, nothing but the journal of
+    the previous boot said so."""
+    import time
+
+    from sparkrack.status.view import power_cycle_line
+
+    at = 1_800_000_000.0
+    record = {"node": "spark-01", "cause": "latched", "by": "the watchdog on spark-01",
+              "time": at, "outcome": "ok", "line": "spark-01: back, cap unit active this "
+              "boot, burn ok; sglang 512k started again in order", "deployment": "d1",
+              "restarted": "d2", "record": "abc"}
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    assert power_cycle_line(record, at + 300) == (
+        f"power cycle: spark-01 at {when} (5 min ago) by the watchdog on spark-01 (latched): "
+        "ok: spark-01: back, cap unit active this boot, burn ok; sglang 512k started again "
+        "in order")
+    assert power_cycle_line(None, at) is None
+    assert power_cycle_line({"node": "spark-03", "outcome": "in progress"}, at) == (
+        "power cycle: spark-03 at ? by ? (?): in progress: ")

@@ -155,3 +155,22 @@ def test_a_hold_is_new_once_while_it_stands():
     assert list(made.held) == ["spark-03 latched"]
     made.release(set())
     assert made.held == {}
+
+
+def test_watch_status_shows_the_cycles_what_is_held_back_and_what_is_not_finished():
+    import json
+
+    from sparkrack.watchdog.status import cycle_lines, parse_cycles
+
+    made = book((3600, "ok"), pending=PENDING)
+    made.hold("spark-03", "latched", "window", "spark-03: ...; power cycle held back: ...", NOW)
+    state = json.dumps({"verdicts": [], "power_cycles": made.as_dict()}).encode()
+    lines = cycle_lines(parse_cycles(state), NOW)
+    assert lines[0].startswith("power cycle of spark-03: ")
+    assert lines[0].endswith(" (60 min ago), latched: ok: spark-03: back")
+    assert lines[1].endswith(": spark-03: ...; power cycle held back: ...")
+    assert lines[1].startswith("held back since ")
+    assert lines[2] == ("not finished: the power cycle of spark-01 (latched), outlet pdu:1 "
+                        "cut; sglang 512k to start again (the service finishes it when it "
+                        "starts)")
+    assert parse_cycles(b"{not json") == CycleBook() and parse_cycles(None) == CycleBook()

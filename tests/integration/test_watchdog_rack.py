@@ -11,8 +11,9 @@ Prometheus's HTTP API.
 - while a group serves under load (issue 47): a GPU whose clock lock is reset
   (`nvidia-smi -rgc`) has its cap re-applied by the service, checked and audited; a latched
   GPU and a heated one are reported, each in Prometheus;
-- installed with --allow-power-cycle: a GPU latched under load is power-cycled through the
-  rehearsal PDU and the group serves again;
+- installed with --allow-power-cycle: the head, where the watchdog runs, latched under load
+  is power-cycled through the rehearsal PDU; the service started again after the boot
+  finishes the cycle and the group serves again (issue 53);
 - `watch.uninstall` leaves nothing: no unit, no install directory, no state, no key line
   in any node's authorized_keys, no key record.
 
@@ -380,12 +381,13 @@ def test_the_service_reapplies_a_lost_cap_and_reports_a_latched_and_a_hot_gpu(
         lanes.down(inventory)
 
 
-def test_allowed_the_service_power_cycles_a_latched_node_and_the_group_serves_again(
+def test_allowed_the_service_power_cycles_its_own_latched_node_and_finishes_after_the_boot(
         engine_rack, installed, prometheus, rack):
-    """Reinstalled with --allow-power-cycle (the PDU's keys in a 0600 file, shown nowhere):
-    spark-03's GPU latches under a steady SGLang load; the service stops the group in order,
-    cycles outlet 3 through the rehearsal PDU (SNMP), waits for the new boot, and starts the
-    group again: the latch is gone, the group serves, and the audit log has the cycle."""
+    """Issue 53: reinstalled with --allow-power-cycle (the PDU's keys in a 0600 file, shown
+    nowhere), the head spark-01, where the watchdog runs, latches under a steady SGLang
+    load. The service stops the group in order, keeps the pending restart on disk and cuts
+    its own outlet; the service systemd starts after the boot finishes the cycle: the node
+    burned, the group started again, one audit record. watch.status and status say so."""
     import threading
 
     from sparkrack.oplock.audit import merge, parse_lines, select
@@ -402,44 +404,68 @@ def test_allowed_the_service_power_cycles_a_latched_node_and_the_group_serves_ag
         assert REHEARSAL_CREDENTIALS[key] not in shown
     keys = on_watchdog_node(inventory, ["stat", "-c", "%a %U", f"{DEFAULT_INSTALL_DIR}/pdu.env"])
     assert keys.stdout.split() == ["600", "root"], keys
+    assert f"--node {WATCHDOG_NODE} --allow-power-cycle" in unit_property(inventory, "ExecStart")
     done, answered = threading.Event(), []
-    cycles = 'sparkrack_watchdog_actions_total{action="power_cycle"}'
+    cycled = (f'sparkrack_watchdog_power_cycle_timestamp_seconds{{node="{WATCHDOG_NODE}",'
+              'cause="latched",outcome="ok"}')
     try:
-        before = prometheus.wait(cycles, lambda v: v is not None, timeout=60)  # the new service
         measured = prometheus.wait('sparkrack_pdu_measured_watts{pdu="rehearsal-pdu"}',
-                                   lambda v: v is not None, timeout=30)  # the PDU, over SNMP
+                                   lambda v: v is not None, timeout=60)  # the PDU, over SNMP
         assert measured >= 8 * 25, measured
         first = lanes.up(inventory, "sglang", "512k", burn=quick_burn).deployment_id
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
         steady_load(inventory, 30000, done, answered)
-        boot = on_node(inventory, "spark-03", ["cat", "/proc/sys/kernel/random/boot_id"]).stdout
+        boot = on_node(inventory, WATCHDOG_NODE, ["cat", "/proc/sys/kernel/random/boot_id"]).stdout
+        wait_for("requests answered before the latch", lambda: len(answered) > 2, 60)
         latched_at, since = time.monotonic(), time.time()
-        rack.latch("spark-03")
-        prometheus.wait(cycles, lambda v: v == before + 1, timeout=180)
+        rack.latch(WATCHDOG_NODE)
+        prometheus.wait(cycled, lambda v: v is not None and v >= since, timeout=240)
         cycled_in = time.monotonic() - latched_at
         prometheus.wait(f'sparkrack_deployment_info{{deployment!="{first}"}} '
-                        "* on() sparkrack_watchdog_guarding", lambda v: v == 1, timeout=180)
+                        "* on() sparkrack_watchdog_guarding", lambda v: v == 1, timeout=120)
         serving_in = time.monotonic() - latched_at
-        assert not rack.status()[2].latched
-        assert on_node(inventory, "spark-03",
+        assert not rack.status()[0].latched
+        assert on_node(inventory, WATCHDOG_NODE,
                        ["cat", "/proc/sys/kernel/random/boot_id"]).stdout != boot
-        served = len(answered)
-        wait_for("the group serving again", lambda: len(answered) > served + 2, 60)
-        print(f"\nspark-03 latched: power-cycled by the watchdog {cycled_in:.0f} s later, "
-              f"a new deployment of the lane guarded {serving_in:.0f} s after the latch")
+        wait_for("requests answered after the latch",
+                 lambda: sum(1 for t in answered if t > latched_at + serving_in) > 2, 60)
+        print(f"\n{WATCHDOG_NODE} (the head, the watchdog's own node) latched: power-cycled "
+              f"and finished by the service after its boot {cycled_in:.0f} s later; a new "
+              f"deployment of the lane guarded {serving_in:.0f} s after the latch")
         with Fleet(inventory, [inventory.head]) as fleet:
             log = merge(parse_lines(fleet.run(["cat", AUDIT_FILE])[inventory.head.name].stdout))
-        ends = select(log, since=since, task="watchdog.power-cycle")
-        assert len(ends) == 1 and ends[-1]["outcome"] == "ok", ends
-        assert ends[-1]["changed"]["power_cycled"] == ["spark-03"]
-        assert ends[-1]["changed"]["outlets"] == ["rehearsal-pdu:3"]
+            now = read_records(fleet, inventory)["current"].deployment_id
+        [record] = select(log, since=since, task="watchdog.power-cycle")
+        assert record["outcome"] == "ok", record
+        changed = record["changed"]
+        assert changed["power_cycled"] == [WATCHDOG_NODE]
+        assert changed["outlets"] == ["rehearsal-pdu:1"]
+        assert changed["stopped"] == first and "drain" in changed  # rank 0 drained first
+        assert changed["burn"] == [f"{WATCHDOG_NODE}: ok"] and changed["resumed"] is True
+        assert changed["restarted"] == now != first
+        assert record["lock"]["resumed"] is True
+        assert not select(log, since=since, task="watchdog-restart")  # one record, not two
         journal = on_watchdog_node(inventory, ["journalctl", "-u", UNIT, "-b", "--no-pager",
                                                "-o", "cat"]).stdout
-        assert "spark-03: GPU latched while its group is busy: power-cycling it" in journal
+        assert (f"resuming the power cycle of {WATCHDOG_NODE} (latched), outlet "
+                "rehearsal-pdu:1 cut; sglang 512k to start again") in journal, journal[-3000:]
         assert "sglang 512k started again in order" in journal, journal[-3000:]
+        status = watch_status()
+        [entry] = status["power_cycles"]["nodes"][WATCHDOG_NODE]
+        assert (entry["outcome"], entry["deployment"], entry["restarted"]) == ("ok", first, now)
+        assert status["power_cycles"]["pending"] is None
+        assert "power-cycled" in [v["verdict"] for v in status["verdicts"]]
+        shown = invoke("watch.status", "-i", "inventory/rehearsal", timeout=60).stdout
+        assert f"power cycle of {WATCHDOG_NODE}: " in shown and ", latched: ok: " in shown
+        rack_status = invoke("status", "-i", "inventory/rehearsal", "--json", timeout=60)
+        cycle = json.loads(rack_status.stdout)["power_cycle"]
+        assert (cycle["node"], cycle["outcome"], cycle["restarted"]) == (WATCHDOG_NODE, "ok", now)
+        assert cycle["by"] == f"the watchdog on {WATCHDOG_NODE}" and cycle["time"] >= since
+        text = invoke("status", "-i", "inventory/rehearsal", timeout=60).stdout
+        assert f"power cycle: {WATCHDOG_NODE} at " in text and "(latched): ok: " in text
     finally:
         done.set()
-        rack.latch("spark-03", on=False)
+        rack.latch(WATCHDOG_NODE, on=False)
         lanes.down(inventory)
         plain = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE)
         assert plain.returncode == 0, plain.stdout + plain.stderr

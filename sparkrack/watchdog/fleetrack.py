@@ -173,12 +173,12 @@ class FleetRack:
         return cycle_node(self.inventory, node, cause, deployment, own=own, keep=keep,
                           say=lambda line: log.info("power-cycle: %s", line), by=self._by(own))
 
-    def finish_cycle(self, pending):
+    def finish_cycle(self, pending, own: str | None):
         """Finish a cycle cut before this service started (nodecycle.finish)."""
         from sparkrack.watchdog.nodecycle import finish
 
         return finish(self.inventory, pending, say=lambda line: log.info("power-cycle: %s", line),
-                      by=self._by(None))
+                      by=self._by(own))
 
     @staticmethod
     def _by(own: str | None) -> str:

@@ -68,15 +68,15 @@ def cycle_node(inventory: Inventory, node: str, cause: str, deployment, *, own: 
     pending: list[Pending] = []
 
     def before_cut(boot_id: str) -> None:
-        pending.append(Pending(
-            node, cause, guard.record.id, boot_id, time.time(), guard.record.start["ts"],
-            off_seconds, outlet, deployment.engine if deployment else "",
-            deployment.profile if deployment else "",
-            deployment.deployment_id if deployment else "",
-            json.loads(json.dumps(guard.record.changed, default=str))))
-        keep(pending[0])
-        _tell_head(inventory, pending[0], by, "in progress", "outlet cut; the node boots",
-                   say)
+        made = Pending(node, cause, guard.record.id, boot_id, time.time(),
+                       guard.record.start["ts"], off_seconds, outlet,
+                       deployment.engine if deployment else "",
+                       deployment.profile if deployment else "",
+                       deployment.deployment_id if deployment else "",
+                       json.loads(json.dumps(guard.record.changed, default=str)))
+        keep(made)  # raises when it cannot: then nothing is cut
+        pending.append(made)
+        _tell_head(inventory, made, by, "in progress", "outlet cut; the node boots", say)
 
     try:
         with audit.active(guard.record):

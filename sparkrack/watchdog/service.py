@@ -54,7 +54,7 @@ class Rack(Protocol):
     def record_action(self, deployment: Any, poll: Any, acted: str) -> list[str]: ...
     def power_cycle(self, node: str, cause: str, deployment: Any, own: str | None,
                     keep: Callable[[Any], None]) -> Any: ...  # nodecycle.Cycled
-    def finish_cycle(self, pending: Any) -> Any: ...  # nodecycle.Cycled
+    def finish_cycle(self, pending: Any, own: str | None) -> Any: ...  # nodecycle.Cycled
     def strip(self) -> Any: ...  # the PDU's reading (pdu.strip.StripReading) or None
 
 
@@ -296,7 +296,7 @@ class Watchdog:
         power went with it): the node, its burn, the group started again, one audit record."""
         pending = self.cycler.book.pending
         log.warning("resuming the power cycle of %s", pending.describe())
-        cycled = self.rack.finish_cycle(pending)
+        cycled = self.rack.finish_cycle(pending, self.node)
         return self._cycled(pending.node, pending.cause, pending.decided, pending.deployment,
                             cycled)
 

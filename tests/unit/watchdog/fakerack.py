@@ -133,7 +133,7 @@ class FakeRack:
         return self._started_again(deployment.deployment_id,
                                    f"{node}: back, cap unit active this boot, burn ok")
 
-    def finish_cycle(self, pending):
+    def finish_cycle(self, pending, own):
         self.finished.append(pending.node)
         return self._started_again(pending.deployment,
                                    f"{pending.node}: back, cap unit active this boot, burn ok")

@@ -38,6 +38,7 @@ from hosttools import need
 from localproc import running
 from stubgroup import quick_burn
 
+from sparkrack.deployments.record import RECORD_DIR
 from sparkrack.deployments.record import read as read_records
 from sparkrack.engines import build_specs
 from sparkrack.fleet import Fleet, sh
@@ -469,6 +470,8 @@ def test_allowed_the_service_power_cycles_its_own_latched_node_and_finishes_afte
         lanes.down(inventory)
         plain = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE)
         assert plain.returncode == 0, plain.stdout + plain.stderr
+        on_node(inventory, inventory.head.name,  # the next tests' `status` shows none
+                ["rm", "-f", f"{RECORD_DIR}/power-cycle.json"])
     assert "--allow-power-cycle" not in unit_property(inventory, "ExecStart")
 
 

@@ -106,9 +106,6 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if "folder" in _RACKS:
         shutil.rmtree(_RACKS.pop("folder"), ignore_errors=True)
-    slot = _SESSION.pop("slot", None)
-    if slot is not None:
-        rackns.release(slot)
 
 
 @pytest.hookimpl(trylast=True)

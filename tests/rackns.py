@@ -90,6 +90,7 @@ def inside() -> bool:
     return os.environ.get(ENV) == str(os.getpid())
 
 
+_FOR_LIFE: list[int] = []  # descriptors of this process's own slot lock, never closed
 _OUTSIDE: list = []  # the namespaces this process left: open files of their ns links
 
 
@@ -126,7 +127,10 @@ def unshare_here() -> None:
 
 
 def take_slot(say: Callable[[str], None]) -> Slot:
-    """Lock a free slot, waiting (and saying so) while other runs hold every one."""
+    """Lock a free slot for the rest of this process's life, waiting (and saying so) while
+    other runs hold every one. The lock is let go only when the process has exited (a raw
+    descriptor nothing closes): the slot's next holder kills what is left in its cgroups,
+    and this process must not be in them still."""
     SLOTS_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
     said_at = None
     while True:
@@ -135,6 +139,7 @@ def take_slot(say: Callable[[str], None]) -> Slot:
             if slot is not None:
                 if said_at is not None:
                     say(f"test rack slot {index} is free: this run's rack tests start")
+                _FOR_LIFE.append(os.dup(slot.handle.fileno()))
                 return slot
         now = time.monotonic()
         if said_at is None or now - said_at >= WAIT_SAY_EVERY_S:
@@ -151,6 +156,7 @@ def try_slot() -> Slot | None:
 
 
 def release(slot: Slot) -> None:
+    """Let go a slot taken with try_slot()."""
     slot.handle.close()
 
 

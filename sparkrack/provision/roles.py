@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-import jinja2.sandbox
 
 from sparkrack.core.errors import InventoryError, UsageError
 from sparkrack.data import search_dirs, shipped
@@ -22,11 +21,14 @@ from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory import read_yaml as read_bounded_yaml
 from sparkrack.inventory.schema import plain
 from sparkrack.inventory.watchdog_record import node_vars as watchdog_vars
+from sparkrack.provision import sandbox
 from sparkrack.provision.modules import REGISTRY
+from sparkrack.provision.sandbox import BoundedSandbox
 
 ROLES_DIR = shipped("roles")
 SITE_FILE = "site.yml"
 TASK_KEYS = frozenset({"name", "notify", "when", "loop"})
+MAX_TEMPLATE_BYTES = 1 << 20  # a template file is a few KiB
 _NATIVE = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
 
 
@@ -243,14 +245,15 @@ def oneline(value: Any) -> str:
 
 
 def _environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
-    """Jinja2's sandbox: a role may come from the inventory (`.sparkrack/roles/`), and what
-    it renders runs here, often as root; an expression reaching Python's internals
-    (`''.__class__`, `cycler.__init__.__globals__`) is a SecurityError, the task's error."""
-    env = jinja2.sandbox.SandboxedEnvironment(
+    """Jinja2's sandbox, bounded (sandbox.py): a role may come from the inventory
+    (`.sparkrack/roles/`), and what it renders runs here, often as root; an expression
+    reaching Python's internals (`''.__class__`, `cycler.__init__.__globals__`) is a
+    SecurityError, one building too much a LimitError: the task's error."""
+    env = BoundedSandbox(
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
         lstrip_blocks=True, autoescape=False, loader=loader)
-    env.filters.update(envvalue=envvalue, oneline=oneline, netdev_of=netdev_of,
-                       to_json=lambda v: json.dumps(v, sort_keys=True))
+    env.add_filters(envvalue=envvalue, oneline=oneline, netdev_of=netdev_of,
+                    to_json=lambda v: json.dumps(v, sort_keys=True))
     return env
 
 
@@ -299,28 +302,48 @@ class Renderer:
         path = role.template_path(src)
         if path not in self._templates:
             try:
-                self._templates[path] = self.env.from_string(path.read_text(encoding="utf-8"))
+                with open(path, "rb") as file:
+                    text = file.read(MAX_TEMPLATE_BYTES + 1)
+                if len(text) > MAX_TEMPLATE_BYTES:
+                    raise RenderError(f"template {src}: over {MAX_TEMPLATE_BYTES >> 20} MiB (a "
+                                      "template is a few KiB: is it the right file?)")
+                self._templates[path] = self.env.from_string(text.decode("utf-8"))
             except OSError as error:
                 raise RenderError(f"template {src}: {error.strerror}") from None
+            except UnicodeDecodeError:
+                raise RenderError(f"template {src}: not UTF-8 text") from None
             except jinja2.TemplateSyntaxError as error:
                 raise RenderError(f"template {src}:{error.lineno}: {error.message}") from None
         return self._guard(lambda: self._templates[path].render(context), src)
 
     @staticmethod
     def _guard(render, what: str) -> Any:
+        """render()'s value; any error of the template (an undefined name, the sandbox's
+        refusal, a bound passed, a Python error of what it called) as RenderError, one line
+        naming what was rendered (cut to a line of its own length)."""
+        where = what.strip().splitlines()[0][:120] if what.strip() else "a value"
         try:
-            value = render()
+            with sandbox.rendering():
+                value = render()
         except RenderError:
             raise
         except jinja2.UndefinedError as error:
-            raise RenderError(f"{what.strip()}: {error.message}") from None
-        except jinja2.TemplateError as error:
-            raise RenderError(f"{what.strip()}: {error}") from None
-        except (TypeError, ValueError, KeyError, AttributeError) as error:
-            raise RenderError(f"{what.strip()}: {error}") from None
+            raise RenderError(f"{where}: {error.message}") from None
+        except (jinja2.TemplateError, sandbox.LimitError, TypeError, ValueError, KeyError,
+                AttributeError) as error:
+            raise RenderError(f"{where}: {_first_line(error)}") from None
+        except Exception as error:  # RecursionError, MemoryError, IndexError, ... included
+            raise RenderError(f"{where}: {type(error).__name__}: {_first_line(error)}"
+                              ) from None
         if isinstance(value, jinja2.Undefined):
-            raise RenderError(f"{what.strip()}: undefined")
+            raise RenderError(f"{where}: undefined")
         return value
+
+
+def _first_line(error: BaseException) -> str:
+    """An error's text on one line, cut to 300 characters."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],

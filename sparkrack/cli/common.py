@@ -43,20 +43,32 @@ def operator_task(body):
             _refuse_help_as_a_value(body, args, kwargs)
             return body(*args, **kwargs)
         except SparkrackError as exc:  # its line may quote a node: escaped
-            raise Exit(f"error: {escape_controls(as_typed(exc.line()))}",
-                       code=exc.exit_code) from None
+            raise _closing(f"error: {escape_controls(as_typed(exc.line()))}",
+                           exc.exit_code) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
-        except Exit:
+        except Exit as exc:
+            if isinstance(exc.message, str) and exc.message:
+                raise _closing(exc.message, exc.code) from None
             raise
         except Exception as exc:
             if os.environ.get("SPARKRACK_DEBUG"):
                 raise
             first = escape_controls((str(exc).splitlines() or [""])[0][:300])
-            raise Exit(f"error: unexpected {type(exc).__name__}: {first} (SPARKRACK_DEBUG=1 "
-                       "shows the traceback)", code=1) from None
+            raise _closing(f"error: unexpected {type(exc).__name__}: {first} (SPARKRACK_DEBUG=1 "
+                           "shows the traceback)", 1) from None
 
     return run
+
+
+def _closing(line: str, code: int) -> Exit:
+    """The Exit invoke prints the task's closing line from (on stderr): on a terminal, broken
+    at spaces to its width, where the terminal would cut a word (core/terminal.py)."""
+    import sys
+
+    from sparkrack.core.terminal import for_terminal
+
+    return Exit(for_terminal(line, sys.stderr), code=code)
 
 
 def _refuse_help_as_a_value(body, args: tuple, kwargs: dict) -> None:

@@ -42,3 +42,16 @@ def did_you_mean(word: str, choices) -> str:
 
     close = difflib.get_close_matches(word, [str(choice) for choice in choices], n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+LISTED_UP_TO = 60  # characters: a longer list of what is allowed goes to the docs
+
+
+def allowed_fix(label: str, allowed, docs: str) -> str:
+    """The fix of an error naming something unknown: `label: a, b, c` when they are few,
+    else where the docs list them (an error stays one short line, not a list of 40 keys)."""
+    names = [str(name) for name in allowed]
+    listed = ", ".join(names)
+    if len(listed) <= LISTED_UP_TO:
+        return f"{label}: {listed}"
+    return f"{label}: {len(names)} of them, see {docs}"

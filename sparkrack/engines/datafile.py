@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sparkrack.core.errors import InventoryError, did_you_mean
+from sparkrack.core.errors import InventoryError, allowed_fix, did_you_mean
 from sparkrack.inventory import YamlMapping, read_yaml
 from sparkrack.inventory.schema import describe
 from sparkrack.inventory.values import has_control
@@ -43,7 +43,7 @@ class Section:
             for key in value:
                 if key not in allowed:
                     raise self.error(key, f"unknown key '{key}'{did_you_mean(str(key), allowed)}",
-                                     "allowed keys: " + ", ".join(allowed))
+                                     allowed_fix("allowed keys", allowed, "docs/formats.md"))
 
     def __contains__(self, key: str) -> bool:
         return key in self.mapping

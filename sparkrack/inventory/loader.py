@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkrack.core.errors import InventoryError, did_you_mean
+from sparkrack.core.errors import InventoryError, allowed_fix, did_you_mean
 from sparkrack.inventory.model import Inventory, Node, resolve_path
 from sparkrack.inventory.schema import (
     CONNECTION,
@@ -86,6 +86,7 @@ class _Setting:
     value: Any
     file: Path
     line: int
+    source: Any = None  # the value as read (a YamlMapping knows the lines of its keys)
 
 
 _Settings = dict[str, _Setting]
@@ -272,7 +273,7 @@ class _Loader:
                 raise InventoryError(mapping.file, line,
                                      message.format(key=key, where=_WHERE[level]), fix=fix)
             try:
-                settings[key] = _Setting(spec.check(value), mapping.file, line)
+                settings[key] = _Setting(spec.check(value), mapping.file, line, value)
             except ValueError as error:
                 raise InventoryError(mapping.file, getattr(error, "line", None) or line,
                                      str(error), fix=getattr(error, "fix", None)
@@ -348,16 +349,19 @@ class _Loader:
         if setting is None:
             return
         mapped = [node for node, _ in setting.value.outlets]
+        outlets = setting.source.get("outlets") if isinstance(setting.source, dict) else None
+        outlets_line = getattr(setting.source, "lines", {}).get("outlets", setting.line)
         strangers = [node for node in mapped if node not in members + spares]
         if strangers:
             raise InventoryError(
-                setting.file, setting.line, f"pdu: outlets: '{strangers[0]}' is not a host of "
+                setting.file, getattr(outlets, "lines", {}).get(strangers[0], outlets_line),
+                f"pdu: outlets: '{strangers[0]}' is not a host of "
                 f"hosts.yml{did_you_mean(strangers[0], members)}",
                 fix="map each node of hosts.yml to the outlet its power cord is in")
         unmapped = [node for node in members if node not in mapped]
         if unmapped:
             raise InventoryError(
-                setting.file, setting.line, f"pdu: outlets: {', '.join(unmapped)} on no outlet",
+                setting.file, outlets_line, f"pdu: outlets: {', '.join(unmapped)} on no outlet",
                 fix="the PDU is the rack's strip: give every node the outlet its power cord "
                 "is in")
 
@@ -400,7 +404,7 @@ def _check_keys(mapping: YamlMapping, allowed: tuple[str, ...]) -> None:
 def _unknown_key(file: Path, line: int, key: Any, allowed: list[str]) -> InventoryError:
     """The error for a key that is not allowed here, with a did-you-mean suggestion."""
     return InventoryError(file, line, f"unknown key '{key}'{did_you_mean(str(key), allowed)}",
-                          fix="allowed keys: " + ", ".join(allowed))
+                          fix=allowed_fix("allowed keys", allowed, "docs/inventory.md#values"))
 
 
 def _check_name(name: Any, file: Path, line: int, kind: str) -> None:
@@ -412,12 +416,8 @@ def _check_name(name: Any, file: Path, line: int, kind: str) -> None:
                              "'-', e.g. spark-01; 'all' is taken")
 
 
-_FABRIC_FIX = {
-    "roce_addr": "write the node's IPv4 address on the fabric (e.g. roce_addr: 198.51.100.11), "
-                 "or leave roce_addr out: the fabric netdevs then get their MTU and no address",
-    "roce_twin_addr": "write the node's IPv4 address on its twin netdev (e.g. roce_twin_addr: "
-                      "198.51.101.11), or leave roce_twin_addr out: the twin then gets its MTU "
-                      "and no address"}
+_FABRIC_FIX = {"roce_addr": "e.g. roce_addr: 198.51.100.11, or leave it out",
+               "roce_twin_addr": "e.g. roce_twin_addr: 198.51.101.11, or leave it out"}
 
 
 def _check_fabric(draft: _Draft) -> None:
@@ -431,9 +431,8 @@ def _check_fabric(draft: _Draft) -> None:
         problem = fabric_address_problem(setting.value)
         if problem:
             raise InventoryError(
-                setting.file, setting.line, f"{draft.host.name}: {key} {setting.value} {problem}; "
-                "a fabric address must be an IPv4 address: role fabric writes it into netplan "
-                "as ADDRESS/fabric_prefix, and NCCL's RoCE v2 GID is IPv4-mapped", fix=fix)
+                setting.file, setting.line, f"{draft.host.name}: {key} {setting.value} {problem}, "
+                "but a fabric address is IPv4 (docs/inventory.md#values)", fix=fix)
 
 
 def _group_level(group_count: int) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sparkrack.core.errors import did_you_mean
 from sparkrack.inventory.values import address_problem
 
 DEFAULT_ENV = {"user_env": "SPARKRACK_PDU_USER", "auth_key_env": "SPARKRACK_PDU_AUTH_KEY",
@@ -22,23 +23,27 @@ _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")  # a name, shown; anything else
 ENV_PREFIX = "SPARKRACK_PDU_"
 _PDU_ENV_NAME = re.compile(ENV_PREFIX + r"[A-Z0-9_]{1,50}")
 _PDU_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-EXAMPLE = ("e.g. pdu: {name: strip-a, address: 192.0.2.60, outlets: {spark-01: 1, "
-           "spark-02: 2}}")
+EXAMPLE = "e.g. pdu: {name: strip-a, address: 192.0.2.60, outlets: {spark-01: 1, ...}}"
 
 
-ENV_FIX = (f"name the variable holding it, {ENV_PREFIX} and upper-case letters, digits or "
-           f"'_' (e.g. auth_key_env: {DEFAULT_ENV['auth_key_env']}), or leave the key out "
-           "for its default")
+ENV_FIX = (f"e.g. auth_key_env: {DEFAULT_ENV['auth_key_env']}, or leave the key out; "
+           "docs/inventory.md#the-pdu")
 
 
 class SectionError(ValueError):
-    """A mistake in the section with a fix of its own (not the section's example), at the
-    line of its key when the section came from a file (None: the section's line)."""
+    """A mistake in the section, at the line of the value that is wrong when the section came
+    from a file (None: the section's own line); fix: its own fix (None: the section's
+    example)."""
 
-    def __init__(self, message: str, fix: str, line: int | None = None):
+    def __init__(self, message: str, fix: str | None = None, line: int | None = None):
         super().__init__(message)
         self.fix = fix
         self.line = line
+
+
+def _line(mapping: Any, key: Any) -> int | None:
+    """The line of key in a mapping read with its lines (yamlfile.YamlMapping), or None."""
+    return getattr(mapping, "lines", {}).get(key)
 
 
 @dataclass(frozen=True)
@@ -63,51 +68,57 @@ class PduConfig:
 
 
 def parse_pdu(value: Any) -> PduConfig:
-    """The section as a PduConfig; ValueError naming the key and what it should be."""
+    """The section as a PduConfig; SectionError naming the key, what it should be and the
+    line of the value."""
     if not isinstance(value, Mapping):
-        raise ValueError(f"pdu: expected a mapping, got {type(value).__name__}")
+        raise SectionError(f"pdu: expected a mapping, got {type(value).__name__}")
     unknown = [key for key in value if key not in KEYS]
     if unknown:
-        raise ValueError(f"pdu: unknown key '{unknown[0]}' (allowed: {', '.join(KEYS)})")
+        raise SectionError(f"pdu: unknown key '{unknown[0]}'{did_you_mean(str(unknown[0]), KEYS)}",
+                           f"allowed: {', '.join(KEYS)}", _line(value, unknown[0]))
     for key in ("name", "address", "outlets"):
         if key not in value:
-            raise ValueError(f"pdu: '{key}' is missing")
+            raise SectionError(f"pdu: '{key}' is missing")
     name = value["name"]
     if not isinstance(name, str) or not _PDU_NAME.fullmatch(name):
-        raise ValueError(f"pdu: name: {name!r} is not a name (letters, digits, '.', '_', '-')")
+        raise SectionError(f"pdu: name: {name!r} is not a name (letters, digits, '.', '_', "
+                           "'-')", "e.g. name: strip-a", _line(value, "name"))
     problem = address_problem(value["address"])
     if problem:
-        raise ValueError(f"pdu: address: {value['address']!r} {problem}")
+        raise SectionError(f"pdu: address: {value['address']!r} {problem}",
+                           "e.g. address: 192.0.2.60", _line(value, "address"))
     port = value.get("port", 161)
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-        raise ValueError(f"pdu: port: expected an integer 1..65535, got {port!r}")
+        raise SectionError(f"pdu: port: expected an integer 1..65535, got {port!r}",
+                           "e.g. port: 161 (SNMP's)", _line(value, "port"))
     env = {key: value.get(key, default) for key, default in DEFAULT_ENV.items()}
-    lines = getattr(value, "lines", {})
     for key, variable in env.items():
         if not isinstance(variable, str) or not _ENV_NAME.fullmatch(variable):
-            raise SectionError(f"pdu: {key}: not an environment variable name (upper-case "
-                               "letters, digits, '_'; the value is not shown: it may be the "
-                               "secret itself)", ENV_FIX,
-                               lines.get(key))
+            raise SectionError(f"pdu: {key}: not an environment variable name (not shown: "
+                               "it may be the secret itself)", ENV_FIX, _line(value, key))
         if not _PDU_ENV_NAME.fullmatch(variable):
-            raise SectionError(f"pdu: {key}: {variable} is not a {ENV_PREFIX}* variable: the "
-                               f"PDU's user and keys come only from {ENV_PREFIX}* variables "
-                               "(the watchdog's root service is given them, and every record "
-                               "masks their values)", ENV_FIX, lines.get(key))
-    return PduConfig(name, value["address"], _outlets(value["outlets"]), port, **env)
+            raise SectionError(f"pdu: {key}: {variable} is not a {ENV_PREFIX}* variable, the "
+                               "only ones the watchdog is given and records mask", ENV_FIX,
+                               _line(value, key))
+    return PduConfig(name, value["address"], _outlets(value["outlets"], _line(value, "outlets")),
+                     port, **env)
 
 
-def _outlets(value: Any) -> tuple[tuple[str, int], ...]:
-    """The node-to-outlet map; ValueError for a non-mapping, a bad number or a reused one."""
+def _outlets(value: Any, line: int | None) -> tuple[tuple[str, int], ...]:
+    """The node-to-outlet map; SectionError for a non-mapping, a bad number or a reused one,
+    at its own line (line: the `outlets:` key's)."""
     if not isinstance(value, Mapping) or not value:
-        raise ValueError("pdu: outlets: expected a mapping of node to outlet number")
+        raise SectionError("pdu: outlets: expected a mapping of node to outlet number",
+                           "e.g. outlets: {spark-01: 1, spark-02: 2}", line)
     seen: dict[int, str] = {}
     for node, outlet in value.items():
+        at = _line(value, node) or line
         if not isinstance(outlet, int) or isinstance(outlet, bool) or not 1 <= outlet <= MAX_OUTLET:
-            raise ValueError(f"pdu: outlets: {node}: expected an outlet number 1..{MAX_OUTLET}, "
-                             f"got {outlet!r}")
+            raise SectionError(f"pdu: outlets: {node}: expected an outlet number "
+                               f"1..{MAX_OUTLET}, got {outlet!r}",
+                               "the number printed on the PDU beside the node's cord", at)
         if outlet in seen:
-            raise ValueError(f"pdu: outlets: outlet {outlet} is given to both {seen[outlet]} "
-                             f"and {node}")
+            raise SectionError(f"pdu: outlets: outlet {outlet} is given to both "
+                               f"{seen[outlet]} and {node}", "one node per outlet", at)
         seen[outlet] = str(node)
     return tuple((str(node), outlet) for node, outlet in value.items())

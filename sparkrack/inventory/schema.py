@@ -30,6 +30,9 @@ from sparkrack.inventory.values import (
 
 ENGINES = ("sglang", "vllm")
 ADDRESS = "address"  # type of keys holding an IP address or a DNS host name
+# roce_addr, roce_twin_addr: read as an address, refused unless IPv4 (or ansible_host's,
+# the management address) once the host is whole (loader._check_fabric)
+FABRIC_ADDRESS = "fabric address"
 PDU = "pdu"  # type of the `pdu:` section (inventory/pdu.py)
 EngineFiles = typing.NewType("EngineFiles", Mapping[str, str])  # engine -> local file; may be {}
 SOURCES = EngineFiles
@@ -248,7 +251,7 @@ class Spec:
     def check(self, value: Any) -> Any:
         """Return the value in this key's type; raise ValueError naming what was expected,
         or what makes a text value unsafe for its kind."""
-        if self.type == ADDRESS and isinstance(value, str) and "%" in value:
+        if self.type in (ADDRESS, FABRIC_ADDRESS) and isinstance(value, str) and "%" in value:
             raise ValueError(f"{self.name}: {describe(value)} {address_problem(value)}")
         if self.type == PDU:
             return None if value is None else parse_pdu(value)
@@ -293,6 +296,7 @@ class Spec:
 _EXPECTED = {
     str: "a non-empty string",
     ADDRESS: "an IP address or hostname",
+    FABRIC_ADDRESS: "an IPv4 address",
     int: "an integer",
     float: "a number",
     bool: "true or false",
@@ -313,7 +317,7 @@ def _convert(type_: Any, value: Any) -> Any:
             value, bool) else None
     if type_ is str:
         return value if _is_name(value) else None
-    if type_ == ADDRESS:
+    if type_ in (ADDRESS, FABRIC_ADDRESS):
         return value if is_address(value) else None
     if type_ == tuple[str, ...]:
         ok = isinstance(value, (list, tuple)) and value and all(_is_name(item) for item in value)
@@ -377,11 +381,12 @@ HOST_SPECS = (
          CONNECTION, sample="~/.ssh/sparkrack", kind=LOCAL_PATH),
     Spec("rank", int, None, "tensor-parallel rank; 0 is the head (HTTP, dist-init)", HOST,
          at_least=0, sample=0),
-    Spec("roce_addr", ADDRESS, None, "IPv4 address on the RoCE fabric; default: ansible_host "
-         "(the management address: no fabric address)", HOST,
+    Spec("roce_addr", FABRIC_ADDRESS, None, "IPv4 address on the RoCE fabric; default: "
+         "ansible_host (the management address: no fabric address)", HOST,
          sample="198.51.100.11"),
-    Spec("roce_twin_addr", ADDRESS, None, "IPv4 address on the second PCIe path's netdev of the "
-         "cabled port (the twin of nccl_socket_ifname); default: none (MTU only)", HOST,
+    Spec("roce_twin_addr", FABRIC_ADDRESS, None, "IPv4 address on the second PCIe path's "
+         "netdev of the cabled port (the twin of nccl_socket_ifname); default: none (MTU "
+         "only)", HOST,
          sample="198.51.101.11"),
     Spec("spare", bool, False, "a staged node outside the TP group (no rank); `invoke "
          "onboard NAME --replace OLD` makes it a member", HOST, sample=True),

@@ -45,8 +45,8 @@ def address_problem(value: Any) -> str | None:
     if not isinstance(value, str):
         return "is not text"
     if "%" in value:
-        return ("has a zone index (%...), which is refused: use the node's global or "
-                "unique-local address (link-local addresses are not supported)")
+        return ("has a zone index (%...): link-local addresses are refused, use a global or "
+                "unique-local one")
     try:
         ipaddress.ip_address(value)
         return None

@@ -22,6 +22,8 @@ from sparkrack.onboard import baseline, join, provision, scratch, stage, trust, 
 from sparkrack.onboard.context import Context, Event, OnboardReport, Options, Stop
 from sparkrack.transfer.chain import DEFAULT_PYTHON
 
+FABRIC_FLAG_FIX = "{flag} IPV4: the node's IPv4 address there, or leave it out"
+
 
 def onboard(inventory: Inventory, name: str, address: str, *, replace: str | None = None,
             check: bool = False, fingerprint: str | None = None,
@@ -79,19 +81,18 @@ def _check_arguments(inventory: Inventory, name: str, address: str, replace: str
     """UsageError for arguments that cannot work; the node being replaced, if any."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or name == "all":
         raise UsageError(f"invalid node name {name!r}", fix="e.g. spark-09")
-    for value, flag in ((address, "--address"), (roce_addr, "--roce-addr"),
-                        (roce_twin_addr, "--roce-twin-addr")):
+    for value, flag, fix in (
+            (address, "--address", "--address ADDR: an IPv4/IPv6 address or a DNS name"),
+            (roce_addr, "--roce-addr", FABRIC_FLAG_FIX.format(flag="--roce-addr")),
+            (roce_twin_addr, "--roce-twin-addr", FABRIC_FLAG_FIX.format(flag="--roce-twin-addr"))):
         problem = address_problem(value) if value is not None else None
         if problem:
-            raise UsageError(f"{flag} {value!r} {problem}",
-                             fix=f"{flag} ADDR: an IPv4/IPv6 address or a DNS name")
+            raise UsageError(f"{flag} {value!r} {problem}", fix=fix)
     for value, flag in ((roce_addr, "--roce-addr"), (roce_twin_addr, "--roce-twin-addr")):
         problem = fabric_address_problem(value) if value not in (None, address) else None
         if problem:
-            raise UsageError(f"{flag} {value} {problem}; a fabric address must be an IPv4 "
-                             "address: role fabric writes it into netplan, and NCCL's RoCE v2 "
-                             "GID is IPv4-mapped", fix=f"{flag} IPV4: the node's IPv4 address "
-                             "there, or leave it out")
+            raise UsageError(f"{flag} {value} {problem}, but a fabric address is IPv4 "
+                             "(docs/inventory.md#values)", fix=FABRIC_FLAG_FIX.format(flag=flag))
     members = {n.name: n for n in inventory.nodes}
     old = None
     if replace is not None:

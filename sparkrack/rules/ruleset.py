@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from sparkrack import data
-from sparkrack.core.errors import UsageError
+from sparkrack.core.errors import UsageError, allowed_fix
 from sparkrack.engines.datafile import (
     Section,
     did_you_mean,
@@ -64,7 +64,7 @@ def get_rule(rule_id: str) -> Rule:
     rules = {rule.id: rule for rule in all_rules()}
     if rule_id not in rules:
         raise UsageError(f"unknown rule '{rule_id}'{did_you_mean(rule_id, rules)}",
-                         fix="rules: " + ", ".join(rules))
+                         fix=allowed_fix("rules", rules, "`invoke check --list`"))
     return rules[rule_id]
 
 

@@ -117,11 +117,26 @@ def node_line(screen: list[str], node: str) -> str:
 
 
 def failure(screen: list[str], opening: str) -> str:
-    """The first two screen lines of the failure that starts with opening, as one text
-    without spaces (a word the terminal wrapped reads across the line break)."""
+    """The failure that starts with opening, as one text without spaces: with its
+    continuation lines (indented: sparkrack broke it at spaces), else with the next line
+    (a word the terminal wrapped reads across the line break)."""
     start = next((i for i, line in enumerate(screen) if line.startswith(opening)), None)
     assert start is not None, f"no line opens with {opening!r}:\n" + "\n".join(screen)
-    return "".join(screen[start:start + 2]).replace(" ", "")
+    end = start + 1
+    while end < len(screen) and screen[end].startswith("  "):
+        end += 1
+    return "".join(screen[start:max(end, start + 2)]).replace(" ", "")
+
+
+def broken_at_spaces(screen: list[str], opening: str, width: int) -> bool:
+    """Whether the lines of the failure that starts with opening are within width and
+    each continuation line is indented (sparkrack broke them at spaces, not the terminal)."""
+    start = next(i for i, line in enumerate(screen) if line.startswith(opening))
+    end = start + 1
+    while end < len(screen) and screen[end].startswith("  "):
+        end += 1
+    return all(len(line) < width for line in screen[start:end]) and (
+        end > start + 1 or len(screen[start]) < width)
 
 
 @pytest.fixture
@@ -185,6 +200,7 @@ def test_a_failed_up_and_status_with_a_node_cut_name_the_cause_first(fabric_addr
         assert code == 1, screen
         assert ("rank2onspark-03exited(exitcode1):RuntimeError:ifa!=nullptr."
                 + CAUSE.replace(" ", "")) in failure(screen, "error:"), screen
+        assert broken_at_spaces(screen, "error:", width), screen  # no word cut in two
         assert '"argv"' not in "\n".join(screen) and '"env"' not in "\n".join(screen)
 
     kept = subprocess.run(invoke("logs", "--failed", "-i", "inventory/rehearsal"), cwd=REPO,

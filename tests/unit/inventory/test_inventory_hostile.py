@@ -102,7 +102,7 @@ def test_rack_text_values_are_checked_by_kind(inv_dir, line, message):
 
 @pytest.mark.parametrize("old, new, message", [
     ("ansible_host: 192.0.2.4,", """ansible_host: "fe80::1%'$(reboot)\\"",""",
-     "ansible_host: 'fe80::1%\\'$(reboot)\"' has a zone index (%...), which is refused"),
+     "ansible_host: 'fe80::1%\\'$(reboot)\"' has a zone index (%...): link-local addresses are refused"),
     ("ansible_host: 192.0.2.4,", "ansible_host: 'fe80::1%eth0',",
      "ansible_host: 'fe80::1%eth0' has a zone index"),
     ("rank: 3}", """rank: 3, roce_addr: "198.51.100.9%`id`"}""",
@@ -305,7 +305,7 @@ def test_onboard_refuses_a_fabric_address_that_is_no_ipv4_before_anything(inv_di
     with pytest.raises(UsageError) as caught:
         onboard(load_inventory(inv_dir), "spark-09", "192.0.2.9", roce_addr=roce,
                 roce_twin_addr=twin, check=True)
-    assert caught.value.line().startswith(says + "; a fabric address must be an IPv4 address")
+    assert caught.value.line().startswith(says + ", but a fabric address is IPv4")
     assert (inv_dir / "hosts.yml").read_text() == before
 
 

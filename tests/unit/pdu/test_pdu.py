@@ -67,6 +67,52 @@ def test_a_wrong_section_is_one_line_naming_its_line(tmp_path, body, message):
     assert "hunter2" not in line
 
 
+BLOCK = """pdu:
+  name: strip-a
+  address: 127.0.0.1
+  port: 161
+  outlets:
+    spark-01: 1
+    spark-02: 2
+    spark-03: 3
+    spark-04: 4
+"""
+
+
+@pytest.mark.parametrize("old, new, says", [
+    ("    spark-03: 3", "    spark-03: 0", "pdu: outlets: spark-03: expected an outlet number"),
+    ("    spark-04: 4", "    spark-04: 2", "pdu: outlets: outlet 2 is given to both spark-02 "
+                                           "and spark-04"),
+    ("    spark-04: 4", "    spark-09: 4", "pdu: outlets: 'spark-09' is not a host of hosts.yml"),
+    ("  port: 161", "  port: 0", "pdu: port: expected an integer 1..65535, got 0"),
+    ("  address: 127.0.0.1", "  address: 'fe80::1%eth0'", "pdu: address: 'fe80::1%eth0' has a "
+                                                           "zone index"),
+    ("  name: strip-a", "  name: 'strip a'", "pdu: name: 'strip a' is not a name"),
+    ("  port: 161", "  port: 161\n  community: public", "pdu: unknown key 'community'"),
+])
+def test_a_wrong_value_is_named_at_its_own_line_not_the_sections(tmp_path, old, new, says):
+    """Issue 57 item 2: a bad outlet was reported at `pdu:`'s line, not at its own."""
+    directory = inventory_dir(tmp_path, BLOCK.replace(old, new))
+    all_yml = directory / "group_vars" / "all.yml"
+    lines = all_yml.read_text().splitlines()
+    at = lines.index(new.split("\n")[-1]) + 1
+    assert at > lines.index("pdu:") + 1
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(directory)
+    line = caught.value.line()
+    assert line.startswith(f"{all_yml}:{at}: {says}"), line
+    assert len(line.replace(str(directory), "inventory/rack")) <= 200, line
+
+
+def test_a_member_on_no_outlet_is_named_at_the_outlets_line(tmp_path):
+    directory = inventory_dir(tmp_path, BLOCK.replace("    spark-04: 4\n", ""))
+    all_yml = directory / "group_vars" / "all.yml"
+    at = all_yml.read_text().splitlines().index("  outlets:") + 1
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(directory)
+    assert caught.value.line().startswith(f"{all_yml}:{at}: pdu: outlets: spark-04 on no outlet")
+
+
 @pytest.mark.parametrize("key, variable", [
     ("user_env", "HF_TOKEN"),  # the token went to the PDU as the SNMPv3 user name
     ("auth_key_env", "LD_PRELOAD"),  # into the root service's EnvironmentFile
@@ -85,11 +131,9 @@ def test_the_section_names_only_sparkrack_pdu_variables(tmp_path, key, variable)
     all_yml = directory / "group_vars" / "all.yml"
     at = all_yml.read_text().splitlines().index(f"  {key}: {variable}") + 1
     assert line == (
-        f"{all_yml}:{at}: pdu: {key}: {variable} is not a SPARKRACK_PDU_* variable: the "
-        "PDU's user and keys come only from SPARKRACK_PDU_* variables (the watchdog's root "
-        "service is given them, and every record masks their values) (name the variable "
-        "holding it, SPARKRACK_PDU_ and upper-case letters, digits or '_' (e.g. "
-        "auth_key_env: SPARKRACK_PDU_AUTH_KEY), or leave the key out for its default)")
+        f"{all_yml}:{at}: pdu: {key}: {variable} is not a SPARKRACK_PDU_* variable, the only "
+        "ones the watchdog is given and records mask (e.g. auth_key_env: "
+        "SPARKRACK_PDU_AUTH_KEY, or leave the key out; docs/inventory.md#the-pdu)")
 
 
 @pytest.mark.parametrize("value", ["hunter2 hunter2", "hunter2hunter2", "sparkrack_pdu_user"])
@@ -99,7 +143,7 @@ def test_a_secret_written_where_a_name_belongs_is_refused_without_showing_it(tmp
     with pytest.raises(InventoryError) as caught:
         load_inventory(directory)
     line = caught.value.line()
-    assert "pdu: auth_key_env: not an environment variable name (upper-case letters, " in line
+    assert "pdu: auth_key_env: not an environment variable name (not shown: " in line
     assert f"{directory / 'group_vars' / 'all.yml'}:" in line and value not in line
 
 

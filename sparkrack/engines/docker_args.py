@@ -13,7 +13,7 @@ from typing import Any
 import docker.types
 
 from sparkrack.core.errors import UsageError
-from sparkrack.engines.spec import LaunchSpec, Mount
+from sparkrack.engines.spec import LaunchSpec
 
 
 def docker_run_argv(spec: LaunchSpec, redact: bool = True) -> list[str]:
@@ -30,7 +30,7 @@ def docker_run_argv(spec: LaunchSpec, redact: bool = True) -> list[str]:
         argv += ["--ulimit", f"{limit.name}={limit.soft}:{limit.hard}"]
     argv += ["--shm-size", options.shm_size, "--stop-signal", options.stop_signal,
              "--stop-timeout", str(options.stop_timeout_s)]
-    for mount in _mounts(spec):
+    for mount in spec.docker.binds():
         argv += ["--volume", f"{mount.source}:{mount.target}" + (":ro" if mount.read_only
                                                                   else "")]
     for key, value in spec.labels.items():
@@ -72,14 +72,9 @@ def docker_sdk_kwargs(spec: LaunchSpec) -> dict[str, Any]:
                     for u in options.ulimits],
         "shm_size": options.shm_size,
         "volumes": {m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
-                    for m in _mounts(spec)},
+                    for m in options.binds()},
         "environment": dict(spec.env),
         "labels": dict(spec.labels),
         "stop_signal": options.stop_signal,
     }
 
-
-def _mounts(spec: LaunchSpec) -> tuple[Mount, ...]:
-    """Every host path bound into the container: the spec's mounts, then the token's."""
-    token = spec.docker.token_mount
-    return (*spec.docker.mounts, *((token,) if token is not None else ()))

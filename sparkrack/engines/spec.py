@@ -90,6 +90,12 @@ class DockerOptions:
     # token over (a Kubernetes export takes it from a Secret instead)
     token_mount: Mount | None = None
 
+    def binds(self) -> tuple[Mount, ...]:
+        """Every host path bound into the container, the one list that `docker run`'s
+        --volume, the SDK's volumes and `plan --json`'s mounts all come from: the mounts,
+        then the token's folder."""
+        return (*self.mounts, *((self.token_mount,) if self.token_mount is not None else ()))
+
 
 @dataclass(frozen=True)
 class LaunchSpec:
@@ -148,7 +154,7 @@ class LaunchSpec:
                 "ulimits": [{"name": u.name, "soft": u.soft, "hard": u.hard}
                             for u in docker.ulimits],
                 "mounts": [{"source": m.source, "target": m.target, "read_only": m.read_only}
-                           for m in docker.mounts],
+                           for m in docker.binds()],
                 "token_mount": None if docker.token_mount is None else {
                     "source": docker.token_mount.source, "target": docker.token_mount.target,
                     "read_only": docker.token_mount.read_only},
@@ -203,8 +209,9 @@ def deployment_hash(specs: tuple[LaunchSpec, ...]) -> str:
         cached = cache_env(spec.engine)
         data["env"] = {key: value for key, value in spec.env.items()
                        if key not in spec.secret_names and key not in cached}
+        token = data["docker"]["token_mount"]  # hashed on its own, as before it was listed
         data["docker"]["mounts"] = [m for m in data["docker"]["mounts"]
-                                    if m["target"] != CACHE_MOUNT]
+                                    if m["target"] != CACHE_MOUNT and m != token]
         content.append(data)
     text = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()

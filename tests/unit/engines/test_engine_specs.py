@@ -2,6 +2,7 @@
 engines, docker options and labels, the deployment hash, secrets and `invoke plan`."""
 
 import dataclasses
+import hashlib
 import json
 import shlex
 import shutil
@@ -27,7 +28,7 @@ from sparkrack.engines import (
     docker_run_argv,
     docker_sdk_kwargs,
 )
-from sparkrack.engines.spec import DRAIN_EXIT_S
+from sparkrack.engines.spec import DRAIN_EXIT_S, deployment_hash
 from sparkrack.inventory import load_inventory
 from sparkrack.inventory.schema import FrozenMapping
 from sparkrack.provision.envfiles import RackView
@@ -435,6 +436,36 @@ def test_plan_json_and_experimental_warning(capsys):
     assert plan["experimental"] and len(plan["ranks"]) == 8
     assert plan["ranks"][1]["docker_run"].endswith("--headless")
     assert "experimental" in captured.err
+
+
+def test_plan_json_describes_each_container_once_from_one_list_of_mounts(capsys):
+    """Issue 57 item 2: `docker_run` bound /etc/sparkrack/hf read-only, as the container does,
+    but the `docker` block's mounts omitted it: an audit of the JSON missed the token folder."""
+    run_plan("--engine", "sglang", "-i", str(REPO / "inventory" / "rack"), "--json")
+    for rank in json.loads(capsys.readouterr().out)["ranks"]:
+        mounts = rank["docker"]["mounts"]
+        argv = shlex.split(rank["docker_run"])
+        volumes = [argv[i + 1] for i, word in enumerate(argv) if word == "--volume"]
+        assert volumes == [f"{m['source']}:{m['target']}" + (":ro" if m["read_only"] else "")
+                           for m in mounts]
+        assert {"source": "/etc/sparkrack/hf", "target": "/etc/sparkrack/hf",
+                "read_only": True} in mounts
+        assert rank["docker"]["token_mount"]["source"] == "/etc/sparkrack/hf"
+
+
+def test_the_token_folder_in_the_mounts_leaves_the_spec_hash_as_it_was(real_inventory):
+    """Listing the token's folder among the mounts changes no deployment's hash: a rack
+    serving when sparkrack is upgraded is not taken for another deployment."""
+    spec = specs(real_inventory, "sglang", node_env=read_env(real_inventory, "sglang"))[0]
+    assert spec.docker.token_mount is not None
+    data = spec.as_dict()
+    data["docker"]["mounts"] = data["docker"]["mounts"][:-1]  # as before: without the token's
+    for key in ("deployment_id", "spec_hash", "labels", "secret_names", "env_sources",
+                "env_view", "stall_budget_s"):
+        del data[key]
+    data["env"] = {k: v for k, v in spec.env.items() if k not in spec.secret_names}
+    text = json.dumps([data], sort_keys=True, separators=(",", ":"))
+    assert deployment_hash((spec,)) == hashlib.sha256(text.encode()).hexdigest()
 
 
 def test_api_port_gives_every_lane_one_address(own_rack):

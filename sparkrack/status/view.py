@@ -7,6 +7,7 @@ deployment records, a failed start by its cause first. Pure: rows in, cells and 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -101,22 +102,46 @@ def power_cycle_line(record: Mapping | None, now: float) -> str | None:
 
     at = record.get("time")
     when = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
-            + f" ({_ago(now - at)} ago)") if isinstance(at, (int, float)) else "?"
+            + f" ({age_text(now - at)} ago)") if isinstance(at, (int, float)) else "?"
     return (f"power cycle: {record.get('node', '?')} at {when} by {record.get('by', '?')} "
             f"({record.get('cause', '?')}): {record.get('outcome', '?')}: "
             f"{record.get('line', '')}")
 
 
-def _ago(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    return (f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
-            if seconds < 7200 else f"{seconds / 3600:.1f} h")
+def superseded(records: Mapping[str, dict | None]) -> str | None:
+    """The kind of the record that started after the failed one ("current", else
+    "last-good"), or None: the failure is the latest news."""
+    failed = records.get("failed") or {}
+    if failed.get("started") is None:
+        return None
+    for kind in ("current", "last-good"):
+        started = (records.get(kind) or {}).get("started")
+        if started is not None and started > failed["started"]:
+            return kind
+    return None
 
 
-def deployment_lines(records: Mapping[str, dict | None], wide: bool) -> list[str]:
+def age_text(seconds: float) -> str:
+    """An age as the status line says it: 40 s, 12 min, 3 h 5 min, 2 d 4 h."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if hours < 1:
+        return f"{minutes} min"
+    if days < 1:
+        return f"{hours} h {minutes % 60} min" if minutes % 60 else f"{hours} h"
+    return f"{days} d {hours % 24} h" if hours % 24 else f"{days} d"
+
+
+def deployment_lines(records: Mapping[str, dict | None], wide: bool,
+                     now: float | None = None) -> list[str]:
     """The head's deployment records, one line each (wide: image, spec and weights too). A
-    failed start (narrow) says why first, then which deployment it was, on its own line."""
+    failed start (narrow) says why first, then which deployment it was, on its own line; one
+    older than a start since (the current or last-good deployment) is history, not news: its
+    line says its age and what came after (now: this machine's clock)."""
     lines = []
+    since = superseded(records)
     for kind in KINDS:
         dep = records.get(kind)
         if not dep:
@@ -124,6 +149,9 @@ def deployment_lines(records: Mapping[str, dict | None], wide: bool) -> list[str
         by = f" by {dep['operator']}" if dep.get("operator") else ""
         state = f" ({dep['status']})" if kind == "current" and dep.get("status") else ""
         error = dep.get("error") if kind == "failed" else None
+        if kind == "failed" and since:  # history, not news: its age and what came after
+            age = age_text((time.time() if now is None else now) - dep["started"])
+            state = f" {age} ago, before the {since} deployment"
         if wide:
             weights = (f" weights {dep['model_path']} {dep['weights_digest'][:12]}"
                        if dep.get("weights_digest") else "")
@@ -139,7 +167,7 @@ def deployment_lines(records: Mapping[str, dict | None], wide: bool) -> list[str
             continue
         which = f"{dep['engine']} {dep['profile']}, deployment {dep['deployment_id']}{by}"
         if error:
-            lines += [f"failed: {_first_line(error)}", f"  {which}"]
+            lines += [f"failed{state}: {_first_line(error)}", f"  {which}"]
         else:
             lines.append(f"{kind}{state}: {which}")
     return lines

@@ -15,6 +15,7 @@ from sparkrack.status.view import (
     NARROW,
     NARROW_WRAPS,
     WIDE,
+    age_text,
     deployment_lines,
     differences,
     narrow_cells,
@@ -133,6 +134,34 @@ def test_an_older_failed_record_is_summed_up_the_same_way():
     lines = deployment_lines({"failed": {**FAILED, "error": quoted}}, wide=False)
     assert lines[0] == ("failed: rank 2 on spark-03 exited (exit code 1): RuntimeError: ifa != "
                         "nullptr. Unable to find address for: enp1s0f0np0")
+
+
+def test_a_failure_older_than_the_current_deployment_says_its_age_not_news():
+    """Issue 57 item 2: a rack serving a newer deployment still showed an older `failed:`
+    record as if it were news."""
+    failed = {**FAILED, "started": 1_000_000.0}
+    current = {**FAILED, "deployment_id": "vllm-512k-x", "engine": "vllm", "status": "serving",
+               "error": "", "started": 1_000_000.0 + 3600}
+    now = 1_000_000.0 + 3 * 86400 + 2 * 3600 + 30
+    lines = deployment_lines({"current": current, "failed": failed}, wide=False, now=now)
+    assert lines[0] == "current (serving): vllm 512k, deployment vllm-512k-x by root@vm"
+    assert lines[1].startswith("failed 3 d 2 h ago, before the current deployment: rank 2 on "
+                               "spark-03 exited (exit code 1)")
+    assert not any(line.startswith("failed:") for line in lines)
+    wide = deployment_lines({"current": current, "failed": failed}, wide=True, now=now)
+    assert wide[1].startswith("failed 3 d 2 h ago, before the current deployment: sglang 512k")
+    gone = deployment_lines({"last-good": current, "failed": failed}, wide=False, now=now)
+    assert gone[1].startswith("failed 3 d 2 h ago, before the last-good deployment: rank 2")
+
+
+def test_a_failure_newer_than_what_serves_is_news():
+    failed = {**FAILED, "started": 1_000_000.0 + 60}
+    current = {**FAILED, "status": "serving", "error": "", "started": 1_000_000.0}
+    lines = deployment_lines({"last-good": current, "failed": failed}, wide=False,
+                             now=1_000_000.0 + 90)
+    assert lines[1].startswith("failed: rank 2 on spark-03 exited (exit code 1)")
+    assert [age_text(s) for s in (9.5, 60, 719, 3600, 3660, 86400, 90000)] == [
+        "9 s", "1 min", "11 min", "1 h", "1 h 1 min", "1 d", "1 d 1 h"]
 
 
 def test_the_current_deployment_is_named_once():

@@ -28,10 +28,12 @@ from sparkrack.core import console
 SHORT = {
     "inventory": "i", "json": "j", "wait": "w", "limit": "l", "check": "c", "diff": "d",
     "timeout": "t", "engine": "e", "profile": "p", "node": "n", "yes": "y", "out": "o",
-    "since": "s", "follow": "f", "model": "m",
+    "since": "s", "follow": "f", "model": "m", "quiet": "q",
 }
 
 LIMIT_HELP = "only these nodes or groups, e.g. spark-01,spark-03 (default: every node)"
+QUIET_HELP = ("one line per node as its copy starts and ends, no progress bars (what a pipe "
+              "gets too)")
 # --limit was --nodes in run, logs, reboot, caches, weights and rehearsal.stub-model
 RENAMED_LIMIT = {"nodes": "limit"}
 

@@ -6,7 +6,7 @@ import sys
 from invoke.exceptions import Exit
 
 from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
-from sparkrack.cli.flags import task
+from sparkrack.cli.flags import QUIET_HELP, task
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
 
@@ -66,12 +66,13 @@ def _printer(json: bool):
     "bwlimit": "MiB/s cap for the weight copy (spares the fabric of a serving rack)",
     "burn_seconds": "burn check length (default 5)",
     "full_verify": "re-hash every weight file already on the node (ignore its hash cache)",
-    "inventory": INVENTORY_HELP, "json": "print the report as JSON", **WAIT_HELP})
+    "inventory": INVENTORY_HELP, "json": "print the report as JSON", "quiet": QUIET_HELP,
+    **WAIT_HELP})
 @rack_task(changing=lambda a: not a["check"],
            headless=lambda a, rack: a["replace"] == rack.head.name)
 def onboard(c, name, address, replace=None, check=False, fingerprint=None, yes=False,
             waive=None, roce_addr=None, roce_twin_addr=None, peer=None, bwlimit=None, burn_seconds=5.0,
-            full_verify=False, inventory=None, json=False):
+            full_verify=False, inventory=None, json=False, quiet=False):
     """Make a bare Spark a member of the rack, or a staged spare.
 
     --replace OLD: under OLD's rank. Trust, baseline, provision, stage, verify, join. Exit 1
@@ -79,15 +80,18 @@ def onboard(c, name, address, replace=None, check=False, fingerprint=None, yes=F
     from sparkrack.onboard import as_json
     from sparkrack.onboard import onboard as run_onboard
     from sparkrack.onboard.run import render_summary
+    from sparkrack.transfer.show import TransferProgress
 
     rack = inventory_from(inventory)
     interactive = sys.stdin.isatty() and not json
-    report = run_onboard(
-        rack, name, address, replace=replace, check=check, fingerprint=fingerprint,
-        confirm=_ask if interactive else None, assume_yes=yes, waivers=_parse_waivers(waive),
-        roce_addr=roce_addr, roce_twin_addr=roce_twin_addr, peer=peer, burn_seconds=float(burn_seconds),
-        bwlimit=float(bwlimit) * 2**20 if bwlimit else None,
-        full_verify=full_verify, on_event=_printer(json))
+    with TransferProgress(quiet=quiet, silent=json) as progress:
+        report = run_onboard(
+            rack, name, address, replace=replace, check=check, fingerprint=fingerprint,
+            confirm=_ask if interactive else None, assume_yes=yes,
+            waivers=_parse_waivers(waive), roce_addr=roce_addr, roce_twin_addr=roce_twin_addr,
+            peer=peer, burn_seconds=float(burn_seconds),
+            bwlimit=float(bwlimit) * 2**20 if bwlimit else None,
+            full_verify=full_verify, on_event=_printer(json), on_progress=progress)
     from sparkrack.oplock.audit import note
 
     note(nodes=[name], waivers=_parse_waivers(waive), joined=report.joined,

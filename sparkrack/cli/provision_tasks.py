@@ -3,7 +3,7 @@
 from invoke.exceptions import Exit
 
 from sparkrack.cli.common import INVENTORY_HELP, WAIT_HELP, inventory_from, rack_task
-from sparkrack.cli.flags import LIMIT_HELP, task
+from sparkrack.cli.flags import LIMIT_HELP, QUIET_HELP, task
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
 
@@ -56,19 +56,24 @@ def _on_planned(diff: bool, json: bool):
 @task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP, "role": ROLE_HELP,
             "check": "plan only: show what would change, change nothing",
             "diff": "show full unified diffs of files (secret values as ***)",
-            "json": "print the whole report as JSON instead", **WAIT_HELP})
+            "json": "print the whole report as JSON instead", "quiet": QUIET_HELP,
+            **WAIT_HELP})
 @rack_task(changing=lambda a: not a["check"])
-def provision(c, inventory=None, limit=None, role=None, check=False, diff=False, json=False):
+def provision(c, inventory=None, limit=None, role=None, check=False, diff=False, json=False,
+              quiet=False):
     """Make the nodes what the inventory says, and show what changed.
 
-    Gather facts (one round trip per node), plan, show, apply, re-plan; recap per node.
+    Gather facts (one round trip per node), plan, show, apply, re-plan; recap per node. An
+    engine image on its way shows each node's bytes, rate and time left.
 
     Exit 1 when a node failed, did not converge or could not be reached."""
     from sparkrack.provision import provision as run_provision
+    from sparkrack.transfer.show import TransferProgress
 
     rack = inventory_from(inventory)
-    report = run_provision(rack, limit, roles=role, check=check,
-                           on_event=_on_planned(diff, json))
+    with TransferProgress(quiet=quiet, silent=json) as progress:
+        report = run_provision(rack, limit, roles=role, check=check,
+                               on_event=_on_planned(diff, json), on_progress=progress)
     _show(report, diff=diff, json=json)
 
 

@@ -13,7 +13,7 @@ from sparkrack.cli.common import (
     operator_task,
     rack_task,
 )
-from sparkrack.cli.flags import LIMIT_HELP, RENAMED_LIMIT, task
+from sparkrack.cli.flags import LIMIT_HELP, QUIET_HELP, RENAMED_LIMIT, task
 from sparkrack.core import console
 from sparkrack.core.errors import UsageError
 
@@ -70,11 +70,11 @@ def _source(rack, from_, source, model):
             "limit": LIMIT_HELP, "bwlimit": "MiB/s cap at the source (spares the fabric of "
             "a serving rack)", "full_verify": "re-hash the files already on the nodes (ignore "
             "their hash cache)", "check": "say what would be copied where; change nothing",
-            "json": "print the report as JSON", "python": PYTHON_HELP,
+            "json": "print the report as JSON", "python": PYTHON_HELP, "quiet": QUIET_HELP,
             "inventory": INVENTORY_HELP, **WAIT_HELP})
 @rack_task(changing=lambda a: not a["check"], name="weights.stage")
 def stage(c, model=None, from_=None, source=None, limit=None, bwlimit=None, full_verify=False,
-          check=False, json=False, python=None, inventory=None):
+          check=False, json=False, python=None, inventory=None, quiet=False):
     """Copy a model directory to every node through the pipelined chain.
 
     --limit: only those.
@@ -85,7 +85,7 @@ def stage(c, model=None, from_=None, source=None, limit=None, bwlimit=None, full
     from sparkrack.fleet import Fleet
     from sparkrack.oplock.audit import note
     from sparkrack.transfer.chain import DEFAULT_PYTHON
-    from sparkrack.transfer.show import StageProgress, print_stage
+    from sparkrack.transfer.show import TransferProgress, print_stage
     from sparkrack.transfer.weights import stage as run_stage
 
     rack = inventory_from(inventory)
@@ -100,7 +100,7 @@ def stage(c, model=None, from_=None, source=None, limit=None, bwlimit=None, full
                              fix="e.g. --bwlimit 500")
     members = {n.name: n for n in (*targets, *([origin.node] if origin.node else []))}
     with Fleet(rack, list(members.values())) as fleet, \
-            StageProgress([t.name for t in targets], quiet=json) as progress:
+            TransferProgress([t.name for t in targets], quiet=quiet, silent=json) as progress:
         report = run_stage(fleet, origin, targets, path, python=python or DEFAULT_PYTHON,
                            bwlimit=rate, full_verify=full_verify, check=check,
                            on_event=(lambda line: None) if json else

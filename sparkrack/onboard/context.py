@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from sparkrack.core.errors import SparkrackError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
-from sparkrack.transfer.chain import DEFAULT_PYTHON
+from sparkrack.transfer.chain import DEFAULT_PYTHON, Progress
 
 if TYPE_CHECKING:
     from sparkrack.onboard.baseline import Difference, Facts
@@ -92,6 +92,7 @@ class Options:
     bwlimit: float | None = None
     full_verify: bool = False
     python: str = DEFAULT_PYTHON
+    on_progress: Progress | None = None  # the image and weight copies as they go
 
 
 class Stop(Exception):

@@ -20,7 +20,7 @@ from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.values import address_problem, fabric_address_problem
 from sparkrack.onboard import baseline, join, provision, scratch, stage, trust, verify
 from sparkrack.onboard.context import Context, Event, OnboardReport, Options, Stop
-from sparkrack.transfer.chain import DEFAULT_PYTHON
+from sparkrack.transfer.chain import DEFAULT_PYTHON, Progress
 
 FABRIC_FLAG_FIX = "{flag} IPV4: the node's IPv4 address there, or leave it out"
 
@@ -32,19 +32,21 @@ def onboard(inventory: Inventory, name: str, address: str, *, replace: str | Non
             roce_twin_addr: str | None = None,
             peer: str | None = None, burn_seconds: float = 5.0, bwlimit: float | None = None,
             full_verify: bool = False, python: str = DEFAULT_PYTHON,
-            on_event: Event | None = None) -> OnboardReport:
+            on_event: Event | None = None, on_progress: Progress | None = None
+            ) -> OnboardReport:
     """Onboard name at address (docs/onboarding.md). Never raises for a node's failure: the
     report's steps say what happened; UsageError for bad arguments (nothing touched).
 
     confirm(question) -> bool asks the operator (None: non-interactive). assume_yes skips
     the question before the node is changed (step 3); it never stands in for the host key
-    confirmation, which needs confirm() or a matching fingerprint."""
+    confirmation, which needs confirm() or a matching fingerprint. on_progress: the copies
+    of step 4 (images, weights) as they go, per node."""
     waivers = baseline.check_waivers(waivers or {})
     old = _check_arguments(inventory, name, address, replace, roce_addr, roce_twin_addr, peer)
     report = OnboardReport(name, address, replace, check)
     options = Options(fingerprint=fingerprint, confirm=confirm, assume_yes=assume_yes,
                       waivers=waivers, peer=peer, burn_seconds=burn_seconds, bwlimit=bwlimit,
-                      full_verify=full_verify, python=python)
+                      full_verify=full_verify, python=python, on_progress=on_progress)
     emit = on_event or (lambda kind, step, text: None)
     with tempfile.TemporaryDirectory(prefix="sparkrack-onboard-") as scratch_dir:
         ctx = Context(inventory, report, options, emit, Path(scratch_dir), old=old,

@@ -11,7 +11,7 @@ from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
 from sparkrack.onboard.context import Context
 from sparkrack.provision.images import resolve_images
-from sparkrack.transfer.chain import DEFAULT_PYTHON
+from sparkrack.transfer.chain import DEFAULT_PYTHON, Progress
 from sparkrack.transfer.images import (
     ImageTarget,
     TransferReport,
@@ -55,7 +55,8 @@ def rack_images(refs: Sequence[str], facts: Mapping[str, object], order: Sequenc
 
 def stage_images(fleet: Fleet, targets: Mapping[str, ImageTarget], member_facts: Mapping,
                  new: Node, preferred: Sequence[str], *, python: str = DEFAULT_PYTHON,
-                 check: bool = False, timeout: float = 3600.0) -> list[ImageOutcome]:
+                 check: bool = False, timeout: float = 3600.0,
+                 on_progress: Progress | None = None) -> list[ImageOutcome]:
     """Each rack image onto new from the first preferred peer that has its ID."""
     outcomes = []
     for ref, target in targets.items():
@@ -69,7 +70,8 @@ def stage_images(fleet: Fleet, targets: Mapping[str, ImageTarget], member_facts:
         outcome = ImageOutcome(ref, target.image_id, source, present=have == target.image_id)
         if not outcome.present and not check:
             chain = ImageTarget(ref, target.image_id, f"node:{source}")
-            outcome.transfer = distribute(fleet, chain, [new], python=python, timeout=timeout)
+            outcome.transfer = distribute(fleet, chain, [new], python=python, timeout=timeout,
+                                          on_progress=on_progress)
             outcome.error = outcome.transfer.errors.get(new.name)
         outcomes.append(outcome)
     return outcomes
@@ -78,7 +80,8 @@ def stage_images(fleet: Fleet, targets: Mapping[str, ImageTarget], member_facts:
 def stage_weights(fleet: Fleet, members: Sequence[Node], new: Node, peers: Sequence[str],
                   model_path: str, *, python: str = DEFAULT_PYTHON, bwlimit: float | None = None,
                   full_verify: bool = False, check: bool = False,
-                  on_event=lambda line: None) -> tuple[StageReport | None, str | None]:
+                  on_event=lambda line: None, on_progress: Progress | None = None
+                  ) -> tuple[StageReport | None, str | None]:
     """(the staging report, None) of the rack's weights onto new from the first of peers
     holding the rack's manifest; (None, why) when no member holds one."""
     texts = read_manifests(fleet, members, model_path)
@@ -92,7 +95,8 @@ def stage_weights(fleet: Fleet, members: Sequence[Node], new: Node, peers: Seque
     source = next(m for m in members if m.name == name)
     return stage(fleet, Source(model_path, source), [new], model_path, manifest_text=text,
                  python=python, bwlimit=bwlimit, full_verify=full_verify, check=check,
-                 attempts=1, on_event=on_event), None
+                 attempts=1, on_event=on_event,
+                 on_progress=on_progress or (lambda node, done, total: None)), None
 
 
 def peers(ctx: Context) -> list[str]:
@@ -117,7 +121,8 @@ def run(ctx: Context) -> None:
                               else ctx.members[0].name)
         preferred = peers(ctx)
         report.images = stage_images(ctx.fleet, targets, member_facts, new, preferred,
-                                     python=options.python, check=report.check)
+                                     python=options.python, check=report.check,
+                                     on_progress=options.on_progress)
         for outcome in report.images:
             ctx.line(step, f"image {outcome.line()}")
         image_errors = [o for o in report.images if o.error]
@@ -125,7 +130,9 @@ def run(ctx: Context) -> None:
             ctx.fleet, ctx.members, new, preferred, work.vars.model_path,
             python=options.python, bwlimit=options.bwlimit,
             full_verify=options.full_verify, check=report.check,
-            on_event=lambda text: ctx.line(step, f"weights: {text}"))
+            on_event=lambda text: ctx.line(step, f"weights: {text}"),
+            on_progress=options.on_progress and (
+                lambda node, done, total: options.on_progress(f"{node} weights", done, total)))
         if missing:
             ctx.stop(step, "failed", missing)
         weights = report.weights

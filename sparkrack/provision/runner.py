@@ -44,7 +44,7 @@ from sparkrack.provision.roles import (
     roles_path,
     secret_values,
 )
-from sparkrack.transfer.chain import DEFAULT_PYTHON
+from sparkrack.transfer.chain import DEFAULT_PYTHON, Progress
 from sparkrack.transfer.images import ImageTarget, TransferReport, distribute
 
 Event = Callable[[str, "ProvisionReport"], None]
@@ -175,7 +175,8 @@ def provision(inventory: Inventory, limit: str | Sequence[Node] | None = None, *
               absent: bool = False, environ: Mapping[str, str] | None = None,
               on_event: Event | None = None, roles_dirs: tuple[Path, ...] | None = None,
               transfer_timeout: float = 3600.0, play: str = SITE_FILE,
-              extra_vars: Mapping[str, Any] | None = None) -> ProvisionReport:
+              extra_vars: Mapping[str, Any] | None = None,
+              on_progress: Progress | None = None) -> ProvisionReport:
     """Run roles (default: all of play's, site.yml's) on the selected nodes; see the
     module doc.
 
@@ -184,7 +185,8 @@ def provision(inventory: Inventory, limit: str | Sequence[Node] | None = None, *
 
     check: plan only, change nothing. absent: remove what the roles write (unprovision).
     environ: where HF_TOKEN comes from (default os.environ). on_event(name, report) is
-    called at "planned" (before any change), "applied" and "done".
+    called at "planned" (before any change), "applied" and "done". on_progress: each
+    node's copy of an image as it goes (transfer.images.distribute).
     """
     started = time.monotonic()
     loaded = load_roles(roles, roles_dirs or roles_path(inventory.path), play)
@@ -207,7 +209,7 @@ def provision(inventory: Inventory, limit: str | Sequence[Node] | None = None, *
         _plan_all(loaded, prepared, facts, targets, report, renderer, absent, first=True)
         emit("planned", report)
         if not check and any(run.changes for run in report.nodes if run.status == "ok"):
-            _apply_all(fleet, prepared, report, targets, transfer_timeout)
+            _apply_all(fleet, prepared, report, targets, transfer_timeout, on_progress)
             emit("applied", report)
             _replan(fleet, loaded, prepared, report, renderer, absent, wanted, inventory,
                     head if needs_head else None)
@@ -315,7 +317,8 @@ def _apply_second(fleet: Fleet, runs: Sequence[NodeRun]) -> None:
 
 
 def _apply_all(fleet: Fleet, prepared: Mapping[str, _Prepared], report: ProvisionReport,
-               targets: Mapping[str, ImageTarget], transfer_timeout: float) -> None:
+               targets: Mapping[str, ImageTarget], transfer_timeout: float,
+               on_progress: Progress | None = None) -> None:
     todo = [run for run in report.nodes if run.plan and run.status != "unreachable"
             and run.changes]
 
@@ -339,7 +342,8 @@ def _apply_all(fleet: Fleet, prepared: Mapping[str, _Prepared], report: Provisio
         target = targets[ref]
         nodes = [prepared[run.node].node for run, _ in wanted]
         python = prepared[wanted[0][0].node].python
-        transfer = distribute(fleet, target, nodes, python=python, timeout=transfer_timeout)
+        transfer = distribute(fleet, target, nodes, python=python, timeout=transfer_timeout,
+                              on_progress=on_progress)
         report.transfers.append(transfer)
         for run, index in wanted:
             error = transfer.errors.get(run.node)

@@ -17,7 +17,6 @@ from .stagefiles import (
     escape,
     load_cache,
     locked,
-    note_progress,
     open_nofollow,
     partial_path,
     save_cache,
@@ -95,16 +94,14 @@ class FileSink:
     def __init__(self, root, cache_path, wanted):
         self.root, self.cache_path, self.wanted = root, cache_path, wanted
         self.files = {name: {"state": "not received", "received": 0} for name in wanted}
-        self.buf, self.cur, self.bytes, self.noted = b"", None, 0, 0.0
+        self.buf, self.cur, self.bytes = b"", None, 0
         self.error = None
         try:
             self.lock = locked(root) if wanted else None
         except OSError as e:  # ELOOP: the lock file is a symlink
             self.lock = None
             self.error = f"cannot open the stage lock in {root}: {e.strerror or e}"
-        if self.lock is not None:
-            note_progress(self.lock, {"bytes": 0})
-        elif wanted and self.error is None:
+        if self.lock is None and wanted and self.error is None:
             self.error = f"another transfer is writing into {root} (an interrupted run still going?)"
         self.cache = load_cache(cache_path)
 
@@ -139,9 +136,6 @@ class FileSink:
             self.cur["left"] -= len(take)
             if self.cur["left"] == 0:
                 self.finish()
-        if self.lock is not None and time.monotonic() - self.noted > 0.5:
-            self.noted = time.monotonic()
-            note_progress(self.lock, {"bytes": self.bytes})
 
     def start(self, meta):
         name, size, offset = meta["name"], meta["size"], meta["offset"]
@@ -203,9 +197,35 @@ class FileSink:
             res.update(state="incomplete", error="the stream ended with %d bytes to go" % self.cur["left"])
         if self.lock is not None:
             save_cache(self.cache_path, self.cache)
-            note_progress(self.lock, {"bytes": self.bytes, "done": True})
             os.close(self.lock)
         return {"files": self.files, "bytes": self.bytes, "error": self.error}
+
+
+class Progress:
+    """The bytes this hop has read, noted in a file of its own (`progress` in the settings)
+    at most twice a second for the control machine to read; the file is made new (never
+    through a symlink, never one already there), private, and removed at the end."""
+
+    def __init__(self, path):
+        self.fd, self.noted, self.path = None, 0.0, path
+        if path:
+            try:
+                self.fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except OSError:
+                self.fd = None  # no progress shown; the transfer itself goes on
+
+    def note(self, count, now=None):
+        now = time.monotonic() if now is None else now
+        if self.fd is not None and now - self.noted >= 0.5:
+            self.noted = now
+            text = json.dumps({"bytes": count}).encode()
+            os.pwrite(self.fd, text, 0)
+            os.ftruncate(self.fd, len(text))
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            os.unlink(self.path)
 
 
 def file_stream(root, plan, bytes_per_s=0):
@@ -275,6 +295,7 @@ def main():
     for out in outs.values():
         out.start()
     source_ok, done = False, None
+    progress = Progress(settings.get("progress"))
     try:
         read, done = reader(source, token, report, stall)
         while True:
@@ -282,10 +303,13 @@ def main():
             if not chunk:
                 break
             report["bytes"] += len(chunk)
+            progress.note(report["bytes"])
             for out in outs.values():
                 out.put(chunk)
     except Exception as e:
         report["read_error"] = f"{type(e).__name__}: {e}"
+    finally:
+        progress.close()
     for out in outs.values():
         out.put(None)
     for name, out in outs.items():

@@ -133,13 +133,6 @@ def busy(root):
         os.close(fd)
 
 
-def note_progress(fd, data):
-    """Put data (JSON) in the held lock file for the control machine to read."""
-    text = json.dumps(data).encode()
-    os.pwrite(fd, text, 0)
-    os.ftruncate(fd, len(text))
-
-
 def walk_files(root):
     """Every file under root (relative paths, sorted; a symlink to a file, as in a Hugging
     Face snapshot, counts as that file), leaving out hidden folders, the manifest and

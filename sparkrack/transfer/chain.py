@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import secrets as token_source
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,6 +28,12 @@ from sparkrack.inventory import Node
 
 DEFAULT_PYTHON = "/usr/bin/python3"
 PORT_RANGE = (42100, 42900)
+# where each hop's relay notes its progress: a file of its own, named for this transfer at
+# random, made new and private (relay.Progress), removed when the relay ends
+PROGRESS_DIR = "/tmp"
+# what a transfer shows as it goes: (label, bytes through it, bytes in all; the estimate of
+# an image's size until its last call)
+Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -71,17 +78,25 @@ def relay_argv(python: str) -> list:
 
 
 def run_chain(fleet: Fleet, source: NodeSource | LocalSource, hops: Sequence[Hop], *,
-              python: str = DEFAULT_PYTHON, timeout: float = 3600.0) -> ChainRun:
-    """Move one stream through hops (in order); returns when every relay ended."""
+              python: str = DEFAULT_PYTHON, timeout: float = 3600.0,
+              on_progress: Callable[[str, int], None] | None = None) -> ChainRun:
+    """Move one stream through hops (in order); returns when every relay ended.
+    on_progress(node, bytes): about every second while it runs, the bytes each hop has
+    received (read from the relay's progress file), then each hop's last count."""
     port = PORT_RANGE[0] + token_source.randbelow(PORT_RANGE[1] - PORT_RANGE[0])
     token = token_source.token_hex(16)
+    transfer = token_source.token_hex(8)
+    progress = {h.node.name: f"{PROGRESS_DIR}/.sparkrack-chain-{transfer}-{h.node.name}"
+                for h in hops}  # one file a node (nodes sharing a /tmp, as on loopback)
     run = ChainRun()
     stall = min(h.node.vars.transfer_stall_timeout for h in hops)
 
     def settings(origin: list, sink: list, index: int) -> bytes:
         after = [hops[index + 1].node.roce_addr, port] if index + 1 < len(hops) else None
-        return (token + "\n" + json.dumps({"from": origin, "sink": sink, "next": after,
-                                           "stall": stall}) + "\n").encode()
+        return (token + "\n" + json.dumps({
+            "from": origin, "sink": sink, "next": after, "stall": stall,
+            "progress": progress[hops[index].node.name] if on_progress else None}) + "\n"
+                ).encode()
 
     def hop(index: int) -> NodeResult:
         node, sink = hops[index].node, hops[index].sink
@@ -99,16 +114,39 @@ def run_chain(fleet: Fleet, source: NodeSource | LocalSource, hops: Sequence[Hop
         return fleet.run({source.node.name: relay_argv(python)}, stdin=stdin,
                          timeout=timeout)[source.node.name]
 
-    with ThreadPoolExecutor(max_workers=len(hops) + 1, thread_name_prefix="chain") as pool:
+    stop = threading.Event()
+    with ThreadPoolExecutor(max_workers=len(hops) + 2, thread_name_prefix="chain") as pool:
         hop_futures = {h.node.name: pool.submit(hop, i) for i, h in enumerate(hops)}
         sent = pool.submit(sender) if isinstance(source, NodeSource) else None
-        for name, future in hop_futures.items():
-            run.results[name] = future.result()
-            run.reports[name] = last_json_object(run.results[name].stdout)
-        if sent is not None:
-            run.source = sent.result()
-            run.source_report = last_json_object(run.source.stdout)
+        if on_progress is not None:
+            pool.submit(_watch, fleet, [h.node for h in hops], progress, stop, on_progress)
+        try:
+            for name, future in hop_futures.items():
+                run.results[name] = future.result()
+                run.reports[name] = last_json_object(run.results[name].stdout)
+            if sent is not None:
+                run.source = sent.result()
+                run.source_report = last_json_object(run.source.stdout)
+        finally:
+            stop.set()
+    if on_progress is not None:
+        for name, report in run.reports.items():
+            on_progress(name, int(report.get("bytes", 0)))
     return run
+
+
+def _watch(fleet: Fleet, nodes: Sequence[Node], paths: dict[str, str], stop: threading.Event,
+           on_progress: Callable[[str, int], None]) -> None:
+    """About every second until stop, each node's bytes as its relay notes them in its
+    file (one `cat` per node, over the fleet's connections)."""
+    while not stop.wait(1.0):
+        results = fleet.run({n.name: ["cat", paths[n.name]] for n in nodes}, timeout=5)
+        for result in results:
+            if result.ok and not stop.is_set():
+                try:
+                    on_progress(result.node, int(json.loads(result.stdout or "{}")["bytes"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
 
 
 def _prefixed(head: bytes, chunks: Callable[[], Iterable[bytes]],

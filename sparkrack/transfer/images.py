@@ -22,6 +22,7 @@ from sparkrack.transfer.chain import (
     Hop,
     LocalSource,
     NodeSource,
+    Progress,
     relay_error,
     run_chain,
 )
@@ -73,8 +74,11 @@ def file_chunks(path: Path) -> Iterator[bytes]:
 
 def distribute(fleet: Fleet, target: ImageTarget, nodes: Sequence[Node], *,
                python: str = DEFAULT_PYTHON, timeout: float = 3600.0,
-               attempts: int = 2) -> TransferReport:
-    """Bring target's image onto nodes (a pipelined chain), verify the ID on each."""
+               attempts: int = 2, on_progress: Progress | None = None) -> TransferReport:
+    """Bring target's image onto nodes (a pipelined chain), verify the ID on each.
+    on_progress(label, bytes, size) as it goes, per node (label: `NODE IMAGE`); the size
+    is the source's estimate (the tar's, or the image's as its node's docker says), then
+    each node's whole count once its `docker load` succeeded."""
     report = TransferReport(target.ref, target.image_id or "", target.source,
                             tuple(n.name for n in nodes))
     started = time.monotonic()
@@ -83,13 +87,17 @@ def distribute(fleet: Fleet, target: ImageTarget, nodes: Sequence[Node], *,
         source = LocalSource(lambda: file_chunks(Path(where)), where)
     else:
         source = NodeSource(fleet.inventory.node(where), ["save", target.ref])
+    size = _size(fleet, source, target.ref) if on_progress else 0
     pending = list(nodes)
     for _ in range(attempts):
         if not pending:
             break
         report.chains += 1
+        shown = (None if on_progress is None else
+                 lambda node, done: on_progress(progress_label(node, target.ref), done,
+                                                max(size, done)))
         run = run_chain(fleet, source, [Hop(n, ["load"]) for n in pending], python=python,
-                        timeout=timeout)
+                        timeout=timeout, on_progress=shown)
         if run.source is not None:
             report.bytes_sent += int(run.source_report.get("bytes", 0))
             if run.source.status == "unreachable":
@@ -112,10 +120,34 @@ def distribute(fleet: Fleet, target: ImageTarget, nodes: Sequence[Node], *,
                                             report.errors[node.name] or
                                             f"has {short_id(present[node.name] or 'none')} "
                                             f"after the transfer")
+            received = int(run.reports.get(node.name, {}).get("bytes", 0))
+            if on_progress is not None and report.errors.get(node.name) is None:
+                on_progress(progress_label(node.name, target.ref), received, received)
         pending = [n for n in pending if report.errors.get(n.name) is not None
                    and n.name not in report.unreachable]
     report.seconds = time.monotonic() - started
     return report
+
+
+def progress_label(node: str, ref: str) -> str:
+    """How a node's copy of an image is named as it goes: `spark-03 sglang:v0.5.22-cu130`."""
+    return f"{node} {ref.rpartition('/')[2]}"
+
+
+def _size(fleet: Fleet, source: LocalSource | NodeSource, ref: str) -> int:
+    """The stream's size, estimated: the tar's, or the image's on its node (docker save
+    writes about that much); 0 when it cannot be told."""
+    if isinstance(source, LocalSource):
+        try:
+            return Path(source.label).stat().st_size
+        except OSError:
+            return 0
+    result = fleet.run({source.node.name: ["docker", "image", "inspect", "--format",
+                                           "{{.Size}}", ref]}, timeout=30)[source.node.name]
+    try:
+        return int(result.stdout.strip()) if result.ok else 0
+    except ValueError:
+        return 0
 
 
 def verify(fleet: Fleet, target: ImageTarget, nodes: Sequence[Node]) -> dict[str, str | None]:

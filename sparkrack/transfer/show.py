@@ -1,5 +1,7 @@
-"""How staging shows itself: a bar per node with its rate on a terminal (rich), a plain line
-per node every few seconds otherwise; the tables of weights.stage / verify / list."""
+"""How a transfer shows itself (weights.stage, provision's and onboarding's image chain and
+weight copy): a bar per node with its bytes, rate and time left on a terminal (rich), a
+plain line per node's change of state otherwise; the tables of weights.stage / verify /
+list."""
 
 from __future__ import annotations
 
@@ -13,58 +15,86 @@ from sparkrack.transfer.models import NodeModel, StagedModel
 from sparkrack.transfer.weights import StageReport
 
 
-class StageProgress:
-    """on_progress for transfer.weights.stage: per node, bytes through it of the stream."""
+class TransferProgress:
+    """on_progress(label, done, total) of a transfer (weights.stage, an image chain): on a
+    terminal a rich bar per label with its bytes, rate and time left; piped, or quiet, one
+    line per label's change of state (receiving; received; at the end, stopped short);
+    silent: nothing (--json). Bars start at the first bytes (a question asked before them
+    is not drawn over) and end with the `with` block."""
 
-    def __init__(self, nodes: Sequence[str], *, quiet: bool = False, every: float = 5.0):
-        self.quiet, self.every = quiet, every
+    def __init__(self, labels: Sequence[str] = (), *, quiet: bool = False,
+                 silent: bool = False):
+        self.silent = silent
+        self.lines = quiet or not console.err.is_terminal
         self._lock = threading.Lock()
-        self._last: dict[str, float] = {}
-        self._started = time.monotonic()
-        self._bars = None
-        err = console.err
-        if not quiet and err.is_terminal:
-            from rich.progress import (
-                BarColumn,
-                DownloadColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-                TransferSpeedColumn,
-            )
+        self._started: dict[str, float] = {}
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._said: dict[str, str] = {}
+        self._bars = self._tasks = None
+        self._labels = list(labels)
 
-            self._bars = Progress(TextColumn("{task.description}"), BarColumn(),
-                                  DownloadColumn(binary_units=True), TransferSpeedColumn(),
-                                  TimeRemainingColumn(), console=err, transient=False)
-            self._tasks = {name: self._bars.add_task(name, total=None, start=False)
-                           for name in nodes}
-
-    def __enter__(self) -> StageProgress:
-        if self._bars is not None:
-            self._bars.start()
+    def __enter__(self) -> TransferProgress:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._bars is not None:
-            self._bars.stop()
-
-    def __call__(self, node: str, done: int, total: int) -> None:
-        if self.quiet:
-            return
         with self._lock:
             if self._bars is not None:
-                task = self._tasks.get(node)
-                if task is not None:
-                    self._bars.start_task(task)
-                    self._bars.update(task, completed=done, total=total)
+                self._bars.stop()
+            elif self.lines and not self.silent:
+                for label, (done, total) in self._seen.items():
+                    if self._said.get(label) != "received":
+                        console.say(f"{label}: stopped at {size_text(done)} of "
+                                    f"{size_text(total)}")
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if self.silent:
+            return
+        with self._lock:
+            self._seen[label] = (done, total)
+            if self.lines:
+                self._line(label, done, total)
                 return
-            now = time.monotonic()
-            if now - self._last.get(node, 0.0) < self.every and done < total:
-                return
-            self._last[node] = now
-            rate = done / max(now - self._started, 1e-3)
-            console.say(f"{node}: {size_text(done)} of {size_text(total)} "
-                        f"({size_text(int(rate))}/s)")
+            if self._bars is None:
+                self._bars = self._progress()
+                self._tasks = {}
+                for name in self._labels:
+                    self._tasks[name] = self._bars.add_task(name, total=None, start=False)
+                self._bars.start()
+            if label not in self._tasks:
+                self._tasks[label] = self._bars.add_task(label, total=None, start=False)
+            self._bars.start_task(self._tasks[label])
+            self._bars.update(self._tasks[label], completed=done, total=total or None)
+
+    def _line(self, label: str, done: int, total: int) -> None:
+        """One line when the label's state changes: its first bytes, then all of them."""
+        now = time.monotonic()
+        state = "received" if total and done >= total else "receiving" if done else None
+        if state is None or self._said.get(label) == state:
+            return
+        if state == "receiving" and self._said.get(label) is None:
+            self._started[label] = now
+            console.say(f"{label}: receiving ({size_text(total)})" if total else
+                        f"{label}: receiving")
+        if state == "received":
+            seconds = now - self._started.get(label, now)
+            rate = f", {size_text(int(done / seconds))}/s" if seconds >= 1 else ""
+            console.say(f"{label}: received {size_text(done)} in {seconds:.0f} s{rate}")
+        self._said[label] = state
+
+    @staticmethod
+    def _progress():
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        return Progress(TextColumn("{task.description}"), BarColumn(),
+                        DownloadColumn(binary_units=True), TransferSpeedColumn(),
+                        TimeRemainingColumn(), console=console.err, transient=False)
 
 
 def print_stage(report: StageReport) -> None:

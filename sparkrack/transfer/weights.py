@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,12 +18,12 @@ from sparkrack.fleet import Fleet
 from sparkrack.fleet.results import last_json_object
 from sparkrack.inventory import Node
 from sparkrack.remote.relay import file_stream
-from sparkrack.remote.stagefiles import LOCK
 from sparkrack.transfer.chain import (
     DEFAULT_PYTHON,
     Hop,
     LocalSource,
     NodeSource,
+    Progress,
     relay_error,
     run_chain,
 )
@@ -36,8 +35,6 @@ from sparkrack.transfer.manifest import (
     parse_manifest,
     size_text,
 )
-
-Progress = Callable[[str, int, int], None]  # (node, stream bytes through it, stream bytes)
 
 
 @dataclass(frozen=True)
@@ -330,15 +327,8 @@ def _chain(fleet: Fleet, source: Source, needy: Sequence[Node], root: str,
     on_event(f"chain {report.chains}: {len(plan)} file(s), {size_text(stream_bytes)} from "
              f"{source.label} through {' -> '.join(t.name for t in order)}"
              + (f", limited to {bps / 2**20:.1f} MiB/s" if bps else ""))
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(fleet, order, root, stream_bytes, stop,
-                                                    on_progress), daemon=True)
-    watcher.start()
-    try:
-        run = run_chain(fleet, origin, hops, python=python, timeout=timeout)
-    finally:
-        stop.set()
-        watcher.join()
+    run = run_chain(fleet, origin, hops, python=python, timeout=timeout,
+                    on_progress=lambda node, done: on_progress(node, done, stream_bytes))
     report.bytes_sent += int(run.source_report.get("bytes", 0))
     source_error = (run.source_report.get("read_error") if source.node is None
                     else relay_error(run.source, run.source_report))
@@ -347,7 +337,6 @@ def _chain(fleet: Fleet, source: Source, needy: Sequence[Node], root: str,
     for t in order:
         n, result, data = report.nodes[t.name], run.results[t.name], run.reports[t.name]
         n.received += int(data.get("bytes", 0))
-        on_progress(t.name, int(data.get("bytes", 0)), stream_bytes)
         files = ((data.get("sink") or {}).get("result") or {}).get("files") or {}
         for name, entry in files.items():
             if entry.get("state") == "ok":
@@ -364,15 +353,3 @@ def _chain(fleet: Fleet, source: Source, needy: Sequence[Node], root: str,
         else:
             n.error = None
 
-
-def _watch(fleet: Fleet, nodes: Sequence[Node], root: str, total: int,
-           stop: threading.Event, on_progress: Progress) -> None:
-    """Every second, each node's progress as its relay notes it in the staging lock file."""
-    while not stop.wait(1.0):
-        results = fleet.run({n.name: ["cat", f"{root}/{LOCK}"] for n in nodes}, timeout=5)
-        for r in results:
-            if r.ok:
-                try:
-                    on_progress(r.node, int(json.loads(r.stdout or "{}").get("bytes", 0)), total)
-                except ValueError:
-                    continue

@@ -53,8 +53,15 @@ def load_on(inventory, node, tar):
 def test_same_id_everywhere_and_a_second_run_moves_no_bytes(inventory, images):
     test_inventory, ids, folder, _ = images
     load_on(inventory, "spark-01", folder / "vllm.tar")  # the head holds the vllm image
-    first = provision(test_inventory, roles="engine_images")
+    seen: dict[str, list[tuple[int, int]]] = {}
+    first = provision(test_inventory, roles="engine_images", on_progress=lambda label, done,
+                      total: seen.setdefault(label, []).append((done, total)))
     assert first.exit_code == 0, as_json(first)
+    nodes = [n.name for n in inventory.nodes]  # each node's copy shown as it goes, then whole
+    assert set(seen) == {f"{n} {ref.rpartition('/')[2]}" for n in nodes for ref in REFS.values()
+                         if not (n == "spark-01" and "vllm" in ref)}, sorted(seen)
+    size = (folder / "sglang.tar").stat().st_size
+    assert all(seen[f"{n} sglang:provision"][-1] == (size, size) for n in nodes), seen
     assert {t.ref: t.source for t in first.transfers} == {
         REFS["sglang"]: f"tar:{folder / 'sglang.tar'}", REFS["vllm"]: "node:spark-01"}
     sglang = next(t for t in first.transfers if t.ref == REFS["sglang"])

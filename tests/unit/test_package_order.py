@@ -14,6 +14,7 @@ PACKAGE = Path(sparkrack.__file__).parent
 LAYERS = (  # the top first
     ("__main__",),  # `python -m sparkrack`
     ("cli",),
+    ("validate",),  # every file an operator writes, checked: the inventory to a fleet
     ("onboard", "bench", "watchdog", "export", "status", "rehearsal", "learn", "racks"),
     ("monitoring",),
     ("lifecycle",),

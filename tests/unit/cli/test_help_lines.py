@@ -46,7 +46,7 @@ COMMANDS = {
     "break-glass": [], "burn": [], "check": [], "down": [], "export": [], "lock": [],
     "log": [], "logs": [], "onboard": [], "plan": [], "power": [], "power-cycle": [],
     "provision": [], "reboot": [], "restart-rack": [], "roll": [], "run": [], "status": [],
-    "unlock": [], "unprovision": [], "up": [],
+    "unlock": [], "unprovision": [], "up": [], "validate": [],
     "bench.bench": ["bench"], "bench.compare": [],
     "caches.list": ["caches"], "caches.remove": [],
     "engines.learn": [],

@@ -2,6 +2,7 @@
 checked offline (docs/inventory.md#validating-offline)."""
 
 import os
+import sys
 from pathlib import Path
 
 from invoke.exceptions import Exit
@@ -25,6 +26,7 @@ def validate(c, inventory=None, fleet=None, json=False):
     Contacts nothing. Every file is checked on its own, each mistake named at its file and
     line. Exit 0 when all is valid, 1 when the files are but the rules refuse a lane
     (`invoke check`), 2 when a file is wrong."""
+    from sparkrack.core.terminal import for_terminal
     from sparkrack.validate import validate as run_validate
 
     found = run_validate(inventory or os.environ.get("SPARKRACK_INVENTORY") or None,
@@ -35,10 +37,9 @@ def validate(c, inventory=None, fleet=None, json=False):
         console.print_table("validate", ["checked", "file", "verdict"],
                             [[c.what, c.path, "ok" if c.ok else "WRONG"]
                              for c in found.checked])
-        for problem in found.problems:
-            console.say(("refused: " if problem.refused else "error: ") + problem.text())
-        for warning in found.warnings:
-            console.say(f"warning: {warning}")
+        for line in [("refused: " if p.refused else "error: ") + p.text() for p in found.problems
+                     ] + [f"warning: {warning}" for warning in found.warnings]:
+            console.say(for_terminal(line, sys.stderr))  # a terminal: broken at spaces
     if found.exit_code:
         wrong = sum(not p.refused for p in found.problems)
         raise Exit(f"validate: {wrong} problem(s) in the files" if wrong else

@@ -67,11 +67,14 @@ def power(c, inventory=None, json=False):
 
 
 def _outlet(outlet) -> str | None:
-    """An outlet's cell: '31 W (outlet 1)', 'off (outlet 1)', or None without a PDU."""
+    """An outlet's cell: '31 W (outlet 1)', 'off (outlet 1)', 'on (outlet 1)' where the PDU
+    does not meter outlets, or None without a PDU."""
     if outlet is None:
         return None
-    return f"{outlet.watts} W (outlet {outlet.outlet})" if outlet.on else \
-        f"off (outlet {outlet.outlet})"
+    if not outlet.on:
+        return f"off (outlet {outlet.outlet})"
+    return f"{outlet.watts} W (outlet {outlet.outlet})" if outlet.watts is not None else \
+        f"on (outlet {outlet.outlet})"
 
 
 BURN_SECONDS = 1.5
@@ -157,7 +160,8 @@ def reboot(c, limit, inventory=None, batch_size=None):
 
 @task(name="power-cycle", help={
     "node": "the node whose power the PDU removes (required)",
-    "off_seconds": "how long the outlet stays off, 5-60 (default 10)",
+    "off_seconds": "how long the outlet stays off: 5-60 on apc-rpdu2, 5-600 on sentry4 "
+                   "(default 10)",
     "check": "show the plan (outlet, what stops, the wait) and change nothing",
     "timeout": "seconds the node has to come back after the power returns (default 300)",
     "inventory": INVENTORY_HELP, **WAIT_HELP})

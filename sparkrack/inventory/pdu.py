@@ -15,7 +15,10 @@ from sparkrack.inventory.values import address_problem
 
 DEFAULT_ENV = {"user_env": "SPARKRACK_PDU_USER", "auth_key_env": "SPARKRACK_PDU_AUTH_KEY",
                "priv_key_env": "SPARKRACK_PDU_PRIV_KEY"}
-KEYS = ("name", "address", "port", "outlets", *DEFAULT_ENV)
+KEYS = ("name", "model", "address", "port", "outlets", *DEFAULT_ENV)
+# the models sparkrack speaks (sparkrack/pdu/families.py; docs/inventory.md#the-pdu)
+MODELS = ("apc-rpdu2", "sentry4-switched", "sentry4-metered")
+DEFAULT_MODEL = MODELS[0]
 MAX_OUTLET = 96  # the largest rack PDUs carry 48 outlets; room for two daisy-chained
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")  # a name, shown; anything else may be a key
 # the only variables the section may name: the service's EnvironmentFile holds them (so not
@@ -54,6 +57,7 @@ class PduConfig:
     address: str
     outlets: tuple[tuple[str, int], ...]  # (node, outlet), in the inventory's order
     port: int = 161
+    model: str = DEFAULT_MODEL
     user_env: str = DEFAULT_ENV["user_env"]
     auth_key_env: str = DEFAULT_ENV["auth_key_env"]
     priv_key_env: str = DEFAULT_ENV["priv_key_env"]
@@ -100,8 +104,13 @@ def parse_pdu(value: Any) -> PduConfig:
             raise SectionError(f"pdu: {key}: {variable} is not a {ENV_PREFIX}* variable, the "
                                "only ones the watchdog is given and records mask", ENV_FIX,
                                _line(value, key))
+    model = value.get("model", DEFAULT_MODEL)
+    if model not in MODELS:
+        raise SectionError(f"pdu: model: {model!r} is not a model sparkrack speaks",
+                           f"one of {', '.join(MODELS)} (docs/inventory.md#the-pdu)",
+                           _line(value, "model"))
     return PduConfig(name, value["address"], _outlets(value["outlets"], _line(value, "outlets")),
-                     port, **env)
+                     port, model, **env)
 
 
 def _outlets(value: Any, line: int | None) -> tuple[tuple[str, int], ...]:

@@ -28,9 +28,9 @@ from sparkrack.lifecycle.restart import NODE_TIMEOUT, RebootStopped, boot_ids, w
 from sparkrack.oplock.audit import note
 from sparkrack.oplock.lock import lease_while_down
 from sparkrack.pdu import cycle_outlet
-from sparkrack.pdu.mib import REBOOT_DURATION_S
+from sparkrack.pdu.families import family_of, refuse_unswitched
 
-OFF_SECONDS = 10  # a GB10's brick drained; the PDU allows 5-60 s
+OFF_SECONDS = 10  # a GB10's brick drained; APC's rPDU2 allows 5-60 s, Sentry4 5-600 s
 
 
 @dataclass
@@ -62,14 +62,16 @@ def plan_cycle(inventory: Inventory, node: Node, off_seconds: int, fleet: Fleet)
     if pdu is None:
         raise UsageError(f"{inventory.path}: no pdu: section: nothing can cut {node.name}'s "
                          "power", fix="name the rack's PDU and its outlets (docs/inventory.md)")
+    refuse_unswitched(pdu, node.name)
     outlet = pdu.outlet_of(node.name)
     if outlet is None:
         raise UsageError(f"{node.name} is on no outlet of PDU {pdu.name}",
                          fix="map it in the inventory's pdu: outlets")
-    low, high = REBOOT_DURATION_S
+    low, high = family_of(pdu).off_seconds
     if not low <= off_seconds <= high:
-        raise UsageError(f"--off-seconds {off_seconds}: the PDU keeps an outlet off {low}-{high} "
-                         "s in a power cycle", fix=f"give {low}..{high}, e.g. {OFF_SECONDS}")
+        raise UsageError(f"--off-seconds {off_seconds}: PDU {pdu.name} ({pdu.model}) keeps an "
+                         f"outlet off {low}-{high} s in a power cycle",
+                         fix=f"give {low}..{high}, e.g. {OFF_SECONDS}")
     found = running(fleet)
     plan = CyclePlan(node.name, pdu.name, outlet, off_seconds)
     if found.deployment:

@@ -1,7 +1,8 @@
-"""The rack's switched, metered PDU over SNMPv3 (APC PowerNet-MIB, rPDU2 tables): what the
-strip and each outlet draw, and an outlet's timed power cycle.
+"""The rack's metered (and usually switched) PDU over SNMPv3: what the strip and each outlet
+draw, and an outlet's timed power cycle, in the objects of the inventory's `pdu.model`.
 
-- mib.py: the objects used, by OID (pure);
+- rpdu2.py, sentry4.py: each MIB's objects, by OID (pure);
+- families.py: one Family per model: what a reading asks and means, the cycle's SETs (pure);
 - snmp.py: one GET or SET with the environment's SNMPv3 credentials (pysnmp);
 - strip.py: the strip's reading and an outlet's power cycle, for the inventory's nodes.
 """

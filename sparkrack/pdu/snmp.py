@@ -63,19 +63,21 @@ class Session:
             raise PduError(error.message, fix="put the PDU's real address in the "
                            "inventory's pdu: section") from None
 
-    def get(self, oids: Sequence[str]) -> dict[str, int | str]:
-        """{oid: value} for every oid, in one GET; PduError for an object it lacks."""
+    def get(self, oids: Sequence[str]) -> dict[str, int | str | bytes]:
+        """{oid: value} for every oid, in one GET (an OCTET STRING, text or BITS, as its
+        octets); PduError for an object it lacks."""
         from pysnmp.hlapi.v3arch.asyncio import get_cmd
 
         found = self._run(get_cmd, [(oid, None) for oid in oids])
         values = {}
         for name, value in found:
-            if value.__class__.__name__ in ("NoSuchObject", "NoSuchInstance", "EndOfMibView"):
+            kind = value.__class__.__name__
+            if kind in ("NoSuchObject", "NoSuchInstance", "EndOfMibView"):
                 raise PduError(f"PDU {self.pdu.name} ({self.pdu.address}) has no {name}",
-                               fix="is it a switched, metered rack PDU that answers "
-                               "APC's PowerNet-MIB rPDU2 tables? (docs/engines.md#the-pdu)")
-            values[str(name)] = str(value) if value.__class__.__name__ == "OctetString" \
-                else int(value)
+                               fix=f"does it answer the objects of pdu.model {self.pdu.model}? "
+                               "(docs/engines.md#the-pdu)")
+            values[str(name)] = (bytes(value.asOctets()) if hasattr(value, "asOctets")
+                                 else int(value))
         return values
 
     def set(self, pairs: Sequence[tuple[str, int]]) -> None:

@@ -1,13 +1,15 @@
-"""The strip as the PDU measures it, and an outlet's timed power cycle.
+"""The strip as the PDU measures it, and an outlet's timed power cycle, in the objects of
+the inventory's `pdu.model` (families.py).
 
-A reading is one GET: the PDU's whole load (rPDU2DeviceStatusPower, 10 W steps) and, for
-every node the inventory maps to an outlet, the outlet's state and its draw in watts. The
-strip's measured draw is the larger of the PDU's total and the mapped outlets' sum, so a
-load on an outlet no node owns (a switch, a monitor, a spare) counts.
+A reading is one GET: the PDU's whole load and, for every node the inventory maps to an
+outlet, the outlet's state and its draw in watts (None where the PDU does not meter
+outlets). The strip's measured draw is the larger of the PDU's total and the mapped outlets'
+sum, so a load on an outlet no node owns (a switch, a monitor, a spare) counts.
 
-A power cycle is the PDU's own: the outlet's reboot duration is set (5-60 s, the MIB's
-range), then `immediateReboot`: the PDU cuts the outlet, waits, and restores it itself, so
-a node comes back even if this machine loses the PDU in between.
+A power cycle is the PDU's own: the off time is set (the model's range), then its reboot
+command: the PDU cuts the outlet, waits, and restores it itself, so a node comes back even
+if this machine loses the PDU in between. A metered-only model is refused before anything
+is sent, and an outlet the PDU says does not switch is refused before any SET.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 from sparkrack.core.errors import UsageError
 from sparkrack.inventory import Inventory
-from sparkrack.pdu import mib
+from sparkrack.pdu.families import family_of, refuse_unswitched
 from sparkrack.pdu.snmp import PduError, Session
 
 SWITCH_SEEN_S = 10.0  # how long the outlet may take to report the cut after the command
@@ -26,12 +28,13 @@ SWITCH_SEEN_S = 10.0  # how long the outlet may take to report the cut after the
 
 @dataclass(frozen=True)
 class OutletReading:
-    """One node's outlet: its number, whether it is on, what it draws now."""
+    """One node's outlet: its number, whether it is on, what it draws now (None: the PDU
+    does not meter its outlets)."""
 
     node: str
     outlet: int
     on: bool
-    watts: int
+    watts: int | None
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class StripReading:
     @property
     def measured_watts(self) -> int:
         """The strip's draw now: the PDU's total, or the mapped outlets' sum if larger."""
-        return max(self.device_watts, sum(o.watts for o in self.outlets))
+        return max(self.device_watts, sum(o.watts or 0 for o in self.outlets))
 
     def of(self, node: str) -> OutletReading | None:
         """The node's outlet reading (None: on no outlet)."""
@@ -71,15 +74,11 @@ def session_of(inventory: Inventory) -> Session:
 def read_strip(inventory: Inventory, session: Session | None = None) -> StripReading:
     """The strip now, in one GET (PduError when the PDU does not answer)."""
     session = session or session_of(inventory)
+    family = family_of(session.pdu)
     outlets = session.pdu.outlets
-    device = mib.oid(mib.DEVICE_STATUS_POWER, 1)
-    asked = [device, *(mib.oid(column, number) for _, number in outlets
-                       for column in (mib.OUTLET_STATE, mib.OUTLET_POWER))]
-    values = session.get(asked)
-    return StripReading(session.pdu.name, int(values[device]) * 10, tuple(
-        OutletReading(node, number,
-                      values[mib.oid(mib.OUTLET_STATE, number)] == mib.STATE_ON,
-                      max(0, int(values[mib.oid(mib.OUTLET_POWER, number)])))
+    values = session.get(family.read_oids([number for _, number in outlets]))
+    return StripReading(session.pdu.name, family.device_watts(values), tuple(
+        OutletReading(node, number, *family.outlet(values, number))
         for node, number in outlets))
 
 
@@ -88,25 +87,33 @@ def cycle_outlet(inventory: Inventory, node: str, off_seconds: int,
                  on_event: Callable[[str], None] = lambda e: None) -> int:
     """Have the PDU cut node's outlet for off_seconds and restore it; returns the outlet.
     Waits until the outlet reports the cut (PduError if it never does)."""
-    low, high = mib.REBOOT_DURATION_S
-    if not low <= off_seconds <= high:
-        raise UsageError(f"--off-seconds {off_seconds}: the PDU keeps an outlet off for "
-                         f"{low}-{high} s in a power cycle", fix=f"give {low}..{high}")
+    pdu = session.pdu if session else inventory.vars.pdu
+    if pdu is not None:
+        refuse_unswitched(pdu, node)
+        low, high = family_of(pdu).off_seconds
+        if not low <= off_seconds <= high:
+            raise UsageError(f"--off-seconds {off_seconds}: PDU {pdu.name} ({pdu.model}) keeps "
+                             f"an outlet off for {low}-{high} s in a power cycle",
+                             fix=f"give {low}..{high}")
     session = session or session_of(inventory)
+    family = family_of(session.pdu)
     outlet = session.pdu.outlet_of(node)
     if outlet is None:
         raise UsageError(f"{node} is on no outlet of PDU {session.pdu.name}",
                          fix="map it in the inventory's pdu: outlets")
-    session.set([(mib.oid(mib.OUTLET_REBOOT_DURATION, outlet), off_seconds)])
-    session.set([(mib.oid(mib.OUTLET_COMMAND, outlet), mib.IMMEDIATE_REBOOT)])
+    asked = family.switch_oids(outlet)
+    if asked and not family.switches(session.get(asked), outlet):
+        raise PduError(f"PDU {session.pdu.name} ({session.pdu.model}) outlet {outlet} ({node}) "
+                       "does not switch: the PDU reports it metered only",
+                       fix="cut the node's power at the wall, or move its cord to a "
+                       "switched outlet and map that one")
+    for pairs in family.cycle_sets(outlet, off_seconds):
+        session.set(pairs)
     on_event(f"{session.pdu.name} outlet {outlet} ({node}): off for {off_seconds} s, "
              "then on (the PDU's own power cycle)")
     deadline = time.monotonic() + SWITCH_SEEN_S
-    state = mib.oid(mib.OUTLET_STATE, outlet)
-    pending = mib.oid(mib.OUTLET_COMMAND_PENDING, outlet)
     while time.monotonic() < deadline:
-        values = session.get([state, pending])
-        if values[state] == mib.STATE_OFF or values[pending] == mib.COMMAND_PENDING:
+        if family.cut_seen(session.get(family.cut_oids(outlet)), outlet):
             return outlet
         time.sleep(0.5)
     raise PduError(f"PDU {session.pdu.name} outlet {outlet} ({node}) took the power cycle but "

@@ -56,7 +56,7 @@ class RackOutlets:
         inventory = load_inventory(inventory_path)
         self.rack = RehearsalRack(inventory, say=log)
         pdu = inventory.vars.pdu or PduConfig("rehearsal-pdu", PDU_ADDR, ())
-        self.name, self.count = pdu.name, OUTLETS
+        self.name, self.count, self.model = pdu.name, OUTLETS, pdu.model
         self.nodes = {outlet: self.rack.node(node) for node, outlet in pdu.outlets
                       if outlet <= OUTLETS}
         self.off: set[int] = set()

@@ -1,11 +1,12 @@
-"""The rehearsal PDU's SNMP agent: a real SNMPv3 agent (pysnmp) answering APC's
-PowerNet-MIB rPDU2 objects that sparkrack uses (sparkrack/pdu/mib.py) for an `Outlets`
-backend, so that `snmpget`/`snmpset` (net-snmp) and sparkrack talk to it as to a rack PDU.
+"""The rehearsal PDU's SNMP agent: a real SNMPv3 agent (pysnmp) answering, for an `Outlets`
+backend, the objects of the inventory's `pdu.model` that sparkrack uses (pdumib.py: APC's
+PowerNet-MIB rPDU2, or Server Technology's Sentry4-MIB, switched or metered only), so that
+`snmpget`/`snmpset` (net-snmp) and sparkrack talk to it as to that rack PDU.
 
 SNMPv3 only, one user, authPriv (HMAC-SHA-96, AES-128): it reads everything under
-1.3.6.1 and writes only the outlet configuration and control tables. A command switches
-the outlet in a worker thread (booting a node takes seconds) while the agent keeps
-answering; the outlet reads `commandPending` until it is done. Run by
+1.3.6.1 and writes only the model's configuration and control objects (none for a metered
+one). A command switches the outlet in a worker thread (booting a node takes seconds) while
+the agent keeps answering; the outlet reads its command under way until it is done. Run by
 `invoke rehearsal.up` as `python -m sparkrack.rehearsal.pduagent` (rehearsal/pdu.py).
 """
 
@@ -20,13 +21,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from sparkrack.pdu import mib
+from sparkrack.inventory.pdu import DEFAULT_MODEL
+from sparkrack.rehearsal import pdumib
 
-VOLTS = 120  # the field report's strip: 1,440 W is 12 A at 120 V
 READ_TREE = (1, 3, 6, 1)
-WRITE_TREES = (mib.RPDU2 + (9, 2, 1), mib.RPDU2 + (9, 2, 4))
-COMMANDS = (mib.IMMEDIATE_ON, mib.IMMEDIATE_OFF, mib.IMMEDIATE_REBOOT,
-            5, 6, 7, 8)  # delayedOn/Off/Reboot run at once here (no delay configured); 8 cancels
+FIRST_REBOOT_S = 5  # an outlet's reboot duration until one is set
 
 
 class Outlets(Protocol):
@@ -42,12 +41,14 @@ class Outlets(Protocol):
 
 
 class Pdu:
-    """The outlets' switching state around a backend: pending commands, reboot durations."""
+    """The outlets' switching state around a backend, for one model: pending commands,
+    reboot durations."""
 
-    def __init__(self, outlets: Outlets, log=print):
+    def __init__(self, outlets: Outlets, log=print, model: str = DEFAULT_MODEL):
         self.outlets = outlets
         self.log = log
-        self.reboot_s = {n: mib.REBOOT_DURATION_S[0] for n in self.numbers}
+        self.model = model
+        self.reboot_s = dict.fromkeys(self.numbers, FIRST_REBOOT_S)
         self.pending: dict[int, threading.Event] = {}  # outlet: cancel event
         self.workers = ThreadPoolExecutor(max_workers=max(1, outlets.count),
                                           thread_name_prefix="outlet")
@@ -56,30 +57,33 @@ class Pdu:
     def numbers(self) -> range:
         return range(1, self.outlets.count + 1)
 
-    def total_hundredths_kw(self) -> int:
-        """rPDU2DeviceStatusPower: the whole load in hundredths of kW."""
-        return round(sum(self.outlets.watts(n) for n in self.numbers) / 10)
+    def total_watts(self) -> int:
+        """The whole load: every outlet's draw."""
+        return sum(self.outlets.watts(n) for n in self.numbers)
 
-    def command(self, outlet: int, value: int) -> None:
-        """Carry out an rPDU2OutletSwitchedControlCommand."""
-        if value == 8:
+    def command(self, outlet: int, steps: tuple[bool, bool, bool] | None,
+                cancel: bool = False) -> None:
+        """Carry out a command: steps (switch off, wait the reboot duration, switch on), or
+        cancel the outlet's pending one."""
+        if cancel:
             if outlet in self.pending:
                 self.pending[outlet].set()
             return
-        if outlet in self.pending:
+        if steps is None or not any(steps) or outlet in self.pending:
             return  # one command at a time per outlet, as the PDU queues none
-        cancel = threading.Event()
-        self.pending[outlet] = cancel
-        self.workers.submit(self._run, outlet, value, cancel)
+        stop = threading.Event()
+        self.pending[outlet] = stop
+        self.workers.submit(self._run, outlet, steps, stop)
 
-    def _run(self, outlet: int, value: int, cancel: threading.Event) -> None:
+    def _run(self, outlet: int, steps: tuple[bool, bool, bool], stop: threading.Event) -> None:
+        off, wait, on = steps
         try:
-            if value in (mib.IMMEDIATE_OFF, 6, mib.IMMEDIATE_REBOOT, 7):
+            if off:
                 self.log(f"outlet {outlet} ({self.outlets.label(outlet)}): off")
                 self.outlets.switch(outlet, False)
-            if value in (mib.IMMEDIATE_REBOOT, 7) and cancel.wait(self.reboot_s[outlet]):
+            if wait and stop.wait(self.reboot_s[outlet]):
                 return  # cancelled: the outlet stays off
-            if value in (mib.IMMEDIATE_ON, 5, mib.IMMEDIATE_REBOOT, 7):
+            if on:
                 self.log(f"outlet {outlet} ({self.outlets.label(outlet)}): on")
                 self.outlets.switch(outlet, True)
         except Exception as error:  # noqa: BLE001 - the agent must keep answering
@@ -94,23 +98,24 @@ def build_engine(pdu: Pdu, address: str, port: int, user: str, auth_key: str, pr
     from pysnmp.entity import config, engine
     from pysnmp.entity.rfc3413 import cmdrsp, context
 
+    rows, writable = pdumib.rows(pdu)
     snmp = engine.SnmpEngine()
     config.add_transport(snmp, udp.DOMAIN_NAME,
                          udp.UdpTransport().open_server_mode((address, port)))
     config.add_v3_user(snmp, user, config.USM_AUTH_HMAC96_SHA, auth_key,
                        config.USM_PRIV_CFB128_AES, priv_key)
-    config.add_vacm_user(snmp, 3, user, "authPriv", READ_TREE, WRITE_TREES[0])
-    config.add_vacm_user(snmp, 3, user, "authPriv", READ_TREE, WRITE_TREES[1])
+    for tree in writable or ((),):
+        config.add_vacm_user(snmp, 3, user, "authPriv", READ_TREE, tree)
     snmp_context = context.SnmpContext(snmp)
-    _export(snmp_context.get_mib_instrum().get_mib_builder(), pdu)
+    _export(snmp_context.get_mib_instrum().get_mib_builder(), rows)
     for responder in (cmdrsp.GetCommandResponder, cmdrsp.NextCommandResponder,
                       cmdrsp.BulkCommandResponder, cmdrsp.SetCommandResponder):
         responder(snmp, snmp_context)
     return snmp
 
 
-def _export(builder, pdu: Pdu) -> None:
-    """The rPDU2 columns and one instance per row, each read live from pdu."""
+def _export(builder, rows: list[pdumib.Row]) -> None:
+    """Each row's column and its instances, each read live."""
     from pysnmp.proto.api import v2c
     from pysnmp.smi import error
 
@@ -121,7 +126,7 @@ def _export(builder, pdu: Pdu) -> None:
         """An instance whose value is read (and, if writable, written) through functions."""
 
         def __init__(self, column, index, syntax, read, write=None, allowed=None):
-            super().__init__(column, (index,), syntax)
+            super().__init__(column, index, syntax)
             self.read, self.write, self.allowed = read, write, allowed
 
         def getValue(self, name, **context):  # noqa: N802 - pysnmp's name
@@ -135,40 +140,17 @@ def _export(builder, pdu: Pdu) -> None:
         def writeCommit(self, varBind, **context):  # noqa: N802 - pysnmp's name
             self.write(int(varBind[1]))
 
-    outlets = pdu.outlets
-    integer, text = v2c.Integer32, v2c.OctetString
-    columns = [  # (column, syntax, access, read(n), write(n, value), allowed)
-        (mib.IDENT_NAME, text, "read-only", lambda n: outlets.name, None, None),
-        (mib.DEVICE_PROPERTIES_NUM_OUTLETS, integer, "read-only", lambda n: outlets.count,
-         None, None),
-        (mib.DEVICE_STATUS_POWER, integer, "read-only", lambda n: pdu.total_hundredths_kw(),
-         None, None)]
-    device = [(column, syntax, access, read, write, allowed, (1,))
-              for column, syntax, access, read, write, allowed in columns]
-    rows = [
-        (mib.OUTLET_CONFIG_NAME, text, "read-only", outlets.label, None, None),
-        (mib.OUTLET_REBOOT_DURATION, integer, "read-write", pdu.reboot_s.__getitem__,
-         pdu.reboot_s.__setitem__, range(mib.REBOOT_DURATION_S[0], mib.REBOOT_DURATION_S[1] + 1)),
-        (mib.OUTLET_STATE, integer, "read-only",
-         lambda n: mib.STATE_ON if outlets.is_on(n) else mib.STATE_OFF, None, None),
-        (mib.OUTLET_COMMAND_PENDING, integer, "read-only",
-         lambda n: mib.COMMAND_PENDING if n in pdu.pending else mib.NO_COMMAND_PENDING,
-         None, None),
-        (mib.OUTLET_COMMAND, integer, "read-write",
-         lambda n: mib.IMMEDIATE_ON if outlets.is_on(n) else mib.IMMEDIATE_OFF, pdu.command,
-         COMMANDS),
-        (mib.OUTLET_CURRENT, integer, "read-only",
-         lambda n: round(outlets.watts(n) * 10 / VOLTS), None, None),
-        (mib.OUTLET_POWER, integer, "read-only", outlets.watts, None, None)]
-    table = [(*row, tuple(pdu.numbers)) for row in rows]
+    kinds = {"integer": (v2c.Integer32, 0), "text": (v2c.OctetString, ""),
+             "bits": (v2c.Bits, b"")}
     symbols = []
-    for column, syntax, access, read, write, allowed, indices in device + table:
-        symbols.append(MibScalar(column, syntax()).setMaxAccess(access))
-        for index in indices:
-            initial = syntax("") if syntax is text else syntax(0)  # a value: readTest wants one
-            symbols.append(Live(column, index, initial, lambda r=read, i=index: r(i),
-                                None if write is None else lambda v, w=write, i=index: w(i, v),
-                                allowed))
+    for row in rows:
+        syntax, initial = kinds[row.kind]
+        symbols.append(MibScalar(row.column, syntax()).setMaxAccess(row.access))
+        for index, outlet in row.instances:
+            symbols.append(Live(row.column, index, syntax(initial),  # readTest wants a value
+                                lambda r=row.read, n=outlet: r(n),
+                                None if row.write is None else
+                                lambda v, w=row.write, n=outlet: w(n, v), row.allowed))
     builder.export_symbols("__REHEARSAL-PDU", *symbols)
 
 
@@ -182,7 +164,8 @@ async def serve(pdu: Pdu, address: str, port: int, environ) -> None:
         loop.add_signal_handler(sig, stop.set)
     snmp.transport_dispatcher.job_started(1)
     snmp.open_dispatcher()
-    pdu.log(f"PDU {pdu.outlets.name}: {pdu.outlets.count} outlets, SNMPv3 at {address}:{port}")
+    pdu.log(f"PDU {pdu.outlets.name} ({pdu.model}): {pdu.outlets.count} outlets, SNMPv3 at "
+            f"{address}:{port}")
     await stop.wait()
     snmp.transport_dispatcher.job_finished(1)
     snmp.close_dispatcher()
@@ -202,8 +185,8 @@ def main(argv: list[str]) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
-    asyncio.run(serve(Pdu(RackOutlets(args.inventory, log), log), args.address, args.port,
-                      os.environ))
+    outlets = RackOutlets(args.inventory, log)
+    asyncio.run(serve(Pdu(outlets, log, outlets.model), args.address, args.port, os.environ))
     return 0
 
 

@@ -59,7 +59,8 @@ def strip_check(reading: StripReading, worst: Mapping[str, int], strip_watts: in
     adds = 0
     for node, watts in worst.items():
         outlet = reading.of(node)
-        adds += max(0, watts - (outlet.watts if outlet and outlet.on else 0))
+        now = outlet.watts if outlet and outlet.on and outlet.watts is not None else 0
+        adds += max(0, watts - now)  # an outlet not metered: the node's whole worst case
     return StripCheck(reading.pdu, reading.measured_watts, adds, strip_watts, what, reading)
 
 

@@ -129,6 +129,7 @@ def pdu_env_vars(inventory, settings: Settings,
     a pdu: section, PduError when they are not set). Without the flag: none, whatever is
     exported (the file goes): the keys switch every outlet, and root on the watchdog's
     node would hold them for nothing (docs/watchdog.md#installing-it-on-a-node)."""
+    from sparkrack.pdu.families import family_of
     from sparkrack.pdu.snmp import credentials
 
     none = {"watchdog_pdu_env": "", "watchdog_pdu_keys": [], "secret_values": []}
@@ -140,6 +141,11 @@ def pdu_env_vars(inventory, settings: Settings,
                          "no pdu: section: nothing could cut a node's power",
                          fix="name the rack's PDU and its outlets (docs/inventory.md), "
                          "or install without --allow-power-cycle")
+    if not family_of(pdu).switched:
+        raise UsageError(f"--allow-power-cycle, but PDU {pdu.name} is a {pdu.model}: a "
+                         "metered strip that does not switch outlets",
+                         fix="install without --allow-power-cycle, or name a switched model "
+                         "in pdu.model (docs/inventory.md#the-pdu)")
     keys = credentials(pdu, environ)
     values = {pdu.user_env: keys.user, pdu.auth_key_env: keys.auth_key,
               pdu.priv_key_env: keys.priv_key}

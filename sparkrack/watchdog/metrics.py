@@ -326,7 +326,8 @@ def _pdu_families(strip: StripReading | None) -> Iterator:
         measured.add_metric([strip.pdu], float(strip.measured_watts))
         for outlet in strip.outlets:
             labels = [strip.pdu, outlet.node, str(outlet.outlet)]
-            outlet_watts.add_metric(labels, float(outlet.watts))
+            if outlet.watts is not None:  # a PDU that does not meter outlets: absent
+                outlet_watts.add_metric(labels, float(outlet.watts))
             outlet_on.add_metric(labels, float(outlet.on))
     yield from (measured, outlet_watts, outlet_on)
 

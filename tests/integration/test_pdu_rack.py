@@ -3,6 +3,7 @@ outlets report each node's simulated draw, whose extra loads the strip check cou
 whose power cycle clears a latched GPU (a reboot does not: test_restart.py) so that the
 node serves again."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -10,11 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from provision_helpers import inventory_copy
 from stubgroup import nothing_runs, quick_burn
 
 from sparkrack.lifecycle.lanes import down, up
 from sparkrack.lifecycle.restart import RebootStopped, restart_rack
-from sparkrack.pdu import mib
+from sparkrack.pdu import rpdu2 as mib
+from sparkrack.pdu import sentry4
 from sparkrack.rehearsal import nodeproc, pdu
 from sparkrack.rehearsal.layout import PDU_ADDR
 
@@ -23,9 +26,9 @@ pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
 
 
-def invoke(*args, timeout=300):
+def invoke(*args, timeout=300, inventory="inventory/rehearsal"):
     """The invoke CLI from the repo, as an operator runs it (the PDU's keys exported)."""
-    return subprocess.run([sys.executable, "-m", "invoke", *args, "-i", "inventory/rehearsal"],
+    return subprocess.run([sys.executable, "-m", "invoke", *args, "-i", str(inventory)],
                           cwd=REPO, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "SPARKRACK_SANDBOX": "1"}, stdin=subprocess.DEVNULL)
 
@@ -127,3 +130,69 @@ def test_a_latched_node_is_power_cycled_and_serves_again(engine_rack, rack):
     assert record["changed"]["outlets"] == ["rehearsal-pdu:3"]
     up(engine_rack, "sglang", "512k", burn=quick_burn)  # serves again
     down(engine_rack)
+
+
+@contextlib.contextmanager
+def pdu_of_model(rack, tmp_path, model: str):
+    """The rehearsal PDU's agent speaking model (a copy of the rack's inventory naming it),
+    for the block; the rack's own agent again after it: the copy's inventory."""
+    section = dict(vars(rack.inventory.vars.pdu))
+    section["outlets"] = dict(section["outlets"])
+    copy = inventory_copy(rack.inventory.path, tmp_path / model, pdu={**section, "model": model})
+    pdu.stop_agent()
+    try:
+        pdu.start_agent(copy.path, copy.vars.pdu, lambda line: None)
+        yield copy
+    finally:
+        pdu.stop_agent()
+        pdu.start_agent(rack.inventory.path, rack.inventory.vars.pdu, lambda line: None)
+
+
+def test_a_sentry4_strip_is_read_by_snmpget_and_by_sparkrack_and_cycles_a_node(rack, tmp_path):
+    """Issue 57 item 6: the rehearsal's agent speaks Server Technology's Sentry4-MIB as it
+    speaks APC's rPDU2: net-snmp reads each outlet's power and cord A's, an rPDU2 object is
+    not answered; `invoke power` reads the strip through it and `invoke power-cycle` cycles a
+    node with its reboot action."""
+    with pdu_of_model(rack, tmp_path, "sentry4-switched") as inventory:
+        done = snmpget(*(sentry4.oid(sentry4.OUTLET_ACTIVE_POWER, n) for n in range(1, 9)),
+                       sentry4.oid(sentry4.CORD_ACTIVE_POWER),
+                       sentry4.oid(sentry4.OUTLET_STATE, 3))
+        assert done.returncode == 0, done.stderr
+        values = [int(v) for v in done.stdout.split()]
+        assert all(25 <= watts <= 217 for watts in values[:8]), values
+        assert values[8] >= sum(values[:8]) - 8 and values[9] == sentry4.STATE_ON
+        apc = snmpget(mib.oid(mib.OUTLET_POWER, 3))
+        assert "No Such Object" in apc.stdout, apc.stdout + apc.stderr
+        shown = invoke("power", "--json", inventory=inventory.path)
+        strip = json.loads(shown.stdout)["strip"]
+        assert strip["pdu"] == "rehearsal-pdu" and strip["measured_watts"] >= 8 * 25, shown.stderr
+        boots = len(nodeproc.boot_times(rack.node("spark-03")))
+        cycled = invoke("power-cycle", "-n", "spark-03", "--off-seconds", "5",
+                        inventory=inventory.path)
+        said = cycled.stdout + cycled.stderr
+        assert cycled.returncode == 0, said
+        assert "rehearsal-pdu outlet 3 (spark-03): off for 5 s" in said
+        assert "spark-03: back, cap unit active this boot, burn ok" in said
+        assert len(nodeproc.boot_times(rack.node("spark-03"))) == boots + 1
+        delay = snmpget(sentry4.scalar(sentry4.OUTLET_REBOOT_DELAY))
+        assert delay.stdout.split() == ["5"], delay.stdout  # the delay every outlet shares
+
+
+def test_a_metered_only_strip_is_read_and_never_cycled(rack, tmp_path):
+    with pdu_of_model(rack, tmp_path, "sentry4-metered") as inventory:
+        done = snmpget(sentry4.oid(sentry4.OUTLET_ACTIVE_POWER, 3),
+                       sentry4.oid(sentry4.OUTLET_CONTROL_STATE, 3))
+        assert done.returncode == 0, done.stderr
+        assert 25 <= int(done.stdout.split()[0]) <= 217
+        assert int(done.stdout.split()[1]) == sentry4.CONTROL_FIXED_ON  # uncontrolled
+        shown = invoke("power", "--json", inventory=inventory.path)
+        assert json.loads(shown.stdout)["strip"]["reading"]["outlets"][2]["watts"] >= 25
+        boots = len(nodeproc.boot_times(rack.node("spark-03")))
+        refused = invoke("power-cycle", "-n", "spark-03", inventory=inventory.path)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        [line] = [x for x in refused.stderr.splitlines() if x.startswith("error:")]
+        assert line.startswith("error: PDU rehearsal-pdu is a sentry4-metered: a metered strip "
+                               "that does not switch outlets: sparkrack reads it, never cycles "
+                               "spark-03"), refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert len(nodeproc.boot_times(rack.node("spark-03"))) == boots

@@ -5,6 +5,7 @@ net-snmp's snmpget where it is installed), and the strip check (pure)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -17,7 +18,8 @@ from hosttools import need
 
 from sparkrack.core.errors import InventoryError, UsageError
 from sparkrack.inventory import load_inventory
-from sparkrack.pdu import PduError, cycle_outlet, mib, read_strip
+from sparkrack.pdu import PduError, cycle_outlet, read_strip
+from sparkrack.pdu import rpdu2 as mib
 from sparkrack.pdu.snmp import Session
 from sparkrack.rehearsal.pduagent import Pdu, build_engine
 from sparkrack.safety.strip import strip_check
@@ -187,9 +189,10 @@ class Outlets:
         self.on[outlet] = on
 
 
-@pytest.fixture
-def agent():
-    """The rehearsal's SNMPv3 agent on a free loopback port, over in-memory outlets."""
+@contextlib.contextmanager
+def serving(model: str):
+    """The rehearsal's SNMPv3 agent for model on a free loopback port, over in-memory
+    outlets: (port, outlets)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -197,9 +200,9 @@ def agent():
 
     def serve():
         async def main():
-            engine = build_engine(Pdu(outlets, log=lambda line: None), "127.0.0.1", port,
-                                  KEYS["SPARKRACK_PDU_USER"], KEYS["SPARKRACK_PDU_AUTH_KEY"],
-                                  KEYS["SPARKRACK_PDU_PRIV_KEY"])
+            engine = build_engine(Pdu(outlets, log=lambda line: None, model=model), "127.0.0.1",
+                                  port, KEYS["SPARKRACK_PDU_USER"],
+                                  KEYS["SPARKRACK_PDU_AUTH_KEY"], KEYS["SPARKRACK_PDU_PRIV_KEY"])
             engine.transport_dispatcher.job_started(1)
             engine.open_dispatcher()
             while not stop.is_set():
@@ -210,9 +213,18 @@ def agent():
 
     worker = threading.Thread(target=serve, daemon=True)
     worker.start()
-    yield port, outlets
-    stop.set()
-    worker.join(5)
+    try:
+        yield port, outlets
+    finally:
+        stop.set()
+        worker.join(5)
+
+
+@pytest.fixture
+def agent():
+    """An APC rPDU2 agent (the inventory's default model)."""
+    with serving("apc-rpdu2") as found:
+        yield found
 
 
 @pytest.fixture
@@ -245,7 +257,8 @@ def test_a_power_cycle_is_the_pdus_own_timed_reboot(tmp_path, agent, keys):
         time.sleep(0.2)
     assert outlets.switched == [(3, False), (3, True)]  # off, then on by itself
     assert "outlet 3 (spark-03): off for 5 s, then on" in said[0]
-    with pytest.raises(UsageError, match="--off-seconds 61: the PDU keeps an outlet off"):
+    with pytest.raises(UsageError, match=r"--off-seconds 61: PDU strip-a \(apc-rpdu2\) keeps "
+                       "an outlet off for 5-60 s"):
         cycle_outlet(inventory, "spark-03", 61)
 
 

@@ -165,3 +165,21 @@ def test_allowed_without_keys_or_a_pdu_is_refused_before_any_change(tmp_path):
     no_pdu = dataclasses.replace(inventory, vars=dataclasses.replace(inventory.vars, pdu=None))
     with pytest.raises(UsageError, match="--allow-power-cycle, but the inventory has no pdu:"):
         wi_vars(no_pdu, True)
+
+
+def test_allowed_on_a_metered_strip_is_refused_naming_its_model(tmp_path):
+    """A metered-only PDU (pdu.model sentry4-metered) cannot cut a node's power: installing
+    the watchdog to power-cycle through it is refused in one line naming the model."""
+    import pytest
+
+    from sparkrack.core.errors import UsageError
+
+    inventory = load_inventory(rehearsal_copy(tmp_path))
+    metered = dataclasses.replace(inventory, vars=dataclasses.replace(
+        inventory.vars, pdu=dataclasses.replace(inventory.vars.pdu, model="sentry4-metered")))
+    with pytest.raises(UsageError) as refused:
+        wi_vars(metered, True, {"SPARKRACK_PDU_USER": "operator"})
+    assert refused.value.line().startswith("--allow-power-cycle, but PDU rehearsal-pdu is a "
+                                           "sentry4-metered: a metered strip that does not "
+                                           "switch outlets")
+    assert wi_vars(metered, False)["watchdog_pdu_keys"] == []  # reading needs no switching

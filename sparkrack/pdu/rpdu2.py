@@ -1,9 +1,10 @@
-"""The PowerNet-MIB objects sparkrack reads and writes (APC's rPDU2 tables, pure).
+"""The PowerNet-MIB objects sparkrack reads and writes for model apc-rpdu2 (APC's rPDU2
+tables, pure).
 
 rPDU2 is `1.3.6.1.4.1.318.1.1.26`, the group APC's metered-by-outlet switched rack PDUs
 (AP84xx, AP86xx, AP88xx, AP89xx) answer. Each table is indexed by outlet number on a
 single PDU (index 1 for the device tables). Public source: APC's PowerNet-MIB, v4.5.2
-(docs/field-notes.md, "The PDU").
+(docs/field-notes.md#the-pdu).
 """
 
 from __future__ import annotations

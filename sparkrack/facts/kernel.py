@@ -1,9 +1,11 @@
 """The host kernel as a node shows it, and whether it breaks RDMA memory registration.
 
-On 7.0.0-1019-nvidia, Kexec HandOver (KHO) leaves the CMA area unaccounted: CmaTotal reads
-0 while CmaFree reads several GiB, and `ibv_reg_mr` (NCCL over RoCE) fails with ENOMEM;
-booting with `kho=off` fixes it (docs/field-notes.md). The symptom is judged, not the
-release's name: a fixed kernel passes, a broken one under another name does not.
+With Kexec HandOver (KHO) on, as 7.0.0-1019-nvidia boots by default, the kernel releases
+KHO's scratch pageblocks as CMA without a CMA area of their own: CmaFree reads about 9.5-9.7
+GiB above CmaTotal (0, or a small `cma=` area such as 32 MiB), and `ibv_reg_mr` (NCCL over
+RoCE) fails with ENOMEM once about 108 GiB is committed, after the weights load; booting with
+`kho=off` fixes it (docs/field-notes.md#known-failures-on-sm121). The symptom is judged, not
+the release's name: a fixed kernel passes, a broken one under another name does not.
 """
 
 from __future__ import annotations
@@ -35,10 +37,14 @@ class KernelFacts:
             self.cmdline, self.cma_total_kb, self.cma_free_kb)
 
     def problem(self) -> str | None:
-        """Why this kernel breaks RDMA memory registration, or None (also when not known)."""
-        if not self.known or self.cma_total_kb != 0 or not self.cma_free_kb:
+        """Why this kernel breaks RDMA memory registration, or None (also when not known):
+        CmaFree above CmaTotal (free CMA that belongs to no CMA area: KHO's scratch) without
+        kho=off, in either public form (CmaTotal 0, or a 32 MiB area)."""
+        if not self.known or self.cma_free_kb <= self.cma_total_kb:
             return None
         if kho_off(self.cmdline or ""):
             return None
-        return (f"CmaTotal 0 kB with CmaFree {self.cma_free_kb} kB and no kho=off on its "
-                "command line (KHO): ibv_reg_mr fails with ENOMEM; boot it with kho=off")
+        return (f"CmaFree {self.cma_free_kb} kB above its CmaTotal {self.cma_total_kb} kB "
+                "and no kho=off on its command line (KHO's scratch pageblocks): ibv_reg_mr "
+                "fails with ENOMEM once about 108 GiB is committed, after the weights load; "
+                "boot it with kho=off")

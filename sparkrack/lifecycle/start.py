@@ -21,6 +21,7 @@ from sparkrack.lifecycle.caches import make_folders
 from sparkrack.lifecycle.order import start_order
 from sparkrack.lifecycle.phases import Phases
 from sparkrack.lifecycle.stop import stop_ranks
+from sparkrack.logs.causes import known_cause
 from sparkrack.logs.lines import reason, split_timestamp
 
 POLL_SECONDS = 0.2
@@ -203,9 +204,11 @@ def rank_failed(rank: Rank, tail: list[str]) -> StartFailed:
     that says why (loglines.reason: an error or exception, never a start banner); its last
     log lines (tail, each with docker's timestamp) go with it for the failed record."""
     cause = reason(split_timestamp(line)[1] for line in tail)
+    known = known_cause(cause, rank.node)
     why = (f"rank {rank.rank} on {rank.node} {rank.status}"
            + (f" (exit code {rank.exit_code})" if rank.exit_code is not None else "")
-           + (f": {rank.error}" if rank.error else "") + (f": {cause}" if cause else ""))
+           + (f": {rank.error}" if rank.error else "") + (f": {known or cause}"
+                                                           if cause else ""))
     failed = StartFailed(why, fix=f"`invoke logs --failed` shows rank {rank.rank}'s last lines"
                          if tail else None)
     if tail:

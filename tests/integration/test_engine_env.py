@@ -249,10 +249,12 @@ def test_the_kernel_rule_judges_the_kho_symptom_not_the_release(clean, rack):
         assert (release, total, free) == ("7.0.0-1019-nvidia", "0", "10171187")
         assert "kho=" not in cmdline and "vmlinuz-7.0.0-1019-nvidia" in cmdline
         line = kernel_refusal(clean)
-        assert "spark-06" in line and "host kernel 7.0.0-1019-nvidia: CmaTotal 0 kB with " \
-            "CmaFree 10171187 kB" in line, line
-        rack.kernel("spark-06", "7.0.0-1031-nvidia", kho_bug=True)
-        assert "host kernel 7.0.0-1031-nvidia: CmaTotal 0 kB" in kernel_refusal(clean)
+        assert "spark-06" in line and "host kernel 7.0.0-1019-nvidia: CmaFree 10171187 kB " \
+            "above its CmaTotal 0 kB" in line, line
+        rack.kernel("spark-06", "7.0.0-1031-nvidia", kho_bug=True, cmdline="cma=32M")
+        assert node_kernel(clean, "spark-06")[1:3] == ("32768", "9993955")  # the 2nd form
+        assert "host kernel 7.0.0-1031-nvidia: CmaFree 9993955 kB above its CmaTotal " \
+            "32768 kB" in kernel_refusal(clean)
         assert engines_running(clean) == []
         rack.kernel("spark-06", "7.0.0-1019-nvidia", cmdline="kho=off")
         release, total, free, cmdline = node_kernel(clean, "spark-06")
@@ -265,10 +267,17 @@ def test_the_kernel_rule_judges_the_kho_symptom_not_the_release(clean, rack):
     assert node_kernel(clean, "spark-06")[:3] == ("6.17.0-1008-nvidia", "0", "0")
 
 
-def test_a_rank_on_a_kho_kernel_fails_memory_registration_with_enomem(stub, rack):
-    """Started by hand past the rules, NCCL on a KHO kernel fails as on real Sparks."""
+def test_a_rank_on_a_kho_kernel_fails_memory_registration_after_its_load(stub, rack):
+    """Started by hand past the rules, NCCL on a KHO kernel fails as on real Sparks: group
+    init passes, the registration after the weights load (108 GiB committed on the node:
+    NV-Kernels#591) fails with ENOMEM, and sparkrack's failure line says what happened."""
+    from sparkrack.deployments.ranks import Rank
+    from sparkrack.lifecycle.start import rank_failed
+    from sparkrack.rehearsal.stub.modeldir import write_stub_model
+
     fleet, limits = stub
     rack.kernel("spark-03", "7.0.0-1019-nvidia")
+    write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50, "rank_mem_gib": 100})
     try:
         with Group(fleet, limits, "sglang") as group:
             group.start()
@@ -276,10 +285,18 @@ def test_a_rank_on_a_kho_kernel_fails_memory_registration_with_enomem(stub, rack
             log = group.containers[2].logs().decode()
     finally:
         rack.kernel("spark-03", None)
+        write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50})
     assert codes[2] == 1 and set(codes.values()) == {1}  # the group went down with it
     assert "spark-03:" in log and "NCCL WARN Call to ibv_reg_mr_iova2 failed with error " \
         "Cannot allocate memory" in log
+    assert log.index("Init torch distributed ends.") < log.index("Load weight end") < \
+        log.index("ibv_reg_mr_iova2")  # not at init: after the load
     assert "[rank2]: torch.distributed.DistBackendError: NCCL error in:" in log
+    rank = Rank(node="spark-03", rank=2, name="r2", engine="sglang", profile="512k",
+                deployment="d", status="exited", exit_code=1, stop_timeout=10)
+    assert rank_failed(rank, log.splitlines()).line().startswith(
+        "rank 2 on spark-03 exited (exit code 1): memory registration failed (ibv_reg_mr: "
+        "ENOMEM) on spark-03: a host kernel with Kexec HandOver on")
 
 
 def test_up_with_the_fabric_check_refuses_a_rail_trained_low_and_starts_on_a_fit_fabric(clean,

@@ -62,6 +62,15 @@ class Communicator:
                 return transport.write_fault(hca, src, dst, mtu)
         return None
 
+    def register(self, hcas: dict, committed_kb: int) -> None:
+        """After the load, NCCL registers the buffers of the first collectives (the graph
+        capture's) with each HCA it uses: a registration the kernel refuses ends the rank."""
+        names = [hca for hca, _ in transport.rails(self.endpoints)]
+        fault = transport.registration_fault(names, hcas, committed_kb)
+        if fault is not None:
+            warn(fault.warning)
+            die(1, f"[rank{self.rank}]: {fault.error}", self.log)
+
     def step(self) -> None:
         """A collective's writes; a fabric that drops them ends the rank (and the group) as
         NCCL does once the HCA's retries are spent."""

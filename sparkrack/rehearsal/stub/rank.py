@@ -49,9 +49,11 @@ class Rank:
             pause = begin + delay * (index + 1) / LOAD_STEPS - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
+        available = self.gpu.available_bytes()
         self.log(f"Load weight end. mem usage={size / GiB:.2f} GB, avail mem="
-                 f"{self.gpu.available_bytes() / GiB:.2f} GB, "
-                 f"took {time.monotonic() - begin:.2f} s")
+                 f"{available / GiB:.2f} GB, took {time.monotonic() - begin:.2f} s")
+        if self.args.nnodes > 1:
+            self.nccl.register(self.gpu.rdma(), (total - available) // 1024)
 
     def compile(self) -> None:
         """After the load: compile what this rank runs, or read it from the caches."""

@@ -251,12 +251,22 @@ def _nccl_ib(env, hcas) -> Fault | None:
     return _gid(env.get("NCCL_IB_GID_INDEX"), used) or _registration(used)
 
 
-def _registration(used: Mapping[str, dict]) -> Fault | None:
+def _registration(used: Mapping[str, dict], committed_kb: int = 0) -> Fault | None:
+    """ibv_reg_mr's failure on a used HCA: at once, or (KHO's) once the node has committed
+    its reg_mr_limit_kb (init's small buffers pin; the buffers after the load do not)."""
     for _, hca in sorted(used.items()):
-        if hca.get("reg_mr_error"):
+        limit = hca.get("reg_mr_limit_kb")
+        if hca.get("reg_mr_error") and (limit is None or committed_kb >= limit):
             return _system_fault(f"Call to ibv_reg_mr_iova2 failed with error "
                                  f"{hca['reg_mr_error']}")
     return None
+
+
+def registration_fault(names: list[str], hcas: Mapping[str, dict],
+                       committed_kb: int) -> Fault | None:
+    """NCCL's registration of its buffers after the load, on the HCAs it uses (names),
+    with committed_kb of the node's memory committed (MemTotal - MemAvailable)."""
+    return _registration({n: h for n, h in hcas.items() if n in names}, committed_kb)
 
 
 def _gid(value: str | None, used: Mapping[str, dict]) -> Fault | None:

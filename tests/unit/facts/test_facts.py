@@ -64,7 +64,7 @@ def test_parse_sample():
     assert (f.mem_total_kb, f.mem_available_kb) == (127600748, 118566368)
     assert (f.cma_total_kb, f.cma_free_kb) == (0, 10171187)
     assert f.cmdline == "BOOT_IMAGE=/boot/vmlinuz-7.0.0-1019-nvidia ro quiet splash"
-    assert f.kernel_facts().problem().startswith("CmaTotal 0 kB with CmaFree 10171187 kB")
+    assert f.kernel_facts().problem().startswith("CmaFree 10171187 kB above its CmaTotal 0 kB")
     assert (f.clock_cap.active, f.clock_cap.result, f.clock_cap.enabled) == ("active", "success", "enabled")
     assert f.clock_cap.active_since_monotonic_us == 1234
     assert f.burn["max_sm_mhz"] == 2190

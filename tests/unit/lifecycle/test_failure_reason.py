@@ -131,3 +131,23 @@ def test_nccls_detail_is_found_under_an_engines_log_prefix():
     sglang = ["[2026-12-06 07:58:20 TP2] ncclRemoteError: A call failed",
               "[2026-12-06 07:58:20 TP2] Last error:", f"[2026-12-06 07:58:21 TP2] {detail}"]
     assert reason(sglang) == f"ncclRemoteError: {detail}"
+
+
+def test_a_registration_refused_after_the_load_says_what_happened():
+    """KHO (issue 56, item 4): NCCL's own line says ibv_reg_mr failed; the operator reads
+    what that means on a Spark and the fix."""
+    rank = Rank(node="spark-03", rank=2, name="sparkrack-sglang-r2", engine="sglang",
+                profile="512k", deployment="d", status="exited", exit_code=1, stop_timeout=10)
+    lines = [BANNER, "[2026-12-06 07:58:20 TP2] Load weight end. mem usage=100.00 GB",
+             "spark-03:77:77 [0] NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot "
+             "allocate memory",
+             "[2026-12-06 07:58:21 TP2] [rank2]: torch.distributed.DistBackendError: NCCL error "
+             "in: ProcessGroupNCCL.cpp:3356, unhandled system error, NCCL version 2.27.7",
+             "ncclSystemError: System call (e.g. socket, malloc) or external library call "
+             "failed or device error.", "Last error:",
+             "Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory"]
+    assert rank_failed(rank, stamped(lines)).line() == (
+        "rank 2 on spark-03 exited (exit code 1): memory registration failed (ibv_reg_mr: "
+        "ENOMEM) on spark-03: a host kernel with Kexec HandOver on (CmaFree above CmaTotal in "
+        "its /proc/meminfo) pins no more memory once about 108 GiB is committed, after the "
+        "weights load; boot it with kho=off (`invoke logs --failed` shows rank 2's last lines)")

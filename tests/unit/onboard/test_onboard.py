@@ -98,9 +98,10 @@ def test_the_kernel_is_refused_by_its_symptom_not_its_name():
     (both counters 0) is only another kernel."""
     [found] = compare(facts(kernel="7.0.0-1031-nvidia", kernel_problem=KHO))
     assert found.refuses and found.line() == (
-        "known-bad-kernel: host kernel is 7.0.0-1031-nvidia: CmaTotal 0 kB with CmaFree "
-        "10171187 kB and no kho=off on its command line (KHO): ibv_reg_mr fails with ENOMEM; "
-        "boot it with kho=off, the rack has 6.18.44-fc-v782 [REFUSED]")
+        "known-bad-kernel: host kernel is 7.0.0-1031-nvidia: CmaFree 10171187 kB above its "
+        "CmaTotal 0 kB and no kho=off on its command line (KHO's scratch pageblocks): "
+        "ibv_reg_mr fails with ENOMEM once about 108 GiB is committed, after the weights "
+        "load; boot it with kho=off, the rack has 6.18.44-fc-v782 [REFUSED]")
     [fixed] = compare(facts(kernel="7.0.0-1019-nvidia", kernel_problem=None))
     assert (fixed.kind, fixed.refuses) == ("kernel", False)
 

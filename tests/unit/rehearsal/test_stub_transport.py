@@ -132,6 +132,20 @@ def test_a_kernel_that_fails_memory_registration_fails_nccl_with_enomem():
     assert check({"NCCL_IB_DISABLE": "1"}, hcas=broken) is None  # sockets register nothing
 
 
+def test_kho_s_registration_fails_only_once_108_gib_is_committed():
+    """NV-Kernels#591: init's small buffers pin; at 108 GiB committed, pins fail."""
+    limit = 108 * 1024 * 1024
+    kho = {name: {**hca(), "reg_mr_error": "Cannot allocate memory", "reg_mr_limit_kb": limit}
+           for name in HCAS}
+    assert check(hcas=kho) is None  # group init passes
+    names = list(HCAS)
+    assert transport.registration_fault(names, kho, limit - 1) is None
+    fault = transport.registration_fault(names, kho, limit)
+    assert fault.warning == "Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory"
+    assert transport.registration_fault([], kho, limit) is None  # NCCL on sockets: no pins
+    assert transport.registration_fault(names, HCAS, 2 * limit) is None  # a sound kernel
+
+
 def test_gloo_is_judged_before_nccl():
     fault = check({"GLOO_SOCKET_IFNAME": "eth9", "NCCL_IB_GID_INDEX": "9"})
     assert fault.library == "gloo"

@@ -401,8 +401,9 @@ def test_a_kernel_whose_kho_broke_cma_is_refused_on_its_node():
     finding = only(check_profile(inventory, "vllm", "512k", node_kernels=facts), "HOST-KERNEL")
     assert finding.message == (
         "a node's host kernel breaks RDMA memory registration: host kernel 7.0.0-1019-nvidia: "
-        "CmaTotal 0 kB with CmaFree 10171187 kB and no kho=off on its command line (KHO): "
-        "ibv_reg_mr fails with ENOMEM; boot it with kho=off")
+        "CmaFree 10171187 kB above its CmaTotal 0 kB and no kho=off on its command line "
+        "(KHO's scratch pageblocks): ibv_reg_mr fails with ENOMEM once about 108 GiB is "
+        "committed, after the weights load; boot it with kho=off")
     assert finding.nodes == ("spark-03",) and finding.where(8) == "spark-03 (rank 2)"
 
 
@@ -416,7 +417,7 @@ def test_the_kernel_rule_judges_the_symptom_not_the_name():
     renamed = dataclasses.replace(KHO, release="7.0.0-1031-nvidia")
     finding = only(check_profile(inventory, "vllm", "512k", node_kernels=kernels(
         inventory, {"spark-06": renamed})), "HOST-KERNEL")
-    assert "host kernel 7.0.0-1031-nvidia: CmaTotal 0 kB" in finding.message
+    assert "host kernel 7.0.0-1031-nvidia: CmaFree 10171187 kB above its CmaTotal 0 kB" in finding.message
     assert finding.nodes == ("spark-06",)
 
 

@@ -99,9 +99,10 @@ def _op_free(state: GpuState, client: Client, request: dict) -> dict:
 
 def _op_rdma(state: GpuState, client: Client, request: dict) -> dict:
     hcas = read_rdma()
-    if state.kernel["reg_mr_error"]:  # KHO's CMA: ibv_reg_mr fails on every device
-        for hca in hcas.values():
+    if state.kernel["reg_mr_error"]:  # KHO's CMA: ibv_reg_mr fails on every device once
+        for hca in hcas.values():  # the node has committed reg_mr_limit_kb
             hca["reg_mr_error"] = state.kernel["reg_mr_error"]
+            hca["reg_mr_limit_kb"] = state.kernel["reg_mr_limit_kb"]
     return {"hcas": hcas}
 
 

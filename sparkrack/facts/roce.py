@@ -217,6 +217,30 @@ class RoceFacts:
         return choose_gid(self.hcas, wanted)
 
 
+ADDRESS_FIX = ("NetworkManager can drop a fabric address at boot (NVIDIA's performance "
+               "guide): `invoke provision --role fabric` writes and applies the fabric's "
+               "netplan again; until then Gloo would take the IPv6 link-local address and the "
+               "start hang")
+
+
+def lost_addresses(fabric: Mapping[str, Mapping[str, str | None]],
+                   hcas: Mapping[str, HcaFacts]) -> list[str]:
+    """'NETDEV (HCA) has WHAT, not the inventory's ADDRESS' for each function whose netdev
+    does not carry its fabric address (its GID table holds one RoCE v2 entry per IPv4
+    address of the netdev); an HCA absent from the node fails a check of its own."""
+    lost = []
+    for hca, function in fabric.items():
+        facts = hcas.get(hca, HcaFacts())
+        wanted = function.get("address")
+        if not wanted or not facts.present or wanted in facts.ipv4_gids.values():
+            continue
+        found = list(dict.fromkeys(facts.ipv4_gids.values()))
+        what = (f"IPv4 {', '.join(found)}" if found else
+                "no IPv4 address (only its IPv6 link-local one)")
+        lost.append(f"{function['netdev']} ({hca}) has {what}, not the inventory's {wanted}")
+    return lost
+
+
 def ipv4_of(gid: str) -> str | None:
     """The IPv4 address of a GID as sysfs prints it, when it is IPv4-mapped (::ffff:a.b.c.d)."""
     try:

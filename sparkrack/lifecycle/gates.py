@@ -20,6 +20,7 @@ from sparkrack.facts import records as record_facts
 from sparkrack.facts.node import NodeFacts, burn_this_boot
 from sparkrack.facts.provision import facts_of
 from sparkrack.facts.queries import answer, argv
+from sparkrack.facts.roce import ADDRESS_FIX, lost_addresses, node_fabric
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
 from sparkrack.lifecycle import gidmove
@@ -60,6 +61,7 @@ class Preflight:
     weights_digest: str = ""  # the manifest's digest every node holds
     waivers: dict = field(default_factory=dict)
     overrides: list = field(default_factory=list)
+    lost_addresses: dict[str, list[str]] = field(default_factory=dict)  # node -> netdevs
 
     @property
     def blocking(self) -> list[Gate]:
@@ -155,8 +157,13 @@ def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
     rewritten, failed = gidmove.rewrite(fleet, env_files, report.env)
     if rewritten or failed:
         report.add("gid index", failed, "; ".join(rewritten))
+    lost = report.lost_addresses  # Gloo and NCCL need them: judged before the env files
+    report.add("fabric addresses", [f"{node}: {'; '.join(found)}: {ADDRESS_FIX}"
+                                    for node, found in lost.items()],
+               "every fabric netdev holds its inventory address")
     problems = [f"{node}: {problem} (run `invoke provision`)"
-                for node, env in report.env.items() for problem in env.problems]
+                for node, env in report.env.items() if node not in lost
+                for problem in env.problems]
     report.add("env files", problems,
                f"every rank gets its node's env files ({', '.join(env_files.files(inventory.head))})")
     report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
@@ -215,7 +222,11 @@ def gather_facts_and_env(fleet: Fleet, env_files: EnvFiles, report: Preflight) -
             continue
         answers = answer(result.stdout, asked[result.node])
         report.facts[result.node] = node_facts.facts_of(answers)
-        report.env[result.node] = env_files.read(nodes[result.node], facts_of(answers))
+        provisioned = facts_of(answers)
+        report.env[result.node] = env_files.read(nodes[result.node], provisioned)
+        lost = lost_addresses(node_fabric(nodes[result.node]), provisioned.roce.hcas)
+        if lost:
+            report.lost_addresses[result.node] = lost
         if result.node == head:
             report.records = records_of(answers)
     report.add("reachable", lost, f"all {len(results)} nodes answer")

@@ -267,6 +267,30 @@ def test_the_kernel_rule_judges_the_kho_symptom_not_the_release(clean, rack):
     assert node_kernel(clean, "spark-06")[:3] == ("6.17.0-1008-nvidia", "0", "0")
 
 
+def test_a_fabric_address_lost_after_a_reboot_is_refused_before_any_rank_starts(clean):
+    """Issue 56, item 5: NetworkManager dropped spark-03's fabric address (flushed here).
+    `up` names the node, the netdev, what it has and the fix, not the env files' comments,
+    and starts nothing; the fix it names puts the address back."""
+    inventory = clean
+    with Fleet(inventory, inventory.select("spark-03")) as fleet:
+        fleet.run(["ip", "-4", "addr", "flush", "dev", "enp1s0f0np0"]).raise_for_failures()
+    try:
+        with pytest.raises(lanes.Refused) as refused:
+            lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+        message = str(refused.value)
+        assert ("fabric addresses: spark-03: enp1s0f0np0 (rocep1s0f0) has no IPv4 address "
+                "(only its IPv6 link-local one), not the inventory's 10.77.3.13: "
+                "NetworkManager can drop a fabric address at boot") in message, message
+        assert "`invoke provision --role fabric`" in message
+        assert "comments differ" not in message
+        assert engines_running(inventory) == []
+    finally:
+        assert provision(inventory, roles="fabric").exit_code == 0
+    with Fleet(inventory, inventory.select("spark-03")) as fleet:
+        shown = fleet.run(["ip", "-4", "-o", "addr", "show", "dev", "enp1s0f0np0"])
+    assert "10.77.3.13/" in shown["spark-03"].stdout
+
+
 def test_a_rank_on_a_kho_kernel_fails_memory_registration_after_its_load(stub, rack):
     """Started by hand past the rules, NCCL on a KHO kernel fails as on real Sparks: group
     init passes, the registration after the weights load (108 GiB committed on the node:

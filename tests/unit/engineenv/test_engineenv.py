@@ -214,3 +214,21 @@ def test_a_moved_gid_is_found_from_the_computation_not_the_comment(own_rack):
     env = EnvFiles(pinned, "sglang").read(pinned.node("spark-01"),
                                           dataclasses.replace(gathered(5), files=written))
     assert env.gid_moved is None and len(env.problems) == 1
+
+
+def test_a_fabric_netdev_without_its_inventory_address_is_named_with_what_it_has():
+    """Issue 56, item 5: NetworkManager dropped spark-03's fabric address (its table keeps
+    only the link-local pair); another netdev carries a wrong one. Each is named with what
+    it has, the inventory's address and no word of the env files' comments."""
+    from sparkrack.facts.roce import lost_addresses, node_fabric
+
+    fabric = node_fabric(load_inventory(REPO / "inventory" / "rehearsal").node("spark-03"))
+    no_v4 = HcaFacts(present=True, state="4: ACTIVE", types={0: "IB/RoCE v1", 1: "RoCE v2"},
+                     gids={0: LL, 1: LL})
+    hcas = {"rocep1s0f0": no_v4, "roceP2p1s0f0": table(3, "10.77.4.99")}
+    assert lost_addresses(fabric, hcas) == [
+        "enp1s0f0np0 (rocep1s0f0) has no IPv4 address (only its IPv6 link-local one), not "
+        "the inventory's 10.77.3.13",
+        "enP2p1s0f0np0 (roceP2p1s0f0) has IPv4 10.77.4.99, not the inventory's 10.77.4.13"]
+    assert lost_addresses(fabric, roce(3, 3, node=13).hcas) == []
+    assert lost_addresses(fabric, {}) == []  # an HCA missing fails a check of its own

@@ -104,10 +104,10 @@ def main(engine: str, argv: list[str] | None = None) -> None:
             f"{'kept between requests (ratchets)' if scratch.ratchets else 'bounded'}, "
             f"block cap {scratch.cap / (1 << 20):.0f} MiB")
     try:
-        interfaces = transport.local_interfaces()
+        interfaces, ipv6 = transport.local_interfaces(), transport.local_ipv6()
         rdma = gpu.rdma()
-        reach = transport.endpoints(os.environ, rdma, interfaces)
-        fault = transport.check(os.environ, rdma, interfaces, args.head_host) or \
+        reach = transport.endpoints(os.environ, rdma, interfaces, ipv6)
+        fault = transport.check(os.environ, rdma, interfaces, args.head_host, ipv6) or \
             (transport.advertised_fault(engine, os.environ, interfaces, _management_address())
              if args.nnodes > 1 else None)
     except NoDevice as error:

@@ -93,6 +93,12 @@ class Head(Rank):
                        f"{joined}/{args.nnodes} clients joined.", self.log)
         found = {0: self.nccl.endpoints, **self.group.endpoints}
         cut = transport.unreachable(found)
+        if cut is not None and cut.library == "gloo-hang":  # no error: the group waits
+            self.log("Init torch distributed: connecting Gloo's full mesh")
+            while time.monotonic() < deadline and not self.stop.wait(0.2):
+                pass
+            if self.stop.is_set():
+                self._shutdown()
         if cut is not None:  # every rank fails its connections: the group dies at init
             warn(cut.warning)
             self.group.abort(cut.warning)

@@ -1,7 +1,8 @@
 """A rank's transport environment judged as Gloo and NCCL would judge it on the node: what
 the node shows (its HCAs through gpusimd, its netdevs directly) against the variables, each
 failure in the libraries' own words (docs/rehearsal.md, "NCCL and Gloo at group init").
-Pure except `local_interfaces`, `netdev_mtu`, `echo_rails` and `first_write`.
+Pure except `local_interfaces`, `local_ipv6`, `netdev_mtu`, `echo_rails` and
+`first_write`.
 """
 
 from __future__ import annotations
@@ -101,17 +102,45 @@ def local_interfaces() -> dict[str, list[str]]:
     return found
 
 
+def local_ipv6(path: str = "/proc/net/if_inet6") -> dict[str, list[str]]:
+    """{interface: ["fe80::...", ...]} of this network namespace, from /proc/net/if_inet6."""
+    found: dict[str, list[str]] = {}
+    try:
+        with open(path, encoding="ascii") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        words = line.split()
+        if len(words) == 6 and len(words[0]) == 32:
+            address = str(ipaddress.IPv6Address(bytes.fromhex(words[0])))
+            found.setdefault(words[5], []).append(address)
+    return found
+
+
+def gloo_address(name: str, interfaces: Mapping[str, list[str]],
+                 ipv6: Mapping[str, list[str]]) -> str | None:
+    """The address Gloo takes on interface name (tcp/device.cc, lookupAddrForIface with
+    AF_UNSPEC): the first AF_INET or AF_INET6 one getifaddrs lists, IPv4 before IPv6; an
+    interface that lost its IPv4 address gives its IPv6 link-local one."""
+    if interfaces.get(name):
+        return interfaces[name][0].split("/")[0]
+    return next(iter(ipv6.get(name, [])), None)
+
+
 def endpoints(env: Mapping[str, str], hcas: Mapping[str, dict],
-              interfaces: Mapping[str, list[str]]) -> dict:
+              interfaces: Mapping[str, list[str]],
+              ipv6: Mapping[str, list[str]] | None = None) -> dict:
     """What a rank tells its peers at the rendezvous: the addresses they must reach (its
-    Gloo address: GLOO_SOCKET_IFNAME's first; the IPv4 address of the GID each HCA NCCL
-    uses: the entry NCCL_IB_GID_INDEX names, unset: the first RoCE v2 IPv4 one, as NCCL
-    keeps the first of equal candidates) and the networks it reaches (every address but
-    loopback's: a peer connecting to 127.0.0.1 reaches itself)."""
+    Gloo address: GLOO_SOCKET_IFNAME's first, gloo_address; the IPv4 address of the GID
+    each HCA NCCL uses: the entry NCCL_IB_GID_INDEX names, unset: the first RoCE v2 IPv4
+    one, as NCCL keeps the first of equal candidates) and the networks it reaches (every
+    address but loopback's: a peer connecting to 127.0.0.1 reaches itself)."""
     used: list[list[str]] = []
     name = (env.get("GLOO_SOCKET_IFNAME") or "").split(",")[0]
-    if name and interfaces.get(name):
-        used.append(["gloo", interfaces[name][0].split("/")[0]])
+    address = gloo_address(name, interfaces, ipv6 or {}) if name else None
+    if address:
+        used.append(["gloo", address])
     if env.get("NCCL_IB_DISABLE", "0") in ("", "0"):
         for hca_name, hca in sorted(_used_hcas(env, hcas).items()):
             address = _gid_address(env.get("NCCL_IB_GID_INDEX"), hca)
@@ -124,6 +153,14 @@ def endpoints(env: Mapping[str, str], hcas: Mapping[str, dict],
 def unreachable(ranks: Mapping[int, dict]) -> Fault | None:
     """The first address a rank uses that a peer has no network for (Gloo's connections,
     NCCL's queue pairs to it never arrive), judged on what every rank sent."""
+    for rank, mine in sorted(ranks.items()):  # a link-local IPv6 address: no error, a hang
+        address = next((a for via, a in mine.get("used", []) if via == "gloo" and ":" in a), None)
+        if address is not None:
+            text = (f"[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:144] Gloo "
+                    f"connectFullMesh failed: timed out connecting to rank {rank} at "
+                    f"[{address}] (GLOO_SOCKET_IFNAME's only address is IPv6 link-local: "
+                    "its IPv4 address is gone)")
+            return Fault("gloo-hang", text, f"RuntimeError: {text}")
     for rank, mine in sorted(ranks.items()):
         for via, address in mine.get("used", []):
             peer = next((p for p, theirs in sorted(ranks.items())
@@ -172,10 +209,11 @@ def _gid_address(value: str | None, hca: Mapping) -> str | None:
 
 
 def check(env: Mapping[str, str], hcas: Mapping[str, dict],
-          interfaces: Mapping[str, list[str]], rendezvous: str) -> Fault | None:
+          interfaces: Mapping[str, list[str]], rendezvous: str,
+          ipv6: Mapping[str, list[str]] | None = None) -> Fault | None:
     """The first fault of env on this node (Gloo's first, as init_process_group comes
     first), or None. hcas: gpusim.rdma.read_rdma output; rendezvous: rank 0's address."""
-    return (_gloo(env, interfaces, rendezvous) or _nccl_socket(env, interfaces, rendezvous)
+    return (_gloo(env, interfaces, ipv6 or {}) or _nccl_socket(env, interfaces, rendezvous)
             or _nccl_ib(env, hcas))
 
 
@@ -188,12 +226,12 @@ def _on_network(addresses: list[str], rendezvous: str) -> bool:
     return any(target in ipaddress.IPv4Interface(a).network for a in addresses)
 
 
-def _gloo(env, interfaces, rendezvous) -> Fault | None:
+def _gloo(env, interfaces, ipv6) -> Fault | None:
     names = env.get("GLOO_SOCKET_IFNAME")
     if not names:
         return None
     for name in names.split(","):
-        if not interfaces.get(name):
+        if gloo_address(name, interfaces, ipv6) is None:
             text = (f"[enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/device.cc:83]"
                     f" ifa != nullptr. Unable to find address for: {name}")
             return Fault("gloo", text, f"RuntimeError: {text}")

@@ -88,6 +88,27 @@ def test_an_address_a_peer_cannot_reach_fails_the_group_naming_both_ranks():
     assert transport.unreachable(both) is None
 
 
+def test_a_netdev_that_lost_its_ipv4_gives_gloo_its_link_local_and_the_group_hangs(tmp_path):
+    """Issue 56, item 5: Gloo's lookupAddrForIface takes the first AF_INET or AF_INET6
+    address; with the IPv4 one gone it is the IPv6 link-local: no error at the lookup, the
+    group waits until the timeout (Gloo's "Unable to find address" only with none)."""
+    table = tmp_path / "if_inet6"
+    table.write_text("fe80000000000000780d82fffe4ea8b9 03 40 20 80  enp1s0f0np0\n"
+                     "00000000000000000000000000000001 01 80 10 80       lo\n")
+    ipv6 = transport.local_ipv6(str(table))
+    assert ipv6 == {"enp1s0f0np0": ["fe80::780d:82ff:fe4e:a8b9"], "lo": ["::1"]}
+    lost = {**IFACES, "enp1s0f0np0": []}
+    assert transport._gloo(GOOD, lost, ipv6) is None  # Gloo's lookup finds an address
+    mine = transport.endpoints(GOOD, HCAS, lost, ipv6)
+    assert ["gloo", "fe80::780d:82ff:fe4e:a8b9"] in mine["used"]
+    hang = transport.unreachable({0: transport.endpoints(GOOD, HCAS, IFACES), 2: mine})
+    assert hang.library == "gloo-hang"
+    assert "timed out connecting to rank 2 at [fe80::780d:82ff:fe4e:a8b9]" in hang.error
+    nothing = transport.check(GOOD, HCAS, lost, "10.77.1.11", {})
+    assert nothing.library == "gloo" and "Unable to find address for: enp1s0f0np0" in \
+        nothing.warning
+
+
 def test_the_getifaddrs_walk_lists_every_ipv4_address_of_this_namespace():
     found = transport.local_interfaces()
     assert "127.0.0.1/8" in found["lo"]

@@ -95,8 +95,8 @@ def test_the_burn_comes_after_the_cheap_gates_on_every_node_for_up(rehearsal_inv
     report = run(rehearsal_inventory, stand_ins)
     assert stand_ins.order == ["reachable", "judge"]
     assert stand_ins.burned == [[n.name for n in rehearsal_inventory.nodes]]
-    assert [g.name for g in report.gates] == ["reachable", "env files", "no other engine",
-                                              "clock cap", "power"]
+    assert [g.name for g in report.gates] == ["reachable", "fabric addresses", "env files",
+                                              "no other engine", "clock cap", "power"]
     assert not report.blocking
 
 

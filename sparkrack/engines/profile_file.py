@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkrack.core.errors import UsageError, did_you_mean
+from sparkrack.core.errors import UsageError, allowed_fix, did_you_mean
 from sparkrack.engines.catalog import engine_file
 from sparkrack.engines.datafile import (
     Section,
@@ -200,7 +200,8 @@ def _args(section: Section, fields: tuple[str, ...], options: OptionSet | None) 
             problem = check_template(word, fields)
             if problem:
                 raise section.error(group, f"args.{group}: {problem}",
-                                    fix="placeholders: " + ", ".join(f"{{{f}}}" for f in fields))
+                                    fix=allowed_fix("placeholders", [f"{{{f}}}" for f in fields],
+                                                    "docs/formats.md#engine-profiles"))
             if options is not None and _OPTION_WORD.match(word) and not _NUMBER.match(word):
                 wrong = options.problem(word)
                 if wrong:

@@ -42,8 +42,8 @@ def credentials(pdu: PduConfig, environ: Mapping[str, str] = os.environ) -> Cred
     missing = [name for name in names if not environ.get(name)]
     if missing:
         raise PduError(f"PDU {pdu.name}: {', '.join(missing)} not set",
-                       fix="export the PDU's SNMPv3 user and its auth and priv keys in "
-                       "these variables (the inventory names them; sparkrack stores none)")
+                       fix="export its SNMPv3 user, auth and priv keys there: sparkrack "
+                       "stores none")
     short = [name for name in names[1:] if len(environ[name]) < MIN_KEY_CHARS]
     if short:
         raise PduError(f"PDU {pdu.name}: {', '.join(short)} shorter than {MIN_KEY_CHARS} "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from sparkrack.core.errors import InventoryError, UsageError
+from sparkrack.core.errors import InventoryError, UsageError, allowed_fix
 from sparkrack.engines import (
     EngineDef,
     LaunchSpec,
@@ -117,7 +117,8 @@ def _check_waivers(definition: EngineDef, profile: Profile, rules: tuple[Rule, .
         if rule_id not in known:
             raise InventoryError(
                 definition.file, None, f"profile '{profile.name}' waives unknown rule "
-                f"'{rule_id}'{did_you_mean(rule_id, known)}", fix="rules: " + ", ".join(known))
+                f"'{rule_id}'{did_you_mean(rule_id, known)}",
+                fix=allowed_fix("rules", known, "`invoke check --list`"))
 
 
 def _check_node_names(inventory: Inventory,

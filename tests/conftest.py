@@ -113,8 +113,7 @@ def pytest_collection_finish(session):
     """A rack process that collected a rack test (after -k and deselection): its own
     namespaces (a single-process run unshares here), a test rack slot, its private view.
     Not timed by pytest-timeout: a wait for a slot held by another run is no test's."""
-    if session.config.option.collectonly or not any(
-            "rack" in item.fixturenames for item in session.items):
+    if session.config.option.collectonly or not any(_uses_rack(i) for i in session.items):
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is not None and not rackns.inside():
@@ -125,6 +124,13 @@ def pytest_collection_finish(session):
         rackns.unshare_here()
     _SESSION["slot"] = slot = rackns.take_slot(lambda text: _say(session.config, text))
     rackns.enter(slot, REHEARSAL_INVENTORY)
+
+
+def _uses_rack(item) -> bool:
+    """Whether item needs this file's `rack` (not a fixture of the same name elsewhere)."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.get("rack", ()) if info else ()
+    return bool(definitions) and definitions[-1].func.__module__ == __name__  # the closest
 
 
 def _say(config, text: str) -> None:

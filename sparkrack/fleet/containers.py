@@ -24,6 +24,10 @@ class ContainerNotFound(LookupError):
     """No container of that name or ID on the node."""
 
 
+class OutputTooLong(Exception):
+    """A program run to its end printed more than it may (read no further)."""
+
+
 @dataclass(frozen=True)
 class Container:
     """One container as docker reports it."""
@@ -86,6 +90,24 @@ class LogStream:
                                   "fp", None), "channel", None)
         if channel is not None:
             channel.close()
+
+
+def _read_within(chunks: Any, limit: int, said: str) -> bytes:
+    """The bytes of a log stream (or of a whole log), up to limit; OutputTooLong(said) past
+    it. The stream is closed either way."""
+    kept: list[bytes] = []
+    size = 0
+    try:
+        for chunk in [chunks] if isinstance(chunks, bytes) else chunks:
+            size += len(chunk)
+            if size > limit:
+                raise OutputTooLong(f"{said} (read no further)")
+            kept.append(chunk)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return b"".join(kept)
 
 
 def _tar_of(files: dict[str, bytes]) -> bytes:
@@ -169,12 +191,14 @@ class NodeDocker:
         return LogStream(self._get(name).logs(**options))
 
     def run_to_end(self, image: str, argv: Sequence[str], *, name: str, files: dict[str, bytes],
-                   timeout: float, labels: dict[str, str],
-                   limits: dict[str, Any]) -> tuple[int, bytes, bytes]:
+                   timeout: float, labels: dict[str, str], limits: dict[str, Any],
+                   output_limit: int) -> tuple[int, bytes, bytes]:
         """(exit code, stdout, stderr) of argv run once in a fresh container of image, without
-        a network or a GPU, within limits (docker's mem_limit, memswap_limit, pids_limit),
-        with files (absolute path -> content, mode 0644) put in first; the container is
-        removed whatever happens. TimeoutError past timeout seconds."""
+        a network or a GPU, within limits (docker's create options: mem_limit, nano_cpus,
+        cap_drop, log_config, ...), with files (absolute path -> content, mode 0644) put in
+        first; the container is removed whatever happens. TimeoutError past timeout
+        seconds; OutputTooLong when stdout or stderr holds over output_limit bytes (each is
+        read that far and no further)."""
         container = self._client.containers.create(
             image, entrypoint=list(argv[:1]), command=list(argv[1:]), name=name,
             network_disabled=True, labels=labels, detach=True, **limits)
@@ -187,8 +211,12 @@ class NodeDocker:
             except requests.exceptions.RequestException:
                 raise TimeoutError(f"{' '.join(argv)} in {image} on {self.node} did not end "
                                    f"within {timeout:.0f} s") from None
-            return (code, container.logs(stdout=True, stderr=False),
-                    container.logs(stdout=False, stderr=True))
+            out, err = (_read_within(container.logs(stdout=stream == "stdout",
+                                                    stderr=stream == "stderr", stream=True),
+                                     output_limit, f"{' '.join(argv[:1])} in {image} on "
+                                     f"{self.node} printed over {output_limit:,} bytes on "
+                                     f"{stream}") for stream in ("stdout", "stderr"))
+            return code, out, err
         finally:
             container.remove(force=True)
 

@@ -24,14 +24,23 @@ from sparkrack.engines.option_names import (
 )
 from sparkrack.engines.profile_file import image_key_of
 from sparkrack.fleet import Fleet
+from sparkrack.fleet.containers import OutputTooLong
 from sparkrack.inventory import Inventory
 
 EXTRACTOR = Path(option_extract.__file__).parent  # a package, copied whole
 IN_CONTAINER = "/tmp/sparkrack_learn"  # the folder it goes in, on the container's sys.path
 TIMEOUT_S = 180  # reading a real engine's sources takes seconds; the image start is the rest
 LABEL = "sparkrack.learn"
-# the extractor parses sources (ast) in one process: a few hundred MB at most
-LIMITS = {"mem_limit": "2g", "memswap_limit": "2g", "pids_limit": 64}
+# the extractor parses sources (ast) in one process: a few hundred MB at most, one core;
+# it needs no privilege, and what the image prints is read only to OUTPUT_LIMIT
+LIMITS = {"mem_limit": "2g", "memswap_limit": "2g", "pids_limit": 64,
+          "nano_cpus": 2_000_000_000,  # 2 of a GB10's 20 cores
+          "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"],
+          # dockerd keeps at most 2 x 4 MB of its log on the head's disk: OUTPUT_LIMIT and
+          # then some, so an output over the limit is seen as such (json-file's lines are
+          # the printed ones and their JSON wrapping)
+          "log_config": {"type": "json-file", "config": {"max-size": "4m", "max-file": "2"}}}
+OUTPUT_LIMIT = 1 << 20  # bytes of stdout, and of stderr: a real table is 15-18 KiB
 IMAGE_KEYS = ("engine", "version", "allow_abbrev", "underscores")  # the extractor's header
 OWN_KEYS = ("image", "image_id", "learned_on", "learned_at")  # sparkrack's, never the image's
 VERSION = re.compile(r"[0-9][0-9A-Za-z.+_!-]{0,63}")  # PEP 440's characters; a file name part
@@ -133,10 +142,14 @@ def learn(inventory: Inventory, engine: str, image: str | None = None, *,
                 image, extractor_argv(IN_CONTAINER, "--installed", engine),
                 name=f"sparkrack-learn-{engine}-{int(time.time())}",
                 files=extractor_files(IN_CONTAINER), timeout=timeout,
-                labels={LABEL: engine}, limits=LIMITS)
+                labels={LABEL: engine}, limits=LIMITS, output_limit=OUTPUT_LIMIT)
         except TimeoutError as error:
             raise LearnFailed(str(error), fix="see the image's python3 (`docker run --rm "
                               f"--entrypoint python3 {image} -V` on {head.name})") from None
+        except OutputTooLong as error:
+            raise LearnFailed(f"{error}: not an option table, nothing learned",
+                              fix=f"an option table is some KiB: is {image} the {engine} "
+                              "image it says it is?") from None
     stderr = err.decode("utf-8", "replace").strip()
     if code not in (0, 1) or not out.strip():
         last = stderr.splitlines()[-1] if stderr else f"exit code {code}, no output"

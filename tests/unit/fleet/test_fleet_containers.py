@@ -3,7 +3,13 @@
 import docker.errors
 import pytest
 
-from sparkrack.fleet.containers import Container, ContainerNotFound, NodeDocker, view
+from sparkrack.fleet.containers import (
+    Container,
+    ContainerNotFound,
+    NodeDocker,
+    OutputTooLong,
+    view,
+)
 
 
 class SdkContainer:
@@ -130,9 +136,55 @@ def test_a_container_run_to_its_end_is_created_within_its_limits():
     client = Client()
     code, out, err = NodeDocker(client, "spark-01").run_to_end(
         "x:1", ["python3", "-V"], name="learn", files={"/tmp/a": b"1"}, timeout=5,
-        labels={"l": "1"}, limits={"mem_limit": "2g", "pids_limit": 64})
+        labels={"l": "1"}, limits={"mem_limit": "2g", "pids_limit": 64}, output_limit=100)
     assert (code, out) == (0, b"line\n")
     assert client.created == [{"image": "x:1", "entrypoint": ["python3"], "command": ["-V"],
                                "name": "learn", "network_disabled": True, "labels": {"l": "1"},
                                "detach": True, "mem_limit": "2g", "pids_limit": 64}]
     assert once.calls[-1] == ("remove", True)
+
+
+def test_a_program_run_to_its_end_is_read_only_to_its_output_limit():
+    """Issue 53 item 3: the learn container's whole output was read into memory."""
+    read = []
+
+    class Stream:
+        def __init__(self, chunks):
+            self.chunks, self.closed = chunks, False
+
+        def __iter__(self):
+            for chunk in self.chunks:
+                read.append(len(chunk))
+                yield chunk
+
+        def close(self):
+            self.closed = True
+
+    streams = []
+
+    class Loud(SdkContainer):
+        def put_archive(self, path, data):
+            pass
+
+        def wait(self, timeout):
+            return {"StatusCode": 0}
+
+        def logs(self, **options):
+            assert options.get("stream") is True, options  # never the whole log at once
+            streams.append(Stream([b"x" * 400] * 1000 if options["stdout"] else [b"note\n"]))
+            return streams[-1]
+
+    loud = Loud("c9", "learn", "created")
+
+    class Client(SdkClient):
+        def create(self, image, **kwargs):
+            return loud
+
+    with pytest.raises(OutputTooLong) as cut:
+        NodeDocker(Client(), "spark-01").run_to_end(
+            "x:1", ["python3", "-c", "..."], name="learn", files={}, timeout=5, labels={},
+            limits={}, output_limit=1000)
+    assert str(cut.value) == ("python3 in x:1 on spark-01 printed over 1,000 bytes on stdout "
+                              "(read no further)")
+    assert sum(read) == 1200 and streams[0].closed  # three chunks, then closed
+    assert loud.calls[-1] == ("remove", True)

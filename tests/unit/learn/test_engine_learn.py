@@ -224,7 +224,7 @@ def test_a_table_read_later_keeps_its_first_header_line(rack, tmp_path):
         read_options(file)
 
 
-def test_the_learn_container_has_memory_and_pids_limits(rack, monkeypatch):
+def test_the_learn_container_is_limited_and_unprivileged(rack, monkeypatch):
     import sparkrack.learn.options as learn_module
 
     ran = {}
@@ -252,4 +252,45 @@ def test_the_learn_container_has_memory_and_pids_limits(rack, monkeypatch):
 
     monkeypatch.setattr(learn_module, "Fleet", Fleet)
     learn_module.learn(rack, "sglang", REF)
-    assert ran["limits"] == {"mem_limit": "2g", "memswap_limit": "2g", "pids_limit": 64}
+    assert ran["limits"] == {
+        "mem_limit": "2g", "memswap_limit": "2g", "pids_limit": 64,
+        # issue 53 item 3: none of these were set
+        "nano_cpus": 2_000_000_000, "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"],
+        "log_config": {"type": "json-file", "config": {"max-size": "4m", "max-file": "2"}}}
+    assert ran["output_limit"] == 1 << 20
+
+
+def test_an_image_printing_too_much_is_one_line_and_nothing_learned(rack, monkeypatch):
+    import sparkrack.learn.options as learn_module
+    from sparkrack.fleet.containers import OutputTooLong
+
+    class Docker:
+        def image_info(self, ref):
+            return IMAGE_ID, {}
+
+        def run_to_end(self, image, argv, **options):
+            raise OutputTooLong(f"python3 in {image} on spark-01 printed over 1,048,576 bytes "
+                                "on stdout (read no further)")
+
+    class Fleet:
+        def __init__(self, inventory, nodes):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def docker(self, node):
+            return Docker()
+
+    before = sorted(p.name for p in rack.path.rglob("*"))
+    monkeypatch.setattr(learn_module, "Fleet", Fleet)
+    with pytest.raises(learn_module.LearnFailed) as failed:
+        learn_module.learn(rack, "sglang", REF)
+    assert failed.value.line() == (
+        f"python3 in {REF} on spark-01 printed over 1,048,576 bytes on stdout (read no "
+        f"further): not an option table, nothing learned (an option table is some KiB: is "
+        f"{REF} the sglang image it says it is?)")
+    assert sorted(p.name for p in rack.path.rglob("*")) == before

@@ -227,3 +227,30 @@ def test_a_node_name_over_63_characters_is_refused_before_anything_is_written(tr
     assert refused.value.line().startswith(f"nodes[1].name: '{LONG[:76]}... is not a node "
                                            "name (at most 63 letters")
     assert not (tree / "twin").exists()
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda text: text.replace("rank: 1\n", "rank: " + "9" * 5000 + "\n", 1),
+     "an integer of 5,000 digits, over the 4,300 Python reads"),
+    (lambda text: text.replace("gb10-b", LONG), "is not a node name (at most 63 letters"),
+])
+def test_rehearsal_up_with_a_hostile_capture_says_where_in_one_line(tree, tmp_path, edit, says):
+    """The command as an operator runs it: exit 2, `error: FILE:LINE: ...`, nothing written.
+    Before, the 5,000-digit integer was an unforeseen error (exit 1, naming no line) and
+    the long name one after host_vars/ was made."""
+    import subprocess
+    import sys
+
+    capture = rack_of("gb10-a", "gb10-b")
+    capture["rack"]["node_vars"] = {"gb10-b": {"nccl_ib_gid_index": 5}}
+    (tmp_path / "capture.yml").write_text(edit(dump(capture)))
+    done = subprocess.run([sys.executable, "-m", "invoke", "-r", str(REPO), "rehearsal.up",
+                           "--twin", str(tmp_path / "capture.yml"), "--twin-inventory",
+                           str(tree / "twin"),
+                           "-i", str(tmp_path / "none")],  # were it taken, no rack could boot
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path / 'capture.yml'}:")
+    assert says in lines[0] and "Traceback" not in done.stderr
+    assert not (tree / "twin").exists()

@@ -102,7 +102,7 @@ def test_a_template_that_builds_too_much_fails_its_task_in_one_line_at_once(raw,
     line = said["line"]
     assert line.startswith(f"v={raw}"[:120] + ": ") and says in line, line
     assert "\n" not in line and len(line) < 500
-    assert said["seconds"] < 10, said
+    assert said["seconds"] < 30, said  # at once, even on a busy machine: not a hang
 
 
 def test_a_template_file_over_1_mib_is_refused_unread(tmp_path):
@@ -145,10 +145,23 @@ def test_the_work_budget_is_per_rendering():
 
 
 def test_the_bounds_cost_little():
-    """The shipped roles' templates render as fast as before, near enough: the bounds add a
-    check per operation, not per character."""
-    renderer = Renderer()
-    raw = "{% for i in range(20000) %}{{ i ~ ':' ~ (i * 2) }}{% endfor %}"
-    began = time.monotonic()
-    renderer.value(raw, {})
-    assert time.monotonic() - began < 2.0
+    """The bounds add a check per operation, not per character: a loop of 20,000 turns
+    with `~`, `*` and a filter renders within a few times Jinja2's own sandbox (the best of
+    three runs each, so a busy machine weighs on both alike)."""
+    import jinja2.sandbox
+
+    raw = "{% for i in range(20000) %}{{ (i ~ ':' ~ (i * 2))|upper }}{% endfor %}"
+    plain = jinja2.sandbox.SandboxedEnvironment().from_string(raw)
+    bounded = Renderer()
+
+    def best(render) -> float:
+        times = []
+        for _ in range(3):
+            began = time.monotonic()
+            render()
+            times.append(time.monotonic() - began)
+        return min(times)
+
+    assert plain.render() == bounded.value(raw, {})
+    ours, theirs = best(lambda: bounded.value(raw, {})), best(plain.render)
+    assert ours < 6 * theirs + 0.2, (ours, theirs)

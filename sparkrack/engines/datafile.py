@@ -20,19 +20,22 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _REQUIRED = object()
 
 
-def read_section(file: Path, allowed: tuple[str, ...]) -> Section:
-    """The top-level mapping of a data file, its keys limited to allowed."""
-    return Section(read_yaml(file), file, None, "", allowed)
+def read_section(file: Path, allowed: tuple[str, ...] | None, *,
+                 docs: str = "docs/formats.md") -> Section:
+    """The top-level mapping of a data file, its keys limited to allowed; docs: where its
+    keys are described (the fix of a mistake too long to spell out names it)."""
+    return Section(read_yaml(file), file, None, "", allowed, docs)
 
 
 class Section:
     """One mapping of a data file: its keys checked against a list, its values by type."""
 
     def __init__(self, value: Any, file: Path, line: int | None, label: str,
-                 allowed: tuple[str, ...] | None):
+                 allowed: tuple[str, ...] | None, docs: str = "docs/formats.md"):
         self.file = file
         self.line = line
         self.label = label
+        self.docs = docs
         if value is None:
             value = YamlMapping(file)
         if not isinstance(value, YamlMapping):
@@ -43,7 +46,7 @@ class Section:
             for key in value:
                 if key not in allowed:
                     raise self.error(key, f"unknown key '{key}'{did_you_mean(str(key), allowed)}",
-                                     allowed_fix("allowed keys", allowed, "docs/formats.md"))
+                                     allowed_fix("allowed keys", allowed, docs))
 
     def __contains__(self, key: str) -> bool:
         return key in self.mapping
@@ -73,9 +76,10 @@ class Section:
                                      fix=f"add {key}: <{expected}>")
             return default
         value = self.mapping[key]
-        if not check(value):
+        if not check(value):  # a long expectation is not said twice: the line stays short
             raise self.error(key, f"{key}: expected {expected}, got {describe(value)}",
-                             fix=f"write {key}: <{expected}>")
+                             fix=f"write {key}: <{expected}>" if len(expected) <= 40 else
+                             f"{key} is described in {self.docs}")
         return value
 
     def section(self, key: str, allowed: tuple[str, ...] | None = None, *,
@@ -84,7 +88,8 @@ class Section:
         if required and key not in self.mapping:
             raise InventoryError(self.file, self.line, f"missing key '{key}'",
                                  fix=f"add a mapping {key}:")
-        return Section(self.mapping.get(key), self.file, self.line_of(key), key, allowed)
+        return Section(self.mapping.get(key), self.file, self.line_of(key), key, allowed,
+                       self.docs)
 
 
 def is_name(value: Any) -> bool:

@@ -240,9 +240,8 @@ def _refuse_env_from_inventory(top: Section) -> None:
     """The environment an engine gets per node is no longer the profile's to say."""
     if "env_from_inventory" in top:
         raise top.error("env_from_inventory", "env_from_inventory is no longer read: each "
-                        "node's env files, written by provisioning, are the one source of the "
-                        "NCCL/Gloo variables (role nccl_env) and the engine's own (role "
-                        "engine_env)", fix="remove env_from_inventory; put engine variables in "
+                        "node's env files, which provisioning writes, are the one source",
+                        fix="remove it; engine variables go in "
                         "roles/engine_env/templates/<engine>.env.j2")
 
 

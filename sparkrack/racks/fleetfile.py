@@ -66,7 +66,7 @@ def load_fleet(file: str | Path) -> Fleet:
     """The fleet file at file, checked whole; InventoryError at file:line otherwise (the one
     place that knows its keys: `invoke validate` calls it too)."""
     file = Path(file)
-    top = read_section(file, TOP_KEYS)
+    top = read_section(file, TOP_KEYS, docs="docs/fleet.md#the-fleet-file")
     racks = _racks(top, file.parent)
     router = _router(top.section("router", ROUTER_KEYS), file.parent)
     fleet = Fleet(

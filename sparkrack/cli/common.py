@@ -177,10 +177,20 @@ def _preloaded(path: str | None, rack: Inventory):
         _loaded.pop(path, None)
 
 
+_warned: set[str] = set()
+
+
 def inventory_from(path: str | None) -> Inventory:
-    """Load the inventory named by -i, $SPARKRACK_INVENTORY or ./inventory/rack."""
+    """Load the inventory named by -i, $SPARKRACK_INVENTORY or ./inventory/rack; each of
+    its warnings (a legal but unusual value) is said once, as one line."""
+    from sparkrack.core.console import say
     from sparkrack.inventory import load_inventory
 
     if path in _loaded:
         return _loaded[path]
-    return load_inventory(path or os.environ.get("SPARKRACK_INVENTORY") or None)
+    rack = load_inventory(path or os.environ.get("SPARKRACK_INVENTORY") or None)
+    for warning in rack.warnings:
+        if warning not in _warned:
+            _warned.add(warning)
+            say(f"warning: {warning}")
+    return rack

@@ -13,6 +13,7 @@ from typing import Any
 
 from sparkrack.core.errors import InventoryError, allowed_fix, did_you_mean
 from sparkrack.inventory import YamlMapping, read_yaml
+from sparkrack.inventory.ranges import Range
 from sparkrack.inventory.schema import describe
 from sparkrack.inventory.values import has_control
 
@@ -80,6 +81,20 @@ class Section:
             raise self.error(key, f"{key}: expected {expected}, got {describe(value)}",
                              fix=f"write {key}: <{expected}>" if len(expected) <= 40 else
                              f"{key} is described in {self.docs}")
+        return value
+
+    def number(self, key: str, found: Range, *, integer: bool = True,
+               default: Any = _REQUIRED) -> Any:
+        """The number under key within its range (ranges.py): a whole number when integer;
+        default when absent; InventoryError at its line naming the range and why otherwise."""
+        kind = "a whole number" if integer else "a number"
+        value = self.value(key, lambda v: isinstance(v, int if integer else (int, float))
+                           and not isinstance(v, bool), f"{kind} in {found.text()}",
+                           default=default)
+        problem = None if value is default else found.problem(value)
+        if problem:
+            raise self.error(key, f"{key}: {problem}", fix=f"write {key}: <{kind} in "
+                             f"{found.text()}>")
         return value
 
     def section(self, key: str, allowed: tuple[str, ...] | None = None, *,

@@ -15,7 +15,6 @@ from sparkrack.core.errors import UsageError, allowed_fix, did_you_mean
 from sparkrack.engines.catalog import engine_file
 from sparkrack.engines.datafile import (
     Section,
-    is_count,
     is_line,
     is_name,
     is_word_list,
@@ -29,6 +28,7 @@ from sparkrack.engines.option_names import (
 )
 from sparkrack.engines.serving import Serving, serving_of
 from sparkrack.engines.templates import allowed_fields, check_template
+from sparkrack.inventory.ranges import RANGES
 from sparkrack.inventory.schema import FrozenMapping, describe
 from sparkrack.inventory.values import abs_path_problem, has_control
 
@@ -184,8 +184,7 @@ def _ports(section: Section) -> dict[str, int]:
         if not (isinstance(name, str) and name.isidentifier()):
             raise section.error(name, f"invalid port name '{name}'",
                                 fix="use letters, digits and '_', e.g. dist_init")
-        ports[name] = section.value(name, lambda v: is_count(v) and v <= 65535,
-                                    "a port number 1..65535")
+        ports[name] = section.number(name, RANGES["profile.ports"])
     if "http" not in ports:
         raise section.error(None, "ports has no http port", fix="add http: PORT")
     return ports
@@ -319,17 +318,17 @@ class _Resolver:
     @staticmethod
     def _settings(section: Section) -> dict[str, Any]:
         """The scalar settings a profile sets itself (inherited ones are not included)."""
-        checks = {"ready_timeout_s": (is_count, "whole seconds >= 1"),
-                  "stop_timeout_s": (is_count, "whole seconds >= 1"),
-                  "stall_budget_s": (is_count, "whole seconds >= 1"),
-                  "experimental": (lambda v: isinstance(v, bool), "true or false"),
+        checks = {"experimental": (lambda v: isinstance(v, bool), "true or false"),
                   "note": (is_line, "one line of text"),
                   "model_path": (lambda v: isinstance(v, str) and abs_path_problem(v) is None,
                                  "an absolute directory path on the nodes, such as "
                                  "/models/GLM-5.3-NVFP4 (no ':', ',', whitespace, '.' or "
                                  "'..' parts)")}
-        return {key: section.value(key, check, expected)
-                for key, (check, expected) in checks.items() if key in section}
+        numbers = {key: section.number(key, RANGES[f"profile.{key}"])
+                   for key in ("ready_timeout_s", "stop_timeout_s", "stall_budget_s")
+                   if key in section}
+        return numbers | {key: section.value(key, check, expected)
+                          for key, (check, expected) in checks.items() if key in section}
 
     def _flags(self, profile: Section) -> dict[str, Any]:
         """The flags a profile sets: value text, True for a switch, None to drop."""

@@ -13,6 +13,7 @@ from typing import Any
 from sparkrack.engines.catalog import engine_file
 from sparkrack.engines.datafile import Section, read_section
 from sparkrack.engines.option_names import OptionSet
+from sparkrack.inventory.ranges import RANGES
 
 SERVING_KEYS = ("memory_fraction", "worker_health_path", "liveness_path", "metrics")
 METRICS_KEYS = ("flag", "running", "waiting", "progress", "accept_length", "server_info",
@@ -73,8 +74,8 @@ def serving_of(top: Section, options: OptionSet | None = None) -> Serving:
         file=top.file,
         memory_fraction=MemoryFraction(
             _flag(memory, "flag", options, nullable=False),
-            memory.value("default", lambda v: _is_number(v) and 0 < v <= 1,
-                         "a fraction above 0, at most 1")),
+            memory.number("default", RANGES["serving.memory_fraction.default"],
+                          integer=False)),
         worker_health_path=section.value(
             "worker_health_path", lambda v: v is None or _is_path(v),
             f"{_PATH_HELP}, or null when the workers serve no HTTP"),
@@ -117,10 +118,6 @@ def _flag(section: Section, key: str, options: OptionSet | None, *,
     if wrong:
         raise section.error(key, f"{section.label}.{key}: {wrong[0]}", fix=wrong[1])
     return flag
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _is_path(value: Any) -> bool:

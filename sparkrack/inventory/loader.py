@@ -11,6 +11,8 @@ from typing import Any
 
 from sparkrack.core.errors import InventoryError, allowed_fix, did_you_mean
 from sparkrack.inventory.model import Inventory, Node, resolve_path
+from sparkrack.inventory.pdu import outlets_problem
+from sparkrack.inventory.ranges import POWER_KEYS, power_problem
 from sparkrack.inventory.schema import (
     CONNECTION,
     HOST,
@@ -130,6 +132,7 @@ class _Loader:
     def __init__(self, directory: Path):
         self.dir = directory
         self.hosts_file = directory / "hosts.yml"
+        self.warnings: list[str] = []  # file:line: a legal but unusual value (ranges.py)
 
     def load(self) -> Inventory:
         """Read every file, merge the vars and return the validated inventory."""
@@ -159,6 +162,7 @@ class _Loader:
                                  fix="the rack needs its members: remove `spare: true`")
         self._check_ranks(members, anchor)
         self._check_tp_size(rack, len(members), anchor)
+        _check_power(rack)
         self._check_unique(drafts, "ansible_host")
         self._check_unique(drafts, "roce_addr")
         self._check_pdu(rack, [d.host.name for d in members], sorted(spares))
@@ -169,7 +173,8 @@ class _Loader:
             path=self.dir, nodes=tuple(nodes), vars=_rack_vars(rack),
             groups=FrozenMapping({g.name: tuple(h.name for h in g.hosts if h.name not in spares)
                                   for g in groups}),
-            spares=tuple(self._node(draft) for draft in spare_drafts))
+            spares=tuple(self._node(draft) for draft in spare_drafts),
+            warnings=tuple(dict.fromkeys(self.warnings)))
 
     def _is_spare(self, draft: _Draft) -> bool:
         """Whether a host is a spare; a spare with a rank is an error."""
@@ -278,6 +283,9 @@ class _Loader:
                 raise InventoryError(mapping.file, getattr(error, "line", None) or line,
                                      str(error), fix=getattr(error, "fix", None)
                                      or spec.example()) from None
+            warning = spec.warning(settings[key].value)
+            if warning:
+                self.warnings.append(f"{mapping.file}:{line}: {warning}")
         return settings
 
     def _draft(self, host: _Host, settings: _Settings) -> _Draft:
@@ -346,24 +354,10 @@ class _Loader:
     def _check_pdu(self, rack: _Settings, members: list[str], spares: list[str]) -> None:
         """The PDU's outlets name hosts of hosts.yml, and every member has one."""
         setting = rack.get("pdu")
-        if setting is None:
-            return
-        mapped = [node for node, _ in setting.value.outlets]
-        outlets = setting.source.get("outlets") if isinstance(setting.source, dict) else None
-        outlets_line = getattr(setting.source, "lines", {}).get("outlets", setting.line)
-        strangers = [node for node in mapped if node not in members + spares]
-        if strangers:
-            raise InventoryError(
-                setting.file, getattr(outlets, "lines", {}).get(strangers[0], outlets_line),
-                f"pdu: outlets: '{strangers[0]}' is not a host of "
-                f"hosts.yml{did_you_mean(strangers[0], members)}",
-                fix="map each node of hosts.yml to the outlet its power cord is in")
-        unmapped = [node for node in members if node not in mapped]
-        if unmapped:
-            raise InventoryError(
-                setting.file, outlets_line, f"pdu: outlets: {', '.join(unmapped)} on no outlet",
-                fix="the PDU is the rack's strip: give every node the outlet its power cord "
-                "is in")
+        problem = setting and outlets_problem(setting.value, setting.source, members, spares)
+        if problem:
+            line, message, fix = problem
+            raise InventoryError(setting.file, line or setting.line, message, fix=fix)
 
     def _node(self, draft: _Draft) -> Node:
         """The Node for one validated host."""
@@ -433,6 +427,16 @@ def _check_fabric(draft: _Draft) -> None:
             raise InventoryError(
                 setting.file, setting.line, f"{draft.host.name}: {key} {setting.value} {problem}, "
                 "but a fabric address is IPv4 (docs/inventory.md#values)", fix=fix)
+
+
+def _check_power(rack: _Settings) -> None:
+    """The power figures agree with each other (ranges.power_problem), at their line."""
+    values = {key: rack[key].value if key in rack else SPECS[key].default for key in POWER_KEYS}
+    found = power_problem(values)
+    if found:
+        key, message, fix = found
+        where = rack.get(key) or next(rack[other] for other in POWER_KEYS if other in rack)
+        raise InventoryError(where.file, where.line, message, fix=fix)
 
 
 def _group_level(group_count: int) -> str:

@@ -41,6 +41,7 @@ class Inventory:
     vars: RackVars
     groups: Mapping[str, tuple[str, ...]]
     spares: tuple[Node, ...] = ()  # hosts with `spare: true`: staged, outside the TP group
+    warnings: tuple[str, ...] = ()  # "file:line: key: ..." of legal but unusual values
 
     @property
     def head(self) -> Node:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkrack.core.errors import did_you_mean
+from sparkrack.inventory.ranges import RANGES
 from sparkrack.inventory.values import address_problem
 
 DEFAULT_ENV = {"user_env": "SPARKRACK_PDU_USER", "auth_key_env": "SPARKRACK_PDU_AUTH_KEY",
@@ -19,7 +20,7 @@ KEYS = ("name", "model", "address", "port", "outlets", *DEFAULT_ENV)
 # the models sparkrack speaks (sparkrack/pdu/families.py; docs/inventory.md#the-pdu)
 MODELS = ("apc-rpdu2", "sentry4-switched", "sentry4-metered")
 DEFAULT_MODEL = MODELS[0]
-MAX_OUTLET = 96  # the largest rack PDUs carry 48 outlets; room for two daisy-chained
+PORT, OUTLET = RANGES["pdu.port"], RANGES["pdu.outlets"]
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")  # a name, shown; anything else may be a key
 # the only variables the section may name: the service's EnvironmentFile holds them (so not
 # LD_PRELOAD, PYTHONPATH) and every record masks their values (oplock/masking.py)
@@ -92,9 +93,12 @@ def parse_pdu(value: Any) -> PduConfig:
         raise SectionError(f"pdu: address: {value['address']!r} {problem}",
                            "e.g. address: 192.0.2.60", _line(value, "address"))
     port = value.get("port", 161)
-    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-        raise SectionError(f"pdu: port: expected an integer 1..65535, got {port!r}",
+    if not isinstance(port, int) or isinstance(port, bool):
+        raise SectionError(f"pdu: port: expected an integer in {PORT.text()}, got {port!r}",
                            "e.g. port: 161 (SNMP's)", _line(value, "port"))
+    if PORT.problem(port):
+        raise SectionError(f"pdu: port: {PORT.problem(port)}", "e.g. port: 161 (SNMP's)",
+                           _line(value, "port"))
     env = {key: value.get(key, default) for key, default in DEFAULT_ENV.items()}
     for key, variable in env.items():
         if not isinstance(variable, str) or not _ENV_NAME.fullmatch(variable):
@@ -122,12 +126,34 @@ def _outlets(value: Any, line: int | None) -> tuple[tuple[str, int], ...]:
     seen: dict[int, str] = {}
     for node, outlet in value.items():
         at = _line(value, node) or line
-        if not isinstance(outlet, int) or isinstance(outlet, bool) or not 1 <= outlet <= MAX_OUTLET:
-            raise SectionError(f"pdu: outlets: {node}: expected an outlet number "
-                               f"1..{MAX_OUTLET}, got {outlet!r}",
+        if not isinstance(outlet, int) or isinstance(outlet, bool) or OUTLET.problem(outlet):
+            problem = (OUTLET.problem(outlet) if isinstance(outlet, int)
+                       and not isinstance(outlet, bool) else
+                       f"expected an outlet number in {OUTLET.text()}, got {outlet!r}")
+            raise SectionError(f"pdu: outlets: {node}: {problem}",
                                "the number printed on the PDU beside the node's cord", at)
         if outlet in seen:
             raise SectionError(f"pdu: outlets: outlet {outlet} is given to both "
                                f"{seen[outlet]} and {node}", "one node per outlet", at)
         seen[outlet] = str(node)
     return tuple((str(node), outlet) for node, outlet in value.items())
+
+
+def outlets_problem(config: PduConfig, source: Any, members: list[str],
+                    spares: list[str]) -> tuple[int | None, str, str] | None:
+    """(line, what is wrong, fix) unless the outlets name hosts of hosts.yml (members or
+    spares) and every member has one; source: the section as read (its lines)."""
+    mapped = [node for node, _ in config.outlets]
+    outlets = source.get("outlets") if isinstance(source, dict) else None
+    outlets_line = _line(source, "outlets")
+    strangers = [node for node in mapped if node not in members + spares]
+    if strangers:
+        return (_line(outlets, strangers[0]) or outlets_line,
+                f"pdu: outlets: '{strangers[0]}' is not a host of "
+                f"hosts.yml{did_you_mean(strangers[0], members)}",
+                "map each node of hosts.yml to the outlet its power cord is in")
+    unmapped = [node for node in members if node not in mapped]
+    if unmapped:
+        return (outlets_line, f"pdu: outlets: {', '.join(unmapped)} on no outlet",
+                "the PDU is the rack's strip: give every node the outlet its power cord is in")
+    return None

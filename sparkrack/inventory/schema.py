@@ -13,6 +13,7 @@ from typing import Any
 
 from sparkrack.inventory.pdu import EXAMPLE as PDU_EXAMPLE
 from sparkrack.inventory.pdu import PduConfig, parse_pdu
+from sparkrack.inventory.ranges import RANGES, Range
 from sparkrack.inventory.values import (
     ABS_PATH,
     ARGV_WORD,
@@ -75,13 +76,11 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _var(default: Any, meaning: str, *, scope: str = RACK, at_least: float | None = None,
-         above: float | None = None, at_most: float | None = None,
-         kind: str | None = None, choices: tuple[str, ...] | None = None) -> Any:
-    """A RackVars field: its default, one-line meaning, scope, numeric bounds or choices,
-    and the kind of its text (each item's, for lists and mappings)."""
-    metadata = {"meaning": meaning, "scope": scope, "at_least": at_least, "above": above,
-                "at_most": at_most, "kind": kind, "choices": choices}
+def _var(default: Any, meaning: str, *, scope: str = RACK, kind: str | None = None,
+         choices: tuple[str, ...] | None = None) -> Any:
+    """A RackVars field: its default, one-line meaning, scope, choices, and the kind of its
+    text (each item's, for lists and mappings). A number's range is in ranges.py."""
+    metadata = {"meaning": meaning, "scope": scope, "kind": kind, "choices": choices}
     if isinstance(default, Mapping):
         frozen = FrozenMapping(default)
         return field(default_factory=lambda: frozen, metadata=metadata)
@@ -101,39 +100,34 @@ class RackVars:
 
     rack_name: str = _var("sparkrack", "name of the rack, shown in status output and logs",
                           kind=RACK_NAME)
-    tp_size: int = _var(8, "tensor-parallel size; must equal the number of nodes", at_least=1)
+    tp_size: int = _var(8, "tensor-parallel size; must equal the number of nodes")
     clock_cap_mhz: int = _var(
-        2200, "GPU clock cap (nvidia-smi -lgc 0,N), the only power lever on GB10", at_least=1)
-    power_strip_watts: int = _var(1440, "rating of the one power strip feeding the rack",
-                                  at_least=1)
-    power_margin_watts: int = _var(100, "headroom kept below the strip rating", at_least=0)
+        2200, "GPU clock cap (nvidia-smi -lgc 0,N), the only power lever on GB10")
+    power_strip_watts: int = _var(1440, "rating of the one power strip feeding the rack")
+    power_margin_watts: int = _var(100, "headroom kept below the strip rating")
     node_watts_capped: int = _var(
-        178, "one node's sustained draw with the clock cap (field: rack 1,350-1,425 W)",
-        at_least=1)
+        178, "one node's sustained draw with the clock cap (field: rack 1,350-1,425 W)")
     node_watts_uncapped: int = _var(
-        217, "one node's sustained draw uncapped, long prefill (field: rack 1,735 W)",
-        at_least=1)
-    restart_batch_size: int = _var(2, "nodes restarted at once in a rolling restart",
-                                   at_least=1)
+        217, "one node's sustained draw uncapped, long prefill (field: rack 1,735 W)")
+    restart_batch_size: int = _var(2, "nodes restarted at once in a rolling restart")
     nccl_ib_hca: tuple[str, ...] = _var(
         ("rocep1s0f0", "roceP2p1s0f0"),
         "NCCL_IB_HCA: both twin HCAs of the QSFP port (one alone caps at ~100G)", scope=NODE,
         kind=HCA_NAME)
     nccl_ib_gid_index: int = _var(
         3, "NCCL_IB_GID_INDEX when no RoCE v2 IPv4 GID is probed, or set per node",
-        scope=NODE, at_least=0)
+        scope=NODE)
     nccl_socket_ifname: str = _var(
         "enp1s0f0np0", "NCCL/GLOO/TP_SOCKET_IFNAME: the node's CX7 netdev", scope=NODE,
         kind=IFNAME)
     fabric_prefix: int = _var(
         24, "prefix length of the fabric subnets (role fabric: roce_addr/N on "
-        "nccl_socket_ifname, roce_twin_addr/N on its twin)", at_least=1, at_most=32)
+        "nccl_socket_ifname, roce_twin_addr/N on its twin)")
     fabric_mtu: int = _var(9000, "MTU of the cabled ConnectX-7 netdevs (the fabric switch's "
-                           "jumbo frames)", at_least=1500, at_most=9978)
+                           "jumbo frames)")
     fabric_link_gbit: int = _var(
         200, "the rate every fabric link should negotiate (ports/1/rate, `invoke "
-        "fabric.check`): 200 on a 200G switch port, 100 on a 400G->4x100G breakout",
-        at_least=1)
+        "fabric.check`): 200 on a 200G switch port, 100 on a 400G->4x100G breakout")
     images: Mapping[str, str] = _var(
         {"sglang": "lmsysorg/sglang:v0.5.22-cu130", "vllm": "vllm/vllm-openai:v0.33.0"},
         "container image ref per engine (sglang, vllm)", kind=IMAGE_REF)
@@ -144,12 +138,11 @@ class RackVars:
     hf_token_required: bool = _var(
         False, "the model needs a Hugging Face token (HF_TOKEN): an exported lane's pods do "
         "not start without the Secret holding it (false: the token is used when given)")
-    ssh_connect_timeout: float = _var(5.0, "seconds to wait for an SSH connection", above=0)
-    ssh_command_timeout: float = _var(60.0, "seconds a remote command may run by default",
-                                      above=0)
+    ssh_connect_timeout: float = _var(5.0, "seconds to wait for an SSH connection")
+    ssh_command_timeout: float = _var(60.0, "seconds a remote command may run by default")
     transfer_stall_timeout: float = _var(
         30.0, "seconds a hop of an image or weights copy waits on a silent neighbour (a cut "
-        "link) before giving it up; the nodes after it get a new chain", above=0)
+        "link) before giving it up; the nodes after it get a new chain")
     known_hosts_file: str = _var(
         "known_hosts", "SSH known_hosts file; relative paths resolve against the inventory",
         kind=LOCAL_PATH)
@@ -158,8 +151,7 @@ class RackVars:
         "keys from (its AuthorizedKeysFile): absolute, or relative to the user's home; "
         "role watchdog_key adds the watchdog's key there", scope=NODE, kind=LOCAL_PATH)
     indexer_mem_fraction: float = _var(
-        0.01, "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION (bounds the DSA indexer scratch)",
-        above=0, at_most=1)
+        0.01, "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION (bounds the DSA indexer scratch)")
     rehearsal: bool = _var(False, "true for the local rehearsal rack")
     nccl_ib_gid_probe: bool = _var(
         True, "probe NCCL_IB_GID_INDEX per node (RoCE v2, IPv4-mapped GID); false: use "
@@ -174,7 +166,7 @@ class RackVars:
         kind=LOCAL_PATH)
     rehearsal_switch_mtu: int = _var(
         1500, "the rehearsal switch's port MTU as the operator set it up (1500: as a switch "
-        "ships; `invoke rehearsal.switch` changes it)", at_least=1500, at_most=9216)
+        "ships; `invoke rehearsal.switch` changes it)")
     burn_command: tuple[str, ...] = _var(
         ("docker", "run", "--rm", "--gpus", "all", "--entrypoint", "python3", "{image}", "-c",
          TORCH_LOAD, "{seconds}"),
@@ -187,63 +179,54 @@ class RackVars:
     api_port: int = _var(
         0, "TCP port rank 0 serves the OpenAI-compatible API on, whichever engine runs, so "
         "that a roll between lanes keeps the rack's address for its clients (0: each engine "
-        "file's own http port: SGLang 30000, vLLM 8000)", at_least=0, at_most=65535)
+        "file's own http port: SGLang 30000, vLLM 8000)")
     drain_budget_s: int = _var(
         120, "seconds `down`, `roll` and `restart-rack` let rank 0 finish its in-flight "
         "requests after SIGTERM before it is stopped (vLLM's --shutdown-timeout; 0: abort "
-        "them at once, vLLM's own default). At most 1800: SMG's --request-timeout-secs "
-        "default, past which a router gives a request up anyway", at_least=0, at_most=1800)
+        "them at once, vLLM's own default)")
     watchdog_action: str = _var(
         "stop", "what the watchdog service does with a broken TP group: stop it, or restart "
         "it in order within the restart budget", choices=("stop", "restart"))
     watchdog_restart_budget: int = _var(
         3, "restarts the watchdog may make within watchdog_restart_window_minutes; past it "
-        "the group is stopped and the watchdog says why (0: never restart)", at_least=0)
+        "the group is stopped and the watchdog says why (0: never restart)")
     watchdog_restart_window_minutes: float = _var(
-        30.0, "the sliding window of the restart budget, in minutes", above=0)
+        30.0, "the sliding window of the restart budget, in minutes")
     watchdog_stall_budget_s: int = _var(
         0, "seconds a TP group may have work pending without token progress while its GPUs "
         "do not all compute alike before the watchdog stops it as stalled (0: each engine "
-        "profile's stall_budget_s)", at_least=0)
+        "profile's stall_budget_s)")
     watchdog_power_cycle_samples: int = _var(
         5, "consecutive polls (one a second) a GPU must read latched, with no thermal "
-        "slowdown explaining it, before the watchdog power-cycles its node (2-60: one reading "
-        "is a clock caught while the utilization it is judged busy by averages up to the last "
-        "second, NVML's nvmlUtilization_t; a latch never clears by itself, so waiting past a "
-        "minute only leaves the group slow longer)", at_least=2, at_most=60)
+        "slowdown explaining it, before the watchdog power-cycles its node")
     watchdog_power_cycle_window_minutes: float = _var(
         1440.0, "at most one power cycle of a node by the watchdog within this many minutes; "
-        "a cause back inside it is held back and said (30-10080: longer than one cycle and "
-        "the start after it, the PDU's longest 60 s off, 300 s for the boot and a 900 s "
-        "engine load; up to a week)", at_least=30, at_most=10080)
+        "a cause back inside it is held back and said")
     watchdog_metrics_port: int = _var(
-        9478, "TCP port of the watchdog's Prometheus metrics (/metrics)", at_least=1,
-        at_most=65535)
+        9478, "TCP port of the watchdog's Prometheus metrics (/metrics)")
     pdu: PduConfig | None = _var(
         None, "the switched, metered PDU feeding the rack: name, address, outlets per node, "
         "the environment variables of its SNMPv3 credentials (inventory/pdu.py); none: the "
         "strip is only projected")
     k8s_cpu: int = _var(
         16, "CPU cores each pod of an exported lane requests and is limited to (invoke "
-        "export: Guaranteed QoS; a GB10 has 20)", at_least=1, at_most=20)
+        "export: Guaranteed QoS; a GB10 has 20)")
     k8s_memory_gib: int = _var(
         100, "GiB of memory each pod of an exported lane requests and is limited to, its "
         "/dev/shm included (a GB10's pool is 121.7 GiB; CUDA allocations are not counted "
-        "against a cgroup there)", at_least=1, at_most=121)
+        "against a cgroup there)")
 
 
 @dataclass(frozen=True)
 class Spec:
-    """One inventory key: its type, default (None: none), meaning, scope and bounds."""
+    """One inventory key: its type, default (None: none), meaning, scope and choices; a
+    number's range is RANGES[name] (ranges.py)."""
 
     name: str
     type: Any
     default: Any
     meaning: str
     scope: str
-    at_least: float | None = None
-    above: float | None = None
-    at_most: float | None = None
     choices: tuple[str, ...] | None = None
     sample: Any = None
     kind: str | None = None  # of the text (each item's): a key of KIND_CHECKS
@@ -256,9 +239,11 @@ class Spec:
         if self.type == PDU:
             return None if value is None else parse_pdu(value)
         converted = _convert(self.type, value)
-        if converted is None or not self._in_bounds(converted) or (
-                self.choices is not None and converted not in self.choices):
+        if converted is None or (self.choices is not None and converted not in self.choices):
             raise ValueError(f"{self.name}: expected {self.expected()}, got {describe(value)}")
+        problem = self.range.problem(converted) if self.range is not None else None
+        if problem:
+            raise ValueError(f"{self.name}: {problem}")
         if self.kind is not None:
             items = (converted.items() if isinstance(converted, Mapping)
                      else ((None, item) for item in converted) if isinstance(converted, tuple)
@@ -270,14 +255,23 @@ class Spec:
                     raise ValueError(f"{where}: {describe(item)} {problem}")
         return converted
 
+    @property
+    def range(self) -> Range | None:
+        """The range of a number (ranges.py), None for other keys."""
+        return RANGES.get(self.name) if self.type in (int, float) else None
+
     def expected(self) -> str:
-        """What a valid value looks like, e.g. 'an integer >= 1' or 'one of: stop, restart'."""
+        """What a valid value looks like, e.g. 'an integer in 1..8' or 'one of: stop,
+        restart'."""
         if self.choices is not None:
             return "one of: " + ", ".join(self.choices)
-        bounds = [f"{op} {_number(limit)}" for op, limit in
-                  ((">=", self.at_least), (">", self.above), ("<=", self.at_most))
-                  if limit is not None]
-        return " ".join([_EXPECTED[self.type], " and ".join(bounds)]).strip()
+        within = f" in {self.range.text()}" if self.range is not None else ""
+        return _EXPECTED[self.type] + within
+
+    def warning(self, value: Any) -> str | None:
+        """One line on a legal but unusual value (ranges.py's usual band), or None."""
+        said = self.range.warning(value) if self.range is not None else None
+        return f"{self.name}: {said}" if said else None
 
     def example(self) -> str:
         """A line that would be valid for this key, for error fixes."""
@@ -285,12 +279,6 @@ class Spec:
             return PDU_EXAMPLE
         value = self.default if self.sample is None else self.sample
         return f"e.g. {self.name}: {yaml_text(value)}"
-
-    def _in_bounds(self, value: Any) -> bool:
-        """Whether a converted number lies within this key's bounds."""
-        return ((self.at_least is None or value >= self.at_least)
-                and (self.above is None or value > self.above)
-                and (self.at_most is None or value <= self.at_most))
 
 
 _EXPECTED = {
@@ -338,11 +326,6 @@ def _is_name(value: Any) -> bool:
 
 
 
-def _number(limit: float) -> str:
-    """A bound as written in messages: 1, not 1.0."""
-    return str(int(limit)) if float(limit).is_integer() else str(limit)
-
-
 def describe(value: Any) -> str:
     """A YAML value as shown after 'got' in messages: 'fast', 42, null, [a, b]."""
     text = repr(value) if isinstance(value, str) else yaml_text(value)
@@ -374,13 +357,13 @@ def _rack_specs() -> tuple[Spec, ...]:
 HOST_SPECS = (
     Spec("ansible_host", ADDRESS, None, "management address for SSH; default: the host name",
          HOST, sample="192.0.2.11"),
-    Spec("ansible_port", int, 22, "SSH port", CONNECTION, at_least=1, at_most=65535),
+    Spec("ansible_port", int, 22, "SSH port", CONNECTION),
     Spec("ansible_user", str, "root", "SSH user", CONNECTION, kind=USER_NAME),
     Spec("ansible_ssh_private_key_file", str, None,
          "SSH private key; ~ expands, relative paths resolve against the inventory",
          CONNECTION, sample="~/.ssh/sparkrack", kind=LOCAL_PATH),
     Spec("rank", int, None, "tensor-parallel rank; 0 is the head (HTTP, dist-init)", HOST,
-         at_least=0, sample=0),
+         sample=0),
     Spec("roce_addr", FABRIC_ADDRESS, None, "IPv4 address on the RoCE fabric; default: "
          "ansible_host (the management address: no fabric address)", HOST,
          sample="198.51.100.11"),

@@ -3,10 +3,13 @@
 interval=$1; record=$2; fields=$3; want=$4; runs=$5; busy_pct=$6; shift 6
 mkdir -p "${record%/*}" || exit 3
 cat /proc/sys/kernel/random/boot_id
-log=$(mktemp) || exit 3
-busy=0; run=0; pid=
 nl='
 '
+# the GPU's maximum SM clock: a cap at or above it is no cap a burn can prove (capjudge)
+max=$(nvidia-smi --query-gpu=clocks.max.sm --format=csv,noheader,nounits 2>&1)
+printf 'M %s\n' "${max%%"$nl"*}"
+log=$(mktemp) || exit 3
+busy=0; run=0; pid=
 whole=${interval%%.*}; tenths=${interval#"$whole"}; tenths=$(printf '%.1s' "${tenths#.}0")
 ticks=$((${whole:-0} * 10 + tenths)); [ "$ticks" -ge 1 ] || ticks=1  # $interval in 0.1 s
 # Ctrl-C on the operator's side closes the SSH channel: the next sample meets a closed

@@ -26,6 +26,7 @@ from .capjudge import (
     SAMPLE_SECONDS,
     UNCAPPED,
     judge,
+    max_clock,
     parse_output,
 )
 from .capnode import (
@@ -72,8 +73,9 @@ def sample(burn, cap, load, seconds):
                               timeout=LOAD_RUNS * seconds + CHECK_MARGIN_S)
     except (OSError, subprocess.TimeoutExpired) as error:
         return ERROR, f"the burn did not run: {error}"
-    _, samples, rc, tail = parse_output(done.stdout.decode(errors="replace"))
-    verdict, reason, _, _ = judge(samples, cap, rc, tail)
+    output = done.stdout.decode(errors="replace")
+    _, samples, rc, tail = parse_output(output)
+    verdict, reason, _, _ = judge(samples, cap, rc, tail, max_clock(output))
     if verdict == UNCAPPED:  # the judge's words are the rack's; this is the cluster's way
         reason += "; here: delete this node's agent pod, whose restart locks the clock again"
     return verdict, reason

@@ -8,6 +8,9 @@ import dataclasses
 from typing import List, Optional, Sequence, Tuple
 
 LATCH_MHZ = 1000  # a GB10 latched in its low-clock state runs ~500-850 MHz under load
+# The lowest cap a burn tells from a latched GPU: LATCH_MHZ and room for the driver's clock
+# step, which a lock is snapped down to (2,200 -> 2,190)
+CAP_FLOOR_MHZ = 1100
 BUSY_PERCENT = 50  # a sample counts as "under load" at this utilization or more
 SAMPLE_SECONDS = 0.5
 BUSY_SAMPLES = 2  # the load runs again (at most LOAD_RUNS times) until this many samples
@@ -15,6 +18,7 @@ LOAD_RUNS = 3  # were taken while the GPU was busy: a slow sampler on a busy hos
 SAMPLE_FIELDS = "clocks.sm,power.draw,utilization.gpu"
 OK, UNCAPPED, LATCHED, NO_LOAD, UNREACHABLE = "ok", "UNCAPPED", "LATCHED", "NO LOAD", \
     "UNREACHABLE"
+BAD_CAP = "BAD CAP"  # a cap no burn can prove: at or above the GPU's maximum clock, or too low
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,11 +50,44 @@ def parse_output(text: str) -> Tuple[str, List[Sample], Optional[int], str]:
     return boot_id, samples, rc, "\n".join(tail).strip()
 
 
+def max_clock(text: str) -> Optional[int]:
+    """The GPU's maximum SM clock (clocks.max.sm) the burn script read before its load (its
+    `M ` line), or None when it gave none."""
+    for line in text.splitlines():
+        if line.startswith("M "):
+            return _int(line[2:].strip())
+    return None
+
+
+def cap_problem(cap_mhz: int, max_mhz: Optional[int]) -> Optional[str]:
+    """Why no burn can prove cap_mhz on a GPU whose maximum SM clock is max_mhz, or None: at
+    or above that maximum no clock under load exceeds it, so the cap looks like no cap; under
+    CAP_FLOOR_MHZ a GPU held at the cap reads as latched."""
+    if max_mhz is not None and cap_mhz >= max_mhz:
+        return ("the %d MHz cap is at or above this GPU's maximum SM clock (%d MHz, "
+                "clocks.max.sm): no clock under load can exceed it, so a burn cannot tell the "
+                "cap from no cap; set clock_cap_mhz below it (the field runs 2200)"
+                % (cap_mhz, max_mhz))
+    if cap_mhz < CAP_FLOOR_MHZ:
+        return ("the %d MHz cap is under %d MHz: a GPU held there under load reads as latched "
+                "(under %d MHz), so a burn cannot tell the cap from the latched state; set "
+                "clock_cap_mhz to %d or more (the field runs 2200)"
+                % (cap_mhz, CAP_FLOOR_MHZ, LATCH_MHZ, CAP_FLOOR_MHZ))
+    return None
+
+
 def judge(samples: Sequence[Sample], cap_mhz: int, load_rc: Optional[int] = 0,
-          load_output: str = "") -> Tuple[str, str, Optional[int], Optional[float]]:
-    """(verdict, reason, max SM MHz under load, max power W under load) from samples."""
+          load_output: str = "", max_mhz: Optional[int] = None
+          ) -> Tuple[str, str, Optional[int], Optional[float]]:
+    """(verdict, reason, max SM MHz under load, max power W under load) from samples;
+    max_mhz: the GPU's maximum SM clock (BAD CAP when cap_problem says so)."""
     busy = [s for s in samples if s.util_pct is not None and s.util_pct >= BUSY_PERCENT
             and s.sm_mhz is not None]
+    bad_cap = cap_problem(cap_mhz, max_mhz)
+    if bad_cap:
+        top = max((s.sm_mhz for s in busy), default=None)
+        return BAD_CAP, bad_cap, top, max((s.power_w for s in busy if s.power_w is not None),
+                                          default=None)
     if not busy:
         why = f"load exited {load_rc}" if load_rc else "no sample showed the GPU busy"
         detail = f": {load_output.splitlines()[-1]}" if load_output.strip() else ""

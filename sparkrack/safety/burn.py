@@ -18,6 +18,7 @@ from sparkrack.fleet import Fleet, sh
 from sparkrack.inventory import Inventory, Node
 from sparkrack.remote import text
 from sparkrack.remote.capjudge import (
+    BAD_CAP,
     BUSY_PERCENT,
     BUSY_SAMPLES,
     LATCHED,
@@ -29,6 +30,7 @@ from sparkrack.remote.capjudge import (
     UNREACHABLE,
     Sample,
     judge,
+    max_clock,
     parse_output,
 )
 
@@ -59,6 +61,8 @@ class BurnResult:
             return f"UNCAPPED {self.max_sm_mhz} MHz > cap {self.cap_mhz}"
         if self.verdict == LATCHED:
             return f"LATCHED {self.max_sm_mhz} MHz: needs a full power removal"
+        if self.verdict == BAD_CAP:
+            return f"BAD CAP {self.cap_mhz} MHz: no burn can prove it"
         return self.verdict
 
     def record(self) -> dict:
@@ -115,7 +119,8 @@ def burn(inventory: Inventory, nodes: Iterable[Node] | str | None = None,
                                           error=result.error))
                 continue
             boot_id, samples, rc, tail = parse_output(result.stdout)
-            verdict, reason, max_sm, max_power = judge(samples, cap, rc, tail)
+            verdict, reason, max_sm, max_power = judge(samples, cap, rc, tail,
+                                                       max_clock(result.stdout))
             results.append(BurnResult(node.name, verdict == OK, verdict, reason, cap, max_sm,
                                       max_power, boot_id, time.time(), samples))
         if record:

@@ -212,6 +212,14 @@ def test_unknown_engine_and_profile(tmp_path):
     ("ports: {http: 9000, dist: 9001}", "ports: {web: 9000, dist: 9001}", "ports:",
      "ports has no http port"),
     ("    stop_timeout_s: 120\n", "", "  base:", "profile 'base' has no stop_timeout_s"),
+    # issue 53: every number with its range and why (sparkrack/inventory/ranges.py)
+    ("    ready_timeout_s: 900", "    ready_timeout_s: 0", "ready_timeout_s: 0",
+     "ready_timeout_s: 0 is outside 1..7200 s: whole seconds, at least 1"),
+    ("    stop_timeout_s: 60", "    stop_timeout_s: 60\n    stall_budget_s: 900",
+     "stall_budget_s: 900", "stall_budget_s: 900 is outside 1..600 s: NCCL's own watchdog "
+     "ends a hung group after 600 s"),
+    ("ports: {http: 9000, dist: 9001}", "ports: {http: 9000, dist: 90010}", "ports:",
+     "dist: 90010 is outside 1..65535: a port number is 16 bits"),
     ("      --switch: true", "      --switch: [true", "      --dtype: fp8",
      "YAML syntax error"),
     ("    stop_timeout_s: 60", "    stop_timeout_s: 60\n    model_path: models/x",
@@ -254,7 +262,7 @@ def test_the_shipped_serving_facts():
     ("  liveness_path: /health\n", "", "serving:", "missing key 'liveness_path' in serving"),
     ("  memory_fraction: {flag: --fraction, default: 0.9}",
      "  memory_fraction: {flag: --fraction, default: 1.5}", "memory_fraction:",
-     "default: expected a fraction above 0, at most 1, got 1.5"),
+     "default: 1.5 is outside 0..1, 0 excluded: a share of at most 1"),
     ("  memory_fraction: {flag: --fraction, default: 0.9}",
      "  memory_fraction: {flag: fraction, default: 0.9}", "memory_fraction:",
      "flag: expected a flag such as --enable-metrics, got 'fraction'"),

@@ -42,7 +42,7 @@ def _steps(changes: Sequence[Change]) -> list[tuple[str, list[tuple[int, Put | R
     """The node's file writes and commands in plan order, consecutive ones of a kind merged."""
     steps: list[tuple[str, list[tuple[int, Put | Run]]]] = []
     for index, change in enumerate(changes):
-        if not change.changed:
+        if not change.applies:
             continue
         for action in change.actions:
             kind = "put" if isinstance(action, Put) else "run" if isinstance(action, Run) else None

@@ -58,7 +58,8 @@ class Change:
     """One task's outcome on one node: what it found, what it would do.
 
     deferred: a change planned after every task on behalf of earlier ones (systemd's
-    daemon-reload), not a task of its own.
+    daemon-reload), not a task of its own. refresh: its actions run on every apply, "ok"
+    or "changed" (a command with `always`: the clock lock, which nothing reads back).
     """
 
     role: str
@@ -70,7 +71,13 @@ class Change:
     actions: tuple[Action, ...] = ()
     handler: bool = False
     deferred: bool = False
+    refresh: bool = False
 
     @property
     def changed(self) -> bool:
         return self.status == "changed"
+
+    @property
+    def applies(self) -> bool:
+        """Whether an apply runs its actions: a change, or a refresh that did not fail."""
+        return self.changed or (self.refresh and self.status == "ok")

@@ -91,7 +91,10 @@ def print_plan(report: ProvisionReport, out: Console, *, diff: bool = False) -> 
 
 
 def print_outcome(report: ProvisionReport, out: Console) -> None:
-    """After an apply: failures and non-convergence per node, image transfers."""
+    """After an apply: what was re-applied (and where it had to be put back), failures and
+    non-convergence per node, image transfers."""
+    for line in refreshed_lines(report):
+        out.print(Text(line, style="yellow" if "put back on" in line else "green"))
     for transfer in report.transfers:
         ok = len(transfer.ok)
         mib = transfer.bytes_sent / (1 << 20)
@@ -116,6 +119,30 @@ def print_outcome(report: ProvisionReport, out: Console) -> None:
                 continue  # failed in the plan: already printed
             out.print(Text(f"{run.node}: ", style="bold red") +
                       _line(change, diff=False)[0])
+
+
+def refreshed(report: ProvisionReport) -> list[dict]:
+    """Each task re-applied on every run (a refresh) with the nodes where it ran and those
+    where it was gone and is put back: {"role", "task", "nodes", "put_back"}."""
+    done: dict[tuple[str, str], dict] = {}
+    for run in report.nodes:
+        applied = run.applied.applied if run.applied else set()
+        for index, change in enumerate(run.plan):
+            if change.refresh and change.applies and index in applied:
+                item = done.setdefault((change.role, change.task), {
+                    "role": change.role, "task": change.task, "nodes": [], "put_back": []})
+                item["nodes"].append(run.node)
+                if change.changed:
+                    item["put_back"].append(run.node)
+    return list(done.values())
+
+
+def refreshed_lines(report: ProvisionReport) -> list[str]:
+    """"clock_cap: the GPU clock lock in force: re-applied on spark-01..spark-08 (8 nodes);
+    put back on spark-02", one line per refreshed task."""
+    return [f"{item['role']}: {item['task']}: re-applied on {node_names(item['nodes'])}"
+            + (f"; put back on {node_names(item['put_back'])}" if item["put_back"] else "")
+            for item in refreshed(report)]
 
 
 def print_recap(report: ProvisionReport, out: Console) -> None:
@@ -144,9 +171,11 @@ def as_json(report: ProvisionReport) -> dict:
             "node": run.node, "status": run.status, "error": run.error,
             "recap": report.recap(run.node),
             "tasks": [{"role": c.role, "task": c.task, "module": c.module, "status": c.status,
-                       "summary": c.summary, "handler": c.handler, "diff": c.diff}
+                       "summary": c.summary, "handler": c.handler, "diff": c.diff,
+                       "refresh": c.refresh}
                       for c in run.outcomes()],
         } for run in report.nodes],
+        "refreshed": refreshed(report),
         "transfers": [{"ref": t.ref, "image_id": t.image_id, "source": t.source,
                        "targets": list(t.targets), "errors": t.errors,
                        "bytes_sent": t.bytes_sent, "bytes_moved": t.bytes_moved,

@@ -8,8 +8,9 @@ gather, failed in the plan, cut during the apply. After an apply the facts are g
 again and the plan recomputed. What an apply changed can change a fact a later task read
 (the fabric's addresses make the RoCE GID that nccl_env probes): a node whose re-plan
 still has changes gets one second pass, then a last re-plan; anything still planned
-then is "did not converge" (failed). A run with nothing to change makes no second round
-trip and touches no file.
+then is "did not converge" (failed). A run with nothing to change touches no file and
+re-plans nothing: its one command per node re-applies what no fact can show (a refresh:
+the GPU clock lock, role clock_cap), which counts as a change only where it was gone.
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ class NodeRun:
     def changes(self) -> list[Change]:
         return [c for c in self.plan if c.changed]
 
+    @property
+    def refreshes(self) -> list[Change]:
+        """What is re-applied on every run while nothing says it is gone (not changes)."""
+        return [c for c in self.plan if c.refresh and c.status == "ok"]
+
     def outcomes(self) -> list[Change]:
         """Each task's final word: the plan, with apply failures and the re-plan folded in."""
         result = []
@@ -88,7 +94,7 @@ class NodeRun:
                 lost = self.status == "unreachable"  # counted as unreachable, like Ansible
                 change = replace(change, status="skipped" if lost else "failed", summary=(
                     f"{change.summary}: {self.applied.errors[index]}"))
-            elif self.applied and change.changed and index not in self.applied.applied:
+            elif self.applied and change.applies and index not in self.applied.applied:
                 change = replace(change, status="skipped",
                                  summary=f"not applied (the node {self.status} earlier): "
                                  f"{change.summary}")
@@ -208,9 +214,11 @@ def provision(inventory: Inventory, limit: str | Sequence[Node] | None = None, *
         targets = _resolve(wanted, facts, inventory, absent)
         _plan_all(loaded, prepared, facts, targets, report, renderer, absent, first=True)
         emit("planned", report)
-        if not check and any(run.changes for run in report.nodes if run.status == "ok"):
+        todo = [run for run in report.nodes if run.status == "ok"]
+        if not check and any(run.changes or run.refreshes for run in todo):
             _apply_all(fleet, prepared, report, targets, transfer_timeout, on_progress)
             emit("applied", report)
+        if not check and any(run.changes for run in todo):  # a refresh changes no fact
             _replan(fleet, loaded, prepared, report, renderer, absent, wanted, inventory,
                     head if needs_head else None)
             stale = [run for run in report.nodes if run.status == "ok"
@@ -320,7 +328,7 @@ def _apply_all(fleet: Fleet, prepared: Mapping[str, _Prepared], report: Provisio
                targets: Mapping[str, ImageTarget], transfer_timeout: float,
                on_progress: Progress | None = None) -> None:
     todo = [run for run in report.nodes if run.plan and run.status != "unreachable"
-            and run.changes]
+            and (run.changes or run.refreshes)]
 
     def one(run: NodeRun) -> None:
         run.applied = apply_node(fleet, run.node, run.plan)

@@ -77,7 +77,10 @@ def test_first_run_changes_second_run_changes_and_touches_nothing(inventory):
     settled = snapshot(inventory)
     second = provisioned(inventory)
     assert [second.recap(name)["changed"] for name in names(inventory)] == [0] * 8
-    assert all(run.applied is None and run.final is None for run in second.nodes)
+    assert all(run.final is None for run in second.nodes)  # nothing to re-plan
+    # one command applied per node: the clock lock, which no fact shows, re-applied
+    assert all([run.plan[i].task for i in sorted(run.applied.applied)] == [
+        "the GPU clock lock in force"] for run in second.nodes)
     assert snapshot(inventory) == settled  # same mtimes, same units, same everything
 
 

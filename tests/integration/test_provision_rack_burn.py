@@ -72,6 +72,39 @@ def test_a_reset_cap_shows_above_the_cap(inventory, capped):
     assert burn(inventory, "spark-02", seconds=2, record=False)[0].ok
 
 
+def test_provision_puts_a_dropped_lock_back_and_says_so(inventory, capped, capsys):
+    """Issue 53: after `nvidia-smi -rgc` on spark-02 (what a driver reload or a GPU reset
+    does) a burn said UNCAPPED, `invoke provision` said "0 task(s) changed" and the next
+    burn was still UNCAPPED: the role judged the unit, not the lock. Now every run
+    re-applies the lock, and names the node where a burn found it gone. A lock dropped with
+    no burn since (spark-03) is re-applied as well, without a word: nothing said it was gone."""
+    from sparkrack.cli import provision_tasks
+
+    with Fleet(inventory, inventory.select("spark-02,spark-03")) as fleet:
+        assert fleet.run(["nvidia-smi", "-rgc"]).ok
+        try:
+            [dropped] = burn(inventory, "spark-02", seconds=2)
+            assert dropped.verdict == UNCAPPED, dropped.reason
+            capsys.readouterr()
+            provision_tasks.provision.body(None, inventory=str(inventory.path),
+                                           role="clock_cap")
+            out = capsys.readouterr().out
+            after = {r.node: r for r in burn(inventory, "spark-02,spark-03", seconds=2)}
+            again = provision(inventory, roles="clock_cap")
+        finally:
+            fleet.run(["systemctl", "restart", CLOCK_CAP_UNIT])
+    assert re.search(r"spark-02:\n  ~ clock_cap +the GPU clock lock in force: run "
+                     r"/usr/local/sbin/sparkrack-clock-cap lock 2200 /var/lib/sparkrack/burn"
+                     r"\.json \(the lock is gone: the burn at \d\d:\d\d:\d\d found "
+                     rf"{dropped.max_sm_mhz} MHz under load, over the 2200 MHz cap", out), out
+    assert ("clock_cap: the GPU clock lock in force: re-applied on spark-01..spark-08 "
+            "(8 nodes); put back on spark-02\n") in out
+    assert "1 task(s) changed on 8 node(s)" in out
+    assert [(node, r.verdict) for node, r in after.items()] == [("spark-02", OK),
+                                                               ("spark-03", OK)]
+    assert again.exit_code == 0 and again.changed == 0, failures(again)  # in force: no word
+
+
 def test_a_latched_gpu_is_latched(rack, inventory, capped):
     rack.latch("spark-04")
     try:

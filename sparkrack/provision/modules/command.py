@@ -6,7 +6,10 @@ command has no inverse. `settle: SECONDS` is for a command whose effect lands af
 returns (`netplan apply` hands the config to the network daemon): the `unless` guard must
 then hold within that many seconds, on two checks a second apart, or the command fails. A
 notified handler runs whatever its guard said: the guard was gathered before the change
-that notified it.
+that notified it. `always: true` is for a state no fact can show (the GPU clock lock:
+nothing reads it back) and that is instant to set again: the command runs on every apply;
+its `unless` guard says only whether this run puts back what was gone (a change, with the
+guard's why) or re-applies what may still hold (a refresh, not counted as a change).
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ def check(p: Mapping[str, Any]) -> tuple[str, str] | None:
     """A command without a guard would run on every provision."""
     if not ({"creates", "unless"} & set(p)):
         return "a command needs a guard to be idempotent", "add creates: PATH or unless: [ARGV]"
+    if "always" in p and (not isinstance(p["always"], bool) or not p.get("unless")):
+        return ("always runs the command on every apply; its unless guard says whether the "
+                "run puts back what was gone", "set always: true with unless: [ARGV]")
     if "settle" in p and not p.get("unless"):
         return "settle waits for the unless guard, and there is none", "add unless: [ARGV]"
     if "settle" in p and not (isinstance(p["settle"], (int, float)) and 0 < p["settle"] <= 300):
@@ -54,6 +60,9 @@ def plan(step: Step) -> Change:
     unless = p.get("unless")
     stale = base.handler  # its guard was gathered before the change that notified it
     if unless and not stale and facts.guards.get(tuple(str(a) for a in unless)) == 0:
+        if p.get("always"):
+            return replace(base, summary="re-applied on every run: " + " ".join(argv),
+                           actions=(Run(argv),), refresh=True)
         return replace(base, summary="guard holds: " + " ".join(str(a) for a in unless))
     actions = [Run(argv)]
     if p.get("settle"):
@@ -62,13 +71,14 @@ def plan(step: Step) -> Change:
                            shown=f"wait up to {p['settle']:g} s for the guard to hold"))
     why = facts.guard_reasons.get(tuple(str(a) for a in unless or ())) if not stale else None
     return replace(base, status="changed", summary="run " + " ".join(argv)
-                   + (f" ({why})" if why else ""), actions=tuple(actions))
+                   + (f" ({why})" if why else ""), actions=tuple(actions),
+                   refresh=bool(p.get("always")))
 
 
 MODULE = Module(
     name="command",
     required=frozenset({"argv"}),
-    optional=frozenset({"creates", "unless", "settle"}),
+    optional=frozenset({"creates", "unless", "settle", "always"}),
     queries=queries,
     check=check,
     plan=plan,

@@ -22,6 +22,40 @@ def test_steps_merge_consecutive_kinds_in_plan_order():
         ("run", [0]), ("put", [1, 2]), ("run", [2, 5])]
 
 
+def test_a_refresh_is_applied_though_it_is_no_change():
+    refresh = Change("clock_cap", "lock", "command", "ok", actions=(Run(("lock",)),),
+                     refresh=True)
+    failed = Change("clock_cap", "lock", "command", "failed", actions=(Run(("x",)),),
+                    refresh=True)
+    steps = _steps([change(status="ok"), refresh, failed])
+    assert [(kind, [i for i, _ in batch]) for kind, batch in steps] == [("run", [1])]
+
+
+def test_the_report_names_what_was_re_applied_and_where_it_was_put_back():
+    from sparkrack.provision.apply import ApplyResult
+    from sparkrack.provision.report import as_json, refreshed_lines
+    from sparkrack.provision.runner import NodeRun, ProvisionReport
+
+    def run(name, status):
+        lock = Change("clock_cap", "the GPU clock lock in force", "command", status,
+                      actions=(Run(("lock",)),), refresh=True)
+        node = NodeRun(name, int(name[-1]), plan=[change(status="ok"), lock])
+        node.applied = ApplyResult(name, applied={1})
+        return node
+
+    nodes = [run(f"spark-0{i}", "changed" if i == 2 else "ok") for i in range(1, 9)]
+    nodes[6].applied = ApplyResult("spark-07", "unreachable", errors={1: "no answer"})
+    report = ProvisionReport(check=False, absent=False, roles=("clock_cap",), nodes=nodes)
+    assert refreshed_lines(report) == [
+        "clock_cap: the GPU clock lock in force: re-applied on spark-01, spark-02, spark-03, "
+        "spark-04, spark-05, spark-06, spark-08; put back on spark-02"]
+    assert as_json(report)["refreshed"] == [{
+        "role": "clock_cap", "task": "the GPU clock lock in force", "put_back": ["spark-02"],
+        "nodes": ["spark-01", "spark-02", "spark-03", "spark-04", "spark-05", "spark-06",
+                  "spark-08"]}]
+    assert report.changed == 1
+
+
 def run_locally(argv):
     return subprocess.run(["sh", "-c", quote_argv(argv)], capture_output=True, text=True, check=False,
                           timeout=20)

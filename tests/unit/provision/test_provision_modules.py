@@ -133,6 +133,13 @@ def test_settle_needs_an_unless_guard_and_a_sane_number(tmp_path):
         load_role(write(tmp_path, "- name: t\n  command: {argv: [a], unless: [b], settle: 0}\n"))
 
 
+def test_always_needs_an_unless_guard_that_says_whether_it_was_gone(tmp_path):
+    with pytest.raises(RoleError, match="always runs the command on every apply"):
+        load_role(write(tmp_path, "- name: t\n  command: {argv: [a], creates: /b, always: true}\n"))
+    with pytest.raises(RoleError, match="always runs the command on every apply"):
+        load_role(write(tmp_path, "- name: t\n  command: {argv: [a], unless: [b], always: 1}\n"))
+
+
 def test_a_settling_command_waits_until_its_guard_still_holds_a_second_later(tmp_path):
     """networkd deletes and re-adds an address after `netplan apply` returns: the guard
     passes on the old state, then fails for a moment. The wait ends on the new state."""

@@ -251,6 +251,26 @@ def test_command_guards(tmp_path):
     assert [c.status for c in done] == ["ok", "ok"]
 
 
+def test_an_always_command_runs_on_every_apply_and_is_a_change_only_where_gone(tmp_path):
+    """Issue 53: a lock no fact shows (the GPU clock's) is re-applied on every run; its guard
+    says only whether this run puts it back (a change, with why) or refreshes it."""
+    role = make_role(tmp_path, """
+- name: lock
+  command: {argv: [lock, "2200"], unless: [in-force, "2200"], always: true}
+""")
+    guard = ("in-force", "2200")
+    [held] = plan([role], ProvisionFacts(guards={guard: 0}))
+    assert (held.status, held.refresh, held.applies, held.actions) == (
+        "ok", True, True, (Run(("lock", "2200")),))
+    assert held.summary == "re-applied on every run: lock 2200"
+    [gone] = plan([role], ProvisionFacts(guards={guard: 1}, guard_reasons={
+        guard: "the lock is gone: the burn at 12:03:04 found 2477 MHz"}))
+    assert (gone.status, gone.refresh, gone.actions) == ("changed", True, (Run(("lock", "2200")),))
+    assert gone.summary == "run lock 2200 (the lock is gone: the burn at 12:03:04 found 2477 MHz)"
+    [away] = plan([role], ProvisionFacts(guards={guard: 0}), absent=True)
+    assert (away.status, away.applies) == ("skipped", False)
+
+
 def test_when_skips(tmp_path):
     role = make_role(tmp_path, """
 - name: only sglang

@@ -4,6 +4,7 @@ import configparser
 import dataclasses
 import hashlib
 import ipaddress
+import re
 import time
 from pathlib import Path
 
@@ -137,6 +138,8 @@ def test_clock_cap_unit_is_the_one_status_reads():
     assert ini["Unit"]["After"] == "nvidia-persistenced.service"
     assert dict(ini["Service"]) == {"type": "oneshot", "remainafterexit": "yes",
                                     "execstart": "nvidia-smi -lgc 0,2200",
+                                    "execstartpost": "-/usr/local/sbin/sparkrack-clock-cap "
+                                                     "mark 2200",
                                     "execstop": "nvidia-smi -rgc"}
     assert ini["Install"]["WantedBy"] == "multi-user.target"
     systemd = next(c for c in changes if c.module == "systemd" and not c.handler)
@@ -651,3 +654,69 @@ def test_a_changed_fabric_drop_in_is_applied_by_its_handler_though_the_old_one_w
     assert runs == [("apply the fabric config", True,
                      [f"{guard[0]} --take-over {NETPLAN}",
                       "wait up to 20 s for the guard to hold"])], runs
+
+
+# --- the clock lock's script (role clock_cap): what says a lock is gone ------------------
+
+
+@pytest.fixture
+def lock_script(tmp_path):
+    """The role's script rendered with its marker in tmp_path, a fake nvidia-smi that logs
+    its arguments, and a burn record path: (run(*args) -> CompletedProcess, paths)."""
+    import json
+    import subprocess
+
+    role = load_role(ROLES_DIR / "clock_cap")
+    script = tmp_path / "sparkrack-clock-cap"
+    script.write_text(Renderer().template(role, "sparkrack-clock-cap.py.j2", {
+        "clock_cap_marker": str(tmp_path / "run" / "clock-cap.json")}))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text('#!/bin/sh\necho "$@" >> "$(dirname "$0")/calls"\n')
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    record = tmp_path / "burn.json"
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+    def burned(verdict, boot_id=boot):
+        record.write_text(json.dumps({"verdict": verdict, "boot_id": boot_id, "cap_mhz": 2200,
+                                      "max_sm_mhz": 2477}))
+
+    def run(*args):
+        return subprocess.run(["python3", str(script), *args], capture_output=True, text=True,
+                              env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, timeout=20)
+
+    return run, burned, record, bin_dir / "calls"
+
+
+def test_the_lock_is_gone_only_where_a_burn_of_this_boot_found_it_over_the_cap(lock_script):
+    run, burned, record, _ = lock_script
+    assert run("in-force", "2200", str(record)).returncode == 0  # no burn: nothing says so
+    burned("ok")
+    assert run("in-force", "2200", str(record)).returncode == 0
+    burned("UNCAPPED", boot_id="another-boot")
+    assert run("in-force", "2200", str(record)).returncode == 0  # a reboot locked it again
+    burned("UNCAPPED")
+    gone = run("in-force", "2200", str(record))
+    assert gone.returncode == 1
+    assert re.fullmatch(r"the lock is gone: the burn at \d\d:\d\d:\d\d found 2477 MHz under "
+                        r"load, over the 2200 MHz cap \(a driver reload, a GPU reset or "
+                        r"nvidia-smi -rgc drops it\): put it back\n", gone.stdout), gone.stdout
+
+
+def test_lock_puts_it_back_and_then_it_is_in_force(lock_script):
+    run, burned, record, calls = lock_script
+    burned("UNCAPPED")
+    assert run("lock", "2200", str(record)).returncode == 0
+    assert calls.read_text() == "-lgc 0,2200\n"
+    assert run("in-force", "2200", str(record)).returncode == 0  # locked since that burn
+    time.sleep(0.05)  # file times move in clock ticks (a few ms)
+    burned("UNCAPPED")  # a later burn found it gone again
+    assert run("in-force", "2200", str(record)).returncode == 1
+
+
+def test_the_units_start_notes_the_lock_too(lock_script):
+    run, burned, record, calls = lock_script
+    burned("UNCAPPED")
+    assert run("mark", "2200").returncode == 0  # ExecStartPost after a unit restart
+    assert run("in-force", "2200", str(record)).returncode == 0
+    assert not calls.exists()

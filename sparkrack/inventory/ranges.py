@@ -185,8 +185,8 @@ RANGES: Mapping[str, Range] = {
         below="a timeout is longer than 0", over="longer commands carry their own timeouts",
         low_open=True),
     "transfer_stall_timeout": Range(
-        0, 600, "s", "no public figure: ten minutes, the longest NCCL's own watchdog waits on "
-        "a silent peer", below="a timeout is longer than 0",
+        0, 600, "s", "no public figure: ten minutes, as long as the NCCL watchdog of PyTorch "
+        "waits on a silent peer (600 s)", below="a timeout is longer than 0",
         over="a cut link would hold a copy over ten minutes before the chain routes around it",
         low_open=True),
     # --- group_vars: the watchdog -------------------------------------------------------

@@ -214,16 +214,26 @@ def test_the_shipped_inventories_load_without_a_warning():
 # --- the docs' table ---------------------------------------------------------------------
 
 
+def _usual(found) -> str:
+    """The band a value warns outside, as the docs' table writes it ('-': none)."""
+    low, high = found.usual
+    unit = f" {found.unit}" if found.unit else ""
+    if low is not None and high is not None:
+        return f"{number(low)}..{number(high)}{unit}"
+    if low is not None or high is not None:
+        return f"at {'least' if low is not None else 'most'} {number(low or high)}{unit}"
+    return "-"
+
+
 def test_the_docs_table_is_the_ranges_table():
-    """docs/inventory.md#ranges lists every range as ranges.py has it: key, range, source."""
+    """docs/inventory.md#ranges lists every range as ranges.py has it: key, range, the band
+    outside which it warns, source."""
     text = (REPO / "docs" / "inventory.md").read_text()
     section = text.split("\n## Ranges\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
     found = {}
-    for row in rows:
-        key, shown, source = (cell.strip() for cell in row.strip("|").split(" | ", 2))
-        found[key.strip("`")] = (shown, source)
+    for row in (line for line in section.splitlines() if line.startswith("| `")):
+        key, shown, usual, source = (cell.strip() for cell in row.strip("|").split(" | ", 3))
+        found[key.strip("`")] = (shown, usual, re.sub(r"\s+", " ", source))
     assert set(found) == set(RANGES)
     for key, item in RANGES.items():
-        assert found[key][0] == item.text(), key
-        assert re.sub(r"\s+", " ", found[key][1]) == item.source, key
+        assert found[key] == (item.text(), _usual(item), item.source), key

@@ -50,7 +50,7 @@ def inventory_dir(tmp_path: Path, section: str) -> Path:
     ("pdu:\n  name: strip-a\n  address: 127.0.0.1\n  outlets: {spark-01: 1, spark-02: 1}\n",
      "pdu: outlets: outlet 1 is given to both spark-01 and spark-02"),
     ("pdu:\n  name: strip-a\n  address: 127.0.0.1\n  outlets: {spark-01: 0}\n",
-     "pdu: outlets: spark-01: expected an outlet number 1..96, got 0"),
+     "pdu: outlets: spark-01: 0 is outside 1..96: outlets count from 1"),
     ("pdu:\n  name: strip-a\n  address: 127.0.0.1\n  outlets: {spark-01: 1}\n"
      "  auth_key: hunter2hunter2\n", "pdu: unknown key 'auth_key'"),
     ("pdu:\n  name: strip-a\n  address: 127.0.0.1\n  outlets: {spark-01: 1}\n"

@@ -95,6 +95,7 @@ def validate(inventory: str | Path | None, fleet: str | Path | None = None) -> V
     result._run("rules", RULES_FILE, all_rules)
     rack = result._run("inventory", inventory or "", lambda: load_inventory(inventory))
     if rack is not None:
+        result.warnings += list(rack.warnings)  # legal but unusual values, file:line
         _lanes(result, rack)
     else:  # the engine files still, against their pinned versions' option tables
         _engine_files(result, Path(inventory or DEFAULT_INVENTORY))

@@ -82,11 +82,11 @@ BLOCK = """pdu:
 
 
 @pytest.mark.parametrize("old, new, says", [
-    ("    spark-03: 3", "    spark-03: 0", "pdu: outlets: spark-03: expected an outlet number"),
+    ("    spark-03: 3", "    spark-03: 0", "pdu: outlets: spark-03: 0 is outside 1..96"),
     ("    spark-04: 4", "    spark-04: 2", "pdu: outlets: outlet 2 is given to both spark-02 "
                                            "and spark-04"),
     ("    spark-04: 4", "    spark-09: 4", "pdu: outlets: 'spark-09' is not a host of hosts.yml"),
-    ("  port: 161", "  port: 0", "pdu: port: expected an integer 1..65535, got 0"),
+    ("  port: 161", "  port: 0", "pdu: port: 0 is outside 1..65535: 0 is no port"),
     ("  address: 127.0.0.1", "  address: 'fe80::1%eth0'", "pdu: address: 'fe80::1%eth0' has a "
                                                            "zone index"),
     ("  name: strip-a", "  name: 'strip a'", "pdu: name: 'strip a' is not a name"),

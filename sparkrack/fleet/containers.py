@@ -81,7 +81,9 @@ class LogStream:
         """docker-py refuses to cancel a stream over SSH (CancellableStream.close), so the
         SSH channel under it is closed instead."""
         try:
-            self._stream.close()
+            close = getattr(self._stream, "close", None)
+            if close is not None:
+                close()
             return
         except Exception:
             pass
@@ -94,19 +96,20 @@ class LogStream:
 
 def _read_within(chunks: Any, limit: int, said: str) -> bytes:
     """The bytes of a log stream (or of a whole log), up to limit; OutputTooLong(said) past
-    it. The stream is closed either way."""
+    it. The stream is closed either way (as LogStream closes one over SSH)."""
+    if isinstance(chunks, bytes):
+        chunks = [chunks]
+    stream = LogStream(chunks)
     kept: list[bytes] = []
     size = 0
     try:
-        for chunk in [chunks] if isinstance(chunks, bytes) else chunks:
+        for chunk in stream:
             size += len(chunk)
             if size > limit:
                 raise OutputTooLong(f"{said} (read no further)")
             kept.append(chunk)
     finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
+        stream.close()
     return b"".join(kept)
 
 

@@ -33,7 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkrack.data import OWN_FOLDER
-from sparkrack.rehearsal.layout import CGROUP_GROUP, CGROUP_ROOTS, RUN_DIR, STATE_DIR
+from sparkrack.rehearsal.layout import (
+    CGROUP_GROUP,
+    CGROUP_ROOTS,
+    RACKS,
+    STATE_DIR,
+)
 
 ENV = "SPARKRACK_TEST_PRIVATE_RACK"  # the pid of a process in namespaces of its own
 SLOTS = 2  # test racks on this machine at once, whatever the number of runs
@@ -58,6 +63,15 @@ class Slot:
     def cgroup(self) -> str:
         """The nodes' cgroups (bound over the rack's CGROUP_GROUP)."""
         return f"{CGROUP_GROUP}-test-slot{self.index}"
+
+    def rack_cgroup(self, number: int) -> str:
+        """Rehearsal rack number's nodes' cgroups (bound over its cgroup group): rack 1's
+        is cgroup, a second rack's beside it."""
+        return self.cgroup if number == 1 else f"{self.cgroup}-rack{number}"
+
+    def rack_state(self, number: int) -> Path:
+        """Rehearsal rack number's state and node disks: rack 1's is state."""
+        return self.state if number == 1 else self.state / f"rack{number}"
 
     @property
     def runner_cgroup(self) -> str:
@@ -187,30 +201,47 @@ def _try_slot(index: int) -> Slot | None:
 
 
 def enter(slot: Slot, inventory: Path) -> None:
-    """Give this process (already in its own namespaces, holding slot) its private rack's
-    view, and its own copy of the rehearsal inventory folder (what a task records there
-    stays its own). What a dead run left in the slot's cgroups is killed first."""
+    """Give this process (already in its own namespaces, holding slot) its private racks'
+    view (rack 1's, and a second rack's for the tests that boot one), and its own copies of
+    the rehearsal inventory folders (what a task records there stays its own). What a dead
+    run left in the slot's cgroups is killed first."""
     _own_netdevs()
-    for folder in (RUN_DIR, NETNS_DIR):
+    for folder in (*(rack.run_dir for rack in RACKS.values()), NETNS_DIR):
         folder.mkdir(parents=True, exist_ok=True)
         _run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(folder))
     slot.state.mkdir(mode=0o700, parents=True, exist_ok=True)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     _run("mount", "--bind", str(slot.state), str(STATE_DIR))
+    for rack in RACKS.values():  # a second rack's, within the slot's (bound above)
+        if rack.number != 1:
+            slot.rack_state(rack.number).mkdir(mode=0o700, exist_ok=True)
+            rack.state_dir.mkdir(parents=True, exist_ok=True)
+            _run("mount", "--bind", str(slot.rack_state(rack.number)), str(rack.state_dir))
     for root in CGROUP_ROOTS:
         if not root.is_dir():
             continue
-        private, shared = root / slot.cgroup, root / CGROUP_GROUP
-        for group in (private, root / slot.runner_cgroup):
-            group.mkdir(exist_ok=True)
-            kill_leftovers(group)
-        shared.mkdir(exist_ok=True)
-        _run("mount", "--bind", str(private), str(shared))
+        runner = root / slot.runner_cgroup
+        runner.mkdir(exist_ok=True)
+        kill_leftovers(runner)
+        for rack in RACKS.values():
+            private, shared = root / slot.rack_cgroup(rack.number), root / rack.cgroup_group
+            private.mkdir(exist_ok=True)
+            kill_leftovers(private)
+            shared.mkdir(exist_ok=True)
+            _run("mount", "--bind", str(private), str(shared))
     _join(slot)
-    copy = slot.state / "inventory"
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(inventory, copy, ignore=shutil.ignore_patterns(OWN_FOLDER))
-    _run("mount", "--bind", str(copy), str(inventory))
+    for number, folder in enumerate((inventory, *second_inventories(inventory)), 1):
+        copy = slot.state / ("inventory" if number == 1 else f"inventory-{number}")
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(folder, copy, ignore=shutil.ignore_patterns(OWN_FOLDER))
+        _run("mount", "--bind", str(copy), str(folder))
+
+
+def second_inventories(inventory: Path) -> list[Path]:
+    """The inventories of the racks beside rack 1's (inventory/rehearsal-2, ...) that the
+    repository has."""
+    return [folder for number in RACKS if number != 1
+            if (folder := inventory.with_name(f"{inventory.name}-{number}")).is_dir()]
 
 
 def _join(slot: Slot) -> None:

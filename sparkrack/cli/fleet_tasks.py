@@ -1,6 +1,6 @@
 """The `fleet` collection: several racks behind one router (SMG).
 
-`fleet.status` (docs/fleet.md)."""
+`fleet.status`, `fleet.roll`, `fleet.up`, `fleet.down` (docs/fleet.md)."""
 
 import os
 
@@ -46,3 +46,52 @@ def status(c, fleet=None, json=False):
             console.say(problem)
     if problem or any(row.router != "ready" for row in rows):
         raise Exit(code=1)
+
+
+ROLL_HELP = {"fleet": FLEET_HELP, "engine": "sglang or vllm",
+             "profile": "profile name (default: 512k)", "json": "print each rack's steps as JSON"}
+
+
+def _said(reports, as_json: bool, what: str) -> None:
+    if as_json:
+        console.print_json([report.as_dict() for report in reports])
+        return
+    for report in reports:
+        steps = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in report.steps.items())
+        console.say(f"{report.rack}: {what} ({steps}); drained {report.drained or 0}, soak "
+                    f"{report.soak_requests:g} request(s), {report.soak_failed:g} failed")
+
+
+@task(help=ROLL_HELP)
+@operator_task
+def roll(c, engine, profile="512k", fleet=None, json=False):
+    """Roll each rack in turn behind the router; stop at the first failure.
+
+    Per rack: the others ready in the router, the rack drained through it (then its own
+    in-flight count zero), `roll` with its gates, a direct smoke request, registered again,
+    a soak on the router's error rate. Each rack's lock and audit log hold its part."""
+    from sparkrack.cli.power_tasks import run_burn
+    from sparkrack.racks.roll import fleet_roll
+
+    _said(fleet_roll(fleet_from(fleet), engine, profile, burn=run_burn, on_event=console.say),
+          json, f"rolled to {engine} {profile}")
+
+
+@task(help=ROLL_HELP)
+@operator_task
+def up(c, engine, profile="512k", fleet=None, json=False):
+    """Start each rack that serves nothing, register it, soak; one at a time."""
+    from sparkrack.cli.power_tasks import run_burn
+    from sparkrack.racks.roll import fleet_up
+
+    _said(fleet_up(fleet_from(fleet), engine, profile, burn=run_burn, on_event=console.say),
+          json, "serving")
+
+
+@task(help={"fleet": FLEET_HELP, "json": "print each rack's steps as JSON"})
+@operator_task
+def down(c, fleet=None, json=False):
+    """Drain each rack through the router, then stop it; one at a time."""
+    from sparkrack.racks.roll import fleet_down
+
+    _said(fleet_down(fleet_from(fleet), on_event=console.say), json, "stopped")

@@ -33,6 +33,29 @@ def _rack(inventory: str | None) -> RehearsalRack:
     return RehearsalRack(inventory_from(inventory or DEFAULT_INVENTORY), say=console.say)
 
 
+RACKS_HELP = ("how many racks: 2 also boots (or stops) the second rack beside this one, "
+              "from the inventory folder named like this one with -2 (inventory/rehearsal-2)")
+
+
+def _racks(inventory: str | None, racks: int) -> list[RehearsalRack]:
+    """The rack of inventory and, for racks 2, the second one beside it."""
+    from pathlib import Path
+
+    from sparkrack.core.errors import UsageError
+
+    if racks not in (1, 2):
+        raise UsageError(f"--racks {racks}: this machine runs one or two rehearsal racks",
+                         fix="give --racks 1 or --racks 2")
+    first = _rack(inventory)
+    if racks == 1:
+        return [first]
+    second = first.inventory.path.with_name(first.inventory.path.name + "-2")
+    if not (second / "hosts.yml").is_file():
+        raise UsageError(f"--racks 2: no second rack's inventory at {second}",
+                         fix="copy inventory/rehearsal-2 there")
+    return [first, _rack(str(Path(second)))]
+
+
 CX7_HELP = ("NVIDIA's /etc/netplan/40-cx7.yaml: link-local (the playbook's: link-local IPv4 "
             "on both ports' first path), static (the switch playbook's: addresses on port 0's "
             "two paths) or none")
@@ -41,9 +64,11 @@ CX7_HELP = ("NVIDIA's /etc/netplan/40-cx7.yaml: link-local (the playbook's: link
 @task(help={**HELP, "cx7_netplan": "boot every node with " + CX7_HELP,
             "twin": "boot the twin of this capture (`invoke facts.capture --out "
                              "FILE` of your rack) in place of the standard rack",
-            "twin_inventory": "where the twin's inventory goes (default: inventory/twin)"})
+            "twin_inventory": "where the twin's inventory goes (default: inventory/twin)",
+            "racks": RACKS_HELP})
 @operator_task
-def up(c, inventory=None, twin=None, twin_inventory="inventory/twin", cx7_netplan=None):
+def up(c, inventory=None, twin=None, twin_inventory="inventory/twin", cx7_netplan=None,
+       racks=1):
     """Boot the rehearsal rack, or with --twin the twin of your rack.
 
     Idempotent; installs its apt packages if missing. The twin has your rack's node names,
@@ -64,20 +89,34 @@ def up(c, inventory=None, twin=None, twin_inventory="inventory/twin", cx7_netpla
                     f"inventory: {twin_inventory} (export SPARKRACK_INVENTORY={twin_inventory}, "
                     "then `invoke provision`)")
         return
-    rack = _rack(inventory)
+    rack, *more = _racks(inventory, int(racks))
     seconds = rack.up()
     console.say(f"rehearsal rack up ({seconds:.1f} s)")
+    for other in more:
+        console.say(f"rehearsal rack {other.layout.number} ({other.inventory.path}) up "
+                    f"({other.up():.1f} s)")
+    if more:
+        from sparkrack.rehearsal.fleetrouter import start_router
+
+        start_router(rack.inventory.path, console.say)
     if cx7_netplan:
         rack.cx7_netplan([node.name for node in rack.nodes], cx7_netplan)
         console.say(f"every node rebooted with NVIDIA's 40-cx7.yaml: {cx7_netplan}")
 
 
-@task(help=HELP)
+@task(help={**HELP, "racks": RACKS_HELP})
 @operator_task
-def down(c, inventory=None):
+def down(c, inventory=None, racks=1):
     """Shut the rehearsal rack down and remove its network."""
-    _rack(inventory).down()
-    console.say("rehearsal rack down")
+    chosen = _racks(inventory, int(racks))
+    if len(chosen) > 1:
+        from sparkrack.rehearsal.fleetrouter import stop_router
+
+        stop_router()
+    for rack in reversed(chosen):
+        rack.down()
+        console.say(f"rehearsal rack {rack.layout.number} down" if rack.layout.number != 1
+                    else "rehearsal rack down")
 
 
 @task(help={**HELP, "json": "print JSON instead of a table"})

@@ -176,6 +176,10 @@ class RackVars:
         ("gpu-sim", "load", "--seconds", "{seconds}"),
         "burn_command used instead when rehearsal is true (the simulated GPU)",
         kind=ARGV_WORD)
+    rehearsal_rack: int = _var(
+        1, "which rehearsal rack of this machine a rehearsal inventory describes: 1, or 2 for "
+        "a second rack beside it (its own addresses, bridges and state; a fleet's "
+        "rehearsal)", at_least=1, at_most=2)
     api_port: int = _var(
         0, "TCP port rank 0 serves the OpenAI-compatible API on, whichever engine runs, so "
         "that a roll between lanes keeps the rack's address for its clients (0: each engine "

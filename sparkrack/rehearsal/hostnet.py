@@ -12,20 +12,17 @@ from ipaddress import ip_address
 
 from sparkrack.rehearsal.cabling import Cabling
 from sparkrack.rehearsal.layout import (
-    BRIDGE,
-    BRIDGE_ADDR,
-    FABRIC_BRIDGE,
     FUNCTIONS,
     MGMT_MTU,
     MGMT_NETDEV,
-    PDU_ADDR,
+    RACKS,
     SUBNET,
     NodeLayout,
+    RackLayout,
 )
 from sparkrack.rehearsal.switch import Switch
 
 LEGACY_TWIN_PEER = "p2-peer"  # the one-network layout's twin, removed on the next `up`
-_HOST = BRIDGE_ADDR.split("/")[0]  # this machine's address on the management network
 
 
 def ip(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -45,20 +42,21 @@ def install_blackhole() -> None:
 
 
 
-def ensure_bridge() -> None:
-    """The bridge the nodes hang off, with this machine's address on the rack subnet and
-    the PDU's (its SNMP agent runs on this machine)."""
-    if not link_exists(BRIDGE):
-        ip("link", "add", BRIDGE, "type", "bridge")
-    ip("link", "set", BRIDGE, "mtu", str(MGMT_MTU))
-    ip("addr", "replace", BRIDGE_ADDR, "dev", BRIDGE)
-    ip("addr", "replace", f"{PDU_ADDR}/{BRIDGE_ADDR.split('/')[1]}", "dev", BRIDGE)
-    ip("link", "set", BRIDGE, "up")
+def ensure_bridge(rack: RackLayout = RACKS[1]) -> None:
+    """The bridge the rack's nodes hang off, with this machine's address on the rack subnet
+    and the PDU's (its SNMP agent runs on this machine)."""
+    bridge, prefix = rack.bridge, rack.bridge_addr.split("/")[1]
+    if not link_exists(bridge):
+        ip("link", "add", bridge, "type", "bridge")
+    ip("link", "set", bridge, "mtu", str(MGMT_MTU))
+    ip("addr", "replace", rack.bridge_addr, "dev", bridge)
+    ip("addr", "replace", f"{rack.pdu_addr}/{prefix}", "dev", bridge)
+    ip("link", "set", bridge, "up")
 
 
-def remove_bridge() -> None:
-    """Delete the bridges (their ports go with the namespaces)."""
-    for bridge in (BRIDGE, FABRIC_BRIDGE):
+def remove_bridge(rack: RackLayout = RACKS[1]) -> None:
+    """Delete the rack's bridges (their ports go with the namespaces)."""
+    for bridge in (rack.bridge, rack.fabric_bridge):
         if link_exists(bridge):
             ip("link", "del", bridge)
 
@@ -69,14 +67,15 @@ def netns_exists(node: NodeLayout) -> bool:
                           capture_output=True).returncode == 0
 
 
-def ensure_fabric_bridge(switch: Switch) -> None:
+def ensure_fabric_bridge(switch: Switch, rack: RackLayout = RACKS[1]) -> None:
     """The fabric's switch: a bridge at the switch's MTU and no address of this machine's,
     so nothing on the management side (this machine included) reaches the fabric."""
-    if not link_exists(FABRIC_BRIDGE):
-        ip("link", "add", FABRIC_BRIDGE, "type", "bridge")
-    ip("link", "set", FABRIC_BRIDGE, "mtu", str(switch.mtu))
-    ip("addr", "flush", "dev", FABRIC_BRIDGE)
-    ip("link", "set", FABRIC_BRIDGE, "up")
+    bridge = rack.fabric_bridge
+    if not link_exists(bridge):
+        ip("link", "add", bridge, "type", "bridge")
+    ip("link", "set", bridge, "mtu", str(switch.mtu))
+    ip("addr", "flush", "dev", bridge)
+    ip("link", "set", bridge, "up")
 
 
 def ensure_node_net(node: NodeLayout, cabling: Cabling, switch: Switch,
@@ -91,21 +90,23 @@ def ensure_node_net(node: NodeLayout, cabling: Cabling, switch: Switch,
     if link_exists(LEGACY_TWIN_PEER, node.netns):  # a rack of the one-network layout
         ip(*ns, "link", "del", LEGACY_TWIN_PEER, check=False)
         ip("link", "del", node.host_veth, check=False)
-    _plug(node.host_veth, MGMT_NETDEV, node.netns, BRIDGE, MGMT_MTU)
+    rack = node.rack
+    _plug(node.host_veth, MGMT_NETDEV, node.netns, rack.bridge, MGMT_MTU)
     ip("link", "set", node.host_veth, "mtu", str(MGMT_MTU))
     ip(*ns, "link", "set", MGMT_NETDEV, "mtu", str(MGMT_MTU))  # a rack of 9000 before
     # A fixed MAC per node keeps this machine's ARP cache right across re-created links
     # (a stale entry would black out the node for ~45 s until the kernel re-probes).
     ip(*ns, "link", "set", MGMT_NETDEV, "address", node_mac(node))
-    ip("neigh", "flush", "to", node.address, "dev", BRIDGE, check=False)
-    ip(*ns, "addr", "replace", f"{node.address}/24", "dev", MGMT_NETDEV)
+    ip("neigh", "flush", "to", node.address, "dev", rack.bridge, check=False)
+    ip(*ns, "addr", "replace", f"{node.address}/{rack.mgmt_subnet.prefixlen}", "dev",
+       MGMT_NETDEV)
     ip(*ns, "link", "set", "lo", "up")
     ip(*ns, "link", "set", MGMT_NETDEV, "up")
     for (port, path), (hca, netdev) in FUNCTIONS.items():
         host_end = node.fabric_veth(port, path)
         # a ConnectX-7 netdev as DGX OS first brings it up: MTU 1500, no address; role
         # fabric's netplan drop-in gives it both (the node's systemd-networkd applies it)
-        _plug(host_end, netdev, node.netns, FABRIC_BRIDGE, switch.mtu, node_mtu=None)
+        _plug(host_end, netdev, node.netns, rack.fabric_bridge, switch.mtu, node_mtu=None)
         ip("link", "set", host_end, "mtu", str(switch.mtu))
         # frames as a NIC puts them on the wire: a veth hands the bridge a TCP super-packet
         # whole (its MTU check skips those), so a switch port at 1500 would pass jumbo TCP
@@ -155,14 +156,15 @@ def isolate(node: NodeLayout, on: bool) -> None:
     on=False takes the route away."""
     if not netns_exists(node):
         return
-    route = ("route", "replace" if on else "del", "blackhole", f"{_HOST}/32")
+    route = ("route", "replace" if on else "del", "blackhole", f"{node.rack.host_addr}/32")
     ip("-n", node.netns, *route, check=on)
 
 
 def is_isolated(node: NodeLayout) -> bool:
     """Whether the node drops what it sends to this machine (isolate)."""
     out = ip("-n", node.netns, "route", "show", "type", "blackhole", check=False).stdout
-    return any(line.split()[:2] == ["blackhole", _HOST] for line in out.splitlines())
+    return any(line.split()[:2] == ["blackhole", node.rack.host_addr]
+               for line in out.splitlines())
 
 
 def node_mac(node: NodeLayout) -> str:
@@ -189,7 +191,8 @@ def link_is_up(node: NodeLayout) -> bool:
     return ",UP" in out.split(">")[0]
 
 
-def stale_namespaces() -> list[str]:
-    """Rehearsal namespaces present on this machine (sr-*)."""
+def stale_namespaces(rack: RackLayout = RACKS[1]) -> list[str]:
+    """The rack's namespaces present on this machine (sr-*; a second rack's s2-*)."""
     out = ip("netns", "list", check=False).stdout
-    return [line.split()[0] for line in out.splitlines() if line.startswith("sr-")]
+    return [line.split()[0] for line in out.splitlines()
+            if line.startswith(f"{rack.prefix}-")]

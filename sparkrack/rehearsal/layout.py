@@ -1,6 +1,9 @@
-"""Where the rehearsal rack keeps things, and how each node's pieces are named."""
+"""Where a rehearsal rack keeps things, and how each node's pieces are named: rack 1 (the
+names and addresses below), or a second rack beside it on this machine (RACKS[2]: its own
+management and fabric addresses, bridges, cgroups and state; docs/rehearsal.md#two-racks).
+"""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
@@ -43,13 +46,67 @@ FABRIC_SUBNET = ip_network("10.77.3.0/24")  # path a of the cabled port: the nod
 TWIN_SUBNET = ip_network("10.77.4.0/24")  # path b (the twin netdev): the same host number
 
 
+
+
+@dataclass(frozen=True)
+class RackLayout:
+    """Where one rehearsal rack of this machine keeps things and what it calls them."""
+
+    number: int
+    state_dir: Path
+    run_dir: Path
+    cgroup_group: str
+    bridge: str
+    bridge_addr: str  # this machine's address on the management network, with its prefix
+    pdu_addr: str
+    fabric_bridge: str
+    fabric_subnet: object  # IPv4Network: path a of the cabled port (roce_addr)
+    twin_subnet: object  # path b
+    prefix: str  # of its namespaces (PREFIX-NAME) and this machine's ends of its cables
+
+    @property
+    def state_file(self) -> Path:
+        """Exists while the rack is up (the network guard reads rack 1's)."""
+        return self.run_dir / REHEARSAL_STATE_FILE.name
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.state_dir / "ssh" / "known_hosts"
+
+    @property
+    def mgmt_subnet(self):
+        return ip_network(self.bridge_addr, strict=False)
+
+    @property
+    def host_addr(self) -> str:
+        """This machine's address on the rack's management network."""
+        return self.bridge_addr.split("/")[0]
+
+
+RACKS = {
+    1: RackLayout(1, STATE_DIR, RUN_DIR, CGROUP_GROUP, BRIDGE, BRIDGE_ADDR, PDU_ADDR,
+                  FABRIC_BRIDGE, FABRIC_SUBNET, TWIN_SUBNET, "sr"),
+    # a second rack: the same host numbers on subnets 10 above rack 1's, inside the
+    # rehearsal subnet (the blackhole and the network guard cover it)
+    2: RackLayout(2, STATE_DIR.with_name("rehearsal-2"), RUN_DIR.with_name(RUN_DIR.name + "-2"),
+                  CGROUP_GROUP + "-2", "srbr2", "10.77.11.254/24", "10.77.11.2", "srfab2",
+                  ip_network("10.77.13.0/24"), ip_network("10.77.14.0/24"), "s2"),
+}
+
+
+def rack_layout(number: int) -> RackLayout:
+    """The layout of rehearsal rack number (1 or 2)."""
+    return RACKS[number]
+
+
 @dataclass(frozen=True)
 class NodeLayout:
-    """The names and paths of one rehearsal node, derived from its name and address."""
+    """The names and paths of one rehearsal node, derived from its name, address and rack."""
 
     name: str
     address: str
-    roce: str = ""  # its fabric address (roce_addr); '' : 10.77.3.<index>
+    roce: str = ""  # its fabric address (roce_addr); '' : the rack's fabric subnet .<index>
+    rack: RackLayout = field(default_factory=lambda: RACKS[1])
 
     @property
     def index(self) -> int:
@@ -59,24 +116,24 @@ class NodeLayout:
     @property
     def roce_addr(self) -> str:
         """Its address on the fabric (path a of the cabled port)."""
-        return self.roce or str(FABRIC_SUBNET.network_address + self.index)
+        return self.roce or str(self.rack.fabric_subnet.network_address + self.index)
 
     @property
     def netns(self) -> str:
-        return f"sr-{self.name}"
+        return f"{self.rack.prefix}-{self.name}"
 
     @property
     def host_veth(self) -> str:
-        return f"srv{self.index}"
+        return f"{self.rack.prefix}v{self.index}"
 
     @property
     def twin_addr(self) -> str:
         """Path b's address (roce_twin_addr): roce_addr's host number on TWIN_SUBNET."""
-        return str(TWIN_SUBNET.network_address + ip_address(self.roce_addr).packed[-1])
+        return str(self.rack.twin_subnet.network_address + ip_address(self.roce_addr).packed[-1])
 
     def fabric_veth(self, port: int, path: str) -> str:
         """This machine's end of one RoCE function's cable (srf11-0a)."""
-        return f"srf{self.index}-{port}{path}"
+        return f"{self.rack.prefix}f{self.index}-{port}{path}"
 
     @property
     def cabling_file(self) -> Path:
@@ -85,7 +142,7 @@ class NodeLayout:
 
     @property
     def state(self) -> Path:
-        return STATE_DIR / "nodes" / self.name
+        return self.rack.state_dir / "nodes" / self.name
 
     @property
     def upper(self) -> Path:
@@ -97,7 +154,7 @@ class NodeLayout:
 
     @property
     def run(self) -> Path:
-        return RUN_DIR / self.name
+        return self.rack.run_dir / self.name
 
     @property
     def root(self) -> Path:
@@ -127,4 +184,4 @@ class NodeLayout:
         return self.upper / "var/lib/gpu-sim/heat"
 
     def cgroups(self) -> list[Path]:
-        return [root / CGROUP_GROUP / self.name for root in CGROUP_ROOTS]
+        return [root / self.rack.cgroup_group / self.name for root in CGROUP_ROOTS]

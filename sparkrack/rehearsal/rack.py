@@ -26,14 +26,9 @@ from sparkrack.rehearsal import cx7netplan, hostnet, hostprep, nodefs, nodeproc,
 from sparkrack.rehearsal.cabling import Cabling, read_cabling, write_cabling
 from sparkrack.rehearsal.extras import ExtraNode, check_extra, read_extras, write_extras
 from sparkrack.rehearsal.layout import (
-    CGROUP_GROUP,
     CGROUP_ROOTS,
-    FABRIC_BRIDGE,
-    FABRIC_SUBNET,
     HCAS,
-    KNOWN_HOSTS,
-    RUN_DIR,
-    SUBNET,
+    RACKS,
     NodeLayout,
 )
 from sparkrack.rehearsal.stubimage import build_stub_images
@@ -133,18 +128,25 @@ class RehearsalRack:
                              fix="pass -i inventory/rehearsal")
         self.inventory = inventory
         self.say = say
-        self.nodes = [NodeLayout(n.name, n.address, n.roce_addr) for n in inventory.nodes]
+        self.layout = layout = RACKS[inventory.vars.rehearsal_rack]
+        self.first = layout.number == 1  # extra nodes, the twin and the PDU are rack 1's
+        self.nodes = [NodeLayout(n.name, n.address, n.roce_addr, layout) for n in inventory.nodes]
+        subnet, fabric = layout.mgmt_subnet, layout.fabric_subnet
         for node in self.nodes:
-            if ip_address(node.address) not in SUBNET:
-                raise UsageError(f"{inventory.path}: {node.name} address {node.address} is outside "
-                                 f"the rehearsal subnet {SUBNET}", fix="use 10.77.1.x addresses")
-            if ip_address(node.roce_addr) not in FABRIC_SUBNET:
+            if ip_address(node.address) not in subnet:
+                raise UsageError(f"{inventory.path}: {node.name} address {node.address} is "
+                                 f"outside rehearsal rack {layout.number}'s subnet {subnet}",
+                                 fix=f"use {subnet.network_address + node.index} and its "
+                                 "neighbours")
+            if ip_address(node.roce_addr) not in fabric:
                 raise UsageError(f"{inventory.path}: {node.name} roce_addr {node.roce_addr} is "
-                                 f"not on the rehearsal fabric {FABRIC_SUBNET}",
-                                 fix=f"give it roce_addr: 10.77.3.{node.index}")
+                                 f"not on rehearsal rack {layout.number}'s fabric {fabric}",
+                                 fix=f"give it roce_addr: {fabric.network_address + node.index}")
         self.extras: dict[str, ExtraNode] = {}
-        self._load_extras()
-        self.twin = read_twin()  # the twin on record, this inventory's or another's
+        self.twin = None
+        if self.first:
+            self._load_extras()
+            self.twin = read_twin()  # the twin on record, this inventory's or another's
 
     def _load_extras(self) -> None:
         """The extra nodes on record; one that clashes with the inventory is left out."""
@@ -192,12 +194,14 @@ class RehearsalRack:
     # --- the twin ------------------------------------------------------------------------
     def _twin_gpu(self, name: str) -> dict | None:
         """The simulated GPU's keys of a node of this inventory's twin (None: the default)."""
-        if not is_twin(self.inventory.path, self.twin):
+        if self.twin is None or not is_twin(self.inventory.path, self.twin):
             return None
         return self.twin["nodes"].get(name, {}).get("gpu") or None
 
     def _other_twin_nodes(self) -> list[NodeLayout]:
         """The nodes of a twin on record that is not this inventory (none when there is none)."""
+        if not self.first:
+            return []
         self.twin = read_twin()
         if self.twin is None or is_twin(self.inventory.path, self.twin):
             return []
@@ -212,6 +216,8 @@ class RehearsalRack:
     def _leave_other_twin(self) -> None:
         """Before this inventory's rack boots: another twin's node disks (they carry its
         shape) and its record removed; refused while its nodes run."""
+        if not self.first:
+            return
         self.twin = read_twin()
         if self.twin is None or is_twin(self.inventory.path, self.twin):
             return
@@ -238,8 +244,8 @@ class RehearsalRack:
         hostprep.raise_kernel_limits(self.say)
         self._clear_stale()
         hostnet.install_blackhole()
-        hostnet.ensure_bridge()
-        hostnet.ensure_fabric_bridge(self.switch)
+        hostnet.ensure_bridge(self.layout)
+        hostnet.ensure_fabric_bridge(self.switch, self.layout)
         client_pub = hostprep.client_key()
         to_boot = [n for n in self.all_nodes if nodeproc.init_pid(n) is None]
         for node in self.all_nodes:
@@ -255,7 +261,8 @@ class RehearsalRack:
         if to_boot:
             self.say(f"booting {len(to_boot)} node(s): {', '.join(n.name for n in to_boot)}")
         self.wait_booted(self.nodes)
-        pdu.start_agent(self.inventory.path, self.inventory.vars.pdu, self.say)
+        if self.first:
+            pdu.start_agent(self.inventory.path, self.inventory.vars.pdu, self.say)
         if self.extras:
             try:
                 self.wait_booted(self.extra_nodes)
@@ -268,8 +275,9 @@ class RehearsalRack:
 
     def down(self) -> None:
         """Shut every node down cleanly, then remove the network; the guard route stays."""
-        REHEARSAL_STATE_FILE.unlink(missing_ok=True)
-        pdu.stop_agent()  # first: it could power a node on again
+        self.layout.state_file.unlink(missing_ok=True)
+        if self.first:
+            pdu.stop_agent()  # first: it could power a node on again
         nodes = [*self.all_nodes, *self._other_twin_nodes()]
         with ThreadPoolExecutor(max_workers=len(nodes) or 1) as pool:
             list(pool.map(nodeproc.shutdown, nodes))
@@ -277,7 +285,7 @@ class RehearsalRack:
         for node in nodes:
             hostnet.remove_node_net(node)
         if not any(nodeproc.is_running(n) for n in self._all_cgroup_nodes()):
-            hostnet.remove_bridge()
+            hostnet.remove_bridge(self.layout)
 
     def wait_booted(self, nodes: list[NodeLayout], timeout: float = BOOT_TIMEOUT) -> None:
         """Wait until each node's systemd finished booting and its sshd answers."""
@@ -285,7 +293,7 @@ class RehearsalRack:
             errors = [e for e in pool.map(lambda n: self._wait_one(n, timeout), nodes) if e]
         if errors:
             raise SparkrackError("; ".join(errors), fix="see `invoke rehearsal.status` and the "
-                                 f"node's console log under {RUN_DIR}")
+                                 f"node's console log under {self.layout.run_dir}")
 
     def _wait_one(self, node: NodeLayout, timeout: float) -> str | None:
         """Wait for one node: init up, `systemctl is-system-running` settled, sshd banner."""
@@ -324,7 +332,7 @@ class RehearsalRack:
                 for root in node.cgroups():
                     nodeproc.remove_cgroup_tree(root)
         running = {n.netns for n in self._all_cgroup_nodes() if nodeproc.is_running(n)}
-        for netns in hostnet.stale_namespaces():
+        for netns in hostnet.stale_namespaces(self.layout):
             if netns not in running:
                 hostnet.ip("netns", "del", netns, check=False)
         for node in self.all_nodes:
@@ -336,26 +344,33 @@ class RehearsalRack:
     def _all_cgroup_nodes(self) -> list[NodeLayout]:
         """Our nodes plus any node left in the rack's cgroups by an earlier rack."""
         known = {n.name: n for n in self.all_nodes}
-        base = CGROUP_ROOTS[0] / CGROUP_GROUP
+        base = CGROUP_ROOTS[0] / self.layout.cgroup_group
         if base.is_dir():
             for entry in base.iterdir():
                 if entry.is_dir() and entry.name not in known:
-                    known[entry.name] = NodeLayout(entry.name, "10.77.1.250")
+                    known[entry.name] = NodeLayout(entry.name, self._spare_address,
+                                                   rack=self.layout)
         return list(known.values())
 
     def _write_known_hosts(self) -> None:
         """Record every inventory node's host key (generated by us, so trusted by
         construction). Extra nodes stay out: onboarding records theirs."""
         lines = [f"{n.address} {' '.join(nodefs.host_key(n).split()[:2])}\n" for n in self.nodes]
-        nodefs.write_if_changed(KNOWN_HOSTS, "".join(lines).encode(), 0o644)
+        nodefs.write_if_changed(self.layout.known_hosts, "".join(lines).encode(), 0o644)
+
+    @property
+    def _spare_address(self) -> str:
+        """An address of the rack's subnet no node of the inventory has (.250), for the
+        layout of a node known by name only."""
+        return str(self.layout.mgmt_subnet.network_address + 250)
 
     def _write_state(self) -> None:
-        RUN_DIR.mkdir(parents=True, exist_ok=True)
+        self.layout.run_dir.mkdir(parents=True, exist_ok=True)
         state = {"inventory": str(self.inventory.path),
                  "nodes": {n.name: n.address for n in self.nodes}}
         if self.extras:
             state["extra_nodes"] = {n.name: n.address for n in self.extra_nodes}
-        nodefs.write_if_changed(REHEARSAL_STATE_FILE, json.dumps(state, indent=1).encode())
+        nodefs.write_if_changed(self.layout.state_file, json.dumps(state, indent=1).encode())
 
     # --- status and faults -------------------------------------------------------------
     def status(self) -> list[NodeState]:
@@ -435,16 +450,17 @@ class RehearsalRack:
     @property
     def switch(self) -> Switch:
         """The fabric switch: as `rehearsal.switch` left it, else as the inventory says."""
-        return read_switch(self.inventory.vars.rehearsal_switch_mtu)
+        return read_switch(self.inventory.vars.rehearsal_switch_mtu, self.layout.state_dir)
 
     def set_switch(self, switch: Switch) -> None:
         """Reconfigure the switch (kept across `down` and `up`, as a switch's config is):
         every port's MTU and pace at once, each running node's HCAs showing their link's
         rate (roce-mount re-run)."""
-        write_switch(switch.check(), self.inventory.vars.rehearsal_switch_mtu)
-        if not hostnet.link_exists(FABRIC_BRIDGE):
+        write_switch(switch.check(), self.inventory.vars.rehearsal_switch_mtu,
+                     self.layout.state_dir)
+        if not hostnet.link_exists(self.layout.fabric_bridge):
             return  # the rack is down: `rehearsal.up` sets the switch up as recorded
-        hostnet.ensure_fabric_bridge(switch)
+        hostnet.ensure_fabric_bridge(switch, self.layout)
         for node in self.all_nodes:
             running = nodeproc.init_pid(node) is not None
             hostnet.ensure_node_net(node, read_cabling(node), switch, powered=running)
@@ -642,6 +658,9 @@ class RehearsalRack:
 
         Adding the same node again with the same settings is a no-op (booting it if it is
         down); other settings for a known name are refused."""
+        if not self.first:
+            raise UsageError(f"extra nodes join rehearsal rack 1, not rack {self.layout.number}",
+                             fix="pass -i inventory/rehearsal")
         if REHEARSAL_STATE_FILE.exists() is False:
             raise UsageError("the rehearsal rack is down", fix="run `invoke rehearsal.up` first")
         extra = ExtraNode(name, address, driver_version, tuple(sorted(set(missing_hcas))), kernel)

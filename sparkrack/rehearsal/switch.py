@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sparkrack.core.errors import UsageError
 from sparkrack.inventory.model import REHEARSAL_LINK_SCALE
@@ -79,20 +80,23 @@ class Switch:
         return f"ports at MTU {self.mtu}, links at {FULL_RATE}G" + (f" but {slow}" if slow else "")
 
 
-def read_switch(configured_mtu: int) -> Switch:
-    """The switch as recorded by `rehearsal.switch`; without a record, as the operator set
-    it up (configured_mtu: the inventory's rehearsal_switch_mtu), every link at FULL_RATE."""
+def read_switch(configured_mtu: int, state_dir: Path = STATE_DIR) -> Switch:
+    """The switch as recorded by `rehearsal.switch` (in state_dir: the rack's); without a
+    record, as the operator set it up (configured_mtu: the inventory's
+    rehearsal_switch_mtu), every link at FULL_RATE."""
     try:
-        data = json.loads(SWITCH_FILE.read_text())
+        data = json.loads((state_dir / SWITCH_FILE.name).read_text())
         return Switch(int(data["mtu"]), {str(k): int(v) for k, v in data["rates"].items()})
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return Switch(configured_mtu)
 
 
-def write_switch(switch: Switch, configured_mtu: int) -> None:
-    """Record the switch (the operator's setup as the inventory says leaves no record)."""
+def write_switch(switch: Switch, configured_mtu: int, state_dir: Path = STATE_DIR) -> None:
+    """Record the switch in state_dir (the operator's setup as the inventory says leaves no
+    record)."""
+    file = state_dir / SWITCH_FILE.name
     if switch == Switch(configured_mtu):
-        SWITCH_FILE.unlink(missing_ok=True)
+        file.unlink(missing_ok=True)
         return
-    write_if_changed(SWITCH_FILE, (json.dumps(
+    write_if_changed(file, (json.dumps(
         {"mtu": switch.mtu, "rates": dict(switch.rates)}) + "\n").encode())

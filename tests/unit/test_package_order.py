@@ -15,7 +15,8 @@ LAYERS = (  # the top first
     ("__main__",),  # `python -m sparkrack`
     ("cli",),
     ("validate",),  # every file an operator writes, checked: the inventory to a fleet
-    ("onboard", "bench", "watchdog", "export", "status", "rehearsal", "learn", "racks"),
+    ("onboard", "bench", "watchdog", "export", "status", "rehearsal", "learn"),
+    ("racks",),
     ("monitoring",),
     ("lifecycle",),
     ("logs",),

@@ -1,6 +1,7 @@
-"""A fleet of two rehearsal racks behind one router, on this machine: the second rack
-boots beside the session's (its own addresses, bridges, cgroups and state) for this
-module only. docs/fleet.md"""
+"""A fleet of two rehearsal racks behind one router (SMG) on this machine: the second rack
+boots beside the session's (its own addresses, bridges, cgroups and state) for this module
+only, and the router runs as `rehearsal.up --racks 2` starts it. A steady load of streaming
+clients runs through each scenario and every request's outcome is counted. docs/fleet.md"""
 
 from __future__ import annotations
 
@@ -9,32 +10,42 @@ from pathlib import Path
 
 import pytest
 import rackhealth
-from stubgroup import nothing_runs, quick_burn
+from fleetload import Load
+from provision_helpers import inventory_copy
+from stubgroup import quick_burn
 
+from sparkrack.deployments.headapi import Endpoint, parse_prometheus
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
 from sparkrack.lifecycle import lanes
+from sparkrack.racks.fleetfile import load_fleet
+from sparkrack.racks.roll import fleet_roll, fleet_up
+from sparkrack.racks.router import Router
+from sparkrack.rehearsal.fleetrouter import fleet_file, start_router, stop_router
 from sparkrack.rehearsal.rack import RehearsalRack
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
 STUB = {"load_delay_s": 0.3, "tokens_per_s": 50, "drain_poll_s": 0.5}
+CLIENTS = 8
+PORTS = {"sglang": 30000, "vllm": 8000}
 
 
-def meminfo() -> dict[str, int]:
-    return {line.split(":")[0]: int(line.split()[1])
-            for line in Path("/proc/meminfo").read_text().splitlines()}
+def available_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 2**20
+    return 0.0
 
 
 @pytest.fixture(scope="module")
 def second_rack(rack):
-    """The second rack, booted beside the session's for this module, provisioned; taken
-    down at the end of the module."""
+    """The second rack, booted beside the session's for this module, provisioned, with the
+    fleet's router on this machine; all taken down at the end of the module."""
     second = RehearsalRack(load_inventory(REPO / "inventory" / "rehearsal-2"),
                            say=lambda msg: None)
-    before = meminfo()["MemAvailable"]
-    began = time.monotonic()
+    before, began = available_gib(), time.monotonic()
     second.up()
     booted = time.monotonic() - began
     try:
@@ -44,26 +55,125 @@ def second_rack(rack):
             second.load_startup(node.name, rackhealth.LOAD_STARTUP_S)
         with Fleet(second.inventory) as fleet:
             write_stub_model(fleet, STUB)
-        print(f"second rack: booted in {booted:.1f} s, "
-              f"{(before - meminfo()['MemAvailable']) / 2**20:.2f} GiB")
+        start_router(rack.inventory.path, say=lambda msg: None)
+        print(f"\nsecond rack: booted in {booted:.1f} s; this machine's MemAvailable "
+              f"{before:.1f} -> {available_gib():.1f} GiB")
         yield second
     finally:
+        stop_router()
         lanes.down(second.inventory)
         second.down()
 
 
 @pytest.fixture
-def racks(engine_rack, second_rack):
-    """Both racks' inventories, nothing running on either at the start and the end."""
-    yield engine_rack, second_rack.inventory
-    for inventory in (engine_rack, second_rack.inventory):
+def fleet(engine_rack, second_rack):
+    """The rehearsal fleet, both racks serving SGLang and registered in the router; each
+    rack back to nothing at the end."""
+    chosen = load_fleet(fleet_file(engine_rack.path))
+    fleet_up(chosen, "sglang", "512k", burn=quick_burn)
+    yield chosen
+    router = Router(chosen.router)
+    for worker in router.workers():
+        router.drain(worker.url)
+    for inventory in chosen.inventories():
         lanes.down(inventory)
 
 
-def test_the_second_rack_serves_beside_the_first(racks):
-    first, second = racks
-    lanes.up(first, "sglang", "512k", burn=quick_burn)
-    lanes.up(second, "vllm", "512k", burn=quick_burn)
-    assert {r.engine for r in nothing_runs(first)} == {"sglang"}
-    assert {(r.engine, r.node) for r in nothing_runs(second) if r.rank == 0} == \
-        {("vllm", "spark-11")}
+def counters(inventory, engine: str) -> tuple[float, float]:
+    """(requests finished, requests in flight) on the rack's rank 0, from one scrape."""
+    _, body = Endpoint(inventory.head, PORTS[engine]).get("/metrics")
+    values = parse_prometheus(body.decode())
+    if engine == "sglang":
+        return (values.get("sglang:num_requests_total", 0.0),
+                values["sglang:num_running_reqs"] + values["sglang:num_queue_reqs"])
+    return (values.get("vllm:request_success_total", 0.0),
+            values["vllm:num_requests_running"] + values["vllm:num_requests_waiting"])
+
+
+def test_fleet_roll_moves_both_racks_and_back_with_no_failed_request(fleet):
+    racks = {inv.vars.rack_name: inv for inv in fleet.inventories()}
+    engine = {"name": "sglang"}
+    arrived: dict = {}  # rack -> requests that reached it after the router's drain
+    marks: dict = {}
+    events: list[tuple[float, str]] = []
+
+    def watch(event: str) -> None:
+        events.append((time.monotonic(), event))
+        name, _, text = event.partition(": ")
+        if name in racks and text.startswith("drained in the router"):
+            marks[name] = sum(counters(racks[name], engine["name"]))
+        elif name in racks and "in-flight request(s) finished" in text:
+            finished, left = counters(racks[name], engine["name"])
+            arrived.setdefault(name, []).append(finished + left - marks.pop(name))
+
+    load = Load(fleet.router.host, fleet.router.port, clients=CLIENTS).start()
+    began = time.monotonic()
+    try:
+        timeline = []
+        for target in ("vllm", "sglang"):
+            reports = fleet_roll(fleet, target, "512k", burn=quick_burn, on_event=watch)
+            engine["name"] = target
+            timeline += [(target, report.as_dict()) for report in reports]
+    finally:
+        load.stop()
+    seconds = time.monotonic() - began
+    failed = load.failed()
+    print(f"\nfleet.roll sglang -> vllm -> sglang under {CLIENTS} streaming clients: "
+          f"{load.count()} requests in {seconds:.0f} s, {len(failed)} failed")
+    for target, report in timeline:
+        print(f"  to {target}: {report}")
+    assert load.count() > 4 * CLIENTS and failed == [], failed[:5]
+    assert arrived == {name: [0, 0] for name in racks}, arrived  # none reached a drained rack
+    assert [(t, r["serving"]) for t, r in timeline] == [
+        ("vllm", "vllm 512k"), ("vllm", "vllm 512k"), ("sglang", "sglang 512k"),
+        ("sglang", "sglang 512k")]
+
+
+def test_a_plain_roll_of_one_rack_without_the_router_fails_requests(engine_rack, tmp_path):
+    """The same load straight at one rack's head (api_port: one address for both lanes)
+    while `roll` moves it from SGLang to vLLM: requests fail, so the test above can."""
+    inventory = inventory_copy(engine_rack.path, tmp_path / "rack", api_port=9000,
+                               drain_budget_s=3)
+    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+    load = Load(inventory.head.address, 9000, clients=CLIENTS).start()
+    try:
+        time.sleep(2)
+        lanes.roll(inventory, "vllm", "512k", burn=quick_burn)
+        time.sleep(2)
+    finally:
+        load.stop()
+        lanes.down(inventory)
+    failed = load.failed()
+    print(f"\nplain roll without the router: {load.count()} requests, {len(failed)} failed; "
+          f"first: {failed[0].why if failed else '-'}")
+    assert failed
+
+
+def test_a_powered_off_head_leaves_the_rotation_and_only_its_requests_fail(fleet, second_rack):
+    """Rack 2's head loses power under load: the router's health checks take it out of
+    rotation; the requests that fail are those it had in flight, and nothing after."""
+    router = Router(fleet.router)
+    second = second_rack.inventory
+    url = f"http://{second.head.address}:{PORTS['sglang']}"
+    load = Load(fleet.router.host, fleet.router.port, clients=CLIENTS).start()
+    try:
+        time.sleep(3)
+        in_flight = counters(second, "sglang")[1]
+        cut = time.monotonic()
+        second_rack.poweroff(second.head.name)
+        deadline = time.monotonic() + 30
+        while (worker := router.worker(url)) is not None and worker.healthy \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        out = time.monotonic() - cut
+        time.sleep(3)  # the load on rack 1 alone
+    finally:
+        load.stop()
+        second_rack.poweron(second.head.name)
+        second_rack.wait_booted([second_rack.node(second.head.name)])
+    failed = load.failed()
+    print(f"\npowered-off head: out of rotation after {out:.1f} s; {load.count()} requests, "
+          f"{len(failed)} failed, {in_flight:g} were in flight on it")
+    assert worker is None or not worker.healthy
+    assert len(failed) <= in_flight, [f.why for f in failed]
+    assert all(f.began < cut + out for f in failed)  # none sent after it left the rotation

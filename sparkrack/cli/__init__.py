@@ -45,11 +45,14 @@ def namespace_of(modules: list[ModuleType]) -> Collection:
                 ns.add_task(task)
             continue
         _claim(homes, module.COLLECTION, module)
-        collection = Collection(module.COLLECTION)
+        parent, _, name = module.COLLECTION.rpartition(".")
+        collection = Collection(name)
         collection.__doc__ = module.__doc__
         for task in tasks:
             collection.add_task(task)
-        ns.add_collection(collection)
+        # a dotted name (`fleet.router`) is a collection inside its parent's (modules come
+        # by name: fleet_tasks before fleetrouter_tasks)
+        (ns.collections[parent] if parent else ns).add_collection(collection)
     return ns
 
 

@@ -5,11 +5,16 @@ clients runs through each scenario and every request's outcome is counted. docs/
 
 from __future__ import annotations
 
+import platform
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import rackhealth
+import rackns
+import yaml
 from fleetload import Load
 from provision_helpers import inventory_copy
 from stubgroup import quick_burn
@@ -177,3 +182,44 @@ def test_a_powered_off_head_leaves_the_rotation_and_only_its_requests_fail(fleet
     assert worker is None or not worker.healthy
     assert len(failed) <= in_flight, [f.why for f in failed]
     assert all(f.began < cut + out for f in failed)  # none sent after it left the rotation
+
+
+def test_router_install_runs_smg_as_a_service_on_the_fleet_files_host(fleet, second_rack,
+                                                                      tmp_path, monkeypatch):
+    """`fleet.router.install` onto one of rack 2's nodes (it reaches rack 2's head): the
+    pinned smg in a venv there, a systemd unit with the fleet file's port and policy, its
+    API answering, a head registered and ready through it."""
+    from sparkrack.racks.install import UNIT, install_router
+    from sparkrack.rehearsal.layout import CLIENT_KEY
+
+    second = second_rack.inventory
+    host = second.nodes[-1]
+    file = tmp_path / "fleet.yml"
+    file.write_text(yaml.safe_dump({
+        "name": "installed", "racks": [str(fleet.racks[0]), str(fleet.racks[1])],
+        "router": {"host": host.address, "port": 30090, "metrics_port": 29090,
+                   "ssh_key": str(CLIENT_KEY), "known_hosts": str(second.known_hosts_path),
+                   "health_check_interval_s": 1}}))
+    installed = load_fleet(file)
+    monkeypatch.setenv("SPARKRACK_STATE_DIR", str(tmp_path / "state"))
+    wheels = tmp_path / "state" / "router-wheels" / f"{platform.machine()}-cp311"
+    got = subprocess.run(rackns.outside(  # this run's network has no index: the operator's
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary",
+         ":all:", "--dest", str(wheels), "smg==1.13.0", "setproctitle"]),
+        capture_output=True, text=True, timeout=600)
+    assert got.returncode == 0, got.stderr
+    said: list[str] = []
+    try:
+        install_router(installed, on_event=said.append)
+        with Fleet(second, [host]) as node:
+            active = node.run(["systemctl", "is-active", UNIT])[host.name].stdout.strip()
+        router = Router(installed.router)
+        url = f"http://{second.head.address}:{PORTS['sglang']}"
+        router.register(url)
+        assert router.wait_ready(url, 60).healthy
+    finally:
+        with Fleet(second, [host]) as node:
+            node.run(["sh", "-c", 'systemctl disable --now "$1"; rm -rf /opt/sparkrack-router '
+                      '"/etc/systemd/system/$1"; systemctl daemon-reload', "sh", UNIT])
+    assert active == "active", said
+    assert any("sending smg-1.13.0-" in line for line in said), said

@@ -52,7 +52,7 @@ COMMANDS = {
     "engines.learn": [],
     "fabric.check": [],
     "facts.facts": ["facts"], "facts.capture": [], "fleet.status": [], "fleet.roll": [],
-    "fleet.up": [], "fleet.down": [],
+    "fleet.up": [], "fleet.down": [], "fleet.router.install": [],
     "monitoring.render": [],
     "rehearsal.add-node": [], "rehearsal.cable": [], "rehearsal.cut": [],
     "rehearsal.cx7-netplan": [], "rehearsal.down": [], "rehearsal.hca-down": [],

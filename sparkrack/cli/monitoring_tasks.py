@@ -19,10 +19,11 @@ COLLECTION = "monitoring"
             "dashboards_path": "the folder on Grafana's machine its dashboard provider reads "
                                "(default: /var/lib/grafana/dashboards/sparkrack)",
             "check": "write nothing: say which files would be new or changed, with the diff",
+            "fleet": "a fleet file: its router's metrics are scraped too (job sparkrack-router)",
             "inventory": INVENTORY_HELP, "json": "print JSON for scripts"})
 @operator_task
 def render(c, out, on=None, prometheus_url=None, dashboards_path=None, check=False,
-           inventory=None, json=False):
+           inventory=None, json=False, fleet=None):
     """Write the rack's Prometheus and Grafana files, made from the inventory.
 
     prometheus/: prometheus.yml (one job per kind of target, each reading its file_sd file
@@ -35,8 +36,15 @@ def render(c, out, on=None, prometheus_url=None, dashboards_path=None, check=Fal
     from sparkrack.monitoring import render as make
 
     defaults = RenderOptions()
+    router, name = None, ""
+    if fleet:
+        from sparkrack.monitoring.targets import host_port
+        from sparkrack.racks.fleetfile import load_fleet
+
+        chosen = load_fleet(fleet)
+        router, name = host_port(chosen.router.host, chosen.router.metrics_port), chosen.name
     options = RenderOptions(on, prometheus_url or defaults.prometheus_url,
-                            dashboards_path or defaults.dashboards_path)
+                            dashboards_path or defaults.dashboards_path, router, name)
     written = write_files(make(inventory_from(inventory), options), Path(out), check=check)
     if json:
         console.print_json({"out": out, "check": bool(check),

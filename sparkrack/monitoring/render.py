@@ -27,7 +27,7 @@ from sparkrack.core.errors import UsageError
 from sparkrack.data import shipped
 from sparkrack.inventory import Inventory
 from sparkrack.monitoring.rules import RULE_FILES, rules_text
-from sparkrack.monitoring.targets import KINDS
+from sparkrack.monitoring.targets import KINDS, ROUTER, router_groups
 
 DASHBOARDS = ("sparkrack.json",)  # deploy/grafana/
 DATASOURCE_NAME = "sparkrack-prometheus"  # Grafana's datasource, and its uid
@@ -45,6 +45,8 @@ class RenderOptions:
     watchdog_on: str | None = None
     prometheus_url: str = "http://localhost:9090"
     dashboards_path: str = "/var/lib/grafana/dashboards/sparkrack"
+    router_metrics: str | None = None  # the fleet's router's ADDRESS:PORT (a fleet file's)
+    fleet: str = ""  # that fleet's name
 
     def check(self) -> None:
         """UsageError naming the flag when a value cannot be what it says."""
@@ -61,8 +63,10 @@ def render(inventory: Inventory, options: RenderOptions = RenderOptions()) -> di
     options.check()
     files: dict[str, str] = {}
     jobs = []
-    for kind in KINDS:
-        groups = kind.groups(inventory, options.watchdog_on)
+    for kind in (*KINDS, ROUTER):
+        groups = (router_groups(options.router_metrics, options.fleet)
+                  if kind is ROUTER and options.router_metrics
+                  else kind.groups(inventory, options.watchdog_on))
         if not groups:
             continue
         target_file = f"targets/{kind.job}.json"

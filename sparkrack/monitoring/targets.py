@@ -66,6 +66,17 @@ def engine_groups(inventory: Inventory, on: str | None) -> tuple[TargetGroup, ..
                  for port in sorted(ports))
 
 
+# The fleet's router (SMG, docs/fleet.md): its address comes from a fleet file, not from an
+# inventory, so render() adds its job when RenderOptions names it
+ROUTER = TargetKind("sparkrack-router", "the fleet's router (SMG): requests routed and "
+                    "failed (smg_router_*), its workers' state", lambda inventory, on: ())
+
+
+def router_groups(metrics: str, fleet: str) -> tuple[TargetGroup, ...]:
+    """The router's Prometheus port (ADDRESS:PORT), its series labelled with the fleet."""
+    return (TargetGroup((metrics,), {"fleet": fleet}),)
+
+
 KINDS = (
     TargetKind("sparkrack-watchdog", "the watchdog service: every rank's GPU, memory, "
                "container and clock cap, the group, the strip", watchdog_groups),

@@ -147,3 +147,14 @@ def test_the_task_writes_then_check_shows_the_diff_and_writes_nothing(tmp_path):
     bad = invoke("--out", str(out), "-i", "inventory/rehearsal", "--on", "spark-99")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert "spark-99" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_fleets_router_is_scraped_when_a_fleet_file_names_it():
+    plain = render(load_inventory(REHEARSAL))
+    assert "prometheus/targets/sparkrack-router.json" not in plain
+    files = render(load_inventory(REHEARSAL), RenderOptions(router_metrics="10.77.1.254:29000",
+                                                          fleet="rehearsal"))
+    assert targets(files, "sparkrack-router") == [
+        {"targets": ["10.77.1.254:29000"], "labels": {"fleet": "rehearsal"}}]
+    jobs = yaml.safe_load(files["prometheus/prometheus.yml"].split("\n", 3)[3])["scrape_configs"]
+    assert "sparkrack-router" in [job["job_name"] for job in jobs]

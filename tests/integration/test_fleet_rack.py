@@ -26,6 +26,7 @@ from sparkrack.lifecycle import lanes
 from sparkrack.racks.fleetfile import load_fleet
 from sparkrack.racks.roll import fleet_roll, fleet_up
 from sparkrack.racks.router import Router
+from sparkrack.racks.status import fleet_status
 from sparkrack.rehearsal.fleetrouter import fleet_file, start_router, stop_router
 from sparkrack.rehearsal.rack import RehearsalRack
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
@@ -111,6 +112,9 @@ def test_fleet_roll_moves_both_racks_and_back_with_no_failed_request(fleet):
             finished, left = counters(racks[name], engine["name"])
             arrived.setdefault(name, []).append(finished + left - marks.pop(name))
 
+    rows, problem = fleet_status(fleet)  # what `fleet.status` shows
+    assert problem is None and [(r.rack, r.serving, r.health, r.router) for r in rows] == [
+        ("rehearsal", "sglang 512k", 200, "ready"), ("rehearsal-2", "sglang 512k", 200, "ready")]
     load = Load(fleet.router.host, fleet.router.port, clients=CLIENTS).start()
     began = time.monotonic()
     try:
@@ -226,4 +230,4 @@ def test_router_install_runs_smg_as_a_service_on_the_fleet_files_host(fleet, sec
             node.run(["sh", "-c", 'systemctl disable --now "$1"; rm -rf /opt/sparkrack-router '
                       '"/etc/systemd/system/$1"; systemctl daemon-reload', "sh", UNIT])
     assert active == "active", said
-    assert any("sending smg-1.13.0-" in line for line in said), said
+    assert any("sending " in line and "smg-1.13.0-" in line for line in said), said

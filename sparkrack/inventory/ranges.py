@@ -150,6 +150,9 @@ RANGES: Mapping[str, Range] = {
         1500, 9216, "bytes", "a switch port ships at 1500 (MikroTik RouterOS); 9216 is the "
         "largest a CRS804 port takes that hosts may use",
         below="under Ethernet's 1500", over="over what the switch takes"),
+    "rehearsal_rack": Range(
+        1, 2, "", "this machine runs one or two rehearsal racks (sparkrack/rehearsal/layout.py: "
+        "RACKS)", below="racks count from 1", over="this machine runs at most two"),
     "indexer_mem_fraction": Range(
         0, 1, "", "a fraction of free memory (SGLang's environ.py); the field report runs 0.01; "
         "SGLang's default 0.2 ratcheted free memory down to NV_ERR_NO_MEMORY on prompts over "

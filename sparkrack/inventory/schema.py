@@ -179,7 +179,7 @@ class RackVars:
     rehearsal_rack: int = _var(
         1, "which rehearsal rack of this machine a rehearsal inventory describes: 1, or 2 for "
         "a second rack beside it (its own addresses, bridges and state; a fleet's "
-        "rehearsal)", at_least=1, at_most=2)
+        "rehearsal)")
     api_port: int = _var(
         0, "TCP port rank 0 serves the OpenAI-compatible API on, whichever engine runs, so "
         "that a roll between lanes keeps the rack's address for its clients (0: each engine "

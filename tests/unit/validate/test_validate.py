@@ -142,3 +142,15 @@ def test_it_runs_where_there_is_no_network_at_all():
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["ok"] is True
+
+
+def test_schema_writes_the_inventorys_json_schema_and_validates_nothing(broken, tmp_path):
+    from sparkrack.inventory.jsonschema import inventory_schema
+
+    target = tmp_path / "sparkrack-inventory.schema.json"
+    done = invoke("-i", str(broken), "--schema", str(target))  # a wrong inventory: not read
+    assert done.returncode == 0, done.stderr
+    assert json.loads(target.read_text()) == inventory_schema()
+    assert f"# yaml-language-server: $schema={target}" in done.stderr
+    printed = invoke("--schema", "-")
+    assert printed.returncode == 0 and json.loads(printed.stdout) == inventory_schema()

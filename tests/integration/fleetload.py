@@ -61,7 +61,7 @@ class Load:
         body = {"model": self.model, "max_tokens": self.tokens, "stream": True,
                 "ignore_eos": True, "stream_options": {"include_usage": True},
                 "messages": [{"role": "user", "content": "a steady client"}]}
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=10)
         try:
             connection.request("POST", "/v1/chat/completions", json.dumps(body),
                                {"Content-Type": "application/json"})

@@ -115,13 +115,16 @@ def main(engine: str, argv: list[str] | None = None) -> None:
     if fault is not None and fault.library == "gloo":  # init_process_group creates Gloo first
         log("Init torch distributed begin.")
         die(1, f"[rank{args.rank}]: {fault.error}", log)
-    nccl = Communicator(args.rank, args.nnodes, log, reach, fault)
+    nccl = Communicator(args.rank, args.nnodes, log, reach, fault,
+                        transport.info_lines(os.environ, rdma, interfaces))
     if args.is_head:
         rank = Head(args, settings, gpu, scratch, nccl, log, model_info=model_info)
     else:
         rank = Worker(args, settings, gpu, scratch, nccl, log)
     if args.nnodes > 1 and (fault is None or fault.library == "advertise"):
         transport.echo_rails([address for _, address in transport.rails(reach)])
+    reach["mtus"] = {address: transport.ib_mtu(transport.netdev_mtu(address, interfaces) or 1500)
+                     for _, address in transport.rails(reach)}  # each rail's active MTU
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, frame: rank.on_signal(number))
     faults.arm_die_after(settings, started, log)

@@ -105,9 +105,10 @@ class Head(Rank):
             die(1, f"[rank0]: {cut.error}", self.log)
         peers = {str(rank): [address for _, address in transport.rails(reach)]
                  for rank, reach in found.items()}
-        self.group.broadcast("joined", rails=peers)
+        mtus = {a: m for reach in found.values() for a, m in (reach.get("mtus") or {}).items()}
+        self.group.broadcast("joined", rails=peers, mtus=mtus)
         self.log("Init torch distributed ends.")
-        self.nccl.init(peers, self.stop)
+        self.nccl.init(peers, self.stop, mtus)
         self.load()
         self.compile()
         while not self.group.all_loaded.wait(0.1):

@@ -18,23 +18,33 @@ def warn(warning: str) -> None:
     print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL WARN {warning}", flush=True)
 
 
+def info(line: str) -> None:
+    """NCCL's INFO line on stdout (NCCL_DEBUG=INFO), in its own form."""
+    pid = os.getpid()
+    print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL INFO {line}", flush=True)
+
+
 class Communicator:
     """This rank's side of the group's collectives, over its RoCE rails."""
 
     def __init__(self, rank: int, nnodes: int, log: Log, endpoints: dict,
-                 fault: transport.Fault | None = None):
+                 fault: transport.Fault | None = None, said: list[str] | None = None):
         self.rank = rank
         self.nnodes = nnodes
         self.log = log
         self.endpoints = endpoints  # what its peers must reach (transport.endpoints)
         self.fault = fault  # the transport environment's: NCCL fails it after the rendezvous
         self.ring: list[tuple[str, str, str, int]] = []  # its rails to the next rank
+        self.said = said or []  # NCCL's INFO lines about its network (transport.info_lines)
 
-    def init(self, peers: dict, stop: threading.Event) -> None:
+    def init(self, peers: dict, stop: threading.Event, mtus: dict | None = None) -> None:
         """The communicator's init, right after the rendezvous, and its first collective
-        (peers: {rank: its RoCE addresses}); a fault ends this rank as NCCL would (an
-        advertised address nobody reaches: no error, the group waits until stop)."""
-        self.ring = self._ring_of(peers)
+        (peers: {rank: its RoCE addresses}; mtus: {address: its port's active MTU}); a fault
+        ends this rank as NCCL would (an advertised address nobody reaches: no error, the
+        group waits until stop)."""
+        self.ring = self._ring_of(peers, mtus or {})
+        for line in self.said:
+            info(line)
         fault = self.fault or self.writes()
         if fault is None:
             return
@@ -46,13 +56,18 @@ class Communicator:
         warn(fault.warning)
         die(1, f"[rank{self.rank}]: {fault.error}", self.log)
 
-    def _ring_of(self, peers: dict) -> list[tuple[str, str, str, int]]:
-        """(HCA, own address, the next rank's address on that rail, path MTU) per rail."""
+    def _ring_of(self, peers: dict, mtus: dict) -> list[tuple[str, str, str, int]]:
+        """(HCA, own address, the next rank's address on that rail, path MTU) per rail: the
+        path MTU the smaller of both ends' active MTUs, as NCCL sets the queue pair's
+        (net_ib.cc: std::min(remQpInfo.mtu, portAttr.active_mtu))."""
         nnodes = self.nnodes
         theirs = peers.get(str((self.rank + 1) % nnodes), []) if nnodes > 1 else []
         interfaces = transport.local_interfaces()
-        return [(hca, src, dst, transport.ib_mtu(transport.netdev_mtu(src, interfaces) or 1500))
-                for (hca, src), dst in zip(transport.rails(self.endpoints), theirs, strict=False)]
+        ring = []
+        for (hca, src), dst in zip(transport.rails(self.endpoints), theirs, strict=False):
+            own = transport.ib_mtu(transport.netdev_mtu(src, interfaces) or 1500)
+            ring.append((hca, src, dst, min(own, mtus.get(dst, own))))
+        return ring
 
     def writes(self) -> transport.Fault | None:
         """Each rail's RDMA write to the same rail of the next rank, at the path MTU its

@@ -141,11 +141,10 @@ def endpoints(env: Mapping[str, str], hcas: Mapping[str, dict],
     address = gloo_address(name, interfaces, ipv6 or {}) if name else None
     if address:
         used.append(["gloo", address])
-    if env.get("NCCL_IB_DISABLE", "0") in ("", "0"):
-        for hca_name, hca in sorted(_used_hcas(env, hcas).items()):
-            address = _gid_address(env.get("NCCL_IB_GID_INDEX"), hca)
-            if address:
-                used.append([hca_name, address])
+    for hca_name, hca in sorted(_used_hcas(env, hcas).items()):  # none: NET/Socket
+        address = _gid_address(env.get("NCCL_IB_GID_INDEX"), hca)
+        if address:
+            used.append([hca_name, address])
     return {"used": used, "networks": [a for addresses in interfaces.values() for a in addresses
                                        if not ipaddress.IPv4Interface(a).is_loopback]}
 
@@ -185,13 +184,52 @@ def unreachable(ranks: Mapping[int, dict]) -> Fault | None:
 
 
 def _used_hcas(env: Mapping[str, str], hcas: Mapping[str, dict]) -> dict[str, dict]:
-    """The HCAs NCCL_IB_HCA selects (all when unset)."""
+    """The HCAs NCCL uses (net_ib.cc, ncclIbInit): each device whose port is ACTIVE and that
+    NCCL_IB_HCA selects (all when unset). An entry that matches no device and a port that
+    is down are skipped without a word; none left, NCCL_IB_DISABLE set: {} (NET/Socket)."""
+    if env.get("NCCL_IB_DISABLE", "0") not in ("", "0"):
+        return {}
     value = env.get("NCCL_IB_HCA")
-    if not value:
-        return dict(hcas)
-    exclude, exact, entries = _nccl_list(value)
-    return {n: h for n, h in hcas.items()
-            if any(_matches(e, n, exact) for e in entries) != exclude}
+    exclude, exact, entries = _nccl_list(value or "")
+    return {n: h for n, h in hcas.items() if h.get("state") == ACTIVE
+            and (not value or any(_matches(e, n, exact) for e in entries) != exclude)}
+
+
+def info_lines(env: Mapping[str, str], hcas: Mapping[str, dict],
+               interfaces: Mapping[str, list[str]]) -> list[str]:
+    """What NCCL 2.27.7 prints at init with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET
+    about its network (net_ib.cc ncclIbInit, net_socket.cc, init.cc, graph/topo.cc): the
+    HCAs it uses, or NET/Socket's interfaces, and GPUDirect RDMA per HCA (GB10: off)."""
+    if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+        return []
+    subsys = {w.strip().upper() for w in env.get("NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV")
+              .lstrip("^").split(",")}
+    if not subsys & {"INIT", "NET", "ALL"}:
+        return []
+    exclude, exact, entries = _nccl_list(env.get("NCCL_SOCKET_IFNAME") or "")
+    oob = [(name, a.split("/")[0]) for name, found in interfaces.items() for a in found[:1]
+           if not ipaddress.IPv4Interface(a).is_loopback
+           and (not entries or any(_matches(e, name, exact) for e in entries) != exclude)]
+    oob_text = f"{oob[0][0]}:{oob[0][1]}<0>" if oob else "none"
+    used = list(_used_hcas(env, hcas))
+    lines = [f"NCCL_IB_HCA set to {env['NCCL_IB_HCA']}"] if env.get("NCCL_IB_HCA") else []
+    if not used and env.get("NCCL_IB_DISABLE", "0") in ("", "0"):
+        lines.append("NET/IB : No device found.")
+    if used:
+        devices = "".join(f" [{i}]{name}:1/RoCE" for i, name in enumerate(used))
+        lines.append(f"NET/IB : Using{devices} [RO]; OOB {oob_text}")
+        lines += [f"NET/IB : GPU Direct RDMA Disabled for HCA {i} '{name}'"
+                  for i, name in enumerate(used)]
+        lines.append("Using network IB")
+    else:
+        sockets = "".join(f" [{i}]{name}:{address}<0>" for i, (name, address) in enumerate(oob))
+        lines += [f"NET/Socket : Using{sockets}", "Using network Socket"]
+    return lines
+
+
+def network(env: Mapping[str, str], hcas: Mapping[str, dict]) -> str:
+    """The network NCCL uses: IB while any HCA is left to it, else Socket (TCP)."""
+    return "IB" if _used_hcas(env, hcas) else "Socket"
 
 
 def _gid_address(value: str | None, hca: Mapping) -> str | None:
@@ -267,25 +305,9 @@ def _nccl_socket(env, interfaces, rendezvous) -> Fault | None:
 
 
 def _nccl_ib(env, hcas) -> Fault | None:
-    if env.get("NCCL_IB_DISABLE", "0") not in ("", "0"):
-        return None
-    used = dict(hcas)
-    value = env.get("NCCL_IB_HCA")
-    if value:
-        exclude, exact, entries = _nccl_list(value)
-        if exclude:
-            used = {n: h for n, h in hcas.items() if not any(_matches(e, n, exact) for e in entries)}
-        else:
-            for entry in entries:
-                if not any(_matches(entry, name, exact) for name in hcas):
-                    found = ", ".join(sorted(hcas)) or "none"
-                    return _system_fault(f"NET/IB : NCCL_IB_HCA entry {entry} matches no "
-                                         f"device (the node has: {found})")
-            used = {n: h for n, h in hcas.items() if any(_matches(e, n, exact) for e in entries)}
-    for name, hca in sorted(used.items()):
-        if hca.get("state") != ACTIVE:
-            return _system_fault(f"NET/IB : {name}:1 port is not active "
-                                 f"(state {hca.get('state') or 'unknown'})")
+    """What fails NCCL over the HCAs it uses: a GID index that is not their RoCE v2
+    IPv4-mapped entry, a registration the kernel refuses. Devices it skipped fail nothing."""
+    used = _used_hcas(env, hcas)
     return _gid(env.get("NCCL_IB_GID_INDEX"), used) or _registration(used)
 
 

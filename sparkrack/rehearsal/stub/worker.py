@@ -61,7 +61,7 @@ class Worker(Rank):
                 break
         self.joined = True
         self.log("Init torch distributed ends.")
-        self.nccl.init(message.get("rails") or {}, self.stop)
+        self.nccl.init(message.get("rails") or {}, self.stop, message.get("mtus") or {})
         threading.Thread(target=self._follow, name="follow", daemon=True).start()
         threading.Thread(target=self._answer_steps, name="steps", daemon=True).start()
         self.load()

@@ -121,13 +121,22 @@ def test_nccl_socket_ifname_that_matches_nothing_usable():
     assert check({"NCCL_SOCKET_IFNAME": "^lo"}) is None  # exclusion leaves enp1s0f0np0
 
 
-def test_an_hca_entry_that_matches_no_device_or_is_down():
-    missing = check(hcas={"rocep1s0f0": hca()})
-    assert missing.warning == ("NET/IB : NCCL_IB_HCA entry roceP2p1s0f0 matches no device "
-                               "(the node has: rocep1s0f0)")
-    assert "ncclSystemError" in missing.error and "NCCL version" in missing.error
-    down = check(hcas={"rocep1s0f0": hca(), "roceP2p1s0f0": hca("1: DOWN")})
-    assert down.warning == "NET/IB : roceP2p1s0f0:1 port is not active (state 1: DOWN)"
+def test_an_hca_entry_that_matches_no_device_or_is_down_is_skipped_in_silence():
+    """Issue 56, item 1: NCCL 2.27.7's ncclIbInit `continue`s past a port that is not
+    ACTIVE and a device NCCL_IB_HCA does not select, without a word; with no device left
+    it runs NET/Socket. Nothing fails: the rank runs on what is left."""
+    missing = {"rocep1s0f0": hca()}
+    assert check(hcas=missing) is None
+    assert transport.rails(transport.endpoints(GOOD, missing, IFACES)) == [
+        ("rocep1s0f0", "10.77.1.15")]
+    down = {"rocep1s0f0": hca(), "roceP2p1s0f0": hca("1: DOWN")}
+    assert check(hcas=down) is None and transport.network(GOOD, down) == "IB"
+    assert [h for h, _ in transport.rails(transport.endpoints(GOOD, down, IFACES))] == [
+        "rocep1s0f0"]
+    misnamed = {"NCCL_IB_HCA": "rocep1s0f9,roceP2p1s0f9"}  # both entries wrong: TCP
+    assert check(misnamed) is None and transport.network({**GOOD, **misnamed}, HCAS) == \
+        "Socket"
+    assert transport.rails(transport.endpoints({**GOOD, **misnamed}, HCAS, IFACES)) == []
     assert check({"NCCL_IB_DISABLE": "1"}, hcas={}) is None  # sockets only: no HCA needed
 
 
@@ -230,3 +239,34 @@ def test_a_write_refused_at_once_waits_between_tries_instead_of_spinning():
     cpu = time.process_time()
     assert not transport.first_write("127.0.0.1", "127.0.0.1", 70000, seconds=1.5)
     assert time.process_time() - cpu < 0.5
+
+
+def test_nccl_says_what_it_uses_in_its_init_lines_as_2_27_7_does():
+    """NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET: the lines sparkrack reads (net_ib.cc,
+    net_socket.cc, init.cc, graph/topo.cc of NCCL 2.27.7)."""
+    env = {**GOOD, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+    assert transport.info_lines(env, HCAS, IFACES) == [
+        "NCCL_IB_HCA set to rocep1s0f0,roceP2p1s0f0",
+        "NET/IB : Using [0]rocep1s0f0:1/RoCE [1]roceP2p1s0f0:1/RoCE [RO]; OOB "
+        "enp1s0f0np0:10.77.1.15<0>",
+        "NET/IB : GPU Direct RDMA Disabled for HCA 0 'rocep1s0f0'",
+        "NET/IB : GPU Direct RDMA Disabled for HCA 1 'roceP2p1s0f0'",
+        "Using network IB"]
+    one = transport.info_lines(env, {"rocep1s0f0": hca(), "roceP2p1s0f0": hca("1: DOWN")},
+                               IFACES)
+    assert one[1] == "NET/IB : Using [0]rocep1s0f0:1/RoCE [RO]; OOB enp1s0f0np0:10.77.1.15<0>"
+    tcp = transport.info_lines({**env, "NCCL_IB_HCA": "rocep1s0f9"}, HCAS, IFACES)
+    assert tcp[1:] == ["NET/IB : No device found.",
+                       "NET/Socket : Using [0]enp1s0f0np0:10.77.1.15<0>", "Using network Socket"]
+    assert transport.info_lines(GOOD, HCAS, IFACES) == []  # NCCL_DEBUG unset: silent
+    assert transport.info_lines({**env, "NCCL_DEBUG_SUBSYS": "COLL"}, HCAS, IFACES) == []
+
+
+def test_the_path_mtu_is_the_smaller_of_both_ends():
+    from sparkrack.rehearsal.stub.nccl import Communicator
+
+    mine = {"used": [["rocep1s0f0", "127.0.0.1"]]}  # loopback's MTU: 4096 on its own
+    comm = Communicator(0, 2, lambda *a: None, mine)
+    assert comm._ring_of({"1": ["127.0.0.2"]}, {}) == [("rocep1s0f0", "127.0.0.1",
+                                                        "127.0.0.2", 4096)]
+    assert comm._ring_of({"1": ["127.0.0.2"]}, {"127.0.0.2": 1024})[0][3] == 1024

@@ -25,7 +25,11 @@ TOKEN_SOURCE = ("role engine_env (the Hugging Face token's file, 0600, written f
 FIXED = (("NCCL_IB_DISABLE", "0", "RoCE, not sockets"),
          ("NCCL_CROSS_NIC", "1", "the twins sit on different subnets"),
          ("NCCL_NVLS_ENABLE", "0", "no NVLink SHARP on GB10"),
-         ("NCCL_CUMEM_ENABLE", "0", "unified memory"))
+         ("NCCL_CUMEM_ENABLE", "0", "unified memory"),
+         # what NCCL uses says itself only at INFO: sparkrack reads these lines of each
+         # rank at every start (logs/nccluse.py), `invoke logs` leaves them out
+         ("NCCL_DEBUG", "INFO", "the transport and HCAs each rank uses, read at start"),
+         ("NCCL_DEBUG_SUBSYS", "INIT,NET", "only the init and network lines"))
 # An engine's own variables by its image key, before HF_TOKEN_PATH: (name, its value on a
 # node, source). SGLang's indexer budget bounds the DSA indexer's scratch, which
 # --mem-fraction-static does not count (SGLang's default 0.2 ratchets unified memory down on

@@ -222,6 +222,15 @@ def _unprefixed(text: str, prefix: str) -> str:
     return text
 
 
+_NCCL_INFO = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL INFO ")
+
+
+def nccl_info(text: str) -> bool:
+    """Whether text is one of NCCL's INFO lines (NCCL_DEBUG=INFO, which nccl.env sets so
+    that sparkrack reads what each rank uses): `invoke logs` leaves them out."""
+    return bool(_NCCL_INFO.match(text))
+
+
 def reason(lines: Iterable[str]) -> str | None:
     """The line of a stopped rank's last log lines that says why: its last exception line
     (as a traceback's last line is the cause), else its last error line, else its last
@@ -238,7 +247,7 @@ def reason(lines: Iterable[str]) -> str | None:
         else:
             failed = bool(_ERROR_WORD.search(text))
         text = escape_controls(text).strip()
-        if not text:
+        if not text or nccl_info(text):
             continue
         last = text
         found = _EXCEPTION.search(text)

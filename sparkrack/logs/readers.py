@@ -27,6 +27,7 @@ from sparkrack.logs.lines import (
     LogLine,
     Notice,
     ReorderBuffer,
+    nccl_info,
     prefix,
     split_timestamp,
 )
@@ -187,7 +188,7 @@ class RankReader(threading.Thread):
         ns, text = split_timestamp(raw)
         if ns is None:  # no timestamp (should not happen): keep it beside the last line
             ns = self.seen.last_ns or 0
-        if self.seen.fresh(ns, text):
+        if self.seen.fresh(ns, text) and not nccl_info(text):
             self._put(LogLine(ns, self.rank, self.node, text))
 
 

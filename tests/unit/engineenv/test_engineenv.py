@@ -122,7 +122,8 @@ def test_every_variable_has_its_value_source_and_file(rack):
         "NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "enp1s0f0np0",
         "TP_SOCKET_IFNAME": "enp1s0f0np0", "SGLANG_HOST_IP": "10.77.3.13",
         "VLLM_HOST_IP": "10.77.3.13", "NCCL_IB_DISABLE": "0", "NCCL_CROSS_NIC": "1",
-        "NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "0",
+        "NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "0", "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET",
         "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION": "0.01",
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False",
         "HF_TOKEN_PATH": "/etc/sparkrack/hf/token"}
@@ -183,7 +184,7 @@ def test_each_variable_read_back_has_the_source_computed_for_it(own_rack):
     facts = gathered(5)
     files = planned_files(rack, "spark-01", facts)
     assert b"# source of" not in files[NCCL].content
-    text = files[NCCL].content + b"NCCL_DEBUG=INFO\n"
+    text = files[NCCL].content + b"NCCL_ALGO=Ring\n"
     files[NCCL] = dataclasses.replace(files[NCCL], content=text, size=len(text))
     env = EnvFiles(rack, "sglang").read(rack.node("spark-01"),
                                         dataclasses.replace(facts, files=files))
@@ -191,7 +192,7 @@ def test_each_variable_read_back_has_the_source_computed_for_it(own_rack):
     assert env.vars["NCCL_IB_GID_INDEX"].source == PROBED_11
     assert env.vars["PYTORCH_CUDA_ALLOC_CONF"].source == (
         "role engine_env (the field report's 512K lane)")
-    assert env.vars["NCCL_DEBUG"].source == (f"{NCCL} (not sparkrack's: a hand edit or an "
+    assert env.vars["NCCL_ALGO"].source == (f"{NCCL} (not sparkrack's: a hand edit or an "
                                              "inventory role's own line)")
 
 

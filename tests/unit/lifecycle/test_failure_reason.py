@@ -151,3 +151,12 @@ def test_a_registration_refused_after_the_load_says_what_happened():
         "ENOMEM) on spark-03: a host kernel with Kexec HandOver on (CmaFree above CmaTotal in "
         "its /proc/meminfo) pins no more memory once about 108 GiB is committed, after the "
         "weights load; boot it with kho=off (`invoke logs --failed` shows rank 2's last lines)")
+
+
+def test_nccl_s_info_lines_are_told_apart_from_its_warnings():
+    from sparkrack.logs.lines import nccl_info
+
+    assert nccl_info("spark-03:77:77 [0] NCCL INFO NET/IB : Using [0]rocep1s0f0:1/RoCE [RO]; "
+                     "OOB enp1s0f0np0:10.77.3.13<0>")
+    assert not nccl_info("spark-03:77:77 [0] NCCL WARN Call to ibv_reg_mr_iova2 failed")
+    assert not nccl_info("[2026-12-06 07:58:20 TP2] NCCL INFO quoted by the engine")

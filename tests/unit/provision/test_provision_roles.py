@@ -154,7 +154,8 @@ def test_nccl_env_probed_index_and_the_field_settings():
                    "NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "enp1s0f0np0",
                    "TP_SOCKET_IFNAME": "enp1s0f0np0", "NCCL_IB_DISABLE": "0",
                    "SGLANG_HOST_IP": "10.77.3.11", "VLLM_HOST_IP": "10.77.3.11",
-                   "NCCL_CROSS_NIC": "1", "NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "0"}
+                   "NCCL_CROSS_NIC": "1", "NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "0",
+                   "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
 
 def test_nccl_env_falls_back_to_the_inventory_index():
@@ -218,7 +219,9 @@ def test_a_node_cabled_on_the_other_port_is_named_with_the_values_to_set():
     assert change.status == "failed"
     assert change.summary == (
         "HCA rocep1s0f0, roceP2p1s0f0 port is not ACTIVE (NCCL_IB_HCA lists "
-        "rocep1s0f0,roceP2p1s0f0; NCCL would fail on it): up on spark-04: rocep1s0f1 "
+        "rocep1s0f0,roceP2p1s0f0; NCCL would skip it in silence and run on the rails "
+        "left, at a fraction of the bandwidth, or over TCP with none left): up on spark-04: "
+        "rocep1s0f1 "
         "(enp1s0f1np1); roceP2p1s0f1 (enP2p1s0f1np1); if it is cabled there, set in "
         "host_vars/spark-04.yml: nccl_ib_hca: [rocep1s0f1, roceP2p1s0f1], nccl_socket_ifname: "
         "enp1s0f1np1 (`ibdev2netdev` shows the link states)")

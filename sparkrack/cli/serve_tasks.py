@@ -153,6 +153,9 @@ ENGINE_HELP = {"engine": "sglang or vllm", "profile": f"profile name (default: {
                "json": "print the deployment record (with its phase times) as JSON",
                "fabric_check": "also gate on `fabric.check`: a full-size frame and a burst on "
                                "every rail",
+               "allow_degraded": "start even if a node's NCCL would run on fewer rails than "
+                                 "nccl_ib_hca gives it, or over TCP (said, and recorded in the "
+                                 "audit log)",
                **WAIT_HELP}
 
 
@@ -166,7 +169,7 @@ def _progress(waiting):
 @task(help=ENGINE_HELP)
 @rack_task()
 def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None,
-       json=False, fabric_check=False):
+       json=False, fabric_check=False, allow_degraded=False):
     """Start a TP8 engine: gates, workers, rank 0, readiness, a smoke request.
 
     Gates: reachable, env files, no other engine, rules, image ID, weights, memory, clock
@@ -175,11 +178,11 @@ def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overrid
     from sparkrack.lifecycle import lanes
 
     start_lane(lanes.up, "up: {deployment} serving at {url}", engine, profile, inventory,
-               timeout, override_power, json, fabric_check)
+               timeout, override_power, json, fabric_check, allow_degraded)
 
 
 def start_lane(start, said: str, engine, profile, inventory, timeout, override_power,
-               as_json: bool, fabric_check: bool = False) -> None:
+               as_json: bool, fabric_check: bool = False, allow_degraded: bool = False) -> None:
     """up or roll (start: lifecycle.up or .roll) with a progress display; then the record
     as JSON on stdout, or said (with {deployment} and {url}) and the phase times."""
     from dataclasses import asdict
@@ -191,7 +194,8 @@ def start_lane(start, said: str, engine, profile, inventory, timeout, override_p
         deployment = start(rack, engine, profile, burn=run_burn,
                            timeout=float(timeout) if timeout else None,
                            override_power=override_power, on_progress=_progress(waiting),
-                           on_event=console.say, fabric_check=bool(fabric_check))
+                           on_event=console.say, fabric_check=bool(fabric_check),
+                           allow_degraded=bool(allow_degraded))
     url = api_url(rack, engine)
     if as_json:
         console.print_json({**asdict(deployment), "url": url})
@@ -275,7 +279,7 @@ def break_glass(c, reason, inventory=None, timeout=None, grace=None, yes=False):
 @task(help=ENGINE_HELP)
 @rack_task()
 def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, override_power=None,
-         json=False, fabric_check=False):
+         json=False, fabric_check=False, allow_degraded=False):
     """Switch lanes; on failure bring the last known-good deployment back.
 
     The new deployment is gated while the old one serves; then the old stops in order, the
@@ -283,4 +287,4 @@ def roll(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overr
     from sparkrack.lifecycle import lanes
 
     start_lane(lanes.roll, "rolled to {deployment}", engine, profile, inventory, timeout,
-               override_power, json, fabric_check)
+               override_power, json, fabric_check, allow_degraded)

@@ -83,7 +83,7 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
               override_power: str | None = None, keep_verified: bool = False,
               phases: Phases | None = None, fabric_check: bool = False,
               meanwhile: Callable[[Preflight], None] | None = None,
-              image: str | None = None) -> Preflight:
+              image: str | None = None, allow_degraded: bool = False) -> Preflight:
     """Run every gate for starting engine's profile; report.specs are the launch specs,
     built from the env files each node has (the inventory's view if they are not right:
     the env gate then refuses). `replacing` is the deployment id a roll is about to stop
@@ -93,11 +93,13 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
 plus what the engine would add is judged too (safety/strip.py). meanwhile(report), if given, runs while the burn does
     (it must not touch a GPU: `up` creates its containers there). fabric_check: measure
     every rail first (sparkrack/rails). image: run it instead of the inventory's (the last
-    good deployment's, brought back). Phases: "gates", "fabric", "burn"."""
+    good deployment's, brought back). allow_degraded: an HCA of nccl_ib_hca missing or
+    down is a warning, not a refusal (NCCL runs on the rails left). Phases: "gates",
+    "fabric", "burn"."""
     phases = phases or Phases()
     with phases.timed("gates"):
         report = cheap_gates(fleet, inventory, engine, profile, deployment_id, replacing,
-                             image)
+                             image, allow_degraded)
     if report.blocking:
         return report  # refused on a cheap gate: no burn
     if fabric_check:
@@ -143,8 +145,8 @@ def power_gate(report: Preflight, name: str, blocking: bool, reason: str,
 
 
 def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
-                deployment_id: str, replacing: str | None, image: str | None = None
-                ) -> Preflight:
+                deployment_id: str, replacing: str | None, image: str | None = None,
+                allow_degraded: bool = False) -> Preflight:
     """The gates that cost nothing but a round trip or two: reachable, lock, env files,
     other engines, rules, image IDs, memory; report.specs built from the env files read."""
     report = Preflight()
@@ -164,6 +166,10 @@ def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
     problems = [f"{node}: {problem} (run `invoke provision`)"
                 for node, env in report.env.items() if node not in lost
                 for problem in env.problems]
+    if allow_degraded:  # a rail missing or down: NCCL runs on the rails left
+        rails = [p for p in problems if RAIL_PROBLEM in p]
+        problems = [p for p in problems if RAIL_PROBLEM not in p]
+        report.add("rails", rails, "every HCA of nccl_ib_hca present and up", blocking=False)
     report.add("env files", problems,
                f"every rank gets its node's env files ({', '.join(env_files.files(inventory.head))})")
     report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
@@ -176,6 +182,9 @@ def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
         unknown, mounted = cache_gate_lines(report.specs, report.facts)
         report.add("compile caches", unknown, mounted, blocking=False)
     return report
+
+
+RAIL_PROBLEM = ": nccl_env: HCA "  # role nccl_env's checks of nccl_ib_hca: missing, down
 
 
 def alongside(main: Callable[[], T], side: Callable[[], None]) -> T:

@@ -105,7 +105,8 @@ def deployment_of(specs: tuple[LaunchSpec, ...], pre: Preflight) -> Deployment:
 
 
 def launch(fleet: Fleet, inventory: Inventory, specs, pre: Preflight, *, timeout, on_progress,
-           on_event, phases: Phases | None = None, limits: Limits | None = None) -> Deployment:
+           on_event, phases: Phases | None = None, limits: Limits | None = None,
+           allow_degraded: bool = False) -> Deployment:
     """Start a gated deployment (prepared already if limits are given: start.prepare),
     smoke-test it, record it as current and last-good, with its phase times. A start that
     fails (or is interrupted) is recorded as "failed" and "current" removed."""
@@ -117,7 +118,8 @@ def launch(fleet: Fleet, inventory: Inventory, specs, pre: Preflight, *, timeout
     record.write(fleet, inventory, "current", deployment)
     try:
         seconds = start_group(fleet, inventory, specs, timeout=timeout, on_progress=on_progress,
-                              on_event=on_event, limits=limits, phases=phases)
+                              on_event=on_event, limits=limits, phases=phases,
+                              allow_degraded=allow_degraded)
         on_event(f"rank 0 healthy after {seconds:.1f} s")
         try:
             with phases.timed("smoke"):
@@ -155,9 +157,11 @@ def mark_failed(fleet: Fleet, inventory: Inventory, deployment: Deployment, why:
 
 def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeout=None,
        override_power: str | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
-       on_event: Callable[[str], None] = lambda e: None, fabric_check: bool = False
-       ) -> Deployment:
+       on_event: Callable[[str], None] = lambda e: None, fabric_check: bool = False,
+       allow_degraded: bool = False) -> Deployment:
     """Gate, start, wait, smoke-test. Refused or StartFailed on failure (nothing left running).
+    allow_degraded: a node's rails down or unknown to NCCL, or a rank whose NCCL runs on
+    fewer rails or TCP, is said and started anyway (ncclcheck).
 
     While the burn gate runs, an earlier failed start's leftovers are removed and the
     nodes' docker limits probed (start.prepare): nothing is created before every gate
@@ -175,14 +179,15 @@ def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeo
 
         pre = gated(fleet, inventory, engine, profile, burn, what=f"{engine} {profile}",
                     on_event=on_event, override_power=override_power, phases=phases,
-                    fabric_check=fabric_check, meanwhile=get_ready)
+                    fabric_check=fabric_check, meanwhile=get_ready,
+                    allow_degraded=allow_degraded)
         if failed:
             mark_failed(fleet, inventory, deployment_of(pre.specs, pre), failed[0].line(),
                         on_event)
             raise failed[0]
         return launch(fleet, inventory, pre.specs, pre, timeout=timeout,
                       on_progress=on_progress, on_event=on_event, phases=phases,
-                      limits=prepared[0] if prepared else None)
+                      limits=prepared[0] if prepared else None, allow_degraded=allow_degraded)
 
 
 def down(inventory: Inventory, *, timeout: int | None = None,
@@ -245,16 +250,18 @@ def wait_for_memory(fleet: Fleet, report: StopReport) -> None:
 
 def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeout=None,
          override_power: str | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
-         on_event: Callable[[str], None] = lambda e: None, fabric_check: bool = False
-         ) -> Deployment:
-    """Switch lanes; on failure restore the last known-good deployment and raise RollFailed."""
+         on_event: Callable[[str], None] = lambda e: None, fabric_check: bool = False,
+         allow_degraded: bool = False) -> Deployment:
+    """Switch lanes; on failure restore the last known-good deployment and raise RollFailed.
+    allow_degraded: as up's."""
     phases = Phases()
     with Fleet(inventory) as fleet:
         replacing = running(fleet).deployment
         pre = preflight(fleet, inventory, engine, profile,
                         deployment_id=new_deployment_id(engine, profile), burn=burn,
                         replacing=replacing, override_power=override_power, keep_verified=True,
-                        phases=phases, fabric_check=fabric_check)
+                        phases=phases, fabric_check=fabric_check,
+                        allow_degraded=allow_degraded)
         refuse_on(pre, f"roll to {engine} {profile}", on_event)
         specs = pre.specs
         with phases.timed("stop_old"):
@@ -272,7 +279,7 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
         try:
             refresh_memory(fleet, specs, pre)
             return launch(fleet, inventory, specs, pre, timeout=timeout, on_progress=on_progress,
-                          on_event=on_event, phases=phases)
+                          on_event=on_event, phases=phases, allow_degraded=allow_degraded)
         except (StartFailed, Refused) as failure:
             last = pre.records.get("last-good")
             if last is None:

@@ -16,13 +16,14 @@ from sparkrack.engines import LABEL_ENGINE, LaunchSpec, docker_sdk_kwargs
 from sparkrack.engines.serving import engine_serving
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
-from sparkrack.lifecycle import nodelimits
+from sparkrack.lifecycle import ncclcheck, nodelimits
 from sparkrack.lifecycle.caches import make_folders
 from sparkrack.lifecycle.order import start_order
 from sparkrack.lifecycle.phases import Phases
 from sparkrack.lifecycle.stop import stop_ranks
 from sparkrack.logs.causes import known_cause
 from sparkrack.logs.lines import reason, split_timestamp
+from sparkrack.logs.nccluse import nccl_use
 
 POLL_SECONDS = 0.2
 CLEANUP_STOP_TIMEOUT = 3  # a group that never served has nothing to drain
@@ -138,10 +139,11 @@ def start_group(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...
                 timeout: float | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
                 on_event: Callable[[str], None] = lambda e: None,
                 limits: nodelimits.Limits | None = None,
-                phases: Phases | None = None) -> float:
+                phases: Phases | None = None, allow_degraded: bool = False) -> float:
     """Create (after prepare, unless its limits are given), start in order, wait for
-    readiness. Returns seconds from first start to ready. On any failure (or
-    KeyboardInterrupt) every rank is stopped and removed, then it raises."""
+    readiness, judge what each rank's NCCL uses (lifecycle/ncclcheck.py). Returns seconds
+    from first start to ready. On any failure (or KeyboardInterrupt) every rank is stopped
+    and removed, then it raises."""
     phases = phases or Phases()
     if limits is None:
         with phases.timed("prepare"):
@@ -155,8 +157,10 @@ def start_group(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...
                 parallel(wave, lambda spec: fleet.docker(spec.node).start(spec.container_name))
                 on_event(f"started rank(s) {', '.join(str(s.rank) for s in wave)}")
         with phases.timed("ready"):
-            return wait_ready(fleet, inventory, specs, ranks,
-                              timeout or specs[0].ready_timeout_s, on_progress)
+            seconds = wait_ready(fleet, inventory, specs, ranks,
+                                 timeout or specs[0].ready_timeout_s, on_progress)
+        judge_nccl(fleet, inventory, ranks, on_event, allow_degraded)
+        return seconds
     except BaseException as exc:
         on_event("stopping every rank of the failed start")
         lost = exc.node if isinstance(exc, NodeLost) else None
@@ -197,6 +201,29 @@ def wait_ready(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
             raise StartFailed(f"rank 0 on {head.name} not healthy after {timeout:.0f} s "
                               f"(last /health: {head_status or NOT_OPEN})")
         time.sleep(POLL_SECONDS)
+
+
+def judge_nccl(fleet: Fleet, inventory: Inventory, ranks: list[Rank],
+               on_event: Callable[[str], None], allow_degraded: bool) -> None:
+    """Read what each rank's NCCL said it uses at init and judge it (ncclcheck): a rank on
+    TCP or on fewer rails fails the start (StartFailed), or is said and kept with
+    allow_degraded; ranks that said nothing are said once."""
+    uses = dict(zip([(r.rank, r.node) for r in ranks], parallel(
+        ranks, lambda r: nccl_use(split_timestamp(line)[1]
+                                  for line in logs_tail(fleet, r, "all"))), strict=True))
+    quiet = ncclcheck.silent(uses)
+    if quiet:
+        on_event(f"NCCL: {', '.join(quiet)} said nothing of its network (NCCL_DEBUG=INFO "
+                 "is not in its environment): not judged")
+    found = ncclcheck.degraded(inventory, uses)
+    if found and not allow_degraded:
+        raise StartFailed(f"NCCL runs degraded: {found[0]}"
+                          + (f" (and {len(found) - 1} more rank(s))" if len(found) > 1 else ""))
+    for line in found:
+        on_event(f"NCCL runs degraded, started anyway (--allow-degraded): {line}")
+    if not found and not quiet:
+        said = {use.text() for use in uses.values()}
+        on_event(f"NCCL: every rank on {' / '.join(sorted(said))}")
 
 
 def rank_failed(rank: Rank, tail: list[str]) -> StartFailed:

@@ -185,6 +185,16 @@ def test_a_down_hca_is_refused_by_the_gate_and_skipped_in_silence_by_nccl(clean,
     assert "NCCL INFO NET/IB : Using [0]rocep1s0f0:1/RoCE [RO]; OOB enp1s0f0np0:10.77.3.13<0>" \
         in log, log[-2000:]
     assert "NCCL INFO Using network IB" in log
+    said: list[str] = []  # up starts it only with --allow-degraded, and says so
+    deployment = lanes.up(inventory, "sglang", "512k", burn=quick_burn, allow_degraded=True,
+                          on_event=said.append)
+    assert deployment.engine == "sglang" and len(engines_running(inventory)) == 8
+    assert any(line.startswith("gate rails: warn - spark-03: nccl_env: HCA roceP2p1s0f0 port "
+                               "is not ACTIVE") for line in said), said
+    assert ("NCCL runs degraded, started anyway (--allow-degraded): rank 2 on spark-03 runs "
+            "NCCL on 1 of 2 rails (NET/IB on rocep1s0f0:1) where the inventory gives it "
+            "rocep1s0f0, roceP2p1s0f0") in "\n".join(said), said
+    lanes.down(inventory)
     rack.hca_down("spark-03", "roceP2p1s0f0", down=False)
     lanes.up(inventory, "sglang", "512k", burn=quick_burn)  # the port back: it starts
 

@@ -21,7 +21,7 @@ def status(c, inventory=None, limit=None, json=False, wide=False):
     import time
 
     from sparkrack.engines import api_url
-    from sparkrack.facts.records import POWER_CYCLE
+    from sparkrack.facts.records import NCCL, POWER_CYCLE
     from sparkrack.status.rows import rack_status
     from sparkrack.status.view import (
         NARROW,
@@ -30,6 +30,7 @@ def status(c, inventory=None, limit=None, json=False, wide=False):
         deployment_lines,
         differences,
         narrow_cells,
+        nccl_line,
         power_cycle_line,
         wide_cells,
     )
@@ -37,11 +38,12 @@ def status(c, inventory=None, limit=None, json=False, wide=False):
     rack = inventory_from(inventory)
     rows, records = rack_status(rack, limit)
     cycle = records.pop(POWER_CYCLE, None)
+    nccl = records.pop(NCCL, None)
     current = records.get("current")
     api = api_url(rack, current["engine"]) if current else None
     if json:
         console.print_json({"nodes": [r.as_dict() for r in rows], "deployments": records,
-                            "api": api, "power_cycle": cycle})
+                            "api": api, "power_cycle": cycle, "nccl": nccl})
     else:
         wide = wide or not console.out.is_terminal
         if wide:
@@ -53,8 +55,9 @@ def status(c, inventory=None, limit=None, json=False, wide=False):
         show = print if wide else lambda line: console.out.print(
             line, markup=False, highlight=False, soft_wrap=False)
         cycled = power_cycle_line(cycle, time.time())
+        rails = nccl_line(nccl, current)
         for line in ([] if wide else differences(rows)) + deployment_lines(records, wide) + (
-                [cycled] if cycled else []):
+                [rails] if rails else []) + ([cycled] if cycled else []):
             show(line)
         if api:
             show(f"api: {api} ({current['engine']}"

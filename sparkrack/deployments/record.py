@@ -71,6 +71,13 @@ def write(fleet: Fleet, inventory: Inventory, kind: str, deployment: Deployment)
     _mirror(inventory, kind, data)
 
 
+def write_nccl(fleet: Fleet, inventory: Inventory, data: dict) -> None:
+    """What each rank's NCCL said it uses at the last start, beside the records, for
+    `invoke status` (docs/formats.md#deployment-records)."""
+    store_on_head(fleet, inventory, RECORD_DIR, record_facts.NCCL,
+                  json.dumps(data, sort_keys=True).encode(), "the NCCL record")
+
+
 def write_power_cycle(fleet: Fleet, inventory: Inventory, data: dict) -> None:
     """The watchdog's last power cycle (in progress, ok or failed) beside the records, for
     `invoke status` (docs/formats.md#deployment-records)."""

@@ -33,6 +33,27 @@ def records_of(answers: Answers) -> dict[str, dict | None]:
     return found
 
 
+NCCL = "nccl"  # what each rank's NCCL said it uses at the last start (lifecycle/start.py)
+
+
+def nccl_query() -> Query:
+    """The NCCL record of the last start, read whole."""
+    return file_query(f"{RECORD_DIR}/{NCCL}.json", RECORD_LIMIT)
+
+
+def nccl_of(answers: Answers) -> dict | None:
+    """The NCCL record's JSON object (None: absent or unreadable)."""
+    return _object(parse_file(answers.lines(nccl_query())).content)
+
+
+def _object(content: bytes | None) -> dict | None:
+    try:
+        data = json.loads(content) if content and content.strip() else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def power_cycle_query() -> Query:
     """The watchdog's power-cycle record, read whole."""
     return file_query(f"{RECORD_DIR}/{POWER_CYCLE}.json", RECORD_LIMIT)

@@ -6,6 +6,7 @@ rank, its node, what it uses against what it should and the fix, unless --allow-
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from sparkrack.inventory import Inventory
@@ -45,3 +46,14 @@ def silent(uses: Mapping[tuple[int, str], NcclUse]) -> list[str]:
     """Ranks whose NCCL said nothing of its network (NCCL_DEBUG not INFO in its env)."""
     return [f"rank {rank} on {node}" for (rank, node), use in sorted(uses.items())
             if not use.said]
+
+
+def record_of(deployment: str, uses: Mapping[tuple[int, str], NcclUse], found: list[str],
+              allowed: bool) -> dict:
+    """The NCCL record of a start (`invoke status` shows it): each rank's network and
+    whether it runs degraded, and whether the start allowed that."""
+    degraded_ranks = {int(line.split()[1]) for line in found}
+    return {"deployment": deployment, "time": time.time(), "allowed": allowed,
+            "ranks": [{"rank": rank, "node": node, "uses": use.text(), "said": use.said,
+                       "degraded": rank in degraded_ranks}
+                      for (rank, node), use in sorted(uses.items())]}

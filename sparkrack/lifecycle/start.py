@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sparkrack.core.errors import SparkrackError
+from sparkrack.deployments import record
 from sparkrack.deployments.headapi import Endpoint
 from sparkrack.deployments.ranks import Rank, logs_tail, parallel, refresh
 from sparkrack.engines import LABEL_ENGINE, LaunchSpec, docker_sdk_kwargs
@@ -216,6 +217,11 @@ def judge_nccl(fleet: Fleet, inventory: Inventory, ranks: list[Rank],
         on_event(f"NCCL: {', '.join(quiet)} said nothing of its network (NCCL_DEBUG=INFO "
                  "is not in its environment): not judged")
     found = ncclcheck.degraded(inventory, uses)
+    try:  # for `invoke status`; a start never fails for want of it
+        record.write_nccl(fleet, inventory, ncclcheck.record_of(
+            ranks[0].deployment if ranks else "", uses, found, allow_degraded))
+    except SparkrackError as error:
+        on_event(f"NCCL: not recorded for `invoke status`: {error.line()}")
     if found and not allow_degraded:
         raise StartFailed(f"NCCL runs degraded: {found[0]}"
                           + (f" (and {len(found) - 1} more rank(s))" if len(found) > 1 else ""))

@@ -76,14 +76,16 @@ def gather_status(inventory: Inventory, limit: str | None = None) -> list[Status
 
 def rack_status(inventory: Inventory, limit: str | None = None
                 ) -> tuple[list[StatusRow], dict[str, dict | None]]:
-    """(gather_status's rows, the current / last-good / failed deployment records and the
-    watchdog's last power cycle (`power-cycle`) as plain data): the head, when selected, is
+    """(gather_status's rows, the current / last-good / failed deployment records, the
+    watchdog's last power cycle (`power-cycle`) and the last start's NCCL record (`nccl`)
+    as plain data): the head, when selected, is
     asked for them in its one round trip ({} when it did not answer or was not selected)."""
     from sparkrack.deployments.record import records_of
     from sparkrack.deployments.running import running
 
     nodes = inventory.select(limit)
-    head = record_facts.queries() + [record_facts.power_cycle_query()]
+    head = record_facts.queries() + [record_facts.power_cycle_query(),
+                                     record_facts.nccl_query()]
     asked = {node.name: node_facts.queries() + (head if node.name == inventory.head.name
                                                 else [])
              for node in nodes}
@@ -110,6 +112,7 @@ def rack_status(inventory: Inventory, limit: str | None = None
                 records = {kind: asdict(dep) if dep else None
                            for kind, dep in records_of(answers).items()}
                 records[record_facts.POWER_CYCLE] = record_facts.power_cycle_of(answers)
+                records[record_facts.NCCL] = record_facts.nccl_of(answers)
             rows.append(StatusRow(
                 node=node.name, rank=node.rank, address=node.address,
                 reachable=result.status, error=result.error, seconds=round(result.duration, 2),

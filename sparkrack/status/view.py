@@ -108,6 +108,24 @@ def power_cycle_line(record: Mapping | None, now: float) -> str | None:
             f"{record.get('line', '')}")
 
 
+def nccl_line(record: Mapping | None, current: Mapping | None) -> str | None:
+    """What the running deployment's ranks' NCCL uses, in one line (None: no record of
+    this deployment): every rank's network when they agree, else each degraded rank's."""
+    if not record or not current or record.get("deployment") != current.get("deployment_id"):
+        return None
+    ranks = [r for r in record.get("ranks") or [] if isinstance(r, dict)]
+    odd = [r for r in ranks if r.get("degraded") or not r.get("said")]
+    common = Counter(str(r.get("uses")) for r in ranks if r not in odd).most_common(1)
+    parts = [f"rank {r.get('rank')} on {r.get('node')}: {r.get('uses')}"
+             + (" (DEGRADED: fewer rails than nccl_ib_hca"
+                + (", started with --allow-degraded)" if record.get("allowed") else ")")
+                if r.get("degraded") else "") for r in odd]
+    if common:
+        rest = "every rank" if not odd else f"the other {len(ranks) - len(odd)}"
+        parts.append(f"{rest}: {common[0][0]}")
+    return "nccl: " + "; ".join(parts) if parts else None
+
+
 def superseded(records: Mapping[str, dict | None]) -> str | None:
     """The kind of the record that started after the failed one ("current", else
     "last-good"), or None: the failure is the latest news."""

@@ -64,7 +64,8 @@ class Communicator:
         theirs = peers.get(str((self.rank + 1) % nnodes), []) if nnodes > 1 else []
         interfaces = transport.local_interfaces()
         ring = []
-        for (hca, src), dst in zip(transport.rails(self.endpoints), theirs, strict=False):
+        for (hca, src), dst in transport.pair_rails(transport.rails(self.endpoints), theirs,
+                                                    self.endpoints.get("networks", [])):
             own = transport.ib_mtu(transport.netdev_mtu(src, interfaces) or 1500)
             ring.append((hca, src, dst, min(own, mtus.get(dst, own))))
         return ring

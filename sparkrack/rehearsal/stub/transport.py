@@ -364,6 +364,22 @@ def rails(endpoints: Mapping) -> list[tuple[str, str]]:
     return [(via, address) for via, address in endpoints.get("used", []) if via != "gloo"]
 
 
+def pair_rails(mine: list[tuple[str, str]], theirs: list[str],
+               networks: list[str]) -> list[tuple[tuple[str, str], str]]:
+    """Each of my rails (HCA, address) with the next rank's address on its network (the
+    twins sit on different subnets): a rail with no peer there carries nothing to it, as
+    NCCL's rings use the rails both ends share. No rail shared at all: paired in order
+    (their writes then never arrive: NCCL's retry error)."""
+    prefix = {a.split("/")[0]: a for a in networks}
+    paired = []
+    for hca, src in mine:
+        net = ipaddress.IPv4Interface(prefix[src]).network if src in prefix else None
+        dst = next((d for d in theirs if net is not None and _on_network([str(net)], d)), None)
+        if dst is not None:
+            paired.append(((hca, src), dst))
+    return paired or list(zip(mine, theirs, strict=False))
+
+
 def write_fault(hca: str, src: str, dst: str, mtu: int) -> Fault:
     """The first collective's RDMA write to dst never acknowledged: NCCL's retry-exceeded."""
     text = (f"NET/IB : Got completion from peer {dst}<{ROCE_PORT}> with status="

@@ -270,3 +270,16 @@ def test_the_path_mtu_is_the_smaller_of_both_ends():
     assert comm._ring_of({"1": ["127.0.0.2"]}, {}) == [("rocep1s0f0", "127.0.0.1",
                                                         "127.0.0.2", 4096)]
     assert comm._ring_of({"1": ["127.0.0.2"]}, {"127.0.0.2": 1024})[0][3] == 1024
+
+
+def test_a_rank_on_one_rail_meets_its_peers_on_the_rail_they_share():
+    """The twins are on different subnets: rank 2 with only rocep1s0f0 (10.77.3.13) writes
+    to the next rank's 10.77.3.x rail, and a two-rail rank writes to it on that rail only."""
+    one = [("rocep1s0f0", "10.77.3.13")]
+    two = [("roceP2p1s0f0", "10.77.4.12"), ("rocep1s0f0", "10.77.3.12")]
+    assert transport.pair_rails(one, ["10.77.4.14", "10.77.3.14"], ["10.77.3.13/24"]) == [
+        (("rocep1s0f0", "10.77.3.13"), "10.77.3.14")]
+    assert transport.pair_rails(two, ["10.77.3.13"], ["10.77.4.12/24", "10.77.3.12/24"]) == [
+        (("rocep1s0f0", "10.77.3.12"), "10.77.3.13")]
+    assert transport.pair_rails(one, ["10.77.9.1"], ["10.77.3.13/24"]) == [  # none shared
+        (("rocep1s0f0", "10.77.3.13"), "10.77.9.1")]

@@ -198,7 +198,7 @@ def test_a_down_hca_is_refused_by_the_gate_and_skipped_in_silence_by_nccl(clean,
                            cwd=REPO, capture_output=True, text=True, timeout=120)
     assert ("nccl: rank 2 on spark-03: NET/IB on rocep1s0f0:1 (DEGRADED: fewer rails than "
             "nccl_ib_hca, started with --allow-degraded); the other 7: NET/IB on "
-            "rocep1s0f0:1, roceP2p1s0f0:1") in shown.stdout, shown.stdout + shown.stderr
+            "roceP2p1s0f0:1, rocep1s0f0:1") in shown.stdout, shown.stdout + shown.stderr
     lanes.down(inventory)
     rack.hca_down("spark-03", "roceP2p1s0f0", down=False)
     lanes.up(inventory, "sglang", "512k", burn=quick_burn)  # the port back: it starts

@@ -80,7 +80,7 @@ class Section:
         if not check(value):  # a long expectation is not said twice: the line stays short
             raise self.error(key, f"{key}: expected {expected}, got {describe(value)}",
                              fix=f"write {key}: <{expected}>" if len(expected) <= 40 else
-                             f"{key} is described in {self.docs}")
+                             f"see {self.docs}")
         return value
 
     def number(self, key: str, found: Range, *, integer: bool = True,

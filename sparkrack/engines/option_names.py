@@ -120,7 +120,7 @@ class OptionSet:
         close = difflib.get_close_matches(name, sorted(set(self.primary.values())), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         return (f"unknown {self.label} option {name}{hint}",
-                f"the options of {self.label} are listed in {self.shown_file()}")
+                f"its options: {self.shown_file()}")
 
     def _dropped(self, name: str, old: str) -> tuple[str, str]:
         """(what is wrong, the fix) for an option the previous version had and this lacks."""

@@ -321,9 +321,8 @@ class _Resolver:
         checks = {"experimental": (lambda v: isinstance(v, bool), "true or false"),
                   "note": (is_line, "one line of text"),
                   "model_path": (lambda v: isinstance(v, str) and abs_path_problem(v) is None,
-                                 "an absolute directory path on the nodes, such as "
-                                 "/models/GLM-5.3-NVFP4 (no ':', ',', whitespace, '.' or "
-                                 "'..' parts)")}
+                                 "an absolute path on the nodes, without ':', ',', whitespace, "
+                                 "'.' or '..'")}
         numbers = {key: section.number(key, RANGES[f"profile.{key}"])
                    for key in ("ready_timeout_s", "stop_timeout_s", "stall_budget_s")
                    if key in section}

@@ -30,8 +30,7 @@ _PDU_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 EXAMPLE = "e.g. pdu: {name: strip-a, address: 192.0.2.60, outlets: {spark-01: 1, ...}}"
 
 
-ENV_FIX = (f"e.g. auth_key_env: {DEFAULT_ENV['auth_key_env']}, or leave the key out; "
-           "docs/inventory.md#the-pdu")
+ENV_FIX = f"e.g. auth_key_env: {DEFAULT_ENV['auth_key_env']}"
 
 
 class SectionError(ValueError):
@@ -106,8 +105,7 @@ def parse_pdu(value: Any) -> PduConfig:
                                "it may be the secret itself)", ENV_FIX, _line(value, key))
         if not _PDU_ENV_NAME.fullmatch(variable):
             raise SectionError(f"pdu: {key}: {variable} is not a {ENV_PREFIX}* variable, the "
-                               "only ones the watchdog is given and records mask", ENV_FIX,
-                               _line(value, key))
+                               "only ones the watchdog gets", ENV_FIX, _line(value, key))
     model = value.get("model", DEFAULT_MODEL)
     if model not in MODELS:
         raise SectionError(f"pdu: model: {model!r} is not a model sparkrack speaks",

@@ -282,8 +282,13 @@ class Spec:
         if self.type == PDU:
             return PDU_EXAMPLE
         value = self.default if self.sample is None else self.sample
-        return f"e.g. {self.name}: {yaml_text(value)}"
+        text = yaml_text(value)
+        if len(text) > EXAMPLE_UP_TO:  # a long default (burn_command's load) is the docs'
+            return f"its form and default: {self.name} in docs/inventory.md#values"
+        return f"e.g. {self.name}: {text}"
 
+
+EXAMPLE_UP_TO = 70  # characters of an example value a fix spells out
 
 _EXPECTED = {
     str: "a non-empty string",

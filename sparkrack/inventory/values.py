@@ -100,8 +100,8 @@ def _image_ref_problem(value: str) -> str | None:
     match = _REFERENCE.fullmatch(value) if len(value) <= 512 else None
     if match and len(match["name"]) <= 255:
         return None
-    return ("is not a docker image reference ([REGISTRY[:PORT]/]NAME[:TAG][@sha256:DIGEST]; "
-            "lower-case name components, tag [A-Za-z0-9_][A-Za-z0-9_.-]{0,127})")
+    return ("is not a docker image reference ([REGISTRY[:PORT]/]NAME[:TAG][@sha256:DIGEST], "
+            "the name lower-case)")
 
 
 def _netdev_problem(value: str, limit: int) -> str | None:

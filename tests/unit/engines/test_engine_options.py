@@ -110,7 +110,7 @@ def test_every_flag_the_shipped_files_and_rules_name_is_a_first_name():
      "--model-pat is an abbreviation of --model-path; spell it in full (write --model-path)"),
     ("sglang", "--chunked-prefill-size: 4096", "--chunked-prefil-size: 4096",
      "unknown sglang 0.5.22 option --chunked-prefil-size (did you mean "
-     "'--chunked-prefill-size'?) (the options of sglang 0.5.22 are listed in "
+     "'--chunked-prefill-size'?) (its options: "
      "sparkrack/engines/options/sglang-0.5.22.txt)"),
     ("sglang", "--chunked-prefill-size: 4096", "--speculative-num: 4096",
      "--speculative-num is an abbreviation of several sglang 0.5.22 options "

@@ -223,9 +223,9 @@ def test_unknown_engine_and_profile(tmp_path):
     ("      --switch: true", "      --switch: [true", "      --dtype: fp8",
      "YAML syntax error"),
     ("    stop_timeout_s: 60", "    stop_timeout_s: 60\n    model_path: models/x",
-     "model_path: models/x", "model_path: expected an absolute directory path on the nodes"),
+     "model_path: models/x", "model_path: expected an absolute path on the nodes"),
     ("    stop_timeout_s: 60", "    stop_timeout_s: 60\n    model_path: /models/a:b",
-     "model_path: /models/a:b", "model_path: expected an absolute directory path"),
+     "model_path: /models/a:b", "model_path: expected an absolute path"),
 ])
 def test_mistakes_name_file_and_line(tmp_path, old, new, marker, message):
     caught, text = error(tmp_path, old, new)

@@ -134,8 +134,7 @@ def test_the_section_names_only_sparkrack_pdu_variables(tmp_path, key, variable)
     at = all_yml.read_text().splitlines().index(f"  {key}: {variable}") + 1
     assert line == (
         f"{all_yml}:{at}: pdu: {key}: {variable} is not a SPARKRACK_PDU_* variable, the only "
-        "ones the watchdog is given and records mask (e.g. auth_key_env: "
-        "SPARKRACK_PDU_AUTH_KEY, or leave the key out; docs/inventory.md#the-pdu)")
+        "ones the watchdog gets (e.g. auth_key_env: SPARKRACK_PDU_AUTH_KEY)")
 
 
 @pytest.mark.parametrize("value", ["hunter2 hunter2", "hunter2hunter2", "sparkrack_pdu_user"])

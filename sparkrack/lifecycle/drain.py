@@ -75,12 +75,12 @@ def drain_head(fleet: Fleet, head: Rank, *, budget_s: int | None = None,
     budget = fleet.inventory.vars.drain_budget_s if budget_s is None else budget_s
     drain = Drain(budget)
     endpoint, health_path, _ = _head_api(fleet, head)
-    docker = fleet.docker(head.node)
     drain.in_flight = in_flight(fleet, head)
     began = time.monotonic()
     try:
+        docker = fleet.docker(head.node)
         docker.signal(head.name, "SIGTERM")
-    except Exception as exc:  # a lost node or container: the stop that follows says more
+    except Exception as exc:  # a lost node, dockerd or container: the stop that follows says more
         drain.ended = "failed"
         on_event(f"drain: could not signal rank 0 on {head.node}: {first_line(exc)}")
         return drain

@@ -43,7 +43,8 @@ def test_status_asks_each_node_once_and_the_head_for_its_records(sshd: Sshd, mon
         facts = by_node[name].facts
         assert (facts.hostname, facts.boot_id) == (socket.gethostname(), BOOT_ID)
         assert facts.mem_total_kb > 0
-    assert set(records) == {"current", "last-good", "failed"}  # read from this machine
+    # read from this machine
+    assert set(records) == {"current", "last-good", "failed", "power-cycle", "nccl"}
 
 
 def test_onboarding_baseline_is_one_round_trip_per_node(sshd: Sshd, monkeypatch):
@@ -95,7 +96,8 @@ def test_the_gates_ask_each_node_once_and_the_head_for_its_records(sshd: Sshd, m
     assert report.records["last-good"].deployment_id == "good" and report.records["failed"] is None
 
 
-def stopping_one_rank(monkeypatch, stop_ranks=lambda fleet, ranks, timeout, on_stop: {}):
+def stopping_one_rank(monkeypatch,
+                      stop_ranks=lambda fleet, ranks, timeout, on_stop, head_timeout: {}):
     """stop.engine_containers finds rank 0 of d1 on spark-01; stop.stop_ranks is stop_ranks."""
     from sparkrack.deployments.ranks import Rank
     from sparkrack.lifecycle import stop
@@ -137,7 +139,7 @@ def test_ctrl_c_during_down_waits_for_the_stop_and_the_record_then_skips_the_mem
 
     from sparkrack.lifecycle import lanes
 
-    def interrupted_stop(fleet, ranks, timeout, on_stop):
+    def interrupted_stop(fleet, ranks, timeout, on_stop, head_timeout):
         os.kill(os.getpid(), signal.SIGINT)  # the operator's Ctrl-C, mid-stop
         return {}
 

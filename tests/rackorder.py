@@ -34,6 +34,7 @@ RACK_MODULE_COST = {
     "test_dashboard_rack.py": 17, "test_fabric_renderer_rack.py": 14, "test_status.py": 11,
     "test_twin_capture_rack.py": 11, "test_suite_isolation_rack.py": 7,
     "test_units_rack.py": 5, "test_fleet_docker_rack.py": 1,
+    "test_fleet_rack.py": 300, "test_learn_rack.py": 60,  # estimated from their wall time
 }
 DEFAULT_RACK_COST = 60
 

@@ -20,12 +20,13 @@ from sparkrack.facts import records as record_facts
 from sparkrack.facts.node import NodeFacts, burn_this_boot
 from sparkrack.facts.provision import facts_of
 from sparkrack.facts.queries import answer, argv
-from sparkrack.facts.roce import ADDRESS_FIX, lost_addresses, node_fabric
+from sparkrack.facts.roce import ADDRESS_FIX, Function, lost_addresses, node_fabric
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
 from sparkrack.lifecycle import gidmove
 from sparkrack.lifecycle.caches import cache_gate_lines, cache_key
 from sparkrack.lifecycle.phases import Phases
+from sparkrack.lifecycle.railgate import rail_line
 from sparkrack.provision.envfiles import EnvFiles
 from sparkrack.rails import check_fabric
 from sparkrack.rules import check_profile
@@ -62,6 +63,7 @@ class Preflight:
     waivers: dict = field(default_factory=dict)
     overrides: list = field(default_factory=list)
     lost_addresses: dict[str, list[str]] = field(default_factory=dict)  # node -> netdevs
+    devices: dict[str, Mapping[str, Function]] = field(default_factory=dict)  # RDMA, per node
 
     @property
     def blocking(self) -> list[Gate]:
@@ -166,12 +168,14 @@ def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
     problems = [f"{node}: {problem} (run `invoke provision`)"
                 for node, env in report.env.items() if node not in lost
                 for problem in env.problems]
-    if allow_degraded:  # a rail missing or down: NCCL runs on the rails left
-        rails = [p for p in problems if RAIL_PROBLEM in p]
-        problems = [p for p in problems if RAIL_PROBLEM not in p]
-        report.add("rails", rails, "every HCA of nccl_ib_hca present and up", blocking=False)
+    problems = [p for p in problems if RAIL_PROBLEM not in p]  # the rails gate says them
     report.add("env files", problems,
                f"every rank gets its node's env files ({', '.join(env_files.files(inventory.head))})")
+    rails = [line for node in inventory.nodes if node.name in report.devices
+             for line in [rail_line(node, _values(report.env.get(node.name)),
+                                    report.devices[node.name])] if line]
+    report.add("rails", rails, "every rank's NCCL on every HCA of nccl_ib_hca",
+               blocking=not allow_degraded)  # --allow-degraded: NCCL runs on the rails left
     report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
                                node_env=None if problems else report.env, image=image)
     judge_rack(fleet, inventory, report.specs, report, replacing)
@@ -185,6 +189,11 @@ def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
 
 
 RAIL_PROBLEM = ": nccl_env: HCA "  # role nccl_env's checks of nccl_ib_hca: missing, down
+
+
+def _values(env: NodeEnv | None) -> dict[str, str]:
+    """A node's env file values (empty: none read)."""
+    return {} if env is None else {key: var.value for key, var in env.vars.items()}
 
 
 def alongside(main: Callable[[], T], side: Callable[[], None]) -> T:
@@ -233,6 +242,7 @@ def gather_facts_and_env(fleet: Fleet, env_files: EnvFiles, report: Preflight) -
         report.facts[result.node] = node_facts.facts_of(answers)
         provisioned = facts_of(answers)
         report.env[result.node] = env_files.read(nodes[result.node], provisioned)
+        report.devices[result.node] = provisioned.functions
         lost = lost_addresses(node_fabric(nodes[result.node]), provisioned.roce.hcas)
         if lost:
             report.lost_addresses[result.node] = lost

@@ -60,6 +60,8 @@ class Change:
     deferred: a change planned after every task on behalf of earlier ones (systemd's
     daemon-reload), not a task of its own. refresh: its actions run on every apply, "ok"
     or "changed" (a command with `always`: the clock lock, which nothing reads back).
+    warning: what an "ok" check found that works but not as the inventory means it (an
+    HCA of nccl_ib_hca the node does not have: NCCL runs on the rails left).
     """
 
     role: str
@@ -72,6 +74,7 @@ class Change:
     handler: bool = False
     deferred: bool = False
     refresh: bool = False
+    warning: str = ""
 
     @property
     def changed(self) -> bool:

@@ -99,6 +99,8 @@ class EnvFiles:
                                 user=node.user, secrets=[token]):
             if change.status == "failed":
                 problems.append(f"{change.role}: {change.summary}")
+            elif change.warning:  # works, but not as the inventory means it (an HCA missing)
+                problems.append(f"{change.role}: {change.warning}")
             elif change.changed and change.module == TEMPLATE:
                 path = change.summary.split(":", 1)[0]
                 if path in texts:

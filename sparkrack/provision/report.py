@@ -39,12 +39,15 @@ def _common_prefix(names: Sequence[str]) -> str:
 
 
 def _line(change: Change, *, diff: bool) -> list[Text]:
-    mark, style = MARK.get(change.status, ("?", ""))
+    mark, style = ("!", "yellow") if change.warning and change.status == "ok" else \
+        MARK.get(change.status, ("?", ""))
     what = "handler " if change.handler else ""
     text = Text(f"  {mark} ", style=style)
     text.append(f"{change.role:<12} ", style="bold")
     text.append(f"{what}{change.task}: ", style="dim")
     text.append(change.summary, style=style if change.status == "failed" else "")
+    if change.warning:
+        text.append(f": WARNING: {change.warning}", style="yellow")
     lines = [text]
     if diff and change.diff:
         for raw in change.diff.rstrip("\n").splitlines():
@@ -55,7 +58,7 @@ def _line(change: Change, *, diff: bool) -> list[Text]:
 
 
 def _shown(changes: Sequence[Change]) -> list[Change]:
-    return [c for c in changes if c.status in ("changed", "failed", "pending")]
+    return [c for c in changes if c.status in ("changed", "failed", "pending") or c.warning]
 
 
 def print_plan(report: ProvisionReport, out: Console, *, diff: bool = False) -> None:
@@ -71,7 +74,7 @@ def print_plan(report: ProvisionReport, out: Console, *, diff: bool = False) -> 
         elif not run.plan and run.error:
             key = ("failed", run.error)
         else:
-            key = ("plan", tuple((c.status, c.role, c.task, c.summary, c.handler,
+            key = ("plan", tuple((c.status, c.role, c.task, c.summary, c.warning, c.handler,
                                   c.diff if diff else "") for c in _shown(run.plan)),
                    sum(1 for c in run.plan if c.status == "ok"))
         groups.setdefault(key, []).append(run)
@@ -171,7 +174,8 @@ def as_json(report: ProvisionReport) -> dict:
             "node": run.node, "status": run.status, "error": run.error,
             "recap": report.recap(run.node),
             "tasks": [{"role": c.role, "task": c.task, "module": c.module, "status": c.status,
-                       "summary": c.summary, "handler": c.handler, "diff": c.diff,
+                       "summary": c.summary, "warning": c.warning, "handler": c.handler,
+                       "diff": c.diff,
                        "refresh": c.refresh}
                       for c in run.outcomes()],
         } for run in report.nodes],

@@ -1,6 +1,8 @@
 """assert: conditions on the facts, each a Jinja2 expression, with a message on failure.
 
-`that` and `fail_msg` are evaluated with `facts` at plan time (late). `gather` asks for
+`that` and `fail_msg` are evaluated with `facts` at plan time (late); so are `warn_that` and
+`warn_msg`, checked once `that` holds: a condition that does not hold leaves the task ok
+with a warning (what works, but not as the inventory means it). `gather` asks for
 facts no other task needs: `roce` (HCA names), `paths`, `netdevs`, `functions` (every RDMA
 device and its port state: the cabling), `images`, `renderer` (netplan's files and the
 units of the daemons it renders with). After an earlier change in the same role the
@@ -42,7 +44,8 @@ def queries(p: Mapping[str, Any]) -> Iterable[Query]:
 
 
 def plan(step: Step) -> Change:
-    """ok when every condition holds, else failed with fail_msg."""
+    """ok when every condition holds, else failed with fail_msg; ok with warn_msg as its
+    warning when a warn_that condition does not hold."""
     base, p = step.base, step.params
     if step.state.absent:
         return replace(base, status="skipped", summary="skipped (unprovision)")
@@ -56,14 +59,22 @@ def plan(step: Step) -> Change:
             text = (str(step.renderer.value(message, step.context)) if message
                     else f"failed: {condition}")
             return replace(base, status="failed", summary=text)
+    warn = p.get("warn_that")
+    for condition in [] if warn is None else [warn] if isinstance(warn, str) else list(warn):
+        if not step.renderer.expr(str(condition), step.context):
+            message = p.get("warn_msg")
+            text = (str(step.renderer.value(message, step.context)) if message
+                    else f"does not hold: {condition}")
+            return replace(base, summary=f"{len(conditions)} condition(s) hold; warning",
+                           warning=text)
     return replace(base, summary=f"{len(conditions)} condition(s) hold")
 
 
 MODULE = Module(
     name="assert",
     required=frozenset({"that"}),
-    optional=frozenset({"fail_msg", "gather"}),
+    optional=frozenset({"fail_msg", "gather", "warn_that", "warn_msg"}),
     queries=queries,
-    late=frozenset({"that", "fail_msg"}),
+    late=frozenset({"that", "fail_msg", "warn_that", "warn_msg"}),
     plan=plan,
 )

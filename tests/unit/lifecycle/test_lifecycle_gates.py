@@ -96,7 +96,7 @@ def test_the_burn_comes_after_the_cheap_gates_on_every_node_for_up(rehearsal_inv
     assert stand_ins.order == ["reachable", "judge"]
     assert stand_ins.burned == [[n.name for n in rehearsal_inventory.nodes]]
     assert [g.name for g in report.gates] == ["reachable", "fabric addresses", "env files",
-                                              "no other engine", "clock cap", "power"]
+                                              "rails", "no other engine", "clock cap", "power"]
     assert not report.blocking
 
 

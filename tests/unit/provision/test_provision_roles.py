@@ -180,12 +180,32 @@ def test_a_nodes_own_index_overrides_the_probe(tmp_path):
     assert env_of(other)["NCCL_IB_GID_INDEX"] == "5"
 
 
-def test_missing_hca_fails_the_role_clearly():
+def test_one_hca_entry_misnamed_warns_naming_it_and_writes_the_inventorys_file():
+    """Issue 56: NCCL skips an NCCL_IB_HCA entry that matches no device without an error;
+    provisioning writes what the inventory says and warns naming the node, the entry and
+    the devices it has. None present (no RoCE at all): the role fails."""
+    devices = {name: Function(name, (netdev,), "4: ACTIVE" if name.endswith("f0") else "1: DOWN")
+               for name, netdev in (("rocep1s0f0", "enp1s0f0np0"), ("rocep1s0f1", "enp1s0f1np1"),
+                                    ("roceP2p1s0f0", "enP2p1s0f0np0"),
+                                    ("roceP2p1s0f1", "enP2p1s0f1np1"))}
     facts = ProvisionFacts(roce=RoceFacts({"rocep1s0f0": hca(3), "roceP2p1s0f0": HcaFacts()}),
-                      netdevs=("enp1s0f0np0",))
+                           netdevs=("enp1s0f0np0",), functions=devices)
     changes = planned(facts=facts)
+    assert (changes[0].status, changes[0].task) == ("ok", "RoCE HCAs present")
+    assert changes[0].warning == (
+        "HCA roceP2p1s0f0 of nccl_ib_hca is not on spark-01 (its RDMA devices: rocep1s0f0, "
+        "rocep1s0f1, roceP2p1s0f0, roceP2p1s0f1): NCCL skips an entry that matches no device "
+        "without an error and runs on the rails left (rocep1s0f0: 1 of 2); nccl.env is "
+        "written as the inventory says, and `invoke up` refuses spark-01 until nccl_ib_hca in "
+        "host_vars/spark-01.yml names its HCAs, or starts it with --allow-degraded")
+    assert env_of(put(changes, "/etc/sparkrack/nccl.env"))["NCCL_IB_HCA"] == \
+        "rocep1s0f0,roceP2p1s0f0"
+    none = ProvisionFacts(roce=RoceFacts({"rocep1s0f0": HcaFacts(), "roceP2p1s0f0": HcaFacts()}),
+                          netdevs=("enp1s0f0np0",))
+    changes = planned(facts=none)
     assert changes[0].status == "failed"
-    assert changes[0].summary.startswith("HCA roceP2p1s0f0 missing under /sys/class/infiniband")
+    assert changes[0].summary.startswith("HCA rocep1s0f0, roceP2p1s0f0 missing under "
+                                         "/sys/class/infiniband")
     assert all(c.status == "skipped" for c in changes[1:])
 
 

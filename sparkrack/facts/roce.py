@@ -87,14 +87,16 @@ class Function:
 
 
 def parse_functions(lines: list[str]) -> dict[str, Function]:
-    """The `a` section: {HCA: Function} for every RDMA device of the node."""
+    """The `a` section: {HCA: Function} for every RDMA device of the node, PCIe domain 0's
+    before the second path's (rocep1s0f0, rocep1s0f1, roceP2p1s0f0, ...: as ibdev2netdev
+    lists them)."""
     found = {}
     for line in lines:
         parts = line.split("\t")
         if len(parts) == 3 and parts[0]:
             found[parts[0]] = Function(parts[0], tuple(n for n in parts[1].split(",") if n),
                                        parts[2])
-    return found
+    return dict(sorted(found.items(), key=lambda item: (item[0].startswith("roceP"), item[0])))
 
 
 def cabling_hint(node: str, functions: Mapping[str, Function]) -> str:

@@ -171,9 +171,10 @@ def test_a_down_hca_is_refused_by_the_gate_and_skipped_in_silence_by_nccl(clean,
     rack.hca_down("spark-03", "roceP2p1s0f0")
     with pytest.raises(lanes.Refused) as refused:
         lanes.up(inventory, "sglang", "512k", burn=quick_burn)
-    assert ("env files: spark-03: nccl_env: HCA roceP2p1s0f0 port is not ACTIVE "
-            "(NCCL_IB_HCA lists rocep1s0f0,roceP2p1s0f0; NCCL would skip it in silence and "
-            "run on the rails left") in str(refused.value), str(refused.value)
+    assert ("rails: rank 2 on spark-03 would run NCCL on 1 of 2 rails (NET/IB on "
+            "rocep1s0f0:1) where the inventory gives it rocep1s0f0, roceP2p1s0f0: the port of "
+            "roceP2p1s0f0 is down, and NCCL skips it without an error") in str(refused.value), \
+        str(refused.value)
     assert engines_running(inventory) == []
     with Group(fleet, limits, "sglang") as group:
         group.start()
@@ -189,8 +190,8 @@ def test_a_down_hca_is_refused_by_the_gate_and_skipped_in_silence_by_nccl(clean,
     deployment = lanes.up(inventory, "sglang", "512k", burn=quick_burn, allow_degraded=True,
                           on_event=said.append)
     assert deployment.engine == "sglang" and len(engines_running(inventory)) == 8
-    assert any(line.startswith("gate rails: warn - spark-03: nccl_env: HCA roceP2p1s0f0 port "
-                               "is not ACTIVE") for line in said), said
+    assert any(line.startswith("gate rails: warn - rank 2 on spark-03 would run NCCL on 1 of 2 "
+                               "rails") for line in said), said
     assert ("NCCL runs degraded, started anyway (--allow-degraded): rank 2 on spark-03 runs "
             "NCCL on 1 of 2 rails (NET/IB on rocep1s0f0:1) where the inventory gives it "
             "rocep1s0f0, roceP2p1s0f0") in "\n".join(said), said
@@ -204,6 +205,53 @@ def test_a_down_hca_is_refused_by_the_gate_and_skipped_in_silence_by_nccl(clean,
     lanes.up(inventory, "sglang", "512k", burn=quick_burn)  # the port back: it starts
 
 
+def test_a_misnamed_hca_entry_is_provisioned_with_a_warning_and_serves_only_degraded(
+        clean, tmp_path):
+    """Issue 56, item 1 (done when): spark-03's host_vars name its twin rocep2p1s0f0, a typo
+    of roceP2p1s0f0 (`ibdev2netdev` prints the capital P). Provisioning writes what the
+    inventory says and warns naming the node, the entry and the devices it has; `up`
+    refuses it naming the rank, what NCCL will use and the fix; with --allow-degraded it
+    serves on one rail, and `invoke status` says so."""
+    copy = tmp_path / "inventory"
+    shutil.copytree(clean.path, copy)
+    (copy / "host_vars").mkdir(exist_ok=True)
+    (copy / "host_vars" / "spark-03.yml").write_text("nccl_ib_hca: [rocep1s0f0, rocep2p1s0f0]\n")
+    typo = load_inventory(copy)
+    report = provision(typo, "spark-03", roles="nccl_env")
+    assert report.exit_code == 0, failures(report)
+    assert [c.warning for c in report.node("spark-03").outcomes() if c.warning] == [
+        "HCA rocep2p1s0f0 of nccl_ib_hca is not on spark-03 (its RDMA devices: rocep1s0f0, "
+        "rocep1s0f1, roceP2p1s0f0, roceP2p1s0f1): NCCL skips an entry that matches no device "
+        "without an error and runs on the rails left (rocep1s0f0: 1 of 2); nccl.env is "
+        "written as the inventory says, and `invoke up` refuses spark-03 until nccl_ib_hca in "
+        "host_vars/spark-03.yml names its HCAs, or starts it with --allow-degraded"]
+    with Fleet(typo) as fleet:
+        assert node_files(fleet)["spark-03"]["NCCL_IB_HCA"] == "rocep1s0f0,rocep2p1s0f0"
+    with pytest.raises(lanes.Refused) as refused:
+        lanes.up(typo, "sglang", "512k", burn=quick_burn)
+    assert ("rails: rank 2 on spark-03 would run NCCL on 1 of 2 rails (NET/IB on rocep1s0f0:1) "
+            "where the inventory gives it rocep1s0f0, rocep2p1s0f0: spark-03 has no HCA "
+            "rocep2p1s0f0 (its RDMA devices: rocep1s0f0, rocep1s0f1, roceP2p1s0f0, "
+            "roceP2p1s0f1), and NCCL skips it without an error: about 1/2 of the bandwidth; "
+            "`invoke run --limit spark-03 -- ibdev2netdev` shows its HCAs and their ports; fix "
+            "nccl_ib_hca in host_vars/spark-03.yml") in str(refused.value), str(refused.value)
+    assert engines_running(typo) == []
+    said: list[str] = []
+    lanes.up(typo, "sglang", "512k", burn=quick_burn, allow_degraded=True, on_event=said.append)
+    try:
+        assert len(engines_running(typo)) == 8
+        assert ("NCCL runs degraded, started anyway (--allow-degraded): rank 2 on spark-03 runs "
+                "NCCL on 1 of 2 rails (NET/IB on rocep1s0f0:1) where the inventory gives it "
+                "rocep1s0f0, rocep2p1s0f0") in "\n".join(said), said
+        shown = subprocess.run([sys.executable, "-m", "invoke", "status", "-i", str(copy)],
+                               cwd=REPO, capture_output=True, text=True, timeout=120)
+    finally:
+        lanes.down(typo)
+    assert ("nccl: rank 2 on spark-03: NET/IB on rocep1s0f0:1 (DEGRADED: fewer rails than "
+            "nccl_ib_hca, started with --allow-degraded); the other 7: NET/IB on "
+            "roceP2p1s0f0:1, rocep1s0f0:1") in shown.stdout, shown.stdout + shown.stderr
+
+
 def test_a_node_cabled_on_the_other_port_is_refused_until_its_host_vars_say_so(clean, rack,
                                                                               tmp_path):
     """The report's rack uses port 0; NVIDIA's two-Spark playbook cables port 1. spark-04
@@ -213,8 +261,9 @@ def test_a_node_cabled_on_the_other_port_is_refused_until_its_host_vars_say_so(c
     with pytest.raises(lanes.Refused) as refused:
         lanes.up(clean, "sglang", "512k", burn=quick_burn)
     message = str(refused.value)
-    assert ("env files: spark-04: nccl_env: HCA rocep1s0f0, roceP2p1s0f0 port is not ACTIVE"
-            in message), message
+    assert ("rails: rank 3 on spark-04 would run NCCL over NET/Socket (TCP) on enp1s0f0np0 where "
+            "the inventory gives it NET/IB on rocep1s0f0, roceP2p1s0f0: the ports of rocep1s0f0, "
+            "roceP2p1s0f0 are down" in message), message
     assert ("up on spark-04: rocep1s0f1 (enp1s0f1np1); roceP2p1s0f1 (enP2p1s0f1np1); if it is "
             "cabled there, set in host_vars/spark-04.yml: nccl_ib_hca: [rocep1s0f1, "
             "roceP2p1s0f1], nccl_socket_ifname: enp1s0f1np1") in message, message

@@ -55,5 +55,6 @@ def record_of(deployment: str, uses: Mapping[tuple[int, str], NcclUse], found: l
     degraded_ranks = {int(line.split()[1]) for line in found}
     return {"deployment": deployment, "time": time.time(), "allowed": allowed,
             "ranks": [{"rank": rank, "node": node, "uses": use.text(), "said": use.said,
-                       "degraded": rank in degraded_ranks}
+                       "degraded": rank in degraded_ranks, "network": use.network,
+                       "hcas": list(use.hcas)}
                       for (rank, node), use in sorted(uses.items())]}

@@ -12,7 +12,7 @@ import yaml
 
 from sparkrack.data import shipped
 
-RULE_FILES = ("sparkrack-alerts.yml",)  # deploy/prometheus/: each loaded by Prometheus
+RULE_FILES = ("sparkrack-alerts.yml", "sparkrack-nccl-alerts.yml")  # deploy/prometheus/: each loaded by Prometheus
 _WATCHDOG = re.compile(r"\bsparkrack_[a-z0-9_]+|sparkrack-watchdog")
 
 

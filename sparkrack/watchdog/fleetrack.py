@@ -130,6 +130,16 @@ class FleetRack:
         return {r.node: parse_facts(r.stdout) if r.status == "ok" else None
                 for r in self.fleet.run(facts_argv(), timeout=FACTS_TIMEOUT_S)}
 
+    def ask(self, queries: dict) -> dict:
+        """{node: Answers, or None when it did not answer} of one round trip asking each
+        node its facts queries ({node: [Query]}; watchdog/railwatch.py)."""
+        from sparkrack.facts.queries import answer
+        from sparkrack.facts.queries import argv as gather_argv
+
+        return {r.node: answer(r.stdout, queries[r.node]) if r.status == "ok" else None
+                for r in self.fleet.run({node: gather_argv(asked) for node, asked
+                                         in queries.items()}, timeout=FACTS_TIMEOUT_S)}
+
     def restart(self, deployment) -> None:
         """Start deployment's engine profile again in order: the same `up` as the operator's,
         gates included (a fresh burn, the power projection, the env files)."""

@@ -21,6 +21,7 @@ from sparkrack.watchdog.cycler import Cycler
 from sparkrack.watchdog.cycling import CycleRules
 from sparkrack.watchdog.metrics import WatchdogMetrics, update
 from sparkrack.watchdog.policy import RESTART, RestartBudget
+from sparkrack.watchdog.railwatch import RailCollector, RailWatch
 from sparkrack.watchdog.snapshot import snapshot
 from sparkrack.watchdog.watch import Poll, tend_gpus
 
@@ -106,6 +107,8 @@ class Watchdog:
         self.cycler = Cycler(CycleRules.from_vars(self.inventory.vars, self.allow_power_cycle),
                              self.node, self.keeps or self._keeps,
                              lambda node: pdu is not None and pdu.outlet_of(node) is not None)
+        self.rails = RailWatch(self.inventory, self.facts_every)  # what each rank's NCCL uses
+        self.metrics.registry.register(RailCollector(self.rails))
         self._load_state()
 
     # --- One step ----------------------------------------------------------------------
@@ -358,7 +361,9 @@ class Watchdog:
 
     def _publish(self, current, last_good, step: Step, poll, holder: str | None,
                  seconds: float) -> None:
-        """The metrics of this step (watchdog/snapshot.py)."""
+        """The metrics of this step (watchdog/snapshot.py), and what each rank's NCCL uses
+        (watchdog/railwatch.py: read every facts_every)."""
+        self.rails.poll(self.rack, current, step.verdict == "guarding", self.monotonic())
         update(self.metrics, snapshot(self, current, last_good, step.verdict, poll, holder,
                                       seconds))
 

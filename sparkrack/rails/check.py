@@ -1,5 +1,6 @@
 """`invoke fabric.check`: every cabled rail, a full-size frame (fabric_mtu) and a short
-burst each way.
+burst each way; an HCA of nccl_ib_hca whose port is down, or that is no device, is named
+first: it carries none of its share.
 
 Two round trips learn each node's rails (which RoCE functions are up, their netdevs'
 addresses and MTU, the rate each link negotiated: the facts queries); then every node
@@ -27,7 +28,15 @@ from sparkrack.facts.roce import FUNCTIONS, parse_functions, parse_hca, roce_que
 from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.fleet.results import last_json_object
 from sparkrack.inventory import Inventory
-from sparkrack.rails.verdicts import Measured, Pair, Rail, judge, pairs, rails_of
+from sparkrack.rails.verdicts import (
+    Measured,
+    Pair,
+    Rail,
+    idle_rails,
+    judge,
+    pairs,
+    rails_of,
+)
 from sparkrack.remote.rails import JUMBO_WAIT, LISTENER
 
 RAIL_PORT = 29471  # UDP echo and TCP sink of the check, on each rail's address
@@ -71,7 +80,7 @@ def check_fabric(inventory: Inventory, *, seconds: float = 1.0, port: int = RAIL
             return check_fabric(inventory, seconds=seconds, port=port, fleet=own)
     report = FabricReport(scale=inventory.link_scale, mtu=inventory.vars.fabric_mtu)
     nodes = list(inventory.nodes)
-    report.rails = _rails(fleet, nodes, report.problems)
+    report.rails = _rails(fleet, nodes, report.problems)  # names the idle rails first
     found, unmeasured = pairs([n.name for n in nodes], report.rails)
     report.problems += unmeasured
     if found:
@@ -85,12 +94,14 @@ def _rails(fleet: Fleet, nodes, problems: list[str]) -> dict[str, list[Rail]]:
     """Each answering node's rails (two round trips: its functions, then their links and
     HCAs)."""
     functions = {}
+    wanted = {n.name: n.vars.nccl_ib_hca for n in nodes}
     for result in fleet.run({n.name: gather_argv([FUNCTIONS]) for n in nodes}, timeout=20):
         if not result.ok:
             problems.append(f"{result.node}: {result.error}")
             continue
         functions[result.node] = parse_functions(
             answer(result.stdout, [FUNCTIONS]).lines(FUNCTIONS))
+        problems += idle_rails(result.node, wanted[result.node], functions[result.node])
     queries = {name: [links_query(up, []), *map(roce_query, up)] for name, found in
                functions.items() for up in [[f for f in found if found[f].up]]}
     rails = {}

@@ -85,6 +85,29 @@ def rails_of(node: str, functions: Mapping[str, Function],
     return sorted(rails, key=lambda r: (r.hca.startswith("roceP"), r.hca))
 
 
+def idle_rails(node: str, wanted: Sequence[str], functions: Mapping[str, Function]) -> list[str]:
+    """One line per HCA of the node's nccl_ib_hca that carries nothing of its share: its
+    port down, or no such device. NCCL skips it without an error and runs on the rails
+    left; a port that goes down while serving fails NCCL's connections on that rail."""
+    left = [h for h in wanted if h in functions and functions[h].up]
+    runs = (f"runs on {', '.join(left)} alone, about {len(left)}/{len(wanted)} of the node's "
+            "bandwidth" if left else "falls back to TCP (NET/Socket)")
+    found = []
+    for hca in wanted:
+        function = functions.get(hca)
+        if function is None:
+            found.append(f"{node}: {hca} of nccl_ib_hca is no RDMA device of {node} (it has "
+                         f"{', '.join(functions) or 'none'}): NCCL skips it without an error "
+                         f"and {runs}; fix nccl_ib_hca in host_vars/{node}.yml")
+        elif not function.up:
+            found.append(f"{node}: {hca} ({', '.join(function.netdevs) or 'no netdev'}) of "
+                         f"nccl_ib_hca carries nothing: its port is down "
+                         f"({function.state or 'no state'}); NCCL skips it without an error "
+                         f"and {runs}; reseat its cable (`invoke run --limit {node} -- "
+                         "ibdev2netdev` shows the ports)")
+    return found
+
+
 def pairs(order: Sequence[str], rails: Mapping[str, list[Rail]]) -> tuple[list[Pair], list[str]]:
     """Each node to its neighbour in order, rail to the neighbour's rail on the same subnet
     (a node cabled on the other port still reaches its peers through the switch); and what

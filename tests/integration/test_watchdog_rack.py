@@ -11,6 +11,9 @@ Prometheus's HTTP API.
 - while a group serves under load (issue 47): a GPU whose clock lock is reset
   (`nvidia-smi -rgc`) has its cap re-applied by the service, checked and audited; a latched
   GPU and a heated one are reported, each in Prometheus;
+- while a group serves (issue 56): a port of spark-03's nccl_ib_hca taken down is said in
+  the service's journal with what NCCL does now, Prometheus shows rank 2 on one rail, and
+  `fabric.check` names the rail as carrying nothing; back up, both rails again;
 - installed with --allow-power-cycle: the head, where the watchdog runs, latched under load
   is power-cycled through the rehearsal PDU; the service started again after the boot
   finishes the cycle and the group serves again (issue 53);
@@ -380,6 +383,59 @@ def test_the_service_reapplies_a_lost_cap_and_reports_a_latched_and_a_hot_gpu(
         rack.latch("spark-03", on=False)
         rack.heat("spark-05", None)
         lanes.down(inventory)
+
+
+def test_a_port_gone_down_under_a_serving_group_is_named_by_the_service_and_the_check(
+        engine_rack, installed, prometheus, rack):
+    """Issue 56, items 3 and 4: rank 2's twin port goes down after the start (a cable out).
+    Within the service's read of the rails (every 5 s) Prometheus shows rank 2 on one rail of
+    two and the port down, its journal names the node, the HCA and what NCCL does now, and
+    `fabric.check` names the rail as carrying nothing; the port back, both rails again."""
+    from sparkrack.rails import check_fabric
+
+    inventory = engine_rack
+    lanes.down(inventory)
+    rails = 'sparkrack_nccl_rails{node="spark-03",rank="2"}'
+    port = 'sparkrack_nccl_port_up{node="spark-03",hca="roceP2p1s0f0"}'
+
+    def journal() -> str:
+        return on_watchdog_node(inventory, ["journalctl", "-u", UNIT, "-b", "--no-pager",
+                                            "-o", "cat"]).stdout
+    try:
+        lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+        prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
+        prometheus.wait(rails, lambda v: v == 2, timeout=30)
+        assert prometheus.value('sparkrack_nccl_expected_rails{node="spark-03",rank="2"}') == 2
+        assert prometheus.value('sparkrack_nccl_socket{node="spark-03",rank="2"}') == 0
+        rack.hca_down("spark-03", "roceP2p1s0f0")
+        downed = time.monotonic()
+        prometheus.wait(rails, lambda v: v == 1, timeout=30)
+        seen = time.monotonic() - downed
+        assert prometheus.value(port) == 0
+        assert prometheus.value('sparkrack_nccl_rails{node="spark-04",rank="3"}') == 2
+        said = wait_for("the finding in the journal", lambda: next(
+            (line for line in journal().splitlines() if "roceP2p1s0f0's port went down" in line),
+            None), 15)
+        fabric = check_fabric(inventory, seconds=0.2)
+        rack.hca_down("spark-03", "roceP2p1s0f0", down=False)
+        prometheus.wait(rails, lambda v: v == 2, timeout=30)
+        wait_for("the port back in the journal",
+                 lambda: "spark-03: roceP2p1s0f0's port is up again" in journal(), 15)
+    finally:
+        rack.hca_down("spark-03", "roceP2p1s0f0", down=False)
+        lanes.down(inventory)
+    print(f"\nrank 2 on one rail in Prometheus {seen:.1f} s after the port went down\n{said}")
+    assert said.endswith(
+        "spark-03: roceP2p1s0f0's port went down (1: DOWN) under rank 2's NCCL: NCCL 2.27.7 "
+        "only warns (`NET/IB : roceP2p1s0f0:1 Got async error event: port error`); its "
+        "connections on that rail fail once the HCA's retries are spent (about 34 s at "
+        "NCCL_IB_TIMEOUT 20, NCCL_IB_RETRY_CNT 7) and the group with them; started again, NCCL "
+        "runs on 1 of 2 rails (rocep1s0f0), which `invoke up` refuses without "
+        "--allow-degraded: reseat the cable (`invoke run --limit spark-03 -- ibdev2netdev` "
+        "shows the ports)"), said
+    assert ("spark-03: roceP2p1s0f0 (enP2p1s0f0np0) of nccl_ib_hca carries nothing: its port "
+            "is down (1: DOWN); NCCL skips it without an error and runs on rocep1s0f0 alone, "
+            "about 1/2 of the node's bandwidth") in "\n".join(fabric.problems), fabric.problems
 
 
 def test_allowed_the_service_power_cycles_its_own_latched_node_and_finishes_after_the_boot(

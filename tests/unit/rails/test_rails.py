@@ -177,3 +177,24 @@ def test_every_node_sends_a_full_size_frame_to_every_other_and_a_dropped_one_is_
         "no echo at all from 10.77.3.14 within 30 s",
         "spark-01 -> spark-04 on enP2p1s0f0np0 (roceP2p1s0f0): a 9000-byte frame did not "
         "pass: no echo at all from 10.77.4.14 within 30 s"]
+
+
+def test_an_hca_of_nccl_ib_hca_down_or_missing_is_named_as_carrying_nothing():
+    """Issue 56, item 4: a port gone down while serving carries none of its share; NCCL
+    skips it in silence. The check names it, what NCCL does and the fix."""
+    from sparkrack.rails.verdicts import idle_rails
+
+    functions = {"rocep1s0f0": Function("rocep1s0f0", ("enp1s0f0np0",), "4: ACTIVE"),
+                 "roceP2p1s0f0": Function("roceP2p1s0f0", ("enP2p1s0f0np0",), "1: DOWN")}
+    assert idle_rails("spark-03", ["rocep1s0f0"], functions) == []
+    assert idle_rails("spark-03", ["rocep1s0f0", "roceP2p1s0f0"], functions) == [
+        "spark-03: roceP2p1s0f0 (enP2p1s0f0np0) of nccl_ib_hca carries nothing: its port is "
+        "down (1: DOWN); NCCL skips it without an error and runs on rocep1s0f0 alone, about "
+        "1/2 of the node's bandwidth; reseat its cable (`invoke run --limit spark-03 -- "
+        "ibdev2netdev` shows the ports)"]
+    assert idle_rails("spark-03", ["rocep1s0f0", "rocep2p1s0f0"], functions) == [
+        "spark-03: rocep2p1s0f0 of nccl_ib_hca is no RDMA device of spark-03 (it has "
+        "rocep1s0f0, roceP2p1s0f0): NCCL skips it without an error and runs on rocep1s0f0 "
+        "alone, about 1/2 of the node's bandwidth; fix nccl_ib_hca in host_vars/spark-03.yml"]
+    none = idle_rails("spark-03", ["roceP2p1s0f0"], functions)
+    assert "falls back to TCP (NET/Socket)" in none[0]

@@ -81,7 +81,7 @@ def _refuse_help_as_a_value(body, args: tuple, kwargs: dict) -> None:
                              "help", fix=f"invoke -h {task} shows the task's help")
 
 
-def rack_task(changing=True, name: str | None = None, headless=None):
+def rack_task(changing=True, name: str | None = None, headless=None, before=None):
     """operator_task for a task that may change the rack: when changing (a bool, or a
     predicate of the task's arguments: `lambda a: not a["check"]`) it runs holding the rack
     lock, inside an audit record (sparkrack.oplock). Adds the `wait` argument (--wait
@@ -91,7 +91,8 @@ def rack_task(changing=True, name: str | None = None, headless=None):
     function's name, `_` as `-`; a task in a collection gives its dotted name). headless:
     a predicate of the arguments and the inventory under which the task runs without the
     lock when the head does not answer (`onboard --replace` of the head: no lock can be
-    taken on a head that is gone; see oplock.guard)."""
+    taken on a head that is gone; see oplock.guard). before(arguments, inventory): a check
+    of the operator's input run before the lock is taken, so a refusal contacts nothing."""
 
     def wrap(body):
         task_name = name or body.__name__.replace("_", "-")
@@ -108,7 +109,7 @@ def rack_task(changing=True, name: str | None = None, headless=None):
             if not (changing(arguments) if callable(changing) else changing):
                 return body(**arguments)
             return _guarded(task_name, arguments, float(wait) if wait not in (None, "") else None,
-                            lambda: body(**arguments), headless)
+                            lambda: body(**arguments), headless, before)
 
         run.__signature__ = signature
         return operator_task(run)
@@ -116,9 +117,10 @@ def rack_task(changing=True, name: str | None = None, headless=None):
     return wrap
 
 
-def _guarded(task: str, arguments: dict, wait: float | None, call, headless=None):
+def _guarded(task: str, arguments: dict, wait: float | None, call, headless=None,
+             before=None):
     """call() holding the rack lock (or headless, see rack_task), inside an audit record;
-    the outcome recorded."""
+    the outcome recorded. before(arguments, rack) runs first, holding nothing."""
     from sparkrack.core import signals
     from sparkrack.core.console import say
     from sparkrack.oplock import audit
@@ -126,6 +128,8 @@ def _guarded(task: str, arguments: dict, wait: float | None, call, headless=None
 
     path = arguments.get("inventory")
     rack = inventory_from(path)
+    if before is not None:
+        before(arguments, rack)
     args = {k: v for k, v in arguments.items() if k != "c"}
     guard = Guard(rack, task, args, on_event=say)
     # Ctrl-C while it waits for the lock leaves nothing taken

@@ -44,6 +44,14 @@ def _show(report, *, diff: bool, json: bool):
         raise Exit(code=report.exit_code)
 
 
+def _roles_load(arguments, rack):
+    """The roles load, their tasks checked, before the lock is taken: a mistake in a role
+    file contacts nothing."""
+    from sparkrack.provision import load_roles, roles_path
+
+    load_roles(arguments["role"], roles_path(rack.path))
+
+
 def _on_planned(diff: bool, json: bool):
     def event(name, report):
         if name == "planned" and not json:
@@ -58,7 +66,7 @@ def _on_planned(diff: bool, json: bool):
             "diff": "show full unified diffs of files (secret values as ***)",
             "json": "print the whole report as JSON instead", "quiet": QUIET_HELP,
             **WAIT_HELP})
-@rack_task(changing=lambda a: not a["check"])
+@rack_task(changing=lambda a: not a["check"], before=_roles_load)
 def provision(c, inventory=None, limit=None, role=None, check=False, diff=False, json=False,
               quiet=False):
     """Make the nodes what the inventory says, and show what changed.
@@ -81,7 +89,7 @@ def provision(c, inventory=None, limit=None, role=None, check=False, diff=False,
             "check": "plan only", "diff": "show diffs", "json": "print JSON",
             "force": "allow removing the clock cap on a real rack (uncaps the GPUs)",
             **WAIT_HELP})
-@rack_task(changing=lambda a: not a["check"])
+@rack_task(changing=lambda a: not a["check"], before=_roles_load)
 def unprovision(c, inventory=None, limit=None, role=None, check=False, diff=False, json=False,
                 force=False):
     """Remove what provision wrote (files, units, drop-ins, images)."""

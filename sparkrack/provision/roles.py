@@ -19,10 +19,11 @@ from sparkrack.engineenv import EngineEnv
 from sparkrack.facts.roce import netdev_of, node_fabric
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory import read_yaml as read_bounded_yaml
-from sparkrack.inventory.schema import plain
+from sparkrack.inventory.schema import describe, plain
 from sparkrack.inventory.watchdog_record import node_vars as watchdog_vars
 from sparkrack.provision import sandbox
-from sparkrack.provision.modules import REGISTRY
+from sparkrack.provision.modules import REGISTRY, Module
+from sparkrack.provision.modules.params import check_params, templated, with_defaults
 from sparkrack.provision.sandbox import BoundedSandbox
 
 ROLES_DIR = shipped("roles")
@@ -174,14 +175,41 @@ def _task_list(file: Path, role: str, *, handler: bool) -> tuple[TaskDef, ...]:
     return tuple(_task(file, role, index, entry, handler) for index, entry in enumerate(data, 1))
 
 
+def shown(file: Path) -> str:
+    """A role file as the operator names it: relative to the working directory when it is
+    under it (roles/clock_cap/tasks/main.yml from the checkout), else whole."""
+    try:
+        return str(file.relative_to(Path.cwd()))
+    except ValueError:
+        return str(file)
+
+
 def _task(file: Path, role: str, index: int, entry: Any, handler: bool) -> TaskDef:
-    where = f"{file}: task {index}"
+    lines = getattr(entry, "lines", {})
+    at = f"{shown(file)}:{min(lines.values())}" if lines else shown(file)
+    where = f"{at}: task {index}"
     if not isinstance(entry, Mapping):
         raise RoleError(f"{where}: expected a mapping", fix="- name: ...\\n  <module>: {...}")
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
         raise RoleError(f"{where}: every task needs a name", fix="add name: what it ensures")
-    where = f"{file}: task '{name}'"
+    where = f"{at}: task '{name}'"
+    module, params = _module_params(file, name, entry, where)
+    notify = entry.get("notify", ())
+    notify = (notify,) if isinstance(notify, str) else tuple(notify or ())
+    if handler and notify:
+        raise RoleError(f"{where}: a handler cannot notify", fix="remove notify")
+    when = entry.get("when")
+    if when is not None and not isinstance(when, str):
+        when = json.dumps(when)
+    return TaskDef(role=role, name=name, module=module.name, params=params, notify=notify,
+                   when=when, loop=entry.get("loop"), handler=handler, where=where)
+
+
+def _module_params(file: Path, name: str, entry: Mapping[str, Any], where: str
+                   ) -> tuple[Module, dict[str, Any]]:
+    """The task's one module and its parameters, checked against the module's declarations
+    (modules/params.py), with their defaults; a mistake names its own line."""
     modules = [key for key in entry if key in REGISTRY]
     unknown = [key for key in entry if key not in REGISTRY and key not in TASK_KEYS]
     if unknown:
@@ -192,29 +220,22 @@ def _task(file: Path, role: str, index: int, entry: Any, handler: bool) -> TaskD
         raise RoleError(f"{where}: needs exactly one module, has {len(modules)}",
                         fix=f"one of: {', '.join(REGISTRY)}")
     module = REGISTRY[modules[0]]
-    params = entry[module.name]
-    if not isinstance(params, Mapping):
-        raise RoleError(f"{where}: {module.name} takes a mapping of parameters",
-                        fix=f"{module.name}: {{{', '.join(sorted(module.required))}: ...}}")
-    missing = sorted(module.required - set(params))
-    extra = sorted(set(params) - module.params)
-    if missing or extra:
-        problem = f"missing {missing[0]}" if missing else f"unknown parameter '{extra[0]}'"
-        raise RoleError(f"{where}: {module.name}: {problem}",
-                        fix=f"parameters: {', '.join(sorted(module.params))}")
-    invalid = module.check(params)
+    given = entry[module.name]
+    lines = getattr(entry, "lines", {})
+    module_at = f"{shown(file)}:{lines[module.name]}: task '{name}'" if lines else where
+    if not isinstance(given, Mapping):
+        required = sorted(n for n, p in module.params.items() if p.required)
+        raise RoleError(f"{module_at}: {module.name} takes a mapping of parameters",
+                        fix=f"{module.name}: {{{', '.join(required)}: ...}}")
+    wrong = check_params(module.params, given, module.name)
+    if wrong:
+        at = f"{shown(file)}:{wrong.line}: task '{name}'" if wrong.line else module_at
+        raise RoleError(f"{at}: {wrong.message}", fix=wrong.fix)
+    invalid = module.check(given)
     if invalid:
         problem, fix = invalid
-        raise RoleError(f"{where}: {problem}", fix=fix)
-    notify = entry.get("notify", ())
-    notify = (notify,) if isinstance(notify, str) else tuple(notify or ())
-    if handler and notify:
-        raise RoleError(f"{where}: a handler cannot notify", fix="remove notify")
-    when = entry.get("when")
-    if when is not None and not isinstance(when, str):
-        when = json.dumps(when)
-    return TaskDef(role=role, name=name, module=module.name, params=dict(params), notify=notify,
-                   when=when, loop=entry.get("loop"), handler=handler, where=where)
+        raise RoleError(f"{module_at}: {problem}", fix=fix)
+    return module, with_defaults(module.params, given)
 
 
 # --- Rendering -------------------------------------------------------------------------
@@ -404,10 +425,16 @@ def _render(task: TaskDef, context: Mapping[str, Any], renderer: Renderer,
         name = str(renderer.value(task.name, context))
     except RenderError:
         name = task.name
-    late = REGISTRY[task.module].late
+    module = REGISTRY[task.module]
     try:
-        params = {key: value if key in late else renderer.value(value, context)
+        values = {key: value if key in module.late else renderer.value(value, context)
                   for key, value in task.params.items()}
     except RenderError as error:
         return rendered(task, name=name, params={}, item=item, error=str(error))
-    return rendered(task, name=name, params=params, item=item)
+    for key, raw in task.params.items():  # what a template made is checked now, per node
+        wrong = None if key in module.late or not templated(raw) else (
+            module.params[key].problem(key, values[key]))
+        if wrong:
+            error = f"{wrong.message} (rendered from {describe(raw)})"
+            return rendered(task, name=name, params={}, item=item, error=error)
+    return rendered(task, name=name, params=values, item=item)

@@ -22,6 +22,33 @@ from sparkrack.facts.queries import Query
 from sparkrack.facts.roce import FUNCTIONS, NETDEVS, roce_query
 from sparkrack.provision.changes import Change
 from sparkrack.provision.modules.base import Module, Step
+from sparkrack.provision.modules.params import Param
+
+GATHER = {
+    "roce": Param("strings", "the HCAs whose names, GIDs and ports to read",
+                  ["rocep1s0f0", "roceP2p1s0f0"]),
+    "paths": Param("list", "files to read", ["/etc/netplan/40-cx7.yaml"]),
+    "netdevs": Param("bool", "the node's network interfaces", True),
+    "functions": Param("bool", "every RDMA device and its port state (the cabling)", True),
+    "images": Param("bool", "the node's docker images", True),
+    "renderer": Param("bool", "netplan's files and the units of the daemons it renders "
+                      "with", True),
+}
+PARAMS = {
+    "that": Param("strings", "a Jinja2 expression, or a list of them, evaluated with "
+                  "`facts`: each must hold", "facts.roce.missing == []", required=True,
+                  late=True),
+    "fail_msg": Param("str", "the message when one does not hold (rendered with `facts`)",
+                      "HCA {{ facts.roce.missing | join(', ') }} missing", late=True),
+    "warn_that": Param("strings", "expressions checked once `that` holds: one that does not "
+                       "hold leaves the task ok, with a warning", "facts.roce.missing == []",
+                       late=True),
+    "warn_msg": Param("str", "the warning when one does not hold (rendered with `facts`)",
+                      "HCA {{ facts.roce.missing | join(', ') }} missing: NCCL runs on the rest",
+                      late=True),
+    "gather": Param("dict", "facts no other task asks for", {"netdevs": True},
+                    options=GATHER),
+}
 
 
 def queries(p: Mapping[str, Any]) -> Iterable[Query]:
@@ -72,9 +99,7 @@ def plan(step: Step) -> Change:
 
 MODULE = Module(
     name="assert",
-    required=frozenset({"that"}),
-    optional=frozenset({"fail_msg", "gather", "warn_that", "warn_msg"}),
+    params=PARAMS,
     queries=queries,
-    late=frozenset({"that", "fail_msg", "warn_that", "warn_msg"}),
     plan=plan,
 )

@@ -14,6 +14,17 @@ from sparkrack.provision.changes import Change, Put, Run
 from sparkrack.provision.diffs import file_diff
 from sparkrack.provision.modules.base import Module, Step
 from sparkrack.provision.modules.fileops import octal
+from sparkrack.provision.modules.params import Param
+
+PARAMS = {
+    "path": Param("str", "the authorized_keys file (relative: to the user's home)",
+                  ".ssh/authorized_keys", required=True),
+    "key": Param("str", "the public key (an empty one changes nothing)",
+                 "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample", required=True),
+    "marker": Param("str", "the one word that ends the line: the line is found by it",
+                    "sparkrack-watchdog", required=True),
+    "options": Param("str", "the line's options, before the key", "restrict"),
+}
 
 
 def marked(line: str, marker: str) -> bool:
@@ -68,8 +79,7 @@ def plan(step: Step) -> Change:
 
 MODULE = Module(
     name="authorized_key",
-    required=frozenset({"path", "key", "marker"}),
-    optional=frozenset({"options"}),
+    params=PARAMS,
     queries=lambda p: [file_query(str(p["path"]))],
     plan=plan,
 )

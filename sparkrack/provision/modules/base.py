@@ -1,8 +1,8 @@
 """The contract of a provisioning module, and what its planner is given.
 
 A module is one file of this package holding one `Module` (`MODULE`), registered in
-`REGISTRY` (__init__.py). It declares its parameters (checked when a role file is loaded),
-the facts it needs (gathered in the one round trip), and how it plans (facts in, one
+`REGISTRY` (__init__.py). It declares its parameters (params.py: checked when the roles
+load), the facts it needs (gathered in the one round trip), and how it plans (facts in, one
 `Change` out). It applies through the actions of that Change: `Put` and `Run` are applied
 on the node by apply.py, in plan order; `Transfer` (docker_image) by the image
 distribution across nodes (runner.py, images.py).
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.facts.queries import Query
 from sparkrack.provision.changes import Change
+from sparkrack.provision.modules.params import Param
 from sparkrack.transfer.images import ImageTarget
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def no_queries(params: Mapping[str, Any]) -> Iterable[Query]:
 
 
 def no_check(params: Mapping[str, Any]) -> tuple[str, str] | None:
-    """A module whose parameters need no check beyond their names."""
+    """A module whose parameters need no check beyond their declarations."""
     return None
 
 
@@ -68,21 +69,20 @@ def no_check(params: Mapping[str, Any]) -> tuple[str, str] | None:
 class Module:
     """One provisioning module: what a role task `<name>: {params}` means.
 
-    check(params) -> (problem, fix) or None, at load time (beyond required/optional).
-    late: params left unrendered until plan time, then evaluated with `facts`.
+    params: each parameter's declaration (params.py), checked when the roles load.
+    check(params) -> (problem, fix) or None, at load time: what involves several
+    parameters (command's guard).
     finish(state) -> a deferred Change or None, planned after every task, before handlers.
     """
 
     name: str
-    required: frozenset[str]
+    params: Mapping[str, Param]
     plan: Callable[[Step], Change]
-    optional: frozenset[str] = frozenset()
     queries: Callable[[Mapping[str, Any]], Iterable[Query]] = no_queries
     check: Callable[[Mapping[str, Any]], tuple[str, str] | None] = no_check
-    late: frozenset[str] = frozenset()
     finish: Callable[[PlanState], Change | None] | None = None
 
     @property
-    def params(self) -> frozenset[str]:
-        """Every parameter name the module takes."""
-        return self.required | self.optional
+    def late(self) -> frozenset[str]:
+        """The parameters left unrendered until plan time, then evaluated with `facts`."""
+        return frozenset(name for name, param in self.params.items() if param.late)

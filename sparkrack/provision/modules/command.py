@@ -21,9 +21,30 @@ from typing import Any
 from sparkrack.facts.files import file_query
 from sparkrack.facts.provision import guard_query
 from sparkrack.facts.queries import Query
+from sparkrack.inventory.ranges import Range
 from sparkrack.provision.changes import Change, Run
 from sparkrack.provision.modules.base import Module, Step
+from sparkrack.provision.modules.params import Param
 from sparkrack.remote import text
+
+SETTLE = Range(
+    0, 300, "s", "no public figure: netplan hands the addresses to the network daemon, "
+    "which sets them seconds after `netplan apply` returns (role fabric waits 20 s); the "
+    "apply's SSH command is bounded by ssh_command_timeout (60 s by default) as well",
+    below="a wait is longer than 0", over="a daemon catches up in seconds, not minutes",
+    low_open=True)
+PARAMS = {
+    "argv": Param("list", "the command, one argument per item (no shell)",
+                  ["systemctl", "daemon-reload"], required=True),
+    "creates": Param("str", "a path that exists once the command ran: it runs while the "
+                     "path is missing", "/var/lib/sparkrack/done"),
+    "unless": Param("list", "a command that exits 0 once the command ran: it runs while "
+                    "this fails", ["test", "-e", "/var/lib/sparkrack/done"]),
+    "settle": Param("number", "seconds the unless guard may take to hold after the command "
+                    "returns (checked twice, a second apart)", 20, range=SETTLE),
+    "always": Param("bool", "run on every apply, for a state no fact shows; unless then "
+                    "says whether the run put back what was gone", True),
+}
 
 
 def queries(p: Mapping[str, Any]) -> Iterable[Query]:
@@ -35,16 +56,15 @@ def queries(p: Mapping[str, Any]) -> Iterable[Query]:
 
 
 def check(p: Mapping[str, Any]) -> tuple[str, str] | None:
-    """A command without a guard would run on every provision."""
+    """What involves several parameters: a command without a guard would run on every
+    provision; always and settle need the unless guard."""
     if not ({"creates", "unless"} & set(p)):
         return "a command needs a guard to be idempotent", "add creates: PATH or unless: [ARGV]"
-    if "always" in p and (not isinstance(p["always"], bool) or not p.get("unless")):
+    if p.get("always") and not p.get("unless"):
         return ("always runs the command on every apply; its unless guard says whether the "
                 "run puts back what was gone", "set always: true with unless: [ARGV]")
     if "settle" in p and not p.get("unless"):
         return "settle waits for the unless guard, and there is none", "add unless: [ARGV]"
-    if "settle" in p and not (isinstance(p["settle"], (int, float)) and 0 < p["settle"] <= 300):
-        return "settle must be a number of seconds (above 0, at most 300)", "set settle: 10, say"
     return None
 
 
@@ -77,8 +97,7 @@ def plan(step: Step) -> Change:
 
 MODULE = Module(
     name="command",
-    required=frozenset({"argv"}),
-    optional=frozenset({"creates", "unless", "settle", "always"}),
+    params=PARAMS,
     queries=queries,
     check=check,
     plan=plan,

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from sparkrack.provision.modules.base import Step
 from sparkrack.provision.modules.fileops import file_writer
+from sparkrack.provision.modules.params import Param
+
+PARAMS = {  # and fileops.WRITTEN's: dest, mode, owner, group, secret_keys
+    "content": Param("str", "what the file holds, taken as it is (no template file)",
+                     "installed by sparkrack", required=True),
+}
 
 
 def given(step: Step) -> bytes:
     """The task's `content`."""
-    content = step.params["content"]
-    return content if isinstance(content, bytes) else str(content).encode()
+    return str(step.params["content"]).encode()
 
 
-MODULE = file_writer("copy", "content", given)
+MODULE = file_writer("copy", PARAMS, given)

@@ -16,12 +16,22 @@ from typing import TYPE_CHECKING
 from sparkrack.facts.docker import IMAGES, normalize_ref
 from sparkrack.provision.changes import Change, Run, Transfer
 from sparkrack.provision.modules.base import Module, Step
+from sparkrack.provision.modules.params import Param
 from sparkrack.transfer.images import short_id
 
 if TYPE_CHECKING:
     from sparkrack.provision.roles import Task
 
 NAME = "docker_image"
+PARAMS = {
+    "name": Param("str", "the image ref", "vllm/vllm-openai:v0.33.0", required=True),
+    "id": Param("str", "the image ID pinned: the source's must be this one",
+                "sha256:4f1c9e7a0b2d"),
+    "source_tar": Param("str", "a `docker save` tar on this machine the image comes from "
+                        "(default: the head node's image)", "/srv/images/vllm.tar"),
+    "python": Param("str", "the python the image's relays run with on the nodes",
+                    "python3"),
+}
 
 
 def plan(step: Step) -> Change:
@@ -68,8 +78,7 @@ def relay_python(tasks: Iterable[Task], default: str) -> str:
 
 MODULE = Module(
     name=NAME,
-    required=frozenset({"name"}),
-    optional=frozenset({"id", "source_tar", "python"}),
+    params=PARAMS,
     queries=lambda p: [IMAGES],
     plan=plan,
 )

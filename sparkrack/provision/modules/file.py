@@ -13,17 +13,31 @@ from pathlib import PurePosixPath
 from sparkrack.facts.files import file_query
 from sparkrack.provision.changes import Action, Change, Run
 from sparkrack.provision.modules.base import Module, Step
-from sparkrack.provision.modules.fileops import fix_attributes, octal, remove_file
+from sparkrack.provision.modules.fileops import (
+    OWNERSHIP,
+    fix_attributes,
+    octal,
+    remove_file,
+)
+from sparkrack.provision.modules.params import Param
+
+PARAMS = {
+    "path": Param("str", "the path on the node", "/etc/sparkrack", required=True),
+    "state": Param("str", "a directory (made), a file (it must exist: its mode and owner "
+                   "are set) or absent (removed)", "directory", default="directory",
+                   choices=("directory", "file", "absent")),
+    "mode": Param("mode", "its mode (default: 0755 for a directory, 0644 for a file)",
+                  "0755"),
+    **OWNERSHIP,
+}
 
 
 def plan(step: Step) -> Change:
     """The mkdir/chmod/chown/rm/rmdir that makes path what the task says."""
     base, p, state = step.base, step.params, step.state
     path = str(p["path"])
-    wanted = str(p.get("state", "directory"))
+    wanted = str(p["state"])
     current = step.facts.file(path)
-    if wanted not in ("directory", "file", "absent"):
-        return replace(base, status="failed", summary=f"file: unknown state '{wanted}'")
     if wanted == "absent" or (state.absent and wanted == "file"):
         return remove_file(base, path, current, state)
     if state.absent:  # a directory: removed only when nothing but what this run removes is in it
@@ -36,7 +50,7 @@ def plan(step: Step) -> Change:
         return replace(base, status="changed", summary=f"{path}: remove (empty)",
                        actions=(Run(("rmdir", "--", path)),))
     mode = octal(p.get("mode", "0755" if wanted == "directory" else "0644"))
-    owner, group = str(p.get("owner", "root")), str(p.get("group", "root"))
+    owner, group = str(p["owner"]), str(p["group"])
     actions: list[Action] = []
     what: list[str] = []
     if state.planned.get(path) == (wanted, mode, owner, group):
@@ -62,8 +76,7 @@ def plan(step: Step) -> Change:
 
 MODULE = Module(
     name="file",
-    required=frozenset({"path"}),
-    optional=frozenset({"state", "mode", "owner", "group"}),
+    params=PARAMS,
     queries=lambda p: [file_query(str(p["path"]))],
     plan=plan,
 )

@@ -1,27 +1,37 @@
 """What the modules that write files share: the write itself, modes, owners, removal,
-unit-file paths."""
+unit-file paths, and the parameters of a written file (`WRITTEN`)."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from sparkrack.facts.files import FileFacts, file_query
 from sparkrack.provision.changes import Action, Change, Put, Run
 from sparkrack.provision.diffs import file_diff, line_counts
 from sparkrack.provision.modules.base import Module, PlanState, Step
+from sparkrack.provision.modules.params import Param
 
+OWNERSHIP = {
+    "owner": Param("str", "its owner", "root", default="root"),
+    "group": Param("str", "its group", "root", default="root"),
+}
+WRITTEN = {  # the parameters template and copy share, beside their content's and dest
+    "dest": Param("str", "the path of the file to write, on the node",
+                  "/etc/sparkrack/example.conf", required=True),
+    "mode": Param("mode", "its mode", "0644", default="0644"),
+    **OWNERSHIP,
+    "secret_keys": Param("list", "the KEY=VALUE lines whose values its diff shows as ***",
+                         ["HF_TOKEN"]),
+}
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",
              "/usr/lib/systemd/system")
 
 
-def octal(mode: Any) -> int:
-    """A file mode given as "0644", "644", 0o644 or 420 -> int."""
-    if isinstance(mode, int):
-        return mode
-    return int(str(mode), 8)
+def octal(mode: str) -> int:
+    """A file mode as a task gives it or stat prints it ("0644", "644") -> int."""
+    return int(mode, 8)
 
 
 def is_unit_file(path: str) -> bool:
@@ -34,7 +44,7 @@ def fix_attributes(current: FileFacts, path: str, mode: int, owner: str, group: 
     """Append the chmod/chown an existing path needs to have mode and owner:group."""
     if octal(current.mode or "0") != mode:
         actions.append(Run(("chmod", f"{mode:04o}", "--", path)))
-        what.append(f"mode {octal(current.mode):04o} -> {mode:04o}")
+        what.append(f"mode {octal(current.mode or '0'):04o} -> {mode:04o}")
     if (current.owner, current.group) != (owner, group):
         actions.append(Run(("chown", f"{owner}:{group}", "--", path)))
         what.append(f"owner {current.owner}:{current.group} -> {owner}:{group}")
@@ -62,8 +72,8 @@ def write_content(step: Step, dest: str, content: bytes) -> Change:
     current = step.facts.file(dest)
     if current.type == "directory":
         return replace(base, status="failed", summary=f"{dest} is a directory")
-    mode = octal(p.get("mode", "0644"))
-    owner, group = str(p.get("owner", "root")), str(p.get("group", "root"))
+    mode = octal(p["mode"])
+    owner, group = str(p["owner"]), str(p["group"])
     same_content = current.type == "file" and current.sha256 == hashlib.sha256(content).hexdigest()
     actions: list[Action] = []
     what: list[str] = []
@@ -90,15 +100,15 @@ def write_content(step: Step, dest: str, content: bytes) -> Change:
                    actions=tuple(actions))
 
 
-def file_writer(name: str, source: str, content: Callable[[Step], bytes]) -> Module:
-    """A module that makes `dest` hold content(step), with mode, owner and group (source:
-    the parameter the content comes from); absent mode removes the file."""
+def file_writer(name: str, params: dict[str, Param], content: Callable[[Step], bytes]
+                ) -> Module:
+    """A module that makes `dest` hold content(step), with mode, owner and group (params:
+    its own, beside WRITTEN's); absent mode removes the file."""
     def plan(step: Step) -> Change:
         dest = str(step.params["dest"])
         if step.state.absent:
             return remove_file(step.base, dest, step.facts.file(dest), step.state)
         return write_content(step, dest, content(step))
 
-    return Module(name=name, required=frozenset({source, "dest"}),
-                  optional=frozenset({"mode", "owner", "group", "secret_keys"}),
+    return Module(name=name, params={**params, **WRITTEN},
                   queries=lambda p: [file_query(str(p["dest"]))], plan=plan)

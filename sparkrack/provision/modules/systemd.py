@@ -14,8 +14,19 @@ from dataclasses import replace
 from sparkrack.facts.systemd import unit_query
 from sparkrack.provision.changes import Action, Change, Run
 from sparkrack.provision.modules.base import Module, PlanState, Step
+from sparkrack.provision.modules.params import Param
 
 NAME = "systemd"
+PARAMS = {
+    "name": Param("str", "the unit", "sparkrack-clock-cap.service", required=True),
+    "enabled": Param("bool", "started at boot: true enables it, false disables it (left "
+                     "out: as it is)", True),
+    "state": Param("str", "started (unless active), stopped (unless inactive) or restarted "
+                   "(unless this run started or stopped it); left out: as it is", "started",
+                   choices=("started", "stopped", "restarted")),
+    "systemctl": Param("str", "the node's systemctl, when not the one on its PATH",
+                       "/usr/bin/systemctl", default="systemctl"),
+}
 
 
 def plan(step: Step) -> Change:
@@ -90,9 +101,8 @@ def finish(state: PlanState) -> Change | None:
 
 MODULE = Module(
     name=NAME,
-    required=frozenset({"name"}),
-    optional=frozenset({"enabled", "state", "systemctl"}),
-    queries=lambda p: [unit_query(str(p["name"]), str(p.get("systemctl", "systemctl")))],
+    params=PARAMS,
+    queries=lambda p: [unit_query(str(p["name"]), str(p["systemctl"]))],
     plan=plan,
     finish=finish,
 )

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from sparkrack.provision.modules.base import Step
 from sparkrack.provision.modules.fileops import file_writer
+from sparkrack.provision.modules.params import Param
+
+PARAMS = {  # and fileops.WRITTEN's: dest, mode, owner, group, secret_keys
+    "src": Param("str", "the template, a file under the role's templates/", "nccl.env.j2",
+                 required=True),
+}
 
 
 def rendered(step: Step) -> bytes:
@@ -15,4 +21,4 @@ def rendered(step: Step) -> bytes:
     return step.renderer.template(step.role, str(step.params["src"]), step.context).encode()
 
 
-MODULE = file_writer("template", "src", rendered)
+MODULE = file_writer("template", PARAMS, rendered)

@@ -12,6 +12,7 @@ from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.provision import modules
 from sparkrack.provision.changes import Run
 from sparkrack.provision.modules import REGISTRY, Module
+from sparkrack.provision.modules.params import Param
 from sparkrack.provision.plan import plan_node, queries
 from sparkrack.provision.roles import (
     Renderer,
@@ -23,7 +24,7 @@ from sparkrack.provision.roles import (
 
 PROVISION = Path(modules.__file__).resolve().parent.parent
 GENERIC = ("roles.py", "plan.py", "apply.py", "runner.py", "report.py")  # no module named
-SHARED = {"__init__.py", "base.py", "fileops.py"}  # modules/ files that are not modules
+SHARED = {"__init__.py", "base.py", "fileops.py", "params.py"}  # modules/ files, not modules
 
 
 def test_every_shipped_task_resolves_through_the_registry():
@@ -61,7 +62,7 @@ def test_an_unknown_module_is_one_line_naming_the_role_file_and_task(tmp_path):
         load_role(role)
     line = caught.value.line()
     assert "\n" not in line
-    assert line == (f"{role}/tasks/main.yml: task 'fetch it': unknown key 'fetch' (modules: "
+    assert line == (f"{role}/tasks/main.yml:1: task 'fetch it': unknown key 'fetch' (modules: "
                     f"{', '.join(REGISTRY)}; task keys: loop, name, notify, when)")
 
 
@@ -72,8 +73,9 @@ def test_a_registered_module_is_checked_gathered_and_planned(tmp_path, monkeypat
         return replace(step.base, status="changed", summary="touch",
                        actions=(Run(("touch", "--", str(step.params["path"]))),))
 
-    touch = Module(name="touch", required=frozenset({"path"}), plan=plan,
-                   queries=lambda p: [file_query(str(p["path"]))])
+    touch = Module(name="touch", params={"path": Param("str", "what to touch", "/a",
+                                                       required=True)},
+                   plan=plan, queries=lambda p: [file_query(str(p["path"]))])
     monkeypatch.setitem(REGISTRY, "touch", touch)
     with pytest.raises(RoleError, match="touch: unknown parameter 'mode'"):
         load_role(write(tmp_path, "- name: t\n  touch: {path: /a, mode: '0644'}\n"))
@@ -129,14 +131,14 @@ def test_a_settling_command_waits_for_its_guard_and_fails_when_it_never_holds(tm
 def test_settle_needs_an_unless_guard_and_a_sane_number(tmp_path):
     with pytest.raises(RoleError, match="settle waits for the unless guard"):
         load_role(write(tmp_path, "- name: t\n  command: {argv: [a], creates: /b, settle: 5}\n"))
-    with pytest.raises(RoleError, match="settle must be a number of seconds"):
+    with pytest.raises(RoleError, match="settle: 0 is outside 0..300 s, 0 excluded"):
         load_role(write(tmp_path, "- name: t\n  command: {argv: [a], unless: [b], settle: 0}\n"))
 
 
 def test_always_needs_an_unless_guard_that_says_whether_it_was_gone(tmp_path):
     with pytest.raises(RoleError, match="always runs the command on every apply"):
         load_role(write(tmp_path, "- name: t\n  command: {argv: [a], creates: /b, always: true}\n"))
-    with pytest.raises(RoleError, match="always runs the command on every apply"):
+    with pytest.raises(RoleError, match="always: expected true or false, got 1"):
         load_role(write(tmp_path, "- name: t\n  command: {argv: [a], unless: [b], always: 1}\n"))
 
 

@@ -14,7 +14,13 @@ from invoke.exceptions import Exit
 from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.provision.modules import REGISTRY
 from sparkrack.provision.plan import plan_node
-from sparkrack.provision.roles import ROLES_DIR, Renderer, RoleError, load_role, render_tasks
+from sparkrack.provision.roles import (
+    ROLES_DIR,
+    Renderer,
+    RoleError,
+    load_role,
+    render_tasks,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -50,16 +56,16 @@ def test_a_value_of_the_wrong_type_names_its_line_and_what_it_may_be(tmp_path):
         "(e.g. enabled: true)")
     assert refusal(tmp_path, "- name: d\n  file: {path: /d, mode: 0755}\n") == (
         "main.yml:2: task 'd': file: mode: expected an octal mode in quotes ('0644'; "
-        "unquoted, YAML reads a number), got 493 (e.g. mode: '0644')")
+        "unquoted, YAML reads a number), got 493 (e.g. mode: '0755')")
 
 
 def test_a_bad_state_is_refused_at_load_not_per_node_at_plan(tmp_path):
     assert refusal(tmp_path, UNIT + "    enabled: true\n    state: begun\n") == (
         "main.yml:5: task 'x running': systemd: state: expected one of: started, stopped, "
         "restarted, got 'begun' (e.g. state: started)")
-    assert refusal(tmp_path, "- name: d\n  file:\n    path: /d\n    state: dir\n") == (
+    assert refusal(tmp_path, "- name: d\n  file:\n    path: /d\n    state: directroy\n") == (
         "main.yml:4: task 'd': file: state: expected one of: directory, file, absent, got "
-        "'dir' (did you mean 'directory'?) (e.g. state: directory)")
+        "'directroy' (did you mean 'directory'?) (e.g. state: directory)")
 
 
 def test_a_missing_parameter_names_the_modules_line_and_what_to_add(tmp_path):
@@ -208,13 +214,13 @@ def test_the_command_line_says_one_line_and_exits_2(tmp_path):
     assert done.stdout == ""
 
 
-def test_a_shipped_role_file_is_named_as_the_operator_sees_it(monkeypatch):
+def test_a_shipped_role_file_is_named_as_the_operator_sees_it(monkeypatch, tmp_path):
     """From the checkout's root, a shipped role's line reads roles/<role>/tasks/main.yml:N."""
     from sparkrack.provision import roles
 
     monkeypatch.chdir(REPO)
     assert roles.shown(ROLES_DIR / "clock_cap" / "tasks" / "main.yml") == (
         "roles/clock_cap/tasks/main.yml")
-    monkeypatch.chdir("/")
+    monkeypatch.chdir(tmp_path)
     assert re.fullmatch(r"/.+/roles/clock_cap/tasks/main\.yml",
                         roles.shown(ROLES_DIR / "clock_cap" / "tasks" / "main.yml"))

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sparkrack.facts.systemd import unit_query
-from sparkrack.provision.changes import Action, Change, Run
+from sparkrack.facts.systemd import UnitFacts, unit_query
+from sparkrack.provision.changes import Change, Run
 from sparkrack.provision.modules.base import Module, PlanState, Step
 from sparkrack.provision.modules.params import Param
 
@@ -29,64 +29,84 @@ PARAMS = {
 }
 
 
+RUNNING = ("active", "activating", "reloading")  # what unprovision stops
+ENABLED = ("enabled", "enabled-runtime")  # what disable undoes (static units have no [Install])
+Verb = tuple[str | None, tuple[str, ...]]  # (what the summary says, systemctl's arguments)
+
+
 def plan(step: Step) -> Change:
-    """The systemctl commands that put the unit in the state the task says."""
-    base, p, state = step.base, step.params, step.state
-    name, sc = str(p["name"]), str(p.get("systemctl", "systemctl"))
+    """The systemctl commands that put the unit in the state the task says: a reload if
+    one is due, then its enablement, then its run state, each only where it differs."""
+    name, state = str(step.params["name"]), step.state
     unit = step.facts.unit(name)
-    actions: list[Action] = []
-    what: list[str] = []
-    if state.absent and not base.handler:
-        if unit.load == "not-found" and not unit.is_enabled:
-            return replace(base, summary=f"{name} absent")
-        if unit.active in ("active", "activating", "reloading"):
-            actions.append(Run((sc, "stop", name)))
-            what.append("stop")
-        if unit.active == "failed":
-            actions.append(Run((sc, "reset-failed", name)))
-            what.append("reset-failed")
-        if unit.enabled in ("enabled", "enabled-runtime"):
-            actions.append(Run((sc, "disable", name)))
-            what.append("disable")
-        state.stopped.add(name)
-        if not actions:
-            return replace(base, summary=f"{name} stopped, disabled")
-        return replace(base, status="changed", summary=f"{name}: {', '.join(what)}",
-                       actions=tuple(actions))
-    if state.reload_pending or (unit.need_reload and not state.reloaded):
-        actions.append(Run((sc, "daemon-reload")))
-        what.append("daemon-reload")
-        state.reload_pending, state.reloaded = False, True
-    enabled = p.get("enabled")
+    if state.absent and not step.base.handler:
+        return _removed(step, name, unit)
+    wanted = step.params.get("state")
+    verbs = [*_reload(state, unit), *_enablement(step.params.get("enabled"), name, unit),
+             *_run_state(wanted, name, unit, state)]
+    return _outcome(step, name, verbs, _as_it_is(wanted, name, unit, state))
+
+
+def _as_it_is(wanted: str | None, name: str, unit: UnitFacts, state: PlanState) -> str:
+    """The summary when nothing is run: the unit's state, or why a restart was left out."""
+    if wanted == "restarted" and name in state.started | state.stopped:
+        verb = "started" if name in state.started else "stopped"
+        return f"{name}: not restarted ({verb} in this run)"
+    return f"{name}: {unit.active}, {unit.enabled or 'no unit file'}"
+
+
+def _reload(state: PlanState, unit: UnitFacts) -> list[Verb]:
+    """daemon-reload, once, when a unit file changed in this run or systemd says so."""
+    if not (state.reload_pending or (unit.need_reload and not state.reloaded)):
+        return []
+    state.reload_pending, state.reloaded = False, True
+    return [("daemon-reload", ("daemon-reload",))]
+
+
+def _enablement(enabled: bool | None, name: str, unit: UnitFacts) -> list[Verb]:
     if enabled is True and not unit.is_enabled:
-        actions.append(Run((sc, "enable", name)))
-        what.append("enable")
-    elif enabled is False and unit.enabled in ("enabled", "enabled-runtime"):
-        actions.append(Run((sc, "disable", name)))
-        what.append("disable")
-    wanted = p.get("state")
+        return [("enable", ("enable", name))]
+    if enabled is False and unit.enabled in ENABLED:
+        return [("disable", ("disable", name))]
+    return []
+
+
+def _run_state(wanted: str | None, name: str, unit: UnitFacts, state: PlanState
+               ) -> list[Verb]:
+    """A start (after a reset of a failed unit), a stop, or a restart unless this run
+    already started or stopped the unit."""
     if wanted == "started" and unit.active != "active":
-        if unit.active == "failed":
-            actions.append(Run((sc, "reset-failed", name)))
-        actions.append(Run((sc, "start", name)))
-        what.append("start" if unit.active != "failed" else "start (was failed)")
         state.started.add(name)
-    elif wanted == "stopped" and unit.active in ("active", "activating", "failed"):
-        actions.append(Run((sc, "stop", name)))
-        what.append("stop")
+        if unit.active == "failed":
+            return [(None, ("reset-failed", name)), ("start (was failed)", ("start", name))]
+        return [("start", ("start", name))]
+    if wanted == "stopped" and unit.active in ("active", "activating", "failed"):
         state.stopped.add(name)
-    elif wanted == "restarted":
-        if name in state.started or name in state.stopped:
-            verb = "started" if name in state.started else "stopped"
-            return replace(base, summary=f"{name}: not restarted ({verb} in this run)")
-        actions.append(Run((sc, "restart", name)))
-        what.append("restart")
-    elif wanted not in (None, "started", "stopped", "restarted"):
-        return replace(base, status="failed", summary=f"systemd: unknown state '{wanted}'")
-    if not actions:
-        return replace(base, summary=f"{name}: {unit.active}, {unit.enabled or 'no unit file'}")
-    return replace(base, status="changed", summary=f"{name}: {', '.join(what)}",
-                   actions=tuple(actions))
+        return [("stop", ("stop", name))]
+    if wanted == "restarted" and name not in state.started | state.stopped:
+        return [("restart", ("restart", name))]
+    return []
+
+
+def _removed(step: Step, name: str, unit: UnitFacts) -> Change:
+    """Absent mode: the unit stopped, reset and disabled."""
+    if unit.load == "not-found" and not unit.is_enabled:
+        return replace(step.base, summary=f"{name} absent")
+    step.state.stopped.add(name)
+    verbs: list[Verb] = [(verb, (verb, name)) for verb, needed in (
+        ("stop", unit.active in RUNNING), ("reset-failed", unit.active == "failed"),
+        ("disable", unit.enabled in ENABLED)) if needed]
+    return _outcome(step, name, verbs, f"{name} stopped, disabled")
+
+
+def _outcome(step: Step, name: str, verbs: list[Verb], idle: str) -> Change:
+    """The change that runs verbs (summary idle when there are none)."""
+    if not verbs:
+        return replace(step.base, summary=idle)
+    systemctl = str(step.params["systemctl"])
+    said = ", ".join(what for what, _ in verbs if what)
+    return replace(step.base, status="changed", summary=f"{name}: {said}",
+                   actions=tuple(Run((systemctl, *args)) for _, args in verbs))
 
 
 def finish(state: PlanState) -> Change | None:

@@ -22,7 +22,7 @@ WRITTEN = {  # the parameters template and copy share, beside their content's an
                   "/etc/sparkrack/example.conf", required=True),
     "mode": Param("mode", "its mode", "0644", default="0644"),
     **OWNERSHIP,
-    "secret_keys": Param("list", "the KEY=VALUE lines whose values its diff shows as ***",
+    "secret_keys": Param("list", "the KEY=VALUE lines whose values its diff shows as `***`",
                          ["HF_TOKEN"]),
 }
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",

@@ -59,6 +59,15 @@ def templated(value: Any) -> bool:
     return False
 
 
+def written(value: Any) -> str:
+    """value as a role file writes it: quoted where YAML would read it as something else
+    ('0644', not 0644)."""
+    text = yaml_text(value)
+    if isinstance(value, str) and yaml.safe_load(text) != value:
+        return f"'{value}'"
+    return text
+
+
 @dataclass(frozen=True)
 class Problem:
     """Why one parameter is refused: message and fix, and the line of the role file it is
@@ -96,11 +105,8 @@ class Param:
         return TYPES[self.type][0] + within
 
     def fix(self, name: str) -> str:
-        """The fix of a wrong or missing value: a right one, as YAML would read it back."""
-        text = yaml_text(self.example)
-        if isinstance(self.example, str) and yaml.safe_load(text) != self.example:
-            text = f"'{self.example}'"
-        return f"e.g. {name}: {text}"
+        """The fix of a wrong or missing value: a right one."""
+        return f"e.g. {name}: {written(self.example)}"
 
     def problem(self, name: str, value: Any, *, rendered: bool = True) -> Problem | None:
         """Why value is refused for this parameter, or None. Not rendered: what a template

@@ -224,3 +224,33 @@ def test_a_shipped_role_file_is_named_as_the_operator_sees_it(monkeypatch, tmp_p
     monkeypatch.chdir(tmp_path)
     assert re.fullmatch(r"/.+/roles/clock_cap/tasks/main\.yml",
                         roles.shown(ROLES_DIR / "clock_cap" / "tasks" / "main.yml"))
+
+
+def documented_rows() -> list[str]:
+    """The rows of docs/provisioning.md's parameter table, from the declarations."""
+    from sparkrack.provision.modules.params import written
+
+    def rows(module: str, declared, prefix: str = "") -> list[str]:
+        found = []
+        for name, param in declared.items():
+            default = f"`{written(param.default)}`" if param.default is not None else ""
+            may_be = param.expected() + (", required" if param.required else "")
+            found.append(f"| `{module}` | `{prefix}{name}` | {may_be} | {default} | "
+                         f"{param.about} |")
+            if param.options:
+                found += rows(module, param.options, f"{prefix}{name}.")
+        return found
+
+    return [row for module in REGISTRY.values() for row in rows(module.name, module.params)]
+
+
+def test_the_docs_table_is_the_declarations():
+    page = (REPO / "docs" / "provisioning.md").read_text()
+    section = page.split("\n## Module parameters\n", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("| `")]
+    assert table == documented_rows()
+    for module in REGISTRY.values():
+        for name, param in module.params.items():
+            if param.range is not None:
+                assert (f"`{module.name}`'s `{name}`: {param.range.text()}, "
+                        f"{param.range.source}") in " ".join(section.split())

@@ -185,56 +185,57 @@ def shown(file: Path) -> str:
 
 
 def _task(file: Path, role: str, index: int, entry: Any, handler: bool) -> TaskDef:
-    lines = getattr(entry, "lines", {})
-    at = f"{shown(file)}:{min(lines.values())}" if lines else shown(file)
-    where = f"{at}: task {index}"
     if not isinstance(entry, Mapping):
-        raise RoleError(f"{where}: expected a mapping", fix="- name: ...\\n  <module>: {...}")
+        raise RoleError(f"{shown(file)}: task {index}: expected a mapping",
+                        fix="- name: ...\\n  <module>: {...}")
+    lines = getattr(entry, "lines", {})
+
+    def at(key: Any = None, line: int | None = None) -> str:
+        """file:line: the line given, else the task's key's, else the task's first."""
+        line = line or lines.get(key) or min(lines.values(), default=None)
+        return f"{shown(file)}:{line}" if line else f"{shown(file)}: task {index}"
+
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise RoleError(f"{where}: every task needs a name", fix="add name: what it ensures")
-    where = f"{at}: task '{name}'"
-    module, params = _module_params(file, name, entry, where)
+        raise RoleError(f"{at()}: every task needs a name", fix="add name: what it ensures")
+    module, params = _module_params(entry, at)
     notify = entry.get("notify", ())
     notify = (notify,) if isinstance(notify, str) else tuple(notify or ())
     if handler and notify:
-        raise RoleError(f"{where}: a handler cannot notify", fix="remove notify")
+        raise RoleError(f"{at('notify')}: a handler cannot notify", fix="remove notify")
     when = entry.get("when")
     if when is not None and not isinstance(when, str):
         when = json.dumps(when)
     return TaskDef(role=role, name=name, module=module.name, params=params, notify=notify,
-                   when=when, loop=entry.get("loop"), handler=handler, where=where)
+                   when=when, loop=entry.get("loop"), handler=handler, where=at("notify"))
 
 
-def _module_params(file: Path, name: str, entry: Mapping[str, Any], where: str
+def _module_params(entry: Mapping[str, Any], at: Callable[..., str]
                    ) -> tuple[Module, dict[str, Any]]:
     """The task's one module and its parameters, checked against the module's declarations
-    (modules/params.py), with their defaults; a mistake names its own line."""
+    (modules/params.py), with their defaults; a mistake is named at its own line."""
     modules = [key for key in entry if key in REGISTRY]
     unknown = [key for key in entry if key not in REGISTRY and key not in TASK_KEYS]
     if unknown:
-        raise RoleError(f"{where}: unknown key '{unknown[0]}'",
+        raise RoleError(f"{at(unknown[0])}: unknown key '{unknown[0]}'",
                         fix=f"modules: {', '.join(REGISTRY)}; task keys: "
                         f"{', '.join(sorted(TASK_KEYS))}")
     if len(modules) != 1:
-        raise RoleError(f"{where}: needs exactly one module, has {len(modules)}",
+        raise RoleError(f"{at()}: needs exactly one module, has {len(modules)}",
                         fix=f"one of: {', '.join(REGISTRY)}")
     module = REGISTRY[modules[0]]
     given = entry[module.name]
-    lines = getattr(entry, "lines", {})
-    module_at = f"{shown(file)}:{lines[module.name]}: task '{name}'" if lines else where
     if not isinstance(given, Mapping):
         required = sorted(n for n, p in module.params.items() if p.required)
-        raise RoleError(f"{module_at}: {module.name} takes a mapping of parameters",
+        raise RoleError(f"{at(module.name)}: {module.name} takes a mapping of parameters",
                         fix=f"{module.name}: {{{', '.join(required)}: ...}}")
     wrong = check_params(module.params, given, module.name)
     if wrong:
-        at = f"{shown(file)}:{wrong.line}: task '{name}'" if wrong.line else module_at
-        raise RoleError(f"{at}: {wrong.message}", fix=wrong.fix)
+        raise RoleError(f"{at(module.name, wrong.line)}: {wrong.message}", fix=wrong.fix)
     invalid = module.check(given)
     if invalid:
         problem, fix = invalid
-        raise RoleError(f"{module_at}: {problem}", fix=fix)
+        raise RoleError(f"{at(module.name)}: {problem}", fix=fix)
     return module, with_defaults(module.params, given)
 
 

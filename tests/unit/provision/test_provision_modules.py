@@ -62,7 +62,7 @@ def test_an_unknown_module_is_one_line_naming_the_role_file_and_task(tmp_path):
         load_role(role)
     line = caught.value.line()
     assert "\n" not in line
-    assert line == (f"{role}/tasks/main.yml:1: task 'fetch it': unknown key 'fetch' (modules: "
+    assert line == (f"{role}/tasks/main.yml:2: unknown key 'fetch' (modules: "
                     f"{', '.join(REGISTRY)}; task keys: loop, name, notify, when)")
 
 

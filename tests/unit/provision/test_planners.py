@@ -14,6 +14,7 @@ import yaml
 
 from sparkrack.facts.files import FileFacts
 from sparkrack.facts.provision import ProvisionFacts
+from sparkrack.facts.roce import HcaFacts, RoceFacts
 from sparkrack.facts.systemd import UnitFacts
 from sparkrack.provision.changes import Change, Put, Run, Transfer
 from sparkrack.provision.modules import REGISTRY
@@ -24,7 +25,7 @@ from sparkrack.transfer.images import ImageTarget
 
 CASES = Path(__file__).parent / "planners"
 KEYS = {"args", "facts", "state", "handler", "vars", "templates", "images", "commands",
-        "status", "summary", "diff", "refresh", "after"}
+        "status", "summary", "diff", "refresh", "warning", "after"}
 
 
 def cases() -> list:
@@ -46,6 +47,7 @@ def facts(spec: dict[str, Any]) -> ProvisionFacts:
     return ProvisionFacts(
         files={path: file_facts(f) for path, f in (spec.get("files") or {}).items()},
         units={name: UnitFacts(**u) for name, u in (spec.get("units") or {}).items()},
+        roce=RoceFacts({name: HcaFacts(**h) for name, h in (spec.get("roce") or {}).items()}),
         guards={tuple(argv): rc for argv, rc in spec.get("guards") or []},
         guard_reasons={tuple(argv): why for argv, why in spec.get("guard_reasons") or []},
         images=spec.get("images"), images_error=spec.get("images_error"))
@@ -96,6 +98,7 @@ def test_planner(path: Path, tmp_path: Path) -> None:
     assert (change.status, change.summary) == (case["status"], case["summary"])
     assert change.diff == case.get("diff", change.diff)
     assert change.refresh is case.get("refresh", False)
+    assert change.warning == case.get("warning", "")
     for key, value in (case.get("after") or {}).items():
         assert as_written(getattr(state, key)) == value, key
 

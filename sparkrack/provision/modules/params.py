@@ -128,7 +128,7 @@ class Param:
 
 
 def check_params(spec: Mapping[str, Param], params: Mapping[str, Any], label: str, *,
-          rendered: bool = False) -> Problem | None:
+                 rendered: bool = False) -> Problem | None:
     """The first thing wrong with params against spec (label: the module's name, or the
     mapping parameter's): an unknown parameter, a missing one, a wrong value."""
     lines = getattr(params, "lines", {})

@@ -1,6 +1,8 @@
 """What the code's own words point at exists: a docs link in a docstring or comment leads to
 a page and a heading of it, and a repository path named in a docstring, a comment, or a
-role's, inventory's or data file's text is a file or folder of the repository."""
+role's, inventory's or data file's text is a file or folder of the repository. The
+look-ups of docs/internals.md ("Where to look first") too: each path they name is there,
+and each `module.name` they name is defined in that module."""
 
 import ast
 import io
@@ -21,6 +23,10 @@ MADE_AT_RUN_TIME = {
     "sparkrack/roles",  # the wheel's name for roles/ (pyproject's package-dir)
 }
 DATA_TEXT = ("roles", "inventory", "sparkrack/data")
+LOOKUPS = "Where to look first"  # docs/internals.md's look-ups follow this line
+CODE = re.compile(r"`([^`\s]+)`")  # inline code of one word: a path, a name
+INLINE_CODE = re.compile(r"`[^`]*`")
+NAME = re.compile(r"[a-z_]\w*(?:\.[A-Za-z_]\w*)+")  # module.name[.attribute...]
 
 
 def roots(repo: Path) -> set[str]:
@@ -83,6 +89,77 @@ def broken_references(repo: Path) -> list[str]:
     return problems
 
 
+def lookups(repo: Path) -> list[tuple[int, str]]:
+    """(line, text) of each bullet of docs/internals.md's look-ups, its lines joined."""
+    lines = (repo / "docs" / "internals.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(LOOKUPS))
+    bullets: list[tuple[int, str]] = []
+    for number, line in enumerate(lines[start + 1:], start + 2):
+        if line.startswith("```") or (bullets and not line.strip()):
+            break
+        if line.startswith("- "):
+            bullets.append((number, line[2:]))
+        elif bullets:
+            bullets[-1] = (bullets[-1][0], f"{bullets[-1][1]} {line.strip()}")
+    return bullets
+
+
+def defines(module: Path, chain: list[str]) -> bool:
+    """Whether module defines chain (a function, a class, a name assigned at its top; then
+    a method or attribute of that class, and so on)."""
+    body = ast.parse(module.read_text()).body
+    for name in chain:
+        found = [node for node in body if getattr(node, "name", None) == name or any(
+            isinstance(target, ast.Name) and target.id == name
+            for target in getattr(node, "targets", [getattr(node, "target", None)]))]
+        if not found:
+            return False
+        body = getattr(found[0], "body", [])
+    return True
+
+
+def modules_named(stem: str, files: list[Path], folders: list[Path], repo: Path) -> set[Path]:
+    """Where `stem.name` points: the bullet's own file of that stem, else one in a folder it
+    names, else the package's modules of that stem."""
+    mine = {path for path in files if path.stem == stem and path.suffix == ".py"}
+    mine |= {folder / f"{stem}.py" for folder in folders if (folder / f"{stem}.py").is_file()}
+    return mine or set((repo / "sparkrack").rglob(f"{stem}.py"))
+
+
+def broken_lookups(repo: Path) -> list[str]:
+    """`docs/internals.md:line: what: why` for each path of the look-ups that is not there,
+    and each `module.name` not defined there (or whose module is not one file)."""
+    problems = []
+    for line, text in lookups(repo):
+        where = f"docs/internals.md:{line}"
+        code = CODE.findall(text)
+        named = [word for word in code if "/" in word] + [
+            path for path in PATH.findall(INLINE_CODE.sub(" ", text))
+            if path.split("/")[0] in roots(repo)]
+        found: list[Path] = []
+        for path in named:
+            if PLACEHOLDER.search(path):
+                continue
+            bases = [repo, repo / "sparkrack", *(p for p in found if p.is_dir())]
+            there = [base / path for base in bases if (base / path).exists()]
+            if there:
+                found.append(there[0])
+            else:
+                problems.append(f"{where}: {path}: no such file or folder")
+        for name in code:
+            if not NAME.fullmatch(name):
+                continue
+            stem, *chain = name.split(".")
+            modules = modules_named(stem, [p for p in found if p.is_file()],
+                                    [p for p in found if p.is_dir()], repo)
+            if len(modules) != 1:
+                problems.append(f"{where}: {name}: {len(modules)} modules named {stem}.py "
+                                "(name its path in the look-up)")
+            elif not defines(modules.pop(), chain):
+                problems.append(f"{where}: {name}: not defined in {stem}.py")
+    return problems
+
+
 def test_every_reference_in_the_codes_own_words_resolves():
     assert broken_references(REPO) == []
 
@@ -105,4 +182,39 @@ def test_a_broken_reference_is_found(tmp_path):
         "sparkrack/engines/files.py:1: docs/b.md: no such page",
         "sparkrack/engines/files.py:1: engines/nodeenv.py: no such file or folder",
         "sparkrack/engines/files.py:4: sparkrack/engines/gone.py: no such file or folder",
+    ]
+
+
+def test_every_path_and_name_of_the_lookups_is_there():
+    assert broken_lookups(REPO) == []
+
+
+def test_a_lookup_that_leads_nowhere_is_found(tmp_path):
+    watchdog = tmp_path / "sparkrack" / "watchdog"
+    watchdog.mkdir(parents=True)
+    (watchdog / "service.py").write_text(
+        "class Watchdog:\n    def _consider(self):\n        pass\n\n\nLIMIT = 3\n")
+    (watchdog / "gpuwatch.py").write_text("def judge():\n    pass\n")
+    (tmp_path / "sparkrack" / "status").mkdir()
+    (tmp_path / "sparkrack" / "status" / "service.py").write_text("x = 1\n")
+    (tmp_path / "roles" / "clock_cap" / "templates").mkdir(parents=True)
+    (tmp_path / "roles" / "clock_cap" / "templates" / "unit.j2").write_text("")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "internals.md").write_text(
+        "# Internals\n\nWhere to look first:\n\n"
+        "- **a cycle** in `sparkrack/watchdog/`: `gpuwatch.judge`, then\n"
+        "  `service._to_cycle` and `latched.cycle_latched`, not `service.Watchdog.gone`;\n"
+        "  `service.Watchdog._consider` and `service.LIMIT` are there;\n"
+        "- **the cap** in `roles/clock_cap/` (`templates/unit.j2`, not `templates/gone.j2`),\n"
+        "  and sparkrack/watchdog/capguard.py; `service.LIMIT` is two modules here.\n"
+        "\n```\n- `sparkrack/not/a/lookup.py`\n```\n")
+    assert broken_lookups(tmp_path) == [
+        "docs/internals.md:5: service._to_cycle: not defined in service.py",
+        "docs/internals.md:5: latched.cycle_latched: 0 modules named latched.py (name its "
+        "path in the look-up)",
+        "docs/internals.md:5: service.Watchdog.gone: not defined in service.py",
+        "docs/internals.md:8: templates/gone.j2: no such file or folder",
+        "docs/internals.md:8: sparkrack/watchdog/capguard.py: no such file or folder",
+        "docs/internals.md:8: service.LIMIT: 2 modules named service.py (name its path in "
+        "the look-up)",
     ]

@@ -146,13 +146,24 @@ def test_gid_table_renumbered_to_5_gives_index_5(inventory):
     assert "NCCL_IB_GID_INDEX=3\n" in read(inventory, "spark-05", NCCL_ENV)
 
 
-def test_missing_hca_fails_the_role_with_a_clear_error(inventory):
+def test_a_missing_hca_warns_and_none_at_all_fails_the_role(inventory):
+    """NCCL skips an NCCL_IB_HCA entry that matches no device and runs on the rails left:
+    one twin missing writes nccl.env with a warning naming it (`up` then judges the rails);
+    none present (no RoCE at all) fails the role with the fix."""
     with hardware(inventory, "spark-06", missing=["roceP2p1s0f0"]):
+        report = provision(inventory, "spark-06", roles="nccl_env,engine_env")
+    assert report.exit_code == 0, failures(report)
+    warnings = [c.warning for c in report.node("spark-06").outcomes() if c.warning]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "HCA roceP2p1s0f0 of nccl_ib_hca is not on spark-06 (its RDMA devices: rocep1s0f0, "
+        "rocep1s0f1, roceP2p1s0f1): NCCL skips an entry that matches no device"), warnings
+    with hardware(inventory, "spark-06", missing=["rocep1s0f0", "roceP2p1s0f0"]):
         report = provision(inventory, "spark-06", roles="nccl_env,engine_env")
     assert report.exit_code == 1, failures(report)
     failed = [c for c in report.node("spark-06").outcomes() if c.status == "failed"]
     assert len(failed) == 1 and failed[0].role == "nccl_env"
-    assert failed[0].summary.startswith("HCA roceP2p1s0f0 missing under /sys/class/infiniband")
+    assert failed[0].summary.startswith(
+        "HCA rocep1s0f0, roceP2p1s0f0 missing under /sys/class/infiniband"), failed[0].summary
     assert report.recap("spark-06")["failed"] == 1
 
 

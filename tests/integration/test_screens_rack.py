@@ -4,10 +4,10 @@
 clock, power, clock cap and engine too; a failure's cause is within its first two lines;
 no task's help line stops mid-sentence.
 
-The failed start is a real fault the stub engines fail on as Gloo does: spark-03's fabric
-netdev without its address (flushed), its NCCL env file re-provisioned to match, so every
-gate passes and rank 2 dies at init_process_group with `Unable to find address for:
-enp1s0f0np0`. SPARKRACK_KEEP_SCREENS=DIR keeps every captured screen there.
+A refused start: spark-03's fabric netdev without its address (flushed), which `up`'s
+fabric address gate refuses before any rank starts. A failed start: rank 2 of the engine
+ends at start (the stub's exit_at_start), so the group goes down and `status` and
+`logs --failed` name it. SPARKRACK_KEEP_SCREENS=DIR keeps every captured screen there.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from stubgroup import quick_burn
+from stubgroup import nothing_runs, quick_burn
 
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes
@@ -31,7 +31,8 @@ pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
 WIDTHS = (80, 100, 150)
 NODES = [f"spark-0{i}" for i in range(1, 9)]
-CAUSE = "Unable to find address for: enp1s0f0np0"
+CAUSE = "RuntimeError: rank 2 failed at start (sparkrack stub fault: exit_at_start)"
+REFUSAL_FIX = "`invoke provision --role fabric` writes and applies the fabric's netplan"
 
 
 class Terminal:
@@ -174,41 +175,64 @@ def test_status_of_a_healthy_rack_reads_whole(serving, terminal):
 
 @pytest.fixture
 def fabric_address_lost(engine_rack):
-    """spark-03's fabric netdev without its address, its nccl.env provisioned to match
-    (so the gates pass); afterwards provisioned back (the fabric role restores it)."""
+    """spark-03's fabric netdev without its address (NetworkManager dropped it after a
+    reboot); afterwards provisioned back (the fabric role restores it)."""
     lanes.down(engine_rack)
     with Fleet(engine_rack, [engine_rack.node("spark-03")]) as fleet:
         assert fleet.run(["ip", "addr", "flush", "dev", "enp1s0f0np0"])["spark-03"].ok
-    provision = invoke("provision", "-i", "inventory/rehearsal", "--limit", "spark-03")
-    done = subprocess.run([*provision, "--role", "nccl_env"], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
     try:
-        assert done.returncode == 0, done.stdout + done.stderr
         yield engine_rack
     finally:
-        again = subprocess.run(provision, cwd=REPO, capture_output=True, text=True, timeout=180)
+        again = subprocess.run(invoke("provision", "-i", "inventory/rehearsal", "--limit",
+                                      "spark-03"), cwd=REPO, capture_output=True, text=True,
+                               timeout=180)
         assert again.returncode == 0, again.stdout + again.stderr
-        lanes.down(engine_rack)
 
 
-def test_a_failed_up_and_status_with_a_node_cut_name_the_cause_first(fabric_address_lost,
-                                                                     rack, terminal):
+@pytest.fixture
+def rank_2_fails_at_start(engine_rack):
+    """The engine's rank 2 ends at start (an engine build that crashes on that node's
+    start); the next engine_rack puts the rack's stub settings back."""
+    from conftest import STUB_CONFIG
+
+    from sparkrack.rehearsal.stub.modeldir import write_stub_model
+
+    lanes.down(engine_rack)
+    with Fleet(engine_rack) as fleet:
+        write_stub_model(fleet, {**STUB_CONFIG, "ranks": {"2": {"exit_at_start": True}}})
+    yield engine_rack
+    lanes.down(engine_rack)
+
+
+def test_a_refused_up_names_the_node_and_the_fix_first(fabric_address_lost, terminal):
     for width in WIDTHS:
         code, screen = terminal.run(invoke("up", "--engine", "sglang", "-i",
                                            "inventory/rehearsal"), width)
-        keep(f"up-failed-{width}", screen)
+        keep(f"up-refused-{width}", screen)
         assert code == 1, screen
-        assert ("rank2onspark-03exited(exitcode1):RuntimeError:ifa!=nullptr."
-                + CAUSE.replace(" ", "")) in failure(screen, "error:"), screen
+        assert failure(screen, "error:").startswith(
+            "error:sglang512krefused:fabricaddresses:spark-03:enp1s0f0np0(rocep1s0f0)hasno"
+            "IPv4address"), screen
+        assert REFUSAL_FIX.replace(" ", "") in failure(screen, "error:"), screen
         assert broken_at_spaces(screen, "error:", width), screen  # no word cut in two
-        assert '"argv"' not in "\n".join(screen) and '"env"' not in "\n".join(screen)
+    assert [r for r in nothing_runs(fabric_address_lost) if r.alive] == []
+
+
+def test_a_failed_up_and_status_with_a_node_cut_name_the_cause_first(rank_2_fails_at_start,
+                                                                     rack, terminal):
+    code, screen = terminal.run(invoke("up", "--engine", "sglang", "-i",
+                                       "inventory/rehearsal"), WIDTHS[0])
+    keep(f"up-failed-{WIDTHS[0]}", screen)
+    assert code == 1, screen
+    assert ("rank2onspark-03exited(exitcode1):" + CAUSE.replace(" ", "")) in failure(
+        screen, "error:"), screen
+    assert broken_at_spaces(screen, "error:", WIDTHS[0]), screen  # no word cut in two
+    assert '"argv"' not in "\n".join(screen) and '"env"' not in "\n".join(screen)
 
     kept = subprocess.run(invoke("logs", "--failed", "-i", "inventory/rehearsal"), cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert kept.returncode == 0, kept.stderr
-    assert ("[rank 2 spark-03] [" in kept.stdout and "[rank2]: RuntimeError: [enforce fail at "
-            "/pytorch/third_party/gloo/gloo/transport/tcp/device.cc:83] ifa != nullptr. "
-            + CAUSE in kept.stdout), kept.stdout  # the whole line, and the lines before it
+    assert "[rank 2 spark-03] [" in kept.stdout and CAUSE in kept.stdout, kept.stdout
     assert '"event": "start"' in kept.stdout
 
     rack.cut("spark-05")

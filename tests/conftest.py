@@ -259,13 +259,13 @@ def engine_rack(rack, inventory):
     from sparkrack.rehearsal.stub.modeldir import write_stub_model
 
     rackhealth.provisioned(inventory)
-    stale_model = rackhealth.stub_model_differs(rack, STUB_CONFIG)
+    stale_model = rackhealth.stub_model_differs(rack, rackhealth.STUB_CONFIG)
     uncapped = rackhealth.clock_lock_differs(rack)  # a test or an operator reset it by hand
     if stale_model or uncapped:
         with Fleet(inventory, [inventory.node(n) for n in sorted({*stale_model, *uncapped})]) \
                 as fleet:
             if stale_model:
-                write_stub_model(fleet, STUB_CONFIG, nodes=stale_model)
+                write_stub_model(fleet, rackhealth.STUB_CONFIG, nodes=stale_model)
             if uncapped:
                 fleet.run({name: ["systemctl", "restart", "sparkrack-clock-cap.service"]
                            for name in uncapped}).raise_for_failures()
@@ -273,4 +273,3 @@ def engine_rack(rack, inventory):
     return inventory
 
 
-STUB_CONFIG = {"load_delay_s": 0.3, "tokens_per_s": 50, "drain_poll_s": 0.5}

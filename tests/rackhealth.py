@@ -28,6 +28,9 @@ LOAD_STARTUP_S = 0.1
 QUICK_BURN_S = 1.2
 HANG_GRACE_S = repair.HANG_GRACE_S  # a test may shorten it
 
+# the stub engines' settings every engine test starts from (engine_rack writes them back)
+STUB_CONFIG = {"load_delay_s": 0.3, "tokens_per_s": 50, "drain_poll_s": 0.5}
+
 
 def repair_faults(rack: RehearsalRack) -> list[str]:
     """The rack's faults undone (sparkrack.rehearsal.repair), with this module's grace."""

@@ -2,7 +2,9 @@
 of deploy/grafana/sparkrack.json answers, so no panel is empty, from what
 `invoke monitoring.render` writes.
 
-The watchdog runs as the operator installs it (`invoke watch.install`, on the head); a real
+The watchdog runs as the operator of a rack with a switched PDU installs it (`invoke
+watch.install --allow-power-cycle`, on the head: only then does it hold the PDU's keys and
+export the strip's draw that two panels show); a real
 Prometheus (Debian's) on 127.0.0.1 runs on `invoke monitoring.render`'s output as written:
 its config, its file_sd targets made from the inventory (the watchdog on the head, rank 0's
 engine ports) and its rules, nothing edited. Each engine in turn serves a steady load, then
@@ -60,9 +62,10 @@ def invoke(*args, timeout=600) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def watchdog(inventory):
-    """The watchdog service on the head (`invoke watch.install`), uninstalled at the end."""
+    """The watchdog service on the head with the PDU's keys (`invoke watch.install
+    --allow-power-cycle`), uninstalled at the end."""
     try:
-        done = invoke("watch.install")
+        done = invoke("watch.install", "--allow-power-cycle")
         assert done.returncode == 0, done.stdout + done.stderr
         yield inventory.head
     finally:

@@ -118,3 +118,37 @@ def test_vllm_tp8_headless_workers_and_smoke_request(stub):
         group.containers[0].stop(timeout=30)
         _, codes = group.wait_exited(10)
         assert codes == {rank: 0 for rank in range(8)}
+
+
+def test_a_rank_on_one_rail_slows_the_prefill_by_its_share_on_the_fabric(stub):
+    """Issue 56, item 2: a prefill's all-reduces go round the ring at its slowest hop. With
+    rank 2's NCCL on one rail (NCCL_IB_HCA=rocep1s0f0 there) an 8,000-token prompt takes its
+    fabric share 161/98 as long as on both rails (the public 161 and 98 Gbit/s); the rest
+    of the configured prefill (4,000 tokens/s on both rails) is the GPUs'."""
+    from sparkrack.rehearsal.stub.fabric import PATH_GBIT, PORT_GBIT, TOKEN_BYTES
+
+    fleet, limits = stub
+    write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50})
+
+    def prefill(rank_env=None) -> tuple[float, str]:
+        with Group(fleet, limits, "sglang", rank_env=rank_env) as group:
+            group.start()
+            group.wait_healthy()
+            said = group.containers[2].logs().decode()
+            took = []
+            for _ in range(2):  # the faster of two: a busy machine only adds
+                began = time.monotonic()
+                group.chat(8000, 1)
+                took.append(time.monotonic() - began)
+        return min(took), said
+
+    both, said_both = prefill()
+    one, said_one = prefill({2: {"NCCL_IB_HCA": "rocep1s0f0"}})
+    fabric = 8000 * TOKEN_BYTES * 8 / (PORT_GBIT * 1e9)  # 1.33 s of the 2 s on both rails
+    extra = fabric * (PORT_GBIT / PATH_GBIT - 1)
+    print(f"\n8,000-token prompt: {both:.2f} s on both rails, {one:.2f} s with rank 2 on one "
+          f"(+{one - both:.2f} s; the model: +{extra:.2f} s)")
+    assert "NET/IB : Using [0]rocep1s0f0:1/RoCE [1]roceP2p1s0f0:1/RoCE" in said_both
+    assert "NET/IB : Using [0]rocep1s0f0:1/RoCE [RO]" in said_one
+    assert 2.0 <= both < 2.0 + 0.5
+    assert extra - 0.2 < one - both < extra + 0.4

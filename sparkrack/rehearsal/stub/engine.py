@@ -12,7 +12,7 @@ import socket
 import sys
 import time
 
-from . import cli, faults, hubtoken, leak, transport
+from . import cli, fabric, faults, hubtoken, leak, transport
 from . import config as stubconfig
 from .gpu import Gpu, NoDevice
 from .head import Head
@@ -107,6 +107,7 @@ def main(engine: str, argv: list[str] | None = None) -> None:
         interfaces, ipv6 = transport.local_interfaces(), transport.local_ipv6()
         rdma = gpu.rdma()
         reach = transport.endpoints(os.environ, rdma, interfaces, ipv6)
+        reach["socket"] = fabric.socket_ifname(os.environ, interfaces)  # NET/Socket's
         fault = transport.check(os.environ, rdma, interfaces, args.head_host, ipv6) or \
             (transport.advertised_fault(engine, os.environ, interfaces, _management_address())
              if args.nnodes > 1 else None)
@@ -116,7 +117,7 @@ def main(engine: str, argv: list[str] | None = None) -> None:
         log("Init torch distributed begin.")
         die(1, f"[rank{args.rank}]: {fault.error}", log)
     nccl = Communicator(args.rank, args.nnodes, log, reach, fault,
-                        transport.info_lines(os.environ, rdma, interfaces))
+                        transport.info_lines(os.environ, rdma, interfaces), gpu.rdma)
     if args.is_head:
         rank = Head(args, settings, gpu, scratch, nccl, log, model_info=model_info)
     else:

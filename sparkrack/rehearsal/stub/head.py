@@ -8,7 +8,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from . import transport
+from . import fabric, transport
 from .api import Api
 from .group import HeadGroup, nccl_error
 from .log import die
@@ -38,6 +38,7 @@ class Head(Rank):
         self.running = 0
         self._stepping = threading.Condition(self._lock)  # running, stepped changed
         self.stepped = 0.0  # when the group's last collective completed (monotonic)
+        self.ring_gbit = fabric.PORT_GBIT  # the ring's pace (fabric.py), known at init
         self._step_now = False  # a forward began: step at once
         self.metrics = Metrics(self.args.engine)
 
@@ -105,6 +106,7 @@ class Head(Rank):
             die(1, f"[rank0]: {cut.error}", self.log)
         peers = {str(rank): [address for _, address in transport.rails(reach)]
                  for rank, reach in found.items()}
+        self.ring_gbit = fabric.ring_gbit(found)  # the prefill's all-reduces: slowest hop
         mtus = {a: m for reach in found.values() for a, m in (reach.get("mtus") or {}).items()}
         self.group.broadcast("joined", rails=peers, mtus=mtus)
         self.log("Init torch distributed ends.")
@@ -279,9 +281,8 @@ class Head(Rank):
                 time.sleep(max(0.0, began + self.args.watchdog_timeout_s - time.monotonic()))
             if missing:
                 self._watchdog(f"a {prompt_tokens}-token forward", missing)
-            prefill = prompt_tokens / self.settings.prefill_tokens_per_s \
-                if self.settings.prefill_tokens_per_s else 0.0
-            time.sleep(prefill)
+            time.sleep(fabric.prefill_s(prompt_tokens, self.settings.prefill_tokens_per_s,
+                                        self.ring_gbit))
             yield
         finally:
             self.group.broadcast("end", fid=fid)

@@ -1,12 +1,17 @@
 """A rank's NCCL communicator: its rails to the next rank of the ring, one RDMA write on
 each at init and at every collective. A transport environment that does not fit the node,
-or a fabric that drops the writes, ends the rank (and so the group) as NCCL does."""
+or a fabric that drops the writes, ends the rank (and so the group) as NCCL does. A port
+that goes down under it is warned of at once, as NCCL's async thread does, and its writes
+are never acknowledged: the rank fails once the HCA's retries are spent, unless the port
+comes back first."""
 
 from __future__ import annotations
 
 import os
 import socket
 import threading
+import time
+from collections.abc import Callable
 
 from . import transport
 from .log import Log, die
@@ -24,11 +29,15 @@ def info(line: str) -> None:
     print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL INFO {line}", flush=True)
 
 
+PORT_POLL_S = 1.0  # how often the async thread reads its rails' ports (gpusimd's rdma)
+
+
 class Communicator:
     """This rank's side of the group's collectives, over its RoCE rails."""
 
     def __init__(self, rank: int, nnodes: int, log: Log, endpoints: dict,
-                 fault: transport.Fault | None = None, said: list[str] | None = None):
+                 fault: transport.Fault | None = None, said: list[str] | None = None,
+                 ports: Callable[[], dict] | None = None):
         self.rank = rank
         self.nnodes = nnodes
         self.log = log
@@ -36,6 +45,8 @@ class Communicator:
         self.fault = fault  # the transport environment's: NCCL fails it after the rendezvous
         self.ring: list[tuple[str, str, str, int]] = []  # its rails to the next rank
         self.said = said or []  # NCCL's INFO lines about its network (transport.info_lines)
+        self.ports = ports  # the node's HCAs now (gpusimd's rdma), for their ports' state
+        self.down: set[str] = set()  # HCAs of its ring whose port went down since init
 
     def init(self, peers: dict, stop: threading.Event, mtus: dict | None = None) -> None:
         """The communicator's init, right after the rendezvous, and its first collective
@@ -45,6 +56,8 @@ class Communicator:
         self.ring = self._ring_of(peers, mtus or {})
         for line in self.said:
             info(line)
+        if self.ports is not None and self.ring:
+            threading.Thread(target=self._watch_ports, name="ib-async", daemon=True).start()
         fault = self.fault or self.writes()
         if fault is None:
             return
@@ -70,10 +83,37 @@ class Communicator:
             ring.append((hca, src, dst, min(own, mtus.get(dst, own))))
         return ring
 
+    def _watch_ports(self) -> None:
+        """NCCL's async event thread: a port of its rails going down or up is warned of at
+        once (net_ib.cc: `Got async error event: port error`, non-fatal)."""
+        while True:
+            time.sleep(PORT_POLL_S)
+            try:
+                hcas = self.ports()
+            except Exception:  # noqa: BLE001 - gpusimd restarting: the next poll tells
+                continue
+            for hca in {h for h, *_ in self.ring}:
+                down = hcas.get(hca, {}).get("state") != transport.ACTIVE
+                if down != (hca in self.down):
+                    warn(f"NET/IB : {hca}:1 Got async error event: "
+                         f"{'port error' if down else 'port active'}")
+                    (self.down.add if down else self.down.discard)(hca)
+
+    def _port_down(self, hca: str) -> bool:
+        """Whether hca's port is still down after the HCA's retries (NCCL's retry window,
+        RETRY_WINDOW_S): its write is then never acknowledged."""
+        end = time.monotonic() + transport.RETRY_WINDOW_S
+        while hca in self.down and time.monotonic() < end:
+            time.sleep(0.25)
+        return hca in self.down
+
     def writes(self) -> transport.Fault | None:
         """Each rail's RDMA write to the same rail of the next rank, at the path MTU its
-        netdev gives (what goes unacknowledged: NCCL's retry-exceeded)."""
+        netdev gives (what goes unacknowledged: NCCL's retry-exceeded; from a port that went
+        down too)."""
         for hca, src, dst, mtu in self.ring:
+            if hca in self.down and self._port_down(hca):
+                return transport.write_fault(hca, src, dst, mtu, f"{hca}'s port is down")
             if not transport.first_write(src, dst, mtu + transport.WRITE_OVERHEAD):
                 return transport.write_fault(hca, src, dst, mtu)
         return None

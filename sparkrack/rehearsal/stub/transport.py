@@ -380,12 +380,13 @@ def pair_rails(mine: list[tuple[str, str]], theirs: list[str],
     return paired or list(zip(mine, theirs, strict=False))
 
 
-def write_fault(hca: str, src: str, dst: str, mtu: int) -> Fault:
-    """The first collective's RDMA write to dst never acknowledged: NCCL's retry-exceeded."""
+def write_fault(hca: str, src: str, dst: str, mtu: int, why: str = "") -> Fault:
+    """A collective's RDMA write to dst never acknowledged: NCCL's retry-exceeded (why: the
+    cause the rehearsal knows; by default its path MTU's packets did not cross)."""
+    why = why or f"path MTU {mtu}: its packets do not cross the fabric"
     text = (f"NET/IB : Got completion from peer {dst}<{ROCE_PORT}> with status="
             f"IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_RDMA_WRITE(1) vendor_err=129 dev={hca} "
-            f"localGid ::ffff:{src} remoteGid ::ffff:{dst} (path MTU {mtu}: its packets do "
-            "not cross the fabric)")
+            f"localGid ::ffff:{src} remoteGid ::ffff:{dst} ({why})")
     return Fault("nccl", text, _nccl_error(
         "remote process exited or there was a network error", "ncclRemoteError: A call "
         "failed possibly due to a network error or a remote process exiting prematurely.",

@@ -283,3 +283,69 @@ def test_a_rank_on_one_rail_meets_its_peers_on_the_rail_they_share():
         (("rocep1s0f0", "10.77.3.12"), "10.77.3.13")]
     assert transport.pair_rails(one, ["10.77.9.1"], ["10.77.3.13/24"]) == [  # none shared
         (("rocep1s0f0", "10.77.3.13"), "10.77.9.1")]
+
+
+def endpoints_of(rails: list[tuple[str, str]], socket: str = "enp1s0f0np0") -> dict:
+    return {"used": [list(r) for r in rails], "socket": socket,
+            "networks": [f"{address}/24" for _, address in rails]}
+
+
+def test_the_prefill_follows_the_slowest_hop_of_the_ring():
+    """Issue 56, item 2: a hop on both twins carries 161 Gbit/s, on one path 98 (public
+    reports), on NET/Socket its interface's rate at most (the management port: 10 GbE); the
+    configured prefill rate is the rack's on both rails, its all-reduces' share slows."""
+    from sparkrack.rehearsal.stub import fabric
+
+    both = {r: endpoints_of([("rocep1s0f0", f"10.77.3.1{r}"), ("roceP2p1s0f0", f"10.77.4.1{r}")])
+            for r in range(8)}
+    assert fabric.TOKEN_BYTES == 3_354_624  # GLM-5: 78 layers x 2 all-reduces x 6,144 x 2 B x 7/4
+    assert fabric.ring_gbit(both) == 161.0
+    one = {**both, 2: endpoints_of([("rocep1s0f0", "10.77.3.12")])}
+    assert fabric.ring_gbit(one) == 98.0
+    assert fabric.ring_gbit({**both, 2: endpoints_of([])}) == 98.0  # TCP on the fabric netdev
+    mgmt = {**both, 2: endpoints_of([], socket="enP7s7")}
+    assert fabric.ring_gbit(mgmt) == 10.0
+    assert fabric.prefill_s(8000, 4000, 161.0) == 2.0  # as configured on both rails
+    fabric_part = 8000 * fabric.TOKEN_BYTES * 8 / 161e9  # 1.33 s of the 2 s
+    assert abs(fabric.prefill_s(8000, 4000, 98.0) - (2.0 + fabric_part * (161 / 98 - 1))) < 1e-9
+    assert 2.8 < fabric.prefill_s(8000, 4000, 98.0) < 2.9
+    assert 22 < fabric.prefill_s(8000, 4000, 10.0) < 23
+    assert fabric.prefill_s(8000, 1e9, 98.0) == 8000 / 1e9 * 161 / 98  # fabric-bound
+    assert fabric.prefill_s(10, 0, 98.0) == 0.0
+    assert fabric.socket_ifname({"NCCL_SOCKET_IFNAME": "enP7s7"},
+                                {"lo": ["127.0.0.1/8"], "enP7s7": ["10.77.1.13/24"]}) == "enP7s7"
+
+
+def test_a_port_gone_down_under_the_ring_is_warned_of_and_fails_its_writes_after_retries(
+        monkeypatch, capsys):
+    """Issue 56, item 4: NCCL's async thread warns of the port error at once; the rail's
+    writes go unacknowledged and fail after the HCA's retries, unless the port is back."""
+    from sparkrack.rehearsal.stub import nccl
+    from sparkrack.rehearsal.stub.nccl import Communicator
+
+    monkeypatch.setattr(nccl, "PORT_POLL_S", 0.05)
+    monkeypatch.setattr(transport, "RETRY_WINDOW_S", 0.6)
+    state = {"rocep1s0f0": hca(), "roceP2p1s0f0": hca()}
+    comm = Communicator(2, 8, lambda *a: None, {}, ports=lambda: dict(state))
+    comm.ring = [("rocep1s0f0", "10.77.3.13", "10.77.3.14", 4096),
+                 ("roceP2p1s0f0", "10.77.4.13", "10.77.4.14", 4096)]
+    import threading
+    import time
+    threading.Thread(target=comm._watch_ports, daemon=True).start()
+    state["roceP2p1s0f0"] = hca("1: DOWN")
+    deadline = time.monotonic() + 5
+    while "roceP2p1s0f0" not in comm.down and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert "NCCL WARN NET/IB : roceP2p1s0f0:1 Got async error event: port error" in \
+        capsys.readouterr().out
+    monkeypatch.setattr(transport, "first_write", lambda *a, **k: True)  # rail 1's acked
+    began = time.monotonic()
+    fault = comm.writes()
+    assert time.monotonic() - began >= 0.6  # the retries, then the error
+    assert fault.warning.startswith("NET/IB : Got completion from peer 10.77.4.14<4791> with "
+                                    "status=IBV_WC_RETRY_EXC_ERR(12)")
+    assert "dev=roceP2p1s0f0" in fault.warning and "(roceP2p1s0f0's port is down)" in \
+        fault.warning
+    threading.Timer(0.2, lambda: state.update(roceP2p1s0f0=hca())).start()
+    assert comm.writes() is None  # back within the retry window: NCCL carries on
+    assert "Got async error event: port active" in capsys.readouterr().out

@@ -72,7 +72,7 @@ class Communicator:
     def _ring_of(self, peers: dict, mtus: dict) -> list[tuple[str, str, str, int]]:
         """(HCA, own address, the next rank's address on that rail, path MTU) per rail: the
         path MTU the smaller of both ends' active MTUs, as NCCL sets the queue pair's
-        (net_ib.cc: std::min(remQpInfo.mtu, portAttr.active_mtu))."""
+        (net_ib.cc, ncclIbConnect: std::min(remDevInfo->mtu, portAttr.active_mtu))."""
         nnodes = self.nnodes
         theirs = peers.get(str((self.rank + 1) % nnodes), []) if nnodes > 1 else []
         interfaces = transport.local_interfaces()

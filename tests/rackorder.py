@@ -29,7 +29,7 @@ RACK_MODULE_COST = {
     "test_bench_rack.py": 74, "test_twin_rack.py": 63, "test_weights.py": 62,
     "test_pdu_rack.py": 53, "test_provision_rack.py": 52, "test_warm_rack.py": 40,
     "test_breakglass_rack.py": 39, "test_screens_rack.py": 38, "test_restart.py": 36,
-    "test_provision_rack_burn.py": 31, "test_rehearsal_rack.py": 23, "test_stub_rack.py": 23,
+    "test_provision_rack_burn.py": 31, "test_rehearsal_rack.py": 23, "test_stub_rack.py": 47,
     "test_provision_rack_images.py": 19, "test_fabric_takeover_rack.py": 18,
     "test_dashboard_rack.py": 17, "test_fabric_renderer_rack.py": 14, "test_status.py": 11,
     "test_twin_capture_rack.py": 11, "test_suite_isolation_rack.py": 7,

@@ -1,9 +1,10 @@
 """How fast the group's collectives move data, from the rails each rank's NCCL uses
-(stdlib only; docs/rehearsal.md#the-fabrics-bandwidth). A prefill's tensor-parallel
-all-reduces go round the ring, so the slowest hop sets the pace: a hop on both twins of a
-Spark's port carries 161 Gbit/s, on one PCIe path 98 (public reports), on NET/Socket at
-most its interface's rate (the management port: 10 GbE). The configured prefill rate is
-the rack's with every hop on both rails; the fabric's share of it is slowed by the hop.
+(stdlib only; docs/rehearsal.md#the-stub-engines, "The fabric's bandwidth"). A prefill's
+tensor-parallel all-reduces go round the ring, so the slowest hop sets the pace: a hop on
+both twins of a Spark's port carries 161 Gbit/s, on one PCIe path 98 (public reports), on
+NET/Socket at most its interface's rate (the management port: 10 GbE). The configured
+prefill rate is the rack's with every hop on both rails; the fabric's share of it is
+slowed by the hop.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def status(c, inventory=None, limit=None, json=False, wide=False):
         show = print if wide else lambda line: console.out.print(
             line, markup=False, highlight=False, soft_wrap=False)
         cycled = power_cycle_line(cycle, time.time())
-        rails = nccl_line(nccl, current)
+        rails = nccl_line(nccl, current, {r.node: r.ports for r in rows if r.ports is not None})
         for line in ([] if wide else differences(rows)) + deployment_lines(records, wide) + (
                 [rails] if rails else []) + ([cycled] if cycled else []):
             show(line)

@@ -10,6 +10,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+# An unacknowledged RDMA write is retried NCCL_IB_RETRY_CNT times, each after 4.096 us *
+# 2^NCCL_IB_TIMEOUT (NCCL's defaults: 7 and 20; net_ib.cc): then IBV_WC_RETRY_EXC_ERR. A
+# port that goes down under a communicator fails its rail after this window (about 34 s).
+IB_TIMEOUT, IB_RETRY_CNT = 20, 7
+RETRY_WINDOW_S = 4.096e-6 * 2 ** IB_TIMEOUT * (1 + IB_RETRY_CNT)
+
 _INFO = re.compile(r"\bNCCL INFO (.*)$")
 _IB_USING = re.compile(r"^NET/IB : Using(.*?)(?: \[RO\])? ?; OOB (\S+)")
 _IB_DEVICE = re.compile(r"\[\d+\](\S+?):(\d+)/(\w+)")

@@ -1,7 +1,7 @@
 """`invoke status`: one row per node from one facts round trip plus the node's engine
-containers; the head's deployment records come in its same round trip. The table's two
-shapes (narrow for a terminal, wide for --wide and pipes) and what differs between nodes
-are status.view's."""
+containers; the head's deployment records and each node's nccl_ib_hca ports come in the
+same round trip. The table's two shapes (narrow for a terminal, wide for --wide and pipes)
+and what differs between nodes are status.view's."""
 
 import time
 from dataclasses import asdict, dataclass
@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 from sparkrack.facts import node as node_facts
 from sparkrack.facts import records as record_facts
 from sparkrack.facts.node import NodeFacts, burn_this_boot
-from sparkrack.facts.queries import answer, argv
+from sparkrack.facts.queries import Answers, answer, argv
+from sparkrack.facts.roce import parse_hca, roce_query
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
 
@@ -30,6 +31,7 @@ class StatusRow:
     cap_state: str
     engine: str | None  # each engine container: its name, status and health
     engine_brief: str | None = None  # the same in a few words: engine, status or health
+    ports: dict[str, str] | None = None  # HCA of nccl_ib_hca -> its port state ('' missing)
 
     def as_dict(self) -> dict:
         """Plain data for --json."""
@@ -69,6 +71,12 @@ def engine_brief(ranks, rank: int) -> str | None:
                      for r in ranks) or None
 
 
+def ports_of(answers: Answers, hcas) -> dict[str, str]:
+    """Each HCA of nccl_ib_hca's port state as the round trip read it ('' no such device)."""
+    found = {hca: parse_hca(answers.lines(roce_query(hca))) for hca in hcas}
+    return {hca: hca_facts.state if hca_facts.present else "" for hca, hca_facts in found.items()}
+
+
 def gather_status(inventory: Inventory, limit: str | None = None) -> list[StatusRow]:
     """Facts from every selected node in parallel; an unreachable node is a row, not an error."""
     return rack_status(inventory, limit)[0]
@@ -86,9 +94,8 @@ def rack_status(inventory: Inventory, limit: str | None = None
     nodes = inventory.select(limit)
     head = record_facts.queries() + [record_facts.power_cycle_query(),
                                      record_facts.nccl_query()]
-    asked = {node.name: node_facts.queries() + (head if node.name == inventory.head.name
-                                                else [])
-             for node in nodes}
+    asked = {node.name: node_facts.queries() + [roce_query(h) for h in node.vars.nccl_ib_hca]
+             + (head if node.name == inventory.head.name else []) for node in nodes}
     rows: list[StatusRow] = []
     records: dict[str, dict | None] = {}
     with Fleet(inventory, nodes) as fleet:
@@ -118,5 +125,6 @@ def rack_status(inventory: Inventory, limit: str | None = None
                 reachable=result.status, error=result.error, seconds=round(result.duration, 2),
                 facts=facts, cap_state=cap_state(facts) if facts else "-",
                 engine=engine_by_node.get(node.name),
-                engine_brief=brief_by_node.get(node.name)))
+                engine_brief=brief_by_node.get(node.name),
+                ports=ports_of(answers, node.vars.nccl_ib_hca) if answers is not None else None))
     return sorted(rows, key=lambda r: r.rank), records

@@ -11,7 +11,9 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from sparkrack.facts.roce import ACTIVE
 from sparkrack.logs.lines import reason
+from sparkrack.logs.nccluse import RETRY_WINDOW_S
 from sparkrack.status.rows import StatusRow
 
 NARROW = ("rank", "node", "reach", "sm MHz", "power", "clock cap", "engine")
@@ -108,22 +110,42 @@ def power_cycle_line(record: Mapping | None, now: float) -> str | None:
             f"{record.get('line', '')}")
 
 
-def nccl_line(record: Mapping | None, current: Mapping | None) -> str | None:
+def nccl_line(record: Mapping | None, current: Mapping | None,
+              ports: Mapping[str, Mapping[str, str]] | None = None) -> str | None:
     """What the running deployment's ranks' NCCL uses, in one line (None: no record of
-    this deployment): every rank's network when they agree, else each degraded rank's."""
+    this deployment): every rank's network when they agree, else each degraded rank's. A
+    rank whose HCA's port is down now (ports: {node: {HCA of nccl_ib_hca: state}}, read by
+    this status; '' no such device) runs on fewer rails than it started on."""
     if not record or not current or record.get("deployment") != current.get("deployment_id"):
         return None
     ranks = [r for r in record.get("ranks") or [] if isinstance(r, dict)]
-    odd = [r for r in ranks if r.get("degraded") or not r.get("said")]
+    down = {id(r): _down_now(r, (ports or {}).get(str(r.get("node")), {})) for r in ranks}
+    odd = [r for r in ranks if r.get("degraded") or not r.get("said") or down[id(r)]]
     common = Counter(str(r.get("uses")) for r in ranks if r not in odd).most_common(1)
     parts = [f"rank {r.get('rank')} on {r.get('node')}: {r.get('uses')}"
-             + (" (DEGRADED: fewer rails than nccl_ib_hca"
+             + (_down_text(r, down[id(r)]) if down[id(r)] else
+                " (DEGRADED: fewer rails than nccl_ib_hca"
                 + (", started with --allow-degraded)" if record.get("allowed") else ")")
                 if r.get("degraded") else "") for r in odd]
     if common:
         rest = "every rank" if not odd else f"the other {len(ranks) - len(odd)}"
         parts.append(f"{rest}: {common[0][0]}")
     return "nccl: " + "; ".join(parts) if parts else None
+
+
+def _down_now(rank: Mapping, ports: Mapping[str, str]) -> dict[str, str]:
+    """{HCA: its state} of each HCA the rank's NCCL said at init whose port is not ACTIVE
+    now (an HCA this status did not read is not judged)."""
+    used = [str(h).split(":")[0] for h in rank.get("hcas") or []]
+    return {h: ports[h] for h in used if h in ports and ports[h] != ACTIVE}
+
+
+def _down_text(rank: Mapping, down: Mapping[str, str]) -> str:
+    used = len(rank.get("hcas") or [])
+    return (f" (DEGRADED now: the port of {', '.join(down)} is down "
+            f"({', '.join(s or 'no such device' for s in down.values())}), "
+            f"{used - len(down)} of {used} rails; NCCL fails that rail once the HCA's retries "
+            f"are spent (about {RETRY_WINDOW_S:.0f} s) and the group with it: reseat the cable)")
 
 
 def superseded(records: Mapping[str, dict | None]) -> str | None:

@@ -23,14 +23,11 @@ from sparkrack.facts import records as record_facts
 from sparkrack.facts.queries import Answers, Query
 from sparkrack.facts.roce import ACTIVE, parse_hca, roce_query
 from sparkrack.inventory import Inventory
+from sparkrack.logs.nccluse import IB_RETRY_CNT, IB_TIMEOUT, RETRY_WINDOW_S
 
 log = logging.getLogger("sparkrack.watchdog")
 
 RAILS_EVERY_S = 5.0  # between reads of the record and the ports (as the node facts)
-# An unacknowledged RDMA write is retried NCCL_IB_RETRY_CNT times, each after 4.096 us *
-# 2^NCCL_IB_TIMEOUT (NCCL's defaults: 7 and 20; net_ib.cc): then IBV_WC_RETRY_EXC_ERR
-IB_TIMEOUT, IB_RETRY_CNT = 20, 7
-RETRY_WINDOW_S = 4.096e-6 * 2 ** IB_TIMEOUT * (1 + IB_RETRY_CNT)
 
 
 @dataclass(frozen=True)

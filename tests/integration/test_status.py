@@ -36,6 +36,7 @@ def test_status_json_has_eight_rows_with_the_simulated_gpu(rack):
         assert row["facts"]["gpu"]["max_sm_mhz"] == 3003
         assert row["facts"]["mem_total_kb"] == mem_total_kb(row["node"])  # the unit's own
         assert row["facts"]["hostname"] == row["node"]
+        assert row["ports"] == {"rocep1s0f0": "4: ACTIVE", "roceP2p1s0f0": "4: ACTIVE"}  # nccl_ib_hca
 
 
 def test_status_table_plain_when_not_a_tty(rack):

@@ -12,8 +12,9 @@ Prometheus's HTTP API.
   (`nvidia-smi -rgc`) has its cap re-applied by the service, checked and audited; a latched
   GPU and a heated one are reported, each in Prometheus;
 - while a group serves (issue 56): a port of spark-03's nccl_ib_hca taken down is said in
-  the service's journal with what NCCL does now, Prometheus shows rank 2 on one rail, and
-  `fabric.check` names the rail as carrying nothing; back up, both rails again;
+  the service's journal with what NCCL does now, Prometheus shows rank 2 on one rail and
+  its alert pending, `invoke status` shows it, and `fabric.check` names the rail as
+  carrying nothing; back up, both rails again;
 - installed with --allow-power-cycle: the head, where the watchdog runs, latched under load
   is power-cycled through the rehearsal PDU; the service started again after the boot
   finishes the cycle and the group serves again (issue 53);
@@ -48,6 +49,7 @@ from sparkrack.fleet import Fleet, sh
 from sparkrack.inventory.watchdog_dir import MARKER_FILE, MARKER_TEXT
 from sparkrack.inventory.watchdog_record import MARKER, read_record
 from sparkrack.lifecycle import lanes
+from sparkrack.monitoring.rules import RULE_FILES
 from sparkrack.watchdog.settings import DEFAULT_INSTALL_DIR, STATE_DIR, UNIT
 
 pytestmark = pytest.mark.rack
@@ -133,16 +135,17 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def prometheus(inventory, tmp_path_factory):
     """Debian's prometheus on 127.0.0.1, scraping the watchdog on spark-01 every second and
-    evaluating the shipped alert rules (temporary config and storage); stopped at the end."""
+    evaluating every shipped rules file (temporary config and storage); stopped at the end."""
     prometheus_server = need("prometheus")
     folder = tmp_path_factory.mktemp("prometheus")
     target = f"{inventory.node(WATCHDOG_NODE).address}:{inventory.vars.watchdog_metrics_port}"
+    rule_files = "\n".join(f"  - {REPO / 'deploy' / 'prometheus' / name}" for name in RULE_FILES)
     (folder / "prometheus.yml").write_text(f"""global:
   scrape_interval: 1s
   scrape_timeout: 1s
   evaluation_interval: 1s
 rule_files:
-  - {REPO / "deploy" / "prometheus" / "sparkrack-alerts.yml"}
+{rule_files}
 scrape_configs:
   - job_name: sparkrack-watchdog
     static_configs:
@@ -389,8 +392,10 @@ def test_a_port_gone_down_under_a_serving_group_is_named_by_the_service_and_the_
         engine_rack, installed, prometheus, rack):
     """Issue 56, items 3 and 4: rank 2's twin port goes down after the start (a cable out).
     Within the service's read of the rails (every 5 s) Prometheus shows rank 2 on one rail of
-    two and the port down, its journal names the node, the HCA and what NCCL does now, and
-    `fabric.check` names the rail as carrying nothing; the port back, both rails again."""
+    two and the port down, SparkrackNcclDegraded is pending for rank 2 alone, its journal
+    names the node, the HCA and what NCCL does now, `invoke status` shows rank 2 on one rail
+    now and `fabric.check` names the rail as carrying nothing; the port back, both rails
+    again and the alert gone."""
     from sparkrack.rails import check_fabric
 
     inventory = engine_rack
@@ -412,13 +417,21 @@ def test_a_port_gone_down_under_a_serving_group_is_named_by_the_service_and_the_
         prometheus.wait(rails, lambda v: v == 1, timeout=30)
         seen = time.monotonic() - downed
         assert prometheus.value(port) == 0
+        alert = 'ALERTS{alertname="SparkrackNcclDegraded",node="spark-03",rank="2"'
+        prometheus.wait(alert + ',alertstate="pending"}', lambda v: v == 1, timeout=15)
+        # pending: its `for:` is a minute; rank 2's alone, and not the TCP one
+        assert prometheus.value('count(ALERTS{alertname=~"SparkrackNccl.*"})') == 1
         assert prometheus.value('sparkrack_nccl_rails{node="spark-04",rank="3"}') == 2
         said = wait_for("the finding in the journal", lambda: next(
             (line for line in journal().splitlines() if "roceP2p1s0f0's port went down" in line),
             None), 15)
         fabric = check_fabric(inventory, seconds=0.2)
+        shown = subprocess.run([sys.executable, "-m", "invoke", "status", "-i",
+                                str(inventory.path)], cwd=REPO, capture_output=True, text=True,
+                               timeout=120)
         rack.hca_down("spark-03", "roceP2p1s0f0", down=False)
         prometheus.wait(rails, lambda v: v == 2, timeout=30)
+        prometheus.wait(alert + "}", lambda v: v is None, timeout=15)  # resolved
         wait_for("the port back in the journal",
                  lambda: "spark-03: roceP2p1s0f0's port is up again" in journal(), 15)
     finally:
@@ -433,6 +446,11 @@ def test_a_port_gone_down_under_a_serving_group_is_named_by_the_service_and_the_
         "runs on 1 of 2 rails (rocep1s0f0), which `invoke up` refuses without "
         "--allow-degraded: reseat the cable (`invoke run --limit spark-03 -- ibdev2netdev` "
         "shows the ports)"), said
+    assert ("nccl: rank 2 on spark-03: NET/IB on roceP2p1s0f0:1, rocep1s0f0:1 (DEGRADED now: "
+            "the port of roceP2p1s0f0 is down (1: DOWN), 1 of 2 rails; NCCL fails that rail once "
+            "the HCA's retries are spent (about 34 s) and the group with it: reseat the cable); "
+            "the other 7: NET/IB on roceP2p1s0f0:1, rocep1s0f0:1") in " ".join(
+                shown.stdout.split()), shown.stdout + shown.stderr
     assert ("spark-03: roceP2p1s0f0 (enP2p1s0f0np0) of nccl_ib_hca carries nothing: its port "
             "is down (1: DOWN); NCCL skips it without an error and runs on rocep1s0f0 alone, "
             "about 1/2 of the node's bandwidth") in "\n".join(fabric.problems), fabric.problems

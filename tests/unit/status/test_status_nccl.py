@@ -27,3 +27,25 @@ def test_status_shows_each_degraded_rank_and_what_the_others_use():
         "nccl: every rank: NET/IB on rocep1s0f0:1, roceP2p1s0f0:1")
     assert nccl_line(healthy, {"deployment_id": "d1"}) is None  # another deployment's
     assert nccl_line(None, {"deployment_id": "d2"}) is None
+
+
+def test_status_shows_a_port_gone_down_under_a_rank_since_the_start():
+    """A cable out while serving: the record says both rails (what NCCL said at init), the
+    node's port says DOWN now. status names the rank on one rail now and what NCCL does;
+    a port missing from the round trip (the node did not answer) changes nothing."""
+    record = ncclcheck.record_of("d1", uses(), [], allowed=False)
+    down = {"spark-03": {"rocep1s0f0": "4: ACTIVE", "roceP2p1s0f0": "1: DOWN"}}
+    assert nccl_line(record, {"deployment_id": "d1"}, down) == (
+        "nccl: rank 2 on spark-03: NET/IB on rocep1s0f0:1, roceP2p1s0f0:1 (DEGRADED now: the "
+        "port of roceP2p1s0f0 is down (1: DOWN), 1 of 2 rails; NCCL fails that rail once the "
+        "HCA's retries are spent (about 34 s) and the group with it: reseat the cable); the "
+        "other 7: NET/IB on rocep1s0f0:1, roceP2p1s0f0:1")
+    gone = {"spark-03": {"rocep1s0f0": "4: ACTIVE", "roceP2p1s0f0": ""}}
+    assert "the port of roceP2p1s0f0 is down (no such device)" in nccl_line(
+        record, {"deployment_id": "d1"}, gone)
+    healthy = {f"spark-0{n}": {"rocep1s0f0": "4: ACTIVE", "roceP2p1s0f0": "4: ACTIVE"}
+               for n in range(1, 9)}
+    assert nccl_line(record, {"deployment_id": "d1"}, healthy) == (
+        "nccl: every rank: NET/IB on rocep1s0f0:1, roceP2p1s0f0:1")
+    assert nccl_line(record, {"deployment_id": "d1"}, {}) == (
+        "nccl: every rank: NET/IB on rocep1s0f0:1, roceP2p1s0f0:1")

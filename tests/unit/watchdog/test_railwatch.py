@@ -150,3 +150,48 @@ def test_promtool_accepts_the_nccl_alerts_and_they_fire_on_synthetic_series():
     assert done.returncode == 0 and "SUCCESS: 2 rules found" in done.stdout, done.stdout
     done = promtool("test", "rules", "sparkrack-nccl-alerts.test.yml")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_nccl_alerts_fire_on_the_series_the_service_exports(tmp_path):
+    """The service's own exposition, not hand-written series: rank 2 started on one rail and
+    rank 0 on TCP, as a scrape reads them every 15 s for 3 minutes. promtool fires
+    SparkrackNcclDegraded for rank 2 alone and SparkrackNcclOnTcp for rank 0 alone, with
+    the labels and the text an operator reads."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    current = deployment("d1")
+    watchdog = make(RailRack(current=current, last_good=current, containers=ranks_of("d1"),
+                             uses={0: [], 2: ["rocep1s0f0"]}))
+    watchdog.step()
+    scraped = {"job": "sparkrack-watchdog", "instance": "spark-01:9478"}
+    series = [{"series": sample.name + "{" + ",".join(
+                   f'{k}="{v}"' for k, v in sorted({**sample.labels, **scraped}.items())) + "}",
+               "values": f"{sample.value:g}x12"}
+              for family in text_string_to_metric_families(
+                  generate_latest(watchdog.metrics.registry).decode())
+              for sample in family.samples if sample.name.startswith("sparkrack_nccl_")]
+    assert len(series) == 3 * 3 + 3 * 2  # rails, expected, socket a rank; each node's ports
+    rules = {rule["alert"]: rule for group in yaml.safe_load(
+        (PROMETHEUS / "sparkrack-nccl-alerts.yml").read_text())["groups"]
+        for rule in group["rules"]}
+
+    def fired(alert: str, node: str, rank: str, value: str) -> dict:
+        def text(template: str) -> str:
+            return (template.replace("{{ $labels.rank }}", rank)
+                    .replace("{{ $labels.node }}", node).replace("{{ $value }}", value))
+        return {"exp_labels": {**scraped, "node": node, "rank": rank,
+                               **rules[alert]["labels"]},
+                "exp_annotations": {k: text(v) for k, v in rules[alert]["annotations"].items()}}
+
+    (tmp_path / "exported.test.yml").write_text(yaml.safe_dump({
+        "rule_files": [str(PROMETHEUS / "sparkrack-nccl-alerts.yml")],
+        "evaluation_interval": "15s",
+        "tests": [{"interval": "15s", "input_series": series, "alert_rule_test": [
+            {"eval_time": "2m", "alertname": "SparkrackNcclDegraded",
+             "exp_alerts": [fired("SparkrackNcclDegraded", "spark-03", "2", "1")]},
+            {"eval_time": "2m", "alertname": "SparkrackNcclOnTcp",
+             "exp_alerts": [fired("SparkrackNcclOnTcp", "spark-01", "0", "1")]}]}]}))
+    done = subprocess.run([need("promtool"), "test", "rules", "exported.test.yml"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -220,12 +220,12 @@ def pytest_runtest_setup(item):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """With SPARKRACK_TEST_COSTS=FILE: each rack test's CPU-seconds (its rack's and its
+    """With SPARKRACK_TEST_COSTS=FILE: each rack test's CPU-seconds (its racks' and its
     process's) appended to FILE, for tests/rackorder.py's table."""
     out, slot = os.environ.get("SPARKRACK_TEST_COSTS"), _SESSION.get("slot")
     if not out or slot is None or not _uses_rack(item):
         return (yield)
-    cgroups = (slot.cgroup, slot.runner_cgroup)
+    cgroups = slot.cgroups
     before = rackorder.slot_cpu_seconds(cgroups)
     result = yield
     with open(out, "a") as costs:

@@ -79,6 +79,12 @@ class Slot:
         CGROUP_GROUP for a node)."""
         return f"{self.cgroup}-runner"
 
+    @property
+    def cgroups(self) -> tuple[str, ...]:
+        """Every cgroup the slot's work runs in: each rack's nodes' and the runner's (what a
+        run's CPU-seconds are read from)."""
+        return (*(self.rack_cgroup(number) for number in RACKS), self.runner_cgroup)
+
 
 def available() -> bool:
     """Whether this machine can give a test process a private rack (root, unshare, mounts)."""

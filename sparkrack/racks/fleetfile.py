@@ -15,7 +15,7 @@ from sparkrack.inventory.values import is_address
 
 TOP_KEYS = ("name", "racks", "router", "drain_budget_s", "soak_s", "max_error_rate")
 ROUTER_KEYS = ("host", "port", "metrics_port", "policy", "version", "ssh_user", "ssh_port",
-               "ssh_key", "known_hosts", "health_check_interval_s")
+               "ssh_key", "known_hosts", "health_check_interval_s", "connect_timeout_s")
 # SMG's --policy choices that route one request to one worker over HTTP (smg 1.13.0
 # `smg launch --help`); the prefill/decode ones are for disaggregated serving
 POLICIES = ("round_robin", "random", "cache_aware", "power_of_two", "least_load",
@@ -23,6 +23,12 @@ POLICIES = ("round_robin", "random", "cache_aware", "power_of_two", "least_load"
 SMG_VERSION = "1.13.0"  # the release `fleet.router.install` installs unless the file says
 MAX_DRAIN_S = 1800  # SMG's --request-timeout-secs default: the router gives a request up
 MAX_SOAK_S = 3600
+# SMG's own connect timeout to a worker is 10 s (HttpPoolConfig, worker/http_client.rs): a
+# request it sends to a head that lost power waits that long before SMG retries it on
+# another rack, past many clients' own timeouts. A head on the router's network answers a
+# connect in well under a second; the fleet's default leaves room for one lost SYN (resent
+# after 1 s).
+CONNECT_TIMEOUT_S = 2
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class RouterSpec:
     ssh_key: Path | None
     known_hosts: Path | None
     health_check_interval_s: int  # SMG probes each worker's health path this often
+    connect_timeout_s: int = CONNECT_TIMEOUT_S  # SMG's connect to a head, then its retry
 
     @property
     def url(self) -> str:
@@ -120,7 +127,10 @@ def _router(section: Section, here: Path) -> RouterSpec:
         known_hosts=None if known is None else resolve_path(here, known),
         health_check_interval_s=section.value(
             "health_check_interval_s", lambda v: _int_in(v, 1, 60),
-            "whole seconds, 1-60 (SMG's default 60)", default=5))
+            "whole seconds, 1-60 (SMG's default 60)", default=5),
+        connect_timeout_s=section.value(
+            "connect_timeout_s", lambda v: _int_in(v, 1, 10),
+            "whole seconds, 1-10 (SMG's own default 10)", default=CONNECT_TIMEOUT_S))
     if spec.port == spec.metrics_port:
         raise section.error("metrics_port", f"metrics_port {spec.port} is the router's port "
                             "too", fix="give the metrics their own port, e.g. 29000")

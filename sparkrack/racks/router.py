@@ -33,12 +33,16 @@ class Worker:
     status: str  # pending | ready | not_ready | draining | failed (SMG's WorkerStatus)
     healthy: bool
     load: int  # requests the router has in flight on it
+    connect_timeout_s: int | None = None  # its http_pool's, when registered with one
 
     @classmethod
     def of(cls, data: dict) -> Worker:
+        pool = data.get("http_pool") if isinstance(data.get("http_pool"), dict) else {}
+        timeout = pool.get("connect_timeout_secs")
         return cls(id=str(data.get("id", "")), url=str(data.get("url", "")),
                    status=str(data.get("status", "?")).lower(),
-                   healthy=bool(data.get("is_healthy")), load=int(data.get("load") or 0))
+                   healthy=bool(data.get("is_healthy")), load=int(data.get("load") or 0),
+                   connect_timeout_s=timeout if isinstance(timeout, int) else None)
 
 
 @dataclass(frozen=True)
@@ -103,12 +107,15 @@ class Router:
         return next((w for w in self.workers() if w.url.rstrip("/") == url.rstrip("/")), None)
 
     def register(self, url: str) -> str:
-        """Ask the router to add the worker at url; its id (the router probes it, detects
-        the engine and marks it ready in the background: wait_ready)."""
+        """Ask the router to add the worker at url, with the fleet file's connect timeout
+        (SMG retries a request whose connect to a head timed out on another worker); its id
+        (the router probes it, detects the engine and marks it ready in the background:
+        wait_ready)."""
         found = self.worker(url)
         if found is not None:
             return found.id
-        return str(self._json("POST", "/workers", {"url": url}, ok=(200, 201, 202))
+        body = {"url": url, "http_pool": {"connect_timeout_secs": self.spec.connect_timeout_s}}
+        return str(self._json("POST", "/workers", body, ok=(200, 201, 202))
                    .get("worker_id", ""))
 
     def wait_ready(self, url: str, timeout: float) -> Worker:

@@ -27,8 +27,9 @@ def test_a_fleet_file_with_two_racks_and_the_router_defaults(tmp_path):
                                        "router:\n  host: 10.77.1.250\n"))
     assert fleet.racks == (tmp_path / "rack-a", tmp_path / "rack-b")
     router = fleet.router
-    assert (router.host, router.port, router.metrics_port, router.policy, router.version) == \
-        ("10.77.1.250", 30080, 29000, "round_robin", SMG_VERSION)
+    assert (router.host, router.port, router.metrics_port, router.policy, router.version,
+            router.connect_timeout_s) == ("10.77.1.250", 30080, 29000, "round_robin",
+                                          SMG_VERSION, 2)
     assert router.url == "http://10.77.1.250:30080"
     assert (fleet.drain_budget_s, fleet.soak_s, fleet.max_error_rate) == (120, 30, 0.0)
 
@@ -44,6 +45,8 @@ def test_a_fleet_file_with_two_racks_and_the_router_defaults(tmp_path):
      5, "policy: expected one of: round_robin"),
     ("name: lab\nracks: [rack-a, rack-b]\nrouter:\n  host: 10.77.1.250\n  metrics_port: 30080\n",
      5, "metrics_port 30080 is the router's port too"),
+    ("name: lab\nracks: [rack-a, rack-b]\nrouter:\n  host: 10.77.1.250\n  connect_timeout_s: 30\n",
+     5, "connect_timeout_s: expected whole seconds, 1-10 (SMG's own default 10)"),
     ("name: lab\nracks: [rack-a, rack-b]\nrouter: {host: 10.77.1.250}\ndrain_budget_s: 7200\n",
      4, "drain_budget_s: expected whole seconds, 0-1800"),
     ("name: lab\nracks: [rack-a, rack-b]\nrouter: {host: 10.77.1.250}\nsoak: 3\n", 4,

@@ -87,7 +87,7 @@ def render(inventory: Inventory, options: RenderOptions = RenderOptions()) -> di
     for name in DASHBOARDS:
         dashboard = json.loads((shipped("deploy") / "grafana" / name).read_text())
         files[f"grafana/dashboards/{name}"] = json.dumps(
-            chosen(dashboard, inventory.vars.rack_name), indent=2) + "\n"
+            chosen(dashboard, inventory.vars.rack_name, options.fleet), indent=2) + "\n"
     files["grafana/provisioning/datasources/sparkrack.yml"] = _yaml({
         "apiVersion": 1,
         "datasources": [{"name": DATASOURCE_NAME, "uid": DATASOURCE_NAME, "type": "prometheus",
@@ -102,11 +102,12 @@ def render(inventory: Inventory, options: RenderOptions = RenderOptions()) -> di
     return files
 
 
-def chosen(dashboard: dict, rack: str) -> dict:
-    """The dashboard with its variables' first choice made: the provisioned datasource and
-    this rack (either can be changed in Grafana)."""
+def chosen(dashboard: dict, rack: str, fleet: str = "") -> dict:
+    """The dashboard with its variables' first choice made: the provisioned datasource, this
+    rack and, when a fleet file was given, its fleet (each can be changed in Grafana)."""
     result = json.loads(json.dumps(dashboard))
-    picks = {"datasource": (DATASOURCE_NAME, DATASOURCE_NAME), "rack": (rack, rack)}
+    picks = {"datasource": (DATASOURCE_NAME, DATASOURCE_NAME), "rack": (rack, rack),
+             **({"fleet": (fleet, fleet)} if fleet else {})}
     for variable in result["templating"]["list"]:
         if variable["name"] in picks:
             text, value = picks[variable["name"]]

@@ -1,6 +1,8 @@
 """The dashboard against the rehearsal rack (issue 47, item 4; issue 57, item 3): every query
 of deploy/grafana/sparkrack.json answers, so no panel is empty, from what
-`invoke monitoring.render` writes.
+`invoke monitoring.render` writes. The router's row alone asks a fleet's router, which a
+rack without a fleet does not have: test_fleet_rack.py asks those queries of a real
+Prometheus scraping the fleet's router.
 
 The watchdog runs as the operator of a rack with a switched PDU installs it (`invoke
 watch.install --allow-power-cycle`, on the head: only then does it hold the PDU's keys and
@@ -40,13 +42,21 @@ RACK = "rehearsal"  # the inventory's rack_name: the rack variable's value
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "15s", "$rack": RACK}
 
 
-def dashboard_queries(path: Path) -> list[tuple[str, str]]:
-    """(panel title, expr) of every target of every panel, the variables filled in."""
-    found = []
+FLEET_ROW = "The fleet's router"  # the row whose panels are a fleet's, not a rack's
+
+
+def dashboard_queries(path: Path, variables: dict | None = None,
+                      fleet: bool = False) -> list[tuple[str, str]]:
+    """(panel title, expr) of every target of every rack panel (fleet: of every panel of
+    the router's row, the last row, whose series carry `fleet` instead of `rack`: only a
+    fleet's router has them; test_fleet_rack.py asks those), the variables filled in."""
+    found, in_fleet_row = [], False
     for panel in json.loads(path.read_text())["panels"]:
-        for target in panel.get("targets", []):
+        if panel["type"] == "row":
+            in_fleet_row = panel["title"].startswith(FLEET_ROW)
+        for target in panel.get("targets", []) if in_fleet_row == fleet else []:
             expr = target["expr"]
-            for name, value in GRAFANA_VARIABLES.items():
+            for name, value in (variables or GRAFANA_VARIABLES).items():
                 expr = expr.replace(name, value)
             assert "$" not in expr, f"{panel['title']}: unknown variable in {expr}"
             found.append((panel["title"], expr))

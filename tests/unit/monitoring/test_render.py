@@ -158,3 +158,8 @@ def test_a_fleets_router_is_scraped_when_a_fleet_file_names_it():
         {"targets": ["10.77.1.254:29000"], "labels": {"fleet": "rehearsal"}}]
     jobs = yaml.safe_load(files["prometheus/prometheus.yml"].split("\n", 3)[3])["scrape_configs"]
     assert "sparkrack-router" in [job["job_name"] for job in jobs]
+    dashboard = json.loads(files["grafana/dashboards/sparkrack.json"])
+    picked = {v["name"]: v["current"].get("value") for v in dashboard["templating"]["list"]}
+    assert (picked["rack"], picked["fleet"]) == ("rehearsal", "rehearsal")
+    assert "value" not in {v["name"]: v["current"] for v in json.loads(
+        plain["grafana/dashboards/sparkrack.json"])["templating"]["list"]}["fleet"]

@@ -1,11 +1,15 @@
 """The fleet's router: a real SMG (`smg launch`, the pinned release) on loopback in front of
-stub TP groups on loopback: registration, the router's drain, its counters."""
+stub TP groups on loopback: registration (with the fleet's connect timeout), the router's
+drain, its counters, and the series the dashboard's router panels ask for."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 from test_stub_group import GpuSim, LocalGroup, chat_tokens, eventually, free_port
@@ -13,6 +17,7 @@ from test_stub_group import GpuSim, LocalGroup, chat_tokens, eventually, free_po
 from sparkrack.racks.fleetfile import RouterSpec
 from sparkrack.racks.router import Router, RouterError
 
+REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(shutil.which("smg") is None, reason="smg not installed")
 
 
@@ -65,6 +70,7 @@ def test_a_rack_is_registered_served_drained_and_removed_through_the_router(rout
     worker_id = router.register(url)
     ready = router.wait_ready(url, 30)
     assert ready.id == worker_id and ready.status == "ready" and ready.healthy
+    assert ready.connect_timeout_s == router.spec.connect_timeout_s == 2  # SMG's own: 10
     assert router.register(url) == worker_id  # registered once
     before = router.counts()
     through = LocalGroup.__new__(LocalGroup)
@@ -85,12 +91,22 @@ def test_a_rack_is_registered_served_drained_and_removed_through_the_router(rout
     assert drained is not None and drained.id == worker_id
     assert router.worker(url).status == "draining"
     assert through_status(through) == 503  # no worker to send it to: the rack never sees it
+    exported = set(re.findall(r"^(smg_[a-z0-9_]+)\{", router._call(
+        "GET", "/metrics", port=router.spec.metrics_port)[1].decode(), re.MULTILINE))
+    assert dashboard_router_metrics() <= exported, dashboard_router_metrics() - exported
     reader.join(10)
     assert len(chat_tokens(done["result"][1])) == 40
     assert 'sglang:num_requests_total{model_name="stub-model"} 2' in group.get("/metrics").decode()
     router.wait_gone(url, 20)
     requests, failed = router.counts().rate_since(before)
     assert requests >= 3 and failed >= 1  # the refused one counts
+
+
+def dashboard_router_metrics() -> set[str]:
+    """The smg_* series the shipped dashboard's router panels ask for."""
+    dashboard = json.loads((REPO / "deploy" / "grafana" / "sparkrack.json").read_text())
+    return {name for panel in dashboard["panels"] for target in panel.get("targets", [])
+            for name in re.findall(r"\bsmg_[a-z0-9_]+", target["expr"])}
 
 
 def through_status(through: LocalGroup) -> int:

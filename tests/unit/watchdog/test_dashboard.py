@@ -48,16 +48,50 @@ def test_every_engine_query_names_both_engines():
             assert engines == ["sglang", "vllm"], expr
 
 
-def test_every_query_is_of_the_chosen_rack():
-    """A `rack` variable (the label monitoring.render puts on every target): every selector
-    of every query asks that rack's series only."""
-    rack = next(v for v in DASHBOARD["templating"]["list"] if v["name"] == "rack")
-    assert rack["type"] == "query" and "label_values(" in rack["query"] and \
-        rack["query"].endswith(", rack)")
-    for expr in EXPRS:
-        selectors = re.findall(
-            r"(?:sparkrack_[a-z0-9_]+)?\{[^}]*\}|\bsparkrack_[a-z0-9_]+\b(?!\{)", expr)
-        assert selectors and all('rack="$rack"' in s for s in selectors), expr
+def fleet_panels() -> list[dict]:
+    """The panels under the router's row: the fleet's, not a rack's."""
+    titles = [p["title"] for p in DASHBOARD["panels"]]
+    row = next(i for i, p in enumerate(DASHBOARD["panels"])
+               if p["type"] == "row" and p["title"].startswith("The fleet's router"))
+    after = DASHBOARD["panels"][row + 1:]
+    assert all(p["type"] != "row" for p in after), titles  # the router's row comes last
+    return after
+
+
+def test_every_query_is_of_the_chosen_rack_or_of_the_chosen_fleet():
+    """A `rack` variable (the label monitoring.render puts on every rack target): every
+    selector of every query asks that rack's series only. The one exception: the router's
+    row, whose series carry `fleet` (monitoring.render --fleet labels the router's target
+    with the fleet's name; a router serves several racks): each of its selectors asks the
+    `fleet` variable's fleet and SMG's own smg_* series, and no other panel does. These
+    fleet-only queries are the ones test_dashboard_rack.py leaves to test_fleet_rack.py."""
+    variables = {v["name"]: v for v in DASHBOARD["templating"]["list"]}
+    for name, job in (("rack", 'job=~"sparkrack-.*"'), ("fleet", 'job="sparkrack-router"')):
+        variable = variables[name]
+        assert variable["type"] == "query" and variable["query"] == \
+            f"label_values(up{{{job}}}, {name})", variable
+    fleet = [p["id"] for p in fleet_panels()]
+    assert len(fleet) >= 3
+    for panel in PANELS:
+        for expr in (t["expr"] for t in panel["targets"]):
+            selectors = re.findall(r"(?:(?:sparkrack|smg)_[a-z0-9_]+)?\{[^}]*\}"
+                                   r"|\b(?:sparkrack|smg)_[a-z0-9_]+\b(?!\{)", expr)
+            label, metric = ('fleet="$fleet"', "smg_") if panel["id"] in fleet else \
+                ('rack="$rack"', "")
+            assert selectors and all(label in s and s.startswith(metric) for s in selectors), \
+                (panel["title"], expr)
+            assert ("$fleet" in expr) == (panel["id"] in fleet), (panel["title"], expr)
+
+
+def test_the_router_s_request_rate_errors_and_heads_have_panels():
+    """What SMG 1.13.0 exports (smg launch's /metrics, read on loopback in
+    tests/unit/racks/test_router.py): routed requests, failed ones by error type, and each
+    registered head's health and in-flight count."""
+    used = {name for p in fleet_panels() for t in p["targets"]
+            for name in re.findall(r"\bsmg_[a-z0-9_]+", t["expr"])}
+    assert used == {"smg_router_requests_total", "smg_http_responses_total",
+                    "smg_router_request_errors_total", "smg_worker_health",
+                    "smg_worker_cb_state", "smg_worker_requests_active"}
 
 
 def test_grafanas_own_library_reads_every_key_of_the_dashboard():

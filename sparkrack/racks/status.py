@@ -4,6 +4,7 @@ view of it (docs/fleet.md#looking-at-the-fleet)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from urllib.parse import urlsplit
 
 from sparkrack.core.errors import SparkrackError
 from sparkrack.deployments.headapi import Endpoint
@@ -25,15 +26,20 @@ class RackRow:
     api: str | None  # its head's API (the router's worker URL), None when nothing serves
     serving: str | None  # "sglang 512k", None when nothing runs
     health: int | None  # its head's health path now (None: no answer)
-    router: str  # ready | draining | ... | not registered | unknown (router down)
+    router: str  # ready | draining | ... (", unhealthy") | not registered | unknown (router down)
     load: int | None  # requests the router has in flight on it
     problem: str | None = None
 
 
 def head_api(inventory: Inventory, fleet: Fleet) -> tuple[str | None, str | None, str]:
     """(its head's API URL, "engine profile", its health path) of what runs on the rack
-    (None, None, "") when no rank 0 runs."""
-    head = running(fleet, [inventory.head]).head
+    (None, None, "") when no rank 0 runs; SparkrackError naming the head when its docker
+    cannot be asked (it does not answer SSH)."""
+    found = running(fleet, [inventory.head])
+    if inventory.head.name in found.errors:
+        raise SparkrackError(f"{inventory.head.name} (the head): "
+                             f"{found.errors[inventory.head.name]}")
+    head = found.head
     if head is None:
         return None, None, ""
     definition = load_engine(inventory.path, head.engine, inventory.vars.images)
@@ -43,7 +49,9 @@ def head_api(inventory: Inventory, fleet: Fleet) -> tuple[str | None, str | None
 
 
 def rack_row(inventory: Inventory, workers: list[Worker] | None) -> RackRow:
-    """The row of one rack (workers: the router's list, None when it did not answer)."""
+    """The row of one rack (workers: the router's list, None when it did not answer). A
+    head that does not answer still shows the router's view of it: the worker at its
+    address, unhealthy once the router's health checks fail."""
     row = RackRow(inventory.vars.rack_name, str(inventory.path), None, None, None,
                   "unknown" if workers is None else "not registered", None)
     try:
@@ -51,14 +59,14 @@ def rack_row(inventory: Inventory, workers: list[Worker] | None) -> RackRow:
             row.api, row.serving, health_path = head_api(inventory, fleet)
     except SparkrackError as error:
         row.problem = error.line()
-        return row
     if row.api is not None:
         row.health = Endpoint(inventory.head, int(row.api.rsplit(":", 1)[1])).status(
             health_path, timeout=3.0)
-    if workers is not None and row.api is not None:
-        found = next((w for w in workers if w.url.rstrip("/") == row.api), None)
-        if found is not None:
-            row.router, row.load = found.status, found.load
+    found = next((w for w in workers or [] if (w.url.rstrip("/") == row.api if row.api
+                  else urlsplit(w.url).hostname == inventory.head.address)), None)
+    if found is not None:
+        row.router = found.status if found.healthy else f"{found.status}, unhealthy"
+        row.load = found.load
     return row
 
 

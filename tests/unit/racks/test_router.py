@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -117,6 +119,67 @@ def through_status(through: LocalGroup) -> int:
     except urllib.error.HTTPError as error:
         return error.code
     return 200
+
+
+@pytest.fixture
+def other_group(tmp_path):
+    """A second rack's head: another stub group on loopback."""
+    folder = tmp_path / "other"
+    folder.mkdir()
+    gpu = GpuSim(folder)
+    made = LocalGroup(folder, gpu, nnodes=2, extra=["--enable-metrics"])
+    made.start_all()
+    made.wait_healthy()
+    yield made
+    made.stop()
+    gpu.stop()
+
+
+def silence(port: int) -> list[socket.socket]:
+    """Nothing answers a connection to 127.0.0.1:port any more, not even a reset, as from a
+    head that lost power: a listener that never accepts, its accept queue filled, drops every
+    SYN (the kernel's listen overflow). The sockets to close to end it."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(0)
+    held = [listener]
+    for _ in range(4):  # a backlog of 0 queues one connection; the SYN after it is dropped
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+        held.append(filler)
+    return held
+
+
+def test_a_request_sent_to_a_silent_head_is_served_by_the_other_within_the_connect_timeout(
+        router, group, other_group):
+    """A head that lost power answers nothing; until the health checks take it out, the
+    router still sends it requests. Registered with the fleet's connect timeout (2 s, SMG's
+    own 10 s), each is on the other head 2 s later (SMG retries a 504) and ends whole."""
+    urls = [group.url(""), other_group.url("")]
+    for url in urls:
+        router.register(url)
+        router.wait_ready(url, 30)
+    other_group.stop()
+    quiet = silence(other_group.ports[0])
+    through = LocalGroup.__new__(LocalGroup)
+    through.ports = [router.spec.port]
+    took = []
+    try:
+        for _ in range(4):  # round robin: half of them chose the silent head first
+            began = time.monotonic()
+            status, events = LocalGroup.stream(through, "/v1/chat/completions", {
+                "model": "stub-model", "messages": [{"role": "user", "content": "q"}],
+                "max_tokens": 4})
+            took.append(round(time.monotonic() - began, 2))
+            assert status == 200 and len(chat_tokens(events)) == 4 and \
+                events[-1][1] == "[DONE]", events
+    finally:
+        for held in quiet:
+            held.close()
+    assert max(took) < router.spec.connect_timeout_s + 3, took  # SMG's own 10 s: >= 10 s
+    assert max(took) >= router.spec.connect_timeout_s, took  # one did wait on the silent head
 
 
 def test_a_router_that_does_not_answer_is_one_line_naming_it():

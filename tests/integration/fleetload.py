@@ -18,6 +18,7 @@ class Outcome:
     ended: float
     ok: bool
     why: str = ""
+    tokens: int = 0  # content chunks received
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Load:
     port: int
     clients: int = 8
     tokens: int = 30
+    timeout: float = 10.0  # a silence this long (connecting, or between two reads) fails it
     model: str = "GLM-5.3"
     outcomes: list[Outcome] = field(default_factory=list)
 
@@ -61,7 +63,8 @@ class Load:
         body = {"model": self.model, "max_tokens": self.tokens, "stream": True,
                 "ignore_eos": True, "stream_options": {"include_usage": True},
                 "messages": [{"role": "user", "content": "a steady client"}]}
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=10)
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        tokens = 0
         try:
             connection.request("POST", "/v1/chat/completions", json.dumps(body),
                                {"Content-Type": "application/json"})
@@ -69,7 +72,7 @@ class Load:
             if answer.status != 200:
                 return Outcome(began, time.monotonic(), False,
                                f"HTTP {answer.status}: {answer.read()[:120]!r}")
-            tokens, usage, done = 0, None, False
+            usage, done = None, False
             while True:
                 line = answer.readline()
                 if not line:
@@ -82,16 +85,18 @@ class Load:
                     break
                 event = json.loads(data)
                 if "error" in event and not event.get("choices"):
-                    return Outcome(began, time.monotonic(), False, f"error event: {event}")
+                    return Outcome(began, time.monotonic(), False, f"error event: {event}",
+                                   tokens)
                 for choice in event.get("choices") or []:
                     if (choice.get("delta") or {}).get("content"):
                         tokens += 1
                 usage = event.get("usage") or usage
             whole = done and usage is not None and usage.get("completion_tokens") == self.tokens
             return Outcome(began, time.monotonic(), whole,
-                           "" if whole else f"cut short: {tokens} tokens, done {done}")
+                           "" if whole else f"cut short: {tokens} tokens, done {done}", tokens)
         except (OSError, http.client.HTTPException, ValueError) as error:
-            return Outcome(began, time.monotonic(), False, f"{type(error).__name__}: {error}")
+            return Outcome(began, time.monotonic(), False,
+                           f"{type(error).__name__} after {tokens} tokens: {error}", tokens)
         finally:
             connection.close()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from sparkrack.core.errors import SparkrackError
 from sparkrack.deployments import record
@@ -27,7 +28,7 @@ from sparkrack.lifecycle.drain import in_flight
 from sparkrack.oplock.audit import note
 from sparkrack.racks.fleetfile import Fleet as FleetFile
 from sparkrack.racks.rackstep import on_rack
-from sparkrack.racks.router import Router, RouterError
+from sparkrack.racks.router import Router, RouterError, Worker
 from sparkrack.racks.status import head_api
 
 READY_TIMEOUT_S = 60.0  # the router probes a registered head, detects its engine, marks it ready
@@ -120,6 +121,10 @@ def fleet_down(fleet: FleetFile, *, on_event: Callable[[str], None] = lambda e: 
             url, _ = _api(inventory)
             if url is not None:
                 drain_rack(work, inventory, url, report)
+            for worker in _registered(work, inventory):  # a head that serves nothing now
+                work.router.drain(worker.url)
+                work.say(inventory, f"{worker.url} ({worker.status}) taken out of the router:"
+                         " its head serves nothing")
             began = time.monotonic()
             lanes.down(inventory, on_event=on_event)
             report.steps["down"] = time.monotonic() - began
@@ -277,6 +282,12 @@ def put_back(work: Work, inventory: Inventory, previous: Deployment | None,
                on_event=work.on_event)
     back, report.serving = _api(inventory)
     serve_again(work, inventory, report, back, soak=False)
+
+
+def _registered(work: Work, inventory: Inventory) -> list[Worker]:
+    """The router's workers at the rack's head address that are not draining yet."""
+    return [w for w in work.router.workers() if w.status != "draining"
+            and urlsplit(w.url).hostname == inventory.head.address]
 
 
 def _api(inventory: Inventory) -> tuple[str | None, str | None]:

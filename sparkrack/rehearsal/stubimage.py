@@ -48,7 +48,8 @@ REHEARSAL_INVENTORY = REPO / "inventory" / "rehearsal"
 STUB_MODULES = ("__init__.py", "api.py", "cli.py", "compilecache.py", "completion.py",
                 "config.py", "engine.py", "fabric.py", "faults.py", "gpu.py", "group.py",
                 "head.py", "hubtoken.py", "latency.py", "leak.py", "log.py", "metrics.py",
-                "nccl.py", "rank.py", "record.py", "server.py", "text.py", "transport.py",
+                "nccl.py", "rank.py", "record.py", "server.py", "slots.py", "text.py",
+                "transport.py",
                 "worker.py")  # modeldir.py is control side
 SIM_MODULES = ("gpusim/__init__.py", "gpusim/client.py", "gpusim/config.py")  # in sim/
 STDLIB_SKIP_DIRS = {"test", "tests", "idle_test", "idlelib", "tkinter", "turtledemo",

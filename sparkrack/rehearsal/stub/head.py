@@ -16,6 +16,7 @@ from .metrics import Metrics
 from .nccl import warn
 from .rank import Rank
 from .server import Server
+from .slots import FifoSlots
 
 STEP_S = 0.25  # between the group's collectives while a forward runs
 STEP_FRESH_S = 1.0  # a token waits for a collective completed this recently
@@ -32,7 +33,7 @@ class Head(Rank):
         self.group: HeadGroup | None = None
         self.server: Server | None = None
         self._lock = threading.Lock()
-        self._slots = threading.Semaphore(max(1, self.args.max_running_requests))
+        self._slots = FifoSlots(max(1, self.args.max_running_requests))  # first come first
         self._fids = iter(range(1, 1 << 62))
         self.inflight = 0  # accepted requests not yet finished (queued or running)
         self.running = 0

@@ -141,6 +141,12 @@ class Server(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # vLLM and SGLang serve their API through uvicorn, whose listen backlog is 2048
+    # (uvicorn/config.py, Config(backlog=2048)); socketserver's own is 5, with which the
+    # kernel drops a client's SYN as soon as a handful of connections wait to be accepted
+    # (a router opening connections for a burst of requests): its connect then waits 1 s
+    # and more for the SYN to be sent again, which no engine does at that load
+    request_queue_size = 2048
 
     def __init__(self, host: str, port: int, routes: Callable[[], dict],
                  access_log: Callable[[str], None] | None = None, activate: bool = True):

@@ -19,6 +19,7 @@ class Outcome:
     ok: bool
     why: str = ""
     tokens: int = 0  # content chunks received
+    answered: float = 0.0  # when the response's status line came (0: it never did)
 
 
 @dataclass
@@ -64,14 +65,15 @@ class Load:
                 "ignore_eos": True, "stream_options": {"include_usage": True},
                 "messages": [{"role": "user", "content": "a steady client"}]}
         connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-        tokens = 0
+        tokens, answered = 0, 0.0
         try:
             connection.request("POST", "/v1/chat/completions", json.dumps(body),
                                {"Content-Type": "application/json"})
             answer = connection.getresponse()
+            answered = time.monotonic()
             if answer.status != 200:
                 return Outcome(began, time.monotonic(), False,
-                               f"HTTP {answer.status}: {answer.read()[:120]!r}")
+                               f"HTTP {answer.status}: {answer.read()[:120]!r}", 0, answered)
             usage, done = None, False
             while True:
                 line = answer.readline()
@@ -86,17 +88,19 @@ class Load:
                 event = json.loads(data)
                 if "error" in event and not event.get("choices"):
                     return Outcome(began, time.monotonic(), False, f"error event: {event}",
-                                   tokens)
+                                   tokens, answered)
                 for choice in event.get("choices") or []:
                     if (choice.get("delta") or {}).get("content"):
                         tokens += 1
                 usage = event.get("usage") or usage
             whole = done and usage is not None and usage.get("completion_tokens") == self.tokens
             return Outcome(began, time.monotonic(), whole,
-                           "" if whole else f"cut short: {tokens} tokens, done {done}", tokens)
+                           "" if whole else f"cut short: {tokens} tokens, done {done}", tokens,
+                           answered)
         except (OSError, http.client.HTTPException, ValueError) as error:
             return Outcome(began, time.monotonic(), False,
-                           f"{type(error).__name__} after {tokens} tokens: {error}", tokens)
+                           f"{type(error).__name__} after {tokens} tokens: {error}", tokens,
+                           answered)
         finally:
             connection.close()
 

@@ -250,26 +250,10 @@ def inventory(rack):
 
 @pytest.fixture
 def engine_rack(rack, inventory):
-    """The rack made ready for engines, before each test that asks: provisioned (clock cap
-    unit, env files, limits, the stub images from their tars on every node; a no-change run
-    takes under a second), the stub model directory with a short load delay, and every
-    GPU's clock lock as the cap unit sets it. The model files and clock locks are read from
-    this machine (no SSH); only the nodes where they differ are written or restarted."""
-    from sparkrack.fleet import Fleet
-    from sparkrack.rehearsal.stub.modeldir import write_stub_model
-
-    rackhealth.provisioned(inventory)
-    stale_model = rackhealth.stub_model_differs(rack, rackhealth.STUB_CONFIG)
-    uncapped = rackhealth.clock_lock_differs(rack)  # a test or an operator reset it by hand
-    if stale_model or uncapped:
-        with Fleet(inventory, [inventory.node(n) for n in sorted({*stale_model, *uncapped})]) \
-                as fleet:
-            if stale_model:
-                write_stub_model(fleet, rackhealth.STUB_CONFIG, nodes=stale_model)
-            if uncapped:
-                fleet.run({name: ["systemctl", "restart", "sparkrack-clock-cap.service"]
-                           for name in uncapped}).raise_for_failures()
-    assert rackhealth.clock_lock_differs(rack) == []
+    """The rack made ready for engines, before each test that asks
+    (rackhealth.ready_for_engines: provisioned, the stub model directory with a short load
+    delay, every GPU's clock lock as the cap unit sets it)."""
+    rackhealth.ready_for_engines(rack, rackhealth.STUB_CONFIG)
     return inventory
 
 

@@ -112,3 +112,28 @@ def provisioned(inventory) -> None:
 
     report = provision(inventory)
     assert report.exit_code == 0, [report.recap(n.name) for n in inventory.nodes]
+
+
+def ready_for_engines(rack: RehearsalRack, stub: dict) -> None:
+    """The rack made ready for engines (conftest's engine_rack, or a module's fixture that
+    starts engines once): provisioned (clock cap unit, env files, limits, the stub images
+    from their tars on every node; a no-change run takes under a second), the stub model
+    directory with stub's settings, and every GPU's clock lock as the cap unit sets it. The
+    model files and clock locks are read from this machine (no SSH); only the nodes where
+    they differ are written or restarted."""
+    from sparkrack.fleet import Fleet
+    from sparkrack.rehearsal.stub.modeldir import write_stub_model
+
+    inventory = rack.inventory
+    provisioned(inventory)
+    stale_model = stub_model_differs(rack, stub)
+    uncapped = clock_lock_differs(rack)  # a test or an operator reset it by hand
+    if stale_model or uncapped:
+        with Fleet(inventory, [inventory.node(n) for n in sorted({*stale_model, *uncapped})]) \
+                as fleet:
+            if stale_model:
+                write_stub_model(fleet, stub, nodes=stale_model)
+            if uncapped:
+                fleet.run({name: ["systemctl", "restart", "sparkrack-clock-cap.service"]
+                           for name in uncapped}).raise_for_failures()
+    assert clock_lock_differs(rack) == []

@@ -49,8 +49,7 @@ STUB_MODULES = ("__init__.py", "api.py", "cli.py", "compilecache.py", "completio
                 "config.py", "engine.py", "fabric.py", "faults.py", "gpu.py", "group.py",
                 "head.py", "hubtoken.py", "latency.py", "leak.py", "log.py", "metrics.py",
                 "nccl.py", "rank.py", "record.py", "server.py", "slots.py", "text.py",
-                "transport.py",
-                "worker.py")  # modeldir.py is control side
+                "transport.py", "worker.py")  # modeldir.py is control side
 SIM_MODULES = ("gpusim/__init__.py", "gpusim/client.py", "gpusim/config.py")  # in sim/
 STDLIB_SKIP_DIRS = {"test", "tests", "idle_test", "idlelib", "tkinter", "turtledemo",
                     "ensurepip", "pydoc_data", "lib2to3", "distutils", "venv", "unittest",

@@ -1,11 +1,11 @@
 """A fleet of two rehearsal racks behind one router (SMG) on this machine: the second rack
 boots beside the session's (its own addresses, bridges, cgroups and state) for this module
-only, and the router runs as `rehearsal.up --racks 2` starts it. Two scenarios, each under
-a steady load of streaming clients whose every request's outcome is counted: one rack
-rolled plainly with no router (requests fail), and the fleet's whole life through the
-router (`fleet.up`, `fleet.status`, two `fleet.roll`s and a failed one, a head powered off,
-the router's dashboard panels, `fleet.down`; `fleet.router.install` on the way).
-docs/fleet.md
+only, and the router runs as `rehearsal.up --racks 2` starts it. One rack rolled plainly
+with no router under a steady load of streaming clients (requests fail); then the fleet,
+started once for the module (`fleet.up`, `fleet.router.install` meanwhile), under the same
+load through the router: two `fleet.roll`s and a failed one (no request fails), a head
+powered off (only its in-flight requests fail), the router's dashboard panels,
+`fleet.down`. docs/fleet.md
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ from sparkrack.rehearsal.stub.modeldir import write_stub_model
 
 pytestmark = pytest.mark.rack
 REPO = Path(__file__).resolve().parents[2]
-STUB = {"load_delay_s": 0.3, "tokens_per_s": 50, "drain_poll_s": 0.5}
 CLIENTS = 8
 PORTS = {"sglang": 30000, "vllm": 8000}
 SOAK_S = 2  # each rack's soak in the scenario: ~20 requests through the router
@@ -56,6 +55,7 @@ TOKENS = 60  # each of the fleet's streams: 1.2 s at the stub's 50 tokens/s
 # one rack serves all eight clients (the other rolled or dead) on SGLang's 512k lane (two
 # running, the rest waiting their turn), a request's turn comes after about 3 x 1.2 s
 CLIENT_TIMEOUT_S = 10
+SMG_ATTEMPTS = 5  # a request's attempts in SMG, the first included (--retry-max-retries)
 
 
 def available_gib() -> float:
@@ -87,7 +87,7 @@ def second_rack(rack):
         for node in second.nodes:
             second.load_startup(node.name, rackhealth.LOAD_STARTUP_S)
         with Fleet(second.inventory) as fleet:
-            write_stub_model(fleet, STUB)
+            write_stub_model(fleet, rackhealth.STUB_CONFIG)
         start_router(rack.inventory.path, say=lambda msg: None)
         print(f"\nsecond rack: booted in {booted:.1f} s; this machine's MemAvailable "
               f"{before:.1f} -> {available_gib():.1f} GiB")
@@ -98,29 +98,53 @@ def second_rack(rack):
         second.down()
 
 
-@pytest.fixture
-def fleet_path(engine_rack, second_rack, tmp_path, monkeypatch):
-    """The rehearsal fleet's file as the test's own: the same racks and router, a short
-    soak, and rack 1's inventory copied with an SGLang profile every rank refuses (a roll
-    to it fails its start). Local state (the audit copy) in tmp_path. Both racks back to
-    the router at the end."""
-    monkeypatch.setenv("SPARKRACK_STATE_DIR", str(tmp_path / "state"))
-    one = tmp_path / "rehearsal"
-    shutil.copytree(engine_rack.path, one)
+class Started:
+    """The module's fleet, started once: its file, what `fleet.up` and the router's
+    install did."""
+
+    def __init__(self, path: Path, state: Path):
+        self.path, self.state = path, state
+        self.file = load_fleet(path)
+        self.racks = {inv.vars.rack_name: inv for inv in self.file.inventories()}
+        self.router = Router(self.file.router)
+
+
+@pytest.fixture(scope="module")
+def fleet(rack, second_rack, tmp_path_factory):
+    """The rehearsal fleet's file as the module's own (the same racks and router, a short
+    soak, rack 1's inventory copied with an SGLang profile every rank refuses: a roll to
+    it fails its start; local state, the audit copy, in a folder of its own), both racks
+    started through the router with `fleet.up` as an operator runs it, and meanwhile
+    `fleet.router.install` onto one of rack 2's nodes. Every worker drained at the end (a
+    failed test's racks: the session's repair, rack 1, and the module's end, rack 2, stop
+    them)."""
+    rackhealth.ready_for_engines(rack, rackhealth.STUB_CONFIG)
+    here = tmp_path_factory.mktemp("fleet")
+    one = here / "rehearsal"
+    shutil.copytree(rack.inventory.path, one)
     engine = yaml.safe_load((shipped("engines") / "sglang.yml").read_text())
     engine["profiles"]["broken"] = {"description": "a value SGLang refuses: every rank exits 2",
                                     "extends": "512k",
                                     "flags": {"--speculative-algorithm": "NO-SUCH-ALGORITHM"}}
     (one / ".sparkrack" / "engines").mkdir(parents=True, exist_ok=True)
     (one / ".sparkrack" / "engines" / "sglang.yml").write_text(yaml.safe_dump(engine))
-    data = yaml.safe_load(fleet_file(engine_rack.path).read_text())
-    path = tmp_path / "fleet.yml"
+    data = yaml.safe_load(fleet_file(rack.inventory.path).read_text())
+    path = here / "fleet.yml"
     path.write_text(yaml.safe_dump({**data, "racks": [str(one), str(second_rack.inventory.path)],
                                     "soak_s": SOAK_S}))
-    yield path
-    router = Router(load_fleet(path).router)  # a failed test's racks: the session's repair
-    for worker in router.workers():  # (rack 1) and the module's end (rack 2) stop them
-        router.drain(worker.url)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPARKRACK_STATE_DIR", str(here / "state"))
+        started = Started(path, here / "state")
+        with ThreadPoolExecutor(1) as pool:  # the router's host is not the racks' business
+            installing = pool.submit(install_router_on, started.file, second_rack.inventory,
+                                     here)
+            began = time.monotonic()
+            started.up = invoke("fleet.up", "--engine", "sglang", "--fleet", str(path), "--json")
+            started.up_s = time.monotonic() - began
+            started.installed = installing.result()
+        yield started
+        for worker in started.router.workers():
+            started.router.drain(worker.url)
 
 
 def counters(inventory, engine: str) -> tuple[float, float]:
@@ -210,7 +234,7 @@ def audit_tasks(state: Path, task: str) -> list[dict]:
     return [r for r in records.values() if r.get("task") == task]
 
 
-def install_router_on(fleet, second, tmp_path: Path):
+def install_router_on(fleet, second, here: Path):
     """`fleet.router.install` of a fleet file whose router is one of rack 2's nodes (it
     reaches rack 2's head; it runs this machine's OS, so it is sent this machine's own
     installed smg: nothing is downloaded): (that fleet, what the install said, the unit's
@@ -219,7 +243,7 @@ def install_router_on(fleet, second, tmp_path: Path):
     from sparkrack.rehearsal.layout import CLIENT_KEY
 
     host = second.nodes[-1]
-    file = tmp_path / "installed.yml"
+    file = here / "installed.yml"
     file.write_text(yaml.safe_dump({
         "name": "installed", "racks": [str(path) for path in fleet.racks],
         "router": {"host": host.address, "port": 30090, "metrics_port": 29090,
@@ -259,12 +283,12 @@ def check_installed(installed, second, said: list[str], active: str) -> None:
 
 
 @pytest.fixture
-def prometheus(fleet_path, tmp_path):
+def prometheus(fleet, tmp_path):
     """`invoke monitoring.render --fleet` as an operator runs it, and Debian's Prometheus on
     what it wrote, as written: it scrapes the fleet's router (job sparkrack-router)."""
     out = tmp_path / "monitoring"
-    done = invoke("monitoring.render", "--out", str(out), "--fleet", str(fleet_path),
-                  "-i", str(load_fleet(fleet_path).racks[0]))
+    done = invoke("monitoring.render", "--out", str(out), "--fleet", str(fleet.path),
+                  "-i", str(fleet.file.racks[0]))
     assert done.returncode == 0, done.stdout + done.stderr
     port = free_port()
     with running([need("prometheus"), f"--config.file={out / 'prometheus' / 'prometheus.yml'}",
@@ -309,104 +333,67 @@ def table_rows(stdout: str) -> list[list[str]]:
     return [line.split("\t") for line in stdout.splitlines()]
 
 
-def test_a_fleet_rolls_under_load_with_no_failed_request_and_a_dead_head_fails_only_its_own(
-        fleet_path, second_rack, prometheus, tmp_path):
-    """Both racks up through the router (`fleet.up`, `fleet.status`, as an operator runs
-    them); eight streaming clients through the router while `fleet.roll` moves both racks
-    SGLang -> vLLM, a roll to a profile whose start fails stops at rack 1 (put back on vLLM,
-    registered again, rack 2 untouched), and `fleet.roll` moves both back to SGLang: no
-    request fails, every stream ends with its final chunk, none reaches a drained rack.
-    Then rack 2's head loses power under the load: the router takes it out of rotation,
-    and the only requests that fail are those it had in flight when the power went (the
-    router's own count), none sent after. The router's dashboard panels answer from a real
-    Prometheus; `fleet.down` takes both racks out of the router and stops them."""
-    fleet = load_fleet(fleet_path)
-    racks = {inventory.vars.rack_name: inventory for inventory in fleet.inventories()}
-    router, second = Router(fleet.router), second_rack.inventory
-    began, timeline = time.monotonic(), []
-
-    def mark(step: str) -> None:
-        timeline.append((round(time.monotonic() - began, 1), step))
-
-    with ThreadPoolExecutor(1) as pool:  # the router's host is not the racks' business
-        installing = pool.submit(install_router_on, fleet, second, tmp_path)
-        up = invoke("fleet.up", "--engine", "sglang", "--fleet", str(fleet_path), "--json")
-        mark("fleet.up")
-        installed, said, active = installing.result()
-    mark("fleet.router.install on one of rack 2's nodes")
-    check_installed(installed, second, said, active)
-    mark("the installed router checked and removed")
-    assert up.returncode == 0, up.stdout + up.stderr
-    assert [(r["rack"], r["serving"], sorted(r["steps"])) for r in json.loads(up.stdout)] == [
-        (name, "sglang 512k", ["register", "smoke", "soak", "up"]) for name in racks]
-    shown = invoke("fleet.status", "--fleet", str(fleet_path))
+def test_fleet_up_serves_both_racks_and_the_router_installs_as_a_service(fleet, second_rack):
+    """`fleet.up` started both racks on SGLang through the router (up, smoke, register,
+    soak each) and `fleet.status` shows them ready; `fleet.router.install` meanwhile ran
+    the router as a systemd service on one of rack 2's nodes, from this machine's own
+    installed smg (no download: a test sends no packet off this machine)."""
+    assert fleet.up.returncode == 0, fleet.up.stdout + fleet.up.stderr
+    assert [(r["rack"], r["serving"], sorted(r["steps"])) for r in json.loads(fleet.up.stdout)
+            ] == [(name, "sglang 512k", ["register", "smoke", "soak", "up"])
+                  for name in fleet.racks]
+    shown = invoke("fleet.status", "--fleet", str(fleet.path))
     assert shown.returncode == 0, shown.stdout + shown.stderr
     rows = table_rows(shown.stdout)
     assert rows[0] == ["rack", "serving", "head api", "health", "router", "load"], rows
     assert [(r[0], r[1], r[3], r[4]) for r in rows[1:]] == [
-        (name, "sglang 512k", "200", "ready") for name in racks], rows
+        (name, "sglang 512k", "200", "ready") for name in fleet.racks], rows
+    print(f"\nfleet.up of both racks: {fleet.up_s:.0f} s")
+    installed, said, active = fleet.installed
+    check_installed(installed, second_rack.inventory, said, active)
 
+
+def test_fleet_roll_moves_both_racks_and_back_under_load_with_no_failed_request(fleet):
+    """Eight streaming clients through the router while `fleet.roll` moves both racks
+    SGLang -> vLLM, a roll to a profile whose start fails stops at rack 1 (put back on vLLM,
+    registered again, rack 2 untouched), and `fleet.roll` moves both back to SGLang: no
+    request fails, every stream ends with its final chunk, none reaches a drained rack;
+    each step audited on its rack."""
+    racks, router = fleet.racks, fleet.router
+    began, timeline = time.monotonic(), []
     drains = Drains(racks)
     overflows = {name: listen_overflows(inv) for name, inv in racks.items()}
-    load = Load(fleet.router.host, fleet.router.port, clients=CLIENTS, tokens=TOKENS,
-                timeout=CLIENT_TIMEOUT_S).start()
+    load = Load(fleet.file.router.host, fleet.file.router.port, clients=CLIENTS,
+                tokens=TOKENS, timeout=CLIENT_TIMEOUT_S).start()
     try:
         time.sleep(1)
-        rolled = [("vllm", r) for r in drains.roll(fleet, "vllm")]
-        mark("fleet.roll vllm")
+        rolled = [("vllm", r) for r in drains.roll(fleet.file, "vllm")]
+        timeline.append((time.monotonic() - began, "fleet.roll vllm"))
         workers = {w.url: w.id for w in router.workers()}
         with pytest.raises(FleetStopped) as stopped:
-            drains.roll(fleet, "sglang", "broken")
-        mark("fleet.roll sglang broken: stopped at rack 1")
+            drains.roll(fleet.file, "sglang", "broken")
+        timeline.append((time.monotonic() - began, "fleet.roll sglang broken: stopped"))
         after_stop = {w.url: w for w in router.workers()}
-        rolled += [("sglang", r) for r in drains.roll(fleet, "sglang")]
-        mark("fleet.roll sglang")
-        overflows = {name: listen_overflows(inv) - overflows[name] for name, inv in racks.items()}
-
-        url = f"http://{second.head.address}:{PORTS['sglang']}"
-        time.sleep(2)
-        sent, on_it = sent_to(router, url), router.worker(url).load
-        cut = time.monotonic()
-        second_rack.poweroff(second.head.name)
-        on_it += sent_to(router, url) - sent  # sent there between the two readings
-        while (worker := router.worker(url)) is not None and worker.healthy \
-                and time.monotonic() - cut < 30:
-            time.sleep(0.2)
-        out = time.monotonic() - cut
-        mark(f"rack 2's head powered off; out of rotation after {out:.1f} s")
-        dead = invoke("fleet.status", "--fleet", str(fleet_path))  # the load on rack 1 alone
+        rolled += [("sglang", r) for r in drains.roll(fleet.file, "sglang")]
+        timeline.append((time.monotonic() - began, "fleet.roll sglang"))
+        time.sleep(1)
     finally:
         load.stop()
-    with ThreadPoolExecutor(1) as pool:  # the head boots while Prometheus scrapes on
-        booting = pool.submit(power_on, second_rack, second.head.name)
-        answered = router_panels(prometheus, fleet.name)
-        mark("the router's dashboard panels answered")
-        booting.result()
-    mark("rack 2's head powered on")
-    errors = {r["metric"].get("error_type") for r in answered["Router errors/s"]}
-
-    down = invoke("fleet.down", "--fleet", str(fleet_path), "--json")
-    mark("fleet.down")
+    overflows = {name: listen_overflows(inv) - overflows[name] for name, inv in racks.items()}
     failed, whole = load.failed(), [o for o in load.outcomes if o.ok]
-    print(f"\nfleet under {CLIENTS} streaming clients: {load.count()} requests, {len(whole)} "
-          f"whole, {len(failed)} failed ({on_it} on rack 2 when its power went); rack 2 out "
-          f"of rotation after {out:.1f} s; router errors by type: {sorted(errors)}")
-    for target, report in rolled:
-        print(f"  to {target}: {report}")
+    took = sorted(o.ended - o.began for o in load.outcomes)
+    print(f"\nfleet.roll sglang -> vllm -> (broken) -> sglang under {CLIENTS} streaming "
+          f"clients: {load.count()} requests, {len(failed)} failed; each took p50 "
+          f"{took[len(took) // 2]:.1f} s, max {took[-1]:.1f} s (first chunk after at most "
+          f"{max(o.answered - o.began for o in load.outcomes):.1f} s); SYNs the heads' "
+          f"listen queues dropped: {overflows}")
     for seconds, step in timeline:
         print(f"  {seconds:6.1f} s  {step}")
-    print(f"  listen overflows on the heads during the rolls: {overflows}")
-    slow = [(round(o.began - cut, 1), round(o.answered - o.began, 1), round(o.ended - o.began, 1))
-            for o in load.outcomes if o.ended - o.began > 3]
-    print(f"  over 3 s (began - cut, answered after, ended after): {slow}")
-    took = sorted(o.ended - o.began for o in whole)
-    print(f"  whole requests: p50 {took[len(took) // 2]:.2f} s, max {took[-1]:.2f} s; "
-          f"over 5 s: {[(round(o.began - cut), round(o.ended - o.began, 1)) for o in whole if o.ended - o.began > 5]}")
+    for target, report in rolled:
+        print(f"  to {target}: {report}")
 
-    # the rolls: no request failed, none reached a drained rack, each rack where it belongs
-    assert [f for f in failed if f.began >= cut or f.ended < cut] == [], \
-        [(round(f.began - cut, 2), f.why) for f in failed if f.began >= cut or f.ended < cut]
-    assert len([o for o in whole if o.ended < cut]) > 10 * CLIENTS
+    assert failed == [], [(round(f.began - began, 1), f.why) for f in failed]
+    assert len(whole) > 10 * CLIENTS
     assert drains.arrived == {"rehearsal": [0, 0, 0], "rehearsal-2": [0, 0]}, drains.arrived
     assert [(t, r["rack"], r["serving"]) for t, r in rolled] == [
         ("vllm", "rehearsal", "vllm 512k"), ("vllm", "rehearsal-2", "vllm 512k"),
@@ -421,12 +408,56 @@ def test_a_fleet_rolls_under_load_with_no_failed_request_and_a_dead_head_fails_o
     assert set(after_stop) == {one, two} and all(
         w.status == "ready" and w.healthy for w in after_stop.values()), after_stop
     assert after_stop[one].id != workers[one] and after_stop[two].id == workers[two]
-    audited = {name: [r["outcome"] for r in sorted(audit_tasks(tmp_path / "state", "fleet.roll"),
+    audited = {name: [r["outcome"] for r in sorted(audit_tasks(fleet.state, "fleet.roll"),
                                                    key=lambda r: r["ts"]) if r["rack"] == name]
                for name in racks}
     assert audited == {"rehearsal": ["ok", "failed", "ok"], "rehearsal-2": ["ok", "ok"]}
-    # the powered-off head: out of rotation; what failed was in flight on it, none after
+
+
+def test_a_powered_off_head_fails_only_its_in_flight_requests_then_fleet_down(
+        fleet, second_rack, prometheus):
+    """Rack 2's head loses power under the load: the router takes it out of rotation
+    before a request sent after the cut could spend all its attempts on it; the only
+    requests that fail are those it had in flight when the power went (the router's own
+    count), none sent after; `fleet.status` shows it. The router's dashboard panels answer
+    from a real Prometheus; `fleet.down` takes both racks out of the router and stops
+    them."""
+    router, second = fleet.router, second_rack.inventory
+    url = f"http://{second.head.address}:{PORTS['sglang']}"
+    load = Load(fleet.file.router.host, fleet.file.router.port, clients=CLIENTS,
+                tokens=TOKENS, timeout=CLIENT_TIMEOUT_S).start()
+    try:
+        time.sleep(3)
+        sent, on_it = sent_to(router, url), router.worker(url).load
+        cut = time.monotonic()
+        second_rack.poweroff(second.head.name)
+        on_it += sent_to(router, url) - sent  # sent there between the two readings
+        while (worker := router.worker(url)) is not None and worker.healthy \
+                and time.monotonic() - cut < 30:
+            time.sleep(0.2)
+        out = time.monotonic() - cut
+        dead = invoke("fleet.status", "--fleet", str(fleet.path))  # the load on rack 1 alone
+    finally:
+        load.stop()
+    with ThreadPoolExecutor(1) as pool:  # the head boots while Prometheus scrapes on
+        booting = pool.submit(power_on, second_rack, second.head.name)
+        answered = router_panels(prometheus, fleet.file.name)
+        booting.result()
+    errors = {r["metric"].get("error_type") for r in answered["Router errors/s"]}
+    down = invoke("fleet.down", "--fleet", str(fleet.path), "--json")
+    failed, whole = load.failed(), [o for o in load.outcomes if o.ok]
+    after = [o for o in load.outcomes if o.began >= cut]
+    print(f"\npowered-off head under {CLIENTS} streaming clients: out of rotation after "
+          f"{out:.1f} s; {load.count()} requests, {len(failed)} failed ({on_it} in flight on "
+          f"it when the power went); {len(after)} sent after, slowest "
+          f"{max(o.ended - o.began for o in after):.1f} s; router errors: {sorted(errors)}")
+
     assert worker is None or not worker.healthy
+    # out of rotation before a request sent just after the cut could have spent all its
+    # attempts on the dead head (each one connect timeout): none sent after the cut fails
+    assert out < SMG_ATTEMPTS * fleet.file.router.connect_timeout_s, out
+    assert [f for f in failed if f.began >= cut or f.ended < cut] == [], \
+        [(round(f.began - cut, 2), f.why) for f in failed]
     assert 1 <= len(failed) <= on_it, [f.why for f in failed]
     assert [o for o in whole if o.began > cut + out], "the load went on on rack 1"
     assert dead.returncode == 1, dead.stdout + dead.stderr
@@ -438,7 +469,7 @@ def test_a_fleet_rolls_under_load_with_no_failed_request_and_a_dead_head_fails_o
     # fleet.down: both racks out of the router and stopped
     assert down.returncode == 0, down.stdout + down.stderr
     assert [(r["rack"], "down" in r["steps"]) for r in json.loads(down.stdout)] == [
-        (name, True) for name in racks]
+        (name, True) for name in fleet.racks]
     assert [w for w in router.workers() if w.status != "draining"] == []
-    rows, _ = fleet_status(fleet)
-    assert [(r.rack, r.serving) for r in rows] == [(name, None) for name in racks]
+    rows, _ = fleet_status(fleet.file)
+    assert [(r.rack, r.serving) for r in rows] == [(name, None) for name in fleet.racks]

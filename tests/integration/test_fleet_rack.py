@@ -384,7 +384,7 @@ def test_fleet_roll_moves_both_racks_and_back_under_load_with_no_failed_request(
     took = sorted(o.ended - o.began for o in load.outcomes)
     print(f"\nfleet.roll sglang -> vllm -> (broken) -> sglang under {CLIENTS} streaming "
           f"clients: {load.count()} requests, {len(failed)} failed; each took p50 "
-          f"{took[len(took) // 2]:.1f} s, max {took[-1]:.1f} s (first chunk after at most "
+          f"{took[len(took) // 2]:.1f} s, max {took[-1]:.1f} s (the answer began after at most "
           f"{max(o.answered - o.began for o in load.outcomes):.1f} s); SYNs the heads' "
           f"listen queues dropped: {overflows}")
     for seconds, step in timeline:

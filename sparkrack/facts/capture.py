@@ -18,15 +18,21 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from sparkrack.facts.node import CAP_UNIT, NODE, gpu_of, parse_node
-from sparkrack.facts.onboard import DOCKER, links_query, parse_docker, parse_links
-from sparkrack.facts.queries import Answers, Query
-from sparkrack.facts.roce import SPARK_HCAS, HcaFacts, parse_hca, roce_query
-from sparkrack.facts.systemd import parse_unit
+from sparkrack.facts.node import CAP_UNIT, NODE, gpu_of
+from sparkrack.facts.onboard import DOCKER, links_query
+from sparkrack.facts.queries import Answers, Fact, Query
+from sparkrack.facts.roce import SPARK_HCAS, HcaFacts, roce_query
 from sparkrack.inventory.schema import plain
+from sparkrack.remote.node import cuda_section
+
+
+def parse_cuda(lines: list[str]) -> str:
+    """One `cuda_section`'s lines: the CUDA version ('' when nvidia-smi did not say)."""
+    return dict(line.split(" ", 1) for line in lines if " " in line).get("cuda", "")
+
 
 VERSION = 1
-CUDA = Query("cuda", (), ("v",))
+CUDA = Fact(cuda_section, parse_cuda).query()
 RACK_VARS = ("rack_name", "tp_size", "clock_cap_mhz", "nccl_ib_hca", "nccl_socket_ifname",
              "nccl_ib_gid_index", "fabric_prefix", "fabric_mtu", "images", "model_name",
              "indexer_mem_fraction", "api_port")
@@ -61,15 +67,14 @@ def gid_family(gid: str) -> str:
 
 def node_capture(name: str, rank: int, answers: Answers) -> dict[str, Any]:
     """One node's record from its answers to queries()."""
-    node = parse_node(answers.lines(NODE))
+    node = answers.get(NODE)
     gpu = gpu_of(answers)
-    docker = parse_docker(answers.lines(DOCKER))
-    unit = parse_unit(answers.lines(CAP_UNIT))
-    links = parse_links(answers.lines(links_query(SPARK_HCAS, ())))
-    cuda = dict(line.split(" ", 1) for line in answers.lines(CUDA) if " " in line)
+    docker = answers.get(DOCKER)
+    unit = answers.get(CAP_UNIT)
+    links = answers.get(links_query(SPARK_HCAS, ()))
     functions = {}
     for hca_name in sorted(SPARK_HCAS):
-        hca = parse_hca(answers.lines(roce_query(hca_name)))
+        hca = answers.get(roce_query(hca_name))
         if not hca.present:
             continue
         netdevs = {dev: {"mtu": links[dev].mtu if dev in links else None,
@@ -81,7 +86,7 @@ def node_capture(name: str, rank: int, answers: Answers) -> dict[str, Any]:
     return {
         "name": name, "rank": rank, "reachable": True,
         "kernel": node.get("kernel", ""), "os": node.get("os", ""),
-        "gpu": gpu.name or "", "driver": gpu.driver or "", "cuda": cuda.get("cuda", ""),
+        "gpu": gpu.name or "", "driver": gpu.driver or "", "cuda": answers.get(CUDA),
         "memory_kib": int(memory) if memory.isdigit() else None,
         "docker": docker.version or "",
         "clock_cap_unit": {"load": unit.load, "active": unit.active, "result": unit.result,

@@ -1,10 +1,10 @@
-"""The images a node's dockerd holds (ref -> image ID), refs normalized as docker does."""
+"""The images a node's dockerd holds (ref -> image ID), refs normalized as docker does: IMAGES
+asks them (dockerd.py's `images_section` answers, `parse_images` reads)."""
 
 from __future__ import annotations
 
-from sparkrack.facts.queries import Query
-
-IMAGES = Query("images", (), ("i",))
+from sparkrack.facts.queries import Fact
+from sparkrack.remote.dockerd import images_section
 
 
 def normalize_ref(ref: str) -> str:
@@ -24,7 +24,7 @@ def normalize_ref(ref: str) -> str:
 
 
 def parse_images(lines: list[str]) -> tuple[dict[str, str] | None, str | None]:
-    """One `i` section: ({ref: ID}, None) or (None, the docker error)."""
+    """One `images_section`'s lines: ({ref: ID}, None) or (None, the docker error)."""
     if not lines or not lines[0].startswith("rc "):
         return None, "no answer from docker"
     if lines[0] != "rc 0":
@@ -36,3 +36,6 @@ def parse_images(lines: list[str]) -> tuple[dict[str, str] | None, str | None]:
         if ref and image_id and not ref.endswith(":<none>"):
             images[ref] = image_id
     return images, None
+
+
+IMAGES = Fact(images_section, parse_images).query()

@@ -1,5 +1,6 @@
 """A file on a node as a round trip sees it: stat, its content when small (else its
-sha256), its entries when a directory. `file_query` asks, `parse_file` reads the answer."""
+sha256), its entries when a directory. FILE is the kind (gather.py's `file_section` answers,
+`parse_file` reads); `file_query` asks it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkrack.facts.queries import Query
+from sparkrack.facts.queries import Fact, Query
+from sparkrack.remote.gather import file_section
 
 CONTENT_LIMIT = 65536  # files up to this size come back whole (for diffs and hashes)
 
@@ -17,7 +19,7 @@ CONTENT_LIMIT = 65536  # files up to this size come back whole (for diffs and ha
 def file_query(path: str, limit: int = CONTENT_LIMIT) -> Query:
     """stat of path, its content when a regular file of at most limit bytes (else its
     sha256), its entries when a directory."""
-    return Query("file", (path,), ("f", path, str(limit)))
+    return FILE.query(path, limit, value=(path,))
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class FileFacts:
 
 
 def parse_file(lines: list[str]) -> FileFacts:
-    """One `f` section."""
+    """One `file_section`'s lines."""
     values: dict[str, Any] = {}
     entries: list[str] = []
     for line in lines:
@@ -57,6 +59,9 @@ def parse_file(lines: list[str]) -> FileFacts:
         exists=True, type=_file_type(kind), mode=mode, owner=owner, group=group,
         size=int(size) if size.isdigit() else 0, mtime=mtime, sha256=digest, content=content,
         entries=tuple(entries))
+
+
+FILE = Fact(file_section, parse_file)
 
 
 def _unquote(text: str) -> str:

@@ -1,8 +1,8 @@
 """The GPU as the watchdog reads it every poll, in the poll's one round trip: SM clock,
 power, temperature, utilization, the thermal margin and why the clock is held down (the
-clock event reasons: `nvidia-smi --query-gpu`, the `g` section, with the node's memory),
-and once per node the GPU's own slowdown and shutdown temperatures (the Temperature block
-of `nvidia-smi -q -d TEMPERATURE`, the `t` section).
+clock event reasons: `nvidia-smi --query-gpu`, SAMPLE: node.py's `sample_section`, with the
+node's memory), and once per node the GPU's own slowdown and shutdown temperatures (the
+Temperature block of `nvidia-smi -q -d TEMPERATURE`, THERMAL: `thermal_section`).
 
 Drivers before R535 print those thresholds as temperatures (`GPU Slowdown Temp: 89 C`);
 newer ones, GB10's 580 among them, print them as offsets from the T.Limit, the
@@ -17,17 +17,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkrack.facts.node import memory_of, parse_node
-from sparkrack.facts.queries import Answers, Query
+from sparkrack.facts.queries import Answers, Fact
+from sparkrack.remote.node import sample_section, thermal_section
 
 SAMPLE_FIELDS = ("clocks.sm", "power.draw", "temperature.gpu", "utilization.gpu")
 MARGIN_FIELD = "temperature.gpu.tlimit"  # degrees left before the T.Limit (R535 and later)
 REASONS_FIELD = "clocks_event_reasons.active"  # a bitmask, e.g. 0x0000000000000020
 OPTIONAL_FIELDS = (MARGIN_FIELD, REASONS_FIELD)  # asked together; an older driver: neither
-SAMPLE = Query("gpu-sample", (), ("g", ",".join(SAMPLE_FIELDS), ",".join(OPTIONAL_FIELDS)))
+SAMPLE = Fact(sample_section, parse_node).query(",".join(SAMPLE_FIELDS),
+                                               ",".join(OPTIONAL_FIELDS))
 # NVML's clock event reasons (nvmlClocksEventReasons): the GPU slowing itself for heat
 SW_THERMAL_SLOWDOWN = 0x20
 HW_THERMAL_SLOWDOWN = 0x40
-THERMAL = Query("gpu-thermal", (), ("t",))
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def _number(text: str) -> float | None:
 
 def parse_sample(answers: Answers) -> GpuSample | None:
     """The GPU reading of a SAMPLE answer (None: nvidia-smi failed or said nothing)."""
-    rc, _, line = parse_node(answers.lines(SAMPLE)).get("gpu", "1 ").partition(" ")
+    rc, _, line = answers.get(SAMPLE).get("gpu", "1 ").partition(" ")
     values = [v.strip() for v in line.split(",")]
     if rc != "0" or len(values) not in (len(SAMPLE_FIELDS), len(SAMPLE_FIELDS) + 1,
                                         len(SAMPLE_FIELDS) + len(OPTIONAL_FIELDS)):
@@ -121,3 +122,6 @@ def parse_thermal(lines: list[str]) -> Thermal:
         return current + margin - offset
 
     return Thermal(absolute("Slowdown"), absolute("Shutdown"))
+
+
+THERMAL = Fact(thermal_section, parse_thermal).query()

@@ -1,7 +1,7 @@
 """Which network daemon renders a node's fabric netdevs: netplan's files as the node holds
-them (the `p` query), netplan's renderer of each netdev (global or per device, later files
-override), the one role fabric's drop-in should leave it with, and whether that daemon
-runs (its unit). Pure: the plan asks `renderer_for` and `problem`."""
+them (NETPLAN: gather.py's `netplan_section`, `parse_netplan`), netplan's renderer of each
+netdev (global or per device, later files override), the one role fabric's drop-in should
+leave it with, and whether that daemon runs (its unit). Pure: the plan asks `renderer_for` and `problem`."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import yaml
 
-from sparkrack.facts.queries import Query
+from sparkrack.facts.queries import Fact
 from sparkrack.facts.systemd import UnitFacts, unit_query
+from sparkrack.remote.gather import netplan_section
 
-NETPLAN = Query("netplan", (), ("p",))
 NETWORKD = "networkd"
 NETWORK_MANAGER = "NetworkManager"
 DAEMONS = {NETWORKD: "systemd-networkd.service", NETWORK_MANAGER: "NetworkManager.service"}
@@ -41,7 +41,7 @@ class Renderer:
 
 
 def parse_netplan(lines: Iterable[str]) -> tuple[NetplanFile, ...]:
-    """The `p` section: `file PATH` then `content BASE64` (or nothing: unreadable)."""
+    """One `netplan_section`'s lines: `file PATH` then `content BASE64` (or nothing: unreadable)."""
     files: list[NetplanFile] = []
     for line in lines:
         key, _, value = line.partition(" ")
@@ -54,6 +54,9 @@ def parse_netplan(lines: Iterable[str]) -> tuple[NetplanFile, ...]:
                 continue
             files[-1] = NetplanFile(files[-1].path, text)
     return tuple(files)
+
+
+NETPLAN = Fact(netplan_section, parse_netplan).query()
 
 
 def renderers(files: Sequence[NetplanFile]) -> tuple[Renderer, dict[str, Renderer]]:

@@ -2,8 +2,9 @@
 kernel (release, command line, CMA counters), OS, boot id, GPU, memory, the clock cap unit
 and the last burn record.
 
-`queries()` are what a round trip asks for them (the node's own `s` query, the cap unit,
-the burn record); `facts_of(answers)` parses them into `NodeFacts`. Whether the GPU's cap
+`queries()` are what a round trip asks for them (NODE: node.py's `node_section` on the node,
+`parse_node` here; the cap unit; the burn record); `facts_of(answers)` parses them into
+`NodeFacts`. Whether the GPU's cap
 was verified is decided here once: `burn_this_boot` (a burn counts only with this boot's id).
 """
 
@@ -12,17 +13,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from sparkrack.facts.files import FileFacts, file_query, parse_file
+from sparkrack.facts.files import FileFacts, file_query
 from sparkrack.facts.kernel import KernelFacts
-from sparkrack.facts.queries import Answers, Query, answer, argv
-from sparkrack.facts.systemd import UnitFacts, parse_unit, unit_query
+from sparkrack.facts.queries import Answers, Fact, Query, answer, argv
+from sparkrack.facts.systemd import UnitFacts, unit_query
+from sparkrack.remote.node import memory_section, node_section
 
 CLOCK_CAP_UNIT = "sparkrack-clock-cap.service"
 BURN_RECORD = "/var/lib/sparkrack/burn.json"
 GPU_FIELDS = ("name", "clocks.sm", "clocks.max.sm", "power.draw", "temperature.gpu",
               "utilization.gpu", "pstate", "persistence_mode", "driver_version", "compute_cap")
-NODE = Query("node", (), ("s", ",".join(GPU_FIELDS)))
-MEMORY = Query("memory", (), ("m",))  # MemTotal and MemAvailable alone (watch's sample)
 CAP_UNIT = unit_query(CLOCK_CAP_UNIT)
 BURN = file_query(BURN_RECORD)
 
@@ -122,27 +122,32 @@ def parse_burn(record: FileFacts) -> dict | None:
 
 
 def parse_node(lines: list[str]) -> dict[str, str]:
-    """The `s` section: {hostname, kernel, os, gpu, MemTotal, MemAvailable, CmaTotal,
-    CmaFree, cmdline: the rest of the line}."""
+    """One `node_section`'s lines: {hostname, kernel, os, gpu, MemTotal, MemAvailable,
+    CmaTotal, CmaFree, cmdline: the rest of the line} (`memory_section`'s and
+    `sample_section`'s, the keys they print)."""
     return {key: rest for key, _, rest in (line.partition(" ") for line in lines)}
+
+
+NODE = Fact(node_section, parse_node).query(",".join(GPU_FIELDS))
+MEMORY = Fact(memory_section, parse_node).query()  # MemTotal and MemAvailable alone (watch's)
 
 
 def gpu_of(answers: Answers) -> GpuFacts:
     """The GPU of a round trip's NODE answer."""
-    rc, _, line = parse_node(answers.lines(NODE)).get("gpu", "1 ").partition(" ")
+    rc, _, line = answers.get(NODE).get("gpu", "1 ").partition(" ")
     return parse_gpu(int(rc) if rc.lstrip("-").isdigit() else 1, line.strip())
 
 
 def facts_of(answers: Answers) -> NodeFacts:
     """The node facts of a round trip's answers."""
-    node = parse_node(answers.lines(NODE))
+    node = answers.get(NODE)
     return NodeFacts(
         hostname=node.get("hostname", ""), kernel=node.get("kernel", ""),
         os=node.get("os", ""), boot_id=answers.boot_id, gpu=gpu_of(answers),
         mem_total_kb=_number(node.get("MemTotal", "")),
         mem_available_kb=_number(node.get("MemAvailable", "")),
-        clock_cap=parse_unit(answers.lines(CAP_UNIT)),
-        burn=parse_burn(parse_file(answers.lines(BURN))), cmdline=node.get("cmdline"),
+        clock_cap=answers.get(CAP_UNIT), burn=parse_burn(answers.get(BURN)),
+        cmdline=node.get("cmdline"),
         cma_total_kb=_number(node.get("CmaTotal", "")),
         cma_free_kb=_number(node.get("CmaFree", "")))
 
@@ -150,7 +155,7 @@ def facts_of(answers: Answers) -> NodeFacts:
 def memory_of(answers: Answers, query: Query = MEMORY) -> tuple[int, int] | None:
     """(MemTotal kB, MemAvailable kB) of a MEMORY (or NODE) answer, or None if the node did
     not say."""
-    node = parse_node(answers.lines(query))
+    node = answers.get(query)
     total, available = _number(node.get("MemTotal", "")), _number(node.get("MemAvailable", ""))
     return None if total is None or available is None else (total, available)
 

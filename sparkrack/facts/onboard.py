@@ -1,23 +1,22 @@
 """Onboarding's own questions: the docker daemon (version, runtimes, the NVIDIA hook on its
-PATH) and the RoCE / NCCL links (MTU, operstate, IPv4 of each netdev). The other facts of
-the baseline are the node facts and provisioning's HCA, netdev and image queries, asked in
-the same round trip."""
+PATH: DOCKER, dockerd.py's `daemon_section`) and the RoCE / NCCL links (MTU, operstate, IPv4
+of each netdev: LINKS, links.py's `links_section`). The other facts of the baseline are the
+node facts and provisioning's HCA, netdev and image queries, asked in the same round trip."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sparkrack.facts.queries import Query
-
-DOCKER = Query("docker", (), ("d",))
+from sparkrack.facts.queries import Fact, Query
+from sparkrack.remote.dockerd import daemon_section
+from sparkrack.remote.links import links_section
 
 
 def links_query(hcas: Iterable[str], devs: Iterable[str]) -> Query:
     """MTU, state and IPv4 of devs and of every netdev of the HCAs."""
     hcas, devs = tuple(hcas), tuple(devs)
-    return Query("links", (*hcas, "", *devs),
-                 ("l", str(len(hcas)), *hcas, str(len(devs)), *devs))
+    return LINKS.query(hcas, devs, value=(*hcas, "", *devs))
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class NetdevFacts:
 
 
 def parse_docker(lines: list[str]) -> DockerFacts:
-    """The `d` section."""
+    """One `daemon_section`'s lines."""
     values = {key: rest.strip() for key, _, rest in (line.partition(" ") for line in lines)}
     if "version" not in values or not values["version"]:
         return DockerFacts(error=values.get("error", "no answer from docker"),
@@ -50,7 +49,7 @@ def parse_docker(lines: list[str]) -> DockerFacts:
 
 
 def parse_links(lines: list[str]) -> dict[str, NetdevFacts]:
-    """The `l` section: {netdev: NetdevFacts}."""
+    """One `links_section`'s lines: {netdev: NetdevFacts}."""
     netdevs = {}
     for line in lines:
         parts = line.split()
@@ -61,3 +60,7 @@ def parse_links(lines: list[str]) -> dict[str, NetdevFacts]:
         netdevs[parts[1]] = NetdevFacts(int(mtu) if mtu.isdigit() else None,
                                         "" if state == "-" else state, "" if ipv4 == "-" else ipv4)
     return netdevs
+
+
+DOCKER = Fact(daemon_section, parse_docker).query()
+LINKS = Fact(links_section, parse_links)

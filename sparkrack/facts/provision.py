@@ -1,34 +1,45 @@
 """Provisioning's questions in one round trip: files, units, HCAs, guard commands, images,
 netdevs, netplan's files (each kind's query and parser lives with its topic: files.py,
-systemd.py, roce.py, docker.py, netplan.py); `parse_facts` turns the answers into
-`ProvisionFacts` for the plan."""
+systemd.py, roce.py, docker.py, netplan.py; GUARD's here); `facts_of` gathers the answers
+into `ProvisionFacts` for the plan."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from sparkrack.facts.docker import parse_images
-from sparkrack.facts.files import FileFacts, parse_file
-from sparkrack.facts.netplan import NetplanFile, parse_netplan, problem, renderer_for
-from sparkrack.facts.queries import Answers, Query, answer
+from sparkrack.facts.docker import IMAGES
+from sparkrack.facts.files import FILE, FileFacts
+from sparkrack.facts.netplan import NETPLAN, NetplanFile, problem, renderer_for
+from sparkrack.facts.queries import Answers, Fact, Query, answer
 from sparkrack.facts.roce import (
+    FUNCTIONS,
+    HCA,
+    NETDEVS,
     Function,
-    HcaFacts,
     RoceFacts,
     cabling_hint,
     netdev_down,
-    parse_functions,
-    parse_hca,
-    parse_netdevs,
 )
-from sparkrack.facts.systemd import UnitFacts, parse_unit
+from sparkrack.facts.systemd import UNIT, UnitFacts
+from sparkrack.remote.gather import guard_section
+
+
+def parse_guard(lines: list[str]) -> tuple[int, str]:
+    """One `guard_section`'s lines: (its exit code, 255 when unknown; what it said last when
+    it does not hold)."""
+    rc = next((line[3:] for line in lines if line.startswith("rc ")), "")
+    why = next((line[4:] for line in lines if line.startswith("why ")), "")
+    return int(rc) if rc.isdigit() else 255, why
+
+
+GUARD = Fact(guard_section, parse_guard)
 
 
 def guard_query(argv: Iterable[str]) -> Query:
     """The exit code of a guard command."""
     value = tuple(argv)
-    return Query("guard", value, ("x", str(len(value)), *value))
+    return GUARD.query(value, value=value)
 
 
 @dataclass(frozen=True)
@@ -83,36 +94,14 @@ def parse_facts(text: str, queries: Iterable[Query]) -> ProvisionFacts:
 
 def facts_of(answers: Answers) -> ProvisionFacts:
     """Provisioning's facts from a round trip's answers (other kinds' are left out)."""
-    files: dict[str, FileFacts] = {}
-    units: dict[str, UnitFacts] = {}
-    hcas: dict[str, HcaFacts] = {}
-    guards: dict[tuple[str, ...], int] = {}
-    guard_reasons: dict[tuple[str, ...], str] = {}
-    images, images_error, netdevs, netplan = None, None, (), None
-    functions: dict[str, Function] = {}
-    for query in answers.index:
-        lines = answers.lines(query)
-        if query.kind == "file":
-            files[query.value[0]] = parse_file(lines)
-        elif query.kind == "unit":
-            units[query.value[0]] = parse_unit(lines)
-        elif query.kind == "roce":
-            hcas[query.value[0]] = parse_hca(lines)
-        elif query.kind == "guard":
-            rc = next((line[3:] for line in lines if line.startswith("rc ")), "")
-            guards[query.value] = int(rc) if rc.isdigit() else 255
-            why = next((line[4:] for line in lines if line.startswith("why ")), "")
-            if why:
-                guard_reasons[query.value] = why
-        elif query.kind == "images":
-            images, images_error = parse_images(lines)
-        elif query.kind == "netdevs":
-            netdevs = parse_netdevs(lines)
-        elif query.kind == "functions":
-            functions = parse_functions(lines)
-        elif query.kind == "netplan":
-            netplan = parse_netplan(lines)
+    guards = answers.each(GUARD)
+    images, images_error = answers.found(IMAGES, (None, None))
     return ProvisionFacts(
-        boot_id=answers.boot_id, now=answers.now, files=files, units=units,
-        roce=RoceFacts(hcas), guards=guards, guard_reasons=guard_reasons, images=images,
-        images_error=images_error, netdevs=netdevs, functions=functions, netplan=netplan)
+        boot_id=answers.boot_id, now=answers.now,
+        files={path: facts for (path,), facts in answers.each(FILE).items()},
+        units={name: facts for (name,), facts in answers.each(UNIT).items()},
+        roce=RoceFacts({name: facts for (name,), facts in answers.each(HCA).items()}),
+        guards={argv: rc for argv, (rc, _) in guards.items()},
+        guard_reasons={argv: why for argv, (_, why) in guards.items() if why},
+        images=images, images_error=images_error, netdevs=answers.found(NETDEVS, ()),
+        functions=answers.found(FUNCTIONS, {}), netplan=answers.found(NETPLAN))

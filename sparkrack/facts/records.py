@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from sparkrack.facts.files import file_query, parse_file
+from sparkrack.facts.files import file_query
 from sparkrack.facts.queries import Answers, Query
 
 RECORD_DIR = "/var/lib/sparkrack/deployments"
@@ -22,15 +22,8 @@ def queries() -> list[Query]:
 
 def records_of(answers: Answers) -> dict[str, dict | None]:
     """{kind: the record's JSON object, or None when absent or unreadable}."""
-    found: dict[str, dict | None] = {}
-    for kind, query in zip(KINDS, queries(), strict=False):
-        content = parse_file(answers.lines(query)).content
-        try:
-            data = json.loads(content) if content and content.strip() else None
-        except ValueError:
-            data = None
-        found[kind] = data if isinstance(data, dict) else None
-    return found
+    return {kind: _object(answers.get(query).content)
+            for kind, query in zip(KINDS, queries(), strict=True)}
 
 
 NCCL = "nccl"  # what each rank's NCCL said it uses at the last start (lifecycle/start.py)
@@ -43,7 +36,7 @@ def nccl_query() -> Query:
 
 def nccl_of(answers: Answers) -> dict | None:
     """The NCCL record's JSON object (None: absent or unreadable)."""
-    return _object(parse_file(answers.lines(nccl_query())).content)
+    return _object(answers.get(nccl_query()).content)
 
 
 def _object(content: bytes | None) -> dict | None:
@@ -61,9 +54,4 @@ def power_cycle_query() -> Query:
 
 def power_cycle_of(answers: Answers) -> dict | None:
     """The power-cycle record's JSON object (None: absent or unreadable)."""
-    content = parse_file(answers.lines(power_cycle_query())).content
-    try:
-        data = json.loads(content) if content and content.strip() else None
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
+    return _object(answers.get(power_cycle_query()).content)

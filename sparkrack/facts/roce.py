@@ -1,5 +1,7 @@
 """A node's RoCE side: each HCA (present, port state, netdevs, GID table; the probed
-RoCE v2 IPv4-mapped GID index) and the node's network interfaces."""
+RoCE v2 IPv4-mapped GID index) and the node's network interfaces. The kinds: HCA (gather.py's
+`hca_section`), FUNCTIONS (`functions_section`: every RDMA device, how the node is cabled)
+and NETDEVS (`net_section`), each beside its parser."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sparkrack.facts.queries import Query
+from sparkrack.facts.queries import Fact, Query
 from sparkrack.inventory import Node
+from sparkrack.remote.gather import functions_section, hca_section, net_section
 
 ROCE_V2 = "RoCE v2"
 _SPARK_HCA = re.compile(r"roce((?:P\d+)?p\d+s\d+f(\d+))")
@@ -66,11 +69,7 @@ SPARK_HCAS = ("rocep1s0f0", "roceP2p1s0f0", "rocep1s0f1", "roceP2p1s0f1")
 
 def roce_query(hca: str) -> Query:
     """An RDMA device: present, port state, netdevs, GID table."""
-    return Query("roce", (hca,), ("r", hca))
-
-
-NETDEVS = Query("netdevs", (), ("n",))
-FUNCTIONS = Query("functions", (), ("a",))  # every RDMA device: how the node is cabled
+    return HCA.query(hca, value=(hca,))
 
 
 @dataclass(frozen=True)
@@ -87,9 +86,9 @@ class Function:
 
 
 def parse_functions(lines: list[str]) -> dict[str, Function]:
-    """The `a` section: {HCA: Function} for every RDMA device of the node, PCIe domain 0's
-    before the second path's (rocep1s0f0, rocep1s0f1, roceP2p1s0f0, ...: as ibdev2netdev
-    lists them)."""
+    """One `functions_section`'s lines: {HCA: Function} for every RDMA device of the node,
+    PCIe domain 0's before the second path's (rocep1s0f0, rocep1s0f1, roceP2p1s0f0, ...: as
+    ibdev2netdev lists them)."""
     found = {}
     for line in lines:
         parts = line.split("\t")
@@ -253,7 +252,8 @@ def ipv4_of(gid: str) -> str | None:
 
 
 def parse_hca(lines: list[str]) -> HcaFacts:
-    """One `r` section: presence, port state, netdevs and the GID table's filled entries."""
+    """One `hca_section`'s lines: presence, port state, netdevs and the GID table's filled
+    entries."""
     if not lines or lines[0] != "present":
         return HcaFacts()
     state, rate, netdevs = "", "", []
@@ -285,3 +285,8 @@ def parse_netdevs(lines: list[str]) -> tuple[str, ...]:
     """The interface names of /proc/net/dev (the node's own network namespace)."""
     return tuple(line.split(":", 1)[0].strip() for line in lines if ":" in line
                  and "|" not in line)
+
+
+HCA = Fact(hca_section, parse_hca)
+FUNCTIONS = Fact(functions_section, parse_functions).query()
+NETDEVS = Fact(net_section, parse_netdevs).query()

@@ -1,11 +1,13 @@
 """A systemd unit on a node: `systemctl show` of the properties every caller reads
-(provisioning, `invoke status`, the gates, the watchdog's install), asked and parsed once."""
+(provisioning, `invoke status`, the gates, the watchdog's install), asked and parsed once:
+UNIT is the kind (gather.py's `unit_section` answers, `parse_unit` reads)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparkrack.facts.queries import Query
+from sparkrack.facts.queries import Fact, Query
+from sparkrack.remote.gather import unit_section
 
 # what every caller reads of a unit (provisioning, status, the gates, the watchdog's probe)
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "UnitFileState",
@@ -16,7 +18,7 @@ UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "UnitFileSt
 
 def unit_query(name: str, systemctl: str = "systemctl") -> Query:
     """`systemctl show` of a unit (systemctl: the node's systemctl, if not on its PATH)."""
-    return Query("unit", (name,), ("u", name, ",".join(UNIT_PROPERTIES), systemctl))
+    return UNIT.query(name, ",".join(UNIT_PROPERTIES), systemctl, value=(name,))
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class UnitFacts:
 
 
 def parse_unit(lines: list[str]) -> UnitFacts:
-    """One `u` section: `systemctl show -p ...` lines."""
+    """One `unit_section`'s lines: `systemctl show -p ...`."""
     kv = dict(line.split("=", 1) for line in lines if "=" in line)
     status = kv.get("ExecMainStatus", "")
     since = kv.get("ActiveEnterTimestampMonotonic", "")
@@ -57,3 +59,6 @@ def parse_unit(lines: list[str]) -> UnitFacts:
         exit_status=int(status) if status.lstrip("-").isdigit() else None,
         fragment=kv.get("FragmentPath", ""),
         active_since_monotonic_us=int(since) if since.isdigit() else 0)
+
+
+UNIT = Fact(unit_section, parse_unit)

@@ -1,8 +1,8 @@
 """The watchdog service's node as `watch.install / uninstall / status` see it: the node's
 Python, what is installed (lib's manifest and its check, the inventory copy's hashes, the
 key, the unit file, the state file), the unit's state, and the address the node reaches
-each node from. `probe_query` asks it (sparkrack/remote/watchdog.py answers), `state_of`
-parses the answer into `NodeState`."""
+each node from. WATCHDOG is the kind: `probe_query` asks it, sparkrack/remote/watchdog.py's
+`watchdog_section` answers, `parse_state` reads the answer into `NodeState`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from sparkrack.core.errors import SparkrackError
 from sparkrack.facts.platform import Platform
-from sparkrack.facts.queries import Answers, Query, answer
+from sparkrack.facts.queries import Fact, Query, answer
 from sparkrack.facts.systemd import UNIT_PROPERTIES
+from sparkrack.remote.watchdog import watchdog_section
 
 
 def probe_query(*, python: str, install_dir: str, key_path: str, unit_path: str,
@@ -22,11 +23,10 @@ def probe_query(*, python: str, install_dir: str, key_path: str, unit_path: str,
                 peers: Iterable[tuple[str, int]]) -> Query:
     """Everything about the watchdog on its node; python runs it there, systemctl is asked
     about unit; peers: (address, port) of every node."""
-    pairs = [str(v) for address, port in peers for v in (address, port)]
-    value = (python, install_dir, key_path, unit_path, state_dir, state_file, systemctl, unit,
-             *pairs)
-    return Query("watchdog", value, ("w", *value[:8], ",".join(UNIT_PROPERTIES),
-                                     str(len(pairs) // 2), *pairs))
+    pairs = [(str(address), str(port)) for address, port in peers]
+    value = (python, install_dir, key_path, unit_path, state_dir, state_file, systemctl, unit)
+    return WATCHDOG.query(*value, ",".join(UNIT_PROPERTIES), pairs,
+                          value=(*value, *(v for pair in pairs for v in pair)))
 
 
 @dataclass(frozen=True)
@@ -90,10 +90,9 @@ def _names(text: str | None) -> tuple[str, ...]:
     return tuple(str(n) for n in names) if isinstance(names, list) else ()
 
 
-def state_of(answers: Answers, query: Query) -> NodeState:
-    """The NodeState of a round trip that asked query (SparkrackError when its answer was
-    cut short)."""
-    lines = answers.lines(query)
+def parse_state(lines: list[str], python: str) -> NodeState:
+    """One `watchdog_section`'s lines, python the interpreter it ran (SparkrackError when
+    they are cut short)."""
     if not lines or lines[-1] != "end":
         raise SparkrackError("the watchdog probe's output is cut short",
                              fix="run the command again")
@@ -113,7 +112,7 @@ def state_of(answers: Answers, query: Query) -> NodeState:
             unit.update([rest.split("=", 1)])
         else:
             values[key] = rest
-    platform, error = _platform(query.value[0], printed, values.get("platform-rc", "1"))
+    platform, error = _platform(python, printed, values.get("platform-rc", "1"))
     try:
         sources = json.loads(values.get("sources") or "{}")
     except ValueError:
@@ -132,6 +131,16 @@ def state_of(answers: Answers, query: Query) -> NodeState:
         unit_file=_b64(values.get("unit-file")), state=_b64(values.get("state")), unit=unit)
 
 
+class _Probe(Fact):
+    """The watchdog's kind: its parser also names the interpreter the query ran."""
+
+    def read(self, lines: list[str], query: Query) -> NodeState:
+        return self.parse(lines, query.value[0])
+
+
+WATCHDOG = _Probe(watchdog_section, parse_state)
+
+
 def parse_probe(text: str, query: Query) -> NodeState:
     """The node script's output for query alone -> NodeState."""
-    return state_of(answer(text, [query]), query)
+    return answer(text, [query]).get(query)

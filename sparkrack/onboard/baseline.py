@@ -13,13 +13,7 @@ from dataclasses import dataclass, field
 from sparkrack.facts import node as node_facts
 from sparkrack.facts import provision
 from sparkrack.facts.docker import IMAGES
-from sparkrack.facts.onboard import (
-    DOCKER,
-    NetdevFacts,
-    links_query,
-    parse_docker,
-    parse_links,
-)
+from sparkrack.facts.onboard import DOCKER, LINKS, NetdevFacts, links_query
 from sparkrack.facts.queries import Answers, Query, answer, argv
 from sparkrack.facts.roce import (
     NETDEVS,
@@ -142,10 +136,10 @@ def build_facts(node: Node, answers: Answers, now: float | None = None) -> Facts
     """Facts from one round trip's answers (pure)."""
     status = node_facts.facts_of(answers)
     gathered = provision.facts_of(answers)
-    docker = parse_docker(answers.lines(DOCKER))
+    docker = answers.get(DOCKER)
     netdevs: dict[str, NetdevFacts] = {}
-    for query in answers.asked("links"):
-        netdevs.update(parse_links(answers.lines(query)))
+    for found in answers.each(LINKS).values():
+        netdevs.update(found)
     hcas = {}
     for name in node.vars.nccl_ib_hca:
         hca = gathered.roce.hcas.get(name)

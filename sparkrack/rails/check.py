@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from sparkrack import remote
-from sparkrack.facts.onboard import links_query, parse_links
+from sparkrack.facts.onboard import links_query
 from sparkrack.facts.queries import answer
 from sparkrack.facts.queries import argv as gather_argv
-from sparkrack.facts.roce import FUNCTIONS, parse_functions, parse_hca, roce_query
+from sparkrack.facts.roce import FUNCTIONS, roce_query
 from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.fleet.results import last_json_object
 from sparkrack.inventory import Inventory
@@ -99,8 +99,7 @@ def _rails(fleet: Fleet, nodes, problems: list[str]) -> dict[str, list[Rail]]:
         if not result.ok:
             problems.append(f"{result.node}: {result.error}")
             continue
-        functions[result.node] = parse_functions(
-            answer(result.stdout, [FUNCTIONS]).lines(FUNCTIONS))
+        functions[result.node] = answer(result.stdout, [FUNCTIONS]).get(FUNCTIONS)
         problems += idle_rails(result.node, wanted[result.node], functions[result.node])
     queries = {name: [links_query(up, []), *map(roce_query, up)] for name, found in
                functions.items() for up in [[f for f in found if found[f].up]]}
@@ -111,9 +110,9 @@ def _rails(fleet: Fleet, nodes, problems: list[str]) -> dict[str, list[Rail]]:
             continue
         answers = answer(result.stdout, queries[result.node])
         links, *hcas = queries[result.node]
-        rates = {q.value[0]: parse_hca(answers.lines(q)).rate for q in hcas}
+        rates = {q.value[0]: answers.get(q).rate for q in hcas}
         rails[result.node] = rails_of(result.node, functions[result.node],
-                                      parse_links(answers.lines(links)), rates)
+                                      answers.get(links), rates)
     return rails
 
 

@@ -1,6 +1,6 @@
 """dockerd asked over its socket (the Engine API the docker CLI calls, without the CLI):
-the local images (gather.py's `i` query) and the daemon itself (`d`: its version, its
-runtimes, the NVIDIA hook on its PATH)."""
+the local images (`images_section`, run by gather.py) and the daemon itself
+(`daemon_section`: its version, its runtimes, the NVIDIA hook on its PATH)."""
 
 import json
 import os

@@ -6,6 +6,7 @@ at as positional arguments, the answers as `@@<index> <kind>` sections after `@@
 import base64
 import grp
 import hashlib
+import json
 import os
 import pwd
 import stat
@@ -202,57 +203,22 @@ def net_section():
         return handle.read().splitlines()
 
 
+SECTIONS = {function.__name__: function for function in (
+    file_section, unit_section, hca_section, functions_section, guard_section, images_section,
+    net_section, netplan_section, node_section, memory_section, sample_section, thermal_section,
+    cuda_section, daemon_section, links_section, watchdog_section)}
+
+
 def sections(args):
-    """(kind, lines) per query of args, in order."""
+    """(name, lines) per query of args (`NAME ARGS_JSON` pairs: the node-side function of
+    the query's kind and its arguments), in order; a name not in SECTIONS answers nothing."""
     args = list(args)
-    while args:
-        kind = args.pop(0)
-        if kind == "f":
-            path, limit = args.pop(0), int(args.pop(0))
-            yield kind, file_section(path, limit)
-        elif kind == "u":
-            unit, properties, systemctl = args.pop(0), args.pop(0), args.pop(0)
-            yield kind, unit_section(unit, properties, systemctl)
-        elif kind == "r":
-            yield kind, hca_section(args.pop(0))
-        elif kind == "a":
-            yield kind, functions_section()
-        elif kind == "x":
-            count = int(args.pop(0))
-            argv, args = args[:count], args[count:]
-            yield kind, guard_section(argv)
-        elif kind == "i":
-            yield kind, images_section()
-        elif kind == "n":
-            yield kind, net_section()
-        elif kind == "p":
-            yield kind, netplan_section()
-        elif kind == "s":
-            yield kind, node_section(args.pop(0))
-        elif kind == "m":
-            yield kind, memory_section()
-        elif kind == "g":
-            fields, optional = args.pop(0), args.pop(0)
-            yield kind, sample_section(fields, optional)
-        elif kind == "t":
-            yield kind, thermal_section()
-        elif kind == "v":
-            yield kind, cuda_section()
-        elif kind == "d":
-            yield kind, daemon_section()
-        elif kind == "l":
-            count = int(args.pop(0))
-            hcas, args = args[:count], args[count:]
-            count = int(args.pop(0))
-            devs, args = args[:count], args[count:]
-            yield kind, links_section(hcas, devs)
-        elif kind == "w":
-            values, args = args[:9], args[9:]
-            count = 2 * int(args.pop(0))
-            peers, args = args[:count], args[count:]
-            yield kind, watchdog_section(*values, list(zip(peers[::2], peers[1::2])))
-        else:
+    for name, values in zip(args[::2], args[1::2]):
+        section = SECTIONS.get(name)
+        if section is None:
             yield "?", []
+        else:
+            yield name, section(*json.loads(values))
 
 
 def main(args):

@@ -1,5 +1,6 @@
-"""Network links, for onboarding's baseline (gather.py's `l` query): MTU, operstate and
-IPv4 address of the given netdevs and of the given HCAs' netdevs, one line each:
+"""Network links, for onboarding's baseline (`links_section`, run by gather.py): MTU,
+operstate and IPv4 address of the given netdevs and of the given HCAs' netdevs, one line
+each:
 
     netdev DEV mtu=9000 state=up ipv4=10.77.1.19/24      (`-` for what is unknown)
 

@@ -1,14 +1,14 @@
-"""The node itself, for `invoke status`, the gates and onboarding (gather.py's `s` query),
-and its memory alone for `watch` (the `m` query).
+"""The node itself, for `invoke status`, the gates and onboarding (`node_section`, run by
+gather.py), and its memory alone for `watch` (`memory_section`).
 
     hostname NAME / kernel RELEASE / os PRETTY_NAME
     gpu RC FIRST-LINE     nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits
-    MemTotal KB / MemAvailable KB          (the `m` section holds these two lines only)
-    CmaTotal KB / CmaFree KB / cmdline TEXT   the CMA counters and /proc/cmdline (`s` only)
-    cuda VERSION          the CUDA version nvidia-smi -q reports (the `v` section)
+    MemTotal KB / MemAvailable KB          (`memory_section` prints these two lines only)
+    CmaTotal KB / CmaFree KB / cmdline TEXT   the CMA counters and /proc/cmdline (node only)
+    cuda VERSION          the CUDA version nvidia-smi -q reports (`cuda_section`)
 
-The watchdog's poll asks the `g` section (the GPU line and the memory lines, every second)
-and, once per node, the `t` section: the Temperature block of `nvidia-smi -q -d
+The watchdog's poll asks `sample_section` (the GPU line and the memory lines, every second)
+and, once per node, `thermal_section`: the Temperature block of `nvidia-smi -q -d
 TEMPERATURE`, label and value per line (`GPU Slowdown T.Limit Temp: -2 C`).
 """
 

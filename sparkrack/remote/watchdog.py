@@ -1,5 +1,5 @@
-"""The watchdog service's node, for `invoke watch.install / uninstall / status` (gather.py's
-`w` query); its answer, line by line: docs/internals.md#the-watchdogs-node.
+"""The watchdog service's node, for `invoke watch.install / uninstall / status` (`watchdog_section`,
+run by gather.py); its answer, line by line: docs/internals.md#the-watchdogs-node.
 """
 
 import base64

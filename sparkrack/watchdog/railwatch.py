@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from sparkrack.core.errors import SparkrackError
 from sparkrack.facts import records as record_facts
 from sparkrack.facts.queries import Answers, Query
-from sparkrack.facts.roce import ACTIVE, parse_hca, roce_query
+from sparkrack.facts.roce import ACTIVE, roce_query
 from sparkrack.inventory import Inventory
 from sparkrack.logs.nccluse import IB_RETRY_CNT, IB_TIMEOUT, RETRY_WINDOW_S
 
@@ -87,7 +87,7 @@ def rank_rails(inventory: Inventory, answers: Mapping[str, Answers | None],
 
 def _state(answers: Answers, hca: str) -> str:
     """An HCA's port state as a round trip read it ('' when the node has no such device)."""
-    found = parse_hca(answers.lines(roce_query(hca)))
+    found = answers.get(roce_query(hca))
     return found.state if found.present else ""
 
 

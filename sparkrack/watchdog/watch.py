@@ -19,7 +19,6 @@ from sparkrack.facts.gpu import (
     GpuSample,
     Thermal,
     parse_sample,
-    parse_thermal,
 )
 from sparkrack.facts.node import MEMORY, memory_of
 from sparkrack.facts.queries import answer, argv
@@ -84,7 +83,7 @@ def sample_nodes(fleet: Fleet, gpu: bool = True, thermal: tuple[str, ...] = ()) 
         if sample is not None:
             found.gpus[result.node] = sample
         if result.node in thermal:
-            found.thermal[result.node] = parse_thermal(answers.lines(THERMAL))
+            found.thermal[result.node] = answers.get(THERMAL)
     return found
 
 

@@ -18,6 +18,7 @@ from sparkrack.facts.node import (
 )
 from sparkrack.facts.queries import PYTHON, answer, argv
 from sparkrack.facts.sections import split
+from sparkrack.facts.systemd import UNIT_PROPERTIES
 from sparkrack.status.rows import cap_state
 
 BOOT = "093d830e-9634-4f95-b9b8-ba9aa4b10d41"
@@ -102,9 +103,11 @@ def test_missing_unit_and_no_burn():
 def test_script_takes_values_as_arguments_only():
     command = facts_argv()
     assert tuple(command[:len(PYTHON)]) == PYTHON
-    assert command[len(PYTHON) + 1:] == ["s", ",".join(GPU_FIELDS), "u", node.CLOCK_CAP_UNIT,
-                                         command[-5], "systemctl", "f", node.BURN_RECORD,
-                                         command[-1]]
+    names, values = command[len(PYTHON) + 1::2], command[len(PYTHON) + 2::2]
+    assert names == ["node_section", "unit_section", "file_section"]
+    assert [json.loads(v) for v in values] == [
+        [",".join(GPU_FIELDS)], [node.CLOCK_CAP_UNIT, ",".join(UNIT_PROPERTIES), "systemctl"],
+        [node.BURN_RECORD, 65536]]
     assert node.CLOCK_CAP_UNIT not in command[len(PYTHON)]  # the unit name is an argument
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -133,7 +134,8 @@ def test_recorded_output_is_parsed_and_a_cut_one_refused(tmp_path):
 def test_the_query_carries_its_values_as_arguments(tmp_path):
     asked = query(tmp_path, peers=(("10.77.1.11", 22), ("10.77.1.12", 2222)))
     command = argv([asked])
-    assert command[-4:] == ["10.77.1.11", "22", "10.77.1.12", "2222"] and command[-5] == "2"
+    assert command[-2] == "watchdog_section"
+    assert json.loads(command[-1])[-1] == [["10.77.1.11", "22"], ["10.77.1.12", "2222"]]
     assert asked == query(tmp_path, peers=(("10.77.1.11", 22), ("10.77.1.12", 2222)))
     assert asked != query(tmp_path, peers=(("10.77.1.11", 22),))
     assert str(tmp_path) not in command[4]  # the script's text holds no value

@@ -2,6 +2,7 @@
 
 import base64
 import hashlib
+import json
 import subprocess
 
 from sparkrack.facts import docker, files, roce, systemd
@@ -204,13 +205,16 @@ def test_values_are_positional_arguments_never_script_text():
                           roce.roce_query("$(x)"), g.guard_query(["test", "-e", evil])])
     script = argv[len(PYTHON)]
     assert tuple(argv[:len(PYTHON)]) == PYTHON
-    assert evil in argv[5:] and "$(x)" in argv[5:]
+    assert argv[5::2] == ["file_section", "unit_section", "hca_section", "guard_section"]
+    values = [json.loads(v) for v in argv[6::2]]
+    assert (values[0][0], values[2], values[3]) == (evil, ["$(x)"], [["test", "-e", evil]])
     assert evil not in script and "$(x)" not in script
 
 
 def test_queries_are_deduplicated():
     argv = gather_argv([files.file_query("/a"), files.file_query("/a"), docker.IMAGES, docker.IMAGES])
-    assert argv[5:] == ["f", "/a", str(files.CONTENT_LIMIT), "i"]
+    assert argv[5:] == ["file_section", json.dumps(["/a", files.CONTENT_LIMIT]),
+                        "images_section", "[]"]
 
 
 def test_script_runs_locally_on_odd_paths(tmp_path):
@@ -256,11 +260,12 @@ def test_node_script_reads_files_hcas_and_guards(tmp_path, monkeypatch):
     (port / "gids" / "4").write_text(roce.EMPTY_GID + "\n")
     (tmp_path / "ib" / "mlx5_0" / "device" / "net" / "enp1s0f0np0").mkdir(parents=True)
     monkeypatch.setattr(node, "INFINIBAND", str(tmp_path / "ib"))
-    queries = [files.file_query(str(empty)), files.file_query(str(big)), files.file_query(str(link)),
+    # big: over its content limit, a hash
+    queries = [files.file_query(str(empty)), files.file_query(str(big), 10),
+               files.file_query(str(link)),
                roce.roce_query("mlx5_0"), roce.roce_query("mlx5_9"), roce.FUNCTIONS,
                g.guard_query(["no-such-command-here"]), g.guard_query(["false"])]
     args = gather_argv(queries)[len(PYTHON) + 1:]
-    args[args.index(str(big)) + 1] = "10"  # over the content limit: a hash
     lines = []
     monkeypatch.setattr(node.sys.stdout, "write", lines.append)
     node.main(args)

@@ -162,8 +162,9 @@ def test_facts_from_recorded_script_output():
 
     node = load_inventory(REPO / "inventory" / "rehearsal").nodes[0]
     queries = baseline.queries(node, images=False)
-    assert [q.kind for q in queries] == ["node", "unit", "file", "roce", "roce", "netdevs",
-                                         "docker", "links"]
+    assert [q.kind.name for q in queries] == [
+        "node_section", "unit_section", "file_section", "hca_section", "hca_section",
+        "net_section", "daemon_section", "links_section"]
     text = ("@@base\nboot\n1700000000.5\n@@0 s\nhostname spark-09\nkernel 6.18.44-fc-v782\n"
             "os Debian GNU/Linux 12 (bookworm)\ngpu 0 NVIDIA GB10, 208, 3003, 3.9, 35, 0, P8, "
             "Enabled, 575.51.03, 12.1\nMemAvailable 100\nMemTotal 127600748\n@@1 u\n"

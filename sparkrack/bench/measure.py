@@ -9,7 +9,7 @@ timestamps are when each streamed piece of the answer arrived here.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 TIE_PCT = 3.0  # "treat anything inside about 3% as a tie" (field report)
 
@@ -23,14 +23,6 @@ def decode_rate(first: float | None, last: float | None, completion_tokens: int 
     if span <= 0:
         return None
     return (completion_tokens - 1) / span
-
-
-def decode_rate_from_times(times: Sequence[float], completion_tokens: int | None) -> float | None:
-    """decode_rate from the arrival times of the streamed pieces (one piece may carry
-    several tokens, e.g. accepted drafts: the count is the server's, not len(times))."""
-    if not times:
-        return None
-    return decode_rate(min(times), max(times), completion_tokens)
 
 
 def median(values: Iterable[float | None]) -> float | None:

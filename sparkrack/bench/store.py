@@ -17,12 +17,11 @@ from pathlib import Path
 from sparkrack.bench.result import BenchResult
 from sparkrack.core.errors import UsageError
 from sparkrack.deployments.record import RECORD_DIR, store_on_head
-from sparkrack.fleet import Fleet, sh
+from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
 
 REMOTE_DIR = f"{RECORD_DIR}/bench"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")
-_LIST = 'cd "$1" 2>/dev/null && ls -1 -- *.json 2>/dev/null || true'
 
 
 def check_name(name: str) -> str:
@@ -85,15 +84,6 @@ def saved_names(inventory: Inventory) -> list[str]:
         return []
     files = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     return [p.stem for p in files]
-
-
-def remote_names(fleet: Fleet, inventory: Inventory) -> list[str]:
-    """Names of the results saved on the head node."""
-    head = inventory.head.name
-    outcome = fleet.run({head: sh(_LIST, REMOTE_DIR)}, timeout=20)[head]
-    if outcome.status != "ok":
-        return []
-    return [line[:-5] for line in outcome.stdout.split() if line.endswith(".json")]
 
 
 def _parse(text: str, where: str) -> BenchResult:

@@ -148,15 +148,6 @@ class Router:
             time.sleep(0.05)
         return found
 
-    def wait_gone(self, url: str, timeout: float) -> None:
-        """Wait until the router no longer lists the worker at url; RouterError past it."""
-        deadline = time.monotonic() + timeout
-        while self.worker(url) is not None:
-            if time.monotonic() > deadline:
-                raise RouterError(f"{self.where}: {url} still registered {timeout:.0f} s "
-                                  "after its removal")
-            time.sleep(POLL_S)
-
     def counts(self) -> Counts:
         """The router's request counters, from its Prometheus port."""
         status, data = self._call("GET", "/metrics", port=self.spec.metrics_port)

@@ -94,11 +94,6 @@ RACKS = {
 }
 
 
-def rack_layout(number: int) -> RackLayout:
-    """The layout of rehearsal rack number (1 or 2)."""
-    return RACKS[number]
-
-
 @dataclass(frozen=True)
 class NodeLayout:
     """The names and paths of one rehearsal node, derived from its name, address and rack."""

@@ -280,13 +280,6 @@ def image_tar(engine: str, ref: str, layer: bytes, version: str) -> tuple[bytes,
     return _tar(sorted(members, key=lambda e: e.path)), "sha256:" + config_hex
 
 
-def build_image(engine: str, ref: str) -> tuple[bytes, str]:
-    """(tar bytes, image ID) of one engine's stub image, built from scratch (no cache)."""
-    stub = _stub(engine, ref)
-    return image_tar(engine, ref, _tar(_layer_entries(engine, _source_entries(engine, stub))),
-                     stub.version)
-
-
 def _stub(engine: str, ref: str) -> StubVersion:
     """The stub version ref names; StubImageError when the rehearsal has none."""
     stub = stub_version(engine, ref)
@@ -370,45 +363,3 @@ def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
-
-
-# --- For tests: one node ----------------------------------------------------------------------
-
-def load_stub_image(fleet, node: str, path: Path | str, image_id: str) -> bool:
-    """Load the tar at path into node's dockerd unless image_id is already there; True if
-    it loaded. A previous stub image that the load untagged is removed (unless a container
-    still uses it). StubImageError if dockerd reports another ID than image_id.
-
-    For tests only: moving images onto the rack is the provisioning role's job.
-    """
-    import docker.errors
-
-    client = fleet.docker_client(node)
-    try:
-        if client.images.get(image_id).id == image_id:
-            return False
-    except docker.errors.ImageNotFound:
-        pass
-    data = Path(path).read_bytes()
-    ref = json.loads(_member(data, "manifest.json"))[0]["RepoTags"][0]
-    try:
-        previous = client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        previous = None
-    images = client.images.load(data)
-    ids = {image.id for image in images}
-    if ids != {image_id}:
-        raise StubImageError(f"{node}: docker load of {path} gave {sorted(ids)}, expected "
-                             f"{image_id}")
-    if previous is not None and previous.id != image_id and \
-            (previous.labels or {}).get("org.sparkrack.stub"):
-        try:
-            client.images.remove(previous.id)
-        except docker.errors.APIError:
-            pass  # still used by a container: docker keeps it
-    return True
-
-
-def _member(data: bytes, name: str) -> bytes:
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        return tar.extractfile(name).read()

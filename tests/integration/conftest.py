@@ -3,11 +3,12 @@
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from stubload import load_stub_image
 
 from sparkrack.engines import LABEL_ENGINE
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes, nodelimits
-from sparkrack.rehearsal.stubimage import build_stub_images, load_stub_image
+from sparkrack.rehearsal.stubimage import build_stub_images
 
 
 @pytest.fixture(scope="module")

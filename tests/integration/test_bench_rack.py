@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from stubgroup import Lines
+from stubload import load_stub_image
 
 from sparkrack.bench import run_bench, store
 from sparkrack.bench.speculative import parse_prometheus
@@ -37,7 +38,7 @@ from sparkrack.lifecycle.start import as_rank, start_group
 from sparkrack.lifecycle.stop import stop_ranks
 from sparkrack.rehearsal.stub.config import CONFIG_NAME
 from sparkrack.rehearsal.stub.modeldir import write_stub_model
-from sparkrack.rehearsal.stubimage import build_stub_images, load_stub_image
+from sparkrack.rehearsal.stubimage import build_stub_images
 
 pytestmark = pytest.mark.rack
 RATES = {"sglang": 40.0, "vllm": 30.0}

@@ -45,13 +45,6 @@ def test_decode_rate_counts_tokens_after_the_first_over_first_to_last():
     assert measure.decode_rate(1.0, 2.0, 41) == pytest.approx(40.0)
 
 
-def test_decode_rate_from_timestamps_uses_the_server_count_not_the_pieces():
-    times = [10.0 + i * 0.025 for i in range(41)]  # 41 pieces, 25 ms apart = 40 tok/s
-    assert measure.decode_rate_from_times(times, 41) == pytest.approx(40.0)
-    # speculative decoding: 21 pieces carrying 41 tokens over the same second -> 40 tok/s
-    assert measure.decode_rate_from_times(times[::2], 41) == pytest.approx(40.0)
-
-
 @pytest.mark.parametrize("first,last,tokens", [(None, 1.0, 10), (1.0, None, 10), (1.0, 2.0, 1),
                                                 (1.0, 2.0, 0), (1.0, 2.0, None), (2.0, 2.0, 10)])
 def test_decode_rate_is_none_when_it_cannot_be_measured(first, last, tokens):
@@ -63,6 +56,10 @@ def test_streamed_ttft_and_decode_from_usage():
                  usage={"prompt_tokens": 30, "completion_tokens": 21})
     assert s.ttft == pytest.approx(0.5)
     assert Run.of(s).decode_tok_s == pytest.approx(20.0)
+    # speculative decoding: 11 pieces carrying the same 21 tokens over the same second -> the
+    # server's count, not the pieces'
+    drafts = Streamed(sent=100.0, times=s.times[::2], usage=s.usage)
+    assert Run.of(drafts).decode_tok_s == pytest.approx(20.0)
     assert Run.of(Streamed(sent=0.0, times=[1.0, 2.0])).decode_tok_s is None  # no usage: not guessed
 
 

@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO))
 
 from sparkrack.inventory import load_inventory  # noqa: E402
 from sparkrack.rehearsal.chaos.plan import steps  # noqa: E402
-from sparkrack.rehearsal.chaos.report import Report, outcome  # noqa: E402
 from sparkrack.rehearsal.chaos.runner import Runner  # noqa: E402
+from sparkrack.rehearsal.chaos.summary import Report, outcome  # noqa: E402
 from sparkrack.rehearsal.privatecopy import copy_inventory  # noqa: E402
 from sparkrack.rehearsal.rack import RehearsalRack  # noqa: E402
 from sparkrack.rehearsal.repair import repair_faults  # noqa: E402

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sparkrack.fleet import Fleet  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
 from sparkrack.lifecycle import lanes  # noqa: E402
-from sparkrack.lifecycle.caches import list_folders, remove_folders  # noqa: E402
+from sparkrack.lifecycle.cachefolders import list_folders, remove_folders  # noqa: E402
 from sparkrack.rehearsal.stub.modeldir import write_stub_model  # noqa: E402
 from sparkrack.safety.burn import burn  # noqa: E402
 

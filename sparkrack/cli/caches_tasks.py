@@ -2,7 +2,7 @@
 
 The `caches` collection: `invoke caches` (its default task) lists them, `caches.remove`
 deletes the ones no lane keeps: never one a running container mounts, nor the current or
-last-good deployment's (lifecycle/caches.py)."""
+last-good deployment's (lifecycle/cachefolders.py)."""
 
 from invoke.exceptions import Exit
 
@@ -21,7 +21,7 @@ COLLECTION = "caches"
 
 def _found(fleet, rack, limit):
     """(the folders on the selected nodes with what keeps each, errors)."""
-    from sparkrack.lifecycle.caches import kept, list_folders
+    from sparkrack.lifecycle.cachefolders import kept, list_folders
 
     folders, errors = list_folders(fleet, rack.select(limit) if limit else rack.nodes)
     kept(fleet, rack, folders)
@@ -72,9 +72,9 @@ def remove(c, folder=None, limit=None, check=False, json=False, inventory=None):
 
     Kept: a folder a running container mounts, and those of the current or last-good
     deployment's image. The next start of a removed folder's image compiles again."""
-    from sparkrack.engines.caches import CACHE_ROOT
+    from sparkrack.engines.compilecaches import CACHE_ROOT
     from sparkrack.fleet import Fleet
-    from sparkrack.lifecycle.caches import remove_folders
+    from sparkrack.lifecycle.cachefolders import remove_folders
     from sparkrack.oplock.audit import note
     from sparkrack.transfer.manifest import size_text
 

@@ -30,7 +30,7 @@ def power(c, inventory=None, json=False):
     counts at its uncapped watts unless a burn this boot verified its cap; the measured
     strip plus each node raised to its worst case is judged too."""
     from sparkrack.safety.power import cap_state_of, project_power
-    from sparkrack.safety.strip import measured_strip
+    from sparkrack.safety.stripcheck import measured_strip
     from sparkrack.status.rows import gather_status
 
     rack = inventory_from(inventory)

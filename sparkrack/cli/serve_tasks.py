@@ -80,7 +80,7 @@ def _cache_key(rack, image: str, offline: bool):
     GPU arch (one round trip); not asked (--offline) or not answered: placeholders."""
     from sparkrack.engines import CacheKey
     from sparkrack.fleet import Fleet
-    from sparkrack.lifecycle.caches import probe_key
+    from sparkrack.lifecycle.cachefolders import probe_key
 
     if offline:
         return CacheKey(offline=True)
@@ -93,9 +93,9 @@ def _cache_key(rack, image: str, offline: bool):
 
 
 def cache_line(specs) -> str:
-    """Where each rank's compiled kernels are kept (engines/caches.py)."""
-    from sparkrack.engines.caches import CACHE_MOUNT
-    from sparkrack.lifecycle.caches import cache_gate_lines
+    """Where each rank's compiled kernels are kept (engines/compilecaches.py)."""
+    from sparkrack.engines.compilecaches import CACHE_MOUNT
+    from sparkrack.lifecycle.cachefolders import cache_gate_lines
 
     _, where = cache_gate_lines(specs, {})
     return (f"# compile caches: {where} -> {CACHE_MOUNT} (kept on the node: a restart of "

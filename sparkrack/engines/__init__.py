@@ -8,11 +8,11 @@
   (`template_values`: what a rank's argv templates are filled with; `model_path_of`: the
   lane's model directory, its profile's own or the inventory's);
 - `docker_run_argv` / `docker_sdk_kwargs` (docker_args.py): a spec as docker sees it;
-- the compile caches' folders and variables (caches.py: `CacheKey`).
+- the compile caches' folders and variables (compilecaches.py: `CacheKey`).
 """
 
-from sparkrack.engines.caches import CacheKey
 from sparkrack.engines.catalog import engine_names
+from sparkrack.engines.compilecaches import CacheKey
 from sparkrack.engines.docker_args import docker_run_argv, docker_sdk_kwargs
 from sparkrack.engines.model_data import ModelData, load_model
 from sparkrack.engines.profile_file import EngineDef, Profile, load_engine

@@ -1,7 +1,7 @@
 """The engines' compile caches on each node: one folder per engine image and GPU arch, and the
 variables that point each cache there (docs/engines.md#compile-caches-warm-restarts).
 
-Pure: names and variables. The folders are made at a start (lifecycle/caches.py), listed
+Pure: names and variables. The folders are made at a start (lifecycle/cachefolders.py), listed
 and removed by `invoke caches` (cli/caches_tasks.py).
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 CACHE_ROOT = "/var/lib/sparkrack/engine-cache"  # on each node: root's, mode 0700 per folder
 CACHE_MOUNT = "/var/cache/sparkrack"  # where a rank sees its node's folder
 KEY_FILE = "sparkrack-cache.json"  # in each folder: what it was made for
-SOURCE = "the compile cache folder bound at " + CACHE_MOUNT + " [sparkrack/engines/caches.py]"
+SOURCE = "the compile cache folder bound at " + CACHE_MOUNT + " [sparkrack/engines/compilecaches.py]"
 IMAGE_HEX = 16  # characters of the image ID's sha256 in a folder's name
 UNKNOWN_IMAGE, UNKNOWN_ARCH = "<image-id>", "<gpu-arch>"  # plan --offline: not asked
 

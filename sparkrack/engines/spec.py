@@ -21,7 +21,7 @@ from typing import Any
 
 from sparkrack.core.errors import UsageError
 from sparkrack.engineenv import NodeEnv, inventory_views, secret_names
-from sparkrack.engines.caches import CACHE_MOUNT, SOURCE, CacheKey, cache_env
+from sparkrack.engines.compilecaches import CACHE_MOUNT, SOURCE, CacheKey, cache_env
 from sparkrack.engines.profile_file import (
     STALL_BUDGET_S,
     EngineDef,

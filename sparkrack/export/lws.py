@@ -31,11 +31,11 @@ from sparkrack.engines import (
 from sparkrack.export.access import export_access
 from sparkrack.export.admission import export_admission
 from sparkrack.export.agent import export_agent
-from sparkrack.export.caches import cache_key
 from sparkrack.export.cluster import ClusterOptions
 from sparkrack.export.command import group_argv
 from sparkrack.export.env import PER_NODE, export_env
 from sparkrack.export.monitors import export_monitors
+from sparkrack.export.podcaches import cache_key
 from sparkrack.export.pods import pod_template
 from sparkrack.export.scripts import scripts_config_map
 from sparkrack.export.secrets import secret_files

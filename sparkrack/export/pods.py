@@ -9,7 +9,7 @@ from typing import Any
 
 from sparkrack.core.errors import UsageError
 from sparkrack.engines import LaunchSpec
-from sparkrack.engines.caches import CACHE_MOUNT
+from sparkrack.engines.compilecaches import CACHE_MOUNT
 from sparkrack.engines.serving import Serving
 from sparkrack.export.cluster import ClusterOptions
 from sparkrack.export.gate import gate_container, gate_pod_fields, gate_volume

@@ -1,4 +1,4 @@
-"""The compile cache folders on the nodes (engines/caches.py names them): the key of a
+"""The compile cache folders on the nodes (engines/compilecaches.py names them): the key of a
 start, each rank's folder made before its container, and the housekeeping of `invoke
 caches`.
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from sparkrack.deployments import record
 from sparkrack.deployments.ranks import parallel
 from sparkrack.engines import CacheKey, LaunchSpec
-from sparkrack.engines.caches import (
+from sparkrack.engines.compilecaches import (
     CACHE_MOUNT,
     CACHE_ROOT,
     image_prefix,
@@ -105,7 +105,7 @@ class Folder:
 
     name: str
     engine: str = "?"
-    image_id: str = ""  # the first hex digits of the image's ID (engines.caches.IMAGE_HEX)
+    image_id: str = ""  # the first hex digits of the image's ID (engines.compilecaches.IMAGE_HEX)
     arch: str = "?"
     nodes: dict[str, int] = field(default_factory=dict)  # node -> bytes there
     files: int = 0

@@ -24,14 +24,14 @@ from sparkrack.facts.roce import ADDRESS_FIX, Function, lost_addresses, node_fab
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
 from sparkrack.lifecycle import gidmove
-from sparkrack.lifecycle.caches import cache_gate_lines, cache_key
+from sparkrack.lifecycle.cachefolders import cache_gate_lines, cache_key
 from sparkrack.lifecycle.phases import Phases
 from sparkrack.lifecycle.railgate import rail_line
 from sparkrack.provision.envfiles import EnvFiles
 from sparkrack.rails import check_fabric
 from sparkrack.rules import check_profile
 from sparkrack.safety.power import CapState, project_power
-from sparkrack.safety.strip import measured_strip
+from sparkrack.safety.stripcheck import measured_strip
 from sparkrack.transfer.models import gate_problems
 
 T = TypeVar("T")
@@ -92,7 +92,7 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
     (its containers do not count as "another engine", and memory is judged after it
     stopped). The burn runs only when every cheap gate passed; with keep_verified, only on
     the nodes not verified this boot. With a PDU in the inventory the strip's measured draw
-plus what the engine would add is judged too (safety/strip.py). meanwhile(report), if given, runs while the burn does
+plus what the engine would add is judged too (safety/stripcheck.py). meanwhile(report), if given, runs while the burn does
     (it must not touch a GPU: `up` creates its containers there). fabric_check: measure
     every rail first (sparkrack/rails). image: run it instead of the inventory's (the last
     good deployment's, brought back). allow_degraded: an HCA of nccl_ib_hca missing or
@@ -179,7 +179,7 @@ def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
     report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
                                node_env=None if problems else report.env, image=image)
     judge_rack(fleet, inventory, report.specs, report, replacing)
-    if report.image_id:  # each rank binds its node's compile caches (lifecycle/caches.py)
+    if report.image_id:  # each rank binds its node's compile caches (lifecycle/cachefolders.py)
         report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
                                    node_env=None if problems else report.env, image=image,
                                    cache=cache_key(report.image_id, report.facts))

@@ -19,7 +19,7 @@ from sparkrack.inventory import Inventory, Node
 from sparkrack.lifecycle.lanes import Refused, down, up
 from sparkrack.oplock.audit import note
 from sparkrack.oplock.lock import lease_while_down
-from sparkrack.safety.strip import measured_strip
+from sparkrack.safety.stripcheck import measured_strip
 
 # reboot after the SSH command returned, so the caller sees a clean exit
 REBOOT_ARGV = ["systemd-run", "--no-block", "--on-active=1s", "--unit=sparkrack-reboot",

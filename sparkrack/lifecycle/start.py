@@ -18,7 +18,7 @@ from sparkrack.engines.serving import engine_serving
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
 from sparkrack.lifecycle import ncclcheck, nodelimits
-from sparkrack.lifecycle.caches import make_folders
+from sparkrack.lifecycle.cachefolders import make_folders
 from sparkrack.lifecycle.order import start_order
 from sparkrack.lifecycle.phases import Phases
 from sparkrack.lifecycle.stop import stop_ranks

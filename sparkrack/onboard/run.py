@@ -18,7 +18,7 @@ from pathlib import Path
 from sparkrack.core.errors import UsageError
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.values import address_problem, fabric_address_problem
-from sparkrack.onboard import baseline, join, provision, scratch, stage, trust, verify
+from sparkrack.onboard import applyroles, baseline, join, scratch, stage, trust, verify
 from sparkrack.onboard.context import Context, Event, OnboardReport, Options, Stop
 from sparkrack.transfer.chain import DEFAULT_PYTHON, Progress
 
@@ -69,9 +69,9 @@ def _sequence(ctx: Context) -> None:
     scratch.build(ctx)
     trust.run(ctx)
     baseline.run(ctx)
-    provision.confirm(ctx)
+    applyroles.confirm(ctx)
     scratch.build(ctx)
-    provision.run(ctx)
+    applyroles.run(ctx)
     stage.run(ctx)
     verify.run(ctx)
     join.run(ctx)

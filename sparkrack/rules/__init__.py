@@ -8,13 +8,13 @@ runs them on the launch specs a profile would start; a profile waives a rule onl
 reason (`waivers:` in its engine file), and a waived finding never blocks.
 
 - check.py: `check_profile(inventory, engine, profile, *, node_kernels=None, specs=None)`;
-- report.py: `CheckReport` (`.errors`, `.warnings`, `.waived`, `.blocking`) of `Finding`s;
+- findings.py: `CheckReport` (`.errors`, `.warnings`, `.waived`, `.blocking`) of `Finding`s;
 - explain.py: `explain(rule_id)`; ruleset.py: `all_rules()`, `get_rule(rule_id)`.
 """
 
 from sparkrack.rules.check import check_profile
 from sparkrack.rules.explain import explain
-from sparkrack.rules.report import ERROR, WARNING, CheckReport, Finding
+from sparkrack.rules.findings import ERROR, WARNING, CheckReport, Finding
 from sparkrack.rules.rule import Rule
 from sparkrack.rules.ruleset import all_rules, get_rule
 

@@ -19,7 +19,7 @@ from sparkrack.facts.kernel import KernelFacts
 from sparkrack.inventory import Inventory
 from sparkrack.rules.code_checks import CODE_CHECKS
 from sparkrack.rules.data_checks import run_data_check
-from sparkrack.rules.report import ERROR, CheckReport, Finding
+from sparkrack.rules.findings import ERROR, CheckReport, Finding
 from sparkrack.rules.rule import CodeCheck, Rule
 from sparkrack.rules.ruleset import all_rules, launch_flags
 from sparkrack.rules.target import Hit, Skip, Target

@@ -15,7 +15,7 @@ from sparkrack.engines import LaunchSpec
 from sparkrack.engines.option_names import LEARNED_DIR, PINNED, tables
 from sparkrack.facts.roce import socket_address
 from sparkrack.rules.argv import address_part, number
-from sparkrack.rules.report import WARNING
+from sparkrack.rules.findings import WARNING
 from sparkrack.rules.target import Hit, Skip, Target
 
 CodeCheckFunction = Callable[[Target], Iterable[Hit | Skip]]

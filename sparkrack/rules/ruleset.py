@@ -22,7 +22,7 @@ from sparkrack.engines.datafile import (
 )
 from sparkrack.inventory.schema import ENGINES, FrozenMapping
 from sparkrack.rules.code_checks import CODE_CHECKS
-from sparkrack.rules.report import SEVERITIES
+from sparkrack.rules.findings import SEVERITIES
 from sparkrack.rules.rule import (
     MODEL_KEYS,
     RANK_KINDS,

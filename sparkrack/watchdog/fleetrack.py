@@ -14,8 +14,8 @@ from sparkrack.deployments.ranks import engine_containers
 from sparkrack.facts.node import facts_argv, parse_facts
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
+from sparkrack.pdu.nodeoutlets import StripReading, read_strip, session_of
 from sparkrack.pdu.snmp import Session
-from sparkrack.pdu.strip import StripReading, read_strip, session_of
 from sparkrack.watchdog.watch import GroupWatch, stop_left_behind
 
 FACTS_TIMEOUT_S = 15.0  # as `invoke status`: a stuck node must not hold up the others

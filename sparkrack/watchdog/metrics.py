@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from sparkrack.pdu.strip import StripReading
+from sparkrack.pdu.nodeoutlets import StripReading
 
 # A rank container's state: docker's own words, plus "missing" (no container for the rank
 # on its node) and "unreachable" (its docker could not be asked).

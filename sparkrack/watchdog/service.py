@@ -56,7 +56,7 @@ class Rack(Protocol):
     def power_cycle(self, node: str, cause: str, deployment: Any, own: str | None,
                     keep: Callable[[Any], None]) -> Any: ...  # nodecycle.Cycled
     def finish_cycle(self, pending: Any, own: str | None) -> Any: ...  # nodecycle.Cycled
-    def strip(self) -> Any: ...  # the PDU's reading (pdu.strip.StripReading) or None
+    def strip(self) -> Any: ...  # the PDU's reading (pdu.nodeoutlets.StripReading) or None
 
 
 @dataclass

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from stubgroup import quick_burn
 
-from sparkrack.engines.caches import CACHE_MOUNT, CACHE_ROOT, image_prefix
+from sparkrack.engines.compilecaches import CACHE_MOUNT, CACHE_ROOT, image_prefix
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes
 from sparkrack.rehearsal.stub.compilecache import PARTS

@@ -12,7 +12,7 @@ import pytest
 from sparkrack.core.errors import UsageError
 from sparkrack.data import shipped
 from sparkrack.engines import CacheKey, build_specs, docker_run_argv, docker_sdk_kwargs
-from sparkrack.engines.caches import (
+from sparkrack.engines.compilecaches import (
     CACHE_MOUNT,
     CACHE_ROOT,
     arch_of,
@@ -22,7 +22,7 @@ from sparkrack.engines.caches import (
 )
 from sparkrack.facts.node import GpuFacts, NodeFacts
 from sparkrack.inventory import load_inventory
-from sparkrack.lifecycle.caches import cache_gate_lines, cache_key
+from sparkrack.lifecycle.cachefolders import cache_gate_lines, cache_key
 
 REPO = Path(__file__).resolve().parents[3]
 IMAGE_ID = "sha256:3dd32b7c2e5e4f01aa55aa55aa55aa55aa55aa55aa55aa55aa55aa55aa55aa55"
@@ -60,7 +60,7 @@ def test_each_rank_binds_its_node_folder_and_its_caches_point_there(rack):
         assert spec.env["SGLANG_DG_CACHE_DIR"] == f"{CACHE_MOUNT}/deep_gemm"
         assert spec.env["DG_JIT_CACHE_DIR"] == f"{CACHE_MOUNT}/deep_gemm"
         assert spec.env["TRITON_CACHE_DIR"] == f"{CACHE_MOUNT}/triton"
-        assert "sparkrack/engines/caches.py" in spec.env_sources["TORCHINDUCTOR_CACHE_DIR"]
+        assert "sparkrack/engines/compilecaches.py" in spec.env_sources["TORCHINDUCTOR_CACHE_DIR"]
         assert "VLLM_CACHE_ROOT" not in spec.env
         binds = docker_sdk_kwargs(spec)["volumes"]
         assert binds[cache.source] == {"bind": CACHE_MOUNT, "mode": "rw"}
@@ -124,7 +124,7 @@ def test_a_profile_may_not_point_a_cache_itself(tmp_path):
 
 def test_housekeeping_keeps_what_runs_and_the_lanes_images(monkeypatch):
     from sparkrack.deployments.record import Deployment
-    from sparkrack.lifecycle import caches
+    from sparkrack.lifecycle import cachefolders as caches
 
     last = Deployment(engine="sglang", profile="512k", deployment_id="d", spec_hash="s",
                       image="lmsysorg/sglang:v0.5.22-cu130", image_id=IMAGE_ID)

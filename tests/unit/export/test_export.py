@@ -29,9 +29,9 @@ from sparkrack.export import (
     manifest_yaml,
     write_manifests,
 )
-from sparkrack.export.caches import cache_key
 from sparkrack.export.command import group_argv
 from sparkrack.export.env import NCCL_SELECTION
+from sparkrack.export.podcaches import cache_key
 from sparkrack.inventory import load_inventory
 from sparkrack.rules import check_profile
 

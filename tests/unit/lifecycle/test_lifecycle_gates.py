@@ -102,7 +102,7 @@ def test_the_burn_comes_after_the_cheap_gates_on_every_node_for_up(rehearsal_inv
 
 def test_the_measured_strip_refuses_and_an_override_passes_it(rehearsal_inventory, stand_ins,
                                                               monkeypatch):
-    from sparkrack.safety.strip import StripCheck
+    from sparkrack.safety.stripcheck import StripCheck
 
     asked = []
 

@@ -14,9 +14,9 @@ from sparkrack.facts.onboard import NetdevFacts
 from sparkrack.fleet.results import FleetResult, NodeResult
 from sparkrack.inventory import load_inventory
 from sparkrack.onboard import (
+    applyroles,
     baseline,
     join,
-    provision,
     run,
     scratch,
     stage,
@@ -59,7 +59,7 @@ def stopped(call, ctx, *args):
 def test_the_sequence_runs_the_steps_in_order_and_a_stop_skips_the_rest(monkeypatch):
     calls = []
     monkeypatch.setattr(scratch, "build", lambda ctx: calls.append("build"))
-    for module, name in ((trust, "run"), (provision, "confirm"), (provision, "run"),
+    for module, name in ((trust, "run"), (applyroles, "confirm"), (applyroles, "run"),
                          (stage, "run"), (verify, "run"), (join, "run")):
         label = f"{module.__name__.rsplit('.', 1)[1]}.{name}"
         monkeypatch.setattr(module, name, lambda ctx, label=label: calls.append(label))
@@ -79,8 +79,8 @@ def test_the_sequence_runs_the_steps_in_order_and_a_stop_skips_the_rest(monkeypa
     calls.clear()
     monkeypatch.setattr(baseline, "run", lambda ctx: calls.append("baseline.run"))
     report = run.onboard(REHEARSAL, "spark-09", "10.77.1.19")
-    assert calls == ["build", "trust.run", "baseline.run", "provision.confirm", "build",
-                     "provision.run", "stage.run", "verify.run", "join.run"]
+    assert calls == ["build", "trust.run", "baseline.run", "applyroles.confirm", "build",
+                     "applyroles.run", "stage.run", "verify.run", "join.run"]
     assert report.exit_code == 0
 
 
@@ -188,15 +188,15 @@ def test_roce_twin_addr_is_given_or_none_or_found_on_the_twin_netdev(tmp_path):
 
 
 def test_the_node_is_changed_only_with_the_operators_go_ahead(tmp_path):
-    provision.confirm(context(tmp_path, check=True))
-    provision.confirm(context(tmp_path, assume_yes=True))
+    applyroles.confirm(context(tmp_path, check=True))
+    applyroles.confirm(context(tmp_path, assume_yes=True))
     ctx = context(tmp_path)
-    stopped(provision.confirm, ctx)
+    stopped(applyroles.confirm, ctx)
     assert ctx.report.step("provision").verdict == "refused"
     assert "pass --yes" in ctx.report.step("provision").summary
     asked = []
     ctx = context(tmp_path, replace="spark-05", confirm=lambda q: asked.append(q) or False)
-    stopped(provision.confirm, ctx)
+    stopped(applyroles.confirm, ctx)
     assert asked == ["Provision spark-09, stage images and weights on it, verify it and "
                      "replace spark-05 (rank 4)?"]
     assert ctx.report.step("provision").summary == "not confirmed by the operator"

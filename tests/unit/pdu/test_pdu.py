@@ -22,7 +22,7 @@ from sparkrack.pdu import PduError, cycle_outlet, read_strip
 from sparkrack.pdu import rpdu2 as mib
 from sparkrack.pdu.snmp import Session
 from sparkrack.rehearsal.pduagent import Pdu, build_engine
-from sparkrack.safety.strip import strip_check
+from sparkrack.safety.stripcheck import strip_check
 
 FIXTURE = Path(__file__).parents[1] / "data" / "inventory"
 KEYS = {"SPARKRACK_PDU_USER": "ops", "SPARKRACK_PDU_AUTH_KEY": "auth-key-7f3a9",

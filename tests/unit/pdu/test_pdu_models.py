@@ -155,7 +155,7 @@ def test_an_outlet_the_pdu_does_not_meter_counts_whole_and_shows_no_watts():
 
     from sparkrack.cli.power_tasks import _outlet
     from sparkrack.pdu import OutletReading, StripReading
-    from sparkrack.safety.strip import strip_check
+    from sparkrack.safety.stripcheck import strip_check
     from sparkrack.watchdog.metrics import Snapshot, WatchdogMetrics, update
 
     family = FAMILIES["sentry4-switched"]

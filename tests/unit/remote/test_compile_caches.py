@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from sparkrack.engines.caches import CACHE_MOUNT, cache_env
+from sparkrack.engines.compilecaches import CACHE_MOUNT, cache_env
 from sparkrack.rehearsal.stub import compilecache
 from sparkrack.remote import script
 

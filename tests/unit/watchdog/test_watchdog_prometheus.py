@@ -36,7 +36,7 @@ def samples(metrics: WatchdogMetrics) -> dict[tuple[str, tuple], float]:
 
 
 GIB = 1 << 30
-from sparkrack.pdu.strip import OutletReading, StripReading  # noqa: E402
+from sparkrack.pdu.nodeoutlets import OutletReading, StripReading  # noqa: E402
 
 FULL = Snapshot(
     nodes=(NodeSnapshot("spark-01", 0, True, sm_clock_mhz=2190, gpu_power_watts=96.5,

@@ -379,7 +379,7 @@ def test_the_service_serves_metrics_and_stops_on_sigterm(sshd: Sshd, tmp_path: P
 
 
 def test_the_pdus_reading_is_exported_with_each_outlet():
-    from sparkrack.pdu.strip import OutletReading, StripReading
+    from sparkrack.pdu.nodeoutlets import OutletReading, StripReading
 
     reading = StripReading("strip-a", 640, (OutletReading("spark-01", 1, True, 212),
                                             OutletReading("spark-02", 2, True, 205),
@@ -397,7 +397,7 @@ def test_the_strip_reader_says_once_why_the_pdu_is_unread_and_forgets_stale_read
     from test_watchdog_install import rehearsal_copy
 
     from sparkrack.inventory import load_inventory
-    from sparkrack.pdu.strip import StripReading
+    from sparkrack.pdu.nodeoutlets import StripReading
     from sparkrack.watchdog import fleetrack as watchdog_rack
 
     inventory = load_inventory(rehearsal_copy(tmp_path))

@@ -123,7 +123,10 @@ def main(engine: str, argv: list[str] | None = None) -> None:
     else:
         rank = Worker(args, settings, gpu, scratch, nccl, log)
     if args.nnodes > 1 and (fault is None or fault.library == "advertise"):
-        transport.echo_rails([address for _, address in transport.rails(reach)])
+        try:  # the queue pairs on its rails: the node's HCAs answer the peers' writes
+            gpu.open_rails([address for _, address in transport.rails(reach)])
+        except NoDevice as error:
+            die(1, f"RuntimeError: cannot open the RDMA queue pairs (gpusimd: {error})", log)
     reach["mtus"] = {address: transport.ib_mtu(transport.netdev_mtu(address, interfaces) or 1500)
                      for _, address in transport.rails(reach)}  # each rail's active MTU
     for signum in (signal.SIGTERM, signal.SIGINT):

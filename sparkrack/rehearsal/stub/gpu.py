@@ -21,6 +21,7 @@ except ImportError:  # run from the sparkrack tree, not the image
 GiB = 1 << 30
 SPIN_AFTER_S = 1.0  # in a collective this long: the power averaged over a second is a spin's
 WATCH_EVERY_S = 0.2
+SPIN_UTIL = 96  # a kernel polling a flag (vllm#42354's wedged rank)
 
 
 class OutOfMemory(Exception):
@@ -32,7 +33,10 @@ class NoDevice(Exception):
 
 
 class Gpu:
-    """Allocations and load of one rank on its node's gpusimd."""
+    """Allocations and load of one rank on its node's gpusimd. While a forward runs the
+    GPU prefills (compute) or decodes; a wait in a collective longer than SPIN_AFTER_S
+    spins; a host that hangs or waits before launching leaves it drained; a collective
+    whose kernel never completes spins until the process ends."""
 
     def __init__(self, process_name: str):
         try:
@@ -41,10 +45,13 @@ class Gpu:
             raise NoDevice(str(error)) from None
         self._name = process_name
         self._lock = threading.Lock()
-        self._busy = 0
+        self._busy = 0  # forwards running
+        self._prefilling = 0  # ... of which in their prefill
         self._progress = time.monotonic()  # the last collective completed
-        self._hung = False
-        self._held: tuple[int, bool] = (0, False)  # what gpusimd holds for this rank
+        self._hung = False  # the host launches nothing more
+        self._host_wait = False  # the host waits before launching (until progress)
+        self._stuck_kernel = False  # a collective whose kernel never completes
+        self._held: tuple[int, str] = (0, "compute")  # what gpusimd holds for this rank
         threading.Thread(target=self._watch, name="gpu-watch", daemon=True).start()
 
     def total_bytes(self) -> int:
@@ -91,25 +98,69 @@ class Gpu:
             except gpusim_client.DaemonUnreachable as error:
                 raise NoDevice(str(error)) from None
 
+    def open_rails(self, addresses: list[str]) -> list[str]:
+        """This rank's queue pairs on its rails: the node's HCAs answer its peers' RDMA
+        writes to addresses while the process lives, stopped or frozen or not
+        (gpusim/hca.py); the addresses answered."""
+        if not addresses:
+            return []
+        with self._lock:
+            try:
+                return self._client.open_rails(addresses)
+            except gpusim_client.DaemonError as error:
+                raise NoDevice(f"{error} (gpusimd predates the rails op: restart the "
+                               "node)") from None
+            except gpusim_client.DaemonUnreachable as error:
+                raise NoDevice(str(error)) from None
+
+    def collective_hangs(self) -> bool:
+        """Whether the node's NCCL hangs this collective (the rehearsal's fault)."""
+        with self._lock:
+            try:
+                return self._client.collective_hangs()
+            except (gpusim_client.DaemonError, gpusim_client.DaemonUnreachable):
+                return False
+
     def busy(self, delta: int) -> None:
-        """Count one forward in (+1) or out (-1); the GPU computes while any runs."""
+        """Count one forward in (+1) or out (-1); the GPU works while any runs."""
         with self._lock:
             if delta > 0 and self._busy == 0:
                 self._progress = time.monotonic()
             self._busy = max(0, self._busy + delta)
             self._hold()
 
+    def prefill(self, delta: int) -> None:
+        """Count one forward's prefill in (+1) or out (-1): it computes at full power;
+        the others decode."""
+        with self._lock:
+            self._prefilling = max(0, self._prefilling + delta)
+            self._hold()
+
     def progressed(self) -> None:
         """A collective of the group completed: the rank computes again."""
         with self._lock:
             self._progress = time.monotonic()
+            self._host_wait = False
             self._hold()
 
     def hang(self) -> None:
         """The host hangs from now until the process ends: it launches no kernel more, so
-        its queued work drains and the GPU goes idle."""
+        its queued work drains and the GPU reads 0 %, its clock held."""
         with self._lock:
             self._hung = True
+            self._hold()
+
+    def host_wait(self) -> None:
+        """The host blocks before launching the next kernel (until a collective completes
+        again): the GPU drains."""
+        with self._lock:
+            self._host_wait = True
+            self._hold()
+
+    def stuck_in_collective(self) -> None:
+        """This collective's kernel never completes: the GPU spins until the process ends."""
+        with self._lock:
+            self._stuck_kernel = True
             self._hold()
 
     def _watch(self) -> None:
@@ -119,17 +170,23 @@ class Gpu:
             with self._lock:
                 self._hold()
 
+    def _wanted(self) -> tuple[int, str]:
+        if self._stuck_kernel:
+            return SPIN_UTIL, "spin"
+        if self._busy == 0 and not self._hung:
+            return 0, "compute"
+        if self._hung or self._host_wait:
+            return 0, "drained"
+        if time.monotonic() - self._progress > SPIN_AFTER_S:
+            return SPIN_UTIL, "spin"
+        return 100, "compute" if self._prefilling else "decode"
+
     def _hold(self) -> None:
         """Tell gpusimd what this rank's GPU does now, when that changed (lock held)."""
-        if self._hung or self._busy == 0:
-            wanted = (0, False)
-        elif time.monotonic() - self._progress > SPIN_AFTER_S:
-            wanted = (96, True)
-        else:
-            wanted = (100, False)
+        wanted = self._wanted()
         if wanted != self._held:
             try:
-                self._client.hold_load(*wanted)
+                self._client.hold_load(wanted[0], kind=wanted[1])
             except gpusim_client.DaemonUnreachable:
                 return  # the driver went away: the next change tries again
             self._held = wanted

@@ -86,11 +86,13 @@ class HeadGroup:
     """Rank 0's side: the rendezvous listener and one link per worker."""
 
     def __init__(self, engine: str, nnodes: int, port: int,
-                 on_failure: Callable[[int, str], None], log: Callable[[str], None]):
+                 on_failure: Callable[[int, str], None], log: Callable[[str], None],
+                 on_blocked: Callable[[int], None] = lambda rank: None):
         self.engine = engine
         self.nnodes = nnodes
         self.port = port
         self.on_failure = on_failure  # (rank, why): a worker's link dropped
+        self.on_blocked = on_blocked  # (rank): a worker's collective never completes
         self.log = log
         self.links: dict[int, Link] = {}
         self.nodes: dict[int, str] = {}
@@ -183,6 +185,8 @@ class HeadGroup:
                     waiter = self._waiters.get(message.get("id"))
                 if waiter is not None:
                     waiter.answered(rank)
+            elif op == "blocked":
+                self.on_blocked(rank)
         with self._lock:
             expected = self.closing
             self.links.pop(rank, None)

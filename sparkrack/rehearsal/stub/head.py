@@ -41,7 +41,7 @@ class Head(Rank):
         self.stepped = 0.0  # when the group's last collective completed (monotonic)
         self.ring_gbit = fabric.PORT_GBIT  # the ring's pace (fabric.py), known at init
         self._step_now = False  # a forward began: step at once
-        self.metrics = Metrics(self.args.engine)
+        self.metrics = Metrics(self.args.engine, self.args.context_length or 131072)
 
     def on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -67,7 +67,8 @@ class Head(Rank):
     def run(self) -> None:
         args = self.args
         self.group = HeadGroup(args.engine, args.nnodes, args.group_port,
-                               on_failure=self._peer_failed, log=self.log)
+                               on_failure=self._peer_failed, log=self.log,
+                               on_blocked=self._peer_blocked)
         try:
             self.group.listen()
         except OSError as error:
@@ -193,6 +194,14 @@ class Head(Rank):
         self.group.abort(why)
         die(1, nccl_error(0, f"{why} (peer rank {rank})"), self.log)
 
+    def _peer_blocked(self, rank: int) -> None:
+        """A rank's collective never completes and its host reads no more of rank 0's
+        broadcasts: rank 0 blocks before launching the next one, and every other rank waits
+        for it on its host (vllm#42354: rank 0 blocked in the ncclAllReduce call while the
+        wedged rank spun); their GPUs drain."""
+        self.gpu.host_wait()
+        self.group.broadcast("hold", rank=rank)
+
     def _watchdog(self, what: str, missing: set[int]) -> None:
         self.group.abort(f"watchdog timeout on rank 0 during {what}")
         ranks = ", ".join(str(rank) for rank in sorted(missing)) or "0"
@@ -240,6 +249,8 @@ class Head(Rank):
                 self._stepping.wait_for(lambda: self.running > 0)
             if self.stuck:
                 return  # a hung host drives nothing
+            if self.gpu.collective_hangs():
+                self._stuck_in_collective()
             self.nccl.step()
             _, missing = self.group.ask("step", self.args.watchdog_timeout_s)
             if missing:
@@ -252,6 +263,20 @@ class Head(Rank):
                 self._stepping.wait_for(lambda: self._step_now, STEP_S)
                 self._step_now = False
 
+    def _stuck_in_collective(self) -> None:
+        """This node's NCCL hangs the collective (the rehearsal's fault): the workers enter
+        it too, rank 0's kernel spins and its host launches nothing more; the ranks whose
+        own collective completes wait for rank 0's next broadcast on their hosts. Until
+        the engine's watchdog, as NCCL's own would end it."""
+        self.stuck = True
+        self.log("sparkrack stub fault: this node's NCCL hangs the collective: its kernel "
+                 "spins, the group waits", "WARNING")
+        self.group.broadcast("step", id=0)  # an answer nobody waits for
+        self.gpu.stuck_in_collective()
+        self.group.broadcast("hold", rank=0)
+        time.sleep(self.args.watchdog_timeout_s)
+        self._watchdog("a decode step", {0})
+
     def moving(self, since: float) -> None:
         """Wait until a collective of the group completed after since, recently: a token
         needs every rank."""
@@ -262,7 +287,7 @@ class Head(Rank):
     @contextmanager
     def forward(self, prompt_tokens: int):
         """Run one request through every rank: queue for a slot, take every rank's indexer
-        scratch, hold the GPUs busy, prefill; release all of it at the end."""
+        scratch, hold the GPUs busy, prefill chunk by chunk; release all of it at the end."""
         self._slots.acquire()
         with self._stepping:
             self.running += 1
@@ -270,7 +295,10 @@ class Head(Rank):
             self._stepping.notify_all()
         fid = next(self._fids)
         transient = None
+        cached = [0]  # this forward's tokens in the KV cache
         self.gpu.busy(+1)  # rank 0 runs its part, then waits in the collective for its peers
+        self.gpu.prefill(+1)
+        prefilling = True
         try:
             began = time.monotonic()
             transient = self.scratch_begin(prompt_tokens)
@@ -282,13 +310,35 @@ class Head(Rank):
                 time.sleep(max(0.0, began + self.args.watchdog_timeout_s - time.monotonic()))
             if missing:
                 self._watchdog(f"a {prompt_tokens}-token forward", missing)
-            time.sleep(fabric.prefill_s(prompt_tokens, self.settings.prefill_tokens_per_s,
-                                        self.ring_gbit))
+            self._prefill(prompt_tokens, cached)
+            self.gpu.prefill(-1)
+            prefilling = False
+            self.group.broadcast("decoding", fid=fid)
             yield
         finally:
+            if prefilling:
+                self.gpu.prefill(-1)
             self.group.broadcast("end", fid=fid)
+            self.metrics.cached(-cached[0])
             self.gpu.free(transient)
             self.gpu.busy(-1)
             with self._lock:
                 self.running -= 1
             self._slots.release()
+
+    def _prefill(self, prompt_tokens: int, cached: list[int]) -> None:
+        """The prompt in chunks of the chunked-prefill size, each an engine step whose
+        collectives must complete; after each, the KV cache holds its tokens (the gauges
+        the engines set at every step: vLLM's kv_cache_usage_perc, SGLang's
+        num_used_tokens), so a long prefill shows progress chunk by chunk. Each chunk's
+        all-reduces go at the ring's slowest hop (fabric.prefill_s)."""
+        left = prompt_tokens
+        while left > 0:
+            size = min(max(1, self.args.chunked_prefill_size), left)
+            chunk_began = time.monotonic()
+            time.sleep(fabric.prefill_s(size, self.settings.prefill_tokens_per_s,
+                                        self.ring_gbit))
+            self.moving(chunk_began)
+            self.metrics.cached(size)
+            cached[0] += size
+            left -= size

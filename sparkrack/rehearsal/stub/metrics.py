@@ -1,5 +1,5 @@
-"""Rank 0's request counters and latency histograms, and its /metrics text under each
-engine's names (sglang:*, vllm:*; the histograms: latency.py)."""
+"""Rank 0's request counters, KV-cache gauges and latency histograms, and its /metrics text
+under each engine's names (sglang:*, vllm:*; the histograms: latency.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ class Metrics:
     """What rank 0 counts of its requests (vLLM counts tokens every engine step; SGLang
     when a request finishes)."""
 
-    def __init__(self, engine: str):
+    def __init__(self, engine: str, kv_pool_tokens: int = 131072):
         self.engine = engine
+        self.kv_pool_tokens = max(1, kv_pool_tokens)
+        self.kv_tokens = 0  # the running requests' tokens in the KV cache
         self._lock = threading.Lock()
         self.counts = {"prompt_tokens": 0, "generation_tokens": 0, "requests": 0,
                        "finished_stop": 0, "finished_length": 0, "last_tps": 0.0,
@@ -29,6 +31,15 @@ class Metrics:
             self.counts["finished_generation_tokens"] += generated
             if seconds > 0 and generated > 1:
                 self.counts["last_tps"] = round((generated - 1) / seconds, 2)
+
+    def cached(self, tokens: int) -> None:
+        """tokens more (fewer, when negative) in the KV cache: a prefill chunk done, a
+        request's tokens freed. Both engines set their gauge at every step: vLLM's
+        kv_cache_usage_perc from the scheduler's stats (sent even when no request produced
+        output), SGLang's num_used_tokens at each prefill batch, so a chunked prefill moves
+        it chunk by chunk."""
+        with self._lock:
+            self.kv_tokens = max(0, self.kv_tokens + tokens)
 
     def prompt(self, tokens: int) -> None:
         with self._lock:
@@ -49,6 +60,10 @@ class Metrics:
         if self.engine == "sglang":
             rows = [("spec_accept_length", "gauge", "Average speculative accept length.", accept),
                     ("num_running_reqs", "gauge", "Running requests.", running),
+                    ("num_used_tokens", "gauge", "The number of used tokens.",
+                     self.kv_tokens),
+                    ("token_usage", "gauge", "The token usage.",
+                     round(self.kv_tokens / self.kv_pool_tokens, 2)),
                     ("num_queue_reqs", "gauge", "Queued requests.", waiting),
                     ("gen_throughput", "gauge", "Generation throughput (token/s).", m["last_tps"]),
                     ("prompt_tokens_total", "counter", "Prefill tokens.",
@@ -66,6 +81,7 @@ class Metrics:
             steps = speculative_steps
             rows = [("num_requests_running", "gauge", running),
                     ("num_requests_waiting", "gauge", waiting),
+                    ("kv_cache_usage_perc", "gauge", self.kv_tokens / self.kv_pool_tokens),
                     ("prompt_tokens_total", "counter", m["prompt_tokens"]),
                     ("generation_tokens_total", "counter", generated),
                     ("spec_decode_num_drafts_total", "counter", drafts if steps else 0),

@@ -1,8 +1,8 @@
 """A rank's transport environment judged as Gloo and NCCL would judge it on the node: what
 the node shows (its HCAs through gpusimd, its netdevs directly) against the variables, each
 failure in the libraries' own words (docs/rehearsal.md, "NCCL and Gloo at group init").
-Pure except `local_interfaces`, `local_ipv6`, `netdev_mtu`, `echo_rails` and
-`first_write`.
+Pure except `local_interfaces`, `local_ipv6`, `netdev_mtu` and `first_write`; the writes
+are answered by the peer node's HCAs (gpusimd: sim/gpusim/hca.py), not by the peer's process.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import fcntl
 import ipaddress
 import socket
 import struct
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -402,33 +401,6 @@ def netdev_mtu(address: str, interfaces: Mapping[str, list[str]]) -> int | None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         request = struct.pack("16sI", name.encode()[:15], 0)
         return struct.unpack("16sI", fcntl.ioctl(sock.fileno(), _SIOCGIFMTU, request))[1]
-
-
-def echo_rails(addresses: list[str]) -> None:
-    """Echo every datagram to ROCE_PORT on addresses, for the process's life (the peers'
-    first writes). An address already taken is left out: its peer's write then fails."""
-    for address in addresses:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            sock.bind((address, ROCE_PORT))
-        except OSError:
-            sock.close()
-            continue
-        threading.Thread(target=_echo, args=(sock,), daemon=True,
-                         name=f"roce-echo-{address}").start()
-
-
-def _echo(sock: socket.socket) -> None:
-    while True:
-        try:
-            data, peer = sock.recvfrom(65536)
-        except OSError:
-            time.sleep(0.25)  # never a busy loop on a socket that keeps failing
-            continue
-        try:
-            sock.sendto(data, peer)
-        except OSError:
-            pass  # the reply does not fit the path back: the writer's retries say so
 
 
 # How long an HCA retries an unacknowledged write before IBV_WC_RETRY_EXC_ERR: NCCL's

@@ -83,9 +83,18 @@ class Worker(Rank):
 
     def _answer_steps(self) -> None:
         """Join each of the head's collectives in order: the ring writes, then the answer
-        (a write the fabric drops leaves the head, and so every rank, waiting)."""
+        (a write the fabric drops leaves the head, and so every rank, waiting); a collective
+        this node's NCCL hangs is never answered: its kernel spins and its host reads no
+        more of rank 0's broadcasts (the head hears it as `blocked`)."""
         while True:
             step = self.steps.get()
+            if self.gpu.collective_hangs():
+                self.stuck = True
+                self.gpu.stuck_in_collective()
+                self.log("sparkrack stub fault: this node's NCCL hangs the collective: its "
+                         "kernel spins, the group waits", "WARNING")
+                self.link.send("blocked")
+                return
             self.nccl.step()
             if not self.stuck:
                 self.link.send("ack", id=step)
@@ -98,25 +107,37 @@ class Worker(Rank):
         """Handle the head's messages until shutdown, abort or a dropped link."""
         link = self.link
         transients: dict[int, int | None] = {}
+        prefilling: set[int] = set()
         while True:
             message = link.recv()
             if message is None:
                 self._head_lost("rank 0 closed the connection")
             op = message.get("op")
+            fid = message.get("fid")
             if op == "begin" and not self.stuck:
                 prompt_tokens = int(message.get("prompt_tokens", 0))
                 transient = self.scratch_begin(prompt_tokens)
                 if self.stuck or self.wedges(prompt_tokens):
                     continue  # no ack: rank 0's forward waits until its watchdog
-                transients[message.get("fid")] = transient
+                transients[fid] = transient
+                prefilling.add(fid)
                 self.gpu.busy(+1)
+                self.gpu.prefill(+1)
                 self.gpu.progressed()
                 link.send("ack", id=message.get("id"))
+            elif op == "decoding" and fid in prefilling:
+                prefilling.discard(fid)
+                self.gpu.prefill(-1)
             elif op == "step" and not self.stuck:
                 self.gpu.progressed()  # the previous collective completed
                 self.steps.put(message.get("id"))
-            elif op == "end" and message.get("fid") in transients:
-                self.gpu.free(transients.pop(message.get("fid")))
+            elif op == "hold":
+                self.gpu.host_wait()  # rank 0 broadcasts nothing more: wait for it
+            elif op == "end" and fid in transients:
+                if fid in prefilling:
+                    prefilling.discard(fid)
+                    self.gpu.prefill(-1)
+                self.gpu.free(transients.pop(fid))
                 self.gpu.busy(-1)
             elif op == "ping" and not self.stuck:
                 link.send("pong", id=message.get("id"))

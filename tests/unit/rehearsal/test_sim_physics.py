@@ -94,3 +94,52 @@ def test_a_gpu_in_hot_air_slows_itself_to_hold_its_t_limit_then_the_hardware_hal
     assert hotter["sm_mhz"] == cool["sm_mhz"] // 2 and hotter["event_reasons"] == 0x48
     assert hotter["temp_c"] >= 97
     assert readings(GB10_DEFAULTS, 0, (0, 2200), False, heat=54)["temp_c"] < 95  # idle
+
+
+def test_serving_spinning_and_drained_gpus_read_as_the_public_figures_say():
+    """GB10 public figures (spark-vllm-docker#260, vllm#42354): healthy decode ~45 W on
+    average, swinging up to ~90 W; a spinning kernel ~96 % at 16-27 W; a drained GPU (its
+    host stopped) 0 % at about a spin's draw, its clock held (an H100 reads 125 W after
+    SIGSTOP against 124 W spinning). Uncapped and under the 2,200 MHz lock."""
+    from gpusim.physics import decode_share
+
+    quantiles = [q / 100 for q in range(101)]
+    mean_share = sum(decode_share(GB10_DEFAULTS, q) for q in quantiles) / len(quantiles)
+    assert abs(mean_share - 0.5) < 0.01
+    decode = [readings(GB10_DEFAULTS, 100, None, False, kind="decode", swing=q, phase=q)
+              for q in quantiles]
+    average = sum(r["power_w"] for r in decode) / len(decode)
+    assert 43 <= average <= 47 and max(r["power_w"] for r in decode) >= 80
+    assert all(90 <= r["util"] <= 99 for r in decode)
+    for lock in (None, (0, 2200)):
+        spin = readings(GB10_DEFAULTS, 96, lock, False, kind="spin")
+        drained = readings(GB10_DEFAULTS, 100, lock, False, kind="drained", resident=True)
+        assert spin["util"] == 96 and 16 <= spin["power_w"] <= 27, spin
+        assert drained["util"] == 0 and drained["power_w"] == spin["power_w"]
+        assert drained["sm_mhz"] == spin["sm_mhz"] and drained["pstate"] == "P0"
+
+
+def test_a_frozen_cgroup_is_read_from_v1s_freezer_and_v2s_events(tmp_path):
+    """docker pause freezes the container's cgroup: its processes read `D` (v1) or `S`
+    (v2), so only the cgroup tells; the rehearsal node mounts v1 controllers and v2 at
+    /sys/fs/cgroup/unified, a v2-only host at /sys/fs/cgroup."""
+    from gpusim.peers import frozen
+
+    proc, root = tmp_path / "proc", tmp_path / "cgroup"
+    (proc / "7").mkdir(parents=True)
+    (proc / "7" / "cgroup").write_text("6:freezer:/docker/abc\n0::/docker/abc\n")
+    (root / "freezer" / "docker" / "abc").mkdir(parents=True)
+    state = root / "freezer" / "docker" / "abc" / "freezer.state"
+    state.write_text("THAWED\n")
+    assert not frozen(7, str(proc), str(root))
+    state.write_text("FROZEN\n")
+    assert frozen(7, str(proc), str(root))
+    (proc / "8").mkdir()
+    (proc / "8" / "cgroup").write_text("0::/system.slice/docker-def.scope\n")
+    (root / "system.slice" / "docker-def.scope").mkdir(parents=True)
+    events = root / "system.slice" / "docker-def.scope" / "cgroup.events"
+    events.write_text("populated 1\nfrozen 0\n")
+    assert not frozen(8, str(proc), str(root))
+    events.write_text("populated 1\nfrozen 1\n")
+    assert frozen(8, str(proc), str(root))
+    assert not frozen(9, str(proc), str(root))  # gone

@@ -1,8 +1,13 @@
 """The stub ranks judge their transport environment as NCCL and Gloo would on the node."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from sparkrack.rehearsal.stub import transport
+
+SIM_DIR = Path(__file__).resolve().parents[3] / "sparkrack" / "rehearsal" / "sim"
 
 LL = "fe80:0000:0000:0000:ba3f:d2ff:fe01:0203"
 V4 = "0000:0000:0000:0000:0000:ffff:0a4d:010f"  # ::ffff:10.77.1.15
@@ -220,8 +225,13 @@ def test_the_rails_a_rank_writes_on_are_the_hcas_of_its_endpoints():
 
 
 def test_a_first_write_that_comes_back_passes_and_one_into_the_void_is_nccls_retry_error():
-    transport.echo_rails(["127.0.0.3"])
+    sys.path.insert(0, str(SIM_DIR))
+    from gpusim.hca import Responders  # the peer node's HCAs, which answer the writes
+
+    hcas = Responders(transport.ROCE_PORT)
+    assert hcas.open(1, ["127.0.0.3"]) == ["127.0.0.3"]
     assert transport.first_write("127.0.0.2", "127.0.0.3", 4156, seconds=5)
+    hcas.release(1)
     assert not transport.first_write("127.0.0.2", "127.0.0.4", 4156, seconds=0.6)
     fault = transport.write_fault("rocep1s0f0", "10.77.3.11", "10.77.3.12", 4096)
     assert fault.warning.startswith("NET/IB : Got completion from peer 10.77.3.12<4791> with "

@@ -141,10 +141,13 @@ class GpuSimClient:
         """Set persistence mode; returns whether it changed."""
         return self.request("persistence", enabled=enabled)["changed"]
 
-    def hold_load(self, util: int = 100, spin: bool = False) -> None:
-        """Keep the GPU busy at util % while this client is open (0 releases); spin: a
-        kernel waiting on a flag (busy at low power)."""
-        if spin:
+    def hold_load(self, util: int = 100, spin: bool = False, kind: str | None = None) -> None:
+        """Keep the GPU busy at util % while this client is open (0 releases); kind: what
+        the load does (gpusim.physics.KINDS: compute, decode, spin, drained; spin=True is
+        kind spin: a kernel waiting on a flag, busy at low power)."""
+        if kind is not None and kind != "compute":
+            self.request("load", util=util, kind=kind)
+        elif spin:
             self.request("load", util=util, spin=True)
         else:
             self.request("load", util=util)
@@ -157,6 +160,15 @@ class GpuSimClient:
     def free(self, alloc_id: int) -> None:
         """Free one allocation made through this client."""
         self.request("free", id=alloc_id)
+
+    def open_rails(self, addresses: list[str]) -> list[str]:
+        """Have the node's HCAs answer RDMA writes to addresses while this client is open
+        (gpusim.hca); the addresses answered."""
+        return self.request("rails", addresses=list(addresses))["answered"]
+
+    def collective_hangs(self) -> bool:
+        """Whether the node's NCCL hangs its next collective (the rack's fault)."""
+        return bool(self.request("collective")["hang"])
 
     def rdma(self) -> dict:
         """The node's RDMA devices as the driver shows them (gpusim.rdma.read_rdma)."""

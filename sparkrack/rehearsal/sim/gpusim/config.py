@@ -46,9 +46,16 @@ GB10_DEFAULTS = {
     "gpu_load_w": 86.5,  # at load_sm_mhz: 84.3-88.8 W over the loaded clock's wander
     "latched_gpu_w": 10.8,  # at latched_sm_mhz; 5.8-15.8 W over the latched wander
     "latched_gpu_spread_w": 10.0,
-    # a rank wedged in a kernel that spins on a flag its peers never set: the SMs read busy
-    # (~96 %) while the GPU draws ~20 W, a fraction of the load span (vllm#42354's pattern)
-    "spin_power_share": 0.2,
+    # A kernel polling a flag (a rank waiting in a collective, a wedged one) reads busy at a
+    # spin's draw: 96 % at 16-27 W on a GB10 (vllm#42354, spark-vllm-docker#260), 100 % at
+    # 124 W on an H100 (idle 72 W, matmuls 468 W): a fifth of the load span at the boost
+    # clock (22.1 W uncapped; 17.9 W under the 2,190 MHz lock, the draw following the clock)
+    "spin_power_share": 0.22,
+    # Healthy decode on a GB10 averages ~45 W, swinging up to ~90 W (spark-vllm-docker#260):
+    # each reading a share of the load span drawn from a triangle (low, mode, high) whose
+    # mean is half of it: 24.5-86.5 W uncapped, 45.2 W on average; utilization 90-99 %
+    "decode_share": [0.25, 0.25, 1.0],
+    "decode_util": [90, 99],
     "node_idle_w": 31.0,  # at the wall; each unit its own within 25-37 W (unit_figures)
     "node_load_w": 217.0,
     "power_clock_exponent": 2.3,
@@ -60,6 +67,10 @@ GB10_DEFAULTS = {
     "slowdown_tlimit_c": -2,
     "shutdown_tlimit_c": -5,
     "heat_file": "/var/lib/gpu-sim/heat",  # degrees C the rack adds to the air (rehearsal.heat)
+    "roce_port": 4791,  # RoCE v2's UDP port: the node's HCAs answer RDMA writes on it (hca.py)
+    # present: the node's NCCL hangs its next collective, its kernel spinning (rehearsal.
+    # collective-hang; STATE_DIR/collective-hang when unset: gone at reboot)
+    "collective_hang_file": None,
 }
 
 # What differs between units of one release (public readings): MemTotal 127,600,524 to
@@ -108,4 +119,6 @@ def load_config(path: str | None = None) -> dict:
     config["serial"] = config["serial"] or str(1650000000000 + seed.int % 10**9)
     config["meminfo_file"] = config["meminfo_file"] or os.path.join(config["state_dir"], "meminfo")
     config["cmdline_file"] = config["cmdline_file"] or os.path.join(config["state_dir"], "cmdline")
+    config["collective_hang_file"] = config["collective_hang_file"] or os.path.join(
+        config["state_dir"], "collective-hang")
     return config

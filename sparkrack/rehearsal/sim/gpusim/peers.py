@@ -11,6 +11,7 @@ or `t` (stopped by a debugger) runs nothing.
 import os
 
 STOPPED_STATES = ("T", "t")
+CGROUP_ROOT = "/sys/fs/cgroup"
 
 
 def _hex_endpoint(address: tuple[str, int]) -> str:
@@ -62,13 +63,43 @@ def peer_pid(server: tuple[str, int], client: tuple[str, int]) -> int | None:
     return None if inode is None else process_of(inode)
 
 
-def stopped(pid: int | None) -> bool:
-    """Whether process pid is stopped (False when unknown or gone)."""
-    if pid is None:
-        return False
+def frozen(pid: int, proc: str = "/proc", root: str = CGROUP_ROOT) -> bool:
+    """Whether process pid's cgroup is frozen (docker pause), v1's freezer or v2's."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            text = fh.read()
+        with open(f"{proc}/{pid}/cgroup", encoding="ascii", errors="replace") as fh:
+            lines = fh.read().splitlines()
     except OSError:
         return False
-    return text[text.rfind(")") + 2:][:1] in STOPPED_STATES
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if "freezer" in controllers.split(","):
+            state = _read(os.path.join(root, "freezer") + path + "/freezer.state")
+            if state in ("FROZEN", "FREEZING"):
+                return True
+        elif controllers == "":  # the unified hierarchy: mounted at root, or at unified/
+            for base in (root, os.path.join(root, "unified")):
+                events = _read(base + path.rstrip("/") + "/cgroup.events")
+                if events is not None:
+                    if "frozen 1" in events.splitlines():
+                        return True
+                    break
+    return False
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def stopped(pid: int | None) -> bool:
+    """Whether process pid runs nothing: stopped, or frozen by its cgroup (False when
+    unknown or gone)."""
+    if pid is None:
+        return False
+    text = _read(f"/proc/{pid}/stat")
+    if text is None:
+        return False
+    return text[text.rfind(")") + 2:][:1] in STOPPED_STATES or frozen(pid)

@@ -1,5 +1,10 @@
 """What the simulated GB10 reads for a given load, clock lock and latch state (pure): clock,
 power and temperature, thermal slowdowns included (docs/rehearsal.md#the-simulators).
+
+A load is one of KINDS: `compute` (matmuls back to back: a burn, a long prefill), `decode`
+(healthy serving: busy, its power swinging about a mean near half the load span), `spin`
+(a kernel polling a flag: busy at a spin's draw) or `drained` (no kernel left, the host
+stopped feeding it: 0 % at a spin's draw, the clock held).
 """
 
 EVENT_GPU_IDLE = 0x1
@@ -7,6 +12,7 @@ EVENT_HW_SLOWDOWN = 0x8
 EVENT_SW_THERMAL = 0x20
 EVENT_HW_THERMAL = 0x40
 EVENT_REASONS_SUPPORTED = 0x1FF
+KINDS = ("compute", "decode", "spin", "drained")
 
 
 def snap_down(mhz: int, bin_mhz: int) -> int:
@@ -38,22 +44,42 @@ def sm_clock(config: dict, util: int, lock: tuple[int, int] | None, latched: boo
     return min(max(config["idle_sm_mhz"], floor), cap if cap is not None else boost, boost)
 
 
+def clock_factor(config: dict, clock: int) -> float:
+    """How power above idle scales with the clock: (clock / boost clock) ** exponent."""
+    return (clock / config["load_sm_mhz"]) ** config["power_clock_exponent"]
+
+
+def decode_share(config: dict, swing: float) -> float:
+    """The share of the load span a decoding GPU draws at quantile swing (0-1) of its
+    swings: a triangle from low (the mode) up to high (decode_share: low, mode, high)."""
+    low, mode, high = config["decode_share"]
+    swing = min(1.0, max(0.0, swing))
+    if high == low:
+        return low
+    edge = (mode - low) / (high - low)
+    if swing < edge:
+        return low + ((high - low) * (mode - low) * swing) ** 0.5
+    return high - ((high - low) * (high - mode) * (1 - swing)) ** 0.5
+
+
 def dynamic_share(config: dict, util: int, clock: int, latched: bool,
-                  spinning: bool = False) -> float:
-    """Fraction (0-1) of the idle-to-full-load power span drawn right now (a spinning
-    kernel: at most spin_power_share, whatever the utilization reads)."""
+                  kind: str = "compute", swing: float = 0.5) -> float:
+    """Fraction (0-1) of the idle-to-full-load power span drawn right now (a spin, and a
+    drained GPU whose clock is held, draw spin_power_share of it at the boost clock)."""
+    if kind == "drained":
+        return config["spin_power_share"] * clock_factor(config, clock)
     if util <= 0:
         return 0.0
-    if spinning:
-        return min(config["spin_power_share"], util / 100)
+    if kind == "spin":
+        return min(config["spin_power_share"], util / 100) * clock_factor(config, clock)
     if latched:  # the latched draw follows the latched clock over its span
         span = config["gpu_load_w"] - config["gpu_idle_w"]
         offset = (clock - config["latched_sm_mhz"]) / config["latched_sm_spread_mhz"]
         watts = config["latched_gpu_w"] + config["latched_gpu_spread_w"] * offset
-        per_util = (watts - config["gpu_idle_w"]) / span
-    else:
-        per_util = (clock / config["load_sm_mhz"]) ** config["power_clock_exponent"]
-    return util / 100 * per_util
+        return util / 100 * (watts - config["gpu_idle_w"]) / span
+    if kind == "decode":
+        return decode_share(config, swing) * clock_factor(config, clock)
+    return util / 100 * clock_factor(config, clock)
 
 
 def _power_w(config: dict, share: float) -> tuple[float, float]:
@@ -77,19 +103,25 @@ def _thermal_clock(config: dict, util: int, clock: int, heat: float) -> tuple[in
 
 
 def readings(config: dict, util: int, lock: tuple[int, int] | None, latched: bool,
-             resident: bool = False, phase: float = 0.5, spinning: bool = False,
-             heat: float = 0.0) -> dict:
+             resident: bool = False, phase: float = 0.5, kind: str = "compute",
+             heat: float = 0.0, swing: float = 0.5) -> dict:
     """Clocks, power, temperature, pstate and event reasons, as the driver would report
-    (spinning: the load that sets util is a spin, busy at low power; heat: degrees the air
-    around the board is above the usual)."""
-    clock = sm_clock(config, util, lock, latched, resident, phase)
-    share = dynamic_share(config, util, clock, latched, spinning)
+    (kind: what the load that sets util does, KINDS; heat: degrees the air around the board
+    is above the usual; swing: where a decoding GPU is in its power swings, 0-1)."""
+    if kind == "drained":  # nothing runs, the clock stays where the work left it
+        util = 0
+    elif kind == "decode" and util > 0:
+        low, high = config["decode_util"]
+        util = round(low + (high - low) * phase)
+    clock = sm_clock(config, 100 if kind == "drained" else util, lock, latched, resident, phase)
+    share = dynamic_share(config, util, clock, latched, kind, swing)
     gpu_w, node_w = _power_w(config, share)
     air = config["ambient_c"] + heat
     reasons = 0 if util > 0 else EVENT_GPU_IDLE
     if util > 0 and air + gpu_w * config["temp_c_per_w"] > config["tlimit_c"]:
         clock, reasons = _thermal_clock(config, util, clock, heat)
-        gpu_w, node_w = _power_w(config, dynamic_share(config, util, clock, latched, spinning))
+        gpu_w, node_w = _power_w(config, dynamic_share(config, util, clock, latched, kind,
+                                                       swing))
     temperature = air + gpu_w * config["temp_c_per_w"]
     if reasons == EVENT_SW_THERMAL:
         temperature = min(temperature, config["tlimit_c"])

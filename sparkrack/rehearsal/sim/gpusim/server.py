@@ -7,7 +7,9 @@ import json
 import socketserver
 import sys
 
+from gpusim.hca import Responders
 from gpusim.peers import peer_pid
+from gpusim.physics import KINDS
 from gpusim.rdma import read_rdma
 from gpusim.state import GpuState, OutOfMemory
 
@@ -19,10 +21,12 @@ class RequestError(Exception):
 
 
 class Client:
-    """One connection: its id, and its process, looked up once when first needed."""
+    """One connection: its id, its process (looked up once when first needed) and the
+    node's HCAs it may open rails on."""
 
-    def __init__(self, number: int, pid_of=lambda: None):
+    def __init__(self, number: int, pid_of, responders: Responders):
         self.id = number
+        self.responders = responders
         self._pid_of = pid_of
         self._pid: int | None = None
         self._looked = False
@@ -77,7 +81,10 @@ def _op_load(state: GpuState, client: Client, request: dict) -> dict:
     spin = request.get("spin", False)
     if not isinstance(spin, bool):
         raise RequestError("'spin' must be true or false")
-    state.hold_load(client.id, _int_field(request, "util", 0, 100), spin, pid=client.pid())
+    kind = request.get("kind", "spin" if spin else "compute")
+    if kind not in KINDS or (spin and kind != "spin"):
+        raise RequestError(f"'kind' must be one of {', '.join(KINDS)}")
+    state.hold_load(client.id, _int_field(request, "util", 0, 100), kind, pid=client.pid())
     return {}
 
 
@@ -106,6 +113,17 @@ def _op_rdma(state: GpuState, client: Client, request: dict) -> dict:
     return {"hcas": hcas}
 
 
+def _op_rails(state: GpuState, client: Client, request: dict) -> dict:
+    addresses = request.get("addresses")
+    if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+        raise RequestError("'addresses' must be a list of IPv4 addresses")
+    return {"answered": client.responders.open(client.id, addresses)}
+
+
+def _op_collective(state: GpuState, client: Client, request: dict) -> dict:
+    return {"hang": state.collective_hangs()}
+
+
 OPERATIONS = {
     "state": _op_state,
     "lock": _op_lock,
@@ -115,6 +133,8 @@ OPERATIONS = {
     "alloc": _op_alloc,
     "free": _op_free,
     "rdma": _op_rdma,
+    "rails": _op_rails,
+    "collective": _op_collective,
 }
 
 
@@ -143,7 +163,8 @@ class _Connection(socketserver.StreamRequestHandler):
     def handle(self):
         server = self.server.server_address
         client = Client(next(self.server.client_ids),
-                        lambda: peer_pid(server, self.client_address[:2]))
+                        lambda: peer_pid(server, self.client_address[:2]),
+                        self.server.responders)
         try:
             while True:
                 line = self.rfile.readline(MAX_LINE)
@@ -158,6 +179,7 @@ class _Connection(socketserver.StreamRequestHandler):
             return
         finally:
             self.server.gpu.release_client(client.id)
+            self.server.responders.release(client.id)
 
     def _reply(self, response: dict) -> None:
         self.wfile.write(json.dumps(response).encode() + b"\n")
@@ -172,6 +194,7 @@ class GpuSimServer(socketserver.ThreadingTCPServer):
 
     def __init__(self, gpu: GpuState, port: int):
         self.gpu = gpu
+        self.responders = Responders(gpu.config["roce_port"])
         self.client_ids = itertools.count(1)
         super().__init__(("127.0.0.1", port), _Connection)
 

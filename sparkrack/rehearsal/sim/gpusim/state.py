@@ -4,8 +4,9 @@ the booted kernel's view (command line, CMA counters: gpusim.kernel).
 The clock lock and persistence mode live in STATE_DIR (a tmpfs in the node), so they
 survive a daemon restart and vanish at reboot, like the driver's. Loads and allocations
 belong to client connections and end with them; a load computes only while the client's
-process runs (a stopped host feeds no kernels: its compute drains, while a kernel already
-spinning on a flag stays resident). The latch and the heat are files the rack owns.
+process runs (a stopped or frozen host feeds no kernels: its compute drains, the GPU reads
+0 % and keeps its clock and a spin's draw; a kernel already spinning on a flag stays
+resident). The latch, the heat and the collective hang are files the rack owns.
 """
 
 import json
@@ -16,7 +17,7 @@ import threading
 from gpusim.kernel import kernel_view, read_kernel
 from gpusim.meminfo import meminfo_values, render_meminfo, write_in_place
 from gpusim.peers import stopped
-from gpusim.physics import readings
+from gpusim.physics import KINDS, readings
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -32,7 +33,7 @@ class GpuState:
     def __init__(self, config: dict):
         self.config = config
         self._mutex = threading.Lock()
-        self._loads: dict[int, tuple[int, bool, int | None]] = {}  # client: (util %, spin, pid)
+        self._loads: dict[int, tuple[int, str, int | None]] = {}  # client: (util %, kind, pid)
         self._allocations: dict[int, dict] = {}
         self._next_alloc_id = 1
         os.makedirs(config["state_dir"], exist_ok=True)
@@ -98,13 +99,19 @@ class GpuState:
         except (OSError, ValueError):
             return 0.0
 
-    def hold_load(self, client: int, util: int, spin: bool = False,
+    def collective_hangs(self) -> bool:
+        """Whether the node's NCCL hangs its next collective (the rack's file exists)."""
+        return os.path.exists(self.config["collective_hang_file"])
+
+    def hold_load(self, client: int, util: int, kind: str = "compute",
                   pid: int | None = None) -> None:
-        """Keep `util` % utilization for this client (0 releases it) while its process
-        (pid, when known) runs; spin: a kernel that waits on a flag, busy at low power."""
+        """Keep `util` % utilization of this kind (physics.KINDS) for this client (0 releases
+        it) while its process (pid, when known) runs."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown load kind {kind!r}")
         with self._mutex:
-            if util > 0:
-                self._loads[client] = (util, spin, pid)
+            if util > 0 or kind == "drained":
+                self._loads[client] = (util, kind, pid)
             else:
                 self._loads.pop(client, None)
 
@@ -144,11 +151,8 @@ class GpuState:
     def snapshot(self) -> dict:
         """Everything a query can read right now (the lock only under 'sim')."""
         with self._mutex:
-            loads = [(util, spin) for util, spin, pid in self._loads.values()
-                     if spin or not stopped(pid)]  # a stopped host's compute has drained
-            util, spinning = max(loads, default=(0, False))
-            spinning = spinning and not any(  # a real load beside a spin draws full power
-                not spin and load >= util for load, spin in loads)
+            util, kind = combined([(util, "drained" if kind != "spin" and stopped(pid)
+                                    else kind) for util, kind, pid in self._loads.values()])
             allocations = list(self._allocations.values())
             allocated_kb = self._allocated_kb()
         lock, latched = self.clock_lock(), self.latched()
@@ -161,14 +165,16 @@ class GpuState:
             "index": config["gpu_index"],
             "persistence_mode": self.persistence_mode(),
             **readings(config, util, lock, latched, resident=bool(allocations),
-                       phase=random.random(), spinning=spinning, heat=self.heat()),
+                       phase=random.random(), kind=kind, heat=self.heat(),
+                       swing=random.random()),
             "thermal": {key: config[key] for key in (
                 "tlimit_c", "slowdown_tlimit_c", "shutdown_tlimit_c")},
             "processes": _processes(allocations),
             "memory": {"total_kb": memory["MemTotal"], "available_kb": memory["MemAvailable"],
                        "allocated_kb": allocated_kb},
             "sim": {"lock": list(lock) if lock else None, "latched": latched,
-                    "heat_c": self.heat()},
+                    "heat_c": self.heat(), "collective_hang": self.collective_hangs(),
+                    "load": kind if util > 0 or kind == "drained" else "idle"},
         }
 
     def _allocated_kb(self) -> int:
@@ -178,6 +184,19 @@ class GpuState:
         cma = (self.kernel["cma_total_kb"], self.kernel["cma_free_kb"])
         write_in_place(self.meminfo_path,
                        render_meminfo(meminfo_values(self.config, self._allocated_kb(), cma)))
+
+
+def combined(loads: list[tuple[int, str]]) -> tuple[int, str]:
+    """What several loads on one GPU read as together (util, kind): real work (compute
+    before decode) over a spinning kernel, a spin over a drained GPU, else idle."""
+    work = [(util, kind) for util, kind in loads if kind in ("compute", "decode")]
+    if work:
+        kind = "compute" if any(kind == "compute" for _, kind in work) else "decode"
+        return max(util for util, _ in work), kind
+    spins = [util for util, kind in loads if kind == "spin"]
+    if spins:
+        return max(spins), "spin"
+    return 0, "drained" if any(kind == "drained" for _, kind in loads) else "compute"
 
 
 def _processes(allocations: list[dict]) -> list[dict]:

@@ -197,6 +197,19 @@ def latch(c, node, inventory=None, clear=False):
     console.say(f"{node}: GPU {'unlatched' if clear else 'latched in the low-clock state'}")
 
 
+@task(help={**NODE_HELP, "clear": "end it (so does a reboot)"})
+@operator_task
+def nccl_hang(c, node, inventory=None, clear=False):
+    """Hang a node's next NCCL collective: its kernel spins, its peers wait.
+
+    As the pip-bundled NCCL build did on Sparks (vllm#42354): the rank reads ~96 % at
+    16-27 W while its group makes no progress, until the engine's own watchdog. Given on
+    every node, every rank spins (NCCL's hang on every rank)."""
+    _rack(inventory).nccl_hang(node, on=not clear)
+    console.say(f"{node}: NCCL " + ("no longer hangs" if clear else
+                                    "hangs its next collective (its kernel spins)"))
+
+
 @task(help={**NODE_HELP, "degrees": "degrees C added to the air around the GPU (1-54: a "
             "blocked vent, a hot room)", "clear": "take the heat away"})
 @operator_task

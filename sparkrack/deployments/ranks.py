@@ -32,7 +32,7 @@ class Rank:
     engine: str
     profile: str
     deployment: str
-    status: str  # created | running | exited | dead | missing | unreachable
+    status: str  # created | running | paused | exited | dead | missing | unreachable
     exit_code: int | None
     stop_timeout: int
     error: str | None = None
@@ -40,7 +40,10 @@ class Rank:
 
     @property
     def alive(self) -> bool:
-        return self.status in ("running", "restarting")
+        """Its process lives: running, restarting, or paused (`docker pause` freezes it;
+        `docker commit` pauses it for a moment: a frozen rank is judged by its group's
+        progress, not taken for dead)."""
+        return self.status in ("running", "restarting", "paused")
 
 
 def parallel(items: Iterable, work: Callable) -> list:

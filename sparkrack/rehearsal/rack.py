@@ -513,6 +513,17 @@ class RehearsalRack:
         if done.returncode != 0:
             raise SparkrackError(f"{name}: could not change the latch: {done.stderr.strip()}")
 
+    def nccl_hang(self, name: str, on: bool = True) -> None:
+        """Make the node's NCCL hang its next collective, its kernel spinning until the
+        process ends (or clear it; a reboot clears it too), as the pip-bundled NCCL build
+        did on Sparks (vllm#42354): the rank's peers wait; on every node, every rank spins."""
+        argv = ["sh", "-c", "mkdir -p /run/gpu-sim && touch /run/gpu-sim/collective-hang"] \
+            if on else ["rm", "-f", "/run/gpu-sim/collective-hang"]
+        done = nodeproc.in_node(self.node(name), argv)
+        if done.returncode != 0:
+            raise SparkrackError(f"{name}: could not change the collective hang: "
+                                 f"{done.stderr.strip()}")
+
     def heat(self, name: str, degrees: float | None) -> None:
         """Add degrees C to the air around the node's GPU (a blocked vent, a hot room; None:
         clear). Kept on the node's disk until cleared, as a room stays hot across reboots."""

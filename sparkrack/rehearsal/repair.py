@@ -4,7 +4,7 @@
 and after every chaos step) and undoes what a test, an operator or a chaos run left: a
 node powered off, cut or isolated, a node hung (running but not answering SSH:
 power-cycled), a node given a new host key, a node recabled, a latched or heated GPU, a
-renumbered GID table, an HCA port down, a switch set otherwise than the inventory says, a
+collective hang, a renumbered GID table, an HCA port down, a switch set otherwise than the inventory says, a
 load plugged into the PDU or its agent gone.
 """
 
@@ -76,6 +76,9 @@ def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S, *,
             rack.renumber_gid(state.name, None)
             repaired.append(f"{state.name} GID index back to {DEFAULT_GID_INDEX}")
         pid = init_pid(node)
+        if pid and Path(f"/proc/{pid}/root/run/gpu-sim/collective-hang").exists():
+            rack.nccl_hang(state.name, on=False)
+            repaired.append(f"{state.name} NCCL collective hang cleared")
         down = read_json_object(Path(f"/proc/{pid}/root/run/gpu-sim/roce-faults.json")).get(
             "down", []) if pid else []
         for hca in down:

@@ -1,6 +1,7 @@
 """What a stalled TP group's GPUs say, and which rank they blame (pure): each GPU read as
-idle, latched, spinning or busy, the one whose class no other shares named
-(docs/watchdog.md#wedged-not-dead-stalls).
+idle, latched, spinning or busy (the thresholds and their sources: thresholds.py), the one
+whose class no other shares named. Evidence for naming, never the verdict: progress decides
+a stall (docs/watchdog.md#wedged-not-dead-stalls).
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from dataclasses import dataclass
 from statistics import median
 
 from sparkrack.facts.gpu import GpuSample
-from sparkrack.remote.capjudge import LATCH_MHZ
-
-BUSY_UTIL = 50
-SPIN_POWER_SHARE = 0.6  # of the GPU's working power
-WORKING_CLOCK_SHARE = 0.9  # a spin keeps the clock: at least this share of the working one
-UNKNOWN_WORKING_W = 50.0  # before the group was seen working: spinning under 30 W
+from sparkrack.watchdog.thresholds import (
+    BUSY_UTIL,
+    LATCH_MHZ,
+    SPIN_CLOCK_SHARE,
+    SPIN_POWER_SHARE,
+    SPIN_UNLEARNED_W,
+    WORKING_POWER_QUANTILE,
+)
 
 
 @dataclass(frozen=True)
@@ -35,16 +38,10 @@ class Verdict:
     evidence: str  # one line: each class and its nodes' readings
 
     @property
-    def working(self) -> bool:
-        """Every GPU computes (however slowly): the group works, whatever its counters say."""
-        known = {kind for kind in self.classes.values() if kind != "unknown"}
-        return bool(known) and known <= {"busy", "latched"} and "busy" in known
-
-    @property
     def alike(self) -> str | None:
-        """The class every GPU shares when the group is stuck alike (no rank stands out)."""
+        """The class every GPU shares, when they all read alike (no rank stands out)."""
         known = {kind for kind in self.classes.values() if kind != "unknown"}
-        return known.pop() if len(known) == 1 and not self.working else None
+        return known.pop() if len(known) == 1 else None
 
 
 def _middle(samples: Sequence[GpuSample]) -> GpuSample:
@@ -65,10 +62,11 @@ def classify(sample: GpuSample, working: Working | None) -> str:
         return "idle"
     if sample.sm_mhz is not None and sample.sm_mhz < LATCH_MHZ:
         return "latched"
-    power_w = working.power_w if working is not None else UNKNOWN_WORKING_W
-    clock = working.sm_mhz if working is not None else None
-    if sample.power_w < SPIN_POWER_SHARE * power_w and (
-            clock is None or sample.sm_mhz is None or sample.sm_mhz >= WORKING_CLOCK_SHARE * clock):
+    if working is None:
+        return "spinning" if sample.power_w < SPIN_UNLEARNED_W else "busy"
+    if sample.power_w < SPIN_POWER_SHARE * working.power_w and (
+            working.sm_mhz is None or sample.sm_mhz is None
+            or sample.sm_mhz >= SPIN_CLOCK_SHARE * working.sm_mhz):
         return "spinning"
     return "busy"
 
@@ -108,11 +106,13 @@ def read_gpus(samples: Mapping[str, Sequence[GpuSample]],
 
 def learn(samples: Sequence[GpuSample]) -> Working | None:
     """A GPU's working power and clock from its samples taken while the group made
-    progress (only those computing at a clock above the latched range)."""
+    progress (only those computing at a clock above the latched range): the power's upper
+    quartile (WORKING_POWER_QUANTILE), the clock's median."""
     computing = [s for s in samples if s.util is not None and s.util >= BUSY_UTIL
                  and s.power_w is not None and (s.sm_mhz is None or s.sm_mhz >= LATCH_MHZ)]
     if not computing:
         return None
     clocks = [s.sm_mhz for s in computing if s.sm_mhz is not None]
-    return Working(median(s.power_w for s in computing),
+    powers = sorted(s.power_w for s in computing)
+    return Working(powers[min(len(powers) - 1, int(WORKING_POWER_QUANTILE * len(powers)))],
                    round(median(clocks)) if clocks else None)

@@ -44,10 +44,13 @@ class StallWatch:
     def __init__(self) -> None:
         self.last: Reading | None = None
         self.since: float | None = None  # when work was last seen pending with these marks
+        self.moved = False  # the last reading showed progress of pending work
 
     def feed(self, now: float, seen: Reading | None) -> float:
         """Seconds without progress while work is pending (0: progress, idle or unknown)."""
         previous, self.last = self.last, seen
+        self.moved = (seen is not None and seen.pending and previous is not None
+                      and previous.pending and previous.marks != seen.marks)
         if seen is None or not seen.pending:
             self.since = None
             return 0.0

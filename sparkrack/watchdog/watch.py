@@ -29,7 +29,8 @@ from sparkrack.watchdog.capguard import REAPPLY_EVERY_S, Reapplied, reapply_cap
 from sparkrack.watchdog.culprit import Verdict, Working, learn, read_gpus
 from sparkrack.watchdog.gpuwatch import Finding, judge
 from sparkrack.watchdog.leak import LeakWatch
-from sparkrack.watchdog.progress import Reading, StallWatch, reading
+from sparkrack.watchdog.progress import StallWatch, reading
+from sparkrack.watchdog.stall import ALIKE, Stall, blame, unwatched_line
 
 POLL_INTERVAL_S = 1.0  # between polls of the group
 HEALTH_TIMEOUT_S = 2  # rank 0's health answer within this, or the poll counts as unhealthy
@@ -37,7 +38,7 @@ HEALTH_FAILURES_TO_ACT = 3  # consecutive unhealthy polls of rank 0 before actin
 BROKEN_STOP_TIMEOUT = 3  # seconds: a broken TP group has nothing left to drain
 FLOOR_FRACTION = 0.05  # warn about a ratchet heading for 5 % of MemTotal
 GPU_SAMPLES_KEPT = 3  # per node: the culprit is read from their median
-WORKING_SAMPLES_KEPT = 20  # per node: its working power, from samples taken with progress
+WORKING_SAMPLES_KEPT = 30  # per node: its working power, from samples taken with progress
 
 
 @dataclass
@@ -85,38 +86,6 @@ def sample_nodes(fleet: Fleet, gpu: bool = True, thermal: tuple[str, ...] = ()) 
         if result.node in thermal:
             found.thermal[result.node] = answers.get(THERMAL)
     return found
-
-
-ALIKE = {"spinning": "every GPU spinning: a collective every rank waits in, as a fabric or "
-                     "NCCL hang leaves it", "idle": "every GPU idle: nothing computes"}
-
-
-@dataclass(frozen=True)
-class Stall:
-    """A group found stalled, and the evidence that decided."""
-
-    seconds: float  # work pending without progress
-    budget_s: float
-    reading: Reading  # rank 0's metrics then
-    verdict: Verdict  # the GPUs read together
-    culprit: Rank | None
-
-    def describe(self) -> str:
-        alike = self.verdict.alike
-        who = (f"rank {self.culprit.rank} on {self.culprit.node} wedged" if self.culprit
-               else f"group stalled, no single rank to blame ({ALIKE.get(alike, alike)})"
-               if alike else "group stalled, no rank stands out")
-        return (f"{who}: {self.reading.describe()}, no token progress for {self.seconds:.0f} s "
-                f"(stall budget {self.budget_s:g} s); {self.verdict.evidence}")
-
-    def evidence(self) -> dict:
-        """What decided, for the audit record."""
-        return {"no_progress_s": round(self.seconds, 1), "stall_budget_s": self.budget_s,
-                "running": self.reading.running, "waiting": self.reading.waiting,
-                "gpus": dict(self.verdict.classes), "evidence": self.verdict.evidence,
-                "alike": self.verdict.alike,
-                "culprit": None if self.culprit is None else {
-                    "node": self.culprit.node, "rank": self.culprit.rank}}
 
 
 @dataclass
@@ -189,16 +158,17 @@ class GroupWatch:
             if poll.failure and poll.head_status != 200 and not any(
                     not r.alive for r in poll.states):
                 verdict = self._verdict()
-                poll.culprit = self._rank_on(verdict.culprit)
+                poll.culprit, why = blame(self.ranks, verdict, poll.states)
                 if poll.culprit is not None:
                     poll.failure += (f"; likely culprit: rank {poll.culprit.rank} on "
-                                     f"{poll.culprit.node} ({verdict.evidence})")
+                                     f"{poll.culprit.node} ("
+                                     + (f"{why}; " if why else "") + f"{verdict.evidence})")
                 elif verdict.alike:
                     poll.failure += (f"; no single rank to blame: "
                                      f"{ALIKE.get(verdict.alike, verdict.alike)} "
                                      f"({verdict.evidence})")
             elif not poll.failure:
-                poll.stall = self._check_progress(nodes)
+                poll.stall = self._check_progress(nodes, poll.states)
                 poll.no_progress_s = self.no_progress_s
                 if poll.stall is not None:
                     poll.failure, poll.culprit = poll.stall.describe(), poll.stall.culprit
@@ -240,9 +210,10 @@ class GroupWatch:
         """The group's ranks on nodes that did not answer when it was stopped."""
         return [r for r in self.ranks if r.node in lost]
 
-    def _check_progress(self, nodes: NodeSamples) -> Stall | None:
-        """Feed rank 0's metrics to the stall watch; the stall, once past the budget with
-        GPUs that do not all compute alike."""
+    def _check_progress(self, nodes: NodeSamples, states: list[Rank] | None = None
+                        ) -> Stall | None:
+        """Feed rank 0's metrics to the stall watch; the stall once work has been pending
+        past the budget without progress (the GPUs and the containers only name a rank)."""
         if self.stall_budget_s is None:
             return None
         engine = self.ranks[0].engine
@@ -252,16 +223,17 @@ class GroupWatch:
             status, body = self.head.get("/metrics", timeout=HEALTH_TIMEOUT_S)
         except HeadError:
             status, body = None, b""
-        flag = self.metrics.flag
         seen = reading(self.metrics, body.decode(errors="replace")) if status == 200 else None
         if seen is None and self.unwatched is None:  # said once: stalls go unseen
-            self.unwatched = (f"rank 0 serves no {engine} metrics at /metrics ("
-                              f"{status or 'no answer'}): a stalled group is not seen"
-                              + (f"; {engine} serves them only with {flag} in the profile"
-                                 if flag else ""))
+            flag = self.metrics.flag
+            self.unwatched = unwatched_line(self.ranks[0].node, engine, status, flag,
+                                            None if flag is None else self._runs_with(flag),
+                                            HEALTH_TIMEOUT_S)
+        elif seen is not None:
+            self.unwatched = None
         self.no_progress_s = self.progress.feed(time.monotonic(), seen)
         if self.no_progress_s == 0.0:
-            if seen is not None and seen.pending:  # the group works: what its GPUs draw
+            if self.progress.moved:  # the group works: what its GPUs draw
                 for node, sample in nodes.gpus.items():
                     self.working.setdefault(node, deque(maxlen=WORKING_SAMPLES_KEPT)).append(
                         sample)
@@ -270,10 +242,17 @@ class GroupWatch:
         if self.no_progress_s < self.stall_budget_s:
             return None
         verdict = self._verdict()
-        if verdict.working:  # a long prefill (or SGLang decode) moves no counter
+        culprit, why = blame(self.ranks, verdict, states or [])
+        return Stall(self.no_progress_s, self.stall_budget_s, seen, verdict, culprit, why)
+
+    def _runs_with(self, flag: str) -> bool | None:
+        """Whether rank 0's container runs with flag (None: its command cannot be read)."""
+        rank0 = next(r for r in self.ranks if r.rank == 0)
+        try:
+            args = self.fleet.docker(rank0.node).container(rank0.name).argv
+        except Exception:  # noqa: BLE001 - only a warning's hint depends on it
             return None
-        return Stall(self.no_progress_s, self.stall_budget_s, seen, verdict,
-                     self._rank_on(verdict.culprit))
+        return any(arg == flag or arg.startswith(flag + "=") for arg in args)
 
     def _verdict(self) -> Verdict:
         working: dict[str, Working] = {}

@@ -1,21 +1,28 @@
-"""Stalls of every shape (issues 25 and 47): `invoke watch` on the rehearsal rack finds a TP
-group that stops making progress while every process lives, stops it, names the rank whose
-GPU stands out (or says that none does) and writes its evidence to the audit log; a long
-prefill that keeps every GPU busy is left alone.
+"""Stalls of every shape (issues 25, 47 and 56): `invoke watch` on the rehearsal rack finds a
+TP group that stops making progress while every process lives, stops it, names the rank
+that stands out (or says that none does) and writes its evidence to the audit log; a long
+chunked prefill, whose KV cache fills step by step, is left alone.
 
 The faults are the ones an operator meets, and the simulated GPUs follow what the ranks'
-processes really do: a rank's process frozen on its node (`kill -STOP`, as a host-side
-deadlock leaves it) drains its GPU to idle while its peers wait in the collective, spinning
-at low power; a fabric that drops NCCL's writes (the switch's ports back at MTU 1500 under
-nodes at 9000) leaves every rank spinning in the collective; the stub's fault
-`wedge_above_tokens` hangs rank 3's host in a long prompt's forward. vLLM's /health stays
-200 through all of it (it answers 503 only once the engine has errored), so only progress
-shows it; SGLang's /health (a generation) goes red, and the watch names the rank all the
-same.
+processes really do, as real GPUs read (docs/field-notes.md#reading-the-gpu-with-nvidia-smi):
+- (a) a node's NCCL hanging its collective (`rehearsal.nccl-hang`, vllm#42354's
+  pattern): that rank's kernel spins at 16-27 W while its peers wait on their hosts;
+- (b) a rank's process frozen on its node (`kill -STOP`, as a host-side deadlock leaves it):
+  its GPU reads 0 % from the first sample, its draw held, while its peers spin in the
+  collective. Its HCA still acknowledges their RDMA writes, so nothing fails after NCCL's
+  34 s retry window: the group waits until the engine's watchdog, or the stall budget;
+- (c) a rank's container frozen with `docker pause` (the cgroup freezer, not state T);
+- (d) every rank spinning: NCCL's hang on every node, or a switch that drops NCCL's writes
+  (its ports back at MTU 1500 under nodes at 9000) within NCCL's retry window;
+- the stub's fault `wedge_above_tokens`: rank 3's host hangs in a long prompt's forward.
+vLLM's /health stays 200 through all of it (it answers 503 only once the engine has
+errored), so only progress shows it; SGLang's /health (a generation) goes red, and the watch
+names the rank all the same.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -26,6 +33,7 @@ from stubgroup import nothing_runs, quick_burn
 
 from sparkrack.deployments.headapi import Endpoint
 from sparkrack.engines import build_specs
+from sparkrack.engines.profile_file import STALL_BUDGET_S
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes
 from sparkrack.oplock.audit import parse_lines
@@ -71,11 +79,11 @@ def send(inventory, words: int, max_tokens: int = 8) -> threading.Thread:
 
 
 class SteadyLoad:
-    """Requests one after another to rank 0 (vLLM), each ~1 s of tokens, until stopped; the
+    """Requests one after another to rank 0, each ~1 s of tokens, until stopped; the
     tokens counted as they stream."""
 
-    def __init__(self, inventory):
-        self.head = Endpoint(inventory.head, 8000, "GLM-5.3")
+    def __init__(self, inventory, engine: str = "vllm"):
+        self.head = Endpoint(inventory.head, 30000 if engine == "sglang" else 8000, "GLM-5.3")
         self.done = threading.Event()
         self.answered = 0
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -118,9 +126,11 @@ def last_stop(inventory) -> dict:
 def stall_rack(engine_rack, tmp_path):
     """The rehearsal inventory with watchdog_stall_budget_s set, the stub settings given;
     nothing left running after the test."""
-    def make(budget: int, **stub):
+    def make(budget: int | None, **stub):
+        """budget None: the inventory's default (each profile's stall_budget_s)."""
         inventory = inventory_copy(REPO / "inventory" / "rehearsal", tmp_path / "rack",
-                                   watchdog_stall_budget_s=budget)
+                                   **({} if budget is None else
+                                      {"watchdog_stall_budget_s": budget}))
         with Fleet(inventory) as fleet:
             write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50, **stub})
         return inventory
@@ -128,42 +138,145 @@ def stall_rack(engine_rack, tmp_path):
     lanes.down(engine_rack)
 
 
-def test_a_rank_frozen_under_a_steady_vllm_load_is_named_and_its_group_stopped(stall_rack):
-    """The issue's own try: a steady vLLM load, then rank 3's process frozen on spark-04
-    with `kill -STOP` (its PID as the node sees it). Its GPU drains to idle while its peers
-    spin in the collective; found within the stall budget, named, every rank stopped."""
-    budget = 6
-    inventory = stall_rack(budget)
-    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
-    spec = next(s for s in build_specs(inventory, "vllm", "512k") if s.rank == 3)
-    load = SteadyLoad(inventory)
+def frozen_under_load(inventory, engine: str, rank: int, freeze, thaw, wait: float):
+    """A steady load, then the rank's container or process frozen by freeze(fleet, spec)
+    (thaw(fleet, spec) after); (report, events, seconds from the freeze to the stop)."""
+    spec = next(s for s in build_specs(inventory, engine, "512k") if s.rank == rank)
+    load = SteadyLoad(inventory, engine)
     with Fleet(inventory) as fleet:
-        pid = str(fleet.docker_client(spec.node).containers.get(spec.container_name)
-                  .attrs["State"]["Pid"])
         try:
-            thread, result, events, broken = watching(inventory, duration=budget + 50)
+            thread, result, events, broken = watching(inventory, duration=wait + 30)
             load.wait_answered(3)  # the watch has seen the group work
-            assert fleet.run({spec.node: ["kill", "-STOP", pid]})[spec.node].ok
+            freeze(fleet, spec)
             frozen = time.monotonic()
-            state = fleet.run({spec.node: ["cat", f"/proc/{pid}/stat"]})[spec.node].stdout
-            assert state.split(") ")[1].startswith("T"), state  # stopped, as the kernel says
-            assert broken.wait(budget + 30), events
+            assert broken.wait(wait), events
             found = next(t for t, line in events if line.startswith("group broken")) - frozen
             thread.join(60)
         finally:
             load.stop()
-            fleet.run({spec.node: ["kill", "-CONT", pid]})  # gone once the watch stopped it
-    report = result["report"]
+            thaw(fleet, spec)  # gone once the watch stopped it
+    return result["report"], events, found
+
+
+def container_pid(fleet, spec) -> str:
+    return str(fleet.docker_client(spec.node).containers.get(spec.container_name)
+               .attrs["State"]["Pid"])
+
+
+def test_a_rank_frozen_under_a_steady_vllm_load_is_named_within_the_default_budget(
+        stall_rack):
+    """(b), the issue's own try, with the inventory's default stall budget (60 s): rank
+    3's process frozen on spark-04 with `kill -STOP`. Its GPU reads 0 % at once, drawing
+    well above idle; its peers spin in the collective; its HCA still acknowledges their
+    RDMA writes, so no rank fails after NCCL's 34 s retry window (the try blamed rank 0,
+    which exited 39 s in): the stall is found from progress, rank 3 named, every rank
+    stopped, in under 120 s."""
+    inventory = stall_rack(None)
+    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    pids = {}
+
+    def freeze(fleet, spec):
+        pids[spec.node] = container_pid(fleet, spec)
+        assert fleet.run({spec.node: ["kill", "-STOP", pids[spec.node]]})[spec.node].ok
+        state = fleet.run({spec.node: ["cat", f"/proc/{pids[spec.node]}/stat"]})[spec.node]
+        assert state.stdout.split(") ")[1].startswith("T"), state.stdout  # as the kernel says
+
+    def thaw(fleet, spec):
+        if spec.node in pids:
+            fleet.run({spec.node: ["kill", "-CONT", pids[spec.node]]})
+
+    report, events, found = frozen_under_load(inventory, "vllm", 3, freeze, thaw, 120)
     print(f"\nvllm, rank 3 frozen under load: found {found:.1f} s later (stall budget "
-          f"{budget} s): {report.failure}")
+          f"{STALL_BUDGET_S} s, the default): {report.failure}")
     assert report.failure.startswith("rank 3 on spark-04 wedged: "), report.failure
-    assert "GPUs idle 0 % at " in report.failure and ": spark-04; spinning 9" in report.failure
-    assert budget <= found < budget + 10, found
+    assert STALL_BUDGET_S <= found < 120, found
+    idle = re.search(r"GPUs idle 0 % at ([\d.]+) W: spark-04; spinning 9\d %", report.failure)
+    assert idle and float(idle.group(1)) >= 16, report.failure  # its draw held, well above 4 W
     assert nothing_runs(inventory) == []
     stall = last_stop(inventory)["changed"]["stall"]
     assert stall["culprit"] == {"node": "spark-04", "rank": 3}
-    assert stall["gpus"]["spark-04"] == "idle"
+    assert stall["gpus"]["spark-04"] == "idle" and stall["stall_budget_s"] == STALL_BUDGET_S
     assert {kind for node, kind in stall["gpus"].items() if node != "spark-04"} == {"spinning"}
+
+
+def test_a_container_frozen_with_docker_pause_is_named_by_its_state_and_its_gpu(stall_rack):
+    """(c) under a steady SGLang load, default budget: rank 3's container frozen with
+    `docker pause` (the cgroup freezer: its process reads D, not T). SGLang's /health
+    (a generation through every rank) stops answering; the watch names rank 3 from docker's
+    state and its GPU (0 %, its draw held) among its spinning peers, and stops the group
+    (a paused container is stopped as any other)."""
+    inventory = stall_rack(None, health_timeout_s=1)
+    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+
+    def freeze(fleet, spec):
+        fleet.docker_client(spec.node).containers.get(spec.container_name).pause()
+
+    def thaw(fleet, spec):
+        try:
+            fleet.docker_client(spec.node).containers.get(spec.container_name).unpause()
+        except Exception:  # noqa: BLE001 - stopped and removed by the watch: nothing to thaw
+            pass
+
+    report, events, found = frozen_under_load(inventory, "sglang", 3, freeze, thaw, 120)
+    print(f"\nsglang, rank 3's container paused under load: found {found:.1f} s later: "
+          f"{report.failure}")
+    assert report.failure.startswith("rank 0 on spark-01 unhealthy"), report.failure
+    assert ("; likely culprit: rank 3 on spark-04 (its container is paused (docker pause: "
+            "the cgroup freezer); GPUs idle 0 % at ") in report.failure
+    assert found < 120, found
+    assert nothing_runs(inventory) == []
+    assert last_stop(inventory)["changed"]["culprit"] == {"node": "spark-04", "rank": 3}
+
+
+@pytest.mark.parametrize("every", [False, True], ids=["one node", "every node"])
+def test_a_collective_that_never_completes_is_found_from_progress(stall_rack, rack, every):
+    """(a) the NCCL hang of vllm#42354 on spark-04 under a steady vLLM load: rank 3's
+    kernel spins at 16-27 W, its peers wait; named. (d) on every node (set while the
+    engine is idle, so that every rank meets it in the next request's first collective):
+    every rank spins, no rank is to blame. Found from progress (vLLM's /health stays 200)."""
+    budget = 8
+    inventory = stall_rack(budget)
+    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    nodes = [n.name for n in inventory.nodes] if every else ["spark-04"]
+    load = None
+    try:
+        thread, result, events, broken = watching(inventory, duration=budget + 50)
+        if every:
+            for node in nodes:
+                rack.nccl_hang(node)
+            send(inventory, 20, max_tokens=50)
+        else:
+            load = SteadyLoad(inventory)
+            load.wait_answered(3)
+            rack.nccl_hang("spark-04")
+        hanged = time.monotonic()
+        assert broken.wait(budget + 30), events
+        found = next(t for t, line in events if line.startswith("group broken")) - hanged
+        thread.join(60)
+    finally:
+        if load is not None:
+            load.stop()
+        for node in nodes:
+            rack.nccl_hang(node, on=False)
+    report = result["report"]
+    print(f"\nvllm, NCCL hang on {'every node' if every else 'spark-04'}: found {found:.1f} s "
+          f"later (stall budget {budget} s): {report.failure}")
+    assert budget <= found < budget + 10, found
+    stall = last_stop(inventory)["changed"]["stall"]
+    if every:
+        assert report.failure.startswith(
+            "group stalled, no single rank to blame (every GPU spinning: "), report.failure
+        assert stall["culprit"] is None and set(stall["gpus"].values()) == {"spinning"}
+    else:
+        spin = re.search(r"GPUs spinning 96 % at ([\d.]+) W: spark-04; idle 0 %",
+                         report.failure)
+        assert report.failure.startswith("rank 3 on spark-04 wedged: ") and spin, \
+            report.failure
+        assert 16 <= float(spin.group(1)) <= 27
+        assert stall["culprit"] == {"node": "spark-04", "rank": 3}
+        assert {kind for node, kind in stall["gpus"].items() if node != "spark-04"} == {
+            "idle"}
+    assert nothing_runs(inventory) == []
 
 
 def test_a_fabric_that_drops_nccls_writes_stops_the_group_blaming_no_single_rank(
@@ -200,11 +313,14 @@ def test_a_fabric_that_drops_nccls_writes_stops_the_group_blaming_no_single_rank
     assert set(stall["gpus"].values()) == {"spinning"}
 
 
-@pytest.mark.parametrize("engine,budget", [("vllm", 8), ("sglang", 30)])
-def test_a_wedged_rank_is_named_and_its_group_stopped(stall_rack, engine, budget):
+def test_a_wedged_rank_is_named_and_its_group_stopped(stall_rack):
+    """The stub's wedge (its host hangs in a long prompt's forward) under vLLM, whose
+    /health stays green: progress and the GPUs find it. (SGLang's /health, a generation,
+    goes red: the docker pause test above meets that path.)"""
+    budget = 8
     inventory = stall_rack(budget, ranks={"3": {"wedge_above_tokens": WEDGE_ABOVE}},
                            health_timeout_s=1)
-    lanes.up(inventory, engine, "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
     thread, result, events, broken = watching(inventory, duration=budget + 60)
     wedged_at = time.monotonic()
     send(inventory, LONG_PROMPT)
@@ -212,39 +328,36 @@ def test_a_wedged_rank_is_named_and_its_group_stopped(stall_rack, engine, budget
     found = next(t for t, line in events if line.startswith("group broken")) - wedged_at
     thread.join(60)
     report = result["report"]
-    print(f"\n{engine}: wedge found {found:.1f} s after the long prompt (stall budget "
+    print(f"\nvllm: wedge found {found:.1f} s after the long prompt (stall budget "
           f"{budget} s): {report.failure}")
     assert report.acted == "stopped", events
-    if engine == "vllm":  # /health stays green: progress and the GPUs find it
-        assert report.failure.startswith("rank 3 on spark-04 wedged: 1 running, 0 waiting, "
-                                         "no token progress for "), report.failure
-        assert f"(stall budget {budget} s); GPUs idle 0 % at " in report.failure
-        assert budget <= found < budget + 10, found
-    else:  # SGLang's /health generates a token: red within seconds, the culprit named
-        assert report.failure.startswith("rank 0 on spark-01 unhealthy"), report.failure
-        assert "; likely culprit: rank 3 on spark-04 (GPUs idle 0 % at " in report.failure
-        assert found < 15, found
+    assert report.failure.startswith("rank 3 on spark-04 wedged: 1 running, 0 waiting, "
+                                     "no token progress for "), report.failure
+    assert f"(stall budget {budget} s); GPUs idle 0 % at " in report.failure
+    assert budget <= found < budget + 10, found
     assert nothing_runs(inventory) == []
     record = last_stop(inventory)
     assert record["outcome"] == "ok" and record["changed"]["failure"] == report.failure
     assert record["changed"]["culprit"] == {"node": "spark-04", "rank": 3}
-    if engine == "vllm":
-        stall = record["changed"]["stall"]
-        assert stall["culprit"] == {"node": "spark-04", "rank": 3}
-        assert stall["gpus"]["spark-04"] == "idle" and stall["running"] == 1
-        assert {kind for node, kind in stall["gpus"].items() if node != "spark-04"} == {
-            "spinning"}
-        assert stall["no_progress_s"] >= budget
+    stall = record["changed"]["stall"]
+    assert stall["culprit"] == {"node": "spark-04", "rank": 3}
+    assert stall["gpus"]["spark-04"] == "idle" and stall["running"] == 1
+    assert {kind for node, kind in stall["gpus"].items() if node != "spark-04"} == {
+        "spinning"}
+    assert stall["no_progress_s"] >= budget
 
 
 def test_a_long_prefill_and_an_idle_engine_are_not_stalls(stall_rack):
-    """Budget 3 s: the watch sees the engine idle for 5 s, then a prefill of 8 s (no
-    counter moves, every GPU busy at full power), then the answer: no failure."""
-    inventory = stall_rack(3, prefill_tokens_per_s=LONG_PROMPT / 8)
+    """Budget 4 s: the watch sees the engine idle for 5 s, then a 6 s prefill of three
+    8,192-token chunks (vLLM's batched-token budget) in which no counter moves but the KV
+    cache fills chunk by chunk, as vllm:kv_cache_usage_perc shows at every engine step;
+    then the answer: no failure."""
+    prompt = 3 * 8192
+    inventory = stall_rack(4, prefill_tokens_per_s=prompt / 6)
     lanes.up(inventory, "vllm", "512k", burn=quick_burn)
-    thread, result, events, broken = watching(inventory, duration=16)
+    thread, result, events, broken = watching(inventory, duration=18)
     time.sleep(5)
-    asked = send(inventory, LONG_PROMPT, max_tokens=4)
+    asked = send(inventory, prompt, max_tokens=4)
     asked.join(60)
     assert not asked.is_alive(), "the long prefill did not finish"
     thread.join(60)

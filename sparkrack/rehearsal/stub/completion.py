@@ -58,6 +58,7 @@ class Completion:
                         yield self.answer[index] if index == 0 else " " + self.answer[index]
                     else:
                         yield token_text(index, self.seed)
+                head.moving(time.monotonic())  # the request ends with its step: not in a hang
         finally:
             self._settle(time.monotonic() - first)
 

@@ -19,7 +19,10 @@ except ImportError:  # run from the sparkrack tree, not the image
     from gpusim import client as gpusim_client
 
 GiB = 1 << 30
-SPIN_AFTER_S = 1.0  # in a collective this long: the power averaged over a second is a spin's
+# Waiting in a collective this long reads as a spin: past nvidia-smi's ~1 s power average
+# and past the 1 s a token counts a collective as fresh (head.STEP_FRESH_S), so a rank the
+# group waits on spins, while one whose steps only come late on a busy machine does not.
+SPIN_AFTER_S = 2.0
 WATCH_EVERY_S = 0.2
 SPIN_UTIL = 96  # a kernel polling a flag (vllm#42354's wedged rank)
 

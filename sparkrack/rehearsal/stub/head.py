@@ -40,6 +40,7 @@ class Head(Rank):
         self._stepping = threading.Condition(self._lock)  # running, stepped changed
         self.stepped = 0.0  # when the group's last collective completed (monotonic)
         self.ring_gbit = fabric.PORT_GBIT  # the ring's pace (fabric.py), known at init
+        self.in_step = False  # a collective of the group is under way
         self._step_now = False  # a forward began: step at once
         self.metrics = Metrics(self.args.engine, self.args.context_length or 131072)
 
@@ -249,6 +250,8 @@ class Head(Rank):
                 self._stepping.wait_for(lambda: self.running > 0)
             if self.stuck:
                 return  # a hung host drives nothing
+            with self._stepping:
+                self.in_step = True
             if self.gpu.collective_hangs():
                 self._stuck_in_collective()
             self.nccl.step()
@@ -257,6 +260,7 @@ class Head(Rank):
                 self._watchdog("a decode step", missing)
             with self._stepping:
                 self.stepped = time.monotonic()
+                self.in_step = False
                 self._stepping.notify_all()
             self.gpu.progressed()
             with self._stepping:  # the next step: STEP_S on, or at once for a new forward
@@ -289,7 +293,8 @@ class Head(Rank):
         """Run one request through every rank: queue for a slot, take every rank's indexer
         scratch, hold the GPUs busy, prefill chunk by chunk; release all of it at the end."""
         self._slots.acquire()
-        with self._stepping:
+        with self._stepping:  # it joins the batch between steps: never while one hangs
+            self._stepping.wait_for(lambda: not self.in_step)
             self.running += 1
             self._step_now = True
             self._stepping.notify_all()

@@ -4,18 +4,25 @@ under each engine's names (sglang:*, vllm:*; the histograms: latency.py)."""
 from __future__ import annotations
 
 import threading
+import time
 
 from .latency import Latency
+
+DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default: its gauges every 40 steps
 
 
 class Metrics:
     """What rank 0 counts of its requests (vLLM counts tokens every engine step; SGLang
-    when a request finishes)."""
+    when a request finishes, and sets its gauges at each prefill batch and every
+    DECODE_LOG_INTERVAL decode steps, a token each here)."""
 
     def __init__(self, engine: str, kv_pool_tokens: int = 131072):
         self.engine = engine
         self.kv_pool_tokens = max(1, kv_pool_tokens)
         self.kv_tokens = 0  # the running requests' tokens in the KV cache
+        self.kv_logged = 0  # ... as SGLang's gauge last showed them
+        self._decoded = 0
+        self._decode_log = time.monotonic()
         self._lock = threading.Lock()
         self.counts = {"prompt_tokens": 0, "generation_tokens": 0, "requests": 0,
                        "finished_stop": 0, "finished_length": 0, "last_tps": 0.0,
@@ -29,6 +36,7 @@ class Metrics:
             self.counts["finished_" + reason] += 1
             self.counts["finished_prompt_tokens"] += prompt_tokens
             self.counts["finished_generation_tokens"] += generated
+            self.kv_tokens = max(0, self.kv_tokens - generated)  # its tokens freed with it
             if seconds > 0 and generated > 1:
                 self.counts["last_tps"] = round((generated - 1) / seconds, 2)
 
@@ -40,6 +48,7 @@ class Metrics:
         it chunk by chunk."""
         with self._lock:
             self.kv_tokens = max(0, self.kv_tokens + tokens)
+            self.kv_logged = self.kv_tokens
 
     def prompt(self, tokens: int) -> None:
         with self._lock:
@@ -49,7 +58,15 @@ class Metrics:
         """One token, seconds after its request arrived (first) or after its last token."""
         with self._lock:
             self.counts["generation_tokens"] += 1
+            self.kv_tokens += 1
             self.latency.token(seconds, first)
+            self._decoded += 1
+            if self._decoded % DECODE_LOG_INTERVAL == 0:  # SGLang's decode log
+                now = time.monotonic()
+                self.kv_logged = self.kv_tokens
+                self.counts["last_tps"] = round(DECODE_LOG_INTERVAL / max(
+                    1e-6, now - self._decode_log), 2)
+                self._decode_log = now
 
     def text(self, name: str, running: int, waiting: int, accept: float,
              speculative_steps: int) -> str:
@@ -61,9 +78,9 @@ class Metrics:
             rows = [("spec_accept_length", "gauge", "Average speculative accept length.", accept),
                     ("num_running_reqs", "gauge", "Running requests.", running),
                     ("num_used_tokens", "gauge", "The number of used tokens.",
-                     self.kv_tokens),
+                     self.kv_logged),
                     ("token_usage", "gauge", "The token usage.",
-                     round(self.kv_tokens / self.kv_pool_tokens, 2)),
+                     round(self.kv_logged / self.kv_pool_tokens, 2)),
                     ("num_queue_reqs", "gauge", "Queued requests.", waiting),
                     ("gen_throughput", "gauge", "Generation throughput (token/s).", m["last_tps"]),
                     ("prompt_tokens_total", "counter", "Prefill tokens.",

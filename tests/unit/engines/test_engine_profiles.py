@@ -252,7 +252,8 @@ def test_the_shipped_serving_facts():
     assert (sglang.metrics.flag, vllm.metrics.flag) == ("--enable-metrics", None)
     assert (sglang.metrics.running, vllm.metrics.waiting) == (
         "sglang:num_running_reqs", "vllm:num_requests_waiting")
-    assert vllm.metrics.progress == ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+    assert vllm.metrics.progress == ("vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+                                     "vllm:kv_cache_usage_perc")
     assert sglang.metrics.accept_length == "sglang:spec_accept_length"
     assert vllm.metrics.spec_drafts == "vllm:spec_decode_num_drafts_total"
     assert engine_serving(REHEARSAL, "vllm") == vllm  # read alone, the same facts

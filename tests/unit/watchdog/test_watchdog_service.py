@@ -198,7 +198,7 @@ def test_head_records_unreadable_while_guarding_keeps_polling_the_group():
 def stalled(deployment_id: str, culprit: int | None = 2) -> Poll:
     from sparkrack.watchdog.culprit import Verdict
     from sparkrack.watchdog.progress import Reading
-    from sparkrack.watchdog.watch import Stall
+    from sparkrack.watchdog.stall import Stall
 
     ranks = ranks_of(deployment_id)
     verdict = Verdict({"spark-01": "busy", "spark-02": "busy", "spark-03": "spinning"},

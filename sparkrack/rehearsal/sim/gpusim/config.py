@@ -69,7 +69,7 @@ GB10_DEFAULTS = {
     "heat_file": "/var/lib/gpu-sim/heat",  # degrees C the rack adds to the air (rehearsal.heat)
     "roce_port": 4791,  # RoCE v2's UDP port: the node's HCAs answer RDMA writes on it (hca.py)
     # present: the node's NCCL hangs its next collective, its kernel spinning (rehearsal.
-    # collective-hang; STATE_DIR/collective-hang when unset: gone at reboot)
+    # nccl-hang; STATE_DIR/collective-hang when unset: gone at reboot)
     "collective_hang_file": None,
 }
 

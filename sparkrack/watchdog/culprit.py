@@ -18,6 +18,7 @@ from sparkrack.watchdog.thresholds import (
     SPIN_POWER_SHARE,
     SPIN_UNLEARNED_W,
     WORKING_POWER_QUANTILE,
+    WORKING_SAMPLES_MIN,
 )
 
 
@@ -106,11 +107,12 @@ def read_gpus(samples: Mapping[str, Sequence[GpuSample]],
 
 def learn(samples: Sequence[GpuSample]) -> Working | None:
     """A GPU's working power and clock from its samples taken while the group made
-    progress (only those computing at a clock above the latched range): the power's upper
-    quartile (WORKING_POWER_QUANTILE), the clock's median."""
+    progress (only those computing at a clock above the latched range, at least
+    WORKING_SAMPLES_MIN of them): the power's upper quartile (WORKING_POWER_QUANTILE), the
+    clock's median."""
     computing = [s for s in samples if s.util is not None and s.util >= BUSY_UTIL
                  and s.power_w is not None and (s.sm_mhz is None or s.sm_mhz >= LATCH_MHZ)]
-    if not computing:
+    if len(computing) < WORKING_SAMPLES_MIN:  # too few to outvote a spin: not learned
         return None
     clocks = [s.sm_mhz for s in computing if s.sm_mhz is not None]
     powers = sorted(s.power_w for s in computing)

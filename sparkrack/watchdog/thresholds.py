@@ -11,7 +11,9 @@ Progress decides a stall (progress.py); these only say which rank stands out. A 
   clock); before any was learned, under SPIN_UNLEARNED_W. The working power is the upper
   quartile of what the GPU drew while its group made progress (WORKING_POWER_QUANTILE):
   decode swings as low as a spin, and a rank kept waiting a moment in a collective spins
-  while tokens still move; the upper quartile stays with the work;
+  while tokens still move; the upper quartile stays with the work. It is learned from
+  WORKING_SAMPLES_MIN such readings or more (a group seen working for a few seconds only
+  has too few to outvote a spin: the field's band stands until then);
 - busy: otherwise.
 """
 
@@ -28,10 +30,12 @@ BUSY_UTIL = BUSY_PERCENT  # 50 %: spinning reads 96-100 %, decode 90-99 %, stopp
 # ~43 W (0.41; 0.53 against its median). 0.7 holds at all of them.
 SPIN_POWER_SHARE = 0.7
 WORKING_POWER_QUANTILE = 0.75
+WORKING_SAMPLES_MIN = 6  # the upper quartile of six outvotes one spin-like reading in four
 SPIN_CLOCK_SHARE = 0.9  # a spin keeps its clock: 1,980 MHz on an H100 against 1,642 working
 SPIN_UNLEARNED_W = 30.0  # GB10, nothing learned yet: the field's "below ~30 W" (16-27 W spin)
 __all__ = ["BUSY_UTIL", "LATCH_MHZ", "SPIN_CLOCK_SHARE", "SPIN_POWER_SHARE",
-           "SPIN_UNLEARNED_W", "WORKING_POWER_QUANTILE", "FIGURES", "Figure"]
+           "SPIN_UNLEARNED_W", "WORKING_POWER_QUANTILE", "WORKING_SAMPLES_MIN", "FIGURES",
+           "Figure"]
 
 
 @dataclass(frozen=True)

@@ -162,10 +162,13 @@ def test_a_latched_gpu_computes_slowly_and_a_hot_one_at_a_lower_clock_neither_sp
     assert "latched 100 % at 10.8 W, 670 MHz: b" in verdict.evidence
 
 
-def test_the_working_power_is_learned_from_computing_samples_only():
+def test_the_working_power_is_learned_from_enough_computing_samples_only():
     samples = [GpuSample(100, 67.0, 2187), GpuSample(100, 68.0, 2184), GpuSample(0, 3.9, 2187),
                GpuSample(100, 10.8, 670), GpuSample(100, 67.5, 2190)]
-    assert learn(samples) == Working(68.0, 2187)
+    assert learn(samples) is None  # three computing readings: too few
+    more = samples + [GpuSample(100, 66.0, 2187), GpuSample(95, 40.2, 2187),
+                      GpuSample(96, 17.9, 2187)]
+    assert learn(more) == Working(67.5, 2187)
     assert learn([GpuSample(0, 3.9, 2187)]) is None
 
 

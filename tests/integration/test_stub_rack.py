@@ -68,7 +68,8 @@ def test_sglang_tp8_serves_streams_and_drains(stub):
         time.sleep(0.5)
         util = fleet.run(["nvidia-smi", "--query-gpu=utilization.gpu,clocks.sm",
                           "--format=csv,noheader,nounits"])
-        assert {r.stdout.split(",")[0].strip() for r in util} == {"100"}  # every GPU busy
+        busy = [int(r.stdout.split(",")[0]) for r in util]  # decoding: 90-99 %, or spinning
+        assert len(busy) == 8 and all(90 <= u <= 100 for u in busy), busy  # every GPU busy
         group.containers[3].kill(signal="SIGTERM")  # a worker only logs it
         group.containers[0].kill(signal="SIGTERM")  # rank 0 drains
         time.sleep(0.2)

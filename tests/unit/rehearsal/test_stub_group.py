@@ -342,7 +342,7 @@ def test_sglang_drains_new_requests_too_and_only_its_health_says_503(groups, gpu
     group.start_all()
     group.wait_healthy()
     first, done = _streaming(group, 25)
-    assert eventually(lambda: gpu.state()["util"] == 100)
+    assert eventually(lambda: gpu.state()["util"] >= 90)  # prefilling or decoding
     group.signal(0)
     assert eventually(lambda: group.status() == 503)
     late, late_done = _streaming(group, 10)  # arrives while rank 0 drains
@@ -366,7 +366,7 @@ def test_vllm_refuses_new_requests_and_drains_up_to_its_shutdown_timeout(groups,
     group.start_all()
     group.wait_healthy()
     first, done = _streaming(group, 25)
-    assert eventually(lambda: gpu.state()["util"] == 100)
+    assert eventually(lambda: gpu.state()["util"] >= 90)  # prefilling or decoding
     group.signal(0)
     assert eventually(lambda: "[shutdown] EngineCore: start" in group.log(0))
     if timeout is None:

@@ -32,7 +32,7 @@ from sparkrack.inventory.ranges import RANGES
 from sparkrack.inventory.schema import FrozenMapping, describe
 from sparkrack.inventory.values import abs_path_problem, has_control
 
-FLAG_ROLES = ("context_length", "kv_cache_dtype")
+FLAG_ROLES = ("context_length", "kv_cache_dtype", "max_running_requests")
 ARG_GROUPS = ("model", "every_rank", "head", "workers")
 _TOP_KEYS = ("engine", "image_key", "entrypoint", "ports", "health_path", "flag_roles", "args",
              "env_from_inventory", "secret_env", "profiles", "serving")

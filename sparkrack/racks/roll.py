@@ -1,7 +1,8 @@
 """`fleet.roll`, `fleet.up`, `fleet.down`: the racks one at a time behind the router, each
 step on the rack's own lock and audit log (docs/fleet.md#rolling).
 
-A rack's roll: the other racks ready in the router (else refused, saying which) -> drained
+A rack's roll: the other racks ready in the router and able to carry its requests
+(capacity.py: else refused, saying why; a warning when requests will queue) -> drained
 through the router (`DELETE /workers/{id}`), then its own in-flight count zero from rank
 0's metrics -> `roll` with its gates -> a streamed smoke request straight to its head ->
 registered again and ready -> a soak watching the router's error rate -> the next rack. A
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from sparkrack.core.errors import SparkrackError
@@ -21,11 +22,13 @@ from sparkrack.deployments import record
 from sparkrack.deployments.headapi import Endpoint, HeadError
 from sparkrack.deployments.record import Deployment
 from sparkrack.deployments.running import running
+from sparkrack.engines import load_engine
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
 from sparkrack.lifecycle import lanes
 from sparkrack.lifecycle.drain import in_flight
 from sparkrack.oplock.audit import note
+from sparkrack.racks.capacity import Lane, Verdict, decide
 from sparkrack.racks.fleetfile import Fleet as FleetFile
 from sparkrack.racks.rackstep import on_rack
 from sparkrack.racks.router import Router, RouterError, Worker
@@ -49,11 +52,13 @@ class RackReport:
     soak_requests: float = 0.0
     soak_failed: float = 0.0
     serving: str | None = None  # what it serves at the end
+    warning: str | None = None  # the capacity check's: requests queue while it rolls
 
     def as_dict(self) -> dict:
         return {"rack": self.rack, "steps": {k: round(v, 2) for k, v in self.steps.items()},
                 "drained": self.drained, "soak_requests": self.soak_requests,
-                "soak_failed": self.soak_failed, "serving": self.serving}
+                "soak_failed": self.soak_failed, "serving": self.serving,
+                "warning": self.warning}
 
 
 @dataclass
@@ -81,10 +86,13 @@ def fleet_roll(fleet: FleetFile, engine: str, profile: str, *, burn: Callable,
     work = work_of(fleet, burn, on_event)
     reports = []
     for inventory in work.racks:
-        check_others(work, inventory)
+        verdict = check_others(work, inventory)
         with on_rack(inventory, "fleet.roll", {"engine": engine, "profile": profile,
                                                "fleet": str(fleet.file)}, on_event=on_event):
-            reports.append(roll_rack(work, inventory, engine, profile))
+            note(fleet_capacity={"carriers": verdict.said, "warning": verdict.warning})
+            report = roll_rack(work, inventory, engine, profile)
+            report.warning = verdict.warning
+            reports.append(report)
     return reports
 
 
@@ -132,27 +140,46 @@ def fleet_down(fleet: FleetFile, *, on_event: Callable[[str], None] = lambda e: 
     return reports
 
 
-def check_others(work: Work, inventory: Inventory) -> None:
-    """Refused unless every other rack serves and the router has it ready and healthy: they
-    carry the fleet's load while this one is out."""
+def check_others(work: Work, inventory: Inventory) -> Verdict:
+    """Refused (nothing drained) unless every other rack serves and the router has it ready
+    and healthy, and one of them serves the same model with at least this rack's context:
+    they carry the fleet's requests while this one is out. The verdict, said; its warning
+    when their concurrent-request limits are below the router's in-flight load now."""
     workers = work.router.workers()
-    problems = []
-    for other in work.racks:
-        if other is inventory:
-            continue
-        url, _ = _api(other)
-        found = next((w for w in workers if url and w.url.rstrip("/") == url), None)
-        if url is None:
-            problems.append(f"{other.vars.rack_name} serves nothing")
-        elif found is None:
-            problems.append(f"{other.vars.rack_name} ({url}) is not registered in the router")
-        elif found.status != "ready" or not found.healthy:
-            problems.append(f"{other.vars.rack_name} is {found.status} in the router"
-                            + ("" if found.healthy else ", unhealthy"))
-    if problems:
-        raise lanes.Refused(f"{inventory.vars.rack_name} not taken out of the fleet: "
-                            + "; ".join(problems),
-                            fix="invoke fleet.status; bring those racks back first")
+    rolled = lane_of(inventory, workers)
+    others = [lane_of(other, workers) for other in work.racks if other is not inventory]
+    verdict = decide(rolled, others, sum(w.load for w in workers))
+    if verdict.refusal:
+        raise lanes.Refused(verdict.refusal, fix=verdict.fix)
+    work.say(inventory, verdict.said)
+    if verdict.warning:
+        work.say(inventory, f"warning: {verdict.warning}")
+    return verdict
+
+
+def lane_of(inventory: Inventory, workers: list[Worker]) -> Lane:
+    """What the rack serves now (its head, over SSH), its lane's context length and
+    concurrent-request limit (the profile's flags with those roles) and its router state."""
+    url, serving = _api(inventory)
+    lane = Lane(inventory.vars.rack_name, inventory.vars.model_name, serving,
+                router="not registered")
+    found = next((w for w in workers if url and w.url.rstrip("/") == url), None)
+    if found is not None:
+        lane = replace(lane, router=found.status if found.healthy
+                       else f"{found.status}, unhealthy")
+    if serving is None:
+        return lane
+    engine, profile_name = serving.split(" ", 1)
+    definition = load_engine(inventory.path, engine, inventory.vars.images)
+    profile = definition.profiles.get(profile_name)  # None: renamed since it started
+    if profile is None:
+        return lane
+    context, limit = (definition.setting(profile, role)
+                      for role in ("context_length", "max_running_requests"))
+    return replace(lane, context=int(context) if context and context.isdigit() else None,
+                   limit=int(limit) if limit and limit.isdigit() else None,
+                   limit_flag=definition.flag_roles.get("max_running_requests",
+                                                        "its limit flag"))
 
 
 def roll_rack(work: Work, inventory: Inventory, engine: str, profile: str) -> RackReport:

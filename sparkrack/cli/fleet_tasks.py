@@ -60,6 +60,8 @@ def _said(reports, as_json: bool, what: str) -> None:
         steps = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in report.steps.items())
         console.say(f"{report.rack}: {what} ({steps}); drained {report.drained or 0}, soak "
                     f"{report.soak_requests:g} request(s), {report.soak_failed:g} failed")
+        if report.warning:
+            console.say(f"{report.rack}: warning before its drain: {report.warning}")
 
 
 @task(help=ROLL_HELP)

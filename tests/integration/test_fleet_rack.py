@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -196,12 +197,15 @@ def test_a_plain_roll_of_one_rack_without_the_router_fails_requests(engine_rack,
 
 class Drains:
     """What reached each rack after the router drained it (a fleet task's events: its rank
-    0's finished + in-flight count at the drain, and again once its in-flight count was 0)."""
+    0's finished + in-flight count at the drain, and again once its in-flight count was 0),
+    and every event said."""
 
     def __init__(self, racks: dict):
         self.racks, self.engine, self.marks, self.arrived = racks, "sglang", {}, {}
+        self.said: list[str] = []
 
     def __call__(self, event: str) -> None:
+        self.said.append(event)
         name, _, text = event.partition(": ")
         if name in self.racks and text.startswith("drained in the router"):
             self.marks[name] = sum(counters(self.racks[name], self.engine))
@@ -399,6 +403,13 @@ def test_fleet_roll_moves_both_racks_and_back_under_load_with_no_failed_request(
         ("vllm", "rehearsal", "vllm 512k"), ("vllm", "rehearsal-2", "vllm 512k"),
         ("sglang", "rehearsal", "sglang 512k"), ("sglang", "rehearsal-2", "sglang 512k")]
     assert all(r["soak_requests"] > 0 and r["soak_failed"] == 0 for _, r in rolled), rolled
+    # rack 2 on SGLang's 512k lane runs 2 requests at once (--max-running-requests): with
+    # the 8 clients in flight, the capacity check warns before rack 1's first drain
+    first = list(itertools.takewhile(lambda e: "drained in the router" not in e, drains.said))
+    assert any(re.fullmatch(r"rehearsal: warning: \d+ request\(s\) will queue on rehearsal-2 "
+                            r"while rehearsal rolls: \d+ in flight in the router, rehearsal-2 "
+                            r"runs 2 at once \(--max-running-requests\)", e) for e in first), first
+    assert rolled[0][1]["warning"] is not None, rolled
     # the failed roll: rack 1 back on vLLM and registered again, rack 2 never touched
     assert stopped.value.line().startswith("fleet.roll stopped at rehearsal: roll to sglang "
                                            "broken failed"), stopped.value.line()

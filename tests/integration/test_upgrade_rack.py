@@ -125,7 +125,9 @@ def test_an_upgrade_is_refused_learned_fixed_fallen_back_and_rolled(upgrade, eng
     assert done.returncode == 2, done.stdout + done.stderr
     dropped = (f"sglang 0.5.23 has no option {REMOVED}: sglang 0.5.22 had it, 0.5.23 removed "
                f"it (drop {REMOVED} from the profile)")
-    assert f"sglang.yml:70: {dropped}" in done.stderr, done.stderr
+    line = 1 + next(n for n, text in enumerate(
+        (shipped("engines") / "sglang.yml").read_text().splitlines()) if REMOVED in text)
+    assert f"sglang.yml:{line}: {dropped}" in done.stderr, done.stderr
     done = invoke(inventory, "roll", "--engine", "sglang")
     assert done.returncode == 2 and dropped in done.stderr, done.stderr
     assert {(c.node, c.deployment, c.status) for c in nothing_runs(engine_rack)} == running

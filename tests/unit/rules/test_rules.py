@@ -224,7 +224,10 @@ def test_a_learned_table_names_the_version_of_its_image_and_checks_the_profile(r
     table = shipped.replace("#: version 0.5.22", f"#: version 0.5.24\n#: image {ref}")
     without = table.replace("--cuda-graph-max-bs-decode value\n", "")
     (learned / "sglang-0.5.24.txt").write_text(without)
-    with pytest.raises(InventoryError, match=r"sglang\.yml:70: sglang 0\.5\.24 has no option "
+    line = 1 + next(n for n, text in enumerate(
+        (REPO / "sparkrack" / "data" / "engines" / "sglang.yml").read_text().splitlines())
+        if "--cuda-graph-max-bs-decode" in text)
+    with pytest.raises(InventoryError, match=rf"sglang\.yml:{line}: sglang 0\.5\.24 has no option "
                        r"--cuda-graph-max-bs-decode: sglang 0\.5\.22 had it, 0\.5\.24 removed "
                        r"it \(drop --cuda-graph-max-bs-decode from the profile\)"):
         check_profile(with_image(rack_dir, "sglang", ref), "sglang", "512k")

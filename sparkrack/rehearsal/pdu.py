@@ -27,11 +27,9 @@ import time
 from pathlib import Path
 
 from sparkrack.core.errors import SparkrackError
-from sparkrack.inventory import load_inventory
 from sparkrack.inventory.pdu import DEFAULT_ENV, PduConfig
-from sparkrack.rehearsal import nodeproc
 from sparkrack.rehearsal.hostprep import SBIN_DIRS
-from sparkrack.rehearsal.layout import PDU_ADDR, PDU_PORT, RUN_DIR, NodeLayout
+from sparkrack.rehearsal.layout import PDU_ADDR, PDU_PORT, RUN_DIR
 
 OUTLETS = 12
 PID_FILE = RUN_DIR / "pdu.pid"
@@ -45,67 +43,6 @@ GPUSIM_PORT = 47800  # gpusimd, on 127.0.0.1 in each node's namespace
 CLONE_NEWNET = 0x40000000
 READING_TTL_S = 1.0
 SIM_DIR = Path(__file__).parent / "sim"
-
-
-class RackOutlets:
-    """The rehearsal rack's nodes behind the PDU's outlets (pduagent.Outlets)."""
-
-    def __init__(self, inventory_path: str, log=print):
-        from sparkrack.rehearsal.rack import RehearsalRack
-
-        inventory = load_inventory(inventory_path)
-        self.rack = RehearsalRack(inventory, say=log)
-        pdu = inventory.vars.pdu or PduConfig("rehearsal-pdu", PDU_ADDR, ())
-        self.name, self.count, self.model = pdu.name, OUTLETS, pdu.model
-        self.nodes = {outlet: self.rack.node(node) for node, outlet in pdu.outlets
-                      if outlet <= OUTLETS}
-        self.off: set[int] = set()
-        self._readings: dict[str, tuple[float, int]] = {}
-
-    def label(self, outlet: int) -> str:
-        node = self.nodes.get(outlet)
-        return node.name if node else f"outlet {outlet}"
-
-    def is_on(self, outlet: int) -> bool:
-        node = self.nodes.get(outlet)
-        if outlet in self.off and node is not None and nodeproc.init_pid(node) is not None:
-            self.off.discard(outlet)  # booted by hand (rehearsal.poweron): switched on there
-        return outlet not in self.off
-
-    def watts(self, outlet: int) -> int:
-        if outlet in self.off:
-            return 0
-        node = self.nodes.get(outlet)
-        if node is None:
-            return int(read_loads().get(str(outlet), 0))
-        if nodeproc.init_pid(node) is None and not nodeproc.is_running(node):
-            return 0  # its own cord pulled (rehearsal.poweroff), or not booted
-        return self._node_watts(node)
-
-    def switch(self, outlet: int, on: bool) -> None:
-        node = self.nodes.get(outlet)
-        if on:
-            self.off.discard(outlet)
-            if node is not None:
-                self.rack.poweron(node.name)
-        else:
-            self.off.add(outlet)
-            if node is not None:
-                self.rack.poweroff(node.name)
-
-    def _node_watts(self, node: NodeLayout) -> int:
-        """The node's wall power now (cached READING_TTL_S), its idle figure when its
-        simulated GPU does not answer yet."""
-        now = time.monotonic()
-        cached = self._readings.get(node.name)
-        if cached and now - cached[0] < READING_TTL_S:
-            return cached[1]
-        try:
-            watts = round(gpusim_state(node.netns)["node_power_w"])
-        except (OSError, ValueError, KeyError):
-            watts = round(idle_watts(node.name))
-        self._readings[node.name] = (now, watts)
-        return watts
 
 
 def gpusim_state(netns: str, timeout: float = 0.5) -> dict:

@@ -173,14 +173,14 @@ async def serve(pdu: Pdu, address: str, port: int, environ) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """The agent process: the rack's outlets (rehearsal/pdu.py) at address:port; the
+    """The agent process: the rack's outlets (rehearsal/pduoutlets.py) at address:port; the
     SNMPv3 user and keys in PDU_USER, PDU_AUTH_KEY, PDU_PRIV_KEY."""
     parser = argparse.ArgumentParser(prog="pduagent", description=__doc__.splitlines()[0])
     parser.add_argument("--inventory", required=True)
     parser.add_argument("--address", required=True)
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
-    from sparkrack.rehearsal.pdu import RackOutlets
+    from sparkrack.rehearsal.pduoutlets import RackOutlets
 
     def log(line: str) -> None:
         print(line, flush=True)

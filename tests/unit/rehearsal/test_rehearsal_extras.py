@@ -92,7 +92,7 @@ def test_a_nodes_network_daemon_is_kept_on_its_disk(tmp_path, monkeypatch):
     import os
     import subprocess
 
-    from sparkrack.rehearsal.rack import LINKS_SCRIPT
+    from sparkrack.rehearsal.faults.network import LINKS_SCRIPT
 
     monkeypatch.setattr(NodeLayout, "upper", property(lambda self: tmp_path / self.name))
     node = NodeLayout("spark-10", "10.77.1.20")

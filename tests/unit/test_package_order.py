@@ -124,3 +124,84 @@ def test_the_length_norm_finds_long_modules_outside_the_rehearsal_rack(tmp_path)
     (tmp_path / "short.py").write_text("x = 1\n" * 5)
     (tmp_path / "rehearsal" / "long.py").write_text("x = 1\n" * 9)
     assert long_modules(tmp_path, norm=5) == {"long.py": 6}
+
+
+def module_imports() -> dict[str, set[str]]:
+    """{module: the sparkrack modules it imports}, `from package import module` read as the
+    module (TYPE_CHECKING-only imports too: a reader follows them as well)."""
+    modules = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(
+        ".__init__"): p for p in PACKAGE.rglob("*.py")}
+    found: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name in modules}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
+                                    + ([node.module] if node.module else []))
+                for alias in node.names:
+                    if f"{base}.{alias.name}" in modules:
+                        targets.add(f"{base}.{alias.name}")
+                    elif base in modules:
+                        targets.add(base)
+        found[name] = targets - {name}
+    return found
+
+
+def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[frozenset[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(frozenset(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+# the circles left inside a room, each to be undone (issue 55, item 6): the onboard steps'
+# results typed in context.py, provision's modules and the roles that name them, the stub
+# head and its API
+KNOWN_CIRCLES = {"sparkrack.onboard.context", "sparkrack.provision.roles",
+                 "sparkrack.rehearsal.stub.head"}
+
+
+def test_no_import_circle_but_the_known_ones():
+    """Modules that import each other in a loop: none but the known ones (a circle drawn
+    once is read twice). The rehearsal rack and its PDU were one until the rack's faults
+    moved out of rack.py and the PDU agent's outlets above it."""
+    found = circles(module_imports())
+    new = [sorted(c) for c in found if not c & KNOWN_CIRCLES]
+    assert new == [], f"import circles: {new}"
+    gone = KNOWN_CIRCLES - set().union(*found)
+    assert gone == set(), f"{gone}: no longer in a circle: take it out of KNOWN_CIRCLES"
+
+
+def test_a_circle_is_found_through_a_package_import():
+    graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}}
+    assert circles(graph) == [frozenset({"a.x", "a.y", "a.z"})]

@@ -1,6 +1,6 @@
-"""GPU faults of the rehearsal rack: a latched clock, a collective that hangs, heat, a dropped
-clock lock, the burn load's start-up (docs/rehearsal.md#faults). A mixin of RehearsalRack (rack.py): it uses the
-rack's node()."""
+"""GPU faults of the rehearsal rack: a latched clock, a collective that hangs, heat, a
+dropped clock lock, the burn load's start-up (docs/rehearsal.md#faults). A mixin of
+RehearsalRack (rack.py): it uses the rack's node()."""
 
 from __future__ import annotations
 

@@ -5,11 +5,17 @@ them (docs/engines.md#where-each-variable-comes-from).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from sparkrack.engineenv import checks
 from sparkrack.engineenv.gid import GidIndex, gid_index
 from sparkrack.engineenv.nodeenv import VIEW_INVENTORY, EnvVar, NodeEnv
 from sparkrack.facts.roce import RoceFacts, socket_address
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.schema import FrozenMapping
+
+if TYPE_CHECKING:
+    from sparkrack.facts.provision import ProvisionFacts
 
 ETC_DIR = "/etc/sparkrack"
 NCCL_FILE = f"{ETC_DIR}/nccl.env"
@@ -47,7 +53,9 @@ def engine_env_file(key: str) -> str:
 
 
 class EngineEnv:
-    """A node's engine environment: its files, and their variables with their sources."""
+    """A node's engine environment: its files, and their variables with their sources; the
+    GID index is chosen once per GID table read (the role's check, its template and `up`'s
+    judgement ask the same choice)."""
 
     etc_dir = ETC_DIR
     nccl_file = NCCL_FILE
@@ -58,10 +66,27 @@ class EngineEnv:
     def __init__(self, inventory: Inventory, node: Node):
         self.node = node
         self.rack_gid_index = inventory.vars.nccl_ib_gid_index
+        self._gid: tuple[RoceFacts | None, GidIndex] | None = None  # (the table, its choice)
 
     def gid(self, roce: RoceFacts | None = None) -> GidIndex:
-        """The node's NCCL GID index and why (gid.py); roce None: not read from the node."""
-        return gid_index(self.node, self.rack_gid_index, roce)
+        """The node's NCCL GID index and why (gid.py); roce None: not read from the node.
+        Chosen once per table: asked again with the same roce, the same choice."""
+        if self._gid is None or self._gid[0] is not roce:
+            self._gid = roce, gid_index(self.node, self.rack_gid_index, roce)
+        return self._gid[1]
+
+    def files(self, key: str) -> list[str]:
+        """The env files the engine of image key key reads, in the order they merge."""
+        return [NCCL_FILE, engine_env_file(key)]
+
+    def check(self, name: str, facts: ProvisionFacts) -> str:
+        """Why check name of checks.py fails on the node ('' when it holds): role nccl_env
+        asserts each."""
+        return checks.check(name, self.node, self.gid(facts.roce), facts)
+
+    def failing(self, facts: ProvisionFacts) -> list[str]:
+        """Why each check of checks.py that fails on the node fails, in the role's order."""
+        return checks.failing(self.node, self.gid(facts.roce), facts)
 
     def nccl(self, roce: RoceFacts | None = None) -> dict[str, EnvVar]:
         """nccl.env's variables, in file order, the GID index from roce (None: the

@@ -23,7 +23,6 @@ from sparkrack.facts.queries import answer, argv
 from sparkrack.facts.roce import ADDRESS_FIX, Function, lost_addresses, node_fabric
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
-from sparkrack.lifecycle import gidmove
 from sparkrack.lifecycle.cachefolders import cache_gate_lines, cache_key
 from sparkrack.lifecycle.phases import Phases
 from sparkrack.lifecycle.railgate import rail_line
@@ -158,7 +157,7 @@ def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
     if report.blocking:
         return report  # nothing else can be judged on a partial rack
     lock_gate(report)
-    rewritten, failed = gidmove.rewrite(fleet, env_files, report.env)
+    rewritten, failed = env_files.rewrite_moved(fleet, report.env)  # a GID moved at a boot
     if rewritten or failed:
         report.add("gid index", failed, "; ".join(rewritten))
     lost = report.lost_addresses  # Gloo and NCCL need them: judged before the env files

@@ -60,7 +60,7 @@ def stand_ins(rehearsal_inventory, monkeypatch):
     monkeypatch.setattr(gates, "load_engine",
                         lambda path, name, images: SimpleNamespace(image_key=name))
     monkeypatch.setattr(gates, "EnvFiles", lambda inventory, key: SimpleNamespace(
-        files=lambda node: ["/etc/sparkrack/nccl.env"]))
+        files=lambda node: ["/etc/sparkrack/nccl.env"], rewrite_moved=lambda fleet, env: ([], [])))
     monkeypatch.setattr(gates, "build_specs", lambda *a, **k: tuple(
         SimpleNamespace(node=n.name) for n in rehearsal_inventory.nodes))
     knobs.burn = burn

@@ -27,10 +27,11 @@ import time
 from pathlib import Path
 
 import pytest
+from freeport import free_port
 from hosttools import need
 from localproc import running
 from stubgroup import quick_burn
-from test_watchdog_rack import Prometheus, free_port, wait_for
+from test_watchdog_rack import Prometheus, wait_for
 
 from sparkrack.deployments.headapi import Endpoint
 from sparkrack.lifecycle import lanes

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from freeport import free_port
 from hosttools import need
 from localproc import running
 from stubgroup import quick_burn
@@ -126,10 +126,6 @@ class Prometheus:
         return found["value"]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from freeport import free_port
 
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory.schema import FrozenMapping, RackVars
@@ -44,11 +45,6 @@ class Sshd:
     directory: Path
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def keygen(path: Path) -> str:

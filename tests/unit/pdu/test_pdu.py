@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from freeport import free_port
 from hosttools import need
 
 from sparkrack.core.errors import InventoryError, UsageError
@@ -192,9 +193,7 @@ class Outlets:
 def serving(model: str):
     """The rehearsal's SNMPv3 agent for model on a free loopback port, over in-memory
     outlets: (port, outlets)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port(kind=socket.SOCK_DGRAM)
     outlets, stop = Outlets(), threading.Event()
 
     def serve():

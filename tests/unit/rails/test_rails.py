@@ -2,6 +2,8 @@
 
 import dataclasses
 
+from freeport import free_port
+
 from sparkrack.facts.onboard import NetdevFacts
 from sparkrack.facts.roce import Function
 from sparkrack.rails.verdicts import Measured, Pair, Rail, judge, pairs, rails_of
@@ -102,15 +104,12 @@ def test_a_dropped_jumbo_frame_and_a_failed_burst_are_named():
 def test_the_node_script_echoes_a_jumbo_frame_and_counts_a_burst_on_loopback():
     """remote/rails.py as the nodes run it: serve on one address, send to it."""
     import json
-    import socket
     import subprocess
     import sys
 
     from sparkrack import remote
 
-    with socket.socket() as probe:  # a free port on loopback
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
+    port = str(free_port())
     token = b"t0ken\n"
     server = subprocess.Popen(remote.argv(sys.executable, "rails", "serve", "20", port,
                                           "127.0.0.1"), stdin=subprocess.PIPE,

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from freeport import free_port
 
 from sparkrack.rehearsal.nodefs import SIM_COMMANDS
 
@@ -61,9 +62,7 @@ class Node:
         self.heat = tmp_path / "heat"
         self.kernel = tmp_path / "kernel.json"
         self.hang = self.state_dir / "collective-hang"
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # a free UDP port
-            probe.bind(("127.0.0.1", 0))
-            self.roce_port = probe.getsockname()[1]
+        self.roce_port = free_port(kind=socket.SOCK_DGRAM)
         config = tmp_path / "node.json"
         config.write_text(json.dumps({
             "node": "spark-01", "port": 0, "state_dir": str(self.state_dir),

@@ -24,6 +24,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from freeport import free_port
 
 from sparkrack.rehearsal.stub.modeldir import model_files
 
@@ -46,10 +47,6 @@ def eventually(check, timeout: float = 10.0):
     return value
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class GpuSim:

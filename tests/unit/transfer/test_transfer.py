@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from freeport import free_port
 from provision_helpers import write_image_tar
 
 from sparkrack import remote
@@ -21,10 +22,6 @@ from sparkrack.transfer.manifest import ManifestError, parse_manifest, rack_mani
 MANIFEST = "sparkrack-manifest.sha256"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def relay(settings, *, token="tok", data=b"", env=None):

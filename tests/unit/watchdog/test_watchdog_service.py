@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from fakerack import (
     metric,
     ranks_of,
 )
+from freeport import free_port
 from loopback import Sshd, needs_sshd, write_inventory
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -337,10 +337,6 @@ def test_listen_port_out_of_range_is_refused():
 # --- The process, over real SSH on loopback ----------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @needs_sshd

@@ -22,6 +22,7 @@ DEFAULT_INVENTORY = "inventory/rehearsal"
 HELP = {"inventory": f"rehearsal inventory (default: {DEFAULT_INVENTORY})"}
 NODE_HELP = {**HELP, "node": "node name, e.g. spark-03"}
 MAX_HEAT_C = 54.0  # more and a loaded GB10 passes its 100 C shutdown
+MIN_LIMIT_W, MAX_LIMIT_W = 10.0, 86.0  # a GB10 idles at ~4 W, draws 84-89 W at full load
 
 if TYPE_CHECKING:
     from sparkrack.rehearsal.rack import RehearsalRack
@@ -232,6 +233,31 @@ def heat(c, node, inventory=None, degrees=None, clear=False):
                              "100 C shutdown)")
     _rack(inventory).heat(node, value)
     console.say(f"{node}: GPU air " + ("back to normal" if value is None else f"+{value:g} C"))
+
+
+@task(help={**NODE_HELP, "watts": f"watts the GPU is held to ({MIN_LIMIT_W:g}-{MAX_LIMIT_W:g}: "
+            "30 slows its rank ~1.5 times)", "clear": "lift the limit"})
+@operator_task
+def power_limit(c, node, inventory=None, watts=None, clear=False):
+    """Hold a node's simulated GPU to --watts, as a board's firmware power limit does.
+
+    Its clock drops until the draw fits, nvidia-smi showing no limit (as owners report);
+    its rank's steps, and so its whole TP group's, take longer."""
+    if clear == (watts is not None):
+        raise UsageError("give --watts N or --clear", fix="e.g. --watts 30")
+    value = None
+    if watts is not None:
+        try:
+            value = float(watts)
+        except ValueError:
+            value = -1.0
+        if not MIN_LIMIT_W <= value <= MAX_LIMIT_W:
+            raise UsageError(f"--watts {watts}: not {MIN_LIMIT_W:g} to {MAX_LIMIT_W:g}",
+                             fix=f"e.g. --watts 30 (a GB10 draws ~{MAX_LIMIT_W:g} W at full "
+                             "load: a limit above it holds nothing)")
+    _rack(inventory).power_limit(node, value)
+    console.say(f"{node}: GPU " + ("power limit lifted" if value is None
+                                   else f"held to {value:g} W by its firmware"))
 
 
 @task(help=NODE_HELP)

@@ -25,7 +25,7 @@ from sparkrack.rehearsal.cabling import read_cabling
 from sparkrack.rehearsal.extranodes import ExtraNodes
 from sparkrack.rehearsal.extras import ExtraNode, read_extras
 from sparkrack.rehearsal.faults.fabric import LINK_RATES, FabricFaults
-from sparkrack.rehearsal.faults.gpu import GpuFaults, heat_c
+from sparkrack.rehearsal.faults.gpu import GpuFaults, heat_c, power_limit_w
 from sparkrack.rehearsal.faults.kernel import KernelFaults
 from sparkrack.rehearsal.faults.network import NetworkFaults
 from sparkrack.rehearsal.faults.power import BOOT_TIMEOUT, PowerFaults
@@ -92,6 +92,7 @@ class NodeState:
     last_boot: int | None
     latched: bool
     heat_c: float = 0.0  # degrees C added to the air around its GPU (rehearsal.heat)
+    power_limit_w: float = 0.0  # its GPU's firmware power limit (rehearsal.power-limit; 0: none)
     cabling: str = ""  # its fabric cable (rehearsal.cable), e.g. "port 0, both paths"
     roce_addr: str = ""
     extra: bool = False  # an extra node (rehearsal.add-node), outside the inventory
@@ -369,7 +370,7 @@ class RehearsalRack(ExtraNodes, PowerFaults, NetworkFaults, GpuFaults, KernelFau
                 boots=len(boots), last_boot=boots[-1] if boots else None,
                 latched=node.latch_file.exists() if pid is None else
                 nodeproc.in_node(node, ["test", "-e", "/var/lib/gpu-sim/latched"]).returncode == 0,
-                heat_c=heat_c(node, pid),
+                heat_c=heat_c(node, pid), power_limit_w=power_limit_w(node, pid),
                 cabling=read_cabling(node).describe(), roce_addr=node.roce_addr,
                 extra=node.name in self.extras, isolated=hostnet.is_isolated(node),
                 rekeyed=(node.upper / nodefs.KEPT_KEY).exists()))

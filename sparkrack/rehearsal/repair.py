@@ -3,9 +3,9 @@
 `repair_faults` reads each node's state here (no SSH: cheap enough before every rack test
 and after every chaos step) and undoes what a test, an operator or a chaos run left: a
 node powered off, cut or isolated, a node hung (running but not answering SSH:
-power-cycled), a node given a new host key, a node recabled, a latched or heated GPU, a
-collective hang, a renumbered GID table, an HCA port down, a switch set otherwise than the inventory says, a
-load plugged into the PDU or its agent gone.
+power-cycled), a node given a new host key, a node recabled, a latched, heated or
+power-limited GPU, a collective hang, a renumbered GID table, an HCA port down, a switch set
+otherwise than the inventory says, a load plugged into the PDU or its agent gone.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S, *,
         if state.heat_c:
             rack.heat(state.name, None)
             repaired.append(f"{state.name} GPU heat cleared")
+        if state.power_limit_w:
+            rack.power_limit(state.name, None)
+            repaired.append(f"{state.name} GPU power limit cleared")
         hardware = read_json_object(node.upper / "etc/gpu-sim/hardware.json")
         if (hardware.get("gid_index", DEFAULT_GID_INDEX) != DEFAULT_GID_INDEX
                 or hardware.get("gid_moves")):

@@ -1,5 +1,5 @@
 """GPU faults of the rehearsal rack: a latched clock, a collective that hangs, heat, a
-dropped clock lock, the burn load's start-up (docs/rehearsal.md#faults). A mixin of
+firmware power limit, a dropped clock lock, the burn load's start-up (docs/rehearsal.md#faults). A mixin of
 RehearsalRack (rack.py): it uses the rack's node()."""
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from sparkrack.rehearsal import nodeproc
 from sparkrack.rehearsal.layout import NodeLayout
 
 HEAT_FILE = "/var/lib/gpu-sim/heat"
+POWER_LIMIT_FILE = "/var/lib/gpu-sim/power-limit"
 
 
 class GpuFaults:
-    """The node's simulated GB10: its clock latch, its heat, its clock lock, its burn load."""
+    """The node's simulated GB10: its clock latch, its heat, its power limit, its clock
+    lock, its burn load."""
 
     def latch(self, name: str, on: bool = True) -> None:
         """Latch (or clear) the node's simulated GPU into the low-clock state."""
@@ -39,19 +41,32 @@ class GpuFaults:
     def heat(self, name: str, degrees: float | None) -> None:
         """Add degrees C to the air around the node's GPU (a blocked vent, a hot room; None:
         clear). Kept on the node's disk until cleared, as a room stays hot across reboots."""
+        self._disk_fault(name, HEAT_FILE, degrees, "the heat")
+
+    def power_limit(self, name: str, watts: float | None) -> None:
+        """Hold the node's GPU to watts, as a board's firmware power limit would (None:
+        clear): its clock drops until the draw fits, nvidia-smi showing no limit, and its
+        rank's steps, and so its group's, take longer. Kept on the node's disk until
+        cleared, as firmware keeps it across reboots."""
+        self._disk_fault(name, POWER_LIMIT_FILE, watts, "the power limit")
+
+    def _disk_fault(self, name: str, path: str, value: float | None, what: str) -> None:
+        """Write value to path on the node's disk (None: remove it), from this machine when
+        the node is off."""
         node = self.node(name)
-        argv = ["rm", "-f", HEAT_FILE] if degrees is None else [
+        argv = ["rm", "-f", path] if value is None else [
             "sh", "-c", 'mkdir -p "${2%/*}" && printf "%s\\n" "$1" > "$2"', "sh",
-            f"{degrees:g}", HEAT_FILE]
+            f"{value:g}", path]
         if nodeproc.init_pid(node) is None:
-            node.heat_file.unlink(missing_ok=True)
-            if degrees is not None:
-                node.heat_file.parent.mkdir(parents=True, exist_ok=True)
-                node.heat_file.write_text(f"{degrees:g}\n")
+            host = node.upper / path.lstrip("/")
+            host.unlink(missing_ok=True)
+            if value is not None:
+                host.parent.mkdir(parents=True, exist_ok=True)
+                host.write_text(f"{value:g}\n")
             return
         done = nodeproc.in_node(node, argv)
         if done.returncode != 0:
-            raise SparkrackError(f"{name}: could not change the heat: {done.stderr.strip()}")
+            raise SparkrackError(f"{name}: could not change {what}: {done.stderr.strip()}")
 
     def reset_clocks(self, name: str) -> None:
         """Drop the node's GPU clock lock as `nvidia-smi -rgc` does (what a driver reload, a
@@ -76,8 +91,17 @@ class GpuFaults:
 
 def heat_c(node: NodeLayout, pid: int | None) -> float:
     """The node's heat fault in degrees C (0: none), read from this machine."""
-    path = node.heat_file if pid is None else Path(f"/proc/{pid}/root{HEAT_FILE}")
+    return _disk_value(node, pid, HEAT_FILE)
+
+
+def power_limit_w(node: NodeLayout, pid: int | None) -> float:
+    """The node's firmware power limit in watts (0: none), read from this machine."""
+    return _disk_value(node, pid, POWER_LIMIT_FILE)
+
+
+def _disk_value(node: NodeLayout, pid: int | None, path: str) -> float:
+    where = node.upper / path.lstrip("/") if pid is None else Path(f"/proc/{pid}/root{path}")
     try:
-        return float(path.read_text().strip() or 0)
+        return float(where.read_text().strip() or 0)
     except (OSError, ValueError):
         return 0.0

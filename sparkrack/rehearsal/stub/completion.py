@@ -43,12 +43,13 @@ class Completion:
         try:
             with head.forward(self.prompt_tokens):
                 head.metrics.prompt(self.prompt_tokens)
-                first = time.monotonic()
+                first = due = time.monotonic()
                 last = self.arrived  # the first token's latency runs from the arrival
                 for index in range(self.count):
-                    pause = first + index * interval - time.monotonic()
+                    pause = due - time.monotonic()
                     if pause > 0:
                         time.sleep(pause)
+                    due += interval / head.pace()  # a slowed rank slows every step
                     head.moving(began)
                     self._generated += 1
                     now = time.monotonic()

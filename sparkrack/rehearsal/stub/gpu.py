@@ -55,6 +55,7 @@ class Gpu:
         self._host_wait = False  # the host waits before launching (until progress)
         self._stuck_kernel = False  # a collective whose kernel never completes
         self._held: tuple[int, str] = (0, "compute")  # what gpusimd holds for this rank
+        self.pace = 1.0  # how fast it computes against its unlimited pace, at the last step
         threading.Thread(target=self._watch, name="gpu-watch", daemon=True).start()
 
     def total_bytes(self) -> int:
@@ -117,12 +118,15 @@ class Gpu:
                 raise NoDevice(str(error)) from None
 
     def collective_hangs(self) -> bool:
-        """Whether the node's NCCL hangs this collective (the rehearsal's fault)."""
+        """Whether the node's NCCL hangs this collective (the rehearsal's fault); reads the
+        GPU's pace with it (self.pace)."""
         with self._lock:
             try:
-                return self._client.collective_hangs()
+                found = self._client.collective()
             except (gpusim_client.DaemonError, gpusim_client.DaemonUnreachable):
                 return False
+            self.pace = min(1.0, max(0.05, float(found.get("pace", 1.0))))
+            return bool(found["hang"])
 
     def busy(self, delta: int) -> None:
         """Count one forward in (+1) or out (-1); the GPU works while any runs."""

@@ -96,6 +96,7 @@ class HeadGroup:
         self.log = log
         self.links: dict[int, Link] = {}
         self.nodes: dict[int, str] = {}
+        self.paces: dict[int, float] = {}  # rank: its GPU's pace at its last step's answer
         self.endpoints: dict[int, dict] = {}  # what each rank's peers must reach (hello)
         self.loaded: set[int] = set()
         self.all_joined = threading.Event()
@@ -183,6 +184,8 @@ class HeadGroup:
             elif op in ("ack", "pong"):
                 with self._lock:
                     waiter = self._waiters.get(message.get("id"))
+                    if isinstance(message.get("pace"), (int, float)):
+                        self.paces[rank] = min(1.0, max(0.05, float(message["pace"])))
                 if waiter is not None:
                     waiter.answered(rank)
             elif op == "blocked":

@@ -281,6 +281,12 @@ class Head(Rank):
         time.sleep(self.args.watchdog_timeout_s)
         self._watchdog("a decode step", {0})
 
+    def pace(self) -> float:
+        """How fast the group computes against its unlimited pace: its slowest rank's GPU
+        (a firmware power limit on one node slows every rank's steps: TP waits for it)."""
+        paces = list(self.group.paces.values()) if self.group is not None else []
+        return min([self.gpu.pace, *paces])
+
     def moving(self, since: float) -> None:
         """Wait until a collective of the group completed after since, recently: a token
         needs every rank."""
@@ -315,7 +321,9 @@ class Head(Rank):
                 time.sleep(max(0.0, began + self.args.watchdog_timeout_s - time.monotonic()))
             if missing:
                 self._watchdog(f"a {prompt_tokens}-token forward", missing)
+            prefill_began = time.monotonic()
             self._prefill(prompt_tokens, cached)
+            self.metrics.prefilled(time.monotonic() - prefill_began)
             self.gpu.prefill(-1)
             prefilling = False
             self.group.broadcast("decoding", fid=fid)
@@ -342,7 +350,7 @@ class Head(Rank):
             size = min(max(1, self.args.chunked_prefill_size), left)
             chunk_began = time.monotonic()
             time.sleep(fabric.prefill_s(size, self.settings.prefill_tokens_per_s,
-                                        self.ring_gbit))
+                                        self.ring_gbit) / self.pace())
             self.moving(chunk_began)
             self.metrics.cached(size)
             cached[0] += size

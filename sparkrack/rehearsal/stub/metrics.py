@@ -50,6 +50,11 @@ class Metrics:
             self.kv_tokens = max(0, self.kv_tokens + tokens)
             self.kv_logged = self.kv_tokens
 
+    def prefilled(self, seconds: float) -> None:
+        """A request's prefill took seconds (vLLM's request_prefill_time_seconds)."""
+        with self._lock:
+            self.latency.prefilled(seconds)
+
     def prompt(self, tokens: int) -> None:
         with self._lock:
             self.counts["prompt_tokens"] += tokens

@@ -96,8 +96,8 @@ class Worker(Rank):
                 self.link.send("blocked")
                 return
             self.nccl.step()
-            if not self.stuck:
-                self.link.send("ack", id=step)
+            if not self.stuck:  # with its GPU's pace: the group goes at its slowest rank's
+                self.link.send("ack", id=step, pace=self.gpu.pace)
 
     def _head_lost(self, why: str) -> None:
         die(1, nccl_error(self.args.rank, f"{why} (peer rank 0 at {self.link.peer})"),

@@ -168,7 +168,12 @@ class GpuSimClient:
 
     def collective_hangs(self) -> bool:
         """Whether the node's NCCL hangs its next collective (the rack's fault)."""
-        return bool(self.request("collective")["hang"])
+        return bool(self.collective()["hang"])
+
+    def collective(self) -> dict:
+        """What the next collective meets on this node: hang (the rack's NCCL hang fault)
+        and pace (how fast the GPU computes against its unlimited pace, 0-1]."""
+        return self.request("collective")
 
     def rdma(self) -> dict:
         """The node's RDMA devices as the driver shows them (gpusim.rdma.read_rdma)."""

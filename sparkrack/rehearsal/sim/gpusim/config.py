@@ -67,6 +67,10 @@ GB10_DEFAULTS = {
     "slowdown_tlimit_c": -2,
     "shutdown_tlimit_c": -5,
     "heat_file": "/var/lib/gpu-sim/heat",  # degrees C the rack adds to the air (rehearsal.heat)
+    # watts the board's firmware holds the GPU to (rehearsal.power-limit): the clock drops
+    # until the draw fits; nvidia-smi's power.limit stays N/A and no clock event reason
+    # says it, as owners report ("nvidia-smi shows nothing unusual": docs/field-notes.md)
+    "power_limit_file": "/var/lib/gpu-sim/power-limit",
     "roce_port": 4791,  # RoCE v2's UDP port: the node's HCAs answer RDMA writes on it (hca.py)
     # present: the node's NCCL hangs its next collective, its kernel spinning (rehearsal.
     # nccl-hang; STATE_DIR/collective-hang when unset: gone at reboot)

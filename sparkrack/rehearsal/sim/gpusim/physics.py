@@ -82,6 +82,31 @@ def dynamic_share(config: dict, util: int, clock: int, latched: bool,
     return util / 100 * clock_factor(config, clock)
 
 
+def limited_clock(config: dict, clock: int, share: float, limit_w: float) -> int:
+    """The clock at which a load drawing share of the span at clock fits under limit_w (a
+    firmware power limit: the draw above idle follows clock ** power_clock_exponent),
+    snapped down to its bin, never under the idle clock; clock itself when it fits."""
+    span = config["gpu_load_w"] - config["gpu_idle_w"]
+    target = (limit_w - config["gpu_idle_w"]) / span
+    if share <= 0 or config["gpu_idle_w"] + span * share <= limit_w:
+        return clock
+    if target <= 0:
+        return config["idle_sm_mhz"]
+    fitted = clock * (target / share) ** (1 / config["power_clock_exponent"])
+    return max(config["idle_sm_mhz"], snap_down(int(fitted), config["clock_bin_mhz"]))
+
+
+def pace(config: dict, lock: tuple[int, int] | None, limit_w: float | None) -> float:
+    """How fast the GPU computes against its pace without the power limit (0-1]: the
+    clock a full compute load holds under limit_w over the one it holds without it (a
+    rank's steps take longer in that proportion, and its TP group's with them)."""
+    if limit_w is None:
+        return 1.0
+    clock = sm_clock(config, 100, lock, False)
+    held = limited_clock(config, clock, dynamic_share(config, 100, clock, False), limit_w)
+    return held / clock
+
+
 def _power_w(config: dict, share: float) -> tuple[float, float]:
     """(GPU watts, node watts) at this share of the load span."""
     gpu_w = config["gpu_idle_w"] + (config["gpu_load_w"] - config["gpu_idle_w"]) * share
@@ -104,10 +129,12 @@ def _thermal_clock(config: dict, util: int, clock: int, heat: float) -> tuple[in
 
 def readings(config: dict, util: int, lock: tuple[int, int] | None, latched: bool,
              resident: bool = False, phase: float = 0.5, kind: str = "compute",
-             heat: float = 0.0, swing: float = 0.5) -> dict:
+             heat: float = 0.0, swing: float = 0.5, limit_w: float | None = None) -> dict:
     """Clocks, power, temperature, pstate and event reasons, as the driver would report
     (kind: what the load that sets util does, KINDS; heat: degrees the air around the board
-    is above the usual; swing: where a decoding GPU is in its power swings, 0-1)."""
+    is above the usual; swing: where a decoding GPU is in its power swings, 0-1; limit_w:
+    the firmware's power limit: a clock ceiling at which a full load's draw fits, whatever
+    the load, no event reason saying so)."""
     if kind == "drained":  # nothing runs, the clock stays where the work left it
         util = 0
     elif kind == "decode" and util > 0:
@@ -115,6 +142,9 @@ def readings(config: dict, util: int, lock: tuple[int, int] | None, latched: boo
         util = round(low + (high - low) * phase)
     clock = sm_clock(config, 100 if kind == "drained" else util, lock, latched, resident, phase)
     share = dynamic_share(config, util, clock, latched, kind, swing)
+    if limit_w is not None and util > 0 and not latched:  # a ceiling a full load fits under
+        clock = limited_clock(config, clock, dynamic_share(config, 100, clock, False), limit_w)
+        share = dynamic_share(config, util, clock, latched, kind, swing)
     gpu_w, node_w = _power_w(config, share)
     air = config["ambient_c"] + heat
     reasons = 0 if util > 0 else EVENT_GPU_IDLE

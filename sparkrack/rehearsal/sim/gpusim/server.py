@@ -121,7 +121,7 @@ def _op_rails(state: GpuState, client: Client, request: dict) -> dict:
 
 
 def _op_collective(state: GpuState, client: Client, request: dict) -> dict:
-    return {"hang": state.collective_hangs()}
+    return {"hang": state.collective_hangs(), "pace": state.pace()}
 
 
 OPERATIONS = {

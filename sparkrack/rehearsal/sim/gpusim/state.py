@@ -17,7 +17,7 @@ import threading
 from gpusim.kernel import kernel_view, read_kernel
 from gpusim.meminfo import meminfo_values, render_meminfo, write_in_place
 from gpusim.peers import stopped
-from gpusim.physics import KINDS, readings
+from gpusim.physics import KINDS, pace, readings
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -99,6 +99,18 @@ class GpuState:
         except (OSError, ValueError):
             return 0.0
 
+    def power_limit(self) -> float | None:
+        """Watts the board's firmware holds the GPU to (the power-limit file; None: none)."""
+        try:
+            with open(self.config["power_limit_file"], encoding="utf-8") as fh:
+                return float(fh.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def pace(self) -> float:
+        """How fast the GPU computes against its unlimited pace (physics.pace)."""
+        return pace(self.config, self.clock_lock(), self.power_limit())
+
     def collective_hangs(self) -> bool:
         """Whether the node's NCCL hangs its next collective (the rack's file exists)."""
         return os.path.exists(self.config["collective_hang_file"])
@@ -166,7 +178,7 @@ class GpuState:
             "persistence_mode": self.persistence_mode(),
             **readings(config, util, lock, latched, resident=bool(allocations),
                        phase=random.random(), kind=kind, heat=self.heat(),
-                       swing=random.random()),
+                       swing=random.random(), limit_w=self.power_limit()),
             "thermal": {key: config[key] for key in (
                 "tlimit_c", "slowdown_tlimit_c", "shutdown_tlimit_c")},
             "processes": _processes(allocations),
@@ -174,6 +186,7 @@ class GpuState:
                        "allocated_kb": allocated_kb},
             "sim": {"lock": list(lock) if lock else None, "latched": latched,
                     "heat_c": self.heat(), "collective_hang": self.collective_hangs(),
+                    "power_limit_w": self.power_limit(),
                     "load": kind if util > 0 or kind == "drained" else "idle"},
         }
 

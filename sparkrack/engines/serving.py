@@ -17,7 +17,7 @@ from sparkrack.inventory.ranges import RANGES
 
 SERVING_KEYS = ("memory_fraction", "worker_health_path", "liveness_path", "metrics")
 METRICS_KEYS = ("flag", "running", "waiting", "progress", "accept_length", "server_info",
-                "spec_drafts", "spec_accepted")
+                "spec_drafts", "spec_accepted", "step_time", "prefill_time", "prompt_tokens")
 _FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
 _URL_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")
 _METRIC = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")  # a Prometheus metric name
@@ -44,6 +44,9 @@ class Metrics:
     server_info: tuple[str, ...] = ()  # else avg_spec_accept_length at these paths
     spec_drafts: str | None = None  # or counters: accept length = 1 + accepted / drafts
     spec_accepted: str | None = None
+    step_time: str | None = None  # histogram: decode time per step (the watchdog's pace)
+    prefill_time: str | None = None  # histogram: prefill seconds, of prompt_tokens' tokens
+    prompt_tokens: str | None = None  # counter: prompt tokens prefilled
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,8 @@ def _metrics(section: Section, options: OptionSet | None) -> Metrics:
     name = "a Prometheus metric name such as vllm:num_requests_running"
     optional = {key: section.value(key, lambda v: v is None or _is_metric(v), name,
                                    default=None)
-                for key in ("accept_length", "spec_drafts", "spec_accepted")}
+                for key in ("accept_length", "spec_drafts", "spec_accepted", "step_time",
+                            "prefill_time", "prompt_tokens")}
     if (optional["spec_drafts"] is None) != (optional["spec_accepted"] is None):
         have, lack = (("spec_drafts", "spec_accepted") if optional["spec_accepted"] is None
                       else ("spec_accepted", "spec_drafts"))

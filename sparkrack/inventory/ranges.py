@@ -205,6 +205,19 @@ RANGES: Mapping[str, Range] = {
         0, 600, "s", "0: each profile's stall_budget_s; " + _STALL,
         below="0 means each profile's budget", over="NCCL's own watchdog ends a hung group "
         "after 600 s"),
+    "watchdog_slow_percent": Range(
+        0, 200, "%", "0: never said; owners report decode flipping between 63 and 94 "
+        "ms/step (+49 %), nvidia-smi showing nothing (tonyd2wild/DeepSeek-V4.1-Flash-vLLM-"
+        "DGX-Spark#1): 25 % says that at half its size; no public figure for how far a "
+        "healthy lane's step time wanders with its batch's mix (the baseline is kept per "
+        "batch size)", below="0 means never", over="a lane three times slower is a stall's "
+        "business, or a failed one's", usual=(None, 100),
+        warn_over="% leaves a lane serving at half its speed unsaid (the field's slowdown "
+        "was +49 %)"),
+    "watchdog_slow_for_s": Range(
+        10, 3600, "s", "no public figure for how long the field's slow spells last: at least "
+        "10 s (each measure spans the last 20 s of steps), at most an hour",
+        below="a measure spans 20 s of steps", over="at most an hour"),
     "watchdog_power_cycle_samples": Range(
         2, 60, "polls", "one reading is a clock caught while the utilization it is judged busy "
         "by averages up to the last second (NVML's nvmlUtilization_t); a latch never clears by "

@@ -197,9 +197,17 @@ class RackVars:
     watchdog_restart_window_minutes: float = _var(
         30.0, "the sliding window of the restart budget, in minutes")
     watchdog_stall_budget_s: int = _var(
-        0, "seconds a TP group may have work pending without token progress while its GPUs "
-        "do not all compute alike before the watchdog stops it as stalled (0: each engine "
-        "profile's stall_budget_s)")
+        0, "seconds a TP group may have work pending without progress (tokens, finished "
+        "requests, its KV cache filling) before the watchdog stops it as stalled (0: each "
+        "engine profile's stall_budget_s)")
+    watchdog_slow_percent: int = _var(
+        25, "percent slower than its own baseline (decode time per step longer, or prefill "
+        "rate lower, from rank 0's metrics) a group may serve for watchdog_slow_for_s before "
+        "the watchdog says the rack serves slower and names the node whose GPU differs (0: "
+        "never)")
+    watchdog_slow_for_s: int = _var(
+        300, "seconds a group must serve watchdog_slow_percent slower, without a break, "
+        "before the watchdog says so")
     watchdog_power_cycle_samples: int = _var(
         5, "consecutive polls (one a second) a GPU must read latched, with no thermal "
         "slowdown explaining it, before the watchdog power-cycles its node")

@@ -25,7 +25,7 @@ from sparkrack.remote.capjudge import BUSY_PERCENT, LATCH_MHZ
 
 THERMAL_MARGIN_C = 5  # hot: this close to the slowdown temperature
 SHUTDOWN_MARGIN_C = 3  # overheating: this close to the shutdown temperature
-KINDS = ("over-cap", "latched", "hot", "overheating")
+KINDS = ("over-cap", "latched", "hot", "overheating", "slow")  # slow: the group's (pace.py)
 
 
 @dataclass(frozen=True)

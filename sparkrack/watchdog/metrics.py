@@ -11,8 +11,9 @@ seconds), `_total` for counters. docs/watchdog.md ("Metrics") lists them.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
@@ -345,3 +346,43 @@ def _cycle_families(snap: Snapshot) -> Iterator:
     for hold in snap.cycles_held:
         held.add_metric([hold.node, hold.cause, hold.reason], 1.0)
     yield from (last, held)
+
+
+class PaceCollector(Collector):
+    """The guarded group's pace (watchdog/pace.py) as gauge families at scrape time: its
+    decode time per step and prefill rate against their baselines, and whether it serves
+    slower (absent while no group is guarded or nothing was measured)."""
+
+    def __init__(self, pace_of: Callable[[], Any]):
+        self.pace_of = pace_of  # the guarded group's PaceWatch, or None
+
+    def describe(self) -> list:
+        return list(self.collect())
+
+    def collect(self) -> Iterator:
+        pace = self.pace_of()
+        if pace is None:
+            return
+        values = (
+            ("sparkrack_decode_step_seconds", "Rank 0's decode time per step over the last "
+             "20 s (its engine's inter-token latency histogram)", pace.step_s),
+            ("sparkrack_decode_step_baseline_seconds", "The decode time per step the group "
+             "served at before, at this batch size (the median of its measures)",
+             pace.step_baseline()),
+            ("sparkrack_prefill_tokens_per_second", "Rank 0's prefill rate over the last 20 s",
+             pace.rate),
+            ("sparkrack_prefill_baseline_tokens_per_second", "The prefill rate the group "
+             "served at before", pace.rate_baseline()))
+        for name, text, value in values:
+            if value is not None:
+                family = GaugeMetricFamily(name, text)
+                family.add_metric([], float(value))
+                yield family
+        slower = GaugeMetricFamily("sparkrack_serving_slower", "1 while the group serves "
+                                   "watchdog_slow_percent slower than its baseline for "
+                                   "watchdog_slow_for_s; node: the one whose GPU differs from "
+                                   "its peers' ('' none)", labels=["node"])
+        slow = pace.slow
+        slower.add_metric([(slow.node or "") if slow is not None else ""],
+                          float(slow is not None))
+        yield slower

@@ -29,6 +29,7 @@ from sparkrack.watchdog.capguard import REAPPLY_EVERY_S, Reapplied, reapply_cap
 from sparkrack.watchdog.culprit import Verdict, Working, learn, read_gpus
 from sparkrack.watchdog.gpuwatch import Finding, judge
 from sparkrack.watchdog.leak import LeakWatch
+from sparkrack.watchdog.pace import PaceWatch, Slow, pace_reading
 from sparkrack.watchdog.progress import StallWatch, reading
 from sparkrack.watchdog.stall import ALIKE, Stall, blame, unwatched_line
 
@@ -104,6 +105,7 @@ class Poll:
     culprit: Rank | None = None  # the rank whose GPU stood out when the group failed
     gpus: dict[str, GpuSample] = field(default_factory=dict)  # node: this poll's reading
     findings: list[Finding] = field(default_factory=list)  # gpuwatch's, this poll
+    slow: Slow | None = None  # the group serves slower than its baseline (pace.py)
 
     @property
     def latched(self) -> dict[str, Finding]:
@@ -134,6 +136,9 @@ class GroupWatch:
         self.working: dict[str, deque[GpuSample]] = {}  # samples taken with progress
         self.thermal: dict[str, Thermal] = {}  # each node's thresholds, read once
         self.reapplied: dict[str, float] = {}  # node: when its cap was last re-applied
+        self.pace = PaceWatch(inventory.vars.watchdog_slow_percent,
+                              inventory.vars.watchdog_slow_for_s)
+        self.metrics_text: str | None = None  # rank 0's /metrics at this poll (None: unread)
 
     @property
     def head(self) -> Endpoint:
@@ -145,6 +150,7 @@ class GroupWatch:
         health and progress, each GPU judged on its own. Memory feeds the ratchet
         detectors only while the group is whole."""
         poll = Poll()
+        self.metrics_text = None
         unread = tuple(r.node for r in self.ranks if r.node not in self.thermal)
         nodes = sample_nodes(self.fleet, thermal=unread)
         poll.memory, poll.lost, poll.gpus = nodes.memory, nodes.lost, nodes.gpus
@@ -179,6 +185,11 @@ class GroupWatch:
         poll.findings = [finding for r in self.ranks if r.node in nodes.gpus
                          for finding in judge(r.node, r.rank, nodes.gpus[r.node], cap,
                                               self.thermal.get(r.node))]
+        poll.slow = self._check_pace(nodes.gpus)
+        if poll.slow is not None:
+            culprit = self._rank_on(poll.slow.node)
+            poll.findings.append(Finding(poll.slow.node or "rack", -1 if culprit is None
+                                         else culprit.rank, "slow", poll.slow.line()))
         for node, (total, available) in poll.memory.items():
             leak = self.leaks.setdefault(node, LeakWatch(floor_kb=int(total * FLOOR_FRACTION)))
             warning = leak.feed(time.monotonic(), available)
@@ -223,7 +234,8 @@ class GroupWatch:
             status, body = self.head.get("/metrics", timeout=HEALTH_TIMEOUT_S)
         except HeadError:
             status, body = None, b""
-        seen = reading(self.metrics, body.decode(errors="replace")) if status == 200 else None
+        self.metrics_text = body.decode(errors="replace") if status == 200 else None
+        seen = None if self.metrics_text is None else reading(self.metrics, self.metrics_text)
         if seen is None and self.unwatched is None:  # said once: stalls go unseen
             flag = self.metrics.flag
             self.unwatched = unwatched_line(self.ranks[0].node, engine, status, flag,
@@ -244,6 +256,15 @@ class GroupWatch:
         verdict = self._verdict()
         culprit, why = blame(self.ranks, verdict, states or [])
         return Stall(self.no_progress_s, self.stall_budget_s, seen, verdict, culprit, why)
+
+    def _check_pace(self, gpus: dict[str, GpuSample]) -> Slow | None:
+        """Feed rank 0's pace series (read with the progress) and the GPUs to the pace
+        watch; the Slow finding while the group serves slower (pace.py)."""
+        if self.metrics is None:
+            self.metrics = engine_serving(self.inventory.path, self.ranks[0].engine).metrics
+        seen = None if self.metrics_text is None else pace_reading(self.metrics,
+                                                                   self.metrics_text)
+        return self.pace.feed(time.monotonic(), seen, gpus)
 
     def _runs_with(self, flag: str) -> bool | None:
         """Whether rank 0's container runs with flag (None: its command cannot be read)."""

@@ -119,6 +119,8 @@ class WatchdogMetrics:
     def __post_init__(self) -> None:
         self.snapshot = Snapshot()
         self._lock = threading.Lock()
+        self.pace_of: Callable[[], Any] = lambda: None  # the guarded group's PaceWatch
+        self.registry.register(PaceCollector(lambda: self.pace_of()))
         self.actions = Counter("sparkrack_watchdog_actions", "Actions the watchdog took on a "
                                "broken TP group: stop, restart, restart_failed (a restart "
                                "whose `up` failed; the group is then down); on a latched "

@@ -19,7 +19,7 @@ from sparkrack.core.errors import SparkrackError
 from sparkrack.watchdog.cyclebook import CycleBook
 from sparkrack.watchdog.cycler import Cycler
 from sparkrack.watchdog.cycling import CycleRules
-from sparkrack.watchdog.metrics import PaceCollector, WatchdogMetrics, update
+from sparkrack.watchdog.metrics import WatchdogMetrics, update
 from sparkrack.watchdog.policy import RESTART, RestartBudget
 from sparkrack.watchdog.railwatch import RailCollector, RailWatch
 from sparkrack.watchdog.snapshot import snapshot
@@ -109,7 +109,7 @@ class Watchdog:
                              lambda node: pdu is not None and pdu.outlet_of(node) is not None)
         self.rails = RailWatch(self.inventory, self.facts_every)  # what each rank's NCCL uses
         self.metrics.registry.register(RailCollector(self.rails))
-        self.metrics.registry.register(PaceCollector(lambda: getattr(self.group, "pace", None)))
+        self.metrics.pace_of = lambda: getattr(self.group, "pace", None)  # the slow rack
         self._load_state()
 
     # --- One step ----------------------------------------------------------------------

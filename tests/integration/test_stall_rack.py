@@ -126,11 +126,11 @@ def last_stop(inventory) -> dict:
 def stall_rack(engine_rack, tmp_path):
     """The rehearsal inventory with watchdog_stall_budget_s set, the stub settings given;
     nothing left running after the test."""
-    def make(budget: int | None, **stub):
+    def make(budget: int | None, rack_vars: dict | None = None, **stub):
         """budget None: the inventory's default (each profile's stall_budget_s)."""
         inventory = inventory_copy(REPO / "inventory" / "rehearsal", tmp_path / "rack",
                                    **({} if budget is None else
-                                      {"watchdog_stall_budget_s": budget}))
+                                      {"watchdog_stall_budget_s": budget}), **(rack_vars or {}))
         with Fleet(inventory) as fleet:
             write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50, **stub})
         return inventory
@@ -370,3 +370,64 @@ def test_a_long_prefill_and_an_idle_engine_are_not_stalls(stall_rack):
     thread.join(60)
     assert result["report"].failure is None, events
     assert len(nothing_runs(inventory)) == 8
+
+
+def test_a_firmware_power_limit_on_one_node_fires_the_slow_rack_alert_naming_it(stall_rack,
+                                                                                rack):
+    """Issue 56 item 3: a steady vLLM load, the watch learning the group's decode time per
+    step (vllm:inter_token_latency_seconds), then spark-05's GPU held to 30 W by its
+    firmware (rehearsal.power-limit): its clock drops to ~1,485 MHz, nvidia-smi showing no
+    limit, and the whole TP group steps ~1.5 times slower (the field's 63 -> 94 ms/step).
+    The watch says the rack serves slower once it has for watchdog_slow_for_s, naming
+    spark-05 by its clock against its peers'; nothing before the limit; the group serves
+    on (a slow rack is said, not stopped)."""
+    slow_for = 15
+    inventory = stall_rack(None, {"watchdog_slow_percent": 25, "watchdog_slow_for_s": slow_for})
+    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    load = SteadyLoad(inventory)
+    try:
+        thread, result, events, broken = watching(inventory, duration=120)
+        load.wait_answered(3)
+        time.sleep(40)  # the baseline: 15 measures of 20 steps or more
+        assert not [line for _, line in events if "serves slower" in line], events
+        before = load.answered
+        rack.power_limit("spark-05", 30)
+        limited = time.monotonic()
+        deadline = limited + 75
+        while time.monotonic() < deadline and not any(
+                "serves slower" in line for _, line in events):
+            time.sleep(0.5)
+        said = [(t, line) for t, line in events if "serves slower" in line]
+        assert said, events
+        found = said[0][0] - limited
+        state = fleet_gpu(inventory, "spark-05")
+        thread.join(90)
+    finally:
+        load.stop()
+        rack.power_limit("spark-05", None)
+    line = said[0][1]
+    print(f"\nvllm, spark-05 held to 30 W: said {found:.1f} s later (watchdog_slow_for_s "
+          f"{slow_for}): {line}")
+    assert slow_for <= found < slow_for + 40, found
+    assert line.startswith("warning: the rack serves slower: decode "), line
+    assert re.search(r"decode \d+ ms/step against its baseline \d+ ms \(\+(\d+) %\)", line)
+    rise = int(re.search(r"\(\+(\d+) %\)", line).group(1))
+    assert 25 < rise < 80, line
+    clock = re.search(r"spark-05's GPU differs: SM clock ([\d,]+) MHz against its peers' "
+                      r"([\d,]+) MHz", line)
+    assert clock, line
+    assert int(clock.group(1).replace(",", "")) < 0.8 * int(clock.group(2).replace(",", ""))
+    assert "check spark-05's power" in line
+    assert state["power_limit"] in ("[N/A]", "N/A"), state  # nvidia-smi shows no limit
+    assert result["report"].failure is None and load.answered > before  # served on, slower
+    assert len(nothing_runs(inventory)) == 8
+
+
+def fleet_gpu(inventory, node: str) -> dict:
+    """What nvidia-smi on node says of its GPU's power limit and SM clock."""
+    with Fleet(inventory, [inventory.node(node)]) as fleet:
+        done = fleet.run(["nvidia-smi", "--query-gpu=power.limit,clocks.sm",
+                          "--format=csv,noheader"])[node]
+    assert done.ok, done.error
+    limit, clock = (v.strip() for v in done.stdout.strip().split(","))
+    return {"power_limit": limit, "sm_clock": clock}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ def samples(metrics: WatchdogMetrics) -> dict[tuple[str, tuple], float]:
 
 GIB = 1 << 30
 from sparkrack.pdu.nodeoutlets import OutletReading, StripReading  # noqa: E402
+from sparkrack.watchdog.pace import LEARN_MEASURES, PaceWatch, Slow  # noqa: E402
 
 FULL = Snapshot(
     nodes=(NodeSnapshot("spark-01", 0, True, sm_clock_mhz=2190, gpu_power_watts=96.5,
@@ -133,12 +135,40 @@ def test_no_deployment_shows_no_info_and_no_rank_states():
     assert "sparkrack_group_stalled" not in names  # no stall: no series
 
 
+def slow_pace() -> PaceWatch:
+    """A group's pace, measured, with a baseline, found serving slower (pace.py)."""
+    pace = PaceWatch(25, 60)
+    pace.step_s, pace.rate = 0.094, 2500.0
+    pace.steps[1] = deque([0.063] * LEARN_MEASURES)
+    pace.rates.extend([4000.0] * LEARN_MEASURES)
+    pace.slow = Slow(60, 25, 0.094, 0.063, None, None, "spark-05", "SM clock 1,485 MHz")
+    return pace
+
+
 def exported_names() -> set[str]:
     metrics = WatchdogMetrics()
+    metrics.pace_of = slow_pace
     update(metrics, FULL)
     metrics.count_ratchet_warning("spark-01")
     metrics.count_cap_reapplied("spark-01", took=False)
     return {name for name, _ in samples(metrics)}
+
+
+def test_the_guarded_groups_pace_is_scraped_with_the_node_that_slows_it():
+    metrics = WatchdogMetrics()
+    text = generate_latest(metrics.registry).decode()
+    assert "sparkrack_serving_slower" not in text  # no group guarded
+    metrics.pace_of = slow_pace
+    text = generate_latest(metrics.registry).decode()
+    assert 'sparkrack_serving_slower{node="spark-05"} 1.0' in text
+    assert "sparkrack_decode_step_seconds 0.094" in text
+    assert "sparkrack_decode_step_baseline_seconds 0.063" in text
+    assert "sparkrack_prefill_baseline_tokens_per_second 4000.0" in text
+    healthy = PaceWatch(25, 60)
+    metrics.pace_of = lambda: healthy
+    text = generate_latest(metrics.registry).decode()
+    assert 'sparkrack_serving_slower{node=""} 0.0' in text
+    assert "sparkrack_decode_step_seconds" not in text  # nothing measured yet
 
 
 def test_every_metric_the_alerts_use_is_exported():

@@ -163,6 +163,17 @@ class PaceWatch:
     def rate_baseline(self) -> float | None:
         return self._base(self.rates)
 
+    def baseline_line(self) -> str | None:
+        """The baseline the group is judged against, once one stands (None: not yet)."""
+        step, rate = self.step_baseline(), self.rate_baseline()
+        if step is None:
+            return None
+        size = {1: "1 request"}.get(self.batch, f"{2 ** (self.batch - 1)}-"
+                                                f"{2 ** self.batch - 1} requests")
+        return (f"the group's pace learned: decode {step * 1000:.0f} ms/step at {size}"
+                + ("" if rate is None else f", prefill {rate:,.0f} tokens/s")
+                + f" (said slower past +{self.percent:g} % for {self.for_s:g} s)")
+
     def _measure(self, now: float, seen: PaceReading) -> None:
         """The decode time per step and prefill rate over the last WINDOW_S (None where
         too little happened; every counter restarted with the engine: start over)."""

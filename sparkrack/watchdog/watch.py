@@ -384,6 +384,7 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
                            stall_budget_s=stall_budget_s)
         started = time.monotonic()
         standing: set[tuple[str, str]] = set()
+        said_pace = False
         while duration is None or time.monotonic() - started < duration:
             poll_started = time.monotonic()
             poll = group.poll()
@@ -413,6 +414,10 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
                 if line.startswith("warning: "):
                     report.warnings.append(line[len("warning: "):])
                 on_event(line)
+            learned = group.pace.baseline_line()
+            if learned and not said_pace:
+                said_pace = True
+                on_event(learned)
             if group.unwatched and group.unwatched not in report.warnings:
                 report.warnings.append(group.unwatched)
                 on_event(f"warning: {group.unwatched}")

@@ -386,9 +386,13 @@ def test_a_firmware_power_limit_on_one_node_fires_the_slow_rack_alert_naming_it(
     lanes.up(inventory, "vllm", "512k", burn=quick_burn)
     load = SteadyLoad(inventory)
     try:
-        thread, result, events, broken = watching(inventory, duration=120)
+        thread, result, events, broken = watching(inventory, duration=150)
         load.wait_answered(3)
-        time.sleep(40)  # the baseline: 15 measures of 20 steps or more
+        learned = time.monotonic() + 120  # the baseline: 15 measures of 20 steps or more
+        while time.monotonic() < learned and not any(
+                line.startswith("the group's pace learned: decode ") for _, line in events):
+            time.sleep(0.5)
+        assert any(line.startswith("the group's pace learned") for _, line in events), events
         assert not [line for _, line in events if "serves slower" in line], events
         before = load.answered
         rack.power_limit("spark-05", 30)

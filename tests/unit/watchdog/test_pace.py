@@ -49,6 +49,9 @@ def test_a_power_limited_node_slows_the_group_and_is_named_after_the_set_time():
     watch, engine = PaceWatch(25, 60), Engine()
     assert run(watch, engine, 0, 120, 0.063, HEALTHY) == (None, None)  # the field's 63 ms
     assert watch.step_baseline() == pytest.approx(0.063)
+    assert watch.baseline_line() == ("the group's pace learned: decode 63 ms/step at 1 "
+                                     "request, prefill 4,000 tokens/s (said slower past +25 "
+                                     "% for 60 s)")
     at, slow = run(watch, engine, 120, 200, 0.094, LIMITED)  # ... and its 94 ms
     # slower than 25 % once the 20 s window holds enough of the new steps, then 60 s more
     assert at is not None and 120 + 60 <= at <= 120 + 60 + 20, at
@@ -79,6 +82,7 @@ def test_a_bigger_batch_has_a_baseline_of_its_own():
     eight.steps, eight.step_sum, eight.tokens, eight.prefill = (
         one.steps, one.step_sum, one.tokens, one.prefill)
     assert run(watch, eight, 100, 200, 0.090, HEALTHY) == (None, None)
+    assert "decode 90 ms/step at 8-15 requests" in watch.baseline_line()
     assert bucket(1) == 1 and bucket(8) == 4 and bucket(0) == 1
 
 
@@ -96,10 +100,11 @@ def test_a_lower_prefill_rate_alone_is_slow_and_no_node_standing_out_is_said():
 def test_no_baseline_no_finding_and_zero_percent_never():
     engine = Engine()
     watch = PaceWatch(25, 10)
-    assert run(watch, engine, 0, 20, 0.094, LIMITED) == (None, None)  # nothing learned yet
+    assert run(watch, engine, 0, 10, 0.094, LIMITED) == (None, None)  # nothing learned yet
+    assert watch.baseline_line() is None
     never = PaceWatch(0, 10)
-    run(never, engine, 20, 100, 0.063, HEALTHY)
-    assert run(never, engine, 120, 100, 0.2, LIMITED) == (None, None)
+    run(never, engine, 10, 100, 0.063, HEALTHY)
+    assert run(never, engine, 110, 100, 0.2, LIMITED) == (None, None)
 
 
 def test_an_engine_restart_starts_the_measures_over():

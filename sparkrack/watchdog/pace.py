@@ -121,6 +121,8 @@ class PaceWatch:
         self.rate: float | None = None
         self.batch = 1  # the last measure's batch class (bucket)
         self.slow: Slow | None = None  # the finding standing at the last poll
+        self.prior_steps: dict[int, float] = {}  # the lane's baselines from before this
+        self.prior_rate: float | None = None  # start, until its own measures stand
 
     def feed(self, now: float, seen: PaceReading | None,
              gpus: Mapping[str, GpuSample]) -> Slow | None:
@@ -157,11 +159,33 @@ class PaceWatch:
         return self.slow
 
     def step_baseline(self) -> float | None:
-        """The decode time per step learned for the last measure's batch class."""
-        return self._base(self.steps.get(self.batch))
+        """The decode time per step learned for the last measure's batch class (this
+        start's own once it stands, else the lane's from before)."""
+        own = self._base(self.steps.get(self.batch))
+        return own if own is not None else self.prior_steps.get(self.batch)
 
     def rate_baseline(self) -> float | None:
-        return self._base(self.rates)
+        own = self._base(self.rates)
+        return own if own is not None else self.prior_rate
+
+    def export(self) -> dict:
+        """The lane's baselines, to keep across its restarts (restore takes them back)."""
+        steps = {**self.prior_steps, **{b: self._base(v) for b, v in self.steps.items()
+                                        if self._base(v) is not None}}
+        return {"steps": {str(b): round(v, 6) for b, v in sorted(steps.items())},
+                "rate": self.rate_baseline()}
+
+    def restore(self, kept: object) -> None:
+        """Take a lane's baselines from before (export's; anything else is ignored): a node
+        slowed from the group's start is then judged against the lane's own pace."""
+        if not isinstance(kept, dict):
+            return
+        steps = kept.get("steps")
+        if isinstance(steps, dict):
+            self.prior_steps = {int(b): float(v) for b, v in steps.items()
+                                if str(b).isdigit() and isinstance(v, (int, float)) and v > 0}
+        rate = kept.get("rate")
+        self.prior_rate = float(rate) if isinstance(rate, (int, float)) and rate > 0 else None
 
     def baseline_line(self) -> str | None:
         """The baseline the group is judged against, once one stands (None: not yet)."""

@@ -29,6 +29,7 @@ log = logging.getLogger("sparkrack.watchdog")
 
 FACTS_EVERY_S = 5.0  # between facts round trips (nvidia-smi, systemctl) for the metrics
 VERDICTS_KEPT = 20  # verdict changes kept in the state file for `watch.status`
+PACES_SAVED_EVERY_S = 60.0  # the lanes' pace baselines written to the state file at most
 
 
 class Group(Protocol):
@@ -92,6 +93,8 @@ class Watchdog:
         self.guarded: str | None = None  # deployment id of the group being guarded
         self.stopped: dict[str, str] = {}  # deployment id: why the watchdog took it down
         self.stalls: dict[str, tuple[str, int]] = {}  # deployment id: (culprit node, rank) of its stall
+        self.paces: dict[str, dict] = {}  # "engine profile": its pace baselines (pace.py)
+        self._paces_saved, self._paces_dirty = float("-inf"), False  # on disk when, since
         self.facts: dict[str, Any] = {}
         self.strip: Any = None  # the PDU's last reading, with the facts
         self.containers: tuple[list[Any], dict[str, str]] = ([], {})
@@ -179,11 +182,15 @@ class Watchdog:
                 return self._act(deployment, broken, self.monotonic(), {}, mine,
                                  Poll(failure=broken)), None
             self.group = self.rack.group_watch(mine, deployment)
+            if hasattr(self.group, "pace"):  # the lane's baselines, kept across its starts
+                self.group.pace.restore(self.paces.get(_lane(deployment)))
             self.guarded = deployment.deployment_id
             self._guarded_deployment = deployment
             log.info("guarding %s %s (%s): %d ranks", deployment.engine, deployment.profile,
                      deployment.deployment_id, len(mine))
         poll = self.group.poll()
+        if hasattr(self.group, "pace"):
+            self._keep_pace(_lane(deployment), self.group.pace.export())
         unwatched = self.group.unwatched
         if unwatched and unwatched != self._unwatched_said:
             log.warning("%s", unwatched)
@@ -206,6 +213,13 @@ class Watchdog:
                              poll.lost, None, poll), poll
         return Step("guarding", f"{deployment.engine} {deployment.profile} "
                     f"({deployment.deployment_id}): {len(poll.states)} ranks running"), poll
+
+    def _keep_pace(self, lane: str, kept: dict) -> None:
+        """Keep a lane's pace baselines, on disk at most every PACES_SAVED_EVERY_S."""
+        if kept != self.paces.get(lane):
+            self.paces[lane], self._paces_dirty = kept, True
+        if self._paces_dirty and self.monotonic() - self._paces_saved >= PACES_SAVED_EVERY_S:
+            self._save_state()
 
     def _incomplete(self, mine: list, unreachable: dict[str, str]) -> str | None:
         """Why the recorded group is not whole when first picked up (or None)."""
@@ -401,10 +415,13 @@ class Watchdog:
         verdicts = data.get("verdicts", [])
         self.verdicts = list(verdicts)[-VERDICTS_KEPT:] if isinstance(verdicts, list) else []
         self.cycler.book = CycleBook.from_dict(data.get("power_cycles"))
+        paces = data.get("paces", {})
+        self.paces = {k: v for k, v in paces.items() if isinstance(v, dict)} \
+            if isinstance(paces, dict) else {}
 
     def _save_state(self, strict: bool = False) -> None:
-        """The restart budget, the groups it stopped, its last verdicts and its power cycles,
-        for a restart of the service and for `watch.status` (written atomically and
+        """The restart budget, the groups it stopped, its last verdicts, its power cycles and
+        each lane's pace baselines, for a restart of the service and for `watch.status` (written atomically and
         durably: a restart counts against the budget even across a power cut). strict: a
         SparkrackError when it cannot be written (a pending restart must be)."""
         if self.state_file is None:
@@ -413,10 +430,11 @@ class Watchdog:
             return
         data = {"budget": self.budget.as_dict(), "stopped": self.stopped, "stalls": self.stalls,
                 "verdicts": self.verdicts, "power_cycles": self.cycler.book.as_dict(),
-                "pid": os.getpid()}
+                "paces": self.paces, "pid": os.getpid()}
         try:
             write_atomically(self.state_file, json.dumps(data, indent=1, sort_keys=True),
                              0o644)
+            self._paces_saved, self._paces_dirty = self.monotonic(), False
         except OSError as error:
             if strict:
                 raise SparkrackError(f"could not write {self.state_file}: {error}",
@@ -435,3 +453,8 @@ class Watchdog:
                 log.exception("watchdog step failed")
                 self._forget_group()
             sleep(max(0.0, interval - (self.monotonic() - started)))
+
+
+def _lane(deployment) -> str:
+    """A lane's key among the kept pace baselines: its engine and profile."""
+    return f"{deployment.engine} {deployment.profile}"

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -412,3 +413,49 @@ def test_the_strip_reader_says_once_why_the_pdu_is_unread_and_forgets_stale_read
     assert reader.read_once(None) == "session" and reader.latest() == reading
     now[0] += watchdog_rack.STRIP_STALE_S + 1
     assert reader.latest() is None
+
+
+def test_a_lanes_pace_baselines_are_kept_across_its_starts_and_the_services(tmp_path):
+    """The slow-rack baseline of a lane (engine and profile) is written to the state file at
+    each poll and given to its next group: a node held back from a start on (a firmware
+    power limit survives a reboot) is judged against the lane's pace from before."""
+    from sparkrack.watchdog.pace import LEARN_MEASURES, PaceWatch
+
+    paces = []
+
+    class Rack(FakeRack):
+        def group_watch(self, ranks, deployment):
+            group = super().group_watch(ranks, deployment)
+            group.pace = PaceWatch(25, 60)
+            paces.append(group.pace)
+            return group
+
+    current = deployment("d1")
+    rack = Rack(current=current, last_good=current, containers=ranks_of("d1"),
+                polls=[healthy("d1")])
+    watchdog = make(rack, tmp_path)
+    now = [1000.0]
+    watchdog.monotonic = lambda: now[0]
+    assert watchdog.step().verdict == "guarding"
+    paces[0].steps[1] = deque([0.063] * LEARN_MEASURES)
+    paces[0].rates.extend([4000.0] * LEARN_MEASURES)
+    watchdog.step()  # learned, but written at most once a minute
+    saved = json.loads((tmp_path / "state.json").read_text())["paces"]
+    assert saved == {"sglang 512k": {"steps": {}, "rate": None}}
+    now[0] += 61
+    paces[0].steps[1].append(0.064)
+    watchdog.step()
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["paces"] == {"sglang 512k": {"steps": {"1": 0.063}, "rate": 4000.0}}
+    restarted = make(rack, tmp_path)  # the service restarts; the lane starts again (d2)
+    rack.current = rack.last_good = deployment("d2")
+    rack.containers = ranks_of("d2")
+    rack.polls = [healthy("d2")]
+    assert restarted.step().verdict == "guarding"
+    fresh = paces[-1]
+    assert fresh is not paces[0] and fresh.step_baseline() == 0.063
+    assert fresh.rate_baseline() == 4000.0 and not fresh.steps  # its own not learned yet
+    broken = make(rack, tmp_path)
+    (tmp_path / "state.json").write_text(json.dumps({"paces": {"sglang 512k": "junk"}}))
+    broken._load_state()
+    assert broken.paces == {}

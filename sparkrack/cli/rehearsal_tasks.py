@@ -239,7 +239,7 @@ def heat(c, node, inventory=None, degrees=None, clear=False):
             "30 slows its rank ~1.5 times)", "clear": "lift the limit"})
 @operator_task
 def power_limit(c, node, inventory=None, watts=None, clear=False):
-    """Hold a node's simulated GPU to --watts, as a board's firmware power limit does.
+    """Hold a node's GPU to --watts, as a board's firmware power limit does.
 
     Its clock drops until the draw fits, nvidia-smi showing no limit (as owners report);
     its rank's steps, and so its whole TP group's, take longer."""

@@ -204,7 +204,8 @@ def test_a_lost_cap_is_re_applied_at_most_every_30_s_and_each_finding_said_once(
         return Reapplied(finding.node, True, f"{finding.node}: clock cap re-applied", "ok")
 
     monkeypatch.setattr(watch, "reapply_cap", reapply)
-    inventory = SimpleNamespace(vars=SimpleNamespace(clock_cap_mhz=2200))
+    inventory = SimpleNamespace(vars=SimpleNamespace(clock_cap_mhz=2200, watchdog_slow_percent=25,
+                                                   watchdog_slow_for_s=300))
     ranks = [Rank("spark-04", 3, "r3", "vllm", "512k", "d", "running", None, 0)]
     group = watch.GroupWatch(None, inventory, ranks, http_port=1, health_path="/health")
     over = judge("spark-04", 3, GpuSample(100, 86.5, 2454, 82), 2200)

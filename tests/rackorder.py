@@ -25,7 +25,7 @@ INTEGRATION = Path(__file__).parent / "integration"
 RACK_MODULE_COST = {
     "test_lifecycle.py": 294, "test_watchdog_rack.py": 265, "test_fleet_rack.py": 200,
     "test_engine_env.py": 185,
-    "test_onboard_rack.py": 147, "test_stall_rack.py": 275, "test_upgrade_rack.py": 106,
+    "test_onboard_rack.py": 147, "test_stall_rack.py": 340, "test_upgrade_rack.py": 106,
     "test_switch_rack.py": 90, "test_several_operators.py": 90, "test_rehearsal_shape.py": 74,
     "test_bench_rack.py": 74, "test_twin_rack.py": 63, "test_weights.py": 62,
     "test_pdu_rack.py": 53, "test_provision_rack.py": 52, "test_warm_rack.py": 40,

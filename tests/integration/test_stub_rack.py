@@ -19,6 +19,7 @@ from sparkrack.rehearsal.stub.modeldir import write_stub_model
 
 pytestmark = pytest.mark.rack
 BUDGET = "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION"
+TWIN = "enP2p1s0f0np0"  # roceP2p1s0f0's netdev: a node's second rail
 KIB = 1024
 
 
@@ -109,21 +110,31 @@ def test_sglang_without_budget_ratchets_and_a_dead_worker_kills_the_group(stub):
             assert "NCCL error" in group.containers[rank].logs().decode()
 
 
-def test_vllm_tp8_headless_workers_and_smoke_request(stub):
+def test_vllm_tp8_headless_workers_and_smoke_request(stub, rack):
+    """vLLM's group serves a smoke request; rank 4's twin netdev is at MTU 1500 meanwhile
+    (RoCE path MTU 1024), the others at 9000 (4096): rank 3 writes to it at the smaller of
+    both ends, as NCCL's ncclIbConnect sets the queue pair (issue 56, item 1), and the
+    group serves."""
     fleet, limits = stub
     write_stub_model(fleet, {"load_delay_s": 1, "tokens_per_s": 50})
-    with Group(fleet, limits, "vllm") as group:
-        group.start()
-        up = group.wait_healthy()
-        print(f"\nvllm TP8 up in {up:.2f} s (load delay 1 s)")
-        answer = group.chat(10, 8)
-        assert answer["usage"] == {"prompt_tokens": 10, "completion_tokens": 8,
-                                   "total_tokens": 18}
-        assert group.record(7)["argv"] == list(group.specs[7].argv)
-        assert "--headless" in group.specs[7].argv
-        group.containers[0].stop(timeout=30)
-        _, codes = group.wait_exited(10)
-        assert codes == {rank: 0 for rank in range(8)}
+    mtu = fleet.run({"spark-05": ["cat", f"/sys/class/net/{TWIN}/mtu"]})["spark-05"]
+    assert mtu.status == "ok" and mtu.stdout.strip() == "9000", mtu
+    rack.netdev_mtu("spark-05", TWIN, 1500)
+    try:
+        with Group(fleet, limits, "vllm") as group:
+            group.start()
+            up = group.wait_healthy()
+            print(f"\nvllm TP8 up in {up:.2f} s (load delay 1 s)")
+            answer = group.chat(10, 8)
+            assert answer["usage"] == {"prompt_tokens": 10, "completion_tokens": 8,
+                                       "total_tokens": 18}
+            assert group.record(7)["argv"] == list(group.specs[7].argv)
+            assert "--headless" in group.specs[7].argv
+            group.containers[0].stop(timeout=30)
+            _, codes = group.wait_exited(10)
+            assert codes == {rank: 0 for rank in range(8)}
+    finally:
+        rack.netdev_mtu("spark-05", TWIN, 9000)
 
 
 def test_a_rank_on_one_rail_slows_the_prefill_by_its_share_on_the_fabric(stub):

@@ -10,7 +10,7 @@ from sparkrack.facts import node as node_facts
 from sparkrack.facts import records as record_facts
 from sparkrack.facts.node import NodeFacts, burn_this_boot
 from sparkrack.facts.queries import Answers, answer, argv
-from sparkrack.facts.roce import parse_hca, roce_query
+from sparkrack.facts.roce import roce_query
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
 
@@ -73,7 +73,7 @@ def engine_brief(ranks, rank: int) -> str | None:
 
 def ports_of(answers: Answers, hcas) -> dict[str, str]:
     """Each HCA of nccl_ib_hca's port state as the round trip read it ('' no such device)."""
-    found = {hca: parse_hca(answers.lines(roce_query(hca))) for hca in hcas}
+    found = {hca: answers.get(roce_query(hca)) for hca in hcas}
     return {hca: hca_facts.state if hca_facts.present else "" for hca, hca_facts in found.items()}
 
 

@@ -64,7 +64,8 @@ def test_a_switch_left_at_1500_is_named_by_the_check_and_fails_the_first_collect
     assert "ncclRemoteError: " in text and ("IBV_WC_RETRY_EXC_ERR" in text
                                             or "closed its connection" in text), text
     rack.set_switch(Switch(9000))
-    assert check_fabric(inventory, seconds=0.3).problems == []
+    # a second of bursts: 0.3 s on a busy machine can read one rail at a fraction of its rate
+    assert check_fabric(inventory, seconds=1.0).problems == []
     lanes.up(inventory, "sglang", "512k", burn=quick_burn)
 
 

@@ -313,7 +313,8 @@ def test_the_group_forms_serves_and_drains(groups, gpu):
     assert group.wait_exit() == {0: 0, 1: 0, 2: 0}
     assert "Received SIGTERM; rank 1 waits for rank 0" in group.log(1)
     assert "Gracefully exiting... Remaining number of requests 1" in group.log(0)
-    assert gpu.available() == idle  # exiting gave the memory back
+    # exiting gave the memory back (a worker's scratch may come back just after it exits)
+    assert eventually(lambda: gpu.available() == idle, 5), (gpu.available(), idle)
     assert gpu.state()["util"] == 0
 
     record = json.loads((group.tmp / "sparkrack-stub-rank2.json").read_text())
@@ -404,8 +405,8 @@ def test_the_head_opens_its_port_only_once_every_rank_loaded(groups):
     assert eventually(lambda: "Load weight end" in group.log(0))
     assert "Load weight end" not in group.log(1)
     assert group.status() is None  # refused: rank 1 still loads
-    up = group.wait_healthy()
-    assert up > 1.2  # waited for the slow rank
+    group.wait_healthy()
+    assert "Load weight end" in group.log(1)  # it answered only once the slow rank loaded
     log = group.log(0)
     assert log.index("Uvicorn running on") < log.index("fired up and ready to roll")
 

@@ -72,7 +72,9 @@ def test_each_wrong_file_is_named_at_its_line_and_exit_2(broken):
     report = json.loads(invoke("-i", str(broken), "--json").stdout)
     assert report["ok"] is False and report["exit_code"] == 2
     problems = {p["what"]: (Path(p["path"]).name, p["line"]) for p in report["problems"]}
-    assert problems == {"inventory": ("all.yml", at), "engine sglang": ("sglang.yml", 63)}
+    typo = next(i for i, line in enumerate(sglang.read_text().splitlines(), 1)
+                if "chunked-prefil-size" in line)
+    assert problems == {"inventory": ("all.yml", at), "engine sglang": ("sglang.yml", typo)}
 
 
 def test_a_legal_but_unusual_value_is_a_warning_not_a_problem(tmp_path):

@@ -94,7 +94,11 @@ def drain_head(fleet: Fleet, head: Rank, *, budget_s: int | None = None,
         except Exception:
             alive = False
         if not alive:
-            drain.ended, drain.left = "exited", 0 if drain.left is None else drain.left
+            # both engines exit on SIGTERM only once their requests are done, or (vLLM) at its
+            # --shutdown-timeout, the budget (docs/engines.md): gone within it, none was left
+            within = time.monotonic() - began < budget
+            drain.ended = "exited"
+            drain.left = 0 if drain.left is None or within else drain.left
             break
         drain.left = in_flight(fleet, head)
         if drain.left == 0:

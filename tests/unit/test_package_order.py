@@ -57,8 +57,16 @@ def imported(path: Path) -> set[str]:
             if base == "sparkrack":
                 found |= {f"sparkrack.{a.name}" for a in node.names}
             elif base.startswith("sparkrack."):
-                found.add(base)
+                # each name that is a module of that package, else the package itself
+                found |= {f"{base}.{a.name}" if is_module(f"{base}.{a.name}") else base
+                          for a in node.names}
     return found
+
+
+def is_module(name: str) -> bool:
+    """Whether the dotted name is a module or package of sparkrack's source."""
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
 def edges() -> dict[tuple[str, str], set[str]]:
@@ -127,29 +135,11 @@ def test_the_length_norm_finds_long_modules_outside_the_rehearsal_rack(tmp_path)
 
 
 def module_imports() -> dict[str, set[str]]:
-    """{module: the sparkrack modules it imports}, `from package import module` read as the
-    module (TYPE_CHECKING-only imports too: a reader follows them as well)."""
+    """{module: the sparkrack modules it imports} (`imported`'s names that are modules;
+    TYPE_CHECKING-only imports too: a reader follows them as well)."""
     modules = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(
         ".__init__"): p for p in PACKAGE.rglob("*.py")}
-    found: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        targets = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                targets |= {a.name for a in node.names if a.name in modules}
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
-                                    + ([node.module] if node.module else []))
-                for alias in node.names:
-                    if f"{base}.{alias.name}" in modules:
-                        targets.add(f"{base}.{alias.name}")
-                    elif base in modules:
-                        targets.add(base)
-        found[name] = targets - {name}
-    return found
+    return {name: (imported(path) & modules.keys()) - {name} for name, path in modules.items()}
 
 
 def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:

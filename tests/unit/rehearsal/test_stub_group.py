@@ -601,12 +601,13 @@ def test_a_long_prefill_computes_on_every_gpu_and_fills_the_kv_cache_chunk_by_ch
     begun, 0 %). Sampled for as long as the request runs, however slowly the
     machine lets the sampler go: no count of samples within a time is assumed, and the
     gauge is judged up to its peak (the request's tokens are freed before its answer
-    arrives)."""
+    arrives). It decodes 25 tokens (0.5 s at the stub's 50 tokens/s), so the full cache
+    is held long enough to be sampled: with 2 (40 ms) a CI run's sampler missed it."""
     group = groups(engine="vllm", gpus=rank_gpus, config={"prefill_tokens_per_s": 100},
                    extra=["--max-num-batched-tokens", "100"])
     group.start_all()
     group.wait_healthy()
-    request = threading.Thread(target=lambda: group.chat(400, 2), daemon=True)
+    request = threading.Thread(target=lambda: group.chat(400, 25), daemon=True)
     request.start()
     assert eventually(lambda: loads(rank_gpus) == ["compute"] * 3, 10), loads(rank_gpus)
     states, usage = [], []

@@ -4,21 +4,44 @@ OpenAI-compatible completions, refused as the engines refuse them (completion.py
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from .cli import EngineArgs
 from .completion import Completion
+from .config import RankConfig
+from .log import Log
+from .metrics import Metrics
 from .record import VERSIONS
 from .server import Reply, Stream, error_body
 from .text import count_tokens, message_text, passphrase
 
-if TYPE_CHECKING:
-    from .head import Head
+
+class RankZero(Protocol):
+    """What the routes read and ask of rank 0 (head.py's Head, which hands itself to Api:
+    the API never imports the head)."""
+
+    args: EngineArgs
+    settings: RankConfig
+    log: Log
+    model_info: dict
+    metrics: Metrics
+    ready: bool
+    draining: bool
+
+    @property
+    def refusing(self) -> bool: ...
+
+    def serving(self, timeout: float) -> bool: ...
+
+    def requests(self) -> tuple[int, int]: ...
+
+    def accept(self) -> bool: ...
 
 
 class Api:
     """The routes of rank 0's HTTP server (server.py speaks the HTTP)."""
 
-    def __init__(self, head: Head):
+    def __init__(self, head: RankZero):
         self.head = head
         self.args = head.args
         self.settings = head.settings

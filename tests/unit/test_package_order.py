@@ -175,10 +175,8 @@ def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 
 # the circles left inside a room, each to be undone (issue 55, item 6): the onboard steps'
-# results typed in context.py, provision's modules and the roles that name them, the stub
-# head and its API
-KNOWN_CIRCLES = {"sparkrack.onboard.context", "sparkrack.provision.roles",
-                 "sparkrack.rehearsal.stub.head"}
+# results typed in context.py, provision's modules and the roles that name them
+KNOWN_CIRCLES = {"sparkrack.onboard.context", "sparkrack.provision.roles"}
 
 
 def test_no_import_circle_but_the_known_ones():

@@ -117,7 +117,7 @@ def main(engine: str, argv: list[str] | None = None) -> None:
         log("Init torch distributed begin.")
         die(1, f"[rank{args.rank}]: {fault.error}", log)
     nccl = Communicator(args.rank, args.nnodes, log, reach, fault,
-                        transport.info_lines(os.environ, rdma, interfaces), gpu.rdma)
+                        transport.info_lines(os.environ, rdma, interfaces), gpu.ports)
     if args.is_head:
         rank = Head(args, settings, gpu, scratch, nccl, log, model_info=model_info)
     else:

@@ -102,6 +102,17 @@ class Gpu:
             except gpusim_client.DaemonUnreachable as error:
                 raise NoDevice(str(error)) from None
 
+    def ports(self) -> dict:
+        """The state of each of the node's HCA ports, what NCCL's async thread watches."""
+        with self._lock:
+            try:
+                return self._client.ports()
+            except gpusim_client.DaemonError as error:
+                raise NoDevice(f"{error} (gpusimd predates the ports op: restart the "
+                               "node)") from None
+            except gpusim_client.DaemonUnreachable as error:
+                raise NoDevice(str(error)) from None
+
     def open_rails(self, addresses: list[str]) -> list[str]:
         """This rank's queue pairs on its rails: the node's HCAs answer its peers' RDMA
         writes to addresses while the process lives, stopped or frozen or not

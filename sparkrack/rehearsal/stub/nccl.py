@@ -29,7 +29,7 @@ def info(line: str) -> None:
     print(f"{socket.gethostname()}:{pid}:{pid} [0] NCCL INFO {line}", flush=True)
 
 
-PORT_POLL_S = 1.0  # how often the async thread reads its rails' ports (gpusimd's rdma)
+PORT_POLL_S = 1.0  # how often the async thread reads its rails' ports (gpusimd's ports)
 
 
 class Communicator:
@@ -45,7 +45,7 @@ class Communicator:
         self.fault = fault  # the transport environment's: NCCL fails it after the rendezvous
         self.ring: list[tuple[str, str, str, int]] = []  # its rails to the next rank
         self.said = said or []  # NCCL's INFO lines about its network (transport.info_lines)
-        self.ports = ports  # the node's HCAs now (gpusimd's rdma), for their ports' state
+        self.ports = ports  # the state of the node's HCA ports now (gpusimd's ports)
         self.down: set[str] = set()  # HCAs of its ring whose port went down since init
 
     def init(self, peers: dict, stop: threading.Event, mtus: dict | None = None) -> None:

@@ -179,6 +179,10 @@ class GpuSimClient:
         """The node's RDMA devices as the driver shows them (gpusim.rdma.read_rdma)."""
         return self.request("rdma")["hcas"]
 
+    def ports(self) -> dict:
+        """The state of each HCA's port 1 (gpusim.rdma.read_port_states)."""
+        return self.request("ports")["hcas"]
+
 
 def _process_name() -> str:
     try:

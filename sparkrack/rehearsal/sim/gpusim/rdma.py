@@ -42,3 +42,14 @@ def read_rdma(root: str = SYSFS_ROOT) -> dict:
     except OSError:
         return {}
     return {name: read_hca(os.path.join(root, name)) for name in names}
+
+
+def read_port_states(root: str = SYSFS_ROOT) -> dict:
+    """{hca: {"state": "4: ACTIVE"}}: port 1's state alone, what NCCL's async thread
+    watches (one file per HCA, not the 256 GID entries read_rdma walks)."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return {}
+    return {name: {"state": _read(os.path.join(root, name, "ports", "1", "state")) or ""}
+            for name in names}

@@ -10,7 +10,7 @@ import sys
 from gpusim.hca import Responders
 from gpusim.peers import peer_pid
 from gpusim.physics import KINDS
-from gpusim.rdma import read_rdma
+from gpusim.rdma import read_port_states, read_rdma
 from gpusim.state import GpuState, OutOfMemory
 
 MAX_LINE = 65536
@@ -104,6 +104,10 @@ def _op_free(state: GpuState, client: Client, request: dict) -> dict:
     return {}
 
 
+def _op_ports(state: GpuState, client: Client, request: dict) -> dict:
+    return {"hcas": read_port_states()}
+
+
 def _op_rdma(state: GpuState, client: Client, request: dict) -> dict:
     hcas = read_rdma()
     if state.kernel["reg_mr_error"]:  # KHO's CMA: ibv_reg_mr fails on every device once
@@ -133,6 +137,7 @@ OPERATIONS = {
     "alloc": _op_alloc,
     "free": _op_free,
     "rdma": _op_rdma,
+    "ports": _op_ports,
     "rails": _op_rails,
     "collective": _op_collective,
 }

@@ -16,7 +16,8 @@ from sparkrack.provision.changes import Change
 from sparkrack.provision.diffs import REDACTED
 from sparkrack.provision.modules import REGISTRY
 from sparkrack.provision.modules.base import PlanState, Step
-from sparkrack.provision.roles import Renderer, RenderError, Role, Task
+from sparkrack.provision.renderer import Renderer, RenderError
+from sparkrack.provision.roletasks import Role, Task
 from sparkrack.transfer.images import ImageTarget
 
 

@@ -1,89 +1,32 @@
-"""Roles as folders of data, the way Ansible lays them out, and their rendering per node (the
-shipped roles or the inventory's `.sparkrack/roles/` first; docs/provisioning.md#writing-a-role).
+"""Roles as folders of data, the way Ansible lays them out, loaded and checked (the shipped
+roles or the inventory's `.sparkrack/roles/` first), and their tasks rendered per node
+(renderer.py renders; roletasks.py holds the data; docs/provisioning.md#writing-a-role).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
-
-import jinja2
 
 from sparkrack.core.errors import InventoryError, UsageError
 from sparkrack.data import search_dirs, shipped
 from sparkrack.engineenv import EngineEnv
-from sparkrack.facts.roce import netdev_of, node_fabric
+from sparkrack.facts.roce import node_fabric
 from sparkrack.inventory import Inventory, Node
 from sparkrack.inventory import read_yaml as read_bounded_yaml
 from sparkrack.inventory.schema import describe, plain
 from sparkrack.inventory.watchdog_record import node_vars as watchdog_vars
-from sparkrack.provision import sandbox
 from sparkrack.provision.modules import REGISTRY, Module
 from sparkrack.provision.modules.params import check_params, templated, with_defaults
-from sparkrack.provision.sandbox import BoundedSandbox
+from sparkrack.provision.renderer import Renderer, RenderError
+from sparkrack.provision.roletasks import Role, RoleError, Task, TaskDef, rendered
 
 ROLES_DIR = shipped("roles")
 SITE_FILE = "site.yml"
 TASK_KEYS = frozenset({"name", "notify", "when", "loop"})
-MAX_TEMPLATE_BYTES = 1 << 20  # a template file is a few KiB
-_NATIVE = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
-
-
-class RoleError(UsageError):
-    """A role file is wrong: names the file, the task and the fix."""
-
-
-@dataclass(frozen=True)
-class TaskDef:
-    """One task as written in a role file (nothing rendered yet)."""
-
-    role: str
-    name: str
-    module: str
-    params: Mapping[str, Any]
-    notify: tuple[str, ...] = ()
-    when: str | None = None
-    loop: Any = None
-    handler: bool = False
-    where: str = ""
-
-
-@dataclass(frozen=True)
-class Role:
-    """A role folder, read and checked."""
-
-    name: str
-    path: Path
-    defaults: Mapping[str, Any]
-    tasks: tuple[TaskDef, ...]
-    handlers: tuple[TaskDef, ...]
-
-    def template_path(self, src: str) -> Path:
-        """The template file src of this role (refusing paths that leave templates/)."""
-        base = (self.path / "templates").resolve()
-        path = (base / src).resolve()
-        if base not in path.parents:
-            raise RoleError(f"{self.path}: template '{src}' is outside templates/",
-                            fix="name a file under the role's templates/ directory")
-        return path
-
-
-@dataclass(frozen=True)
-class Task(TaskDef):
-    """A task rendered for one node: name and params filled from the node's vars, one per
-    item of its loop."""
-
-    item: Any = None
-    error: str | None = None  # rendering failed: the task fails with this message
-
-
-def rendered(task: TaskDef, **changes: Any) -> Task:
-    """task as rendered for one node, with changes (name, params, item, error)."""
-    return Task(**{**{f.name: getattr(task, f.name) for f in fields(TaskDef)}, **changes})
 
 
 # --- Loading ---------------------------------------------------------------------------
@@ -239,133 +182,7 @@ def _module_params(entry: Mapping[str, Any], at: Callable[..., str]
     return module, with_defaults(module.params, given)
 
 
-# --- Rendering -------------------------------------------------------------------------
-
-
-class RenderError(Exception):
-    """A template or expression could not be rendered; the message says why."""
-
-
-def _refuse_newlines(value: Any, what: str) -> str:
-    text = "" if value is None else str(value)
-    if any(c in text for c in "\n\r\0"):
-        raise RenderError(f"{what}: value holds a line break or NUL, which the file format "
-                          "cannot carry literally")
-    return text
-
-
-def envvalue(value: Any) -> str:
-    """A value for a KEY=VALUE env file (docker --env-file: taken literally to the line end)."""
-    if isinstance(value, (list, tuple)):
-        value = ",".join(str(v) for v in value)
-    return _refuse_newlines(value, "env value")
-
-
-def oneline(value: Any) -> str:
-    """A value on one line (comments, descriptions)."""
-    return _refuse_newlines(value, "one-line value")
-
-
-def _environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
-    """Jinja2's sandbox, bounded (sandbox.py): a role may come from the inventory
-    (`.sparkrack/roles/`), and what it renders runs here, often as root; an expression
-    reaching Python's internals (`''.__class__`, `cycler.__init__.__globals__`) is a
-    SecurityError, one building too much a LimitError: the task's error."""
-    env = BoundedSandbox(
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
-        lstrip_blocks=True, autoescape=False, loader=loader)
-    env.add_filters(envvalue=envvalue, oneline=oneline, netdev_of=netdev_of,
-                    to_json=lambda v: json.dumps(v, sort_keys=True))
-    return env
-
-
-class Renderer:
-    """Renders role params, expressions and templates with one Jinja2 environment; each
-    distinct string, expression and template is compiled once (every node renders the same
-    role texts with its own context)."""
-
-    def __init__(self) -> None:
-        self.env = _environment()
-        self._templates: dict[Path, jinja2.Template] = {}
-        self._strings: dict[str, jinja2.Template] = {}
-        self._expressions: dict[str, Callable[..., Any]] = {}
-
-    def value(self, raw: Any, context: Mapping[str, Any]) -> Any:
-        """raw with every string rendered; a lone {{ expr }} keeps the expression's type."""
-        if isinstance(raw, str):
-            if "{{" not in raw and "{%" not in raw:
-                return raw
-            native = _NATIVE.match(raw)
-            if native:
-                return self.expr(native.group("expr"), context)
-            return self._guard(lambda: self._string(raw).render(context), raw)
-        if isinstance(raw, Mapping):
-            return {key: self.value(item, context) for key, item in raw.items()}
-        if isinstance(raw, (list, tuple)):
-            return [self.value(item, context) for item in raw]
-        return raw
-
-    def expr(self, text: str, context: Mapping[str, Any]) -> Any:
-        """The value of one Jinja2 expression."""
-        return self._guard(lambda: self._expression(text.strip())(context), text)
-
-    def _string(self, raw: str) -> jinja2.Template:
-        if raw not in self._strings:
-            self._strings[raw] = self.env.from_string(raw)
-        return self._strings[raw]
-
-    def _expression(self, text: str) -> Callable[..., Any]:
-        if text not in self._expressions:
-            self._expressions[text] = self.env.compile_expression(text, undefined_to_none=False)
-        return self._expressions[text]
-
-    def template(self, role: Role, src: str, context: Mapping[str, Any]) -> str:
-        """The rendered template src of role."""
-        path = role.template_path(src)
-        if path not in self._templates:
-            try:
-                with open(path, "rb") as file:
-                    text = file.read(MAX_TEMPLATE_BYTES + 1)
-                if len(text) > MAX_TEMPLATE_BYTES:
-                    raise RenderError(f"template {src}: over {MAX_TEMPLATE_BYTES >> 20} MiB (a "
-                                      "template is a few KiB: is it the right file?)")
-                self._templates[path] = self.env.from_string(text.decode("utf-8"))
-            except OSError as error:
-                raise RenderError(f"template {src}: {error.strerror}") from None
-            except UnicodeDecodeError:
-                raise RenderError(f"template {src}: not UTF-8 text") from None
-            except jinja2.TemplateSyntaxError as error:
-                raise RenderError(f"template {src}:{error.lineno}: {error.message}") from None
-        return self._guard(lambda: self._templates[path].render(context), src)
-
-    @staticmethod
-    def _guard(render, what: str) -> Any:
-        """render()'s value; any error of the template (an undefined name, the sandbox's
-        refusal, a bound passed, a Python error of what it called) as RenderError, one line
-        naming what was rendered (cut to a line of its own length)."""
-        where = what.strip().splitlines()[0][:120] if what.strip() else "a value"
-        try:
-            with sandbox.rendering():
-                value = render()
-        except RenderError:
-            raise
-        except jinja2.UndefinedError as error:
-            raise RenderError(f"{where}: {error.message}") from None
-        except (jinja2.TemplateError, sandbox.LimitError, TypeError, ValueError, KeyError,
-                AttributeError) as error:
-            raise RenderError(f"{where}: {_first_line(error)}") from None
-        except Exception as error:  # RecursionError, MemoryError, IndexError, ... included
-            raise RenderError(f"{where}: {type(error).__name__}: {_first_line(error)}"
-                              ) from None
-        if isinstance(value, jinja2.Undefined):
-            raise RenderError(f"{where}: undefined")
-        return value
-
-
-def _first_line(error: BaseException) -> str:
-    """An error's text on one line, cut to 300 characters."""
-    text = " ".join(str(error).split())
-    return text if len(text) <= 300 else text[:297] + "..."
+# --- Per node --------------------------------------------------------------------------
 
 
 def node_vars(inventory: Inventory, node: Node, roles: tuple[Role, ...],

@@ -34,17 +34,16 @@ from sparkrack.provision.changes import Change, Transfer
 from sparkrack.provision.images import resolve_images
 from sparkrack.provision.modules import docker_image
 from sparkrack.provision.plan import plan_node, queries
+from sparkrack.provision.renderer import Renderer
 from sparkrack.provision.roles import (
     SITE_FILE,
-    Renderer,
-    Role,
-    Task,
     load_roles,
     node_vars,
     render_tasks,
     roles_path,
     secret_values,
 )
+from sparkrack.provision.roletasks import Role, Task
 from sparkrack.transfer.chain import DEFAULT_PYTHON, Progress
 from sparkrack.transfer.images import ImageTarget, TransferReport, distribute
 

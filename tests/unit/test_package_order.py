@@ -174,9 +174,9 @@ def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
     return found
 
 
-# the circles left inside a room, each to be undone (issue 55, item 6): the onboard steps'
-# results typed in context.py, provision's modules and the roles that name them
-KNOWN_CIRCLES = {"sparkrack.onboard.context", "sparkrack.provision.roles"}
+# the circle left inside a room, to be undone (issue 55, item 6): the onboard steps'
+# results typed in context.py
+KNOWN_CIRCLES = {"sparkrack.onboard.context"}
 
 
 def test_no_import_circle_but_the_known_ones():

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.facts.queries import Query
 from sparkrack.provision.changes import Change
 from sparkrack.provision.modules.params import Param
+from sparkrack.provision.renderer import Renderer
+from sparkrack.provision.roletasks import Role
 from sparkrack.transfer.images import ImageTarget
-
-if TYPE_CHECKING:
-    from sparkrack.provision.roles import Renderer, Role
 
 
 @dataclass

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from sparkrack.facts.docker import IMAGES, normalize_ref
 from sparkrack.provision.changes import Change, Run, Transfer
 from sparkrack.provision.modules.base import Module, Step
 from sparkrack.provision.modules.params import Param
+from sparkrack.provision.roletasks import Task
 from sparkrack.transfer.images import short_id
-
-if TYPE_CHECKING:
-    from sparkrack.provision.roles import Task
 
 NAME = "docker_image"
 PARAMS = {

@@ -15,7 +15,7 @@ import pytest
 from sparkrack.engineenv import compute
 from sparkrack.engineenv.checks import NAMES
 from sparkrack.inventory import load_inventory
-from sparkrack.provision import roles
+from sparkrack.provision import renderer, roles
 from sparkrack.provision.envfiles import EnvFiles
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -62,7 +62,7 @@ def test_ups_read_of_the_env_files_renders_no_role_and_chooses_each_gid_once(rac
     read, the files named; no role is loaded or rendered and each node's GID is chosen
     once."""
     facts = {node.name: node_facts(rack, node.name) for node in rack.nodes}
-    renders = [counting(monkeypatch, roles.Renderer, name)
+    renders = [counting(monkeypatch, renderer.Renderer, name)
                for name in ("value", "expr", "template")]
     loads = counting(monkeypatch, roles, "load_roles")
     chosen = counting(monkeypatch, compute, "gid_index")

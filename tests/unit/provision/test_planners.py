@@ -20,7 +20,8 @@ from sparkrack.provision.changes import Change, Put, Run, Transfer
 from sparkrack.provision.modules import REGISTRY
 from sparkrack.provision.modules.base import PlanState, Step
 from sparkrack.provision.modules.params import check_params, with_defaults
-from sparkrack.provision.roles import Renderer, Role
+from sparkrack.provision.renderer import Renderer
+from sparkrack.provision.roletasks import Role
 from sparkrack.transfer.images import ImageTarget
 
 CASES = Path(__file__).parent / "planners"

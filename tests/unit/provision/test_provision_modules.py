@@ -14,13 +14,9 @@ from sparkrack.provision.changes import Run
 from sparkrack.provision.modules import REGISTRY, Module
 from sparkrack.provision.modules.params import Param
 from sparkrack.provision.plan import plan_node, queries
-from sparkrack.provision.roles import (
-    Renderer,
-    RoleError,
-    load_role,
-    load_roles,
-    render_tasks,
-)
+from sparkrack.provision.renderer import Renderer
+from sparkrack.provision.roles import load_role, load_roles, render_tasks
+from sparkrack.provision.roletasks import RoleError
 
 PROVISION = Path(modules.__file__).resolve().parent.parent
 GENERIC = ("roles.py", "plan.py", "apply.py", "runner.py", "report.py")  # no module named

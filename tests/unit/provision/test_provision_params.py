@@ -14,13 +14,9 @@ from invoke.exceptions import Exit
 from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.provision.modules import REGISTRY
 from sparkrack.provision.plan import plan_node
-from sparkrack.provision.roles import (
-    ROLES_DIR,
-    Renderer,
-    RoleError,
-    load_role,
-    render_tasks,
-)
+from sparkrack.provision.renderer import Renderer
+from sparkrack.provision.roles import ROLES_DIR, load_role, render_tasks
+from sparkrack.provision.roletasks import RoleError
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -10,7 +10,8 @@ from sparkrack.facts.provision import ProvisionFacts
 from sparkrack.facts.systemd import UnitFacts
 from sparkrack.provision.changes import Put, Run, Transfer
 from sparkrack.provision.plan import plan_node, queries
-from sparkrack.provision.roles import Renderer, load_role, render_tasks
+from sparkrack.provision.renderer import Renderer
+from sparkrack.provision.roles import load_role, render_tasks
 from sparkrack.transfer.images import ImageTarget
 
 

@@ -18,11 +18,9 @@ from sparkrack.facts.roce import Function, HcaFacts, RoceFacts
 from sparkrack.inventory import load_inventory
 from sparkrack.provision.changes import Put
 from sparkrack.provision.plan import plan_node
+from sparkrack.provision.renderer import Renderer, RenderError
 from sparkrack.provision.roles import (
     ROLES_DIR,
-    Renderer,
-    RenderError,
-    RoleError,
     load_role,
     load_roles,
     node_vars,
@@ -30,6 +28,7 @@ from sparkrack.provision.roles import (
     roles_path,
     site_roles,
 )
+from sparkrack.provision.roletasks import RoleError
 
 REPO = Path(__file__).resolve().parents[3]
 V4 = "0000:0000:0000:0000:0000:ffff:0a4d:010b"

@@ -15,11 +15,11 @@ import time
 import pytest
 
 from sparkrack.provision import sandbox
-from sparkrack.provision.roles import Renderer, RenderError
+from sparkrack.provision.renderer import Renderer, RenderError
 
 RENDER = """
 import json, sys, time
-from sparkrack.provision.roles import Renderer, RenderError
+from sparkrack.provision.renderer import Renderer, RenderError
 for raw in json.load(sys.stdin):
     began = time.monotonic()
     try:

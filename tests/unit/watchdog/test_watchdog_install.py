@@ -35,7 +35,8 @@ from sparkrack.inventory import load_inventory
 from sparkrack.inventory import watchdog_record as keyrecord
 from sparkrack.provision.changes import Put, Run
 from sparkrack.provision.plan import plan_node
-from sparkrack.provision.roles import Renderer, load_roles, node_vars, render_tasks
+from sparkrack.provision.renderer import Renderer
+from sparkrack.provision.roles import load_roles, node_vars, render_tasks
 from sparkrack.remote import watchdog as remote_watchdog
 from sparkrack.remote.watchdog import PLATFORM_SCRIPT
 from sparkrack.watchdog import install as wi

@@ -59,8 +59,8 @@ def watchdog_play(folder, keys, allowed=True, facts=None):
     from sparkrack.facts.provision import ProvisionFacts
     from sparkrack.facts.watchdog import NodeState
     from sparkrack.provision.plan import plan_node
+    from sparkrack.provision.renderer import Renderer
     from sparkrack.provision.roles import (
-        Renderer,
         load_roles,
         node_vars,
         render_tasks,

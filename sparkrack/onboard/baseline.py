@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from sparkrack.facts import node as node_facts
 from sparkrack.facts import provision
@@ -26,6 +25,7 @@ from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
 from sparkrack.inventory.values import address_problem
 from sparkrack.onboard.context import Context, Step
+from sparkrack.onboard.outcomes import Difference, Facts
 
 GB10 = "NVIDIA GB10"
 
@@ -54,57 +54,6 @@ TIME_SKEW_S = 2.0
 # MemTotal differs by some MiB between units and by about 2 GiB between OS releases
 # (docs/field-notes.md): within this fraction of the members' it is the same memory
 MEMORY_SPREAD = 0.03
-
-@dataclass
-class Facts:
-    """One node's onboarding facts."""
-
-    node: str
-    error: str | None = None  # unreachable or the facts could not be read
-    hostname: str = ""
-    os: str = ""
-    kernel: str = ""
-    kernel_problem: str | None = None  # why the kernel breaks RDMA (facts.kernel), or None
-    gpu_name: str | None = None
-    gpu_error: str | None = None
-    driver: str | None = None
-    mem_total_kb: int | None = None
-    sm_mhz: int | None = None
-    clock_cap: str = ""  # active/result of the clock cap unit, e.g. "active/success"
-    docker: str | None = None  # server version; None: does not answer
-    docker_error: str = ""
-    runtimes: tuple[str, ...] = ()
-    hook: str = ""  # path of nvidia-container-runtime-hook on dockerd's PATH
-    hcas: dict = field(default_factory=dict)  # name -> {present, state, netdevs, gid_index}
-    gid_index: int | None = None
-    gid_conflict: bool = False
-    netdevs: dict[str, NetdevFacts] = field(default_factory=dict)
-    images: dict[str, str] | None = None  # ref -> image ID
-    skew_s: float | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def nvidia_runtime(self) -> bool:
-        return bool(self.hook) or "nvidia" in self.runtimes
-
-    def row(self) -> dict:
-        """The facts as one table row (for reports)."""
-        return {
-            "os": self.os, "kernel": self.kernel, "driver": self.driver or "-",
-            "gpu": self.gpu_name or f"none ({self.gpu_error})",
-            "memory": f"{self.mem_total_kb / 2**20:.1f} GiB" if self.mem_total_kb else "-",
-            "docker": self.docker or "none",
-            "nvidia runtime": "yes" if self.nvidia_runtime else "no",
-            "hcas": ", ".join(f"{n}:{'ok' if h['present'] else 'MISSING'}"
-                              f"{'' if not h['present'] else '/' + (h['state'] or '?')}"
-                              for n, h in self.hcas.items()),
-            "mtu": ", ".join(f"{n}={d.mtu}" for n, d in self.netdevs.items()),
-            "gid index": "-" if self.gid_index is None else str(self.gid_index),
-            "clock cap": self.clock_cap, "sm MHz": str(self.sm_mhz or "-"),
-        }
 
 
 def queries(node: Node, *, images: bool = True) -> list[Query]:
@@ -168,28 +117,6 @@ def build_facts(node: Node, answers: Answers, now: float | None = None) -> Facts
 
 
 # --- The comparison (pure) -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Difference:
-    """One way the new node differs from the rack."""
-
-    kind: str
-    what: str  # the fact, e.g. "driver", "HCA roceP2p1s0f0", "MTU enp1s0f0np0"
-    node_value: str
-    rack_value: str
-    blocking: bool
-    waived: str | None = None  # the operator's reason, if waived
-
-    @property
-    def refuses(self) -> bool:
-        return self.blocking and self.waived is None
-
-    def line(self) -> str:
-        verdict = ("REFUSED" if self.refuses else f"WAIVED ({self.waived})" if self.waived
-                   else "note")
-        return (f"{self.kind}: {self.what} is {self.node_value}, the rack has "
-                f"{self.rack_value} [{verdict}]")
 
 
 def rack_value(values: Mapping[str, object]) -> tuple[object, str]:

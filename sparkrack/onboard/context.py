@@ -18,13 +18,16 @@ from typing import TYPE_CHECKING
 from sparkrack.core.errors import SparkrackError
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory, Node
+from sparkrack.onboard.outcomes import (
+    Difference,
+    Facts,
+    ImageOutcome,
+    JoinPlan,
+    VerifyReport,
+)
 from sparkrack.transfer.chain import DEFAULT_PYTHON, Progress
 
 if TYPE_CHECKING:
-    from sparkrack.onboard.baseline import Difference, Facts
-    from sparkrack.onboard.join import JoinPlan
-    from sparkrack.onboard.stage import ImageOutcome
-    from sparkrack.onboard.verify import VerifyReport
     from sparkrack.transfer.weights import StageReport
 
 STEPS = ("trust", "baseline", "provision", "stage", "verify", "join")

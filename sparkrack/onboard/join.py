@@ -4,14 +4,13 @@ other line as it was; the replaced node's host_vars moved aside (docs/onboarding
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 import shutil
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -23,6 +22,7 @@ from sparkrack.inventory import Inventory, load_inventory
 from sparkrack.inventory.watchdog_record import read_record
 from sparkrack.onboard import headmove, outlets, trust
 from sparkrack.onboard.context import Context, Step
+from sparkrack.onboard.outcomes import JoinPlan
 
 _ORDER = ("ansible_host", "rank", "roce_addr", "roce_twin_addr", "spare")
 
@@ -164,29 +164,6 @@ def _neighbour(entries: Mapping[str, Entry], anchor: Entry) -> Entry:
     """An entry of the same group other than anchor (for style), else anchor itself."""
     others = [e for e in entries.values() if e.group == anchor.group and e is not anchor]
     return min(others, key=lambda e: abs(e.start - anchor.start)) if others else anchor
-
-
-@dataclass
-class JoinPlan:
-    """What step 6 writes."""
-
-    hosts_before: str
-    hosts_after: str
-    moved_host_vars: dict[str, str] = field(default_factory=dict)  # from -> to (relative)
-    rank: int | None = None  # None: a spare
-    edited_vars: dict[str, tuple[str, str]] = field(default_factory=dict)  # file: before, after
-
-    @property
-    def unchanged(self) -> bool:
-        return (self.hosts_after == self.hosts_before and not self.moved_host_vars
-                and not self.edited_vars)
-
-    def diff(self) -> str:
-        files = [("hosts.yml", self.hosts_before, self.hosts_after),
-                 *((name, *texts) for name, texts in self.edited_vars.items())]
-        return "".join("".join(difflib.unified_diff(
-            before.splitlines(keepends=True), after.splitlines(keepends=True),
-            name, f"{name} (after onboarding)")) for name, before, after in files)
 
 
 def plan_join(inventory: Inventory, name: str, address: str, roce_addr: str | None, *,

@@ -5,45 +5,21 @@ by the image chain and weights' one-hop chain (docs/onboarding.md).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Node
 from sparkrack.onboard.context import Context
+from sparkrack.onboard.outcomes import ImageOutcome
 from sparkrack.provision.images import resolve_images
 from sparkrack.transfer.chain import DEFAULT_PYTHON, Progress
 from sparkrack.transfer.images import (
     ImageTarget,
-    TransferReport,
     distribute,
-    short_id,
     verify,
 )
-from sparkrack.transfer.manifest import MANIFEST_NAME, rack_manifest, size_text
+from sparkrack.transfer.manifest import MANIFEST_NAME, rack_manifest
 from sparkrack.transfer.models import read_manifests
 from sparkrack.transfer.weights import Source, StageReport, stage
-
-
-@dataclass
-class ImageOutcome:
-    ref: str
-    image_id: str | None
-    source: str
-    present: bool = False
-    transfer: TransferReport | None = None
-    error: str | None = None
-
-    def line(self) -> str:
-        if self.error:
-            return f"{self.ref}: {self.error}"
-        shown = short_id(self.image_id or "")
-        if self.present:
-            return f"{self.ref} {shown}: present"
-        if self.transfer is None:
-            return f"{self.ref} {shown}: would be sent from {self.source}"
-        t = self.transfer
-        return (f"{self.ref} {shown}: sent from {self.source} "
-                f"({size_text(t.bytes_moved)}, {t.seconds:.1f} s)")
 
 
 def rack_images(refs: Sequence[str], facts: Mapping[str, object], order: Sequence[str],

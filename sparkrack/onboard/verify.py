@@ -18,8 +18,9 @@ from sparkrack.fleet import Fleet, NodeResult
 from sparkrack.fleet.results import last_json_object
 from sparkrack.inventory import Inventory, Node
 from sparkrack.onboard.context import Context
+from sparkrack.onboard.outcomes import Reach, VerifyReport
 from sparkrack.provision.envfiles import EnvFiles
-from sparkrack.safety.burn import BurnResult, burn
+from sparkrack.safety.burn import burn
 from sparkrack.transfer.chain import DEFAULT_PYTHON
 
 HOLD_S = 8.0  # a listener's longest life
@@ -46,37 +47,6 @@ def engine_ports(inventory: Inventory) -> PortPlan:
             (every if name in SERVED_BY_EVERY_RANK else head).add(int(port))
             names[int(port)] = f"{engine} {name}"
     return PortPlan(tuple(sorted(every)), tuple(sorted(head - every)), names)
-
-
-@dataclass
-class Reach:
-    """One probe: source -> target:port and how it went."""
-
-    source: str
-    target: str
-    port: int
-    state: str  # ok | service (port in use, reached) | failed
-    detail: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.state in ("ok", "service")
-
-
-@dataclass
-class VerifyReport:
-    reach: list[Reach] = field(default_factory=list)
-    burn: BurnResult | None = None
-    errors: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def failed(self) -> list[Reach]:
-        return [r for r in self.reach if not r.ok]
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors and not self.failed and self.burn is not None and self.burn.ok
 
 
 def _endpoint(node: Node, port: int) -> str:

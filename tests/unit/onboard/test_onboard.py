@@ -22,7 +22,7 @@ from sparkrack.facts.kernel import KernelFacts
 from sparkrack.facts.onboard import NetdevFacts
 from sparkrack.fleet import hostkeys
 from sparkrack.inventory import load_inventory
-from sparkrack.onboard import baseline, join, trust, verify
+from sparkrack.onboard import baseline, join, outcomes, trust, verify
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = Path(__file__).parents[1] / "data" / "inventory"
@@ -33,9 +33,9 @@ IFNAME = "enp1s0f0np0"
 # --- Baseline differences ----------------------------------------------------------------
 
 
-def facts(name="spark-09", **changes) -> baseline.Facts:
+def facts(name="spark-09", **changes) -> outcomes.Facts:
     """A healthy rehearsal node's facts, with changes."""
-    base = baseline.Facts(
+    base = outcomes.Facts(
         node=name, os="Debian GNU/Linux 12 (bookworm)", kernel="6.18.44-fc-v782",
         gpu_name="NVIDIA GB10", driver="580.126.09", mem_total_kb=127600748, sm_mhz=208,
         clock_cap="active/success", docker="20.10.24+dfsg1", hook="/usr/local/bin/x",
@@ -153,7 +153,7 @@ def test_a_rack_that_disagrees_is_compared_with_its_majority():
 
 
 def test_unreachable_members_are_left_out_of_the_baseline():
-    members = dict(RACK, **{"spark-02": baseline.Facts("spark-02", error="unreachable")})
+    members = dict(RACK, **{"spark-02": outcomes.Facts("spark-02", error="unreachable")})
     assert compare(facts(), members) == []
 
 

@@ -17,6 +17,7 @@ from sparkrack.onboard import (
     applyroles,
     baseline,
     join,
+    outcomes,
     run,
     scratch,
     stage,
@@ -136,7 +137,7 @@ def test_trust_needs_a_matching_fingerprint_or_the_operator(tmp_path):
 
 
 def test_roce_addr_is_given_or_the_management_address_or_found_on_the_socket_netdev(tmp_path):
-    facts = baseline.Facts("spark-09", netdevs={
+    facts = outcomes.Facts("spark-09", netdevs={
         "enp1s0f0np0": NetdevFacts(9000, "up", "192.168.50.19/24")})
     ctx = context(tmp_path)
     ctx.members = tuple(dataclasses.replace(m, roce_addr=m.address) for m in ctx.members)
@@ -151,13 +152,13 @@ def test_roce_addr_is_given_or_the_management_address_or_found_on_the_socket_net
 
     ctx.roce_addr = None
     stopped(baseline.resolve_roce_addr, ctx, ctx.report.step("baseline"),
-            baseline.Facts("spark-09"))
+            outcomes.Facts("spark-09"))
     assert ctx.report.step("baseline").summary.endswith("has no IPv4 address: pass --roce-addr")
 
 
 def test_roce_twin_addr_is_given_or_none_or_found_on_the_twin_netdev(tmp_path):
     """The twin (the port's second PCIe path) needs its own address for its RoCE GID."""
-    facts = baseline.Facts("spark-09", netdevs={
+    facts = outcomes.Facts("spark-09", netdevs={
         "enp1s0f0np0": NetdevFacts(1500, "up", "10.77.3.19/24"),
         "enP2p1s0f0np0": NetdevFacts(1500, "up", "10.77.4.19/24")})
     ctx = context(tmp_path)
@@ -172,13 +173,13 @@ def test_roce_twin_addr_is_given_or_none_or_found_on_the_twin_netdev(tmp_path):
         "roce_twin_addr 10.77.4.19 (the IPv4 address of enP2p1s0f0np0)"]
 
     ctx = context(tmp_path)  # its twin HCA missing (a waived difference): no address
-    baseline.resolve_roce_twin_addr(ctx, ctx.report.step("baseline"), baseline.Facts("spark-09"))
+    baseline.resolve_roce_twin_addr(ctx, ctx.report.step("baseline"), outcomes.Facts("spark-09"))
     assert ctx.roce_twin_addr is None and ctx.report.step("baseline").details == [
         "no roce_twin_addr: enP2p1s0f0np0 absent on spark-09"]
 
     ctx = context(tmp_path)
     stopped(baseline.resolve_roce_twin_addr, ctx, ctx.report.step("baseline"),
-            baseline.Facts("spark-09", netdevs={"enP2p1s0f0np0": NetdevFacts(1500, "up", "")}))
+            outcomes.Facts("spark-09", netdevs={"enP2p1s0f0np0": NetdevFacts(1500, "up", "")}))
     assert ctx.report.step("baseline").summary == (
         "the members have a roce_twin_addr, and spark-09 has no IPv4 address on "
         "enP2p1s0f0np0: pass --roce-twin-addr")
@@ -231,8 +232,8 @@ def test_verify_in_a_check_names_the_ports_and_the_burn(tmp_path):
 
 
 def test_next_steps_name_the_rank_or_the_spare_and_a_check_says_so(tmp_path):
-    member = join.JoinPlan("", "", rank=4)
-    spare = join.JoinPlan("", "")
+    member = outcomes.JoinPlan("", "", rank=4)
+    spare = outcomes.JoinPlan("", "")
     assert join.next_steps(context(tmp_path, replace="spark-05"), member).startswith(
         "spark-09 takes rank 4 (was spark-05). The running engine was not touched")
     assert "`invoke onboard spark-09 --address 10.77.1.19 --replace NODE`" in \
@@ -244,7 +245,7 @@ def test_next_steps_name_the_rank_or_the_spare_and_a_check_says_so(tmp_path):
 def test_after_a_head_swap_the_next_steps_name_the_watchdogs_reinstall(tmp_path, monkeypatch):
     from sparkrack.inventory.watchdog_record import WatchdogKey
 
-    member = join.JoinPlan("", "", rank=0)
+    member = outcomes.JoinPlan("", "", rank=0)
     # none recorded (the rehearsal inventory's own record is the rack tests' to write)
     monkeypatch.setattr(join, "read_record", lambda path: None)
     said = join.next_steps(context(tmp_path, replace="spark-01"), member)

@@ -183,20 +183,22 @@ def up(c, engine, profile=DEFAULT_PROFILE, inventory=None, timeout=None, overrid
 
 def start_lane(start, said: str, engine, profile, inventory, timeout, override_power,
                as_json: bool, fabric_check: bool = False, allow_degraded: bool = False) -> None:
-    """up or roll (start: lifecycle.up or .roll) with a progress display; then the record
-    as JSON on stdout, or said (with {deployment} and {url}) and the phase times."""
+    """up or roll (start: lifecycle.up or .roll) of the engine's profile, resolved once
+    (engines/lane.py), with a progress display; then the record as JSON on stdout, or said
+    (with {deployment} and {url}) and the phase times."""
     from dataclasses import asdict
 
-    from sparkrack.engines import api_url
+    from sparkrack.engines import lane_url, resolve_lane
 
     rack = inventory_from(inventory)
+    lane = resolve_lane(rack, engine, profile)
     with console.Waiting(f"{engine} {profile}") as waiting:
-        deployment = start(rack, engine, profile, burn=run_burn,
+        deployment = start(rack, lane, burn=run_burn,
                            timeout=float(timeout) if timeout else None,
                            override_power=override_power, on_progress=_progress(waiting),
                            on_event=console.say, fabric_check=bool(fabric_check),
                            allow_degraded=bool(allow_degraded))
-    url = api_url(rack, engine)
+    url = lane_url(rack, lane.definition)
     if as_json:
         console.print_json({**asdict(deployment), "url": url})
         return

@@ -22,6 +22,7 @@ from typing import Any
 from sparkrack.core.errors import UsageError
 from sparkrack.engineenv import NodeEnv, inventory_views, secret_names
 from sparkrack.engines.compilecaches import CACHE_MOUNT, SOURCE, CacheKey, cache_env
+from sparkrack.engines.lane import EngineLane, resolve_lane
 from sparkrack.engines.profile_file import (
     STALL_BUDGET_S,
     EngineDef,
@@ -177,10 +178,18 @@ def build_specs(inventory: Inventory, engine: str, profile_name: str, *,
     or profile, a node without an environment, or a profile variable that an env file or
     the caches define too; InventoryError for a bad profile file.
     """
-    definition = load_engine(inventory.path, engine, inventory.vars.images, image=image)
-    profile = definition.profile(profile_name)
+    return lane_specs(inventory, resolve_lane(inventory, engine, profile_name, image=image),
+                      deployment_id=deployment_id, node_env=node_env, cache=cache)
+
+
+def lane_specs(inventory: Inventory, lane: EngineLane, *, deployment_id: str | None = None,
+               node_env: Mapping[str, NodeEnv] | None = None, cache: CacheKey | None = None
+               ) -> tuple[LaunchSpec, ...]:
+    """build_specs for a lane resolved already (engines/lane.py): its profile file is not
+    read again."""
+    definition, profile = lane.definition, lane.profile
     _check_tp_size(inventory)
-    image = image or _image(inventory, definition)
+    image = lane.image or _image(inventory, definition)
     envs = node_env if node_env is not None else inventory_views(inventory,
                                                                  definition.image_key)
     _check_cache_vars(definition, profile)
@@ -188,7 +197,7 @@ def build_specs(inventory: Inventory, engine: str, profile_name: str, *,
                                           _env_of(envs, node)), cache)
                    for node in inventory.nodes)
     spec_hash = deployment_hash(drafts)
-    deployment = deployment_id or f"{engine}-{profile_name}-{spec_hash[:8]}"
+    deployment = deployment_id or f"{definition.name}-{profile.name}-{spec_hash[:8]}"
     return tuple(replace(draft, deployment_id=deployment, spec_hash=spec_hash,
                          labels=_labels(draft, deployment, spec_hash)) for draft in drafts)
 
@@ -269,7 +278,11 @@ def lane_ports(inventory: Inventory, definition: EngineDef) -> FrozenMapping:
 
 def api_url(inventory: Inventory, engine: str) -> str:
     """Where the rack's clients reach engine's API: rank 0's address and http port."""
-    definition = load_engine(inventory.path, engine, inventory.vars.images)
+    return lane_url(inventory, load_engine(inventory.path, engine, inventory.vars.images))
+
+
+def lane_url(inventory: Inventory, definition: EngineDef) -> str:
+    """api_url of an engine whose profile file was read already (a lane's definition)."""
     port = lane_ports(inventory, definition)["http"]
     return f"http://{inventory.head.address}:{port}/v1"
 

@@ -12,9 +12,9 @@ from sparkrack.deployments.ranks import parallel
 from sparkrack.deployments.record import Deployment, records_of
 from sparkrack.deployments.running import running
 from sparkrack.engineenv import NodeEnv
-from sparkrack.engines import LaunchSpec, build_specs, load_engine
-from sparkrack.engines.option_names import VERSION_LABEL, lane_options
-from sparkrack.engines.serving import MemoryFraction, engine_serving
+from sparkrack.engines import EngineLane, LaunchSpec, lane_specs
+from sparkrack.engines.option_names import VERSION_LABEL
+from sparkrack.engines.serving import MemoryFraction
 from sparkrack.facts import node as node_facts
 from sparkrack.facts import records as record_facts
 from sparkrack.facts.node import NodeFacts, burn_this_boot
@@ -28,7 +28,7 @@ from sparkrack.lifecycle.phases import Phases
 from sparkrack.lifecycle.railgate import rail_line
 from sparkrack.provision.envfiles import EnvFiles
 from sparkrack.rails import check_fabric
-from sparkrack.rules import check_profile
+from sparkrack.rules import check_lane
 from sparkrack.safety.power import CapState, project_power
 from sparkrack.safety.stripcheck import measured_strip
 from sparkrack.transfer.models import gate_problems
@@ -79,13 +79,14 @@ def flag_value(spec: LaunchSpec, flag: str) -> str | None:
     return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
 
 
-def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
+def preflight(fleet: Fleet, inventory: Inventory, lane: EngineLane, *,
               deployment_id: str, burn: Callable, replacing: str | None = None,
               override_power: str | None = None, keep_verified: bool = False,
               phases: Phases | None = None, fabric_check: bool = False,
               meanwhile: Callable[[Preflight], None] | None = None,
-              image: str | None = None, allow_degraded: bool = False) -> Preflight:
-    """Run every gate for starting engine's profile; report.specs are the launch specs,
+              allow_degraded: bool = False) -> Preflight:
+    """Run every gate for starting the lane (engines/lane.py: its image the lane's, else
+    the inventory's); report.specs are the launch specs,
     built from the env files each node has (the inventory's view if they are not right:
     the env gate then refuses). `replacing` is the deployment id a roll is about to stop
     (its containers do not count as "another engine", and memory is judged after it
@@ -93,14 +94,12 @@ def preflight(fleet: Fleet, inventory: Inventory, engine: str, profile: str, *,
     the nodes not verified this boot. With a PDU in the inventory the strip's measured draw
 plus what the engine would add is judged too (safety/stripcheck.py). meanwhile(report), if given, runs while the burn does
     (it must not touch a GPU: `up` creates its containers there). fabric_check: measure
-    every rail first (sparkrack/rails). image: run it instead of the inventory's (the last
-    good deployment's, brought back). allow_degraded: an HCA of nccl_ib_hca missing or
+    every rail first (sparkrack/rails). allow_degraded: an HCA of nccl_ib_hca missing or
     down is a warning, not a refusal (NCCL runs on the rails left). Phases: "gates",
     "fabric", "burn"."""
     phases = phases or Phases()
     with phases.timed("gates"):
-        report = cheap_gates(fleet, inventory, engine, profile, deployment_id, replacing,
-                             image, allow_degraded)
+        report = cheap_gates(fleet, inventory, lane, deployment_id, replacing, allow_degraded)
     if report.blocking:
         return report  # refused on a cheap gate: no burn
     if fabric_check:
@@ -145,14 +144,12 @@ def power_gate(report: Preflight, name: str, blocking: bool, reason: str,
         report.add(name, [reason] if blocking else [], reason)
 
 
-def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
-                deployment_id: str, replacing: str | None, image: str | None = None,
-                allow_degraded: bool = False) -> Preflight:
+def cheap_gates(fleet: Fleet, inventory: Inventory, lane: EngineLane, deployment_id: str,
+                replacing: str | None, allow_degraded: bool = False) -> Preflight:
     """The gates that cost nothing but a round trip or two: reachable, lock, env files,
     other engines, rules, image IDs, memory; report.specs built from the env files read."""
     report = Preflight()
-    key = load_engine(inventory.path, engine, inventory.vars.images).image_key
-    env_files = EnvFiles(inventory, key)
+    env_files = EnvFiles(inventory, lane.image_key)
     gather_facts_and_env(fleet, env_files, report)
     if report.blocking:
         return report  # nothing else can be judged on a partial rack
@@ -175,13 +172,13 @@ def cheap_gates(fleet: Fleet, inventory: Inventory, engine: str, profile: str,
                                     report.devices[node.name])] if line]
     report.add("rails", rails, "every rank's NCCL on every HCA of nccl_ib_hca",
                blocking=not allow_degraded)  # --allow-degraded: NCCL runs on the rails left
-    report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
-                               node_env=None if problems else report.env, image=image)
-    judge_rack(fleet, inventory, report.specs, report, replacing)
+    report.specs = lane_specs(inventory, lane, deployment_id=deployment_id,
+                              node_env=None if problems else report.env)
+    judge_rack(fleet, inventory, lane, report.specs, report, replacing)
     if report.image_id:  # each rank binds its node's compile caches (lifecycle/cachefolders.py)
-        report.specs = build_specs(inventory, engine, profile, deployment_id=deployment_id,
-                                   node_env=None if problems else report.env, image=image,
-                                   cache=cache_key(report.image_id, report.facts))
+        report.specs = lane_specs(inventory, lane, deployment_id=deployment_id,
+                                  node_env=None if problems else report.env,
+                                  cache=cache_key(report.image_id, report.facts))
         unknown, mounted = cache_gate_lines(report.specs, report.facts)
         report.add("compile caches", unknown, mounted, blocking=False)
     return report
@@ -250,9 +247,10 @@ def gather_facts_and_env(fleet: Fleet, env_files: EnvFiles, report: Preflight) -
     report.add("reachable", lost, f"all {len(results)} nodes answer")
 
 
-def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...],
+def judge_rack(fleet: Fleet, inventory: Inventory, lane: EngineLane, specs: tuple[LaunchSpec, ...],
                report: Preflight, replacing: str | None) -> None:
-    """The gates that read the running rack: other engines, rules, image, memory."""
+    """The gates that read the running rack: other engines, rules, image, memory (the
+    lane's specs, judged by the lane's rules, options and serving facts)."""
     head = specs[0]
     found = running(fleet)
     others = [r for r in found.alive if r.deployment != replacing]
@@ -260,14 +258,14 @@ def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
                                    f"({r.name}); run `invoke down` or `invoke roll`" for r in others[:1]]
                + [f"{node}: docker: {e}" for node, e in found.errors.items()], "no engine running")
 
-    rules = check_profile(inventory, head.engine, head.profile, specs=specs,
-                          node_kernels={n: f.kernel_facts() for n, f in report.facts.items()})
+    rules = check_lane(inventory, lane, specs=specs,
+                       node_kernels={n: f.kernel_facts() for n, f in report.facts.items()})
     report.waivers = dict(rules.waivers)
     report.add("rules", [f"{f.rule}: {f.message} ({f.where(rules.node_count)})" for f in rules.blocking],
                f"{len(rules.warnings)} warning(s), {len(rules.waived)} waived")
 
     report.add("image", image_problems(fleet, specs, report)
-               + version_problems(inventory, head, report.image_id, report.image_labels),
+               + version_problems(lane, head, report.image_id, report.image_labels),
                f"{head.image} is {report.image_id[:19]} everywhere")
     report.model_path = head.docker.mounts[0].source
     report.weights_digest, problems = gate_problems(fleet, fleet.nodes, report.model_path)
@@ -276,8 +274,7 @@ def judge_rack(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...]
     # a roll's old engine still holds the memory: judged after it stops; another engine holds
     # it too, and the gate above names that engine as the reason
     if replacing is None and not others:
-        fraction = engine_serving(inventory.path, head.engine).memory_fraction
-        report.add("memory", memory_problems(specs, report.facts, fraction),
+        report.add("memory", memory_problems(specs, report.facts, lane.serving.memory_fraction),
                    "enough MemAvailable on every node")
 
 
@@ -310,13 +307,13 @@ def image_problems(fleet: Fleet, specs: tuple[LaunchSpec, ...], report: Prefligh
     return problems
 
 
-def version_problems(inventory: Inventory, head: LaunchSpec, image_id: str,
+def version_problems(lane: EngineLane, head: LaunchSpec, image_id: str,
                      labels: Mapping[str, str]) -> list[str]:
     """The lane's flags were checked against another version than the image on the head
     (image_id, labels) runs: its options were learned from an older image under the same
     ref (a tag pushed again), or, read from its tag, the image's own version label says
     otherwise."""
-    version, options = lane_options(head.engine, head.image, inventory.path)
+    version, options = lane.version, lane.options  # the table of head.image's version
     learn = f"run `invoke engines.learn --engine {head.engine}`"
     if version.source == "image":
         if options is None or not options.image_id or not image_id \

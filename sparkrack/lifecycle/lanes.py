@@ -10,6 +10,8 @@ roll: build and gate the new deployment while the old one serves (nodes whose ca
       verified this boot are not burned again); stop the old; start the new; smoke-test it;
       on failure bring the last known-good deployment back and say so.
 
+Each resolves the engine it is given once into a lane (engines/lane.py: its profile file
+read once) and passes that down; a restore resolves the last good deployment's.
 What each changes goes to the running task's audit record (oplock.audit.note).
 """
 
@@ -24,8 +26,7 @@ from sparkrack.deployments import record
 from sparkrack.deployments.headapi import Endpoint
 from sparkrack.deployments.record import Deployment
 from sparkrack.deployments.running import running
-from sparkrack.engines import LaunchSpec
-from sparkrack.engines.serving import engine_serving
+from sparkrack.engines import EngineLane, LaunchSpec, engine_lane, resolve_lane
 from sparkrack.facts.node import facts_argv, parse_facts
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
@@ -59,12 +60,13 @@ def new_deployment_id(engine: str, profile: str) -> str:
     return f"{engine}-{profile}-{stamp}-{uuid.uuid4().hex[:4]}"
 
 
-def gated(fleet: Fleet, inventory: Inventory, engine: str, profile: str, burn: Callable, *,
+def gated(fleet: Fleet, inventory: Inventory, lane: EngineLane, burn: Callable, *,
           what: str, on_event: Callable[[str], None], **options) -> Preflight:
-    """Every gate for a new deployment of engine's profile, said; Refused on a blocking one.
+    """Every gate for a new deployment of the lane, said; Refused on a blocking one.
     The preflight's specs are what the deployment will run."""
-    pre = preflight(fleet, inventory, engine, profile,
-                    deployment_id=new_deployment_id(engine, profile), burn=burn, **options)
+    pre = preflight(fleet, inventory, lane,
+                    deployment_id=new_deployment_id(lane.engine, lane.profile.name), burn=burn,
+                    **options)
     refuse_on(pre, what, on_event)
     return pre
 
@@ -104,22 +106,24 @@ def deployment_of(specs: tuple[LaunchSpec, ...], pre: Preflight) -> Deployment:
                       model_path=pre.model_path, weights_digest=pre.weights_digest)
 
 
-def launch(fleet: Fleet, inventory: Inventory, specs, pre: Preflight, *, timeout, on_progress,
-           on_event, phases: Phases | None = None, limits: Limits | None = None,
+def launch(fleet: Fleet, inventory: Inventory, lane: EngineLane, pre: Preflight, *, timeout,
+           on_progress, on_event, phases: Phases | None = None, limits: Limits | None = None,
            allow_degraded: bool = False) -> Deployment:
-    """Start a gated deployment (prepared already if limits are given: start.prepare),
-    smoke-test it, record it as current and last-good, with its phase times. A start that
-    fails (or is interrupted) is recorded as "failed" and "current" removed."""
+    """Start a gated deployment of the lane, pre.specs (prepared already if limits are
+    given: start.prepare), smoke-test it, record it as current and last-good, with its
+    phase times. A start that fails (or is interrupted) is recorded as "failed" and
+    "current" removed."""
     phases = phases or Phases()
+    specs = pre.specs
     deployment = deployment_of(specs, pre)
     note(deployment=deployment.deployment_id, nodes=[s.node for s in specs],
          containers=[f"{s.container_name}@{s.node}" for s in specs],
          waivers=pre.waivers, overrides=pre.overrides)
     record.write(fleet, inventory, "current", deployment)
     try:
-        seconds = start_group(fleet, inventory, specs, timeout=timeout, on_progress=on_progress,
-                              on_event=on_event, limits=limits, phases=phases,
-                              allow_degraded=allow_degraded)
+        seconds = start_group(fleet, inventory, specs, serving=lane.serving, timeout=timeout,
+                              on_progress=on_progress, on_event=on_event, limits=limits,
+                              phases=phases, allow_degraded=allow_degraded)
         on_event(f"rank 0 healthy after {seconds:.1f} s")
         try:
             with phases.timed("smoke"):
@@ -155,17 +159,21 @@ def mark_failed(fleet: Fleet, inventory: Inventory, deployment: Deployment, why:
         on_event(f"could not mark deployment {deployment.deployment_id} failed: {error.line()}")
 
 
-def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeout=None,
-       override_power: str | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
+def up(inventory: Inventory, engine: str | EngineLane, profile: str | None = None, *, burn: Callable,
+       timeout=None, override_power: str | None = None,
+       on_progress: Callable[[Progress], None] = lambda p: None,
        on_event: Callable[[str], None] = lambda e: None, fabric_check: bool = False,
        allow_degraded: bool = False) -> Deployment:
-    """Gate, start, wait, smoke-test. Refused or StartFailed on failure (nothing left running).
+    """Gate, start, wait, smoke-test engine's profile (a lane resolved already, or an engine
+    and profile name: resolved here, engines/lane.py). Refused or StartFailed on failure
+    (nothing left running).
     allow_degraded: a node's rails down or unknown to NCCL, or a rank whose NCCL runs on
     fewer rails or TCP, is said and started anyway (ncclcheck).
 
     While the burn gate runs, an earlier failed start's leftovers are removed and the
     nodes' docker limits probed (start.prepare): nothing is created before every gate
     passed, so a refusal leaves nothing behind, even on a node lost meanwhile."""
+    lane = engine_lane(inventory, engine, profile)
     phases = Phases()
     prepared: list[Limits] = []
     failed: list[StartFailed] = []
@@ -177,7 +185,7 @@ def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeo
             except StartFailed as error:  # said once the gates are known: a refusal wins
                 failed.append(error)
 
-        pre = gated(fleet, inventory, engine, profile, burn, what=f"{engine} {profile}",
+        pre = gated(fleet, inventory, lane, burn, what=lane.label,
                     on_event=on_event, override_power=override_power, phases=phases,
                     fabric_check=fabric_check, meanwhile=get_ready,
                     allow_degraded=allow_degraded)
@@ -185,7 +193,7 @@ def up(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeo
             mark_failed(fleet, inventory, deployment_of(pre.specs, pre), failed[0].line(),
                         on_event)
             raise failed[0]
-        return launch(fleet, inventory, pre.specs, pre, timeout=timeout,
+        return launch(fleet, inventory, lane, pre, timeout=timeout,
                       on_progress=on_progress, on_event=on_event, phases=phases,
                       limits=prepared[0] if prepared else None, allow_degraded=allow_degraded)
 
@@ -248,22 +256,24 @@ def wait_for_memory(fleet: Fleet, report: StopReport) -> None:
             fleet, current.mem_available_kb_before if current else {}, RECOVERY_TIMEOUT)
 
 
-def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, timeout=None,
-         override_power: str | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
+def roll(inventory: Inventory, engine: str | EngineLane, profile: str | None = None, *,
+         burn: Callable, timeout=None, override_power: str | None = None,
+         on_progress: Callable[[Progress], None] = lambda p: None,
          on_event: Callable[[str], None] = lambda e: None, fabric_check: bool = False,
          allow_degraded: bool = False) -> Deployment:
-    """Switch lanes; on failure restore the last known-good deployment and raise RollFailed.
-    allow_degraded: as up's."""
+    """Switch lanes (engine, profile: as up's); on failure restore the last known-good
+    deployment and raise RollFailed. allow_degraded: as up's."""
+    lane = engine_lane(inventory, engine, profile)
     phases = Phases()
     with Fleet(inventory) as fleet:
         replacing = running(fleet).deployment
-        pre = preflight(fleet, inventory, engine, profile,
-                        deployment_id=new_deployment_id(engine, profile), burn=burn,
-                        replacing=replacing, override_power=override_power, keep_verified=True,
+        pre = preflight(fleet, inventory, lane,
+                        deployment_id=new_deployment_id(lane.engine, lane.profile.name),
+                        burn=burn, replacing=replacing, override_power=override_power,
+                        keep_verified=True,
                         phases=phases, fabric_check=fabric_check,
                         allow_degraded=allow_degraded)
-        refuse_on(pre, f"roll to {engine} {profile}", on_event)
-        specs = pre.specs
+        refuse_on(pre, f"roll to {lane.label}", on_event)
         with phases.timed("stop_old"):
             began = time.monotonic()
             stopped, late = stop_deployment(fleet, inventory, timeout=None, on_event=on_event,
@@ -277,17 +287,17 @@ def roll(inventory: Inventory, engine: str, profile: str, *, burn: Callable, tim
             stopped.seconds = time.monotonic() - began
         on_event(f"old deployment stopped in {stopped.seconds:.1f} s")
         try:
-            refresh_memory(fleet, specs, pre)
-            return launch(fleet, inventory, specs, pre, timeout=timeout, on_progress=on_progress,
+            refresh_memory(fleet, lane, pre)
+            return launch(fleet, inventory, lane, pre, timeout=timeout, on_progress=on_progress,
                           on_event=on_event, phases=phases, allow_degraded=allow_degraded)
         except (StartFailed, Refused) as failure:
             last = pre.records.get("last-good")
             if last is None:
-                raise RollFailed(f"roll to {engine} {profile} failed: {failure.line()}; "
+                raise RollFailed(f"roll to {lane.label} failed: {failure.line()}; "
                                  "no last known-good deployment to bring back") from None
             on_event(f"roll failed; bringing back the last known-good: {last.describe()}")
             back = restore(fleet, inventory, last, burn, timeout, on_progress, on_event)
-            raise RollFailed(f"roll to {engine} {profile} failed: {failure.line()}\n"
+            raise RollFailed(f"roll to {lane.label} failed: {failure.line()}\n"
                              f"rolled back to the last known-good deployment: {back.describe()}") from None
 
 
@@ -295,12 +305,12 @@ class RollFailed(SparkrackError):
     """The new deployment failed; the message says what runs now."""
 
 
-def refresh_memory(fleet: Fleet, specs: tuple[LaunchSpec, ...], pre: Preflight) -> None:
-    """Re-read facts once the old engine stopped; Refused if memory did not come back."""
+def refresh_memory(fleet: Fleet, lane: EngineLane, pre: Preflight) -> None:
+    """Re-read facts once the old engine stopped; Refused if memory did not come back for
+    the lane's specs (pre.specs)."""
     pre.facts = {r.node: parse_facts(r.stdout) for r in fleet.run(facts_argv(), timeout=20)
                  if r.status == "ok"}
-    memory = engine_serving(fleet.inventory.path, specs[0].engine).memory_fraction
-    problems = memory_problems(specs, pre.facts, memory)
+    problems = memory_problems(pre.specs, pre.facts, lane.serving.memory_fraction)
     if problems:
         raise Refused("memory after stopping the old deployment: " + "; ".join(problems))
 
@@ -310,16 +320,17 @@ def restore(fleet: Fleet, inventory: Inventory, last: Deployment, burn, timeout,
     """Start the last known-good deployment again: its image (a roll that upgraded the
     engine falls back to the version that served), rebuilt from the inventory and the
     nodes' env files. Nodes whose cap a burn verified this boot are not burned again: the
-    rack is not serving while this runs."""
+    rack is not serving while this runs. The record names the lane: it is resolved once,
+    here, with the record's image."""
     phases = Phases()
-    pre = gated(fleet, inventory, last.engine, last.profile, burn, image=last.image,
-                keep_verified=True, what=f"restoring {last.engine} {last.profile}",
-                on_event=on_event, phases=phases)
+    lane = resolve_lane(inventory, last.engine, last.profile, image=last.image)
+    pre = gated(fleet, inventory, lane, burn, keep_verified=True,
+                what=f"restoring {lane.label}", on_event=on_event, phases=phases)
     if pre.specs[0].spec_hash != last.spec_hash:
         on_event(f"note: {last.engine} {last.profile} spec changed since it was last good "
                  f"({last.spec_hash[:12]} -> {pre.specs[0].spec_hash[:12]})")
     if last.image_id and pre.image_id != last.image_id:
         on_event(f"note: {last.image} is {pre.image_id[:19]} now, {last.image_id[:19]} when it "
                  "was last good")
-    return launch(fleet, inventory, pre.specs, pre, timeout=timeout, on_progress=on_progress,
+    return launch(fleet, inventory, lane, pre, timeout=timeout, on_progress=on_progress,
                   on_event=on_event, phases=phases)

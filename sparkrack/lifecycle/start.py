@@ -14,7 +14,7 @@ from sparkrack.deployments import record
 from sparkrack.deployments.headapi import Endpoint
 from sparkrack.deployments.ranks import Rank, logs_tail, parallel, refresh
 from sparkrack.engines import LABEL_ENGINE, LaunchSpec, docker_sdk_kwargs
-from sparkrack.engines.serving import engine_serving
+from sparkrack.engines.serving import Serving
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
 from sparkrack.lifecycle import ncclcheck, nodelimits
@@ -137,12 +137,14 @@ def create_all(fleet: Fleet, specs: tuple[LaunchSpec, ...], limits: nodelimits.L
 
 
 def start_group(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...], *,
-                timeout: float | None = None, on_progress: Callable[[Progress], None] = lambda p: None,
+                serving: Serving, timeout: float | None = None,
+                on_progress: Callable[[Progress], None] = lambda p: None,
                 on_event: Callable[[str], None] = lambda e: None,
                 limits: nodelimits.Limits | None = None,
                 phases: Phases | None = None, allow_degraded: bool = False) -> float:
     """Create (after prepare, unless its limits are given), start in order, wait for
-    readiness, judge what each rank's NCCL uses (lifecycle/ncclcheck.py). Returns seconds
+    readiness (the workers' by serving's worker_health_path: the lane's serving facts),
+    judge what each rank's NCCL uses (lifecycle/ncclcheck.py). Returns seconds
     from first start to ready. On any failure (or KeyboardInterrupt) every rank is stopped
     and removed, then it raises."""
     phases = phases or Phases()
@@ -159,7 +161,8 @@ def start_group(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...
                 on_event(f"started rank(s) {', '.join(str(s.rank) for s in wave)}")
         with phases.timed("ready"):
             seconds = wait_ready(fleet, inventory, specs, ranks,
-                                 timeout or specs[0].ready_timeout_s, on_progress)
+                                 timeout or specs[0].ready_timeout_s, on_progress,
+                                 serving.worker_health_path)
         judge_nccl(fleet, inventory, ranks, on_event, allow_degraded)
         return seconds
     except BaseException as exc:
@@ -172,12 +175,13 @@ def start_group(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...
 
 
 def wait_ready(fleet: Fleet, inventory: Inventory, specs: tuple[LaunchSpec, ...],
-               ranks: list[Rank], timeout: float, on_progress: Callable[[Progress], None]) -> float:
-    """Poll containers and the head until healthy; raise StartFailed naming the first failure."""
+               ranks: list[Rank], timeout: float, on_progress: Callable[[Progress], None],
+               workers: str | None) -> float:
+    """Poll containers and the head until healthy (the workers on their health path, None:
+    they serve no HTTP); raise StartFailed naming the first failure."""
     head_spec = specs[0]
     head = inventory.node(head_spec.node)
     port = head_spec.ports["http"]
-    workers = engine_serving(inventory.path, head_spec.engine).worker_health_path
     started = time.monotonic()
     while True:
         # a short SSH round trip first: a lost node fails it within the connect timeout,

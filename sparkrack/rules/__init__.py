@@ -7,16 +7,17 @@ code checks (code_checks.py) where they need arithmetic, cross-references or nod
 runs them on the launch specs a profile would start; a profile waives a rule only with a
 reason (`waivers:` in its engine file), and a waived finding never blocks.
 
-- check.py: `check_profile(inventory, engine, profile, *, node_kernels=None, specs=None)`;
+- check.py: `check_profile(inventory, engine, profile, *, node_kernels=None, specs=None)`
+  (`check_lane(inventory, lane, ...)`: a lane resolved already, engines/lane.py);
 - findings.py: `CheckReport` (`.errors`, `.warnings`, `.waived`, `.blocking`) of `Finding`s;
 - explain.py: `explain(rule_id)`; ruleset.py: `all_rules()`, `get_rule(rule_id)`.
 """
 
-from sparkrack.rules.check import check_profile
+from sparkrack.rules.check import check_lane, check_profile
 from sparkrack.rules.explain import explain
 from sparkrack.rules.findings import ERROR, WARNING, CheckReport, Finding
 from sparkrack.rules.rule import Rule
 from sparkrack.rules.ruleset import all_rules, get_rule
 
-__all__ = ["ERROR", "WARNING", "CheckReport", "Finding", "Rule", "all_rules", "check_profile",
-           "explain", "get_rule"]
+__all__ = ["ERROR", "WARNING", "CheckReport", "Finding", "Rule", "all_rules", "check_lane",
+           "check_profile", "explain", "get_rule"]

@@ -1,4 +1,5 @@
-"""`check_profile`: every rule against the launch specs an engine profile would run."""
+"""`check_profile`: every rule against the launch specs an engine profile would run
+(`check_lane`: the same for a lane resolved already, engines/lane.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from collections.abc import Iterable, Mapping
 from sparkrack.core.errors import InventoryError, UsageError, allowed_fix
 from sparkrack.engines import (
     EngineDef,
+    EngineLane,
     LaunchSpec,
     Profile,
-    build_specs,
-    load_engine,
+    lane_specs,
     load_model,
+    resolve_lane,
 )
 from sparkrack.engines.datafile import did_you_mean
 from sparkrack.engines.option_names import checked_against
@@ -37,15 +39,23 @@ def check_profile(inventory: Inventory, engine: str, profile: str, *,
     UsageError for an unknown engine, profile or node, InventoryError for a bad file or
     a waiver of an unknown rule.
     """
-    definition = load_engine(inventory.path, engine, inventory.vars.images,
-                             image=specs[0].image if specs else None)
-    chosen = definition.profile(profile)
+    lane = resolve_lane(inventory, engine, profile, image=specs[0].image if specs else None)
+    return check_lane(inventory, lane, node_kernels=node_kernels, specs=specs)
+
+
+def check_lane(inventory: Inventory, lane: EngineLane, *,
+               node_kernels: Mapping[str, KernelFacts] | None = None,
+               specs: tuple[LaunchSpec, ...] | None = None) -> CheckReport:
+    """check_profile for a lane resolved already (engines/lane.py): its profile file is not
+    read again."""
+    definition, chosen = lane.definition, lane.profile
+    engine, profile = definition.name, chosen.name
     rules = all_rules()
     _check_waivers(definition, chosen, rules)
     _check_node_names(inventory, node_kernels)
     notes: list[str] = []
     if specs is None:
-        specs = _built_specs(inventory, engine, profile, notes)
+        specs = _built_specs(inventory, lane, notes)
     _check_specs(specs, engine, profile)
     target = Target(inventory=inventory, engine=definition, profile=chosen,
                     model=load_model(inventory.path, inventory.vars.model_name), specs=specs,
@@ -99,15 +109,14 @@ def _findings(rule: Rule, hits: list[Hit], waiver: str | None) -> list[Finding]:
     return findings
 
 
-def _built_specs(inventory: Inventory, engine: str, profile: str,
-                 notes: list[str]) -> tuple[LaunchSpec, ...]:
+def _built_specs(inventory: Inventory, lane: EngineLane, notes: list[str]) -> tuple[LaunchSpec, ...]:
     """The profile's launch specs (no secrets), or none, noted, when tp_size does not let
     build_specs build them (TP-GROUP reports it)."""
     if inventory.vars.tp_size != len(inventory.nodes):
         notes.append("launch specs not built (tp_size is not the node count, see TP-GROUP): "
                      "the per-rank rules did not run")
         return ()
-    return build_specs(inventory, engine, profile)
+    return lane_specs(inventory, lane)
 
 
 def _check_waivers(definition: EngineDef, profile: Profile, rules: tuple[Rule, ...]) -> None:

@@ -31,7 +31,7 @@ from sparkrack.deployments import record
 from sparkrack.deployments.headapi import Endpoint
 from sparkrack.deployments.ranks import engine_containers
 from sparkrack.deployments.record import RECORD_DIR, Deployment
-from sparkrack.engines import build_specs
+from sparkrack.engines import lane_specs, resolve_lane
 from sparkrack.fleet import Fleet, sh
 from sparkrack.lifecycle import lanes
 from sparkrack.lifecycle.start import as_rank, start_group
@@ -98,10 +98,11 @@ def deployed(fleet, images, engine: str):
     watchdog polls it with a 1 s stall budget (no request of the bench may look like a
     stall: issue 25); stopped after."""
     inventory = fleet.inventory
-    specs = build_specs(inventory, engine, "512k",
-                        deployment_id=f"{PREFIX}{engine}-{uuid.uuid4().hex[:6]}")
+    lane = resolve_lane(inventory, engine, "512k")
+    specs = lane_specs(inventory, lane,
+                       deployment_id=f"{PREFIX}{engine}-{uuid.uuid4().hex[:6]}")
     try:
-        start_group(fleet, inventory, specs, timeout=30)
+        start_group(fleet, inventory, specs, serving=lane.serving, timeout=30)
         head = specs[0]
         record.write(fleet, inventory, "current", Deployment(
             engine=engine, profile=head.profile, deployment_id=head.deployment_id,

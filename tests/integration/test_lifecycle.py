@@ -16,7 +16,7 @@ from stubgroup import Lines, nothing_runs, quick_burn
 
 from sparkrack.data import shipped
 from sparkrack.deployments.record import read as read_records
-from sparkrack.engines import build_specs
+from sparkrack.engines import build_specs, lane_specs, resolve_lane
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
 from sparkrack.lifecycle import lanes
@@ -322,14 +322,15 @@ def test_watch_warns_about_the_indexer_ratchet_only_without_the_budget(clean, tm
     vars_file.write_text(vars_file.read_text().replace("indexer_mem_fraction: 0.01",
                                                        f"indexer_mem_fraction: {budget}"))
     inventory = load_inventory(inv_dir)
-    specs = build_specs(inventory, "sglang", "512k", deployment_id=f"leak-{budget}")
+    lane = resolve_lane(inventory, "sglang", "512k")
+    specs = lane_specs(inventory, lane, deployment_id=f"leak-{budget}")
     head = inventory.node(specs[0].node)
     result = {}
     with Fleet(inventory) as fleet:
         write_stub_model(fleet, {"load_delay_s": 1, "tokens_per_s": 200, "indexer_scale": 8,
                                  "prefill_tokens_per_s": 50000})  # requests shorter than the level window
         try:
-            start_group(fleet, inventory, specs)
+            start_group(fleet, inventory, specs, serving=lane.serving)
             watcher = threading.Thread(target=lambda: result.update(report=watch_group(
                 inventory, burn=quick_burn, duration=16, interval=0.5)))
             watcher.start()

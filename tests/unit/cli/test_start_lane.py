@@ -15,9 +15,10 @@ REHEARSAL = Path(__file__).resolve().parents[3] / "inventory" / "rehearsal"
 def test_the_record_with_its_phases_is_printed_as_json(capsys):
     asked = {}
 
-    def start(rack, engine, profile, **options):
-        asked.update(engine=engine, profile=profile, burn=options["burn"])
-        return Deployment(engine=engine, profile=profile, deployment_id="d1", spec_hash="s",
+    def start(rack, lane, **options):
+        asked.update(engine=lane.engine, profile=lane.profile.name, burn=options["burn"])
+        return Deployment(engine=lane.engine, profile=lane.profile.name, deployment_id="d1",
+                          spec_hash="s",
                           image="i", image_id="sha256:x", status="serving",
                           phases={"gates": 0.6, "burn": 6.8, "total": 9.8})
 

@@ -47,7 +47,7 @@ def stand_ins(rehearsal_inventory, monkeypatch):
         report.env.update({name: SimpleNamespace(problems=[], gid_moved=None) for name in knobs.facts})
         report.add("reachable", [], "all answer")
 
-    def judge(fleet, inventory, specs, report, replacing):
+    def judge(fleet, inventory, lane, specs, report, replacing):
         knobs.order.append("judge")
         report.add("no other engine", [knobs.refuse] if knobs.refuse else [], "none")
 
@@ -57,11 +57,9 @@ def stand_ins(rehearsal_inventory, monkeypatch):
 
     monkeypatch.setattr(gates, "gather_facts_and_env", gather)
     monkeypatch.setattr(gates, "judge_rack", judge)
-    monkeypatch.setattr(gates, "load_engine",
-                        lambda path, name, images: SimpleNamespace(image_key=name))
     monkeypatch.setattr(gates, "EnvFiles", lambda inventory, key: SimpleNamespace(
         files=lambda node: ["/etc/sparkrack/nccl.env"], rewrite_moved=lambda fleet, env: ([], [])))
-    monkeypatch.setattr(gates, "build_specs", lambda *a, **k: tuple(
+    monkeypatch.setattr(gates, "lane_specs", lambda *a, **k: tuple(
         SimpleNamespace(node=n.name) for n in rehearsal_inventory.nodes))
     knobs.burn = burn
     knobs.fleet = SimpleNamespace(nodes=rehearsal_inventory.nodes)
@@ -69,8 +67,8 @@ def stand_ins(rehearsal_inventory, monkeypatch):
 
 
 def run(rehearsal_inventory, knobs, **options):
-    return gates.preflight(knobs.fleet, rehearsal_inventory, "sglang", "512k", deployment_id="d",
-                           burn=knobs.burn, **options)
+    return gates.preflight(knobs.fleet, rehearsal_inventory, SimpleNamespace(image_key="sglang"),
+                           deployment_id="d", burn=knobs.burn, **options)
 
 
 def test_a_refusal_on_a_cheap_gate_does_not_burn(rehearsal_inventory, stand_ins):
@@ -156,9 +154,10 @@ def test_a_failed_start_is_recorded_failed_and_current_removed(rehearsal_invento
     monkeypatch.setattr(lanes, "start_group", fails)
     specs = (SimpleNamespace(engine="sglang", profile="512k", deployment_id="d1", spec_hash="h",
                              image="img", node="spark-01", container_name="r0"),)
-    pre = gates.Preflight(facts={"spark-01": facts()}, image_id="sha256:x")
+    pre = gates.Preflight(facts={"spark-01": facts()}, image_id="sha256:x", specs=specs)
+    lane = SimpleNamespace(serving=None)
     with pytest.raises(StartFailed):
-        lanes.launch(None, rehearsal_inventory, specs, pre, timeout=1, on_progress=None,
+        lanes.launch(None, rehearsal_inventory, lane, pre, timeout=1, on_progress=None,
                      on_event=lambda e: None)
     me = operator()
     assert written == [("current", "starting", me, ""),
@@ -182,7 +181,7 @@ def test_roll_takes_the_records_from_the_gates_round_trip(rehearsal_inventory, m
         def __exit__(self, *exc):
             return None
 
-    def gate(fleet, inventory, engine_name, profile, **options):
+    def gate(fleet, inventory, lane, **options):
         return gates.Preflight(specs=("spec",), records={"current": current, "last-good": good,
                                                            "failed": None})
 
@@ -226,12 +225,12 @@ def test_restore_brings_back_the_last_good_image_not_the_inventory_s(rehearsal_i
     seen, events = {}, []
     spec = SimpleNamespace(spec_hash="h2")
 
-    def gate(fleet, inventory, engine_name, profile, burn, **options):
-        seen["image"], seen["keep_verified"] = options["image"], options["keep_verified"]
+    def gate(fleet, inventory, lane, burn, **options):
+        seen["image"], seen["keep_verified"] = lane.image, options["keep_verified"]
         return gates.Preflight(specs=(spec,), image_id="sha256:new")
 
     monkeypatch.setattr(lanes, "gated", gate)
-    monkeypatch.setattr(lanes, "launch", lambda fleet, inventory, specs, pre, **kw: specs)
+    monkeypatch.setattr(lanes, "launch", lambda fleet, inventory, lane, pre, **kw: pre.specs)
     assert lanes.restore(None, rehearsal_inventory, last, None, 1, None, events.append) == (spec,)
     assert seen == {"image": "lmsysorg/sglang:v0.5.22-cu130", "keep_verified": True}
     assert events == ["note: sglang 512k spec changed since it was last good (h -> h2)",
@@ -246,10 +245,11 @@ def test_ctrl_c_during_the_smoke_request_stops_the_group_and_records_the_failure
     import os
     import signal
 
-    from sparkrack.engines import build_specs
+    from sparkrack.engines import lane_specs, resolve_lane
 
     done = []
-    specs = build_specs(rehearsal_inventory, "sglang", "512k", deployment_id="d1")
+    lane = resolve_lane(rehearsal_inventory, "sglang", "512k")
+    specs = lane_specs(rehearsal_inventory, lane, deployment_id="d1")
 
     def smoke(inventory, specs):
         raise KeyboardInterrupt
@@ -266,7 +266,7 @@ def test_ctrl_c_during_the_smoke_request_stops_the_group_and_records_the_failure
         ("write", kind, d.status)))
     monkeypatch.setattr(record, "clear", lambda fleet, inv, kind: done.append(("clear", kind)))
     with pytest.raises(KeyboardInterrupt):
-        lanes.launch(None, rehearsal_inventory, specs, gates.Preflight(specs=specs),
+        lanes.launch(None, rehearsal_inventory, lane, gates.Preflight(specs=specs),
                      timeout=None, on_progress=None, on_event=lambda e: None)
     assert done == [("write", "current", "starting"), ("stop", 10),
                     ("write", "failed", "failed"), ("clear", "current")]

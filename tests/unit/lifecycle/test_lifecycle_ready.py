@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sparkrack.engines import build_specs
+from sparkrack.engines import build_specs, lane_specs, resolve_lane
 from sparkrack.inventory import load_inventory
 from sparkrack.lifecycle import start
 from sparkrack.lifecycle.start import NodeLost, StartFailed, as_rank, wait_ready
@@ -41,7 +41,8 @@ def test_a_node_lost_after_the_probe_is_node_lost(group, monkeypatch):
             else r for r in ranks]
     monkeypatch.setattr(start, "refresh", lambda fleet, ranks: lost)
     with pytest.raises(NodeLost) as raised:
-        wait_ready(AllAnswer(inventory.nodes), inventory, specs, ranks, 5, lambda p: None)
+        wait_ready(AllAnswer(inventory.nodes), inventory, specs, ranks, 5, lambda p: None,
+                   "/health")
     assert raised.value.node == "spark-07"
     assert "node spark-07 lost during the start (Connection aborted.)" in raised.value.line()
 
@@ -52,7 +53,8 @@ def test_a_rank_that_exited_is_a_failed_start_naming_it(group, monkeypatch):
     monkeypatch.setattr(start, "refresh", lambda fleet, ranks: exited)
     monkeypatch.setattr(start, "logs_tail", lambda fleet, rank: ["bad flag"])
     with pytest.raises(StartFailed) as raised:
-        wait_ready(AllAnswer(inventory.nodes), inventory, specs, ranks, 5, lambda p: None)
+        wait_ready(AllAnswer(inventory.nodes), inventory, specs, ranks, 5, lambda p: None,
+                   "/health")
     assert not isinstance(raised.value, NodeLost)
     assert "rank 3 on spark-04 exited (exit code 2)" in raised.value.line()
 
@@ -93,12 +95,14 @@ def test_the_workers_are_asked_where_the_engine_file_says(tmp_path, monkeypatch,
     serving.worker_health_path (SGLang's stand-in /health; vLLM's headless workers serve
     nothing), not a flag or an engine name in the code."""
     inventory = own_engine_file(tmp_path, engine, old, new)
-    specs = build_specs(inventory, engine, "512k")
+    lane = resolve_lane(inventory, engine, "512k")
+    specs = lane_specs(inventory, lane)
     Asked.paths = []
     monkeypatch.setattr(start, "refresh", lambda fleet, ranks: ranks)
     monkeypatch.setattr(start, "Endpoint", Asked)
     ranks = [as_rank(s, "running") for s in specs]
-    wait_ready(AllAnswer(inventory.nodes), inventory, specs, ranks, 5, lambda p: None)
+    wait_ready(AllAnswer(inventory.nodes), inventory, specs, ranks, 5, lambda p: None,
+               lane.serving.worker_health_path)
     workers = sorted(path for node, path in Asked.paths if node != inventory.head.name)
     assert workers == ([asked] * 7 if asked else [])
     assert (inventory.head.name, specs[0].health_path) in Asked.paths

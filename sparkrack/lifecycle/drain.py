@@ -2,7 +2,8 @@
 watched on its own metrics until none is left, it exits, or the inventory's drain budget
 passes (docs/engines.md#draining). What each engine does on SIGTERM is its own: SGLang
 answers 503 on /health and still takes requests; vLLM (with --shutdown-timeout) refuses
-them and keeps /health at 200.
+them and keeps /health at 200. The running rank names its engine: its profile file is
+read once per drain (`drain_api`), not at each reading.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from sparkrack.deployments.headapi import Endpoint, HeadError, parse_prometheus
 from sparkrack.deployments.ranks import Rank, first_line
 from sparkrack.engines import load_engine
-from sparkrack.engines.serving import engine_serving
+from sparkrack.engines.serving import Metrics
 from sparkrack.engines.spec import lane_ports
 from sparkrack.fleet import Fleet
 
@@ -54,10 +55,28 @@ class Drain:
         return text
 
 
-def in_flight(fleet: Fleet, head: Rank) -> int | None:
-    """Requests running or waiting on rank 0, from its own /metrics (None when its engine
-    file's gauges cannot be read there)."""
-    endpoint, _, metrics = _head_api(fleet, head)
+@dataclass(frozen=True)
+class DrainApi:
+    """Rank 0's endpoint, its health path and the metrics its engine file names."""
+
+    endpoint: Endpoint
+    health_path: str
+    metrics: Metrics
+
+
+def drain_api(fleet: Fleet, head: Rank) -> DrainApi:
+    """What a drain reads of rank 0, from the profile file of the engine it runs."""
+    inventory = fleet.inventory
+    definition = load_engine(inventory.path, head.engine, inventory.vars.images)
+    port = lane_ports(inventory, definition)["http"]
+    return DrainApi(Endpoint(inventory.node(head.node), port), definition.health_path,
+                   definition.serving.metrics)
+
+
+def in_flight(api: DrainApi) -> int | None:
+    """Requests running or waiting on rank 0 (drain_api), from its own /metrics (None when
+    its engine file's gauges cannot be read there)."""
+    endpoint, metrics = api.endpoint, api.metrics
     try:
         status, body = endpoint.get("/metrics", timeout=3.0)
     except HeadError:
@@ -74,8 +93,9 @@ def drain_head(fleet: Fleet, head: Rank, *, budget_s: int | None = None,
     exits, or budget_s (the inventory's drain_budget_s) passes; the Drain."""
     budget = fleet.inventory.vars.drain_budget_s if budget_s is None else budget_s
     drain = Drain(budget)
-    endpoint, health_path, _ = _head_api(fleet, head)
-    drain.in_flight = in_flight(fleet, head)
+    api = drain_api(fleet, head)
+    endpoint, health_path = api.endpoint, api.health_path
+    drain.in_flight = in_flight(api)
     began = time.monotonic()
     try:
         docker = fleet.docker(head.node)
@@ -100,7 +120,7 @@ def drain_head(fleet: Fleet, head: Rank, *, budget_s: int | None = None,
             drain.ended = "exited"
             drain.left = 0 if drain.left is None or within else drain.left
             break
-        drain.left = in_flight(fleet, head)
+        drain.left = in_flight(api)
         if drain.left == 0:
             drain.ended = "drained"
             break
@@ -112,11 +132,3 @@ def drain_head(fleet: Fleet, head: Rank, *, budget_s: int | None = None,
     on_event(drain.describe())
     return drain
 
-
-def _head_api(fleet: Fleet, head: Rank):
-    """(rank 0's endpoint, its health path, its engine file's metrics)."""
-    inventory = fleet.inventory
-    definition = load_engine(inventory.path, head.engine, inventory.vars.images)
-    port = lane_ports(inventory, definition)["http"]
-    metrics = engine_serving(inventory.path, head.engine).metrics
-    return Endpoint(inventory.node(head.node), port), definition.health_path, metrics

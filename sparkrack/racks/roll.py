@@ -26,7 +26,7 @@ from sparkrack.engines import load_engine
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
 from sparkrack.lifecycle import lanes
-from sparkrack.lifecycle.drain import in_flight
+from sparkrack.lifecycle.drain import drain_api, in_flight
 from sparkrack.oplock.audit import note
 from sparkrack.racks.capacity import Lane, Verdict, decide
 from sparkrack.racks.fleetfile import Fleet as FleetFile
@@ -225,10 +225,11 @@ def drain_rack(work: Work, inventory: Inventory, url: str, report: RackReport) -
     budget = work.fleet.drain_budget_s
     with Fleet(inventory, [inventory.head]) as fleet:
         head = running(fleet, [inventory.head]).head
-        first = left = in_flight(fleet, head) if head is not None else 0
+        api = drain_api(fleet, head) if head is not None else None
+        first = left = in_flight(api) if api is not None else 0
         while left and time.monotonic() - began < budget:
             time.sleep(0.2)
-            left = in_flight(fleet, head)
+            left = in_flight(api)
     report.drained = first
     report.steps["drain"] = time.monotonic() - began
     note(fleet_drain={"router": work.router.where, "url": url, "in_flight": first,

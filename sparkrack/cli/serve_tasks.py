@@ -30,18 +30,18 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline
 
     Changes nothing. The environment is read from each node's env files (one round trip,
     read-only); a node that does not answer shows the inventory's view. Secrets show as ***."""
-    from sparkrack.engines import build_specs, docker_run_argv, load_engine
+    from sparkrack.engines import docker_run_argv, lane_specs, resolve_lane
     from sparkrack.engines.option_names import checked_against
     from sparkrack.provision.envfiles import rack_view
 
     rack = inventory_from(inventory)
-    definition = load_engine(rack.path, engine, rack.vars.images)
-    key = definition.image_key
-    checked = checked_against(definition.version, definition.options)
-    view = rack_view(rack, key, offline=offline)
-    specs = build_specs(rack, engine, profile, node_env=view.envs)
-    specs = build_specs(rack, engine, profile, node_env=view.envs,
-                        cache=_cache_key(rack, specs[0].image, offline))
+    lane = resolve_lane(rack, engine, profile)  # the profile file read once (engines/lane.py)
+    definition, chosen = lane.definition, lane.profile
+    checked = checked_against(lane.version, lane.options)
+    view = rack_view(rack, lane.image_key, offline=offline)
+    specs = lane_specs(rack, lane, node_env=view.envs)
+    specs = lane_specs(rack, lane, node_env=view.envs,
+                       cache=_cache_key(rack, specs[0].image, offline))
     head = specs[0]
     if head.experimental:
         console.say(f"warning: {engine} profile '{profile}' is experimental: {head.note}")
@@ -54,7 +54,6 @@ def plan(c, engine, profile=DEFAULT_PROFILE, inventory=None, json=False, offline
             "ranks": [{**spec.as_dict(), "docker_run": shlex.join(docker_run_argv(spec))}
                       for spec in specs]})
         return
-    chosen = definition.profile(profile)
     print(f"# {engine} {profile}: {chosen.description}")
     print(f"# image {head.image}, context {definition.setting(chosen, 'context_length')}, "
           f"KV {definition.setting(chosen, 'kv_cache_dtype')}, {len(specs)} ranks")

@@ -1,6 +1,7 @@
 """The engine resolved once (issue 55, item 1): one `invoke up` reads the engine's profile
-file once, and so does a roll's restore of the last good deployment; everything below the
-lane (gates, launch specs, rules, memory gate, readiness, the URL) reads the lane.
+file once, and so do a roll's restore of the last good deployment and `invoke plan`;
+everything below the lane (gates, launch specs, rules, memory gate, readiness, the URL)
+reads the lane.
 
 No rack: the fleet, docker, the burn and rank 0's endpoints are stand-ins; the gates, the
 specs, the rules, the start and the CLI's `start_lane` are the real code."""
@@ -127,4 +128,13 @@ def test_a_restore_reads_the_last_good_lane_s_profile_once(profile_reads):
         back = lanes.restore(fleet, profile_reads.inventory, last, serve_tasks.run_burn, None,
                              lambda p: None, lambda e: None)
     assert (back.engine, back.profile, back.image) == ("vllm", "512k", last.image)
+    assert profile_reads.reads == ["vllm.yml"]
+
+
+def test_plan_reads_the_engine_profile_once(profile_reads, capsys):
+    from invoke import Collection, Program
+
+    Program(namespace=Collection.from_module(serve_tasks)).run(
+        ["invoke", "plan", "--engine", "vllm", "--offline"], exit=False)
+    assert capsys.readouterr().out.count("docker run") == 8
     assert profile_reads.reads == ["vllm.yml"]

@@ -1,8 +1,8 @@
 """`export_lws`: an engine lane as a LeaderWorkerSet and a Service for its leader's API.
 
-The lane is what `invoke plan` would start, checked as `invoke check` checks it: the same
-`check_profile` refuses the same profiles, and the pods run the same `build_specs` argv and
-env. One LWS group is the TP group: size = the number of ranks, the leader is rank 0 (it
+The lane is what `invoke plan` would start (its profile file read once: engines/lane.py),
+checked as `invoke check` checks it: the same rules (`check_lane`) refuse the same profiles,
+and the pods run the same launch specs' argv and env. One LWS group is the TP group: size = the number of ranks, the leader is rank 0 (it
 serves the API and hosts the rendezvous), the workers are the other ranks, and the group is
 recreated as a whole when one of its pods restarts (RecreateGroupOnPodRestart), as
 `invoke watch` stops or restarts the whole group when one rank is lost. Beside them: the
@@ -24,8 +24,8 @@ from sparkrack.engines import (
     LABEL_PROFILE,
     LABEL_SPEC_HASH,
     LaunchSpec,
-    build_specs,
-    load_engine,
+    lane_specs,
+    resolve_lane,
     template_values,
 )
 from sparkrack.export.access import export_access
@@ -40,7 +40,7 @@ from sparkrack.export.pods import pod_template
 from sparkrack.export.scripts import scripts_config_map
 from sparkrack.export.secrets import secret_files
 from sparkrack.inventory import Inventory
-from sparkrack.rules import CheckReport, check_profile
+from sparkrack.rules import CheckReport, check_lane
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 ANNOTATION_ENGINE_VERSION = "sparkrack.engine-version"  # the option table the flags passed
@@ -100,21 +100,20 @@ def export_lws(inventory: Inventory, engine: str, profile: str, *, name: str | N
     ranks differ in more than their rank (a per-node env value, say), which one worker
     template cannot express. Contacts nothing; secrets come only from Secret secret_name.
     """
-    report = check_profile(inventory, engine, profile)
+    lane = resolve_lane(inventory, engine, profile)
+    report = check_lane(inventory, lane)
     if report.blocking:
         raise ProfileRefused(report)
     name = _checked_name(name or default_name(engine, profile), "--name")
     secret_name = _checked_name(secret_name or default_secret_name(engine), "--secret")
-    definition = load_engine(inventory.path, engine, inventory.vars.images)
-    specs = build_specs(inventory, engine, profile)
-    specs = build_specs(inventory, engine, profile,
-                        cache=cache_key(specs[0].image, (s.node for s in specs)))
+    definition = lane.definition
+    specs = lane_specs(inventory, lane)
+    specs = lane_specs(inventory, lane, cache=cache_key(specs[0].image, (s.node for s in specs)))
     if len(specs) < 2:
         raise UsageError(f"a LeaderWorkerSet needs a leader and a worker, and the inventory "
                          f"has {len(specs)} rank", fix="export a rack of two or more nodes")
-    lane = definition.profile(profile)
     argvs = [group_argv(spec, definition, template_values(inventory, definition,
-                                                          inventory.node(spec.node), lane))
+                                                          inventory.node(spec.node), lane.profile))
              for spec in specs]
     _check_one_template(specs, argvs)
     head = specs[0]

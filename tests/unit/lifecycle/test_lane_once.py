@@ -1,5 +1,6 @@
 """The engine resolved once (issue 55, item 1): one `invoke up` reads the engine's profile
-file once, and so do a roll's restore of the last good deployment and `invoke plan`;
+file once, and so do a roll's restore of the last good deployment, `invoke plan` and
+`invoke export`;
 everything below the lane (gates, launch specs, rules, memory gate, readiness, the URL)
 reads the lane.
 
@@ -138,3 +139,12 @@ def test_plan_reads_the_engine_profile_once(profile_reads, capsys):
         ["invoke", "plan", "--engine", "vllm", "--offline"], exit=False)
     assert capsys.readouterr().out.count("docker run") == 8
     assert profile_reads.reads == ["vllm.yml"]
+
+
+def test_an_export_reads_the_engine_profile_once(profile_reads):
+    from sparkrack.export.lws import export_lws
+
+    exported = export_lws(profile_reads.inventory, "sglang", "512k")
+    lws = next(o for o in exported.objects if o["kind"] == "LeaderWorkerSet")
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 8
+    assert profile_reads.reads == ["sglang.yml"]

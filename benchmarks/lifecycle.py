@@ -30,7 +30,7 @@ from sparkrack.lifecycle import (
     nodelimits,  # noqa: E402
 )
 from sparkrack.rehearsal.stub.modeldir import write_stub_model  # noqa: E402
-from sparkrack.safety.burn import burn  # noqa: E402
+from sparkrack.safety import gateburn  # noqa: E402
 from sparkrack.watchdog.watch import watch_group  # noqa: E402
 
 
@@ -61,14 +61,14 @@ def main() -> int:
     parser.add_argument("--load-delay", type=float, default=2.0)
     args = parser.parse_args()
     inventory = load_inventory(Path(__file__).resolve().parent.parent / "inventory" / "rehearsal")
-    quick = lambda inv, nodes, fleet=None: burn(inv, nodes, seconds=1, fleet=fleet)  # noqa: E731
+    gateburn.SETTINGS = gateburn.BurnSettings(gate_seconds=1)  # the gates burn 1 s here
     with Fleet(inventory) as fleet:
         write_stub_model(fleet, {"load_delay_s": args.load_delay, "tokens_per_s": 50})
     lanes.down(inventory)
 
     events: list[tuple[float, str]] = []
     started = time.monotonic()
-    lanes.up(inventory, "sglang", "512k", burn=quick,
+    lanes.up(inventory, "sglang", "512k",
              on_event=lambda e: events.append((time.monotonic(), e)))
     total_up = time.monotonic() - started
     gates_done = next(t for t, e in events if e.startswith("gate power")) - started
@@ -76,10 +76,10 @@ def main() -> int:
     lanes.down(inventory)
     down = time.monotonic() - started
 
-    lanes.up(inventory, "sglang", "512k", burn=quick)
+    lanes.up(inventory, "sglang", "512k")
     result = {}
     watcher = threading.Thread(target=lambda: result.update(
-        report=watch_group(inventory, burn=quick, duration=30, interval=0.5)))
+        report=watch_group(inventory, duration=30, interval=0.5)))
     watcher.start()
     time.sleep(2)
     with Fleet(inventory, inventory.select("spark-04")) as fleet:

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sparkrack.inventory import load_inventory  # noqa: E402
 from sparkrack.lifecycle.restart import restart_rack  # noqa: E402
-from sparkrack.safety.burn import burn  # noqa: E402
+from sparkrack.safety import gateburn  # noqa: E402
 
 
 def main() -> int:
@@ -25,11 +25,11 @@ def main() -> int:
     parser.add_argument("--sizes", default="1,2,4")
     args = parser.parse_args()
     inventory = load_inventory(Path(__file__).resolve().parent.parent / "inventory" / "rehearsal")
-    quick = lambda inv, nodes, fleet=None: burn(inv, nodes, seconds=1, fleet=fleet)  # noqa: E731
+    gateburn.SETTINGS = gateburn.BurnSettings(gate_seconds=1)  # the gates burn 1 s here
     print(f"{'batch size':>10}  {'batches':>7}  {'wall s':>7}  {'s per batch':>11}  {'max down at once':>16}")
     for size in (int(s) for s in args.sizes.split(",")):
         started = time.monotonic()
-        report = restart_rack(inventory, burn=quick, batch_size=size)
+        report = restart_rack(inventory, batch_size=size)
         wall = time.monotonic() - started
         windows = [(r.requested, r.back) for batch in report.batches for r in batch]
         most = max(sum(a <= t < b for a, b in windows) for t, _ in windows)

@@ -36,7 +36,7 @@ from sparkrack.fleet import Fleet  # noqa: E402
 from sparkrack.inventory import load_inventory  # noqa: E402
 from sparkrack.lifecycle import lanes  # noqa: E402
 from sparkrack.rehearsal.stub.modeldir import write_stub_model  # noqa: E402
-from sparkrack.safety.burn import burn  # noqa: E402
+from sparkrack.safety import gateburn  # noqa: E402
 from sparkrack.watchdog.watch import (  # noqa: E402
     GroupWatch,
     sample_nodes,
@@ -48,8 +48,7 @@ BASE = {"load_delay_s": 0.5, "tokens_per_s": 50}
 WEDGE = {**BASE, "ranks": {"3": {"wedge_above_tokens": 400}}}
 
 
-def quick_burn(inventory, nodes, fleet=None):
-    return burn(inventory, nodes, seconds=1, fleet=fleet)
+gateburn.SETTINGS = gateburn.BurnSettings(gate_seconds=1)  # the gates burn 1 s here
 
 
 def with_budget(budget: int, folder: Path):
@@ -80,7 +79,7 @@ def median_ms(samples) -> float:
 def poll_cost(inventory, polls: int) -> dict[str, float]:
     """Median ms of one poll without and with the progress check, and of the nodes' round
     trip without and with the GPU reading."""
-    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k")
     head = build_specs(inventory, "vllm", "512k")[0]
     with Fleet(inventory) as fleet:
         ranks = running(fleet).alive
@@ -108,7 +107,7 @@ def poll_cost(inventory, polls: int) -> dict[str, float]:
 
 def detection(inventory) -> tuple[float, str]:
     """Seconds from the long prompt to the watch's verdict, and the verdict."""
-    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k")
     events, result = [], {}
     started = threading.Event()
 
@@ -116,7 +115,7 @@ def detection(inventory) -> tuple[float, str]:
         events.append((time.monotonic(), line))
         started.set()
     watcher = threading.Thread(target=lambda: result.update(report=watch_group(
-        inventory, burn=quick_burn, duration=inventory.vars.watchdog_stall_budget_s + 120,
+        inventory, duration=inventory.vars.watchdog_stall_budget_s + 120,
         on_event=on_event)))
     watcher.start()
     started.wait(60)
@@ -130,7 +129,7 @@ def detection(inventory) -> tuple[float, str]:
 
 def engine_watchdog(inventory) -> float:
     """Seconds from the long prompt to every rank exited, with nobody watching."""
-    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k")
     sent = time.monotonic()
     long_prompt(inventory)
     with Fleet(inventory) as fleet:

@@ -39,15 +39,14 @@ from sparkrack.rehearsal.stub.modeldir import write_stub_model  # noqa: E402
 from sparkrack.rehearsal.stubimage import build_stub_images  # noqa: E402
 from sparkrack.rehearsal.stubversions import VERSIONS, write_parser_sources  # noqa: E402
 from sparkrack.rules import check_profile  # noqa: E402
-from sparkrack.safety.burn import burn  # noqa: E402
+from sparkrack.safety import gateburn  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 NEW = "lmsysorg/sglang:v0.5.23-cu130"
 STUB = {"load_delay_s": 0.5, "tokens_per_s": 50}
 
 
-def quick_burn(inventory, nodes, fleet=None):
-    return burn(inventory, nodes, seconds=1, fleet=fleet)
+gateburn.SETTINGS = gateburn.BurnSettings(gate_seconds=1)  # the gates burn 1 s here
 
 
 def upgraded(work: Path):
@@ -96,7 +95,7 @@ def main() -> None:
 
         with Fleet(rehearsal) as fleet:
             write_stub_model(fleet, STUB)
-        lanes.up(rehearsal, "sglang", "512k", burn=quick_burn)
+        lanes.up(rehearsal, "sglang", "512k")
         try:
             started = time.monotonic()
             try:
@@ -114,7 +113,7 @@ def main() -> None:
             table.write_text(old.replace("#: version 0.5.22", f"#: version 0.5.23\n#: image {NEW}"))
             started = time.monotonic()
             try:
-                lanes.roll(inventory, "sglang", "512k", burn=quick_burn)
+                lanes.roll(inventory, "sglang", "512k")
                 outcome = "rolled (unexpected)"
             except SparkrackError as error:
                 outcome = error.line().splitlines()[0][:110]

@@ -26,13 +26,12 @@ from sparkrack.inventory import load_inventory  # noqa: E402
 from sparkrack.lifecycle import lanes  # noqa: E402
 from sparkrack.lifecycle.cachefolders import list_folders, remove_folders  # noqa: E402
 from sparkrack.rehearsal.stub.modeldir import write_stub_model  # noqa: E402
-from sparkrack.safety.burn import burn  # noqa: E402
+from sparkrack.safety import gateburn  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def quick_burn(inventory, nodes, fleet=None):
-    return burn(inventory, nodes, seconds=1, fleet=fleet)
+gateburn.SETTINGS = gateburn.BurnSettings(gate_seconds=1)  # the gates burn 1 s here
 
 
 def forget(inventory, engine: str) -> int:
@@ -51,7 +50,7 @@ def start(inventory, engine: str, profile: str) -> tuple[float, float, list[str]
     """(up's wall seconds, its ready phase, what it said of the caches); then down."""
     said: list[str] = []
     began = time.monotonic()
-    deployment = lanes.up(inventory, engine, profile, burn=quick_burn,
+    deployment = lanes.up(inventory, engine, profile,
                           on_event=lambda line: said.append(line))
     wall = time.monotonic() - began
     lanes.down(inventory)

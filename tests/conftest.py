@@ -60,6 +60,21 @@ def ctrl_c_as_a_terminal_sends_it():
     yield
 
 
+@pytest.fixture
+def gate_burn(monkeypatch):
+    """The one seam of the gates' burn (sparkrack/safety/gateburn.py): gate_burn(fn) has
+    every gate of this test (up, roll, a restore, a reboot's batches, a power cycle) run
+    fn(inventory, nodes, fleet=None) instead of safety's burn; returns fn. The rack tests
+    have it set to a shorter burn (tests/integration/conftest.py)."""
+    from sparkrack.safety import gateburn
+
+    def use(fn):
+        monkeypatch.setattr(gateburn, "gate_burn", fn)
+        return fn
+
+    return use
+
+
 @pytest.fixture(scope="session")
 def rack():
     """This process's private rehearsal rack (its slot's), booted once per test run, put back

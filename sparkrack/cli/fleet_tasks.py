@@ -72,10 +72,9 @@ def roll(c, engine, profile="512k", fleet=None, json=False):
     Per rack: the others ready in the router, the rack drained through it (then its own
     in-flight count zero), `roll` with its gates, a direct smoke request, registered again,
     a soak on the router's error rate. Each rack's lock and audit log hold its part."""
-    from sparkrack.cli.power_tasks import run_burn
     from sparkrack.racks.roll import fleet_roll
 
-    _said(fleet_roll(fleet_from(fleet), engine, profile, burn=run_burn, on_event=console.say),
+    _said(fleet_roll(fleet_from(fleet), engine, profile, on_event=console.say),
           json, f"rolled to {engine} {profile}")
 
 
@@ -83,10 +82,9 @@ def roll(c, engine, profile="512k", fleet=None, json=False):
 @operator_task
 def up(c, engine, profile="512k", fleet=None, json=False):
     """Start each rack that serves nothing, register it, soak; one at a time."""
-    from sparkrack.cli.power_tasks import run_burn
     from sparkrack.racks.roll import fleet_up
 
-    _said(fleet_up(fleet_from(fleet), engine, profile, burn=run_burn, on_event=console.say),
+    _said(fleet_up(fleet_from(fleet), engine, profile, on_event=console.say),
           json, "serving")
 
 

@@ -77,16 +77,6 @@ def _outlet(outlet) -> str | None:
         f"on (outlet {outlet.outlet})"
 
 
-BURN_SECONDS = 1.5
-
-
-def run_burn(inventory, nodes, fleet=None):
-    """The clock-cap gate's fresh under-load check (sparkrack.safety.burn), all nodes at once."""
-    from sparkrack.safety.burn import burn
-
-    return burn(inventory, nodes, seconds=BURN_SECONDS, fleet=fleet)
-
-
 @task(help={"inventory": INVENTORY_HELP, "limit": LIMIT_HELP,
             "seconds": "how long the load runs (default 5)", "json": "print JSON", **WAIT_HELP})
 @rack_task()
@@ -97,12 +87,15 @@ def burn(c, inventory=None, limit=None, seconds=5.0, json=False):
 
     Records the verdict on each node (`invoke status` shows it). Exit 1 if any node is not
     ok."""
+    from sparkrack.inventory.ranges import number
     from sparkrack.safety.burn import burn as burn_check
+    from sparkrack.safety.gateburn import BURN_SECONDS
 
     rack = inventory_from(inventory)
     seconds = float(seconds)
-    if not 1 <= seconds <= 600:
-        raise UsageError(f"--seconds {seconds:g} out of range", fix="give 1..600")
+    if BURN_SECONDS.problem(seconds):
+        raise UsageError(f"--seconds {seconds:g} out of range",
+                         fix=f"give {number(BURN_SECONDS.low)}..{number(BURN_SECONDS.high)}")
     results = burn_check(rack, limit, seconds)
     from sparkrack.facts.node import BURN_RECORD
     from sparkrack.oplock.audit import note
@@ -138,7 +131,7 @@ def restart_rack(c, inventory=None, batch_size=None, bring_back=False):
     from sparkrack.lifecycle import restart
 
     rack = inventory_from(inventory)
-    restart.restart_rack(rack, burn=run_burn, batch_size=int(batch_size) if batch_size else None,
+    restart.restart_rack(rack, batch_size=int(batch_size) if batch_size else None,
                          bring_back=bring_back, on_event=console.say)
     console.say("restart-rack: every node rebooted and verified")
 
@@ -153,8 +146,8 @@ def reboot(c, limit, inventory=None, batch_size=None):
     from sparkrack.lifecycle import restart
 
     rack = inventory_from(inventory)
-    restart.reboot(rack, rack.select(limit), burn=run_burn,
-                   batch_size=int(batch_size) if batch_size else None, on_event=console.say)
+    restart.reboot(rack, rack.select(limit), batch_size=int(batch_size) if batch_size else None,
+                   on_event=console.say)
     console.say(f"rebooted and verified: {limit}")
 
 
@@ -186,5 +179,5 @@ def power_cycle(c, node, off_seconds=10, check=False, timeout=None, inventory=No
     if check:
         console.say("--check: nothing done")
         return
-    console.say(carry_out(rack, target, plan, burn=run_burn, on_event=console.say,
+    console.say(carry_out(rack, target, plan, on_event=console.say,
                           timeout=float(timeout) if timeout else NODE_TIMEOUT))

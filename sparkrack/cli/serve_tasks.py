@@ -11,7 +11,6 @@ from sparkrack.cli.common import (
     rack_task,
 )
 from sparkrack.cli.flags import task
-from sparkrack.cli.power_tasks import run_burn
 from sparkrack.core import console
 from sparkrack.core.errors import SparkrackError
 
@@ -192,8 +191,7 @@ def start_lane(start, said: str, engine, profile, inventory, timeout, override_p
     rack = inventory_from(inventory)
     lane = resolve_lane(rack, engine, profile)
     with console.Waiting(f"{engine} {profile}") as waiting:
-        deployment = start(rack, lane, burn=run_burn,
-                           timeout=float(timeout) if timeout else None,
+        deployment = start(rack, lane, timeout=float(timeout) if timeout else None,
                            override_power=override_power, on_progress=_progress(waiting),
                            on_event=console.say, fabric_check=bool(fabric_check),
                            allow_degraded=bool(allow_degraded))

@@ -14,7 +14,6 @@ from sparkrack.cli.common import (
     rack_task,
 )
 from sparkrack.cli.flags import task
-from sparkrack.cli.power_tasks import run_burn
 from sparkrack.core import console
 
 COLLECTION = "watch"
@@ -60,7 +59,7 @@ def watch(c, inventory=None, duration=None, restart=False, interval=1.0):
     from sparkrack.watchdog.watch import watch_group
 
     rack = inventory_from(inventory)
-    report = watch_group(rack, burn=run_burn, duration=float(duration) if duration else None,
+    report = watch_group(rack, duration=float(duration) if duration else None,
                          interval=float(interval), restart=restart, on_event=console.say)
     if report.failure:
         left = (f"; still running on nodes that did not answer: {', '.join(report.left_running)}"

@@ -29,6 +29,7 @@ from sparkrack.lifecycle.railgate import rail_line
 from sparkrack.provision.envfiles import EnvFiles
 from sparkrack.rails import check_fabric
 from sparkrack.rules import check_lane
+from sparkrack.safety import gateburn
 from sparkrack.safety.power import CapState, project_power
 from sparkrack.safety.stripcheck import measured_strip
 from sparkrack.transfer.models import gate_problems
@@ -80,7 +81,7 @@ def flag_value(spec: LaunchSpec, flag: str) -> str | None:
 
 
 def preflight(fleet: Fleet, inventory: Inventory, lane: EngineLane, *,
-              deployment_id: str, burn: Callable, replacing: str | None = None,
+              deployment_id: str, replacing: str | None = None,
               override_power: str | None = None, keep_verified: bool = False,
               phases: Phases | None = None, fabric_check: bool = False,
               meanwhile: Callable[[Preflight], None] | None = None,
@@ -90,7 +91,8 @@ def preflight(fleet: Fleet, inventory: Inventory, lane: EngineLane, *,
     built from the env files each node has (the inventory's view if they are not right:
     the env gate then refuses). `replacing` is the deployment id a roll is about to stop
     (its containers do not count as "another engine", and memory is judged after it
-    stopped). The burn runs only when every cheap gate passed; with keep_verified, only on
+    stopped). The burn (safety/gateburn.py) runs only when every cheap gate passed; with
+    keep_verified, only on
     the nodes not verified this boot. With a PDU in the inventory the strip's measured draw
 plus what the engine would add is judged too (safety/stripcheck.py). meanwhile(report), if given, runs while the burn does
     (it must not touch a GPU: `up` creates its containers there). fabric_check: measure
@@ -115,7 +117,7 @@ plus what the engine would add is judged too (safety/stripcheck.py). meanwhile(r
 
     def run_burn() -> list:
         with phases.timed("burn"):
-            return burn(inventory, to_burn, fleet=fleet) if to_burn else []
+            return gateburn.gate_burn(inventory, to_burn, fleet=fleet) if to_burn else []
 
     burned = run_burn() if meanwhile is None else alongside(run_burn, lambda: meanwhile(report))
     kept = f"; {', '.join(verified)} verified this boot, not burned again" if verified else ""

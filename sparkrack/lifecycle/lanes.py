@@ -60,13 +60,12 @@ def new_deployment_id(engine: str, profile: str) -> str:
     return f"{engine}-{profile}-{stamp}-{uuid.uuid4().hex[:4]}"
 
 
-def gated(fleet: Fleet, inventory: Inventory, lane: EngineLane, burn: Callable, *,
+def gated(fleet: Fleet, inventory: Inventory, lane: EngineLane, *,
           what: str, on_event: Callable[[str], None], **options) -> Preflight:
     """Every gate for a new deployment of the lane, said; Refused on a blocking one.
     The preflight's specs are what the deployment will run."""
     pre = preflight(fleet, inventory, lane,
-                    deployment_id=new_deployment_id(lane.engine, lane.profile.name), burn=burn,
-                    **options)
+                    deployment_id=new_deployment_id(lane.engine, lane.profile.name), **options)
     refuse_on(pre, what, on_event)
     return pre
 
@@ -159,7 +158,7 @@ def mark_failed(fleet: Fleet, inventory: Inventory, deployment: Deployment, why:
         on_event(f"could not mark deployment {deployment.deployment_id} failed: {error.line()}")
 
 
-def up(inventory: Inventory, engine: str | EngineLane, profile: str | None = None, *, burn: Callable,
+def up(inventory: Inventory, engine: str | EngineLane, profile: str | None = None, *,
        timeout=None, override_power: str | None = None,
        on_progress: Callable[[Progress], None] = lambda p: None,
        on_event: Callable[[str], None] = lambda e: None, fabric_check: bool = False,
@@ -185,7 +184,7 @@ def up(inventory: Inventory, engine: str | EngineLane, profile: str | None = Non
             except StartFailed as error:  # said once the gates are known: a refusal wins
                 failed.append(error)
 
-        pre = gated(fleet, inventory, lane, burn, what=lane.label,
+        pre = gated(fleet, inventory, lane, what=lane.label,
                     on_event=on_event, override_power=override_power, phases=phases,
                     fabric_check=fabric_check, meanwhile=get_ready,
                     allow_degraded=allow_degraded)
@@ -257,7 +256,7 @@ def wait_for_memory(fleet: Fleet, report: StopReport) -> None:
 
 
 def roll(inventory: Inventory, engine: str | EngineLane, profile: str | None = None, *,
-         burn: Callable, timeout=None, override_power: str | None = None,
+         timeout=None, override_power: str | None = None,
          on_progress: Callable[[Progress], None] = lambda p: None,
          on_event: Callable[[str], None] = lambda e: None, fabric_check: bool = False,
          allow_degraded: bool = False) -> Deployment:
@@ -269,7 +268,7 @@ def roll(inventory: Inventory, engine: str | EngineLane, profile: str | None = N
         replacing = running(fleet).deployment
         pre = preflight(fleet, inventory, lane,
                         deployment_id=new_deployment_id(lane.engine, lane.profile.name),
-                        burn=burn, replacing=replacing, override_power=override_power,
+                        replacing=replacing, override_power=override_power,
                         keep_verified=True,
                         phases=phases, fabric_check=fabric_check,
                         allow_degraded=allow_degraded)
@@ -296,7 +295,7 @@ def roll(inventory: Inventory, engine: str | EngineLane, profile: str | None = N
                 raise RollFailed(f"roll to {lane.label} failed: {failure.line()}; "
                                  "no last known-good deployment to bring back") from None
             on_event(f"roll failed; bringing back the last known-good: {last.describe()}")
-            back = restore(fleet, inventory, last, burn, timeout, on_progress, on_event)
+            back = restore(fleet, inventory, last, timeout, on_progress, on_event)
             raise RollFailed(f"roll to {lane.label} failed: {failure.line()}\n"
                              f"rolled back to the last known-good deployment: {back.describe()}") from None
 
@@ -315,7 +314,7 @@ def refresh_memory(fleet: Fleet, lane: EngineLane, pre: Preflight) -> None:
         raise Refused("memory after stopping the old deployment: " + "; ".join(problems))
 
 
-def restore(fleet: Fleet, inventory: Inventory, last: Deployment, burn, timeout, on_progress,
+def restore(fleet: Fleet, inventory: Inventory, last: Deployment, timeout, on_progress,
             on_event) -> Deployment:
     """Start the last known-good deployment again: its image (a roll that upgraded the
     engine falls back to the version that served), rebuilt from the inventory and the
@@ -324,7 +323,7 @@ def restore(fleet: Fleet, inventory: Inventory, last: Deployment, burn, timeout,
     here, with the record's image."""
     phases = Phases()
     lane = resolve_lane(inventory, last.engine, last.profile, image=last.image)
-    pre = gated(fleet, inventory, lane, burn, keep_verified=True,
+    pre = gated(fleet, inventory, lane, keep_verified=True,
                 what=f"restoring {lane.label}", on_event=on_event, phases=phases)
     if pre.specs[0].spec_hash != last.spec_hash:
         on_event(f"note: {last.engine} {last.profile} spec changed since it was last good "

@@ -29,6 +29,7 @@ from sparkrack.oplock.audit import note
 from sparkrack.oplock.lock import lease_while_down
 from sparkrack.pdu import cycle_outlet
 from sparkrack.pdu.families import family_of, refuse_unswitched
+from sparkrack.safety import gateburn
 
 OFF_SECONDS = 10  # a GB10's brick drained; APC's rPDU2 allows 5-60 s, Sentry4 5-600 s
 
@@ -82,8 +83,7 @@ def plan_cycle(inventory: Inventory, node: Node, off_seconds: int, fleet: Fleet)
     return plan
 
 
-def power_cycle(inventory: Inventory, node: Node, plan: CyclePlan, *, burn: Callable,
-                timeout: float = NODE_TIMEOUT,
+def power_cycle(inventory: Inventory, node: Node, plan: CyclePlan, *, timeout: float = NODE_TIMEOUT,
                 on_event: Callable[[str], None] = lambda e: None,
                 before_cut: Callable[[str], None] = lambda boot_id: None,
                 away: Sequence[str] = ()) -> str:
@@ -106,13 +106,13 @@ def power_cycle(inventory: Inventory, node: Node, plan: CyclePlan, *, burn: Call
             note(nodes=[node.name], power_cycled=[node.name],
                  outlets=[f"{plan.pdu}:{plan.outlet}"])
             wait_back(fleet, [node], before, plan.off_seconds + timeout, on_event)
-    return burned(inventory, node, burn)
+    return burned(inventory, node)
 
 
-def burned(inventory: Inventory, node: Node, burn: Callable) -> str:
+def burned(inventory: Inventory, node: Node) -> str:
     """A node back from its power cycle, burned: the verdict line; RebootStopped when its
     GPU is still latched (or not capped)."""
-    verdict = burn(inventory, [node])[0]
+    verdict = gateburn.gate_burn(inventory, [node])[0]
     note(burn=[f"{verdict.node}: {verdict.verdict}"])
     if not verdict.ok:
         raise RebootStopped(f"{node.name} came back but {verdict.reason}",

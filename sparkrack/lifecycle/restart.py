@@ -19,6 +19,7 @@ from sparkrack.inventory import Inventory, Node
 from sparkrack.lifecycle.lanes import Refused, down, up
 from sparkrack.oplock.audit import note
 from sparkrack.oplock.lock import lease_while_down
+from sparkrack.safety import gateburn
 from sparkrack.safety.stripcheck import measured_strip
 
 # reboot after the SSH command returned, so the caller sees a clean exit
@@ -108,7 +109,7 @@ def wait_back(fleet: Fleet, nodes: Sequence[Node], before: dict[str, str], timeo
     return back
 
 
-def reboot_nodes(inventory: Inventory, nodes: Sequence[Node], *, batch_size: int, burn: Callable,
+def reboot_nodes(inventory: Inventory, nodes: Sequence[Node], *, batch_size: int,
                  timeout: float = NODE_TIMEOUT,
                  on_event: Callable[[str], None] = lambda e: None) -> RebootReport:
     """Reboot nodes batch by batch; each batch verified (back, cap unit, burn) before the next."""
@@ -129,7 +130,7 @@ def reboot_nodes(inventory: Inventory, nodes: Sequence[Node], *, batch_size: int
                 reboots = [NodeReboot(n.name, requested) for n in batch]
                 report.batches.append(reboots)
                 back = wait_back(fleet, batch, before, timeout, on_event)
-            for burned in burn(inventory, batch):
+            for burned in gateburn.gate_burn(inventory, batch):
                 entry = next(r for r in reboots if r.node == burned.node)
                 entry.back, entry.verdict = back[burned.node], burned.verdict
                 if not burned.ok:
@@ -157,7 +158,7 @@ def strip_before_batch(inventory: Inventory, batch: Sequence[Node], number: int,
                             "power`), or reboot fewer nodes at once (--batch-size)")
 
 
-def restart_rack(inventory: Inventory, *, burn: Callable, batch_size: int | None = None,
+def restart_rack(inventory: Inventory, *, batch_size: int | None = None,
                  bring_back: bool = False,
                  on_event: Callable[[str], None] = lambda e: None) -> RebootReport:
     """Stop the engine in order, reboot every node in verified batches, and optionally bring
@@ -167,7 +168,7 @@ def restart_rack(inventory: Inventory, *, burn: Callable, batch_size: int | None
     if stopped.errors:
         raise SparkrackError("could not stop the engine cleanly: " + "; ".join(
             f"{k}: {v}" for k, v in stopped.errors.items()), fix="fix the nodes named, then retry")
-    report = reboot_nodes(inventory, inventory.nodes, burn=burn, on_event=on_event,
+    report = reboot_nodes(inventory, inventory.nodes, on_event=on_event,
                           batch_size=batch_size or inventory.vars.restart_batch_size)
     if bring_back:
         last = report.records.get("last-good")
@@ -175,12 +176,11 @@ def restart_rack(inventory: Inventory, *, burn: Callable, batch_size: int | None
             on_event("no last known-good deployment to bring back")
         else:
             on_event(f"bringing back {last.describe()}")
-            up(inventory, last.engine, last.profile, burn=burn, on_event=on_event)
+            up(inventory, last.engine, last.profile, on_event=on_event)
     return report
 
 
-def reboot(inventory: Inventory, nodes: Sequence[Node], *, burn: Callable,
-           batch_size: int | None = None,
+def reboot(inventory: Inventory, nodes: Sequence[Node], *, batch_size: int | None = None,
            on_event: Callable[[str], None] = lambda e: None) -> RebootReport:
     """Reboot some nodes in verified batches; refused while an engine runs on any of them."""
     with Fleet(inventory, nodes) as fleet:
@@ -189,5 +189,5 @@ def reboot(inventory: Inventory, nodes: Sequence[Node], *, burn: Callable,
         raise Refused(f"{alive[0].engine} {alive[0].profile} runs on {alive[0].node} (rank "
                       f"{alive[0].rank}): rebooting it would take the TP group down",
                       fix="run `invoke down` first, or `invoke restart-rack` for the whole rack")
-    return reboot_nodes(inventory, nodes, burn=burn, on_event=on_event,
+    return reboot_nodes(inventory, nodes, on_event=on_event,
                         batch_size=batch_size or inventory.vars.restart_batch_size)

@@ -68,22 +68,21 @@ class Work:
     fleet: FleetFile
     router: Router
     racks: list[Inventory]
-    burn: Callable
     on_event: Callable[[str], None]
 
     def say(self, inventory: Inventory, text: str) -> None:
         self.on_event(f"{inventory.vars.rack_name}: {text}")
 
 
-def work_of(fleet: FleetFile, burn: Callable, on_event: Callable[[str], None]) -> Work:
-    return Work(fleet, Router(fleet.router), fleet.inventories(), burn, on_event)
+def work_of(fleet: FleetFile, on_event: Callable[[str], None]) -> Work:
+    return Work(fleet, Router(fleet.router), fleet.inventories(), on_event)
 
 
-def fleet_roll(fleet: FleetFile, engine: str, profile: str, *, burn: Callable,
+def fleet_roll(fleet: FleetFile, engine: str, profile: str, *,
                on_event: Callable[[str], None] = lambda e: None) -> list[RackReport]:
     """Roll every rack of the fleet to engine's profile, one at a time; FleetStopped naming
     the rack where it stopped."""
-    work = work_of(fleet, burn, on_event)
+    work = work_of(fleet, on_event)
     reports = []
     for inventory in work.racks:
         verdict = check_others(work, inventory)
@@ -96,11 +95,11 @@ def fleet_roll(fleet: FleetFile, engine: str, profile: str, *, burn: Callable,
     return reports
 
 
-def fleet_up(fleet: FleetFile, engine: str, profile: str, *, burn: Callable,
+def fleet_up(fleet: FleetFile, engine: str, profile: str, *,
              on_event: Callable[[str], None] = lambda e: None) -> list[RackReport]:
     """Start engine's profile on every rack that serves nothing, one at a time: up, smoke,
     register, soak (a rack already serving is only registered)."""
-    work = work_of(fleet, burn, on_event)
+    work = work_of(fleet, on_event)
     reports = []
     for inventory in work.racks:
         report = RackReport(inventory.vars.rack_name)
@@ -109,7 +108,7 @@ def fleet_up(fleet: FleetFile, engine: str, profile: str, *, burn: Callable,
             url, serving = _api(inventory)
             if url is None:
                 began = time.monotonic()
-                lanes.up(inventory, engine, profile, burn=burn, on_event=on_event)
+                lanes.up(inventory, engine, profile, on_event=on_event)
                 report.steps["up"] = time.monotonic() - began
                 url, serving = _api(inventory)
             serve_again(work, inventory, report, url)
@@ -194,7 +193,7 @@ def roll_rack(work: Work, inventory: Inventory, engine: str, profile: str) -> Ra
     drain_rack(work, inventory, url, report)
     began = time.monotonic()
     try:
-        lanes.roll(inventory, engine, profile, burn=work.burn, on_event=work.on_event)
+        lanes.roll(inventory, engine, profile, on_event=work.on_event)
     except (lanes.RollFailed, lanes.Refused) as failure:  # it serves the last good again
         report.steps["roll"] = time.monotonic() - began
         back, serving = _api(inventory)
@@ -306,8 +305,7 @@ def put_back(work: Work, inventory: Inventory, previous: Deployment | None,
     url, _ = _api(inventory)
     if url is not None:
         work.router.drain(url)
-    lanes.roll(inventory, previous.engine, previous.profile, burn=work.burn,
-               on_event=work.on_event)
+    lanes.roll(inventory, previous.engine, previous.profile, on_event=work.on_event)
     back, report.serving = _api(inventory)
     serve_again(work, inventory, report, back, soak=False)
 

@@ -64,9 +64,9 @@ def lock_clock(cap):
     return ""
 
 
-def sample(burn, cap, load, seconds):
-    """(verdict, reason) of burn.sh running load (at most LOAD_RUNS times) while it samples."""
-    argv = ["sh", burn, str(SAMPLE_SECONDS), RECORD, SAMPLE_FIELDS, str(BUSY_SAMPLES),
+def sample(script, cap, load, seconds):
+    """(verdict, reason) of script (burn.sh) running load (at most LOAD_RUNS times) while it samples."""
+    argv = ["sh", script, str(SAMPLE_SECONDS), RECORD, SAMPLE_FIELDS, str(BUSY_SAMPLES),
             str(LOAD_RUNS), str(BUSY_PERCENT)] + list(load)
     try:
         done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -2,5 +2,6 @@
 
 - burn.py: the burn check, the proof that a cap holds (the SM clock under load), and the
   latch it catches;
+- gateburn.py: the gates' burn (one function, its length a setting in its range);
 - power.py: the rack's projected draw against the strip, from each node's cap state.
 """

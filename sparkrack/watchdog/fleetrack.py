@@ -21,7 +21,6 @@ from sparkrack.watchdog.watch import GroupWatch, stop_left_behind
 FACTS_TIMEOUT_S = 15.0  # as `invoke status`: a stuck node must not hold up the others
 STRIP_EVERY_S = 5.0  # between the PDU's readings (as the facts, for the metrics)
 STRIP_STALE_S = 20.0  # a reading older than this is none (the PDU stopped answering)
-RESTART_BURN_S = 1.5  # the clock-cap gate's under-load check when the watchdog restarts
 log = logging.getLogger("sparkrack.watchdog")
 
 
@@ -144,11 +143,6 @@ class FleetRack:
         """Start deployment's engine profile again in order: the same `up` as the operator's,
         gates included (a fresh burn, the power projection, the env files)."""
         from sparkrack.lifecycle.lanes import up
-        from sparkrack.safety.burn import burn
-
-        def quick_burn(inventory, nodes, fleet=None):
-            return burn(inventory, nodes, seconds=RESTART_BURN_S, fleet=fleet)
-
         from sparkrack.oplock import audit
         from sparkrack.oplock.guard import Guard
 
@@ -159,8 +153,7 @@ class FleetRack:
         guard.begin(wait=0)  # an operator holds the rack: no restart (LockHeld)
         try:
             with audit.active(guard.record):
-                up(self.inventory, deployment.engine, deployment.profile, burn=quick_burn,
-                   on_event=say)
+                up(self.inventory, deployment.engine, deployment.profile, on_event=say)
         except BaseException as error:
             guard.end("failed", error=str(error).splitlines()[0] if str(error) else
                       type(error).__name__, exit_code=1)

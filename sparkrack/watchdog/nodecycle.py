@@ -28,7 +28,6 @@ from sparkrack.oplock.lock import LockError, LockHeld
 from sparkrack.watchdog.cyclebook import Pending
 
 TASK = "watchdog.power-cycle"
-BURN_SECONDS = 1.5  # the burn after the boot, and the start's burn gate
 RESUME_WAIT_S = 60.0  # a resumed cycle waits at least this long for its node
 RESUME_RETRY_S = 2.0  # between its tries of a head that does not answer yet
 VOLATILE = ("tmpfs", "ramfs")  # filesystems a power cut empties
@@ -45,12 +44,6 @@ class Cycled(NamedTuple):
     done: bool = True  # False: nothing was done (the lock was held): no cycle to record
     started: bool | None = None  # the group started again (False: that failed; None: no
     #                              start was tried, the cycle itself failed or none ran)
-
-
-def quick_burn(inventory, nodes, fleet=None):
-    from sparkrack.safety.burn import burn
-
-    return burn(inventory, nodes, seconds=BURN_SECONDS, fleet=fleet)
 
 
 def cycle_node(inventory: Inventory, node: str, cause: str, deployment, *, own: str | None,
@@ -85,8 +78,8 @@ def cycle_node(inventory: Inventory, node: str, cause: str, deployment, *, own: 
                 plan = plan_cycle(inventory, target, off_seconds, fleet)
             outlet = f"{plan.pdu}:{plan.outlet}"
             away = [inventory.head.name] if node == own else []  # the lock's keeper goes too
-            line = power_cycle(inventory, target, plan, on_event=say, burn=quick_burn,
-                               before_cut=before_cut, away=away)
+            line = power_cycle(inventory, target, plan, on_event=say, before_cut=before_cut,
+                               away=away)
     except Exception as error:  # noqa: BLE001 - any failure ends the record, never the loop
         said = _line(error)
         why = f"{node}: power cycle failed: {said}"
@@ -120,7 +113,7 @@ def finish(inventory: Inventory, pending: Pending, *, say: Callable[[str], None]
             with Fleet(inventory, [target]) as fleet:
                 wait_back(fleet, [target], {pending.node: pending.boot_id},
                           max(RESUME_WAIT_S, deadline - time.time()), say)
-            line = burned(inventory, target, quick_burn)
+            line = burned(inventory, target)
     except Exception as error:  # noqa: BLE001 - any failure ends the record, never the loop
         said = _line(error)
         why = f"{pending.node}: power cycle failed: {said}"
@@ -164,7 +157,7 @@ def _start_again(inventory: Inventory, pending: Pending, guard: Guard, line: str
         with audit.active(guard.record):
             if pending.engine:
                 started = False  # until up() returns
-                restarted = up(inventory, pending.engine, pending.profile, burn=quick_burn,
+                restarted = up(inventory, pending.engine, pending.profile,
                                on_event=say).deployment_id
                 started = True
                 audit.note(restarted=restarted)

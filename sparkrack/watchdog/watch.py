@@ -425,7 +425,7 @@ def watch(inventory: Inventory, *, http_port: int, health_path: str, duration: f
     return report
 
 
-def watch_group(inventory: Inventory, *, burn: Callable, duration: float | None = None,
+def watch_group(inventory: Inventory, *, duration: float | None = None,
                 interval: float = 1.0, restart: bool = False,
                 on_event: Callable[[str], None] = lambda e: None):
     """Watch whatever engine runs (engine and profile read from its containers' labels)."""
@@ -440,7 +440,7 @@ def watch_group(inventory: Inventory, *, burn: Callable, duration: float | None 
     head = build_specs(inventory, engine, profile)[0]
 
     def again() -> None:
-        up(inventory, engine, profile, burn=burn, on_event=on_event)
+        up(inventory, engine, profile, on_event=on_event)
 
     return watch(inventory, http_port=head.ports["http"], health_path=head.health_path,
                  duration=duration, interval=interval, on_failure="restart" if restart else "stop",

@@ -3,12 +3,20 @@
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from stubgroup import quick_burn
 from stubload import load_stub_image
 
 from sparkrack.engines import LABEL_ENGINE
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes, nodelimits
 from sparkrack.rehearsal.stubimage import build_stub_images
+
+
+@pytest.fixture(autouse=True)
+def quick_gate_burn(gate_burn):
+    """Every rack test's gates burn rackhealth.QUICK_BURN_S (stubgroup.quick_burn) through
+    the one seam; a test that wants another burn sets its own with gate_burn."""
+    gate_burn(quick_burn)
 
 
 @pytest.fixture(scope="module")

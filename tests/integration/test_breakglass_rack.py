@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from stubgroup import nothing_runs, quick_burn
+from stubgroup import nothing_runs
 
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes
@@ -41,7 +41,7 @@ def test_break_glass_stops_the_workers_of_a_lost_head_and_records_it(engine_rack
     inventory = engine_rack
     head = inventory.head.name
     workers = [n for n in inventory.nodes if n.name != head]
-    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k")
     try:
         refused = invoke(tmp_path, "break-glass", REASON, "--yes")
         assert refused.returncode == 2, refused.stdout + refused.stderr
@@ -114,7 +114,7 @@ def test_break_glass_never_takes_a_live_head_for_gone(engine_rack, rack, tmp_pat
     is refused with its own line, exit 2, and every worker's rank still runs."""
     inventory = engine_rack
     head = inventory.head.name
-    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k")
     try:
         rack.rekey(head)
         try:

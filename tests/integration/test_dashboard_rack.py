@@ -30,7 +30,6 @@ import pytest
 from freeport import free_port
 from hosttools import need
 from localproc import running
-from stubgroup import quick_burn
 from test_watchdog_rack import Prometheus, wait_for
 
 from sparkrack.deployments.headapi import Endpoint
@@ -138,7 +137,7 @@ def test_every_dashboard_query_answers_while_the_group_serves(engine_rack, rende
     assert len(queries) >= 20, queries
     lanes.down(inventory)
     try:
-        lanes.up(inventory, engine, "512k", burn=quick_burn)
+        lanes.up(inventory, engine, "512k")
         load = Load(Endpoint(inventory.head, port, "GLM-5.3"))
         try:
             prometheus.wait(f'sparkrack_watchdog_guarding{{rack="{RACK}"}}', lambda v: v == 1,

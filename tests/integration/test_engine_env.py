@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from provision_helpers import failures
-from stubgroup import Group, nothing_runs, quick_burn
+from stubgroup import Group, nothing_runs
 
 import sparkrack.rehearsal
 from sparkrack.engineenv import parse_env
@@ -170,7 +170,7 @@ def test_a_down_hca_is_refused_by_the_gate_and_skipped_in_silence_by_nccl(clean,
     fleet, limits = stub
     rack.hca_down("spark-03", "roceP2p1s0f0")
     with pytest.raises(lanes.Refused) as refused:
-        lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+        lanes.up(inventory, "sglang", "512k")
     assert ("rails: rank 2 on spark-03 would run NCCL on 1 of 2 rails (NET/IB on "
             "rocep1s0f0:1) where the inventory gives it rocep1s0f0, roceP2p1s0f0: the port of "
             "roceP2p1s0f0 is down, and NCCL skips it without an error") in str(refused.value), \
@@ -187,7 +187,7 @@ def test_a_down_hca_is_refused_by_the_gate_and_skipped_in_silence_by_nccl(clean,
         in log, log[-2000:]
     assert "NCCL INFO Using network IB" in log
     said: list[str] = []  # up starts it only with --allow-degraded, and says so
-    deployment = lanes.up(inventory, "sglang", "512k", burn=quick_burn, allow_degraded=True,
+    deployment = lanes.up(inventory, "sglang", "512k", allow_degraded=True,
                           on_event=said.append)
     assert deployment.engine == "sglang" and len(engines_running(inventory)) == 8
     assert any(line.startswith("gate rails: warn - rank 2 on spark-03 would run NCCL on 1 of 2 "
@@ -202,7 +202,7 @@ def test_a_down_hca_is_refused_by_the_gate_and_skipped_in_silence_by_nccl(clean,
             "roceP2p1s0f0:1, rocep1s0f0:1") in shown.stdout, shown.stdout + shown.stderr
     lanes.down(inventory)
     rack.hca_down("spark-03", "roceP2p1s0f0", down=False)
-    lanes.up(inventory, "sglang", "512k", burn=quick_burn)  # the port back: it starts
+    lanes.up(inventory, "sglang", "512k")  # the port back: it starts
 
 
 def test_a_misnamed_hca_entry_is_provisioned_with_a_warning_and_serves_only_degraded(
@@ -228,7 +228,7 @@ def test_a_misnamed_hca_entry_is_provisioned_with_a_warning_and_serves_only_degr
     with Fleet(typo) as fleet:
         assert node_files(fleet)["spark-03"]["NCCL_IB_HCA"] == "rocep1s0f0,rocep2p1s0f0"
     with pytest.raises(lanes.Refused) as refused:
-        lanes.up(typo, "sglang", "512k", burn=quick_burn)
+        lanes.up(typo, "sglang", "512k")
     assert ("rails: rank 2 on spark-03 would run NCCL on 1 of 2 rails (NET/IB on rocep1s0f0:1) "
             "where the inventory gives it rocep1s0f0, rocep2p1s0f0: spark-03 has no HCA "
             "rocep2p1s0f0 (its RDMA devices: rocep1s0f0, rocep1s0f1, roceP2p1s0f0, "
@@ -237,7 +237,7 @@ def test_a_misnamed_hca_entry_is_provisioned_with_a_warning_and_serves_only_degr
             "nccl_ib_hca in host_vars/spark-03.yml") in str(refused.value), str(refused.value)
     assert engines_running(typo) == []
     said: list[str] = []
-    lanes.up(typo, "sglang", "512k", burn=quick_burn, allow_degraded=True, on_event=said.append)
+    lanes.up(typo, "sglang", "512k", allow_degraded=True, on_event=said.append)
     try:
         assert len(engines_running(typo)) == 8
         assert ("NCCL runs degraded, started anyway (--allow-degraded): rank 2 on spark-03 runs "
@@ -259,7 +259,7 @@ def test_a_node_cabled_on_the_other_port_is_refused_until_its_host_vars_say_so(c
     host_vars/spark-04.yml and provisioned there, its rank runs on port 1."""
     rack.cable("spark-04", Cabling(port=1))
     with pytest.raises(lanes.Refused) as refused:
-        lanes.up(clean, "sglang", "512k", burn=quick_burn)
+        lanes.up(clean, "sglang", "512k")
     message = str(refused.value)
     assert ("rails: rank 3 on spark-04 would run NCCL over NET/Socket (TCP) on enp1s0f0np0 where "
             "the inventory gives it NET/IB on rocep1s0f0, roceP2p1s0f0: the ports of rocep1s0f0, "
@@ -277,7 +277,7 @@ def test_a_node_cabled_on_the_other_port_is_refused_until_its_host_vars_say_so(c
     recabled = load_inventory(copy)
     report = provision(recabled, "spark-04", roles="fabric,nccl_env")
     assert report.exit_code == 0, failures(report)
-    lanes.up(recabled, "sglang", "512k", burn=quick_burn)
+    lanes.up(recabled, "sglang", "512k")
     try:
         plan = build_specs(recabled, "sglang", "512k",
                            node_env=rack_view(recabled, "sglang").envs)
@@ -306,7 +306,7 @@ def node_kernel(inventory, node: str) -> tuple[str, str, str, str]:
 def kernel_refusal(inventory) -> str:
     """The HOST-KERNEL line of `up`'s refusal."""
     with pytest.raises(lanes.Refused) as refused:
-        lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+        lanes.up(inventory, "sglang", "512k")
     message = str(refused.value)
     assert "HOST-KERNEL: a node's host kernel breaks RDMA memory registration" in message
     return message.split("HOST-KERNEL")[1].split("\n")[0]
@@ -333,7 +333,7 @@ def test_the_kernel_rule_judges_the_kho_symptom_not_the_release(clean, rack):
         release, total, free, cmdline = node_kernel(clean, "spark-06")
         assert (release, total, free) == ("7.0.0-1019-nvidia", "0", "0")
         assert cmdline.endswith(" kho=off")
-        deployment = lanes.up(clean, "sglang", "512k", burn=quick_burn)
+        deployment = lanes.up(clean, "sglang", "512k")
         assert deployment.engine == "sglang" and len(engines_running(clean)) == 8
     finally:
         rack.kernel("spark-06", None)
@@ -349,7 +349,7 @@ def test_a_fabric_address_lost_after_a_reboot_is_refused_before_any_rank_starts(
         fleet.run(["ip", "-4", "addr", "flush", "dev", "enp1s0f0np0"]).raise_for_failures()
     try:
         with pytest.raises(lanes.Refused) as refused:
-            lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+            lanes.up(inventory, "sglang", "512k")
         message = str(refused.value)
         assert ("fabric addresses: spark-03: enp1s0f0np0 (rocep1s0f0) has no IPv4 address "
                 "(only its IPv6 link-local one), not the inventory's 10.77.3.13: "
@@ -400,13 +400,13 @@ def test_up_with_the_fabric_check_refuses_a_rail_trained_low_and_starts_on_a_fit
                                                                                        rack):
     rack.cable("spark-02", Cabling(rate_mbit=50))
     with pytest.raises(lanes.Refused) as refused:
-        lanes.up(clean, "vllm", "512k", burn=quick_burn, fabric_check=True)
+        lanes.up(clean, "vllm", "512k", fabric_check=True)
     message = str(refused.value)
     assert "fabric: spark-01 -> spark-02 on enp1s0f0np0 (rocep1s0f0): " in message, message
     assert "probably spark-02's enp1s0f0np0" in message
     assert engines_running(clean) == []
     rack.cable("spark-02", Cabling())
-    deployment = lanes.up(clean, "vllm", "512k", burn=quick_burn, fabric_check=True)
+    deployment = lanes.up(clean, "vllm", "512k", fabric_check=True)
     assert deployment.phases["fabric"] > 0
 
 
@@ -436,7 +436,7 @@ def test_the_hub_token_is_a_read_only_file_in_every_rank_never_in_docker_inspect
     try:
         assert provision(inventory, roles="engine_env",
                          environ={"HF_TOKEN": token}).exit_code == 0
-        lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+        lanes.up(inventory, "sglang", "512k")
         specs = build_specs(inventory, "sglang", "512k")
         with Fleet(inventory) as fleet:
             modes = fleet.run(["stat", "-c", "%a %U:%G %n", TOKEN_DIR, f"{TOKEN_DIR}/token"])
@@ -467,7 +467,7 @@ def test_the_hub_token_is_a_read_only_file_in_every_rank_never_in_docker_inspect
         with Fleet(inventory) as fleet:
             assert {r.exit_code for r in fleet.run(["test", "-e", f"{TOKEN_DIR}/token"])} == {1}
         with pytest.raises(StartFailed) as failed:
-            lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+            lanes.up(inventory, "sglang", "512k")
         assert "GatedRepoError: 401 Client Error." in failed.value.line()
     finally:
         lanes.down(inventory)

@@ -29,7 +29,6 @@ from fleetload import Load
 from hosttools import need
 from localproc import running
 from provision_helpers import inventory_copy
-from stubgroup import quick_burn
 from test_dashboard_rack import GRAFANA_VARIABLES, dashboard_queries
 from test_watchdog_rack import Prometheus, free_port
 
@@ -176,12 +175,12 @@ def test_a_plain_roll_of_one_rack_without_the_router_fails_requests(engine_rack,
     inventory = inventory_copy(engine_rack.path, tmp_path / "rack", api_port=9000,
                                drain_budget_s=3)
     steps = [time.monotonic()]
-    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k")
     steps.append(time.monotonic())
     load = Load(inventory.head.address, 9000, clients=CLIENTS).start()
     try:
         time.sleep(1)
-        lanes.roll(inventory, "vllm", "512k", burn=quick_burn)
+        lanes.roll(inventory, "vllm", "512k")
         steps.append(time.monotonic())
     finally:
         load.stop()
@@ -215,7 +214,7 @@ class Drains:
 
     def roll(self, fleet, engine: str, profile: str = "512k") -> list[dict]:
         """fleet.roll, watched; FleetStopped as it raises it (every rack on its old engine)."""
-        reports = fleet_roll(fleet, engine, profile, burn=quick_burn, on_event=self)
+        reports = fleet_roll(fleet, engine, profile, on_event=self)
         self.engine = engine
         return [report.as_dict() for report in reports]
 

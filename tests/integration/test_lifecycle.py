@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from stubgroup import Lines, nothing_runs, quick_burn
+from stubgroup import Lines, nothing_runs
 
 from sparkrack.data import shipped
 from sparkrack.deployments.record import read as read_records
@@ -66,7 +66,7 @@ def docker_events(inventory, since: float, until: float,
 def test_up_runs_the_exact_profile_in_order_and_down_leaves_nothing(clean):
     inventory = clean
     t0 = time.time()
-    deployment = lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+    deployment = lanes.up(inventory, "sglang", "512k")
     specs = build_specs(inventory, "sglang", "512k")
     with Fleet(inventory) as fleet:
         for spec in specs:
@@ -83,7 +83,7 @@ def test_up_runs_the_exact_profile_in_order_and_down_leaves_nothing(clean):
         records = read_records(fleet, inventory)
     assert records["last-good"].deployment_id == deployment.deployment_id
     with pytest.raises(lanes.Refused) as refused:  # one engine at a time
-        lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+        lanes.up(inventory, "vllm", "512k")
     assert "no other engine: sglang 512k rank 0 runs on spark-01" in refused.value.line()
     assert "MemAvailable" not in refused.value.line()  # held by that engine: not a second reason
     report = lanes.down(inventory)
@@ -132,7 +132,7 @@ def test_a_worker_killed_during_load_fails_up_fast_and_leaves_nothing(clean):
     try:
         killer.start()
         with pytest.raises(StartFailed) as failure:
-            lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+            lanes.up(inventory, "sglang", "512k")
         failed_at = time.monotonic()
         killer.join()
     finally:
@@ -158,13 +158,13 @@ def broken_inventory(tmp_path) -> Path:
 
 def test_roll_vllm_to_sglang_and_a_broken_roll_falls_back(clean, tmp_path):
     inventory = load_inventory(broken_inventory(tmp_path))
-    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k")
     with pytest.raises(lanes.RollFailed) as failure:  # across engines, back to the old one
-        lanes.roll(inventory, "sglang", "broken", burn=quick_burn)
+        lanes.roll(inventory, "sglang", "broken")
     assert "rolled back to the last known-good deployment: vllm 512k" in failure.value.line()
     running = nothing_runs(inventory)
     assert {(r.engine, r.profile) for r in running} == {("vllm", "512k")} and all(r.alive for r in running)
-    rolled = lanes.roll(inventory, "sglang", "512k", burn=quick_burn)
+    rolled = lanes.roll(inventory, "sglang", "512k")
     assert rolled.engine == "sglang"
     running = nothing_runs(inventory)
     assert {r.engine for r in running} == {"sglang"} and len(running) == 8 and all(r.alive for r in running)
@@ -177,7 +177,7 @@ def test_down_drains_rank_0_first_and_audits_what_it_drained(clean, tmp_path):
     from sparkrack.deployments.headapi import Endpoint
 
     inventory = clean
-    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k")
     head = Endpoint(inventory.head, 8000, "GLM-5.3")
     streamed: dict = {}
     reader = threading.Thread(target=lambda: streamed.update(result=head.stream_chat(
@@ -225,17 +225,17 @@ def test_a_roll_between_lanes_keeps_the_racks_api_port(clean, tmp_path):
         assert json.loads(status.stdout)["api"] == f"http://{inventory.head.address}:9000/v1"
         return api.get_json("/v1/models")["data"][0]["owned_by"]
 
-    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k")
     assert serving() == "sglang"
     assert Endpoint(inventory.head, 30000).status("/health") is None  # not the engine's own
-    lanes.roll(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.roll(inventory, "vllm", "512k")
     assert serving() == "vllm"
     assert api.chat([{"role": "user", "content": "one two"}], 3)["choices"]
 
 
 def test_watch_stops_the_group_when_a_node_is_cut(clean, rack):
     inventory = clean
-    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k")
     result, events, watching, broken = {}, [], threading.Event(), threading.Event()
 
     def on_event(line):
@@ -243,7 +243,7 @@ def test_watch_stops_the_group_when_a_node_is_cut(clean, rack):
         (broken if line.startswith("group broken") else watching).set()
 
     def run_watch():
-        result["report"] = watch_group(inventory, burn=quick_burn, duration=120,
+        result["report"] = watch_group(inventory, duration=120,
                                        interval=0.5, on_event=on_event)
 
     watcher = threading.Thread(target=run_watch)
@@ -298,13 +298,13 @@ def test_up_refuses_an_uncapped_node_and_names_it(clean):
         fleet.run(["nvidia-smi", "-rgc"]).raise_for_failures()
         try:
             with pytest.raises(lanes.Refused) as refused:
-                lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+                lanes.up(inventory, "sglang", "512k")
         finally:
             fleet.run(["nvidia-smi", "-lgc", f"0,{inventory.vars.clock_cap_mhz}"]).raise_for_failures()
     assert "clock cap: spark-03" in refused.value.line()
     assert "power:" in refused.value.line() and "spark-03 uncapped" in refused.value.line()
     assert nothing_runs(inventory) == []
-    lanes.up(inventory, "sglang", "512k", burn=quick_burn)  # starts once the cap is back
+    lanes.up(inventory, "sglang", "512k")  # starts once the cap is back
 
 
 @pytest.mark.parametrize("budget, warns", [("0.2", True), ("0.01", False)])
@@ -332,7 +332,7 @@ def test_watch_warns_about_the_indexer_ratchet_only_without_the_budget(clean, tm
         try:
             start_group(fleet, inventory, specs, serving=lane.serving)
             watcher = threading.Thread(target=lambda: result.update(report=watch_group(
-                inventory, burn=quick_burn, duration=16, interval=0.5)))
+                inventory, duration=16, interval=0.5)))
             watcher.start()
             time.sleep(1.5)
             for words in (2000, 4000, 8000, 16000):
@@ -373,7 +373,7 @@ def test_a_node_lost_during_load_fails_up_fast_and_the_rest_is_stopped(clean, ra
     try:
         cutter.start()
         with pytest.raises(NodeLost) as lost:
-            lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+            lanes.up(inventory, "sglang", "512k")
         failed_at = time.monotonic()
         cutter.join()
     finally:
@@ -392,7 +392,7 @@ def test_down_with_a_cut_node_ends_in_seconds_and_a_later_down_clears_its_rank(c
     took 120 s more: spark-05's worker, cut off from its rank 0, ignored SIGTERM to the end
     of its stop timeout)."""
     inventory = clean
-    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k")
     rack.cut("spark-05")
     try:
         started = time.monotonic()

@@ -213,7 +213,7 @@ def test_a_changed_host_key_is_refused(extras, tmp_path):
     assert files_of(inv_dir) == before
 
 
-def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path):
+def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path, gate_burn):
     from sparkrack.deployments import record
     from sparkrack.deployments.ranks import engine_containers
     from sparkrack.lifecycle import lanes
@@ -265,7 +265,8 @@ def test_replace_spark05_takes_its_rank_and_up_forms_the_group(extras, tmp_path)
                               f"{MODEL}/{CONFIG_NAME}", 0o644)]}).raise_for_failures()
         before = record.read(fleet, copy)
     try:
-        deployment = lanes.up(copy, "sglang", "512k", burn=quiet_burn, timeout=240)
+        gate_burn(quiet_burn)
+        deployment = lanes.up(copy, "sglang", "512k", timeout=240)
     except lanes.Refused as refused:
         if "no other engine" in str(refused):
             pytest.skip(f"the rack became busy: {refused}")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from provision_helpers import inventory_copy
-from stubgroup import nothing_runs, quick_burn
+from stubgroup import nothing_runs
 
 from sparkrack.lifecycle.lanes import down, up
 from sparkrack.lifecycle.restart import RebootStopped, restart_rack
@@ -101,12 +101,12 @@ def test_power_and_up_and_restart_count_what_else_the_strip_feeds(engine_rack, r
     pdu.plug_load(engine_rack.vars.pdu, 10, 900)  # a batch's burn would pass it too
     before = {n.name: len(nodeproc.boot_times(n)) for n in rack.nodes}
     with pytest.raises(RebootStopped, match=r"batch 1: measured .* > 1,440 W strip: not rebooted"):
-        restart_rack(engine_rack, burn=quick_burn, batch_size=2)
+        restart_rack(engine_rack, batch_size=2)
     assert {n.name: len(nodeproc.boot_times(n)) for n in rack.nodes} == before
 
 
 def test_a_latched_node_is_power_cycled_and_serves_again(engine_rack, rack):
-    up(engine_rack, "sglang", "512k", burn=quick_burn)
+    up(engine_rack, "sglang", "512k")
     rack.latch("spark-03")  # while it serves (a reboot keeps it: test_restart.py)
     boots = len(nodeproc.boot_times(rack.node("spark-03")))
     planned = invoke("power-cycle", "-n", "spark-03", "--check")
@@ -128,7 +128,7 @@ def test_a_latched_node_is_power_cycled_and_serves_again(engine_rack, rack):
     record = json.loads(log.stdout)[-1]
     assert record["outcome"] == "ok" and record["changed"]["power_cycled"] == ["spark-03"]
     assert record["changed"]["outlets"] == ["rehearsal-pdu:3"]
-    up(engine_rack, "sglang", "512k", burn=quick_burn)  # serves again
+    up(engine_rack, "sglang", "512k")  # serves again
     down(engine_rack)
 
 

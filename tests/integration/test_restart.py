@@ -1,7 +1,6 @@
 """Power-safe restarts on the rehearsal rack: batches, verification, a latched GPU stops it."""
 
 import pytest
-from stubgroup import quick_burn
 
 from sparkrack.lifecycle.restart import RebootStopped, restart_rack
 from sparkrack.rehearsal import nodeproc
@@ -16,7 +15,7 @@ def boots(rack) -> dict[str, list[int]]:
 def test_restart_rack_in_batches_of_two(engine_rack, rack):
     inventory = engine_rack
     before = boots(rack)
-    report = restart_rack(inventory, burn=quick_burn, batch_size=2)
+    report = restart_rack(inventory, batch_size=2)
     after = boots(rack)
     assert all(len(after[n]) == len(before[n]) + 1 for n in after)  # every node rebooted once
     assert [[r.node for r in batch] for batch in report.batches] == [
@@ -36,7 +35,7 @@ def test_a_latched_gpu_stops_the_sequence_at_its_batch(engine_rack, rack):
     before = boots(rack)
     try:
         with pytest.raises(RebootStopped) as stopped:
-            restart_rack(inventory, burn=quick_burn, batch_size=2)
+            restart_rack(inventory, batch_size=2)
     finally:
         rack.poweroff("spark-05")  # only a full power removal clears the latch
         rack.poweron("spark-05")

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from stubgroup import nothing_runs, quick_burn
+from stubgroup import nothing_runs
 
 from sparkrack.fleet import Fleet
 from sparkrack.lifecycle import lanes
@@ -150,7 +150,7 @@ def broken_at_spaces(screen: list[str], opening: str, width: int) -> bool:
 def serving(engine_rack):
     """SGLang serving on the rehearsal rack (the stub engines); nothing runs afterwards."""
     lanes.down(engine_rack)
-    lanes.up(engine_rack, "sglang", "512k", burn=quick_burn)
+    lanes.up(engine_rack, "sglang", "512k")
     yield engine_rack
     lanes.down(engine_rack)
 

@@ -144,7 +144,7 @@ def test_a_killed_holder_of_this_machine_loses_the_lock_at_once(operator):
 
 
 def test_a_node_cut_during_the_burn_gate_is_named_within_10_s(operator, engine_rack, rack,
-                                                               monkeypatch):
+                                                               monkeypatch, gate_burn):
     """The burn gate runs a 10 s burn; spark-05's cable is pulled 2 s into it. spark-05 must
     be named lost within 10 s of the cut (the operator reads it at once: events.node_lost),
     and the gate then refuses it as unreachable while the other nodes finish their burn."""
@@ -164,6 +164,7 @@ def test_a_node_cut_during_the_burn_gate_is_named_within_10_s(operator, engine_r
 
     events.on_node_lost(heard)
 
+    @gate_burn
     def burn_then_cut(inventory, nodes, fleet=None):
         def cut():
             rack.cut("spark-05")
@@ -179,8 +180,7 @@ def test_a_node_cut_during_the_burn_gate_is_named_within_10_s(operator, engine_r
     events: list[str] = []
     try:
         with pytest.raises(lanes.Refused) as refused:
-            lanes.up(engine_rack, "sglang", "512k", burn=burn_then_cut,
-                     on_event=events.append)
+            lanes.up(engine_rack, "sglang", "512k", on_event=events.append)
     finally:
         rack.heal("spark-05")
     named = when["lost"] - when["cut"]

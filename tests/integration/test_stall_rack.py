@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 from provision_helpers import inventory_copy
-from stubgroup import nothing_runs, quick_burn
+from stubgroup import nothing_runs
 
 from sparkrack.deployments.headapi import Endpoint
 from sparkrack.engines import build_specs
@@ -58,7 +58,7 @@ def watching(inventory, duration: float):
         (broken if line.startswith("group broken") else started).set()
 
     thread = threading.Thread(target=lambda: result.update(report=watch_group(
-        inventory, burn=quick_burn, duration=duration, interval=1.0, on_event=on_event)))
+        inventory, duration=duration, interval=1.0, on_event=on_event)))
     thread.start()
     assert started.wait(60), events
     return thread, result, events, broken
@@ -174,7 +174,7 @@ def test_a_rank_frozen_under_a_steady_vllm_load_is_named_within_the_default_budg
     which exited 39 s in): the stall is found from progress, rank 3 named, every rank
     stopped, in under 120 s."""
     inventory = stall_rack(None)
-    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k")
     pids = {}
 
     def freeze(fleet, spec):
@@ -208,7 +208,7 @@ def test_a_container_frozen_with_docker_pause_is_named_by_its_state_and_its_gpu(
     state and its GPU (0 %, its draw held) among its spinning peers, and stops the group
     (a paused container is stopped as any other)."""
     inventory = stall_rack(None, health_timeout_s=1)
-    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k")
 
     def freeze(fleet, spec):
         fleet.docker_client(spec.node).containers.get(spec.container_name).pause()
@@ -243,7 +243,7 @@ def test_a_collective_that_never_completes_is_found_from_progress(stall_rack, ra
     with the inventory's default stall budget, the group stopped in under 120 s."""
     budget = STALL_BUDGET_S
     inventory = stall_rack(None)
-    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k")
     nodes = [n.name for n in inventory.nodes] if every else ["spark-04"]
     load = None
     try:
@@ -296,7 +296,7 @@ def test_a_fabric_that_drops_nccls_writes_stops_the_group_blaming_no_single_rank
     blamed, before NCCL's own retry window (~34 s) ends it."""
     budget = 6
     inventory = stall_rack(budget)
-    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k")
     load = SteadyLoad(inventory)
     try:
         thread, result, events, broken = watching(inventory, duration=budget + 50)
@@ -330,7 +330,7 @@ def test_a_wedged_rank_is_named_and_its_group_stopped(stall_rack):
     budget = 8
     inventory = stall_rack(budget, ranks={"3": {"wedge_above_tokens": WEDGE_ABOVE}},
                            health_timeout_s=1)
-    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k")
     thread, result, events, broken = watching(inventory, duration=budget + 60)
     wedged_at = time.monotonic()
     send(inventory, LONG_PROMPT)
@@ -364,7 +364,7 @@ def test_a_long_prefill_and_an_idle_engine_are_not_stalls(stall_rack):
     then the answer: no failure."""
     prompt = 3 * 8192
     inventory = stall_rack(4, prefill_tokens_per_s=prompt / 6)
-    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k")
     thread, result, events, broken = watching(inventory, duration=18)
     time.sleep(5)
     asked = send(inventory, prompt, max_tokens=4)
@@ -386,7 +386,7 @@ def test_a_firmware_power_limit_on_one_node_fires_the_slow_rack_alert_naming_it(
     on (a slow rack is said, not stopped)."""
     slow_for = 15
     inventory = stall_rack(None, {"watchdog_slow_percent": 25, "watchdog_slow_for_s": slow_for})
-    lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+    lanes.up(inventory, "vllm", "512k")
     load = SteadyLoad(inventory)
     try:
         thread, result, events, broken = watching(inventory, duration=150)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from stubgroup import nothing_runs, quick_burn
+from stubgroup import nothing_runs
 
 from sparkrack.fleet import Fleet
 from sparkrack.inventory import load_inventory
@@ -52,7 +52,7 @@ def test_a_switch_left_at_1500_is_named_by_the_check_and_fails_the_first_collect
     rack.set_switch(Switch(1500))
     report = check_fabric(inventory, seconds=0.3)
     with pytest.raises(StartFailed) as failure:
-        lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+        lanes.up(inventory, "sglang", "512k")
     assert nothing_runs(inventory) == []
     frames = [p for p in report.problems if "a 9000-byte frame did not pass" in p]
     assert len(frames) == 16 * 7, report.problems  # every rail to every other node
@@ -66,7 +66,7 @@ def test_a_switch_left_at_1500_is_named_by_the_check_and_fails_the_first_collect
     rack.set_switch(Switch(9000))
     # a second of bursts: 0.3 s on a busy machine can read one rail at a fraction of its rate
     assert check_fabric(inventory, seconds=1.0).problems == []
-    lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+    lanes.up(inventory, "sglang", "512k")
 
 
 def test_a_link_on_a_breakout_reads_100g_on_its_hca_and_the_check_names_it(as_configured,
@@ -120,7 +120,7 @@ def test_nccl_over_the_management_port_provisions_and_serves_and_keeps_it_at_150
         env = on(inventory, "spark-02", ["cat", "/etc/sparkrack/nccl.env"])
         mtus = on(inventory, "spark-02", ["cat", "/sys/class/net/enP7s7/mtu",
                                           "/sys/class/net/enp1s0f0np0/mtu"]).split()
-        deployment = lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+        deployment = lanes.up(inventory, "sglang", "512k")
         lanes.down(inventory)
     finally:
         assert provision(as_configured, roles="fabric,nccl_env").exit_code == 0

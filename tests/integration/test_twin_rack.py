@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from rackhealth import LOAD_STARTUP_S
-from stubgroup import nothing_runs, quick_burn
+from stubgroup import nothing_runs
 
 from sparkrack.core.errors import SparkrackError
 from sparkrack.engineenv import parse_env
@@ -65,7 +65,7 @@ def test_a_twin_has_the_captures_shape_and_the_standard_rack_comes_back(engine_r
             twin_rack.load_startup(name, LOAD_STARTUP_S)
 
         with pytest.raises(SparkrackError) as refused:  # a fresh twin: nothing provisioned
-            lanes.up(twin, "sglang", "512k", burn=quick_burn)
+            lanes.up(twin, "sglang", "512k")
         assert "provision" in refused.value.line()
 
         assert provision(twin).exit_code == 0
@@ -75,7 +75,7 @@ def test_a_twin_has_the_captures_shape_and_the_standard_rack_comes_back(engine_r
         gid = {r.node: parse_env(r.stdout)["NCCL_IB_GID_INDEX"] for r in files}
         assert gid == {"spark-03": "6", "spark-04": "5", "spark-06": "3"}
         assert differences(original, capture(twin)) == []  # capture -> twin -> capture
-        deployment = lanes.up(twin, "sglang", "512k", burn=quick_burn)
+        deployment = lanes.up(twin, "sglang", "512k")
         assert deployment.status == "serving" and len(nothing_runs(twin)) == 3
         lanes.down(twin)
     finally:

@@ -17,7 +17,7 @@ import docker.errors
 import pytest
 import yaml
 from provision_helpers import inventory_copy
-from stubgroup import nothing_runs, quick_burn
+from stubgroup import nothing_runs
 
 from sparkrack.data import shipped
 from sparkrack.deployments.headapi import Endpoint
@@ -65,7 +65,7 @@ def upgrade(engine_rack, tmp_path):
     new_id = build_stub_images(inventory, engines=["sglang"])["sglang"][1]
     report = provision(inventory, roles=["engine_images"])
     assert report.exit_code == 0, [report.recap(n.name) for n in inventory.nodes]
-    lanes.up(engine_rack, "sglang", "512k", burn=quick_burn)
+    lanes.up(engine_rack, "sglang", "512k")
     try:
         yield inventory, new_id
     finally:

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from stubgroup import quick_burn
 
 from sparkrack.engines.compilecaches import CACHE_MOUNT, CACHE_ROOT, image_prefix
 from sparkrack.fleet import Fleet
@@ -53,7 +52,7 @@ def test_a_roll_back_to_a_lane_that_ran_before_skips_the_compile(engine_rack):
     said: list[str] = []
     progress = []
     try:
-        cold = lanes.up(inventory, "sglang", "512k", burn=quick_burn, on_event=said.append,
+        cold = lanes.up(inventory, "sglang", "512k", on_event=said.append,
                         on_progress=progress.append)
         # SGLang opens rank 0's HTTP port once its schedulers are ready: no answer while
         # any worker still loads or compiles (not a 503 from the rendezvous on)
@@ -81,7 +80,7 @@ def test_a_roll_back_to_a_lane_that_ran_before_skips_the_compile(engine_rack):
             assert kept.all_ok, [r.stderr for r in kept]
 
         said.clear()  # another lane of the same image: its own kernels, the same folder
-        lanes.roll(inventory, "sglang", "131k-throughput", burn=quick_burn,
+        lanes.roll(inventory, "sglang", "131k-throughput",
                    on_event=said.append)
         assert any(line.startswith("compile caches: kept from an earlier start on all 8 "
                                    "nodes") for line in said), said
@@ -90,7 +89,7 @@ def test_a_roll_back_to_a_lane_that_ran_before_skips_the_compile(engine_rack):
             kernels = fleet.run(["ls", f"{folder}/deep_gemm/cache"])
             assert [len(r.stdout.split()) for r in kernels] == [2] * 8
 
-        back = lanes.roll(inventory, "sglang", "512k", burn=quick_burn)
+        back = lanes.roll(inventory, "sglang", "512k")
         with Fleet(inventory) as fleet:
             for rank, node in ((0, "spark-01"), (5, "spark-06")):
                 assert said_by(fleet, rank, node, f"compile caches: {ALL} found, 0 compiled")

@@ -40,7 +40,6 @@ import pytest
 from freeport import free_port
 from hosttools import need
 from localproc import running
-from stubgroup import quick_burn
 
 from sparkrack.deployments.record import RECORD_DIR
 from sparkrack.deployments.record import read as read_records
@@ -218,7 +217,7 @@ def test_a_killed_rank_is_stopped_by_the_service_within_5_s(engine_rack, install
     stop = 'sparkrack_watchdog_actions_total{action="stop"}'
     try:
         before = prometheus.wait(stop, lambda v: v is not None, timeout=30)  # scraped
-        deployment = lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+        deployment = lanes.up(inventory, "sglang", "512k")
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=30)
         assert prometheus.value("sparkrack_group_ranks_running") == 8
         specs = build_specs(inventory, "sglang", "512k")
@@ -279,7 +278,7 @@ def test_a_wedged_rank_is_found_by_the_service_its_evidence_audited(engine_rack,
         with Fleet(inventory) as fleet:
             write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50,
                                      "ranks": {"3": {"wedge_above_tokens": 400}}})
-        lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+        lanes.up(inventory, "vllm", "512k")
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
         specs = build_specs(inventory, "vllm", "512k")
 
@@ -340,7 +339,7 @@ def test_the_service_reapplies_a_lost_cap_and_reports_a_latched_and_a_hot_gpu(
     try:
         with Fleet(inventory) as fleet:
             write_stub_model(fleet, {"load_delay_s": 0.3, "tokens_per_s": 50})
-        lanes.up(inventory, "vllm", "512k", burn=quick_burn)
+        lanes.up(inventory, "vllm", "512k")
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
         steady_load(inventory, 8000, done, answered)
         slowdown = prometheus.wait('sparkrack_gpu_slowdown_temperature_celsius{node="spark-05"}',
@@ -403,7 +402,7 @@ def test_a_port_gone_down_under_a_serving_group_is_named_by_the_service_and_the_
         return on_watchdog_node(inventory, ["journalctl", "-u", UNIT, "-b", "--no-pager",
                                             "-o", "cat"]).stdout
     try:
-        lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+        lanes.up(inventory, "sglang", "512k")
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
         prometheus.wait(rails, lambda v: v == 2, timeout=30)
         assert prometheus.value('sparkrack_nccl_expected_rails{node="spark-03",rank="2"}') == 2
@@ -483,7 +482,7 @@ def test_allowed_the_service_power_cycles_its_own_latched_node_and_finishes_afte
         measured = prometheus.wait('sparkrack_pdu_measured_watts{pdu="rehearsal-pdu"}',
                                    lambda v: v is not None, timeout=60)  # the PDU, over SNMP
         assert measured >= 8 * 25, measured
-        first = lanes.up(inventory, "sglang", "512k", burn=quick_burn).deployment_id
+        first = lanes.up(inventory, "sglang", "512k").deployment_id
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
         steady_load(inventory, 30000, done, answered)
         boot = on_node(inventory, WATCHDOG_NODE, ["cat", "/proc/sys/kernel/random/boot_id"]).stdout
@@ -590,7 +589,7 @@ def test_the_service_is_back_after_its_node_reboots_and_guards_again(engine_rack
     assert status["active_state"] == "active" and status["since"] != since, (status, since)
     prometheus.wait("up", lambda v: v == 1, timeout=30)  # scraped again
     try:
-        lanes.up(inventory, "sglang", "512k", burn=quick_burn)
+        lanes.up(inventory, "sglang", "512k")
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
         assert "guarding" in [v["verdict"] for v in watch_status()["verdicts"]]
     finally:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from provision_helpers import inventory_copy
-from stubgroup import quick_burn
 
 from sparkrack.data import shipped
 from sparkrack.deployments.record import read as read_records
@@ -140,7 +139,7 @@ def test_a_truncated_file_is_found_refused_by_up_and_repaired_alone(weights, inv
     assert rows["spark-06"]["problems"] == [f"{shard}: 1000000 bytes, the rack's {SHARDS[shard]}"]
     assert "1 of 8 node(s) not complete: spark-06" in checked.stderr
     with pytest.raises(Refused) as refused:
-        lanes.up(test_inventory, "sglang", "weights-test", burn=quick_burn)
+        lanes.up(test_inventory, "sglang", "weights-test")
     assert (f"weights: spark-06: {MODEL}: {shard}: 1000000 bytes, the rack's "
             f"{SHARDS[shard]} (run `invoke weights.stage --model {MODEL}`)") in str(refused.value)
     done = run("up", "--engine", "sglang", "--profile", "weights-test")
@@ -156,7 +155,7 @@ def test_a_truncated_file_is_found_refused_by_up_and_repaired_alone(weights, inv
     # complete again: up starts the lane from it, the record keeps the manifest's digest
     digest = report["digest"]
     kept = records_on_head(inventory)
-    deployment = lanes.up(test_inventory, "sglang", "weights-test", burn=quick_burn)
+    deployment = lanes.up(test_inventory, "sglang", "weights-test")
     try:
         assert (deployment.model_path, deployment.weights_digest) == (MODEL, digest)
         with Fleet(test_inventory) as fleet:

@@ -65,7 +65,7 @@ def node_facts() -> NodeFacts:
 
 
 @pytest.fixture
-def profile_reads(monkeypatch):
+def profile_reads(monkeypatch, gate_burn):
     """One `up`'s world with stand-ins for the nodes; returns the engine profile files read
     (every read of a profile goes through datafile.read_yaml)."""
     inventory = load_inventory(REHEARSAL)
@@ -77,11 +77,11 @@ def profile_reads(monkeypatch):
         report.env.update(env)
         report.add("reachable", [], "all answer")
 
+    @gate_burn
     def burn(inventory, nodes, fleet=None):
         return [BurnResult(n.name, True, "ok", "fine", 2200) for n in nodes]
 
     monkeypatch.setattr(serve_tasks, "inventory_from", lambda path: inventory)
-    monkeypatch.setattr(serve_tasks, "run_burn", burn)
     monkeypatch.setattr(lanes, "Fleet", OneFleet)
     monkeypatch.setattr(gates, "gather_facts_and_env", gather)
     monkeypatch.setattr(gates, "EnvFiles", lambda inventory, key: SimpleNamespace(
@@ -126,8 +126,8 @@ def test_a_restore_reads_the_last_good_lane_s_profile_once(profile_reads):
     last = record.Deployment("vllm", "512k", "good", "h", "vllm/vllm-openai:v0.33.0",
                              IMAGE_ID)
     with lanes.Fleet(profile_reads.inventory) as fleet:
-        back = lanes.restore(fleet, profile_reads.inventory, last, serve_tasks.run_burn, None,
-                             lambda p: None, lambda e: None)
+        back = lanes.restore(fleet, profile_reads.inventory, last, None, lambda p: None,
+                             lambda e: None)
     assert (back.engine, back.profile, back.image) == ("vllm", "512k", last.image)
     assert profile_reads.reads == ["vllm.yml"]
 

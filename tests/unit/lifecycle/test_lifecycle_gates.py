@@ -36,7 +36,7 @@ def facts(boot: str = "b1", burned_boot: str | None = "b1", ok: bool = True,
 
 
 @pytest.fixture
-def stand_ins(rehearsal_inventory, monkeypatch):
+def stand_ins(rehearsal_inventory, monkeypatch, gate_burn):
     """Gates with every node-facing helper replaced; returns the knobs."""
     knobs = SimpleNamespace(facts={n.name: facts() for n in rehearsal_inventory.nodes}, refuse=None,
                             burned=[], order=[])
@@ -51,6 +51,7 @@ def stand_ins(rehearsal_inventory, monkeypatch):
         knobs.order.append("judge")
         report.add("no other engine", [knobs.refuse] if knobs.refuse else [], "none")
 
+    @gate_burn
     def burn(inventory, nodes, fleet=None):
         knobs.burned.append([n.name for n in nodes])
         return [BurnResult(n.name, True, "ok", "fine", 2200) for n in nodes]
@@ -61,14 +62,13 @@ def stand_ins(rehearsal_inventory, monkeypatch):
         files=lambda node: ["/etc/sparkrack/nccl.env"], rewrite_moved=lambda fleet, env: ([], [])))
     monkeypatch.setattr(gates, "lane_specs", lambda *a, **k: tuple(
         SimpleNamespace(node=n.name) for n in rehearsal_inventory.nodes))
-    knobs.burn = burn
     knobs.fleet = SimpleNamespace(nodes=rehearsal_inventory.nodes)
     return knobs
 
 
 def run(rehearsal_inventory, knobs, **options):
     return gates.preflight(knobs.fleet, rehearsal_inventory, SimpleNamespace(image_key="sglang"),
-                           deployment_id="d", burn=knobs.burn, **options)
+                           deployment_id="d", **options)
 
 
 def test_a_refusal_on_a_cheap_gate_does_not_burn(rehearsal_inventory, stand_ins):
@@ -211,7 +211,7 @@ def test_roll_takes_the_records_from_the_gates_round_trip(rehearsal_inventory, m
     monkeypatch.setattr(lanes, "restore", restore)
     monkeypatch.setattr(lanes, "note", lambda **changed: None)
     with pytest.raises(lanes.RollFailed, match="rolled back to the last known-good"):
-        lanes.roll(rehearsal_inventory, "vllm", "512k", burn=None)
+        lanes.roll(rehearsal_inventory, "vllm", "512k")
     assert seen == {"mem_before": {"spark-01": 7}, "cleared": "current", "restored": "good"}
 
 
@@ -225,13 +225,13 @@ def test_restore_brings_back_the_last_good_image_not_the_inventory_s(rehearsal_i
     seen, events = {}, []
     spec = SimpleNamespace(spec_hash="h2")
 
-    def gate(fleet, inventory, lane, burn, **options):
+    def gate(fleet, inventory, lane, **options):
         seen["image"], seen["keep_verified"] = lane.image, options["keep_verified"]
         return gates.Preflight(specs=(spec,), image_id="sha256:new")
 
     monkeypatch.setattr(lanes, "gated", gate)
     monkeypatch.setattr(lanes, "launch", lambda fleet, inventory, lane, pre, **kw: pre.specs)
-    assert lanes.restore(None, rehearsal_inventory, last, None, 1, None, events.append) == (spec,)
+    assert lanes.restore(None, rehearsal_inventory, last, 1, None, events.append) == (spec,)
     assert seen == {"image": "lmsysorg/sglang:v0.5.22-cu130", "keep_verified": True}
     assert events == ["note: sglang 512k spec changed since it was last good (h -> h2)",
                       "note: lmsysorg/sglang:v0.5.22-cu130 is sha256:new now, sha256:old when it "

@@ -110,7 +110,7 @@ def fleet_of_two(monkeypatch):
             serving[inventory.vars.rack_name] = (f"http://{inventory.head.address}:{port}", what)
         workers = [Worker(str(n), url, "ready", True, load // 2)
                    for n, (url, _) in enumerate(serving.values())]
-        return Work(None, FakeRouter(workers), racks, None, events.append)
+        return Work(None, FakeRouter(workers), racks, events.append)
 
     return racks, make, events
 

@@ -44,7 +44,7 @@ def loop_rack(sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         node.name, "strip-a", NAMES.index(node.name) + 1, off, "sglang 512k (d1)",
         ["rank 0 on spark-01", "rank 1 on spark-02"]))
     monkeypatch.setattr(nodecycle, "wait_back", lambda *args: {})
-    monkeypatch.setattr(nodecycle, "burned", lambda inventory, node, burn: (
+    monkeypatch.setattr(nodecycle, "burned", lambda inventory, node: (
         f"{node.name}: back, cap unit active this boot, burn ok: max 2184 MHz"))
 
     def up(inventory, engine, profile, **options):
@@ -61,7 +61,7 @@ def loop_rack(sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def cut(own_power: bool):
     """The group stopped and the outlet cut, as lifecycle.powercycle.power_cycle does;
     own_power: the process's own node goes dark at the cut."""
-    def power_cycle(inventory, node, plan, *, on_event, burn, before_cut, away):
+    def power_cycle(inventory, node, plan, *, on_event, before_cut, away):
         audit.note(stopped="d1", containers=["sparkrack-sglang-rank0@spark-01"])
         before_cut("boot-before")
         audit.note(nodes=[node.name], power_cycled=[node.name],

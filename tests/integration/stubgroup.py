@@ -1,4 +1,5 @@
-"""Helpers of the rack tests: `quick_burn` (the cap gate's check, 1 s), `nothing_runs`
+"""Helpers of the rack tests: `quick_burn` (the cap gate's check, QUICK_BURN_S long: every
+rack test's gates run it, set by tests/integration/conftest.py), `nothing_runs`
 (every engine container on the rack), `Lines` (a command's output as it comes, to act on
 an event it reports rather than after a sleep), and `Group`: one stub deployment's eight containers,
 created from the real launch specs (with per-rank env overrides), started workers first

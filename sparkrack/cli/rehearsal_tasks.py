@@ -211,6 +211,23 @@ def nccl_hang(c, node, inventory=None, clear=False):
                                     "hangs its next collective (its kernel spins)"))
 
 
+@task(help=NODE_HELP)
+@operator_task
+def wedge_host(c, node, inventory=None):
+    """Wedge a node as unified-memory exhaustion does: powered, silent, its GPU unanswered.
+
+    As GB10 hosts wedged after NVRM's NV_ERR_NO_MEMORY (open-gpu-kernel-modules#1358): no
+    OOM kill, every process stopped (SSH connects and never answers, nvidia-smi hangs), its
+    PDU outlet still drawing. Only a power cycle ends it (rehearsal.poweroff/poweron or the
+    PDU's outlet)."""
+    from sparkrack.rehearsal.faults.kernel import wedged_w
+
+    rack = _rack(inventory)
+    rack.wedge_host(node)
+    console.say(f"{node}: wedged (its processes frozen, its outlet drawing "
+                f"{wedged_w(rack.node(node)):.0f} W); only a power cycle ends it")
+
+
 @task(help={**NODE_HELP, "degrees": "degrees C added to the air around the GPU (1-54: a "
             "blocked vent, a hot room)", "clear": "take the heat away"})
 @operator_task

@@ -94,6 +94,17 @@ def idle_watts(name: str) -> float:
     return unit_figures(name)["node_idle_w"]
 
 
+def wedged_watts(name: str) -> float:
+    """The unit's wall draw while its host is wedged (rehearsal.wedge-host): its idle figure
+    plus the simulator's wedged share of the load span (gpusim/config.py says why)."""
+    if str(SIM_DIR) not in sys.path:
+        sys.path.insert(0, str(SIM_DIR))
+    from gpusim.config import GB10_DEFAULTS
+
+    idle = idle_watts(name)
+    return idle + (GB10_DEFAULTS["node_load_w"] - idle) * GB10_DEFAULTS["wedged_power_share"]
+
+
 def read_loads() -> dict[str, int]:
     """The loads plugged into free outlets: {outlet: watts}."""
     try:

@@ -11,6 +11,7 @@ import time
 from sparkrack.inventory import load_inventory
 from sparkrack.inventory.pdu import PduConfig
 from sparkrack.rehearsal import nodeproc
+from sparkrack.rehearsal.faults.kernel import wedged_w
 from sparkrack.rehearsal.layout import PDU_ADDR, NodeLayout
 from sparkrack.rehearsal.pdu import (
     OUTLETS,
@@ -68,7 +69,10 @@ class RackOutlets:
 
     def _node_watts(self, node: NodeLayout) -> int:
         """The node's wall power now (cached READING_TTL_S), its idle figure when its
-        simulated GPU does not answer yet."""
+        simulated GPU does not answer yet, its wedged figure while its host is wedged."""
+        wedged = wedged_w(node)
+        if wedged is not None:
+            return round(wedged)
         now = time.monotonic()
         cached = self._readings.get(node.name)
         if cached and now - cached[0] < READING_TTL_S:

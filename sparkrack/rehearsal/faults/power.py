@@ -9,6 +9,7 @@ import time
 from sparkrack.core.errors import SparkrackError
 from sparkrack.rehearsal import hostnet, hostprep, nodeproc
 from sparkrack.rehearsal.cabling import read_cabling
+from sparkrack.rehearsal.faults.kernel import unwedge
 
 BOOT_TIMEOUT = 90.0  # a node's boot, from its init to sshd and the fabric settled
 
@@ -19,8 +20,9 @@ class PowerFaults:
     def poweroff(self, name: str) -> None:
         """Pull the node's power cord: every process dies at once, its ports go dark (no
         reply of any kind to its addresses, as from a real powered-off Spark); a latched
-        GPU clears."""
+        GPU and a wedged host clear."""
         node = self.node(name)
+        unwedge(node)
         nodeproc.power_cut(node)
         hostnet.unplug(node)
         node.latch_file.unlink(missing_ok=True)

@@ -57,6 +57,12 @@ GB10_DEFAULTS = {
     "decode_share": [0.25, 0.25, 1.0],
     "decode_util": [90, 99],
     "node_idle_w": 31.0,  # at the wall; each unit its own within 25-37 W (unit_figures)
+    # A host wedged by unified-memory exhaustion (open-gpu-kernel-modules#1358): no public
+    # reading of its draw. Reasoned: memory full, the GPU's clock held where the work left
+    # it and no work done, the CPU's cores spinning in the kernel's reclaim: about what a
+    # rank spinning in a collective adds over idle (the spin's share of the load span), so
+    # 72 W on a 31 W unit (67-77 W over the units): powered, never near an off outlet's 0 W
+    "wedged_power_share": 0.22,
     "node_load_w": 217.0,
     "power_clock_exponent": 2.3,
     "ambient_c": 34.0,

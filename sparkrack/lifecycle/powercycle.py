@@ -86,20 +86,23 @@ def plan_cycle(inventory: Inventory, node: Node, off_seconds: int, fleet: Fleet)
 def power_cycle(inventory: Inventory, node: Node, plan: CyclePlan, *, timeout: float = NODE_TIMEOUT,
                 on_event: Callable[[str], None] = lambda e: None,
                 before_cut: Callable[[str], None] = lambda boot_id: None,
-                away: Sequence[str] = ()) -> str:
+                away: Sequence[str] = (), silent: bool = False) -> str:
     """Carry out plan; returns the burn's verdict line. RebootStopped when the node is not
     back in time, SparkrackError when the group could not be stopped or the PDU refused.
     before_cut(boot id) runs once the group is stopped, before the outlet is cut (the
     watchdog keeps its pending restart there); the lock is leased while node is down, or
-    any node of away (the one the lock's own process runs on)."""
+    any node of away (the one the lock's own process runs on). silent: the node answers
+    nothing (a wedged host): its rank goes with the cut, its boot id is unknown (any boot
+    id it answers with after the cut is a new one)."""
     if plan.group:
         stopped = down(inventory, on_event=on_event)
-        if stopped.errors:
+        errors = {k: v for k, v in stopped.errors.items() if not (silent and k == node.name)}
+        if errors:
             raise SparkrackError(f"could not stop {plan.group} cleanly: " + "; ".join(
-                f"{k}: {v}" for k, v in stopped.errors.items()),
+                f"{k}: {v}" for k, v in errors.items()),
                 fix="nothing was power-cycled; fix the nodes named, then retry")
     with Fleet(inventory, [node]) as fleet:
-        before, _ = boot_ids(fleet, [node], inventory.head.name)
+        before = {node.name: ""} if silent else boot_ids(fleet, [node], inventory.head.name)[0]
         before_cut(before[node.name])
         with lease_while_down([node.name, *away], plan.off_seconds + timeout + 60):
             cycle_outlet(inventory, node.name, plan.off_seconds, on_event=on_event)

@@ -21,12 +21,15 @@ from sparkrack.watchdog.cycling import (
     decide,
 )
 from sparkrack.watchdog.policy import Decision
+from sparkrack.watchdog.silence import WEDGED
 
 
 def sightings(poll: Any) -> list[Sighting]:
     """A guarded poll's causes, node by node: a GPU found latched, or a busy low clock that
-    its heat explains (gpuwatch: an overheating finding with an excuse)."""
-    found = []
+    its heat explains (gpuwatch: an overheating finding with an excuse); a lost node judged
+    wedged (silence.py)."""
+    found = [Sighting(s.node, "wedged", True) for s in poll.silences
+             if s.kind == WEDGED]
     for finding in poll.findings:
         if finding.kind == "latched":
             found.append(Sighting(finding.node, "latched", True))

@@ -5,7 +5,7 @@ with nothing explaining it otherwise (a GPU slowing itself for heat), the watchd
 installed with --allow-power-cycle, no cycle is unfinished, the node was not cycled within
 the window, the restart budget allows it, and the cycle can be finished (cycle_refusal).
 Anything held back says why in one line. A cause is what makes a node want its power
-removed: `latched` (gpuwatch.py) today; another (a wedged host) feeds its own Sightings.
+removed: `latched` (gpuwatch.py) or `wedged` (silence.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from sparkrack.watchdog.policy import RESTART, Decision
 
 CYCLE, WAIT, HOLD, NONE = "cycle", "wait", "hold", "none"
 HOLDS = ("pending", "window", "budget", "refused")  # why a cycle is held back
-CAUSES = {"latched": "GPU latched in its low-clock state"}  # cause: what an operator reads
+CAUSES = {"latched": "GPU latched in its low-clock state",  # cause: what an operator reads
+          "wedged": "host wedged (SSH unanswered, its kernel and outlet alive)"}
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ of the strip, from a thread of its own."""
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 
@@ -16,11 +17,14 @@ from sparkrack.fleet import Fleet
 from sparkrack.inventory import Inventory
 from sparkrack.pdu.nodeoutlets import StripReading, read_strip, session_of
 from sparkrack.pdu.snmp import Session
+from sparkrack.watchdog.silence import GREETED, NO_ANSWER, REFUSED, TAKEN
 from sparkrack.watchdog.watch import GroupWatch, stop_left_behind
 
 FACTS_TIMEOUT_S = 15.0  # as `invoke status`: a stuck node must not hold up the others
 STRIP_EVERY_S = 5.0  # between the PDU's readings (as the facts, for the metrics)
 STRIP_STALE_S = 20.0  # a reading older than this is none (the PDU stopped answering)
+TCP_TRY_S = 3.0  # a lost node's kernel takes a TCP connection within this, or is silent
+GREETING_WAIT_S = 3.0  # sshd greets at once (RFC 4253 4.2); silent this long: it does not
 log = logging.getLogger("sparkrack.watchdog")
 
 
@@ -41,6 +45,25 @@ def lock_holder(fleet: Fleet, inventory: Inventory) -> str | None:
         log.warning("rack lock not readable: %s", error.line())
         return None
     return holder.describe(time.time()) if holder else None
+
+
+def tcp_try(address: str, port: int, connect_s: float = TCP_TRY_S,
+            greeting_s: float = GREETING_WAIT_S) -> str:
+    """A TCP connection to address:port, and its first bytes awaited: GREETED (sshd spoke),
+    TAKEN (connected, nothing said: the kernel runs, nothing above it), REFUSED (the
+    kernel answered with a reset) or NO_ANSWER (nothing at all: no route, no reply)."""
+    try:
+        conn = socket.create_connection((address, port), timeout=connect_s)
+    except ConnectionRefusedError:
+        return REFUSED
+    except OSError:
+        return NO_ANSWER
+    with conn:
+        conn.settimeout(greeting_s)
+        try:
+            return GREETED if conn.recv(64) else TAKEN
+        except OSError:
+            return TAKEN
 
 
 class StripReader:
@@ -186,6 +209,11 @@ class FleetRack:
     @staticmethod
     def _by(own: str | None) -> str:
         return f"the watchdog on {own}" if own else "the watchdog"
+
+    def kernel_answers(self, node: str) -> str:
+        """What a TCP connection to node's SSH port does (silence.py)."""
+        target = self.inventory.node(node)
+        return tcp_try(target.address, target.port)
 
     def lock_holder(self) -> str | None:
         """See lock_holder()."""

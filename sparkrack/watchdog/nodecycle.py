@@ -79,7 +79,7 @@ def cycle_node(inventory: Inventory, node: str, cause: str, deployment, *, own: 
             outlet = f"{plan.pdu}:{plan.outlet}"
             away = [inventory.head.name] if node == own else []  # the lock's keeper goes too
             line = power_cycle(inventory, target, plan, on_event=say, before_cut=before_cut,
-                               away=away)
+                               away=away, silent=cause == "wedged")
     except Exception as error:  # noqa: BLE001 - any failure ends the record, never the loop
         said = _line(error)
         why = f"{node}: power cycle failed: {said}"

@@ -22,6 +22,7 @@ from sparkrack.watchdog.cycling import CycleRules
 from sparkrack.watchdog.metrics import WatchdogMetrics, update
 from sparkrack.watchdog.policy import RESTART, RestartBudget
 from sparkrack.watchdog.railwatch import RailCollector, RailWatch
+from sparkrack.watchdog.silence import WEDGED, judge
 from sparkrack.watchdog.snapshot import snapshot
 from sparkrack.watchdog.watch import Poll, tend_gpus
 
@@ -58,6 +59,7 @@ class Rack(Protocol):
                     keep: Callable[[Any], None]) -> Any: ...  # nodecycle.Cycled
     def finish_cycle(self, pending: Any, own: str | None) -> Any: ...  # nodecycle.Cycled
     def strip(self) -> Any: ...  # the PDU's reading (pdu.nodeoutlets.StripReading) or None
+    def kernel_answers(self, node: str) -> str: ...  # a TCP try of its SSH port (silence.py)
 
 
 @dataclass
@@ -208,6 +210,10 @@ class Watchdog:
             verdict = self._consider(poll)
             if verdict is not None:
                 return self._power_cycle(deployment, verdict), poll
+        if poll.failure and poll.lost:
+            step = self._silent(deployment, poll)
+            if step is not None:
+                return step, poll
         if poll.failure:
             return self._act(deployment, poll.failure, poll.detected or self.monotonic(),
                              poll.lost, None, poll), poll
@@ -293,6 +299,34 @@ class Watchdog:
         if held or set(self.cycler.book.held) != before:
             self._save_state()
         return verdict
+
+    def _silent(self, deployment, poll) -> Step | None:
+        """The poll's lost nodes judged (silence.py: wedged, or cut off from the network or
+        power), the first one's line the failure; a wedged one power-cycled as a latched GPU
+        is (the same rules, book and holds), or waited for while its polls add up. None: act
+        on the failure as on any lost node (stop, or restart by the policy)."""
+        strip, pdu = self.rack.strip(), self.inventory.vars.pdu
+        poll.silences = [judge(node, why, pdu.name if pdu else None,
+                               pdu.outlet_of(node) if pdu else None,
+                               strip.of(node) if strip is not None else None,
+                               self.rack.kernel_answers(node))
+                         for node, why in sorted(poll.lost.items())]
+        poll.failure = poll.silences[0].line
+        wedged = [s for s in poll.silences if s.kind == WEDGED]
+        if not wedged:
+            return None
+        verdict = self._consider(poll)
+        if verdict is not None:
+            return self._power_cycle(deployment, verdict)
+        counts, rules = self.cycler.streaks.counts, self.cycler.rules
+        waiting = [s for s in wedged if rules.allowed and f"{s.node} wedged" not in
+                   self.cycler.book.held and counts.get((s.node, "wedged"), 0) < rules.samples]
+        if not waiting:
+            return None
+        silence = waiting[0]
+        seen = counts.get((silence.node, "wedged"), 0)
+        return Step("guarding", f"{silence.line}; seen in {seen} of the {rules.samples} "
+                    "consecutive polls a power cycle needs (watchdog_power_cycle_samples)")
 
     def _power_cycle(self, deployment, verdict) -> Step:
         """Power-cycle verdict's node (its group stopped in order first), then start the

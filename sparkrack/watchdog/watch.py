@@ -106,6 +106,7 @@ class Poll:
     gpus: dict[str, GpuSample] = field(default_factory=dict)  # node: this poll's reading
     findings: list[Finding] = field(default_factory=list)  # gpuwatch's, this poll
     slow: Slow | None = None  # the group serves slower than its baseline (pace.py)
+    silences: list = field(default_factory=list)  # the lost nodes judged (silence.Silence)
 
     @property
     def latched(self) -> dict[str, Finding]:

@@ -109,9 +109,13 @@ class FakeRack:
     cycle_ok: bool = True
     relatch: bool = False  # the group started again reads latched again (the flap)
     strip_reading: object = None
+    tcp: dict[str, str] = field(default_factory=dict)  # node: what its SSH port's TCP does
 
     def strip(self):
         return self.strip_reading
+
+    def kernel_answers(self, node):
+        return self.tcp.get(node, "no answer")
 
     def power_cycle(self, node, cause, deployment, own, keep):
         """As nodecycle.cycle_node: the group stopped, the pending restart kept, the cut;

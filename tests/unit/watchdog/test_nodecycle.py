@@ -61,12 +61,12 @@ def loop_rack(sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def cut(own_power: bool):
     """The group stopped and the outlet cut, as lifecycle.powercycle.power_cycle does;
     own_power: the process's own node goes dark at the cut."""
-    def power_cycle(inventory, node, plan, *, on_event, before_cut, away):
+    def power_cycle(inventory, node, plan, *, on_event, before_cut, away, silent=False):
         audit.note(stopped="d1", containers=["sparkrack-sglang-rank0@spark-01"])
         before_cut("boot-before")
         audit.note(nodes=[node.name], power_cycled=[node.name],
                    outlets=[f"{plan.pdu}:{plan.outlet}"])
-        cut.away = away
+        cut.away, cut.silent = away, silent
         if own_power:
             raise PowerGone(node.name)
         return f"{node.name}: back, cap unit active this boot, burn ok: max 2184 MHz"

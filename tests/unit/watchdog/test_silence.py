@@ -1,0 +1,135 @@
+"""A node that answers nothing over SSH, judged (issue 56 item 6): wedged when its kernel
+still takes TCP and its outlet draws, unreachable for its power at ~0 W or a switched-off
+outlet, unreachable for its cable (or a silent kernel) when nothing answers while it draws;
+and the service acting on it: a wedged node power-cycled as a latched GPU is (with
+--allow-power-cycle, after watchdog_power_cycle_samples polls), named with its outlet and
+watts otherwise; a cut-off node never cycled."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+from fakerack import NAMES, guarded, healthy, metric
+
+from sparkrack.pdu.nodeoutlets import OutletReading, StripReading
+from sparkrack.watchdog.cycler import sightings
+from sparkrack.watchdog.silence import (
+    CUT_OFF,
+    GREETED,
+    NO_ANSWER,
+    NO_POWER,
+    REFUSED,
+    TAKEN,
+    UNKNOWN,
+    WEDGED,
+    judge,
+)
+from sparkrack.watchdog.watch import Poll
+
+WHY = "no answer within 5 s on 10.77.1.13:22"
+SAMPLES = 5  # watchdog_power_cycle_samples' default
+
+
+def reading(watts: int | None, on: bool = True) -> OutletReading:
+    return OutletReading("spark-03", 3, on, watts)
+
+
+@pytest.mark.parametrize("tcp, outlet, kind", [
+    (TAKEN, reading(72), WEDGED),  # the kernel takes TCP, nothing above it, powered
+    (REFUSED, reading(72), WEDGED),  # the kernel resets the connection: it runs
+    (TAKEN, None, WEDGED),  # the kernel answered: powered and cabled, the PDU not read
+    (NO_ANSWER, reading(72), CUT_OFF),  # powered, silent to the last packet: cable or kernel
+    (NO_ANSWER, reading(0), NO_POWER),  # nothing drawn: its power
+    (NO_ANSWER, reading(3), NO_POWER),  # a brick's standby
+    (NO_ANSWER, reading(0, on=False), NO_POWER),  # its outlet switched off
+    (NO_ANSWER, None, UNKNOWN),  # silent, no PDU reading: cannot tell
+    (GREETED, reading(72), UNKNOWN),  # sshd speaks again: slow, not silent
+])
+def test_a_silent_node_is_judged_from_its_kernel_and_its_outlet(tcp, outlet, kind):
+    silence = judge("spark-03", WHY, "rack-pdu", 3, outlet, tcp)
+    assert silence.kind == kind, silence
+    assert silence.line.startswith(f"node spark-03 lost ({WHY})"), silence.line
+    assert silence.outlet == "rack-pdu:3"
+
+
+def test_the_lines_name_the_node_its_outlet_its_draw_and_the_fix():
+    wedged = judge("spark-03", WHY, "rack-pdu", 3, reading(72), TAKEN).line
+    assert wedged == (
+        f"node spark-03 lost ({WHY}): wedged: SSH unanswered, its kernel still taking "
+        "TCP on the SSH port, while rack-pdu outlet 3 draws 72 W: a host wedged by "
+        "unified-memory exhaustion (NV_ERR_NO_MEMORY, no OOM kill) comes back only through "
+        "a power cycle: `invoke power-cycle -n spark-03`")
+    unread = judge("spark-03", WHY, "rack-pdu", 3, None, TAKEN).line
+    assert "(rack-pdu outlet 3: its draw not read)" in unread
+    cut = judge("spark-03", WHY, "rack-pdu", 3, reading(72), NO_ANSWER).line
+    assert ("unreachable: cable or a silent kernel: nothing answers, not even its kernel, "
+            "while rack-pdu outlet 3 draws 72 W") in cut and "check its network cable" in cut
+    off = judge("spark-03", WHY, "rack-pdu", 3, reading(0), NO_ANSWER).line
+    assert "unreachable: power: rack-pdu outlet 3 draws 0 W, no running Spark" in off
+
+
+def test_only_a_wedged_node_is_a_cause_to_power_cycle():
+    poll = Poll(silences=[judge(node, WHY, "pdu", 3, reading(72), tcp)
+                          for node, tcp in (("spark-02", NO_ANSWER), ("spark-03", TAKEN))])
+    assert [(s.node, s.cause, s.seen) for s in sightings(poll)] == [
+        ("spark-03", "wedged", True)]
+
+
+def lost_poll(deployment_id: str = "d1", node: str = "spark-03") -> Poll:
+    """A poll of a group whose node did not answer (GroupWatch.poll's form)."""
+    return Poll(failure=f"node {node} lost ({WHY})", lost={node: WHY},
+                memory={n: (128 << 20, 100 << 20) for n in NAMES if n != node},
+                detected=time.monotonic())
+
+
+def strip(watts: int = 72) -> StripReading:
+    return StripReading("pdu", 300, tuple(
+        OutletReading(name, i + 1, True, watts if name == "spark-03" else 40)
+        for i, name in enumerate(NAMES)))
+
+
+def test_allowed_a_wedged_node_is_power_cycled_after_enough_polls_and_serves_again(
+        tmp_path, caplog):
+    """Before issue 56 item 6 the wedged node was a lost node like any: the group stopped,
+    nothing cycled, the rack down until an operator."""
+    rack, watchdog = guarded([healthy("d1"), lost_poll()], tmp_path, allow_power_cycle=True)
+    rack.strip_reading, rack.tcp = strip(), {"spark-03": TAKEN}
+    with caplog.at_level(logging.INFO, logger="sparkrack.watchdog"):
+        verdicts = [watchdog.step() for _ in range(SAMPLES)]
+    assert [v.verdict for v in verdicts] == ["guarding"] * (SAMPLES - 1) + ["power-cycled"]
+    assert "wedged: SSH unanswered" in verdicts[0].detail
+    assert verdicts[0].detail.endswith("seen in 1 of the 5 consecutive polls a power cycle "
+                                       "needs (watchdog_power_cycle_samples)")
+    assert rack.cycles == ["spark-03"] and rack.restarts == ["d1"]
+    assert rack.kept[0].cause == "wedged"
+    assert metric(watchdog, "sparkrack_watchdog_power_cycle_timestamp_seconds",
+                  node="spark-03", cause="wedged", outcome="ok") is not None
+    assert watchdog.step().verdict == "guarding"  # the group started again, guarded
+    assert any("spark-03: host wedged (SSH unanswered, its kernel and outlet alive) for 5 "
+               "consecutive polls" in r.getMessage() for r in caplog.records)
+
+
+def test_not_allowed_a_wedged_node_is_named_with_its_outlet_and_watts_and_stopped(tmp_path):
+    rack, watchdog = guarded([healthy("d1"), lost_poll()], tmp_path)
+    rack.strip_reading, rack.tcp = strip(), {"spark-03": TAKEN}
+    step = watchdog.step()
+    assert step.verdict == "stopped" and rack.cycles == []
+    assert step.detail.startswith(
+        f"node spark-03 lost ({WHY}): wedged: SSH unanswered, its kernel still taking TCP "
+        "on the SSH port, while pdu outlet 3 draws 72 W: ")
+    assert "`invoke power-cycle -n spark-03`" in step.detail
+    assert rack.actions[0][2].startswith(f"node spark-03 lost ({WHY}): wedged")
+
+
+@pytest.mark.parametrize("tcp, watts, said", [
+    (NO_ANSWER, 72, "unreachable: cable or a silent kernel"),
+    (NO_ANSWER, 0, "unreachable: power"),
+])
+def test_allowed_a_node_cut_off_is_never_power_cycled(tmp_path, tcp, watts, said):
+    rack, watchdog = guarded([healthy("d1"), lost_poll()], tmp_path, allow_power_cycle=True)
+    rack.strip_reading, rack.tcp = strip(watts), {"spark-03": tcp}
+    step = watchdog.step()
+    assert step.verdict == "stopped" and rack.cycles == []
+    assert f"node spark-03 lost ({WHY}): {said}" in step.detail

@@ -16,6 +16,7 @@ from pathlib import Path
 from sparkrack.core.errors import SparkrackError
 from sparkrack.rehearsal import pdu
 from sparkrack.rehearsal.cabling import Cabling, read_cabling
+from sparkrack.rehearsal.faults.kernel import wedged_w
 from sparkrack.rehearsal.nodefs import read_json_object
 from sparkrack.rehearsal.nodeproc import init_pid
 from sparkrack.rehearsal.rack import RehearsalRack
@@ -54,6 +55,10 @@ def repair_faults(rack: RehearsalRack, hang_grace: float = HANG_GRACE_S, *,
         elif state.isolated:
             rack.isolate(state.name, False)
             repaired.append(f"{state.name} reachable from this machine again")
+        elif wedged_w(node) is not None:  # only a power cycle ends it
+            rack.poweroff(state.name)
+            rack.poweron(state.name)
+            repaired.append(f"{state.name} power-cycled (its host wedged)")
         elif not state.ssh_open and _hung(rack, node, hang_grace):  # a hung boot or shutdown
             rack.poweroff(state.name)
             rack.poweron(state.name)

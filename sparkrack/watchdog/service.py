@@ -325,8 +325,11 @@ class Watchdog:
             return None
         silence = waiting[0]
         seen = counts.get((silence.node, "wedged"), 0)
-        return Step("guarding", f"{silence.line}; seen in {seen} of the {rules.samples} "
-                    "consecutive polls a power cycle needs (watchdog_power_cycle_samples)")
+        detail = (f"{silence.line}; seen in {seen} of the {rules.samples} consecutive polls a "
+                  "power cycle needs (watchdog_power_cycle_samples)")
+        if seen == 1:  # said once; the cycle (or the hold) says the rest
+            log.warning("%s", detail)
+        return Step("guarding", detail)
 
     def _power_cycle(self, deployment, verdict) -> Step:
         """Power-cycle verdict's node (its group stopped in order first), then start the

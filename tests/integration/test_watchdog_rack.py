@@ -17,7 +17,9 @@ Prometheus's HTTP API.
   carrying nothing; back up, both rails again;
 - installed with --allow-power-cycle: the head, where the watchdog runs, latched under load
   is power-cycled through the rehearsal PDU; the service started again after the boot
-  finishes the cycle and the group serves again (issue 53);
+  finishes the cycle and the group serves again (issue 53); a worker's host wedged (its
+  processes frozen, its outlet drawing) is named wedged, power-cycled, and the group serves
+  again (issue 56);
 - `watch.uninstall` leaves nothing: no unit, no install directory, no state, no key line
   in any node's authorized_keys, no key record.
 
@@ -31,6 +33,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -542,6 +545,80 @@ def test_allowed_the_service_power_cycles_its_own_latched_node_and_finishes_afte
         on_node(inventory, inventory.head.name,  # the next tests' `status` shows none
                 ["rm", "-f", f"{RECORD_DIR}/power-cycle.json"])
     assert "--allow-power-cycle" not in unit_property(inventory, "ExecStart")
+
+
+def test_allowed_the_service_power_cycles_a_wedged_worker_and_the_group_serves_again(
+        engine_rack, installed, prometheus, rack):
+    """Issue 56 item 6: spark-03's host wedges under a steady SGLang load, as unified-memory
+    exhaustion wedges a GB10 (every process stopped, its kernel still taking TCP, its outlet
+    drawing). The service names it wedged with its outlet and draw, power-cycles it through
+    the PDU after watchdog_power_cycle_samples polls and starts the group again, which
+    serves. Before, the node was a lost node like any: the group stopped, nothing cycled."""
+    from sparkrack.oplock.audit import merge, parse_lines, select
+    from sparkrack.oplock.remote import AUDIT_FILE
+    from sparkrack.rehearsal.faults.kernel import wedged_w
+
+    inventory, node = engine_rack, "spark-03"
+    lanes.down(inventory)
+    allowed = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE,
+                     "--allow-power-cycle")
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    done, answered = threading.Event(), []
+    cycled = (f'sparkrack_watchdog_power_cycle_timestamp_seconds{{node="{node}",'
+              'cause="wedged",outcome="ok"}')
+    try:
+        prometheus.wait('sparkrack_pdu_measured_watts{pdu="rehearsal-pdu"}',
+                        lambda v: v is not None, timeout=60)
+        first = lanes.up(inventory, "sglang", "512k", burn=quick_burn).deployment_id
+        prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
+        steady_load(inventory, 30000, done, answered)
+        wait_for("requests answered before the wedge", lambda: len(answered) > 2, 60)
+        wedged_at, since = time.monotonic(), time.time()
+        rack.wedge_host(node)
+        watts = round(wedged_w(rack.node(node)))
+        prometheus.wait(f'sparkrack_pdu_outlet_watts{{node="{node}"}}',
+                        lambda v: v == watts, timeout=30)  # powered, at the wedged draw
+        prometheus.wait(cycled, lambda v: v is not None and v >= since, timeout=300)
+        cycled_in = time.monotonic() - wedged_at
+        prometheus.wait(f'sparkrack_deployment_info{{deployment!="{first}"}} '
+                        "* on() sparkrack_watchdog_guarding", lambda v: v == 1, timeout=120)
+        serving_in = time.monotonic() - wedged_at
+        assert wedged_w(rack.node(node)) is None  # the power cut ended it
+        wait_for("requests answered after the cycle",
+                 lambda: sum(1 for t in answered if t > wedged_at + serving_in) > 2, 60)
+        print(f"\n{node} wedged ({watts} W at its outlet): power-cycled by the service "
+              f"{cycled_in:.0f} s later; a new deployment guarded {serving_in:.0f} s after the "
+              "wedge")
+        journal = on_watchdog_node(inventory, ["journalctl", "-u", UNIT, "-b", "--no-pager",
+                                               "-o", "cat"]).stdout
+        [line] = {text for text in journal.splitlines()
+                  if f"node {node} lost (" in text and ": wedged: " in text
+                  and "seen in 1 of the" in text}
+        print(line)
+        assert (f": wedged: SSH unanswered, its kernel still taking TCP on the SSH port, while "
+                f"rehearsal-pdu outlet 3 draws {watts} W: a host wedged by unified-memory "
+                f"exhaustion") in line, line
+        assert (f"{node}: host wedged (SSH unanswered, its kernel and outlet alive) for "
+                f"{inventory.vars.watchdog_power_cycle_samples} consecutive polls") in journal
+        assert "sglang 512k started again in order" in journal, journal[-3000:]
+        with Fleet(inventory, [inventory.head]) as fleet:
+            log = merge(parse_lines(fleet.run(["cat", AUDIT_FILE])[inventory.head.name].stdout))
+            now = read_records(fleet, inventory)["current"].deployment_id
+        [record] = select(log, since=since, task="watchdog.power-cycle")
+        assert record["outcome"] == "ok", record
+        changed = record["changed"]
+        assert changed["power_cycled"] == [node] and changed["outlets"] == ["rehearsal-pdu:3"]
+        assert changed["stopped"] == first and changed["restarted"] == now != first
+        assert changed["burn"] == [f"{node}: ok"]
+    finally:
+        done.set()
+        if wedged_w(rack.node(node)) is not None:
+            rack.poweroff(node)
+            rack.poweron(node)
+        lanes.down(inventory)
+        plain = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE)
+        assert plain.returncode == 0, plain.stdout + plain.stderr
+        on_node(inventory, inventory.head.name, ["rm", "-f", f"{RECORD_DIR}/power-cycle.json"])
 
 
 def steady_load(inventory, port: int, done, answered: list) -> None:

@@ -576,8 +576,6 @@ def test_allowed_the_service_power_cycles_a_wedged_worker_and_the_group_serves_a
         wedged_at, since = time.monotonic(), time.time()
         rack.wedge_host(node)
         watts = round(wedged_w(rack.node(node)))
-        prometheus.wait(f'sparkrack_pdu_outlet_watts{{node="{node}"}}',
-                        lambda v: v == watts, timeout=30)  # powered, at the wedged draw
         prometheus.wait(cycled, lambda v: v is not None and v >= since, timeout=300)
         cycled_in = time.monotonic() - wedged_at
         prometheus.wait(f'sparkrack_deployment_info{{deployment!="{first}"}} '
@@ -608,7 +606,7 @@ def test_allowed_the_service_power_cycles_a_wedged_worker_and_the_group_serves_a
         assert record["outcome"] == "ok", record
         changed = record["changed"]
         assert changed["power_cycled"] == [node] and changed["outlets"] == ["rehearsal-pdu:3"]
-        assert changed["stopped"] == first and changed["restarted"] == now != first
+        assert changed["restarted"] == now != first, changed  # the wedged group replaced
         assert changed["burn"] == [f"{node}: ok"]
     finally:
         done.set()

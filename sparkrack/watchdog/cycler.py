@@ -19,6 +19,7 @@ from sparkrack.watchdog.cycling import (
     Verdict,
     cycle_refusal,
     decide,
+    samples_for,
 )
 from sparkrack.watchdog.policy import Decision
 from sparkrack.watchdog.silence import WEDGED
@@ -61,7 +62,7 @@ class Cycler:
         for sighting in sorted(seen, key=lambda s: (s.node, s.cause)):
             streak = counts.get((sighting.node, sighting.cause), 0)
             refusal = None
-            if streak >= self.rules.samples:
+            if streak >= samples_for(sighting.cause, self.rules):
                 refusal = cycle_refusal(sighting.node, self.own,
                                         self.keeps() if sighting.node == self.own else None,
                                         self.fed(sighting.node))

@@ -20,6 +20,11 @@ CYCLE, WAIT, HOLD, NONE = "cycle", "wait", "hold", "none"
 HOLDS = ("pending", "window", "budget", "refused")  # why a cycle is held back
 CAUSES = {"latched": "GPU latched in its low-clock state",  # cause: what an operator reads
           "wedged": "host wedged (SSH unanswered, its kernel and outlet alive)"}
+# Consecutive polls a cause needs when not watchdog_power_cycle_samples. A wedged host's
+# every poll waits out its SSH liveness timeout (5 s) and sshd's greeting (3 s), 20-25 s a
+# poll with the facts' timeouts: two are 30-50 s of silence, not a passing stall, where
+# five would leave the rack down two minutes before anything is done.
+CAUSE_SAMPLES = {"wedged": 2}
 
 
 @dataclass(frozen=True)
@@ -85,9 +90,9 @@ def decide(sighting: Sighting, streak: int, rules: CycleRules, book: CycleBook, 
     if not rules.allowed:
         return Verdict(NONE, node, cause, f"{what}; not power-cycled (installed without "
                        f"--allow-power-cycle): `invoke power-cycle -n {node}`")
-    if streak < rules.samples:
-        return Verdict(WAIT, node, cause, f"{what} in {streak} of the {rules.samples} "
-                       "consecutive polls a power cycle needs (watchdog_power_cycle_samples)")
+    if streak < (needed := samples_for(cause, rules)):
+        return Verdict(WAIT, node, cause, f"{what} in {streak} of the {needed} consecutive "
+                       f"polls a power cycle needs ({_samples_source(cause)})")
     held = f"{what} for {streak} polls; power cycle held back: "
     if book.pending is not None:
         return Verdict(HOLD, node, cause, held + "the power cycle of "
@@ -105,6 +110,15 @@ def decide(sighting: Sighting, streak: int, rules: CycleRules, book: CycleBook, 
         return Verdict(HOLD, node, cause, held + refusal, "refused")
     return Verdict(CYCLE, node, cause, f"{what} for {streak} consecutive polls; "
                    f"{budget.reason}")
+
+
+def samples_for(cause: str, rules: CycleRules) -> int:
+    """The consecutive polls a power cycle for cause needs."""
+    return CAUSE_SAMPLES.get(cause, rules.samples)
+
+
+def _samples_source(cause: str) -> str:
+    return "a wedged host's" if cause in CAUSE_SAMPLES else "watchdog_power_cycle_samples"
 
 
 def cycle_refusal(node: str, own: str | None, keeps: str | None,

@@ -18,7 +18,7 @@ from sparkrack.core.atomic import write_atomically
 from sparkrack.core.errors import SparkrackError
 from sparkrack.watchdog.cyclebook import CycleBook
 from sparkrack.watchdog.cycler import Cycler
-from sparkrack.watchdog.cycling import CycleRules
+from sparkrack.watchdog.cycling import CycleRules, samples_for
 from sparkrack.watchdog.metrics import WatchdogMetrics, update
 from sparkrack.watchdog.policy import RESTART, RestartBudget
 from sparkrack.watchdog.railwatch import RailCollector, RailWatch
@@ -319,14 +319,15 @@ class Watchdog:
         if verdict is not None:
             return self._power_cycle(deployment, verdict)
         counts, rules = self.cycler.streaks.counts, self.cycler.rules
+        needed = samples_for("wedged", rules)
         waiting = [s for s in wedged if rules.allowed and f"{s.node} wedged" not in
-                   self.cycler.book.held and counts.get((s.node, "wedged"), 0) < rules.samples]
+                   self.cycler.book.held and counts.get((s.node, "wedged"), 0) < needed]
         if not waiting:
             return None
         silence = waiting[0]
         seen = counts.get((silence.node, "wedged"), 0)
-        detail = (f"{silence.line}; seen in {seen} of the {rules.samples} consecutive polls a "
-                  "power cycle needs (watchdog_power_cycle_samples)")
+        detail = (f"{silence.line}; seen in {seen} of the {needed} consecutive polls a power "
+                  "cycle needs")
         if seen == 1:  # said once; the cycle (or the hold) says the rest
             log.warning("%s", detail)
         return Step("guarding", detail)

@@ -552,7 +552,7 @@ def test_allowed_the_service_power_cycles_a_wedged_worker_and_the_group_serves_a
     """Issue 56 item 6: spark-03's host wedges under a steady SGLang load, as unified-memory
     exhaustion wedges a GB10 (every process stopped, its kernel still taking TCP, its outlet
     drawing). The service names it wedged with its outlet and draw, power-cycles it through
-    the PDU after watchdog_power_cycle_samples polls and starts the group again, which
+    the PDU after two polls (cycling.CAUSE_SAMPLES) and starts the group again, which
     serves. Before, the node was a lost node like any: the group stopped, nothing cycled."""
     from sparkrack.oplock.audit import merge, parse_lines, select
     from sparkrack.oplock.remote import AUDIT_FILE
@@ -596,8 +596,8 @@ def test_allowed_the_service_power_cycles_a_wedged_worker_and_the_group_serves_a
         assert (f": wedged: SSH unanswered, its kernel still taking TCP on the SSH port, while "
                 f"rehearsal-pdu outlet 3 draws {watts} W: a host wedged by unified-memory "
                 f"exhaustion") in line, line
-        assert (f"{node}: host wedged (SSH unanswered, its kernel and outlet alive) for "
-                f"{inventory.vars.watchdog_power_cycle_samples} consecutive polls") in journal
+        assert (f"{node}: host wedged (SSH unanswered, its kernel and outlet alive) for 2 "
+                "consecutive polls") in journal
         assert "sglang 512k started again in order" in journal, journal[-3000:]
         with Fleet(inventory, [inventory.head]) as fleet:
             log = merge(parse_lines(fleet.run(["cat", AUDIT_FILE])[inventory.head.name].stdout))

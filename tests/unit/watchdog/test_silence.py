@@ -29,7 +29,7 @@ from sparkrack.watchdog.silence import (
 from sparkrack.watchdog.watch import Poll
 
 WHY = "no answer within 5 s on 10.77.1.13:22"
-SAMPLES = 5  # watchdog_power_cycle_samples' default
+SAMPLES = 2  # cycling.CAUSE_SAMPLES["wedged"]
 
 
 def reading(watts: int | None, on: bool = True) -> OutletReading:
@@ -100,14 +100,14 @@ def test_allowed_a_wedged_node_is_power_cycled_after_enough_polls_and_serves_aga
         verdicts = [watchdog.step() for _ in range(SAMPLES)]
     assert [v.verdict for v in verdicts] == ["guarding"] * (SAMPLES - 1) + ["power-cycled"]
     assert "wedged: SSH unanswered" in verdicts[0].detail
-    assert verdicts[0].detail.endswith("seen in 1 of the 5 consecutive polls a power cycle "
-                                       "needs (watchdog_power_cycle_samples)")
+    assert verdicts[0].detail.endswith("seen in 1 of the 2 consecutive polls a power cycle "
+                                       "needs")
     assert rack.cycles == ["spark-03"] and rack.restarts == ["d1"]
     assert rack.kept[0].cause == "wedged"
     assert metric(watchdog, "sparkrack_watchdog_power_cycle_timestamp_seconds",
                   node="spark-03", cause="wedged", outcome="ok") is not None
     assert watchdog.step().verdict == "guarding"  # the group started again, guarded
-    assert any("spark-03: host wedged (SSH unanswered, its kernel and outlet alive) for 5 "
+    assert any("spark-03: host wedged (SSH unanswered, its kernel and outlet alive) for 2 "
                "consecutive polls" in r.getMessage() for r in caplog.records)
 
 
@@ -133,3 +133,12 @@ def test_allowed_a_node_cut_off_is_never_power_cycled(tmp_path, tcp, watts, said
     step = watchdog.step()
     assert step.verdict == "stopped" and rack.cycles == []
     assert f"node spark-03 lost ({WHY}): {said}" in step.detail
+
+
+def test_a_node_silent_in_one_poll_only_is_not_power_cycled(tmp_path):
+    """A passing stall (one poll lost, the next whole) starts the count over: nothing cut."""
+    blips = [healthy("d1"), lost_poll(), healthy("d1"), lost_poll(), healthy("d1")]
+    rack, watchdog = guarded(blips, tmp_path, allow_power_cycle=True)
+    rack.strip_reading, rack.tcp = strip(), {"spark-03": TAKEN}
+    assert [watchdog.step().verdict for _ in range(4)] == ["guarding"] * 4
+    assert rack.cycles == [] and rack.restarts == []

@@ -23,7 +23,7 @@ INTEGRATION = Path(__file__).parent / "integration"
 # `python tests/rackorder.py FILE` (the first module run also carries the rack's boot). A module not listed counts as DEFAULT_RACK_COST;
 # tests/unit/test_rack_order.py wants every one listed.
 RACK_MODULE_COST = {
-    "test_lifecycle.py": 294, "test_watchdog_rack.py": 265, "test_fleet_rack.py": 200,
+    "test_lifecycle.py": 294, "test_watchdog_rack.py": 340, "test_fleet_rack.py": 200,
     "test_engine_env.py": 185,
     "test_onboard_rack.py": 147, "test_stall_rack.py": 340, "test_upgrade_rack.py": 106,
     "test_switch_rack.py": 90, "test_several_operators.py": 90, "test_rehearsal_shape.py": 74,

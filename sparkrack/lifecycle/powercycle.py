@@ -96,7 +96,8 @@ def power_cycle(inventory: Inventory, node: Node, plan: CyclePlan, *, timeout: f
     id it answers with after the cut is a new one)."""
     if plan.group:
         stopped = down(inventory, on_event=on_event)
-        errors = {k: v for k, v in stopped.errors.items() if not (silent and k == node.name)}
+        errors = {k: v for k, v in stopped.errors.items()  # k: a node, or container@node
+                  if not (silent and k.rpartition("@")[2] == node.name)}
         if errors:
             raise SparkrackError(f"could not stop {plan.group} cleanly: " + "; ".join(
                 f"{k}: {v}" for k, v in errors.items()),

@@ -569,7 +569,7 @@ def test_allowed_the_service_power_cycles_a_wedged_worker_and_the_group_serves_a
     try:
         prometheus.wait('sparkrack_pdu_measured_watts{pdu="rehearsal-pdu"}',
                         lambda v: v is not None, timeout=60)
-        first = lanes.up(inventory, "sglang", "512k", burn=quick_burn).deployment_id
+        first = lanes.up(inventory, "sglang", "512k").deployment_id
         prometheus.wait("sparkrack_watchdog_guarding", lambda v: v == 1, timeout=60)
         steady_load(inventory, 30000, done, answered)
         wait_for("requests answered before the wedge", lambda: len(answered) > 2, 60)

@@ -142,3 +142,51 @@ def test_a_node_silent_in_one_poll_only_is_not_power_cycled(tmp_path):
     rack.strip_reading, rack.tcp = strip(), {"spark-03": TAKEN}
     assert [watchdog.step().verdict for _ in range(4)] == ["guarding"] * 4
     assert rack.cycles == [] and rack.restarts == []
+
+
+def test_a_silent_node_s_cycle_stops_the_rest_of_the_group_and_takes_any_boot_id(monkeypatch):
+    """The wedged node cannot be stopped or asked its boot id: its rank goes with the cut,
+    and the first boot id it answers with after the cut counts as new. Any other node that
+    could not be stopped still refuses the cycle."""
+    from types import SimpleNamespace
+
+    from fakerack import rack_inventory
+
+    from sparkrack.core.errors import SparkrackError
+    from sparkrack.lifecycle import powercycle
+
+    inventory = rack_inventory()
+    plan = powercycle.CyclePlan("spark-03", "pdu", 3, 10, group="sglang 512k (d1)")
+    seen: dict = {}
+    errors = {"spark-03": "docker: no answer",
+              "sparkrack-sglang-rank2@spark-03": "no answer"}
+
+    class NoFleet:
+        def __init__(self, *args):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def boot_ids(*args):
+        raise AssertionError("the silent node's boot id was asked")
+
+    monkeypatch.setattr(powercycle, "down", lambda inv, on_event: SimpleNamespace(
+        errors=dict(errors)))
+    monkeypatch.setattr(powercycle, "Fleet", NoFleet)
+    monkeypatch.setattr(powercycle, "boot_ids", boot_ids)
+    monkeypatch.setattr(powercycle, "cycle_outlet", lambda *a, **k: seen.setdefault("cut", 1))
+    monkeypatch.setattr(powercycle, "wait_back",
+                        lambda fleet, nodes, before, *a: seen.setdefault("before", before))
+    monkeypatch.setattr(powercycle, "burned", lambda inv, node: f"{node.name}: back")
+    monkeypatch.setattr(powercycle, "note", lambda **k: None)
+    node = inventory.node("spark-03")
+    assert powercycle.power_cycle(inventory, node, plan, silent=True) == "spark-03: back"
+    assert seen == {"cut": 1, "before": {"spark-03": ""}}
+    errors["spark-02"] = "docker: no answer"
+    with pytest.raises(SparkrackError, match="could not stop sglang 512k \\(d1\\) cleanly: "
+                       "spark-02: docker: no answer"):
+        powercycle.power_cycle(inventory, node, plan, silent=True)

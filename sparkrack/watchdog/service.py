@@ -316,8 +316,10 @@ class Watchdog:
         if not wedged:
             return None
         verdict = self._consider(poll)
-        if verdict is not None:
-            return self._power_cycle(deployment, verdict)
+        if verdict is not None:  # a broken group has nothing to drain: its ranks stopped at
+            for where, why in self.group.stop(poll.lost, remove=False).items():  # once
+                log.error("could not stop %s: %s", where, why)
+            return self._power_cycle(deployment, verdict)  # the wedged rank goes with the cut
         counts, rules = self.cycler.streaks.counts, self.cycler.rules
         needed = samples_for("wedged", rules)
         waiting = [s for s in wedged if rules.allowed and f"{s.node} wedged" not in

@@ -103,6 +103,7 @@ def test_allowed_a_wedged_node_is_power_cycled_after_enough_polls_and_serves_aga
     assert verdicts[0].detail.endswith("seen in 1 of the 2 consecutive polls a power cycle "
                                        "needs")
     assert rack.cycles == ["spark-03"] and rack.restarts == ["d1"]
+    assert rack.groups[0].stops == [({"spark-03": WHY}, False)]  # at once, kept for its logs
     assert rack.kept[0].cause == "wedged"
     assert metric(watchdog, "sparkrack_watchdog_power_cycle_timestamp_seconds",
                   node="spark-03", cause="wedged", outcome="ok") is not None

@@ -214,7 +214,7 @@ def nccl_hang(c, node, inventory=None, clear=False):
 @task(help=NODE_HELP)
 @operator_task
 def wedge_host(c, node, inventory=None):
-    """Wedge a node as unified-memory exhaustion does: powered, silent, its GPU unanswered.
+    """Wedge a node as unified-memory exhaustion does: powered and silent.
 
     As GB10 hosts wedged after NVRM's NV_ERR_NO_MEMORY (open-gpu-kernel-modules#1358): no
     OOM kill, every process stopped (SSH connects and never answers, nvidia-smi hangs), its

@@ -64,7 +64,7 @@ COMMANDS = {
     "rehearsal.rekey": [], "rehearsal.remove-node": [], "rehearsal.renderer": [],
     "rehearsal.renumber-gid": [], "rehearsal.reset-clocks": [], "rehearsal.status": [],
     "rehearsal.stub-images": [], "rehearsal.stub-model": [], "rehearsal.switch": [],
-    "rehearsal.up": [], "rehearsal.wipe": [],
+    "rehearsal.up": [], "rehearsal.wedge-host": [], "rehearsal.wipe": [],
     "watch.watch": ["watch"], "watch.install": [], "watch.status": [], "watch.uninstall": [],
     "weights.list": [], "weights.remove": [], "weights.stage": [], "weights.verify": [],
 }

@@ -36,6 +36,15 @@ def parse_listen(text: str | None, default_port: int) -> tuple[str, int]:
     return address or "0.0.0.0", port_number
 
 
+def configure_logging(stream) -> None:
+    """The journal gets the service's own lines at INFO. paramiko's are left out: it logs a
+    node that takes TCP but never sends its SSH banner (a wedged host) as an ERROR with a
+    traceback at every poll, and the service says what that node is in one line of its own
+    (watchdog/silence.py)."""
+    logging.basicConfig(level=logging.INFO, stream=stream, format="%(levelname)s %(message)s")
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sparkrack.watchdog",
                                      description="Guard the rack's TP group; serve metrics.")
@@ -59,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.check_reach:
         return check_reach(args.inventory)
-    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
-                        format="%(levelname)s %(message)s")
+    configure_logging(sys.stdout)
     log = logging.getLogger("sparkrack.watchdog")
 
     from prometheus_client import start_http_server

@@ -8,6 +8,8 @@ watts otherwise; a cut-off node never cycled."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import time
 
 import pytest
@@ -191,3 +193,34 @@ def test_a_silent_node_s_cycle_stops_the_rest_of_the_group_and_takes_any_boot_id
     with pytest.raises(SparkrackError, match="could not stop sglang 512k \\(d1\\) cleanly: "
                        "spark-02: docker: no answer"):
         powercycle.power_cycle(inventory, node, plan, silent=True)
+
+
+SILENT_SSHD = """
+import socket, sys, threading
+import paramiko
+from sparkrack.watchdog.__main__ import configure_logging
+configure_logging(sys.stdout)
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(1)
+held = []
+threading.Thread(target=lambda: held.append(server.accept()), daemon=True).start()
+transport = paramiko.Transport(server.getsockname())
+transport.banner_timeout = 0.5
+try:
+    transport.start_client(timeout=2)
+except paramiko.SSHException as error:
+    import logging
+    logging.getLogger("sparkrack.watchdog").info("spark-03: wedged (%s)", error)
+"""
+
+
+def test_a_wedged_nodes_silent_sshd_is_one_line_of_the_services_not_paramikos_traceback():
+    """A node whose kernel takes TCP while its sshd sends no banner: paramiko logs that as
+    an ERROR with a traceback, at every poll, into the journal; the service's logging keeps
+    its own line and drops paramiko's."""
+    done = subprocess.run([sys.executable, "-c", SILENT_SSHD], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("INFO spark-03: wedged (Error reading SSH protocol banner")
+    assert "Traceback" not in done.stdout + done.stderr and "ERROR" not in done.stdout, done

@@ -120,7 +120,7 @@ def fleet_up(fleet: FleetFile, engine: str, profile: str, *,
 def fleet_down(fleet: FleetFile, *, on_event: Callable[[str], None] = lambda e: None
                ) -> list[RackReport]:
     """Stop every rack, one at a time: drained through the router, then `down`."""
-    work = work_of(fleet, lambda *a, **k: [], on_event)
+    work = work_of(fleet, on_event)
     reports = []
     for inventory in work.racks:
         report = RackReport(inventory.vars.rack_name)

@@ -151,3 +151,26 @@ def test_fleet_roll_warns_when_the_other_racks_limits_are_below_the_load(fleet_o
     assert events == ["rehearsal: while rehearsal rolls: rehearsal-2 serves vllm 512k of "
                       "GLM-5.3 (context 524288), ready in the router; 8 request(s) in flight "
                       "in the router"]
+
+
+def test_fleet_down_takes_each_rack_down_in_turn_and_says_which(monkeypatch):
+    """fleet.down over the shipped rehearsal fleet, neither head serving (no SSH: the rack
+    step, the head's answer and `down` stood in for): each rack is taken down in the fleet
+    file's order, one report each. Once, after the burn left its parameters, fleet.down
+    built its work with a burn still passed and failed with a TypeError before any rack."""
+    from contextlib import nullcontext
+
+    from sparkrack.racks.fleetfile import load_fleet
+
+    fleet = load_fleet(REPO / "inventory" / "fleet-rehearsal.yml")
+    downs, steps = [], []
+    monkeypatch.setattr(roll, "on_rack", lambda inventory, task, args, on_event: (
+        steps.append((inventory.vars.rack_name, task)) or nullcontext()))
+    monkeypatch.setattr(roll, "_api", lambda inventory: (None, None))
+    monkeypatch.setattr(roll, "_registered", lambda work, inventory: [])
+    monkeypatch.setattr(lanes, "down", lambda inventory, on_event: downs.append(
+        inventory.vars.rack_name))
+    reports = roll.fleet_down(fleet)
+    assert downs == ["rehearsal", "rehearsal-2"] == [report.rack for report in reports]
+    assert steps == [("rehearsal", "fleet.down"), ("rehearsal-2", "fleet.down")]
+    assert all(set(report.steps) == {"down"} for report in reports)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -121,15 +122,22 @@ def test_learning_again_does_not_need_a_profile_the_version_takes(rack, monkeypa
         learn_module.learn(rack, "sglang")
 
 
+def lane_of(rack, image: str) -> SimpleNamespace:
+    """What the image gate reads of a lane resolved for image: the version its options are
+    the table of, and that table (EngineLane.version / .options, from lane_options)."""
+    version, options = lane_options("sglang", image, rack.path)
+    return SimpleNamespace(version=version, options=options)
+
+
 def test_a_tag_pushed_again_since_it_was_learned_is_refused_at_the_image_gate(rack):
-    from types import SimpleNamespace
 
     from sparkrack.lifecycle.gates import version_problems
 
     learned(rack)
     head = SimpleNamespace(engine="sglang", image=REF, node="spark-01")
-    assert version_problems(rack, head, IMAGE_ID, {}) == []
-    assert version_problems(rack, head, "sha256:" + "4" * 64, {}) == [
+    lane = lane_of(rack, REF)
+    assert version_problems(lane, head, IMAGE_ID, {}) == []
+    assert version_problems(lane, head, "sha256:" + "4" * 64, {}) == [
         f"{REF} is sha256:444444444444 on spark-01, its options were learned from "
         "sha256:333333333333 (the tag was pushed again): run `invoke engines.learn --engine "
         "sglang`"]
@@ -137,19 +145,19 @@ def test_a_tag_pushed_again_since_it_was_learned_is_refused_at_the_image_gate(ra
 
 def test_an_image_whose_label_names_another_version_than_its_tag_is_refused(rack):
     """Read from its tag, the lane would be checked as 0.5.22; the image says 0.5.23."""
-    from types import SimpleNamespace
 
     from sparkrack.lifecycle.gates import version_problems
 
     ref = "lmsysorg/sglang:v0.5.22-cu130"
     head = SimpleNamespace(engine="sglang", image=ref, node="spark-01")
     label = "org.opencontainers.image.version"
-    assert version_problems(rack, head, IMAGE_ID, {label: "0.5.22"}) == []
-    assert version_problems(rack, head, IMAGE_ID, {label: "0.5.23"}) == [
+    lane = lane_of(rack, ref)
+    assert version_problems(lane, head, IMAGE_ID, {label: "0.5.22"}) == []
+    assert version_problems(lane, head, IMAGE_ID, {label: "0.5.23"}) == [
         f"{ref} on spark-01 says it runs sglang 0.5.23 (label {label}), its tag 0.5.22: run "
         "`invoke engines.learn --engine sglang` (reads the options of the version it runs)"]
     learned(rack, ref=ref)  # learned: the image's own version checks the lane; no label read
-    assert version_problems(rack, head, IMAGE_ID, {label: "0.5.99"}) == []
+    assert version_problems(lane_of(rack, ref), head, IMAGE_ID, {label: "0.5.99"}) == []
 
 
 def test_a_profile_flag_the_new_version_dropped_or_renamed_is_named_so(rack):

@@ -468,8 +468,7 @@ def test_allowed_the_service_power_cycles_its_own_latched_node_and_finishes_afte
     burned, the group started again, one audit record. watch.status and status say so."""
     import threading
 
-    from sparkrack.oplock.audit import merge, parse_lines, select
-    from sparkrack.oplock.remote import AUDIT_FILE
+    from sparkrack.oplock.audit import select
     from sparkrack.rehearsal.pdu import REHEARSAL_CREDENTIALS
 
     inventory = engine_rack
@@ -510,11 +509,7 @@ def test_allowed_the_service_power_cycles_its_own_latched_node_and_finishes_afte
         print(f"\n{WATCHDOG_NODE} (the head, the watchdog's own node) latched: power-cycled "
               f"and finished by the service after its boot {cycled_in:.0f} s later; a new "
               f"deployment of the lane guarded {serving_in:.0f} s after the latch")
-        with Fleet(inventory, [inventory.head]) as fleet:
-            log = merge(parse_lines(fleet.run(["cat", AUDIT_FILE])[inventory.head.name].stdout))
-            now = read_records(fleet, inventory)["current"].deployment_id
-        [record] = select(log, since=since, task="watchdog.power-cycle")
-        assert record["outcome"] == "ok", record
+        record, log, now = power_cycle_audited(inventory, since)
         changed = record["changed"]
         assert changed["power_cycled"] == [WATCHDOG_NODE]
         assert changed["outlets"] == ["rehearsal-pdu:1"]
@@ -559,8 +554,6 @@ def test_allowed_the_service_power_cycles_a_wedged_worker_and_the_group_serves_a
     drawing). The service names it wedged with its outlet and draw, power-cycles it through
     the PDU after two polls (cycling.CAUSE_SAMPLES) and starts the group again, which
     serves. Before, the node was a lost node like any: the group stopped, nothing cycled."""
-    from sparkrack.oplock.audit import merge, parse_lines, select
-    from sparkrack.oplock.remote import AUDIT_FILE
     from sparkrack.rehearsal.faults.kernel import wedged_w
 
     inventory, node = engine_rack, "spark-03"
@@ -608,11 +601,7 @@ def test_allowed_the_service_power_cycles_a_wedged_worker_and_the_group_serves_a
         assert (f"{node}: host wedged (SSH unanswered, its kernel and outlet alive) for 2 "
                 "consecutive polls") in journal
         assert "sglang 512k started again in order" in journal, journal[-3000:]
-        with Fleet(inventory, [inventory.head]) as fleet:
-            log = merge(parse_lines(fleet.run(["cat", AUDIT_FILE])[inventory.head.name].stdout))
-            now = read_records(fleet, inventory)["current"].deployment_id
-        [record] = select(log, since=since, task="watchdog.power-cycle")
-        assert record["outcome"] == "ok", record
+        record, log, now = power_cycle_audited(inventory, since)
         changed = record["changed"]
         assert changed["power_cycled"] == [node] and changed["outlets"] == ["rehearsal-pdu:3"]
         assert changed["restarted"] == now != first, changed  # the wedged group replaced
@@ -626,6 +615,20 @@ def test_allowed_the_service_power_cycles_a_wedged_worker_and_the_group_serves_a
         plain = invoke("watch.install", "-i", "inventory/rehearsal", "--on", WATCHDOG_NODE)
         assert plain.returncode == 0, plain.stdout + plain.stderr
         on_node(inventory, inventory.head.name, ["rm", "-f", f"{RECORD_DIR}/power-cycle.json"])
+
+
+def power_cycle_audited(inventory, since) -> tuple[dict, list, str]:
+    """The one watchdog.power-cycle record audited since `since` (its outcome ok), the
+    audit log it is in, and the deployment current now."""
+    from sparkrack.oplock.audit import merge, parse_lines, select
+    from sparkrack.oplock.remote import AUDIT_FILE
+
+    with Fleet(inventory, [inventory.head]) as fleet:
+        log = merge(parse_lines(fleet.run(["cat", AUDIT_FILE])[inventory.head.name].stdout))
+        now = read_records(fleet, inventory)["current"].deployment_id
+    [record] = select(log, since=since, task="watchdog.power-cycle")
+    assert record["outcome"] == "ok", record
+    return record, log, now
 
 
 def steady_load(inventory, port: int, done, answered: list) -> None:

@@ -1,10 +1,9 @@
 """dockerd asked over its socket (the Engine API the docker CLI calls, without the CLI):
 the local images (`images_section`, run by gather.py) and the daemon itself
-(`daemon_section`: its version, its runtimes, the NVIDIA hook on its PATH)."""
+(`daemon_section`: its version, its runtimes, the NVIDIA hook on its PATH). Every round
+trip carries this part: socket and json are imported where a question asks dockerd."""
 
-import json
 import os
-import socket
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 HOOK = "nvidia-container-runtime-hook"
@@ -12,6 +11,9 @@ HOOK = "nvidia-container-runtime-hook"
 
 def docker_get(path):
     """(None, parsed JSON) of GET path, or (the error line, None)."""
+    import json
+    import socket
+
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(20)

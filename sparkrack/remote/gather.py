@@ -3,14 +3,12 @@ at as positional arguments, the answers as `@@<index> <kind>` sections after `@@
 (the queries and the output: docs/internals.md#the-facts-script).
 """
 
-import base64
+import _json
+import binascii
 import grp
-import hashlib
-import json
 import os
 import pwd
 import stat
-import subprocess
 import sys
 import time
 
@@ -23,6 +21,7 @@ from .node import (
     sample_section,
     thermal_section,
 )
+from .spawn import run
 from .watchdog import watchdog_section
 
 INFINIBAND = "/sys/class/infiniband"
@@ -80,8 +79,10 @@ def file_section(path, limit):
         if stat.S_ISREG(st.st_mode):
             with open(path, "rb") as handle:
                 if st.st_size <= limit:
-                    lines.append("content " + base64.b64encode(handle.read()).decode())
+                    lines.append("content " + b64(handle.read()))
                 else:
+                    import hashlib  # here: most round trips never need it
+
                     digest = hashlib.sha256()
                     for block in iter(lambda: handle.read(1 << 20), b""):
                         digest.update(block)
@@ -91,6 +92,36 @@ def file_section(path, limit):
     except OSError:
         pass  # unreadable: the stat line alone, as the shell version gave
     return lines
+
+
+class _Decoding:
+    """What the standard library's JSON scanner (_json, json's own C parser) reads from a
+    json.JSONDecoder: the arguments parsed as json.loads would, without importing json,
+    whose decoder imports re (a quarter of a round trip's CPU on the node)."""
+
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float, parse_int = float, int
+
+    @staticmethod
+    def parse_constant(name):
+        raise ValueError("not JSON: " + name)
+
+
+def json_value(text):
+    """The value of JSON text (json.dumps's, from the controller); ValueError if it is not."""
+    try:
+        value, end = _json.make_scanner(_Decoding())(text, 0)
+    except StopIteration as stop:
+        raise ValueError("not JSON at character %d" % stop.value) from None
+    if end != len(text):
+        raise ValueError("not JSON at character %d" % end)
+    return value
+
+
+def b64(data):
+    """data in base64 as base64.b64encode gives it (binascii: no import of base64's re)."""
+    return binascii.b2a_base64(data, newline=False).decode()
 
 
 def first_line(path):
@@ -153,27 +184,24 @@ def hca_section(name):
 def unit_section(unit, properties, systemctl):
     """`systemctl show` of the unit (nothing when there is no systemctl: not found)."""
     try:
-        done = subprocess.run([systemctl, "show", "-p", properties, "--", unit],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, check=False)
+        output = run([systemctl, "show", "-p", properties, "--", unit])[1]
     except OSError:
         return []
-    return done.stdout.decode(errors="replace").splitlines()
+    return output.decode(errors="replace").splitlines()
 
 
 def guard_section(argv):
     """["rc N"] and, when the guard said why it does not hold, ["why TEXT"]: the last line
     of its output, printable, at most 300 characters."""
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, check=False)
+        code, output = run(argv, stderr=False)
     except FileNotFoundError:
         return ["rc 127"]
     except OSError:
         return ["rc 126"]
-    lines = done.stdout.decode(errors="replace").strip().splitlines()
+    lines = output.decode(errors="replace").strip().splitlines()
     why = "".join(c for c in (lines[-1] if lines else "") if c.isprintable())[:300]
-    return ["rc %d" % done.returncode] + (["why " + why] if why and done.returncode else [])
+    return ["rc %d" % code] + (["why " + why] if why and code else [])
 
 
 NETPLAN_DIRS = ("/lib/netplan", "/etc/netplan", "/run/netplan")  # a later one shadows
@@ -192,7 +220,7 @@ def netplan_section():
         lines.append("file " + quoted(chosen[name]))
         try:
             with open(chosen[name], "rb") as handle:
-                lines.append("content " + base64.b64encode(handle.read()).decode())
+                lines.append("content " + b64(handle.read()))
         except OSError:
             pass
     return lines
@@ -218,7 +246,7 @@ def sections(args):
         if section is None:
             yield "?", []
         else:
-            yield name, section(*json.loads(values))
+            yield name, section(*json_value(values))
 
 
 def main(args):

@@ -8,7 +8,8 @@ sysfs first; `ip` where sysfs does not say.
 """
 
 import os
-import subprocess
+
+from .spawn import run
 
 INFINIBAND = "/sys/class/infiniband"
 NET = "/sys/class/net"
@@ -16,11 +17,10 @@ NET = "/sys/class/net"
 
 def ip_lines(*args):
     try:
-        done = subprocess.run(["ip", "-o", *args], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False)
+        output = run(["ip", "-o", *args], stderr=False)[1]
     except OSError:
         return []
-    return done.stdout.decode(errors="replace").splitlines()
+    return output.decode(errors="replace").splitlines()
 
 
 def read_word(path):

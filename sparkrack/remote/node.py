@@ -13,9 +13,8 @@ TEMPERATURE`, label and value per line (`GPU Slowdown T.Limit Temp: -2 C`).
 """
 
 import os
-import shlex
-import socket
-import subprocess
+
+from .spawn import run
 
 
 def os_name(path="/etc/os-release"):
@@ -24,6 +23,8 @@ def os_name(path="/etc/os-release"):
         with open(path, errors="replace") as handle:
             for line in handle:
                 if line.startswith("PRETTY_NAME="):
+                    import shlex  # here: most round trips never need it
+
                     words = shlex.split(line[len("PRETTY_NAME="):], comments=True)
                     return words[0] if words else ""
     except (OSError, ValueError):
@@ -44,13 +45,12 @@ def gpu_line(fields, optional=""):
 def _gpu_line(fields):
     """(exit code, first line of output) of one nvidia-smi query."""
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=" + fields,
-                               "--format=csv,noheader,nounits"], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        code, output = run(["nvidia-smi", "--query-gpu=" + fields,
+                            "--format=csv,noheader,nounits"])
     except OSError as error:
         return 127, "nvidia-smi: %s" % (error.strerror or error)
-    lines = done.stdout.decode(errors="replace").strip().splitlines()
-    return done.returncode, lines[0] if lines else ""
+    lines = output.decode(errors="replace").strip().splitlines()
+    return code, lines[0] if lines else ""
 
 
 def memory(path="/proc/meminfo", keys=("MemTotal", "MemAvailable")):
@@ -71,19 +71,18 @@ def kernel_release():
     """`uname -r` as the node's PATH answers it (the rehearsal rack simulates a host kernel
     there, as a real node's differs); the uname syscall's if it cannot be run."""
     try:
-        done = subprocess.run(["uname", "-r"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, timeout=10, check=False)
-        release = done.stdout.decode(errors="replace").strip()
-        if done.returncode == 0 and release:
+        code, output = run(["uname", "-r"], stderr=False, timeout=10)
+        release = output.decode(errors="replace").strip()
+        if code == 0 and release:
             return release
-    except (OSError, subprocess.TimeoutExpired):
+    except OSError:  # TimeoutError is one
         pass
     return os.uname().release
 
 
 def node_section(fields):
     rc, line = gpu_line(fields)
-    lines = ["hostname " + socket.gethostname(), "kernel " + kernel_release(),
+    lines = ["hostname " + os.uname().nodename, "kernel " + kernel_release(),
              "os " + os_name(), "gpu %d %s" % (rc, line)]
     cma = memory(keys=("CmaTotal", "CmaFree"))
     return lines + memory_section() + ["{} {}".format(*item) for item in sorted(cma.items())] + \
@@ -112,13 +111,11 @@ def sample_section(fields, optional):
 def thermal_section():
     """The Temperature block of `nvidia-smi -q -d TEMPERATURE`: `LABEL: VALUE` lines."""
     try:
-        done = subprocess.run(["nvidia-smi", "-q", "-d", "TEMPERATURE"],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, check=False)
+        output = run(["nvidia-smi", "-q", "-d", "TEMPERATURE"], stderr=False)[1]
     except OSError:
         return []
     lines, inside = [], False
-    for line in done.stdout.decode(errors="replace").splitlines():
+    for line in output.decode(errors="replace").splitlines():
         if line.strip() == "Temperature":
             inside = True
             continue
@@ -133,11 +130,10 @@ def thermal_section():
 def cuda_section():
     """`cuda VERSION` as `nvidia-smi -q` reports it (nothing when it does not)."""
     try:
-        done = subprocess.run(["nvidia-smi", "-q"], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False)
+        output = run(["nvidia-smi", "-q"], stderr=False)[1]
     except OSError:
         return []
-    for line in done.stdout.decode(errors="replace").splitlines():
+    for line in output.decode(errors="replace").splitlines():
         key, _, value = line.partition(":")
         if key.strip() == "CUDA Version" and value.strip():
             return ["cuda " + value.strip()]

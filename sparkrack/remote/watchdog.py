@@ -1,14 +1,14 @@
 """The watchdog service's node, for `invoke watch.install / uninstall / status` (`watchdog_section`,
 run by gather.py); its answer, line by line: docs/internals.md#the-watchdogs-node.
+
+Every round trip carries this part, so its heavier modules (subprocess, socket, hashlib,
+json)
+are imported in the functions that need them, which few round trips call.
 """
 
-import base64
-import hashlib
-import json
+import binascii
 import os
-import socket
 import stat
-import subprocess
 
 # What the service's interpreter reports, one JSON line (run by that interpreter).
 PLATFORM_SCRIPT = ("import json,platform,sys,sysconfig;print(json.dumps({'version':list("
@@ -21,6 +21,8 @@ MARKER = ".sparkrack-watchdog"  # watch.install's mark on its directory (invento
 
 def output_of(argv):
     """(exit code, output lines, stderr included) of argv run from / (127: not found)."""
+    import subprocess
+
     try:
         done = subprocess.run(argv, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, check=False)
@@ -33,6 +35,8 @@ def output_of(argv):
 def source_addresses(pairs):
     """{address: the source address this node reaches it from} (a UDP socket's after
     connect(): nothing is sent)."""
+    import socket
+
     found = {}
     for address, port in pairs:
         try:
@@ -47,6 +51,8 @@ def source_addresses(pairs):
 
 
 def sha256_of(path):
+    import hashlib
+
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -98,6 +104,9 @@ def manifest_lines(lib):
             data = handle.read()
     except OSError:
         return []
+    import hashlib
+    import json
+
     found = manifest_problems(lib, data.decode(errors="surrogateescape"))
     differs, edited = found if found is not None else (["(the manifest itself)"], [])
     return ["manifest " + hashlib.sha256(data).hexdigest(),
@@ -127,6 +136,8 @@ def install_dir_kind(path):
 
 def copied_files(install_dir):
     """The regular files of inventory/ (not through a link) and README.md, sorted."""
+    import json
+
     found = []
     top = os.path.join(install_dir, "inventory")
     if not os.path.islink(top):
@@ -149,7 +160,7 @@ def encoded(key, path):
     try:
         if os.path.isfile(path):
             with open(path, "rb") as handle:
-                return [f"{key} {base64.b64encode(handle.read()).decode()}"]
+                return [f"{key} {binascii.b2a_base64(handle.read(), newline=False).decode()}"]
     except OSError:
         pass
     return []
@@ -157,6 +168,8 @@ def encoded(key, path):
 
 def watchdog_section(python, install_dir, key_path, unit_path, state_dir, state_file,
                      systemctl, unit, properties, pairs):
+    import json
+
     rc, printed = output_of([python, "-c", PLATFORM_SCRIPT])
     lines = ["platform " + line for line in printed] + ["platform-rc %d" % rc]
     lines.append("sources " + json.dumps(source_addresses(pairs)))

@@ -53,6 +53,7 @@ from sparkrack.inventory.watchdog_dir import MARKER_FILE, MARKER_TEXT
 from sparkrack.inventory.watchdog_record import MARKER, read_record
 from sparkrack.lifecycle import lanes
 from sparkrack.monitoring.rules import RULE_FILES
+from sparkrack.watchdog.gpuwatch import THERMAL_MARGIN_C
 from sparkrack.watchdog.settings import DEFAULT_INSTALL_DIR, STATE_DIR, UNIT
 
 pytestmark = pytest.mark.rack
@@ -355,8 +356,11 @@ def test_the_service_reapplies_a_lost_cap_and_reports_a_latched_and_a_hot_gpu(
         took = prometheus.wait('sparkrack_watchdog_cap_reapplied_total{node="spark-06",'
                                'outcome="took"}', lambda v: v == 1, timeout=30)
         latched = prometheus.wait('sparkrack_gpu_latched{node="spark-03"}', lambda v: v == 1)
+        # hot as the watchdog and SparkrackGpuHot judge it: within THERMAL_MARGIN_C of the
+        # slowdown. Its reading swings with the decode's power: at 95 C (T.Limit) only while
+        # the thermal slowdown holds it there, lower between (a poll may miss it for 30 s)
         hot = prometheus.wait('sparkrack_gpu_temperature_celsius{node="spark-05"}',
-                              lambda v: v is not None and v >= 95)
+                              lambda v: v is not None and v >= slowdown - THERMAL_MARGIN_C)
         for alert in ("SparkrackGpuLatched", "SparkrackGpuHot"):  # their `for:` is a minute
             prometheus.wait(f'count(ALERTS{{alertname="{alert}"}})', lambda v: v == 1)
         print(f"\ncap re-applied on spark-06 ({took:g}), spark-03 latched ({latched:g}), "

@@ -153,7 +153,7 @@ def test_a_rank_on_one_rail_slows_the_prefill_by_its_share_on_the_fabric(stub):
             group.wait_healthy()
             said = group.containers[2].logs().decode()
             took = []
-            for _ in range(2):  # the faster of two: a busy machine only adds
+            for _ in range(3):  # the fastest of three: a busy machine only adds
                 began = time.monotonic()
                 group.chat(8000, 1)
                 took.append(time.monotonic() - began)
@@ -168,5 +168,10 @@ def test_a_rank_on_one_rail_slows_the_prefill_by_its_share_on_the_fabric(stub):
     said = [line for line in (said_both + said_one).splitlines() if "NET/IB : Using" in line]
     assert "NET/IB : Using [0]roceP2p1s0f0:1/RoCE [1]rocep1s0f0:1/RoCE" in said_both, said
     assert "NET/IB : Using [0]rocep1s0f0:1/RoCE [RO]" in said_one, said
-    assert 2.0 <= both < 2.0 + 0.5
-    assert extra - 0.2 < one - both < extra + 0.4
+    # Each against its own model, never one against the other: the engine sleeps out its
+    # prefill, so a busy machine can only add to either, and by different amounts (CI saw
+    # 2.24 s on both rails beside 2.89 s on one, +0.65 s of the model's +0.86 s). The
+    # bounds tell the share apart from no slowdown (2.0 s) and from the whole prefill
+    # slowed by the rail (2.0 x 161/98 = 3.29 s).
+    assert 2.0 <= both < 2.0 + 0.4
+    assert 2.0 + extra - 0.05 <= one < 2.0 + extra + 0.4

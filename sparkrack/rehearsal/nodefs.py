@@ -117,12 +117,12 @@ def write_node_files(node: NodeLayout, peers: list[NodeLayout], client_pubkey: s
     hosts = "127.0.0.1 localhost\n::1 localhost\n" + "".join(
         f"{p.address} {p.name}\n" for p in peers)
     write_if_changed(up / "etc/hosts", hosts.encode())
-    # root's systemd user manager started at boot and kept (`loginctl enable-linger root`):
-    # otherwise every SSH login after 10 s without one starts it again (generators,
-    # gpg-agent sockets: ~70 ms of CPU per node) and stops it later
-    write_if_changed(up / LINGER, b"")
+    # no systemd user manager for root: SSH logins open no logind session (files/pam-sshd),
+    # so nothing starts one; a disk from an older rack kept it lingering from every boot
+    (up / LINGER).unlink(missing_ok=True)
     files = {
         "etc/ssh/sshd_config.d/sparkrack-rehearsal.conf": "sshd-rehearsal.conf",
+        "etc/pam.d/sshd": "pam-sshd",
         "etc/docker/daemon.json": "daemon.json",
         "etc/systemd/system/docker.service.d/cgroup-rw.conf": "docker-cgroup-rw.conf",
         "etc/systemd/system/nvidia-persistenced.service": "nvidia-persistenced.service",

@@ -173,5 +173,5 @@ def test_a_rank_on_one_rail_slows_the_prefill_by_its_share_on_the_fabric(stub):
     # 2.24 s on both rails beside 2.89 s on one, +0.65 s of the model's +0.86 s). The
     # bounds tell the share apart from no slowdown (2.0 s) and from the whole prefill
     # slowed by the rail (2.0 x 161/98 = 3.29 s).
-    assert 2.0 <= both < 2.0 + 0.4
+    assert 2.0 <= both < 2.0 + 0.5
     assert 2.0 + extra - 0.05 <= one < 2.0 + extra + 0.4
